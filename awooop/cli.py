@@ -1,0 +1,50 @@
+"""The ``awooop`` command line: one subcommand module per concern under awooop/commands/.
+
+Errors from the catalog print one line (``error E-XXX-NNN: message``) and exit 1, never a
+traceback; interrupting with Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from collections.abc import Sequence
+
+from awooop.config import Settings, load_settings
+from awooop.errors import AwoooPError
+from awooop.logs import configure_logging
+
+# Each module defines register(subparsers) and sets args.run = async fn(settings, args) -> int.
+COMMAND_MODULES = (
+    "awooop.commands.migrate",
+    "awooop.commands.smoke",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="awooop", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings: Settings = load_settings()
+        configure_logging(settings.log_level)
+        code: int = asyncio.run(args.run(settings, args))
+    except AwoooPError as exc:
+        print(f"error {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

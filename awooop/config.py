@@ -1,0 +1,161 @@
+"""Runtime configuration: one Struct, loaded from environment variables, validated at start.
+
+Every field maps to ``AWOOOP_<FIELD_NAME_UPPER>`` (except ``loop_project_id``, which keeps the
+seed's ``LOOP_PROJECT_ID``). An invalid value raises :class:`ConfigError` naming the variable
+and the expected form. The README's configuration table lists each variable.
+
+Why the lease defaults differ from the seed (5 min lease, 30 s heartbeat, 1 min reaper): the
+seed's own acceptance asks for recovery within one minute of a crash, which a 5 minute lease
+cannot give. Heartbeats are batched (one statement per worker renews all its leases), so a
+short lease is cheap: lease 30 s, heartbeat 5 s (six renewals per lease: a worker must miss
+six in a row to lose it), reaper and reclaim every 10 s. Worst-case recovery = lease TTL +
+one reclaim interval = 40 s.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
+
+from awooop.errors import ConfigError
+
+ENV_PREFIX = "AWOOOP_"
+SPECIAL_ENV_NAMES = {"loop_project_id": "LOOP_PROJECT_ID"}
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/awooop"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_key_prefix: str = "awooop"
+    shard_count: int = 4
+
+    lease_ttl_s: float = 30.0
+    heartbeat_interval_s: float = 5.0
+    reaper_interval_s: float = 10.0
+    reclaim_interval_s: float = 10.0
+    max_attempts: int = 3
+    max_deliveries: int = 10
+    shutdown_grace_s: float = 20.0
+    worker_concurrency: int = 16
+
+    dedupe_ttl_s: float = 7 * 24 * 3600.0
+    dedupe_expiry_interval_s: float = 60.0
+    dedupe_expiry_batch: int = 5000
+    approval_ttl_s: float = 15 * 60.0
+    approval_resolver_interval_s: float = 10.0
+
+    relay_poll_interval_s: float = 1.0
+    relay_batch_size: int = 1000
+    stream_maxlen: int = 100_000
+
+    policy_revalidate_s: float = 30.0
+    channel_event_revalidate_s: float = 300.0
+
+    llm_url: str = "local:"
+    llm_timeout_s: float = 60.0
+
+    http_host: str = "127.0.0.1"
+    http_port: int = 8080
+    http_max_body_bytes: int = 1024 * 1024
+    metrics_port: int = 0
+
+    log_level: str = "info"
+    loop_project_id: str = "legacy_awoooi_default"
+
+    def __post_init__(self) -> None:
+        _check_url("database_url", self.database_url, ("postgresql", "postgres"))
+        _check_url("redis_url", self.redis_url, ("redis", "rediss", "redis+cluster"))
+        for name in (
+            "lease_ttl_s",
+            "heartbeat_interval_s",
+            "reaper_interval_s",
+            "reclaim_interval_s",
+            "shutdown_grace_s",
+            "dedupe_ttl_s",
+            "dedupe_expiry_interval_s",
+            "approval_ttl_s",
+            "approval_resolver_interval_s",
+            "relay_poll_interval_s",
+            "policy_revalidate_s",
+            "channel_event_revalidate_s",
+            "llm_timeout_s",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{env_name(name)} must be a positive number of seconds")
+        for name in (
+            "shard_count",
+            "max_attempts",
+            "max_deliveries",
+            "worker_concurrency",
+            "dedupe_expiry_batch",
+            "relay_batch_size",
+            "stream_maxlen",
+            "http_max_body_bytes",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{env_name(name)} must be a positive integer")
+        if self.heartbeat_interval_s >= self.lease_ttl_s:
+            raise ConfigError(
+                f"{env_name('heartbeat_interval_s')} must be shorter than "
+                f"{env_name('lease_ttl_s')} (a lease must survive between two heartbeats)"
+            )
+        for name in ("http_port", "metrics_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise ConfigError(f"{env_name(name)} must be a TCP port (0-65535)")
+        if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
+            raise ConfigError(f"{env_name('log_level')} must be one of debug, info, warning, error")
+        if not self.redis_key_prefix or "{" in self.redis_key_prefix:
+            raise ConfigError(
+                f"{env_name('redis_key_prefix')} must be non-empty and contain no '{{'"
+            )
+
+    @property
+    def database_name(self) -> str:
+        return urlsplit(self.database_url).path.lstrip("/") or "postgres"
+
+
+def env_name(field: str) -> str:
+    return SPECIAL_ENV_NAMES.get(field, ENV_PREFIX + field.upper())
+
+
+def _check_url(field: str, value: str, schemes: tuple[str, ...]) -> None:
+    parts = urlsplit(value)
+    if parts.scheme not in schemes or not parts.hostname:
+        raise ConfigError(
+            f"{env_name(field)} must be a URL like {schemes[0]}://host:port/..., got {value!r}"
+        )
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{env_name(field)} has an invalid port: {value!r}") from exc
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Read settings from ``environ`` (default ``os.environ``); ``overrides`` win over both."""
+    env = os.environ if environ is None else environ
+    raw: dict[str, Any] = {}
+    for field in msgspec.structs.fields(Settings):
+        key = env_name(field.name)
+        if key in env:
+            raw[field.name] = env[key]
+    raw.update(overrides)
+    try:
+        return msgspec.convert(raw, Settings, strict=False)
+    except ConfigError:
+        raise
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_explain(str(exc))) from None
+
+
+def _explain(message: str) -> str:
+    # msgspec says "Expected `float`, got `str` - at `$.lease_ttl_s`": name the variable instead.
+    if "$." in message:
+        head, _, path = message.rpartition("$.")
+        field = path.strip("`").split(".")[0].split("[")[0]
+        expected = head.split(" - at")[0]
+        return f"{env_name(field)}: {expected}"
+    return message

@@ -1,0 +1,160 @@
+"""Postgres access: connection pools per role, tenant and platform transactions, retries.
+
+Two pools, two roles (R-43):
+- ``tenant(project_id)``: a transaction as ``awooop_app`` with ``awooop.project_id`` set
+  transaction-locally; row-level security shows that project's rows only. A connection of
+  this pool without the setting sees no tenant rows at all.
+- ``platform()``: a transaction as ``awooop_platform`` (BYPASSRLS) for platform loops (relay,
+  reaper, reclaim, expiry) that work across projects.
+
+JSON and JSONB columns are encoded and decoded with msgspec on every connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+import asyncpg
+import msgspec
+
+from awooop.errors import DatabaseUnavailableError, StreamOrderConflictError
+
+T = TypeVar("T")
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+    Connection: TypeAlias = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
+    Pool: TypeAlias = asyncpg.Pool[asyncpg.Record]
+else:
+    Connection = asyncpg.Connection
+    Pool = asyncpg.Pool
+
+APP_ROLE = "awooop_app"
+PLATFORM_ROLE = "awooop_platform"
+
+SET_TENANT = "SELECT set_config('awooop.project_id', $1, true)"
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
+
+RETRYABLE_PG_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.SerializationError,
+    asyncpg.DeadlockDetectedError,
+    StreamOrderConflictError,
+)
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.InterfaceError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+)
+
+
+async def init_connection(conn: Connection) -> None:
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            name,
+            schema="pg_catalog",
+            encoder=lambda value: _json_encode(value).decode(),
+            decoder=_json_decode,
+            format="text",
+        )
+
+
+async def connect(url: str, role: str | None = None, connect_timeout: float = 10.0) -> Connection:
+    """One connection (for LISTEN, migrations, advisory-lock owners)."""
+    settings = {"role": role} if role else {}
+    try:
+        conn = await asyncpg.connect(url, server_settings=settings, timeout=connect_timeout)
+    except CONNECTION_ERRORS as exc:
+        raise DatabaseUnavailableError(f"cannot connect to the database: {exc}") from exc
+    await init_connection(conn)
+    return conn
+
+
+async def create_pool(url: str, role: str, min_size: int = 1, max_size: int = 10) -> Pool:
+    try:
+        pool = await asyncpg.create_pool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            init=init_connection,
+            server_settings={"role": role},
+            timeout=10.0,
+        )
+    except CONNECTION_ERRORS as exc:
+        raise DatabaseUnavailableError(f"cannot connect to the database: {exc}") from exc
+    return pool
+
+
+class Database:
+    """The two role pools of one process."""
+
+    def __init__(self, tenant_pool: Pool, platform_pool: Pool) -> None:
+        self.tenant_pool = tenant_pool
+        self.platform_pool = platform_pool
+
+    @classmethod
+    async def open(cls, url: str, max_size: int = 10) -> Database:
+        tenant_pool = await create_pool(url, APP_ROLE, max_size=max_size)
+        try:
+            platform_pool = await create_pool(url, PLATFORM_ROLE, max_size=max_size)
+        except BaseException:
+            await tenant_pool.close()
+            raise
+        return cls(tenant_pool, platform_pool)
+
+    async def close(self) -> None:
+        await asyncio.gather(self.tenant_pool.close(), self.platform_pool.close())
+
+    @asynccontextmanager
+    async def tenant(self, project_id: str) -> AsyncIterator[Connection]:
+        async with self.tenant_pool.acquire() as conn, conn.transaction():
+            await conn.execute(SET_TENANT, project_id)
+            yield conn
+
+    @asynccontextmanager
+    async def platform(self) -> AsyncIterator[Connection]:
+        async with self.platform_pool.acquire() as conn, conn.transaction():
+            yield conn
+
+    async def in_tenant(
+        self, project_id: str, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5
+    ) -> T:
+        """Run ``fn`` in a tenant transaction, retrying transient conflicts."""
+
+        async def once() -> T:
+            async with self.tenant(project_id) as conn:
+                return await fn(conn)
+
+        return await retry_transaction(once, attempts)
+
+    async def in_platform(self, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5) -> T:
+        async def once() -> T:
+            async with self.platform() as conn:
+                return await fn(conn)
+
+        return await retry_transaction(once, attempts)
+
+
+async def retry_transaction(once: Callable[[], Awaitable[T]], attempts: int = 5) -> T:
+    """Retry a whole transaction on serialisation, deadlock and stream-order conflicts."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await once()
+        except RETRYABLE_PG_ERRORS:
+            if attempt == attempts:
+                raise
+            await asyncio.sleep(random.uniform(0, 0.005 * attempt))
+    raise AssertionError("unreachable")
+
+
+def record_to_dict(record: Any) -> dict[str, Any]:
+    return dict(record.items())

@@ -1,0 +1,207 @@
+"""The error catalog: one exception class per error code.
+
+Each class's docstring is its default message; HTTP handlers and the CLI map an error the same
+way (``code``, ``http_status``, message). Add new codes here, never inline in callers.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class AwoooPError(Exception):
+    """AwoooP runtime error."""
+
+    code: ClassVar[str] = "E-INTERNAL-001"
+    http_status: ClassVar[int] = 500
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str | None = None, **details: object) -> None:
+        self.message = message or (self.__doc__ or self.code).strip()
+        self.details = details
+        super().__init__(self.message)
+
+    def to_dict(self) -> dict[str, object]:
+        body: dict[str, object] = {"code": self.code, "message": self.message}
+        if self.details:
+            body["details"] = {k: str(v) for k, v in self.details.items()}
+        return body
+
+
+# --- configuration and migrations -------------------------------------------------------------
+
+
+class ConfigError(AwoooPError):
+    """Invalid configuration."""
+
+    code = "E-CONFIG-001"
+
+
+class MigrationChecksumError(AwoooPError):
+    """An applied migration file was changed after it was applied; refusing to run."""
+
+    code = "E-MIGRATE-001"
+
+
+class DatabaseUnavailableError(AwoooPError):
+    """The database cannot be reached."""
+
+    code = "E-DB-001"
+    http_status = 503
+    retryable = True
+
+
+class RedisUnavailableError(AwoooPError):
+    """Redis cannot be reached."""
+
+    code = "E-REDIS-001"
+    http_status = 503
+    retryable = True
+
+
+# --- event log ------------------------------------------------------------------------------
+
+
+class VersionConflictError(AwoooPError):
+    """The event stream is not at the expected version (a concurrent writer appended first)."""
+
+    code = "E-EVENT-001"
+    http_status = 409
+
+
+class StreamOrderConflictError(AwoooPError):
+    """This transaction started before the stream's last writer committed; retry it."""
+
+    code = "E-EVENT-002"
+    http_status = 409
+    retryable = True
+
+
+class UnknownEventTypeError(AwoooPError):
+    """The event type is not known to this version of the runtime."""
+
+    code = "E-EVENT-003"
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+
+class IllegalTransitionError(AwoooPError):
+    """This event is not allowed in the run's current state."""
+
+    code = "E-RUN-001"
+    http_status = 409
+
+
+class LeaseLostError(AwoooPError):
+    """The attempt no longer holds the run's lease; the write was fenced off."""
+
+    code = "E-RUN-002"
+    http_status = 409
+
+
+class RunNotFoundError(AwoooPError):
+    """No such run."""
+
+    code = "E-RUN-003"
+    http_status = 404
+
+
+# --- ingest ---------------------------------------------------------------------------------
+
+
+class DuplicateEvent(AwoooPError):
+    """This event was already received; the existing run is returned."""
+
+    code = "E-IDEMPOTENT-001"
+    http_status = 200
+
+
+class InvalidInputError(AwoooPError):
+    """The request is malformed."""
+
+    code = "E-INPUT-001"
+    http_status = 400
+
+
+class MissingEventIdError(AwoooPError):
+    """The request carries no provider event id to deduplicate on."""
+
+    code = "E-INPUT-002"
+    http_status = 422
+
+
+class PayloadTooLargeError(AwoooPError):
+    """The request body is larger than the configured limit."""
+
+    code = "E-INPUT-003"
+    http_status = 413
+
+
+class UnknownChannelError(AwoooPError):
+    """Unknown channel type; expected one of telegram, alertmanager, gitea, line, api."""
+
+    code = "E-CHANNEL-001"
+    http_status = 404
+
+
+class AuthenticationError(AwoooPError):
+    """Authentication failed."""
+
+    code = "E-AUTH-001"
+    http_status = 401
+
+
+class ForbiddenError(AwoooPError):
+    """The credential is valid but does not allow this action."""
+
+    code = "E-AUTH-002"
+    http_status = 403
+
+
+# --- approvals ------------------------------------------------------------------------------
+
+
+class ApprovalTokenInvalidError(AwoooPError):
+    """The approval token is not valid for this run."""
+
+    code = "E-APPROVAL-001"
+    http_status = 403
+
+
+class ApprovalExpiredError(AwoooPError):
+    """The approval token expired before a decision was made."""
+
+    code = "E-APPROVAL-002"
+    http_status = 410
+
+
+class ApprovalTokenUsedError(AwoooPError):
+    """The approval token was already used."""
+
+    code = "E-APPROVAL-003"
+    http_status = 409
+
+
+# --- revisions ------------------------------------------------------------------------------
+
+
+class RevisionNotFoundError(AwoooPError):
+    """No such contract revision in this project."""
+
+    code = "E-REVISION-001"
+    http_status = 404
+
+
+class RevisionConflictError(AwoooPError):
+    """The active revision is not the expected one (a concurrent activation won)."""
+
+    code = "E-REVISION-002"
+    http_status = 409
+
+
+class NoActiveRevisionError(AwoooPError):
+    """The contract has no active revision."""
+
+    code = "E-REVISION-003"
+    http_status = 404

@@ -1,0 +1,217 @@
+"""Domain events: msgspec tagged-union Structs, one decoder built once.
+
+Schema evolution rules (stored events are never rewritten):
+- a new field gets a default, so that older stored events still decode;
+- a field's annotation never changes; a field is never renamed (add a new one instead);
+- an event type is never removed or renamed while stored events of that type may exist.
+``tests/unit/test_events.py`` decodes stored examples of every type to hold us to this.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from awooop.errors import UnknownEventTypeError
+
+JSON = Any
+
+
+class EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    at: datetime
+
+
+# --- run events (stream "run-<run_id>") ------------------------------------------------------
+
+
+class RunCreated(EventBase, frozen=True, kw_only=True, tag=True):
+    run_id: uuid.UUID
+    project_id: str
+    channel_type: str
+    provider_event_id: str
+    input: JSON
+    max_attempts: int
+    contract_id: str | None = None
+
+
+class RunClaimed(EventBase, frozen=True, kw_only=True, tag=True):
+    worker_id: str
+    attempt: int
+    lease_until: datetime
+
+
+class StepCompleted(EventBase, frozen=True, kw_only=True, tag=True):
+    worker_id: str
+    attempt: int
+    step: str
+    result: JSON = None
+
+
+class ToolWaitStarted(EventBase, frozen=True, kw_only=True, tag=True):
+    worker_id: str
+    attempt: int
+    tool: str
+
+
+class ToolResultReceived(EventBase, frozen=True, kw_only=True, tag=True):
+    worker_id: str
+    attempt: int
+    tool: str
+    result: JSON = None
+
+
+class ApprovalRequested(EventBase, frozen=True, kw_only=True, tag=True):
+    worker_id: str
+    attempt: int
+    expires_at: datetime
+    reason: str = ""
+
+
+class ApprovalGranted(EventBase, frozen=True, kw_only=True, tag=True):
+    actor: str
+
+
+class ApprovalRejected(EventBase, frozen=True, kw_only=True, tag=True):
+    actor: str
+    reason: str = ""
+
+
+class ApprovalExpired(EventBase, frozen=True, kw_only=True, tag=True):
+    pass
+
+
+class RunCompleted(EventBase, frozen=True, kw_only=True, tag=True):
+    worker_id: str
+    attempt: int
+    result: JSON = None
+
+
+class RunFailed(EventBase, frozen=True, kw_only=True, tag=True):
+    """A run failed: by its worker (worker_id and attempt set) or by the platform (reaper,
+    dead letter: both None)."""
+
+    reason: str
+    code: str
+    worker_id: str | None = None
+    attempt: int | None = None
+
+
+class RunRequeued(EventBase, frozen=True, kw_only=True, tag=True):
+    """The reaper found the lease of ``attempt`` expired and put the run back to PENDING."""
+
+    attempt: int
+
+
+class LeaseReleased(EventBase, frozen=True, kw_only=True, tag=True):
+    """A worker gave its lease back (shutdown) so that another worker takes the run at once."""
+
+    worker_id: str
+    attempt: int
+
+
+class RunCancelled(EventBase, frozen=True, kw_only=True, tag=True):
+    actor: str
+    reason: str = ""
+
+
+class RunRetried(EventBase, frozen=True, kw_only=True, tag=True):
+    """An operator sent a FAILED run back to PENDING with a fresh budget of attempts.
+
+    attempt_count stays monotonic (it is the fencing token); the ceiling moves instead."""
+
+    actor: str
+    max_attempts: int
+
+
+# --- revision events (stream "revision-<project>/<family>/<contract>") -----------------------
+
+
+class RevisionCreated(EventBase, frozen=True, kw_only=True, tag=True):
+    revision_id: uuid.UUID
+    contract_family: str
+    contract_id: str
+    body_hash: str
+
+
+class RevisionActivated(EventBase, frozen=True, kw_only=True, tag=True):
+    contract_family: str
+    contract_id: str
+    old_revision_id: uuid.UUID | None
+    new_revision_id: uuid.UUID
+    actor: str = "system"
+
+
+RunEvent = (
+    RunCreated
+    | RunClaimed
+    | StepCompleted
+    | ToolWaitStarted
+    | ToolResultReceived
+    | ApprovalRequested
+    | ApprovalGranted
+    | ApprovalRejected
+    | ApprovalExpired
+    | RunCompleted
+    | RunFailed
+    | RunRequeued
+    | LeaseReleased
+    | RunCancelled
+    | RunRetried
+)
+RevisionEvent = RevisionCreated | RevisionActivated
+Event = RunEvent | RevisionEvent
+
+RUN_EVENT_TYPES: tuple[type[EventBase], ...] = RunEvent.__args__
+EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__
+# Events that make a run dispatchable: workers are told about these.
+DISPATCH_EVENT_TYPES = frozenset(
+    {"RunCreated", "ApprovalGranted", "RunRequeued", "LeaseReleased", "RunRetried"}
+)
+
+_encoder = msgspec.json.Encoder()
+_decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
+
+
+def event_type(event: EventBase) -> str:
+    return type(event).__name__
+
+
+def encode_event(event: EventBase) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes | str) -> Event:
+    try:
+        return _decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise UnknownEventTypeError(str(exc)) from exc
+
+
+def to_builtins(event: EventBase) -> dict[str, Any]:
+    result: dict[str, Any] = msgspec.to_builtins(event)
+    return result
+
+
+def from_builtins(data: dict[str, Any]) -> Event:
+    try:
+        event: Event = msgspec.convert(data, Event)
+        return event
+    except msgspec.ValidationError as exc:
+        raise UnknownEventTypeError(str(exc)) from exc
+
+
+def run_stream_id(run_id: uuid.UUID) -> str:
+    return f"run-{run_id}"
+
+
+def revision_stream_id(project_id: str, family: str, contract_id: str) -> str:
+    return f"revision-{project_id}/{family}/{contract_id}"
+
+
+def run_id_of_stream(stream_id: str) -> uuid.UUID | None:
+    if stream_id.startswith("run-"):
+        return uuid.UUID(stream_id[4:])
+    return None

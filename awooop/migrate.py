@@ -1,0 +1,127 @@
+"""Schema migrations: numbered plain-SQL files in ``migrations/``, applied in order.
+
+- the target database is created when it is missing (a concurrent creator is fine);
+- a session advisory lock makes concurrent migrators take turns: the second one finds
+  everything applied and does nothing;
+- each file runs in its own transaction together with its record in
+  ``awooop_schema_migrations`` (name, sha256 checksum, applied_at);
+- an applied file whose checksum changed stops everything with E-MIGRATE-001.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from awooop.db import CONNECTION_ERRORS, Connection, connect
+from awooop.errors import ConfigError, MigrationChecksumError
+from awooop.logs import get_logger
+
+log = get_logger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+FILE_PATTERN = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+LOCK_KEY = 0x61776F6F6F70  # "awooop": one key for every migrator of this database
+
+CREATE_TABLE = """
+CREATE TABLE IF NOT EXISTS awooop_schema_migrations (
+    name        text PRIMARY KEY,
+    checksum    text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)
+"""
+SELECT_APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
+INSERT_APPLIED = "INSERT INTO awooop_schema_migrations (name, checksum) VALUES ($1, $2)"
+DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = $1"
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    files = sorted(p for p in directory.iterdir() if p.suffix == ".sql")
+    for path in files:
+        if not FILE_PATTERN.match(path.name):
+            raise ConfigError(f"migration file {path.name} is not named NNNN_description.sql")
+    return [Migration(p.name, p.read_text()) for p in files]
+
+
+def schema_fingerprint(directory: Path = MIGRATIONS_DIR) -> str:
+    """A short hash of every migration: names a template database built from them."""
+    digest = hashlib.sha256()
+    for m in discover(directory):
+        digest.update(m.name.encode() + b"\0" + m.checksum.encode())
+    return digest.hexdigest()[:12]
+
+
+async def ensure_database(url: str) -> None:
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    if not DATABASE_NAME.match(name):
+        raise ConfigError(f"database name {name!r} must match {DATABASE_NAME.pattern}")
+    admin_url = urlunsplit(parts._replace(path="/postgres"))
+    conn = await connect(admin_url)
+    try:
+        if await conn.fetchval(DATABASE_EXISTS, name):
+            return
+        try:
+            # Identifiers cannot be parameters; the name was checked against DATABASE_NAME.
+            await conn.execute(f'CREATE DATABASE "{name}"')
+            log.info("database_created", database=name)
+        except (asyncpg.DuplicateDatabaseError, asyncpg.UniqueViolationError):
+            pass  # a concurrent migrator created it first
+    finally:
+        await conn.close()
+
+
+async def migrate(url: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
+    """Apply pending migrations; return the names applied by this call."""
+    migrations = discover(directory)
+    await ensure_database(url)
+    conn = await connect(url)
+    try:
+        await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
+        try:
+            return await _apply_pending(conn, migrations)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
+    finally:
+        await conn.close()
+
+
+async def _apply_pending(conn: Connection, migrations: list[Migration]) -> list[str]:
+    await conn.execute(CREATE_TABLE)
+    applied = {r["name"]: r["checksum"] for r in await conn.fetch(SELECT_APPLIED)}
+    for m in migrations:
+        if m.name in applied and applied[m.name] != m.checksum:
+            raise MigrationChecksumError(
+                f"migration {m.name} changed after it was applied "
+                f"(recorded {applied[m.name][:12]}, file {m.checksum[:12]}); "
+                "add a new migration instead of editing an applied one"
+            )
+    done: list[str] = []
+    for m in migrations:
+        if m.name in applied:
+            continue
+        async with conn.transaction():
+            await conn.execute(m.sql)
+            await conn.execute(INSERT_APPLIED, m.name, m.checksum)
+        log.info("migration_applied", migration=m.name)
+        done.append(m.name)
+    return done
+
+
+__all__ = ["CONNECTION_ERRORS", "Migration", "discover", "migrate", "schema_fingerprint"]

@@ -1,0 +1,1 @@
+"""Run lifecycle: the state machine, the write path, leases."""

@@ -1,0 +1,84 @@
+"""Fixtures on real services: a fresh migrated database and a private Redis key prefix per test."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from awooop.config import Settings, load_settings
+from awooop.db import Database
+from awooop.logs import configure_logging
+from tests.support import databases, services
+
+configure_logging("warning")
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    stack: list[Any] = []
+    try:
+        url = services.resolve_postgres(stack)
+    except RuntimeError as exc:
+        pytest.exit(str(exc), returncode=3)
+    yield url
+    for container in stack:
+        container.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server_url() -> Iterator[str]:
+    stack: list[Any] = []
+    try:
+        url = services.resolve_redis(stack)
+    except RuntimeError as exc:
+        pytest.exit(str(exc), returncode=3)
+    yield url
+    for container in stack:
+        container.stop()
+
+
+@pytest.fixture(scope="session")
+def template_name(pg_server_url: str) -> str:
+    return asyncio.run(databases.ensure_template(pg_server_url))
+
+
+@pytest.fixture
+async def database_url(pg_server_url: str, template_name: str) -> AsyncIterator[str]:
+    name = await databases.create_test_database(pg_server_url, template_name)
+    yield databases.with_database(pg_server_url, name)
+    await databases.drop_database(pg_server_url, name)
+
+
+@pytest.fixture
+async def redis_prefix(redis_server_url: str) -> AsyncIterator[str]:
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    yield prefix
+    client = aioredis.Redis.from_url(redis_server_url)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def settings(database_url: str, redis_server_url: str, redis_prefix: str) -> Settings:
+    return load_settings(
+        environ={},
+        database_url=database_url,
+        redis_url=redis_server_url,
+        redis_key_prefix=redis_prefix,
+    )
+
+
+@pytest.fixture
+async def db(settings: Settings) -> AsyncIterator[Database]:
+    database = await Database.open(settings.database_url, max_size=10)
+    yield database
+    await database.close()

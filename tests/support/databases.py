@@ -1,0 +1,63 @@
+"""A migrated template database per schema version, and a fresh copy of it per test."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from awooop.migrate import migrate, schema_fingerprint
+
+TEMPLATE_LOCK = 0x74706C  # serialises template builds of concurrent test sessions
+
+
+def with_database(url: str, name: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path="/" + name))
+
+
+async def ensure_template(server_url: str) -> str:
+    """Build (once per schema fingerprint) a migrated template; return its name."""
+    name = f"awooop_tpl_{schema_fingerprint()}"
+    admin = await asyncpg.connect(with_database(server_url, "postgres"))
+    try:
+        await admin.execute("SELECT pg_advisory_lock($1)", TEMPLATE_LOCK)
+        try:
+            if await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+                return name
+            # Build under a scratch name and rename, so a half-built template never exists.
+            scratch = f"{name}_build_{uuid.uuid4().hex[:8]}"
+            await migrate(with_database(server_url, scratch))
+            await admin.execute(f'ALTER DATABASE "{scratch}" RENAME TO "{name}"')
+            return name
+        finally:
+            await admin.execute("SELECT pg_advisory_unlock($1)", TEMPLATE_LOCK)
+    finally:
+        await admin.close()
+
+
+async def create_test_database(server_url: str, template: str) -> str:
+    name = f"awooop_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(with_database(server_url, "postgres"))
+    try:
+        for attempt in range(20):
+            try:
+                await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+                break
+            except asyncpg.ObjectInUseError:
+                # Another session is briefly connected to the template; try again.
+                await asyncio.sleep(0.05 * (attempt + 1))
+        else:
+            raise RuntimeError(f"template {template} stayed busy")
+    finally:
+        await admin.close()
+    return name
+
+
+async def drop_database(server_url: str, name: str) -> None:
+    admin = await asyncpg.connect(with_database(server_url, "postgres"))
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+
+from awooop.config import load_settings
+from awooop.errors import ConfigError
+
+
+def test_defaults_point_at_the_local_services() -> None:
+    settings = load_settings(environ={})
+    assert settings.database_url == "postgresql://postgres@127.0.0.1:5432/awooop"
+    assert settings.redis_url == "redis://127.0.0.1:6379/0"
+    assert settings.heartbeat_interval_s < settings.lease_ttl_s
+
+
+def test_values_come_from_the_environment() -> None:
+    settings = load_settings(
+        environ={
+            "AWOOOP_LEASE_TTL_S": "12.5",
+            "AWOOOP_SHARD_COUNT": "8",
+            "LOOP_PROJECT_ID": "legacy",
+        }
+    )
+    assert (settings.lease_ttl_s, settings.shard_count, settings.loop_project_id) == (
+        12.5,
+        8,
+        "legacy",
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"AWOOOP_DATABASE_URL": "not a url"}, "AWOOOP_DATABASE_URL"),
+        ({"AWOOOP_DATABASE_URL": "mysql://h/db"}, "AWOOOP_DATABASE_URL"),
+        ({"AWOOOP_REDIS_URL": "redis://host:notaport/0"}, "AWOOOP_REDIS_URL"),
+        ({"AWOOOP_LEASE_TTL_S": "-5"}, "AWOOOP_LEASE_TTL_S"),
+        ({"AWOOOP_LEASE_TTL_S": "soon"}, "AWOOOP_LEASE_TTL_S"),
+        ({"AWOOOP_SHARD_COUNT": "0"}, "AWOOOP_SHARD_COUNT"),
+        ({"AWOOOP_HEARTBEAT_INTERVAL_S": "60"}, "AWOOOP_HEARTBEAT_INTERVAL_S"),
+        ({"AWOOOP_HTTP_PORT": "70000"}, "AWOOOP_HTTP_PORT"),
+    ],
+)
+def test_bad_configuration_names_the_variable(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(environ=env)
+    assert named in info.value.message
+    assert info.value.code == "E-CONFIG-001"

@@ -1,0 +1,59 @@
+"""Stored events of every type still decode (the schema-evolution rules in awooop.events)."""
+
+from __future__ import annotations
+
+import pytest
+
+from awooop import events as ev
+
+# Written once as they were stored; never edit these strings, add new ones.
+STORED = {
+    "RunCreated": '{"type":"RunCreated","at":"2026-01-01T00:00:00Z","run_id":'
+    '"7d9f1c3e-0c59-4a8e-9d6e-2f4c8f0e9b11","project_id":"p1","channel_type":"telegram",'
+    '"provider_event_id":"42","input":{"text":"hi"},"max_attempts":3}',
+    "RunClaimed": '{"type":"RunClaimed","at":"2026-01-01T00:00:00Z","worker_id":"w1",'
+    '"attempt":1,"lease_until":"2026-01-01T00:00:30Z"}',
+    "StepCompleted": '{"type":"StepCompleted","at":"2026-01-01T00:00:01Z","worker_id":"w1",'
+    '"attempt":1,"step":"fetch","result":[1,2]}',
+    "ToolWaitStarted": '{"type":"ToolWaitStarted","at":"2026-01-01T00:00:01Z",'
+    '"worker_id":"w1","attempt":1,"tool":"search"}',
+    "ToolResultReceived": '{"type":"ToolResultReceived","at":"2026-01-01T00:00:01Z",'
+    '"worker_id":"w1","attempt":1,"tool":"search","result":null}',
+    "ApprovalRequested": '{"type":"ApprovalRequested","at":"2026-01-01T00:00:02Z",'
+    '"worker_id":"w1","attempt":1,"expires_at":"2026-01-01T00:15:02Z","reason":"deploy"}',
+    "ApprovalGranted": '{"type":"ApprovalGranted","at":"2026-01-01T00:01:00Z","actor":"alice"}',
+    "ApprovalRejected": '{"type":"ApprovalRejected","at":"2026-01-01T00:01:00Z","actor":"bob"}',
+    "ApprovalExpired": '{"type":"ApprovalExpired","at":"2026-01-01T00:15:03Z"}',
+    "RunCompleted": '{"type":"RunCompleted","at":"2026-01-01T00:00:03Z","worker_id":"w1",'
+    '"attempt":1}',
+    "RunFailed": '{"type":"RunFailed","at":"2026-01-01T00:00:03Z","reason":"boom",'
+    '"code":"E-RUN-004"}',
+    "RunRequeued": '{"type":"RunRequeued","at":"2026-01-01T00:00:40Z","attempt":1}',
+    "LeaseReleased": '{"type":"LeaseReleased","at":"2026-01-01T00:00:05Z","worker_id":"w1",'
+    '"attempt":1}',
+    "RunCancelled": '{"type":"RunCancelled","at":"2026-01-01T00:00:05Z","actor":"ops"}',
+    "RunRetried": '{"type":"RunRetried","at":"2026-01-01T00:00:05Z","actor":"ops",'
+    '"max_attempts":6}',
+    "RevisionCreated": '{"type":"RevisionCreated","at":"2026-01-01T00:00:00Z","revision_id":'
+    '"0b8a2c8e-51a4-4c52-9a63-0d3f0bb1f2aa","contract_family":"policy_routing",'
+    '"contract_id":"sre","body_hash":"abc"}',
+    "RevisionActivated": '{"type":"RevisionActivated","at":"2026-01-01T00:00:00Z",'
+    '"contract_family":"policy_routing","contract_id":"sre","old_revision_id":null,'
+    '"new_revision_id":"0b8a2c8e-51a4-4c52-9a63-0d3f0bb1f2aa"}',
+}
+
+
+def test_every_event_type_has_a_stored_example() -> None:
+    assert set(STORED) == {t.__name__ for t in ev.EVENT_TYPES}
+
+
+@pytest.mark.parametrize("name", sorted(STORED))
+def test_stored_examples_decode_and_round_trip(name: str) -> None:
+    event = ev.decode_event(STORED[name])
+    assert ev.event_type(event) == name
+    assert ev.decode_event(ev.encode_event(event)) == event
+
+
+def test_an_unknown_type_is_a_clear_error() -> None:
+    with pytest.raises(ev.UnknownEventTypeError):
+        ev.decode_event('{"type":"NoSuchEvent","at":"2026-01-01T00:00:00Z"}')
