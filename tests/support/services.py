@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,88 @@ def private_redis() -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+        shutil.rmtree(server.dir, ignore_errors=True)
+
+
+def postgres_bindir() -> Path:
+    """The server binaries of the newest PostgreSQL installed from Debian's packages."""
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name)
+    )
+    if not versions:
+        raise RuntimeError("no PostgreSQL server binaries under /usr/lib/postgresql")
+    return versions[-1].parent
+
+
+class PostgresServer:
+    """A private PostgreSQL cluster on a free loopback port, for tests that restart Postgres.
+
+    The server runs as the ``postgres`` OS user when the tests run as root (initdb refuses root).
+    """
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="awooop-pg-"))
+        self.data = self.dir / "data"
+        self.bindir = postgres_bindir()
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *args], check=True, capture_output=True, timeout=120)
+
+    def init(self) -> None:
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self._run(
+            str(self.bindir / "initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        )
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories="
+            f"{self.dir} -c fsync=off -c max_connections=200"
+        )
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.dir / "log"),
+            "-w",
+            "start",
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def restart(self) -> None:
+        self.stop("immediate")
+        self.start()
+
+
+@contextmanager
+def private_postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    server.init()
+    server.start()
+    try:
+        yield server
+    finally:
+        with suppress(subprocess.CalledProcessError):  # already stopped by the test
+            server.stop("immediate")
         shutil.rmtree(server.dir, ignore_errors=True)
 
 

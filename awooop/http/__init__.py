@@ -1,0 +1,1 @@
+"""The HTTP API (Starlette on uvicorn): ingest, runs, approvals, contracts, health, metrics."""

@@ -1,0 +1,91 @@
+"""Every Prometheus metric of the runtime, defined once (R-51, R-42).
+
+Processes serve the default registry on ``/metrics`` (see :mod:`awooop.telemetry`). Names are
+part of the operator contract (alerts and dashboards in ``ops/`` use them): keep them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# --- ingest ---------------------------------------------------------------------------------
+INGEST_EVENTS = Counter(
+    "awooop_ingest_events_total",
+    "Channel events received, by outcome (created, duplicate, rejected)",
+    ["channel_type", "outcome"],
+)
+INGEST_LATENCY = Histogram(
+    "awooop_ingest_seconds",
+    "Time to accept one channel request (authentication to commit)",
+    ["channel_type"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+
+# --- runs and leases ------------------------------------------------------------------------
+RUNS_BY_STATE = Gauge(
+    "awooop_runs", "Runs by project and state (sampled by the stats loop)", ["project_id", "state"]
+)
+LEASE_CLAIMS = Counter("awooop_lease_claims_total", "Run leases taken", ["path"])
+LEASE_RENEWALS = Counter("awooop_lease_renewals_total", "Run leases renewed by heartbeats")
+LEASE_LOSSES = Counter("awooop_lease_losses_total", "Leases a worker found lost (fenced off)")
+RECLAIMS = Counter(
+    "awooop_reclaims_total",
+    "Pending entries reclaimed from idle consumers, by outcome",
+    ["outcome"],
+)
+REAPED = Counter("awooop_reaped_runs_total", "Stale runs handled by the reaper", ["outcome"])
+DEAD_LETTERS = Counter("awooop_dead_letters_total", "Messages moved to the dead-letter stream")
+RUNS_FINISHED = Counter(
+    "awooop_runs_finished_total", "Runs that reached a terminal state", ["status"]
+)
+
+# --- outbox, relay and streams --------------------------------------------------------------
+OUTBOX_LAG = Gauge(
+    "awooop_outbox_lag_seconds", "Age of the oldest undelivered outbox row", ["outbox"]
+)
+RELAY_PUBLISHED = Counter("awooop_relay_published_total", "Entries published", ["outbox"])
+RELAY_ATTEMPTS = Counter(
+    "awooop_relay_attempts_total", "Relay publish attempts, by result", ["outbox", "result"]
+)
+CONSUMER_LAG = Gauge(
+    "awooop_consumer_group_lag", "Entries not yet delivered to a group", ["stream", "group"]
+)
+CONSUMER_PENDING = Gauge(
+    "awooop_consumer_group_pending", "Entries delivered but not acknowledged", ["stream", "group"]
+)
+STREAM_RESETS = Counter(
+    "awooop_stream_resets_total", "Times a shard's Redis data was found lost and rebuilt"
+)
+
+# --- revisions and the model ----------------------------------------------------------------
+REVISION_CACHE_HITS = Counter("awooop_revision_cache_hits_total", "Revision cache hits")
+REVISION_CACHE_MISSES = Counter("awooop_revision_cache_misses_total", "Revision cache misses")
+REVISION_CACHE_STALE = Counter(
+    "awooop_revision_cache_stale_total",
+    "Cached revisions found stale, by how (pointer_check, notice, revalidation)",
+    ["source"],
+)
+POINTER_CHECK_SECONDS = Histogram(
+    "awooop_pointer_check_seconds",
+    "Latency of the active-revision pointer check before an LLM call",
+    buckets=(0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05),
+)
+LLM_CALLS = Counter("awooop_llm_calls_total", "Model calls, by result", ["result"])
+LLM_SECONDS = Histogram("awooop_llm_call_seconds", "Model call latency")
+
+# --- background loops (R-42) ----------------------------------------------------------------
+LOOP_LAST_RUN = Gauge(
+    "awooop_background_loop_last_run_timestamp",
+    "Unix time of the loop's last successful iteration",
+    ["loop_name", "project_id"],
+)
+LOOP_ERRORS = Counter(
+    "awooop_background_loop_errors_total",
+    "Loop iterations that raised",
+    ["loop_name", "project_id"],
+)
+LOOP_SECONDS = Histogram(
+    "awooop_background_loop_iteration_seconds",
+    "Duration of loop iterations",
+    ["loop_name"],
+)
