@@ -21,7 +21,7 @@ from awooop.services import Services
 
 log = get_logger(__name__)
 
-ROUTE_MODULES = ("awooop.http.health",)
+ROUTE_MODULES = ("awooop.http.health", "awooop.http.approvals")
 
 
 def error_response(exc: AwoooPError) -> JSONResponse:

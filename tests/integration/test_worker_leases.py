@@ -184,7 +184,9 @@ async def test_polling_skips_young_and_locked_runs(db: Database) -> None:
 
     async def hold_first() -> None:
         async with db.tenant(P) as conn:
-            await conn.execute("SELECT 1 FROM awooop_run_state WHERE run_id = $1 FOR UPDATE", run_ids[0])
+            await conn.execute(
+                "SELECT 1 FROM awooop_run_state WHERE run_id = $1 FOR UPDATE", run_ids[0]
+            )
             locked.set()
             await release.wait()
 
