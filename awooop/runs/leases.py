@@ -156,13 +156,13 @@ def reap_event(state: RunState, now: datetime) -> RunRequeued | RunFailed:
 
 def fence_problem(state: RunState, now: datetime, worker_id: str, attempt: int) -> str | None:
     """Why ``(worker_id, attempt)`` may not write for this run now; None when it may."""
+    if state.status not in LEASED:
+        return f"the run is {state.status}"
     if state.worker_id != worker_id or state.attempt_count != attempt:
         return (
             f"attempt {attempt} of {worker_id} no longer holds the lease "
             f"(attempt {state.attempt_count} of {state.worker_id} does)"
         )
-    if state.status not in LEASED:
-        return f"the run is {state.status}"
     if state.lease_until is None or state.lease_until <= now:
         return "the lease expired"
     return None
@@ -210,12 +210,11 @@ async def poll(
     if limit <= 0:
         return []
     rows = await conn.fetch(POLL, min_age_s, limit)
-    claimed = []
+    changes = []
     for row in rows:
         state = store.row_to_state(row)
-        event = claim_event(state, row["db_now"], worker_id, ttl_s)
-        claimed.append(await store.apply_and_store(conn, state, event, metadata))
-    return claimed
+        changes.append((state, claim_event(state, row["db_now"], worker_id, ttl_s)))
+    return await store.apply_and_store_many(conn, changes, metadata)
 
 
 async def take_expired(
@@ -332,3 +331,105 @@ async def release(
         lambda _s, now: LeaseReleased(at=now, worker_id=worker_id, attempt=attempt),
         metadata,
     )
+
+
+# --- batches: many runs in one transaction (the worker's hot path) -------------------------
+
+CLAIM_MANY = f"""
+SELECT {_COLS}, now() AS db_now FROM awooop_run_state
+WHERE run_id = ANY($1::uuid[])
+  AND status IN ('PENDING', 'RESUMED')
+  AND (lease_until IS NULL OR lease_until < now())
+ORDER BY run_id
+FOR UPDATE SKIP LOCKED
+"""  # noqa: S608 - constant column names
+
+# Ordered, so that two batches locking overlapping runs cannot deadlock.
+LOCK_MANY = f"""
+SELECT {_COLS}, now() AS db_now FROM awooop_run_state
+WHERE run_id = ANY($1::uuid[])
+ORDER BY run_id
+FOR UPDATE
+"""  # noqa: S608 - constant column names
+
+
+@dataclass(frozen=True)
+class FencedWrite:
+    """One event to write on behalf of ``(worker_id, attempt)`` (see :func:`fenced_record`)."""
+
+    run_id: uuid.UUID
+    worker_id: str
+    attempt: int
+    make_event: Callable[[RunState, datetime], Event]
+    metadata: dict[str, Any] | None = None
+
+
+async def claim_many(
+    conn: Connection,
+    run_ids: list[uuid.UUID],
+    worker_id: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+) -> dict[uuid.UUID, RunState]:
+    """:func:`claim` for many runs: one conditional statement locks those that can be claimed
+    now; ``RunClaimed`` is applied to each in the same transaction. ``metadata`` is one dict,
+    or one per run id (aligned with ``run_ids``)."""
+    if not run_ids:
+        return {}
+    rows = await conn.fetch(CLAIM_MANY, run_ids)
+    per_run: dict[uuid.UUID, dict[str, Any] | None] = (
+        dict(zip(run_ids, metadata, strict=True))
+        if isinstance(metadata, list)
+        else dict.fromkeys(run_ids, metadata)
+    )
+    changes = []
+    metas = []
+    for row in rows:
+        state = store.row_to_state(row)
+        changes.append((state, claim_event(state, row["db_now"], worker_id, ttl_s)))
+        metas.append(per_run[state.run_id])
+    claimed = await store.apply_and_store_many(conn, changes, metas)
+    return {s.run_id: s for s in claimed}
+
+
+async def fenced_record_many(
+    conn: Connection, writes: list[FencedWrite]
+) -> list[RunState | LeaseLostError]:
+    """:func:`fenced_record` for many runs (each at most once) in one transaction: a write
+    whose attempt lost its lease gets its LeaseLostError (in place of a state) and the others
+    are written."""
+    if not writes:
+        return []
+    rows = await conn.fetch(LOCK_MANY, [w.run_id for w in writes])
+    found = {row["run_id"]: row for row in rows}
+    results: list[RunState | LeaseLostError] = []
+    changes: list[tuple[RunState, Event]] = []
+    metas: list[dict[str, Any] | None] = []
+    slots: list[int] = []
+    for i, write in enumerate(writes):
+        row = found.get(write.run_id)
+        if row is None:
+            results.append(LeaseLostError("write refused: no such run", run_id=write.run_id))
+            continue
+        state = store.row_to_state(row)
+        now: datetime = row["db_now"]
+        problem = fence_problem(state, now, write.worker_id, write.attempt)
+        if problem is not None:
+            results.append(
+                LeaseLostError(
+                    f"write refused: {problem}",
+                    run_id=write.run_id,
+                    worker_id=write.worker_id,
+                    attempt=write.attempt,
+                )
+            )
+            continue
+        results.append(state)  # replaced below
+        slots.append(i)
+        changes.append((state, write.make_event(state, now)))
+        metas.append(write.metadata)
+    for i, new_state in zip(
+        slots, await store.apply_and_store_many(conn, changes, metas), strict=True
+    ):
+        results[i] = new_state
+    return results

@@ -141,12 +141,14 @@ class RunContext:
         attempt: Attempt,
         state: RunState,
         db: Database,
+        writer: Callable[[leases.FencedWrite], Awaitable[RunState]],
         llm: LLMClient | None,
         notifier: Notifier | None,
         approval_ttl_s: float,
     ) -> None:
         self._attempt = attempt
         self._db = db
+        self._writer = writer
         self._llm = llm
         self._notifier = notifier
         self._approval_ttl_s = approval_ttl_s
@@ -338,10 +340,6 @@ class RunContext:
         return msgspec.convert(value, type_)
 
     async def _write(self, make: Callable[[RunState, datetime], Event]) -> RunState:
-        meta = trace_metadata()
-        return await self._db.in_tenant(
-            self.project_id,
-            lambda conn: leases.fenced_record(
-                conn, self.run_id, self.worker_id, self.attempt, make, meta
-            ),
+        return await self._writer(
+            leases.FencedWrite(self.run_id, self.worker_id, self.attempt, make, trace_metadata())
         )

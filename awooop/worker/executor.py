@@ -23,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from datetime import datetime
 
 import msgspec
 from opentelemetry import trace
@@ -37,11 +38,12 @@ from awooop.config import Settings
 from awooop.context import bound
 from awooop.db import Database
 from awooop.errors import AwoooPError, HandlerError, LeaseLostError
-from awooop.events import RunCompleted, RunFailed
+from awooop.events import Event, LeaseReleased, RunCompleted, RunFailed
 from awooop.logs import get_logger
 from awooop.runs import leases
 from awooop.runs.state import RunState
 from awooop.telemetry import tracer
+from awooop.worker.batching import Batcher
 from awooop.worker.context import (
     Attempt,
     LLMClient,
@@ -103,6 +105,20 @@ class Executor:
         self.drained = asyncio.Event()
         self.drained.set()
         self.finished: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
+        self.writes: Batcher[str, leases.FencedWrite, RunState] = Batcher(self._flush_writes)
+
+    async def _flush_writes(
+        self, project_id: str, writes: list[leases.FencedWrite]
+    ) -> list[RunState | BaseException]:
+        results = await self.db.in_tenant(
+            project_id, lambda conn: leases.fenced_record_many(conn, writes)
+        )
+        return list(results)
+
+    async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
+        """A fenced write, batched with the other attempts' writes of the project (group
+        commit); raises E-RUN-002 when the attempt no longer holds its lease."""
+        return await self.writes.submit(project_id, write, unique=write.run_id)
 
     def begin(
         self, state: RunState, lease_sent: float, entry: StreamEntry | None = None
@@ -160,6 +176,7 @@ class Executor:
             attempt=attempt,
             state=state,
             db=self.db,
+            writer=functools.partial(self.write, state.project_id),
             llm=self.llm,
             notifier=self.notifier,
             approval_ttl_s=self.settings.approval_ttl_s,
@@ -208,16 +225,14 @@ class Executor:
         if reason is StopReason.CANCELLED:
             return self._count(attempt, Outcome.CANCELLED)
         attempt.finishing = True
-        meta = trace_metadata()
         return await self._last_write(
             attempt,
             Outcome.RELEASED,
-            lambda conn: leases.release(conn, attempt.run_id, self.worker_id, attempt.number, meta),
+            lambda _s, now: LeaseReleased(at=now, worker_id=self.worker_id, attempt=attempt.number),
         )
 
     async def _complete(self, attempt: Attempt, result: object) -> Outcome:
         attempt.finishing = True
-        meta = trace_metadata()
         try:
             encoded = msgspec.to_builtins(result)
         except (TypeError, ValueError) as exc:
@@ -225,15 +240,8 @@ class Executor:
         return await self._last_write(
             attempt,
             Outcome.COMPLETED,
-            lambda conn: leases.fenced_record(
-                conn,
-                attempt.run_id,
-                self.worker_id,
-                attempt.number,
-                lambda _s, now: RunCompleted(
-                    at=now, worker_id=self.worker_id, attempt=attempt.number, result=encoded
-                ),
-                meta,
+            lambda _s, now: RunCompleted(
+                at=now, worker_id=self.worker_id, attempt=attempt.number, result=encoded
             ),
         )
 
@@ -241,31 +249,22 @@ class Executor:
         attempt.finishing = True
         code, reason = failure_of(exc)
         log.warning("handler_failed", code=code, reason=reason, exc_info=exc)
-        meta = trace_metadata()
         return await self._last_write(
             attempt,
             Outcome.FAILED,
-            lambda conn: leases.fenced_record(
-                conn,
-                attempt.run_id,
-                self.worker_id,
-                attempt.number,
-                lambda _s, now: RunFailed(
-                    at=now,
-                    reason=reason,
-                    code=code,
-                    worker_id=self.worker_id,
-                    attempt=attempt.number,
-                ),
-                meta,
+            lambda _s, now: RunFailed(
+                at=now, reason=reason, code=code, worker_id=self.worker_id, attempt=attempt.number
             ),
         )
 
     async def _last_write(
-        self, attempt: Attempt, outcome: Outcome, write: Callable[[Any], Awaitable[RunState]]
+        self, attempt: Attempt, outcome: Outcome, make: Callable[[RunState, datetime], Event]
     ) -> Outcome:
+        fenced = leases.FencedWrite(
+            attempt.run_id, self.worker_id, attempt.number, make, trace_metadata()
+        )
         try:
-            await self.db.in_tenant(attempt.project_id, write)
+            await self.write(attempt.project_id, fenced)
         except LeaseLostError as exc:
             log.info("last_write_fenced", outcome=str(outcome), reason=exc.message)
             return self._count(attempt, Outcome.LOST)

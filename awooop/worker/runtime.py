@@ -37,12 +37,13 @@ from opentelemetry.context import Context
 from awooop import metrics
 from awooop.config import Settings
 from awooop.db import Database
-from awooop.events import RunFailed, RunRequeued
+from awooop.events import LeaseReleased, RunFailed, RunRequeued
 from awooop.logs import get_logger
 from awooop.runs import leases
 from awooop.runs.leases import Availability
 from awooop.runs.state import RunState
 from awooop.telemetry import tracer
+from awooop.worker.batching import Batcher
 from awooop.worker.context import LLMClient, Notifier, StopReason, StreamEntry, trace_metadata
 from awooop.worker.executor import Executor, Handler, Outcome
 from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
@@ -93,10 +94,48 @@ class Worker:
         )
         self.cancel_listener = CancelListener(self.executor, settings.database_url)
         self.accepting = True
+        self.claims: Batcher[str, tuple[uuid.UUID, dict[str, Any]], RunState | None] = Batcher(
+            self._flush_claims
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._slot_freed = asyncio.Event()
 
     # --- taking one announced run (stream delivery, reclaim) -----------------------------------
+
+    async def _flush_claims(
+        self, project_id: str, items: list[tuple[uuid.UUID, dict[str, Any]]]
+    ) -> list[RunState | BaseException | None]:
+        run_ids = [run_id for run_id, _meta in items]
+        metas: list[dict[str, Any] | None] = [meta for _run_id, meta in items]
+        claimed = await self.db.in_tenant(
+            project_id,
+            lambda conn: leases.claim_many(
+                conn, run_ids, self.worker_id, self.settings.lease_ttl_s, metas
+            ),
+        )
+        return [claimed.get(run_id) for run_id in run_ids]
+
+    def _orphaned_claim(self, state: RunState | None) -> None:
+        """A claim whose requester was cancelled (shutdown) before it returned: hand the lease
+        back at once instead of letting it run out."""
+        if state is None:
+            return
+        write = leases.FencedWrite(
+            state.run_id,
+            self.worker_id,
+            state.attempt_count,
+            lambda _s, now: LeaseReleased(
+                at=now, worker_id=self.worker_id, attempt=state.attempt_count
+            ),
+        )
+
+        async def release() -> None:
+            try:
+                await self.executor.write(state.project_id, write)
+            except Exception as exc:  # the lease runs out instead; the reaper recovers the run
+                log.warning("orphaned_claim_release_failed", error=repr(exc))
+
+        self._spawn(release())
 
     async def take(
         self,
@@ -120,11 +159,8 @@ class Worker:
             links=links,
             attributes={"awooop.run_id": str(run_id), "awooop.claim_path": path},
         ) as span:
-            state = await self.db.in_tenant(
-                project_id,
-                lambda conn: leases.claim(
-                    conn, run_id, self.worker_id, self.settings.lease_ttl_s, meta
-                ),
+            state = await self.claims.submit(
+                project_id, (run_id, meta), unique=run_id, on_orphan=self._orphaned_claim
             )
             if state is None:
                 state, settled = await self._not_claimable(run_id, project_id, meta)

@@ -7,7 +7,9 @@ process id (subprocess tests; ``O_APPEND`` writes of one short line do not inter
 Input keys of :func:`journaled`: ``hang_on_attempts`` (list: attempts that hang after step
 one, until killed or cancelled), ``sleep`` (seconds before step two), ``approval`` (wait for
 approval ``go`` between the steps), ``fail`` (raise after step two), ``tool`` (wait for a tool
-call between the steps), ``same_step_twice`` (use one step name twice).
+call between the steps), ``same_step_twice`` (use one step name twice), ``block_on_attempts``
+and ``block_s`` (attempts that block the event loop for ``block_s`` seconds after step one and
+then return at once: a stalled worker).
 """
 
 from __future__ import annotations
@@ -82,6 +84,13 @@ async def journaled(run: RunContext) -> dict[str, Any]:
             return {"found": 3}
 
         await run.wait_for_tool("search", call_tool)
+    if run.attempt in options.get("block_on_attempts", []):
+        # A stall: the event loop is blocked, so no heartbeat runs; then the handler returns
+        # straight away and the executor tries to write the completion.
+        effect(run, "block")
+        time.sleep(float(options.get("block_s", 3.0)))  # noqa: ASYNC251 - the stall itself
+        effect(run, "unblocked")
+        return {"blocked": True}
     if run.attempt in options.get("hang_on_attempts", []):
         effect(run, "hang")
         try:
