@@ -433,3 +433,29 @@ async def fenced_record_many(
     ):
         results[i] = new_state
     return results
+
+
+async def fail_undeliverable(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    reason: str,
+    code: str,
+    metadata: dict[str, Any] | None = None,
+) -> RunState | None:
+    """Fail a run whose work message is being dead-lettered, if nobody is making progress on
+    it (dispatchable, or its lease expired); None (nothing written) otherwise."""
+    row = await conn.fetchrow(LOCK_ONE, run_id)
+    if row is None:
+        return None
+    state = store.row_to_state(row)
+    seen = availability(state, row["db_now"], worker_id)
+    if seen not in (Availability.CLAIMABLE, Availability.EXPIRED):
+        return None
+    event = RunFailed(at=row["db_now"], reason=reason, code=code)
+    return await store.apply_and_store(conn, state, event, metadata)
+
+
+LOCK_ONE = f"""
+SELECT {_COLS}, now() AS db_now FROM awooop_run_state WHERE run_id = $1 FOR UPDATE
+"""  # noqa: S608 - constant column names

@@ -135,7 +135,7 @@ class Worker:
             except Exception as exc:  # the lease runs out instead; the reaper recovers the run
                 log.warning("orphaned_claim_release_failed", error=repr(exc))
 
-        self._spawn(release())
+        self.spawn(release())
 
     async def take(
         self,
@@ -169,6 +169,9 @@ class Worker:
                     return settled
             span.set_attribute("awooop.claimed", True)
         metrics.LEASE_CLAIMS.labels(path).inc()
+        if self.stopping():  # shut down while the claim was under way: hand it back at once
+            self._orphaned_claim(state)
+            return True
         attempt = self.executor.begin(state, sent, entry)
         outcome = await self.executor.run(attempt, state, parent=parent, links=links)
         self._slot_freed.set()
@@ -231,7 +234,7 @@ class Worker:
             metrics.LEASE_CLAIMS.labels("poll").inc(len(states))
         for state in states:
             attempt = self.executor.begin(state, sent)
-            self._spawn(self._run_polled(attempt, state))
+            self.spawn(self._run_polled(attempt, state))
         return len(states)
 
     async def _run_polled(self, attempt: Any, state: RunState) -> None:
@@ -261,7 +264,7 @@ class Worker:
 
     # --- lifecycle --------------------------------------------------------------------------
 
-    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+    def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -303,6 +306,9 @@ class Worker:
                 worker_id=self.worker_id,
                 finished={str(k): v for k, v in self.executor.finished.items() if v},
             )
+
+    def stopping(self) -> bool:
+        return not self.accepting
 
     @property
     def in_flight(self) -> int:

@@ -12,6 +12,7 @@ from awooop.runs import approvals
 from awooop.runs.leases import Availability, availability, claim_event, fence_problem, reap_event
 from awooop.runs.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, apply
 from awooop.worker.executor import Outcome, failure_of
+from awooop.worker.reclaim import ReclaimAction, dead_letter_reason, reclaim_action
 from tests.support.factories import T0, WORKER, replace, state_in
 
 S = RunStatus
@@ -117,3 +118,35 @@ def test_tokens_are_random_and_stored_as_a_hash() -> None:
 def test_approval_names_are_bounded(name: str) -> None:
     with pytest.raises(InvalidInputError):
         approvals.check_name(name)
+
+
+A = Availability
+
+
+@pytest.mark.parametrize(
+    ("seen", "deliveries", "expected"),
+    [
+        (A.FINISHED, 1, ReclaimAction.ACK),
+        (A.FINISHED, 99, ReclaimAction.ACK),
+        (A.MISSING, 1, ReclaimAction.ACK),
+        (A.AWAITING_APPROVAL, 1, ReclaimAction.ACK),
+        (A.HELD_BY_ME, 1, ReclaimAction.ACK),
+        (A.HELD, 10, ReclaimAction.LEAVE),
+        (A.HELD, 11, ReclaimAction.ACK),
+        (A.CLAIMABLE, 10, ReclaimAction.TAKE),
+        (A.EXPIRED, 2, ReclaimAction.TAKE),
+        (A.CLAIMABLE, 11, ReclaimAction.DEAD_LETTER),
+        (A.EXPIRED, 11, ReclaimAction.DEAD_LETTER),
+    ],
+)
+def test_reclaim_reconciles_with_the_database(
+    seen: Availability, deliveries: int, expected: ReclaimAction
+) -> None:
+    assert reclaim_action(seen, deliveries, max_deliveries=10) is expected
+
+
+def test_every_availability_has_a_reclaim_action() -> None:
+    for seen in Availability:
+        for deliveries in (1, 100):
+            assert reclaim_action(seen, deliveries, 10) in ReclaimAction
+    assert "delivered 11 times (limit 10)" in dead_letter_reason(11, 10)
