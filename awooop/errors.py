@@ -205,3 +205,13 @@ class NoActiveRevisionError(AwoooPError):
 
     code = "E-REVISION-003"
     http_status = 404
+
+
+# --- background loops ---------------------------------------------------------------------------
+
+
+class UnknownLoopError(AwoooPError):
+    """No loop of that name (see `awooop loops list`)."""
+
+    code = "E-LOOP-001"
+    http_status = 404
