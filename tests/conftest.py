@@ -93,3 +93,15 @@ def spans() -> Iterator[Any]:
     exporter.clear()
     yield exporter
     exporter.clear()
+
+
+@pytest.fixture
+def collector() -> Iterator[Any]:
+    """A local OTLP/HTTP trace receiver (tests/support/otlp.py) on a free port."""
+    from tests.support.otlp import Collector
+
+    receiver = Collector()
+    receiver.thread.start()
+    yield receiver
+    receiver.server.shutdown()
+    receiver.server.server_close()

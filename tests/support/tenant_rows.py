@@ -37,27 +37,31 @@ async def _dedupe(conn: Connection, project_id: str) -> None:
 
 async def _revision(conn: Connection, project_id: str) -> None:
     body = {"prompt": f"hello {project_id}"}
+    contract = f"c-{uuid.uuid4().hex[:8]}"
     revision_id = await conn.fetchval(
         "INSERT INTO awooop_contract_revisions "
         "(project_id, contract_family, contract_id, body, body_hash) "
-        "VALUES ($1, 'agent', 'c1', $2, $3) RETURNING revision_id",
+        "VALUES ($1, 'agent', $4, $2, $3) RETURNING revision_id",
         project_id,
         body,
         hashlib.sha256(repr(body).encode()).hexdigest(),
+        contract,
     )
     await conn.execute(
         "INSERT INTO awooop_active_revisions "
         "(project_id, contract_family, contract_id, active_revision_id) "
-        "VALUES ($1, 'agent', 'c1', $2)",
+        "VALUES ($1, 'agent', $3, $2)",
         project_id,
         revision_id,
+        contract,
     )
     await conn.execute(
         "INSERT INTO awooop_contract_outbox "
         "(event_type, project_id, contract_family, contract_id, new_revision_id) "
-        "VALUES ('RevisionActivated', $1, 'agent', 'c1', $2)",
+        "VALUES ('RevisionActivated', $1, 'agent', $3, $2)",
         project_id,
         revision_id,
+        contract,
     )
 
 
@@ -65,8 +69,9 @@ async def _heartbeat(conn: Connection, project_id: str) -> None:
     await conn.execute(
         "INSERT INTO awooop_loop_heartbeats "
         "(loop_name, project_id, category, interval_s, host, pid) "
-        "VALUES ('rls_probe', $1, 'per-tenant', 1, 'test', 1)",
+        "VALUES ($2, $1, 'per-tenant', 1, 'test', 1)",
         project_id,
+        f"rls_probe_{uuid.uuid4().hex[:8]}",
     )
 
 
