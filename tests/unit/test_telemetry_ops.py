@@ -153,9 +153,8 @@ def test_compose_has_the_stack() -> None:
     assert loops["environment"]["AWOOOP_METRICS_PORT"] == "9100"
     mounts = " ".join(services["grafana"]["volumes"])
     assert "provisioning" in mounts and "dashboards" in mounts
-    for relative in [
-        v.split(":")[0] for s in services.values() for v in s.get("volumes", []) if v.startswith("./")
-    ]:
+    volumes = [v for s in services.values() for v in s.get("volumes", [])]
+    for relative in [v.split(":")[0] for v in volumes if v.startswith("./")]:
         assert (OPS / relative).exists(), relative
 
 
