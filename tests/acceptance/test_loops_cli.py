@@ -17,7 +17,7 @@ import urllib.request
 from typing import Any
 
 from awooop.config import Settings
-from tests.support.services import free_port
+from awooop.embedded import free_port
 
 LOOPS = ("stats_runs", "stats_outbox", "stats_streams")
 
