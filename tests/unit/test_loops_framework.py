@@ -367,3 +367,18 @@ async def test_a_failing_project_source_keeps_instances_running() -> None:
     stop.set()
     await asyncio.wait_for(task, 2)
     await supervisor.stop_all(grace_s=1)
+
+
+async def test_one_trace_helper_finds_a_chain_and_refuses_a_broken_one(spans: Any) -> None:
+    from awooop.telemetry import tracer
+    from tests.support.tracing import one_trace
+
+    with tracer.start_as_current_span("ingest"), tracer.start_as_current_span("relay publish"):
+        pass
+    with tracer.start_as_current_span("llm call"):
+        pass
+    assert set(one_trace(spans, "ingest", "relay publish")) == {"ingest", "relay publish"}
+    with pytest.raises(AssertionError, match="different traces"):
+        one_trace(spans, "ingest", "llm call")
+    with pytest.raises(AssertionError, match="no span named"):
+        one_trace(spans, "consume")
