@@ -24,9 +24,11 @@ from typing import Any
 from awooop.config import Settings
 from awooop.errors import HandlerNotFoundError
 from awooop.logs import get_logger
-from awooop.loops import run_loop
+from awooop.loop_registry import all_loops
+from awooop.loop_store import DatabaseHeartbeats, project_source
+from awooop.loops import run_loops, set_heartbeat_sink
 from awooop.services import Services
-from awooop.telemetry import configure_tracing, serve_metrics, shutdown_tracing
+from awooop.telemetry import start_observability
 from awooop.worker.runtime import Worker
 
 log = get_logger(__name__)
@@ -84,10 +86,10 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     notifier = load_callable(args.approval_notifier, "notifier") if args.approval_notifier else None
     if args.concurrency is not None and args.concurrency < 1:
         raise HandlerNotFoundError("--concurrency must be a positive integer")
-    configure_tracing("awooop-worker")
-    serve_metrics(settings.metrics_port)
     concurrency = args.concurrency or settings.worker_concurrency
-    services = await Services.open(settings, db_pool_size=min(max(4, concurrency // 2 + 2), 20))
+    services = await Services.open(settings, db_pool_size=pool_size(concurrency))
+    observability = start_observability("awooop-worker", settings.metrics_port)
+    previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
     try:
         worker = Worker(
             db=services.db,
@@ -107,13 +109,24 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         extra: list[Callable[[asyncio.Event], Awaitable[None]]] = []
         if args.with_loops:
-            from awooop.loop_registry import all_loops
-
-            for spec in all_loops(services):
-                extra.append(functools.partial(run_loop, spec))
+            specs = all_loops(services)
+            extra.append(
+                functools.partial(
+                    run_loops,
+                    specs,
+                    projects=project_source(services.db),
+                    grace_s=settings.shutdown_grace_s,
+                )
+            )
         print(f"worker {worker.worker_id} started", flush=True)
         await worker.run(stop, extra=extra)
         return 0
     finally:
+        set_heartbeat_sink(previous_sink)
+        observability.close()
         await services.close()
-        shutdown_tracing()
+
+
+def pool_size(concurrency: int) -> int:
+    """Connections per role pool: group commit needs few; keep the total modest."""
+    return max(2, min(10, concurrency // 4 + 1))

@@ -152,13 +152,13 @@ class Worker:
         if not self.accepting:
             return False
         sent = time.monotonic()
-        meta = trace_metadata()
         with tracer.start_as_current_span(
             "lease claim",
             context=parent,
             links=links,
             attributes={"awooop.run_id": str(run_id), "awooop.claim_path": path},
         ) as span:
+            meta = trace_metadata()
             state = await self.claims.submit(
                 project_id, (run_id, meta), unique=run_id, on_orphan=self._orphaned_claim
             )
