@@ -22,9 +22,5 @@ CREATE TABLE awooop_approvals (
 CREATE INDEX awooop_approvals_run_idx ON awooop_approvals (run_id, name, requested_at);
 CREATE INDEX awooop_approvals_open_idx ON awooop_approvals (expires_at) WHERE used_at IS NULL;
 
-ALTER TABLE awooop_approvals ENABLE ROW LEVEL SECURITY;
-ALTER TABLE awooop_approvals FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON awooop_approvals
-    USING (project_id = current_setting('awooop.project_id', true))
-    WITH CHECK (project_id = current_setting('awooop.project_id', true));
-GRANT SELECT, INSERT, UPDATE, DELETE ON awooop_approvals TO awooop_app, awooop_platform;
+-- Tenant isolation (R-43) with the helper of migration 0040.
+SELECT awooop_enforce_tenant_isolation('awooop_approvals');

@@ -13,7 +13,7 @@ from awooop import eventlog
 from awooop.config import Settings
 from awooop.db import Database
 from awooop.events import run_stream_id
-from awooop.telemetry import extract, tracer
+from awooop.telemetry import extract, inject, tracer
 from awooop.worker.runtime import Worker
 from tests.support import handlers
 from tests.support.logcapture import capture_context_logs
@@ -32,9 +32,7 @@ async def test_a_run_continues_the_trace_of_its_message(
 ) -> None:
     [run_id] = await create_runs(db, P, payload={})
     with tracer.start_as_current_span("relay publish") as producer:
-        traceparent = "00-{:032x}-{:016x}-01".format(
-            producer.get_span_context().trace_id, producer.get_span_context().span_id
-        )
+        traceparent, _state = inject()
     claims = sample("awooop_lease_claims_total", path="stream")
     finished = sample("awooop_runs_finished_total", status="COMPLETED")
     worker = Worker(db=db, settings=settings, handler=handlers.journaled, concurrency=2)
