@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 from awooop.db import Connection, Database
-from awooop.runs import store
+from awooop.runs import approvals, leases, store
 from tests.support import factories
 
 # --- builders: one project's rows, through the write paths --------------------------------------
@@ -75,7 +75,15 @@ async def _heartbeat(conn: Connection, project_id: str) -> None:
     )
 
 
-BUILDERS = (_run, _dedupe, _revision, _heartbeat)
+async def _approval(conn: Connection, project_id: str) -> None:
+    """A run waiting for approval, through the worker's write path (claim, then request)."""
+    now = await conn.fetchval("SELECT now()")
+    state = await store.create_run(conn, factories.created(project_id=project_id, at=now))
+    await leases.claim(conn, state.run_id, "rls-probe", 30)
+    await approvals.request(conn, state.run_id, "rls-probe", 1, name="probe", reason="", ttl_s=60)
+
+
+BUILDERS = (_run, _dedupe, _revision, _heartbeat, _approval)
 
 
 async def seed_project(db: Database, project_id: str) -> None:
