@@ -232,6 +232,10 @@ class Worker:
             _count_reap(t.reaped)
         if states:
             metrics.LEASE_CLAIMS.labels("poll").inc(len(states))
+        if self.stopping():  # shut down while the claim was under way: hand them back
+            for state in states:
+                self._orphaned_claim(state)
+            return 0
         for state in states:
             attempt = self.executor.begin(state, sent)
             self.spawn(self._run_polled(attempt, state))
@@ -297,8 +301,11 @@ class Worker:
             log.info("worker_stopping", worker_id=self.worker_id, in_flight=self.in_flight)
             self.accepting = False
             intake_stop.set()
-            await _finish(intake, wait_s=self.settings.shutdown_grace_s)
+            # In-flight runs finish or are released first, so that the stream consumer can
+            # acknowledge their messages before it stops.
             await self.drain(self.settings.shutdown_grace_s)
+            await _finish(intake, wait_s=10)
+            await self.drain(0.0)  # claims that completed while the intake stopped: hand back
             life_stop.set()
             await _finish(life, wait_s=10)
             log.info(

@@ -38,6 +38,7 @@ class WorkerProcess:
         handler: str = "tests.support.handlers:journaled",
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        command: tuple[str, ...] | None = None,
     ) -> None:
         self.name = name
         self.stdout_path = directory / f"{name}.out"
@@ -46,10 +47,7 @@ class WorkerProcess:
             sys.executable,
             "-m",
             "awooop.cli",
-            "worker",
-            "--handler",
-            handler,
-            *args,
+            *(command or ("worker", "--handler", handler, *args)),
         ]
         self.env = worker_env(settings, env)
         self.process: subprocess.Popen[bytes] | None = None
@@ -110,13 +108,20 @@ class WorkerProcess:
         return found
 
 
+def relay_process(settings: Settings, directory: Path, name: str = "relay") -> WorkerProcess:
+    """``awooop relay``: publishes the event log to the work streams."""
+    return WorkerProcess(settings, directory, name, command=("relay",))
+
+
 @contextmanager
 def workers(
-    settings: Settings, directory: Path, count: int, **kwargs: Any
+    settings: Settings, directory: Path, count: int, *, relay: bool = True, **kwargs: Any
 ) -> Iterator[list[WorkerProcess]]:
+    """``count`` worker processes, and a relay unless ``relay`` is False (polling only)."""
+    relays = [relay_process(settings, directory).start()] if relay else []
     procs = [WorkerProcess(settings, directory, f"w{i}", **kwargs).start() for i in range(count)]
     try:
         yield procs
     finally:
-        for proc in procs:
+        for proc in [*procs, *relays]:
             proc.stop()
