@@ -205,3 +205,14 @@ class NoActiveRevisionError(AwoooPError):
 
     code = "E-REVISION-003"
     http_status = 404
+
+
+# --- streams --------------------------------------------------------------------------------
+
+
+class StreamRebuildInterruptedError(AwoooPError):
+    """Redis lost a shard's data again while the relay rebuilt or published it; retrying."""
+
+    code = "E-STREAM-001"
+    http_status = 503
+    retryable = True
