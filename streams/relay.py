@@ -216,10 +216,16 @@ class Relay:
     async def run_once(self) -> bool:
         """One leader iteration; True when more events are waiting right now."""
         now = time.monotonic()
-        if now >= self._epochs_due:
-            await self.check_epochs()
-            self._epochs_due = now + self.settings.relay_poll_interval_s
-        more = await self._drain_events(now + BATCH_BUDGET_S)
+        try:
+            if now >= self._epochs_due:
+                await self.check_epochs()
+                self._epochs_due = now + self.settings.relay_poll_interval_s
+            more = await self._drain_events(now + BATCH_BUDGET_S)
+        except REDIS_ERRORS as exc:
+            # One failed attempt to relay events, whichever Redis call refused.
+            metrics.RELAY_ATTEMPTS.labels("events", "error").inc()
+            await self.conn.execute(COUNT_FAILURE, CURSOR_NAME, f"{type(exc).__name__}: {exc}")
+            raise
         if time.monotonic() >= self._notices_due:
             await self._drain_notices()
             self._notices_due = time.monotonic() + self.settings.relay_poll_interval_s
@@ -348,12 +354,7 @@ class Relay:
         with tracer.start_as_current_span(
             "relay publish", links=links, attributes={"awooop.events": len(batch)}
         ):
-            try:
-                await self.publish(by_shard(batch, self.keys))
-            except REDIS_ERRORS as exc:
-                metrics.RELAY_ATTEMPTS.labels("events", "error").inc()
-                await self.conn.execute(COUNT_FAILURE, CURSOR_NAME, f"{type(exc).__name__}: {exc}")
-                raise
+            await self.publish(by_shard(batch, self.keys))
 
     async def publish(self, grouped: dict[int, list[tuple[str, bytes]]]) -> None:
         """XADD each shard's entries under the shard's epoch, rebuilding lost shards first."""
@@ -474,7 +475,7 @@ class Relay:
 
     async def _trim_stream(self, stream: str) -> Cursor | None:
         """Trim one stream; return the safe replay point its groups allow (None: no bound)."""
-        trimmed, _floor, data, stats = await scripts.TRIM(
+        trimmed, _floor, data, drained, stats = await scripts.TRIM(
             self.redis, [stream], [str(self.settings.stream_maxlen), FIELD]
         )
         if int(trimmed) < 0:
@@ -487,7 +488,13 @@ class Relay:
             if int(lag) >= 0:
                 metrics.CONSUMER_LAG.labels(stream, group).set(int(lag))
         self.groups[stream] = names
-        if not names or not data:
+        if not names:
+            return None
+        if int(drained):
+            # Every group acknowledged the last entry: all this relay published to the stream
+            # (everything up to its cursor; publishing and trimming take turns) is done.
+            return self.cursor
+        if not data:
             return None
         envelope = decode_envelope(data)
         # Everything before the floor entry was acknowledged by every group (exclusive bound).

@@ -120,8 +120,9 @@ return reset
 # or above the floor). A stream without groups is only capped (MAXLEN ~). Race closed: a group
 # created between reading the groups and trimming could need entries below the floor; doing
 # both in one script leaves no such window.
-# Returns {trimmed, floor id or false, the floor entry's field or false, {{group, pending, lag}}};
-# trimmed is -1 when the stream does not exist.
+# Returns {trimmed, floor id or false, the floor entry's field or false, drained,
+# {{group, pending, lag}}}: trimmed is -1 when the stream does not exist; drained is 1 when
+# every group has read and acknowledged the stream's last entry.
 TRIM = LuaScript(
     "trim",
     """
@@ -134,22 +135,24 @@ local function older(a, b)
   local bm, bs = parse(b)
   return am < bm or (am == bm and as < bs)
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, false, false, {}} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, false, false, 0, {}} end
 local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
 local stats = {}
 local floor = false
+local any_pending = false
 for _, g in ipairs(groups) do
   local info = {}
   for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
   local need = info['last-delivered-id']
   if info['pending'] > 0 then
     need = redis.call('XPENDING', KEYS[1], info['name'])[2]
+    any_pending = true
   end
   if not floor or older(need, floor) then floor = need end
   table.insert(stats, {info['name'], info['pending'], info['lag'] or -1})
 end
 if not floor then
-  return {redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', ARGV[1]), false, false, stats}
+  return {redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', ARGV[1]), false, false, 0, stats}
 end
 local trimmed = redis.call('XTRIM', KEYS[1], 'MINID', '~', floor)
 local data = false
@@ -159,7 +162,10 @@ if first then
     if first[2][i] == ARGV[2] then data = first[2][i + 1] end
   end
 end
-return {trimmed, floor, data, stats}
+local drained = 0
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+if last and not any_pending and last[1] == floor then drained = 1 end
+return {trimmed, floor, data, drained, stats}
 """,
 )
 

@@ -1,0 +1,181 @@
+"""Losing Redis: FLUSHALL and a stopped server, on PRIVATE Redis servers only (R-22, R-33)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+import msgspec
+import redis.asyncio as aioredis
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
+
+from awooop.config import Settings
+from awooop.db import Database
+from streams.consumer import GroupConsumer
+from streams.keys import WORKER_GROUP, Keys, projector_group
+from streams.relay import Relay
+from tests.support.services import private_redis
+from tests.support.streams import (
+    Collector,
+    committed_event_ids,
+    create_run,
+    keys_for,
+    running_consumer,
+    running_relay,
+    wait_for,
+)
+
+PROJECTS = [f"chaos{i}" for i in range(8)]
+
+
+def consumers(redis: Any, keys: Keys) -> tuple[GroupConsumer, Collector, GroupConsumer, Collector]:
+    projected, worked = Collector(), Collector()
+    projector = GroupConsumer(
+        redis,
+        group=projector_group("chaos"),
+        consumer="p1",
+        streams=[keys.events_stream(s) for s in keys.shards()],
+        handler=projected,
+        keys=keys,
+        block_ms=100,
+        epoch_check_ms=200,
+    )
+    worker = GroupConsumer(
+        redis,
+        group=WORKER_GROUP,
+        consumer="w1",
+        streams=[keys.work_stream(s) for s in keys.shards()],
+        handler=worked,
+        keys=keys,
+        block_ms=100,
+        epoch_check_ms=200,
+    )
+    return projector, projected, worker, worked
+
+
+async def produce(db: Database, until: float, rng: random.Random) -> int:
+    made = 0
+    while time.monotonic() < until:
+        await create_run(db, rng.choice(PROJECTS))
+        made += 1
+        await asyncio.sleep(rng.uniform(0.005, 0.02))
+    return made
+
+
+async def created_event_ids(db: Database) -> set[Any]:
+    async with db.platform() as conn:
+        rows = await conn.fetch(
+            "SELECT event_id FROM awooop_events WHERE event_type = 'RunCreated'"
+        )
+    return {r["event_id"] for r in rows}
+
+
+async def test_flushall_while_producers_relay_and_groups_run_loses_nothing(
+    settings: Settings, db: Database
+) -> None:
+    with private_redis() as server:
+        chaos = msgspec.structs.replace(
+            settings,
+            redis_url=server.url,
+            relay_poll_interval_s=0.1,
+            relay_trim_interval_s=0.2,
+            relay_batch_size=20,
+        )
+        redis = aioredis.Redis.from_url(server.url)
+        keys = keys_for(chaos)
+        projector, projected, worker, worked = consumers(redis, keys)
+        resets: list[int] = []
+
+        async def on_reset(shard: int) -> None:
+            resets.append(shard)
+
+        projector.on_reset = on_reset
+        relay = Relay(settings=chaos, redis=redis, keys=keys)
+        rng = random.Random(3)
+        try:
+            with capture_logs() as logs:
+                async with (
+                    running_relay(relay, chaos),
+                    running_consumer(projector),
+                    running_consumer(worker),
+                ):
+                    start = time.monotonic()
+                    producers = [
+                        asyncio.create_task(produce(db, start + 3.0, rng)) for _ in range(3)
+                    ]
+                    await asyncio.sleep(1.5)
+                    assert projected.deliveries, "nothing flowed before the flush"
+                    await redis.flushall()
+                    made = sum(await asyncio.gather(*producers))
+                    committed = await committed_event_ids(db)
+                    assert len(committed) == made
+                    await wait_for(
+                        lambda: (
+                            projected.event_ids() == committed and worked.event_ids() == committed
+                        ),
+                        within_s=60,
+                    )
+                    await asyncio.sleep(0.5)  # time for a NOGROUP loop to show, if there were one
+            for shard in keys.shards():
+                assert await redis.get(keys.epoch(shard)) is not None
+        finally:
+            await redis.aclose()
+    nogroup_lines = [e for e in logs if e["event"] == "stream_group_missing"]
+    assert projector.stats.nogroup + worker.stats.nogroup <= 2 * keys.shard_count
+    assert len(nogroup_lines) <= 2 * keys.shard_count
+    assert [e for e in logs if e["event"] == "stream_shard_rebuilt"]
+    assert sorted(set(resets)) == sorted({keys.shard_of(p) for p in PROJECTS})
+
+
+async def test_redis_stopped_ten_seconds_the_relay_catches_up_and_counts_attempts(
+    settings: Settings, db: Database
+) -> None:
+    with private_redis() as server:
+        chaos = msgspec.structs.replace(
+            settings, redis_url=server.url, relay_poll_interval_s=0.2, relay_trim_interval_s=0.2
+        )
+        redis = aioredis.Redis.from_url(server.url, socket_timeout=2, socket_connect_timeout=2)
+        keys = keys_for(chaos)
+        projector, projected, worker, worked = consumers(redis, keys)
+        relay = Relay(settings=chaos, redis=redis, keys=keys)
+        errors_before = (
+            REGISTRY.get_sample_value(
+                "awooop_relay_attempts_total", {"outbox": "events", "result": "error"}
+            )
+            or 0.0
+        )
+        try:
+            async with (
+                running_relay(relay, chaos),
+                running_consumer(projector),
+                running_consumer(worker),
+            ):
+                for project in PROJECTS:
+                    await create_run(db, project)
+                await wait_for(lambda: len(projected.deliveries) == len(PROJECTS))
+                server.stop()
+                down_since = time.monotonic()
+                while time.monotonic() - down_since < 10:
+                    await create_run(db, random.choice(PROJECTS))
+                    await asyncio.sleep(0.5)
+                server.start()
+                committed = await committed_event_ids(db)
+                await wait_for(
+                    lambda: projected.event_ids() == committed and worked.event_ids() == committed,
+                    within_s=60,
+                )
+        finally:
+            await redis.aclose()
+    async with db.platform() as conn:
+        row = await conn.fetchrow("SELECT * FROM awooop_relay_cursor WHERE name = 'events'")
+    assert row["relay_failures"] >= 1
+    assert row["relay_attempts"] > row["relay_failures"]
+    assert row["last_error"]
+    errors_after = REGISTRY.get_sample_value(
+        "awooop_relay_attempts_total", {"outbox": "events", "result": "error"}
+    )
+    assert errors_after is not None and errors_after > errors_before
+    assert len(committed) >= len(PROJECTS) + 15
