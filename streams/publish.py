@@ -48,9 +48,13 @@ def by_shard(
 ) -> dict[int, list[tuple[str, bytes]]]:
     """(route, encoded envelope) per shard, in log order within each shard."""
     grouped: dict[int, list[tuple[str, bytes]]] = {}
+    shards: dict[str, int] = {}  # a batch has few projects: hash each once
     for event in events:
+        shard = shards.get(event.project_id)
+        if shard is None:
+            shard = shards[event.project_id] = keys.shard_of(event.project_id)
         item = (route or route_of(event.event_type), encode(envelope_of(event, attempt)))
-        grouped.setdefault(keys.shard_of(event.project_id), []).append(item)
+        grouped.setdefault(shard, []).append(item)
     return grouped
 
 
@@ -64,11 +68,12 @@ async def publish_shard(
 ) -> int:
     """XADD ``items`` in one atomic script call if ``guard_key`` still holds ``guard_value``;
     returns the number of entries, or -1 (nothing written) when the guard changed."""
-    args: list[str | bytes] = [guard_value, FIELD]
-    for route, data in items:
-        args.append(route)
-        args.append(data)
+    routes = "".join(route for route, _ in items)
+    sizes = ",".join(str(len(data)) for _, data in items)
+    blob = b"".join(data for _, data in items)
     result = await scripts.PUBLISH(
-        redis, [guard_key, keys.events_stream(shard), keys.work_stream(shard)], args
+        redis,
+        [guard_key, keys.events_stream(shard), keys.work_stream(shard)],
+        [guard_value, FIELD, routes, sizes, blob],
     )
     return int(result)

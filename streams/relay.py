@@ -317,33 +317,57 @@ class Relay:
     # --- events ----------------------------------------------------------------------------
 
     async def _drain_events(self, deadline: float) -> bool:
+        """Publish batches until caught up or past ``deadline`` (True: more waiting).
+
+        Batches are pipelined: while batch N goes to Redis, batch N+1 is read from Postgres
+        (the read does not depend on the publish; the cursor still moves only after batch N's
+        XADDs succeeded). A publish that needs a shard rebuild (which uses the Postgres
+        connection) waits for the read to finish.
+        """
         size = self.settings.relay_batch_size
-        while True:
-            batch = await eventlog.read_forward(self.conn, self.cursor, size)
-            if batch:
-                await self._publish_batch(batch)
-                if self.fault_hook is not None:
-                    await self.fault_hook("published")
-                await self._advance(batch)
-            if len(batch) < size:
-                lag = await self.conn.fetchval(
-                    OLDEST_UNPUBLISHED, str(self.cursor.tx_id), self.cursor.position
+        batch = await eventlog.read_forward(self.conn, self.cursor, size)
+        while batch:
+            grouped = by_shard(batch, self.keys)
+            publishing = asyncio.create_task(self._publish_batch(batch, grouped, False))
+            try:
+                upcoming = (
+                    await eventlog.read_forward(
+                        self.conn, eventlog.advance(self.cursor, batch), size
+                    )
+                    if len(batch) == size
+                    else []
                 )
-                metrics.OUTBOX_LAG.labels("events").set(lag or 0.0)
-                self.caught_up = lag is None
-                if lag is None:
-                    self._recheck_delay = MIN_RECHECK_S
-                else:
-                    self._schedule_recheck()
-                return False
-            self.caught_up = False
-            if time.monotonic() >= deadline:
+            finally:
+                left = await publishing
+            if left:
+                await self._publish_batch(batch, left, True)
+            if self.fault_hook is not None:
+                await self.fault_hook("published")
+            await self._advance(batch)
+            if time.monotonic() >= deadline and upcoming:
+                self.caught_up = False
                 metrics.OUTBOX_LAG.labels("events").set(
-                    max(0.0, time.time() - batch[-1].recorded_at.timestamp())
+                    max(0.0, time.time() - upcoming[0].recorded_at.timestamp())
                 )
                 return True
+            batch = upcoming
+        lag = await self.conn.fetchval(
+            OLDEST_UNPUBLISHED, str(self.cursor.tx_id), self.cursor.position
+        )
+        metrics.OUTBOX_LAG.labels("events").set(lag or 0.0)
+        self.caught_up = lag is None
+        if lag is None:
+            self._recheck_delay = MIN_RECHECK_S
+        else:
+            self._schedule_recheck()
+        return False
 
-    async def _publish_batch(self, batch: Sequence[RecordedEvent]) -> None:
+    async def _publish_batch(
+        self,
+        batch: Sequence[RecordedEvent],
+        grouped: dict[int, list[tuple[str, bytes]]],
+        may_rebuild: bool,
+    ) -> dict[int, list[tuple[str, bytes]]]:
         links = [
             link
             for event in batch[:MAX_LINKS]
@@ -354,16 +378,25 @@ class Relay:
         with tracer.start_as_current_span(
             "relay publish", links=links, attributes={"awooop.events": len(batch)}
         ):
-            await self.publish(by_shard(batch, self.keys))
+            return await self.publish(grouped, may_rebuild=may_rebuild)
 
-    async def publish(self, grouped: dict[int, list[tuple[str, bytes]]]) -> None:
-        """XADD each shard's entries under the shard's epoch, rebuilding lost shards first."""
+    async def publish(
+        self, grouped: dict[int, list[tuple[str, bytes]]], *, may_rebuild: bool = True
+    ) -> dict[int, list[tuple[str, bytes]]]:
+        """XADD each shard's entries under the shard's epoch, rebuilding lost shards first.
+
+        With ``may_rebuild=False`` (while the Postgres connection is busy) shards that need a
+        rebuild are left out and returned; otherwise everything is published or it raises.
+        """
         remaining = dict(grouped)
         for _ in range(3):
-            for shard in sorted(remaining):
-                if shard not in self.epochs:
-                    await self.rebuild(shard)
-            shards = sorted(remaining)
+            if may_rebuild:
+                for shard in sorted(remaining):
+                    if shard not in self.epochs:
+                        await self.rebuild(shard)
+            ready = sorted(shard for shard in remaining if shard in self.epochs)
+            if not ready:
+                break
             results = await asyncio.gather(
                 *(
                     publish_shard(
@@ -374,19 +407,22 @@ class Relay:
                         self.epochs[shard],
                         remaining[shard],
                     )
-                    for shard in shards
+                    for shard in ready
                 )
             )
-            failed = [shard for shard, result in zip(shards, results, strict=True) if result < 0]
-            if not failed:
-                return
-            for shard in failed:
+            for shard, result in zip(ready, results, strict=True):
+                if result >= 0:
+                    del remaining[shard]
+                    continue
                 self.epochs.pop(shard, None)
                 current = await self.redis.get(self.keys.epoch(shard))
                 if current is not None:  # another relay rebuilt it: adopt its epoch
                     self.epochs[shard] = current.decode()
-            remaining = {shard: remaining[shard] for shard in failed}
-        raise StreamRebuildInterruptedError(shards=sorted(remaining))
+            if not remaining:
+                return {}
+        if may_rebuild:
+            raise StreamRebuildInterruptedError(shards=sorted(remaining))
+        return remaining
 
     async def _advance(self, batch: Sequence[RecordedEvent]) -> None:
         new = eventlog.advance(self.cursor, batch)

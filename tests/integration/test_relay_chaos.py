@@ -56,9 +56,9 @@ def consumers(redis: Any, keys: Keys) -> tuple[GroupConsumer, Collector, GroupCo
     return projector, projected, worker, worked
 
 
-async def produce(db: Database, until: float, rng: random.Random) -> int:
+async def produce(db: Database, stop: asyncio.Event, rng: random.Random) -> int:
     made = 0
-    while time.monotonic() < until:
+    while not stop.is_set():
         await create_run(db, rng.choice(PROJECTS))
         made += 1
         await asyncio.sleep(rng.uniform(0.005, 0.02))
@@ -102,14 +102,15 @@ async def test_flushall_while_producers_relay_and_groups_run_loses_nothing(
                     running_consumer(projector),
                     running_consumer(worker),
                 ):
-                    start = time.monotonic()
-                    producers = [
-                        asyncio.create_task(produce(db, start + 3.0, rng)) for _ in range(3)
-                    ]
-                    await asyncio.sleep(1.5)
-                    assert projected.deliveries, "nothing flowed before the flush"
-                    await redis.flushall()
-                    made = sum(await asyncio.gather(*producers))
+                    stop = asyncio.Event()
+                    producing = asyncio.gather(*(produce(db, stop, rng) for _ in range(3)))
+                    try:
+                        await wait_for(lambda: len(projected.deliveries) >= 20)
+                        await redis.flushall()  # producers, relay and groups all running
+                        await asyncio.sleep(1.5)
+                    finally:
+                        stop.set()
+                        made = sum(await producing)
                     committed = await committed_event_ids(db)
                     assert len(committed) == made
                     await wait_for(
