@@ -23,9 +23,11 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -324,28 +326,29 @@ def main() -> int:
         finally:
             asyncio.run(cleanup_shared(settings, base.database_url))
     else:
-        from tests.support.services import PostgresServer, private_redis
+        from awooop.embedded import PostgresServer
+        from tests.support.databases import with_database
+        from tests.support.services import private_redis
 
         class DurablePostgres(PostgresServer):
             """fsync on, as in production: commit cost matters to the NOTIFY measurement."""
 
             def start(self) -> None:
+                self.init()
                 options = (
-                    f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories="
-                    f"{self.dir} -c max_connections=100"
+                    f"-p {self.port} -c listen_addresses=127.0.0.1 "
+                    f"-c unix_socket_directories={self.dir} -c max_connections=100"
                 )
                 self._run(
                     str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", options,
                     "-l", str(self.dir / "log"), "-w", "start",
                 )  # fmt: skip
 
-        pg = DurablePostgres()
-        pg.init()
+        directory = Path(tempfile.mkdtemp(prefix="awooop-bench-pg-"))
+        pg = DurablePostgres(directory)
         pg.start()
         try:
             with private_redis() as redis_server:
-                from tests.support.databases import with_database
-
                 settings = load_settings(
                     environ={},
                     database_url=with_database(pg.url, scratch),
@@ -355,6 +358,7 @@ def main() -> int:
                 result = asyncio.run(bench(settings, args))
         finally:
             pg.stop("immediate")
+            shutil.rmtree(directory, ignore_errors=True)
     result["environment"] = environment
     print(json.dumps(result, indent=2))
     return 0

@@ -5,29 +5,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from awooop.config import Settings
 from awooop.context import project_id_var, run_id_var, trace_id_var
 from awooop.db import Database
-from awooop.telemetry import configure_tracing, inject, tracer
+from awooop.logs import get_logger
+from awooop.telemetry import inject, tracer
 from streams.consumer import GroupConsumer, consume_span
 from streams.keys import projector_group
 from streams.reclaim import autoclaim
 from streams.relay import Relay
+from tests.support.logcapture import capture_context_logs
 from tests.support.streams import Collector, create_run, keys_for
-
-_exporter = InMemorySpanExporter()
-
-
-@pytest.fixture
-def spans() -> InMemorySpanExporter:
-    configure_tracing("awooop-test", [SimpleSpanProcessor(_exporter)])
-    _exporter.clear()
-    return _exporter
+from tests.support.tracing import one_trace
 
 
 async def test_the_consumer_span_continues_the_producer_trace(
@@ -76,6 +68,7 @@ async def test_the_consumer_span_continues_the_producer_trace(
         # The relay's batch span links the producer span too.
         [publish] = [s for s in spans.get_finished_spans() if s.name == "relay publish"]
         assert producer_ctx.span_id in [link.context.span_id for link in publish.links]
+        one_trace(spans, "ingest webhook", "consume RunCreated")
     finally:
         await redis.aclose()
 
@@ -83,7 +76,7 @@ async def test_the_consumer_span_continues_the_producer_trace(
 async def test_the_handler_runs_with_project_run_and_trace_in_context(
     settings: Settings, db: Database, spans: InMemorySpanExporter
 ) -> None:
-    """What log lines inside a handler carry (awooop.logs reads these context variables)."""
+    """Log lines written inside a handler carry the project, the run and the producer's trace."""
     redis = aioredis.Redis.from_url(settings.redis_url)
     keys = keys_for(settings)
     seen: list[dict[str, Any]] = []
@@ -105,6 +98,7 @@ async def test_the_handler_runs_with_project_run_and_trace_in_context(
                     "trace": trace_id_var.get(),
                 }
             )
+            get_logger("handler").info("handled")
             return True
 
         consumer = GroupConsumer(
@@ -115,8 +109,15 @@ async def test_the_handler_runs_with_project_run_and_trace_in_context(
             handler=handler,
             keys=keys,
         )
-        assert await consumer.run_until_idle() == 1
+        with capture_context_logs() as logs:
+            assert await consumer.run_until_idle() == 1
         trace_id = format(producer.get_span_context().trace_id, "032x")
         assert seen == [{"project": "p1", "run": str(run_id), "trace": trace_id}]
+        [line] = [line for line in logs if line["event"] == "handled"]
+        assert (line["project_id"], line["run_id"], line["trace_id"]) == (
+            "p1",
+            str(run_id),
+            trace_id,
+        )
     finally:
         await redis.aclose()
