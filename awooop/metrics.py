@@ -103,13 +103,3 @@ LOOP_SECONDS = Histogram(
     "Duration of loop iterations",
     ["loop_name"],
 )
-
-# --- streams: relay leadership and delay ----------------------------------------------------
-RELAY_LEADER = Gauge(
-    "awooop_relay_leader", "1 while this process is the active relay (holds the advisory lock)"
-)
-RELAY_DELAY = Histogram(
-    "awooop_relay_delay_seconds",
-    "Per published batch: time from the oldest event's transaction start to its XADD",
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0),
-)

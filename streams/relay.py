@@ -280,7 +280,6 @@ class Relay:
         self.is_leader = True
         self.epochs.clear()
         self._epochs_due = self._notices_due = self._trim_due = 0.0
-        metrics.RELAY_LEADER.set(1)
         log.info(
             "relay_leader",
             relay_id=self.relay_id,
@@ -302,8 +301,6 @@ class Relay:
             self._recheck = None
         conn, self._conn = self._conn, None
         was_leader, self.is_leader = self.is_leader, False
-        if was_leader:
-            metrics.RELAY_LEADER.set(0)
         if conn is None or conn.is_closed():
             return
         try:
@@ -442,7 +439,6 @@ class Relay:
         self.published += len(batch)
         metrics.RELAY_ATTEMPTS.labels("events", "ok").inc()
         metrics.RELAY_PUBLISHED.labels("events").inc(len(batch))
-        metrics.RELAY_DELAY.observe(max(0.0, time.time() - batch[0].recorded_at.timestamp()))
 
     def _schedule_recheck(self) -> None:
         if self._recheck is not None:
@@ -543,7 +539,7 @@ class Relay:
         while True:
             rows = await self.conn.fetch(SELECT_NOTICES, size)
             if not rows:
-                metrics.OUTBOX_LAG.labels("contracts").set(0.0)
+                metrics.OUTBOX_LAG.labels("contract").set(0.0)
                 return
             ids = [row["event_id"] for row in rows]
             entries = [encode(notice_of(row)) for row in rows]
@@ -554,8 +550,8 @@ class Relay:
                     [new_epoch(), str(self.settings.stream_maxlen), FIELD, *entries],
                 )
             except REDIS_ERRORS:
-                metrics.RELAY_ATTEMPTS.labels("contracts", "error").inc()
-                metrics.OUTBOX_LAG.labels("contracts").set(
+                metrics.RELAY_ATTEMPTS.labels("contract", "error").inc()
+                metrics.OUTBOX_LAG.labels("contract").set(
                     max(0.0, time.time() - rows[0]["created_at"].timestamp())
                 )
                 await self.conn.execute(COUNT_NOTICE_FAILURE, ids)
@@ -565,10 +561,10 @@ class Relay:
             if self.fault_hook is not None:
                 await self.fault_hook("notices_published")
             await self.conn.execute(MARK_NOTICES_DELIVERED, ids)
-            metrics.RELAY_ATTEMPTS.labels("contracts", "ok").inc()
-            metrics.RELAY_PUBLISHED.labels("contracts").inc(len(rows))
+            metrics.RELAY_ATTEMPTS.labels("contract", "ok").inc()
+            metrics.RELAY_PUBLISHED.labels("contract").inc(len(rows))
             if len(rows) < size:
-                metrics.OUTBOX_LAG.labels("contracts").set(0.0)
+                metrics.OUTBOX_LAG.labels("contract").set(0.0)
                 return
 
 
