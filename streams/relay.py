@@ -216,6 +216,8 @@ class Relay:
     async def run_once(self) -> bool:
         """One leader iteration; True when more events are waiting right now."""
         now = time.monotonic()
+        more = False
+        failed: BaseException | None = None
         try:
             if now >= self._epochs_due:
                 await self.check_epochs()
@@ -225,10 +227,15 @@ class Relay:
             # One failed attempt to relay events, whichever Redis call refused.
             metrics.RELAY_ATTEMPTS.labels("events", "error").inc()
             await self.conn.execute(COUNT_FAILURE, CURSOR_NAME, f"{type(exc).__name__}: {exc}")
-            raise
+            failed = exc
         if time.monotonic() >= self._notices_due:
-            await self._drain_notices()
-            self._notices_due = time.monotonic() + self.settings.relay_poll_interval_s
+            try:
+                await self._drain_notices()  # also tried (and counted) when events failed
+                self._notices_due = time.monotonic() + self.settings.relay_poll_interval_s
+            except REDIS_ERRORS as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
         if time.monotonic() >= self._trim_due:
             await self.trim()
             self._trim_due = time.monotonic() + self.settings.relay_trim_interval_s

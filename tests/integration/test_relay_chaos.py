@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from typing import Any
@@ -10,11 +11,13 @@ from typing import Any
 import msgspec
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
+from redis.exceptions import RedisError
 from structlog.testing import capture_logs
 
 from awooop.config import Settings
 from awooop.db import Database
 from streams.consumer import GroupConsumer
+from streams.envelope import FIELD, decode_notice
 from streams.keys import WORKER_GROUP, Keys, projector_group
 from streams.relay import Relay
 from tests.support.services import private_redis
@@ -180,3 +183,71 @@ async def test_redis_stopped_ten_seconds_the_relay_catches_up_and_counts_attempt
     )
     assert errors_after is not None and errors_after > errors_before
     assert len(committed) >= len(PROJECTS) + 15
+
+
+async def test_notices_survive_redis_outages_and_a_relay_crash(
+    settings: Settings, db: Database
+) -> None:
+    """R-22: a notice committed while Redis is down is delivered later with its attempts
+    counted; a relay that dies between XADD and the delivered mark sends it again."""
+    from tests.integration.test_relay_publish import insert_notice
+
+    with private_redis() as server:
+        chaos = msgspec.structs.replace(settings, redis_url=server.url)
+        redis = aioredis.Redis.from_url(server.url, socket_timeout=2, socket_connect_timeout=2)
+        keys = keys_for(chaos)
+        try:
+            server.stop()
+            event_id = await insert_notice(db)
+            relay = Relay(settings=chaos, redis=redis, keys=keys)
+            for _ in range(2):
+                try:
+                    await relay.drain(timeout_s=5)
+                except RedisError:
+                    pass
+                else:
+                    raise AssertionError("published with Redis down")
+            async with db.platform() as conn:
+                row = await conn.fetchrow(
+                    "SELECT delivered_at, relay_attempts FROM awooop_contract_outbox "
+                    "WHERE event_id = $1",
+                    event_id,
+                )
+            assert row["delivered_at"] is None
+            assert row["relay_attempts"] == 2
+            await relay.close()
+
+            server.start()
+
+            class Crash(Exception):
+                pass
+
+            async def die(point: str) -> None:
+                if point == "notices_published":
+                    raise Crash
+
+            doomed = Relay(settings=chaos, redis=redis, keys=keys, fault_hook=die)
+            with contextlib.suppress(Crash):
+                await doomed.drain()
+            await doomed.close()
+            successor = Relay(settings=chaos, redis=redis, keys=keys)
+            try:
+                await successor.drain()
+            finally:
+                await successor.close()
+            delivered = [
+                decode_notice(fields[FIELD]).event_id
+                for _, fields in await redis.xrange(keys.notices_stream())
+            ]
+            assert delivered == [event_id, event_id]  # once more after the crash, never lost
+            async with db.platform() as conn:
+                row = await conn.fetchrow(
+                    "SELECT delivered_at, relay_attempts FROM awooop_contract_outbox "
+                    "WHERE event_id = $1",
+                    event_id,
+                )
+            assert row["delivered_at"] is not None
+            assert row["relay_attempts"] == 3  # two refused, one delivered (the crashed one
+            # reached Redis but was never marked: it counts nowhere)
+        finally:
+            await redis.aclose()
