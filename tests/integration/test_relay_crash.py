@@ -169,4 +169,4 @@ async def test_eight_producers_fifty_runs_two_relays_every_group_sees_every_even
         for stream_id, versions in collector.versions_by_stream().items():
             assert first_occurrences(versions) == sorted(set(versions)), stream_id
             assert sorted(set(versions)) == list(range(1, max(versions) + 1)), stream_id
-    assert all(versions == [1] for versions in workers.versions_by_stream().values())
+    assert all(set(versions) == {1} for versions in workers.versions_by_stream().values())
