@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -127,10 +128,12 @@ async def test_kill_9_mid_stream_then_restart_delivers_every_event(
             counts.update(await event_ids_in_redis(redis, stream))
             return set(counts) == committed
 
-        await eventually(all_published, within_s=30, interval=0.1)
+        await eventually(all_published, within_s=60, interval=0.1)
     finally:
         second.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(second.wait(), 15)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(second.wait(), 15)
         await stop(second)
     assert set(counts) == committed
-    assert max(counts.values()) <= 2  # a duplicate at most, from the batch in flight
+    # A duplicate at most, from the batch in flight when the first relay died.
+    assert max(counts.values()) <= 2, sorted(counts.values())
