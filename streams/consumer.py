@@ -26,25 +26,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.context import Context
 from redis.exceptions import RedisError, ResponseError
 
-from awooop.context import bound
-from awooop.events import run_id_of_stream
 from awooop.logs import get_logger
-from awooop.telemetry import extract, span_link, tracer
 from streams import scripts
 from streams.backoff import RateLimiter, retry_delay
 from streams.deadletter import dead_letter_raw
 from streams.delivery import Delivery, UndecodableEntry, text, to_delivery
 from streams.keys import Keys, hash_tag
 from streams.reclaim import autoclaim, touch
+from streams.tracing import consume_span
 
 __all__ = ["ConsumerStats", "Delivery", "GroupConsumer", "consume_span"]
 
@@ -58,47 +55,6 @@ LOG_INTERVAL_S = 10.0
 
 def is_nogroup(exc: BaseException) -> bool:
     return isinstance(exc, ResponseError) and str(exc).startswith("NOGROUP")
-
-
-@contextmanager
-def consume_span(delivery: Delivery) -> Iterator[trace.Span]:
-    """The span of one delivery, with project/run/trace in the log context.
-
-    First delivery: a child of the producer span named by the envelope's traceparent.
-    Redelivery (delivery_count > 1): a new trace, linked to the producer span.
-    """
-    env = delivery.envelope
-    attributes: dict[str, str | int] = {
-        "messaging.system": "redis",
-        "messaging.operation": "process",
-        "messaging.destination.name": delivery.stream,
-        "messaging.consumer.group.name": delivery.group,
-        "messaging.message.id": delivery.entry_id,
-        "awooop.event_id": str(env.event_id),
-        "awooop.stream_id": env.stream_id,
-        "awooop.version": env.version,
-        "awooop.project_id": env.project_id,
-        "awooop.delivery_count": delivery.delivery_count,
-    }
-    if delivery.delivery_count <= 1:
-        parent, links = extract(env.traceparent, env.tracestate), None
-    else:
-        parent, links = Context(), span_link(env.traceparent, env.tracestate)
-    run_id = run_id_of_stream(env.stream_id)
-    with tracer.start_as_current_span(
-        f"consume {env.event_type}",
-        context=parent,
-        kind=trace.SpanKind.CONSUMER,
-        links=links,
-        attributes=attributes,
-    ) as span:
-        trace_id = format(span.get_span_context().trace_id, "032x")
-        with bound(
-            project_id=env.project_id,
-            run_id=str(run_id) if run_id else None,
-            trace_id=trace_id,
-        ):
-            yield span
 
 
 @dataclass

@@ -74,8 +74,9 @@ from awooop.telemetry import span_link, tracer
 from streams import scripts
 from streams.backoff import RateLimiter
 from streams.consumer import REDIS_ERRORS
-from streams.envelope import FIELD, Notice, decode_envelope, encode
+from streams.envelope import FIELD, decode_envelope
 from streams.keys import WORKER_GROUP, Keys
+from streams.notices import deliver_notices
 from streams.publish import by_shard, publish_shard
 from streams.rebuild import ShardRebuild, new_epoch
 
@@ -122,23 +123,6 @@ FROM awooop_events
 WHERE (tx_id, position) > ($1::text::xid8, $2::bigint)
 ORDER BY tx_id, position
 LIMIT 1
-"""
-SELECT_NOTICES = """
-SELECT event_id, event_type, project_id, contract_family, contract_id, old_revision_id,
-       new_revision_id, traceparent, created_at
-FROM awooop_contract_outbox
-WHERE delivered_at IS NULL
-ORDER BY created_at
-LIMIT $1
-"""
-MARK_NOTICES_DELIVERED = """
-UPDATE awooop_contract_outbox
-SET delivered_at = now(), relay_attempts = relay_attempts + 1
-WHERE event_id = ANY($1::uuid[]) AND delivered_at IS NULL
-"""
-COUNT_NOTICE_FAILURE = """
-UPDATE awooop_contract_outbox SET relay_attempts = relay_attempts + 1
-WHERE event_id = ANY($1::uuid[])
 """
 STORE_SAFE_POINT = """
 INSERT INTO awooop_relay_shards AS s (shard_count, shard, safe_tx_id, safe_position)
@@ -230,7 +214,10 @@ class Relay:
             failed = exc
         if time.monotonic() >= self._notices_due:
             try:
-                await self._drain_notices()  # also tried (and counted) when events failed
+                # Also tried (and counted on the rows) when the events failed.
+                await deliver_notices(
+                    self.conn, self.redis, self.keys, self.settings, self.fault_hook
+                )
                 self._notices_due = time.monotonic() + self.settings.relay_poll_interval_s
             except REDIS_ERRORS as exc:
                 failed = failed or exc
@@ -538,52 +525,3 @@ class Relay:
         envelope = decode_envelope(data)
         # Everything before the floor entry was acknowledged by every group (exclusive bound).
         return Cursor(envelope.tx_id, envelope.position - 1)
-
-    # --- contract notices ----------------------------------------------------------------------
-
-    async def _drain_notices(self) -> None:
-        size = self.settings.relay_batch_size
-        while True:
-            rows = await self.conn.fetch(SELECT_NOTICES, size)
-            if not rows:
-                metrics.OUTBOX_LAG.labels("contract").set(0.0)
-                return
-            ids = [row["event_id"] for row in rows]
-            entries = [encode(notice_of(row)) for row in rows]
-            try:
-                reset = await scripts.PUBLISH_NOTICES(
-                    self.redis,
-                    [self.keys.notices_epoch(), self.keys.notices_stream()],
-                    [new_epoch(), str(self.settings.stream_maxlen), FIELD, *entries],
-                )
-            except REDIS_ERRORS:
-                metrics.RELAY_ATTEMPTS.labels("contract", "error").inc()
-                metrics.OUTBOX_LAG.labels("contract").set(
-                    max(0.0, time.time() - rows[0]["created_at"].timestamp())
-                )
-                await self.conn.execute(COUNT_NOTICE_FAILURE, ids)
-                raise
-            if int(reset):
-                log.warning("notices_epoch_written", key=self.keys.notices_epoch())
-            if self.fault_hook is not None:
-                await self.fault_hook("notices_published")
-            await self.conn.execute(MARK_NOTICES_DELIVERED, ids)
-            metrics.RELAY_ATTEMPTS.labels("contract", "ok").inc()
-            metrics.RELAY_PUBLISHED.labels("contract").inc(len(rows))
-            if len(rows) < size:
-                metrics.OUTBOX_LAG.labels("contract").set(0.0)
-                return
-
-
-def notice_of(row: Any) -> Notice:
-    return Notice(
-        event_id=row["event_id"],
-        event_type=row["event_type"],
-        project_id=row["project_id"],
-        contract_family=row["contract_family"],
-        contract_id=row["contract_id"],
-        old_revision_id=row["old_revision_id"],
-        new_revision_id=row["new_revision_id"],
-        traceparent=row["traceparent"],
-        created_at=row["created_at"].timestamp(),
-    )
