@@ -258,3 +258,14 @@ class DuplicateStepError(AwoooPError):
     """A step name may be used once per run; this one was used twice."""
 
     code = "E-HANDLER-003"
+
+
+# --- streams --------------------------------------------------------------------------------
+
+
+class StreamRebuildInterruptedError(AwoooPError):
+    """Redis lost a shard's data again while the relay rebuilt or published it; retrying."""
+
+    code = "E-STREAM-001"
+    http_status = 503
+    retryable = True
