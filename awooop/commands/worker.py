@@ -26,10 +26,11 @@ from awooop.errors import HandlerNotFoundError
 from awooop.logs import get_logger
 from awooop.loop_registry import all_loops
 from awooop.loop_store import DatabaseHeartbeats, project_source
-from awooop.loops import run_loops, set_heartbeat_sink
+from awooop.loops import run_loop, run_loops, set_heartbeat_sink
 from awooop.services import Services
 from awooop.telemetry import start_observability
 from awooop.worker.runtime import Worker
+from awooop.worker.streaming import StreamIntake
 
 log = get_logger(__name__)
 
@@ -97,7 +98,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             handler=handler,
             concurrency=concurrency,
             notifier=notifier,
-            streams=False,
+            streams=not args.no_streams,
         )
         if args.burst:
             count = await worker.run_until_idle(max_s=3600)
@@ -108,6 +109,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         extra: list[Callable[[asyncio.Event], Awaitable[None]]] = []
+        if worker.streams:
+            intake = StreamIntake(worker, services.redis, services.keys, settings)
+            extra += [intake.run, functools.partial(run_loop, intake.reclaim_spec())]
         if args.with_loops:
             specs = all_loops(services)
             extra.append(

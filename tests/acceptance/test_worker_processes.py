@@ -22,10 +22,9 @@ from awooop.config import Settings
 from awooop.db import Database
 from tests.support.handlers import read_effects
 from tests.support.runs import count_events, create_runs, events_of, load
-from tests.support.workers import ROOT, WorkerProcess, worker_env, workers
+from tests.support.workers import ROOT, WorkerProcess, relay_process, worker_env, workers
 
 P = "proj-acc"
-STREAM_ARGS: tuple[str, ...] = ("--no-streams",)
 
 
 @pytest.fixture
@@ -83,28 +82,42 @@ def check_single_holder(history: list[Any]) -> None:
                 holder = None
 
 
-async def test_a_thousand_runs_ten_worker_processes_each_completed_once(
-    db: Database, fast: Settings, tmp_path: Path, effects_file: str
+@pytest.mark.parametrize(
+    ("mode", "runs", "processes"),
+    [("streams", 1000, 10), ("polling", 300, 4)],
+)
+async def test_runs_on_many_worker_processes_each_complete_once(
+    db: Database,
+    fast: Settings,
+    tmp_path: Path,
+    effects_file: str,
+    mode: str,
+    runs: int,
+    processes: int,
 ) -> None:
-    run_ids = await create_runs(db, P, 1000, payload={"sleep": 0.005})
+    """1,000 runs on 10 worker processes (stream path with a relay); and the polling path alone
+    (no relay, as when Redis lost the messages)."""
+    run_ids = await create_runs(db, P, runs, payload={"sleep": 0.005})
     with workers(
         fast,
         tmp_path,
-        10,
+        processes,
+        relay=mode == "streams",
         handler="tests.support.handlers:exclusive",
-        args=(*STREAM_ARGS, "--concurrency", "8"),
+        args=("--concurrency", "8", *(("--no-streams",) if mode == "polling" else ())),
         env={"AWOOOP_TEST_SIDE_EFFECTS": effects_file, "AWOOOP_LOG_LEVEL": "warning"},
     ) as procs:
         ids = [p.worker_id() for p in procs]
-        await wait_until(lambda: all_finished(db, run_ids), 120, "1000 runs finished")
+        await wait_until(lambda: all_finished(db, run_ids), 120, f"{runs} runs finished")
     completed = await count_events(db, "RunCompleted")
     claimed = await count_events(db, "RunClaimed")
-    assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * 1000
-    assert sorted(claimed[f"run-{r}"] for r in run_ids) == [1] * 1000
-    begins = Counter(e["run_id"] for e in read_effects(effects_file) if e["what"] == "begin")
-    assert sorted(begins[str(r)] for r in run_ids) == [1] * 1000  # each handler ran once
-    by_worker = Counter(e["worker_id"] for e in read_effects(effects_file) if e["what"] == "end")
-    assert set(by_worker) <= set(ids) and len(by_worker) >= 5  # the work was shared
+    assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * runs
+    assert sorted(claimed[f"run-{r}"] for r in run_ids) == [1] * runs
+    lines = read_effects(effects_file)
+    begins = Counter(e["run_id"] for e in lines if e["what"] == "begin")
+    assert sorted(begins[str(r)] for r in run_ids) == [1] * runs  # each handler ran once
+    by_worker = Counter(e["worker_id"] for e in lines if e["what"] == "end")
+    assert set(by_worker) <= set(ids) and len(by_worker) >= processes // 2  # work was shared
     for run_id in run_ids[:100]:
         check_single_holder(await events_of(db, P, run_id))
 
@@ -116,7 +129,7 @@ async def test_kill_9_mid_run_recovers_without_repeating_journaled_steps(
         fast,
         tmp_path,
         2,
-        args=(*STREAM_ARGS, "--concurrency", "4"),
+        args=("--concurrency", "4"),
         env={"AWOOOP_TEST_SIDE_EFFECTS": effects_file},
     ) as procs:
         for proc in procs:
@@ -152,7 +165,8 @@ async def test_a_stalled_worker_is_fenced_off_from_completing(
     db: Database, fast: Settings, tmp_path: Path, effects_file: str
 ) -> None:
     env = {"AWOOOP_TEST_SIDE_EFFECTS": effects_file}
-    stalled = WorkerProcess(fast, tmp_path, "stalled", args=(*STREAM_ARGS,), env=env).start()
+    relay = relay_process(fast, tmp_path).start()
+    stalled = WorkerProcess(fast, tmp_path, "stalled", env=env).start()
     other: WorkerProcess | None = None
     try:
         stalled_id = stalled.worker_id()
@@ -163,7 +177,7 @@ async def test_a_stalled_worker_is_fenced_off_from_completing(
             return any(e["what"] == "block" for e in read_effects(effects_file))
 
         await wait_until(blocked, 30, "attempt 1 stalled")
-        other = WorkerProcess(fast, tmp_path, "other", args=(*STREAM_ARGS,), env=env).start()
+        other = WorkerProcess(fast, tmp_path, "other", env=env).start()
         other_id = other.worker_id()
         await wait_until(lambda: all_finished(db, [run_id]), 30, "the other worker completed")
 
@@ -178,6 +192,7 @@ async def test_a_stalled_worker_is_fenced_off_from_completing(
         stalled.stop()
         if other is not None:
             other.stop()
+        relay.stop()
     history = await events_of(db, P, run_id)
     completions = [e for e in history if type(e).__name__ == "RunCompleted"]
     assert len(completions) == 1
@@ -197,12 +212,9 @@ async def test_sigterm_with_runs_in_flight_loses_none_and_completes_none_twice(
     db: Database, fast: Settings, tmp_path: Path, effects_file: str
 ) -> None:
     env = {"AWOOOP_TEST_SIDE_EFFECTS": effects_file}
-    first = WorkerProcess(
-        fast, tmp_path, "first", args=(*STREAM_ARGS, "--concurrency", "6"), env=env
-    )
-    second = WorkerProcess(
-        fast, tmp_path, "second", args=(*STREAM_ARGS, "--concurrency", "6"), env=env
-    )
+    relay = relay_process(fast, tmp_path).start()
+    first = WorkerProcess(fast, tmp_path, "first", args=("--concurrency", "6"), env=env)
+    second = WorkerProcess(fast, tmp_path, "second", args=("--concurrency", "6"), env=env)
     first.start().worker_id()
     run_ids = await create_runs(db, P, 30, payload={"sleep": 1.5})
     try:
@@ -218,6 +230,7 @@ async def test_sigterm_with_runs_in_flight_loses_none_and_completes_none_twice(
     finally:
         first.stop()
         second.stop()
+        relay.stop()
     completed = await count_events(db, "RunCompleted")
     assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * 30
     released = await count_events(db, "LeaseReleased")
@@ -248,7 +261,7 @@ async def test_approvals_through_the_cli(
     quick = msgspec.structs.replace(fast, approval_ttl_s=60.0, approval_resolver_interval_s=0.3)
     env = {"AWOOOP_TEST_SIDE_EFFECTS": effects_file}
     approved, expiring = await create_runs(db, P, 2, payload={"approval": True})
-    with workers(quick, tmp_path, 1, args=(*STREAM_ARGS, "--with-loops"), env=env) as procs:
+    with workers(quick, tmp_path, 1, args=("--with-loops",), env=env) as procs:
         procs[0].worker_id()
 
         async def both_waiting() -> bool:
