@@ -86,7 +86,7 @@ async def relay_running(settings: Settings, redis: Any) -> AsyncIterator[None]:
         await relay.close()
 
 
-async def wait_for(predicate: Any, within_s: float = 20.0) -> None:
+async def wait_for(predicate: Any, within_s: float = 60.0) -> None:
     deadline = asyncio.get_running_loop().time() + within_s
     while not await predicate():
         if asyncio.get_running_loop().time() > deadline:
@@ -173,7 +173,7 @@ async def test_a_live_worker_keeps_its_entries_from_looking_idle(
         await asyncio.sleep(1.5)  # longer than the lease: only touches keep the entry fresh
         [entry] = await pending(redis, keys)
         assert entry["consumer"].decode() == worker.worker_id
-        assert entry["time_since_delivered"] < 500
+        assert entry["time_since_delivered"] < 1000  # younger than the lease: not reclaimable
         stream = keys.work_stream(keys.shard_of(P))
         stolen = await redis.xautoclaim(stream, WORKER_GROUP, "thief", 1000, "0-0", count=10)
         assert stolen[1] == []
