@@ -284,6 +284,11 @@ async def test_approvals_through_the_cli(
             return all(s.status == "WAITING_APPROVAL" for s in states)
 
         await wait_until(both_waiting, 30, "both runs waiting for approval")
+
+        async def both_notified() -> bool:  # the notifier runs after the commit
+            return len(read_effects(effects_file + ".tickets")) == 2
+
+        await wait_until(both_notified, 30, "both tokens handed to the notifier")
         tickets = {t["run_id"]: t for t in read_effects(effects_file + ".tickets")}
         token = tickets[str(approved)]["token"]
         ok = cli(quick, "runs", "approve", P, str(approved), "--token", token, "--actor", "alice")
