@@ -61,6 +61,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     http_max_body_bytes: int = 1024 * 1024
+    http_workers: int = 1
+    http_db_pool_size: int = 10
     metrics_port: int = 0
 
     log_level: str = "info"
@@ -95,6 +97,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "relay_batch_size",
             "stream_maxlen",
             "http_max_body_bytes",
+            "http_workers",
+            "http_db_pool_size",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")

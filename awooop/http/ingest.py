@@ -1,0 +1,176 @@
+"""``POST /v1/projects/{project_id}/channels/{channel_type}``: provider webhooks become runs.
+
+Order of checks, each refusal a JSON error with a code and nothing written:
+unknown channel 404 E-CHANNEL-001; bad project or contract id 400 E-INPUT-001; body over
+AWOOOP_HTTP_MAX_BODY_BYTES 413 E-INPUT-003 (counted while reading, Content-Length is only a
+shortcut); then, in one tenant transaction: authentication 401 E-AUTH-001, parsing 400
+E-INPUT-001 / 422 E-INPUT-002, and the ingest itself (:mod:`awooop.ingest.store`).
+
+Answers: 202 ``{"run_ids": [...], "results": [...]}`` when the delivery created at least
+one run; 200 with ``"code": "E-IDEMPOTENT-001"`` and the existing ``run_id`` when every event
+was seen before (LINE: one result per event, each ``created`` or ``duplicate``); 200 with
+empty lists for a delivery with no events (LINE's webhook verification). ``?contract_id=``
+names the agent contract (default ``default``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from opentelemetry import trace
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from awooop import metrics
+from awooop.db import Connection
+from awooop.errors import AwoooPError, DuplicateEvent, PayloadTooLargeError, UnknownChannelError
+from awooop.ingest import ADAPTERS, store
+from awooop.ingest.auth import bearer_token_id
+from awooop.ingest.common import Adapter, AuthKind, Headers
+from awooop.ingest.credentials import check_contract_id, check_project_id
+from awooop.logs import get_logger
+from awooop.services import Services
+from awooop.telemetry import extract, tracer
+
+log = get_logger(__name__)
+_encode = msgspec.json.Encoder().encode
+DUPLICATE_MESSAGE = (DuplicateEvent.__doc__ or "").strip()
+
+
+def json_response(body: Any, status_code: int) -> Response:
+    return Response(_encode(body), status_code=status_code, media_type="application/json")
+
+
+def lowercase_headers(request: Request) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers.raw}
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it grows past ``limit``."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLargeError(limit=limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLargeError(limit=limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def answer(outcomes: list[store.Outcome]) -> Response:
+    results = [
+        {"provider_event_id": o.provider_event_id, "run_id": o.run_id, "status": "created"}
+        if o.created
+        else {
+            "provider_event_id": o.provider_event_id,
+            "run_id": o.run_id,
+            "status": "duplicate",
+            "code": DuplicateEvent.code,
+        }
+        for o in outcomes
+    ]
+    run_ids = [o.run_id for o in outcomes]
+    if any(o.created for o in outcomes) or not outcomes:
+        return json_response(
+            {"run_ids": run_ids, "results": results},
+            202 if outcomes else DuplicateEvent.http_status,
+        )
+    return json_response(
+        {
+            "code": DuplicateEvent.code,
+            "message": DUPLICATE_MESSAGE,
+            "run_id": run_ids[0],
+            "run_ids": run_ids,
+            "results": results,
+        },
+        DuplicateEvent.http_status,
+    )
+
+
+def routes(services: Services) -> list[BaseRoute]:
+    settings = services.settings
+    db = services.db
+
+    async def deliver(
+        conn: Connection,
+        adapter: Adapter,
+        project_id: str,
+        contract_id: str,
+        headers: Headers,
+        body: bytes,
+    ) -> list[store.Outcome]:
+        token_id = bearer_token_id(headers) if adapter.auth is AuthKind.BEARER else None
+        config = await store.load_config(
+            conn, settings, project_id, adapter.channel_type, contract_id, token_id
+        )
+        adapter.authenticate(headers, body, config.credential)
+        events = adapter.parse(headers, body)
+        if not events:
+            return []
+        return await store.ingest(
+            conn,
+            project_id,
+            adapter.channel_type,
+            events,
+            config=config,
+            contract_id=contract_id,
+            metadata=store.trace_metadata("http"),
+        )
+
+    async def post_channel(request: Request) -> Response:
+        started = time.perf_counter()
+        channel_type = request.path_params["channel_type"]
+        adapter = ADAPTERS.get(channel_type)
+        label = channel_type if adapter is not None else "unknown"
+        headers = lowercase_headers(request)
+        with tracer.start_as_current_span(
+            "ingest",
+            context=extract(headers.get("traceparent"), headers.get("tracestate")),
+            kind=trace.SpanKind.SERVER,
+            attributes={"awooop.channel_type": label, "awooop.source": "http"},
+        ) as span:
+            try:
+                if adapter is None:
+                    raise UnknownChannelError(channel_type=channel_type[:40])
+                project_id = check_project_id(request.path_params["project_id"])
+                span.set_attribute("awooop.project_id", project_id)
+                contract_id = check_contract_id(
+                    request.query_params.get("contract_id", store.DEFAULT_CONTRACT)
+                )
+                body = await read_body(request, settings.http_max_body_bytes)
+                outcomes = await db.in_tenant(
+                    project_id,
+                    lambda conn: deliver(conn, adapter, project_id, contract_id, headers, body),
+                )
+            except AwoooPError as exc:
+                metrics.INGEST_EVENTS.labels(label, "rejected").inc()
+                span.set_attribute("awooop.error_code", exc.code)
+                # Failed authentication is what an operator looks for (a provider set up
+                # with the wrong secret, or a probe); other refusals are the caller's bug.
+                report = log.warning if exc.http_status in (401, 403) else log.info
+                report(
+                    "ingest_refused",
+                    project_id=request.path_params["project_id"][:64],
+                    channel_type=label,
+                    code=exc.code,
+                    status=exc.http_status,
+                    reason=exc.message,
+                )
+                raise
+        created = sum(1 for o in outcomes if o.created)
+        if created:
+            metrics.INGEST_EVENTS.labels(label, "created").inc(created)
+        if len(outcomes) - created:
+            metrics.INGEST_EVENTS.labels(label, "duplicate").inc(len(outcomes) - created)
+        metrics.INGEST_LATENCY.labels(label).observe(time.perf_counter() - started)
+        return answer(outcomes)
+
+    return [
+        Route("/v1/projects/{project_id}/channels/{channel_type}", post_channel, methods=["POST"]),
+    ]
