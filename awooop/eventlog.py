@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import asyncpg
 import msgspec
 
 from awooop.db import Connection
@@ -142,50 +141,3 @@ def advance(cursor: Cursor, batch: Sequence[RecordedEvent]) -> Cursor:
         return cursor
     last = batch[-1]
     return Cursor(last.tx_id, last.position)
-
-
-# --- new streams in bulk (the ingest path: one RunCreated per new run stream) --------------
-
-START_STREAMS = """
-WITH heads AS (
-    INSERT INTO awooop_event_streams (stream_id, project_id, version, last_tx_id)
-    SELECT s.stream_id, $1, 1, pg_current_xact_id() FROM unnest($2::text[]) AS s(stream_id)
-)
-INSERT INTO awooop_events (event_id, stream_id, version, project_id, event_type, data, metadata)
-SELECT e.event_id, e.stream_id, 1, $1, e.event_type, e.data::jsonb, $6::jsonb
-FROM unnest($2::text[], $3::uuid[], $4::text[], $5::text[])
-    WITH ORDINALITY AS e(stream_id, event_id, event_type, data, ord)
-ORDER BY e.ord
-RETURNING position
-"""
-
-
-async def start_streams(
-    conn: Connection,
-    project_id: str,
-    streams: Sequence[tuple[str, EventBase]],
-    metadata: dict[str, Any] | None = None,
-) -> list[int]:
-    """Create each stream at version 1 with its first event, in one statement.
-
-    The same as ``append(conn, stream_id, project_id, 0, [event], metadata)`` per stream, for
-    many new streams at once. A stream that already exists raises VersionConflictError (the
-    stream head's primary key refuses it) and the statement writes nothing.
-    """
-    if not streams:
-        return []
-    try:
-        rows = await conn.fetch(
-            START_STREAMS,
-            project_id,
-            [s for s, _ in streams],
-            [uuid.uuid4() for _ in streams],
-            [event_type(e) for _, e in streams],
-            [encode_event(e).decode() for _, e in streams],
-            metadata or {},  # the jsonb codec encodes it
-        )
-    except asyncpg.UniqueViolationError as exc:
-        raise VersionConflictError(
-            "a stream to start already exists", expected=0, detail=exc.detail
-        ) from exc
-    return [r["position"] for r in rows]

@@ -3,8 +3,9 @@
 Order of checks, each refusal a JSON error with a code and nothing written:
 unknown channel 404 E-CHANNEL-001; bad project or contract id 400 E-INPUT-001; body over
 AWOOOP_HTTP_MAX_BODY_BYTES 413 E-INPUT-003 (counted while reading, Content-Length is only a
-shortcut); then, in one tenant transaction: authentication 401 E-AUTH-001, parsing 400
-E-INPUT-001 / 422 E-INPUT-002, and the ingest itself (:mod:`awooop.ingest.store`).
+shortcut); then, on a connection whose session carries the project
+(:mod:`awooop.ingest.sessions`): authentication 401 E-AUTH-001, parsing 400 E-INPUT-001 /
+422 E-INPUT-002, and the ingest itself, one atomic statement (:mod:`awooop.ingest.store`).
 
 Answers: 202 ``{"run_ids": [...], "results": [...]}`` when the delivery created at least
 one run; 200 with ``"code": "E-IDEMPOTENT-001"`` and the existing ``run_id`` when every event
@@ -16,6 +17,7 @@ names the agent contract (default ``default``).
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -25,12 +27,20 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from awooop import metrics
-from awooop.db import Connection
-from awooop.errors import AwoooPError, DuplicateEvent, PayloadTooLargeError, UnknownChannelError
+from awooop.db import Connection, retry_transaction
+from awooop.errors import (
+    AuthenticationError,
+    AwoooPError,
+    DuplicateEvent,
+    PayloadTooLargeError,
+    UnknownChannelError,
+)
 from awooop.ingest import ADAPTERS, store
 from awooop.ingest.auth import bearer_token_id
+from awooop.ingest.cache import ConfigCache
 from awooop.ingest.common import Adapter, AuthKind, Headers
 from awooop.ingest.credentials import check_contract_id, check_project_id
+from awooop.ingest.sessions import TenantSessions
 from awooop.logs import get_logger
 from awooop.services import Services
 from awooop.telemetry import extract, tracer
@@ -95,7 +105,24 @@ def answer(outcomes: list[store.Outcome]) -> Response:
 
 def routes(services: Services) -> list[BaseRoute]:
     settings = services.settings
-    db = services.db
+    sessions = TenantSessions(settings.database_url, settings.http_db_pool_size)
+    services.closers.append(sessions.close)
+    cache = ConfigCache(settings.ingest_config_cache_s)
+    counters = {
+        (channel, outcome): metrics.INGEST_EVENTS.labels(channel, outcome)
+        for channel in (*ADAPTERS, "unknown")
+        for outcome in ("created", "duplicate", "rejected")
+    }
+    latency = {channel: metrics.INGEST_LATENCY.labels(channel) for channel in ADAPTERS}
+
+    async def in_session(
+        project_id: str, fn: Callable[[Connection], Awaitable[list[store.Outcome]]]
+    ) -> list[store.Outcome]:
+        async def once() -> list[store.Outcome]:
+            async with sessions.session(project_id) as conn:
+                return await fn(conn)
+
+        return await retry_transaction(once)
 
     async def deliver(
         conn: Connection,
@@ -106,10 +133,20 @@ def routes(services: Services) -> list[BaseRoute]:
         body: bytes,
     ) -> list[store.Outcome]:
         token_id = bearer_token_id(headers) if adapter.auth is AuthKind.BEARER else None
-        config = await store.load_config(
-            conn, settings, project_id, adapter.channel_type, contract_id, token_id
-        )
-        adapter.authenticate(headers, body, config.credential)
+        key = (project_id, adapter.channel_type, contract_id, token_id)
+        config = cache.get(key)
+        if config is not None:
+            try:
+                adapter.authenticate(headers, body, config.credential)
+            except AuthenticationError:
+                cache.drop(key)
+                config = None  # perhaps a new secret: ask the database
+        if config is None:
+            config = await store.load_config(
+                conn, settings, project_id, adapter.channel_type, contract_id, token_id
+            )
+            adapter.authenticate(headers, body, config.credential)
+            cache.put(key, config)
         events = adapter.parse(headers, body)
         if not events:
             return []
@@ -134,6 +171,10 @@ def routes(services: Services) -> list[BaseRoute]:
             context=extract(headers.get("traceparent"), headers.get("tracestate")),
             kind=trace.SpanKind.SERVER,
             attributes={"awooop.channel_type": label, "awooop.source": "http"},
+            # A refusal is an answer, not a crash: its code goes on the span below, without
+            # the traceback formatting that would make every refused request expensive.
+            record_exception=False,
+            set_status_on_exception=False,
         ) as span:
             try:
                 if adapter is None:
@@ -144,12 +185,12 @@ def routes(services: Services) -> list[BaseRoute]:
                     request.query_params.get("contract_id", store.DEFAULT_CONTRACT)
                 )
                 body = await read_body(request, settings.http_max_body_bytes)
-                outcomes = await db.in_tenant(
+                outcomes = await in_session(
                     project_id,
                     lambda conn: deliver(conn, adapter, project_id, contract_id, headers, body),
                 )
             except AwoooPError as exc:
-                metrics.INGEST_EVENTS.labels(label, "rejected").inc()
+                counters[label, "rejected"].inc()
                 span.set_attribute("awooop.error_code", exc.code)
                 # Failed authentication is what an operator looks for (a provider set up
                 # with the wrong secret, or a probe); other refusals are the caller's bug.
@@ -162,13 +203,19 @@ def routes(services: Services) -> list[BaseRoute]:
                     status=exc.http_status,
                     reason=exc.message,
                 )
+                if exc.http_status >= 500:
+                    span.set_status(trace.StatusCode.ERROR, exc.code)
+                raise
+            except Exception as exc:
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR, type(exc).__name__)
                 raise
         created = sum(1 for o in outcomes if o.created)
         if created:
-            metrics.INGEST_EVENTS.labels(label, "created").inc(created)
+            counters[label, "created"].inc(created)
         if len(outcomes) - created:
-            metrics.INGEST_EVENTS.labels(label, "duplicate").inc(len(outcomes) - created)
-        metrics.INGEST_LATENCY.labels(label).observe(time.perf_counter() - started)
+            counters[label, "duplicate"].inc(len(outcomes) - created)
+        latency[label].observe(time.perf_counter() - started)
         return answer(outcomes)
 
     return [

@@ -10,7 +10,7 @@ still fail on the stream version.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -92,22 +92,3 @@ async def record(
     """Lock the run, build the event from its state and the DB clock, apply and persist it."""
     state, now = await lock(conn, run_id)
     return await apply_and_store(conn, state, make_event(state, now), metadata)
-
-
-async def create_runs(
-    conn: Connection, events: Sequence[RunCreated], metadata: dict[str, Any] | None = None
-) -> list[RunState]:
-    """:func:`create_run` for many runs of one project in two round trips (the ingest batch
-    path): the rows in one pipelined ``executemany``, the streams and events in one
-    statement."""
-    if not events:
-        return []
-    states = [apply(None, e) for e in events]
-    projects = {s.project_id for s in states}
-    if len(projects) != 1:
-        raise ValueError("create_runs takes the runs of one project")
-    await conn.executemany(INSERT_RUN, [state_values(s) for s in states])
-    await eventlog.start_streams(
-        conn, projects.pop(), [(run_stream_id(e.run_id), e) for e in events], metadata
-    )
-    return states

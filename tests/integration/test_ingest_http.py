@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import msgspec
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -12,10 +13,11 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from awooop import eventlog
+from awooop.config import Settings
 from awooop.events import run_stream_id
 from awooop.ingest import credentials
 from awooop.telemetry import configure_tracing
-from tests.support.ingest import Ingest, counts, ingest
+from tests.support.ingest import Ingest, counts, ingest, ingest_app
 from tests.support.webhooks import CHANNELS, OTHER_PROJECT, PROJECT, SECRETS, fresh, sign
 
 __all__ = ["ingest"]  # the fixture, imported from tests.support.ingest
@@ -286,13 +288,34 @@ async def test_get_run_is_tenant_scoped(ingest: Ingest) -> None:
     assert (response.status_code, response.json()["code"]) == (404, "E-RUN-003")
 
 
-async def test_a_revoked_token_is_refused(ingest: Ingest) -> None:
-    token_id, token = await credentials.create_token(ingest.db, PROJECT, "api")
-    delivery = sign(fresh("api"), token)
-    assert (await ingest.post(delivery, signed=False)).status_code == 202
-    assert await credentials.revoke_token(ingest.db, PROJECT, token_id)
-    response = await ingest.post(sign(fresh("api"), token), signed=False)
-    assert response.status_code == 401
+async def test_a_revoked_token_is_refused_once_the_config_cache_ages_out(
+    settings: Settings,
+) -> None:
+    async with ingest_app(msgspec.structs.replace(settings, ingest_config_cache_s=0.5)) as app:
+        token_id, token = await credentials.create_token(app.db, PROJECT, "api")
+        assert (await app.post(sign(fresh("api"), token), signed=False)).status_code == 202
+        assert await credentials.revoke_token(app.db, PROJECT, token_id)
+        # Within the cache age the revoked token still works (documented lag)...
+        assert (await app.post(sign(fresh("api"), token), signed=False)).status_code == 202
+        await asyncio.sleep(0.6)
+        response = await app.post(sign(fresh("api"), token), signed=False)
+        assert (response.status_code, response.json()["code"]) == (401, "E-AUTH-001")
+
+
+async def test_a_new_secret_works_at_once_despite_the_cache(ingest: Ingest) -> None:
+    assert (await ingest.post(fresh("line"))).status_code == 202  # caches the old secret
+    await credentials.set_secret(ingest.db, PROJECT, "line", "rotated-secret")
+    response = await ingest.post(sign(fresh("line"), "rotated-secret"), signed=False)
+    assert response.status_code == 202
+
+
+async def test_without_the_cache_a_revoked_token_is_refused_at_once(settings: Settings) -> None:
+    async with ingest_app(msgspec.structs.replace(settings, ingest_config_cache_s=0)) as app:
+        token_id, token = await credentials.create_token(app.db, PROJECT, "api")
+        assert (await app.post(sign(fresh("api"), token), signed=False)).status_code == 202
+        assert await credentials.revoke_token(app.db, PROJECT, token_id)
+        response = await app.post(sign(fresh("api"), token), signed=False)
+        assert response.status_code == 401
 
 
 async def test_the_ingest_span_continues_the_callers_trace_into_the_event(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
@@ -65,10 +66,11 @@ async def counts(db: Database) -> dict[str, int]:
         return {t: await conn.fetchval(f"SELECT count(*) FROM {t}") for t in COUNTED_TABLES}
 
 
-@pytest.fixture
-async def ingest(settings: Settings) -> AsyncIterator[Ingest]:
+@asynccontextmanager
+async def ingest_app(settings: Settings) -> AsyncIterator[Ingest]:
+    """The app on real services with two provisioned projects, behind an ASGI client."""
     configure_tracing("awooop-test")  # what `awooop serve` does: spans get real trace ids
-    services = await Services.open(settings, db_pool_size=8)
+    services = await Services.open(settings, db_pool_size=4)
     app = create_app(services)
     transport = httpx.ASGITransport(app=app)
     try:
@@ -81,3 +83,9 @@ async def ingest(settings: Settings) -> AsyncIterator[Ingest]:
             )
     finally:
         await services.close()
+
+
+@pytest.fixture
+async def ingest(settings: Settings) -> AsyncIterator[Ingest]:
+    async with ingest_app(settings) as opened:
+        yield opened
