@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "awooop.commands.serve",
     "awooop.commands.channels",
     "awooop.commands.tokens",
+    "awooop.commands.loops",
 )
 
 

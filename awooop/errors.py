@@ -224,3 +224,13 @@ class DedupeRaceError(AwoooPError):
     code = "E-INGEST-002"
     http_status = 409
     retryable = True
+
+
+# --- background loops ---------------------------------------------------------------------------
+
+
+class UnknownLoopError(AwoooPError):
+    """No loop of that name (see `awooop loops list`)."""
+
+    code = "E-LOOP-001"
+    http_status = 404

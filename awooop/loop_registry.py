@@ -12,7 +12,10 @@ import importlib
 from awooop.loops import LoopSpec
 from awooop.services import Services
 
-LOOP_MODULES: tuple[str, ...] = ("awooop.ingest.expiry",)
+LOOP_MODULES: tuple[str, ...] = (
+    "awooop.stats_loops",
+    "awooop.ingest.expiry",
+)
 
 
 def all_loops(services: Services) -> list[LoopSpec]:
