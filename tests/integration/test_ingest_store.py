@@ -7,6 +7,7 @@ import uuid
 from awooop import eventlog, producer
 from awooop.db import Database
 from awooop.events import decode_event, run_stream_id
+from awooop.ingest.sessions import TenantSessions
 from awooop.producer import ChannelEvent
 from awooop.runs import store
 from awooop.runs.state import fold
@@ -38,3 +39,20 @@ async def test_each_run_row_equals_the_replay_of_its_event_on_one_clock(db: Data
                 event.channel_type,
             )
             assert isinstance(result.run_id, uuid.UUID)
+
+
+async def test_a_tenant_session_switches_project_and_sees_only_that_project(
+    db: Database, database_url: str
+) -> None:
+    await producer.submit(db, "a", ChannelEvent("api", "ka", {}))
+    await producer.submit(db, "b", ChannelEvent("api", "kb", {}))
+    sessions = TenantSessions(database_url, max_size=1)  # one connection, reused
+    try:
+        for project in ("a", "b", "a"):
+            async with sessions.session(project) as conn:
+                assert not conn.is_in_transaction()
+                assert await conn.fetchval("SELECT current_setting('awooop.project_id')") == project
+                keys = await conn.fetch("SELECT provider_event_id FROM awooop_channel_event_dedupe")
+                assert [r[0] for r in keys] == [f"k{project}"]
+    finally:
+        await sessions.close()
