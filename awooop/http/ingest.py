@@ -193,8 +193,14 @@ def routes(services: Services) -> list[BaseRoute]:
                 counters[label, "rejected"].inc()
                 span.set_attribute("awooop.error_code", exc.code)
                 # Failed authentication is what an operator looks for (a provider set up
-                # with the wrong secret, or a probe); other refusals are the caller's bug.
-                report = log.warning if exc.http_status in (401, 403) else log.info
+                # with the wrong secret, or a probe); other 4xx are the caller's bug; 5xx
+                # (the database is away) are ours.
+                if exc.http_status >= 500:
+                    report = log.error
+                elif exc.http_status in (401, 403):
+                    report = log.warning
+                else:
+                    report = log.info
                 report(
                     "ingest_refused",
                     project_id=request.path_params["project_id"][:64],

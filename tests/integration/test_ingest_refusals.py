@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -9,7 +10,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.support.ingest import Ingest, counts, ingest
+from awooop.config import load_settings
+from awooop.migrate import migrate
+from tests.support.ingest import Ingest, counts, ingest, ingest_app
+from tests.support.services import private_postgres
 from tests.support.webhooks import CHANNELS, PROJECT, Delivery, fresh, sign
 
 __all__ = ["ingest"]  # the fixture, imported from tests.support.ingest
@@ -250,3 +254,31 @@ async def test_fuzzed_deliveries_never_5xx_and_refusals_write_nothing(
         created = sum(1 for r in body["results"] if r["status"] == "created")
         assert after["awooop_run_state"] - before["awooop_run_state"] == created
         assert after["awooop_events"] - before["awooop_events"] == created
+
+
+async def test_postgres_down_is_503_with_a_code_and_ingest_resumes_after(
+    redis_server_url: str, redis_prefix: str
+) -> None:
+    with private_postgres() as server:
+        url = server.url.rsplit("/", 1)[0] + "/awooop"
+        await migrate(url)
+        settings = load_settings(
+            environ={},
+            database_url=url,
+            redis_url=redis_server_url,
+            redis_key_prefix=redis_prefix,
+            ingest_config_cache_s=0,
+        )
+        async with ingest_app(settings) as app:
+            assert (await app.post(fresh("api"))).status_code == 202
+            server.stop()
+            response = await app.post(fresh("api"))
+            assert (response.status_code, response.json()["code"]) == (503, "E-DB-001")
+            server.start()
+            delivery = fresh("api")
+            for _ in range(50):  # the pool replaces its dead connections
+                response = await app.post(delivery)
+                if response.status_code != 503:
+                    break
+                await asyncio.sleep(0.2)
+            assert response.status_code == 202, response.text
