@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "awooop.commands.channels",
     "awooop.commands.tokens",
     "awooop.commands.loops",
+    "awooop.commands.relay",
 )
 
 

@@ -234,3 +234,14 @@ class UnknownLoopError(AwoooPError):
 
     code = "E-LOOP-001"
     http_status = 404
+
+
+# --- streams --------------------------------------------------------------------------------
+
+
+class StreamRebuildInterruptedError(AwoooPError):
+    """Redis lost a shard's data again while the relay rebuilt or published it; retrying."""
+
+    code = "E-STREAM-001"
+    http_status = 503
+    retryable = True

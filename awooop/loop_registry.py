@@ -14,6 +14,7 @@ from awooop.services import Services
 
 LOOP_MODULES: tuple[str, ...] = (
     "awooop.stats_loops",
+    "awooop.relay_loops",
     "awooop.ingest.expiry",
 )
 
