@@ -21,7 +21,10 @@ from awooop.services import Services
 
 log = get_logger(__name__)
 
-ROUTE_MODULES = ("awooop.http.health",)
+ROUTE_MODULES = (
+    "awooop.http.health",
+    "awooop.http.contracts",
+)
 
 
 def error_response(exc: AwoooPError) -> JSONResponse:
