@@ -8,8 +8,9 @@
 --
 -- For each (family, contract, cached revision) it returns the active pointer; the body and
 -- hash of the active revision come along only when the pointer differs from the cached
--- revision (the LATERAL subquery's condition on outer columns becomes a one-time filter, so a
--- cache hit never touches awooop_contract_revisions).
+-- revision: OFFSET 0 keeps the LATERAL subquery from being pulled up into a join, so its
+-- condition on outer columns stays a one-time filter and a cache hit never touches
+-- awooop_contract_revisions (EXPLAIN shows the index scan "never executed").
 CREATE FUNCTION awooop_pointer_check(
     p_project text, p_families text[], p_contracts text[], p_cached uuid[]
 )
@@ -34,6 +35,7 @@ BEGIN
             FROM awooop_contract_revisions cr
             WHERE cr.revision_id = a.active_revision_id
               AND a.active_revision_id IS DISTINCT FROM k.cached
+            OFFSET 0
         ) r ON true;
     PERFORM set_config('awooop.project_id', coalesce(previous, ''), true);
 END

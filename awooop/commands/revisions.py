@@ -180,7 +180,7 @@ async def run_list(settings: Settings, args: argparse.Namespace) -> int:
             f"{'*' if r.active else ' '} {name:<40} {r.revision_id!s:<36} {created:<25} "
             f"{r.body_hash[:19]}"
         )
-    print("* = active")
+    print("(* = active revision)")
     return 0
 
 

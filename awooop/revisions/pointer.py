@@ -33,6 +33,15 @@ POINTER_CHECK = (
 )
 
 
+# A connection in any of these states is discarded; the statement is read-only, so retrying it
+# on a fresh connection is safe.
+BROKEN_CONNECTION: tuple[type[BaseException], ...] = (
+    *CONNECTION_ERRORS,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InternalClientError,
+)
+
+
 class Pointer(msgspec.Struct, frozen=True):
     """The DB's answer for one contract: the active revision, and its body when it differs
     from the cached revision that was sent."""
@@ -79,27 +88,38 @@ class PointerChecker:
         contracts: Sequence[tuple[str, str]],
         cached: Sequence[uuid.UUID | None],
     ) -> list[Pointer]:
-        """The active pointer of each contract, in order."""
+        """The active pointer of each contract, in order.
+
+        A connection found broken (the server restarted it, a network blip) is replaced and
+        the read-only statement tried once more on a fresh one; a second failure is
+        E-DB-001."""
         if self._closed:
             raise DatabaseUnavailableError("the pointer checker is closed")
-        families = [c[0] for c in contracts]
-        contract_ids = [c[1] for c in contracts]
+        args = ([c[0] for c in contracts], [c[1] for c in contracts], list(cached))
         async with self._slots:
-            slot = self._idle.pop() if self._idle else await self._open()
-            ok = False
-            try:
-                rows = await slot.statement.fetch(project_id, families, contract_ids, list(cached))
-                ok = True
-            except CONNECTION_ERRORS as exc:
-                raise DatabaseUnavailableError(f"pointer check failed: {exc}") from exc
-            except asyncpg.PostgresConnectionError as exc:
-                raise DatabaseUnavailableError(f"pointer check failed: {exc}") from exc
-            finally:
-                if ok and not self._closed:
-                    self._idle.append(slot)
-                else:
-                    slot.conn.terminate()
-        return [Pointer(*row) for row in rows]
+            for attempt in (1, 2):
+                slot = await self._take()
+                ok = False
+                try:
+                    rows = await slot.statement.fetch(project_id, *args)
+                    ok = True
+                    return [Pointer(*row) for row in rows]
+                except BROKEN_CONNECTION as exc:
+                    if attempt == 2:
+                        raise DatabaseUnavailableError(f"pointer check failed: {exc}") from exc
+                finally:
+                    if ok and not self._closed:
+                        self._idle.append(slot)
+                    else:
+                        slot.conn.terminate()
+        raise AssertionError("unreachable")
+
+    async def _take(self) -> _Conn:
+        while self._idle:
+            slot = self._idle.pop()
+            if not slot.conn.is_closed():
+                return slot
+        return await self._open()
 
     async def close(self) -> None:
         self._closed = True

@@ -161,15 +161,23 @@ async def test_revalidation_drops_entries_whose_pointer_moved(
     assert fresh.revision_id == r2.revision_id
 
 
-async def test_a_failed_connection_is_replaced(database_url: str, pointers: PointerChecker) -> None:
+async def test_a_broken_connection_is_replaced_transparently(
+    database_url: str, pointers: PointerChecker
+) -> None:
     await pointers.check(P, [(FAMILY, "a")], [None])
-    pid = pointers._idle[0].conn.get_server_pid()
+    pid = pointers._idle[0].conn.get_server_pid()  # white-box: the dedicated connection
     admin = await asyncpg.connect(database_url)
     try:
         assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
     finally:
         await admin.close()
-    with pytest.raises(DatabaseUnavailableError):
-        await pointers.check(P, [(FAMILY, "a")], [None])
     (answer,) = await pointers.check(P, [(FAMILY, "a")], [uuid.uuid4()])
     assert answer.active_revision_id is None
+    assert pointers._idle[0].conn.get_server_pid() != pid
+
+
+async def test_an_unreachable_database_is_e_db_001() -> None:
+    checker = PointerChecker("postgresql://postgres@127.0.0.1:1/none", size=1)
+    with pytest.raises(DatabaseUnavailableError):
+        await checker.check(P, [(FAMILY, "a")], [None])
+    await checker.close()
