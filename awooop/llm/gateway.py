@@ -39,7 +39,7 @@ from awooop.revisions.effective import EffectivePolicy, PolicyResolver
 from awooop.revisions.notices import NoticeReader
 from awooop.revisions.pointer import PointerChecker
 from awooop.services import Services
-from awooop.telemetry import tracer
+from awooop.telemetry import extract, tracer
 from streams.envelope import Notice
 
 log = get_logger(__name__)
@@ -231,10 +231,23 @@ class ModelGateway:
 
     async def _on_notice(self, notice: Notice) -> None:
         key = (notice.project_id, notice.contract_family, notice.contract_id)
-        if self.cache.on_notice(key, notice.new_revision_id):
-            metrics.REVISION_CACHE_STALE.labels("notice").inc()
-        if key == TOPOLOGY_KEY and notice.new_revision_id != self._slot.topology_revision:
-            await self._check_topology(force=True)
+        # A child of the activation's span (its traceparent travels in the outbox row and the
+        # notice), so the activation and its effect on every worker are one trace.
+        with tracer.start_as_current_span(
+            "revision.notice",
+            context=extract(notice.traceparent),
+            attributes={
+                "awooop.project_id": notice.project_id,
+                "awooop.contract": f"{notice.contract_family}/{notice.contract_id}",
+                "awooop.revision_id": str(notice.new_revision_id),
+            },
+        ) as span:
+            cleared = self.cache.on_notice(key, notice.new_revision_id)
+            span.set_attribute("awooop.cache_cleared", cleared)
+            if cleared:
+                metrics.REVISION_CACHE_STALE.labels("notice").inc()
+            if key == TOPOLOGY_KEY and notice.new_revision_id != self._slot.topology_revision:
+                await self._check_topology(force=True)
 
     async def _on_reset(self, reason: str) -> None:
         dropped = self.cache.clear()

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import Histogram
 
@@ -19,9 +18,9 @@ from awooop.llm.gateway import ModelGateway
 from awooop.llm.local import LocalModel, local_completion
 from awooop.revisions.store import Revisions
 from awooop.services import Services
-from awooop.telemetry import configure_tracing
 from streams.envelope import Notice
 from tests.support.revisions import publish_outbox, set_epoch
+from tests.support.tracing import one_trace
 
 StartGateways = Callable[[int], Awaitable[list[ModelGateway]]]
 P = "p1"
@@ -228,22 +227,36 @@ async def test_background_revalidation_without_notices(
         await services.close()
 
 
-async def test_spans_and_metrics_of_a_call(services: Services, gateways: StartGateways) -> None:
-    exporter = InMemorySpanExporter()
-    configure_tracing("test", extra_processors=[SimpleSpanProcessor(exporter)])
+async def test_spans_and_metrics_of_a_call(
+    services: Services, gateways: StartGateways, spans: InMemorySpanExporter
+) -> None:
     (worker,) = await gateways(1)
-    checks = metrics.POINTER_CHECK_SECONDS._sum.get(), _count(metrics.POINTER_CHECK_SECONDS)
+    checks = _count(metrics.POINTER_CHECK_SECONDS)
     ok = metrics.LLM_CALLS.labels("ok")._value.get()
     await worker.complete(P, "traced")
-    spans = {s.name: s for s in exporter.get_finished_spans()}
-    root = spans["llm.complete"]
-    for child in ("revision.pointer_check", "llm.call"):
-        assert spans[child].parent is not None
-        assert spans[child].parent.span_id == root.context.span_id
-        assert spans[child].context.trace_id == root.context.trace_id
-    assert _count(metrics.POINTER_CHECK_SECONDS) == checks[1] + 1
+    finished = spans.get_finished_spans()
+    (root,) = [s for s in finished if s.name == "llm.complete"]
+    root_id = root.context.span_id
+    children = {s.name: s for s in finished if s.parent and s.parent.span_id == root_id}
+    assert set(children) == {"revision.pointer_check", "llm.call"}
+    assert {s.context.trace_id for s in children.values()} == {root.context.trace_id}
+    assert _count(metrics.POINTER_CHECK_SECONDS) == checks + 1
     assert metrics.LLM_CALLS.labels("ok")._value.get() == ok + 1
-    exporter.clear()
+
+
+async def test_activation_and_its_notice_on_a_worker_are_one_trace(
+    services: Services, gateways: StartGateways, spans: InMemorySpanExporter
+) -> None:
+    (worker,) = await gateways(1)
+    revisions = Revisions(services.db)
+    r = await revisions.create(P, *POLICY, {"model": "m"})
+    await worker.complete(P, "warm")
+    spans.clear()
+    await revisions.activate(P, *POLICY, r.revision_id)
+    await publish_outbox(services.db, services.redis, services.keys)
+    await wait_for(lambda: worker.reader.notices_seen >= 1)
+    found = one_trace(spans, "revision.activate", "revision.notice")
+    assert found["revision.notice"].attributes["awooop.cache_cleared"] is True
 
 
 def _count(histogram: Histogram) -> float:

@@ -12,10 +12,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from awooop.config import Settings
 from awooop.revisions.notices import NoticeReader
+from awooop.services import redis_client
 from streams.envelope import FIELD, Notice
 from streams.keys import Keys
 from tests.support.revisions import notice, set_epoch, xadd_notice
-from tests.support.services import private_redis
+from tests.support.services import private_redis, private_redis_cluster
 
 
 class Recorder:
@@ -169,5 +170,26 @@ async def test_a_redis_restart_is_detected_and_reading_resumes(redis_prefix: str
             await xadd_notice(client, keys, after)
             assert await reader.poll() == 1
             assert recorder.notices[-1] == after
+        finally:
+            await client.aclose()
+
+
+async def test_the_reader_works_on_a_redis_cluster(redis_prefix: str) -> None:
+    keys = Keys(redis_prefix, 4)
+    with private_redis_cluster() as cluster:
+        client = redis_client(cluster.url)
+        try:
+            await set_epoch(client, keys, "one")
+            recorder = Recorder()
+            reader = reader_for(client, keys, recorder)
+            await reader.prime()
+            sent = [notice("p1", "policy_routing", f"c{i}", uuid.uuid4()) for i in range(3)]
+            for item in sent:
+                await xadd_notice(client, keys, item)
+            assert await reader.poll() == 3
+            assert recorder.notices == sent
+            await set_epoch(client, keys, "two")
+            await reader.poll()
+            assert recorder.resets == ["epoch_changed"]
         finally:
             await client.aclose()
