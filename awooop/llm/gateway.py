@@ -252,6 +252,9 @@ class ModelGateway:
     async def _on_reset(self, reason: str) -> None:
         dropped = self.cache.clear()
         log.warning("revision_cache_dropped", reason=reason, entries=dropped)
+        # A topology notice may have been lost with the stream: ask the pointer now rather
+        # than at the next re-validation.
+        await self._check_topology()
 
     async def _read_notices(self, ctx: LoopContext) -> None:
         await self.reader.poll()

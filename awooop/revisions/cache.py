@@ -14,7 +14,7 @@ the stamp keeps "a notice clears the entry" true without exceptions.)
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -86,8 +86,8 @@ class RevisionCache:
     def get(self, key: Key) -> CacheEntry | None:
         return self._entries.get(key)
 
-    def keys(self) -> list[Key]:
-        return list(self._entries)
+    def __iter__(self) -> Iterator[Key]:
+        return iter(list(self._entries))
 
     def stamp(self, key: Key) -> Stamp:
         return Stamp(self._epoch, self._generations.get(key, 0))

@@ -196,8 +196,9 @@ async def test_redis_stream_reset_drops_the_whole_cache(
         await worker.complete(P, "x", contract=("policy_routing", contract))
     assert len(worker.cache) == 4  # three policies and the model topology
     await set_epoch(services.redis, services.keys)  # what a rebuilt Redis looks like
-    await wait_for(lambda: len(worker.cache) == 0)
-    assert worker.reader.resets == 1
+    await wait_for(lambda: worker.reader.resets == 1)
+    # Every entry went; only the topology is read back at once (the reset re-checks it).
+    assert [k for k in worker.cache if k != TOPOLOGY] == []
 
 
 async def test_background_revalidation_without_notices(
@@ -277,3 +278,16 @@ async def test_revision_ids_in_results_are_uuids(
     result = await worker.complete(P, "x")
     assert isinstance(result.revision_id, uuid.UUID)
     assert msgspec.json.decode(msgspec.json.encode(result))["revision_id"] == str(r.revision_id)
+
+
+async def test_a_stream_reset_also_rechecks_the_topology(
+    services: Services, gateways: StartGateways
+) -> None:
+    """A topology notice lost with the stream is repaired at the reset, not 30 s later."""
+    (worker,) = await gateways(1)
+    revisions = Revisions(services.db)
+    topology = await revisions.create(*TOPOLOGY, {"url": "local:?delay_ms=0"})
+    await revisions.activate(*TOPOLOGY, topology.revision_id)  # its notice is never published
+    await set_epoch(services.redis, services.keys)  # Redis lost the stream
+    await wait_for(lambda: worker.client_instances == 2)
+    assert worker._slot.client.url == "local:?delay_ms=0"
