@@ -247,14 +247,22 @@ class ModelGateway:
             if cleared:
                 metrics.REVISION_CACHE_STALE.labels("notice").inc()
             if key == TOPOLOGY_KEY and notice.new_revision_id != self._slot.topology_revision:
-                await self._check_topology(force=True)
+                await self._recheck_topology(force=True)
 
     async def _on_reset(self, reason: str) -> None:
         dropped = self.cache.clear()
         log.warning("revision_cache_dropped", reason=reason, entries=dropped)
         # A topology notice may have been lost with the stream: ask the pointer now rather
         # than at the next re-validation.
-        await self._check_topology()
+        await self._recheck_topology()
+
+    async def _recheck_topology(self, force: bool = False) -> None:
+        """From the notice path: a failure (database down) must not stop the reader from
+        handling the rest of its batch; re-validation retries within its interval."""
+        try:
+            await self._check_topology(force=force)
+        except Exception:
+            log.warning("model_topology_check_failed", exc_info=True)
 
     async def _read_notices(self, ctx: LoopContext) -> None:
         await self.reader.poll()
