@@ -217,6 +217,17 @@ class UnknownLoopError(AwoooPError):
     http_status = 404
 
 
+# --- streams --------------------------------------------------------------------------------
+
+
+class StreamRebuildInterruptedError(AwoooPError):
+    """Redis lost a shard's data again while the relay rebuilt or published it; retrying."""
+
+    code = "E-STREAM-001"
+    http_status = 503
+    retryable = True
+
+
 # --- revisions and the model gateway (revisions area) ---------------------------------------
 
 
