@@ -72,8 +72,9 @@ async def drop_outbox(db: Database) -> int:
 
 
 async def publish_outbox(db: Database, redis: Any, keys: Keys) -> int:
-    """A stand-in for the relay (same stream, field and Notice format), used where the test is
-    about the reader and the gateway rather than the relay."""
+    """Publish the undelivered rows once, synchronously (same stream, field and Notice format
+    as the relay), for gateway tests that want to control when a notice appears. The end-to-end
+    tests (test_revisions_relay.py, the split-brain test with notices) run the real relay."""
     items = await undelivered(db)
     for item in items:
         await xadd_notice(redis, keys, item)
