@@ -21,7 +21,13 @@ from awooop.services import Services
 
 log = get_logger(__name__)
 
-ROUTE_MODULES = ("awooop.http.health", "awooop.http.approvals")
+ROUTE_MODULES = (
+    "awooop.http.health",
+    "awooop.http.ingest",
+    "awooop.http.runs",
+    "awooop.http.contracts",
+    "awooop.http.approvals",
+)
 
 
 def error_response(exc: AwoooPError) -> JSONResponse:

@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 from awooop.db import Connection, Database
+from awooop.ingest import auth, credentials
 from awooop.runs import approvals, leases, store
 from tests.support import factories
 
@@ -75,6 +76,15 @@ async def _heartbeat(conn: Connection, project_id: str) -> None:
     )
 
 
+async def _channel_credentials(conn: Connection, project_id: str) -> None:
+    """A channel secret and a bearer token, with the statements awooop.ingest.credentials uses."""
+    await conn.execute(credentials.UPSERT_SECRET, project_id, "telegram", "rls-probe-secret")
+    token_id, _, token_hash = auth.new_token()
+    await conn.execute(
+        credentials.INSERT_TOKEN, token_id, project_id, credentials.INGEST_SCOPE, "api", token_hash
+    )
+
+
 async def _approval(conn: Connection, project_id: str) -> None:
     """A run waiting for approval, through the worker's write path (claim, then request)."""
     now = await conn.fetchval("SELECT now()")
@@ -83,7 +93,7 @@ async def _approval(conn: Connection, project_id: str) -> None:
     await approvals.request(conn, state.run_id, "rls-probe", 1, name="probe", reason="", ttl_s=60)
 
 
-BUILDERS = (_run, _dedupe, _revision, _heartbeat, _approval)
+BUILDERS = (_run, _dedupe, _revision, _heartbeat, _channel_credentials, _approval)
 
 
 async def seed_project(db: Database, project_id: str) -> None:
