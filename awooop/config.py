@@ -52,6 +52,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     relay_batch_size: int = 1000
     stream_maxlen: int = 100_000
 
+    projector_reconcile_interval_s: float = 60.0
+
     policy_revalidate_s: float = 30.0
     channel_event_revalidate_s: float = 300.0
 
@@ -81,6 +83,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "approval_resolver_interval_s",
             "relay_poll_interval_s",
             "policy_revalidate_s",
+            "projector_reconcile_interval_s",
             "channel_event_revalidate_s",
             "llm_timeout_s",
         ):
