@@ -127,7 +127,9 @@ class ReplayReport:
     projection: str
     project: str | None
     bulk_events: int = 0
-    tail_events: int = 0
+    tail_events: int = 0  # applied by the commit-safe catch-up after the bulk pass
+    snapshot_events: int = 0  # applied in the verify snapshot (rolled back afterwards)
+    lock_events: int = 0  # applied under the swap lock
     bulk_seconds: float = 0.0
     rows: dict[str, int] = field(default_factory=dict)
     diffs: list[TableDiff] = field(default_factory=list)
@@ -151,7 +153,7 @@ class ReplayReport:
         out = [
             f"{self.projection}{scope}: rebuilt {rows} from {self.bulk_events:,} events in "
             f"{self.bulk_seconds:.1f}s ({self.events_per_s:,.0f} events/s), "
-            f"then {self.tail_events:,} tail events"
+            f"then {self.tail_events + self.snapshot_events:,} tail events"
         ]
         for d in self.diffs:
             out.extend(d.lines(self.label))
@@ -205,10 +207,11 @@ class Replay:
         report = ReplayReport(self.projection.name, self.project)
         report.label = self.projection.tables[0].label or "key"
         control = await self._connect(None)
-        swapped = False
+        owner = swapped = False
         try:
             if not await control.fetchval(REPLAY_LOCK, self.projection.name):
                 raise ReplayBusyError(f"another replay of {self.projection.name} is running")
+            owner = True  # from here on the shadows are ours to drop
             for spec in self.projection.tables:
                 await schema.create_shadow(control, spec.name)
             cursor = await self._bulk(report)
@@ -225,7 +228,7 @@ class Replay:
                 swapped = True
             return report
         finally:
-            await self._cleanup(swapped)
+            await self._cleanup(drop_shadows=owner and not (swapped and self.project is None))
 
     async def _connect(self, role: str | None, *, binary_json: bool = False) -> Connection:
         conn = await connect(self.url, role)
@@ -234,19 +237,22 @@ class Replay:
             await use_binary_json(conn)
         return conn
 
-    async def _cleanup(self, swapped: bool) -> None:
-        # Close everything first (an interrupted COPY or transaction is rolled back), then drop
-        # the shadows from a fresh connection; this also releases the advisory lock.
+    async def _cleanup(self, *, drop_shadows: bool) -> None:
+        # Close everything first (an interrupted COPY or transaction rolls back, and the
+        # advisory lock goes with the control session), then drop the shadows from a fresh
+        # connection, under the lock again so a replay that started meanwhile keeps its own.
         for conn in self._connections:
             conn.terminate()
         self._connections.clear()
-        if swapped and self.project is None:
+        if not drop_shadows:
             return
         with contextlib.suppress(Exception):
             conn = await connect(self.url)
             try:
-                for spec in self.projection.tables:
-                    await schema.drop_shadow(conn, spec.name)
+                if await conn.fetchval(REPLAY_LOCK, self.projection.name):
+                    for spec in self.projection.tables:
+                        await schema.drop_shadow(conn, spec.name)
+                    await conn.fetchval(REPLAY_UNLOCK, self.projection.name)
             finally:
                 await conn.close()
 
@@ -389,7 +395,7 @@ class Replay:
         await tx.start()
         try:
             await control.execute(f"SET LOCAL ROLE {PLATFORM_ROLE}")
-            await self._follow(control, cursor, safe=False)
+            _, report.snapshot_events = await self._follow(control, cursor, safe=False)
             report.diffs = [
                 await diff_table(control, spec, spec.name, self.shadows[spec.name], self.project)
                 for spec in self.projection.tables
@@ -428,7 +434,7 @@ class Replay:
                     _, applied = await self._follow(control, cursor, safe=False)
                     result = await body(control)
                 report.lock_ms = (time.perf_counter() - started) * 1000
-                report.tail_events += applied
+                report.lock_events += applied
                 return result
             except asyncpg.LockNotAvailableError:
                 log.warning("replay_lock_timeout", projection=self.projection.name, attempt=attempt)
