@@ -20,6 +20,7 @@ from awooop.logs import configure_logging
 COMMAND_MODULES = (
     "awooop.commands.migrate",
     "awooop.commands.smoke",
+    "awooop.commands.loops",
     "awooop.commands.replay",
     "awooop.commands.projector",
 )

@@ -64,6 +64,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_port: int = 8080
     http_max_body_bytes: int = 1024 * 1024
     metrics_port: int = 0
+    stats_interval_s: float = 15.0
 
     log_level: str = "info"
     loop_project_id: str = "legacy_awoooi_default"
@@ -86,6 +87,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "projector_reconcile_interval_s",
             "channel_event_revalidate_s",
             "llm_timeout_s",
+            "stats_interval_s",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{env_name(name)} must be a positive number of seconds")

@@ -207,6 +207,16 @@ class NoActiveRevisionError(AwoooPError):
     http_status = 404
 
 
+# --- background loops ---------------------------------------------------------------------------
+
+
+class UnknownLoopError(AwoooPError):
+    """No loop of that name (see `awooop loops list`)."""
+
+    code = "E-LOOP-001"
+    http_status = 404
+
+
 # --- projections and replay ------------------------------------------------------------------
 
 

@@ -2,7 +2,12 @@
 
 Every line carries ``project_id``, ``run_id`` and ``trace_id`` from context: the trace id of
 the active OpenTelemetry span when there is one, else the one bound in :mod:`awooop.context`.
-Tests use ``structlog.testing.capture_logs`` rather than parsing output.
+Lines from the standard ``logging`` module (asyncpg, uvicorn, redis, ...) go through the same
+processors, so they are JSON with the same context fields too.
+
+:data:`CONTEXT_PROCESSORS` is the chain every line passes before rendering; tests capture log
+lines with that exact chain (``tests/support/logcapture.py``) rather than parsing output, so a
+test that sees ``trace_id`` in a captured line proves :func:`add_context` really ran.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 import structlog
 from opentelemetry import trace
+from structlog.typing import Processor
 
 from awooop.context import project_id_var, run_id_var, trace_id_var
 
@@ -32,23 +38,43 @@ def add_context(
     return event_dict
 
 
+# Every line, structlog's or the standard library's, passes these before it is rendered.
+CONTEXT_PROCESSORS: tuple[Processor, ...] = (
+    structlog.contextvars.merge_contextvars,
+    add_context,
+    structlog.processors.add_log_level,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+)
+
+
 def configure_logging(level: str = "info", stream: Any = None) -> None:
-    logging.basicConfig(
-        format="%(message)s", stream=stream or sys.stderr, level=level.upper(), force=True
+    out = stream or sys.stderr
+    numeric_level = logging.getLevelNamesMapping()[level.upper()]
+    # Standard-library records: rendered by structlog with the same context processors.
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *CONTEXT_PROCESSORS],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer(),
+            ],
+        )
     )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(numeric_level)
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            add_context,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *CONTEXT_PROCESSORS,
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
+        logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
 

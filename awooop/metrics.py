@@ -35,6 +35,17 @@ RECLAIMS = Counter(
 )
 REAPED = Counter("awooop_reaped_runs_total", "Stale runs handled by the reaper", ["outcome"])
 DEAD_LETTERS = Counter("awooop_dead_letters_total", "Messages moved to the dead-letter stream")
+RUNS_OLDEST_AGE = Gauge(
+    "awooop_runs_oldest_age_seconds",
+    "Age of the longest-unchanged live run by project and state (sampled by the stats loop)",
+    ["project_id", "state"],
+)
+RUNS_OVERDUE = Gauge(
+    "awooop_runs_overdue",
+    "Runs a platform loop should already have handled, by reason (lease_expired: the reaper; "
+    "approval_expired: the approval resolver), sampled by the stats loop",
+    ["project_id", "reason"],
+)
 RUNS_FINISHED = Counter(
     "awooop_runs_finished_total", "Runs that reached a terminal state", ["status"]
 )
@@ -52,6 +63,9 @@ CONSUMER_LAG = Gauge(
 )
 CONSUMER_PENDING = Gauge(
     "awooop_consumer_group_pending", "Entries delivered but not acknowledged", ["stream", "group"]
+)
+DEAD_LETTER_LENGTH = Gauge(
+    "awooop_dead_letter_stream_length", "Entries in a dead-letter stream (XLEN)", ["stream"]
 )
 STREAM_RESETS = Counter(
     "awooop_stream_resets_total", "Times a shard's Redis data was found lost and rebuilt"

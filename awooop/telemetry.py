@@ -13,7 +13,9 @@ Trace context travels in stream envelopes as W3C ``traceparent``/``tracestate``:
 from __future__ import annotations
 
 import os
-from typing import Any
+import threading
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -28,15 +30,16 @@ _propagator = TraceContextTextMapPropagator()
 _configured: TracerProvider | None = None
 
 
-def configure_tracing(
+def build_tracer_provider(
     service_name: str, extra_processors: list[SpanProcessor] | None = None
 ) -> TracerProvider:
-    """Install the SDK tracer provider once per process; later calls return the first one."""
-    global _configured  # one provider per process, as the OTel API demands
-    if _configured is not None:
-        for processor in extra_processors or []:
-            _configured.add_span_processor(processor)
-        return _configured
+    """A tracer provider configured from the ``OTEL_*`` environment, not yet installed.
+
+    With an OTLP endpoint configured (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) spans are batched to the OTLP http/protobuf
+    exporter; the exporter itself reads the rest of its settings (headers, timeout,
+    compression, certificates) from the standard variables.
+    """
     resource = Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME", service_name)})
     provider = TracerProvider(resource=resource)
     if _otlp_configured():
@@ -45,6 +48,20 @@ def configure_tracing(
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     for processor in extra_processors or []:
         provider.add_span_processor(processor)
+    return provider
+
+
+def configure_tracing(
+    service_name: str, extra_processors: list[SpanProcessor] | None = None
+) -> TracerProvider:
+    """Install the SDK tracer provider once per process; later calls return the first one
+    (adding ``extra_processors`` to it)."""
+    global _configured  # one provider per process, as the OTel API demands
+    if _configured is not None:
+        for processor in extra_processors or []:
+            _configured.add_span_processor(processor)
+        return _configured
+    provider = build_tracer_provider(service_name, extra_processors)
     trace.set_tracer_provider(provider)
     _configured = provider
     return provider
@@ -94,8 +111,50 @@ def current_trace_id() -> str | None:
     return format(span_context.trace_id, "032x") if span_context.is_valid else None
 
 
-def serve_metrics(port: int, addr: str = "0.0.0.0") -> Any:  # noqa: S104 - scraped from outside
+class MetricsServer:
+    """A running ``/metrics`` endpoint (the default Prometheus registry) on its own thread."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def serve_metrics(port: int, addr: str = "0.0.0.0") -> MetricsServer | None:  # noqa: S104 - scraped from outside
     """Serve the default Prometheus registry on ``port`` (0: do nothing)."""
     if port <= 0:
         return None
-    return start_http_server(port, addr=addr)
+    server, thread = start_http_server(port, addr=addr)
+    return MetricsServer(server, thread)
+
+
+@dataclass
+class Observability:
+    """What :func:`start_observability` started; :meth:`close` flushes spans, stops /metrics.
+
+    The provider itself shuts down at interpreter exit (the SDK registers that), so a process
+    may open and close observability more than once (tests do)."""
+
+    provider: TracerProvider
+    metrics: MetricsServer | None
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+        self.provider.force_flush()
+
+
+def start_observability(service_name: str, metrics_port: int) -> Observability:
+    """Every long-running process calls this once at start: tracing from ``OTEL_*`` and
+    ``/metrics`` on ``metrics_port`` (``AWOOOP_METRICS_PORT``; 0 leaves it off, e.g. for
+    ``awooop serve``, whose HTTP app has its own ``/metrics`` route)."""
+    provider = configure_tracing(service_name)
+    return Observability(provider=provider, metrics=serve_metrics(metrics_port))

@@ -14,19 +14,6 @@ CREATE TABLE awooop_run_counts (
     PRIMARY KEY (project_id, status)
 );
 
-DO $$
-DECLARE
-    t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['awooop_run_state_view', 'awooop_run_counts'] LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-        EXECUTE format(
-            'CREATE POLICY tenant_isolation ON %I '
-            'USING (project_id = current_setting(''awooop.project_id'', true)) '
-            'WITH CHECK (project_id = current_setting(''awooop.project_id'', true))', t);
-        EXECUTE format(
-            'GRANT SELECT, INSERT, UPDATE, DELETE ON %I TO awooop_app, awooop_platform', t);
-    END LOOP;
-END
-$$;
+-- Tenant isolation (R-43), as every table with a project_id (migration 0040).
+SELECT awooop_enforce_tenant_isolation('awooop_run_state_view');
+SELECT awooop_enforce_tenant_isolation('awooop_run_counts');

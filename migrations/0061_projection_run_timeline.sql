@@ -16,9 +16,5 @@ CREATE TABLE awooop_run_timeline (
 CREATE INDEX awooop_run_timeline_trace_idx ON awooop_run_timeline (trace_id)
     WHERE trace_id IS NOT NULL;
 
-ALTER TABLE awooop_run_timeline ENABLE ROW LEVEL SECURITY;
-ALTER TABLE awooop_run_timeline FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON awooop_run_timeline
-    USING (project_id = current_setting('awooop.project_id', true))
-    WITH CHECK (project_id = current_setting('awooop.project_id', true));
-GRANT SELECT, INSERT, UPDATE, DELETE ON awooop_run_timeline TO awooop_app, awooop_platform;
+-- Tenant isolation (R-43), as every table with a project_id (migration 0040).
+SELECT awooop_enforce_tenant_isolation('awooop_run_timeline');

@@ -19,9 +19,5 @@ CREATE TABLE awooop_revision_history (
 CREATE INDEX awooop_revision_history_contract_idx
     ON awooop_revision_history (project_id, contract_family, contract_id, version);
 
-ALTER TABLE awooop_revision_history ENABLE ROW LEVEL SECURITY;
-ALTER TABLE awooop_revision_history FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON awooop_revision_history
-    USING (project_id = current_setting('awooop.project_id', true))
-    WITH CHECK (project_id = current_setting('awooop.project_id', true));
-GRANT SELECT, INSERT, UPDATE, DELETE ON awooop_revision_history TO awooop_app, awooop_platform;
+-- Tenant isolation (R-43), as every table with a project_id (migration 0040).
+SELECT awooop_enforce_tenant_isolation('awooop_revision_history');

@@ -3,15 +3,16 @@ then report how the live tables differ, or swap the shadows in while writers kee
 
 Phases:
 
-1. **Bulk pass.** In one REPEATABLE READ snapshot with xmin X, every event of the projection's
-   streams written by a transaction older than X (all of them finished, so nothing can appear
-   there later) is read in (stream_id, version) order through a server-side cursor, folded one
-   stream at a time (memory holds one stream, never the log) and written to the shadow with
-   COPY by a second connection while the first keeps reading. The bulk pass ends at the cursor
-   (tx_id X-1, position max): exactly where a commit-safe follower continues.
+1. **Bulk pass.** In one REPEATABLE READ snapshot S (xmin X), every event of the projection's
+   streams that S sees is read in (stream_id, version) order through a server-side cursor,
+   folded one stream at a time (memory holds one stream, never the log) and written to the
+   shadow with COPY by a second connection while the first keeps reading. Every transaction
+   older than X had finished at S, so the events S did not see are exactly those with
+   tx_id >= X that ``pg_visible_in_snapshot(tx_id, S)`` rejects: the tail starts at the
+   cursor (tx_id X-1, position max) and filters on S from then on.
 2. **Indexes** of the live table are built on the shadow (faster after the COPY), then ANALYZE.
 3. **Tail.** The log is followed from that cursor by (tx_id, position), only below the xmin of
-   each read's snapshot (so no late commit is ever skipped), applying events to the shadow with
+   each read's snapshot (so no late commit is ever skipped) and only what S did not see, applying events to the shadow with
    the projection's incremental ``apply`` until a pass finds little left.
 4. **Verify.** In one REPEATABLE READ snapshot: the events committed after the cursor are applied
    to the shadow, and the shadow is compared with the live table in that same snapshot. The
@@ -66,7 +67,10 @@ MAX_POSITION = 2**63 - 1
 
 REPLAY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended('awooop-replay:' || $1, 0))"
 REPLAY_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('awooop-replay:' || $1, 0))"
-SNAPSHOT_XMIN = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+SNAPSHOT = """
+SELECT pg_current_snapshot()::text AS snapshot,
+       pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
+"""
 # The size of the bulk pass, for the progress bar (the same snapshot; tail events aside).
 ESTIMATE = """
 SELECT coalesce(sum(version), 0)::bigint FROM awooop_event_streams
@@ -78,14 +82,15 @@ BULK = f"""
 SELECT {_EVENT_COLUMNS}
 FROM awooop_events
 WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
-  AND tx_id < $4::text::xid8
 ORDER BY stream_id, version
 """  # noqa: S608 - constant column list
-# Commit-safe follower (as awooop.eventlog.READ_FORWARD), filtered to the projection's streams.
+# Commit-safe follower (as awooop.eventlog.READ_FORWARD), filtered to the projection's streams
+# and to the events the bulk pass's snapshot ($7) did not see.
 TAIL_SAFE = f"""
 SELECT {_EVENT_COLUMNS}
 FROM awooop_events
 WHERE (tx_id, position) > ($4::text::xid8, $5::bigint)
+  AND NOT pg_visible_in_snapshot(tx_id, $7::text::pg_snapshot)
   AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
   AND stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
 ORDER BY tx_id, position
@@ -96,6 +101,7 @@ TAIL_ALL = f"""
 SELECT {_EVENT_COLUMNS}
 FROM awooop_events
 WHERE (tx_id, position) > ($4::text::xid8, $5::bigint)
+  AND NOT pg_visible_in_snapshot(tx_id, $7::text::pg_snapshot)
   AND stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
 ORDER BY tx_id, position
 LIMIT $6
@@ -200,6 +206,7 @@ class Replay:
         self.shadows = TableNames({t.name: schema.shadow_name(t.name) for t in projection.tables})
         self.types = projection.event_types
         self._connections: list[Connection] = []
+        self.snapshot = ""  # the bulk pass's snapshot: the tail is what it did not see
 
     # --- the whole run ---------------------------------------------------------------------
 
@@ -292,7 +299,8 @@ class Replay:
 
         try:
             async with reader.transaction(isolation="repeatable_read", readonly=True):
-                xmin = await reader.fetchval(SNAPSHOT_XMIN)
+                snap = await reader.fetchrow(SNAPSHOT)
+                self.snapshot, xmin = snap["snapshot"], snap["xmin"]
                 total = await reader.fetchval(ESTIMATE, self.low, self.high, self.project)
                 progress = Progress(
                     f"replay {self.projection.name}", total, stream=self.progress_stream
@@ -300,7 +308,7 @@ class Replay:
                 out = BulkOutput()
                 buffered = 0
                 group: list[LogEvent] = []
-                cursor = await reader.cursor(BULK, self.low, self.high, self.project, str(xmin))
+                cursor = await reader.cursor(BULK, self.low, self.high, self.project)
                 while records := await cursor.fetch(5000):
                     for r in records:
                         if group and r[0] != group[0].stream_id:
@@ -365,6 +373,7 @@ class Replay:
                 str(cursor.tx_id),
                 cursor.position,
                 self.tail_batch,
+                self.snapshot,
             )
             if not rows:
                 return cursor, applied

@@ -65,9 +65,9 @@ def _add_counts(table: str) -> str:
     # CHECK constraints are tested on the proposed row before ON CONFLICT, so a negative delta
     # is proposed as 0 and applied in DO UPDATE (a count row exists while it counts runs).
     return (
-        "WITH d AS (SELECT * FROM unnest($1::text[], $2::text[], $3::int[]) "
+        "WITH d AS (SELECT * FROM unnest($1::text[], $2::text[], $3::int[]) "  # noqa: S608 - constant identifiers
         "AS d(project_id, status, delta)) "
-        f"INSERT INTO {table} AS c (project_id, status, runs) "  # noqa: S608 - constant identifiers
+        f"INSERT INTO {table} AS c (project_id, status, runs) "
         "SELECT project_id, status, greatest(delta, 0) FROM d "
         "ON CONFLICT (project_id, status) DO UPDATE SET runs = c.runs + (SELECT d.delta FROM d "
         "WHERE d.project_id = EXCLUDED.project_id AND d.status = EXCLUDED.status)"

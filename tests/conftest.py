@@ -82,3 +82,26 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
     database = await Database.open(settings.database_url, max_size=10)
     yield database
     await database.close()
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """The in-memory span exporter (tests/support/tracing.py), emptied before and after."""
+    from tests.support.tracing import memory_exporter
+
+    exporter = memory_exporter()
+    exporter.clear()
+    yield exporter
+    exporter.clear()
+
+
+@pytest.fixture
+def collector() -> Iterator[Any]:
+    """A local OTLP/HTTP trace receiver (tests/support/otlp.py) on a free port."""
+    from tests.support.otlp import Collector
+
+    receiver = Collector()
+    receiver.thread.start()
+    yield receiver
+    receiver.server.shutdown()
+    receiver.server.server_close()

@@ -19,3 +19,18 @@ def test_private_redis_starts_answers_and_restarts() -> None:
         rd.restart()
         assert services.redis_answers(rd.url)
     assert not services.redis_answers(rd.url)
+
+
+def test_private_redis_cluster_serves_keys_of_every_master() -> None:
+    import redis.cluster
+
+    with services.private_redis_cluster() as cluster:
+        client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        try:
+            for i in range(30):
+                client.set(f"k{{{i}}}", i)
+            owners = {client.get_node_from_key(f"k{{{i}}}").port for i in range(30)}
+            assert owners == {n.port for n in cluster.nodes}
+            assert int(client.get("k{7}")) == 7
+        finally:
+            client.close()

@@ -44,7 +44,7 @@ async def views(db: Database) -> dict[str, list[dict[str, Any]]]:
     async with db.platform() as conn:
         for tables in VIEW_TABLES.values():
             for t in tables:
-                rows = await conn.fetch(f"SELECT * FROM {t} ORDER BY {KEYS[t]}")  # noqa: S608 - constants
+                rows = await conn.fetch(f"SELECT * FROM {t} ORDER BY {KEYS[t]}")
                 out[t] = [dict(r.items()) for r in rows]
     return out
 
@@ -53,7 +53,7 @@ async def clear_views(db: Database) -> None:
     async with db.platform() as conn:
         for tables in VIEW_TABLES.values():
             for t in tables:
-                await conn.execute(f"DELETE FROM {t}")  # noqa: S608 - constants
+                await conn.execute(f"DELETE FROM {t}")
 
 
 async def deliver(

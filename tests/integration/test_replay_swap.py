@@ -129,13 +129,11 @@ async def test_one_replay_of_a_projection_at_a_time(db: Database, database_url: 
     started = asyncio.Event()
     release = asyncio.Event()
 
-    def pause(events: int) -> None:
-        started.set()
-
-    first = Replay(database_url, get("run_state"), on_events=pause)
+    first = Replay(database_url, get("run_state"))
     original = first._catch_up
 
     async def slow_catch_up(*args: Any) -> Any:
+        started.set()
         await release.wait()
         return await original(*args)
 

@@ -10,17 +10,22 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import redis
+
+from awooop.embedded import (
+    PostgresServer,
+    RedisCluster,
+    RedisServer,
+    free_port,
+    redis_answers,
+)
 
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 LOCAL_REDIS = "redis://127.0.0.1:6379/0"
@@ -44,13 +49,6 @@ def pg_answers(url: str) -> bool:
     return asyncio.run(probe())
 
 
-def redis_answers(url: str) -> bool:
-    try:
-        return bool(redis.Redis.from_url(url, socket_timeout=3).ping())
-    except Exception:
-        return False
-
-
 def docker_engine_answers() -> bool:
     if shutil.which("docker") is None:
         return False
@@ -58,153 +56,44 @@ def docker_engine_answers() -> bool:
     return result.returncode == 0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class RedisServer:
-    """A private redis-server on a free loopback port, for tests that flush or stop Redis."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="awooop-redis-"))
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.dir),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while not redis_answers(self.url):
-            if time.monotonic() > deadline:
-                raise RuntimeError("private redis-server did not start")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait()
-            self.process = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-
 @contextmanager
 def private_redis() -> Iterator[RedisServer]:
-    if shutil.which("redis-server") is None:
-        raise RuntimeError("redis-server is not installed; install Debian's redis-server")
-    server = RedisServer()
+    """A private redis-server for tests that flush, stop or restart Redis."""
+    directory = Path(tempfile.mkdtemp(prefix="awooop-redis-"))
+    server = RedisServer(directory)
     server.start()
     try:
         yield server
     finally:
         server.stop()
-        shutil.rmtree(server.dir, ignore_errors=True)
-
-
-def postgres_bindir() -> Path:
-    """The server binaries of the newest PostgreSQL installed from Debian's packages."""
-    versions = sorted(
-        Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name)
-    )
-    if not versions:
-        raise RuntimeError("no PostgreSQL server binaries under /usr/lib/postgresql")
-    return versions[-1].parent
-
-
-class PostgresServer:
-    """A private PostgreSQL cluster on a free loopback port, for tests that restart Postgres.
-
-    The server runs as the ``postgres`` OS user when the tests run as root (initdb refuses root).
-    """
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="awooop-pg-"))
-        self.data = self.dir / "data"
-        self.bindir = postgres_bindir()
-
-    @property
-    def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-
-    def _run(self, *args: str) -> None:
-        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.run([*prefix, *args], check=True, capture_output=True, timeout=120)
-
-    def init(self) -> None:
-        if os.geteuid() == 0:
-            shutil.chown(self.dir, "postgres", "postgres")
-        self._run(
-            str(self.bindir / "initdb"),
-            "-D",
-            str(self.data),
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-            "--no-sync",
-        )
-
-    def start(self) -> None:
-        options = (
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories="
-            f"{self.dir} -c fsync=off -c max_connections=200"
-        )
-        self._run(
-            str(self.bindir / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-o",
-            options,
-            "-l",
-            str(self.dir / "log"),
-            "-w",
-            "start",
-        )
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    def restart(self) -> None:
-        self.stop("immediate")
-        self.start()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextmanager
 def private_postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    server.init()
+    """A private PostgreSQL cluster for tests that stop or restart Postgres."""
+    directory = Path(tempfile.mkdtemp(prefix="awooop-pg-"))
+    server = PostgresServer(directory)
     server.start()
     try:
         yield server
     finally:
         with suppress(subprocess.CalledProcessError):  # already stopped by the test
             server.stop("immediate")
-        shutil.rmtree(server.dir, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextmanager
+def private_redis_cluster(masters: int = 3) -> Iterator[RedisCluster]:
+    """A private Redis Cluster of ``masters`` masters on free loopback ports."""
+    directory = Path(tempfile.mkdtemp(prefix="awooop-cluster-"))
+    cluster = RedisCluster(directory, masters)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def resolve_postgres(stack: list[Any]) -> str:
@@ -259,6 +148,9 @@ def main() -> int:
             container.stop()
     print(f"services: postgres {pg.rsplit('@', 1)[-1]} and redis {rd.rsplit('@', 1)[-1]} answer")
     return 0
+
+
+__all__ = ["free_port", "private_postgres", "private_redis", "private_redis_cluster"]
 
 
 if __name__ == "__main__":

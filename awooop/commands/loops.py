@@ -1,0 +1,203 @@
+"""``awooop loops list`` and ``awooop loops run [NAME ...]`` (R-40, R-42).
+
+``list`` prints every loop of the registry (:mod:`awooop.loop_registry`) with its category,
+project, interval and last run, read from ``awooop_loop_heartbeats`` so it works from any
+process; a per-tenant loop gets one line per project of ``awooop_projects``; loops that other
+processes run (heartbeats of names not in the registry) are listed too.
+
+``run`` runs the named loops (all by default) in this process until SIGTERM or SIGINT, serving
+``/metrics`` on ``AWOOOP_METRICS_PORT`` (or ``--metrics-port``); on the signal each loop
+finishes its current iteration (up to ``AWOOOP_SHUTDOWN_GRACE_S``) and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from awooop.config import Settings
+from awooop.errors import UnknownLoopError
+from awooop.logs import get_logger
+from awooop.loop_registry import all_loops
+from awooop.loop_store import DatabaseHeartbeats, HeartbeatRow, project_source, read_heartbeats
+from awooop.loops import LoopSpec, run_loops, set_heartbeat_sink
+from awooop.services import Services
+from awooop.telemetry import start_observability
+
+log = get_logger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("loops", help="list or run the background loops")
+    sub = parser.add_subparsers(dest="loops_command", required=True, metavar="ACTION")
+    listing = sub.add_parser("list", help="every loop with category, project, interval, last run")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.set_defaults(run=list_loops)
+    running = sub.add_parser("run", help="run loops (all by default) until SIGTERM/SIGINT")
+    running.add_argument("names", nargs="*", metavar="NAME", help="loops to run (default: all)")
+    running.add_argument(
+        "--metrics-port", type=int, default=None, help="override AWOOOP_METRICS_PORT"
+    )
+    running.set_defaults(run=run)
+
+
+# --- list -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Line:
+    loop: str
+    category: str
+    project_id: str
+    interval_s: float
+    last_run: str
+    failures: int
+    last_error: str
+    where: str
+
+
+def ago(then: datetime | None, now: datetime) -> str:
+    """Pure: '3s ago', '4m12s ago', '2h05m ago', 'never'."""
+    if then is None:
+        return "never"
+    seconds = max(0, int((now - then).total_seconds()))
+    if seconds < 60:
+        return f"{seconds}s ago"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s ago"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m ago"
+
+
+def listing(
+    specs: list[LoopSpec], projects: list[str], beats: list[HeartbeatRow], now: datetime
+) -> list[Line]:
+    """Pure: the lines of ``loops list``."""
+    by_key = {(b.loop_name, b.project_id): b for b in beats}
+    lines: list[Line] = []
+    seen: set[tuple[str, str]] = set()
+
+    def line(name: str, category: str, project: str, interval_s: float) -> Line:
+        beat = by_key.get((name, project))
+        seen.add((name, project))
+        if beat is None:
+            return Line(name, category, project, interval_s, "never", 0, "", "")
+        return Line(
+            name,
+            category,
+            project,
+            interval_s,
+            ago(beat.last_success_at, now),
+            beat.consecutive_failures,
+            beat.last_error or "",
+            f"{beat.host}:{beat.pid}",
+        )
+
+    for spec in specs:
+        if spec.is_template:
+            instances = projects or ["(no project yet)"]
+            for project in instances:
+                lines.append(line(spec.name, str(spec.category), project, spec.interval_s))
+        else:
+            lines.append(
+                line(spec.name, str(spec.category), spec.resolved_project_id(), spec.interval_s)
+            )
+    for beat in beats:  # loops that run inside other processes (workers, relay, ...)
+        if (beat.loop_name, beat.project_id) not in seen:
+            lines.append(line(beat.loop_name, beat.category, beat.project_id, beat.interval_s))
+    return lines
+
+
+def render(lines: list[Line]) -> str:
+    header = ("LOOP", "CATEGORY", "PROJECT", "INTERVAL", "LAST RUN", "FAILING", "WHERE", "ERROR")
+    rows = [
+        (
+            ln.loop,
+            ln.category,
+            ln.project_id,
+            f"{ln.interval_s:g}s",
+            ln.last_run,
+            str(ln.failures) if ln.failures else "",
+            ln.where,
+            ln.last_error[:60],
+        )
+        for ln in lines
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )
+
+
+async def list_loops(settings: Settings, args: argparse.Namespace) -> int:
+    services = await Services.open(settings, db_pool_size=2)
+    try:
+        specs = all_loops(services)
+        beats = await read_heartbeats(services.db)
+        projects = await project_source(services.db)()
+        async with services.db.platform() as conn:
+            now: datetime = await conn.fetchval("SELECT now()")
+    finally:
+        await services.close()
+    lines = listing(specs, projects, beats, now)
+    if args.json:
+        for ln in lines:
+            print(json.dumps(ln.__dict__))
+    else:
+        print(render(lines))
+    return 0
+
+
+# --- run --------------------------------------------------------------------------------------
+
+
+def select(specs: list[LoopSpec], names: list[str]) -> list[LoopSpec]:
+    """Pure: the specs named (all when ``names`` is empty); an unknown name is E-LOOP-001."""
+    if not names:
+        return specs
+    known = {s.name for s in specs}
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise UnknownLoopError(
+            f"no loop named {', '.join(unknown)}; known loops: {', '.join(sorted(known))}"
+        )
+    return [s for s in specs if s.name in set(names)]
+
+
+async def run(settings: Settings, args: argparse.Namespace) -> int:
+    services = await Services.open(settings)
+    try:
+        specs = select(all_loops(services), args.names)
+        port = settings.metrics_port if args.metrics_port is None else args.metrics_port
+        observability = start_observability("awooop-loops", port)
+        previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
+        stop = asyncio.Event()
+        event_loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            event_loop.add_signal_handler(sig, stop.set)
+        log.info(
+            "loops_running",
+            loops=[s.name for s in specs],
+            metrics_port=observability.metrics.port if observability.metrics else None,
+        )
+        try:
+            await run_loops(
+                specs,
+                stop,
+                projects=project_source(services.db),
+                grace_s=settings.shutdown_grace_s,
+            )
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                event_loop.remove_signal_handler(sig)
+            set_heartbeat_sink(previous_sink)
+            observability.close()
+        log.info("loops_stopped")
+    finally:
+        await services.close()
+    return 0

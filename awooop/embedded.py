@@ -1,0 +1,238 @@
+"""Private PostgreSQL and Redis servers on free loopback ports, in a folder of our own.
+
+Used three ways: chaos tests (a server they may kill, flush or restart without disturbing
+anyone), the demo's embedded default (``make demo`` where no local services and no Docker
+engine exist), and the Redis Cluster tests (three masters in cluster mode). The binaries come
+from the OS packages (Debian's ``postgresql`` and ``redis-server``); PostgreSQL runs as the
+``postgres`` OS user when we are root, because initdb refuses to run as root.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too; Redis needs <= 55535."""
+    for _ in range(200):
+        port = random.randint(20000, 45000)
+        if all(_port_free(p) for p in (port, port + 10000)):
+            return port
+    raise RuntimeError("no free port pair for a Redis cluster node")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def redis_answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=3).ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+class RedisServer:
+    """One redis-server without persistence (``cluster`` adds cluster mode)."""
+
+    def __init__(self, directory: Path, port: int | None = None, cluster: bool = False) -> None:
+        if shutil.which("redis-server") is None:
+            raise RuntimeError("redis-server is not installed (Debian package redis-server)")
+        self.port = port or (free_cluster_port() if cluster else free_port())
+        self.dir = directory
+        self.cluster = cluster
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.dir),
+        ]
+        if self.cluster:
+            args += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                f"nodes-{self.port}.conf",
+                "--cluster-node-timeout",
+                "2000",
+            ]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not redis_answers(self.url):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class RedisCluster:
+    """Three masters in cluster mode (no replicas), slots spread evenly by redis-cli."""
+
+    def __init__(self, directory: Path, masters: int = 3) -> None:
+        self.nodes = [RedisServer(directory / f"node{i}", cluster=True) for i in range(masters)]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}/0"
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        subprocess.run(
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        self.wait_ok()
+
+    def wait_ok(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = []
+            for node in self.nodes:
+                try:
+                    info = redis.Redis(port=node.port, socket_timeout=2).cluster("info")
+                    states.append(
+                        b"cluster_state:ok" in info
+                        if isinstance(info, bytes)
+                        else info.get("cluster_state") == "ok"
+                    )
+                except (redis.RedisError, OSError):
+                    states.append(False)
+            if all(states):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("redis cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def postgres_bindir() -> Path:
+    """The server binaries of the newest PostgreSQL installed from the OS packages."""
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name)
+    )
+    if not found:
+        raise RuntimeError(
+            "no PostgreSQL server binaries under /usr/lib/postgresql (Debian package postgresql)"
+        )
+    return found[-1].parent
+
+
+class PostgresServer:
+    """A PostgreSQL cluster in ``directory`` (initialised on first start) on a loopback port."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.dir = directory
+        self.data = directory / "data"
+        self.bindir = postgres_bindir()
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *args], check=True, capture_output=True, timeout=120)
+
+    def init(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if (self.data / "PG_VERSION").exists():
+            return
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self._run(
+            str(self.bindir / "initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        )
+
+    def start(self) -> None:
+        self.init()
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 "
+            f"-c unix_socket_directories={self.dir} -c fsync=off "
+            "-c max_connections=300"
+        )
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.dir / "log"),
+            "-w",
+            "start",
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
+
+    def restart(self) -> None:
+        self.stop("immediate")
+        self.start()

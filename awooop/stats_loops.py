@@ -1,0 +1,192 @@
+"""Platform loops that sample gauges nobody increments in line (R-51).
+
+- ``stats_runs``: live runs by project and state (``awooop_runs``), the age of the oldest live
+  run per project and state (``awooop_runs_oldest_age_seconds``), and runs a platform loop
+  should already have handled (``awooop_runs_overdue``: RUNNING/WAITING_TOOL whose lease
+  expired more than two reaper intervals + 30 s ago; WAITING_APPROVAL whose approval expired
+  more than two resolver intervals + 30 s ago). Only live states are sampled: each of the three
+  queries walks one of the partial indexes of ``awooop_run_state``, so the cost follows the
+  number of live runs, not the table's size. Finished runs are counted as they finish by
+  ``awooop_runs_finished_total``.
+- ``stats_outbox``: ``awooop_outbox_lag_seconds{outbox="contract"}``, the age of the oldest
+  undelivered row of ``awooop_contract_outbox`` (0 when everything is delivered), through its
+  partial index on undelivered rows.
+- ``stats_streams``: for every work and events stream of every shard, each consumer group's
+  ``lag`` (entries not yet delivered to the group) and ``pending`` (delivered, not yet
+  acknowledged) from ``XINFO GROUPS``; and each dead-letter stream's length.
+
+Each sample replaces the previous one: label sets that disappeared (a project with no live run
+left, a group that no longer exists) are removed, so no series goes stale with an old value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from prometheus_client import Gauge
+from redis.exceptions import ResponseError
+
+from awooop import metrics
+from awooop.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.runs.state import RunStatus
+from awooop.services import Services
+
+LIVE_STATES: tuple[str, ...] = (
+    RunStatus.PENDING,
+    RunStatus.RESUMED,
+    RunStatus.RUNNING,
+    RunStatus.WAITING_TOOL,
+    RunStatus.WAITING_APPROVAL,
+)
+
+# --- SQL ----------------------------------------------------------------------------------------
+# Three branches, each with exactly the predicate of one partial index of awooop_run_state
+# (migrations/0003), so each is an index scan over live runs only.
+SAMPLE_RUNS = """
+SELECT project_id, status, count(*) AS runs,
+       extract(epoch FROM now() - min(updated_at))::float8 AS oldest_age_s,
+       count(*) FILTER (WHERE lease_until < now() - make_interval(secs => $1)) AS lease_expired,
+       0::bigint AS approval_expired
+FROM awooop_run_state WHERE status IN ('RUNNING', 'WAITING_TOOL')
+GROUP BY project_id, status
+UNION ALL
+SELECT project_id, status, count(*),
+       extract(epoch FROM now() - min(updated_at))::float8, 0::bigint, 0::bigint
+FROM awooop_run_state WHERE status IN ('PENDING', 'RESUMED')
+GROUP BY project_id, status
+UNION ALL
+SELECT project_id, status, count(*),
+       extract(epoch FROM now() - min(updated_at))::float8, 0::bigint,
+       count(*) FILTER (WHERE approval_expires_at < now() - make_interval(secs => $2))
+FROM awooop_run_state WHERE status = 'WAITING_APPROVAL'
+GROUP BY project_id, status
+"""
+CONTRACT_OUTBOX_LAG = """
+SELECT COALESCE(extract(epoch FROM now() - min(created_at))::float8, 0)
+FROM awooop_contract_outbox WHERE delivered_at IS NULL
+"""
+# -----------------------------------------------------------------------------------------------
+
+
+class GaugeSnapshot:
+    """Sets a gauge to a complete sample, removing label sets the previous sample had."""
+
+    def __init__(self, gauge: Gauge) -> None:
+        self.gauge = gauge
+        self._labels: set[tuple[str, ...]] = set()
+
+    def publish(self, values: dict[tuple[str, ...], float]) -> None:
+        for labels, value in values.items():
+            self.gauge.labels(*labels).set(value)
+        for labels in self._labels - values.keys():
+            self.gauge.remove(*labels)
+        self._labels = set(values)
+
+
+def runs_sample(
+    rows: Iterable[Sequence[Any]],
+) -> tuple[
+    dict[tuple[str, ...], float], dict[tuple[str, ...], float], dict[tuple[str, ...], float]
+]:
+    """Pure: (runs by project/state, oldest age by project/state, overdue by project/reason)
+    from rows (project_id, status, runs, oldest_age_s, lease_expired, approval_expired).
+    Every live state of a project that has any live run is present (0 when it has none)."""
+    by_state: dict[tuple[str, ...], float] = {}
+    oldest: dict[tuple[str, ...], float] = {}
+    overdue: dict[tuple[str, ...], float] = {}
+    for project_id, status, runs, oldest_age_s, lease_expired, approval_expired in rows:
+        for state in LIVE_STATES:
+            by_state.setdefault((project_id, state), 0.0)
+        for reason in ("lease_expired", "approval_expired"):
+            overdue.setdefault((project_id, reason), 0.0)
+        by_state[(project_id, status)] = float(runs)
+        oldest[(project_id, status)] = max(0.0, float(oldest_age_s))
+        overdue[(project_id, "lease_expired")] += float(lease_expired)
+        overdue[(project_id, "approval_expired")] += float(approval_expired)
+    return by_state, oldest, overdue
+
+
+class StatsLoops:
+    """The state (published label sets) behind the three stats loops of one process."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self._runs = GaugeSnapshot(metrics.RUNS_BY_STATE)
+        self._oldest = GaugeSnapshot(metrics.RUNS_OLDEST_AGE)
+        self._overdue = GaugeSnapshot(metrics.RUNS_OVERDUE)
+        self._lag = GaugeSnapshot(metrics.CONSUMER_LAG)
+        self._pending = GaugeSnapshot(metrics.CONSUMER_PENDING)
+        self._dead = GaugeSnapshot(metrics.DEAD_LETTER_LENGTH)
+
+    async def sample_runs(self, _ctx: LoopContext) -> None:
+        settings = self.services.settings
+        lease_grace = 2 * settings.reaper_interval_s + 30
+        approval_grace = 2 * settings.approval_resolver_interval_s + 30
+        async with self.services.db.platform() as conn:
+            rows = await conn.fetch(SAMPLE_RUNS, lease_grace, approval_grace)
+        by_state, oldest, overdue = runs_sample(tuple(row.values()) for row in rows)
+        self._runs.publish(by_state)
+        self._oldest.publish(oldest)
+        self._overdue.publish(overdue)
+
+    async def sample_outbox(self, _ctx: LoopContext) -> None:
+        async with self.services.db.platform() as conn:
+            lag = await conn.fetchval(CONTRACT_OUTBOX_LAG)
+        metrics.OUTBOX_LAG.labels("contract").set(float(lag))
+
+    async def sample_streams(self, _ctx: LoopContext) -> None:
+        keys, redis = self.services.keys, self.services.redis
+        lag: dict[tuple[str, ...], float] = {}
+        pending: dict[tuple[str, ...], float] = {}
+        dead: dict[tuple[str, ...], float] = {}
+        for shard in keys.shards():
+            for stream in (keys.work_stream(shard), keys.events_stream(shard)):
+                try:
+                    groups = await redis.xinfo_groups(stream)
+                except ResponseError as exc:
+                    if "no such key" in str(exc).lower():
+                        continue  # not created yet (or lost: the streams module rebuilds it)
+                    raise
+                for group in groups:
+                    name = _text(group["name"])
+                    pending[(stream, name)] = float(group["pending"])
+                    if group.get("lag") is not None:  # nil when Redis cannot tell (trimmed)
+                        lag[(stream, name)] = float(group["lag"])
+            dead_stream = keys.dead_letter_stream(shard)
+            dead[(dead_stream,)] = float(await redis.xlen(dead_stream))
+        self._lag.publish(lag)
+        self._pending.publish(pending)
+        self._dead.publish(dead)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def loops(services: Services) -> list[LoopSpec]:
+    stats = StatsLoops(services)
+    interval = services.settings.stats_interval_s
+    return [
+        LoopSpec(
+            name="stats_runs",
+            category=LoopCategory.PLATFORM,
+            interval_s=interval,
+            body=stats.sample_runs,
+            description="samples live runs by project and state, their age, overdue runs",
+        ),
+        LoopSpec(
+            name="stats_outbox",
+            category=LoopCategory.PLATFORM,
+            interval_s=interval,
+            body=stats.sample_outbox,
+            description="samples the age of the oldest undelivered outbox row",
+        ),
+        LoopSpec(
+            name="stats_streams",
+            category=LoopCategory.PLATFORM,
+            interval_s=interval,
+            body=stats.sample_streams,
+            description="samples consumer-group lag and pending entries, dead-letter lengths",
+        ),
+    ]

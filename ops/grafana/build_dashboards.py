@@ -1,0 +1,336 @@
+"""Build the Grafana dashboards (ops/grafana/dashboards/*.json) from one short description.
+
+    python ops/grafana/build_dashboards.py          # rewrite the JSON files
+    python ops/grafana/build_dashboards.py --check  # exit 1 if a JSON file is out of date
+
+Four dashboards: runs, lag, loops, revisions. Every query uses metrics of awooop/metrics.py
+(tests/unit/test_telemetry_ops.py checks that, and that the files are up to date).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parent / "dashboards"
+PROMETHEUS = {"type": "prometheus", "uid": "prometheus"}
+
+# (title, [(expr, legend)], unit)
+Panel = tuple[str, list[tuple[str, str]], str]
+
+DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
+    "awooop-runs": (
+        "AwoooP / Runs",
+        [
+            ("Live runs by state", [("sum by (state) (awooop_runs)", "{{state}}")], "short"),
+            (
+                "Live runs by project",
+                [("sum by (project_id) (awooop_runs)", "{{project_id}}")],
+                "short",
+            ),
+            (
+                "Runs finished per second",
+                [("sum by (status) (rate(awooop_runs_finished_total[5m]))", "{{status}}")],
+                "ops",
+            ),
+            (
+                "Channel events per second",
+                [
+                    (
+                        "sum by (channel_type, outcome) (rate(awooop_ingest_events_total[5m]))",
+                        "{{channel_type}} {{outcome}}",
+                    )
+                ],
+                "ops",
+            ),
+            (
+                "Ingest latency p95",
+                [
+                    (
+                        "histogram_quantile(0.95, sum by (le, channel_type) "
+                        "(rate(awooop_ingest_seconds_bucket[5m])))",
+                        "{{channel_type}}",
+                    )
+                ],
+                "s",
+            ),
+            (
+                "Leases per second",
+                [
+                    ("sum by (path) (rate(awooop_lease_claims_total[5m]))", "claimed ({{path}})"),
+                    ("sum(rate(awooop_lease_renewals_total[5m]))", "renewed"),
+                    ("sum(rate(awooop_lease_losses_total[5m]))", "lost"),
+                ],
+                "ops",
+            ),
+            (
+                "Reclaims and reaps per second",
+                [
+                    ("sum by (outcome) (rate(awooop_reclaims_total[5m]))", "reclaim {{outcome}}"),
+                    ("sum by (outcome) (rate(awooop_reaped_runs_total[5m]))", "reap {{outcome}}"),
+                ],
+                "ops",
+            ),
+            (
+                "Oldest live run by state",
+                [("max by (state) (awooop_runs_oldest_age_seconds)", "{{state}}")],
+                "s",
+            ),
+            (
+                "Overdue (stuck) runs",
+                [
+                    (
+                        "sum by (project_id, reason) (awooop_runs_overdue)",
+                        "{{project_id}} {{reason}}",
+                    )
+                ],
+                "short",
+            ),
+        ],
+    ),
+    "awooop-lag": (
+        "AwoooP / Outbox and stream lag",
+        [
+            (
+                "Outbox lag (oldest undelivered)",
+                [("max by (outbox) (awooop_outbox_lag_seconds)", "{{outbox}}")],
+                "s",
+            ),
+            (
+                "Consumer-group lag (not yet delivered)",
+                [("sum by (group, stream) (awooop_consumer_group_lag)", "{{group}} {{stream}}")],
+                "short",
+            ),
+            (
+                "Consumer-group pending (not acknowledged)",
+                [
+                    (
+                        "sum by (group, stream) (awooop_consumer_group_pending)",
+                        "{{group}} {{stream}}",
+                    )
+                ],
+                "short",
+            ),
+            (
+                "Relay published per second",
+                [("sum by (outbox) (rate(awooop_relay_published_total[5m]))", "{{outbox}}")],
+                "ops",
+            ),
+            (
+                "Relay attempts by result",
+                [
+                    (
+                        "sum by (outbox, result) (rate(awooop_relay_attempts_total[5m]))",
+                        "{{outbox}} {{result}}",
+                    )
+                ],
+                "ops",
+            ),
+            (
+                "Dead letters",
+                [
+                    ("sum(increase(awooop_dead_letters_total[15m]))", "moved in 15m"),
+                    ("sum by (stream) (awooop_dead_letter_stream_length)", "{{stream}} length"),
+                ],
+                "short",
+            ),
+            (
+                "Redis data lost and rebuilt",
+                [("sum(increase(awooop_stream_resets_total[1h]))", "resets in 1h")],
+                "short",
+            ),
+            (
+                "Projector events per second by outcome",
+                [
+                    (
+                        "sum by (projection, outcome) (rate(awooop_projector_events_total[5m]))",
+                        "{{projection}} {{outcome}}",
+                    ),
+                    (
+                        "sum by (projection) (rate(awooop_projector_reconciled_events_total[5m]))",
+                        "{{projection}} reconciled from Postgres",
+                    ),
+                ],
+                "ops",
+            ),
+            (
+                "Projector batches failed (left pending)",
+                [
+                    (
+                        "sum by (projection) "
+                        "(increase(awooop_projector_batch_failures_total[15m]))",
+                        "{{projection}}",
+                    )
+                ],
+                "short",
+            ),
+        ],
+    ),
+    "awooop-loops": (
+        "AwoooP / Background loops",
+        [
+            (
+                "Seconds since last successful iteration (alert at 300)",
+                [
+                    (
+                        "time() - awooop_background_loop_last_run_timestamp",
+                        "{{loop_name}} {{project_id}}",
+                    )
+                ],
+                "s",
+            ),
+            (
+                "Failed iterations per minute",
+                [
+                    (
+                        "sum by (loop_name, project_id) "
+                        "(rate(awooop_background_loop_errors_total[5m])) * 60",
+                        "{{loop_name}} {{project_id}}",
+                    )
+                ],
+                "short",
+            ),
+            (
+                "Iteration duration p95",
+                [
+                    (
+                        "histogram_quantile(0.95, sum by (le, loop_name) "
+                        "(rate(awooop_background_loop_iteration_seconds_bucket[5m])))",
+                        "{{loop_name}}",
+                    )
+                ],
+                "s",
+            ),
+        ],
+    ),
+    "awooop-revisions": (
+        "AwoooP / Revisions and model calls",
+        [
+            (
+                "Revision cache per second",
+                [
+                    ("sum(rate(awooop_revision_cache_hits_total[5m]))", "hits"),
+                    ("sum(rate(awooop_revision_cache_misses_total[5m]))", "misses"),
+                ],
+                "ops",
+            ),
+            (
+                "Revision cache hit ratio",
+                [
+                    (
+                        "sum(rate(awooop_revision_cache_hits_total[5m])) / "
+                        "(sum(rate(awooop_revision_cache_hits_total[5m])) + "
+                        "sum(rate(awooop_revision_cache_misses_total[5m])))",
+                        "hit ratio",
+                    )
+                ],
+                "percentunit",
+            ),
+            (
+                "Stale revisions detected",
+                [
+                    (
+                        "sum by (source) (increase(awooop_revision_cache_stale_total[5m]))",
+                        "{{source}}",
+                    )
+                ],
+                "short",
+            ),
+            (
+                "Pointer check latency",
+                [
+                    (
+                        "histogram_quantile(0.5, sum by (le) "
+                        "(rate(awooop_pointer_check_seconds_bucket[5m])))",
+                        "p50",
+                    ),
+                    (
+                        "histogram_quantile(0.99, sum by (le) "
+                        "(rate(awooop_pointer_check_seconds_bucket[5m])))",
+                        "p99",
+                    ),
+                ],
+                "s",
+            ),
+            (
+                "Model calls per second",
+                [("sum by (result) (rate(awooop_llm_calls_total[5m]))", "{{result}}")],
+                "ops",
+            ),
+            (
+                "Model call latency p95",
+                [
+                    (
+                        "histogram_quantile(0.95, sum by (le) "
+                        "(rate(awooop_llm_call_seconds_bucket[5m])))",
+                        "p95",
+                    )
+                ],
+                "s",
+            ),
+        ],
+    ),
+}
+
+
+def panel(index: int, title: str, targets: list[tuple[str, str]], unit: str) -> dict[str, Any]:
+    return {
+        "id": index + 1,
+        "type": "timeseries",
+        "title": title,
+        "datasource": PROMETHEUS,
+        "gridPos": {"h": 8, "w": 12, "x": (index % 2) * 12, "y": (index // 2) * 8},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
+        "targets": [
+            {"refId": chr(ord("A") + i), "datasource": PROMETHEUS, "expr": e, "legendFormat": lg}
+            for i, (e, lg) in enumerate(targets)
+        ],
+    }
+
+
+def dashboard(uid: str, title: str, panels: list[Panel]) -> dict[str, Any]:
+    return {
+        "uid": uid,
+        "title": title,
+        "tags": ["awooop"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "links": [
+            {"title": "AwoooP", "type": "dashboards", "tags": ["awooop"], "asDropdown": True}
+        ],
+        "panels": [panel(i, *p) for i, p in enumerate(panels)],
+    }
+
+
+def rendered() -> dict[Path, str]:
+    return {
+        OUT / f"{uid.removeprefix('awooop-')}.json": json.dumps(
+            dashboard(uid, title, panels), indent=2, sort_keys=True
+        )
+        + "\n"
+        for uid, (title, panels) in DASHBOARDS.items()
+    }
+
+
+def main(argv: list[str]) -> int:
+    files = rendered()
+    if "--check" in argv:
+        stale = [p.name for p, text in files.items() if not p.exists() or p.read_text() != text]
+        if stale:
+            print(f"out of date: {', '.join(stale)}; run python {__file__}", file=sys.stderr)
+            return 1
+        return 0
+    OUT.mkdir(exist_ok=True)
+    for path, text in files.items():
+        path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,152 @@
+"""The stats loops sample real Postgres and Redis into their gauges (R-51)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+from prometheus_client import REGISTRY
+
+from awooop import events as ev
+from awooop.config import Settings
+from awooop.loops import LoopContext
+from awooop.runs import store
+from awooop.runs.state import TERMINAL, RunStatus
+from awooop.services import Services
+from awooop.stats_loops import LIVE_STATES, StatsLoops, runs_sample
+from streams.keys import WORKER_GROUP
+from tests.support import factories
+
+CTX = LoopContext(project_id="__platform__")
+
+
+def sample(name: str, **labels: str) -> float | None:
+    return REGISTRY.get_sample_value(name, labels)
+
+
+@pytest.fixture
+async def services(settings: Settings) -> AsyncIterator[Services]:
+    s = await Services.open(settings, db_pool_size=2)
+    yield s
+    await s.close()
+
+
+def test_live_states_are_every_non_terminal_state() -> None:
+    assert set(LIVE_STATES) == {str(s) for s in RunStatus} - {str(s) for s in TERMINAL}
+
+
+def test_runs_sample_fills_every_live_state_of_a_seen_project() -> None:
+    by_state, oldest, overdue = runs_sample(
+        [("p", "RUNNING", 2, 30.0, 1, 0), ("p", "WAITING_APPROVAL", 1, 5.0, 0, 1)]
+    )
+    assert by_state[("p", "RUNNING")] == 2 and by_state[("p", "PENDING")] == 0
+    assert len(by_state) == len(LIVE_STATES)
+    assert oldest == {("p", "RUNNING"): 30.0, ("p", "WAITING_APPROVAL"): 5.0}
+    assert overdue == {("p", "lease_expired"): 1.0, ("p", "approval_expired"): 1.0}
+
+
+async def make_run(services: Services, project: str, *, to: str) -> uuid.UUID:
+    run_id = uuid.uuid4()
+    async with services.db.tenant(project) as conn:
+        now = await conn.fetchval("SELECT now()")
+        await store.create_run(conn, factories.created(run_id, project_id=project, at=now))
+        if to == "PENDING":
+            return run_id
+        await store.record(
+            conn,
+            run_id,
+            lambda s, now: ev.RunClaimed(
+                at=now, worker_id="w", attempt=1, lease_until=now - timedelta(hours=1)
+            ),
+        )
+        if to == "WAITING_APPROVAL":
+            await store.record(
+                conn,
+                run_id,
+                lambda s, now: ev.ApprovalRequested(
+                    at=now, worker_id="w", attempt=1, expires_at=now - timedelta(hours=1)
+                ),
+            )
+        elif to == "COMPLETED":
+            await store.record(
+                conn,
+                run_id,
+                lambda s, now: ev.RunCompleted(at=now, worker_id="w", attempt=1, result=None),
+            )
+    return run_id
+
+
+async def test_runs_by_state_oldest_and_overdue(services: Services) -> None:
+    project = f"stats-{uuid.uuid4().hex[:6]}"
+    for to in ("PENDING", "PENDING", "RUNNING", "WAITING_APPROVAL", "COMPLETED"):
+        await make_run(services, project, to=to)
+    stats = StatsLoops(services)
+    await stats.sample_runs(CTX)
+
+    def runs(state: str) -> float | None:
+        return sample("awooop_runs", project_id=project, state=state)
+
+    assert (runs("PENDING"), runs("RUNNING"), runs("WAITING_APPROVAL")) == (2, 1, 1)
+    assert runs("RESUMED") == 0 and runs("COMPLETED") is None  # finished runs are not sampled
+    age = sample("awooop_runs_oldest_age_seconds", project_id=project, state="PENDING")
+    assert age is not None and 0 <= age < 60
+    overdue = "awooop_runs_overdue"
+    assert sample(overdue, project_id=project, reason="lease_expired") == 1
+    assert sample(overdue, project_id=project, reason="approval_expired") == 1
+
+    # the project's live runs finish: its series go away instead of keeping old values
+    async with services.db.platform() as conn:
+        await conn.execute("DELETE FROM awooop_run_state WHERE project_id = $1", project)
+    await stats.sample_runs(CTX)
+    assert runs("PENDING") is None
+    assert sample(overdue, project_id=project, reason="lease_expired") is None
+
+
+async def test_contract_outbox_lag(services: Services) -> None:
+    stats = StatsLoops(services)
+    await stats.sample_outbox(CTX)
+    assert sample("awooop_outbox_lag_seconds", outbox="contract") == 0
+    async with services.db.platform() as conn:
+        revision = await conn.fetchval(
+            "INSERT INTO awooop_contract_revisions "
+            "(project_id, contract_family, contract_id, body, body_hash) "
+            "VALUES ('p', 'agent', 'c', '{}', 'h') RETURNING revision_id"
+        )
+        for age_s, delivered in ((120, False), (600, True), (30, False)):
+            await conn.execute(
+                "INSERT INTO awooop_contract_outbox (event_type, project_id, contract_family, "
+                "contract_id, new_revision_id, created_at, delivered_at) VALUES "
+                "('RevisionActivated', 'p', 'agent', 'c', $1, now() - make_interval(secs => $2),"
+                " CASE WHEN $3 THEN now() END)",
+                revision,
+                float(age_s),
+                delivered,
+            )
+    await stats.sample_outbox(CTX)
+    lag = sample("awooop_outbox_lag_seconds", outbox="contract")
+    assert lag is not None and 120 <= lag < 180  # the oldest UNdelivered row
+
+
+async def test_consumer_group_lag_pending_and_dead_letters(services: Services) -> None:
+    redis, keys = services.redis, services.keys
+    work = keys.work_stream(0)
+    for i in range(3):
+        await redis.xadd(work, {"e": str(i)})
+    await redis.xgroup_create(work, WORKER_GROUP, id="0")
+    await redis.xreadgroup(WORKER_GROUP, "c1", {work: ">"}, count=1)
+    dead = keys.dead_letter_stream(1)
+    await redis.xadd(dead, {"e": "x"})
+    await redis.xadd(dead, {"e": "y"})
+    stats = StatsLoops(services)
+    await stats.sample_streams(CTX)
+    assert sample("awooop_consumer_group_pending", stream=work, group=WORKER_GROUP) == 1
+    assert sample("awooop_consumer_group_lag", stream=work, group=WORKER_GROUP) == 2
+    assert sample("awooop_dead_letter_stream_length", stream=dead) == 2
+    assert sample("awooop_dead_letter_stream_length", stream=keys.dead_letter_stream(0)) == 0
+
+    await redis.delete(work)  # Redis lost the stream: the group's series must not linger
+    await stats.sample_streams(CTX)
+    assert sample("awooop_consumer_group_pending", stream=work, group=WORKER_GROUP) is None
+    assert sample("awooop_consumer_group_lag", stream=work, group=WORKER_GROUP) is None

@@ -1,0 +1,206 @@
+"""Rows of one project in every tenant table, for the row-level security tests (R-43).
+
+:func:`seed_project` writes one project's rows through the real write paths where they exist
+(a run through ``awooop.runs.store``) and plain inserts elsewhere. A table that has a
+``project_id`` column and none of these rows gets a generic row built from its column types;
+a table whose constraints refuse that row needs a builder here (the RLS test says which).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any
+
+from awooop.db import Connection, Database
+from awooop.runs import store
+from tests.support import factories
+
+# --- builders: one project's rows, through the write paths --------------------------------------
+
+
+async def _run(conn: Connection, project_id: str) -> None:
+    now = await conn.fetchval("SELECT now()")
+    await store.create_run(conn, factories.created(project_id=project_id, at=now))
+
+
+async def _dedupe(conn: Connection, project_id: str) -> None:
+    await conn.execute(
+        "INSERT INTO awooop_channel_event_dedupe "
+        "(project_id, channel_type, provider_event_id, run_id, expires_at) "
+        "VALUES ($1, 'api', $2, $3, now() + interval '1 day')",
+        project_id,
+        uuid.uuid4().hex,
+        uuid.uuid4(),
+    )
+
+
+async def _revision(conn: Connection, project_id: str) -> None:
+    body = {"prompt": f"hello {project_id}"}
+    contract = f"c-{uuid.uuid4().hex[:8]}"
+    revision_id = await conn.fetchval(
+        "INSERT INTO awooop_contract_revisions "
+        "(project_id, contract_family, contract_id, body, body_hash) "
+        "VALUES ($1, 'agent', $4, $2, $3) RETURNING revision_id",
+        project_id,
+        body,
+        hashlib.sha256(repr(body).encode()).hexdigest(),
+        contract,
+    )
+    await conn.execute(
+        "INSERT INTO awooop_active_revisions "
+        "(project_id, contract_family, contract_id, active_revision_id) "
+        "VALUES ($1, 'agent', $3, $2)",
+        project_id,
+        revision_id,
+        contract,
+    )
+    await conn.execute(
+        "INSERT INTO awooop_contract_outbox "
+        "(event_type, project_id, contract_family, contract_id, new_revision_id) "
+        "VALUES ('RevisionActivated', $1, 'agent', $3, $2)",
+        project_id,
+        revision_id,
+        contract,
+    )
+
+
+async def _heartbeat(conn: Connection, project_id: str) -> None:
+    await conn.execute(
+        "INSERT INTO awooop_loop_heartbeats "
+        "(loop_name, project_id, category, interval_s, host, pid) "
+        "VALUES ($2, $1, 'per-tenant', 1, 'test', 1)",
+        project_id,
+        f"rls_probe_{uuid.uuid4().hex[:8]}",
+    )
+
+
+async def _projections(conn: Connection, project_id: str) -> None:
+    """Read-model rows (projections/), written by the projections' own apply."""
+    from awooop.events import RevisionCreated, revision_stream_id, run_stream_id
+    from projections.base import LIVE, LogEvent
+    from projections.registry import get
+
+    now = await conn.fetchval("SELECT now()")
+    run = factories.created(project_id=project_id, at=now)
+    contract = f"c-{uuid.uuid4().hex[:8]}"
+    revision = RevisionCreated(
+        at=now,
+        revision_id=uuid.uuid4(),
+        contract_family="agent",
+        contract_id=contract,
+        body_hash="h",
+    )
+    for name, stream_id, event in (
+        ("run_state_view", run_stream_id(run.run_id), run),
+        ("run_timeline", run_stream_id(run.run_id), run),
+        ("revision_history", revision_stream_id(project_id, "agent", contract), revision),
+    ):
+        log_event = LogEvent(
+            stream_id=stream_id,
+            version=1,
+            project_id=project_id,
+            position=1,
+            event_type=type(event).__name__,
+            event=event,
+        )
+        await get(name).apply(conn, LIVE, {stream_id: [log_event]})
+
+
+BUILDERS = (_run, _dedupe, _revision, _heartbeat, _projections)
+
+
+async def seed_project(db: Database, project_id: str) -> None:
+    """Rows of ``project_id`` in every tenant table a builder knows, as that tenant."""
+    for build in BUILDERS:
+        async with db.tenant(project_id) as conn:
+            await build(conn, project_id)
+
+
+# --- generic rows for tables no builder knows -----------------------------------------------------
+
+COLUMNS = """
+SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type,
+       a.attnotnull AS not_null, a.atthasdef AS has_default,
+       a.attidentity <> '' AS identity, a.attgenerated <> '' AS generated
+FROM pg_attribute a
+WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+SAMPLE_TEXT = {
+    "uuid": lambda: str(uuid.uuid4()),
+    "integer": lambda: "1",
+    "bigint": lambda: "1",
+    "smallint": lambda: "1",
+    "double precision": lambda: "1",
+    "real": lambda: "1",
+    "numeric": lambda: "1",
+    "boolean": lambda: "false",
+    "jsonb": lambda: "{}",
+    "json": lambda: "{}",
+    "timestamp with time zone": lambda: "now",
+    "timestamp without time zone": lambda: "now",
+    "date": lambda: "today",
+    "xid8": lambda: "1",
+    "bytea": lambda: "\\x00",
+}
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+async def insert_generic(conn: Connection, table: str, project_id: str) -> None:
+    """One row of ``table`` for ``project_id``: required columns from their types."""
+    names: list[str] = []
+    values: list[str] = []
+    types: list[str] = []
+    for col in await conn.fetch(COLUMNS, table):
+        if col["generated"] or col["identity"]:
+            continue
+        if col["name"] == "project_id":
+            value = project_id
+        elif col["not_null"] and not col["has_default"]:
+            make = SAMPLE_TEXT.get(col["type"])
+            value = make() if make else f"{project_id}-{uuid.uuid4().hex[:12]}"
+        else:
+            continue
+        names.append(quote_ident(col["name"]))
+        values.append(value)
+        types.append(col["type"])
+    placeholders = ", ".join(f"${i}::text::{t}" for i, t in enumerate(types, start=1))
+    await conn.execute(
+        f"INSERT INTO {quote_ident(table)} ({', '.join(names)}) VALUES ({placeholders})",
+        *values,
+    )
+
+
+# --- copying a row (to try writing another project's row) -----------------------------------------
+
+
+async def insertable_columns(conn: Connection, table: str) -> list[str]:
+    return [
+        str(c["name"])
+        for c in await conn.fetch(COLUMNS, table)
+        if not c["generated"] and not c["identity"]
+    ]
+
+
+async def one_row(conn: Connection, table: str, project_id: str) -> dict[str, Any]:
+    row = await conn.fetchval(
+        f"SELECT to_jsonb(t) FROM {quote_ident(table)} t WHERE project_id = $1 LIMIT 1",
+        project_id,
+    )
+    assert isinstance(row, dict), f"{table} has no row of {project_id}"
+    return row
+
+
+async def insert_copy(conn: Connection, table: str, row: dict[str, Any], columns: list[str]) -> str:
+    cols = ", ".join(quote_ident(c) for c in columns)
+    status: str = await conn.execute(
+        f"INSERT INTO {quote_ident(table)} ({cols}) "
+        f"SELECT {cols} FROM jsonb_populate_record(NULL::{quote_ident(table)}, $1::jsonb)",
+        row,
+    )
+    return status
