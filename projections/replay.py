@@ -12,8 +12,9 @@ Phases:
    cursor (tx_id X-1, position max) and filters on S from then on.
 2. **Indexes** of the live table are built on the shadow (faster after the COPY), then ANALYZE.
 3. **Tail.** The log is followed from that cursor by (tx_id, position), only below the xmin of
-   each read's snapshot (so no late commit is ever skipped) and only what S did not see, applying events to the shadow with
-   the projection's incremental ``apply`` until a pass finds little left.
+   each read's snapshot (so no late commit is ever skipped) and only what S did not see,
+   applying events to the shadow with the projection's incremental ``apply`` until a pass
+   finds little left.
 4. **Verify.** In one REPEATABLE READ snapshot: the events committed after the cursor are applied
    to the shadow, and the shadow is compared with the live table in that same snapshot. The
    write path changes the run row and appends its event in one transaction, so in any snapshot
@@ -300,6 +301,7 @@ class Replay:
         try:
             async with reader.transaction(isolation="repeatable_read", readonly=True):
                 snap = await reader.fetchrow(SNAPSHOT)
+                assert snap is not None
                 self.snapshot, xmin = snap["snapshot"], snap["xmin"]
                 total = await reader.fetchval(ESTIMATE, self.low, self.high, self.project)
                 progress = Progress(
