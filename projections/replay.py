@@ -79,12 +79,14 @@ WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $
 """
 _EVENT_COLUMNS = """stream_id, version, project_id, position, event_type, data::text AS data,
        metadata->>'traceparent' AS traceparent, tx_id::text::bigint AS tx_id"""
-BULK = f"""
-SELECT {_EVENT_COLUMNS}
+# data as jsonb: the reader's codec hands its JSON bytes straight to the event decoder.
+BULK = """
+SELECT stream_id, version, project_id, position, event_type, data,
+       metadata->>'traceparent' AS traceparent
 FROM awooop_events
 WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
 ORDER BY stream_id, version
-"""  # noqa: S608 - constant column list
+"""
 # Commit-safe follower (as awooop.eventlog.READ_FORWARD), filtered to the projection's streams
 # and to the events the bulk pass's snapshot ($7) did not see.
 TAIL_SAFE = f"""
@@ -126,6 +128,17 @@ async def use_binary_json(conn: Connection) -> None:
     )
     await conn.set_type_codec(
         "json", schema="pg_catalog", encoder=_json_encode, decoder=_json_decode, format="binary"
+    )
+
+
+async def raw_jsonb(conn: Connection) -> None:
+    """jsonb arrives as its JSON bytes (no str, no generic decode): the bulk reader's codec."""
+    await conn.set_type_codec(
+        "jsonb",
+        schema="pg_catalog",
+        encoder=lambda value: JSONB_BINARY_VERSION + _json_encode(value),
+        decoder=lambda data: data[1:],
+        format="binary",
     )
 
 
@@ -189,6 +202,7 @@ class Replay:
         project: str | None = None,
         progress_stream: TextIO | None = None,
         batch_rows: int = 10_000,
+        fetch_rows: int = 10_000,
         tail_batch: int = 5_000,
         lock_timeout_s: float = 2.0,
         lock_attempts: int = 20,
@@ -199,6 +213,7 @@ class Replay:
         self.project = project
         self.progress_stream = progress_stream
         self.batch_rows = batch_rows
+        self.fetch_rows = fetch_rows
         self.tail_batch = tail_batch
         self.lock_timeout_s = lock_timeout_s
         self.lock_attempts = lock_attempts
@@ -268,6 +283,7 @@ class Replay:
 
     async def _bulk(self, report: ReplayReport) -> Cursor:
         reader = await self._connect(PLATFORM_ROLE)
+        await raw_jsonb(reader)
         writer = await self._connect(PLATFORM_ROLE, binary_json=True)
         columns = {t.name: t.columns for t in self.projection.tables}
         queue: asyncio.Queue[tuple[str, list[tuple[Any, ...]]] | None] = asyncio.Queue(4)
@@ -311,20 +327,30 @@ class Replay:
                 buffered = 0
                 group: list[LogEvent] = []
                 cursor = await reader.cursor(BULK, self.low, self.high, self.project)
-                while records := await cursor.fetch(5000):
-                    for r in records:
-                        if group and r[0] != group[0].stream_id:
-                            self.projection.bulk_stream(group, out)
-                            buffered += len(group)
-                            group = []
-                        group.append(self._event(r))
-                    report.bulk_events += len(records)
-                    progress.advance(len(records))
-                    if self.on_events is not None:
-                        self.on_events(report.bulk_events)
-                    if buffered >= self.batch_rows:
-                        await flush(out)
-                        buffered = 0
+                # Pipelined: the next FETCH runs on the server while this batch is folded.
+                pending = asyncio.ensure_future(cursor.fetch(self.fetch_rows))
+                try:
+                    while records := await pending:
+                        pending = asyncio.ensure_future(cursor.fetch(self.fetch_rows))
+                        await asyncio.sleep(0)  # send it before the CPU work below
+                        for r in records:
+                            if group and r[0] != group[0].stream_id:
+                                self.projection.bulk_stream(group, out)
+                                buffered += len(group)
+                                group = []
+                            group.append(self._event(r))
+                        report.bulk_events += len(records)
+                        progress.advance(len(records))
+                        if self.on_events is not None:
+                            self.on_events(report.bulk_events)
+                        if buffered >= self.batch_rows:
+                            await flush(out)
+                            buffered = 0
+                finally:
+                    if not pending.done():
+                        pending.cancel()
+                    with contextlib.suppress(BaseException):
+                        await pending
                 if group:
                     self.projection.bulk_stream(group, out)
                 self.projection.bulk_finish(out)
