@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "awooop.commands.migrate",
     "awooop.commands.smoke",
     "awooop.commands.loops",
+    "awooop.commands.relay",
     "awooop.commands.replay",
     "awooop.commands.projector",
 )

@@ -50,6 +50,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     relay_poll_interval_s: float = 1.0
     relay_batch_size: int = 1000
+    relay_trim_interval_s: float = 5.0
     stream_maxlen: int = 100_000
 
     projector_reconcile_interval_s: float = 60.0
@@ -83,6 +84,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "approval_ttl_s",
             "approval_resolver_interval_s",
             "relay_poll_interval_s",
+            "relay_trim_interval_s",
             "policy_revalidate_s",
             "projector_reconcile_interval_s",
             "channel_event_revalidate_s",

@@ -217,6 +217,16 @@ class UnknownLoopError(AwoooPError):
     http_status = 404
 
 
+# --- streams --------------------------------------------------------------------------------
+
+
+class StreamRebuildInterruptedError(AwoooPError):
+    """Redis lost a shard's data again while the relay rebuilt or published it; retrying."""
+
+    code = "E-STREAM-001"
+    http_status = 503
+
+
 # --- projections and replay ------------------------------------------------------------------
 
 

@@ -57,7 +57,7 @@ SELECT position, tx_id::text::bigint AS tx_id, event_id, stream_id, version, pro
 FROM awooop_events
 WHERE (tx_id, position) > ($1::text::xid8, $2::bigint)
   AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY tx_id, position
+ORDER BY awooop_events.tx_id, position  -- the column, not the bigint alias: index order
 LIMIT $3
 """
 

@@ -12,7 +12,7 @@ import importlib
 from awooop.loops import LoopSpec
 from awooop.services import Services
 
-LOOP_MODULES: tuple[str, ...] = ("awooop.stats_loops", "projections.loops")
+LOOP_MODULES: tuple[str, ...] = ("awooop.stats_loops", "awooop.relay_loops", "projections.loops")
 
 
 def all_loops(services: Services) -> list[LoopSpec]:

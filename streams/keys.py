@@ -56,6 +56,11 @@ class Keys(msgspec.Struct, frozen=True):
         """A marker written with the shard's streams; missing means Redis lost its data."""
         return self._shard_key(shard, "epoch")
 
+    def epoch_pending(self, shard: int) -> str:
+        """The token of a reset in progress: the relay rebuilds the shard under this token
+        and only then moves it to :meth:`epoch` (a crash or a second loss midway restarts it)."""
+        return self._shard_key(shard, "epoch-pending")
+
     def notices_stream(self) -> str:
         """Contract invalidation notices, read by every worker with plain XREAD."""
         return f"{self.prefix}:{{{NOTICES_TAG}}}:stream"
@@ -67,3 +72,18 @@ class Keys(msgspec.Struct, frozen=True):
         """The shard of a work/events/dead stream key (inverse of the builders above)."""
         tag = stream_key.split("{", 1)[1].split("}", 1)[0]
         return int(tag[1:])
+
+    def epoch_of(self, stream_key: str) -> str:
+        """The epoch key that marks the generation of ``stream_key`` (a shard or notices)."""
+        if stream_key == self.notices_stream():
+            return self.notices_epoch()
+        return self.epoch(self.stream_shard(stream_key))
+
+
+def hash_tag(key: str) -> str:
+    """The ``{...}`` hash tag of a key: keys with equal tags share a Redis Cluster slot."""
+    start = key.find("{")
+    end = key.find("}", start + 1)
+    if start < 0 or end < 0:
+        return key
+    return key[start + 1 : end]

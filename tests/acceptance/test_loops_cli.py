@@ -19,7 +19,7 @@ from typing import Any
 from awooop.config import Settings
 from awooop.embedded import free_port
 
-LOOPS = ("stats_runs", "stats_outbox", "stats_streams")
+LOOPS = ("stats_runs", "stats_outbox", "stats_streams", "relay")
 
 
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:
@@ -29,6 +29,7 @@ def env_for(settings: Settings, **extra: str) -> dict[str, str]:
         AWOOOP_REDIS_URL=settings.redis_url,
         AWOOOP_REDIS_KEY_PREFIX=settings.redis_key_prefix,
         AWOOOP_STATS_INTERVAL_S="0.2",
+        AWOOOP_RELAY_POLL_INTERVAL_S="0.2",
         AWOOOP_SHUTDOWN_GRACE_S="5",
         AWOOOP_LOG_LEVEL="info",
     )

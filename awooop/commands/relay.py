@@ -1,0 +1,57 @@
+"""``awooop relay``: publish committed events and contract notices to Redis Streams.
+
+Runs the ``relay`` loop until SIGTERM or SIGINT, then stops cleanly (gives up the relay lock so
+that a standby takes over at once) and exits 0. Several may run: one is active, the others
+wait. Serves ``/metrics`` on ``AWOOOP_METRICS_PORT`` when set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from typing import Any
+
+from awooop.config import Settings
+from awooop.logs import get_logger
+from awooop.loops import run_loop
+from awooop.relay_loops import relay_spec
+from awooop.services import redis_client
+from awooop.telemetry import configure_tracing, serve_metrics, shutdown_tracing
+from streams.keys import Keys
+from streams.relay import Relay
+
+log = get_logger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "relay", help="publish the event log and contract outbox to Redis Streams"
+    )
+    parser.set_defaults(run=run)
+
+
+async def run(settings: Settings, args: argparse.Namespace) -> int:
+    configure_tracing("awooop-relay")
+    serve_metrics(settings.metrics_port)
+    redis = redis_client(settings.redis_url)
+    relay = Relay(
+        settings=settings,
+        redis=redis,
+        keys=Keys(settings.redis_key_prefix, settings.shard_count),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("relay_starting", relay_id=relay.relay_id, metrics_port=settings.metrics_port)
+    try:
+        await run_loop(relay_spec(relay, settings), stop)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await relay.close()
+        await redis.aclose()
+        shutdown_tracing()
+    log.info("relay_stopped", relay_id=relay.relay_id)
+    return 0

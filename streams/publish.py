@@ -1,0 +1,79 @@
+"""Turning log rows into stream entries, and the guarded XADD of one shard's entries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from awooop.eventlog import RecordedEvent
+from awooop.events import DISPATCH_EVENT_TYPES
+from streams import scripts
+from streams.envelope import FIELD, Envelope, encode
+from streams.keys import Keys
+
+EVENTS_ONLY = "e"
+WORK_ONLY = "w"
+BOTH = "b"
+
+
+def envelope_of(event: RecordedEvent, attempt: int = 0) -> Envelope:
+    """The envelope of a log row; trace context comes from the row's metadata, where producers
+    put ``traceparent``/``tracestate`` (see ``awooop.telemetry.inject``)."""
+    meta = event.metadata if isinstance(event.metadata, dict) else {}
+    traceparent = meta.get("traceparent")
+    tracestate = meta.get("tracestate")
+    return Envelope(
+        event_id=event.event_id,
+        position=event.position,
+        tx_id=event.tx_id,
+        stream_id=event.stream_id,
+        version=event.version,
+        project_id=event.project_id,
+        event_type=event.event_type,
+        payload=event.data.encode(),
+        attempt=attempt,
+        traceparent=traceparent if isinstance(traceparent, str) else None,
+        tracestate=tracestate if isinstance(tracestate, str) else None,
+        recorded_at=event.recorded_at.timestamp(),
+    )
+
+
+def route_of(event_type: str) -> str:
+    """Dispatch events go to the events and the work stream, the rest to the events stream."""
+    return BOTH if event_type in DISPATCH_EVENT_TYPES else EVENTS_ONLY
+
+
+def by_shard(
+    events: Sequence[RecordedEvent], keys: Keys, attempt: int = 0, route: str | None = None
+) -> dict[int, list[tuple[str, bytes]]]:
+    """(route, encoded envelope) per shard, in log order within each shard."""
+    grouped: dict[int, list[tuple[str, bytes]]] = {}
+    shards: dict[str, int] = {}  # a batch has few projects: hash each once
+    for event in events:
+        shard = shards.get(event.project_id)
+        if shard is None:
+            shard = shards[event.project_id] = keys.shard_of(event.project_id)
+        item = (route or route_of(event.event_type), encode(envelope_of(event, attempt)))
+        grouped.setdefault(shard, []).append(item)
+    return grouped
+
+
+async def publish_shard(
+    redis: Any,
+    keys: Keys,
+    shard: int,
+    guard_key: str,
+    guard_value: str,
+    items: Sequence[tuple[str, bytes]],
+) -> int:
+    """XADD ``items`` in one atomic script call if ``guard_key`` still holds ``guard_value``;
+    returns the number of entries, or -1 (nothing written) when the guard changed."""
+    routes = "".join(route for route, _ in items)
+    sizes = ",".join(str(len(data)) for _, data in items)
+    blob = b"".join(data for _, data in items)
+    result = await scripts.PUBLISH(
+        redis,
+        [guard_key, keys.events_stream(shard), keys.work_stream(shard)],
+        [guard_value, FIELD, routes, sizes, blob],
+    )
+    return int(result)

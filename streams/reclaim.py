@@ -1,0 +1,88 @@
+"""Pending-entry reclaim (R-16): take over messages a dead consumer left behind.
+
+A message read by a consumer stays in the group's pending-entries list until acknowledged.
+:func:`autoclaim` moves entries idle longer than ``min_idle_ms`` to the caller and reports how
+often each has now been delivered (the caller dead-letters a message delivered too often).
+:func:`touch` lets a live consumer keep its own long-running entries from looking idle. The DB
+lease stays the authority over who runs a run: a reclaimed message only says "look at it".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from awooop.logs import get_logger
+from streams import scripts
+from streams.deadletter import dead_letter_raw
+from streams.delivery import Delivery, UndecodableEntry, text, to_delivery
+from streams.keys import Keys
+
+log = get_logger(__name__)
+
+CLAIM_STEP = 100  # XAUTOCLAIM COUNT per script call (Redis scans up to 10x that per call)
+
+
+async def autoclaim(
+    redis: Any,
+    stream: str,
+    group: str,
+    consumer: str,
+    min_idle_ms: int,
+    count: int = 100,
+    *,
+    keys: Keys | None = None,
+) -> list[Delivery]:
+    """Claim up to ``count`` entries idle for ``min_idle_ms`` (one sweep of the PEL).
+
+    Each Delivery carries the delivery count including this claim. Entries deleted from the
+    stream while pending (trimmed) are dropped from the PEL by Redis and logged. An entry
+    without a decodable envelope is dead-lettered when ``keys`` is given, else skipped and
+    left pending.
+    """
+    deliveries: list[Delivery] = []
+    cursor = "0-0"
+    while len(deliveries) < count:
+        step = min(CLAIM_STEP, count - len(deliveries))
+        next_cursor, entries, deleted = await scripts.AUTOCLAIM(
+            redis, [stream], [group, consumer, str(min_idle_ms), cursor, str(step)]
+        )
+        for entry_id, fields, delivery_count in entries:
+            try:
+                deliveries.append(to_delivery(stream, entry_id, fields, int(delivery_count), group))
+            except UndecodableEntry as bad:
+                if keys is not None:
+                    await dead_letter_raw(
+                        redis,
+                        keys,
+                        stream=stream,
+                        group=group,
+                        entry_id=bad.entry_id,
+                        data=bad.data,
+                        reason=bad.reason,
+                        delivery_count=int(delivery_count),
+                    )
+                else:
+                    log.warning("stream_entry_undecodable", stream=stream, entry_id=bad.entry_id)
+        if deleted:
+            log.warning(
+                "stream_pending_entries_deleted",
+                stream=stream,
+                group=group,
+                entry_ids=[text(i) for i in deleted],
+            )
+        cursor = text(next_cursor)
+        if cursor == "0-0":
+            break
+    return deliveries
+
+
+async def touch(
+    redis: Any, stream: str, group: str, consumer: str, entry_ids: Sequence[str]
+) -> None:
+    """Reset the idle time of ``entry_ids`` that ``consumer`` still owns (no delivery counted).
+
+    Entries another consumer has reclaimed meanwhile are left with it.
+    """
+    if entry_ids:
+        await scripts.TOUCH(redis, [stream], [group, consumer, *entry_ids])

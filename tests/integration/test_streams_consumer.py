@@ -1,0 +1,270 @@
+"""The consumer-group toolkit on a real Redis (R-16, R-31, R-33)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from structlog.testing import capture_logs
+
+from streams.consumer import Delivery, GroupConsumer
+from streams.envelope import FIELD, Envelope, encode
+from streams.keys import Keys
+from streams.reclaim import autoclaim
+from tests.support.streams import Collector, running_consumer, wait_for
+
+GROUP = "projector:test"
+
+
+@pytest.fixture
+async def redis(redis_server_url: str) -> Any:
+    client = aioredis.Redis.from_url(redis_server_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def keys(redis_prefix: str) -> Keys:
+    return Keys(redis_prefix, 4)  # Redis only: no database needed
+
+
+def envelope(version: int = 1, stream_id: str | None = None, project: str = "p1") -> Envelope:
+    return Envelope(
+        event_id=uuid.uuid4(),
+        position=version,
+        tx_id=1,
+        stream_id=stream_id or f"run-{uuid.uuid4()}",
+        version=version,
+        project_id=project,
+        event_type="RunCreated",
+        payload=b"{}",
+        recorded_at=datetime.now(UTC).timestamp(),
+    )
+
+
+async def add(redis: Any, stream: str, count: int, stream_id: str | None = None) -> list[str]:
+    sid = stream_id or f"run-{uuid.uuid4()}"
+    ids = []
+    for version in range(1, count + 1):
+        entry = await redis.xadd(stream, {FIELD: encode(envelope(version, sid))})
+        ids.append(entry.decode())
+    return ids
+
+
+def consumer(
+    redis: Any, keys: Keys, handler: Any, streams: list[str] | None = None, **kw: Any
+) -> GroupConsumer:
+    return GroupConsumer(
+        redis,
+        group=kw.pop("group", GROUP),
+        consumer=kw.pop("name", "c1"),
+        streams=streams or [keys.events_stream(0)],
+        handler=handler,
+        keys=keys,
+        **kw,
+    )
+
+
+async def pending(redis: Any, stream: str, group: str = GROUP) -> int:
+    summary = await redis.xpending(stream, group)
+    return int(summary["pending"])
+
+
+async def test_a_new_group_starts_at_0_and_acks_what_the_handler_accepts(
+    redis: Any, keys: Keys
+) -> None:
+    stream = keys.events_stream(0)
+    await add(redis, stream, 5)
+    collector = Collector()
+    group = consumer(redis, keys, collector)
+    await group.ensure_groups()
+    await group.ensure_groups()  # BUSYGROUP is fine
+    assert await group.run_until_idle() == 5
+    assert [d.envelope.version for d in collector.deliveries] == [1, 2, 3, 4, 5]
+    assert all(d.delivery_count == 1 and d.group == GROUP for d in collector.deliveries)
+    assert await pending(redis, stream) == 0
+    assert await group.run_until_idle() == 0
+
+
+async def test_false_or_an_exception_leaves_the_entry_pending(redis: Any, keys: Keys) -> None:
+    stream = keys.events_stream(0)
+    await add(redis, stream, 2)
+    calls = 0
+
+    async def handler(delivery: Delivery) -> bool:
+        nonlocal calls
+        calls += 1
+        if delivery.envelope.version == 1:
+            return False
+        raise RuntimeError("boom")
+
+    with capture_logs() as logs:
+        handled = await consumer(redis, keys, handler).run_until_idle()
+    assert handled == calls == 2
+    assert await pending(redis, stream) == 2
+    assert [e["event"] for e in logs].count("stream_handler_failed") == 1
+
+
+async def test_in_flight_work_is_bounded(redis: Any, keys: Keys) -> None:
+    streams = [keys.events_stream(0), keys.events_stream(1)]
+    for stream in streams:
+        await add(redis, stream, 20)
+    running = peak = 0
+
+    async def handler(_: Delivery) -> bool:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        return True
+
+    group = consumer(redis, keys, handler, streams=streams, max_in_flight=4, block_ms=50)
+    async with running_consumer(group):
+        await wait_for(lambda: group.stats.acked == 40)
+    assert 1 < peak <= 4
+    assert group.stats.handled == 40
+
+
+async def test_stop_lets_in_flight_handlers_finish_and_flushes_acks(redis: Any, keys: Keys) -> None:
+    stream = keys.events_stream(0)
+    await add(redis, stream, 3)
+    started = asyncio.Event()
+
+    async def slow(_: Delivery) -> bool:
+        started.set()
+        await asyncio.sleep(0.3)
+        return True
+
+    group = consumer(redis, keys, slow, block_ms=50)
+    async with running_consumer(group):
+        await started.wait()
+    assert group.stats.handled == 3
+    assert await pending(redis, stream) == 0
+
+
+async def test_a_lost_group_on_a_surviving_stream_is_recreated_at_the_last_id(
+    redis: Any, keys: Keys
+) -> None:
+    """Same epoch, remembered last id: no flood of duplicates, nothing new missed."""
+    stream = keys.events_stream(0)
+    await redis.set(keys.epoch(0), "e1")
+    await add(redis, stream, 10)
+    collector = Collector()
+    group = consumer(redis, keys, collector, block_ms=50)
+    with capture_logs() as logs:
+        async with running_consumer(group):
+            await wait_for(lambda: len(collector.deliveries) == 10)
+            # The 5 new entries land before the consumer notices: a group recreated at $
+            # would miss them, one recreated at 0 would deliver the first 10 again.
+            await redis.xgroup_destroy(stream, GROUP)
+            await add(redis, stream, 5)
+            await wait_for(lambda: len(collector.deliveries) == 15)
+            await asyncio.sleep(0.3)
+    assert len(collector.deliveries) == len(collector.event_ids()) == 15
+    assert group.stats.nogroup == 1
+    assert [e["event"] for e in logs].count("stream_group_missing") == 1
+
+
+async def test_nogroup_without_an_epoch_recreates_at_0_and_does_not_spin(
+    redis: Any, keys: Keys
+) -> None:
+    """Redis lost everything (no epoch): the group comes back at 0 of the new stream, and the
+    consumer does not hot-loop on NOGROUP while the data is gone."""
+    stream = keys.events_stream(0)
+    await redis.set(keys.epoch(0), "e1")
+    await add(redis, stream, 3)
+    collector = Collector()
+    group = consumer(redis, keys, collector, block_ms=50)
+    with capture_logs() as logs:
+        async with running_consumer(group):
+            await wait_for(lambda: len(collector.deliveries) == 3)
+            await redis.delete(stream, keys.epoch(0))
+            await asyncio.sleep(0.3)
+            await add(redis, stream, 4)  # whatever arrives after the loss is delivered
+            await wait_for(lambda: len(collector.deliveries) == 7)
+            await asyncio.sleep(0.5)
+    assert group.stats.nogroup <= 2
+    assert [e["event"] for e in logs].count("stream_group_missing") <= 2
+    assert any(e["event"] == "stream_epoch_missing" for e in logs)
+
+
+async def test_a_new_epoch_calls_on_reset_and_restarts_at_0(redis: Any, keys: Keys) -> None:
+    stream = keys.events_stream(2)
+    await redis.set(keys.epoch(2), "e1")
+    await add(redis, stream, 2)
+    resets: list[int] = []
+
+    async def on_reset(shard: int) -> None:
+        resets.append(shard)
+
+    collector = Collector()
+    group = consumer(
+        redis, keys, collector, streams=[stream], block_ms=50, epoch_check_ms=50, on_reset=on_reset
+    )
+    async with running_consumer(group):
+        await wait_for(lambda: len(collector.deliveries) == 2)
+        # What a relay rebuild leaves: new stream, group created at 0, new epoch.
+        await redis.delete(stream)
+        await redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        await add(redis, stream, 3)
+        await redis.set(keys.epoch(2), "e2")
+        await wait_for(lambda: len(collector.deliveries) == 5 and resets == [2])
+    assert group.stats.resets == 1
+
+
+async def test_an_undecodable_entry_goes_to_the_dead_letter_stream(redis: Any, keys: Keys) -> None:
+    stream = keys.work_stream(1)
+    await redis.xadd(stream, {FIELD: b"\xff not msgpack"})
+    await redis.xadd(stream, {"other": "field"})
+    collector = Collector()
+    group = consumer(redis, keys, collector, streams=[stream], group="workers")
+    assert await group.run_until_idle() == 0
+    dead = await redis.xrange(keys.dead_letter_stream(1))
+    assert [fields[b"reason"].split(b":")[0] for _, fields in dead] == [
+        b"undecodable envelope",
+        b"no envelope field",
+    ]
+    assert await pending(redis, stream, "workers") == 0
+
+
+async def test_touch_keeps_long_handlers_from_being_reclaimed(redis: Any, keys: Keys) -> None:
+    stream = keys.work_stream(0)
+    await add(redis, stream, 1)
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def long_handler(_: Delivery) -> bool:
+        started.set()
+        await release.wait()
+        return True
+
+    group = consumer(
+        redis, keys, long_handler, streams=[stream], block_ms=50, touch_interval_ms=100
+    )
+    async with running_consumer(group):
+        await started.wait()
+        for _ in range(6):
+            await asyncio.sleep(0.1)
+            assert await autoclaim(redis, stream, GROUP, "thief", min_idle_ms=250) == []
+        release.set()
+    assert await pending(redis, stream) == 0
+
+
+async def test_reclaim_takes_over_entries_a_dead_consumer_left(redis: Any, keys: Keys) -> None:
+    stream = keys.work_stream(3)
+    await add(redis, stream, 2)
+    dead = Collector(ok=False)
+    assert await consumer(redis, keys, dead, streams=[stream], name="dead").run_until_idle() == 2
+    survivor = Collector()
+    group = consumer(
+        redis, keys, survivor, streams=[stream], name="alive", block_ms=50, reclaim_idle_ms=200
+    )
+    async with running_consumer(group):
+        await wait_for(lambda: len(survivor.deliveries) == 2)
+    assert [d.delivery_count for d in survivor.deliveries] == [2, 2]
+    assert await pending(redis, stream) == 0

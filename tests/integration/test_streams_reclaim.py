@@ -1,0 +1,95 @@
+"""Reclaim, touch and dead letters on a real Redis (R-16)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
+
+from streams.deadletter import dead_letter
+from streams.envelope import FIELD, decode_envelope, encode
+from streams.keys import WORKER_GROUP, Keys
+from streams.reclaim import autoclaim, touch
+from tests.integration.test_streams_consumer import envelope
+
+
+@pytest.fixture
+async def redis(redis_server_url: str) -> Any:
+    client = aioredis.Redis.from_url(redis_server_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def stream(redis: Any, redis_prefix: str) -> str:
+    """A work stream with 3 entries, all read (pending) by consumer "a"."""
+    key = Keys(redis_prefix, 4).work_stream(1)
+    await redis.xgroup_create(key, WORKER_GROUP, id="0", mkstream=True)
+    for version in (1, 2, 3):
+        await redis.xadd(key, {FIELD: encode(envelope(version))})
+    await redis.xreadgroup(WORKER_GROUP, "a", {key: ">"})
+    return key
+
+
+async def owners(redis: Any, stream: str) -> dict[str, str]:
+    rows = await redis.xpending_range(stream, WORKER_GROUP, "-", "+", 100)
+    return {r["message_id"].decode(): r["consumer"].decode() for r in rows}
+
+
+async def test_autoclaim_takes_idle_entries_and_reports_delivery_counts(
+    redis: Any, stream: str
+) -> None:
+    assert await autoclaim(redis, stream, WORKER_GROUP, "b", min_idle_ms=60_000) == []
+    await asyncio.sleep(0.05)
+    first = await autoclaim(redis, stream, WORKER_GROUP, "b", min_idle_ms=20)
+    assert [(d.envelope.version, d.delivery_count) for d in first] == [(1, 2), (2, 2), (3, 2)]
+    assert set((await owners(redis, stream)).values()) == {"b"}
+    await asyncio.sleep(0.05)
+    again = await autoclaim(redis, stream, WORKER_GROUP, "c", min_idle_ms=20, count=2)
+    assert [(d.envelope.version, d.delivery_count) for d in again] == [(1, 3), (2, 3)]
+    assert all(d.group == WORKER_GROUP and d.stream == stream for d in again)
+
+
+async def test_autoclaim_drops_entries_deleted_while_pending(redis: Any, stream: str) -> None:
+    ids = list(await owners(redis, stream))
+    await redis.xdel(stream, ids[0])
+    await asyncio.sleep(0.03)
+    with capture_logs() as logs:
+        claimed = await autoclaim(redis, stream, WORKER_GROUP, "b", min_idle_ms=10)
+    assert [d.entry_id for d in claimed] == ids[1:]
+    assert any(e["event"] == "stream_pending_entries_deleted" for e in logs)
+    assert ids[0] not in await owners(redis, stream)
+
+
+async def test_touch_keeps_own_entries_fresh_and_never_steals(redis: Any, stream: str) -> None:
+    ids = list(await owners(redis, stream))
+    await asyncio.sleep(0.2)
+    await touch(redis, stream, WORKER_GROUP, "a", ids[:2])
+    claimed = await autoclaim(redis, stream, WORKER_GROUP, "b", min_idle_ms=150)
+    assert [d.entry_id for d in claimed] == ids[2:]  # the touched two did not look idle
+    # "a" touching the entry "b" now owns must not take it back.
+    await touch(redis, stream, WORKER_GROUP, "a", ids)
+    assert (await owners(redis, stream))[ids[2]] == "b"
+    rows = await redis.xpending_range(stream, WORKER_GROUP, ids[0], ids[0], 1)
+    assert rows[0]["times_delivered"] == 1  # touching counts no delivery
+
+
+async def test_dead_letter_moves_and_acknowledges_atomically(
+    redis: Any, stream: str, redis_prefix: str
+) -> None:
+    keys = Keys(redis_prefix, 4)
+    await asyncio.sleep(0.02)
+    [delivery, *_] = await autoclaim(redis, stream, WORKER_GROUP, "b", min_idle_ms=10)
+    before = REGISTRY.get_sample_value("awooop_dead_letters_total") or 0.0
+    await dead_letter(redis, keys, delivery, "delivered too often")
+    assert REGISTRY.get_sample_value("awooop_dead_letters_total") == before + 1
+    [(_, fields)] = await redis.xrange(keys.dead_letter_stream(1))
+    assert decode_envelope(fields[FIELD]) == delivery.envelope
+    assert fields[b"reason"] == b"delivered too often"
+    assert fields[b"delivery_count"] == b"2"
+    assert fields[b"stream"].decode() == stream
+    assert delivery.entry_id not in await owners(redis, stream)

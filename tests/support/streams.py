@@ -1,0 +1,153 @@
+"""Helpers for the stream and relay tests: producers on the real write path, collectors."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from awooop.config import Settings
+from awooop.db import Database
+from awooop.events import RunClaimed, StepCompleted
+from awooop.loops import run_loop
+from awooop.relay_loops import relay_spec
+from awooop.runs import store
+from streams.consumer import Delivery, GroupConsumer
+from streams.keys import Keys
+from streams.relay import Relay
+from tests.support.factories import created
+
+
+async def create_run(
+    db: Database, project: str, metadata: dict[str, Any] | None = None
+) -> uuid.UUID:
+    """One run (PENDING, event RunCreated v1) through the write path, committed."""
+    run_id = uuid.uuid4()
+
+    async def once(conn: Any) -> None:
+        now = await conn.fetchval("SELECT now()")
+        await store.create_run(conn, created(run_id, project_id=project, at=now), metadata)
+
+    await db.in_tenant(project, once)
+    return run_id
+
+
+async def claim(db: Database, project: str, run_id: uuid.UUID, worker: str = "w1") -> None:
+    await db.in_tenant(
+        project,
+        lambda conn: store.record(
+            conn,
+            run_id,
+            lambda s, now: RunClaimed(
+                at=now,
+                worker_id=worker,
+                attempt=s.attempt_count + 1,
+                lease_until=now + timedelta(seconds=60),
+            ),
+        ),
+    )
+
+
+async def step(db: Database, project: str, run_id: uuid.UUID, name: str) -> None:
+    await db.in_tenant(
+        project,
+        lambda conn: store.record(
+            conn,
+            run_id,
+            lambda s, now: StepCompleted(
+                at=now, worker_id=s.worker_id or "w1", attempt=s.attempt_count, step=name
+            ),
+        ),
+    )
+
+
+async def committed_event_ids(db: Database) -> set[uuid.UUID]:
+    async with db.platform() as conn:
+        rows = await conn.fetch("SELECT event_id FROM awooop_events")
+    return {r["event_id"] for r in rows}
+
+
+@dataclass
+class Collector:
+    """A handler that records every delivery (and can be told to fail)."""
+
+    deliveries: list[Delivery] = field(default_factory=list)
+    ok: bool = True
+
+    async def __call__(self, delivery: Delivery) -> bool:
+        self.deliveries.append(delivery)
+        return self.ok
+
+    def event_ids(self) -> set[uuid.UUID]:
+        return {d.envelope.event_id for d in self.deliveries}
+
+    def versions_by_stream(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = defaultdict(list)
+        for d in self.deliveries:
+            out[d.envelope.stream_id].append(d.envelope.version)
+        return out
+
+
+def first_occurrences(versions: list[int]) -> list[int]:
+    seen: set[int] = set()
+    out = []
+    for v in versions:
+        if v not in seen:
+            seen.add(v)
+            out.append(v)
+    return out
+
+
+def keys_for(settings: Settings) -> Keys:
+    return Keys(settings.redis_key_prefix, settings.shard_count)
+
+
+@asynccontextmanager
+async def running_relay(relay: Relay, settings: Settings) -> AsyncIterator[asyncio.Task[None]]:
+    """The relay loop in the background until the block ends; then a clean stop."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_loop(relay_spec(relay, settings), stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await relay.close()
+
+
+@asynccontextmanager
+async def running_consumer(consumer: GroupConsumer) -> AsyncIterator[asyncio.Task[None]]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+async def wait_for(
+    predicate: Callable[[], bool], within_s: float = 20.0, interval: float = 0.02
+) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(interval)
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], within_s: float = 20.0, interval: float = 0.05
+) -> None:
+    """Await ``check()`` until it is true; fail after ``within_s``."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while asyncio.get_running_loop().time() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(interval)
+    raise AssertionError("condition not met in time")

@@ -1,0 +1,66 @@
+"""From log rows to stream entries: routing, envelopes, per-shard order (pure)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from awooop.eventlog import RecordedEvent
+from awooop.events import DISPATCH_EVENT_TYPES
+from streams.envelope import decode_envelope
+from streams.keys import Keys
+from streams.publish import BOTH, EVENTS_ONLY, WORK_ONLY, by_shard, envelope_of, route_of
+
+KEYS = Keys("aw", 4)
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def row(position: int, project: str, event_type: str, **metadata: object) -> RecordedEvent:
+    return RecordedEvent(
+        position=position,
+        tx_id=1000 + position,
+        event_id=uuid.uuid4(),
+        stream_id=f"run-{project}",
+        version=position,
+        project_id=project,
+        event_type=event_type,
+        data='{"type":"' + event_type + '"}',
+        metadata=dict(metadata),
+        recorded_at=AT,
+    )
+
+
+def test_dispatch_events_go_to_both_streams_the_rest_to_events_only() -> None:
+    for event_type in DISPATCH_EVENT_TYPES:
+        assert route_of(event_type) == BOTH
+    for event_type in ("RunClaimed", "StepCompleted", "RunCompleted", "RevisionActivated"):
+        assert route_of(event_type) == EVENTS_ONLY
+
+
+def test_the_envelope_carries_the_row_and_its_trace_context() -> None:
+    event = row(7, "p1", "RunCreated", traceparent="00-aa-bb-01", tracestate="x=1", other=3)
+    envelope = envelope_of(event, attempt=1)
+    assert (envelope.event_id, envelope.position, envelope.tx_id) == (event.event_id, 7, 1007)
+    assert (envelope.stream_id, envelope.version, envelope.project_id) == ("run-p1", 7, "p1")
+    assert envelope.payload == b'{"type":"RunCreated"}'
+    assert (envelope.traceparent, envelope.tracestate) == ("00-aa-bb-01", "x=1")
+    assert envelope.attempt == 1
+    assert envelope.recorded_at == AT.timestamp()
+    # Trace context of the wrong type is ignored, not passed on.
+    assert envelope_of(row(1, "p1", "RunCreated", traceparent=5)).traceparent is None
+
+
+def test_by_shard_keeps_log_order_within_each_shard() -> None:
+    rows = [
+        row(i, f"proj{i % 5}", "RunCreated" if i % 3 == 0 else "StepCompleted") for i in range(30)
+    ]
+    grouped = by_shard(rows, KEYS)
+    assert sum(len(items) for items in grouped.values()) == 30
+    for shard, items in grouped.items():
+        envelopes = [decode_envelope(data) for _, data in items]
+        assert all(KEYS.shard_of(e.project_id) == shard for e in envelopes)
+        positions = [e.position for e in envelopes]
+        assert positions == sorted(positions)
+        assert [route for route, _ in items] == [route_of(e.event_type) for e in envelopes]
+    forced = by_shard(rows, KEYS, route=WORK_ONLY)
+    assert {route for items in forced.values() for route, _ in items} == {WORK_ONLY}
