@@ -197,10 +197,26 @@ class Projection(Protocol):
         """Rows that depend on every stream (aggregates), after the last stream."""
         ...
 
+    def merge_finish(
+        self, parts: Sequence[dict[str, list[tuple[Any, ...]]]]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        """Combine the ``bulk_finish`` rows of bulk workers that each folded part of the log."""
+        ...
+
     def lagging_sql(self, names: TableNames) -> str:
         """SQL returning (stream_id, project_id, log_version, view_version) for every stream of
         the log ($1: prefix, $2: optional project) whose view version is behind the log."""
         ...
+
+
+def concat_parts(
+    parts: Sequence[dict[str, list[tuple[Any, ...]]]],
+) -> dict[str, list[tuple[Any, ...]]]:
+    merged: dict[str, list[tuple[Any, ...]]] = {}
+    for part in parts:
+        for table, rows in part.items():
+            merged.setdefault(table, []).extend(rows)
+    return merged
 
 
 def stream_range(prefix: str) -> tuple[str, str]:

@@ -38,25 +38,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
+import os
+import queue
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import asyncpg
-import msgspec
 
+from awooop import errors
 from awooop.db import PLATFORM_ROLE, Connection, connect
-from awooop.errors import (
-    ProjectionStreamError,
-    ReplayBusyError,
-    SwapLockTimeoutError,
-)
+from awooop.errors import ReplayBusyError, SwapLockTimeoutError
 from awooop.eventlog import Cursor
-from awooop.events import decode_event
 from awooop.logs import get_logger
 from projections import schema
-from projections.base import BulkOutput, LogEvent, Projection, TableNames, stream_range
+from projections.base import LogEvent, Projection, TableNames, stream_range
+from projections.bulk import (
+    fold_range,
+    raw_jsonb,
+    run_worker,
+    split_range,
+    to_log_event,
+    use_binary_json,
+)
 from projections.diff import TableDiff, carry_clock_sql, diff_table, repair_project
 from projections.progress import Progress
 
@@ -79,14 +85,6 @@ WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $
 """
 _EVENT_COLUMNS = """stream_id, version, project_id, position, event_type, data::text AS data,
        metadata->>'traceparent' AS traceparent, tx_id::text::bigint AS tx_id"""
-# data as jsonb: the reader's codec hands its JSON bytes straight to the event decoder.
-BULK = """
-SELECT stream_id, version, project_id, position, event_type, data,
-       metadata->>'traceparent' AS traceparent
-FROM awooop_events
-WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
-ORDER BY stream_id, version
-"""
 # Commit-safe follower (as awooop.eventlog.READ_FORWARD), filtered to the projection's streams
 # and to the events the bulk pass's snapshot ($7) did not see.
 TAIL_SAFE = f"""
@@ -110,36 +108,6 @@ ORDER BY tx_id, position
 LIMIT $6
 """  # noqa: S608 - constant column list
 COUNT_LAGGING = "SELECT count(*) FROM ({lagging}) x"
-
-
-_json_encode = msgspec.json.Encoder().encode
-_json_decode = msgspec.json.Decoder().decode
-JSONB_BINARY_VERSION = b"\x01"
-
-
-async def use_binary_json(conn: Connection) -> None:
-    """Binary json/jsonb codecs (msgspec): COPY's binary protocol needs them."""
-    await conn.set_type_codec(
-        "jsonb",
-        schema="pg_catalog",
-        encoder=lambda value: JSONB_BINARY_VERSION + _json_encode(value),
-        decoder=lambda data: _json_decode(data[1:]),
-        format="binary",
-    )
-    await conn.set_type_codec(
-        "json", schema="pg_catalog", encoder=_json_encode, decoder=_json_decode, format="binary"
-    )
-
-
-async def raw_jsonb(conn: Connection) -> None:
-    """jsonb arrives as its JSON bytes (no str, no generic decode): the bulk reader's codec."""
-    await conn.set_type_codec(
-        "jsonb",
-        schema="pg_catalog",
-        encoder=lambda value: JSONB_BINARY_VERSION + _json_encode(value),
-        decoder=lambda data: data[1:],
-        format="binary",
-    )
 
 
 @dataclass
@@ -203,6 +171,7 @@ class Replay:
         progress_stream: TextIO | None = None,
         batch_rows: int = 10_000,
         fetch_rows: int = 10_000,
+        workers: int = 1,
         tail_batch: int = 5_000,
         lock_timeout_s: float = 2.0,
         lock_attempts: int = 20,
@@ -214,6 +183,7 @@ class Replay:
         self.progress_stream = progress_stream
         self.batch_rows = batch_rows
         self.fetch_rows = fetch_rows
+        self.workers = workers
         self.tail_batch = tail_batch
         self.lock_timeout_s = lock_timeout_s
         self.lock_attempts = lock_attempts
@@ -284,105 +254,125 @@ class Replay:
     async def _bulk(self, report: ReplayReport) -> Cursor:
         reader = await self._connect(PLATFORM_ROLE)
         await raw_jsonb(reader)
-        writer = await self._connect(PLATFORM_ROLE, binary_json=True)
-        columns = {t.name: t.columns for t in self.projection.tables}
-        queue: asyncio.Queue[tuple[str, list[tuple[Any, ...]]] | None] = asyncio.Queue(4)
-
-        async def write() -> None:
-            while (item := await queue.get()) is not None:
-                table, rows = item
-                await writer.copy_records_to_table(
-                    self.shadows[table], records=rows, columns=columns[table]
-                )
-                report.rows[table] = report.rows.get(table, 0) + len(rows)
-
-        writer_task = asyncio.create_task(write())
-
-        async def put(item: tuple[str, list[tuple[Any, ...]]] | None) -> None:
-            put_task = asyncio.ensure_future(queue.put(item))
-            done, _ = await asyncio.wait(
-                {put_task, writer_task}, return_when=asyncio.FIRST_COMPLETED
+        async with reader.transaction(isolation="repeatable_read", readonly=True):
+            snap = await reader.fetchrow(SNAPSHOT)
+            assert snap is not None
+            self.snapshot, xmin = snap["snapshot"], snap["xmin"]
+            total = await reader.fetchval(ESTIMATE, self.low, self.high, self.project)
+            progress = Progress(
+                f"replay {self.projection.name}", total, stream=self.progress_stream
             )
-            if put_task not in done:
-                put_task.cancel()
-                writer_task.result()  # raises the writer's error
-                raise RuntimeError("the shadow writer stopped")  # pragma: no cover
 
-        async def flush(out: BulkOutput) -> None:
-            for table, rows in out.rows.items():
-                if rows:
-                    await put((table, rows))
-            out.rows = {}
+            def advanced(n: int) -> None:
+                report.bulk_events += n
+                progress.advance(n)
+                if self.on_events is not None:
+                    self.on_events(report.bulk_events)
 
-        try:
-            async with reader.transaction(isolation="repeatable_read", readonly=True):
-                snap = await reader.fetchrow(SNAPSHOT)
-                assert snap is not None
-                self.snapshot, xmin = snap["snapshot"], snap["xmin"]
-                total = await reader.fetchval(ESTIMATE, self.low, self.high, self.project)
-                progress = Progress(
-                    f"replay {self.projection.name}", total, stream=self.progress_stream
+            writer = await self._connect(PLATFORM_ROLE, binary_json=True)
+            if self.workers <= 1:
+                result = await fold_range(
+                    reader,
+                    writer,
+                    self.projection,
+                    self.shadows,
+                    self.low,
+                    self.high,
+                    self.project,
+                    batch_rows=self.batch_rows,
+                    fetch_rows=self.fetch_rows,
+                    on_batch=advanced,
+                    write_finish=True,
                 )
-                out = BulkOutput()
-                buffered = 0
-                group: list[LogEvent] = []
-                cursor = await reader.cursor(BULK, self.low, self.high, self.project)
-                # Pipelined: the next FETCH runs on the server while this batch is folded.
-                pending = asyncio.ensure_future(cursor.fetch(self.fetch_rows))
-                try:
-                    while records := await pending:
-                        pending = asyncio.ensure_future(cursor.fetch(self.fetch_rows))
-                        await asyncio.sleep(0)  # send it before the CPU work below
-                        for r in records:
-                            if group and r[0] != group[0].stream_id:
-                                self.projection.bulk_stream(group, out)
-                                buffered += len(group)
-                                group = []
-                            group.append(self._event(r))
-                        report.bulk_events += len(records)
-                        progress.advance(len(records))
-                        if self.on_events is not None:
-                            self.on_events(report.bulk_events)
-                        if buffered >= self.batch_rows:
-                            await flush(out)
-                            buffered = 0
-                finally:
-                    if not pending.done():
-                        pending.cancel()
-                    with contextlib.suppress(BaseException):
-                        await pending
-                if group:
-                    self.projection.bulk_stream(group, out)
-                self.projection.bulk_finish(out)
-                await flush(out)
-            await put(None)
-            await writer_task
-            report.bulk_seconds = progress.finish()
-        finally:
-            if not writer_task.done():
-                writer_task.cancel()
-                with contextlib.suppress(BaseException):
-                    await writer_task
+                rows = result.rows
+            else:
+                exported = await reader.fetchval("SELECT pg_export_snapshot()")
+                rows = await self._bulk_in_workers(exported, writer, advanced)
+        for table, n in rows.items():
+            report.rows[table] = report.rows.get(table, 0) + n
         for spec in self.projection.tables:
             report.rows.setdefault(spec.name, 0)
+        report.bulk_seconds = progress.finish()
         return Cursor(xmin - 1, MAX_POSITION)
 
-    def _event(self, r: Any) -> LogEvent:
-        if r[4] not in self.types:
-            raise ProjectionStreamError(
-                f"stream {r[0]} v{r[1]}: event type {r[4]} is not declared by projection "
-                f"{self.projection.name}",
-                stream_id=r[0],
+    async def _bulk_in_workers(
+        self, exported: str, writer: Connection, advanced: Callable[[int], None]
+    ) -> dict[str, int]:
+        """Fold the stream range split over worker processes, all in the exported snapshot
+        (the caller's transaction keeps it alive until they are done)."""
+        context = multiprocessing.get_context("spawn")
+        messages: Any = context.Queue()
+        ranges = split_range(self.low, self.high, self.workers)
+        shadows = {t.name: self.shadows[t.name] for t in self.projection.tables}
+        processes = [
+            context.Process(
+                target=run_worker,
+                args=(
+                    self.url,
+                    self.projection.name,
+                    self.project,
+                    low,
+                    high,
+                    exported,
+                    shadows,
+                    self.batch_rows,
+                    self.fetch_rows,
+                    messages,
+                    index,
+                ),
+                daemon=True,
             )
-        return LogEvent(
-            stream_id=r[0],
-            version=r[1],
-            project_id=r[2],
-            position=r[3],
-            event_type=r[4],
-            event=decode_event(r[5]),
-            traceparent=r[6],
-        )
+            for index, (low, high) in enumerate(ranges)
+        ]
+        rows: dict[str, int] = {}
+        finishes: list[dict[str, list[tuple[Any, ...]]]] = []
+        loop = asyncio.get_running_loop()
+        try:
+            for process in processes:
+                process.start()
+            done: set[int] = set()
+            while len(done) < len(processes):
+                try:
+                    message = await loop.run_in_executor(None, messages.get, True, 0.2)
+                except queue.Empty:
+                    for index, process in enumerate(processes):
+                        if index not in done and process.exitcode not in (None, 0):
+                            raise RuntimeError(
+                                f"bulk worker {index} died ({process.exitcode})"
+                            ) from None
+                    continue
+                if message[0] == "progress":
+                    advanced(message[1])
+                elif message[0] == "done":
+                    _, index, _events, worker_rows, finish = message
+                    done.add(index)
+                    for table, n in worker_rows.items():
+                        rows[table] = rows.get(table, 0) + n
+                    finishes.append(finish)
+                else:
+                    _, index, name, text = message
+                    error = getattr(errors, name, None)
+                    if isinstance(error, type) and issubclass(error, errors.AwoooPError):
+                        raise error(text)
+                    raise RuntimeError(f"bulk worker {index}: {name}: {text}")
+        finally:
+            for process in processes:
+                if process.is_alive():
+                    process.kill()
+                process.join()
+        merged = self.projection.merge_finish(finishes)
+        for table, table_rows in merged.items():
+            if table_rows:
+                await writer.copy_records_to_table(
+                    self.shadows[table],
+                    records=table_rows,
+                    columns=next(t.columns for t in self.projection.tables if t.name == table),
+                )
+                rows[table] = rows.get(table, 0) + len(table_rows)
+        return rows
+
+    def _event(self, r: Any) -> LogEvent:
+        return to_log_event(r, self.projection)
 
     # --- tail ------------------------------------------------------------------------------------
 
@@ -518,6 +508,11 @@ class Replay:
         log.info("replay_repaired", projection=self.projection.name, project=project)
 
 
+def default_workers() -> int:
+    """Bulk worker processes: half the CPUs (the database needs the rest), 1 to 8."""
+    return max(1, min(8, (os.cpu_count() or 1) // 2))
+
+
 async def replay(
     database_url: str,
     projection: Projection,
@@ -526,9 +521,10 @@ async def replay(
     verify: bool = True,
     swap: bool = False,
     progress_stream: TextIO | None = None,
+    workers: int = 1,
 ) -> ReplayReport:
     return await Replay(
-        database_url, projection, project=project, progress_stream=progress_stream
+        database_url, projection, project=project, progress_stream=progress_stream, workers=workers
     ).run(verify=verify, swap=swap)
 
 

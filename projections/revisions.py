@@ -24,6 +24,7 @@ from projections.base import (
     TableNames,
     TableSpec,
     check_consecutive,
+    concat_parts,
     trace_id_of,
 )
 
@@ -172,6 +173,11 @@ class RevisionHistoryProjection:
 
     def bulk_finish(self, out: BulkOutput) -> None:
         return None
+
+    def merge_finish(
+        self, parts: Sequence[dict[str, list[tuple[Any, ...]]]]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        return concat_parts(parts)
 
     def lagging_sql(self, names: TableNames) -> str:
         return _lagging(names[TABLE])

@@ -20,7 +20,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from awooop.db import Connection
 from awooop.events import RUN_EVENT_TYPES
@@ -200,6 +200,18 @@ class RunStateProjection:
             for (project_id, status), runs in sorted(self._bulk_counts.items()):
                 out.add(self.counts, (project_id, status, runs))
         self._bulk_counts = Counter()
+
+    def merge_finish(
+        self, parts: Sequence[dict[str, list[tuple[Any, ...]]]]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        """Sum the per-project counts of workers that each folded some of the runs."""
+        if self.counts is None:
+            return {}
+        total: Counter[tuple[str, str]] = Counter()
+        for part in parts:
+            for project_id, status, runs in part.get(self.counts, []):
+                total[(project_id, status)] += runs
+        return {self.counts: [(p, s, n) for (p, s), n in sorted(total.items())]}
 
     def lagging_sql(self, names: TableNames) -> str:
         return _lagging(names[self.table])

@@ -98,10 +98,12 @@ class Projector:
     def name(self) -> str:
         return self.projection.name
 
-    def follows(self, envelope: Envelope) -> bool:
+    def follows(self, event: Envelope | LogEvent) -> bool:
+        """Whether the event belongs to this projection (other projections share the
+        shard streams)."""
         return (
-            self.low <= envelope.stream_id < self.high
-            and envelope.event_type in self.projection.event_types
+            self.low <= event.stream_id < self.high
+            and event.event_type in self.projection.event_types
         )
 
     # --- the seam ----------------------------------------------------------------------------
@@ -136,10 +138,14 @@ class Projector:
     # --- one transaction ---------------------------------------------------------------------
 
     async def apply_events(self, events: Sequence[LogEvent]) -> BatchResult:
-        """Apply ``events`` (any order, duplicates allowed) in one transaction."""
+        """Apply ``events`` (any order, duplicates allowed; events of streams this projection
+        does not follow are ignored) in one transaction."""
         by_stream: dict[str, list[LogEvent]] = {}
         for e in events:
-            by_stream.setdefault(e.stream_id, []).append(e)
+            if self.follows(e):
+                by_stream.setdefault(e.stream_id, []).append(e)
+        if not by_stream:
+            return BatchResult()
 
         async def transaction(conn: Connection) -> BatchResult:
             return await self._apply_locked(conn, by_stream)

@@ -28,6 +28,7 @@ from projections.base import (
     TableSpec,
     as_uuid,
     check_consecutive,
+    concat_parts,
     trace_id_of,
 )
 from projections.run_state import PREFIX, RUN_TYPES
@@ -166,6 +167,11 @@ class TimelineProjection:
 
     def bulk_finish(self, out: BulkOutput) -> None:
         return None
+
+    def merge_finish(
+        self, parts: Sequence[dict[str, list[tuple[Any, ...]]]]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        return concat_parts(parts)
 
     def lagging_sql(self, names: TableNames) -> str:
         return _lagging(names[TABLE])

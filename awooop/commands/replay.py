@@ -15,8 +15,9 @@ import sys
 from typing import Any
 
 from awooop.config import Settings
+from awooop.errors import InvalidInputError
 from projections import registry
-from projections.replay import replay
+from projections.replay import default_workers, replay
 
 
 def register(subparsers: Any) -> None:
@@ -34,11 +35,20 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--project", metavar="P", help="only this project's rows")
     parser.add_argument("--verify", action="store_true", help="report differences (default)")
     parser.add_argument("--swap", action="store_true", help="swap the rebuilt table in")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="bulk pass worker processes (default: half the CPUs, at least 1)",
+    )
     parser.set_defaults(run=run)
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     projection = registry.get(args.projection)
+    if args.workers is not None and args.workers < 1:
+        raise InvalidInputError("--workers must be at least 1")
     verify = args.verify or not args.swap
     report = await replay(
         settings.database_url,
@@ -47,6 +57,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         verify=True,
         swap=args.swap,
         progress_stream=sys.stderr,
+        workers=args.workers or default_workers(),
     )
     for line in report.lines():
         print(line)

@@ -1,6 +1,6 @@
 """Benchmark: ``replay run_state`` over a large log: events/s and peak memory at two sizes.
 
-    .venv/bin/python ops/bench/replay.py [--sizes 250000,1000000] [--projects 20]
+    .venv/bin/python ops/bench/replay.py [--sizes 250000,1000000] [--projects 20] [--workers 2]
 
 For each size it creates a scratch database on AWOOOP_BENCH_PG_URL (default: the local
 server), migrates it, bulk-loads valid run histories straight into awooop_events and
@@ -8,7 +8,8 @@ awooop_event_streams with COPY (the write path would take hours for a million ev
 each in a fresh process so that peak RSS belongs to the replay alone:
 
 - ``swap``: replay run_state --swap into the empty live table (bulk pass, indexes, swap);
-- ``verify``: replay run_state --verify against the now populated live table.
+- ``verify``: replay run_state --verify against the now populated live table;
+- ``verify_parallel``: the same with ``--workers`` bulk worker processes (default 2).
 
 It prints one JSON object: per size, the bulk pass's events/s, each phase's seconds, and the
 peak RSS of each replay process (``ru_maxrss``); ``memory_ratio`` compares the largest size's
@@ -38,8 +39,9 @@ from awooop import events as ev
 from awooop.db import connect
 from awooop.logs import configure_logging
 from awooop.migrate import migrate
+from projections.bulk import use_binary_json
 from projections.registry import get
-from projections.replay import Replay, use_binary_json
+from projections.replay import Replay
 
 SERVER = os.environ.get("AWOOOP_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 EVENT_COLUMNS = ("event_id", "stream_id", "version", "project_id", "event_type", "data", "metadata")
@@ -163,9 +165,7 @@ async def load(url: str, total: int, projects: int) -> dict[str, Any]:
             chunk = [row for _, row in zip(range(50_000), rows, strict=False)]
             if not chunk:
                 break
-            await conn.copy_records_to_table(
-                "awooop_events", records=chunk, columns=EVENT_COLUMNS
-            )
+            await conn.copy_records_to_table("awooop_events", records=chunk, columns=EVENT_COLUMNS)
         # A run cut off by the size limit keeps its prefix: still a valid history.
         await conn.execute(STREAMS)
         await conn.execute("ANALYZE awooop_events")
@@ -192,16 +192,17 @@ def peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-async def replay_once(url: str, mode: str) -> dict[str, Any]:
+async def replay_once(url: str, mode: str, workers: int) -> dict[str, Any]:
     before = peak_rss_kb()  # the interpreter and its imports
     started = time.perf_counter()
-    report = await Replay(url, get("run_state"), progress_stream=sys.stderr).run(
+    report = await Replay(url, get("run_state"), progress_stream=sys.stderr, workers=workers).run(
         verify=mode == "verify", swap=mode == "swap"
     )
     total = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "mode": mode,
+        "workers": workers,
         "events": report.bulk_events + report.tail_events + report.lock_events,
         "bulk_events_per_s": round(report.events_per_s),
         "bulk_s": round(report.bulk_seconds, 2),
@@ -214,9 +215,9 @@ async def replay_once(url: str, mode: str) -> dict[str, Any]:
     }
 
 
-def child(url: str, mode: str) -> dict[str, Any]:
+def child(url: str, mode: str, workers: int = 1) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", mode, "--url", url],
+        [sys.executable, __file__, "--child", mode, "--url", url, "--workers", str(workers)],
         capture_output=True,
         text=True,
         check=False,
@@ -227,7 +228,7 @@ def child(url: str, mode: str) -> dict[str, Any]:
     return result
 
 
-async def bench_size(size: int, projects: int) -> dict[str, Any]:
+async def bench_size(size: int, projects: int, workers: int) -> dict[str, Any]:
     name = f"awooop_bench_replay_{uuid.uuid4().hex[:8]}"
     url = url_for(name)
     try:
@@ -235,6 +236,8 @@ async def bench_size(size: int, projects: int) -> dict[str, Any]:
         result: dict[str, Any] = {"size": size, **await load(url, size, projects)}
         result["swap"] = child(url, "swap")
         result["verify"] = child(url, "verify")
+        if workers > 1:
+            result["verify_parallel"] = child(url, "verify", workers)
         return result
     finally:
         admin = await asyncpg.connect(url_for("postgres"))
@@ -244,8 +247,8 @@ async def bench_size(size: int, projects: int) -> dict[str, Any]:
             await admin.close()
 
 
-async def main(sizes: list[int], projects: int) -> dict[str, Any]:
-    results = [await bench_size(size, projects) for size in sizes]
+async def main(sizes: list[int], projects: int, workers: int) -> dict[str, Any]:
+    results = [await bench_size(size, projects, workers) for size in sizes]
     peaks = [max(r["swap"]["peak_rss_mb"], r["verify"]["peak_rss_mb"]) for r in results]
     return {
         "benchmark": "replay run_state",
@@ -261,12 +264,15 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="250000,1000000")
     parser.add_argument("--projects", type=int, default=20)
+    parser.add_argument(
+        "--workers", type=int, default=2, help="bulk workers of the parallel verify run"
+    )
     parser.add_argument("--child", choices=("swap", "verify"), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     configure_logging("warning")
     if args.child:
-        print(json.dumps(asyncio.run(replay_once(args.url, args.child))))
+        print(json.dumps(asyncio.run(replay_once(args.url, args.child, args.workers))))
     else:
         sizes = [int(s) for s in args.sizes.split(",")]
-        print(json.dumps(asyncio.run(main(sizes, args.projects)), indent=2))
+        print(json.dumps(asyncio.run(main(sizes, args.projects, args.workers)), indent=2))

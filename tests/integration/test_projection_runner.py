@@ -223,3 +223,30 @@ async def test_reconcile_heals_what_the_streams_lost(db: Database) -> None:
     assert healed > 0
     assert await views(db) == expected
     assert sum([await p.reconcile() for p in projectors(db)]) == 0
+
+
+async def test_a_projector_table_is_verified_and_swapped_like_run_state(
+    db: Database, database_url: str
+) -> None:
+    await workload(db, seed=7)
+    await deliver(projectors(db), await log_envelopes(db))
+    async with db.platform() as conn:
+        victim = await conn.fetchval("SELECT run_id FROM awooop_run_timeline LIMIT 1")
+        await conn.execute(
+            "UPDATE awooop_run_timeline SET worker_id = 'forged' WHERE run_id = $1 AND version = 1",
+            victim,
+        )
+        await conn.execute("DELETE FROM awooop_revision_history WHERE version = 2")
+    timeline = await replay(database_url, get("run_timeline"))
+    assert timeline.diffs[0].examples["different"] == [f"{victim}/1 (worker_id)"]
+    history = await replay(database_url, get("revision_history"), swap=True)
+    assert history.diffs[0].missing == 2 and history.swapped
+    repaired = await replay(database_url, get("run_timeline"), swap=True)
+    assert repaired.swapped
+    for name in projector_names():
+        assert (await replay(database_url, get(name))).differences == 0
+    # the projector goes on from the swapped tables: everything is a duplicate now
+    result = await Projector(db, get("run_timeline")).apply_events(
+        [await _as_log_event(e) for e in await log_envelopes(db)]
+    )
+    assert result.applied == 0 and result.duplicates > 0

@@ -6,6 +6,8 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
+
 from awooop.db import Database
 from awooop.runs import store
 from awooop.runs.state import COLUMNS
@@ -124,3 +126,18 @@ async def test_a_lease_clock_behind_the_log_is_a_difference(
         )
     report = await replay(database_url, get("run_state"))
     assert report.diffs[0].examples["different"] == [f"{run_id} (lease_until)"]
+
+
+@pytest.mark.parametrize("name", ["run_state", "run_state_view"])
+async def test_bulk_workers_fold_the_log_as_one_process_does(
+    db: Database, database_url: str, name: str
+) -> None:
+    await Workload(db, seed=17).run(walkers=3, runs_each=8, max_steps=8)
+    single = await Replay(database_url, get(name)).run(swap=True)
+    assert single.swapped
+    parallel = await Replay(database_url, get(name), workers=3).run(swap=False)
+    assert parallel.differences == 0, parallel.lines()
+    assert parallel.rows == single.rows
+    assert parallel.bulk_events + parallel.snapshot_events == (
+        single.bulk_events + single.tail_events + single.snapshot_events + single.lock_events
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import uuid
 from collections.abc import Sequence
 
@@ -15,6 +16,7 @@ from awooop.events import RevisionActivated, RevisionCreated, run_stream_id
 from awooop.runs.state import apply, fold
 from projections import progress, revisions, timeline
 from projections.base import LogEvent, check_consecutive, plan, stream_range, trace_id_of
+from projections.bulk import split_range
 from projections.run_state import count_deltas, fold_run
 from projections.schema import MAX_IDENTIFIER, old_name, shadow_name
 from tests.support.factories import PATHS, T0, created, event_for
@@ -223,3 +225,14 @@ def test_progress_draws_a_bar_on_a_terminal_and_logs_otherwise() -> None:
     assert plain.getvalue() == ""
     assert [e["event"] for e in logs] == ["replay_progress", "replay_phase_done"]
     assert logs[0]["events_per_s"] == 5 and logs[0]["total"] == 100
+
+
+def test_split_range_covers_every_stream_exactly_once() -> None:
+    low, high = stream_range("run-")
+    for parts in (1, 2, 3, 5, 16, 40):
+        ranges = split_range(low, high, parts)
+        assert ranges[0][0] == low and ranges[-1][1] == high
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+        for stream in (f"run-{uuid.uuid4()}" for _ in range(50)):
+            assert sum(1 for lo, hi in ranges if lo <= stream < hi) == 1
+    assert len(split_range(low, high, 40)) == 16
