@@ -28,6 +28,8 @@ COMMAND_MODULES = (
     "awooop.commands.revisions",
     "awooop.commands.worker",
     "awooop.commands.runs",
+    "awooop.commands.replay",
+    "awooop.commands.projector",
 )
 
 
