@@ -27,9 +27,8 @@ lint: install
 test: services lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-demo: services
-	$(VENV)/bin/awooop migrate
-	$(VENV)/bin/awooop smoke
+demo: install
+	$(VENV)/bin/awooop demo
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "awooop.commands.runs",
     "awooop.commands.replay",
     "awooop.commands.projector",
+    "awooop.commands.demo",
 )
 
 
