@@ -23,6 +23,7 @@ from typing import Any
 
 from awooop.config import Settings
 from awooop.errors import HandlerNotFoundError
+from awooop.llm.gateway import ModelGateway
 from awooop.logs import get_logger
 from awooop.loop_registry import all_loops
 from awooop.loop_store import DatabaseHeartbeats, project_source
@@ -91,12 +92,15 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     services = await Services.open(settings, db_pool_size=pool_size(concurrency))
     observability = start_observability("awooop-worker", settings.metrics_port)
     previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
+    gateway = ModelGateway(services)
     try:
+        await gateway.start()
         worker = Worker(
             db=services.db,
             settings=settings,
             handler=handler,
             concurrency=concurrency,
+            llm=gateway,
             notifier=notifier,
             streams=not args.no_streams,
         )
@@ -126,6 +130,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         await worker.run(stop, extra=extra)
         return 0
     finally:
+        await gateway.close()
         set_heartbeat_sink(previous_sink)
         observability.close()
         await services.close()

@@ -5,11 +5,14 @@
     POST /v1/projects/{project_id}/runs/{run_id}/cancel   {"actor": "ops", "reason": "..."}
 
 Approve and reject are authorised by the single-use approval token itself (it is the
-capability the approver was handed). Cancel needs the project's API bearer token
-(``Authorization: Bearer ...``). Every answer is the run's state as JSON (200), or a catalog
-error: E-APPROVAL-001 (403, unknown token), E-APPROVAL-002 (410, expired), E-APPROVAL-003
-(409, already used), E-RUN-001 (409, not allowed in the run's state), E-RUN-003 (404),
-E-INPUT-001 (400, malformed body). A refused request writes nothing.
+capability the approver was handed). Cancel needs a bearer token of the project
+(``Authorization: Bearer awp_...``, as ``GET .../runs/{run_id}``; 401 E-AUTH-001 without),
+checked in the same tenant transaction as the cancel.
+
+Every answer is the run's state as JSON (200), or a catalog error: E-APPROVAL-001 (403,
+unknown token), E-APPROVAL-002 (410, expired), E-APPROVAL-003 (409, already used), E-RUN-001
+(409, not allowed in the run's state), E-RUN-003 (404), E-INPUT-001 (400, malformed body or
+project id), E-INPUT-003 (413). A refused request writes nothing.
 """
 
 from __future__ import annotations
@@ -23,15 +26,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.errors import InvalidInputError, PayloadTooLargeError, RunNotFoundError
+from awooop.db import Connection
+from awooop.errors import InvalidInputError, RunNotFoundError
+from awooop.http.ingest import lowercase_headers, read_body
+from awooop.http.runs import TOKEN_HASH
+from awooop.ingest.auth import authenticate_bearer, bearer_token_id
+from awooop.ingest.common import StoredCredential
+from awooop.ingest.credentials import check_project_id
 from awooop.runs import approvals, control
 from awooop.runs.approvals import Decision
 from awooop.runs.state import RunState
 from awooop.services import Services
 
 PREFIX = "/v1/projects/{project_id}/runs/{run_id}"
-
-Authorizer = Callable[[Services, Request, str], Awaitable[None]]
 
 
 class DecisionBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -51,10 +58,7 @@ def run_view(state: RunState) -> dict[str, Any]:
     return view
 
 
-async def _body(request: Request, limit: int, kind: type[Any]) -> Any:
-    raw = await request.body()
-    if len(raw) > limit:
-        raise PayloadTooLargeError()
+def _decode(raw: bytes, kind: type[Any]) -> Any:
     try:
         return msgspec.json.decode(raw or b"{}", type=kind)
     except msgspec.DecodeError as exc:
@@ -62,21 +66,29 @@ async def _body(request: Request, limit: int, kind: type[Any]) -> Any:
 
 
 def _ids(request: Request) -> tuple[str, uuid.UUID]:
-    project_id = request.path_params["project_id"]
+    project_id = check_project_id(request.path_params["project_id"])
     try:
         run_id = uuid.UUID(request.path_params["run_id"])
     except ValueError:
-        raise RunNotFoundError(run_id=request.path_params["run_id"]) from None
+        raise RunNotFoundError(run_id=request.path_params["run_id"][:64]) from None
     return project_id, run_id
 
 
-def routes(services: Services, authorize_cancel: Authorizer | None = None) -> list[BaseRoute]:
+async def authenticate(conn: Connection, headers: dict[str, str], project_id: str) -> None:
+    """A live bearer token of ``project_id`` (E-AUTH-001 otherwise), in the caller's tenant
+    transaction."""
+    token_id = bearer_token_id(headers)
+    token_hash = None if token_id is None else await conn.fetchval(TOKEN_HASH, token_id, project_id)
+    authenticate_bearer(headers, b"", StoredCredential(token_hash=token_hash))
+
+
+def routes(services: Services) -> list[BaseRoute]:
     limit = services.settings.http_max_body_bytes
 
     def decision_route(decision: Decision) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             project_id, run_id = _ids(request)
-            body: DecisionBody = await _body(request, limit, DecisionBody)
+            body: DecisionBody = _decode(await read_body(request, limit), DecisionBody)
             if len(body.actor) > 200 or len(body.reason) > control.MAX_REASON:
                 raise InvalidInputError("actor or reason too long")
             state = await services.db.in_tenant(
@@ -91,13 +103,15 @@ def routes(services: Services, authorize_cancel: Authorizer | None = None) -> li
 
     async def cancel(request: Request) -> Response:
         project_id, run_id = _ids(request)
-        if authorize_cancel is not None:
-            await authorize_cancel(services, request, project_id)
-        body: CancelBody = await _body(request, limit, CancelBody)
-        state = await services.db.in_tenant(
-            project_id,
-            lambda conn: control.cancel(conn, run_id, actor=body.actor, reason=body.reason),
-        )
+        headers = lowercase_headers(request)
+        raw = await read_body(request, limit)
+
+        async def act(conn: Connection) -> RunState:
+            await authenticate(conn, headers, project_id)
+            body: CancelBody = _decode(raw, CancelBody)
+            return await control.cancel(conn, run_id, actor=body.actor, reason=body.reason)
+
+        state = await services.db.in_tenant(project_id, act)
         return JSONResponse(run_view(state))
 
     return [

@@ -40,6 +40,7 @@ import msgspec
 from awooop.db import Database
 from awooop.errors import DuplicateStepError, LeaseLostError
 from awooop.events import Event, StepCompleted, ToolResultReceived, ToolWaitStarted
+from awooop.llm.gateway import LLMResult
 from awooop.logs import get_logger
 from awooop.runs import approvals, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
@@ -63,7 +64,7 @@ class LLMClient(Protocol):
         *,
         contract: tuple[str, str] = ...,
         **options: Any,
-    ) -> Any: ...
+    ) -> LLMResult: ...
 
 
 Notifier = Callable[[ApprovalTicket], Awaitable[None]]
@@ -218,7 +219,8 @@ class RunContext:
         *,
         contract: tuple[str, str] = ("policy_routing", "default"),
         **options: Any,
-    ) -> Any:
+    ) -> LLMResult:
+        """The model, through the gateway's revision pointer check (R-24)."""
         if self._llm is None:
             raise RuntimeError("this worker has no model gateway")
         self.check()

@@ -19,6 +19,7 @@ from awooop.errors import (
     IllegalTransitionError,
 )
 from awooop.http.app import create_app
+from awooop.ingest import credentials
 from awooop.runs import approvals, control, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
 from awooop.services import Services, redis_client
@@ -195,3 +196,25 @@ async def test_http_expired_and_unknown_run(db: Database, client: httpx.AsyncCli
     missing = await client.post(f"/v1/projects/{P}/runs/not-a-uuid/approve", json={"token": "x"})
     assert (missing.status_code, missing.json()["code"]) == (404, "E-RUN-003")
     assert msgspec.json.decode(late.content)["message"]
+
+
+async def test_http_cancel_needs_a_bearer_token_of_the_project(
+    db: Database, client: httpx.AsyncClient
+) -> None:
+    [run_id] = await create_runs(db, P)
+    _, token = await credentials.create_token(db, P, "api")
+    _, foreign = await credentials.create_token(db, "other-project", "api")
+    url = f"/v1/projects/{P}/runs/{run_id}/cancel"
+    for headers in ({}, {"authorization": f"Bearer {foreign}"}, {"authorization": "Bearer x"}):
+        refused = await client.post(url, json={"reason": "stop"}, headers=headers)
+        assert (refused.status_code, refused.json()["code"]) == (401, "E-AUTH-001")
+    assert (await load(db, P, run_id)).status == "PENDING"
+    auth = {"authorization": f"Bearer {token}"}
+    bad = await client.post(url, content=b"[", headers=auth)
+    assert (bad.status_code, bad.json()["code"]) == (400, "E-INPUT-001")
+    done = await client.post(url, json={"actor": "ops", "reason": "stop"}, headers=auth)
+    assert done.status_code == 200 and done.json()["status"] == "CANCELLED"
+    assert done.json()["failure_reason"] == "stop"
+    again = await client.post(url, json={}, headers=auth)
+    assert (again.status_code, again.json()["code"]) == (409, "E-RUN-001")
+    assert (await event_types(db, P, run_id))[-1] == "RunCancelled"
