@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 from contextlib import ExitStack
 from pathlib import Path
@@ -23,6 +24,8 @@ def register(subparsers: Any) -> None:
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     from awooop.demo.provision import provision
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     from awooop.demo.scenario import Demo, say
 
     with ExitStack() as stack:

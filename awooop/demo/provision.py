@@ -52,17 +52,11 @@ def _pg_answers(url: str) -> bool:
 
 
 def _docker_engine() -> bool:
-    if shutil.which("docker") is None:
+    docker = shutil.which("docker")
+    if docker is None:
         return False
-    return (
-        subprocess.run(
-            ["docker", "info"],
-            capture_output=True,
-            check=False,
-            timeout=20,
-        ).returncode
-        == 0
-    )
+    result = subprocess.run([docker, "info"], capture_output=True, check=False, timeout=20)  # noqa: S603 - fixed arguments
+    return result.returncode == 0
 
 
 def _server_url(url: str) -> str:

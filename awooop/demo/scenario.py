@@ -119,7 +119,7 @@ class Demo:
         self.summary = Summary()
         self.tokens: dict[str, str] = {}
         self.http = httpx.AsyncClient(base_url=self.base, timeout=10)
-        self.pg: asyncpg.Connection[Any] | None = None
+        self.pg: asyncpg.Pool[Any] | None = None
         self.worker_count = 0
 
     # --- plumbing --------------------------------------------------------------------------
@@ -431,7 +431,7 @@ class Demo:
     async def run(self) -> bool:
         await asyncio.to_thread(self._recreate)
         await self.setup()
-        self.pg = await asyncpg.connect(self.where.database_url)
+        self.pg = await asyncpg.create_pool(self.where.database_url, min_size=1, max_size=3)
         ticker = asyncio.create_task(self.progress())
         try:
             await self.webhooks_phase()
