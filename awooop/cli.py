@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "awooop.commands.tokens",
     "awooop.commands.loops",
     "awooop.commands.relay",
+    "awooop.commands.revisions",
 )
 
 

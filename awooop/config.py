@@ -58,6 +58,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     llm_url: str = "local:"
     llm_timeout_s: float = 60.0
+    llm_max_connections: int = 16
+    llm_default_model: str = "llama3.2"
+    pointer_check_connections: int = 2
 
     http_host: str = "127.0.0.1"
     http_port: int = 8080
@@ -104,6 +107,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "http_max_body_bytes",
             "http_workers",
             "http_db_pool_size",
+            "llm_max_connections",
+            "pointer_check_connections",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")
@@ -117,6 +122,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         for name in ("http_port", "metrics_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ConfigError(f"{env_name(name)} must be a TCP port (0-65535)")
+        if not self.llm_url.startswith("local:"):  # local: is the deterministic local model
+            _check_url("llm_url", self.llm_url, ("http", "https"))
+        if not self.llm_default_model:
+            raise ConfigError(f"{env_name('llm_default_model')} must not be empty")
         if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
             raise ConfigError(f"{env_name('log_level')} must be one of debug, info, warning, error")
         if not self.redis_key_prefix or "{" in self.redis_key_prefix:

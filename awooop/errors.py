@@ -245,3 +245,42 @@ class StreamRebuildInterruptedError(AwoooPError):
     code = "E-STREAM-001"
     http_status = 503
     retryable = True
+
+
+# --- revisions and the model gateway (revisions area) ---------------------------------------
+
+
+class RevisionContractMismatchError(AwoooPError):
+    """The revision belongs to another contract of this project."""
+
+    code = "E-REVISION-004"
+    http_status = 422
+
+
+class NothingToRollBackError(AwoooPError):
+    """There is no earlier revision to roll back to."""
+
+    code = "E-REVISION-005"
+    http_status = 409
+
+
+class InvalidContractBodyError(AwoooPError):
+    """The contract body is not valid for its family."""
+
+    code = "E-REVISION-006"
+    http_status = 422
+
+
+class ModelUnavailableError(AwoooPError):
+    """The model server cannot be reached or did not answer in time."""
+
+    code = "E-LLM-001"
+    http_status = 503
+    retryable = True
+
+
+class ModelResponseError(AwoooPError):
+    """The model server answered with an error or a malformed response."""
+
+    code = "E-LLM-002"
+    http_status = 502

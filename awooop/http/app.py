@@ -25,6 +25,7 @@ ROUTE_MODULES = (
     "awooop.http.health",
     "awooop.http.ingest",
     "awooop.http.runs",
+    "awooop.http.contracts",
 )
 
 
