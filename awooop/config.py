@@ -65,6 +65,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     http_max_body_bytes: int = 1024 * 1024
+    http_workers: int = 1
+    http_db_pool_size: int = 10
+    ingest_config_cache_s: float = 2.0
     metrics_port: int = 0
     stats_interval_s: float = 15.0
 
@@ -102,6 +105,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "relay_batch_size",
             "stream_maxlen",
             "http_max_body_bytes",
+            "http_workers",
+            "http_db_pool_size",
             "llm_max_connections",
             "pointer_check_connections",
         ):
@@ -112,6 +117,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 f"{env_name('heartbeat_interval_s')} must be shorter than "
                 f"{env_name('lease_ttl_s')} (a lease must survive between two heartbeats)"
             )
+        if self.ingest_config_cache_s < 0:
+            raise ConfigError(f"{env_name('ingest_config_cache_s')} must be 0 (off) or more")
         for name in ("http_port", "metrics_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ConfigError(f"{env_name(name)} must be a TCP port (0-65535)")

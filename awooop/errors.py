@@ -207,6 +207,25 @@ class NoActiveRevisionError(AwoooPError):
     http_status = 404
 
 
+# --- ingest: producer library ---------------------------------------------------------------
+
+
+class ProducerTransactionError(AwoooPError):
+    """The producer needs the caller's connection inside an open transaction whose
+    awooop.project_id is the event's project (see awooop.producer.set_tenant)."""
+
+    code = "E-INGEST-001"
+
+
+class DedupeRaceError(AwoooPError):
+    """The event's earlier delivery is not visible to this transaction (an isolation level
+    above READ COMMITTED?); retry the transaction."""
+
+    code = "E-INGEST-002"
+    http_status = 409
+    retryable = True
+
+
 # --- background loops ---------------------------------------------------------------------------
 
 

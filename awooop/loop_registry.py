@@ -12,7 +12,11 @@ import importlib
 from awooop.loops import LoopSpec
 from awooop.services import Services
 
-LOOP_MODULES: tuple[str, ...] = ("awooop.stats_loops", "awooop.relay_loops")
+LOOP_MODULES: tuple[str, ...] = (
+    "awooop.stats_loops",
+    "awooop.relay_loops",
+    "awooop.ingest.expiry",
+)
 
 
 def all_loops(services: Services) -> list[LoopSpec]:

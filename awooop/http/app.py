@@ -23,6 +23,8 @@ log = get_logger(__name__)
 
 ROUTE_MODULES = (
     "awooop.http.health",
+    "awooop.http.ingest",
+    "awooop.http.runs",
     "awooop.http.contracts",
 )
 

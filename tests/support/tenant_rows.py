@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 from awooop.db import Connection, Database
+from awooop.ingest import auth, credentials
 from awooop.runs import store
 from tests.support import factories
 
@@ -75,7 +76,16 @@ async def _heartbeat(conn: Connection, project_id: str) -> None:
     )
 
 
-BUILDERS = (_run, _dedupe, _revision, _heartbeat)
+async def _channel_credentials(conn: Connection, project_id: str) -> None:
+    """A channel secret and a bearer token, with the statements awooop.ingest.credentials uses."""
+    await conn.execute(credentials.UPSERT_SECRET, project_id, "telegram", "rls-probe-secret")
+    token_id, _, token_hash = auth.new_token()
+    await conn.execute(
+        credentials.INSERT_TOKEN, token_id, project_id, credentials.INGEST_SCOPE, "api", token_hash
+    )
+
+
+BUILDERS = (_run, _dedupe, _revision, _heartbeat, _channel_credentials)
 
 
 async def seed_project(db: Database, project_id: str) -> None:
