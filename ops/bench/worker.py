@@ -5,14 +5,15 @@
                                          [--no-streams] [--out FILE]
 
 Prints one JSON document (a short summary goes to stderr). Every process is real: one
-``awooop relay`` and N ``awooop worker`` subprocesses; runs are ingested the way the ingest
-path writes them (``RunCreated`` through ``awooop.runs.store`` in tenant transactions).
+``awooop relay`` and N ``awooop worker`` subprocesses; runs are ingested through the producer
+library (``awooop.producer``, the same ingest transaction as the HTTP server: dedupe row,
+run, ``RunCreated``).
 
-- ``throughput``: for 1, 2 and 4 worker processes, ``--runs`` no-op runs ingested in batches
-  as fast as possible while the workers run; runs/s from the first ingest commit to the last
-  COMPLETED (ingest → relay → work stream → claim → handler → COMPLETED). Target: ≥ 1,000/s
-  with 4 workers.
-- ``latency``: runs ingested one per transaction at a paced ``--rate`` per second for
+- ``throughput``: for 1, 2 and 4 worker processes, ``--runs`` no-op runs ingested in
+  batches of 500 (``submit_many``) as fast as possible while the workers run; runs/s from the
+  first ingest commit to the last COMPLETED (ingest → relay → work stream → claim → handler →
+  COMPLETED). Target: ≥ 1,000/s with 4 workers.
+- ``latency``: runs ingested one per transaction (``submit``) at a paced ``--rate`` per second for
   ``--seconds`` with 4 workers; ingest-to-start = the handler's start time (wall clock) minus
   the ingest commit (wall clock, same host). p50/p99/max in ms. Target: p99 ≤ 10 ms at 100/s.
 - ``recovery``: default lease settings (lease 30 s, heartbeat 5 s, reclaim 10 s); a worker
@@ -47,10 +48,13 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from awooop.config import Settings, load_settings  # noqa: E402
 from awooop.db import Database  # noqa: E402 - after the sys.path line, for a plain script
-from awooop.events import RunCreated  # noqa: E402
+from awooop.events import run_id_of_stream  # noqa: E402
 from awooop.migrate import migrate  # noqa: E402
-from awooop.runs import store  # noqa: E402
+from awooop.producer import ChannelEvent, submit, submit_many  # noqa: E402
+from streams.envelope import FIELD, decode_envelope  # noqa: E402
+from streams.keys import Keys  # noqa: E402
 
 PROJECT = "bench"
 HANDLERS = "worker_handlers"
@@ -105,6 +109,9 @@ class Scratch:
         finally:
             await client.aclose()
 
+    def settings(self) -> Settings:
+        return load_settings(environ={}, database_url=self.url, redis_url=redis_url())
+
     def env(self, **settings: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWOOOP_")}
         env.update(
@@ -154,30 +161,14 @@ class Processes:
         self.procs.clear()
 
 
-def created(run_id: uuid.UUID, now: Any) -> RunCreated:
-    return RunCreated(
-        at=now,
-        run_id=run_id,
-        project_id=PROJECT,
-        channel_type="api",
-        provider_event_id=str(run_id),
-        input={"n": 1},
-        max_attempts=3,
-    )
+def event(n: int | None = None) -> ChannelEvent:
+    return ChannelEvent("api", uuid.uuid4().hex, {"n": n or 1})
 
 
-async def ingest_batch(db: Database, count: int) -> list[uuid.UUID]:
-    run_ids = [uuid.uuid4() for _ in range(count)]
-    async with db.tenant(PROJECT) as conn:
-        now = await conn.fetchval("SELECT now()")
-        events = [created(r, now) for r in run_ids]
-        many = getattr(store, "create_runs", None)  # the ingest path's batch write, if present
-        if many is not None:
-            await many(conn, events)
-        else:
-            for event in events:
-                await store.create_run(conn, event)
-    return run_ids
+async def ingest_batch(db: Database, settings: Settings, count: int) -> list[uuid.UUID]:
+    """``count`` runs through the ingest path's batch call (one transaction)."""
+    done = await submit_many(db, PROJECT, [event(i) for i in range(count)], settings=settings)
+    return [d.run_id for d in done]
 
 
 async def count_status(db: Database, status: str) -> int:
@@ -223,7 +214,7 @@ async def throughput(
             ingested = 0
             while ingested < runs:
                 batch = min(500, runs - ingested)
-                await ingest_batch(db, batch)
+                await ingest_batch(db, scratch.settings(), batch)
                 ingested += batch
             ingest_s = time.perf_counter() - started
             done = await wait_count(db, "COMPLETED", runs, within_s=600)
@@ -256,20 +247,28 @@ async def latency(
                 delay = begin + i / rate - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                run_id = uuid.uuid4()
-                async with db.tenant(PROJECT) as conn:
-                    now = await conn.fetchval("SELECT now()")
-                    await store.create_run(conn, created(run_id, now))
-                committed[run_id] = time.time()
+                done = await submit(db, PROJECT, event(i), settings=scratch.settings())
+                committed[done.run_id] = time.time()
             await wait_count(db, "COMPLETED", total, within_s=60)
             async with db.platform() as conn:
                 rows = await conn.fetch(
-                    "SELECT run_id, result FROM awooop_run_state WHERE status = 'COMPLETED'"
+                    "SELECT r.run_id, r.result, "
+                    "extract(epoch FROM (e.data->>'at')::timestamptz)::float8 AS claimed "
+                    "FROM awooop_run_state r JOIN awooop_events e "
+                    "ON e.stream_id = 'run-' || r.run_id AND e.event_type = 'RunClaimed' "
+                    "WHERE r.status = 'COMPLETED'"
                 )
+            published = await xadd_times(scratch)
         finally:
             procs.stop_all()
             await db.close()
-    lat = [(r["result"] - committed[r["run_id"]]) * 1000 for r in rows if r["run_id"] in committed]
+    mine = [r for r in rows if r["run_id"] in committed]
+    lat = [(r["result"] - committed[r["run_id"]]) * 1000 for r in mine]
+    # Where the time goes (wall clocks of one host; the XADD time is the entry id's ms).
+    seen = [r for r in mine if r["run_id"] in published]  # acknowledged entries may be trimmed
+    relay = [published[r["run_id"]] * 1000 - committed[r["run_id"]] * 1000 for r in seen]
+    claim = [(r["claimed"] - published[r["run_id"]]) * 1000 for r in seen]
+    start = [(r["result"] - r["claimed"]) * 1000 for r in mine]
     return {
         "workers": workers,
         "rate_per_s": rate,
@@ -278,7 +277,31 @@ async def latency(
         "p50_ms": round(percentile(lat, 0.50), 2),
         "p99_ms": round(percentile(lat, 0.99), 2),
         "max_ms": round(max(lat), 2) if lat else None,
+        "breakdown_runs": len(seen),
+        "breakdown_p50_p99_ms": {
+            "commit_to_xadd": [round(percentile(relay, q), 2) for q in (0.5, 0.99)],
+            "xadd_to_claim_tx_start": [round(percentile(claim, q), 2) for q in (0.5, 0.99)],
+            "claim_tx_start_to_handler": [round(percentile(start, q), 2) for q in (0.5, 0.99)],
+        },
     }
+
+
+async def xadd_times(scratch: Scratch) -> dict[uuid.UUID, float]:
+    """Unix time of each run's RunCreated entry in the work streams (from the entry id)."""
+    settings = scratch.settings()
+    keys = Keys(scratch.prefix, settings.shard_count)
+    client = aioredis.Redis.from_url(redis_url())
+    found: dict[uuid.UUID, float] = {}
+    try:
+        for shard in keys.shards():
+            for entry_id, fields in await client.xrange(keys.work_stream(shard)):
+                envelope = decode_envelope(fields[FIELD])
+                run_id = run_id_of_stream(envelope.stream_id)
+                if run_id is not None and envelope.event_type == "RunCreated":
+                    found.setdefault(run_id, int(entry_id.split(b"-")[0]) / 1000)
+    finally:
+        await client.aclose()
+    return found
 
 
 async def recovery(extra: list[str], tmp: Path) -> dict[str, Any]:
@@ -293,7 +316,7 @@ async def recovery(extra: list[str], tmp: Path) -> dict[str, Any]:
                 "victim", ["worker", "--handler", f"{HANDLERS}:hang_first_attempt", *extra], env
             )
             procs.wait_started("victim")
-            [run_id] = await ingest_batch(db, 1)
+            [run_id] = await ingest_batch(db, scratch.settings(), 1)
             await wait_count(db, "RUNNING", 1, within_s=60)
             procs.start(
                 "survivor", ["worker", "--handler", f"{HANDLERS}:hang_first_attempt", *extra], env
