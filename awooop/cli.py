@@ -20,8 +20,12 @@ from awooop.logs import configure_logging
 COMMAND_MODULES = (
     "awooop.commands.migrate",
     "awooop.commands.smoke",
+    "awooop.commands.serve",
+    "awooop.commands.channels",
+    "awooop.commands.tokens",
     "awooop.commands.loops",
     "awooop.commands.relay",
+    "awooop.commands.revisions",
     "awooop.commands.replay",
     "awooop.commands.projector",
 )
@@ -41,7 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings: Settings = load_settings()
         configure_logging(settings.log_level)
-        code: int = asyncio.run(args.run(settings, args))
+        # A command may choose its event loop (serve runs on uvloop) with args.loop_factory.
+        with asyncio.Runner(loop_factory=getattr(args, "loop_factory", None)) as runner:
+            code: int = runner.run(args.run(settings, args))
     except AwoooPError as exc:
         print(f"error {exc.code}: {exc.message}", file=sys.stderr)
         return 1

@@ -62,10 +62,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     llm_url: str = "local:"
     llm_timeout_s: float = 60.0
+    llm_max_connections: int = 16
+    llm_default_model: str = "llama3.2"
+    pointer_check_connections: int = 2
 
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     http_max_body_bytes: int = 1024 * 1024
+    http_workers: int = 1
+    http_db_pool_size: int = 10
+    ingest_config_cache_s: float = 2.0
     metrics_port: int = 0
     stats_interval_s: float = 15.0
 
@@ -106,6 +112,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "projector_max_in_flight",
             "stream_maxlen",
             "http_max_body_bytes",
+            "http_workers",
+            "http_db_pool_size",
+            "llm_max_connections",
+            "pointer_check_connections",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")
@@ -114,9 +124,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 f"{env_name('heartbeat_interval_s')} must be shorter than "
                 f"{env_name('lease_ttl_s')} (a lease must survive between two heartbeats)"
             )
+        if self.ingest_config_cache_s < 0:
+            raise ConfigError(f"{env_name('ingest_config_cache_s')} must be 0 (off) or more")
         for name in ("http_port", "metrics_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ConfigError(f"{env_name(name)} must be a TCP port (0-65535)")
+        if not self.llm_url.startswith("local:"):  # local: is the deterministic local model
+            _check_url("llm_url", self.llm_url, ("http", "https"))
+        if not self.llm_default_model:
+            raise ConfigError(f"{env_name('llm_default_model')} must not be empty")
         if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
             raise ConfigError(f"{env_name('log_level')} must be one of debug, info, warning, error")
         if not self.redis_key_prefix or "{" in self.redis_key_prefix:

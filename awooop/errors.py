@@ -207,6 +207,25 @@ class NoActiveRevisionError(AwoooPError):
     http_status = 404
 
 
+# --- ingest: producer library ---------------------------------------------------------------
+
+
+class ProducerTransactionError(AwoooPError):
+    """The producer needs the caller's connection inside an open transaction whose
+    awooop.project_id is the event's project (see awooop.producer.set_tenant)."""
+
+    code = "E-INGEST-001"
+
+
+class DedupeRaceError(AwoooPError):
+    """The event's earlier delivery is not visible to this transaction (an isolation level
+    above READ COMMITTED?); retry the transaction."""
+
+    code = "E-INGEST-002"
+    http_status = 409
+    retryable = True
+
+
 # --- background loops ---------------------------------------------------------------------------
 
 
@@ -262,3 +281,42 @@ class SwapLockTimeoutError(AwoooPError):
 
     code = "E-REPLAY-003"
     retryable = True
+
+
+# --- revisions and the model gateway (revisions area) ---------------------------------------
+
+
+class RevisionContractMismatchError(AwoooPError):
+    """The revision belongs to another contract of this project."""
+
+    code = "E-REVISION-004"
+    http_status = 422
+
+
+class NothingToRollBackError(AwoooPError):
+    """There is no earlier revision to roll back to."""
+
+    code = "E-REVISION-005"
+    http_status = 409
+
+
+class InvalidContractBodyError(AwoooPError):
+    """The contract body is not valid for its family."""
+
+    code = "E-REVISION-006"
+    http_status = 422
+
+
+class ModelUnavailableError(AwoooPError):
+    """The model server cannot be reached or did not answer in time."""
+
+    code = "E-LLM-001"
+    http_status = 503
+    retryable = True
+
+
+class ModelResponseError(AwoooPError):
+    """The model server answered with an error or a malformed response."""
+
+    code = "E-LLM-002"
+    http_status = 502

@@ -51,12 +51,27 @@ ORDER BY version
 """
 
 # Followers: only rows of transactions older than the oldest one still running.
+# The horizon is the oldest transaction still in progress, ignoring transactions that
+# pg_stat_activity positively places in ANOTHER database of the cluster: they can never
+# write to our tables, yet pg_snapshot_xmin counts them (a CREATE DATABASE or a long report
+# elsewhere would hold every follower back). An xid that pg_stat_activity does not show is
+# kept, so a stale or hidden row only makes the horizon more conservative, never unsafe.
 READ_FORWARD = """
+WITH snap AS (SELECT pg_current_snapshot() AS s),
+horizon AS (
+    SELECT coalesce(
+        (SELECT min(x) FROM pg_snapshot_xip(snap.s) AS x
+          WHERE x::xid NOT IN (SELECT a.backend_xid FROM pg_stat_activity a
+                                WHERE a.backend_xid IS NOT NULL
+                                  AND a.datname IS DISTINCT FROM current_database())),
+        pg_snapshot_xmax(snap.s)) AS h
+    FROM snap
+)
 SELECT position, tx_id::text::bigint AS tx_id, event_id, stream_id, version, project_id,
        event_type, data::text AS data, metadata, recorded_at
-FROM awooop_events
+FROM awooop_events, horizon
 WHERE (tx_id, position) > ($1::text::xid8, $2::bigint)
-  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+  AND tx_id < horizon.h
 ORDER BY awooop_events.tx_id, position  -- the column, not the bigint alias: index order
 LIMIT $3
 """

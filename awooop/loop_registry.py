@@ -12,7 +12,12 @@ import importlib
 from awooop.loops import LoopSpec
 from awooop.services import Services
 
-LOOP_MODULES: tuple[str, ...] = ("awooop.stats_loops", "awooop.relay_loops", "projections.loops")
+LOOP_MODULES: tuple[str, ...] = (
+    "awooop.stats_loops",
+    "awooop.relay_loops",
+    "awooop.ingest.expiry",
+    "projections.loops",
+)
 
 
 def all_loops(services: Services) -> list[LoopSpec]:

@@ -20,6 +20,9 @@ INGEST_LATENCY = Histogram(
     ["channel_type"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
+DEDUPE_EXPIRED = Counter(
+    "awooop_dedupe_expired_total", "Expired channel-event dedupe rows deleted by the expiry loop"
+)
 
 # --- runs and leases ------------------------------------------------------------------------
 RUNS_BY_STATE = Gauge(

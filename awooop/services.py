@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -27,6 +28,9 @@ class Services:
     db: Database
     redis: Any  # redis.asyncio.Redis or RedisCluster: both speak the commands we use
     keys: Keys
+    # Resources a component opened on these services (for example the ingest route's pool),
+    # closed first by close().
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
     async def open(cls, settings: Settings, db_pool_size: int = 10) -> Services:
@@ -39,5 +43,8 @@ class Services:
         )
 
     async def close(self) -> None:
+        for closer in reversed(self.closers):
+            await closer()
+        self.closers.clear()
         await self.redis.aclose()
         await self.db.close()

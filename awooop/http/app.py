@@ -21,7 +21,12 @@ from awooop.services import Services
 
 log = get_logger(__name__)
 
-ROUTE_MODULES = ("awooop.http.health",)
+ROUTE_MODULES = (
+    "awooop.http.health",
+    "awooop.http.ingest",
+    "awooop.http.runs",
+    "awooop.http.contracts",
+)
 
 
 def error_response(exc: AwoooPError) -> JSONResponse:

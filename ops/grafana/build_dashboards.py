@@ -57,6 +57,11 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "s",
             ),
             (
+                "Expired dedupe rows deleted per second",
+                [("sum(rate(awooop_dedupe_expired_total[5m]))", "deleted")],
+                "ops",
+            ),
+            (
                 "Leases per second",
                 [
                     ("sum by (path) (rate(awooop_lease_claims_total[5m]))", "claimed ({{path}})"),

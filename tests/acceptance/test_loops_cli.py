@@ -19,7 +19,7 @@ from typing import Any
 from awooop.config import Settings
 from awooop.embedded import free_port
 
-LOOPS = ("stats_runs", "stats_outbox", "stats_streams", "relay")
+LOOPS = ("stats_runs", "stats_outbox", "stats_streams", "relay", "dedupe_expiry")
 
 
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:
@@ -30,6 +30,7 @@ def env_for(settings: Settings, **extra: str) -> dict[str, str]:
         AWOOOP_REDIS_KEY_PREFIX=settings.redis_key_prefix,
         AWOOOP_STATS_INTERVAL_S="0.2",
         AWOOOP_RELAY_POLL_INTERVAL_S="0.2",
+        AWOOOP_DEDUPE_EXPIRY_INTERVAL_S="0.2",
         AWOOOP_SHUTDOWN_GRACE_S="5",
         AWOOOP_LOG_LEVEL="info",
     )

@@ -123,3 +123,40 @@ async def test_concurrent_writers_and_a_follower_see_every_event_once_in_order(
     # Commits really did land out of position order, or the test proved nothing.
     positions = [e.position for e in seen]
     assert positions != sorted(positions)
+
+
+async def test_a_transaction_in_another_database_does_not_hold_followers_back(
+    db: Database, pg_server_url: str
+) -> None:
+    import asyncpg
+
+    other = await asyncpg.connect(pg_server_url)  # the server's "postgres" database
+    try:
+        elsewhere = other.transaction()
+        await elsewhere.start()
+        await other.fetchval("SELECT pg_current_xact_id()")  # holds an xid, like CREATE DATABASE
+        async with db.tenant(PROJECT) as conn:
+            await eventlog.append(conn, "s-elsewhere", PROJECT, 0, [payload("a")])
+        async with db.platform() as conn:
+            seen = await eventlog.read_forward(conn, eventlog.Cursor())
+        assert [e.stream_id for e in seen] == ["s-elsewhere"]
+        await elsewhere.rollback()
+    finally:
+        await other.close()
+
+
+async def test_a_transaction_in_this_database_holds_followers_back(db: Database) -> None:
+    async with db.tenant(PROJECT) as conn:
+        await eventlog.append(conn, "s-before", PROJECT, 0, [payload("a")])
+    async with db.tenant(PROJECT) as holder:
+        await eventlog.append(holder, "s-open", PROJECT, 0, [payload("b")])
+        async with db.tenant(PROJECT) as conn:
+            await eventlog.append(conn, "s-after", PROJECT, 0, [payload("c")])
+        async with db.platform() as conn:
+            visible = [e.stream_id for e in await eventlog.read_forward(conn, eventlog.Cursor())]
+        # s-after committed, but an older transaction of this database is still open: the
+        # follower stops before it, so it cannot skip s-open when that commits.
+        assert visible == ["s-before"]
+    async with db.platform() as conn:
+        visible = [e.stream_id for e in await eventlog.read_forward(conn, eventlog.Cursor())]
+    assert visible == ["s-before", "s-open", "s-after"]

@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 from awooop.db import Connection, Database
+from awooop.ingest import auth, credentials
 from awooop.runs import store
 from tests.support import factories
 
@@ -75,6 +76,15 @@ async def _heartbeat(conn: Connection, project_id: str) -> None:
     )
 
 
+async def _channel_credentials(conn: Connection, project_id: str) -> None:
+    """A channel secret and a bearer token, with the statements awooop.ingest.credentials uses."""
+    await conn.execute(credentials.UPSERT_SECRET, project_id, "telegram", "rls-probe-secret")
+    token_id, _, token_hash = auth.new_token()
+    await conn.execute(
+        credentials.INSERT_TOKEN, token_id, project_id, credentials.INGEST_SCOPE, "api", token_hash
+    )
+
+
 async def _projections(conn: Connection, project_id: str) -> None:
     """Read-model rows (projections/), written by the projections' own apply."""
     from awooop.events import RevisionCreated, revision_stream_id, run_stream_id
@@ -107,7 +117,7 @@ async def _projections(conn: Connection, project_id: str) -> None:
         await get(name).apply(conn, LIVE, {stream_id: [log_event]})
 
 
-BUILDERS = (_run, _dedupe, _revision, _heartbeat, _projections)
+BUILDERS = (_run, _dedupe, _revision, _heartbeat, _channel_credentials, _projections)
 
 
 async def seed_project(db: Database, project_id: str) -> None:

@@ -1,0 +1,164 @@
+"""Contract revision management routes under ``/v1/projects/{project_id}/contracts``.
+
+- ``GET  /v1/projects/{p}/contracts``: every contract (active revision, revision count);
+- ``GET  .../contracts/{family}/{contract_id}``: the active revision id and every revision;
+- ``POST .../contracts/{family}/{contract_id}/revisions`` ``{"body": {...}}``: 201, the revision;
+- ``GET  .../contracts/{family}/{contract_id}/revisions/{revision_id}``: the revision with body;
+- ``POST .../contracts/{family}/{contract_id}/activate``
+  ``{"revision_id": ..., "expected_revision_id"?: ...}``: the activation;
+- ``POST .../contracts/{family}/{contract_id}/rollback``
+  ``{"to_revision_id"?: ..., "expected_revision_id"?: ...}``: the activation.
+
+``expected_revision_id`` is the optimistic check: present (a revision id, or null for "no
+active revision yet"), a different current revision answers 409 E-REVISION-002; absent, the
+activation applies to whatever is current. Handlers are thin (parse, call
+:class:`awooop.revisions.store.Revisions`, render) so that an authentication layer can wrap
+them; each is a plain ``async (Request) -> Response``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, TypeVar
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from awooop.errors import InvalidInputError, PayloadTooLargeError, RevisionNotFoundError
+from awooop.revisions.store import ANY, Activation, Expected, Revisions
+from awooop.services import Services
+
+PREFIX = "/v1/projects/{project_id}/contracts"
+CONTRACT = PREFIX + "/{family}/{contract_id}"
+
+T = TypeVar("T")
+_encoder = msgspec.json.Encoder()
+
+
+class CreateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    body: dict[str, Any]
+
+
+class ActivateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    revision_id: uuid.UUID
+    expected_revision_id: uuid.UUID | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class RollbackRequest(msgspec.Struct, forbid_unknown_fields=True):
+    to_revision_id: uuid.UUID | None = None
+    expected_revision_id: uuid.UUID | msgspec.UnsetType | None = msgspec.UNSET
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    return Response(_encoder.encode(content), status_code, media_type="application/json")
+
+
+async def read_json(request: Request, kind: type[T], limit: int) -> T:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLargeError(limit=limit)
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limit:
+            raise PayloadTooLargeError(limit=limit)
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.ValidationError as exc:
+        raise InvalidInputError(f"invalid request body: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise InvalidInputError(f"request body is not JSON: {exc}") from None
+
+
+def _expected(value: uuid.UUID | msgspec.UnsetType | None) -> Expected:
+    return ANY if value is msgspec.UNSET else value
+
+
+def _revision_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise RevisionNotFoundError(revision_id=text) from None
+
+
+def _activation(activation: Activation) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(activation)
+    return out
+
+
+def routes(services: Services) -> list[BaseRoute]:
+    revisions = Revisions(services.db)
+    limit = services.settings.http_max_body_bytes
+
+    def path(request: Request) -> tuple[str, str, str]:
+        p = request.path_params
+        return p["project_id"], p["family"], p["contract_id"]
+
+    async def list_contracts(request: Request) -> Response:
+        project_id = request.path_params["project_id"]
+        return json_response({"contracts": await revisions.contracts(project_id)})
+
+    async def show_contract(request: Request) -> Response:
+        project_id, family, contract_id = path(request)
+        listed = await revisions.revisions(project_id, family, contract_id)
+        active = next((r.revision_id for r in listed if r.active), None)
+        return json_response(
+            {
+                "project_id": project_id,
+                "contract_family": family,
+                "contract_id": contract_id,
+                "active_revision_id": active,
+                "revisions": listed,
+            }
+        )
+
+    async def create_revision(request: Request) -> Response:
+        project_id, family, contract_id = path(request)
+        payload = await read_json(request, CreateRequest, limit)
+        revision = await revisions.create(project_id, family, contract_id, payload.body, "api")
+        return json_response(revision, status_code=201)
+
+    async def show_revision(request: Request) -> Response:
+        project_id, family, contract_id = path(request)
+        revision_id = _revision_id(request.path_params["revision_id"])
+        revision = await revisions.get(project_id, revision_id)
+        if (revision.contract_family, revision.contract_id) != (family, contract_id):
+            raise RevisionNotFoundError(revision_id=revision_id)
+        return json_response(revision)
+
+    async def activate(request: Request) -> Response:
+        project_id, family, contract_id = path(request)
+        payload = await read_json(request, ActivateRequest, limit)
+        activation = await revisions.activate(
+            project_id,
+            family,
+            contract_id,
+            payload.revision_id,
+            expected=_expected(payload.expected_revision_id),
+            actor="api",
+        )
+        return json_response(_activation(activation))
+
+    async def rollback(request: Request) -> Response:
+        project_id, family, contract_id = path(request)
+        payload = await read_json(request, RollbackRequest, limit)
+        activation = await revisions.rollback(
+            project_id,
+            family,
+            contract_id,
+            to_revision_id=payload.to_revision_id,
+            expected=_expected(payload.expected_revision_id),
+            actor="api",
+        )
+        return json_response(_activation(activation))
+
+    return [
+        Route(PREFIX, list_contracts, methods=["GET"]),
+        Route(CONTRACT + "/revisions/{revision_id}", show_revision, methods=["GET"]),
+        Route(CONTRACT + "/revisions", create_revision, methods=["POST"]),
+        Route(CONTRACT + "/activate", activate, methods=["POST"]),
+        Route(CONTRACT + "/rollback", rollback, methods=["POST"]),
+        Route(CONTRACT, show_contract, methods=["GET"]),
+    ]

@@ -1,0 +1,17 @@
+"""Channel ingest (R-01 to R-06): provider adapters, the ingest transaction, dedupe expiry.
+
+- one module per channel (:mod:`telegram`, :mod:`alertmanager`, :mod:`gitea`, :mod:`line`,
+  :mod:`api`), each pure: ``authenticate``, ``parse`` and ``provider_event_id``;
+- :mod:`awooop.ingest.store`: the one transaction per delivery (dedupe row, run, first event);
+- :mod:`awooop.ingest.credentials`: channel secrets, dedupe TTLs and bearer tokens in Postgres;
+- :mod:`awooop.ingest.expiry`: the platform loop deleting expired dedupe rows in batches.
+"""
+
+from __future__ import annotations
+
+from awooop.ingest import alertmanager, api, gitea, line, telegram
+from awooop.ingest.common import Adapter
+
+ADAPTERS: dict[str, Adapter] = {
+    m.ADAPTER.channel_type: m.ADAPTER for m in (telegram, alertmanager, gitea, line, api)
+}

@@ -1,0 +1,113 @@
+"""What every channel adapter shares: the adapter shape, the parsed event, JSON checks.
+
+An adapter is three pure functions over a delivery (lowercase header names and the raw body):
+``authenticate(headers, body, stored)`` raises :class:`AuthenticationError` unless the
+delivery carries the provider's proof (a secret header, an HMAC of the raw body, or a bearer
+token); ``parse(headers, body)`` returns the events of the delivery, each with its
+``provider_event_id`` (R-02), or raises :class:`InvalidInputError` (400) /
+:class:`MissingEventIdError` (422). No I/O: the HTTP layer and the tests call them alike.
+
+Bodies end up in ``jsonb`` columns, which cannot hold every JSON text msgspec accepts: a
+string with ``\\u0000`` is refused by Postgres, and very deep nesting may exhaust a stack on
+either side. :func:`decode_object` refuses both up front (400), so that a malformed body
+never reaches the database as a 500.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from awooop.errors import InvalidInputError, MissingEventIdError
+
+Headers = Mapping[str, str]  # lowercase header name -> value
+
+CHANNEL_TYPES = ("telegram", "alertmanager", "gitea", "line", "api")
+MAX_EVENT_ID_LENGTH = 256  # the CHECK on awooop_channel_event_dedupe.provider_event_id
+MAX_JSON_DEPTH = 64
+
+
+class AuthKind(enum.StrEnum):
+    SECRET = "secret"  # a per-project channel secret (awooop channels set-secret)
+    BEARER = "bearer"  # a per-project bearer token (awooop tokens create)
+
+
+class ParsedEvent(msgspec.Struct, frozen=True):
+    """One event of a delivery: its idempotency id and the run's input."""
+
+    provider_event_id: str
+    input: Any
+
+
+class StoredCredential(msgspec.Struct, frozen=True):
+    """What the database holds for the delivery's project and channel (None: nothing)."""
+
+    secret: str | None = None
+    token_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class Adapter:
+    channel_type: str
+    auth: AuthKind
+    authenticate: Callable[[Headers, bytes, StoredCredential], None]
+    parse: Callable[[Headers, bytes], list[ParsedEvent]]
+
+
+_decode = msgspec.json.Decoder().decode
+
+
+def decode_object(body: bytes, what: str = "body") -> dict[str, Any]:
+    """The body as a JSON object that Postgres can store, or :class:`InvalidInputError`."""
+    try:
+        value = _decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
+        raise InvalidInputError(f"{what} is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{what} must be a JSON object")
+    check_storable(value, body)
+    return value
+
+
+def check_storable(value: Any, raw: bytes | None = None) -> None:
+    """Refuse NUL characters and nesting deeper than MAX_JSON_DEPTH (iteratively: no
+    recursion limit to hit). ``raw`` lets the common case skip the walk: without enough
+    brackets there is no deep nesting, and without the escape ``\\u0000`` there is no NUL."""
+    if raw is not None and (
+        raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH and b"\\u0000" not in raw
+    ):
+        return
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise InvalidInputError("JSON strings must not contain NUL (\\u0000)")
+        elif isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise InvalidInputError(f"JSON nesting deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, dict):
+                stack.extend((k, depth) for k in item)
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+
+
+def event_id(value: object, field: str) -> str:
+    """A provider event id as text: present, 1..256 characters, printable."""
+    if value is None or value == "":
+        raise MissingEventIdError(f"missing {field}", field=field)
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise InvalidInputError(f"{field} must be a string or an integer", field=field)
+    text = str(value)
+    if len(text) > MAX_EVENT_ID_LENGTH:
+        raise InvalidInputError(
+            f"{field} is longer than {MAX_EVENT_ID_LENGTH} characters", field=field
+        )
+    if not text.isprintable():
+        raise InvalidInputError(f"{field} contains control characters", field=field)
+    return text

@@ -1,0 +1,172 @@
+"""Channel secrets, per-channel dedupe TTLs and bearer tokens in Postgres (R-05, R-04).
+
+All writes run in a tenant transaction of the project (row-level security applies). Secrets
+and tokens are never logged; a token is returned once by :func:`create_token` and only its
+hash is kept (see :mod:`awooop.ingest.auth`).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import msgspec
+
+from awooop.db import Database
+from awooop.errors import InvalidInputError, UnknownChannelError
+from awooop.ingest import ADAPTERS
+from awooop.ingest.auth import new_token
+from awooop.ingest.common import AuthKind
+
+PROJECT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+CONTRACT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+TELEGRAM_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what setWebhook's secret_token allows
+MAX_SECRET_LENGTH = 1024
+INGEST_SCOPE = "ingest"
+
+# --- SQL -------------------------------------------------------------------------------------
+
+UPSERT_SECRET = """
+INSERT INTO awooop_channels (project_id, channel_type, secret) VALUES ($1, $2, $3)
+ON CONFLICT (project_id, channel_type) DO UPDATE SET secret = EXCLUDED.secret, updated_at = now()
+"""
+UPSERT_TTL = """
+INSERT INTO awooop_channels (project_id, channel_type, dedupe_ttl_s) VALUES ($1, $2, $3)
+ON CONFLICT (project_id, channel_type)
+DO UPDATE SET dedupe_ttl_s = EXCLUDED.dedupe_ttl_s, updated_at = now()
+"""
+LIST_CHANNELS = """
+SELECT channel_type, secret IS NOT NULL AS has_secret, dedupe_ttl_s, updated_at
+FROM awooop_channels WHERE project_id = $1 ORDER BY channel_type
+"""
+INSERT_TOKEN = """
+INSERT INTO awooop_api_tokens (token_id, project_id, scope, channel_type, token_hash)
+VALUES ($1, $2, $3, $4, $5)
+"""
+LIST_TOKENS = """
+SELECT token_id, scope, channel_type, created_at, revoked_at
+FROM awooop_api_tokens WHERE project_id = $1 ORDER BY created_at
+"""
+REVOKE_TOKEN = """
+UPDATE awooop_api_tokens SET revoked_at = now()
+WHERE project_id = $1 AND token_id = $2 AND revoked_at IS NULL
+"""
+
+# --- validation (pure) -----------------------------------------------------------------------
+
+
+def check_project_id(project_id: str) -> str:
+    if not PROJECT_ID.fullmatch(project_id):
+        raise InvalidInputError(
+            "project id must be 1-64 characters of letters, digits and _ . : - "
+            "(starting with a letter or digit)",
+            project_id=project_id[:80],
+        )
+    return project_id
+
+
+def check_contract_id(contract_id: str) -> str:
+    if not CONTRACT_ID.fullmatch(contract_id):
+        raise InvalidInputError(
+            "contract id must be 1-128 characters of letters, digits and _ . : -"
+        )
+    return contract_id
+
+
+def check_channel(channel_type: str, auth: AuthKind | None = None) -> str:
+    adapter = ADAPTERS.get(channel_type)
+    if adapter is None:
+        raise UnknownChannelError(channel_type=channel_type[:40])
+    if auth is not None and adapter.auth is not auth:
+        kinds = sorted(c for c, a in ADAPTERS.items() if a.auth is auth)
+        how = (
+            "a bearer token (awooop tokens create)"
+            if adapter.auth is AuthKind.BEARER
+            else "a secret (awooop channels set-secret)"
+        )
+        raise InvalidInputError(
+            f"channel {channel_type} authenticates with {how}; "
+            f"this command takes one of {', '.join(kinds)}"
+        )
+    return channel_type
+
+
+def check_secret(channel_type: str, secret: str) -> str:
+    if not secret or len(secret) > MAX_SECRET_LENGTH or not secret.isprintable():
+        raise InvalidInputError(f"the secret must be 1-{MAX_SECRET_LENGTH} printable characters")
+    if channel_type == "telegram" and not TELEGRAM_SECRET.fullmatch(secret):
+        raise InvalidInputError(
+            "a Telegram secret token is 1-256 characters of A-Z, a-z, 0-9, _ and -"
+        )
+    return secret
+
+
+# --- operations ------------------------------------------------------------------------------
+
+
+class ChannelInfo(msgspec.Struct, frozen=True):
+    channel_type: str
+    has_secret: bool
+    dedupe_ttl_s: int | None
+    updated_at: datetime
+
+
+class TokenInfo(msgspec.Struct, frozen=True):
+    token_id: str
+    scope: str
+    channel_type: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+async def set_secret(db: Database, project_id: str, channel_type: str, secret: str) -> None:
+    check_project_id(project_id)
+    check_channel(channel_type, AuthKind.SECRET)
+    check_secret(channel_type, secret)
+    async with db.tenant(project_id) as conn:
+        await conn.execute(UPSERT_SECRET, project_id, channel_type, secret)
+
+
+async def set_dedupe_ttl(
+    db: Database, project_id: str, channel_type: str, ttl_s: int | None
+) -> None:
+    """Set (or with None, clear back to AWOOOP_DEDUPE_TTL_S) the channel's dedupe TTL."""
+    check_project_id(project_id)
+    check_channel(channel_type)
+    if ttl_s is not None and ttl_s < 1:
+        raise InvalidInputError("the dedupe TTL must be at least 1 second")
+    async with db.tenant(project_id) as conn:
+        await conn.execute(UPSERT_TTL, project_id, channel_type, ttl_s)
+
+
+async def list_channels(db: Database, project_id: str) -> list[ChannelInfo]:
+    check_project_id(project_id)
+    async with db.tenant(project_id) as conn:
+        rows = await conn.fetch(LIST_CHANNELS, project_id)
+    return [ChannelInfo(**dict(r.items())) for r in rows]
+
+
+async def create_token(db: Database, project_id: str, channel_type: str) -> tuple[str, str]:
+    """A new ingest token for the project's channel: (token_id, token). Shown once."""
+    check_project_id(project_id)
+    check_channel(channel_type, AuthKind.BEARER)
+    token_id, token, token_hash = new_token()
+    async with db.tenant(project_id) as conn:
+        await conn.execute(
+            INSERT_TOKEN, token_id, project_id, INGEST_SCOPE, channel_type, token_hash
+        )
+    return token_id, token
+
+
+async def list_tokens(db: Database, project_id: str) -> list[TokenInfo]:
+    check_project_id(project_id)
+    async with db.tenant(project_id) as conn:
+        rows = await conn.fetch(LIST_TOKENS, project_id)
+    return [TokenInfo(**dict(r.items())) for r in rows]
+
+
+async def revoke_token(db: Database, project_id: str, token_id: str) -> bool:
+    check_project_id(project_id)
+    async with db.tenant(project_id) as conn:
+        status = await conn.execute(REVOKE_TOKEN, project_id, token_id)
+    return bool(status == "UPDATE 1")

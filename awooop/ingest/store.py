@@ -1,0 +1,287 @@
+"""The ingest write (R-01, R-03, R-04): dedupe row, run and first event, all or nothing.
+
+Everything here runs on the caller's connection, which carries the tenant: a tenant
+transaction (``Database.tenant``, or a producer's own transaction after ``set_tenant``), or
+a connection of :class:`awooop.ingest.sessions.TenantSessions` outside a transaction. Per
+delivery:
+
+1. :func:`load_config` (the HTTP path caches it briefly, see :mod:`awooop.ingest.cache`):
+   one statement reads the transaction's tenant and isolation level, the channel's secret
+   and dedupe TTL, the stored hash of the presented bearer token and the active ``agent``
+   contract's ``max_attempts``.
+2. :func:`ingest`: ONE statement, atomic on its own:
+
+   - inserts the dedupe rows ``ON CONFLICT DO NOTHING`` (keys sorted, so concurrent batches
+     lock in one order and cannot deadlock);
+   - for exactly the keys it inserted (its ``RETURNING``), inserts the run rows (PENDING),
+     their streams at version 1 and the ``RunCreated`` events. Rows and events are built in
+     Python beforehand by the same ``runs.state.apply`` and ``events.encode_event`` every
+     other write uses; SQL only picks the ones whose key was new and stamps the database
+     clock: ``now()`` becomes the event's ``at``, the run's ``created_at``/``updated_at``
+     and the dedupe row's ``created_at`` (one value per transaction).
+     ``tests/integration/test_ingest_store.py`` checks that each row equals the replay of
+     its event;
+   - returns, besides the new keys, the existing rows of the other keys as the statement's
+     snapshot sees them, with whether each is past ``expires_at``.
+
+3. A key that conflicted but was not in that snapshot was committed by a concurrent
+   delivery while ours waited (READ COMMITTED: a conflicting insert that has not committed
+   makes ours wait for it; when it commits ours does nothing, when it rolls back ours
+   inserts). A separate lookup, a new statement with a new snapshot, sees it: every
+   concurrent caller gets the one run_id. A row past ``expires_at`` that the expiry loop
+   has not deleted yet counts as absent (R-04: after the TTL a repeat is new): it is deleted
+   and the key goes round again.
+
+So a first arrival or a repeat costs one statement, a lost race two or three. Round trips
+are what ingest spends its time on (docs/ingest.md), hence one statement instead of three.
+The event log row is the outbox entry that the relay follows; its metadata carries the W3C
+``traceparent``/``tracestate`` of the current span.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from awooop.config import Settings
+from awooop.db import Connection
+from awooop.errors import DedupeRaceError
+from awooop.events import RunCreated, encode_event, run_stream_id
+from awooop.ingest.common import ParsedEvent, StoredCredential
+from awooop.runs.state import COLUMNS, apply
+from awooop.telemetry import inject
+
+DEFAULT_CONTRACT = "default"
+AGENT_FAMILY = "agent"
+MAX_ROUNDS = 4  # insert / look up / drop expired; more rounds than races can need
+MAX_CONTRACT_ATTEMPTS = 100
+# Stands in for the clock while Python builds rows; the statement replaces it with now().
+CLOCK_PLACEHOLDER = datetime(1970, 1, 1, tzinfo=UTC)
+CLOCK_COLUMNS = frozenset({"created_at", "updated_at"})  # what apply(None, RunCreated) stamps
+
+# --- SQL -------------------------------------------------------------------------------------
+
+LOAD_CONFIG = """
+SELECT current_setting('awooop.project_id', true) AS tenant,
+       current_setting('transaction_isolation') AS isolation,
+       c.secret,
+       c.dedupe_ttl_s,
+       (SELECT t.token_hash FROM awooop_api_tokens t
+         WHERE t.token_id = $4 AND t.project_id = $1 AND t.channel_type = $2
+           AND t.scope = 'ingest' AND t.revoked_at IS NULL) AS token_hash,
+       (SELECT r.body -> 'max_attempts'
+          FROM awooop_active_revisions a
+          JOIN awooop_contract_revisions r ON r.revision_id = a.active_revision_id
+         WHERE a.project_id = $1 AND a.contract_family = 'agent'
+           AND a.contract_id = $3) AS contract_max_attempts
+FROM (SELECT 1) AS one
+LEFT JOIN awooop_channels c ON c.project_id = $1 AND c.channel_type = $2
+"""
+
+_COLUMN_LIST = ", ".join(COLUMNS)
+# The run rows travel as one JSON array of RunState objects (field names are the column
+# names), turned into rows of the table's own type by jsonb_populate_recordset.
+_RUN_SELECT = ", ".join("now()" if c in CLOCK_COLUMNS else f"r.{c}" for c in COLUMNS)
+INSERT_NEW = f"""
+WITH new AS (
+    INSERT INTO awooop_channel_event_dedupe AS d
+        (project_id, channel_type, provider_event_id, run_id, created_at, expires_at)
+    SELECT $1, $2, k.provider_event_id, k.run_id, now(),
+           now() + make_interval(secs => $5::float8)
+    FROM unnest($3::text[], $4::uuid[]) WITH ORDINALITY AS k(provider_event_id, run_id, ord)
+    ORDER BY k.ord
+    ON CONFLICT (project_id, channel_type, provider_event_id) DO NOTHING
+    RETURNING d.provider_event_id, d.run_id
+), runs AS (
+    INSERT INTO awooop_run_state ({_COLUMN_LIST})
+    SELECT {_RUN_SELECT}
+    FROM jsonb_populate_recordset(NULL::awooop_run_state, $10::jsonb) AS r
+    WHERE r.run_id IN (SELECT run_id FROM new)
+), heads AS (
+    INSERT INTO awooop_event_streams (stream_id, project_id, version, last_tx_id)
+    SELECT h.stream_id, $1, 1, pg_current_xact_id()
+    FROM unnest($6::text[], $4::uuid[]) AS h(stream_id, run_id)
+    WHERE h.run_id IN (SELECT run_id FROM new)
+), events AS (
+    INSERT INTO awooop_events
+        (event_id, stream_id, version, project_id, event_type, data, metadata)
+    SELECT e.event_id, e.stream_id, 1, $1, 'RunCreated',
+           jsonb_set(e.data::jsonb, '{{at}}', to_jsonb(now())), $9::jsonb
+    FROM unnest($6::text[], $4::uuid[], $7::uuid[], $8::text[])
+        WITH ORDINALITY AS e(stream_id, run_id, event_id, data, ord)
+    WHERE e.run_id IN (SELECT run_id FROM new)
+    ORDER BY e.ord
+)
+SELECT provider_event_id, run_id, true AS created, false AS expired FROM new
+UNION ALL
+SELECT d.provider_event_id, d.run_id, false, d.expires_at <= now()
+FROM awooop_channel_event_dedupe d
+WHERE d.project_id = $1 AND d.channel_type = $2 AND d.provider_event_id = ANY($3::text[])
+"""  # noqa: S608 - the interpolations are RunState's constant column names
+
+LOOKUP_DEDUPE = """
+SELECT provider_event_id, run_id, expires_at <= now() AS expired
+FROM awooop_channel_event_dedupe
+WHERE project_id = $1 AND channel_type = $2 AND provider_event_id = ANY($3::text[])
+"""
+
+DELETE_EXPIRED_KEYS = """
+DELETE FROM awooop_channel_event_dedupe
+WHERE project_id = $1 AND channel_type = $2 AND provider_event_id = ANY($3::text[])
+  AND expires_at <= now()
+"""
+
+# --- API -------------------------------------------------------------------------------------
+
+
+class ChannelConfig(msgspec.Struct, frozen=True, kw_only=True):
+    tenant: str | None
+    isolation: str
+    credential: StoredCredential
+    dedupe_ttl_s: float
+    max_attempts: int
+
+
+class Outcome(msgspec.Struct, frozen=True):
+    """One event's result: its run and whether this delivery created it."""
+
+    provider_event_id: str
+    run_id: uuid.UUID
+    created: bool
+
+
+async def load_config(
+    conn: Connection,
+    settings: Settings,
+    project_id: str,
+    channel_type: str,
+    contract_id: str = DEFAULT_CONTRACT,
+    token_id: str | None = None,
+) -> ChannelConfig:
+    row = await conn.fetchrow(LOAD_CONFIG, project_id, channel_type, contract_id, token_id)
+    assert row is not None  # FROM (SELECT 1): always one row
+    return ChannelConfig(
+        tenant=row["tenant"] or None,
+        isolation=row["isolation"],
+        credential=StoredCredential(secret=row["secret"], token_hash=row["token_hash"]),
+        dedupe_ttl_s=float(row["dedupe_ttl_s"] or settings.dedupe_ttl_s),
+        max_attempts=contract_max_attempts(row["contract_max_attempts"], settings.max_attempts),
+    )
+
+
+def contract_max_attempts(value: Any, default: int) -> int:
+    """The contract's ``max_attempts`` when it is a sane integer, else the setting."""
+    valid = isinstance(value, int) and not isinstance(value, bool)
+    return value if valid and 1 <= value <= MAX_CONTRACT_ATTEMPTS else default
+
+
+def trace_metadata(source: str) -> dict[str, Any]:
+    """Event metadata: where the event came from and the current span's trace context."""
+    traceparent, tracestate = inject()
+    return {"source": source, "traceparent": traceparent, "tracestate": tracestate}
+
+
+async def ingest(
+    conn: Connection,
+    project_id: str,
+    channel_type: str,
+    events: Sequence[ParsedEvent],
+    *,
+    config: ChannelConfig,
+    contract_id: str = DEFAULT_CONTRACT,
+    metadata: dict[str, Any] | None = None,
+) -> list[Outcome]:
+    """Dedupe ``events`` and create a run for each first arrival; one Outcome per event, in
+    order (a key repeated within ``events`` is created once and then a duplicate)."""
+    first: dict[str, ParsedEvent] = {}
+    for event in events:
+        first.setdefault(event.provider_event_id, event)
+    created: dict[str, uuid.UUID] = {}
+    existing: dict[str, uuid.UUID] = {}
+    pending = sorted(first)  # one lock order for every transaction
+    for _ in range(MAX_ROUNDS):
+        if not pending:
+            break
+        runs = [
+            RunCreated(
+                at=CLOCK_PLACEHOLDER,
+                run_id=uuid.uuid4(),
+                project_id=project_id,
+                channel_type=channel_type,
+                provider_event_id=key,
+                input=first[key].input,
+                max_attempts=config.max_attempts,
+                contract_id=contract_id,
+            )
+            for key in pending
+        ]
+        rows = await conn.fetch(
+            INSERT_NEW, *_insert_arguments(project_id, channel_type, runs, config, metadata)
+        )
+        expired = _sort_rows(rows, created, existing)
+        unseen = [k for k in pending if k not in created and k not in existing and k not in expired]
+        if unseen:  # committed by a concurrent delivery after this statement's snapshot
+            lookup = await conn.fetch(LOOKUP_DEDUPE, project_id, channel_type, unseen)
+            expired |= _sort_rows(lookup, created, existing)
+        if expired:
+            await conn.execute(DELETE_EXPIRED_KEYS, project_id, channel_type, sorted(expired))
+        # Expired keys, and keys whose row vanished meanwhile (the expiry loop deleted it),
+        # go round again.
+        pending = sorted(k for k in pending if k not in created and k not in existing)
+    if pending:
+        raise DedupeRaceError(isolation=config.isolation, keys=len(pending))
+
+    outcomes: list[Outcome] = []
+    seen: set[str] = set()
+    for event in events:
+        key = event.provider_event_id
+        if key in created:
+            outcomes.append(Outcome(key, created[key], key not in seen))
+        else:
+            outcomes.append(Outcome(key, existing[key], False))
+        seen.add(key)
+    return outcomes
+
+
+def _sort_rows(
+    rows: Sequence[Any], created: dict[str, uuid.UUID], existing: dict[str, uuid.UUID]
+) -> set[str]:
+    """File each row under created or existing; return the keys found expired."""
+    expired: set[str] = set()
+    for row in rows:
+        key = row["provider_event_id"]
+        if row.get("created"):
+            created[key] = row["run_id"]
+        elif key in created:
+            continue  # the snapshot's old row of a key this statement re-created
+        elif row["expired"]:
+            expired.add(key)
+        else:
+            existing[key] = row["run_id"]
+    return expired
+
+
+def _insert_arguments(
+    project_id: str,
+    channel_type: str,
+    runs: list[RunCreated],
+    config: ChannelConfig,
+    metadata: dict[str, Any] | None,
+) -> list[Any]:
+    """The parameters of INSERT_NEW; the run rows are built by ``apply``."""
+    return [
+        project_id,
+        channel_type,
+        [r.provider_event_id for r in runs],
+        [r.run_id for r in runs],
+        config.dedupe_ttl_s,
+        [run_stream_id(r.run_id) for r in runs],
+        [uuid.uuid4() for _ in runs],
+        [encode_event(r).decode() for r in runs],
+        metadata or {},
+        [apply(None, run) for run in runs],  # the jsonb codec encodes them (msgspec)
+    ]

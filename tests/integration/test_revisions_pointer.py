@@ -1,0 +1,183 @@
+"""The pointer check: one round trip, several contracts per query, RLS intact (R-24, R-43)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from awooop import metrics
+from awooop.config import Settings
+from awooop.db import Database
+from awooop.errors import DatabaseUnavailableError
+from awooop.revisions.cache import RevisionCache
+from awooop.revisions.effective import PolicyResolver
+from awooop.revisions.pointer import POINTER_CHECK, PointerChecker
+from awooop.revisions.store import Revisions
+
+P, FAMILY = "p1", "policy_routing"
+
+
+@pytest.fixture
+async def pointers(settings: Settings) -> AsyncIterator[PointerChecker]:
+    checker = PointerChecker(settings.database_url, size=2)
+    yield checker
+    await checker.close()
+
+
+async def test_several_contracts_in_one_query_with_bodies_only_where_they_differ(
+    db: Database, pointers: PointerChecker
+) -> None:
+    revisions = Revisions(db)
+    a = await revisions.create(P, FAMILY, "a", {"model": "A"})
+    b = await revisions.create(P, FAMILY, "b", {"model": "B"})
+    await revisions.activate(P, FAMILY, "a", a.revision_id)
+    await revisions.activate(P, FAMILY, "b", b.revision_id)
+    got = await pointers.check(
+        P, [(FAMILY, "a"), (FAMILY, "b"), (FAMILY, "none")], [a.revision_id, None, None]
+    )
+    assert [(g.contract_id, g.active_revision_id) for g in got] == [
+        ("a", a.revision_id),
+        ("b", b.revision_id),
+        ("none", None),
+    ]
+    assert (got[0].body, got[0].body_hash) == (None, None)  # cached == active: no body
+    assert (got[1].body, got[1].body_hash) == ({"model": "B"}, b.body_hash)
+    assert got[2].body is None
+
+
+async def test_row_level_security_holds_inside_the_function(
+    db: Database, pointers: PointerChecker
+) -> None:
+    revisions = Revisions(db)
+    theirs = await revisions.create("p2", FAMILY, "a", {"model": "X"})
+    await revisions.activate("p2", FAMILY, "a", theirs.revision_id)
+    (mine,) = await pointers.check(P, [(FAMILY, "a")], [None])
+    assert mine.active_revision_id is None
+    (seen,) = await pointers.check("p2", [(FAMILY, "a")], [None])
+    assert seen.active_revision_id == theirs.revision_id
+
+
+async def test_the_function_restores_the_callers_tenant(db: Database) -> None:
+    revisions = Revisions(db)
+    r = await revisions.create("p2", FAMILY, "a", {"model": "X"})
+    await revisions.activate("p2", FAMILY, "a", r.revision_id)
+    async with db.tenant(P) as conn:
+        rows = await conn.fetch(
+            "SELECT * FROM awooop_pointer_check('p2', ARRAY['policy_routing'], ARRAY['a'], "
+            "ARRAY[NULL]::uuid[])"
+        )
+        assert rows[0]["o_active"] == r.revision_id
+        assert await conn.fetchval("SELECT current_setting('awooop.project_id')") == P
+        # ... and the caller still sees only its own project.
+        assert await conn.fetchval("SELECT count(*) FROM awooop_contract_revisions") == 0
+
+
+async def test_a_check_is_one_autocommit_statement(
+    database_url: str, pointers: PointerChecker
+) -> None:
+    """No BEGIN/SET/COMMIT around it: the server saw exactly the prepared pointer statement
+    as the connection's last query and no transaction is left open."""
+    await pointers.check(P, [(FAMILY, "a"), (FAMILY, "b")], [None, None])
+    pid = pointers._idle[0].conn.get_server_pid()  # white-box: the dedicated connection
+    admin = await asyncpg.connect(database_url)
+    try:
+        state = await admin.fetchrow(
+            "SELECT query, state, backend_xid FROM pg_stat_activity WHERE pid = $1", pid
+        )
+    finally:
+        await admin.close()
+    assert state is not None
+    assert state["query"] == POINTER_CHECK
+    assert state["state"] == "idle"
+    assert state["backend_xid"] is None
+
+
+async def test_the_resolver_counts_hits_misses_and_stale_entries(
+    db: Database, pointers: PointerChecker
+) -> None:
+    revisions = Revisions(db)
+    r1 = await revisions.create(P, FAMILY, "default", {"model": "one"})
+    r2 = await revisions.create(P, FAMILY, "default", {"model": "two"})
+    await revisions.activate(P, FAMILY, "default", r1.revision_id)
+    resolver = PolicyResolver(RevisionCache(), pointers)
+
+    def counts() -> tuple[float, float, float]:
+        return (
+            metrics.REVISION_CACHE_HITS._value.get(),
+            metrics.REVISION_CACHE_MISSES._value.get(),
+            metrics.REVISION_CACHE_STALE.labels("pointer_check")._value.get(),
+        )
+
+    start = counts()
+    first = await resolver.get_effective_policy(P, FAMILY, "default")
+    second = await resolver.get_effective_policy(P, FAMILY, "default")
+    await revisions.activate(P, FAMILY, "default", r2.revision_id)
+    third = await resolver.get_effective_policy(P, FAMILY, "default")
+    end = counts()
+    assert (first.revision_id, first.body) == (r1.revision_id, {"model": "one"})
+    assert second.revision_id == r1.revision_id
+    assert (third.revision_id, third.body, third.body_hash) == (
+        r2.revision_id,
+        {"model": "two"},
+        r2.body_hash,
+    )
+    assert tuple(e - s for s, e in zip(start, end, strict=True)) == (1, 1, 1)
+    entry = resolver.cache.get((P, FAMILY, "default"))
+    assert entry is not None and entry.revision_id == r2.revision_id
+
+
+async def test_no_active_revision_gives_the_empty_default_policy(
+    pointers: PointerChecker,
+) -> None:
+    resolver = PolicyResolver(RevisionCache(), pointers)
+    policy = await resolver.get_effective_policy(P, FAMILY, "default")
+    assert (policy.revision_id, policy.body, policy.body_hash) == (None, {}, None)
+
+
+async def test_revalidation_drops_entries_whose_pointer_moved(
+    db: Database, pointers: PointerChecker
+) -> None:
+    revisions = Revisions(db)
+    r1 = await revisions.create(P, "channel_event", "telegram", {"v": 1})
+    r2 = await revisions.create(P, "channel_event", "telegram", {"v": 2})
+    await revisions.activate(P, "channel_event", "telegram", r1.revision_id)
+    resolver = PolicyResolver(RevisionCache(), pointers, 30.0, 300.0)
+    cached = await resolver.get_cached_policy(P, "channel_event", "telegram")
+    assert cached.revision_id == r1.revision_id
+    await revisions.activate(P, "channel_event", "telegram", r2.revision_id)
+    entry = resolver.cache.get((P, "channel_event", "telegram"))
+    assert entry is not None
+    # Not yet due (channel_event: 300 s): the cached read still answers r1 ...
+    assert await resolver.revalidate(now=entry.validated_at + 299) == 0
+    assert (await resolver.get_cached_policy(P, "channel_event", "telegram")).revision_id == (
+        r1.revision_id
+    )
+    # ... once due, re-validation finds the pointer moved and drops it.
+    assert await resolver.revalidate(now=entry.validated_at + 301) == 1
+    fresh = await resolver.get_cached_policy(P, "channel_event", "telegram")
+    assert fresh.revision_id == r2.revision_id
+
+
+async def test_a_broken_connection_is_replaced_transparently(
+    database_url: str, pointers: PointerChecker
+) -> None:
+    await pointers.check(P, [(FAMILY, "a")], [None])
+    pid = pointers._idle[0].conn.get_server_pid()  # white-box: the dedicated connection
+    admin = await asyncpg.connect(database_url)
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
+    (answer,) = await pointers.check(P, [(FAMILY, "a")], [uuid.uuid4()])
+    assert answer.active_revision_id is None
+    assert pointers._idle[0].conn.get_server_pid() != pid
+
+
+async def test_an_unreachable_database_is_e_db_001() -> None:
+    checker = PointerChecker("postgresql://postgres@127.0.0.1:1/none", size=1)
+    with pytest.raises(DatabaseUnavailableError):
+        await checker.check(P, [(FAMILY, "a")], [None])
+    await checker.close()

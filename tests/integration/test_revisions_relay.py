@@ -1,0 +1,191 @@
+"""End to end with the real outbox relay: activation, relay, notice, every worker (R-22..R-26)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from awooop.config import Settings
+from awooop.llm.gateway import ModelGateway
+from awooop.loops import run_loop
+from awooop.relay_loops import relay_spec
+from awooop.revisions.store import Revisions
+from awooop.services import Services
+from streams.envelope import Notice
+from streams.relay import Relay
+from tests.integration.test_revisions_split_brain import (
+    WORKERS,
+    gateway_settings,
+)
+from tests.support.services import private_redis
+
+P = "p1"
+POLICY = ("policy_routing", "default")
+TOPOLOGY = ("__platform__", "platform_resource", "ollama_topology")
+
+
+@pytest.fixture
+async def services(settings: Settings) -> AsyncIterator[Services]:
+    opened = await Services.open(gateway_settings(settings), db_pool_size=4)
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def relay(services: Services) -> AsyncIterator[Relay]:
+    """The relay running as its loop (NOTIFY wake-up at commit, poll fallback)."""
+    relay = Relay(settings=services.settings, redis=services.redis, keys=services.keys)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_loop(relay_spec(relay, services.settings), stop))
+    yield relay
+    stop.set()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await relay.close()
+
+
+async def until(predicate: Callable[[], bool], limit_s: float = 10.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.002)
+
+
+async def delivered(services: Services, limit_s: float = 10.0) -> None:
+    """Wait until the relay has delivered every contract outbox row."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        async with services.db.platform() as conn:
+            left = await conn.fetchval(
+                "SELECT count(*) FROM awooop_contract_outbox WHERE delivered_at IS NULL"
+            )
+        if left == 0:
+            return
+        assert time.monotonic() < deadline, f"{left} outbox rows still undelivered"
+        await asyncio.sleep(0.01)
+
+
+async def start(services: Services, n: int) -> list[ModelGateway]:
+    workers = [ModelGateway(services) for _ in range(n)]
+    for worker in workers:
+        await worker.start()
+    return workers
+
+
+async def test_an_activation_clears_every_workers_entry_through_the_relay(
+    services: Services, relay: Relay
+) -> None:
+    revisions = Revisions(services.db)
+    r1 = await revisions.create(P, *POLICY, {"model": "a"})
+    r2 = await revisions.create(P, *POLICY, {"model": "b"})
+    await revisions.activate(P, *POLICY, r1.revision_id)
+    await delivered(services)  # r1's notice went out before the workers started
+    workers = await start(services, WORKERS)
+    try:
+        key = (P, *POLICY)
+        for worker in workers:
+            assert (await worker.complete(P, "warm")).revision_id == r1.revision_id
+            assert key in worker.cache
+        applied: dict[int, tuple[float, bool]] = {}
+        for i, worker in enumerate(workers):
+
+            def observe(item: Notice, at: float, i: int = i, w: ModelGateway = worker) -> None:
+                if item.new_revision_id == r2.revision_id:
+                    applied[i] = (at, key in w.cache)
+
+            worker.reader.observer = observe
+        await revisions.activate(P, *POLICY, r2.revision_id)
+        committed = time.time()
+        await until(lambda: len(applied) == WORKERS)
+        latency = max(at for at, _ in applied.values()) - committed
+        print(f"commit -> relay -> all {WORKERS} workers: {latency * 1000:.1f} ms")
+        assert not any(cached for _, cached in applied.values())  # gone when the notice lands
+        assert all(key not in w.cache for w in workers)
+        assert latency < 5.0  # functional bound (the relay polls every 1 s even without NOTIFY)
+        async with services.db.platform() as conn:
+            row = await conn.fetchrow(
+                "SELECT delivered_at, relay_attempts FROM awooop_contract_outbox "
+                "WHERE new_revision_id = $1",
+                r2.revision_id,
+            )
+        assert row is not None and row["delivered_at"] is not None and row["relay_attempts"] == 1
+    finally:
+        for worker in workers:
+            await worker.close()
+
+
+async def test_a_topology_activation_rebuilds_every_workers_client_through_the_relay(
+    services: Services, relay: Relay
+) -> None:
+    workers = await start(services, WORKERS)
+    try:
+        assert [w.client_instances for w in workers] == [1] * WORKERS
+        revisions = Revisions(services.db)
+        topology = await revisions.create(*TOPOLOGY, {"url": "local:?delay_ms=0"})
+        await revisions.activate(*TOPOLOGY, topology.revision_id)
+        await until(lambda: all(w.client_instances == 2 for w in workers))
+        assert all(w._slot.client.url == "local:?delay_ms=0" for w in workers)
+    finally:
+        for worker in workers:
+            await worker.close()
+
+
+async def test_after_redis_loses_the_stream_workers_drop_their_caches_and_notices_resume(
+    settings: Settings,
+) -> None:
+    with private_redis() as server:
+        services = await Services.open(gateway_settings(settings, server.url), db_pool_size=4)
+        relay = Relay(settings=services.settings, redis=services.redis, keys=services.keys)
+        stop = asyncio.Event()
+        relay_task = asyncio.create_task(run_loop(relay_spec(relay, services.settings), stop))
+        workers: list[ModelGateway] = []
+        try:
+            revisions = Revisions(services.db)
+            r1 = await revisions.create(P, *POLICY, {"model": "a"})
+            r2 = await revisions.create(P, *POLICY, {"model": "b"})
+            await revisions.activate(P, *POLICY, r1.revision_id)
+            await delivered(services)
+            workers = await start(services, 3)
+            key = (P, *POLICY)
+            for worker in workers:
+                await worker.complete(P, "warm")
+            server.restart()  # no persistence: the stream and its epoch are gone
+            await until(lambda: all(w.reader.resets >= 1 for w in workers), limit_s=30)
+            assert all(key not in w.cache for w in workers)
+            # The relay writes a new epoch; once every reader has adopted it, notices flow again.
+            epoch: list[bytes | None] = [None]
+
+            async def adopted() -> bool:
+                epoch[0] = await services.redis.get(services.keys.notices_epoch())
+                return epoch[0] is not None and all(w.reader.epoch == epoch[0] for w in workers)
+
+            for _ in range(3000):
+                if await adopted():
+                    break
+                await asyncio.sleep(0.01)
+            assert await adopted()
+            for worker in workers:
+                assert (await worker.complete(P, "warm")).revision_id == r1.revision_id
+            seen_before = [w.reader.notices_seen for w in workers]
+            await revisions.activate(P, *POLICY, r2.revision_id)
+            await until(
+                lambda: all(
+                    w.reader.notices_seen > before
+                    for w, before in zip(workers, seen_before, strict=True)
+                )
+            )
+            assert all(key not in w.cache for w in workers)
+        finally:
+            for worker in workers:
+                await worker.close()
+            stop.set()
+            relay_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await relay_task
+            await relay.close()
+            await services.close()
