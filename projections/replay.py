@@ -87,14 +87,26 @@ _EVENT_COLUMNS = """stream_id, version, project_id, position, event_type, data::
        metadata->>'traceparent' AS traceparent, tx_id::text::bigint AS tx_id"""
 # Commit-safe follower (as awooop.eventlog.READ_FORWARD), filtered to the projection's streams
 # and to the events the bulk pass's snapshot ($7) did not see.
+# The horizon is awooop.eventlog.READ_FORWARD's: the oldest transaction still in progress in
+# this database (transactions of other databases cannot write our tables).
 TAIL_SAFE = f"""
+WITH snap AS (SELECT pg_current_snapshot() AS s),
+horizon AS (
+    SELECT coalesce(
+        (SELECT min(x) FROM pg_snapshot_xip(snap.s) AS x
+          WHERE x::xid NOT IN (SELECT a.backend_xid FROM pg_stat_activity a
+                                WHERE a.backend_xid IS NOT NULL
+                                  AND a.datname IS DISTINCT FROM current_database())),
+        pg_snapshot_xmax(snap.s)) AS h
+    FROM snap
+)
 SELECT {_EVENT_COLUMNS}
-FROM awooop_events
+FROM awooop_events, horizon
 WHERE (tx_id, position) > ($4::text::xid8, $5::bigint)
   AND NOT pg_visible_in_snapshot(tx_id, $7::text::pg_snapshot)
-  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+  AND tx_id < horizon.h
   AND stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
-ORDER BY tx_id, position
+ORDER BY awooop_events.tx_id, position
 LIMIT $6
 """  # noqa: S608 - constant column list
 # Everything committed after the cursor: only inside the verify snapshot or the swap lock.
