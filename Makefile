@@ -30,5 +30,8 @@ test: services lint
 demo: install
 	$(VENV)/bin/awooop demo
 
+bench: install
+	$(PY) ops/bench/all.py
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "awooop.commands.replay",
     "awooop.commands.projector",
     "awooop.commands.demo",
+    "awooop.commands.up",
 )
 
 
