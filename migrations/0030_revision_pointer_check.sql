@@ -8,11 +8,9 @@
 --
 -- For each (family, contract, cached revision) it returns the active pointer; the body and
 -- hash of the active revision come along only when the pointer differs from the cached
--- revision. Both lookups are LATERAL subqueries with OFFSET 0, which keeps the planner from
--- pulling them up into joins: each contract costs one probe of the pointer's primary key
--- (never a scan of the project's pointers, whatever their number), and the body's probe sits
--- under a one-time filter, so a cache hit never touches awooop_contract_revisions (EXPLAIN:
--- "never executed").
+-- revision: OFFSET 0 keeps the LATERAL subquery from being pulled up into a join, so its
+-- condition on outer columns stays a one-time filter and a cache hit never touches
+-- awooop_contract_revisions (EXPLAIN shows the index scan "never executed").
 CREATE FUNCTION awooop_pointer_check(
     p_project text, p_families text[], p_contracts text[], p_cached uuid[]
 )
@@ -28,14 +26,10 @@ BEGIN
     RETURN QUERY
         SELECT k.family, k.contract, a.active_revision_id, r.body, r.body_hash
         FROM unnest(p_families, p_contracts, p_cached) AS k (family, contract, cached)
-        LEFT JOIN LATERAL (
-            SELECT ar.active_revision_id
-            FROM awooop_active_revisions ar
-            WHERE ar.project_id = p_project
-              AND ar.contract_family = k.family
-              AND ar.contract_id = k.contract
-            OFFSET 0
-        ) a ON true
+        LEFT JOIN awooop_active_revisions a
+            ON a.project_id = p_project
+           AND a.contract_family = k.family
+           AND a.contract_id = k.contract
         LEFT JOIN LATERAL (
             SELECT cr.body, cr.body_hash
             FROM awooop_contract_revisions cr
