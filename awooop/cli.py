@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "awooop.commands.projector",
     "awooop.commands.demo",
     "awooop.commands.up",
+    "awooop.commands.doctor",
 )
 
 
