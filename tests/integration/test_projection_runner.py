@@ -250,3 +250,26 @@ async def test_a_projector_table_is_verified_and_swapped_like_run_state(
         [await _as_log_event(e) for e in await log_envelopes(db)]
     )
     assert result.applied == 0 and result.duplicates > 0
+
+
+async def test_revision_history_follows_the_real_revision_write_path(db: Database) -> None:
+    from awooop.revisions import store as revisions
+    from projections.revisions import revision_history
+
+    ids = []
+    for text in ("v1", "v2"):
+        async with db.tenant("alpha") as conn:
+            rev = await revisions.create_revision(conn, "alpha", "agent", "triage", {"p": text})
+            await revisions.activate_revision(conn, "alpha", "agent", "triage", rev.revision_id)
+        ids.append(rev.revision_id)
+    await deliver([Projector(db, get("revision_history"))], await log_envelopes(db))
+    async with db.tenant("alpha") as conn:
+        history = await revision_history(conn, "alpha", "agent", "triage")
+    assert [(h.event_type, h.revision_id, h.previous_revision_id) for h in history] == [
+        ("RevisionCreated", ids[0], None),
+        ("RevisionActivated", ids[0], None),
+        ("RevisionCreated", ids[1], None),
+        ("RevisionActivated", ids[1], ids[0]),
+    ]
+    async with db.tenant("beta") as conn:  # row-level security: another tenant sees nothing
+        assert await revision_history(conn, "alpha", "agent", "triage") == []
