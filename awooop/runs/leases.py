@@ -364,18 +364,27 @@ class FencedWrite:
     metadata: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class ClaimBatch:
+    """What :func:`claim_many` found: the runs it claimed, the committed state of the others
+    (read without a lock, so that the caller can tell finished from held from unknown), and
+    the database clock."""
+
+    claimed: dict[uuid.UUID, RunState]
+    others: dict[uuid.UUID, RunState]
+    now: datetime
+
+
 async def claim_many(
     conn: Connection,
     run_ids: list[uuid.UUID],
     worker_id: str,
     ttl_s: float,
     metadata: dict[str, Any] | list[dict[str, Any] | None] | None = None,
-) -> dict[uuid.UUID, RunState]:
+) -> ClaimBatch:
     """:func:`claim` for many runs: one conditional statement locks those that can be claimed
     now; ``RunClaimed`` is applied to each in the same transaction. ``metadata`` is one dict,
     or one per run id (aligned with ``run_ids``)."""
-    if not run_ids:
-        return {}
     rows = await conn.fetch(CLAIM_MANY, run_ids)
     per_run: dict[uuid.UUID, dict[str, Any] | None] = (
         dict(zip(run_ids, metadata, strict=True))
@@ -384,12 +393,27 @@ async def claim_many(
     )
     changes = []
     metas = []
+    now: datetime | None = None
     for row in rows:
         state = store.row_to_state(row)
+        now = row["db_now"]
         changes.append((state, claim_event(state, row["db_now"], worker_id, ttl_s)))
         metas.append(per_run[state.run_id])
-    claimed = await store.apply_and_store_many(conn, changes, metas)
-    return {s.run_id: s for s in claimed}
+    claimed = {s.run_id: s for s in await store.apply_and_store_many(conn, changes, metas)}
+    rest = [r for r in run_ids if r not in claimed]
+    others: dict[uuid.UUID, RunState] = {}
+    if rest:
+        for row in await conn.fetch(PEEK_MANY, rest):
+            others[row["run_id"]] = store.row_to_state(row)
+            now = row["db_now"]
+    if now is None:
+        now = await conn.fetchval("SELECT now()")
+    return ClaimBatch(claimed, others, now)
+
+
+PEEK_MANY = f"""
+SELECT {_COLS}, now() AS db_now FROM awooop_run_state WHERE run_id = ANY($1::uuid[])
+"""  # noqa: S608 - constant column names
 
 
 async def fenced_record_many(

@@ -29,6 +29,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
@@ -51,6 +52,15 @@ from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
 log = get_logger("awooop.worker")
 
 NO_STREAM_POLL_S = 0.2  # idle poll period when polling is the only path
+BUSY_POLL_AGE_FACTOR = 10  # see Worker.poll_min_age
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """One run's share of a claim batch: the claimed state, or why it was not claimable."""
+
+    state: RunState | None
+    seen: Availability | None
 
 
 def new_worker_id() -> str:
@@ -94,30 +104,43 @@ class Worker:
         )
         self.cancel_listener = CancelListener(self.executor, settings.database_url)
         self.accepting = True
-        self.claims: Batcher[str, tuple[uuid.UUID, dict[str, Any]], RunState | None] = Batcher(
+        self.claims: Batcher[str, tuple[uuid.UUID, dict[str, Any]], Claimed] = Batcher(
             self._flush_claims
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._slot_freed = asyncio.Event()
+        # Deliveries handled so far by the stream intake (set by it): polling backs off while
+        # this moves.
+        self.intake_activity: Callable[[], int] | None = None
+        self._last_activity = 0
 
     # --- taking one announced run (stream delivery, reclaim) -----------------------------------
 
     async def _flush_claims(
         self, project_id: str, items: list[tuple[uuid.UUID, dict[str, Any]]]
-    ) -> list[RunState | BaseException | None]:
+    ) -> list[Claimed | BaseException]:
         run_ids = [run_id for run_id, _meta in items]
         metas: list[dict[str, Any] | None] = [meta for _run_id, meta in items]
-        claimed = await self.db.in_tenant(
+        batch = await self.db.in_tenant(
             project_id,
             lambda conn: leases.claim_many(
                 conn, run_ids, self.worker_id, self.settings.lease_ttl_s, metas
             ),
         )
-        return [claimed.get(run_id) for run_id in run_ids]
+        results: list[Claimed | BaseException] = []
+        for run_id in run_ids:
+            state = batch.claimed.get(run_id)
+            if state is not None:
+                results.append(Claimed(state, None))
+            else:
+                seen = leases.availability(batch.others.get(run_id), batch.now, self.worker_id)
+                results.append(Claimed(None, seen))
+        return results
 
-    def _orphaned_claim(self, state: RunState | None) -> None:
+    def _orphaned_claim(self, got: Claimed | RunState) -> None:
         """A claim whose requester was cancelled (shutdown) before it returned: hand the lease
         back at once instead of letting it run out."""
+        state = got.state if isinstance(got, Claimed) else got
         if state is None:
             return
         write = leases.FencedWrite(
@@ -159,11 +182,13 @@ class Worker:
             attributes={"awooop.run_id": str(run_id), "awooop.claim_path": path},
         ) as span:
             meta = trace_metadata()
-            state = await self.claims.submit(
+            got = await self.claims.submit(
                 project_id, (run_id, meta), unique=run_id, on_orphan=self._orphaned_claim
             )
+            state = got.state
             if state is None:
-                state, settled = await self._not_claimable(run_id, project_id, meta)
+                assert got.seen is not None
+                state, settled = await self._not_claimable(run_id, project_id, got.seen, meta)
                 if state is None:
                     span.set_attribute("awooop.claimed", False)
                     return settled
@@ -178,12 +203,10 @@ class Worker:
         return outcome.ack
 
     async def _not_claimable(
-        self, run_id: uuid.UUID, project_id: str, meta: dict[str, Any]
+        self, run_id: uuid.UUID, project_id: str, seen: Availability, meta: dict[str, Any]
     ) -> tuple[RunState | None, bool]:
-        """Why the claim found nothing; take the run if its lease expired. Returns the claimed
-        state, or None and whether the message is done with."""
-        state, now = await self.db.in_tenant(project_id, lambda conn: leases.peek(conn, run_id))
-        seen = leases.availability(state, now, self.worker_id)
+        """The claim found nothing (``seen`` says why); take the run if its lease expired.
+        Returns the claimed state, or None and whether the message is done with."""
         if seen is Availability.EXPIRED:
             taken = await self.db.in_tenant(
                 project_id,
@@ -245,13 +268,25 @@ class Worker:
         await self.executor.run(attempt, state)
         self._slot_freed.set()
 
+    def poll_min_age(self) -> float:
+        """How long a dispatchable run must have waited before polling takes it.
+
+        Without streams: any age. With streams: one poll interval while the stream intake is
+        idle (Redis lost the messages, or there are none), ten while deliveries keep arriving
+        (a backlog in the stream is not a lost message: taking it here too would only make
+        its deliveries find the run taken)."""
+        if not self.streams:
+            return 0.0
+        seen = self.intake_activity() if self.intake_activity is not None else 0
+        busy, self._last_activity = seen != self._last_activity, seen
+        return self.settings.poll_interval_s * (BUSY_POLL_AGE_FACTOR if busy else 1)
+
     async def _poll_loop(self, stop: asyncio.Event) -> None:
         period = self.settings.poll_interval_s if self.streams else NO_STREAM_POLL_S
-        min_age = None if self.streams else 0.0
         while not stop.is_set():
             self._slot_freed.clear()
             try:
-                claimed = await self.poll_once(min_age)
+                claimed = await self.poll_once(self.poll_min_age())
             except Exception as exc:
                 log.warning("poll_failed", error=repr(exc))
                 claimed = 0

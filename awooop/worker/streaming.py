@@ -59,6 +59,7 @@ class StreamIntake:
             keys=keys,
         )
         worker.heartbeat.touch = self.touch
+        worker.intake_activity = lambda: self.consumer.stats.handled
 
     # --- first deliveries ---------------------------------------------------------------------
 

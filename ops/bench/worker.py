@@ -2,7 +2,8 @@
 
     .venv/bin/python ops/bench/worker.py [--runs 5000] [--workers 1,2,4] [--concurrency 64]
                                          [--rate 100] [--seconds 10] [--no-recovery]
-                                         [--no-streams] [--out FILE]
+                                         [--no-streams] [--parts throughput,latency,recovery]
+                                         [--out FILE]
 
 Prints one JSON document (a short summary goes to stderr). Every process is real: one
 ``awooop relay`` and N ``awooop worker`` subprocesses; runs are ingested through the producer
@@ -219,6 +220,7 @@ async def throughput(
             ingest_s = time.perf_counter() - started
             done = await wait_count(db, "COMPLETED", runs, within_s=600)
             elapsed = time.perf_counter() - started
+            stages = await stage_times(db)
         finally:
             procs.stop_all()
             await db.close()
@@ -229,6 +231,23 @@ async def throughput(
         "seconds": round(elapsed, 3),
         "runs_per_s": round(done / elapsed, 1),
         "ingest_runs_per_s": round(runs / ingest_s, 1),
+        "stages_s": stages,
+    }
+
+
+async def stage_times(db: Database) -> dict[str, list[float]]:
+    """Seconds from the first RunCreated to the first, median and last event of each type:
+    shows which stage (ingest, claim, completion) the others wait for."""
+    async with db.platform() as conn:
+        rows = await conn.fetch(
+            "WITH t AS (SELECT event_type, extract(epoch FROM recorded_at)::float8 AS at "
+            "FROM awooop_events WHERE event_type IN ('RunCreated', 'RunClaimed', 'RunCompleted')) "
+            "SELECT event_type, min(at) AS low, "
+            "percentile_cont(0.5) WITHIN GROUP (ORDER BY at) AS p50, "
+            "max(at) AS last, (SELECT min(at) FROM t) AS first FROM t GROUP BY event_type"
+        )
+    return {
+        r["event_type"]: [round(r[k] - r["first"], 3) for k in ("low", "p50", "last")] for r in rows
     }
 
 
@@ -347,23 +366,30 @@ async def run_all() -> tuple[str, str | None]:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--no-recovery", action="store_true")
+    parser.add_argument("--parts", default="throughput,latency,recovery", help="which parts to run")
     parser.add_argument("--no-streams", action="store_true")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--keep-logs", default=None, help="a folder for the processes' logs")
     args = parser.parse_args()
     extra = ["--no-streams"] if args.no_streams else []
     report: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
         "mode": "polling" if args.no_streams else "streams",
     }
-    with tempfile.TemporaryDirectory(prefix="awooop-bench-") as tmp:
-        report["throughput"] = []
-        for n in (int(x) for x in args.workers.split(",")):
-            result = await throughput(n, args.runs, args.concurrency, extra, Path(tmp))
-            report["throughput"].append(result)
-            print(f"throughput {n} worker(s): {result['runs_per_s']} runs/s", file=sys.stderr)
-        report["latency"] = await latency(4, args.rate, args.seconds, extra, Path(tmp))
-        print(f"latency: {report['latency']}", file=sys.stderr)
-        if not args.no_recovery:
+    parts = set(args.parts.split(","))
+    with tempfile.TemporaryDirectory(prefix="awooop-bench-") as scratch_dir:
+        tmp = args.keep_logs or scratch_dir
+        os.makedirs(tmp, exist_ok=True)
+        if "throughput" in parts:
+            report["throughput"] = []
+            for n in (int(x) for x in args.workers.split(",")):
+                result = await throughput(n, args.runs, args.concurrency, extra, Path(tmp))
+                report["throughput"].append(result)
+                print(f"throughput {n} worker(s): {result['runs_per_s']} runs/s", file=sys.stderr)
+        if "latency" in parts:
+            report["latency"] = await latency(4, args.rate, args.seconds, extra, Path(tmp))
+            print(f"latency: {report['latency']}", file=sys.stderr)
+        if "recovery" in parts and not args.no_recovery:
             report["recovery"] = await recovery(extra, Path(tmp))
             print(f"recovery: {report['recovery']}", file=sys.stderr)
     return json.dumps(report, indent=2), args.out

@@ -14,6 +14,7 @@ from awooop.db import Database
 from awooop.errors import LeaseLostError, StreamOrderConflictError, VersionConflictError
 from awooop.events import ApprovalGranted, RunCompleted, StepCompleted, decode_event, run_stream_id
 from awooop.runs import leases, store
+from awooop.runs.leases import Availability
 from awooop.runs.state import RunState, fold
 from tests.support.runs import count_events, create_runs, load
 
@@ -31,10 +32,13 @@ async def test_claim_many_takes_only_claimable_runs_and_matches_replay(db: Datab
     [taken] = await create_runs(db, P)
     assert await db.in_tenant(P, lambda c: leases.claim(c, taken, "other", 30)) is not None
     unknown = uuid.uuid4()
-    claimed = await db.in_tenant(
+    batch = await db.in_tenant(
         P, lambda c: leases.claim_many(c, [*free, taken, unknown], "w1", 30, {"k": 1})
     )
+    claimed = batch.claimed
     assert set(claimed) == set(free)
+    assert set(batch.others) == {taken}  # the unknown run has no state at all
+    assert leases.availability(batch.others[taken], batch.now, "w1") is Availability.HELD
     for run_id in free:
         row = await load(db, P, run_id)
         assert row == claimed[run_id] == await replayed(db, run_id)
@@ -50,7 +54,7 @@ async def test_concurrent_claim_batches_never_share_a_run(db: Database) -> None:
             for i in range(6)
         )
     )
-    owners = [r for claimed in results for r in claimed]
+    owners = [r for batch in results for r in batch.claimed]
     assert sorted(owners) == sorted(run_ids)
     assert sorted((await count_events(db, "RunClaimed")).values()) == [1] * 50
 

@@ -336,3 +336,16 @@ async def _count_status(db: Database, status: str, n: int) -> bool:
 async def _all_running(db: Database, run_ids: list[uuid.UUID]) -> bool:
     states = [await load(db, P, r) for r in run_ids]
     return all(s.status == "RUNNING" for s in states)
+
+
+async def test_polling_backs_off_while_the_stream_intake_is_busy(
+    db: Database, fast: Settings
+) -> None:
+    assert worker(db, fast).poll_min_age() == 0.0  # polling only: any age
+    streaming = worker(db, fast, streams=True)
+    handled = [0]
+    streaming.intake_activity = lambda: handled[0]
+    assert streaming.poll_min_age() == fast.poll_interval_s  # idle intake
+    handled[0] += 5
+    assert streaming.poll_min_age() == 10 * fast.poll_interval_s  # deliveries arriving
+    assert streaming.poll_min_age() == fast.poll_interval_s  # quiet again
