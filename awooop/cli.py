@@ -26,8 +26,13 @@ COMMAND_MODULES = (
     "awooop.commands.loops",
     "awooop.commands.relay",
     "awooop.commands.revisions",
+    "awooop.commands.worker",
+    "awooop.commands.runs",
     "awooop.commands.replay",
     "awooop.commands.projector",
+    "awooop.commands.demo",
+    "awooop.commands.up",
+    "awooop.commands.doctor",
 )
 
 

@@ -41,6 +41,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_deliveries: int = 10
     shutdown_grace_s: float = 20.0
     worker_concurrency: int = 16
+    poll_interval_s: float = 5.0
 
     dedupe_ttl_s: float = 7 * 24 * 3600.0
     dedupe_expiry_interval_s: float = 60.0
@@ -86,6 +87,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "heartbeat_interval_s",
             "reaper_interval_s",
             "reclaim_interval_s",
+            "poll_interval_s",
             "shutdown_grace_s",
             "dedupe_ttl_s",
             "dedupe_expiry_interval_s",

@@ -236,6 +236,49 @@ class UnknownLoopError(AwoooPError):
     http_status = 404
 
 
+# --- workers, leases and approvals (worker runtime) ------------------------------------------
+
+
+class MaxAttemptsExceededError(AwoooPError):
+    """Max retry attempts exceeded"""
+
+    code = "E-RUN-004"
+    http_status = 409
+
+
+class DeliveryLimitError(AwoooPError):
+    """The run's work message was delivered too often; it went to the dead-letter stream."""
+
+    code = "E-RUN-005"
+    http_status = 409
+
+
+class ApprovalRejectedError(AwoooPError):
+    """The approval was rejected."""
+
+    code = "E-APPROVAL-004"
+    http_status = 409
+
+
+class HandlerError(AwoooPError):
+    """The run handler raised an exception."""
+
+    code = "E-HANDLER-001"
+    http_status = 500
+
+
+class HandlerNotFoundError(AwoooPError):
+    """The handler must name an async function as package.module:function."""
+
+    code = "E-HANDLER-002"
+
+
+class DuplicateStepError(AwoooPError):
+    """A step name may be used once per run; this one was used twice."""
+
+    code = "E-HANDLER-003"
+
+
 # --- streams --------------------------------------------------------------------------------
 
 

@@ -156,3 +156,81 @@ def advance(cursor: Cursor, batch: Sequence[RecordedEvent]) -> Cursor:
         return cursor
     last = batch[-1]
     return Cursor(last.tx_id, last.position)
+
+
+# --- one event on each of many existing streams (the worker's batched write path) -----------
+
+APPEND_MANY = """
+WITH wanted AS (
+    SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::uuid[], $5::text[], $6::text[],
+                         $7::text[])
+        WITH ORDINALITY AS w(stream_id, expected, project_id, event_id, event_type, data,
+                             metadata, ord)
+), heads AS (
+    UPDATE awooop_event_streams AS s
+    SET version = w.expected + 1, last_tx_id = pg_current_xact_id(), updated_at = now()
+    FROM wanted AS w
+    WHERE s.stream_id = w.stream_id
+      AND s.version = w.expected
+      AND s.last_tx_id <= pg_current_xact_id()
+    RETURNING s.stream_id
+)
+INSERT INTO awooop_events (event_id, stream_id, version, project_id, event_type, data, metadata)
+SELECT w.event_id, w.stream_id, w.expected + 1, w.project_id, w.event_type, w.data::jsonb,
+       w.metadata::jsonb
+FROM wanted AS w JOIN heads USING (stream_id)
+ORDER BY w.ord
+RETURNING stream_id, position
+"""
+
+
+async def append_many(
+    conn: Connection,
+    appends: Sequence[tuple[str, str, int, EventBase]],
+    metadata: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+) -> dict[str, int]:
+    """Append one event to each of many existing streams in one statement.
+
+    ``appends`` holds ``(stream_id, project_id, expected_version, event)``, each stream at most
+    once. The same rules as :func:`append` per stream; if any stream is not at its expected
+    version (E-EVENT-001) or was last written by a newer transaction (E-EVENT-002), this raises
+    and the caller's transaction must roll back (the other events were inserted). Returns the
+    global position of each stream's new event. ``metadata`` is one dict for every event or
+    one per event.
+    """
+    if not appends:
+        return {}
+    streams = [a[0] for a in appends]
+    if len(set(streams)) != len(streams):
+        raise ValueError("append_many takes each stream at most once")
+    if metadata is None or isinstance(metadata, dict):
+        metas = [_metadata_encoder.encode(metadata or {}).decode()] * len(appends)
+    else:
+        if len(metadata) != len(appends):
+            raise ValueError("one metadata per event, or one for all")
+        metas = [_metadata_encoder.encode(m or {}).decode() for m in metadata]
+    rows = await conn.fetch(
+        APPEND_MANY,
+        streams,
+        [a[2] for a in appends],
+        [a[1] for a in appends],
+        [uuid.uuid4() for _ in appends],
+        [event_type(a[3]) for a in appends],
+        [encode_event(a[3]).decode() for a in appends],
+        metas,
+    )
+    positions = {r["stream_id"]: r["position"] for r in rows}
+    if len(positions) == len(appends):
+        return positions
+    for stream_id, _project, expected, _event in appends:
+        if stream_id in positions:
+            continue
+        current = await conn.fetchrow(EXPLAIN_CONFLICT, stream_id)
+        if current is not None and current["version"] == expected and current["newer_writer"]:
+            raise StreamOrderConflictError(stream_id=stream_id)
+        raise VersionConflictError(
+            stream_id=stream_id,
+            expected=expected,
+            actual=None if current is None else current["version"],
+        )
+    raise AssertionError("unreachable")

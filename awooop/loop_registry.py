@@ -16,6 +16,7 @@ LOOP_MODULES: tuple[str, ...] = (
     "awooop.stats_loops",
     "awooop.relay_loops",
     "awooop.ingest.expiry",
+    "awooop.worker_loops",
     "projections.loops",
 )
 

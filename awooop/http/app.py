@@ -26,6 +26,7 @@ ROUTE_MODULES = (
     "awooop.http.ingest",
     "awooop.http.runs",
     "awooop.http.contracts",
+    "awooop.http.approvals",
 )
 
 

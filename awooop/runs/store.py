@@ -10,7 +10,7 @@ still fail on the stream version.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -92,3 +92,24 @@ async def record(
     """Lock the run, build the event from its state and the DB clock, apply and persist it."""
     state, now = await lock(conn, run_id)
     return await apply_and_store(conn, state, make_event(state, now), metadata)
+
+
+async def apply_and_store_many(
+    conn: Connection,
+    changes: Sequence[tuple[RunState, Event]],
+    metadata: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+) -> list[RunState]:
+    """:func:`apply_and_store` for many runs (rows this transaction holds locked, each run at
+    most once) in two round trips: the rows in one pipelined ``executemany``, the events in
+    one statement. Raises (and the transaction must roll back) like the single version.
+    ``metadata``: one dict for every event, or one per change."""
+    if not changes:
+        return []
+    new_states = [apply(state, event) for state, event in changes]
+    await conn.executemany(UPDATE_RUN, [state_values(s) for s in new_states])
+    await eventlog.append_many(
+        conn,
+        [(run_stream_id(old.run_id), old.project_id, old.version, event) for old, event in changes],
+        metadata,
+    )
+    return new_states

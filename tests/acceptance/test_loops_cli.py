@@ -88,7 +88,8 @@ def test_run_serves_metrics_list_reads_heartbeats_sigterm_stops(
         OTEL_BSP_SCHEDULE_DELAY="200",
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "awooop.cli", "loops", "run", "--metrics-port", str(port)],
+        # Its own loops by name: other areas register loops of their own in the registry.
+        [sys.executable, "-m", "awooop.cli", "loops", "run", *LOOPS, "--metrics-port", str(port)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -14,7 +14,7 @@ from typing import Any
 
 from awooop.db import Connection, Database
 from awooop.ingest import auth, credentials
-from awooop.runs import store
+from awooop.runs import approvals, leases, store
 from tests.support import factories
 
 # --- builders: one project's rows, through the write paths --------------------------------------
@@ -85,6 +85,14 @@ async def _channel_credentials(conn: Connection, project_id: str) -> None:
     )
 
 
+async def _approval(conn: Connection, project_id: str) -> None:
+    """A run waiting for approval, through the worker's write path (claim, then request)."""
+    now = await conn.fetchval("SELECT now()")
+    state = await store.create_run(conn, factories.created(project_id=project_id, at=now))
+    await leases.claim(conn, state.run_id, "rls-probe", 30)
+    await approvals.request(conn, state.run_id, "rls-probe", 1, name="probe", reason="", ttl_s=60)
+
+
 async def _projections(conn: Connection, project_id: str) -> None:
     """Read-model rows (projections/), written by the projections' own apply."""
     from awooop.events import RevisionCreated, revision_stream_id, run_stream_id
@@ -117,7 +125,15 @@ async def _projections(conn: Connection, project_id: str) -> None:
         await get(name).apply(conn, LIVE, {stream_id: [log_event]})
 
 
-BUILDERS = (_run, _dedupe, _revision, _heartbeat, _channel_credentials, _projections)
+BUILDERS = (
+    _run,
+    _dedupe,
+    _revision,
+    _heartbeat,
+    _channel_credentials,
+    _approval,
+    _projections,
+)
 
 
 async def seed_project(db: Database, project_id: str) -> None:

@@ -1,0 +1,141 @@
+"""``awooop worker``: a worker process (R-11 to R-16).
+
+    awooop worker --handler package.module:function [--concurrency N] [--no-streams]
+                  [--with-loops] [--burst] [--approval-notifier package.module:function]
+
+Runs until SIGTERM or SIGINT, then shuts down gracefully (in-flight runs get
+``AWOOOP_SHUTDOWN_GRACE_S`` to finish, the rest hand their leases back) and exits 0.
+``--with-loops`` also runs the registered background loops in this process (reaper, approval
+expiry, ...; handy for a single-process demo; several copies are safe). ``--burst`` runs
+what is runnable now through the polling path and exits (tests, one-shot jobs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import importlib
+import inspect
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from awooop.config import Settings
+from awooop.errors import HandlerNotFoundError
+from awooop.llm.gateway import ModelGateway
+from awooop.logs import get_logger
+from awooop.loop_registry import all_loops
+from awooop.loop_store import DatabaseHeartbeats, project_source
+from awooop.loops import run_loop, run_loops, set_heartbeat_sink
+from awooop.services import Services
+from awooop.telemetry import start_observability
+from awooop.worker.runtime import Worker
+from awooop.worker.streaming import StreamIntake
+
+log = get_logger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("worker", help="run a worker process")
+    parser.add_argument(
+        "--handler",
+        required=True,
+        help="the run handler, package.module:function (async def handle(run) -> result)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=None, help="runs at once (AWOOOP_WORKER_CONCURRENCY)"
+    )
+    parser.add_argument(
+        "--no-streams",
+        action="store_true",
+        help="take work by polling Postgres only (no Redis work stream)",
+    )
+    parser.add_argument(
+        "--with-loops", action="store_true", help="also run the registered background loops"
+    )
+    parser.add_argument("--burst", action="store_true", help="run what is runnable now, exit")
+    parser.add_argument(
+        "--approval-notifier",
+        default=None,
+        help="package.module:function receiving approval tickets (tokens) when the handler "
+        "passes no notifier of its own",
+    )
+    parser.set_defaults(run=run)
+
+
+def load_callable(spec: str, what: str = "handler") -> Any:
+    """Import ``package.module:function`` and check that it is an async function."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise HandlerNotFoundError(f"{what} {spec!r} must be given as package.module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise HandlerNotFoundError(
+            f"{what} module {module_name!r} cannot be imported: {exc}"
+        ) from None
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise HandlerNotFoundError(f"{what} {spec!r}: {module_name} has no {attr!r}")
+    if not inspect.iscoroutinefunction(fn):
+        raise HandlerNotFoundError(f"{what} {spec!r} must be an async function")
+    return fn
+
+
+async def run(settings: Settings, args: argparse.Namespace) -> int:
+    handler = load_callable(args.handler)
+    notifier = load_callable(args.approval_notifier, "notifier") if args.approval_notifier else None
+    if args.concurrency is not None and args.concurrency < 1:
+        raise HandlerNotFoundError("--concurrency must be a positive integer")
+    concurrency = args.concurrency or settings.worker_concurrency
+    services = await Services.open(settings, db_pool_size=pool_size(concurrency))
+    observability = start_observability("awooop-worker", settings.metrics_port)
+    previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
+    gateway = ModelGateway(services)
+    try:
+        await gateway.start()
+        worker = Worker(
+            db=services.db,
+            settings=settings,
+            handler=handler,
+            concurrency=concurrency,
+            llm=gateway,
+            notifier=notifier,
+            streams=not args.no_streams,
+        )
+        if args.burst:
+            count = await worker.run_until_idle(max_s=3600)
+            print(f"ran {count} attempt(s)")
+            return 0
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        extra: list[Callable[[asyncio.Event], Awaitable[None]]] = []
+        if worker.streams:
+            intake = StreamIntake(worker, services.redis, services.keys, settings)
+            extra += [intake.run, functools.partial(run_loop, intake.reclaim_spec())]
+        if args.with_loops:
+            specs = all_loops(services)
+            extra.append(
+                functools.partial(
+                    run_loops,
+                    specs,
+                    projects=project_source(services.db),
+                    grace_s=settings.shutdown_grace_s,
+                )
+            )
+        print(f"worker {worker.worker_id} started", flush=True)
+        await worker.run(stop, extra=extra)
+        return 0
+    finally:
+        await gateway.close()
+        set_heartbeat_sink(previous_sink)
+        observability.close()
+        await services.close()
+
+
+def pool_size(concurrency: int) -> int:
+    """Connections per role pool: group commit needs few; keep the total modest."""
+    return max(2, min(10, concurrency // 4 + 1))

@@ -1,0 +1,233 @@
+"""Approvals (R-14): single-use tokens that approve or reject a run in WAITING_APPROVAL.
+
+- A worker's attempt asks (:func:`request`): ``ApprovalRequested`` is written fenced (the
+  attempt must hold the lease; the event releases it) together with a row in
+  ``awooop_approvals`` holding the SHA-256 of a fresh random token. The token itself is
+  returned once, to be handed to the approver, and never stored.
+- :func:`decide` spends a token: in one transaction the row is locked, checked (unknown or
+  for another run E-APPROVAL-001, expired E-APPROVAL-002, already used E-APPROVAL-003), marked
+  used, and ``ApprovalGranted`` (RESUMED: the relay dispatches the run again) or
+  ``ApprovalRejected`` (FAILED, E-APPROVAL-004) is applied to the run. Any refusal writes
+  nothing.
+- :func:`expire_due` (the approval-timeout loop) fails runs whose approval expired with
+  ``ApprovalExpired`` (FAILED, E-APPROVAL-002) and marks their open tokens expired.
+- A resumed attempt finds the decision with :func:`find_decision` (by run and approval name),
+  so a handler's ``wait_for_approval`` returns instead of asking again.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import secrets
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from awooop.db import Connection
+from awooop.errors import (
+    ApprovalExpiredError,
+    ApprovalTokenInvalidError,
+    ApprovalTokenUsedError,
+    InvalidInputError,
+)
+from awooop.events import ApprovalExpired, ApprovalGranted, ApprovalRejected, ApprovalRequested
+from awooop.runs import store
+from awooop.runs.leases import fenced_record
+from awooop.runs.state import COLUMNS, RunState
+
+# --- SQL -----------------------------------------------------------------------------------
+
+INSERT = """
+INSERT INTO awooop_approvals
+    (approval_id, project_id, run_id, name, attempt, token_hash, reason, requested_at,
+     expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+"""
+
+LOCK_BY_HASH = """
+SELECT approval_id, project_id, run_id, name, attempt, expires_at, used_at, decision,
+       now() AS db_now
+FROM awooop_approvals WHERE token_hash = $1
+FOR UPDATE
+"""
+
+MARK_USED = """
+UPDATE awooop_approvals SET used_at = $2, decision = $3, actor = $4 WHERE approval_id = $1
+"""
+
+LATEST_DECISION = """
+SELECT decision, actor, used_at FROM awooop_approvals
+WHERE run_id = $1 AND name = $2
+ORDER BY requested_at DESC
+LIMIT 1
+"""
+
+# Runs whose approval expired, oldest first, through the partial index on WAITING_APPROVAL.
+DUE = f"""
+SELECT {", ".join(COLUMNS)}, now() AS db_now FROM awooop_run_state
+WHERE status = 'WAITING_APPROVAL' AND approval_expires_at <= now()
+ORDER BY approval_expires_at
+LIMIT $1
+FOR UPDATE SKIP LOCKED
+"""  # noqa: S608 - constant column names
+
+EXPIRE_TOKENS = """
+UPDATE awooop_approvals SET used_at = $2, decision = 'expired'
+WHERE run_id = $1 AND used_at IS NULL
+"""
+
+# --- API -----------------------------------------------------------------------------------
+
+TOKEN_BYTES = 32
+MAX_NAME_LENGTH = 200
+
+
+class Decision(enum.StrEnum):
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+class ApprovalTicket(msgspec.Struct, frozen=True, kw_only=True):
+    """What the approver needs: handed to the handler's notifier once; holds the token."""
+
+    approval_id: uuid.UUID
+    run_id: uuid.UUID
+    project_id: str
+    name: str
+    token: str
+    reason: str
+    expires_at: datetime
+
+
+class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True):
+    decision: Decision
+    actor: str | None
+    decided_at: datetime
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def check_name(name: str) -> str:
+    if not 1 <= len(name) <= MAX_NAME_LENGTH:
+        raise InvalidInputError(f"approval name must have 1 to {MAX_NAME_LENGTH} characters")
+    return name
+
+
+async def request(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    attempt: int,
+    *,
+    name: str,
+    reason: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | None = None,
+) -> ApprovalTicket:
+    """Put the run in WAITING_APPROVAL (fenced) and create its single-use token."""
+    check_name(name)
+    token = new_token()
+    approval_id = uuid.uuid4()
+
+    def make(_state: RunState, now: datetime) -> ApprovalRequested:
+        return ApprovalRequested(
+            at=now,
+            worker_id=worker_id,
+            attempt=attempt,
+            expires_at=now + timedelta(seconds=ttl_s),
+            reason=reason,
+        )
+
+    state = await fenced_record(conn, run_id, worker_id, attempt, make, metadata)
+    assert state.approval_expires_at is not None
+    await conn.execute(
+        INSERT,
+        approval_id,
+        state.project_id,
+        run_id,
+        name,
+        attempt,
+        hash_token(token),
+        reason,
+        state.updated_at,
+        state.approval_expires_at,
+    )
+    return ApprovalTicket(
+        approval_id=approval_id,
+        run_id=run_id,
+        project_id=state.project_id,
+        name=name,
+        token=token,
+        reason=reason,
+        expires_at=state.approval_expires_at,
+    )
+
+
+async def decide(
+    conn: Connection,
+    run_id: uuid.UUID,
+    token: str,
+    decision: Decision,
+    *,
+    actor: str,
+    reason: str = "",
+    metadata: dict[str, Any] | None = None,
+) -> RunState:
+    """Spend ``token`` on ``run_id``: approve or reject. Refusals raise and write nothing."""
+    if decision is Decision.EXPIRED:
+        raise ValueError("expiry is decided by the approval-timeout loop, not by a token")
+    row = await conn.fetchrow(LOCK_BY_HASH, hash_token(token))
+    if row is None or row["run_id"] != run_id:
+        raise ApprovalTokenInvalidError(run_id=run_id)
+    now: datetime = row["db_now"]
+    if row["decision"] == Decision.EXPIRED or (row["used_at"] is None and row["expires_at"] <= now):
+        raise ApprovalExpiredError(run_id=run_id, expired_at=row["expires_at"])
+    if row["used_at"] is not None:
+        raise ApprovalTokenUsedError(run_id=run_id, used_at=row["used_at"])
+    state, now = await store.lock(conn, run_id)
+    if state.attempt_count != row["attempt"]:
+        raise ApprovalTokenInvalidError(
+            "the approval token belongs to an earlier request of this run", run_id=run_id
+        )
+    event: ApprovalGranted | ApprovalRejected = (
+        ApprovalGranted(at=now, actor=actor)
+        if decision is Decision.APPROVED
+        else ApprovalRejected(at=now, actor=actor, reason=reason)
+    )
+    new_state = await store.apply_and_store(conn, state, event, metadata)
+    await conn.execute(MARK_USED, row["approval_id"], now, str(decision), actor)
+    return new_state
+
+
+async def find_decision(conn: Connection, run_id: uuid.UUID, name: str) -> DecisionRecord | None:
+    """The decision on the latest request named ``name`` of the run (None: none or open)."""
+    row = await conn.fetchrow(LATEST_DECISION, run_id, name)
+    if row is None or row["decision"] is None:
+        return None
+    return DecisionRecord(
+        decision=Decision(row["decision"]), actor=row["actor"], decided_at=row["used_at"]
+    )
+
+
+async def expire_due(
+    conn: Connection, limit: int, metadata: dict[str, Any] | None = None
+) -> list[RunState]:
+    """Fail up to ``limit`` runs whose approval expired (E-APPROVAL-002); platform role."""
+    rows = await conn.fetch(DUE, limit)
+    failed = []
+    for row in rows:
+        state = store.row_to_state(row)
+        now: datetime = row["db_now"]
+        failed.append(await store.apply_and_store(conn, state, ApprovalExpired(at=now), metadata))
+        await conn.execute(EXPIRE_TOKENS, state.run_id, now)
+    return failed

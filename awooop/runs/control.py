@@ -1,0 +1,71 @@
+"""Operator actions on a run: cancel (from any non-terminal state) and retry a failed run.
+
+Cancel applies ``RunCancelled`` and, in the same transaction, notifies the channel
+``awooop_run_cancelled`` with the run id: the worker holding the run (if any) cancels its
+handler at once (it would otherwise notice at its next heartbeat, when the lease is no longer
+renewed, or at its next fenced write, which is refused). Postgres NOTIFY is delivered only on
+commit, so a rolled-back cancel notifies nobody.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from awooop.db import Connection
+from awooop.errors import InvalidInputError
+from awooop.events import RunCancelled, RunRetried
+from awooop.runs import store
+from awooop.runs.state import RunState
+
+CANCEL_CHANNEL = "awooop_run_cancelled"
+
+NOTIFY_CANCEL = "SELECT pg_notify($1, $2)"
+
+MAX_REASON = 2000
+
+
+def _check_text(name: str, value: str, limit: int) -> str:
+    if len(value) > limit:
+        raise InvalidInputError(f"{name} must be at most {limit} characters")
+    return value
+
+
+async def cancel(
+    conn: Connection,
+    run_id: uuid.UUID,
+    *,
+    actor: str,
+    reason: str = "",
+    metadata: dict[str, Any] | None = None,
+) -> RunState:
+    """Cancel ``run_id`` (E-RUN-001 when it is already terminal, E-RUN-003 when unknown)."""
+    _check_text("actor", actor, 200)
+    _check_text("reason", reason, MAX_REASON)
+    state = await store.record(
+        conn, run_id, lambda _s, now: RunCancelled(at=now, actor=actor, reason=reason), metadata
+    )
+    await conn.execute(NOTIFY_CANCEL, CANCEL_CHANNEL, str(run_id))
+    return state
+
+
+async def retry(
+    conn: Connection,
+    run_id: uuid.UUID,
+    *,
+    actor: str,
+    extra_attempts: int,
+    metadata: dict[str, Any] | None = None,
+) -> RunState:
+    """Send a FAILED run back to PENDING with ``extra_attempts`` more attempts."""
+    _check_text("actor", actor, 200)
+    if extra_attempts < 1:
+        raise InvalidInputError("extra attempts must be a positive integer")
+    return await store.record(
+        conn,
+        run_id,
+        lambda s, now: RunRetried(
+            at=now, actor=actor, max_attempts=s.attempt_count + extra_attempts
+        ),
+        metadata,
+    )

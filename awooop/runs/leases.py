@@ -1,0 +1,461 @@
+"""Run leases (R-11, R-12, R-13, R-16): claim, heartbeat, fenced writes, release, reap.
+
+Postgres is the truth: a worker runs a run only while ``awooop_run_state`` says that its
+attempt holds the lease. The rules, in one place:
+
+- **claim**: one conditional statement locks the row only when the run is PENDING or RESUMED
+  and its lease is empty or expired (``FOR UPDATE SKIP LOCKED``); ``RunClaimed`` is applied in
+  the same transaction (RUNNING, ``attempt_count + 1``, ``worker_id``, ``lease_until`` = the
+  database clock + the lease TTL). The polling path does the same over many rows at once.
+- **fence**: every write on behalf of an attempt (step results, tool waits, approval requests,
+  completion, failure, release) locks the row and is refused with E-RUN-002 unless the row
+  still names this worker and attempt, is RUNNING or WAITING_TOOL, and its lease has not
+  expired by the database clock. An expired lease is lost even before the reaper has seen it:
+  a heartbeat does not revive it and a fenced write refuses it, so "who may write" never
+  depends on how quickly the reaper runs.
+- **heartbeat**: one statement renews every live lease of a worker and returns the runs it
+  renewed; a run missing from the answer was lost. Heartbeats write no events: ``lease_until``
+  and ``heartbeat_at`` of a leased run are the lease clock, the only columns of the row that
+  are not ``apply()`` folded over the events (the replay tool compares them only for runs that
+  are not leased).
+- **reap**: a RUNNING or WAITING_TOOL run whose lease expired goes back to PENDING
+  (``RunRequeued``) while ``attempt_count < max_attempts``, else it FAILS with
+  ``Max retry attempts exceeded`` (E-RUN-004). WAITING_APPROVAL holds no lease and is never
+  reaped. The same decision serves the reaper loop and a worker that takes an expired run
+  directly (reclaim, polling), which requeues and claims in one transaction.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from awooop.db import Connection
+from awooop.errors import LeaseLostError
+from awooop.events import Event, LeaseReleased, RunClaimed, RunFailed, RunRequeued
+from awooop.runs import store
+from awooop.runs.state import (
+    COLUMNS,
+    DISPATCHABLE,
+    LEASED,
+    MAX_ATTEMPTS_CODE,
+    MAX_ATTEMPTS_REASON,
+    TERMINAL,
+    RunState,
+    RunStatus,
+)
+
+# --- SQL -----------------------------------------------------------------------------------
+
+_COLS = ", ".join(COLUMNS)
+
+# R-11: the claim. Locks the row only if it can be claimed right now; a row another
+# transaction holds is skipped, never waited for.
+CLAIM = f"""
+SELECT {_COLS}, now() AS db_now FROM awooop_run_state
+WHERE run_id = $1
+  AND status IN ('PENDING', 'RESUMED')
+  AND (lease_until IS NULL OR lease_until < now())
+FOR UPDATE SKIP LOCKED
+"""  # noqa: S608 - constant column names
+
+# The polling path: dispatchable runs that have waited at least $1 seconds (no stream message
+# got them taken), oldest first, through the partial index on dispatchable runs.
+POLL = f"""
+SELECT {_COLS}, now() AS db_now FROM awooop_run_state
+WHERE status IN ('PENDING', 'RESUMED')
+  AND (lease_until IS NULL OR lease_until < now())
+  AND updated_at <= now() - make_interval(secs => $1)
+ORDER BY created_at
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+"""  # noqa: S608 - constant column names
+
+# One run whose lease expired (a worker takes it: requeue and claim in one transaction).
+LOCK_EXPIRED = f"""
+SELECT {_COLS}, now() AS db_now FROM awooop_run_state
+WHERE run_id = $1
+  AND status IN ('RUNNING', 'WAITING_TOOL')
+  AND lease_until < now()
+FOR UPDATE SKIP LOCKED
+"""  # noqa: S608 - constant column names
+
+# The reaper and the polling path: expired leases, oldest first (partial index on leased runs).
+EXPIRED = f"""
+SELECT {_COLS}, now() AS db_now FROM awooop_run_state
+WHERE status IN ('RUNNING', 'WAITING_TOOL')
+  AND lease_until < now()
+ORDER BY lease_until
+LIMIT $1
+FOR UPDATE SKIP LOCKED
+"""  # noqa: S608 - constant column names
+
+PEEK = f"SELECT {_COLS}, now() AS db_now FROM awooop_run_state WHERE run_id = $1"  # noqa: S608
+
+# R-12: one statement renews every live lease of a worker. No event: the lease clock.
+HEARTBEAT = """
+UPDATE awooop_run_state
+SET lease_until = now() + make_interval(secs => $3), heartbeat_at = now()
+WHERE worker_id = $1
+  AND run_id = ANY($2::uuid[])
+  AND status IN ('RUNNING', 'WAITING_TOOL')
+  AND lease_until > now()
+RETURNING run_id
+"""
+
+# --- pure decisions ------------------------------------------------------------------------
+
+
+class Availability(enum.StrEnum):
+    """What a run's row says to a worker that holds a message (or a poll result) for it."""
+
+    MISSING = "missing"  # no such run (in this project)
+    FINISHED = "finished"  # terminal: nothing left to do
+    AWAITING_APPROVAL = "awaiting_approval"  # no lease; ApprovalGranted dispatches it again
+    CLAIMABLE = "claimable"  # PENDING or RESUMED, lease empty or expired
+    HELD = "held"  # a live lease of another worker
+    HELD_BY_ME = "held_by_me"  # a live lease of this worker
+    EXPIRED = "expired"  # RUNNING/WAITING_TOOL with an expired lease: reap, then claim
+
+
+def availability(state: RunState | None, now: datetime, worker_id: str) -> Availability:
+    if state is None:
+        return Availability.MISSING
+    if state.status in TERMINAL:
+        return Availability.FINISHED
+    if state.status is RunStatus.WAITING_APPROVAL:
+        return Availability.AWAITING_APPROVAL
+    live = state.lease_until is not None and state.lease_until > now
+    if state.status in DISPATCHABLE:
+        return Availability.HELD if live else Availability.CLAIMABLE
+    assert state.status in LEASED
+    if not live:
+        return Availability.EXPIRED
+    return Availability.HELD_BY_ME if state.worker_id == worker_id else Availability.HELD
+
+
+def claim_event(state: RunState, now: datetime, worker_id: str, ttl_s: float) -> RunClaimed:
+    return RunClaimed(
+        at=now,
+        worker_id=worker_id,
+        attempt=state.attempt_count + 1,
+        lease_until=now + timedelta(seconds=ttl_s),
+    )
+
+
+def reap_event(state: RunState, now: datetime) -> RunRequeued | RunFailed:
+    """R-13: the event for a run whose lease expired."""
+    if state.attempt_count < state.max_attempts:
+        return RunRequeued(at=now, attempt=state.attempt_count)
+    return RunFailed(at=now, reason=MAX_ATTEMPTS_REASON, code=MAX_ATTEMPTS_CODE)
+
+
+def fence_problem(state: RunState, now: datetime, worker_id: str, attempt: int) -> str | None:
+    """Why ``(worker_id, attempt)`` may not write for this run now; None when it may."""
+    if state.status not in LEASED:
+        return f"the run is {state.status}"
+    if state.worker_id != worker_id or state.attempt_count != attempt:
+        return (
+            f"attempt {attempt} of {worker_id} no longer holds the lease "
+            f"(attempt {state.attempt_count} of {state.worker_id} does)"
+        )
+    if state.lease_until is None or state.lease_until <= now:
+        return "the lease expired"
+    return None
+
+
+# --- I/O -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Taken:
+    """The outcome of taking an expired run: the reap event applied and, if requeued, the
+    claim (``state`` is then RUNNING under the new attempt)."""
+
+    state: RunState
+    reaped: RunRequeued | RunFailed
+    claimed: bool
+
+
+async def claim(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | None = None,
+) -> RunState | None:
+    """Take the lease of ``run_id`` if it can be taken now; None if not (nothing written)."""
+    row = await conn.fetchrow(CLAIM, run_id)
+    if row is None:
+        return None
+    state = store.row_to_state(row)
+    return await store.apply_and_store(
+        conn, state, claim_event(state, row["db_now"], worker_id, ttl_s), metadata
+    )
+
+
+async def poll(
+    conn: Connection,
+    worker_id: str,
+    ttl_s: float,
+    limit: int,
+    min_age_s: float,
+    metadata: dict[str, Any] | None = None,
+) -> list[RunState]:
+    """Claim up to ``limit`` dispatchable runs older than ``min_age_s`` (platform role)."""
+    if limit <= 0:
+        return []
+    rows = await conn.fetch(POLL, min_age_s, limit)
+    changes = []
+    for row in rows:
+        state = store.row_to_state(row)
+        changes.append((state, claim_event(state, row["db_now"], worker_id, ttl_s)))
+    return await store.apply_and_store_many(conn, changes, metadata)
+
+
+async def take_expired(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | None = None,
+) -> Taken | None:
+    """Reap ``run_id`` if its lease expired and, when it may run again, claim it."""
+    row = await conn.fetchrow(LOCK_EXPIRED, run_id)
+    if row is None:
+        return None
+    return await _reap_and_claim(conn, row, worker_id, ttl_s, metadata)
+
+
+async def take_expired_batch(
+    conn: Connection,
+    worker_id: str,
+    ttl_s: float,
+    limit: int,
+    metadata: dict[str, Any] | None = None,
+) -> list[Taken]:
+    """The polling path's share of recovery: up to ``limit`` expired runs, reaped and claimed."""
+    if limit <= 0:
+        return []
+    rows = await conn.fetch(EXPIRED, limit)
+    return [await _reap_and_claim(conn, row, worker_id, ttl_s, metadata) for row in rows]
+
+
+async def _reap_and_claim(
+    conn: Connection,
+    row: Any,
+    worker_id: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | None,
+) -> Taken:
+    now: datetime = row["db_now"]
+    state = store.row_to_state(row)
+    reaped = reap_event(state, now)
+    state = await store.apply_and_store(conn, state, reaped, metadata)
+    if isinstance(reaped, RunFailed):
+        return Taken(state, reaped, claimed=False)
+    state = await store.apply_and_store(
+        conn, state, claim_event(state, now, worker_id, ttl_s), metadata
+    )
+    return Taken(state, reaped, claimed=True)
+
+
+async def reap(
+    conn: Connection, limit: int, metadata: dict[str, Any] | None = None
+) -> list[tuple[RunState, RunRequeued | RunFailed]]:
+    """R-13: requeue or fail up to ``limit`` runs whose lease expired (platform role)."""
+    rows = await conn.fetch(EXPIRED, limit)
+    done = []
+    for row in rows:
+        state = store.row_to_state(row)
+        event = reap_event(state, row["db_now"])
+        done.append((await store.apply_and_store(conn, state, event, metadata), event))
+    return done
+
+
+async def heartbeat(
+    conn: Connection, worker_id: str, run_ids: list[uuid.UUID], ttl_s: float
+) -> set[uuid.UUID]:
+    """R-12: renew the live leases of ``worker_id`` among ``run_ids``; return those renewed."""
+    if not run_ids:
+        return set()
+    rows = await conn.fetch(HEARTBEAT, worker_id, run_ids, ttl_s)
+    return {r["run_id"] for r in rows}
+
+
+async def peek(conn: Connection, run_id: uuid.UUID) -> tuple[RunState | None, datetime]:
+    """The run's committed state (no lock) and the database clock."""
+    row = await conn.fetchrow(PEEK, run_id)
+    if row is None:
+        now: datetime = await conn.fetchval("SELECT now()")
+        return None, now
+    return store.row_to_state(row), row["db_now"]
+
+
+async def fenced_record(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    attempt: int,
+    make_event: Callable[[RunState, datetime], Event],
+    metadata: dict[str, Any] | None = None,
+) -> RunState:
+    """Write an event on behalf of ``(worker_id, attempt)``: refused with E-RUN-002 unless the
+    attempt still holds a live lease (see the module docstring)."""
+    state, now = await store.lock(conn, run_id)
+    problem = fence_problem(state, now, worker_id, attempt)
+    if problem is not None:
+        raise LeaseLostError(
+            f"write refused: {problem}", run_id=run_id, worker_id=worker_id, attempt=attempt
+        )
+    return await store.apply_and_store(conn, state, make_event(state, now), metadata)
+
+
+async def release(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    attempt: int,
+    metadata: dict[str, Any] | None = None,
+) -> RunState:
+    """Give the lease back (shutdown): the run is PENDING again and dispatched at once."""
+    return await fenced_record(
+        conn,
+        run_id,
+        worker_id,
+        attempt,
+        lambda _s, now: LeaseReleased(at=now, worker_id=worker_id, attempt=attempt),
+        metadata,
+    )
+
+
+# --- batches: many runs in one transaction (the worker's hot path) -------------------------
+
+CLAIM_MANY = f"""
+SELECT {_COLS}, now() AS db_now FROM awooop_run_state
+WHERE run_id = ANY($1::uuid[])
+  AND status IN ('PENDING', 'RESUMED')
+  AND (lease_until IS NULL OR lease_until < now())
+ORDER BY run_id
+FOR UPDATE SKIP LOCKED
+"""  # noqa: S608 - constant column names
+
+# Ordered, so that two batches locking overlapping runs cannot deadlock.
+LOCK_MANY = f"""
+SELECT {_COLS}, now() AS db_now FROM awooop_run_state
+WHERE run_id = ANY($1::uuid[])
+ORDER BY run_id
+FOR UPDATE
+"""  # noqa: S608 - constant column names
+
+
+@dataclass(frozen=True)
+class FencedWrite:
+    """One event to write on behalf of ``(worker_id, attempt)`` (see :func:`fenced_record`)."""
+
+    run_id: uuid.UUID
+    worker_id: str
+    attempt: int
+    make_event: Callable[[RunState, datetime], Event]
+    metadata: dict[str, Any] | None = None
+
+
+async def claim_many(
+    conn: Connection,
+    run_ids: list[uuid.UUID],
+    worker_id: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+) -> dict[uuid.UUID, RunState]:
+    """:func:`claim` for many runs: one conditional statement locks those that can be claimed
+    now; ``RunClaimed`` is applied to each in the same transaction. ``metadata`` is one dict,
+    or one per run id (aligned with ``run_ids``)."""
+    if not run_ids:
+        return {}
+    rows = await conn.fetch(CLAIM_MANY, run_ids)
+    per_run: dict[uuid.UUID, dict[str, Any] | None] = (
+        dict(zip(run_ids, metadata, strict=True))
+        if isinstance(metadata, list)
+        else dict.fromkeys(run_ids, metadata)
+    )
+    changes = []
+    metas = []
+    for row in rows:
+        state = store.row_to_state(row)
+        changes.append((state, claim_event(state, row["db_now"], worker_id, ttl_s)))
+        metas.append(per_run[state.run_id])
+    claimed = await store.apply_and_store_many(conn, changes, metas)
+    return {s.run_id: s for s in claimed}
+
+
+async def fenced_record_many(
+    conn: Connection, writes: list[FencedWrite]
+) -> list[RunState | LeaseLostError]:
+    """:func:`fenced_record` for many runs (each at most once) in one transaction: a write
+    whose attempt lost its lease gets its LeaseLostError (in place of a state) and the others
+    are written."""
+    if not writes:
+        return []
+    rows = await conn.fetch(LOCK_MANY, [w.run_id for w in writes])
+    found = {row["run_id"]: row for row in rows}
+    results: list[RunState | LeaseLostError] = []
+    changes: list[tuple[RunState, Event]] = []
+    metas: list[dict[str, Any] | None] = []
+    slots: list[int] = []
+    for i, write in enumerate(writes):
+        row = found.get(write.run_id)
+        if row is None:
+            results.append(LeaseLostError("write refused: no such run", run_id=write.run_id))
+            continue
+        state = store.row_to_state(row)
+        now: datetime = row["db_now"]
+        problem = fence_problem(state, now, write.worker_id, write.attempt)
+        if problem is not None:
+            results.append(
+                LeaseLostError(
+                    f"write refused: {problem}",
+                    run_id=write.run_id,
+                    worker_id=write.worker_id,
+                    attempt=write.attempt,
+                )
+            )
+            continue
+        results.append(state)  # replaced below
+        slots.append(i)
+        changes.append((state, write.make_event(state, now)))
+        metas.append(write.metadata)
+    for i, new_state in zip(
+        slots, await store.apply_and_store_many(conn, changes, metas), strict=True
+    ):
+        results[i] = new_state
+    return results
+
+
+async def fail_undeliverable(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    reason: str,
+    code: str,
+    metadata: dict[str, Any] | None = None,
+) -> RunState | None:
+    """Fail a run whose work message is being dead-lettered, if nobody is making progress on
+    it (dispatchable, or its lease expired); None (nothing written) otherwise."""
+    row = await conn.fetchrow(LOCK_ONE, run_id)
+    if row is None:
+        return None
+    state = store.row_to_state(row)
+    seen = availability(state, row["db_now"], worker_id)
+    if seen not in (Availability.CLAIMABLE, Availability.EXPIRED):
+        return None
+    event = RunFailed(at=row["db_now"], reason=reason, code=code)
+    return await store.apply_and_store(conn, state, event, metadata)
+
+
+LOCK_ONE = f"""
+SELECT {_COLS}, now() AS db_now FROM awooop_run_state WHERE run_id = $1 FOR UPDATE
+"""  # noqa: S608 - constant column names

@@ -1,0 +1,347 @@
+"""What a handler sees: :class:`RunContext`, one per attempt (R-15).
+
+A handler is ``async def handle(run: RunContext) -> object``; its return value (JSON-encodable)
+becomes the run's result. ``run`` offers:
+
+- ``await run.step(name, fn)``: journaled work. If a step of that name completed in an earlier
+  attempt, its recorded result is returned and ``fn`` is not called again; otherwise ``fn()``
+  runs and ``StepCompleted`` is written fenced (only while this attempt holds the lease). A
+  step name is used once per run. Results are stored as JSON: pass ``type=`` to get the same
+  type back from a recorded result (``msgspec.convert``).
+- ``await run.llm(prompt, contract=..., **options)``: the model gateway (revision pointer check
+  before every call). Not journaled by itself: wrap it in a step to record its answer.
+- ``await run.wait_for_approval(name, reason=...)``: the first time, the run enters
+  WAITING_APPROVAL (the lease is released, the attempt ends here; the token goes to the
+  notifier). After an approval the run is dispatched again, the handler runs from the top,
+  and this call returns the recorded approval.
+- ``await run.wait_for_tool(tool, call)``: WAITING_TOOL while ``call()`` runs (the lease is
+  kept and renewed), the result is journaled like a step (name ``tool:<tool>``).
+- ``run.run_id``, ``run.project_id``, ``run.input`` (the payload), ``run.attempt``,
+  ``run.steps`` (results recorded so far), ``run.log``.
+
+Cancellation is cooperative: a cancelled run, a lost lease or a shutdown cancels the handler
+task (``asyncio.CancelledError`` at its next ``await``); ``run.check()`` raises E-RUN-002 when
+the attempt no longer holds its lease, for handlers that compute without awaiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, TypeVar, cast
+
+import msgspec
+
+from awooop.db import Database
+from awooop.errors import DuplicateStepError, LeaseLostError
+from awooop.events import Event, StepCompleted, ToolResultReceived, ToolWaitStarted
+from awooop.llm.gateway import LLMResult
+from awooop.logs import get_logger
+from awooop.runs import approvals, leases
+from awooop.runs.approvals import ApprovalTicket, Decision
+from awooop.runs.state import RunState
+from awooop.telemetry import inject, tracer
+
+T = TypeVar("T")
+log = get_logger("awooop.worker")
+
+APPROVAL_STEP_PREFIX = "approval:"
+TOOL_STEP_PREFIX = "tool:"
+
+
+class LLMClient(Protocol):
+    """What ``run.llm`` needs: ``awooop.llm.gateway.ModelGateway`` satisfies it."""
+
+    async def complete(
+        self,
+        project_id: str,
+        prompt: str,
+        *,
+        contract: tuple[str, str] = ...,
+        **options: Any,
+    ) -> LLMResult: ...
+
+
+Notifier = Callable[[ApprovalTicket], Awaitable[None]]
+
+
+class StopReason(enum.StrEnum):
+    LOST = "lost"  # the lease is gone (heartbeat found it missing, or it ran out)
+    CANCELLED = "cancelled"  # an operator cancelled the run
+    SHUTDOWN = "shutdown"  # the worker is stopping; the lease is handed back
+
+
+class Suspended(BaseException):
+    """The attempt ended by waiting for approval (raised out of ``wait_for_approval``).
+
+    A BaseException so that a handler's ``except Exception`` does not swallow it."""
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    stream: str
+    entry_id: str
+
+
+@dataclass(eq=False)
+class Attempt:
+    """A lease this process holds: one attempt of one run."""
+
+    run_id: uuid.UUID
+    project_id: str
+    worker_id: str
+    number: int
+    lease_deadline: float  # time.monotonic(): the lease is surely valid before this
+    entry: StreamEntry | None = None
+    task: asyncio.Task[Any] | None = None
+    stop_reason: StopReason | None = None
+    finishing: bool = False  # writing its last event: a missing lease is expected now
+    started: float = field(default_factory=time.monotonic)
+
+    def live(self) -> bool:
+        return self.stop_reason is None and time.monotonic() < self.lease_deadline
+
+    def stop(self, reason: StopReason) -> bool:
+        """Cancel the handler for ``reason``; False if it was already stopping or finishing."""
+        if self.stop_reason is not None or self.finishing:
+            return False
+        self.stop_reason = reason
+        if self.task is not None and not self.task.done():
+            self.task.cancel(f"attempt stopped: {reason}")
+        return True
+
+
+@dataclass(frozen=True)
+class ApprovalGrant:
+    """What ``wait_for_approval`` returns once the approval was granted."""
+
+    name: str
+    actor: str | None
+    decided_at: datetime | None
+
+
+def trace_metadata() -> dict[str, Any]:
+    traceparent, tracestate = inject()
+    meta: dict[str, Any] = {}
+    if traceparent:
+        meta["traceparent"] = traceparent
+    if tracestate:
+        meta["tracestate"] = tracestate
+    return meta
+
+
+class RunContext:
+    def __init__(
+        self,
+        *,
+        attempt: Attempt,
+        state: RunState,
+        db: Database,
+        writer: Callable[[leases.FencedWrite], Awaitable[RunState]],
+        llm: LLMClient | None,
+        notifier: Notifier | None,
+        approval_ttl_s: float,
+    ) -> None:
+        self._attempt = attempt
+        self._db = db
+        self._writer = writer
+        self._llm = llm
+        self._notifier = notifier
+        self._approval_ttl_s = approval_ttl_s
+        self._steps: dict[str, Any] = {
+            name: entry.get("result") if isinstance(entry, dict) else entry
+            for name, entry in state.saga_steps.items()
+        }
+        self._used: set[str] = set()
+        self.run_id = state.run_id
+        self.project_id = state.project_id
+        self.channel_type = state.channel_type
+        self.provider_event_id = state.provider_event_id
+        self.contract_id = state.contract_id
+        self.input: Any = state.input
+        self.attempt = attempt.number
+        self.worker_id = attempt.worker_id
+        self.log = log.bind(run_id=str(self.run_id), attempt=self.attempt)
+
+    @property
+    def steps(self) -> Mapping[str, Any]:
+        return dict(self._steps)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._attempt.stop_reason is not None
+
+    def check(self) -> None:
+        """Raise E-RUN-002 if this attempt no longer holds a live lease."""
+        if not self._attempt.live():
+            reason = self._attempt.stop_reason or "the lease ran out before a heartbeat renewed it"
+            raise LeaseLostError(f"attempt stopped: {reason}", run_id=self.run_id)
+
+    async def step(
+        self, name: str, fn: Callable[[], Awaitable[T]], *, type: type[T] | None = None
+    ) -> T:
+        self._use(name)
+        with tracer.start_as_current_span(
+            f"step {name}",
+            attributes={
+                "awooop.run_id": str(self.run_id),
+                "awooop.attempt": self.attempt,
+                "awooop.step": name,
+            },
+        ) as span:
+            if name in self._steps:
+                span.set_attribute("awooop.step.replayed", True)
+                return self._recorded(name, type)
+            span.set_attribute("awooop.step.replayed", False)
+            self.check()
+            result = await fn()
+            encoded = msgspec.to_builtins(result)
+            await self._write(
+                lambda _s, now: StepCompleted(
+                    at=now,
+                    worker_id=self.worker_id,
+                    attempt=self.attempt,
+                    step=name,
+                    result=encoded,
+                )
+            )
+            self._steps[name] = encoded
+            return result
+
+    async def llm(
+        self,
+        prompt: str,
+        *,
+        contract: tuple[str, str] = ("policy_routing", "default"),
+        **options: Any,
+    ) -> LLMResult:
+        """The model, through the gateway's revision pointer check (R-24)."""
+        if self._llm is None:
+            raise RuntimeError("this worker has no model gateway")
+        self.check()
+        return await self._llm.complete(self.project_id, prompt, contract=contract, **options)
+
+    async def wait_for_approval(
+        self, name: str = "approval", *, reason: str = "", notify: Notifier | None = None
+    ) -> ApprovalGrant:
+        approvals.check_name(name)
+        step_name = APPROVAL_STEP_PREFIX + name
+        self._use(step_name)
+        if step_name in self._steps:
+            recorded = self._steps[step_name] or {}
+            return ApprovalGrant(name=name, actor=recorded.get("actor"), decided_at=None)
+        self.check()
+        attempt = self._attempt
+
+        async def decide_or_ask(conn: Any) -> ApprovalGrant | ApprovalTicket:
+            found = await approvals.find_decision(conn, self.run_id, name)
+            if found is not None and found.decision is Decision.APPROVED:
+                grant = {"actor": found.actor, "decided_at": found.decided_at.isoformat()}
+                await leases.fenced_record(
+                    conn,
+                    self.run_id,
+                    self.worker_id,
+                    self.attempt,
+                    lambda _s, now: StepCompleted(
+                        at=now,
+                        worker_id=self.worker_id,
+                        attempt=self.attempt,
+                        step=step_name,
+                        result=grant,
+                    ),
+                    trace_metadata(),
+                )
+                return ApprovalGrant(name=name, actor=found.actor, decided_at=found.decided_at)
+            attempt.finishing = True
+            return await approvals.request(
+                conn,
+                self.run_id,
+                self.worker_id,
+                self.attempt,
+                name=name,
+                reason=reason,
+                ttl_s=self._approval_ttl_s,
+                metadata=trace_metadata(),
+            )
+
+        try:
+            outcome = await self._db.in_tenant(self.project_id, decide_or_ask)
+        except BaseException:
+            attempt.finishing = False
+            raise
+        if isinstance(outcome, ApprovalGrant):
+            self._steps[step_name] = {"actor": outcome.actor}
+            return outcome
+        self.log.info("approval_requested", name=name, expires_at=outcome.expires_at.isoformat())
+        sender = notify or self._notifier
+        if sender is not None:
+            try:
+                await sender(outcome)
+            except Exception:
+                self.log.exception("approval_notify_failed", name=name)
+        raise Suspended(name)
+
+    async def wait_for_tool(self, tool: str, call: Callable[[], Awaitable[T]]) -> T:
+        step_name = TOOL_STEP_PREFIX + tool
+        self._use(step_name)
+        if step_name in self._steps:
+            return cast(T, self._steps[step_name])
+        self.check()
+        await self._write(
+            lambda _s, now: ToolWaitStarted(
+                at=now, worker_id=self.worker_id, attempt=self.attempt, tool=tool
+            )
+        )
+        with tracer.start_as_current_span(
+            f"tool {tool}", attributes={"awooop.run_id": str(self.run_id), "awooop.tool": tool}
+        ):
+            result = await call()
+        encoded = msgspec.to_builtins(result)
+
+        async def finish(conn: Any) -> None:
+            for make in (
+                lambda _s, now: ToolResultReceived(
+                    at=now,
+                    worker_id=self.worker_id,
+                    attempt=self.attempt,
+                    tool=tool,
+                    result=encoded,
+                ),
+                lambda _s, now: StepCompleted(
+                    at=now,
+                    worker_id=self.worker_id,
+                    attempt=self.attempt,
+                    step=step_name,
+                    result=encoded,
+                ),
+            ):
+                await leases.fenced_record(
+                    conn, self.run_id, self.worker_id, self.attempt, make, trace_metadata()
+                )
+
+        await self._db.in_tenant(self.project_id, finish)
+        self._steps[step_name] = encoded
+        return result
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _use(self, name: str) -> None:
+        if name in self._used:
+            raise DuplicateStepError(step=name, run_id=self.run_id)
+        self._used.add(name)
+
+    def _recorded(self, name: str, type_: type[T] | None) -> T:
+        value = self._steps[name]
+        if type_ is None:
+            return cast(T, value)
+        return msgspec.convert(value, type_)
+
+    async def _write(self, make: Callable[[RunState, datetime], Event]) -> RunState:
+        return await self._writer(
+            leases.FencedWrite(self.run_id, self.worker_id, self.attempt, make, trace_metadata())
+        )

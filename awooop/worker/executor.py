@@ -1,0 +1,286 @@
+"""Running one claimed attempt: the handler task, its end, and the fenced last write.
+
+The executor owns the attempts this process holds (``attempts``, by run id). For each it runs
+the handler in its own task (so a heartbeat, a cancel notice or shutdown can cancel it) and
+writes the attempt's last event, fenced:
+
+| handler ends with            | written            | outcome          |
+|------------------------------|--------------------|------------------|
+| a return value               | ``RunCompleted``   | COMPLETED        |
+| an exception                 | ``RunFailed``      | FAILED           |
+| ``wait_for_approval``        | (already written)  | WAITING_APPROVAL |
+| cancelled: lease lost        | nothing            | LOST             |
+| cancelled: run cancelled     | nothing            | CANCELLED        |
+| cancelled: shutdown          | ``LeaseReleased``  | RELEASED         |
+
+A refused (fenced) last write is LOST: another attempt or an operator owns the run now. A
+database error on the last write is ERROR: nothing is acknowledged, the lease runs out, the
+reaper or a reclaimer takes the run again. Only ERROR leaves the stream message pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import functools
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+import msgspec
+from opentelemetry import trace
+from opentelemetry.context import Context
+
+from awooop import metrics
+from awooop.config import Settings
+from awooop.context import bound
+from awooop.db import Database
+from awooop.errors import AwoooPError, HandlerError, LeaseLostError
+from awooop.events import Event, LeaseReleased, RunCompleted, RunFailed
+from awooop.logs import get_logger
+from awooop.runs import leases
+from awooop.runs.state import RunState
+from awooop.telemetry import tracer
+from awooop.worker.batching import Batcher
+from awooop.worker.context import (
+    Attempt,
+    LLMClient,
+    Notifier,
+    RunContext,
+    StopReason,
+    StreamEntry,
+    Suspended,
+    trace_metadata,
+)
+
+log = get_logger("awooop.worker")
+
+Handler = Callable[[RunContext], Awaitable[object]]
+MAX_REASON_CHARS = 2000
+
+
+class Outcome(enum.StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    WAITING_APPROVAL = "waiting_approval"
+    LOST = "lost"
+    CANCELLED = "cancelled"
+    RELEASED = "released"
+    ERROR = "error"
+
+    @property
+    def ack(self) -> bool:
+        """Whether the run's stream message is done with (see the module docstring)."""
+        return self is not Outcome.ERROR
+
+
+def failure_of(exc: BaseException) -> tuple[str, str]:
+    """Pure: the (code, reason) a handler exception fails the run with."""
+    code = exc.code if isinstance(exc, AwoooPError) else HandlerError.code
+    text = str(exc)
+    reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return code, reason[:MAX_REASON_CHARS]
+
+
+class Executor:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        settings: Settings,
+        handler: Handler,
+        worker_id: str,
+        llm: LLMClient | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.handler = handler
+        self.worker_id = worker_id
+        self.llm = llm
+        self.notifier = notifier
+        self.attempts: dict[uuid.UUID, Attempt] = {}
+        self.drained = asyncio.Event()
+        self.drained.set()
+        self.finished: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
+        self.writes: Batcher[str, leases.FencedWrite, RunState] = Batcher(self._flush_writes)
+
+    async def _flush_writes(
+        self, project_id: str, writes: list[leases.FencedWrite]
+    ) -> list[RunState | BaseException]:
+        results = await self.db.in_tenant(
+            project_id, lambda conn: leases.fenced_record_many(conn, writes)
+        )
+        return list(results)
+
+    async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
+        """A fenced write, batched with the other attempts' writes of the project (group
+        commit); raises E-RUN-002 when the attempt no longer holds its lease."""
+        return await self.writes.submit(project_id, write, unique=write.run_id)
+
+    def begin(
+        self, state: RunState, lease_sent: float, entry: StreamEntry | None = None
+    ) -> Attempt:
+        """Register a lease just taken (``lease_sent``: monotonic time the claim was sent)."""
+        assert state.worker_id == self.worker_id
+        attempt = Attempt(
+            run_id=state.run_id,
+            project_id=state.project_id,
+            worker_id=self.worker_id,
+            number=state.attempt_count,
+            lease_deadline=lease_sent + self.settings.lease_ttl_s,
+            entry=entry,
+        )
+        self.attempts[state.run_id] = attempt
+        self.drained.clear()
+        return attempt
+
+    async def run(
+        self,
+        attempt: Attempt,
+        state: RunState,
+        *,
+        parent: Context | None = None,
+        links: list[trace.Link] | None = None,
+    ) -> Outcome:
+        """Run the handler for ``attempt`` and write its end; never raises except when the
+        caller's own task is cancelled (then the lease is released first)."""
+        try:
+            with (
+                bound(project_id=state.project_id, run_id=str(state.run_id)),
+                tracer.start_as_current_span(
+                    "run",
+                    context=parent,
+                    links=links,
+                    attributes={
+                        "awooop.run_id": str(state.run_id),
+                        "awooop.project_id": state.project_id,
+                        "awooop.attempt": attempt.number,
+                        "awooop.worker_id": self.worker_id,
+                    },
+                ) as span,
+            ):
+                outcome = await self._run(attempt, state)
+                span.set_attribute("awooop.outcome", str(outcome))
+                return outcome
+        finally:
+            if self.attempts.get(attempt.run_id) is attempt:
+                del self.attempts[attempt.run_id]
+            if not self.attempts:
+                self.drained.set()
+
+    async def _run(self, attempt: Attempt, state: RunState) -> Outcome:
+        ctx = RunContext(
+            attempt=attempt,
+            state=state,
+            db=self.db,
+            writer=functools.partial(self.write, state.project_id),
+            llm=self.llm,
+            notifier=self.notifier,
+            approval_ttl_s=self.settings.approval_ttl_s,
+        )
+        task: asyncio.Task[object] = asyncio.create_task(
+            self._invoke(ctx), name=f"run-{state.run_id}-{attempt.number}"
+        )
+        attempt.task = task
+        if attempt.stop_reason is not None:  # stopped between claim and start
+            task.cancel()
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            # Our caller is being cancelled: treat it as a shutdown of this attempt.
+            attempt.stop(StopReason.SHUTDOWN)
+            with contextlib.suppress(BaseException):
+                await asyncio.wait({task}, timeout=self.settings.shutdown_grace_s)
+            await self._settle(attempt, task)
+            raise
+        return await self._settle(attempt, task)
+
+    async def _invoke(self, ctx: RunContext) -> object:
+        return await self.handler(ctx)
+
+    async def _settle(self, attempt: Attempt, task: asyncio.Task[object]) -> Outcome:
+        if not task.done():
+            return self._count(attempt, Outcome.ERROR)
+        if task.cancelled():
+            return await self._stopped(attempt)
+        exc = task.exception()
+        if exc is None:
+            result = task.result()
+            return await self._complete(attempt, result)
+        if isinstance(exc, Suspended):
+            return self._count(attempt, Outcome.WAITING_APPROVAL)
+        if attempt.stop_reason is not None:
+            return await self._stopped(attempt)
+        if isinstance(exc, LeaseLostError):
+            return self._count(attempt, Outcome.LOST)
+        return await self._fail(attempt, exc)
+
+    async def _stopped(self, attempt: Attempt) -> Outcome:
+        reason = attempt.stop_reason or StopReason.SHUTDOWN
+        if reason is StopReason.LOST:
+            return self._count(attempt, Outcome.LOST)
+        if reason is StopReason.CANCELLED:
+            return self._count(attempt, Outcome.CANCELLED)
+        attempt.finishing = True
+        return await self._last_write(
+            attempt,
+            Outcome.RELEASED,
+            lambda _s, now: LeaseReleased(at=now, worker_id=self.worker_id, attempt=attempt.number),
+        )
+
+    async def _complete(self, attempt: Attempt, result: object) -> Outcome:
+        attempt.finishing = True
+        try:
+            encoded = msgspec.to_builtins(result)
+        except (TypeError, ValueError) as exc:
+            return await self._fail(attempt, exc)
+        return await self._last_write(
+            attempt,
+            Outcome.COMPLETED,
+            lambda _s, now: RunCompleted(
+                at=now, worker_id=self.worker_id, attempt=attempt.number, result=encoded
+            ),
+        )
+
+    async def _fail(self, attempt: Attempt, exc: BaseException) -> Outcome:
+        attempt.finishing = True
+        code, reason = failure_of(exc)
+        log.warning("handler_failed", code=code, reason=reason, exc_info=exc)
+        return await self._last_write(
+            attempt,
+            Outcome.FAILED,
+            lambda _s, now: RunFailed(
+                at=now, reason=reason, code=code, worker_id=self.worker_id, attempt=attempt.number
+            ),
+        )
+
+    async def _last_write(
+        self, attempt: Attempt, outcome: Outcome, make: Callable[[RunState, datetime], Event]
+    ) -> Outcome:
+        fenced = leases.FencedWrite(
+            attempt.run_id, self.worker_id, attempt.number, make, trace_metadata()
+        )
+        try:
+            await self.write(attempt.project_id, fenced)
+        except LeaseLostError as exc:
+            log.info("last_write_fenced", outcome=str(outcome), reason=exc.message)
+            return self._count(attempt, Outcome.LOST)
+        except Exception:
+            log.exception("last_write_failed", outcome=str(outcome))
+            return self._count(attempt, Outcome.ERROR)
+        if outcome in (Outcome.COMPLETED, Outcome.FAILED):
+            metrics.RUNS_FINISHED.labels(outcome.name).inc()
+        return self._count(attempt, outcome)
+
+    def _count(self, attempt: Attempt, outcome: Outcome) -> Outcome:
+        self.finished[outcome] += 1
+        log.info(
+            "attempt_finished",
+            outcome=str(outcome),
+            attempt=attempt.number,
+            seconds=round(time.monotonic() - attempt.started, 4),
+        )
+        return outcome

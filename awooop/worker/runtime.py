@@ -1,0 +1,382 @@
+"""A worker process: take runs under the Postgres lease, run them, renew, recover, stop cleanly.
+
+Ways a run reaches this worker (the lease is the authority in every one of them):
+
+- **the work stream** (R-16): the relay announces every dispatch event; a delivery names the
+  run, the worker takes the lease with one conditional statement (:func:`leases.claim`) and
+  runs it. No lease, no execution: the message is acknowledged when the run is finished,
+  cancelled or waiting for approval, and left pending while a live lease elsewhere holds it.
+- **reclaim** (R-16): pending entries idle longer than the lease are claimed from dead
+  consumers and reconciled with Postgres (:mod:`awooop.worker.reclaim`).
+- **polling** (R-11, R-33): every ``poll_interval_s`` the worker claims dispatchable runs that
+  have waited at least that long (no message got them taken: Redis lost it) and takes runs
+  whose lease expired, ``FOR UPDATE SKIP LOCKED``. Without streams (``streams=False``) polling
+  is the only path and runs continuously.
+
+``run(stop)`` serves until ``stop`` is set, then shuts down (R-9 of the issue): stop taking
+work, give in-flight runs ``shutdown_grace_s`` to finish, cancel the rest and hand their leases
+back (``LeaseReleased``, a dispatch event: another worker takes them at once). Worker ids are
+unique per process start. ``run_until_idle()`` is the burst mode for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+
+from awooop import metrics
+from awooop.config import Settings
+from awooop.db import Database
+from awooop.events import LeaseReleased, RunFailed, RunRequeued
+from awooop.logs import get_logger
+from awooop.runs import leases
+from awooop.runs.leases import Availability
+from awooop.runs.state import RunState
+from awooop.telemetry import tracer
+from awooop.worker.batching import Batcher
+from awooop.worker.context import LLMClient, Notifier, StopReason, StreamEntry, trace_metadata
+from awooop.worker.executor import Executor, Handler, Outcome
+from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
+
+log = get_logger("awooop.worker")
+
+NO_STREAM_POLL_S = 0.2  # idle poll period when polling is the only path
+
+
+def new_worker_id() -> str:
+    """Unique per process start: host, pid and a random suffix (pids are reused)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        settings: Settings,
+        handler: Handler,
+        concurrency: int | None = None,
+        worker_id: str | None = None,
+        llm: LLMClient | None = None,
+        notifier: Notifier | None = None,
+        streams: bool = False,
+        touch: Toucher | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.worker_id = worker_id or new_worker_id()
+        self.concurrency = concurrency or settings.worker_concurrency
+        self.streams = streams
+        self.executor = Executor(
+            db=db,
+            settings=settings,
+            handler=handler,
+            worker_id=self.worker_id,
+            llm=llm,
+            notifier=notifier,
+        )
+        self.heartbeat = Heartbeat(
+            self.executor,
+            db,
+            ttl_s=settings.lease_ttl_s,
+            interval_s=settings.heartbeat_interval_s,
+            touch=touch,
+        )
+        self.cancel_listener = CancelListener(self.executor, settings.database_url)
+        self.accepting = True
+        self.claims: Batcher[str, tuple[uuid.UUID, dict[str, Any]], RunState | None] = Batcher(
+            self._flush_claims
+        )
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._slot_freed = asyncio.Event()
+
+    # --- taking one announced run (stream delivery, reclaim) -----------------------------------
+
+    async def _flush_claims(
+        self, project_id: str, items: list[tuple[uuid.UUID, dict[str, Any]]]
+    ) -> list[RunState | BaseException | None]:
+        run_ids = [run_id for run_id, _meta in items]
+        metas: list[dict[str, Any] | None] = [meta for _run_id, meta in items]
+        claimed = await self.db.in_tenant(
+            project_id,
+            lambda conn: leases.claim_many(
+                conn, run_ids, self.worker_id, self.settings.lease_ttl_s, metas
+            ),
+        )
+        return [claimed.get(run_id) for run_id in run_ids]
+
+    def _orphaned_claim(self, state: RunState | None) -> None:
+        """A claim whose requester was cancelled (shutdown) before it returned: hand the lease
+        back at once instead of letting it run out."""
+        if state is None:
+            return
+        write = leases.FencedWrite(
+            state.run_id,
+            self.worker_id,
+            state.attempt_count,
+            lambda _s, now: LeaseReleased(
+                at=now, worker_id=self.worker_id, attempt=state.attempt_count
+            ),
+        )
+
+        async def release() -> None:
+            try:
+                await self.executor.write(state.project_id, write)
+            except Exception as exc:  # the lease runs out instead; the reaper recovers the run
+                log.warning("orphaned_claim_release_failed", error=repr(exc))
+
+        self.spawn(release())
+
+    async def take(
+        self,
+        run_id: uuid.UUID,
+        project_id: str,
+        *,
+        path: str,
+        entry: StreamEntry | None = None,
+        parent: Context | None = None,
+        links: list[trace.Link] | None = None,
+    ) -> bool:
+        """Take the lease of an announced run and run it; True when its message is done with
+        (acknowledge), False to leave it pending."""
+        if not self.accepting:
+            return False
+        sent = time.monotonic()
+        with tracer.start_as_current_span(
+            "lease claim",
+            context=parent,
+            links=links,
+            attributes={"awooop.run_id": str(run_id), "awooop.claim_path": path},
+        ) as span:
+            meta = trace_metadata()
+            state = await self.claims.submit(
+                project_id, (run_id, meta), unique=run_id, on_orphan=self._orphaned_claim
+            )
+            if state is None:
+                state, settled = await self._not_claimable(run_id, project_id, meta)
+                if state is None:
+                    span.set_attribute("awooop.claimed", False)
+                    return settled
+            span.set_attribute("awooop.claimed", True)
+        metrics.LEASE_CLAIMS.labels(path).inc()
+        if self.stopping():  # shut down while the claim was under way: hand it back at once
+            self._orphaned_claim(state)
+            return True
+        attempt = self.executor.begin(state, sent, entry)
+        outcome = await self.executor.run(attempt, state, parent=parent, links=links)
+        self._slot_freed.set()
+        return outcome.ack
+
+    async def _not_claimable(
+        self, run_id: uuid.UUID, project_id: str, meta: dict[str, Any]
+    ) -> tuple[RunState | None, bool]:
+        """Why the claim found nothing; take the run if its lease expired. Returns the claimed
+        state, or None and whether the message is done with."""
+        state, now = await self.db.in_tenant(project_id, lambda conn: leases.peek(conn, run_id))
+        seen = leases.availability(state, now, self.worker_id)
+        if seen is Availability.EXPIRED:
+            taken = await self.db.in_tenant(
+                project_id,
+                lambda conn: leases.take_expired(
+                    conn, run_id, self.worker_id, self.settings.lease_ttl_s, meta
+                ),
+            )
+            if taken is None:
+                return None, False  # someone else is on it right now
+            _count_reap(taken.reaped)
+            if taken.claimed:
+                return taken.state, True
+            return None, True  # failed: max attempts
+        # Finished, waiting for approval, unknown, or already mine: nothing to run here.
+        # Held by a live lease elsewhere, or locked by a concurrent claim: leave it pending.
+        return None, seen not in (Availability.HELD, Availability.CLAIMABLE)
+
+    # --- the polling path -------------------------------------------------------------------
+
+    def free_slots(self) -> int:
+        return max(0, self.concurrency - len(self.executor.attempts))
+
+    async def poll_once(self, min_age_s: float | None = None) -> int:
+        """Claim what the polling path may take now and start running it; return how many."""
+        free = self.free_slots()
+        if free <= 0 or not self.accepting:
+            return 0
+        min_age = self.settings.poll_interval_s if min_age_s is None else min_age_s
+        ttl = self.settings.lease_ttl_s
+        sent = time.monotonic()
+        with tracer.start_as_current_span(
+            "lease claim", attributes={"awooop.claim_path": "poll"}
+        ) as span:
+            meta = trace_metadata()
+
+            async def claim_batch(conn: Any) -> tuple[list[leases.Taken], list[RunState]]:
+                taken = await leases.take_expired_batch(conn, self.worker_id, ttl, free, meta)
+                room = free - sum(1 for t in taken if t.claimed)
+                polled = await leases.poll(conn, self.worker_id, ttl, room, min_age, meta)
+                return taken, polled
+
+            taken, polled = await self.db.in_platform(claim_batch)
+            states = [t.state for t in taken if t.claimed] + polled
+            span.set_attribute("awooop.claimed", len(states))
+        for t in taken:
+            _count_reap(t.reaped)
+        if states:
+            metrics.LEASE_CLAIMS.labels("poll").inc(len(states))
+        if self.stopping():  # shut down while the claim was under way: hand them back
+            for state in states:
+                self._orphaned_claim(state)
+            return 0
+        for state in states:
+            attempt = self.executor.begin(state, sent)
+            self.spawn(self._run_polled(attempt, state))
+        return len(states)
+
+    async def _run_polled(self, attempt: Any, state: RunState) -> None:
+        await self.executor.run(attempt, state)
+        self._slot_freed.set()
+
+    async def _poll_loop(self, stop: asyncio.Event) -> None:
+        period = self.settings.poll_interval_s if self.streams else NO_STREAM_POLL_S
+        min_age = None if self.streams else 0.0
+        while not stop.is_set():
+            self._slot_freed.clear()
+            try:
+                claimed = await self.poll_once(min_age)
+            except Exception as exc:
+                log.warning("poll_failed", error=repr(exc))
+                claimed = 0
+            if claimed and self.free_slots() > 0:
+                continue  # there may be more
+            waiters = [asyncio.ensure_future(stop.wait())]
+            if claimed or not self.streams:
+                waiters.append(asyncio.ensure_future(self._slot_freed.wait()))
+            try:
+                await asyncio.wait(waiters, timeout=period, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def run(
+        self,
+        stop: asyncio.Event,
+        extra: list[Callable[[asyncio.Event], Awaitable[None]]] | None = None,
+    ) -> None:
+        """Serve until ``stop`` is set, then shut down gracefully. ``extra`` are coroutines
+        (stream consumer, reclaim loop) that take work and stop with the intake."""
+        log.info(
+            "worker_started",
+            worker_id=self.worker_id,
+            concurrency=self.concurrency,
+            streams=self.streams,
+        )
+        intake_stop = asyncio.Event()
+        life_stop = asyncio.Event()
+        intake = [asyncio.ensure_future(self._poll_loop(intake_stop))]
+        intake += [asyncio.ensure_future(fn(intake_stop)) for fn in extra or []]
+        life = [
+            asyncio.ensure_future(self.heartbeat.run(life_stop)),
+            asyncio.ensure_future(self.cancel_listener.run(life_stop)),
+        ]
+        try:
+            await stop.wait()
+        finally:
+            log.info("worker_stopping", worker_id=self.worker_id, in_flight=self.in_flight)
+            self.accepting = False
+            intake_stop.set()
+            # In-flight runs finish or are released first, so that the stream consumer can
+            # acknowledge their messages before it stops.
+            await self.drain(self.settings.shutdown_grace_s)
+            await _finish(intake, wait_s=10)
+            await self.drain(0.0)  # claims that completed while the intake stopped: hand back
+            life_stop.set()
+            await _finish(life, wait_s=10)
+            log.info(
+                "worker_stopped",
+                worker_id=self.worker_id,
+                finished={str(k): v for k, v in self.executor.finished.items() if v},
+            )
+
+    def stopping(self) -> bool:
+        return not self.accepting
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.executor.attempts)
+
+    async def drain(self, grace_s: float) -> None:
+        """Let in-flight runs finish for ``grace_s``; then cancel the rest and release their
+        leases (the executor writes ``LeaseReleased``)."""
+        self.accepting = False
+        if self.executor.attempts:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.executor.drained.wait(), timeout=grace_s)
+        for attempt in list(self.executor.attempts.values()):
+            attempt.stop(StopReason.SHUTDOWN)
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=30)
+        if self.executor.attempts:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.executor.drained.wait(), timeout=30)
+
+    async def run_until_idle(self, *, max_s: float = 60.0) -> int:
+        """Burst mode: claim and run everything runnable now (polling, any age); return the
+        number of attempts run. For tests and one-shot jobs."""
+        heart_stop = asyncio.Event()
+        heart = asyncio.ensure_future(self.heartbeat.run(heart_stop))
+        listener = asyncio.ensure_future(self.cancel_listener.run(heart_stop))
+        total = 0
+        deadline = time.monotonic() + max_s
+        try:
+            while time.monotonic() < deadline:
+                self._slot_freed.clear()
+                claimed = await self.poll_once(0.0)
+                total += claimed
+                if claimed == 0 and not self.executor.attempts:
+                    break
+                if claimed == 0 or self.free_slots() == 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._slot_freed.wait(), timeout=0.05)
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=max(0.1, deadline - time.monotonic()))
+        finally:
+            heart_stop.set()
+            await _finish([heart, listener], wait_s=10)
+        return total
+
+
+def _count_reap(event: RunRequeued | RunFailed) -> None:
+    metrics.REAPED.labels("requeued" if isinstance(event, RunRequeued) else "failed").inc()
+
+
+async def _finish(tasks: list[asyncio.Task[Any]], wait_s: float) -> None:
+    if not tasks:
+        return
+    _done, pending = await asyncio.wait(tasks, timeout=wait_s)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=5)
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            log.error("worker_task_failed", exc_info=task.exception())
+
+
+__all__ = ["Outcome", "Worker", "new_worker_id"]

@@ -1,0 +1,195 @@
+"""The worker's stream path (R-16): the work streams read by group ``workers``, the touch of
+its own pending entries, and the ``worker-reclaim`` loop.
+
+- Every shard's work stream is read through :class:`streams.consumer.GroupConsumer` with the
+  worker id as consumer name. A delivery names a run (the dispatch event's stream); the worker
+  takes the lease (:meth:`Worker.take`) and runs it; the entry is acknowledged when the run is
+  finished, cancelled, released or waiting for approval, and left pending while a live lease
+  elsewhere holds it.
+- The heartbeat touches (``XCLAIM ... JUSTID``) the entries of the runs whose leases it just
+  renewed, and only those: an entry of a run whose lease could not be renewed becomes idle and
+  reclaimable like a dead consumer's.
+- ``worker-reclaim`` (a loop, every ``AWOOOP_RECLAIM_INTERVAL_S``) claims entries idle longer
+  than the lease and reconciles them with Postgres (:mod:`awooop.worker.reclaim`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from awooop import metrics
+from awooop.config import Settings
+from awooop.errors import DeliveryLimitError
+from awooop.events import run_id_of_stream
+from awooop.logs import get_logger
+from awooop.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.runs import leases
+from awooop.worker.context import StreamEntry, trace_metadata
+from awooop.worker.reclaim import ReclaimAction, dead_letter_reason, reclaim_action
+from awooop.worker.runtime import Worker
+from streams.consumer import Delivery, GroupConsumer, consume_span, is_nogroup
+from streams.deadletter import dead_letter
+from streams.keys import WORKER_GROUP, Keys
+from streams.reclaim import autoclaim, touch
+
+log = get_logger("awooop.worker")
+
+RECLAIM_LOOP = "worker-reclaim"
+
+
+class StreamIntake:
+    def __init__(self, worker: Worker, redis: Any, keys: Keys, settings: Settings) -> None:
+        self.worker = worker
+        self.redis = redis
+        self.keys = keys
+        self.settings = settings
+        self.streams = [keys.work_stream(shard) for shard in keys.shards()]
+        self.consumer = GroupConsumer(
+            redis,
+            group=WORKER_GROUP,
+            consumer=worker.worker_id,
+            streams=self.streams,
+            handler=self.handle,
+            max_in_flight=worker.concurrency,
+            keys=keys,
+        )
+        worker.heartbeat.touch = self.touch
+
+    # --- first deliveries ---------------------------------------------------------------------
+
+    async def handle(self, delivery: Delivery) -> bool:
+        env = delivery.envelope
+        run_id = run_id_of_stream(env.stream_id)
+        if run_id is None:
+            return True  # not a run's dispatch event: nothing for workers
+        entry = StreamEntry(delivery.stream, delivery.entry_id)
+        return await self.worker.take(run_id, env.project_id, path="stream", entry=entry)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.consumer.run(stop)
+        await self._leave_group()
+
+    async def touch(self, entries: list[StreamEntry]) -> None:
+        by_stream: dict[str, list[str]] = defaultdict(list)
+        for entry in entries:
+            by_stream[entry.stream].append(entry.entry_id)
+        for stream, ids in by_stream.items():
+            await touch(self.redis, stream, WORKER_GROUP, self.worker.worker_id, ids)
+
+    # --- reclaim ------------------------------------------------------------------------------
+
+    def reclaim_spec(self) -> LoopSpec:
+        async def body(_ctx: LoopContext) -> None:
+            await self.reclaim_once()
+
+        return LoopSpec(
+            name=RECLAIM_LOOP,
+            category=LoopCategory.PLATFORM,
+            interval_s=self.settings.reclaim_interval_s,
+            body=body,
+            description="claim work entries idle longer than the lease; reconcile (R-16)",
+        )
+
+    async def reclaim_once(self) -> int:
+        """Claim idle entries (as many as free slots) and handle each; return how many."""
+        min_idle_ms = int(self.settings.lease_ttl_s * 1000)
+        claimed = 0
+        for stream in self.streams:
+            free = self.worker.free_slots()
+            if free <= 0 or self.worker.stopping():
+                break
+            try:
+                deliveries = await autoclaim(
+                    self.redis,
+                    stream,
+                    WORKER_GROUP,
+                    self.worker.worker_id,
+                    min_idle_ms,
+                    free,
+                    keys=self.keys,
+                )
+            except ResponseError as exc:
+                if not is_nogroup(exc):
+                    raise
+                continue  # no stream or group yet (the consumer creates it): nothing pending
+            for delivery in deliveries:
+                claimed += 1
+                self.worker.spawn(self._reclaimed(delivery))
+        return claimed
+
+    async def _reclaimed(self, delivery: Delivery) -> None:
+        with consume_span(delivery):
+            try:
+                outcome = await self._reconcile(delivery)
+            except Exception:
+                outcome = "error"
+                log.exception("reclaim_failed", entry_id=delivery.entry_id)
+        metrics.RECLAIMS.labels(outcome).inc()
+
+    async def _reconcile(self, delivery: Delivery) -> str:
+        env = delivery.envelope
+        run_id = run_id_of_stream(env.stream_id)
+        if run_id is None:
+            await self._ack(delivery)
+            return "acked"
+        state, now = await self.worker.db.in_tenant(
+            env.project_id, lambda conn: leases.peek(conn, run_id)
+        )
+        seen = leases.availability(state, now, self.worker.worker_id)
+        action = reclaim_action(seen, delivery.delivery_count, self.settings.max_deliveries)
+        log.info(
+            "reclaimed_entry",
+            entry_id=delivery.entry_id,
+            deliveries=delivery.delivery_count,
+            seen=str(seen),
+            action=str(action),
+        )
+        if action is ReclaimAction.ACK:
+            await self._ack(delivery)
+            return "acked"
+        if action is ReclaimAction.LEAVE:
+            return "left"
+        if action is ReclaimAction.DEAD_LETTER:
+            await self._dead_letter(delivery, run_id)
+            return "dead_lettered"
+        entry = StreamEntry(delivery.stream, delivery.entry_id)
+        if await self.worker.take(run_id, env.project_id, path="reclaim", entry=entry):
+            await self._ack(delivery)
+        return "taken"
+
+    async def _dead_letter(self, delivery: Delivery, run_id: uuid.UUID) -> None:
+        reason = dead_letter_reason(delivery.delivery_count, self.settings.max_deliveries)
+        meta = trace_metadata()
+        failed = await self.worker.db.in_tenant(
+            delivery.envelope.project_id,
+            lambda conn: leases.fail_undeliverable(
+                conn, run_id, self.worker.worker_id, reason, DeliveryLimitError.code, meta
+            ),
+        )
+        if failed is not None:
+            metrics.RUNS_FINISHED.labels("FAILED").inc()
+            log.warning("run_failed_dead_letter", run_id=str(run_id), reason=reason)
+        await dead_letter(self.redis, self.keys, delivery, reason)
+
+    async def _ack(self, delivery: Delivery) -> None:
+        await self.redis.xack(delivery.stream, WORKER_GROUP, delivery.entry_id)
+
+    async def _leave_group(self) -> None:
+        """After a clean stop: remove this consumer from the group when it owns no pending
+        entries (consumer names are per process start; dead names would pile up)."""
+        try:
+            for stream in self.streams:
+                pending = await self.redis.xpending_range(
+                    stream, WORKER_GROUP, "-", "+", 1, consumername=self.worker.worker_id
+                )
+                if pending:
+                    return
+            for stream in self.streams:
+                await self.redis.xgroup_delconsumer(stream, WORKER_GROUP, self.worker.worker_id)
+        except Exception as exc:
+            log.warning("leave_group_failed", error=repr(exc))

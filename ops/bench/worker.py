@@ -1,0 +1,380 @@
+"""Benchmark of the worker runtime: end-to-end throughput, ingest-to-start latency, recovery.
+
+    .venv/bin/python ops/bench/worker.py [--runs 5000] [--workers 1,2,4] [--concurrency 64]
+                                         [--rate 100] [--seconds 10] [--no-recovery]
+                                         [--no-streams] [--out FILE]
+
+Prints one JSON document (a short summary goes to stderr). Every process is real: one
+``awooop relay`` and N ``awooop worker`` subprocesses; runs are ingested through the producer
+library (``awooop.producer``, the same ingest transaction as the HTTP server: dedupe row,
+run, ``RunCreated``).
+
+- ``throughput``: for 1, 2 and 4 worker processes, ``--runs`` no-op runs ingested in
+  batches of 500 (``submit_many``) as fast as possible while the workers run; runs/s from the
+  first ingest commit to the last COMPLETED (ingest → relay → work stream → claim → handler →
+  COMPLETED). Target: ≥ 1,000/s with 4 workers.
+- ``latency``: runs ingested one per transaction (``submit``) at a paced ``--rate`` per second for
+  ``--seconds`` with 4 workers; ingest-to-start = the handler's start time (wall clock) minus
+  the ingest commit (wall clock, same host). p50/p99/max in ms. Target: p99 ≤ 10 ms at 100/s.
+- ``recovery``: default lease settings (lease 30 s, heartbeat 5 s, reclaim 10 s); a worker
+  holding a run is killed with SIGKILL while a second worker runs; seconds from the kill to
+  COMPLETED, against the bound lease TTL + reclaim interval (40 s). Takes up to ~40 s.
+
+``--no-streams`` runs workers in polling mode without a relay (for comparison). Scratch
+databases are created and dropped on ``AWOOOP_BENCH_DATABASE_URL`` /
+``AWOOOP_TEST_DATABASE_URL`` (default the local server); Redis keys use a scratch prefix on
+``AWOOOP_REDIS_URL`` and are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from awooop.config import Settings, load_settings  # noqa: E402
+from awooop.db import Database  # noqa: E402 - after the sys.path line, for a plain script
+from awooop.events import run_id_of_stream  # noqa: E402
+from awooop.migrate import migrate  # noqa: E402
+from awooop.producer import ChannelEvent, submit, submit_many  # noqa: E402
+from streams.envelope import FIELD, decode_envelope  # noqa: E402
+from streams.keys import Keys  # noqa: E402
+
+PROJECT = "bench"
+HANDLERS = "worker_handlers"
+
+
+def server_url() -> str:
+    return (
+        os.environ.get("AWOOOP_BENCH_DATABASE_URL")
+        or os.environ.get("AWOOOP_TEST_DATABASE_URL")
+        or "postgresql://postgres@127.0.0.1:5432/postgres"
+    )
+
+
+def redis_url() -> str:
+    return os.environ.get("AWOOOP_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def with_database(url: str, name: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path="/" + name))
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Scratch:
+    """A fresh migrated database and a Redis key prefix, removed on exit."""
+
+    def __init__(self) -> None:
+        self.name = f"awooop_bench_{uuid.uuid4().hex[:10]}"
+        self.url = with_database(server_url(), self.name)
+        self.prefix = f"bench{uuid.uuid4().hex[:8]}"
+
+    async def __aenter__(self) -> Scratch:
+        await migrate(self.url)
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        admin = await asyncpg.connect(with_database(server_url(), "postgres"))
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+        client = aioredis.Redis.from_url(redis_url())
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{self.prefix}:*", count=1000)]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()
+
+    def settings(self) -> Settings:
+        return load_settings(environ={}, database_url=self.url, redis_url=redis_url())
+
+    def env(self, **settings: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWOOOP_")}
+        env.update(
+            AWOOOP_DATABASE_URL=self.url,
+            AWOOOP_REDIS_URL=redis_url(),
+            AWOOOP_REDIS_KEY_PREFIX=self.prefix,
+            AWOOOP_LOG_LEVEL="warning",
+            PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "ops" / "bench")]),
+        )
+        env.update({f"AWOOOP_{k.upper()}": v for k, v in settings.items()})
+        return env
+
+
+class Processes:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        out = open(self.directory / f"{name}.out", "wb")  # noqa: SIM115 - closed by the child's end
+        err = open(self.directory / f"{name}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "awooop.cli", *args], cwd=ROOT, env=env, stdout=out, stderr=err
+        )
+        self.procs.append((name, proc))
+        return proc
+
+    def wait_started(self, name: str, within_s: float = 60) -> None:
+        path = self.directory / f"{name}.out"
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            if path.exists() and " started" in path.read_text():
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{name} did not start: {(self.directory / f'{name}.log').read_text()}")
+
+    def stop_all(self) -> None:
+        for _name, proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for _name, proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+
+def event(n: int | None = None) -> ChannelEvent:
+    return ChannelEvent("api", uuid.uuid4().hex, {"n": n or 1})
+
+
+async def ingest_batch(db: Database, settings: Settings, count: int) -> list[uuid.UUID]:
+    """``count`` runs through the ingest path's batch call (one transaction)."""
+    done = await submit_many(db, PROJECT, [event(i) for i in range(count)], settings=settings)
+    return [d.run_id for d in done]
+
+
+async def count_status(db: Database, status: str) -> int:
+    async with db.platform() as conn:
+        n: int = await conn.fetchval(
+            "SELECT count(*) FROM awooop_run_state WHERE status = $1", status
+        )
+    return n
+
+
+async def wait_count(db: Database, status: str, count: int, within_s: float) -> int:
+    deadline = time.monotonic() + within_s
+    seen = await count_status(db, status)
+    while seen < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        seen = await count_status(db, status)
+    return seen
+
+
+def start_stack(
+    procs: Processes, env: dict[str, str], workers: int, handler: str, extra: list[str]
+) -> None:
+    if "--no-streams" not in extra:
+        procs.start("relay", ["relay"], env)
+    for i in range(workers):
+        procs.start(f"w{i}", ["worker", "--handler", f"{HANDLERS}:{handler}", *extra], env)
+    for i in range(workers):
+        procs.wait_started(f"w{i}")
+    time.sleep(0.5)  # the relay and the consumer groups settle
+
+
+async def throughput(
+    workers: int, runs: int, concurrency: int, extra: list[str], tmp: Path
+) -> dict[str, Any]:
+    async with Scratch() as scratch:
+        procs = Processes(tmp)
+        db = await Database.open(scratch.url, max_size=4)
+        try:
+            start_stack(
+                procs, scratch.env(), workers, "noop", [*extra, "--concurrency", str(concurrency)]
+            )
+            started = time.perf_counter()
+            ingested = 0
+            while ingested < runs:
+                batch = min(500, runs - ingested)
+                await ingest_batch(db, scratch.settings(), batch)
+                ingested += batch
+            ingest_s = time.perf_counter() - started
+            done = await wait_count(db, "COMPLETED", runs, within_s=600)
+            elapsed = time.perf_counter() - started
+        finally:
+            procs.stop_all()
+            await db.close()
+    return {
+        "workers": workers,
+        "runs": runs,
+        "completed": done,
+        "seconds": round(elapsed, 3),
+        "runs_per_s": round(done / elapsed, 1),
+        "ingest_runs_per_s": round(runs / ingest_s, 1),
+    }
+
+
+async def latency(
+    workers: int, rate: float, seconds: float, extra: list[str], tmp: Path
+) -> dict[str, Any]:
+    async with Scratch() as scratch:
+        procs = Processes(tmp)
+        db = await Database.open(scratch.url, max_size=4)
+        committed: dict[uuid.UUID, float] = {}
+        try:
+            start_stack(procs, scratch.env(), workers, "stamp", extra)
+            total = int(rate * seconds)
+            begin = time.perf_counter()
+            for i in range(total):
+                delay = begin + i / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                done = await submit(db, PROJECT, event(i), settings=scratch.settings())
+                committed[done.run_id] = time.time()
+            await wait_count(db, "COMPLETED", total, within_s=60)
+            async with db.platform() as conn:
+                rows = await conn.fetch(
+                    "SELECT r.run_id, r.result, "
+                    "extract(epoch FROM (e.data->>'at')::timestamptz)::float8 AS claimed "
+                    "FROM awooop_run_state r JOIN awooop_events e "
+                    "ON e.stream_id = 'run-' || r.run_id AND e.event_type = 'RunClaimed' "
+                    "WHERE r.status = 'COMPLETED'"
+                )
+            published = await xadd_times(scratch)
+        finally:
+            procs.stop_all()
+            await db.close()
+    mine = [r for r in rows if r["run_id"] in committed]
+    lat = [(r["result"] - committed[r["run_id"]]) * 1000 for r in mine]
+    # Where the time goes (wall clocks of one host; the XADD time is the entry id's ms).
+    seen = [r for r in mine if r["run_id"] in published]  # acknowledged entries may be trimmed
+    relay = [published[r["run_id"]] * 1000 - committed[r["run_id"]] * 1000 for r in seen]
+    claim = [(r["claimed"] - published[r["run_id"]]) * 1000 for r in seen]
+    start = [(r["result"] - r["claimed"]) * 1000 for r in mine]
+    return {
+        "workers": workers,
+        "rate_per_s": rate,
+        "runs": len(committed),
+        "completed": len(lat),
+        "p50_ms": round(percentile(lat, 0.50), 2),
+        "p99_ms": round(percentile(lat, 0.99), 2),
+        "max_ms": round(max(lat), 2) if lat else None,
+        "breakdown_runs": len(seen),
+        "breakdown_p50_p99_ms": {
+            "commit_to_xadd": [round(percentile(relay, q), 2) for q in (0.5, 0.99)],
+            "xadd_to_claim_tx_start": [round(percentile(claim, q), 2) for q in (0.5, 0.99)],
+            "claim_tx_start_to_handler": [round(percentile(start, q), 2) for q in (0.5, 0.99)],
+        },
+    }
+
+
+async def xadd_times(scratch: Scratch) -> dict[uuid.UUID, float]:
+    """Unix time of each run's RunCreated entry in the work streams (from the entry id)."""
+    settings = scratch.settings()
+    keys = Keys(scratch.prefix, settings.shard_count)
+    client = aioredis.Redis.from_url(redis_url())
+    found: dict[uuid.UUID, float] = {}
+    try:
+        for shard in keys.shards():
+            for entry_id, fields in await client.xrange(keys.work_stream(shard)):
+                envelope = decode_envelope(fields[FIELD])
+                run_id = run_id_of_stream(envelope.stream_id)
+                if run_id is not None and envelope.event_type == "RunCreated":
+                    found.setdefault(run_id, int(entry_id.split(b"-")[0]) / 1000)
+    finally:
+        await client.aclose()
+    return found
+
+
+async def recovery(extra: list[str], tmp: Path) -> dict[str, Any]:
+    async with Scratch() as scratch:
+        procs = Processes(tmp)
+        db = await Database.open(scratch.url, max_size=2)
+        env = scratch.env()  # default lease settings
+        try:
+            if "--no-streams" not in extra:
+                procs.start("relay", ["relay"], env)
+            victim = procs.start(
+                "victim", ["worker", "--handler", f"{HANDLERS}:hang_first_attempt", *extra], env
+            )
+            procs.wait_started("victim")
+            [run_id] = await ingest_batch(db, scratch.settings(), 1)
+            await wait_count(db, "RUNNING", 1, within_s=60)
+            procs.start(
+                "survivor", ["worker", "--handler", f"{HANDLERS}:hang_first_attempt", *extra], env
+            )
+            procs.wait_started("survivor")
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            killed = time.perf_counter()
+            await wait_count(db, "COMPLETED", 1, within_s=120)
+            recovered = time.perf_counter() - killed
+        finally:
+            procs.stop_all()
+            await db.close()
+    return {
+        "lease_ttl_s": 30.0,
+        "reclaim_interval_s": 10.0,
+        "bound_s": 40.0,
+        "recovery_s": round(recovered, 2),
+        "run_id": str(run_id),
+    }
+
+
+async def run_all() -> tuple[str, str | None]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5000)
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--no-recovery", action="store_true")
+    parser.add_argument("--no-streams", action="store_true")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    extra = ["--no-streams"] if args.no_streams else []
+    report: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+        "mode": "polling" if args.no_streams else "streams",
+    }
+    with tempfile.TemporaryDirectory(prefix="awooop-bench-") as tmp:
+        report["throughput"] = []
+        for n in (int(x) for x in args.workers.split(",")):
+            result = await throughput(n, args.runs, args.concurrency, extra, Path(tmp))
+            report["throughput"].append(result)
+            print(f"throughput {n} worker(s): {result['runs_per_s']} runs/s", file=sys.stderr)
+        report["latency"] = await latency(4, args.rate, args.seconds, extra, Path(tmp))
+        print(f"latency: {report['latency']}", file=sys.stderr)
+        if not args.no_recovery:
+            report["recovery"] = await recovery(extra, Path(tmp))
+            print(f"recovery: {report['recovery']}", file=sys.stderr)
+    return json.dumps(report, indent=2), args.out
+
+
+def main() -> None:
+    text, out = asyncio.run(run_all())
+    if out:
+        Path(out).write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+"""Worker processes (the real CLI) on real Postgres: exactly-once completion with 10 workers,
+kill -9 recovery without repeating journaled steps, the fence against a stalled worker, SIGTERM,
+and approvals through the CLI (R-11 to R-17)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from awooop.config import Settings
+from awooop.db import Database
+from tests.support.handlers import read_effects
+from tests.support.runs import count_events, create_runs, events_of, load
+from tests.support.workers import ROOT, WorkerProcess, relay_process, worker_env, workers
+
+P = "proj-acc"
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    return msgspec.structs.replace(
+        settings,
+        lease_ttl_s=2.0,
+        heartbeat_interval_s=0.4,
+        reaper_interval_s=1.0,
+        reclaim_interval_s=1.0,
+        poll_interval_s=1.0,
+        shutdown_grace_s=0.5,
+        log_level="info",
+    )
+
+
+@pytest.fixture
+def effects_file(tmp_path: Path) -> str:
+    return str(tmp_path / "effects.jsonl")
+
+
+async def wait_until(predicate: Any, within_s: float, what: str) -> float:
+    started = time.monotonic()
+    while not await predicate():
+        if time.monotonic() - started > within_s:
+            raise AssertionError(f"{what}: not within {within_s} s")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
+async def all_finished(db: Database, run_ids: list[uuid.UUID]) -> bool:
+    async with db.platform() as conn:
+        n = await conn.fetchval(
+            "SELECT count(*) FROM awooop_run_state WHERE run_id = ANY($1) "
+            "AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+            run_ids,
+        )
+    return bool(n == len(run_ids))
+
+
+def check_single_holder(history: list[Any]) -> None:
+    """Every attempt-scoped event is written by the attempt that holds the lease, and a new
+    claim only follows a release of the previous one (no run held by two workers)."""
+    holder: tuple[str, int] | None = None
+    for event in history:
+        name = type(event).__name__
+        if name == "RunClaimed":
+            assert holder is None, f"claimed while held by {holder}"
+            holder = (event.worker_id, event.attempt)
+        elif name in ("RunRequeued", "LeaseReleased", "ApprovalRequested"):
+            holder = None
+        elif getattr(event, "worker_id", None) is not None:
+            assert (event.worker_id, event.attempt) == holder, f"{name} from a non-holder"
+            if name in ("RunCompleted", "RunFailed"):
+                holder = None
+
+
+@pytest.mark.parametrize(
+    ("mode", "runs", "processes"),
+    [("streams", 1000, 10), ("polling", 300, 4)],
+)
+async def test_runs_on_many_worker_processes_each_complete_once(
+    db: Database,
+    fast: Settings,
+    tmp_path: Path,
+    effects_file: str,
+    mode: str,
+    runs: int,
+    processes: int,
+) -> None:
+    """1,000 runs on 10 worker processes (stream path with a relay); and the polling path alone
+    (no relay, as when Redis lost the messages). Eleven processes share two cores here, so the
+    lease is longer than in the other tests (a starved event loop must not lose leases)."""
+    crowded = msgspec.structs.replace(fast, lease_ttl_s=8.0, heartbeat_interval_s=1.0)
+    run_ids = await create_runs(db, P, runs, payload={"sleep": 0.005})
+    with workers(
+        crowded,
+        tmp_path,
+        processes,
+        relay=mode == "streams",
+        handler="tests.support.handlers:exclusive",
+        args=("--concurrency", "8", *(("--no-streams",) if mode == "polling" else ())),
+        env={"AWOOOP_TEST_SIDE_EFFECTS": effects_file, "AWOOOP_LOG_LEVEL": "warning"},
+    ) as procs:
+        ids = [p.worker_id() for p in procs]
+        await wait_until(lambda: all_finished(db, run_ids), 120, f"{runs} runs finished")
+    async with db.platform() as conn:
+        outcomes = await conn.fetch(
+            "SELECT status, failure_code, failure_reason, count(*) AS n FROM awooop_run_state "
+            "GROUP BY 1, 2, 3"
+        )
+    assert [(r["status"], r["n"]) for r in outcomes] == [("COMPLETED", runs)], [
+        dict(r.items()) for r in outcomes
+    ]
+    completed = await count_events(db, "RunCompleted")
+    claimed = await count_events(db, "RunClaimed")
+    assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * runs
+    assert sorted(claimed[f"run-{r}"] for r in run_ids) == [1] * runs
+    lines = read_effects(effects_file)
+    begins = Counter(e["run_id"] for e in lines if e["what"] == "begin")
+    assert sorted(begins[str(r)] for r in run_ids) == [1] * runs  # each handler ran once
+    by_worker = Counter(e["worker_id"] for e in lines if e["what"] == "end")
+    assert set(by_worker) <= set(ids) and len(by_worker) >= processes // 2  # work was shared
+    for run_id in run_ids[:100]:
+        check_single_holder(await events_of(db, P, run_id))
+
+
+async def test_kill_9_mid_run_recovers_without_repeating_journaled_steps(
+    db: Database, fast: Settings, tmp_path: Path, effects_file: str
+) -> None:
+    with workers(
+        fast,
+        tmp_path,
+        2,
+        args=("--concurrency", "4"),
+        env={"AWOOOP_TEST_SIDE_EFFECTS": effects_file},
+    ) as procs:
+        for proc in procs:
+            proc.worker_id()
+        [run_id] = await create_runs(db, P, payload={"hang_on_attempts": [1]})
+
+        async def hanging() -> bool:
+            return any(e["what"] == "hang" for e in read_effects(effects_file))
+
+        await wait_until(hanging, 30, "attempt 1 reached its hang")
+        [hang] = [e for e in read_effects(effects_file) if e["what"] == "hang"]
+        victim = next(p for p in procs if p.pid == hang["pid"])
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        killed_at = time.monotonic()
+        await wait_until(lambda: all_finished(db, [run_id]), 30, "recovery")
+        recovery_s = time.monotonic() - killed_at
+    state = await load(db, P, run_id)
+    assert state.status == "COMPLETED" and state.attempt_count == 2
+    assert recovery_s <= fast.lease_ttl_s + fast.reclaim_interval_s + 1.5
+    lines = [e for e in read_effects(effects_file) if e["run_id"] == str(run_id)]
+    assert [e["what"] for e in lines if e["what"] == "one"] == ["one"]  # not repeated
+    assert [(e["what"], e["attempt"]) for e in lines if e["what"] != "one"] == [
+        ("hang", 1),
+        ("two", 2),
+        ("done", 2),
+    ]
+    assert (await count_events(db, "RunCompleted"))[f"run-{run_id}"] == 1
+    check_single_holder(await events_of(db, P, run_id))
+
+
+async def test_a_stalled_worker_is_fenced_off_from_completing(
+    db: Database, fast: Settings, tmp_path: Path, effects_file: str
+) -> None:
+    env = {"AWOOOP_TEST_SIDE_EFFECTS": effects_file}
+    relay = relay_process(fast, tmp_path).start()
+    stalled = WorkerProcess(fast, tmp_path, "stalled", env=env).start()
+    other: WorkerProcess | None = None
+    try:
+        stalled_id = stalled.worker_id()
+        payload = {"block_on_attempts": [1], "block_s": 5.0}
+        [run_id] = await create_runs(db, P, payload=payload)
+
+        async def blocked() -> bool:
+            return any(e["what"] == "block" for e in read_effects(effects_file))
+
+        await wait_until(blocked, 30, "attempt 1 stalled")
+        other = WorkerProcess(fast, tmp_path, "other", env=env).start()
+        other_id = other.worker_id()
+        await wait_until(lambda: all_finished(db, [run_id]), 30, "the other worker completed")
+
+        async def unblocked() -> bool:
+            return any(e["what"] == "unblocked" for e in read_effects(effects_file))
+
+        await wait_until(unblocked, 30, "the stalled worker woke up")
+        await wait_until(
+            lambda: _logged(stalled, "last_write_fenced"), 10, "the stalled completion refused"
+        )
+    finally:
+        stalled.stop()
+        if other is not None:
+            other.stop()
+        relay.stop()
+    history = await events_of(db, P, run_id)
+    completions = [e for e in history if type(e).__name__ == "RunCompleted"]
+    assert len(completions) == 1
+    assert (completions[0].worker_id, completions[0].attempt) == (other_id, 2)
+    assert stalled_id != other_id
+    assert all(getattr(e, "worker_id", None) != stalled_id for e in history[3:])
+    [refused] = [e for e in stalled.log_events() if e.get("event") == "last_write_fenced"]
+    assert refused["outcome"] == "completed" and refused["reason"].startswith("write refused")
+    check_single_holder(history)
+
+
+async def _logged(proc: WorkerProcess, event: str) -> bool:
+    return any(e.get("event") == event for e in proc.log_events())
+
+
+async def test_sigterm_with_runs_in_flight_loses_none_and_completes_none_twice(
+    db: Database, fast: Settings, tmp_path: Path, effects_file: str
+) -> None:
+    """SIGTERM while six runs are in flight (each needs 2 s, the grace is 0.5 s): the worker
+    hands their leases back and exits 0; a second worker runs them (journaled steps replay)
+    and everything completes exactly once."""
+    env = {"AWOOOP_TEST_SIDE_EFFECTS": effects_file}
+    relay = relay_process(fast, tmp_path).start()
+    first = WorkerProcess(fast, tmp_path, "first", args=("--concurrency", "6"), env=env)
+    second = WorkerProcess(fast, tmp_path, "second", args=("--concurrency", "6"), env=env)
+    first.start().worker_id()
+    run_ids = await create_runs(db, P, 12, payload={"sleep": 2.0})
+    try:
+
+        async def first_busy() -> bool:
+            return len({e["run_id"] for e in read_effects(effects_file) if e["what"] == "one"}) >= 6
+
+        await wait_until(first_busy, 30, "first worker busy")
+        first.signal(signal.SIGTERM)
+        assert first.wait(within_s=20) == 0
+        released_early = await count_events(db, "LeaseReleased")
+        second.start().worker_id()
+        await wait_until(lambda: all_finished(db, run_ids), 90, "every run finished")
+    finally:
+        first.stop()
+        second.stop()
+        relay.stop()
+    assert sum(released_early.values()) == 6  # handed back before the worker exited
+    completed = await count_events(db, "RunCompleted")
+    assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * 12
+    for run_id in run_ids:
+        state = await load(db, P, run_id)
+        assert state.status == "COMPLETED"
+        check_single_holder(await events_of(db, P, run_id))
+    stopped = [e for e in first.log_events() if e.get("event") == "worker_stopped"]
+    assert stopped and stopped[0]["finished"] == {"released": 6}
+    ones = Counter(e["run_id"] for e in read_effects(effects_file) if e["what"] == "one")
+    assert set(ones.values()) == {1}  # step one of the released runs was not repeated
+
+
+def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "awooop.cli", *args],
+        cwd=ROOT,
+        env=worker_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_approvals_through_the_cli(
+    db: Database, fast: Settings, tmp_path: Path, effects_file: str
+) -> None:
+    quick = msgspec.structs.replace(fast, approval_ttl_s=60.0, approval_resolver_interval_s=0.3)
+    env = {"AWOOOP_TEST_SIDE_EFFECTS": effects_file}
+    approved, expiring = await create_runs(db, P, 2, payload={"approval": True})
+    with workers(quick, tmp_path, 1, args=("--with-loops",), env=env) as procs:
+        procs[0].worker_id()
+
+        async def both_waiting() -> bool:
+            states = [await load(db, P, r) for r in (approved, expiring)]
+            return all(s.status == "WAITING_APPROVAL" for s in states)
+
+        await wait_until(both_waiting, 30, "both runs waiting for approval")
+
+        async def both_notified() -> bool:  # the notifier runs after the commit
+            return len(read_effects(effects_file + ".tickets")) == 2
+
+        await wait_until(both_notified, 30, "both tokens handed to the notifier")
+        tickets = {t["run_id"]: t for t in read_effects(effects_file + ".tickets")}
+        token = tickets[str(approved)]["token"]
+        ok = cli(quick, "runs", "approve", P, str(approved), "--token", token, "--actor", "alice")
+        assert ok.returncode == 0, ok.stderr
+        assert msgspec.json.decode(ok.stdout)["status"] == "RESUMED"
+        again = cli(quick, "runs", "approve", P, str(approved), "--token", token)
+        assert again.returncode == 1 and again.stderr.startswith("error E-APPROVAL-003:")
+        await wait_until(lambda: all_finished(db, [approved]), 30, "approved run completed")
+        # Let the other token expire: the loop fails the run with E-APPROVAL-002.
+        async with db.platform() as conn:
+            await conn.execute(
+                "UPDATE awooop_approvals SET expires_at = now() WHERE run_id = $1", expiring
+            )
+            await conn.execute(
+                "UPDATE awooop_run_state SET approval_expires_at = now() WHERE run_id = $1",
+                expiring,
+            )
+        await wait_until(lambda: all_finished(db, [expiring]), 30, "expired run failed")
+        late = cli(
+            quick, "runs", "approve", P, str(expiring), "--token", tickets[str(expiring)]["token"]
+        )
+        assert late.returncode == 1 and late.stderr.startswith("error E-APPROVAL-002:")
+    done = await load(db, P, approved)
+    assert (
+        done.status == "COMPLETED" and done.saga_steps["approval:go"]["result"]["actor"] == "alice"
+    )
+    failed = await load(db, P, expiring)
+    assert (failed.status, failed.failure_code) == ("FAILED", "E-APPROVAL-002")
+    ones = defaultdict(int)
+    for e in read_effects(effects_file):
+        if e["what"] == "one":
+            ones[e["run_id"]] += 1
+    assert ones[str(approved)] == 1  # the resumed attempt replayed step one
+    cancel = cli(quick, "runs", "cancel", P, str(approved))
+    assert cancel.returncode == 1 and cancel.stderr.startswith("error E-RUN-001:")

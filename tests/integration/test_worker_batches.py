@@ -1,0 +1,131 @@
+"""The batched write path on real Postgres: append_many, apply_and_store_many, claim_many and
+fenced_record_many keep the row equal to apply() folded over the events, and refuse exactly
+what the single versions refuse."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from awooop import eventlog
+from awooop.db import Database
+from awooop.errors import LeaseLostError, StreamOrderConflictError, VersionConflictError
+from awooop.events import ApprovalGranted, RunCompleted, StepCompleted, decode_event, run_stream_id
+from awooop.runs import leases, store
+from awooop.runs.state import RunState, fold
+from tests.support.runs import count_events, create_runs, load
+
+P = "proj-b"
+
+
+async def replayed(db: Database, run_id: uuid.UUID) -> RunState | None:
+    async with db.tenant(P) as conn:
+        recorded = await eventlog.read_stream(conn, run_stream_id(run_id))
+    return fold([decode_event(e.data) for e in recorded])
+
+
+async def test_claim_many_takes_only_claimable_runs_and_matches_replay(db: Database) -> None:
+    free = await create_runs(db, P, 5)
+    [taken] = await create_runs(db, P)
+    assert await db.in_tenant(P, lambda c: leases.claim(c, taken, "other", 30)) is not None
+    unknown = uuid.uuid4()
+    claimed = await db.in_tenant(
+        P, lambda c: leases.claim_many(c, [*free, taken, unknown], "w1", 30, {"k": 1})
+    )
+    assert set(claimed) == set(free)
+    for run_id in free:
+        row = await load(db, P, run_id)
+        assert row == claimed[run_id] == await replayed(db, run_id)
+        assert (row.status, row.worker_id, row.attempt_count) == ("RUNNING", "w1", 1)
+    assert (await load(db, P, taken)).worker_id == "other"
+
+
+async def test_concurrent_claim_batches_never_share_a_run(db: Database) -> None:
+    run_ids = await create_runs(db, P, 50)
+    results = await asyncio.gather(
+        *(
+            db.in_tenant(P, lambda c, w=f"w{i}": leases.claim_many(c, run_ids, w, 30))
+            for i in range(6)
+        )
+    )
+    owners = [r for claimed in results for r in claimed]
+    assert sorted(owners) == sorted(run_ids)
+    assert sorted((await count_events(db, "RunClaimed")).values()) == [1] * 50
+
+
+async def test_fenced_record_many_writes_the_holders_and_refuses_the_rest(db: Database) -> None:
+    mine, stolen, finished = await create_runs(db, P, 3)
+    for run_id in (mine, stolen, finished):
+        assert await db.in_tenant(P, lambda c, r=run_id: leases.claim(c, r, "w1", 30))
+    async with db.platform() as conn:  # another worker took "stolen" (attempt 2)
+        await conn.execute(
+            "UPDATE awooop_run_state SET worker_id = 'w2', attempt_count = 2 WHERE run_id = $1",
+            stolen,
+        )
+    await db.in_tenant(
+        P,
+        lambda c: leases.fenced_record(
+            c, finished, "w1", 1, lambda _s, now: RunCompleted(at=now, worker_id="w1", attempt=1)
+        ),
+    )
+
+    def step(run_id: uuid.UUID) -> leases.FencedWrite:
+        return leases.FencedWrite(
+            run_id,
+            "w1",
+            1,
+            lambda _s, now: StepCompleted(at=now, worker_id="w1", attempt=1, step="s", result=2),
+            {"traceparent": f"tp-{run_id}"},
+        )
+
+    results = await db.in_tenant(
+        P, lambda c: leases.fenced_record_many(c, [step(stolen), step(mine), step(finished)])
+    )
+    assert isinstance(results[0], LeaseLostError) and "no longer holds" in results[0].message
+    assert isinstance(results[1], RunState) and results[1].saga_steps["s"]["result"] == 2
+    assert isinstance(results[2], LeaseLostError) and "COMPLETED" in results[2].message
+    assert await load(db, P, mine) == results[1] == await replayed(db, mine)
+    async with db.tenant(P) as conn:
+        recorded = await eventlog.read_stream(conn, run_stream_id(mine))
+    assert recorded[-1].metadata == {"traceparent": f"tp-{mine}"}
+
+
+async def test_append_many_refuses_a_stale_expected_version(db: Database) -> None:
+    a, b = await create_runs(db, P, 2)
+    grant = ApprovalGranted(at=(await load(db, P, a)).created_at, actor="x")
+    with pytest.raises(VersionConflictError):
+        async with db.tenant(P) as conn:
+            await eventlog.append_many(
+                conn, [(run_stream_id(a), P, 1, grant), (run_stream_id(b), P, 0, grant)]
+            )
+    async with db.tenant(P) as conn:  # the transaction rolled back: nothing of either
+        assert len(await eventlog.read_stream(conn, run_stream_id(a))) == 1
+    with pytest.raises(ValueError, match="at most once"):
+        async with db.tenant(P) as conn:
+            await eventlog.append_many(
+                conn, [(run_stream_id(a), P, 1, grant), (run_stream_id(a), P, 2, grant)]
+            )
+
+
+async def test_append_many_refuses_a_writer_older_than_the_streams_last(db: Database) -> None:
+    [run_id] = await create_runs(db, P)
+    stream = run_stream_id(run_id)
+    grant = ApprovalGranted(at=(await load(db, P, run_id)).created_at, actor="x")
+    async with db.tenant(P) as old:
+        await old.execute("SELECT pg_current_xact_id()")  # the older transaction id
+        async with db.tenant(P) as new:
+            await eventlog.append(new, stream, P, 1, [grant])
+        with pytest.raises(StreamOrderConflictError):
+            await eventlog.append_many(old, [(stream, P, 2, grant)])
+
+
+async def test_apply_and_store_many_equals_the_single_version(db: Database) -> None:
+    run_ids = await create_runs(db, P, 4)
+    async with db.tenant(P) as conn:
+        locked = [await store.lock(conn, r) for r in run_ids]
+        changes = [(s, leases.claim_event(s, now, "w1", 30)) for s, now in locked]
+        new = await store.apply_and_store_many(conn, changes, [None, {"a": 1}, None, None])
+    for state in new:
+        assert await load(db, P, state.run_id) == state == await replayed(db, state.run_id)

@@ -1,0 +1,338 @@
+"""The worker runtime in-process on real Postgres: execution, journal, fencing, cancel,
+lease loss, shutdown, approvals, tool waits (R-11 to R-15)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import pytest
+from prometheus_client import REGISTRY
+
+from awooop.config import Settings
+from awooop.db import Database
+from awooop.events import StepCompleted
+from awooop.runs import approvals, control, leases
+from awooop.runs.approvals import Decision
+from awooop.worker.executor import Handler, Outcome
+from awooop.worker.runtime import Worker
+from awooop.worker_loops import reap_once
+from tests.support import handlers
+from tests.support.runs import count_events, create_runs, event_types, events_of, load
+
+P = "proj-w"
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    return msgspec.structs.replace(
+        settings,
+        lease_ttl_s=1.0,
+        heartbeat_interval_s=0.1,
+        reaper_interval_s=0.2,
+        poll_interval_s=0.2,
+        shutdown_grace_s=0.3,
+    )
+
+
+@pytest.fixture(autouse=True)
+def clean_effects() -> Iterator[None]:
+    handlers.EFFECTS.clear()
+    handlers.TICKETS.clear()
+    yield
+    handlers.EFFECTS.clear()
+    handlers.TICKETS.clear()
+
+
+def worker(
+    db: Database, settings: Settings, handler: Handler = handlers.journaled, **kw: Any
+) -> Worker:
+    return Worker(
+        db=db, settings=settings, handler=handler, concurrency=kw.pop("concurrency", 8), **kw
+    )
+
+
+def effects(run_id: uuid.UUID, what: str | None = None) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in handlers.EFFECTS
+        if e["run_id"] == str(run_id) and (what is None or e["what"] == what)
+    ]
+
+
+async def wait_for(predicate: Any, within_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_burst_mode_runs_every_run_once(db: Database, fast: Settings) -> None:
+    run_ids = await create_runs(db, P, 40, payload={})
+    w = worker(db, fast)
+    assert await w.run_until_idle() == 40
+    completed = await count_events(db, "RunCompleted")
+    assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * 40
+    state = await load(db, P, run_ids[0])
+    assert state.status == "COMPLETED" and state.result == {"one": 41, "two": 42}
+    assert state.saga_steps["one"] == {"attempt": 1, "result": 41}
+    assert state.worker_id is None and state.lease_until is None
+    assert w.executor.finished[Outcome.COMPLETED] == 40
+
+
+async def test_a_retried_attempt_replays_journaled_steps(db: Database, fast: Settings) -> None:
+    [run_id] = await create_runs(db, P, payload={})
+    # Attempt 1 belongs to a worker that journaled step "one" and then died.
+    dead = await db.in_tenant(P, lambda c: leases.claim(c, run_id, "dead", 0.05))
+    assert dead is not None
+    await db.in_tenant(
+        P,
+        lambda c: leases.fenced_record(
+            c,
+            run_id,
+            "dead",
+            1,
+            lambda _s, now: StepCompleted(
+                at=now, worker_id="dead", attempt=1, step="one", result=41
+            ),
+        ),
+    )
+    await asyncio.sleep(0.1)
+    assert await worker(db, fast).run_until_idle() == 1
+    state = await load(db, P, run_id)
+    assert state.status == "COMPLETED" and state.attempt_count == 2
+    assert state.result == {"one": 41, "two": 42}
+    assert effects(run_id, "one") == []  # the side effect of step one did not run again
+    assert len(effects(run_id, "two")) == 1
+    assert state.saga_steps["one"]["attempt"] == 1 and state.saga_steps["two"]["attempt"] == 2
+
+
+async def test_a_handler_exception_fails_the_run_with_a_reason(
+    db: Database, fast: Settings
+) -> None:
+    [run_id] = await create_runs(db, P, payload={"fail": True})
+    await worker(db, fast).run_until_idle()
+    state = await load(db, P, run_id)
+    assert state.status == "FAILED"
+    assert (state.failure_code, state.failure_reason) == (
+        "E-HANDLER-001",
+        "ValueError: asked to fail",
+    )
+    assert "two" in state.saga_steps  # steps before the failure stay journaled
+
+
+async def test_a_step_name_used_twice_fails_the_run(db: Database, fast: Settings) -> None:
+    [run_id] = await create_runs(db, P, payload={"same_step_twice": True})
+    await worker(db, fast).run_until_idle()
+    state = await load(db, P, run_id)
+    assert (state.status, state.failure_code) == ("FAILED", "E-HANDLER-003")
+
+
+async def test_a_lost_lease_cancels_the_handler_and_its_writes_are_fenced(
+    db: Database, fast: Settings
+) -> None:
+    [run_id] = await create_runs(db, P, payload={"hang_on_attempts": [1]})
+    w = worker(db, fast)
+    stop = asyncio.Event()
+    losses = metric("awooop_lease_losses_total")
+    serving = asyncio.create_task(w.run(stop))
+    await wait_for(lambda: _has_effect(run_id, "hang"))
+    # Simulated stall: the lease runs out without the worker knowing, and the reaper
+    # requeues the run; then the worker's next heartbeat finds its lease gone.
+    async with db.platform() as conn:
+        await conn.execute(
+            "UPDATE awooop_run_state SET lease_until = now() - interval '1 second' "
+            "WHERE run_id = $1",
+            run_id,
+        )
+    assert await reap_once(db) == (1, 0)
+    await wait_for(lambda: _has_effect(run_id, "cancelled"))
+    assert metric("awooop_lease_losses_total") >= losses + 1
+    # The worker's poll takes the requeued run again as attempt 2, which completes.
+    await wait_for(lambda: _status_is(db, run_id, "COMPLETED"))
+    stop.set()
+    await serving
+    assert w.executor.finished[Outcome.LOST] == 1
+    types = await event_types(db, P, run_id)
+    assert types.count("RunCompleted") == 1 and "RunRequeued" in types
+    assert len(effects(run_id, "one")) == 1  # attempt 2 replayed step one
+
+
+async def test_a_local_lease_deadline_stops_the_handler_without_the_database(
+    db: Database, fast: Settings
+) -> None:
+    [run_id] = await create_runs(db, P, payload={"hang_on_attempts": [1]})
+    w = worker(db, fast)
+    await w.poll_once(0)
+    await wait_for(lambda: _has_effect(run_id, "hang"))
+    attempt = w.executor.attempts[run_id]
+    attempt.lease_deadline = 0.0  # as if no renewal succeeded for a whole lease
+    await w.heartbeat.beat()
+    await wait_for(lambda: _has_effect(run_id, "cancelled"))
+    await w.drain(1.0)
+    assert w.executor.finished[Outcome.LOST] == 1
+    assert (await load(db, P, run_id)).status == "RUNNING"  # nothing written; the reaper's job
+
+
+async def test_cancel_stops_a_running_handler_at_once(db: Database, fast: Settings) -> None:
+    slow = msgspec.structs.replace(fast, heartbeat_interval_s=0.9)  # cancel must not wait for it
+    [run_id] = await create_runs(db, P, payload={"hang_on_attempts": [1]})
+    w = worker(db, slow)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(w.run(stop))
+    await wait_for(lambda: _has_effect(run_id, "hang"))
+    await asyncio.wait_for(w.cancel_listener.connected.wait(), 5)
+    started = asyncio.get_running_loop().time()
+    state = await db.in_tenant(P, lambda c: control.cancel(c, run_id, actor="ops", reason="stop"))
+    assert state.status == "CANCELLED"
+    await wait_for(lambda: _has_effect(run_id, "cancelled"))
+    assert asyncio.get_running_loop().time() - started < 0.8
+    stop.set()
+    await serving
+    assert w.executor.finished[Outcome.CANCELLED] == 1
+    final = await load(db, P, run_id)
+    assert (final.status, final.failure_reason) == ("CANCELLED", "stop")
+    assert (await event_types(db, P, run_id))[-1] == "RunCancelled"
+
+
+async def test_cancel_works_from_every_non_terminal_state(db: Database) -> None:
+    pending, running, approval = await create_runs(db, P, 3)
+    await db.in_tenant(P, lambda c: leases.claim(c, running, "w1", 30))
+    await db.in_tenant(P, lambda c: leases.claim(c, approval, "w1", 30))
+    await db.in_tenant(
+        P, lambda c: approvals.request(c, approval, "w1", 1, name="go", reason="", ttl_s=60)
+    )
+    for run_id in (pending, running, approval):
+        state = await db.in_tenant(P, lambda c, r=run_id: control.cancel(c, r, actor="ops"))
+        assert state.status == "CANCELLED" and state.failure_reason == "Cancelled by ops"
+    from awooop.errors import IllegalTransitionError
+
+    with pytest.raises(IllegalTransitionError):
+        await db.in_tenant(P, lambda c: control.cancel(c, pending, actor="ops"))
+
+
+async def test_shutdown_releases_unfinished_runs_for_another_worker(
+    db: Database, fast: Settings
+) -> None:
+    quick = await create_runs(db, P, 3, payload={})
+    slow = await create_runs(db, P, 3, payload={"sleep": 30})
+    w1 = worker(db, fast, concurrency=8)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(w1.run(stop))
+    await wait_for(lambda: _count_status(db, "COMPLETED", 3))
+    await wait_for(lambda: _all_running(db, slow))
+    stop.set()
+    await asyncio.wait_for(serving, 10)
+    assert w1.executor.finished[Outcome.RELEASED] == 3
+    for run_id in slow:
+        state = await load(db, P, run_id)
+        assert state.status == "PENDING" and state.worker_id is None
+        assert (await event_types(db, P, run_id))[-1] == "LeaseReleased"
+        assert len(effects(run_id, "cancelled")) == 1
+    # Another worker takes them at once (attempt 2, step one replayed).
+    w2 = worker(db, msgspec.structs.replace(fast, shutdown_grace_s=5), concurrency=8)
+    for run_id in slow:
+        async with db.platform() as conn:
+            await conn.execute(
+                "UPDATE awooop_run_state SET input = '{}'::jsonb WHERE run_id = $1", run_id
+            )
+    assert await w2.run_until_idle() == 3
+    completed = await count_events(db, "RunCompleted")
+    assert [completed[f"run-{r}"] for r in [*quick, *slow]] == [1] * 6
+    assert all(len(effects(r, "one")) == 1 for r in slow)
+
+
+async def test_approval_suspends_resumes_and_completes(db: Database, fast: Settings) -> None:
+    [run_id] = await create_runs(db, P, payload={"approval": True})
+    assert await worker(db, fast).run_until_idle() == 1
+    waiting = await load(db, P, run_id)
+    assert waiting.status == "WAITING_APPROVAL" and waiting.worker_id is None
+    assert waiting.lease_until is None and waiting.approval_expires_at is not None
+    [ticket] = handlers.TICKETS
+    assert ticket.run_id == run_id and ticket.name == "go"
+    # Reaper passes leave it alone.
+    assert await reap_once(db) == (0, 0)
+    resumed = await db.in_tenant(
+        P, lambda c: approvals.decide(c, run_id, ticket.token, Decision.APPROVED, actor="alice")
+    )
+    assert resumed.status == "RESUMED"
+    assert await worker(db, fast).run_until_idle() == 1
+    done = await load(db, P, run_id)
+    assert done.status == "COMPLETED" and done.result == {"one": 41, "two": 42}
+    assert done.saga_steps["approval:go"]["result"]["actor"] == "alice"
+    assert len(effects(run_id, "one")) == 1
+    assert await event_types(db, P, run_id) == [
+        "RunCreated",
+        "RunClaimed",
+        "StepCompleted",
+        "ApprovalRequested",
+        "ApprovalGranted",
+        "RunClaimed",
+        "StepCompleted",
+        "StepCompleted",
+        "RunCompleted",
+    ]
+
+
+async def test_a_tool_wait_keeps_the_lease_and_is_journaled(db: Database, fast: Settings) -> None:
+    [run_id] = await create_runs(db, P, payload={"tool": True, "tool_s": 1.5})
+    w = worker(db, fast)
+    task = asyncio.create_task(w.run_until_idle())
+    await wait_for(lambda: _status_is(db, run_id, "WAITING_TOOL"))
+    first = await load(db, P, run_id)
+    await asyncio.sleep(1.2)  # longer than the 1 s lease: heartbeats must renew it
+    later = await load(db, P, run_id)
+    assert later.status == "WAITING_TOOL" and later.lease_until > first.lease_until  # type: ignore[operator]  # both set while leased
+    await task
+    done = await load(db, P, run_id)
+    assert done.status == "COMPLETED"
+    assert done.saga_steps["tool:search"]["result"] == {"found": 3}
+    types = await event_types(db, P, run_id)
+    assert types[3:6] == ["ToolWaitStarted", "ToolResultReceived", "StepCompleted"]
+
+
+async def test_take_reconciles_a_message_with_the_database(db: Database, fast: Settings) -> None:
+    done, held, expired = await create_runs(db, P, 3, payload={})
+    w = worker(db, fast)
+    assert await w.take(done, P, path="stream") is True
+    assert (await load(db, P, done)).status == "COMPLETED"
+    assert await w.take(done, P, path="stream") is True  # finished: acknowledge
+    assert await w.take(uuid.uuid4(), P, path="stream") is True  # unknown: acknowledge
+    await db.in_tenant(P, lambda c: leases.claim(c, held, "other", 30))
+    assert await w.take(held, P, path="stream") is False  # live lease elsewhere: leave it
+    await db.in_tenant(P, lambda c: leases.claim(c, expired, "dead", 0.05))
+    await asyncio.sleep(0.1)
+    assert await w.take(expired, P, path="reclaim") is True  # expired: requeue, take, run
+    state = await load(db, P, expired)
+    assert (state.status, state.attempt_count) == ("COMPLETED", 2)
+    history = [type(e).__name__ for e in await events_of(db, P, expired)]
+    assert history[:4] == ["RunCreated", "RunClaimed", "RunRequeued", "RunClaimed"]
+
+
+async def _has_effect(run_id: uuid.UUID, what: str) -> bool:
+    return bool(effects(run_id, what))
+
+
+async def _status_is(db: Database, run_id: uuid.UUID, status: str) -> bool:
+    return (await load(db, P, run_id)).status == status
+
+
+async def _count_status(db: Database, status: str, n: int) -> bool:
+    async with db.platform() as conn:
+        count = await conn.fetchval(
+            "SELECT count(*) FROM awooop_run_state WHERE status = $1", status
+        )
+    return bool(count == n)
+
+
+async def _all_running(db: Database, run_ids: list[uuid.UUID]) -> bool:
+    states = [await load(db, P, r) for r in run_ids]
+    return all(s.status == "RUNNING" for s in states)

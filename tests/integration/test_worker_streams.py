@@ -1,0 +1,253 @@
+"""The worker's stream path on real Postgres and Redis (R-16): work stream consumption under the
+DB lease, touches that keep live entries from reclaim, reclaim reconciled with Postgres, and
+the dead-letter stream."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+import pytest
+from prometheus_client import REGISTRY
+
+from awooop import eventlog
+from awooop.config import Settings
+from awooop.db import Database
+from awooop.events import run_stream_id
+from awooop.loops import run_loop
+from awooop.relay_loops import relay_spec
+from awooop.runs import leases
+from awooop.services import redis_client
+from awooop.worker.runtime import Worker
+from awooop.worker.streaming import StreamIntake
+from streams.envelope import FIELD, encode
+from streams.keys import WORKER_GROUP, Keys
+from streams.publish import envelope_of
+from streams.relay import Relay
+from tests.support import handlers
+from tests.support.runs import count_events, create_runs, load
+
+P = "proj-s"
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    return msgspec.structs.replace(
+        settings,
+        lease_ttl_s=1.0,
+        heartbeat_interval_s=0.1,
+        reclaim_interval_s=0.2,
+        poll_interval_s=60.0,  # keep the polling path out of these tests
+        max_deliveries=3,
+        shard_count=2,
+    )
+
+
+@pytest.fixture
+async def redis(fast: Settings) -> AsyncIterator[Any]:
+    client = redis_client(fast.redis_url)
+    yield client
+    await client.aclose()
+
+
+def keys_of(settings: Settings) -> Keys:
+    return Keys(settings.redis_key_prefix, settings.shard_count)
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@asynccontextmanager
+async def serving(worker: Worker, intake: StreamIntake) -> AsyncIterator[None]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+@asynccontextmanager
+async def relay_running(settings: Settings, redis: Any) -> AsyncIterator[None]:
+    relay = Relay(settings=settings, redis=redis, keys=keys_of(settings))
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_loop(relay_spec(relay, settings), stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await relay.close()
+
+
+async def wait_for(predicate: Any, within_s: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+async def finished(db: Database, run_ids: list[uuid.UUID]) -> bool:
+    async with db.platform() as conn:
+        n = await conn.fetchval(
+            "SELECT count(*) FROM awooop_run_state WHERE run_id = ANY($1) "
+            "AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+            run_ids,
+        )
+    return bool(n == len(run_ids))
+
+
+async def pending(redis: Any, keys: Keys) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for shard in keys.shards():
+        stream = keys.work_stream(shard)
+        if not await redis.exists(stream):
+            continue
+        try:
+            found += await redis.xpending_range(stream, WORKER_GROUP, "-", "+", 1000)
+        except Exception as exc:  # no group yet
+            if "NOGROUP" not in str(exc):
+                raise
+    return found
+
+
+async def announce(db: Database, redis: Any, keys: Keys, run_id: uuid.UUID) -> tuple[str, str]:
+    """XADD the run's RunCreated to its work stream as the relay would; (stream, entry id)."""
+    async with db.tenant(P) as conn:
+        [first] = (await eventlog.read_stream(conn, run_stream_id(run_id)))[:1]
+    stream = keys.work_stream(keys.shard_of(P))
+    entry_id = await redis.xadd(stream, {FIELD: encode(envelope_of(first))})
+    return stream, entry_id.decode()
+
+
+async def ghost_reads(redis: Any, stream: str, times: int = 1) -> None:
+    """A consumer that reads an entry and dies; each extra time it is delivered again."""
+    await redis.xgroup_create(stream, WORKER_GROUP, id="0", mkstream=True)
+    await redis.xreadgroup(WORKER_GROUP, "ghost", {stream: ">"}, count=10)
+    for _ in range(times - 1):
+        entries = await redis.xpending_range(stream, WORKER_GROUP, "-", "+", 10)
+        await redis.xclaim(stream, WORKER_GROUP, "ghost", 0, [e["message_id"] for e in entries])
+
+
+async def test_runs_are_taken_from_the_work_stream_and_acknowledged(
+    db: Database, fast: Settings, redis: Any
+) -> None:
+    keys = keys_of(fast)
+    worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=8, streams=True)
+    intake = StreamIntake(worker, redis, keys, fast)
+    claims = sample("awooop_lease_claims_total", path="stream")
+    async with relay_running(fast, redis), serving(worker, intake):
+        run_ids = await create_runs(db, P, 30, payload={})
+        await wait_for(lambda: finished(db, run_ids))
+        await wait_for(lambda: _no_pending(redis, keys))
+    assert sample("awooop_lease_claims_total", path="stream") == claims + 30
+    completed = await count_events(db, "RunCompleted")
+    assert [completed[f"run-{r}"] for r in run_ids] == [1] * 30
+    for shard in keys.shards():  # the consumer left the group after a clean stop
+        stream = keys.work_stream(shard)
+        if await redis.exists(stream):
+            names = [c["name"] for c in await redis.xinfo_consumers(stream, WORKER_GROUP)]
+            assert worker.worker_id.encode() not in names and worker.worker_id not in names
+
+
+async def _no_pending(redis: Any, keys: Keys) -> bool:
+    return not await pending(redis, keys)
+
+
+async def test_a_live_worker_keeps_its_entries_from_looking_idle(
+    db: Database, fast: Settings, redis: Any
+) -> None:
+    keys = keys_of(fast)
+    worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=4, streams=True)
+    intake = StreamIntake(worker, redis, keys, fast)
+    async with relay_running(fast, redis), serving(worker, intake):
+        [run_id] = await create_runs(db, P, payload={"sleep": 2.5})
+        await wait_for(lambda: _status(db, run_id, "RUNNING"))
+        await asyncio.sleep(1.5)  # longer than the lease: only touches keep the entry fresh
+        [entry] = await pending(redis, keys)
+        assert entry["consumer"].decode() == worker.worker_id
+        assert entry["time_since_delivered"] < 1000  # younger than the lease: not reclaimable
+        stream = keys.work_stream(keys.shard_of(P))
+        stolen = await redis.xautoclaim(stream, WORKER_GROUP, "thief", 1000, "0-0", count=10)
+        assert stolen[1] == []
+        await wait_for(lambda: finished(db, [run_id]))
+    assert (await load(db, P, run_id)).attempt_count == 1
+
+
+async def _status(db: Database, run_id: uuid.UUID, status: str) -> bool:
+    return (await load(db, P, run_id)).status == status
+
+
+async def test_reclaim_takes_a_dead_consumers_run_and_runs_it(
+    db: Database, fast: Settings, redis: Any
+) -> None:
+    keys = keys_of(fast)
+    [run_id] = await create_runs(db, P, payload={})
+    stream, _entry = await announce(db, redis, keys, run_id)
+    await ghost_reads(redis, stream)
+    assert await db.in_tenant(P, lambda c: leases.claim(c, run_id, "ghost", 0.3)) is not None
+    await asyncio.sleep(1.1)  # the entry idles past the lease TTL, the lease expires
+    worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=4, streams=True)
+    intake = StreamIntake(worker, redis, keys, fast)
+    taken = sample("awooop_reclaims_total", outcome="taken")
+    assert await intake.reclaim_once() == 1
+    await wait_for(lambda: finished(db, [run_id]))
+    await wait_for(lambda: _no_pending(redis, keys))
+    state = await load(db, P, run_id)
+    assert (state.status, state.attempt_count, state.worker_id) == ("COMPLETED", 2, None)
+    assert sample("awooop_reclaims_total", outcome="taken") == taken + 1
+    assert sample("awooop_lease_claims_total", path="reclaim") >= 1
+
+
+async def test_reclaim_leaves_a_run_that_a_live_lease_holds(
+    db: Database, fast: Settings, redis: Any
+) -> None:
+    keys = keys_of(fast)
+    [run_id] = await create_runs(db, P, payload={})
+    stream, entry = await announce(db, redis, keys, run_id)
+    await ghost_reads(redis, stream)
+    assert await db.in_tenant(P, lambda c: leases.claim(c, run_id, "holder", 30)) is not None
+    await asyncio.sleep(1.1)
+    worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=4, streams=True)
+    intake = StreamIntake(worker, redis, keys, fast)
+    assert await intake.reclaim_once() == 1
+    await wait_for(lambda: _reclaim_settled(worker))
+    [left] = await pending(redis, keys)
+    assert left["message_id"].decode() == entry and left["times_delivered"] == 2
+    state = await load(db, P, run_id)
+    assert (state.status, state.worker_id) == ("RUNNING", "holder")
+
+
+async def _reclaim_settled(worker: Worker) -> bool:
+    return not worker._tasks
+
+
+async def test_a_message_delivered_too_often_is_dead_lettered_and_its_run_fails(
+    db: Database, fast: Settings, redis: Any
+) -> None:
+    keys = keys_of(fast)
+    [run_id] = await create_runs(db, P, payload={})
+    stream, entry = await announce(db, redis, keys, run_id)
+    await ghost_reads(redis, stream, times=3)  # delivered 3 times to a consumer that died
+    await asyncio.sleep(1.1)
+    worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=4, streams=True)
+    intake = StreamIntake(worker, redis, keys, fast)
+    dead = sample("awooop_dead_letters_total")
+    assert await intake.reclaim_once() == 1  # the 4th delivery: over the limit of 3
+    await wait_for(lambda: finished(db, [run_id]))
+    await wait_for(lambda: _no_pending(redis, keys))
+    state = await load(db, P, run_id)
+    assert (state.status, state.failure_code) == ("FAILED", "E-RUN-005")
+    assert state.failure_reason is not None and "delivered 4 times" in state.failure_reason
+    [(dead_id, fields)] = await redis.xrange(keys.dead_letter_stream(keys.shard_of(P)))
+    assert fields[b"entry_id"].decode() == entry and fields[b"delivery_count"] == b"4"
+    assert sample("awooop_dead_letters_total") == dead + 1
+    assert dead_id
+    assert [e for e in handlers.EFFECTS if e["run_id"] == str(run_id)] == []  # it never ran

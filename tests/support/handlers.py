@@ -1,0 +1,124 @@
+"""Run handlers for tests, driven by the run's input; side effects are counted.
+
+Every side effect is appended to ``EFFECTS`` (in-process tests) and, when the environment
+variable ``AWOOOP_TEST_SIDE_EFFECTS`` names a file, written there as one JSON line with the
+process id (subprocess tests; ``O_APPEND`` writes of one short line do not interleave).
+
+Input keys of :func:`journaled`: ``hang_on_attempts`` (list: attempts that hang after step
+one, until killed or cancelled), ``sleep`` (seconds before step two), ``approval`` (wait for
+approval ``go`` between the steps), ``fail`` (raise after step two), ``tool`` (wait for a tool
+call between the steps), ``same_step_twice`` (use one step name twice), ``block_on_attempts``
+and ``block_s`` (attempts that block the event loop for ``block_s`` seconds after step one and
+then return at once: a stalled worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import msgspec
+
+from awooop.runs.approvals import ApprovalTicket
+from awooop.worker.context import RunContext
+
+SIDE_EFFECTS_ENV = "AWOOOP_TEST_SIDE_EFFECTS"
+EFFECTS: list[dict[str, Any]] = []
+TICKETS: list[ApprovalTicket] = []
+
+
+def effect(run: RunContext, what: str) -> dict[str, Any]:
+    line = {
+        "run_id": str(run.run_id),
+        "what": what,
+        "attempt": run.attempt,
+        "worker_id": run.worker_id,
+        "pid": os.getpid(),
+        "t": time.time(),
+    }
+    EFFECTS.append(line)
+    path = os.environ.get(SIDE_EFFECTS_ENV)
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, msgspec.json.encode(line) + b"\n")
+        finally:
+            os.close(fd)
+    return line
+
+
+def read_effects(path: str) -> list[dict[str, Any]]:
+    if not os.path.exists(path):
+        return []
+    with open(path, "rb") as f:
+        return [msgspec.json.decode(line) for line in f if line.strip()]
+
+
+async def remember_ticket(ticket: ApprovalTicket) -> None:
+    TICKETS.append(ticket)
+    path = os.environ.get(SIDE_EFFECTS_ENV)
+    if path:
+        with open(path + ".tickets", "ab") as out:  # noqa: ASYNC230 - test helper, tiny write
+            out.write(msgspec.json.encode(ticket) + b"\n")
+
+
+async def journaled(run: RunContext) -> dict[str, Any]:
+    options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
+
+    async def one() -> int:
+        effect(run, "one")
+        return 41
+
+    first = await run.step("one", one)
+    if options.get("same_step_twice"):
+        await run.step("one", one)
+    if options.get("approval"):
+        await run.wait_for_approval("go", reason="test approval", notify=remember_ticket)
+    if options.get("tool"):
+
+        async def call_tool() -> dict[str, int]:
+            effect(run, "tool")
+            await asyncio.sleep(float(options.get("tool_s", 0.0)))
+            return {"found": 3}
+
+        await run.wait_for_tool("search", call_tool)
+    if run.attempt in options.get("block_on_attempts", []):
+        # A stall: the event loop is blocked, so no heartbeat runs; then the handler returns
+        # straight away and the executor tries to write the completion.
+        effect(run, "block")
+        time.sleep(float(options.get("block_s", 3.0)))  # noqa: ASYNC251 - the stall itself
+        effect(run, "unblocked")
+        return {"blocked": True}
+    if run.attempt in options.get("hang_on_attempts", []):
+        effect(run, "hang")
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            effect(run, "cancelled")
+            raise
+    if options.get("sleep"):
+        try:
+            await asyncio.sleep(float(options["sleep"]))
+        except asyncio.CancelledError:
+            effect(run, "cancelled")
+            raise
+
+    async def two() -> int:
+        effect(run, "two")
+        return first + 1
+
+    second = await run.step("two", two)
+    if options.get("fail"):
+        raise ValueError("asked to fail")
+    effect(run, "done")
+    return {"one": first, "two": second}
+
+
+async def exclusive(run: RunContext) -> dict[str, Any]:
+    """Records when it starts and ends, to show that no two executions of a run overlap."""
+    begin = effect(run, "begin")
+    await asyncio.sleep(float(run.input.get("sleep", 0.0)) if isinstance(run.input, dict) else 0)
+    end = effect(run, "end")
+    return {"pid": os.getpid(), "seconds": end["t"] - begin["t"]}

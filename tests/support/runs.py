@@ -1,0 +1,78 @@
+"""Creating runs the way ingest does (create_run in a tenant transaction) and reading them."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from awooop import eventlog
+from awooop.db import Database
+from awooop.events import RunCreated, run_stream_id
+from awooop.runs import store
+from awooop.runs.state import RunState
+
+
+async def create_runs(
+    db: Database,
+    project: str,
+    count: int = 1,
+    *,
+    max_attempts: int = 3,
+    payload: Any = None,
+    per_transaction: int = 200,
+) -> list[uuid.UUID]:
+    run_ids = [uuid.uuid4() for _ in range(count)]
+    for start in range(0, count, per_transaction):
+        async with db.tenant(project) as conn:
+            now = await conn.fetchval("SELECT now()")
+            for run_id in run_ids[start : start + per_transaction]:
+                await store.create_run(
+                    conn,
+                    RunCreated(
+                        at=now,
+                        run_id=run_id,
+                        project_id=project,
+                        channel_type="api",
+                        provider_event_id=str(run_id),
+                        input={"text": "hello"} if payload is None else payload,
+                        max_attempts=max_attempts,
+                    ),
+                )
+    return run_ids
+
+
+async def load(db: Database, project: str, run_id: uuid.UUID) -> RunState:
+    async with db.tenant(project) as conn:
+        state = await store.load(conn, run_id)
+    assert state is not None
+    return state
+
+
+async def event_types(db: Database, project: str, run_id: uuid.UUID) -> list[str]:
+    async with db.tenant(project) as conn:
+        events = await eventlog.read_stream(conn, run_stream_id(run_id))
+    return [e.event_type for e in events]
+
+
+async def events_of(db: Database, project: str, run_id: uuid.UUID) -> list[Any]:
+    async with db.tenant(project) as conn:
+        events = await eventlog.read_stream(conn, run_stream_id(run_id))
+    return [e.decode() for e in events]
+
+
+async def count_events(db: Database, event_type: str) -> Counter[str]:
+    """How many events of ``event_type`` each run stream has (platform role)."""
+    async with db.platform() as conn:
+        rows = await conn.fetch(
+            "SELECT stream_id, count(*) AS n FROM awooop_events WHERE event_type = $1 "
+            "GROUP BY stream_id",
+            event_type,
+        )
+    return Counter({r["stream_id"]: r["n"] for r in rows})
+
+
+async def statuses(db: Database) -> Counter[str]:
+    async with db.platform() as conn:
+        rows = await conn.fetch("SELECT status, count(*) AS n FROM awooop_run_state GROUP BY 1")
+    return Counter({r["status"]: r["n"] for r in rows})

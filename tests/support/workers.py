@@ -1,0 +1,127 @@
+"""Worker processes for acceptance tests: the real ``awooop worker`` CLI in subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from awooop.config import Settings, env_name
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def worker_env(settings: Settings, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWOOOP_")}
+    for field in msgspec.structs.fields(Settings):
+        env[env_name(field.name)] = str(getattr(settings, field.name))
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra or {})
+    return env
+
+
+class WorkerProcess:
+    def __init__(
+        self,
+        settings: Settings,
+        directory: Path,
+        name: str,
+        *,
+        handler: str = "tests.support.handlers:journaled",
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        command: tuple[str, ...] | None = None,
+    ) -> None:
+        self.name = name
+        self.stdout_path = directory / f"{name}.out"
+        self.stderr_path = directory / f"{name}.log"
+        self.command = [
+            sys.executable,
+            "-m",
+            "awooop.cli",
+            *(command or ("worker", "--handler", handler, *args)),
+        ]
+        self.env = worker_env(settings, env)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.process = subprocess.Popen(
+                self.command, cwd=ROOT, env=self.env, stdout=out, stderr=err
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def worker_id(self, within_s: float = 30) -> str:
+        """Wait until the worker prints ``worker <id> started``; return the id."""
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            text = self.stdout_path.read_text() if self.stdout_path.exists() else ""
+            for line in text.splitlines():
+                if line.startswith("worker ") and line.endswith(" started"):
+                    return line.split()[1]
+            if self.process is not None and self.process.poll() is not None:
+                raise AssertionError(f"{self.name} exited early:\n{self.logs()[-3000:]}")
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name} did not start:\n{self.logs()[-3000:]}")
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    def wait(self, within_s: float = 30) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=within_s)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def logs(self) -> str:
+        return self.stderr_path.read_text() if self.stderr_path.exists() else ""
+
+    def log_events(self) -> list[dict[str, Any]]:
+        found = []
+        for line in self.logs().splitlines():
+            if line.startswith("{"):
+                try:
+                    found.append(msgspec.json.decode(line))
+                except msgspec.DecodeError:
+                    continue
+        return found
+
+
+def relay_process(settings: Settings, directory: Path, name: str = "relay") -> WorkerProcess:
+    """``awooop relay``: publishes the event log to the work streams."""
+    return WorkerProcess(settings, directory, name, command=("relay",))
+
+
+@contextmanager
+def workers(
+    settings: Settings, directory: Path, count: int, *, relay: bool = True, **kwargs: Any
+) -> Iterator[list[WorkerProcess]]:
+    """``count`` worker processes, and a relay unless ``relay`` is False (polling only)."""
+    relays = [relay_process(settings, directory).start()] if relay else []
+    procs = [WorkerProcess(settings, directory, f"w{i}", **kwargs).start() for i in range(count)]
+    try:
+        yield procs
+    finally:
+        for proc in [*procs, *relays]:
+            proc.stop()

@@ -1,0 +1,113 @@
+"""Group commit (awooop.worker.batching): batches form by themselves, results go to their
+callers, one item's failure stays its own, a cancelled caller's item is still flushed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from awooop.worker.batching import Batcher
+
+
+class Recorder:
+    def __init__(self, delay: float = 0.01) -> None:
+        self.batches: list[tuple[str, list[int]]] = []
+        self.delay = delay
+
+    async def flush(self, key: str, items: list[int]) -> list[int | BaseException]:
+        self.batches.append((key, list(items)))
+        await asyncio.sleep(self.delay)
+        return [ValueError(f"bad {i}") if i < 0 else i * 10 for i in items]
+
+
+async def test_a_lone_request_is_flushed_at_once_and_alone() -> None:
+    rec = Recorder()
+    batcher: Batcher[str, int, int] = Batcher(rec.flush)
+    assert await batcher.submit("p", 1) == 10
+    assert rec.batches == [("p", [1])]
+
+
+async def test_requests_arriving_during_a_flush_share_the_next_one() -> None:
+    rec = Recorder()
+    batcher: Batcher[str, int, int] = Batcher(rec.flush)
+    first = asyncio.ensure_future(batcher.submit("p", 1))
+    await asyncio.sleep(0.001)  # the first flush is under way
+    results = await asyncio.gather(first, *(batcher.submit("p", i) for i in range(2, 11)))
+    assert results == [i * 10 for i in range(1, 11)]
+    # The first went alone; the other nine arrived meanwhile and went together.
+    assert rec.batches == [("p", [1]), ("p", list(range(2, 11)))]
+    assert (batcher.flushes, batcher.items) == (2, 10)
+
+
+async def test_requests_queued_together_go_together() -> None:
+    rec = Recorder()
+    batcher: Batcher[str, int, int] = Batcher(rec.flush)
+    assert await asyncio.gather(*(batcher.submit("p", i) for i in range(3))) == [0, 10, 20]
+    assert rec.batches == [("p", [0, 1, 2])]
+
+
+async def test_keys_are_flushed_separately() -> None:
+    rec = Recorder()
+    batcher: Batcher[str, int, int] = Batcher(rec.flush)
+    await asyncio.gather(batcher.submit("a", 1), batcher.submit("b", 2), batcher.submit("a", 3))
+    assert sorted(rec.batches) == [("a", [1, 3]), ("b", [2])]
+
+
+async def test_a_unique_key_is_never_twice_in_one_batch() -> None:
+    rec = Recorder()
+    batcher: Batcher[str, int, int] = Batcher(rec.flush)
+    first = asyncio.ensure_future(batcher.submit("p", 1, unique="x"))
+    await asyncio.sleep(0)
+    rest = [batcher.submit("p", i, unique=u) for i, u in ((2, "y"), (3, "y"), (4, "z"))]
+    await asyncio.gather(first, *rest)
+    assert rec.batches == [("p", [1]), ("p", [2, 4]), ("p", [3])]
+
+
+async def test_batches_are_bounded() -> None:
+    rec = Recorder()
+    batcher: Batcher[str, int, int] = Batcher(rec.flush, max_batch=3)
+    await asyncio.gather(*(batcher.submit("p", i) for i in range(1, 9)))
+    assert [items for _key, items in rec.batches] == [[1, 2, 3], [4, 5, 6], [7, 8]]
+
+
+async def test_an_item_error_fails_only_that_item() -> None:
+    rec = Recorder()
+    batcher: Batcher[str, int, int] = Batcher(rec.flush)
+    good = asyncio.ensure_future(batcher.submit("p", 2))
+    bad = asyncio.ensure_future(batcher.submit("p", -1))
+    assert await good == 20
+    with pytest.raises(ValueError, match="bad -1"):
+        await bad
+
+
+async def test_a_flush_error_fails_its_batch_and_the_next_batch_still_runs() -> None:
+    calls: list[list[int]] = []
+
+    async def flaky(_key: str, items: list[int]) -> list[int | BaseException]:
+        calls.append(items)
+        await asyncio.sleep(0.01)
+        if len(calls) == 1:
+            raise ConnectionError("database went away")
+        return list(items)
+
+    batcher: Batcher[str, int, int] = Batcher(flaky)
+    first = asyncio.ensure_future(batcher.submit("p", 1))
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(batcher.submit("p", 2))
+    with pytest.raises(ConnectionError):
+        await first
+    assert await second == 2
+
+
+async def test_a_cancelled_callers_item_is_flushed_and_handed_to_on_orphan() -> None:
+    rec = Recorder(delay=0.05)
+    batcher: Batcher[str, int, int] = Batcher(rec.flush)
+    orphans: list[int] = []
+    caller = asyncio.ensure_future(batcher.submit("p", 7, on_orphan=orphans.append))
+    await asyncio.sleep(0.01)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await asyncio.sleep(0.1)
+    assert rec.batches == [("p", [7])] and orphans == [70]

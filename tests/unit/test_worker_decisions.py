@@ -1,0 +1,152 @@
+"""Pure decisions of the worker runtime: availability, reap, fence, failure, approval tokens."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from awooop.errors import ApprovalExpiredError, HandlerError, InvalidInputError
+from awooop.events import RunFailed, RunRequeued
+from awooop.runs import approvals
+from awooop.runs.leases import Availability, availability, claim_event, fence_problem, reap_event
+from awooop.runs.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, apply
+from awooop.worker.executor import Outcome, failure_of
+from awooop.worker.reclaim import ReclaimAction, dead_letter_reason, reclaim_action
+from tests.support.factories import T0, WORKER, replace, state_in
+
+S = RunStatus
+LATER = T0 + timedelta(seconds=10)
+MUCH_LATER = T0 + timedelta(minutes=5)
+
+
+@pytest.mark.parametrize(
+    ("status", "now", "worker", "expected"),
+    [
+        (S.PENDING, LATER, WORKER, Availability.CLAIMABLE),
+        (S.RESUMED, LATER, WORKER, Availability.CLAIMABLE),
+        (S.RUNNING, LATER, WORKER, Availability.HELD_BY_ME),
+        (S.RUNNING, LATER, "worker-b", Availability.HELD),
+        (S.RUNNING, MUCH_LATER, "worker-b", Availability.EXPIRED),
+        (S.RUNNING, MUCH_LATER, WORKER, Availability.EXPIRED),
+        (S.WAITING_TOOL, LATER, "worker-b", Availability.HELD),
+        (S.WAITING_TOOL, MUCH_LATER, "worker-b", Availability.EXPIRED),
+        (S.WAITING_APPROVAL, MUCH_LATER, "worker-b", Availability.AWAITING_APPROVAL),
+        (S.COMPLETED, LATER, WORKER, Availability.FINISHED),
+        (S.FAILED, LATER, WORKER, Availability.FINISHED),
+        (S.CANCELLED, LATER, WORKER, Availability.FINISHED),
+    ],
+)
+def test_availability(
+    status: RunStatus, now: datetime, worker: str, expected: Availability
+) -> None:
+    assert availability(state_in(status), now, worker) is expected
+
+
+def test_an_unknown_run_is_missing() -> None:
+    assert availability(None, T0, WORKER) is Availability.MISSING
+
+
+def test_a_lease_ending_exactly_now_is_expired() -> None:
+    running = state_in(S.RUNNING)
+    assert running.lease_until is not None
+    assert availability(running, running.lease_until, "other") is Availability.EXPIRED
+
+
+def test_reap_requeues_while_attempts_remain_then_fails() -> None:
+    running = state_in(S.RUNNING)
+    assert running.attempt_count == 1 and running.max_attempts == 3
+    event = reap_event(running, LATER)
+    assert isinstance(event, RunRequeued) and event.attempt == 1
+    last = replace(running, attempt_count=3)
+    failed = reap_event(last, LATER)
+    assert isinstance(failed, RunFailed)
+    assert (failed.reason, failed.code) == (MAX_ATTEMPTS_REASON, MAX_ATTEMPTS_CODE)
+    assert failed.reason == "Max retry attempts exceeded"
+    assert apply(last, failed).status is S.FAILED
+
+
+def test_the_reap_event_is_legal_for_every_leased_state() -> None:
+    for status in (S.RUNNING, S.WAITING_TOOL):
+        state = state_in(status)
+        assert apply(state, reap_event(state, LATER)).status is S.PENDING
+
+
+def test_claim_event_takes_the_lease_from_the_database_clock() -> None:
+    pending = state_in(S.PENDING)
+    event = claim_event(pending, LATER, "w9", 30.0)
+    assert event.attempt == pending.attempt_count + 1
+    assert event.lease_until == LATER + timedelta(seconds=30)
+    running = apply(pending, event)
+    assert (running.status, running.worker_id) == (S.RUNNING, "w9")
+
+
+def test_fence_accepts_only_the_live_holding_attempt() -> None:
+    running = state_in(S.RUNNING)
+    assert fence_problem(running, LATER, WORKER, 1) is None
+    problem = fence_problem(running, LATER, "worker-b", 1)
+    assert problem is not None and "no longer holds" in problem
+    assert fence_problem(running, LATER, WORKER, 2) is not None
+    assert fence_problem(running, MUCH_LATER, WORKER, 1) == "the lease expired"
+    cancelled = replace(running, status=S.CANCELLED)
+    assert fence_problem(cancelled, LATER, WORKER, 1) == "the run is CANCELLED"
+
+
+def test_handler_exceptions_map_to_a_code_and_a_reason() -> None:
+    assert failure_of(ValueError("bad input")) == (HandlerError.code, "ValueError: bad input")
+    assert failure_of(KeyError()) == (HandlerError.code, "KeyError")
+    code, reason = failure_of(ApprovalExpiredError())
+    assert code == "E-APPROVAL-002" and reason.startswith("ApprovalExpiredError")
+    assert len(failure_of(RuntimeError("x" * 5000))[1]) == 2000
+
+
+def test_only_a_failed_last_write_leaves_the_message_pending() -> None:
+    assert [o for o in Outcome if not o.ack] == [Outcome.ERROR]
+
+
+def test_tokens_are_random_and_stored_as_a_hash() -> None:
+    tokens = {approvals.new_token() for _ in range(100)}
+    assert len(tokens) == 100
+    token = tokens.pop()
+    assert len(token) >= 40
+    digest = approvals.hash_token(token)
+    assert len(digest) == 64 and token not in digest
+    assert approvals.hash_token(token) == digest != approvals.hash_token(token + "x")
+
+
+@pytest.mark.parametrize("name", ["", "x" * 201])
+def test_approval_names_are_bounded(name: str) -> None:
+    with pytest.raises(InvalidInputError):
+        approvals.check_name(name)
+
+
+A = Availability
+
+
+@pytest.mark.parametrize(
+    ("seen", "deliveries", "expected"),
+    [
+        (A.FINISHED, 1, ReclaimAction.ACK),
+        (A.FINISHED, 99, ReclaimAction.ACK),
+        (A.MISSING, 1, ReclaimAction.ACK),
+        (A.AWAITING_APPROVAL, 1, ReclaimAction.ACK),
+        (A.HELD_BY_ME, 1, ReclaimAction.ACK),
+        (A.HELD, 10, ReclaimAction.LEAVE),
+        (A.HELD, 11, ReclaimAction.ACK),
+        (A.CLAIMABLE, 10, ReclaimAction.TAKE),
+        (A.EXPIRED, 2, ReclaimAction.TAKE),
+        (A.CLAIMABLE, 11, ReclaimAction.DEAD_LETTER),
+        (A.EXPIRED, 11, ReclaimAction.DEAD_LETTER),
+    ],
+)
+def test_reclaim_reconciles_with_the_database(
+    seen: Availability, deliveries: int, expected: ReclaimAction
+) -> None:
+    assert reclaim_action(seen, deliveries, max_deliveries=10) is expected
+
+
+def test_every_availability_has_a_reclaim_action() -> None:
+    for seen in Availability:
+        for deliveries in (1, 100):
+            assert reclaim_action(seen, deliveries, 10) in ReclaimAction
+    assert "delivered 11 times (limit 10)" in dead_letter_reason(11, 10)
