@@ -211,6 +211,12 @@ async def replay_once(url: str, mode: str, workers: int) -> dict[str, Any]:
         "differences": report.differences,
         "peak_rss_mb": round(peak_rss_kb() / 1024, 1),
         "rss_before_replay_mb": round(before / 1024, 1),
+        # bulk worker processes (spawned fresh: their peak is their own)
+        "workers_peak_rss_mb": round(
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1
+        )
+        if workers > 1
+        else None,
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
     }
 
