@@ -27,9 +27,11 @@ lint: install
 test: services lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-demo: services
-	$(VENV)/bin/awooop migrate
-	$(VENV)/bin/awooop smoke
+demo: install
+	$(VENV)/bin/awooop demo
+
+bench: install
+	$(PY) ops/bench/all.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

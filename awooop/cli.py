@@ -28,6 +28,11 @@ COMMAND_MODULES = (
     "awooop.commands.revisions",
     "awooop.commands.worker",
     "awooop.commands.runs",
+    "awooop.commands.replay",
+    "awooop.commands.projector",
+    "awooop.commands.demo",
+    "awooop.commands.up",
+    "awooop.commands.doctor",
 )
 
 

@@ -54,6 +54,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     relay_trim_interval_s: float = 5.0
     stream_maxlen: int = 100_000
 
+    projector_reconcile_interval_s: float = 60.0
+    projector_max_in_flight: int = 64
+    projector_reclaim_idle_s: float = 30.0
+
     policy_revalidate_s: float = 30.0
     channel_event_revalidate_s: float = 300.0
 
@@ -92,6 +96,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "relay_poll_interval_s",
             "relay_trim_interval_s",
             "policy_revalidate_s",
+            "projector_reconcile_interval_s",
+            "projector_reclaim_idle_s",
             "channel_event_revalidate_s",
             "llm_timeout_s",
             "stats_interval_s",
@@ -105,6 +111,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "worker_concurrency",
             "dedupe_expiry_batch",
             "relay_batch_size",
+            "projector_max_in_flight",
             "stream_maxlen",
             "http_max_body_bytes",
             "http_workers",

@@ -287,6 +287,42 @@ class StreamRebuildInterruptedError(AwoooPError):
 
     code = "E-STREAM-001"
     http_status = 503
+
+
+# --- projections and replay ------------------------------------------------------------------
+
+
+class UnknownProjectionError(AwoooPError):
+    """Unknown projection."""
+
+    code = "E-PROJECTION-001"
+    http_status = 404
+
+
+class ProjectionStreamError(AwoooPError):
+    """A followed event stream does not continue where the projection's view stands (an
+    undeclared event type or a version that does not follow); nothing was applied."""
+
+    code = "E-PROJECTION-002"
+
+
+class ReplayBusyError(AwoooPError):
+    """Another replay of this projection is running; try again when it has finished."""
+
+    code = "E-REPLAY-001"
+    http_status = 409
+
+
+class SwapUnsupportedError(AwoooPError):
+    """The live table has a dependency the swap cannot carry over; nothing was changed."""
+
+    code = "E-REPLAY-002"
+
+
+class SwapLockTimeoutError(AwoooPError):
+    """The swap could not take its short table lock (writers held it); nothing was changed."""
+
+    code = "E-REPLAY-003"
     retryable = True
 
 

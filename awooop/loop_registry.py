@@ -17,6 +17,7 @@ LOOP_MODULES: tuple[str, ...] = (
     "awooop.relay_loops",
     "awooop.ingest.expiry",
     "awooop.worker_loops",
+    "projections.loops",
 )
 
 

@@ -106,3 +106,21 @@ LOOP_SECONDS = Histogram(
     "Duration of loop iterations",
     ["loop_name"],
 )
+
+# --- projections ----------------------------------------------------------------------------
+PROJECTOR_EVENTS = Counter(
+    "awooop_projector_events_total",
+    "Events handled by projectors, by outcome (applied, duplicate, filled: applied from the "
+    "Postgres log to fill a gap)",
+    ["projection", "outcome"],
+)
+PROJECTOR_RECONCILED = Counter(
+    "awooop_projector_reconciled_events_total",
+    "Events a projector's reconcile pass applied from Postgres (missed on the streams)",
+    ["projection"],
+)
+PROJECTOR_FAILURES = Counter(
+    "awooop_projector_batch_failures_total",
+    "Projector batches that failed and were left pending for redelivery",
+    ["projection"],
+)

@@ -213,13 +213,16 @@ class Relay:
             await self.conn.execute(COUNT_FAILURE, CURSOR_NAME, f"{type(exc).__name__}: {exc}")
             failed = exc
         if time.monotonic() >= self._notices_due:
+            # Due again after one poll interval, set BEFORE delivering: a NOTIFY that arrives
+            # while we deliver resets it to 0 and must not be overwritten afterwards.
+            self._notices_due = time.monotonic() + self.settings.relay_poll_interval_s
             try:
                 # Also tried (and counted on the rows) when the events failed.
                 await deliver_notices(
                     self.conn, self.redis, self.keys, self.settings, self.fault_hook
                 )
-                self._notices_due = time.monotonic() + self.settings.relay_poll_interval_s
             except REDIS_ERRORS as exc:
+                self._notices_due = 0.0
                 failed = failed or exc
         if failed is not None:
             raise failed

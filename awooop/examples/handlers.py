@@ -13,6 +13,7 @@ demos only; a real handler sends it to the approver (Telegram, mail, ...).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -55,6 +56,15 @@ async def handle(run: RunContext) -> dict[str, Any]:
         return {"text": _text_of(run.input)[:4000]}
 
     parsed = await run.step("parse", parse)
+
+    work_s = run.input.get("work_s") if isinstance(run.input, dict) else None
+    if isinstance(work_s, int | float) and work_s > 0:
+        # Stands for slow work with a side effect (the demo kills a worker during it).
+        async def work() -> dict[str, Any]:
+            await asyncio.sleep(min(float(work_s), 60.0))
+            return {"worked_s": work_s}
+
+        await run.step("work", work)
 
     async def ask() -> dict[str, Any]:
         answer = await run.llm(f"Summarise for an on-call engineer:\n{parsed['text']}")

@@ -146,6 +146,31 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 [("sum(increase(awooop_stream_resets_total[1h]))", "resets in 1h")],
                 "short",
             ),
+            (
+                "Projector events per second by outcome",
+                [
+                    (
+                        "sum by (projection, outcome) (rate(awooop_projector_events_total[5m]))",
+                        "{{projection}} {{outcome}}",
+                    ),
+                    (
+                        "sum by (projection) (rate(awooop_projector_reconciled_events_total[5m]))",
+                        "{{projection}} reconciled from Postgres",
+                    ),
+                ],
+                "ops",
+            ),
+            (
+                "Projector batches failed (left pending)",
+                [
+                    (
+                        "sum by (projection) "
+                        "(increase(awooop_projector_batch_failures_total[15m]))",
+                        "{{projection}}",
+                    )
+                ],
+                "short",
+            ),
         ],
     ),
     "awooop-loops": (

@@ -63,9 +63,11 @@ def scrape(port: int) -> dict[tuple[str, str], float]:
 
 
 def wait_scrape(port: int, want: int, deadline: float) -> dict[tuple[str, str], float]:
+    # Only the stats loops: other modules of the loop registry (projectors, relay ...) run in
+    # the same process with their own intervals.
     while True:
         try:
-            found = scrape(port)
+            found = {k: v for k, v in scrape(port).items() if k[0] in LOOPS}
             if len(found) >= want:
                 return found
         except OSError:
@@ -134,7 +136,7 @@ def test_run_serves_metrics_list_reads_heartbeats_sigterm_stops(
     assert process.returncode == 0, stderr
     events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     stopped = [e["loop"] for e in events if e["event"] == "loop_stopped"]
-    assert sorted(stopped) == sorted(LOOPS)
+    assert set(LOOPS) <= set(stopped)
     assert events[-1]["event"] == "loops_stopped"
     assert not [e for e in events if e["level"] in ("error", "critical")]
 

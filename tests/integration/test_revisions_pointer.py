@@ -181,3 +181,47 @@ async def test_an_unreachable_database_is_e_db_001() -> None:
     with pytest.raises(DatabaseUnavailableError):
         await checker.check(P, [(FAMILY, "a")], [None])
     await checker.close()
+
+
+async def test_the_plan_probes_one_pointer_per_contract_and_skips_bodies_on_a_hit(
+    database_url: str, db: Database
+) -> None:
+    """The plan inside the function, seen through auto_explain: a primary-key probe per
+    contract (not a scan of the project's pointers) and no body lookup when cached == active."""
+    revisions = Revisions(db)
+    hot = None
+    for n in range(30):
+        r = await revisions.create(P, FAMILY, f"c{n}", {"model": str(n)})
+        await revisions.activate(P, FAMILY, f"c{n}", r.revision_id)
+        hot = hot or r
+    assert hot is not None
+    conn = await asyncpg.connect(database_url)
+    plans: list[str] = []
+    conn.add_log_listener(lambda _c, message: plans.append(message.message))
+    try:
+        await conn.execute("LOAD 'auto_explain'")
+        for setting, value in (
+            ("auto_explain.log_min_duration", "0"),
+            ("auto_explain.log_analyze", "on"),
+            ("auto_explain.log_nested_statements", "on"),
+            ("auto_explain.log_level", "notice"),
+        ):
+            await conn.execute(f"SET {setting} = {value}")
+        await conn.execute("SET ROLE awooop_app")
+        rows = await conn.fetch(
+            "SELECT * FROM awooop_pointer_check($1, $2, $3, $4)",
+            P,
+            [FAMILY],
+            ["c0"],
+            [hot.revision_id],
+        )
+    finally:
+        await conn.close()
+    assert rows[0]["o_active"] == hot.revision_id and rows[0]["o_body"] is None
+    (plan,) = [p for p in plans if "awooop_active_revisions" in p]
+    probe = plan[plan.index("awooop_active_revisions_pkey") :].splitlines()[1]
+    assert "Index Cond: ((project_id = " in probe
+    assert "(contract_family = k.family) AND (contract_id = k.contract))" in probe
+    assert "Bitmap" not in plan and "Hash" not in plan and "Seq Scan" not in plan
+    body_scan = plan[plan.index("awooop_contract_revisions_pkey") :].splitlines()[0]
+    assert "never executed" in body_scan

@@ -93,7 +93,47 @@ async def _approval(conn: Connection, project_id: str) -> None:
     await approvals.request(conn, state.run_id, "rls-probe", 1, name="probe", reason="", ttl_s=60)
 
 
-BUILDERS = (_run, _dedupe, _revision, _heartbeat, _channel_credentials, _approval)
+async def _projections(conn: Connection, project_id: str) -> None:
+    """Read-model rows (projections/), written by the projections' own apply."""
+    from awooop.events import RevisionCreated, revision_stream_id, run_stream_id
+    from projections.base import LIVE, LogEvent
+    from projections.registry import get
+
+    now = await conn.fetchval("SELECT now()")
+    run = factories.created(project_id=project_id, at=now)
+    contract = f"c-{uuid.uuid4().hex[:8]}"
+    revision = RevisionCreated(
+        at=now,
+        revision_id=uuid.uuid4(),
+        contract_family="agent",
+        contract_id=contract,
+        body_hash="h",
+    )
+    for name, stream_id, event in (
+        ("run_state_view", run_stream_id(run.run_id), run),
+        ("run_timeline", run_stream_id(run.run_id), run),
+        ("revision_history", revision_stream_id(project_id, "agent", contract), revision),
+    ):
+        log_event = LogEvent(
+            stream_id=stream_id,
+            version=1,
+            project_id=project_id,
+            position=1,
+            event_type=type(event).__name__,
+            event=event,
+        )
+        await get(name).apply(conn, LIVE, {stream_id: [log_event]})
+
+
+BUILDERS = (
+    _run,
+    _dedupe,
+    _revision,
+    _heartbeat,
+    _channel_credentials,
+    _approval,
+    _projections,
+)
 
 
 async def seed_project(db: Database, project_id: str) -> None:

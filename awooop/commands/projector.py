@@ -1,0 +1,67 @@
+"""``awooop projector [NAME ...]``: run projector loops (every projector projection by default).
+
+Each projection gets its consumer loop (the shard events streams through the group
+``projector:<name>``) and its reconcile loop (heals from Postgres what Redis lost); see
+:mod:`projections.loops`. Runs until SIGTERM or SIGINT, lets each loop finish its iteration
+(up to ``AWOOOP_SHUTDOWN_GRACE_S``) and exits 0. Serves ``/metrics`` on
+``AWOOOP_METRICS_PORT`` when set. Several projector processes may run: the consumer group
+shares the messages between them, and per-stream locks keep the views exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from typing import Any
+
+from awooop.config import Settings
+from awooop.logs import get_logger
+from awooop.loop_store import DatabaseHeartbeats
+from awooop.loops import run_loops, set_heartbeat_sink
+from awooop.services import Services
+from awooop.telemetry import start_observability
+from projections import loops, registry
+
+log = get_logger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "projector", help="run projector loops (read models fed by consumer groups)"
+    )
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="projections to run (default: " + ", ".join(registry.projector_names()) + ")",
+    )
+    parser.set_defaults(run=run)
+
+
+async def run(settings: Settings, args: argparse.Namespace) -> int:
+    names = args.names or registry.projector_names()
+    for name in names:
+        if registry.get(name).inline:  # E-PROJECTION-001 for unknown names, before anything
+            log.warning("projector_inline_projection", projection=name)
+    names = [n for n in names if not registry.get(n).inline]
+    services = await Services.open(settings)
+    observability = start_observability("awooop-projector", settings.metrics_port)
+    previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
+    stop = asyncio.Event()
+    event_loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        event_loop.add_signal_handler(sig, stop.set)
+    log.info("projector_running", projections=names)
+    try:
+        await run_loops(
+            loops.projector_loops(services, names), stop, grace_s=settings.shutdown_grace_s
+        )
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            event_loop.remove_signal_handler(sig)
+        set_heartbeat_sink(previous_sink)
+        observability.close()
+        await services.close()
+    log.info("projector_stopped", projections=names)
+    return 0

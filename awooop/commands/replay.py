@@ -1,0 +1,64 @@
+"""``awooop replay PROJECTION [--project P] [--verify] [--swap]``: rebuild a projection from the
+Postgres event log (see :mod:`projections.replay`).
+
+- ``--verify`` (the default): rebuild into a shadow table and report rows missing, extra and
+  different (a few examples each); exit 0 only when there is no difference.
+- ``--swap``: rebuild, report, then swap the rebuilt table in atomically while writers keep
+  running (with ``--project``: repair that project's rows in place). Exit 0 when the swap is
+  done, unless ``--verify`` was given too and there was a difference (then 1, after the repair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from awooop.config import Settings
+from awooop.errors import InvalidInputError
+from projections import registry
+from projections.replay import default_workers, replay
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "replay",
+        help="rebuild a projection from the event log: verify it or swap it in",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "projection",
+        metavar="PROJECTION",
+        help="one of: " + ", ".join(sorted(registry.all_projections())),
+    )
+    parser.add_argument("--project", metavar="P", help="only this project's rows")
+    parser.add_argument("--verify", action="store_true", help="report differences (default)")
+    parser.add_argument("--swap", action="store_true", help="swap the rebuilt table in")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="bulk pass worker processes (default: half the CPUs, at least 1)",
+    )
+    parser.set_defaults(run=run)
+
+
+async def run(settings: Settings, args: argparse.Namespace) -> int:
+    projection = registry.get(args.projection)
+    if args.workers is not None and args.workers < 1:
+        raise InvalidInputError("--workers must be at least 1")
+    verify = args.verify or not args.swap
+    report = await replay(
+        settings.database_url,
+        projection,
+        project=args.project,
+        verify=True,
+        swap=args.swap,
+        progress_stream=sys.stderr,
+        workers=args.workers or default_workers(),
+    )
+    for line in report.lines():
+        print(line)
+    return 1 if verify and report.differences else 0

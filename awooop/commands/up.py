@@ -1,0 +1,136 @@
+"""``awooop up [--workers N]``: every component in one process, for small deployments and demos.
+
+The HTTP server (the same app as ``awooop serve``), every registered background loop (the
+same specs as ``awooop loops run``: relay, reaper, reclaim, approval expiry, dedupe expiry,
+stats, projectors) and N workers (the same ``Worker`` + stream intake as ``awooop worker``)
+share one event loop and one set of pools. SIGTERM/SIGINT stop intake, let in-flight runs
+finish within AWOOOP_SHUTDOWN_GRACE_S, stop the loops and the server, and exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from awooop.commands.serve import listen_socket
+from awooop.commands.worker import load_callable, pool_size
+from awooop.config import Settings
+from awooop.llm.gateway import ModelGateway
+from awooop.logs import get_logger
+from awooop.loop_registry import all_loops
+from awooop.loop_store import DatabaseHeartbeats, project_source
+from awooop.loops import run_loop, run_loops, set_heartbeat_sink
+from awooop.services import Services
+from awooop.telemetry import start_observability
+from awooop.worker.runtime import Worker
+from awooop.worker.streaming import StreamIntake
+
+log = get_logger(__name__)
+DEFAULT_HANDLER = "awooop.examples.handlers:handle"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "up", help="server, relay, loops, projectors and N workers in one process"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="workers in this process")
+    parser.add_argument("--handler", default=DEFAULT_HANDLER, help="package.module:function")
+    parser.add_argument("--port", type=int, help="HTTP port (default AWOOOP_HTTP_PORT)")
+    parser.set_defaults(run=run)
+
+
+async def run(settings: Settings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from awooop.http.app import create_app
+
+    handler = load_callable(args.handler)
+    if args.workers < 0:
+        raise ValueError("--workers must be 0 or more")
+    concurrency = settings.worker_concurrency
+    services = await Services.open(
+        settings, db_pool_size=max(settings.http_db_pool_size, pool_size(concurrency) * 2)
+    )
+    observability = start_observability("awooop-up", settings.metrics_port)
+    previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
+    gateway = ModelGateway(services)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await gateway.start()
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(services),
+                http="httptools",
+                lifespan="off",
+                log_config=None,
+                access_log=False,
+                server_header=False,
+            )
+        )
+        # uvicorn captures SIGTERM/SIGINT while it serves: it shuts the server down, the
+        # "http" task ends, and _until_stopped_or_failed stops everything else.
+        port = settings.http_port if args.port is None else args.port
+        sock = listen_socket(settings.http_host, port, reuse_port=False)
+        tasks = [asyncio.create_task(server.serve(sockets=[sock]), name="http")]
+        tasks.append(
+            asyncio.create_task(
+                run_loops(
+                    all_loops(services),
+                    stop,
+                    projects=project_source(services.db),
+                    grace_s=settings.shutdown_grace_s,
+                ),
+                name="loops",
+            )
+        )
+        for n in range(args.workers):
+            worker = Worker(
+                db=services.db,
+                settings=settings,
+                handler=handler,
+                concurrency=concurrency,
+                llm=gateway,
+                streams=True,
+            )
+            intake = StreamIntake(worker, services.redis, services.keys, settings)
+            extra: list[Callable[[asyncio.Event], Awaitable[None]]] = [
+                intake.run,
+                functools.partial(run_loop, intake.reclaim_spec()),
+            ]
+            tasks.append(asyncio.create_task(worker.run(stop, extra=extra), name=f"worker-{n}"))
+        print(
+            f"up: http://{settings.http_host}:{sock.getsockname()[1]} with "
+            f"{args.workers} worker(s) and {len(all_loops(services))} loop(s)",
+            flush=True,
+        )
+        await _until_stopped_or_failed(stop, tasks)
+        server.should_exit = True
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        sock.close()
+        failures = [r for r in results if isinstance(r, BaseException)]
+        for failure in failures:
+            log.error("up_component_failed", error=repr(failure))
+        return 1 if failures else 0
+    finally:
+        await gateway.close()
+        set_heartbeat_sink(previous_sink)
+        observability.close()
+        await services.close()
+
+
+async def _until_stopped_or_failed(stop: asyncio.Event, tasks: list[asyncio.Task[Any]]) -> None:
+    """Wait for SIGTERM/SIGINT, or for a component to end on its own (then stop the rest)."""
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    stop.set()
+    stopper.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await stopper

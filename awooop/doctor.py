@@ -1,0 +1,298 @@
+"""``awooop doctor``: what an operator checks at 3 a.m., each line OK, WARN or FAIL with a fix.
+
+Every check is one small function that reads (never writes) Postgres or Redis as the platform
+role and returns :class:`Check` results. ``run_checks`` runs them all; a check that raises
+reports FAIL with the error instead of stopping the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from awooop.migrate import discover
+from awooop.services import Services
+from streams.keys import WORKER_GROUP
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+OUTBOX_WARN_S, OUTBOX_FAIL_S = 5.0, 60.0
+LOOP_STALE_INTERVALS = 5
+APPROVAL_SOON_S = 120.0
+
+# --- SQL -----------------------------------------------------------------------------------
+APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
+ROLES = "SELECT rolname FROM pg_roles WHERE rolname IN ('awooop_app', 'awooop_platform')"
+TENANT_TABLES = """
+SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND c.relkind = 'r'
+  AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid
+              AND a.attname = 'project_id' AND NOT a.attisdropped)
+ORDER BY 1
+"""
+EVENTS_LAG = """
+SELECT extract(epoch FROM now() - min(e.recorded_at)) AS age, count(*) AS n
+FROM awooop_events e, awooop_relay_cursor c
+WHERE c.name = 'events' AND (e.tx_id, e.position) > (c.tx_id::text::xid8, c.position)
+"""
+CONTRACT_LAG = """
+SELECT extract(epoch FROM now() - min(created_at)) AS age, count(*) AS n
+FROM awooop_contract_outbox WHERE delivered_at IS NULL
+"""
+EXPIRED_LEASES = """
+SELECT count(*) AS n, extract(epoch FROM now() - min(lease_until)) AS overdue
+FROM awooop_run_state
+WHERE status IN ('RUNNING', 'WAITING_TOOL') AND lease_until < now()
+"""
+APPROVALS = """
+SELECT count(*) FILTER (WHERE approval_expires_at < now()) AS expired,
+       count(*) FILTER (WHERE approval_expires_at >= now()
+                        AND approval_expires_at < now() + make_interval(secs => $1)) AS soon
+FROM awooop_run_state WHERE status = 'WAITING_APPROVAL'
+"""
+STALE_LOOPS = """
+SELECT loop_name, project_id, interval_s,
+       extract(epoch FROM now() - coalesce(last_success_at, updated_at)) AS age
+FROM awooop_loop_heartbeats
+WHERE coalesce(last_success_at, updated_at) < now() - make_interval(secs => interval_s * $1)
+ORDER BY 1, 2
+"""
+
+
+class Check(msgspec.Struct, frozen=True):
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+CheckFn = Callable[[Services], Awaitable[list[Check]]]
+
+
+async def postgres(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        version = await conn.fetchval("SHOW server_version")
+    return [Check("postgres", OK, f"PostgreSQL {version} reachable")]
+
+
+async def redis(services: Services) -> list[Check]:
+    info = await services.redis.info("server")
+    return [Check("redis", OK, f"Redis {info.get('redis_version', '?')} reachable")]
+
+
+async def migrations(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        applied = {r["name"]: r["checksum"] for r in await conn.fetch(APPLIED)}
+    files = discover()
+    missing = [m.name for m in files if m.name not in applied]
+    changed = [m.name for m in files if m.name in applied and applied[m.name] != m.checksum]
+    if changed:
+        return [
+            Check(
+                "migrations",
+                FAIL,
+                f"applied files changed: {', '.join(changed)}",
+                "restore the applied files; put changes in a new migration",
+            )
+        ]
+    if missing:
+        return [
+            Check("migrations", FAIL, f"not applied: {', '.join(missing)}", "run `awooop migrate`")
+        ]
+    return [Check("migrations", OK, f"{len(files)} applied, checksums unchanged")]
+
+
+async def tenancy(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        roles = {r["rolname"] for r in await conn.fetch(ROLES)}
+        tables = await conn.fetch(TENANT_TABLES)
+    loose = [t["relname"] for t in tables if not (t["relrowsecurity"] and t["relforcerowsecurity"])]
+    if len(roles) < 2 or loose:
+        return [
+            Check(
+                "tenancy",
+                FAIL,
+                f"roles {sorted(roles)}; tables without forced RLS: {loose or 'none'}",
+                "run `awooop migrate`; new tables need awooop_enforce_tenant_isolation()",
+            )
+        ]
+    return [Check("tenancy", OK, f"roles present, RLS forced on {len(tables)} tables")]
+
+
+async def consumer_groups(services: Services) -> list[Check]:
+    checks = []
+    for shard in services.keys.shards():
+        stream = services.keys.work_stream(shard)
+        try:
+            groups = await services.redis.xinfo_groups(stream)
+        except Exception:  # the stream does not exist: nothing was ever published there
+            groups = []
+        names = {_text(g["name"]) for g in groups}
+        if WORKER_GROUP not in names:
+            checks.append(
+                Check(
+                    f"group {stream}",
+                    FAIL,
+                    f"group {WORKER_GROUP!r} missing",
+                    "start `awooop relay` (it recreates streams and groups)",
+                )
+            )
+            continue
+        for g in groups:
+            lag, pending = g.get("lag") or 0, g.get("pending") or 0
+            status = WARN if lag > 1000 else OK
+            checks.append(
+                Check(
+                    f"group {stream} {_text(g['name'])}",
+                    status,
+                    f"lag {lag}, pending {pending}",
+                    "add workers" if status == WARN else "",
+                )
+            )
+    return checks
+
+
+async def outbox(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        rows = {
+            "events": await _one(conn, EVENTS_LAG),
+            "contract": await _one(conn, CONTRACT_LAG),
+        }
+    checks = []
+    for name, row in rows.items():
+        age = float(row["age"] or 0.0)
+        status = FAIL if age > OUTBOX_FAIL_S else WARN if age > OUTBOX_WARN_S else OK
+        checks.append(
+            Check(
+                f"outbox {name}",
+                status,
+                f"{row['n']} undelivered, oldest {age:.1f} s",
+                ""
+                if status == OK
+                else "check `awooop relay` is running "
+                "(awooop loops list) and no long transaction holds it back",
+            )
+        )
+    return checks
+
+
+async def leases(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        row = await _one(conn, EXPIRED_LEASES)
+    n, overdue = row["n"], float(row["overdue"] or 0.0)
+    if n == 0:
+        return [Check("leases", OK, "no RUNNING run with an expired lease")]
+    grace = 2 * services.settings.reaper_interval_s
+    status = FAIL if overdue > grace else WARN
+    return [
+        Check(
+            "leases",
+            status,
+            f"{n} RUNNING run(s) with an expired lease (oldest {overdue:.0f} s past)",
+            "check the reaper loop runs (`awooop loops list`)",
+        )
+    ]
+
+
+async def approvals(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        row = await _one(conn, APPROVALS, APPROVAL_SOON_S)
+    if row["expired"]:
+        return [
+            Check(
+                "approvals",
+                FAIL,
+                f"{row['expired']} approval(s) past expiry, unresolved",
+                "check the approval expiry loop runs (`awooop loops list`)",
+            )
+        ]
+    if row["soon"]:
+        return [
+            Check(
+                "approvals",
+                WARN,
+                f"{row['soon']} approval(s) expire within {APPROVAL_SOON_S:.0f} s",
+                "decide them: `awooop runs approve|reject`",
+            )
+        ]
+    return [Check("approvals", OK, "no approval close to expiry")]
+
+
+async def dead_letters(services: Services) -> list[Check]:
+    total = 0
+    for shard in services.keys.shards():
+        total += await services.redis.xlen(services.keys.dead_letter_stream(shard))
+    if total:
+        return [
+            Check(
+                "dead letters",
+                WARN,
+                f"{total} entries in dead-letter streams",
+                "inspect them (XRANGE), fix the cause, `awooop runs retry`",
+            )
+        ]
+    return [Check("dead letters", OK, "none")]
+
+
+async def loops(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        stale = await conn.fetch(STALE_LOOPS, LOOP_STALE_INTERVALS)
+    if not stale:
+        return [Check("loops", OK, f"every loop ran within {LOOP_STALE_INTERVALS} intervals")]
+    return [
+        Check(
+            f"loop {r['loop_name']}/{r['project_id']}",
+            FAIL,
+            f"last run {r['age']:.0f} s ago (interval {r['interval_s']:g} s)",
+            "start it: `awooop loops run` (or the process that hosts it)",
+        )
+        for r in stale
+    ]
+
+
+CHECKS: tuple[CheckFn, ...] = (
+    postgres,
+    redis,
+    migrations,
+    tenancy,
+    consumer_groups,
+    outbox,
+    leases,
+    approvals,
+    dead_letters,
+    loops,
+)
+
+
+async def run_checks(services: Services) -> list[Check]:
+    results: list[Check] = []
+    for check in CHECKS:
+        try:
+            results.extend(await check(services))
+        except Exception as exc:
+            results.append(
+                Check(
+                    check.__name__,
+                    FAIL,
+                    f"{type(exc).__name__}: {exc}"[:300],
+                    "see the error; is the service reachable?",
+                )
+            )
+    return results
+
+
+def exit_code(results: list[Check]) -> int:
+    return 1 if any(c.status == FAIL for c in results) else 0
+
+
+async def _one(conn: Any, query: str, *args: Any) -> Any:
+    """The single row of an aggregate query (aggregates always return one)."""
+    row = await conn.fetchrow(query, *args)
+    assert row is not None
+    return row
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,232 @@
+"""The projection framework: what a projection declares, and the pure idempotency decision.
+
+A projection follows the event streams whose id starts with ``stream_prefix`` and handles
+every event type found there (``event_types`` declares them; an undeclared type in a followed
+stream is an error, never skipped). Its view keeps, per stream, the version of the last event
+it applied: that version is the projection's checkpoint, written in the same transaction as
+the view rows, so a crash between the view write and the acknowledgement leaves nothing to
+redo twice.
+
+For every stream a batch touches, :func:`plan` compares the stored version with the delivered
+versions: an old or duplicate event is a no-op, the next version is applied, and anything
+beyond the next version is a gap that the runner fills from the Postgres log before applying
+(never skipped).
+
+The same projection code serves three callers, each with its own table names
+(:class:`TableNames`): the projector runner (live tables), the replay tool's tail catch-up and
+its bulk pass (shadow tables).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import msgspec
+
+from awooop.errors import ProjectionStreamError
+from awooop.events import Event, decode_event
+
+if TYPE_CHECKING:
+    from awooop.db import Connection
+    from awooop.eventlog import RecordedEvent
+    from streams.envelope import Envelope
+
+TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id in a W3C ``traceparent`` (None when absent or malformed)."""
+    if not traceparent:
+        return None
+    match = TRACEPARENT.match(traceparent.strip())
+    if match is None or match.group(1) == "0" * 32:
+        return None
+    return match.group(1)
+
+
+class LogEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One event of the log as a projection sees it, from Postgres or from a stream message."""
+
+    stream_id: str
+    version: int
+    project_id: str
+    position: int
+    event_type: str
+    event: Event
+    traceparent: str | None = None
+
+    @classmethod
+    def from_recorded(cls, recorded: RecordedEvent) -> LogEvent:
+        tp = recorded.metadata.get("traceparent") if recorded.metadata else None
+        return cls(
+            stream_id=recorded.stream_id,
+            version=recorded.version,
+            project_id=recorded.project_id,
+            position=recorded.position,
+            event_type=recorded.event_type,
+            event=recorded.decode(),
+            traceparent=tp if isinstance(tp, str) else None,
+        )
+
+    @classmethod
+    def from_envelope(cls, envelope: Envelope) -> LogEvent:
+        return cls(
+            stream_id=envelope.stream_id,
+            version=envelope.version,
+            project_id=envelope.project_id,
+            position=envelope.position,
+            event_type=envelope.event_type,
+            event=decode_event(envelope.payload),
+            traceparent=envelope.traceparent,
+        )
+
+
+# --- the idempotency decision (pure) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """What to do with the delivered events of one stream."""
+
+    apply: tuple[int, ...]  # versions to apply now, consecutive after the stored version
+    duplicates: tuple[int, ...]  # versions at or below the stored version (no-ops)
+    fill_after: int | None  # a gap: read the log after this version (then apply all of it)
+
+
+def plan(stored: int, delivered: Sequence[int]) -> StreamPlan:
+    """Decide for one stream: ``stored`` is the view's version, ``delivered`` the versions
+    that arrived (any order, duplicates allowed)."""
+    duplicates = tuple(sorted(v for v in delivered if v <= stored))
+    fresh = sorted({v for v in delivered if v > stored})
+    if not fresh:
+        return StreamPlan(apply=(), duplicates=duplicates, fill_after=None)
+    if fresh != list(range(stored + 1, stored + 1 + len(fresh))):
+        return StreamPlan(apply=(), duplicates=duplicates, fill_after=stored)
+    return StreamPlan(apply=tuple(fresh), duplicates=duplicates, fill_after=None)
+
+
+def check_consecutive(stored: int, events: Sequence[LogEvent]) -> None:
+    """Raise unless ``events`` are exactly the versions after ``stored``, in order."""
+    for expected, event in enumerate(events, start=stored + 1):
+        if event.version != expected:
+            raise ProjectionStreamError(
+                f"stream {event.stream_id}: expected version {expected}, got {event.version}",
+                stream_id=event.stream_id,
+            )
+
+
+# --- tables ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table a projection owns. ``name`` is the live name; replay builds a shadow copy."""
+
+    name: str
+    key: tuple[str, ...]  # primary key columns: rows are matched on these
+    columns: tuple[str, ...]  # every column, in COPY order
+    project_column: str = "project_id"
+    # Columns that may legitimately run ahead of the log when ``clock_condition`` (SQL over
+    # the rebuilt row, alias ``s``) holds: the live value must be >= the rebuilt one.
+    clock_columns: tuple[str, ...] = ()
+    clock_condition: str = "false"
+    # A short description of a row for reports (SQL over alias ``x``).
+    label: str = ""
+
+
+class TableNames:
+    """Physical names for a projection's tables: live ones, or a replay's shadows."""
+
+    def __init__(self, mapping: Mapping[str, str] | None = None) -> None:
+        self._mapping = dict(mapping or {})
+
+    def __getitem__(self, live_name: str) -> str:
+        return self._mapping.get(live_name, live_name)
+
+
+LIVE = TableNames()
+
+
+@dataclass
+class BulkOutput:
+    """Rows produced by the bulk fold of one stream, per live table name."""
+
+    rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+
+    def add(self, table: str, row: tuple[Any, ...]) -> None:
+        self.rows.setdefault(table, []).append(row)
+
+
+class Projection(Protocol):
+    """A read model built from the event log."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    event_types: frozenset[str]
+    stream_prefix: str
+    tables: tuple[TableSpec, ...]
+    # Whether the runtime maintains it inline (run_state); inline projections have no projector.
+    inline: bool
+
+    async def load_versions(
+        self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
+    ) -> dict[str, int]:
+        """The stored version of each stream (absent: 0). Runs under the streams' locks."""
+        ...
+
+    async def apply(
+        self,
+        conn: Connection,
+        names: TableNames,
+        events: Mapping[str, Sequence[LogEvent]],
+    ) -> None:
+        """Apply consecutive events (after each stream's stored version) and store the new
+        versions with the view rows, in the caller's transaction."""
+        ...
+
+    def bulk_stream(self, events: Sequence[LogEvent], out: BulkOutput) -> None:
+        """Fold one whole stream (versions 1..n) into rows for a fresh table."""
+        ...
+
+    def bulk_finish(self, out: BulkOutput) -> None:
+        """Rows that depend on every stream (aggregates), after the last stream."""
+        ...
+
+    def merge_finish(
+        self, parts: Sequence[dict[str, list[tuple[Any, ...]]]]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        """Combine the ``bulk_finish`` rows of bulk workers that each folded part of the log."""
+        ...
+
+    def lagging_sql(self, names: TableNames) -> str:
+        """SQL returning (stream_id, project_id, log_version, view_version) for every stream of
+        the log ($1: prefix, $2: optional project) whose view version is behind the log."""
+        ...
+
+
+def concat_parts(
+    parts: Sequence[dict[str, list[tuple[Any, ...]]]],
+) -> dict[str, list[tuple[Any, ...]]]:
+    merged: dict[str, list[tuple[Any, ...]]] = {}
+    for part in parts:
+        for table, rows in part.items():
+            merged.setdefault(table, []).extend(rows)
+    return merged
+
+
+def stream_range(prefix: str) -> tuple[str, str]:
+    """Bounds [low, high) of the stream ids that start with ``prefix`` (index-friendly)."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def as_uuid(stream_id: str, prefix: str) -> uuid.UUID:
+    return uuid.UUID(stream_id[len(prefix) :])
+
+
+def at_of(event: Event) -> datetime:
+    return event.at

@@ -1,0 +1,275 @@
+"""The replay's bulk pass: fold a range of streams from a snapshot into shadow tables.
+
+:func:`fold_range` reads the events of the streams in [low, high) in (stream_id, version)
+order through a server-side cursor (pipelined: the next FETCH runs on the server while this
+batch is folded), folds one stream at a time with the projection's ``bulk_stream`` and writes
+the rows with COPY on a second connection, through a bounded queue: memory holds one stream
+and a few batches, never the log.
+
+With several workers, the stream range is split and each part is folded by its own process
+(:func:`run_worker`) inside the snapshot the parent exported (``SET TRANSACTION SNAPSHOT``), so
+all parts see exactly the same log. Rows that aggregate over streams (``bulk_finish``, e.g.
+runs per project and state) come back to the parent, which merges and writes them once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from awooop.db import PLATFORM_ROLE, Connection, connect
+from awooop.errors import ProjectionStreamError
+from awooop.events import decode_event
+from projections.base import BulkOutput, LogEvent, Projection, TableNames
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
+JSONB_BINARY_VERSION = b"\x01"
+HEX = "0123456789abcdef"
+SNAPSHOT_ID = re.compile(r"^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$")
+
+# data as jsonb: the reader's codec hands its JSON bytes straight to the event decoder.
+BULK = """
+SELECT stream_id, version, project_id, position, event_type, data,
+       metadata->>'traceparent' AS traceparent
+FROM awooop_events
+WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
+ORDER BY stream_id, version
+"""
+
+
+async def use_binary_json(conn: Connection) -> None:
+    """Binary json/jsonb codecs (msgspec): COPY's binary protocol needs them."""
+    await conn.set_type_codec(
+        "jsonb",
+        schema="pg_catalog",
+        encoder=lambda value: JSONB_BINARY_VERSION + _json_encode(value),
+        decoder=lambda data: _json_decode(data[1:]),
+        format="binary",
+    )
+    await conn.set_type_codec(
+        "json", schema="pg_catalog", encoder=_json_encode, decoder=_json_decode, format="binary"
+    )
+
+
+async def raw_jsonb(conn: Connection) -> None:
+    """jsonb arrives as its JSON bytes (no str, no generic decode): the bulk reader's codec."""
+    await conn.set_type_codec(
+        "jsonb",
+        schema="pg_catalog",
+        encoder=lambda value: JSONB_BINARY_VERSION + _json_encode(value),
+        decoder=lambda data: data[1:],
+        format="binary",
+    )
+
+
+def to_log_event(r: Any, projection: Projection) -> LogEvent:
+    """A row (stream_id, version, project_id, position, event_type, data, traceparent)."""
+    if r[4] not in projection.event_types:
+        raise ProjectionStreamError(
+            f"stream {r[0]} v{r[1]}: event type {r[4]} is not declared by projection "
+            f"{projection.name}",
+            stream_id=r[0],
+        )
+    return LogEvent(
+        stream_id=r[0],
+        version=r[1],
+        project_id=r[2],
+        position=r[3],
+        event_type=r[4],
+        event=decode_event(r[5]),
+        traceparent=r[6],
+    )
+
+
+def split_range(low: str, high: str, parts: int) -> list[tuple[str, str]]:
+    """[low, high) cut into ``parts`` ranges at hex digits after the prefix ``low`` (stream ids
+    of runs are uuids: the parts are even; any other id still falls in exactly one part)."""
+    parts = max(1, min(parts, len(HEX)))
+    cuts = [low + HEX[i * len(HEX) // parts] for i in range(1, parts)]
+    bounds = [low, *cuts, high]
+    return list(itertools.pairwise(bounds))
+
+
+@dataclass
+class BulkResult:
+    events: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    finish: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+
+
+async def fold_range(
+    reader: Connection,
+    writer: Connection,
+    projection: Projection,
+    shadows: TableNames,
+    low: str,
+    high: str,
+    project: str | None,
+    *,
+    batch_rows: int,
+    fetch_rows: int,
+    on_batch: Callable[[int], None],
+    write_finish: bool,
+) -> BulkResult:
+    """Fold the streams in [low, high) (``reader`` is inside the snapshot's transaction)."""
+    result = BulkResult()
+    columns = {t.name: t.columns for t in projection.tables}
+    queue: asyncio.Queue[tuple[str, list[tuple[Any, ...]]] | None] = asyncio.Queue(4)
+
+    async def write() -> None:
+        while (item := await queue.get()) is not None:
+            table, rows = item
+            await writer.copy_records_to_table(shadows[table], records=rows, columns=columns[table])
+            result.rows[table] = result.rows.get(table, 0) + len(rows)
+
+    writer_task = asyncio.create_task(write())
+
+    async def put(item: tuple[str, list[tuple[Any, ...]]] | None) -> None:
+        put_task = asyncio.ensure_future(queue.put(item))
+        done, _ = await asyncio.wait({put_task, writer_task}, return_when=asyncio.FIRST_COMPLETED)
+        if put_task not in done:
+            put_task.cancel()
+            writer_task.result()  # raises the writer's error
+            raise RuntimeError("the shadow writer stopped")  # pragma: no cover
+
+    async def flush(out: BulkOutput) -> None:
+        for table, rows in out.rows.items():
+            if rows:
+                await put((table, rows))
+        out.rows = {}
+
+    try:
+        out = BulkOutput()
+        buffered = 0
+        group: list[LogEvent] = []
+        cursor = await reader.cursor(BULK, low, high, project)
+        pending = asyncio.ensure_future(cursor.fetch(fetch_rows))
+        try:
+            while records := await pending:
+                pending = asyncio.ensure_future(cursor.fetch(fetch_rows))
+                await asyncio.sleep(0)  # send the next FETCH before the CPU work below
+                for r in records:
+                    if group and r[0] != group[0].stream_id:
+                        projection.bulk_stream(group, out)
+                        buffered += len(group)
+                        group = []
+                    group.append(to_log_event(r, projection))
+                result.events += len(records)
+                on_batch(len(records))
+                if buffered >= batch_rows:
+                    await flush(out)
+                    buffered = 0
+        finally:
+            if not pending.done():
+                pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        if group:
+            projection.bulk_stream(group, out)
+        await flush(out)
+        finish = BulkOutput()
+        projection.bulk_finish(finish)
+        if write_finish:
+            await flush(finish)
+        else:
+            result.finish = finish.rows
+        await put(None)
+        await writer_task
+    finally:
+        if not writer_task.done():
+            writer_task.cancel()
+            with contextlib.suppress(BaseException):
+                await writer_task
+    return result
+
+
+# --- worker processes ------------------------------------------------------------------------
+
+
+def run_worker(
+    url: str,
+    projection_name: str,
+    project: str | None,
+    low: str,
+    high: str,
+    snapshot_id: str,
+    shadows: dict[str, str],
+    batch_rows: int,
+    fetch_rows: int,
+    queue: Any,
+    index: int,
+) -> None:
+    """Entry point of a bulk worker process: reports ("progress", n), then ("done", index,
+    events, rows, finish) or ("error", index, error class name, message) on ``queue``."""
+    from awooop.logs import configure_logging
+
+    configure_logging("warning")
+    try:
+        result = asyncio.run(
+            _worker(
+                url,
+                projection_name,
+                project,
+                low,
+                high,
+                snapshot_id,
+                shadows,
+                batch_rows,
+                fetch_rows,
+                queue,
+            )
+        )
+        queue.put(("done", index, result.events, result.rows, result.finish))
+    except BaseException as exc:  # reported to the parent, which raises it
+        queue.put(("error", index, type(exc).__name__, str(getattr(exc, "message", exc))))
+
+
+async def _worker(
+    url: str,
+    projection_name: str,
+    project: str | None,
+    low: str,
+    high: str,
+    snapshot_id: str,
+    shadows: dict[str, str],
+    batch_rows: int,
+    fetch_rows: int,
+    queue: Any,
+) -> BulkResult:
+    from projections import registry
+
+    if not SNAPSHOT_ID.match(snapshot_id):
+        raise ValueError(f"not a snapshot id: {snapshot_id!r}")
+    projection = registry.get(projection_name)
+    reader = await connect(url, PLATFORM_ROLE)
+    writer = await connect(url, PLATFORM_ROLE)
+    try:
+        await raw_jsonb(reader)
+        await use_binary_json(writer)
+        async with reader.transaction(isolation="repeatable_read", readonly=True):
+            # Checked against SNAPSHOT_ID above; SET TRANSACTION takes no parameters.
+            await reader.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_id}'")
+            return await fold_range(
+                reader,
+                writer,
+                projection,
+                TableNames(shadows),
+                low,
+                high,
+                project,
+                batch_rows=batch_rows,
+                fetch_rows=fetch_rows,
+                on_batch=lambda n: queue.put(("progress", n)),
+                write_finish=False,
+            )
+    finally:
+        await reader.close()
+        await writer.close()

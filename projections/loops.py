@@ -1,0 +1,99 @@
+"""Projector loops: for each projector projection, a consumer loop and a reconcile loop.
+
+Both are platform loops (R-40): a projector works across projects with the platform role.
+
+- ``projector:<name>`` reads every shard's events stream through the consumer group
+  ``projector:<name>`` (``streams.consumer.GroupConsumer``) and hands each message to
+  :meth:`projections.runner.Projector.handle`. One iteration consumes for a window of
+  ``WINDOW_S`` seconds and then stops gracefully (in-flight messages finish and are
+  acknowledged), so the loop's last-run gauge moves even under constant traffic and a stop
+  request waits at most one window. Its first iteration reconciles with Postgres first. Entries
+  left pending by a dead projector process are taken over after
+  ``AWOOOP_PROJECTOR_RECLAIM_IDLE_S``; the consumer's ``on_reset`` (the relay rebuilt a shard
+  after Redis lost it) reconciles at once.
+- ``projector-reconcile:<name>`` applies from Postgres whatever the streams lost, every
+  ``AWOOOP_PROJECTOR_RECONCILE_INTERVAL_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+from awooop.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.services import Services
+from projections import registry
+from projections.runner import Projector
+from streams.consumer import GroupConsumer
+from streams.keys import projector_group
+
+WINDOW_S = 5.0
+TOUCH_INTERVAL_MS = 5_000
+
+
+def consumer_for(services: Services, projector: Projector, consumer: str) -> GroupConsumer:
+    keys = services.keys
+    settings = services.settings
+    return GroupConsumer(
+        services.redis,
+        group=projector_group(projector.name),
+        consumer=consumer,
+        streams=[keys.events_stream(shard) for shard in keys.shards()],
+        handler=projector.handle,
+        max_in_flight=settings.projector_max_in_flight,
+        keys=keys,
+        on_reset=projector.on_reset,
+        touch_interval_ms=TOUCH_INTERVAL_MS,
+        reclaim_idle_ms=int(settings.projector_reclaim_idle_s * 1000),
+    )
+
+
+def consumer_loop(services: Services, projector: Projector, window_s: float = WINDOW_S) -> LoopSpec:
+    consumer = consumer_for(
+        services, projector, f"{socket.gethostname()}:{os.getpid()}:{projector.name}"
+    )
+
+    async def body(ctx: LoopContext) -> None:
+        if ctx.iteration == 1:
+            await projector.reconcile()  # whatever happened while no projector ran
+        window = asyncio.Event()
+        timer = asyncio.get_running_loop().call_later(window_s, window.set)
+        try:
+            await consumer.run(window)
+        finally:
+            timer.cancel()
+
+    return LoopSpec(
+        name=f"projector:{projector.name}",
+        category=LoopCategory.PLATFORM,
+        interval_s=0.01,  # the window is the pace; the next one starts at once
+        body=body,
+        description=f"apply the events streams to the {projector.name} read model",
+    )
+
+
+def reconcile_loop(services: Services, projector: Projector) -> LoopSpec:
+    async def body(ctx: LoopContext) -> None:
+        await projector.reconcile()
+
+    return LoopSpec(
+        name=f"projector-reconcile:{projector.name}",
+        category=LoopCategory.PLATFORM,
+        interval_s=services.settings.projector_reconcile_interval_s,
+        body=body,
+        description=f"apply from Postgres what the {projector.name} view missed on the streams",
+    )
+
+
+def projector_loops(services: Services, names: list[str]) -> list[LoopSpec]:
+    specs: list[LoopSpec] = []
+    for name in names:
+        projector = Projector(services.db, registry.get(name))
+        specs += [consumer_loop(services, projector), reconcile_loop(services, projector)]
+    return specs
+
+
+def loops(services: Services) -> list[LoopSpec]:
+    """Every projector loop (listed in awooop.loop_registry.LOOP_MODULES)."""
+    return projector_loops(services, registry.projector_names())

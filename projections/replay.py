@@ -1,0 +1,543 @@
+"""The replay tool (R-32): rebuild a projection from the Postgres log into fresh shadow tables,
+then report how the live tables differ, or swap the shadows in while writers keep running.
+
+Phases:
+
+1. **Bulk pass.** In one REPEATABLE READ snapshot S (xmin X), every event of the projection's
+   streams that S sees is read in (stream_id, version) order through a server-side cursor,
+   folded one stream at a time (memory holds one stream, never the log) and written to the
+   shadow with COPY by a second connection while the first keeps reading. Every transaction
+   older than X had finished at S, so the events S did not see are exactly those with
+   tx_id >= X that ``pg_visible_in_snapshot(tx_id, S)`` rejects: the tail starts at the
+   cursor (tx_id X-1, position max) and filters on S from then on.
+2. **Indexes** of the live table are built on the shadow (faster after the COPY), then ANALYZE.
+3. **Tail.** The log is followed from that cursor by (tx_id, position), only below the xmin of
+   each read's snapshot (so no late commit is ever skipped) and only what S did not see,
+   applying events to the shadow with the projection's incremental ``apply`` until a pass
+   finds little left.
+4. **Verify.** In one REPEATABLE READ snapshot: the events committed after the cursor are applied
+   to the shadow, and the shadow is compared with the live table in that same snapshot. The
+   write path changes the run row and appends its event in one transaction, so in any snapshot
+   the live ``awooop_run_state`` must equal the log folded with ``apply`` (lease clock aside,
+   see :mod:`projections.run_state`); any difference is real. The snapshot's writes are rolled
+   back (they read beyond the commit-safe cursor), so the cursor stays commit-safe.
+5. **Swap.** One short transaction takes ACCESS EXCLUSIVE locks on the live tables (with a
+   lock timeout; on timeout it catches up again and retries), applies every event committed
+   after the cursor (every writer of the live table has finished: each run event is written in
+   the same transaction as its run row), copies the live lease clock of leased runs that are
+   still in the same attempt, and renames (see :mod:`projections.schema`). Readers and writers
+   that queued behind the lock resolve the table name again and continue on the new table.
+   With ``--project`` the live tables are repaired in place instead (only differing rows of that
+   project are updated, inserted or deleted, under an EXCLUSIVE lock that lets readers read).
+
+Interrupting leaves the live tables untouched (they change only in the swap transaction); a
+rerun drops leftover shadows. An advisory lock lets one replay of a projection run at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import queue
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import asyncpg
+
+from awooop import errors
+from awooop.db import PLATFORM_ROLE, Connection, connect
+from awooop.errors import ReplayBusyError, SwapLockTimeoutError
+from awooop.eventlog import Cursor
+from awooop.logs import get_logger
+from projections import schema
+from projections.base import LogEvent, Projection, TableNames, stream_range
+from projections.bulk import (
+    fold_range,
+    raw_jsonb,
+    run_worker,
+    split_range,
+    to_log_event,
+    use_binary_json,
+)
+from projections.diff import TableDiff, carry_clock_sql, diff_table, repair_project
+from projections.progress import Progress
+
+log = get_logger(__name__)
+
+MAX_POSITION = 2**63 - 1
+
+# --- SQL ------------------------------------------------------------------------------------
+
+REPLAY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended('awooop-replay:' || $1, 0))"
+REPLAY_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('awooop-replay:' || $1, 0))"
+SNAPSHOT = """
+SELECT pg_current_snapshot()::text AS snapshot,
+       pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
+"""
+# The size of the bulk pass, for the progress bar (the same snapshot; tail events aside).
+ESTIMATE = """
+SELECT coalesce(sum(version), 0)::bigint FROM awooop_event_streams
+WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
+"""
+_EVENT_COLUMNS = """stream_id, version, project_id, position, event_type, data::text AS data,
+       metadata->>'traceparent' AS traceparent, tx_id::text::bigint AS tx_id"""
+# Commit-safe follower (as awooop.eventlog.READ_FORWARD), filtered to the projection's streams
+# and to the events the bulk pass's snapshot ($7) did not see.
+# The horizon is awooop.eventlog.READ_FORWARD's: the oldest transaction still in progress in
+# this database (transactions of other databases cannot write our tables).
+TAIL_SAFE = f"""
+WITH snap AS (SELECT pg_current_snapshot() AS s),
+horizon AS (
+    SELECT coalesce(
+        (SELECT min(x) FROM pg_snapshot_xip(snap.s) AS x
+          WHERE x::xid NOT IN (SELECT a.backend_xid FROM pg_stat_activity a
+                                WHERE a.backend_xid IS NOT NULL
+                                  AND a.datname IS DISTINCT FROM current_database())),
+        pg_snapshot_xmax(snap.s)) AS h
+    FROM snap
+)
+SELECT {_EVENT_COLUMNS}
+FROM awooop_events, horizon
+WHERE (tx_id, position) > ($4::text::xid8, $5::bigint)
+  AND NOT pg_visible_in_snapshot(tx_id, $7::text::pg_snapshot)
+  AND tx_id < horizon.h
+  AND stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
+ORDER BY awooop_events.tx_id, position
+LIMIT $6
+"""  # noqa: S608 - constant column list
+# Everything committed after the cursor: only inside the verify snapshot or the swap lock.
+TAIL_ALL = f"""
+SELECT {_EVENT_COLUMNS}
+FROM awooop_events
+WHERE (tx_id, position) > ($4::text::xid8, $5::bigint)
+  AND NOT pg_visible_in_snapshot(tx_id, $7::text::pg_snapshot)
+  AND stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
+ORDER BY tx_id, position
+LIMIT $6
+"""  # noqa: S608 - constant column list
+COUNT_LAGGING = "SELECT count(*) FROM ({lagging}) x"
+
+
+@dataclass
+class ReplayReport:
+    projection: str
+    project: str | None
+    bulk_events: int = 0
+    tail_events: int = 0  # applied by the commit-safe catch-up after the bulk pass
+    snapshot_events: int = 0  # applied in the verify snapshot (rolled back afterwards)
+    lock_events: int = 0  # applied under the swap lock
+    bulk_seconds: float = 0.0
+    rows: dict[str, int] = field(default_factory=dict)
+    diffs: list[TableDiff] = field(default_factory=list)
+    behind: int = 0  # streams the live view has not caught up with (projectors lag)
+    swapped: bool = False
+    repaired_rows: int | None = None
+    lock_ms: float | None = None
+    label: str = "key"
+
+    @property
+    def differences(self) -> int:
+        return sum(d.total for d in self.diffs)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.bulk_events / self.bulk_seconds if self.bulk_seconds > 0 else 0.0
+
+    def lines(self) -> list[str]:
+        scope = f" (project {self.project})" if self.project else ""
+        rows = ", ".join(f"{t} {n:,} rows" for t, n in self.rows.items())
+        out = [
+            f"{self.projection}{scope}: rebuilt {rows} from {self.bulk_events:,} events in "
+            f"{self.bulk_seconds:.1f}s ({self.events_per_s:,.0f} events/s), "
+            f"then {self.tail_events + self.snapshot_events:,} tail events"
+        ]
+        for d in self.diffs:
+            out.extend(d.lines(self.label))
+        if self.behind:
+            out.append(f"note: the live view is behind the log on {self.behind} stream(s)")
+        if self.differences == 0:
+            out.append("verify: no difference")
+        if self.swapped:
+            out.append(f"swap: done, live tables replaced (lock held {self.lock_ms:.0f} ms)")
+        if self.repaired_rows is not None:
+            out.append(
+                f"repair: {self.repaired_rows} row(s) of project {self.project} rewritten "
+                f"(lock held {self.lock_ms:.0f} ms)"
+            )
+        return out
+
+
+class Replay:
+    """Rebuild ``projection`` from the log (see the module docstring for the phases)."""
+
+    def __init__(
+        self,
+        database_url: str,
+        projection: Projection,
+        *,
+        project: str | None = None,
+        progress_stream: TextIO | None = None,
+        batch_rows: int = 10_000,
+        fetch_rows: int = 10_000,
+        workers: int = 1,
+        tail_batch: int = 5_000,
+        lock_timeout_s: float = 2.0,
+        lock_attempts: int = 20,
+        on_events: Callable[[int], None] | None = None,
+    ) -> None:
+        self.url = database_url
+        self.projection = projection
+        self.project = project
+        self.progress_stream = progress_stream
+        self.batch_rows = batch_rows
+        self.fetch_rows = fetch_rows
+        self.workers = workers
+        self.tail_batch = tail_batch
+        self.lock_timeout_s = lock_timeout_s
+        self.lock_attempts = lock_attempts
+        self.on_events = on_events  # called after each bulk batch (tests interrupt through it)
+        self.low, self.high = stream_range(projection.stream_prefix)
+        self.shadows = TableNames({t.name: schema.shadow_name(t.name) for t in projection.tables})
+        self.types = projection.event_types
+        self._connections: list[Connection] = []
+        self.snapshot = ""  # the bulk pass's snapshot: the tail is what it did not see
+
+    # --- the whole run ---------------------------------------------------------------------
+
+    async def run(self, *, verify: bool = True, swap: bool = False) -> ReplayReport:
+        report = ReplayReport(self.projection.name, self.project)
+        report.label = self.projection.tables[0].label or "key"
+        control = await self._connect(None)
+        owner = swapped = False
+        try:
+            if not await control.fetchval(REPLAY_LOCK, self.projection.name):
+                raise ReplayBusyError(f"another replay of {self.projection.name} is running")
+            owner = True  # from here on the shadows are ours to drop
+            for spec in self.projection.tables:
+                await schema.create_shadow(control, spec.name)
+            cursor = await self._bulk(report)
+            for spec in self.projection.tables:
+                await schema.build_indexes(control, spec.name)
+            cursor = await self._catch_up(cursor, report)
+            if verify or swap:
+                await self._verify(control, cursor, report)
+            if swap:
+                if self.project is None:
+                    await self._swap(control, cursor, report)
+                else:
+                    await self._repair(control, cursor, report)
+                swapped = True
+            return report
+        finally:
+            await self._cleanup(drop_shadows=owner and not (swapped and self.project is None))
+
+    async def _connect(self, role: str | None, *, binary_json: bool = False) -> Connection:
+        conn = await connect(self.url, role)
+        self._connections.append(conn)
+        if binary_json:
+            await use_binary_json(conn)
+        return conn
+
+    async def _cleanup(self, *, drop_shadows: bool) -> None:
+        # Close everything first (an interrupted COPY or transaction rolls back, and the
+        # advisory lock goes with the control session), then drop the shadows from a fresh
+        # connection, under the lock again so a replay that started meanwhile keeps its own.
+        for conn in self._connections:
+            conn.terminate()
+        self._connections.clear()
+        if not drop_shadows:
+            return
+        with contextlib.suppress(Exception):
+            conn = await connect(self.url)
+            try:
+                if await conn.fetchval(REPLAY_LOCK, self.projection.name):
+                    for spec in self.projection.tables:
+                        await schema.drop_shadow(conn, spec.name)
+                    await conn.fetchval(REPLAY_UNLOCK, self.projection.name)
+            finally:
+                await conn.close()
+
+    # --- bulk --------------------------------------------------------------------------------
+
+    async def _bulk(self, report: ReplayReport) -> Cursor:
+        reader = await self._connect(PLATFORM_ROLE)
+        await raw_jsonb(reader)
+        async with reader.transaction(isolation="repeatable_read", readonly=True):
+            snap = await reader.fetchrow(SNAPSHOT)
+            assert snap is not None
+            self.snapshot, xmin = snap["snapshot"], snap["xmin"]
+            total = await reader.fetchval(ESTIMATE, self.low, self.high, self.project)
+            progress = Progress(
+                f"replay {self.projection.name}", total, stream=self.progress_stream
+            )
+
+            def advanced(n: int) -> None:
+                report.bulk_events += n
+                progress.advance(n)
+                if self.on_events is not None:
+                    self.on_events(report.bulk_events)
+
+            writer = await self._connect(PLATFORM_ROLE, binary_json=True)
+            if self.workers <= 1:
+                result = await fold_range(
+                    reader,
+                    writer,
+                    self.projection,
+                    self.shadows,
+                    self.low,
+                    self.high,
+                    self.project,
+                    batch_rows=self.batch_rows,
+                    fetch_rows=self.fetch_rows,
+                    on_batch=advanced,
+                    write_finish=True,
+                )
+                rows = result.rows
+            else:
+                exported = await reader.fetchval("SELECT pg_export_snapshot()")
+                rows = await self._bulk_in_workers(exported, writer, advanced)
+        for table, n in rows.items():
+            report.rows[table] = report.rows.get(table, 0) + n
+        for spec in self.projection.tables:
+            report.rows.setdefault(spec.name, 0)
+        report.bulk_seconds = progress.finish()
+        return Cursor(xmin - 1, MAX_POSITION)
+
+    async def _bulk_in_workers(
+        self, exported: str, writer: Connection, advanced: Callable[[int], None]
+    ) -> dict[str, int]:
+        """Fold the stream range split over worker processes, all in the exported snapshot
+        (the caller's transaction keeps it alive until they are done)."""
+        context = multiprocessing.get_context("spawn")
+        messages: Any = context.Queue()
+        ranges = split_range(self.low, self.high, self.workers)
+        shadows = {t.name: self.shadows[t.name] for t in self.projection.tables}
+        processes = [
+            context.Process(
+                target=run_worker,
+                args=(
+                    self.url,
+                    self.projection.name,
+                    self.project,
+                    low,
+                    high,
+                    exported,
+                    shadows,
+                    self.batch_rows,
+                    self.fetch_rows,
+                    messages,
+                    index,
+                ),
+                daemon=True,
+            )
+            for index, (low, high) in enumerate(ranges)
+        ]
+        rows: dict[str, int] = {}
+        finishes: list[dict[str, list[tuple[Any, ...]]]] = []
+        loop = asyncio.get_running_loop()
+        try:
+            for process in processes:
+                process.start()
+            done: set[int] = set()
+            while len(done) < len(processes):
+                try:
+                    message = await loop.run_in_executor(None, messages.get, True, 0.2)
+                except queue.Empty:
+                    for index, process in enumerate(processes):
+                        if index not in done and process.exitcode not in (None, 0):
+                            raise RuntimeError(
+                                f"bulk worker {index} died ({process.exitcode})"
+                            ) from None
+                    continue
+                if message[0] == "progress":
+                    advanced(message[1])
+                elif message[0] == "done":
+                    _, index, _events, worker_rows, finish = message
+                    done.add(index)
+                    for table, n in worker_rows.items():
+                        rows[table] = rows.get(table, 0) + n
+                    finishes.append(finish)
+                else:
+                    _, index, name, text = message
+                    error = getattr(errors, name, None)
+                    if isinstance(error, type) and issubclass(error, errors.AwoooPError):
+                        raise error(text)
+                    raise RuntimeError(f"bulk worker {index}: {name}: {text}")
+        finally:
+            for process in processes:
+                if process.is_alive():
+                    process.kill()
+                process.join()
+        merged = self.projection.merge_finish(finishes)
+        for table, table_rows in merged.items():
+            if table_rows:
+                await writer.copy_records_to_table(
+                    self.shadows[table],
+                    records=table_rows,
+                    columns=next(t.columns for t in self.projection.tables if t.name == table),
+                )
+                rows[table] = rows.get(table, 0) + len(table_rows)
+        return rows
+
+    def _event(self, r: Any) -> LogEvent:
+        return to_log_event(r, self.projection)
+
+    # --- tail ------------------------------------------------------------------------------------
+
+    async def _follow(self, conn: Connection, cursor: Cursor, *, safe: bool) -> tuple[Cursor, int]:
+        """Apply the events after ``cursor`` to the shadows; return the new cursor and count.
+
+        ``safe``: only below each read's snapshot xmin, each batch in its own transaction.
+        Otherwise everything the caller's transaction sees (verify snapshot, swap lock)."""
+        applied = 0
+        while True:
+            rows = await conn.fetch(
+                TAIL_SAFE if safe else TAIL_ALL,
+                self.low,
+                self.high,
+                self.project,
+                str(cursor.tx_id),
+                cursor.position,
+                self.tail_batch,
+                self.snapshot,
+            )
+            if not rows:
+                return cursor, applied
+            grouped: dict[str, list[LogEvent]] = {}
+            for r in rows:
+                event = self._event(r)
+                grouped.setdefault(event.stream_id, []).append(event)
+            if safe:
+                async with conn.transaction():
+                    await self.projection.apply(conn, self.shadows, grouped)
+            else:
+                await self.projection.apply(conn, self.shadows, grouped)
+            cursor = Cursor(rows[-1]["tx_id"], rows[-1]["position"])
+            applied += len(rows)
+            if len(rows) < self.tail_batch:
+                return cursor, applied
+
+    async def _catch_up(self, cursor: Cursor, report: ReplayReport) -> Cursor:
+        writer = await self._connect(PLATFORM_ROLE)
+        cursor, applied = await self._follow(writer, cursor, safe=True)
+        report.tail_events += applied
+        return cursor
+
+    # --- verify ----------------------------------------------------------------------------
+
+    async def _verify(self, control: Connection, cursor: Cursor, report: ReplayReport) -> None:
+        tx = control.transaction(isolation="repeatable_read")
+        await tx.start()
+        try:
+            await control.execute(f"SET LOCAL ROLE {PLATFORM_ROLE}")
+            _, report.snapshot_events = await self._follow(control, cursor, safe=False)
+            report.diffs = [
+                await diff_table(control, spec, spec.name, self.shadows[spec.name], self.project)
+                for spec in self.projection.tables
+            ]
+            report.behind = await control.fetchval(
+                COUNT_LAGGING.format(lagging=self.projection.lagging_sql(TableNames())),
+                self.low,
+                self.high,
+                self.project,
+            )
+        finally:
+            await tx.rollback()  # the snapshot read past the commit-safe cursor: keep nothing
+
+    # --- swap ------------------------------------------------------------------------------
+
+    async def _locked(
+        self,
+        control: Connection,
+        cursor: Cursor,
+        report: ReplayReport,
+        mode: str,
+        body: Callable[[Connection], Any],
+    ) -> Any:
+        """Run ``body`` in a transaction holding ``mode`` locks on the live tables, after
+        applying every committed event; retry (catching up again) when the lock times out."""
+        for attempt in range(1, self.lock_attempts + 1):
+            try:
+                async with control.transaction():
+                    await control.execute(
+                        f"SET LOCAL lock_timeout = {int(self.lock_timeout_s * 1000)}"
+                    )
+                    for spec in sorted(self.projection.tables, key=lambda t: t.name):
+                        await control.execute(f"LOCK TABLE {schema.q(spec.name)} IN {mode} MODE")
+                    started = time.perf_counter()
+                    await control.execute(f"SET LOCAL ROLE {PLATFORM_ROLE}")
+                    _, applied = await self._follow(control, cursor, safe=False)
+                    result = await body(control)
+                report.lock_ms = (time.perf_counter() - started) * 1000
+                report.lock_events += applied
+                return result
+            except asyncpg.LockNotAvailableError:
+                log.warning("replay_lock_timeout", projection=self.projection.name, attempt=attempt)
+                cursor = await self._catch_up(cursor, report)
+                await asyncio.sleep(min(1.0, 0.05 * attempt))
+        raise SwapLockTimeoutError(
+            f"could not lock {', '.join(t.name for t in self.projection.tables)} "
+            f"within {self.lock_timeout_s}s in {self.lock_attempts} attempts"
+        )
+
+    async def _swap(self, control: Connection, cursor: Cursor, report: ReplayReport) -> None:
+        async def body(conn: Connection) -> list[schema.SwapPlan]:
+            for spec in self.projection.tables:
+                carry = carry_clock_sql(spec, spec.name, self.shadows[spec.name])
+                if carry is not None:
+                    await conn.execute(carry)
+            await conn.execute("RESET ROLE")
+            plans = [await schema.swap_plan(conn, spec.name) for spec in self.projection.tables]
+            for plan in plans:
+                await schema.swap(conn, plan)
+            return plans
+
+        plans: list[schema.SwapPlan] = await self._locked(
+            control, cursor, report, "ACCESS EXCLUSIVE", body
+        )
+        report.swapped = True
+        for plan in plans:
+            await schema.validate_foreign_keys(control, plan)
+        log.info("replay_swapped", projection=self.projection.name, lock_ms=report.lock_ms)
+
+    async def _repair(self, control: Connection, cursor: Cursor, report: ReplayReport) -> None:
+        assert self.project is not None
+        project = self.project
+
+        async def body(conn: Connection) -> int:
+            changed = 0
+            for spec in self.projection.tables:
+                changed += await repair_project(
+                    conn, spec, spec.name, self.shadows[spec.name], project
+                )
+            return changed
+
+        report.repaired_rows = await self._locked(control, cursor, report, "EXCLUSIVE", body)
+        log.info("replay_repaired", projection=self.projection.name, project=project)
+
+
+def default_workers() -> int:
+    """Bulk worker processes: half the CPUs (the database needs the rest), 1 to 8."""
+    return max(1, min(8, (os.cpu_count() or 1) // 2))
+
+
+async def replay(
+    database_url: str,
+    projection: Projection,
+    *,
+    project: str | None = None,
+    verify: bool = True,
+    swap: bool = False,
+    progress_stream: TextIO | None = None,
+    workers: int = 1,
+) -> ReplayReport:
+    return await Replay(
+        database_url, projection, project=project, progress_stream=progress_stream, workers=workers
+    ).run(verify=verify, swap=swap)
+
+
+__all__: Sequence[str] = ("Replay", "ReplayReport", "replay")

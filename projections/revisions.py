@@ -1,0 +1,191 @@
+"""Revision history per contract (``awooop_revision_history``).
+
+Built from the streams ``revision-<project>/<family>/<contract>``: one row per
+RevisionCreated (revision_id, body_hash) and per RevisionActivated (the new revision, the one
+it replaced, the actor), with the event time, log position and trace id. The per-stream
+version is the highest version stored for the stream.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+
+import msgspec
+
+from awooop.db import Connection
+from awooop.errors import ProjectionStreamError
+from awooop.events import RevisionActivated, RevisionCreated
+from projections.base import (
+    BulkOutput,
+    LogEvent,
+    TableNames,
+    TableSpec,
+    check_consecutive,
+    concat_parts,
+    trace_id_of,
+)
+
+PREFIX = "revision-"
+TABLE = "awooop_revision_history"
+COLUMNS = (
+    "stream_id",
+    "version",
+    "project_id",
+    "contract_family",
+    "contract_id",
+    "event_type",
+    "revision_id",
+    "previous_revision_id",
+    "body_hash",
+    "actor",
+    "at",
+    "position",
+    "trace_id",
+)
+
+# --- SQL ------------------------------------------------------------------------------------
+
+
+def _versions(table: str) -> str:
+    return (
+        f"SELECT stream_id, max(version) AS version FROM {table} "  # noqa: S608 - constant identifiers
+        "WHERE stream_id = ANY($1::text[]) GROUP BY stream_id"
+    )
+
+
+def _insert(table: str) -> str:
+    params = ", ".join(f"${i + 1}" for i in range(len(COLUMNS)))
+    return f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES ({params})"  # noqa: S608 - constant identifiers
+
+
+def _lagging(table: str) -> str:
+    return (
+        "SELECT s.stream_id, s.project_id, s.version AS log_version, "  # noqa: S608 - constant identifiers
+        "coalesce(v.version, 0) AS view_version FROM awooop_event_streams s "
+        f"LEFT JOIN LATERAL (SELECT max(h.version) AS version FROM {table} h "
+        "WHERE h.stream_id = s.stream_id) v ON true "
+        "WHERE s.stream_id >= $1 AND s.stream_id < $2 "
+        "AND ($3::text IS NULL OR s.project_id = $3) AND s.version > coalesce(v.version, 0)"
+    )
+
+
+SELECT_HISTORY = (
+    f"SELECT {', '.join(COLUMNS)} FROM {TABLE} "  # noqa: S608 - constant identifiers
+    "WHERE project_id = $1 AND contract_family = $2 AND contract_id = $3 ORDER BY version"
+)
+
+# --- pure ------------------------------------------------------------------------------------
+
+
+class RevisionEntry(msgspec.Struct, frozen=True, kw_only=True):
+    stream_id: str
+    version: int
+    project_id: str
+    contract_family: str
+    contract_id: str
+    event_type: str
+    revision_id: uuid.UUID
+    previous_revision_id: uuid.UUID | None
+    body_hash: str | None
+    actor: str | None
+    at: datetime
+    position: int
+    trace_id: str | None
+
+
+def entry(event: LogEvent) -> RevisionEntry:
+    body = event.event
+    common: dict[str, Any] = {
+        "stream_id": event.stream_id,
+        "version": event.version,
+        "project_id": event.project_id,
+        "event_type": event.event_type,
+        "at": body.at,
+        "position": event.position,
+        "trace_id": trace_id_of(event.traceparent),
+    }
+    match body:
+        case RevisionCreated():
+            return RevisionEntry(
+                **common,
+                contract_family=body.contract_family,
+                contract_id=body.contract_id,
+                revision_id=body.revision_id,
+                previous_revision_id=None,
+                body_hash=body.body_hash,
+                actor=None,
+            )
+        case RevisionActivated():
+            return RevisionEntry(
+                **common,
+                contract_family=body.contract_family,
+                contract_id=body.contract_id,
+                revision_id=body.new_revision_id,
+                previous_revision_id=body.old_revision_id,
+                body_hash=None,
+                actor=body.actor,
+            )
+    raise ProjectionStreamError(
+        f"stream {event.stream_id}: {event.event_type} is not a revision event",
+        stream_id=event.stream_id,
+    )
+
+
+def entries(version: int, events: Sequence[LogEvent]) -> list[RevisionEntry]:
+    check_consecutive(version, events)
+    return [entry(e) for e in events]
+
+
+class RevisionHistoryProjection:
+    name: ClassVar[str] = "revision_history"
+    description: ClassVar[str] = "awooop_revision_history: revisions created and activated"
+    inline = False
+    event_types = frozenset({"RevisionCreated", "RevisionActivated"})
+    stream_prefix = PREFIX
+    tables: tuple[TableSpec, ...] = (
+        TableSpec(name=TABLE, key=("stream_id", "version"), columns=COLUMNS, label="stream_id"),
+    )
+
+    async def load_versions(
+        self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
+    ) -> dict[str, int]:
+        rows = await conn.fetch(_versions(names[TABLE]), list(stream_ids))
+        return {r["stream_id"]: r["version"] for r in rows}
+
+    async def apply(
+        self, conn: Connection, names: TableNames, events: Mapping[str, Sequence[LogEvent]]
+    ) -> None:
+        if not events:
+            return
+        versions = await self.load_versions(conn, names, list(events))
+        rows: list[tuple[Any, ...]] = []
+        for stream_id, stream_events in events.items():
+            for r in entries(versions.get(stream_id, 0), stream_events):
+                rows.append(msgspec.structs.astuple(r))
+        await conn.executemany(_insert(names[TABLE]), rows)
+
+    def bulk_stream(self, events: Sequence[LogEvent], out: BulkOutput) -> None:
+        for r in entries(0, events):
+            out.add(TABLE, msgspec.structs.astuple(r))
+
+    def bulk_finish(self, out: BulkOutput) -> None:
+        return None
+
+    def merge_finish(
+        self, parts: Sequence[dict[str, list[tuple[Any, ...]]]]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        return concat_parts(parts)
+
+    def lagging_sql(self, names: TableNames) -> str:
+        return _lagging(names[TABLE])
+
+
+async def revision_history(
+    conn: Connection, project_id: str, contract_family: str, contract_id: str
+) -> list[RevisionEntry]:
+    """A contract's revision history, oldest first."""
+    rows = await conn.fetch(SELECT_HISTORY, project_id, contract_family, contract_id)
+    return [msgspec.convert(dict(r.items()), RevisionEntry, strict=False) for r in rows]

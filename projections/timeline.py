@@ -1,0 +1,183 @@
+"""The run timeline: one row per event of each run (``awooop_run_timeline``).
+
+Each row carries the event's time (the database clock recorded in the event), the attempt it
+belongs to, the worker that wrote it, the trace id (from the event's ``traceparent``
+metadata, so a timeline row links to its trace in Tempo), its global log position and a small
+detail object (step, tool, reason, actor ...; bulky fields like input and result are left
+out: they are in the log and in run state).
+
+The attempt of an event that names none (approvals, cancels) is the attempt of the run's
+previous event; the per-stream version is the highest version stored for the run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+
+import msgspec
+
+from awooop.db import Connection
+from awooop.events import to_builtins
+from projections.base import (
+    BulkOutput,
+    LogEvent,
+    TableNames,
+    TableSpec,
+    as_uuid,
+    check_consecutive,
+    concat_parts,
+    trace_id_of,
+)
+from projections.run_state import PREFIX, RUN_TYPES
+
+TABLE = "awooop_run_timeline"
+COLUMNS = (
+    "run_id",
+    "version",
+    "project_id",
+    "position",
+    "event_type",
+    "at",
+    "attempt",
+    "worker_id",
+    "trace_id",
+    "detail",
+)
+LEFT_OUT = frozenset({"type", "at", "attempt", "worker_id", "input", "result"})
+
+# --- SQL ------------------------------------------------------------------------------------
+
+
+def _heads(table: str) -> str:
+    return (
+        f"SELECT DISTINCT ON (run_id) run_id, version, attempt FROM {table} "  # noqa: S608 - constant identifiers
+        "WHERE run_id = ANY($1::uuid[]) ORDER BY run_id, version DESC"
+    )
+
+
+def _insert(table: str) -> str:
+    params = ", ".join(f"${i + 1}" for i in range(len(COLUMNS)))
+    return f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES ({params})"  # noqa: S608 - constant identifiers
+
+
+def _lagging(table: str) -> str:
+    return (
+        "SELECT s.stream_id, s.project_id, s.version AS log_version, "  # noqa: S608 - constant identifiers
+        "coalesce(v.version, 0) AS view_version FROM awooop_event_streams s "
+        f"LEFT JOIN LATERAL (SELECT max(t.version) AS version FROM {table} t "
+        f"WHERE t.run_id = substr(s.stream_id, {len(PREFIX) + 1})::uuid) v ON true "
+        "WHERE s.stream_id >= $1 AND s.stream_id < $2 "
+        "AND ($3::text IS NULL OR s.project_id = $3) AND s.version > coalesce(v.version, 0)"
+    )
+
+
+SELECT_TIMELINE = f"SELECT {', '.join(COLUMNS)} FROM {TABLE} WHERE run_id = $1 ORDER BY version"  # noqa: S608 - constant identifiers
+
+
+# --- pure ------------------------------------------------------------------------------------
+
+
+class TimelineEntry(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: uuid.UUID
+    version: int
+    project_id: str
+    position: int
+    event_type: str
+    at: datetime
+    attempt: int
+    worker_id: str | None
+    trace_id: str | None
+    detail: dict[str, Any]
+
+
+def entry(previous_attempt: int, event: LogEvent) -> TimelineEntry:
+    """The timeline row of ``event``; ``previous_attempt`` is the attempt of the run's
+    previous event (0 before the first claim)."""
+    body = event.event
+    attempt = getattr(body, "attempt", None)
+    worker = getattr(body, "worker_id", None)
+    return TimelineEntry(
+        run_id=as_uuid(event.stream_id, PREFIX),
+        version=event.version,
+        project_id=event.project_id,
+        position=event.position,
+        event_type=event.event_type,
+        at=body.at,
+        attempt=previous_attempt if attempt is None else attempt,
+        worker_id=worker,
+        trace_id=trace_id_of(event.traceparent),
+        detail={k: v for k, v in to_builtins(body).items() if k not in LEFT_OUT and v is not None},
+    )
+
+
+def entries(
+    head: tuple[int, int] | None, events: Sequence[LogEvent]
+) -> tuple[list[TimelineEntry], tuple[int, int]]:
+    """Rows for ``events`` after ``head`` = (version, attempt); returns them and the new head."""
+    version, attempt = head or (0, 0)
+    check_consecutive(version, events)
+    rows = []
+    for e in events:
+        row = entry(attempt, e)
+        attempt = row.attempt
+        rows.append(row)
+    return rows, (rows[-1].version if rows else version, attempt)
+
+
+class TimelineProjection:
+    name: ClassVar[str] = "run_timeline"
+    description: ClassVar[str] = "awooop_run_timeline: every event of every run, in order"
+    inline = False
+    event_types = RUN_TYPES
+    stream_prefix = PREFIX
+    tables: tuple[TableSpec, ...] = (
+        TableSpec(name=TABLE, key=("run_id", "version"), columns=COLUMNS, label="run_id"),
+    )
+
+    async def _heads(
+        self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
+    ) -> dict[str, tuple[int, int]]:
+        rows = await conn.fetch(_heads(names[TABLE]), [as_uuid(s, PREFIX) for s in stream_ids])
+        return {PREFIX + str(r["run_id"]): (r["version"], r["attempt"]) for r in rows}
+
+    async def load_versions(
+        self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
+    ) -> dict[str, int]:
+        return {s: h[0] for s, h in (await self._heads(conn, names, stream_ids)).items()}
+
+    async def apply(
+        self, conn: Connection, names: TableNames, events: Mapping[str, Sequence[LogEvent]]
+    ) -> None:
+        if not events:
+            return
+        heads = await self._heads(conn, names, list(events))
+        rows: list[tuple[Any, ...]] = []
+        for stream_id, stream_events in events.items():
+            new_rows, _ = entries(heads.get(stream_id), stream_events)
+            rows.extend(msgspec.structs.astuple(r) for r in new_rows)
+        await conn.executemany(_insert(names[TABLE]), rows)
+
+    def bulk_stream(self, events: Sequence[LogEvent], out: BulkOutput) -> None:
+        rows, _ = entries(None, events)
+        for r in rows:
+            out.add(TABLE, msgspec.structs.astuple(r))
+
+    def bulk_finish(self, out: BulkOutput) -> None:
+        return None
+
+    def merge_finish(
+        self, parts: Sequence[dict[str, list[tuple[Any, ...]]]]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        return concat_parts(parts)
+
+    def lagging_sql(self, names: TableNames) -> str:
+        return _lagging(names[TABLE])
+
+
+async def timeline(conn: Connection, run_id: uuid.UUID) -> list[TimelineEntry]:
+    """A run's timeline, oldest first (a tenant transaction sees its own project's runs)."""
+    rows = await conn.fetch(SELECT_TIMELINE, run_id)
+    return [msgspec.convert(dict(r.items()), TimelineEntry, strict=False) for r in rows]

@@ -1,0 +1,146 @@
+"""The swap carries everything other code relies on; interruptions leave the live table alone."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from awooop.db import Database, connect
+from awooop.errors import ReplayBusyError
+from projections.registry import get
+from projections.replay import Replay, replay
+from projections.schema import shadow_name
+from tests.support.projection_workload import Workload
+
+CATALOG = """
+SELECT
+  (SELECT array_agg(indexname || ':' || regexp_replace(indexdef, ' ON \\S+', '') ORDER BY indexname)
+     FROM pg_indexes WHERE tablename = 'awooop_run_state') AS indexes,
+  (SELECT array_agg(conname || ':' || pg_get_constraintdef(oid) ORDER BY conname)
+     FROM pg_constraint WHERE conrelid = 'awooop_run_state'::regclass) AS constraints,
+  (SELECT array_agg(policyname || ':' || qual || ':' || array_to_string(roles, ',')
+                    ORDER BY policyname)
+     FROM pg_policies WHERE tablename = 'awooop_run_state') AS policies,
+  (SELECT relacl::text FROM pg_class WHERE oid = 'awooop_run_state'::regclass) AS grants,
+  (SELECT relrowsecurity AND relforcerowsecurity FROM pg_class
+     WHERE oid = 'awooop_run_state'::regclass) AS rls,
+  (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = 'awooop_run_state'::regclass)
+     AS owner
+"""
+
+
+async def catalog(db: Database) -> dict[str, Any]:
+    async with db.platform() as conn:
+        row = await conn.fetchrow(CATALOG)
+    assert row is not None
+    return dict(row.items())
+
+
+async def test_swap_keeps_indexes_constraints_policies_grants_and_dependents(
+    db: Database, database_url: str
+) -> None:
+    work = Workload(db, seed=3)
+    await work.run(walkers=2, runs_each=5, max_steps=5)
+    project, run_id = work.run_ids[0]
+    conn = await connect(database_url)  # the owner, as a migration would
+    try:
+        await conn.execute(
+            """
+            CREATE VIEW run_status_view AS SELECT run_id, status FROM awooop_run_state;
+            CREATE TABLE run_notes (note_id serial PRIMARY KEY,
+                run_id uuid NOT NULL REFERENCES awooop_run_state (run_id) ON DELETE CASCADE);
+            CREATE TABLE status_changes (run_id uuid, status text);
+            CREATE FUNCTION record_status() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN INSERT INTO status_changes VALUES (NEW.run_id, NEW.status); RETURN NEW; END $$;
+            CREATE TRIGGER run_status_changes AFTER UPDATE OF status ON awooop_run_state
+                FOR EACH ROW EXECUTE FUNCTION record_status();
+            """
+        )
+        await conn.execute("INSERT INTO run_notes (run_id) VALUES ($1)", run_id)
+    finally:
+        await conn.close()
+    before = await catalog(db)
+
+    report = await replay(database_url, get("run_state"), swap=True)
+    assert report.swapped and report.differences == 0
+    assert await catalog(db) == before
+
+    conn = await connect(database_url)
+    try:
+        # the view and the foreign key follow the new table
+        assert await conn.fetchval("SELECT count(*) FROM run_status_view") == len(work.run_ids)
+        assert await conn.fetchval(
+            "SELECT convalidated FROM pg_constraint WHERE conname = 'run_notes_run_id_fkey'"
+        )
+        await conn.execute("DELETE FROM awooop_run_state WHERE run_id = $1", run_id)
+        assert await conn.fetchval("SELECT count(*) FROM run_notes") == 0  # cascaded
+        # the trigger fires on the new table
+        other = work.run_ids[1][1]
+        await conn.execute(
+            "UPDATE awooop_run_state SET status = 'CANCELLED' WHERE run_id = $1", other
+        )
+        assert await conn.fetchval("SELECT count(*) FROM status_changes") == 1
+        assert not await conn.fetchval("SELECT to_regclass('awooop_run_state__old') IS NOT NULL")
+    finally:
+        await conn.close()
+    # row-level security still isolates tenants
+    async with db.tenant(project) as conn:
+        projects = await conn.fetch("SELECT DISTINCT project_id FROM awooop_run_state")
+    assert [r["project_id"] for r in projects] == [project]
+
+
+async def test_interrupting_leaves_the_live_table_untouched_and_a_rerun_starts_clean(
+    db: Database, database_url: str
+) -> None:
+    work = Workload(db, seed=4)
+    await work.run(walkers=2, runs_each=10, max_steps=8)
+    async with db.platform() as conn:
+        await conn.execute("UPDATE awooop_run_state SET attempt_count = 99 WHERE true")
+        before = await conn.fetch("SELECT * FROM awooop_run_state ORDER BY run_id")
+        oid = await conn.fetchval("SELECT 'awooop_run_state'::regclass::oid")
+
+    def interrupt(events: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        await Replay(database_url, get("run_state"), on_events=interrupt).run(swap=True)
+    conn = await connect(database_url)
+    try:
+        assert await conn.fetch("SELECT * FROM awooop_run_state ORDER BY run_id") == before
+        assert await conn.fetchval("SELECT 'awooop_run_state'::regclass::oid") == oid
+        assert (
+            await conn.fetchval("SELECT to_regclass($1)", shadow_name("awooop_run_state")) is None
+        )
+        # a replay killed -9 leaves its shadow behind: simulate one, with a stale row
+        await conn.execute(
+            f"CREATE TABLE {shadow_name('awooop_run_state')} AS SELECT * FROM awooop_run_state"
+        )
+    finally:
+        await conn.close()
+    report = await replay(database_url, get("run_state"), swap=True)
+    assert report.swapped and report.diffs[0].different == len(before)
+    assert (await replay(database_url, get("run_state"))).differences == 0
+
+
+async def test_one_replay_of_a_projection_at_a_time(db: Database, database_url: str) -> None:
+    await Workload(db, seed=8).run(walkers=1, runs_each=3, max_steps=3)
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    first = Replay(database_url, get("run_state"))
+    original = first._catch_up
+
+    async def slow_catch_up(*args: Any) -> Any:
+        started.set()
+        await release.wait()
+        return await original(*args)
+
+    first._catch_up = slow_catch_up  # type: ignore[method-assign]  # hold the first replay
+    task = asyncio.create_task(first.run())
+    await started.wait()
+    with pytest.raises(ReplayBusyError):
+        await replay(database_url, get("run_state"))
+    release.set()
+    assert (await task).differences == 0

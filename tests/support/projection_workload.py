@@ -1,0 +1,133 @@
+"""A randomised run workload through the real write path, for projection and replay tests.
+
+Runs are created, claimed, stepped, completed, failed, sent to approval, approved, cancelled,
+requeued and retried by random legal walks (``awooop.runs.store``), several at once so that
+their events interleave in the log; heartbeats renew the lease clock with the one-statement
+UPDATE the workers use (no event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from awooop import eventlog
+from awooop.db import Connection, Database
+from awooop.events import RevisionActivated, RevisionCreated, revision_stream_id
+from awooop.runs import store
+from awooop.runs.state import TRANSITIONS
+from tests.support.factories import created, event_for
+
+HEARTBEAT = """
+UPDATE awooop_run_state SET lease_until = now() + interval '60 seconds', heartbeat_at = now()
+WHERE worker_id = $1 AND status IN ('RUNNING', 'WAITING_TOOL')
+"""
+
+
+@dataclass
+class Workload:
+    db: Database
+    projects: tuple[str, ...] = ("alpha", "beta", "gamma")
+    seed: int = 7
+    run_ids: list[tuple[str, uuid.UUID]] = field(default_factory=list)
+    events: int = 0
+    heartbeats: int = 0
+
+    def __post_init__(self) -> None:
+        self.random = random.Random(self.seed)
+
+    async def create(self, project: str) -> uuid.UUID:
+        run_id = uuid.uuid4()
+
+        async def tx(conn: Connection) -> None:
+            now = await conn.fetchval("SELECT now()")
+            await store.create_run(
+                conn, created(run_id=run_id, project_id=project, at=now), metadata=_trace()
+            )
+
+        await self.db.in_tenant(project, tx)
+        self.run_ids.append((project, run_id))
+        self.events += 1
+        return run_id
+
+    async def step(self, project: str, run_id: uuid.UUID) -> bool:
+        """One random legal event for the run; False when it is finished."""
+        async with self.db.tenant(project) as conn:
+            state, _ = await store.lock(conn, run_id)
+            options = sorted(TRANSITIONS[state.status])
+        if not options:
+            return False
+        name = self.random.choice(options)
+
+        async def tx(conn: Connection) -> None:
+            await store.record(
+                conn, run_id, lambda s, now: event_for(name, s, at=now), metadata=_trace()
+            )
+
+        await self.db.in_tenant(project, tx)
+        self.events += 1
+        return True
+
+    async def heartbeat(self) -> None:
+        async with self.db.platform() as conn:
+            status = await conn.execute(HEARTBEAT, "worker-a")
+        self.heartbeats += int(status.split()[-1])
+
+    async def walker(self, runs: int, max_steps: int) -> None:
+        for _ in range(runs):
+            project = self.random.choice(self.projects)
+            run_id = await self.create(project)
+            for _ in range(self.random.randint(0, max_steps)):
+                if not await self.step(project, run_id):
+                    break
+                if self.random.random() < 0.3:
+                    await self.heartbeat()
+                await asyncio.sleep(0)
+
+    async def run(self, walkers: int = 4, runs_each: int = 10, max_steps: int = 10) -> None:
+        await asyncio.gather(*(self.walker(runs_each, max_steps) for _ in range(walkers)))
+
+    async def revisions(self, project: str, contract: str, count: int) -> str:
+        """``count`` revisions of one contract, each created then activated."""
+        stream = revision_stream_id(project, "agent", contract)
+        old: uuid.UUID | None = None
+        for _ in range(count):
+
+            async def tx(conn: Connection, previous: uuid.UUID | None = old) -> uuid.UUID:
+                now = await conn.fetchval("SELECT now()")
+                version = await conn.fetchval(
+                    "SELECT coalesce(max(version), 0) FROM awooop_event_streams "
+                    "WHERE stream_id = $1",
+                    stream,
+                )
+                rid = uuid.uuid4()
+                events: list[Any] = [
+                    RevisionCreated(
+                        at=now,
+                        revision_id=rid,
+                        contract_family="agent",
+                        contract_id=contract,
+                        body_hash=rid.hex,
+                    ),
+                    RevisionActivated(
+                        at=now,
+                        contract_family="agent",
+                        contract_id=contract,
+                        old_revision_id=previous,
+                        new_revision_id=rid,
+                        actor="ops",
+                    ),
+                ]
+                await eventlog.append(conn, stream, project, version, events, _trace())
+                return rid
+
+            old = await self.db.in_tenant(project, tx)
+            self.events += 2
+        return stream
+
+
+def _trace() -> dict[str, str]:
+    return {"traceparent": f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"}
