@@ -82,6 +82,20 @@ FROM (SELECT 1) AS one
 LEFT JOIN awooop_channels c ON c.project_id = $1 AND c.channel_type = $2
 """
 
+# The existing rows of keys $3 of project $1 and channel $2: one probe of the unique index per
+# key. LIMIT 1 keeps the lateral subquery from being flattened into a join that the planner,
+# on stale statistics (a table that grew since its last ANALYZE), turns into a scan of the
+# whole project and channel filtered by the keys: O(table) per delivery, O(table x batch) per
+# batch. tests/integration/test_ingest_store.py checks the pages touched.
+_PROBE_KEYS = """FROM unnest($3::text[]) AS k(provider_event_id)
+CROSS JOIN LATERAL (
+    SELECT e.provider_event_id, e.run_id, e.expires_at
+    FROM awooop_channel_event_dedupe e
+    WHERE e.project_id = $1 AND e.channel_type = $2 AND e.provider_event_id = k.provider_event_id
+    LIMIT 1
+) AS d
+"""
+
 _COLUMN_LIST = ", ".join(COLUMNS)
 # The run rows travel as one JSON array of RunState objects (field names are the column
 # names), turned into rows of the table's own type by jsonb_populate_recordset.
@@ -119,20 +133,17 @@ WITH new AS (
 SELECT provider_event_id, run_id, true AS created, false AS expired FROM new
 UNION ALL
 SELECT d.provider_event_id, d.run_id, false, d.expires_at <= now()
-FROM awooop_channel_event_dedupe d
-WHERE d.project_id = $1 AND d.channel_type = $2 AND d.provider_event_id = ANY($3::text[])
-"""  # noqa: S608 - the interpolations are RunState's constant column names
+{_PROBE_KEYS}"""  # noqa: S608 - the interpolations are RunState's constant column names
 
-LOOKUP_DEDUPE = """
-SELECT provider_event_id, run_id, expires_at <= now() AS expired
-FROM awooop_channel_event_dedupe
-WHERE project_id = $1 AND channel_type = $2 AND provider_event_id = ANY($3::text[])
-"""
+LOOKUP_DEDUPE = f"""
+SELECT d.provider_event_id, d.run_id, d.expires_at <= now() AS expired
+{_PROBE_KEYS}"""
 
 DELETE_EXPIRED_KEYS = """
-DELETE FROM awooop_channel_event_dedupe
-WHERE project_id = $1 AND channel_type = $2 AND provider_event_id = ANY($3::text[])
-  AND expires_at <= now()
+DELETE FROM awooop_channel_event_dedupe d
+USING unnest($3::text[]) AS k(provider_event_id)
+WHERE d.project_id = $1 AND d.channel_type = $2 AND d.provider_event_id = k.provider_event_id
+  AND d.expires_at <= now()
 """
 
 # --- API -------------------------------------------------------------------------------------

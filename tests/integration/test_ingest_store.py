@@ -56,3 +56,69 @@ async def test_a_tenant_session_switches_project_and_sees_only_that_project(
                 assert [r[0] for r in keys] == [f"k{project}"]
     finally:
         await sessions.close()
+
+
+def _dedupe_pages(plan: object) -> int:
+    """Shared buffers that the plan's nodes on the dedupe table touched."""
+    if isinstance(plan, list):
+        return sum(_dedupe_pages(p) for p in plan)
+    if not isinstance(plan, dict):
+        return 0
+    own = 0
+    scans_dedupe = plan.get("Relation Name") == "awooop_channel_event_dedupe"
+    if scans_dedupe and plan.get("Node Type") not in (None, "ModifyTable"):
+        own = int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+    return own + sum(_dedupe_pages(v) for v in plan.values() if isinstance(v, (list, dict)))
+
+
+async def test_a_repeat_probes_the_index_per_key_however_stale_the_statistics(
+    db: Database, database_url: str
+) -> None:
+    # A dedupe lookup written as `provider_event_id = ANY($3)` became an index range scan over
+    # the whole project and channel with the array as a filter whenever the statistics were
+    # stale: every delivery then cost O(rows of the project), every batch O(rows x batch).
+    # The lookup joins the keys instead, so a repeat costs a few pages at any table size.
+    import asyncpg
+
+    from awooop.config import load_settings
+    from awooop.events import RunCreated
+    from awooop.ingest import store as ingest_store
+
+    await producer.submit(db, PROJECT, ChannelEvent("api", "seen", {}))
+    admin = await asyncpg.connect(database_url)
+    try:  # many rows of this project and channel, and no ANALYZE afterwards
+        await admin.execute(
+            "INSERT INTO awooop_channel_event_dedupe (project_id, channel_type, provider_event_id,"
+            " run_id, created_at, expires_at) SELECT $1, 'api', 'fill-' || g, gen_random_uuid(),"
+            " now(), now() + interval '1 day' FROM generate_series(1, 20000) AS g",
+            PROJECT,
+        )
+    finally:
+        await admin.close()
+
+    async def explain(conn: object) -> tuple[int, int]:
+        assert isinstance(conn, asyncpg.Connection)
+        config = await ingest_store.load_config(conn, load_settings(), PROJECT, "api")
+        run = RunCreated(
+            at=ingest_store.CLOCK_PLACEHOLDER,
+            run_id=uuid.uuid4(),
+            project_id=PROJECT,
+            channel_type="api",
+            provider_event_id="seen",
+            input={},
+            max_attempts=3,
+            contract_id=ingest_store.DEFAULT_CONTRACT,
+        )
+        arguments = ingest_store._insert_arguments(PROJECT, "api", [run], config, None)
+        plans = []
+        for sql, args in (
+            (ingest_store.INSERT_NEW, arguments),
+            (ingest_store.LOOKUP_DEDUPE, arguments[:3]),
+        ):
+            plan = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args)
+            plans.append(_dedupe_pages(plan))  # the connection's json codec decoded it
+        return plans[0], plans[1]
+
+    insert_pages, lookup_pages = await db.in_tenant(PROJECT, explain)
+    assert insert_pages < 40, insert_pages  # the whole project and channel is > 100 pages
+    assert lookup_pages < 20, lookup_pages
