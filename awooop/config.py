@@ -73,6 +73,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_workers: int = 1
     http_db_pool_size: int = 10
     ingest_config_cache_s: float = 2.0
+    ingest_batch_max_deliveries: int = 64
     metrics_port: int = 0
     stats_interval_s: float = 15.0
 
@@ -116,6 +117,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "http_max_body_bytes",
             "http_workers",
             "http_db_pool_size",
+            "ingest_batch_max_deliveries",
             "llm_max_connections",
             "pointer_check_connections",
         ):

@@ -20,6 +20,11 @@ INGEST_LATENCY = Histogram(
     ["channel_type"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
+INGEST_BATCH = Histogram(
+    "awooop_ingest_batch_deliveries",
+    "Concurrent HTTP deliveries written in one ingest statement (group commit)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+)
 DEDUPE_EXPIRED = Counter(
     "awooop_dedupe_expired_total", "Expired channel-event dedupe rows deleted by the expiry loop"
 )

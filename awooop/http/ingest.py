@@ -5,7 +5,9 @@ unknown channel 404 E-CHANNEL-001; bad project or contract id 400 E-INPUT-001; b
 AWOOOP_HTTP_MAX_BODY_BYTES 413 E-INPUT-003 (counted while reading, Content-Length is only a
 shortcut); then, on a connection whose session carries the project
 (:mod:`awooop.ingest.sessions`): authentication 401 E-AUTH-001, parsing 400 E-INPUT-001 /
-422 E-INPUT-002, and the ingest itself, one atomic statement (:mod:`awooop.ingest.store`).
+422 E-INPUT-002, and the ingest itself, one atomic statement (:mod:`awooop.ingest.store`)
+shared with the deliveries for the same project, channel and contract that arrive while the
+previous statement runs (group commit, :mod:`awooop.batching`; docs/ingest.md).
 
 Answers: 202 ``{"run_ids": [...], "results": [...]}`` when the delivery created at least
 one run; 200 with ``"code": "E-IDEMPOTENT-001"`` and the existing ``run_id`` when every event
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from opentelemetry import trace
@@ -27,6 +29,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from awooop import metrics
+from awooop.batching import Batcher
 from awooop.db import Connection, retry_transaction
 from awooop.errors import (
     AuthenticationError,
@@ -38,7 +41,7 @@ from awooop.errors import (
 from awooop.ingest import ADAPTERS, store
 from awooop.ingest.auth import bearer_token_id
 from awooop.ingest.cache import ConfigCache
-from awooop.ingest.common import Adapter, AuthKind, Headers
+from awooop.ingest.common import Adapter, AuthKind, Headers, ParsedEvent
 from awooop.ingest.credentials import check_contract_id, check_project_id
 from awooop.ingest.sessions import TenantSessions
 from awooop.logs import get_logger
@@ -103,6 +106,19 @@ def answer(outcomes: list[store.Outcome]) -> Response:
     )
 
 
+class Delivery(msgspec.Struct, frozen=True):
+    """One authenticated, parsed request waiting for its share of a group commit."""
+
+    events: list[ParsedEvent]
+    metadata: dict[str, Any]  # its own trace context, recorded on its events
+    config: store.ChannelConfig
+
+
+# Deliveries that may share a statement: one tenant, channel and contract, one configuration.
+BatchKey = tuple[str, str, str, float, int]
+T = TypeVar("T")
+
+
 def routes(services: Services) -> list[BaseRoute]:
     settings = services.settings
     sessions = TenantSessions(settings.database_url, settings.http_db_pool_size)
@@ -115,50 +131,99 @@ def routes(services: Services) -> list[BaseRoute]:
     }
     latency = {channel: metrics.INGEST_LATENCY.labels(channel) for channel in ADAPTERS}
 
-    async def in_session(
-        project_id: str, fn: Callable[[Connection], Awaitable[list[store.Outcome]]]
-    ) -> list[store.Outcome]:
-        async def once() -> list[store.Outcome]:
+    async def in_session(project_id: str, fn: Callable[[Connection], Awaitable[T]]) -> T:
+        async def once() -> T:
             async with sessions.session(project_id) as conn:
                 return await fn(conn)
 
         return await retry_transaction(once)
 
-    async def deliver(
-        conn: Connection,
-        adapter: Adapter,
-        project_id: str,
-        contract_id: str,
-        headers: Headers,
-        body: bytes,
-    ) -> list[store.Outcome]:
+    async def channel_config(
+        adapter: Adapter, project_id: str, contract_id: str, headers: Headers, body: bytes
+    ) -> store.ChannelConfig:
+        """The channel's configuration, once the request authenticated against it."""
         token_id = bearer_token_id(headers) if adapter.auth is AuthKind.BEARER else None
         key = (project_id, adapter.channel_type, contract_id, token_id)
         config = cache.get(key)
         if config is not None:
             try:
                 adapter.authenticate(headers, body, config.credential)
+                return config
             except AuthenticationError:
-                cache.drop(key)
-                config = None  # perhaps a new secret: ask the database
-        if config is None:
-            config = await store.load_config(
+                cache.drop(key)  # perhaps a new secret: ask the database
+        config = await in_session(
+            project_id,
+            lambda conn: store.load_config(
                 conn, settings, project_id, adapter.channel_type, contract_id, token_id
+            ),
+        )
+        adapter.authenticate(headers, body, config.credential)
+        cache.put(key, config)
+        return config
+
+    async def write(
+        key: BatchKey, deliveries: list[Delivery]
+    ) -> list[list[store.Outcome] | BaseException]:
+        """One statement for every delivery of the batch (store.ingest keeps each event
+        atomic with its run and first event, and a key repeated across deliveries is created
+        once: the later delivery gets the duplicate answer, as if it came second)."""
+        project_id, channel_type, contract_id = key[:3]
+        metrics.INGEST_BATCH.observe(len(deliveries))
+        events = [event for d in deliveries for event in d.events]
+        metadata = [d.metadata for d in deliveries for _ in d.events]
+        try:
+            outcomes = await in_session(
+                project_id,
+                lambda conn: store.ingest(
+                    conn,
+                    project_id,
+                    channel_type,
+                    events,
+                    config=deliveries[0].config,
+                    contract_id=contract_id,
+                    metadata=metadata,
+                ),
             )
-            adapter.authenticate(headers, body, config.credential)
-            cache.put(key, config)
+        except AwoooPError:
+            raise  # the database is away or a race outlasted the retries: the whole batch
+        except Exception:
+            if len(deliveries) == 1:
+                raise
+            # One delivery's data broke the statement: write each alone, so only it fails.
+            return [await write_alone(key, d) for d in deliveries]
+        results: list[list[store.Outcome] | BaseException] = []
+        start = 0
+        for delivery in deliveries:
+            results.append(outcomes[start : start + len(delivery.events)])
+            start += len(delivery.events)
+        return results
+
+    async def write_alone(key: BatchKey, delivery: Delivery) -> list[store.Outcome] | BaseException:
+        try:
+            (result,) = await write(key, [delivery])
+        except Exception as exc:
+            return exc
+        return result
+
+    batcher: Batcher[BatchKey, Delivery, list[store.Outcome]] = Batcher(
+        write, max_batch=settings.ingest_batch_max_deliveries
+    )
+
+    async def deliver(
+        adapter: Adapter, project_id: str, contract_id: str, headers: Headers, body: bytes
+    ) -> list[store.Outcome]:
+        config = await channel_config(adapter, project_id, contract_id, headers, body)
         events = adapter.parse(headers, body)
         if not events:
             return []
-        return await store.ingest(
-            conn,
+        key = (
             project_id,
             adapter.channel_type,
-            events,
-            config=config,
-            contract_id=contract_id,
-            metadata=store.trace_metadata("http"),
+            contract_id,
+            config.dedupe_ttl_s,
+            config.max_attempts,
         )
+        return await batcher.submit(key, Delivery(events, store.trace_metadata("http"), config))
 
     async def post_channel(request: Request) -> Response:
         started = time.perf_counter()
@@ -185,10 +250,7 @@ def routes(services: Services) -> list[BaseRoute]:
                     request.query_params.get("contract_id", store.DEFAULT_CONTRACT)
                 )
                 body = await read_body(request, settings.http_max_body_bytes)
-                outcomes = await in_session(
-                    project_id,
-                    lambda conn: deliver(conn, adapter, project_id, contract_id, headers, body),
-                )
+                outcomes = await deliver(adapter, project_id, contract_id, headers, body)
             except AwoooPError as exc:
                 counters[label, "rejected"].inc()
                 span.set_attribute("awooop.error_code", exc.code)

@@ -61,6 +61,7 @@ MAX_ROUNDS = 4  # insert / look up / drop expired; more rounds than races can ne
 MAX_CONTRACT_ATTEMPTS = 100
 # Stands in for the clock while Python builds rows; the statement replaces it with now().
 CLOCK_PLACEHOLDER = datetime(1970, 1, 1, tzinfo=UTC)
+_json_encode = msgspec.json.Encoder().encode
 CLOCK_COLUMNS = frozenset({"created_at", "updated_at"})  # what apply(None, RunCreated) stamps
 
 # --- SQL -------------------------------------------------------------------------------------
@@ -124,9 +125,9 @@ WITH new AS (
     INSERT INTO awooop_events
         (event_id, stream_id, version, project_id, event_type, data, metadata)
     SELECT e.event_id, e.stream_id, 1, $1, 'RunCreated',
-           jsonb_set(e.data::jsonb, '{{at}}', to_jsonb(now())), $9::jsonb
-    FROM unnest($6::text[], $4::uuid[], $7::uuid[], $8::text[])
-        WITH ORDINALITY AS e(stream_id, run_id, event_id, data, ord)
+           jsonb_set(e.data::jsonb, '{{at}}', to_jsonb(now())), e.metadata::jsonb
+    FROM unnest($6::text[], $4::uuid[], $7::uuid[], $8::text[], $9::text[])
+        WITH ORDINALITY AS e(stream_id, run_id, event_id, data, metadata, ord)
     WHERE e.run_id IN (SELECT run_id FROM new)
     ORDER BY e.ord
 )
@@ -204,13 +205,21 @@ async def ingest(
     *,
     config: ChannelConfig,
     contract_id: str = DEFAULT_CONTRACT,
-    metadata: dict[str, Any] | None = None,
+    metadata: Sequence[dict[str, Any]] | dict[str, Any] | None = None,
 ) -> list[Outcome]:
     """Dedupe ``events`` and create a run for each first arrival; one Outcome per event, in
-    order (a key repeated within ``events`` is created once and then a duplicate)."""
+    order (a key repeated within ``events`` is created once and then a duplicate).
+    ``metadata`` is the ``RunCreated`` events' metadata: one dict for all, or one per event
+    (the HTTP server writes concurrent deliveries, each with its own trace, in one call)."""
+    per_event = [metadata or {}] * len(events) if not isinstance(metadata, Sequence) else metadata
+    if len(per_event) != len(events):
+        raise ValueError("metadata: one dict per event, or one for all")
     first: dict[str, ParsedEvent] = {}
-    for event in events:
-        first.setdefault(event.provider_event_id, event)
+    first_metadata: dict[str, dict[str, Any]] = {}
+    for event, event_metadata in zip(events, per_event, strict=True):
+        if event.provider_event_id not in first:
+            first[event.provider_event_id] = event
+            first_metadata[event.provider_event_id] = event_metadata
     created: dict[str, uuid.UUID] = {}
     existing: dict[str, uuid.UUID] = {}
     pending = sorted(first)  # one lock order for every transaction
@@ -231,7 +240,10 @@ async def ingest(
             for key in pending
         ]
         rows = await conn.fetch(
-            INSERT_NEW, *_insert_arguments(project_id, channel_type, runs, config, metadata)
+            INSERT_NEW,
+            *_insert_arguments(
+                project_id, channel_type, runs, config, [first_metadata[k] for k in pending]
+            ),
         )
         expired = _sort_rows(rows, created, existing)
         unseen = [k for k in pending if k not in created and k not in existing and k not in expired]
@@ -281,7 +293,7 @@ def _insert_arguments(
     channel_type: str,
     runs: list[RunCreated],
     config: ChannelConfig,
-    metadata: dict[str, Any] | None,
+    metadata: list[dict[str, Any]],
 ) -> list[Any]:
     """The parameters of INSERT_NEW; the run rows are built by ``apply``."""
     return [
@@ -293,6 +305,6 @@ def _insert_arguments(
         [run_stream_id(r.run_id) for r in runs],
         [uuid.uuid4() for _ in runs],
         [encode_event(r).decode() for r in runs],
-        metadata or {},
+        [_json_encode(m).decode() for m in metadata],
         [apply(None, run) for run in runs],  # the jsonb codec encodes them (msgspec)
     ]

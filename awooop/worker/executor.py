@@ -34,6 +34,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from awooop import metrics
+from awooop.batching import Batcher
 from awooop.config import Settings
 from awooop.context import bound
 from awooop.db import Database
@@ -43,7 +44,6 @@ from awooop.logs import get_logger
 from awooop.runs import leases
 from awooop.runs.state import RunState
 from awooop.telemetry import tracer
-from awooop.worker.batching import Batcher
 from awooop.worker.context import (
     Attempt,
     LLMClient,

@@ -36,6 +36,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from awooop import metrics
+from awooop.batching import Batcher
 from awooop.config import Settings
 from awooop.db import Database
 from awooop.events import LeaseReleased, RunFailed, RunRequeued
@@ -44,7 +45,6 @@ from awooop.runs import leases
 from awooop.runs.leases import Availability
 from awooop.runs.state import RunState
 from awooop.telemetry import tracer
-from awooop.worker.batching import Batcher
 from awooop.worker.context import LLMClient, Notifier, StopReason, StreamEntry, trace_metadata
 from awooop.worker.executor import Executor, Handler, Outcome
 from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher

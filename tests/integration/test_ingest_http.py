@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from awooop import eventlog
 from awooop.config import Settings
-from awooop.events import run_stream_id
+from awooop.events import RunCreated, decode_event, run_stream_id
 from awooop.ingest import credentials
 from awooop.telemetry import configure_tracing
 from tests.support.ingest import Ingest, counts, ingest, ingest_app
@@ -349,3 +349,30 @@ async def test_secrets_and_tokens_never_reach_the_logs(ingest: Ingest) -> None:
     assert any(e["event"] == "ingest_refused" for e in logs)
     for value in [*SECRETS.values(), *ingest.creds.values()]:
         assert value not in text
+
+
+async def test_concurrent_deliveries_share_statements_and_keep_their_own_answers_and_traces(
+    ingest: Ingest,
+) -> None:
+    # Group commit: deliveries that arrive while a statement runs go together in the next one.
+    batches_before = metric("awooop_ingest_batch_deliveries_count")
+    deliveries = [fresh("api") for _ in range(40)]
+    traces = [uuid.uuid4().hex for _ in deliveries]
+    for delivery, trace_id in zip(deliveries, traces, strict=True):
+        delivery.headers["traceparent"] = f"00-{trace_id}-00f067aa0ba902b7-01"
+    repeat = deliveries[0]  # the same key twice at once: one run, one 202 and one 200
+    responses = await asyncio.gather(*(ingest.post(d) for d in [*deliveries, repeat]))
+    batches = metric("awooop_ingest_batch_deliveries_count") - batches_before
+    assert 1 <= batches < len(responses), batches  # some statements carried several
+
+    assert sorted(r.status_code for r in responses) == [200] + [202] * len(deliveries)
+    first, again = responses[0].json(), responses[-1].json()
+    assert again["run_id"] == first["run_ids"][0]
+    async with ingest.db.tenant(PROJECT) as conn:
+        for delivery, trace_id, response in zip(deliveries, traces, responses[:-1], strict=True):
+            (run_id,) = response.json()["run_ids"]
+            (created,) = await eventlog.read_stream(conn, run_stream_id(uuid.UUID(run_id)))
+            run_created = decode_event(created.data)
+            assert isinstance(run_created, RunCreated)
+            assert run_created.provider_event_id == delivery.ids()[0]
+            assert created.metadata["traceparent"].split("-")[1] == trace_id

@@ -109,7 +109,7 @@ async def test_a_repeat_probes_the_index_per_key_however_stale_the_statistics(
             max_attempts=3,
             contract_id=ingest_store.DEFAULT_CONTRACT,
         )
-        arguments = ingest_store._insert_arguments(PROJECT, "api", [run], config, None)
+        arguments = ingest_store._insert_arguments(PROJECT, "api", [run], config, [{}])
         plans = []
         for sql, args in (
             (ingest_store.INSERT_NEW, arguments),

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from awooop.worker.batching import Batcher
+from awooop.batching import Batcher
 
 
 class Recorder:

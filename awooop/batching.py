@@ -1,6 +1,8 @@
-"""Group commit for a worker's claims and fenced writes.
+"""Group commit: concurrent requests for one key share one transaction.
 
-Requests queue per key (the project: one tenant transaction per batch). While no flush of a
+Used by the worker (claims and fenced writes, keyed by project) and by the HTTP ingest
+server (deliveries, keyed by project, channel and contract). Requests queue per key (one
+tenant transaction per batch). While no flush of a
 key runs, a request starts one at once with everything queued; requests that arrive during
 a flush wait for the next one, which takes them all. At low load every request is flushed
 alone and immediately (no added latency); under load, batches grow by themselves and the
