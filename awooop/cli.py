@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "awooop.commands.revisions",
     "awooop.commands.worker",
     "awooop.commands.runs",
+    "awooop.commands.deadletters",
     "awooop.commands.replay",
     "awooop.commands.projector",
     "awooop.commands.demo",

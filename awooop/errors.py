@@ -159,6 +159,19 @@ class ForbiddenError(AwoooPError):
     http_status = 403
 
 
+class ProjectForbiddenError(ForbiddenError):
+    """The management token belongs to another project (only an admin token acts on every
+    project)."""
+
+    code = "E-AUTH-002"
+
+
+class ScopeForbiddenError(ForbiddenError):
+    """The token's scope does not allow management (an ingest token only submits events)."""
+
+    code = "E-AUTH-003"
+
+
 # --- approvals ------------------------------------------------------------------------------
 
 

@@ -250,3 +250,20 @@ redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
 return redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
 """,
 )
+
+# KEYS: epoch of the shard, target stream (work or events), dead-letter stream. ARGV: field
+# name, envelope bytes, dead-letter entry id. Re-drive one dead letter: append the message to
+# its stream again and delete the dead-letter entry, atomically. Returns 1; 0 (nothing written)
+# when the entry is no longer in the dead-letter stream (a concurrent re-drive took it: no
+# second copy); -1 (nothing written) when the shard's epoch is gone (Redis lost its data: the
+# relay is rebuilding the shard and republishes unfinished runs itself).
+REDRIVE = LuaScript(
+    "redrive",
+    """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if #redis.call('XRANGE', KEYS[3], ARGV[3], ARGV[3]) == 0 then return 0 end
+redis.call('XADD', KEYS[2], '*', ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[3], ARGV[3])
+return 1
+""",
+)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from awooop.commands.output import table
 from awooop.config import Settings
 from awooop.errors import UnknownLoopError
 from awooop.logs import get_logger
@@ -127,11 +128,7 @@ def render(lines: list[Line]) -> str:
         )
         for ln in lines
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    )
+    return table(header, rows)
 
 
 async def list_loops(settings: Settings, args: argparse.Namespace) -> int:

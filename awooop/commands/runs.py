@@ -1,15 +1,22 @@
-"""``awooop runs``: operate on one run from the command line.
+"""``awooop runs``: list runs, and operate on one run from the command line.
 
-    awooop runs show    PROJECT RUN_ID
-    awooop runs cancel  PROJECT RUN_ID [--actor NAME] [--reason TEXT]
-    awooop runs approve PROJECT RUN_ID --token TOKEN [--actor NAME]
-    awooop runs reject  PROJECT RUN_ID --token TOKEN [--actor NAME] [--reason TEXT]
-    awooop runs retry   PROJECT RUN_ID [--attempts N] [--actor NAME]
+    awooop runs list    [--project P] [--status S] [--since 2h|ISO] [--limit N] [--json]
+    awooop runs show    [PROJECT] RUN_ID [--json]
+    awooop runs cancel  [PROJECT] RUN_ID [--actor NAME] [--reason TEXT] [--json]
+    awooop runs approve [PROJECT] RUN_ID --token TOKEN [--actor NAME] [--json]
+    awooop runs reject  [PROJECT] RUN_ID --token TOKEN [--actor NAME] [--reason TEXT] [--json]
+    awooop runs retry   [PROJECT] RUN_ID [--attempts N] [--actor NAME] [--json]
 
-Each prints the run's state as one JSON object. Refusals print ``error E-XXX: message`` and
-exit 1 (for example E-APPROVAL-003 for a token used twice, E-RUN-001 for cancelling a
-finished run). The token may also come from ``AWOOOP_APPROVAL_TOKEN`` (keeps it out of
-process listings).
+Output is an aligned table (``list``; ``show`` adds the run's timeline: every event with its
+attempt, worker, trace id and actor), or JSON with ``--json``: ``list`` one array, ``show`` one
+object ``{"state": ..., "timeline": [...]}``, the actions the run's new state. Without PROJECT
+the run's project is looked up. Refusals print ``error E-XXX: message`` and exit 1 (for
+example E-APPROVAL-003 for a token used twice, E-RUN-001 for cancelling a finished run,
+E-INPUT-001 for a bad ``--since``). The approval token may also come from
+``AWOOOP_APPROVAL_TOKEN`` (keeps it out of process listings).
+
+Every change records who made it: the event's metadata carries ``actor`` = ``cli:<OS user>``
+(``--actor`` names the person in the event itself, default the same).
 """
 
 from __future__ import annotations
@@ -18,37 +25,47 @@ import argparse
 import getpass
 import os
 import uuid
+from datetime import datetime
 from typing import Any
 
 import msgspec
 
+from awooop.commands.output import table, to_json, when
 from awooop.config import Settings
-from awooop.db import Database
+from awooop.db import Connection, Database
 from awooop.errors import InvalidInputError, RunNotFoundError
-from awooop.runs import approvals, control, store
+from awooop.runs import approvals, control, reads, store
 from awooop.runs.state import RunState
 
 TOKEN_ENV = "AWOOOP_APPROVAL_TOKEN"  # noqa: S105 - the name of a variable, not a secret
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("runs", help="show, cancel, approve, reject or retry a run")
+    parser = subparsers.add_parser("runs", help="list runs; show, cancel, approve, reject, retry")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", help="runs, most recently changed first")
+    listing.add_argument("--project", default=None, help="only this project")
+    listing.add_argument("--status", default=None, help="only runs in this state (FAILED, ...)")
+    listing.add_argument("--since", default=None, help=f"changed since: {reads.SINCE_HELP}")
+    listing.add_argument("--limit", type=int, default=reads.DEFAULT_LIMIT, help="at most N rows")
+    listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    listing.set_defaults(run=list_runs)
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         sub: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
-        sub.add_argument("project_id")
-        sub.add_argument("run_id")
+        sub.add_argument("ids", nargs="+", metavar="[PROJECT] RUN_ID")
+        sub.add_argument("--json", action="store_true", help="JSON instead of a table")
         sub.set_defaults(run=run)
         return sub
 
-    add("show", "print the run's state")
+    add("show", "the run's state and its timeline of events")
     cancel = add("cancel", "cancel a run that has not finished")
     approve = add("approve", "approve a run waiting for approval (single-use token)")
     reject = add("reject", "reject a run waiting for approval (single-use token)")
     retry = add("retry", "send a FAILED run back to PENDING with more attempts")
     for sub in (cancel, approve, reject, retry):
-        sub.add_argument("--actor", default=None, help="who acts (default: the OS user)")
+        sub.add_argument("--actor", default=None, help="who acts (default: cli:<OS user>)")
     for sub in (cancel, reject):
         sub.add_argument("--reason", default="")
     for sub in (approve, reject):
@@ -56,13 +73,9 @@ def register(subparsers: Any) -> None:
     retry.add_argument("--attempts", type=int, default=None, help="extra attempts (default: 3)")
 
 
-def state_json(state: RunState) -> str:
-    shown = {
-        k: v
-        for k, v in msgspec.to_builtins(state).items()
-        if k not in ("input", "saga_steps", "result") or v
-    }
-    return msgspec.json.encode(shown).decode()
+def cli_actor() -> str:
+    """Who runs this command, as recorded in the metadata of the events it writes."""
+    return f"cli:{getpass.getuser()}"
 
 
 def parse_run_id(text: str) -> uuid.UUID:
@@ -72,10 +85,105 @@ def parse_run_id(text: str) -> uuid.UUID:
         raise InvalidInputError(f"run id {text!r} is not a UUID") from None
 
 
+def split_ids(ids: list[str]) -> tuple[str | None, uuid.UUID]:
+    if len(ids) > 2:
+        raise InvalidInputError("expected [PROJECT] RUN_ID")
+    return (ids[0] if len(ids) == 2 else None), parse_run_id(ids[-1])
+
+
+# --- rendering (pure) -------------------------------------------------------------------------
+
+
+def state_view(state: RunState) -> dict[str, Any]:
+    return {
+        k: v
+        for k, v in msgspec.to_builtins(state).items()
+        if k not in ("input", "saga_steps", "result") or v
+    }
+
+
+def state_json(state: RunState) -> str:
+    return to_json(state_view(state))
+
+
+def render_state(state: RunState) -> str:
+    view = state_view(state)
+    return table(
+        ("FIELD", "VALUE"),
+        [
+            (k, "-" if v is None else v if isinstance(v, str) else to_json(v))
+            for k, v in view.items()
+        ],
+    )
+
+
+def render_timeline(lines: list[reads.TimelineLine]) -> str:
+    header = ("VERSION", "AT", "EVENT", "ATTEMPT", "WORKER", "TRACE_ID", "ACTOR", "DETAIL")
+    rows = [
+        (
+            str(ln.version),
+            when(ln.at),
+            ln.event_type,
+            str(ln.attempt),
+            ln.worker_id or "-",
+            ln.trace_id or "-",
+            ln.actor or "-",
+            to_json(ln.detail)[:80] if ln.detail else "",
+        )
+        for ln in lines
+    ]
+    return table(header, rows)
+
+
+def render_runs(runs: list[reads.RunSummary]) -> str:
+    header = ("RUN_ID", "PROJECT", "STATUS", "ATTEMPTS", "WORKER", "FAILURE", "CREATED", "UPDATED")
+    rows = [
+        (
+            str(r.run_id),
+            r.project_id,
+            r.status,
+            f"{r.attempt_count}/{r.max_attempts}",
+            r.worker_id or "-",
+            r.failure_code or "-",
+            when(r.created_at),
+            when(r.updated_at),
+        )
+        for r in runs
+    ]
+    return table(header, rows)
+
+
+# --- list ---------------------------------------------------------------------------------------
+
+
+async def list_runs(settings: Settings, args: argparse.Namespace) -> int:
+    status = None if args.status is None else reads.check_status(args.status)
+    reads.check_limit(args.limit)
+    db = await Database.open(settings.database_url, max_size=1)
+    try:
+
+        async def read(conn: Connection) -> list[reads.RunSummary]:
+            now: datetime = await conn.fetchval("SELECT now()")
+            since = None if args.since is None else reads.parse_since(args.since, now)
+            return await reads.list_runs(
+                conn, project_id=args.project, status=status, since=since, limit=args.limit
+            )
+
+        runs = await db.in_platform(read)
+    finally:
+        await db.close()
+    print(to_json(runs) if args.json else render_runs(runs))
+    return 0
+
+
+# --- one run ------------------------------------------------------------------------------------
+
+
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    run_id = parse_run_id(args.run_id)
-    project = args.project_id
-    actor = getattr(args, "actor", None) or f"cli:{getpass.getuser()}"
+    project, run_id = split_ids(args.ids)
+    who = cli_actor()
+    actor = getattr(args, "actor", None) or who
+    metadata = {"actor": who}
     token = None
     if args.action in ("approve", "reject"):
         token = args.token or os.environ.get(TOKEN_ENV)
@@ -83,16 +191,22 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             raise InvalidInputError(f"an approval token is needed: --token or ${TOKEN_ENV}")
     db = await Database.open(settings.database_url, max_size=1)
     try:
+        if project is None:
+            project = await db.in_platform(lambda conn: reads.project_of(conn, run_id))
+            if project is None:
+                raise RunNotFoundError(run_id=run_id)
 
-        async def act(conn: Any) -> RunState:
+        async def act(conn: Connection) -> tuple[RunState, list[reads.TimelineLine]]:
             match args.action:
                 case "show":
                     state = await store.load(conn, run_id)
                     if state is None:
                         raise RunNotFoundError(run_id=run_id)
-                    return state
+                    return state, await reads.timeline(conn, run_id)
                 case "cancel":
-                    return await control.cancel(conn, run_id, actor=actor, reason=args.reason)
+                    state = await control.cancel(
+                        conn, run_id, actor=actor, reason=args.reason, metadata=metadata
+                    )
                 case "approve" | "reject":
                     assert token is not None
                     decision = (
@@ -100,22 +214,37 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                         if args.action == "approve"
                         else approvals.Decision.REJECTED
                     )
-                    return await approvals.decide(
+                    state = await approvals.decide(
                         conn,
                         run_id,
                         token,
                         decision,
                         actor=actor,
                         reason=getattr(args, "reason", ""),
+                        metadata=metadata,
                     )
                 case "retry":
-                    return await control.retry(
-                        conn, run_id, actor=actor, extra_attempts=args.attempts or 3
+                    state = await control.retry(
+                        conn,
+                        run_id,
+                        actor=actor,
+                        extra_attempts=args.attempts or 3,
+                        metadata=metadata,
                     )
-            raise InvalidInputError(f"unknown action {args.action}")
+                case _:
+                    raise InvalidInputError(f"unknown action {args.action}")
+            return state, []
 
-        state = await db.in_tenant(project, act)
+        state, lines = await db.in_tenant(project, act)
     finally:
         await db.close()
-    print(state_json(state))
+    if args.action == "show":
+        if args.json:
+            print(to_json({"state": state_view(state), "timeline": lines}))
+        else:
+            print(render_state(state))
+            print()
+            print(render_timeline(lines))
+    else:
+        print(state_json(state) if args.json else render_state(state))
     return 0

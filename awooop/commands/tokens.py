@@ -1,7 +1,11 @@
-"""``awooop tokens``: bearer tokens for the Alertmanager and API channels.
+"""``awooop tokens``: bearer tokens for the Alertmanager and API channels and for management.
 
-- ``awooop tokens create PROJECT --channel api|alertmanager``: prints the new token once, on
-  stdout alone (``TOKEN=$(awooop tokens create ...)`` works); only its hash is stored.
+- ``awooop tokens create PROJECT --channel api|alertmanager``: an ingest token of a channel;
+- ``awooop tokens create PROJECT --scope manage``: a management token of the project (its runs,
+  approvals, contracts and revisions over HTTP);
+- ``awooop tokens create __platform__ --scope admin``: a management token for every project.
+  Each prints the new token once, on stdout alone (``TOKEN=$(awooop tokens create ...)``
+  works); only its hash is stored.
 - ``awooop tokens list PROJECT``: token ids, scopes, channels, creation and revocation times.
 - ``awooop tokens revoke PROJECT TOKEN_ID``: the token stops working at once.
 """
@@ -16,19 +20,24 @@ from awooop.config import Settings
 from awooop.db import Database
 from awooop.errors import InvalidInputError
 from awooop.ingest import credentials
+from awooop.loops import PLATFORM_PROJECT
 
 BEARER_CHANNELS = ("api", "alertmanager")
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("tokens", help="bearer tokens for api and alertmanager")
+    parser = subparsers.add_parser("tokens", help="bearer tokens: ingest and management")
     sub = parser.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
 
     create = sub.add_parser("create", help="create a token (printed once)")
     create.add_argument("project")
-    create.add_argument("--channel", required=True, choices=BEARER_CHANNELS)
+    create.add_argument("--channel", choices=BEARER_CHANNELS, help="with scope ingest")
     create.add_argument(
-        "--scope", default=credentials.INGEST_SCOPE, choices=(credentials.INGEST_SCOPE,)
+        "--scope",
+        default=credentials.INGEST_SCOPE,
+        choices=credentials.SCOPES,
+        help="ingest (a channel's events), manage (the project), admin (every project; "
+        f"PROJECT {PLATFORM_PROJECT})",
     )
     create.set_defaults(run=create_token)
 
@@ -43,14 +52,26 @@ def register(subparsers: Any) -> None:
 
 
 async def create_token(settings: Settings, args: argparse.Namespace) -> int:
+    ingest = args.scope == credentials.INGEST_SCOPE
+    if ingest and args.channel is None:
+        raise InvalidInputError("an ingest token names its channel: --channel api|alertmanager")
+    if not ingest and args.channel is not None:
+        raise InvalidInputError(f"a {args.scope} token names no channel: drop --channel")
+    credentials.check_token_project(args.project, args.scope)
     db = await Database.open(settings.database_url, max_size=1)
     try:
-        token_id, token = await credentials.create_token(db, args.project, args.channel)
+        if ingest:
+            token_id, token = await credentials.create_token(db, args.project, args.channel)
+        else:
+            token_id, token = await credentials.create_management_token(
+                db, args.project, args.scope
+            )
     finally:
         await db.close()
+    what = args.channel if ingest else args.scope
     print(token)
     print(
-        f"token {token_id} for {args.project}/{args.channel}: store it now, it is not shown again",
+        f"token {token_id} for {args.project}/{what}: store it now, it is not shown again",
         file=sys.stderr,
     )
     return 0

@@ -130,6 +130,9 @@ class Demo:
             raise RuntimeError(f"awooop {' '.join(args[:3])} failed: {err.strip()[-300:]}")
         return out
 
+    def management_auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens['manage']}"}
+
     async def fetch(self, query: str, *args: Any) -> list[Any]:
         assert self.pg is not None
         return list(await self.pg.fetch(query, *args))
@@ -189,6 +192,9 @@ class Demo:
         for channel in ("api", "alertmanager"):
             out = await self.cli("tokens", "create", PROJECT, "--channel", channel)
             self.tokens[channel] = out.strip().splitlines()[0]
+        # The management routes (activation, approval) take a management token of the project.
+        out = await self.cli("tokens", "create", PROJECT, "--scope", "manage")
+        self.tokens["manage"] = out.strip().splitlines()[0]
         agent = await self.cli(
             "revisions",
             "create",
@@ -308,6 +314,7 @@ class Demo:
         response = await self.http.post(
             f"/v1/projects/{PROJECT}/contracts/policy_routing/default/activate",
             json={"revision_id": v2, "expected_revision_id": self.v1},
+            headers=self.management_auth(),
         )
         activated_at = time.time()
         if response.status_code != 200:
@@ -358,6 +365,7 @@ class Demo:
         response = await self.http.post(
             f"/v1/projects/{PROJECT}/runs/{approve_run}/approve",
             json={"token": found[approve_run], "actor": "demo"},
+            headers=self.management_auth(),
         )
         if response.status_code != 200:
             self.summary.problems.append(f"approve: HTTP {response.status_code} {response.text}")

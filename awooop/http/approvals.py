@@ -1,18 +1,24 @@
-"""Run control routes: approve, reject (R-14) and cancel.
+"""Run control routes: approve, reject (R-14), cancel and retry.
 
-    POST /v1/projects/{project_id}/runs/{run_id}/approve  {"token": "...", "actor": "alice"}
-    POST /v1/projects/{project_id}/runs/{run_id}/reject   {"token": "...", "reason": "..."}
-    POST /v1/projects/{project_id}/runs/{run_id}/cancel   {"actor": "ops", "reason": "..."}
+    POST /v1/projects/{project_id}/runs/{run_id}/approve  {"token": "...", "actor"?: "alice"}
+    POST /v1/projects/{project_id}/runs/{run_id}/reject   {"token": "...", "reason"?: "..."}
+    POST /v1/projects/{project_id}/runs/{run_id}/cancel   {"actor"?: "ops", "reason"?: "..."}
+    POST /v1/projects/{project_id}/runs/{run_id}/retry    {"attempts"?: 3, "actor"?: "ops"}
 
-Approve and reject are authorised by the single-use approval token itself (it is the
-capability the approver was handed). Cancel needs a bearer token of the project
-(``Authorization: Bearer awp_...``, as ``GET .../runs/{run_id}``; 401 E-AUTH-001 without),
-checked in the same tenant transaction as the cancel.
+Every route is a management route: ``Authorization: Bearer`` with a token of scope ``manage``
+for the project or ``admin`` (:mod:`awooop.http.auth`), checked before the body is read.
+Approve and reject also need the run's single-use approval token in the body (R-14: the
+approval token names the one request it answers and can be spent once; the bearer token says
+who may act on the project at all). The event records who acted: ``actor`` in the body (a
+person's name; default the token's identity) goes into the event, and the authenticated token
+(``<scope>-token:<token_id>``) into the event's metadata as ``actor``.
 
-Every answer is the run's state as JSON (200), or a catalog error: E-APPROVAL-001 (403,
-unknown token), E-APPROVAL-002 (410, expired), E-APPROVAL-003 (409, already used), E-RUN-001
-(409, not allowed in the run's state), E-RUN-003 (404), E-INPUT-001 (400, malformed body or
-project id), E-INPUT-003 (413). A refused request writes nothing.
+Every answer is the run's state as JSON (200), or a catalog error: E-AUTH-001 (401, missing or
+unknown bearer token), E-AUTH-002 (403, another project's token), E-AUTH-003 (403, not a
+management token), E-APPROVAL-001 (403, unknown approval token), E-APPROVAL-002 (410,
+expired), E-APPROVAL-003 (409, already used), E-RUN-001 (409, not allowed in the run's state),
+E-RUN-003 (404), E-INPUT-001 (400, malformed body or project id), E-INPUT-003 (413). A refused
+request writes nothing.
 """
 
 from __future__ import annotations
@@ -28,10 +34,8 @@ from starlette.routing import BaseRoute, Route
 
 from awooop.db import Connection
 from awooop.errors import InvalidInputError, RunNotFoundError
-from awooop.http.ingest import lowercase_headers, read_body
-from awooop.http.runs import TOKEN_HASH
-from awooop.ingest.auth import authenticate_bearer, bearer_token_id
-from awooop.ingest.common import StoredCredential
+from awooop.http.auth import Principal, require
+from awooop.http.ingest import read_body
 from awooop.ingest.credentials import check_project_id
 from awooop.runs import approvals, control
 from awooop.runs.approvals import Decision
@@ -39,17 +43,24 @@ from awooop.runs.state import RunState
 from awooop.services import Services
 
 PREFIX = "/v1/projects/{project_id}/runs/{run_id}"
+MAX_ACTOR = 200
+DEFAULT_RETRY_ATTEMPTS = 3
 
 
 class DecisionBody(msgspec.Struct, forbid_unknown_fields=True):
     token: str
-    actor: str = "api"
+    actor: str | None = None
     reason: str = ""
 
 
 class CancelBody(msgspec.Struct, forbid_unknown_fields=True):
-    actor: str = "api"
+    actor: str | None = None
     reason: str = ""
+
+
+class RetryBody(msgspec.Struct, forbid_unknown_fields=True):
+    attempts: int = DEFAULT_RETRY_ATTEMPTS
+    actor: str | None = None
 
 
 def run_view(state: RunState) -> dict[str, Any]:
@@ -65,6 +76,13 @@ def _decode(raw: bytes, kind: type[Any]) -> Any:
         raise InvalidInputError(f"invalid request body: {exc}") from None
 
 
+def _actor(named: str | None, principal: Principal) -> str:
+    actor = principal.actor if named is None else named
+    if not actor or len(actor) > MAX_ACTOR:
+        raise InvalidInputError(f"actor must be 1-{MAX_ACTOR} characters")
+    return actor
+
+
 def _ids(request: Request) -> tuple[str, uuid.UUID]:
     project_id = check_project_id(request.path_params["project_id"])
     try:
@@ -74,48 +92,63 @@ def _ids(request: Request) -> tuple[str, uuid.UUID]:
     return project_id, run_id
 
 
-async def authenticate(conn: Connection, headers: dict[str, str], project_id: str) -> None:
-    """A live bearer token of ``project_id`` (E-AUTH-001 otherwise), in the caller's tenant
-    transaction."""
-    token_id = bearer_token_id(headers)
-    token_hash = None if token_id is None else await conn.fetchval(TOKEN_HASH, token_id, project_id)
-    authenticate_bearer(headers, b"", StoredCredential(token_hash=token_hash))
+Action = Callable[[Connection, uuid.UUID, bytes, Principal], Awaitable[RunState]]
 
 
 def routes(services: Services) -> list[BaseRoute]:
     limit = services.settings.http_max_body_bytes
 
-    def decision_route(decision: Decision) -> Callable[[Request], Awaitable[Response]]:
+    def route(action: Action) -> Callable[[Request], Awaitable[Response]]:
+        """Authorise, read the body, then act in one tenant transaction of the project."""
+
         async def endpoint(request: Request) -> Response:
-            project_id, run_id = _ids(request)
-            body: DecisionBody = _decode(await read_body(request, limit), DecisionBody)
-            if len(body.actor) > 200 or len(body.reason) > control.MAX_REASON:
-                raise InvalidInputError("actor or reason too long")
+            project_id = check_project_id(request.path_params["project_id"])
+            principal = await require(services, request, project_id)
+            _, run_id = _ids(request)
+            raw = await read_body(request, limit)
             state = await services.db.in_tenant(
-                project_id,
-                lambda conn: approvals.decide(
-                    conn, run_id, body.token, decision, actor=body.actor, reason=body.reason
-                ),
+                project_id, lambda conn: action(conn, run_id, raw, principal)
             )
             return JSONResponse(run_view(state))
 
         return endpoint
 
-    async def cancel(request: Request) -> Response:
-        project_id, run_id = _ids(request)
-        headers = lowercase_headers(request)
-        raw = await read_body(request, limit)
+    def decide(decision: Decision) -> Action:
+        async def act(conn: Connection, run_id: uuid.UUID, raw: bytes, who: Principal) -> RunState:
+            body: DecisionBody = _decode(raw, DecisionBody)
+            if len(body.reason) > control.MAX_REASON:
+                raise InvalidInputError("reason too long")
+            return await approvals.decide(
+                conn,
+                run_id,
+                body.token,
+                decision,
+                actor=_actor(body.actor, who),
+                reason=body.reason,
+                metadata=who.metadata(),
+            )
 
-        async def act(conn: Connection) -> RunState:
-            await authenticate(conn, headers, project_id)
-            body: CancelBody = _decode(raw, CancelBody)
-            return await control.cancel(conn, run_id, actor=body.actor, reason=body.reason)
+        return act
 
-        state = await services.db.in_tenant(project_id, act)
-        return JSONResponse(run_view(state))
+    async def cancel(conn: Connection, run_id: uuid.UUID, raw: bytes, who: Principal) -> RunState:
+        body: CancelBody = _decode(raw, CancelBody)
+        return await control.cancel(
+            conn, run_id, actor=_actor(body.actor, who), reason=body.reason, metadata=who.metadata()
+        )
+
+    async def retry(conn: Connection, run_id: uuid.UUID, raw: bytes, who: Principal) -> RunState:
+        body: RetryBody = _decode(raw, RetryBody)
+        return await control.retry(
+            conn,
+            run_id,
+            actor=_actor(body.actor, who),
+            extra_attempts=body.attempts,
+            metadata=who.metadata(),
+        )
 
     return [
-        Route(PREFIX + "/approve", decision_route(Decision.APPROVED), methods=["POST"]),
-        Route(PREFIX + "/reject", decision_route(Decision.REJECTED), methods=["POST"]),
-        Route(PREFIX + "/cancel", cancel, methods=["POST"]),
+        Route(PREFIX + "/approve", route(decide(Decision.APPROVED)), methods=["POST"]),
+        Route(PREFIX + "/reject", route(decide(Decision.REJECTED)), methods=["POST"]),
+        Route(PREFIX + "/cancel", route(cancel), methods=["POST"]),
+        Route(PREFIX + "/retry", route(retry), methods=["POST"]),
     ]

@@ -11,9 +11,14 @@
 
 ``expected_revision_id`` is the optimistic check: present (a revision id, or null for "no
 active revision yet"), a different current revision answers 409 E-REVISION-002; absent, the
-activation applies to whatever is current. Handlers are thin (parse, call
-:class:`awooop.revisions.store.Revisions`, render) so that an authentication layer can wrap
-them; each is a plain ``async (Request) -> Response``.
+activation applies to whatever is current. Handlers are thin (authorise, parse, call
+:class:`awooop.revisions.store.Revisions`, render); each is a plain ``async (Request) ->
+Response``.
+
+Every route is a management route (:mod:`awooop.http.auth`): a bearer token with scope
+``manage`` of the project or ``admin`` (401 E-AUTH-001, 403 E-AUTH-002 / E-AUTH-003 otherwise,
+checked before the body is read). The token's identity (``<scope>-token:<token_id>``) is the
+actor of the revision events (in their metadata and in ``RevisionActivated.actor``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from awooop.errors import InvalidInputError, PayloadTooLargeError, RevisionNotFoundError
+from awooop.http.auth import Principal, require
 from awooop.revisions.store import ANY, Activation, Expected, Revisions
 from awooop.services import Services
 
@@ -92,16 +98,18 @@ def routes(services: Services) -> list[BaseRoute]:
     revisions = Revisions(services.db)
     limit = services.settings.http_max_body_bytes
 
-    def path(request: Request) -> tuple[str, str, str]:
+    async def path(request: Request) -> tuple[str, str, str, Principal]:
         p = request.path_params
-        return p["project_id"], p["family"], p["contract_id"]
+        principal = await require(services, request, p["project_id"])
+        return p["project_id"], p["family"], p["contract_id"], principal
 
     async def list_contracts(request: Request) -> Response:
         project_id = request.path_params["project_id"]
+        await require(services, request, project_id)
         return json_response({"contracts": await revisions.contracts(project_id)})
 
     async def show_contract(request: Request) -> Response:
-        project_id, family, contract_id = path(request)
+        project_id, family, contract_id, _who = await path(request)
         listed = await revisions.revisions(project_id, family, contract_id)
         active = next((r.revision_id for r in listed if r.active), None)
         return json_response(
@@ -115,13 +123,13 @@ def routes(services: Services) -> list[BaseRoute]:
         )
 
     async def create_revision(request: Request) -> Response:
-        project_id, family, contract_id = path(request)
+        project_id, family, contract_id, who = await path(request)
         payload = await read_json(request, CreateRequest, limit)
-        revision = await revisions.create(project_id, family, contract_id, payload.body, "api")
+        revision = await revisions.create(project_id, family, contract_id, payload.body, who.actor)
         return json_response(revision, status_code=201)
 
     async def show_revision(request: Request) -> Response:
-        project_id, family, contract_id = path(request)
+        project_id, family, contract_id, _who = await path(request)
         revision_id = _revision_id(request.path_params["revision_id"])
         revision = await revisions.get(project_id, revision_id)
         if (revision.contract_family, revision.contract_id) != (family, contract_id):
@@ -129,7 +137,7 @@ def routes(services: Services) -> list[BaseRoute]:
         return json_response(revision)
 
     async def activate(request: Request) -> Response:
-        project_id, family, contract_id = path(request)
+        project_id, family, contract_id, who = await path(request)
         payload = await read_json(request, ActivateRequest, limit)
         activation = await revisions.activate(
             project_id,
@@ -137,12 +145,12 @@ def routes(services: Services) -> list[BaseRoute]:
             contract_id,
             payload.revision_id,
             expected=_expected(payload.expected_revision_id),
-            actor="api",
+            actor=who.actor,
         )
         return json_response(_activation(activation))
 
     async def rollback(request: Request) -> Response:
-        project_id, family, contract_id = path(request)
+        project_id, family, contract_id, who = await path(request)
         payload = await read_json(request, RollbackRequest, limit)
         activation = await revisions.rollback(
             project_id,
@@ -150,7 +158,7 @@ def routes(services: Services) -> list[BaseRoute]:
             contract_id,
             to_revision_id=payload.to_revision_id,
             expected=_expected(payload.expected_revision_id),
-            actor="api",
+            actor=who.actor,
         )
         return json_response(_activation(activation))
 

@@ -1,10 +1,11 @@
 """``GET /v1/projects/{project_id}/runs/{run_id}``: a run's current state, tenant-scoped.
 
-The caller shows a bearer token of the project (any live token of it, for example the API
-channel's), looked up and read in a tenant transaction of the project in the path: row-level
-security hides every other project's rows, so another project's run is 404 E-RUN-003 exactly
-like a run that does not exist. (The management routes and their scopes come later; this
-route takes the project's ingest tokens so that an API client can follow its own runs.)
+A management route: the caller shows a bearer token with scope ``manage`` of the project or
+``admin`` (:mod:`awooop.http.auth`; 401 E-AUTH-001 / 403 E-AUTH-002, E-AUTH-003). The run is
+read in a tenant transaction of the project in the path: row-level security hides every other
+project's rows, so another project's run is 404 E-RUN-003 exactly like a run that does not
+exist. The run changing routes (approve, reject, cancel, retry) are in
+:mod:`awooop.http.approvals`.
 """
 
 from __future__ import annotations
@@ -16,22 +17,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.db import Connection
 from awooop.errors import RunNotFoundError
-from awooop.http.ingest import json_response, lowercase_headers
-from awooop.ingest.auth import authenticate_bearer, bearer_token_id
-from awooop.ingest.common import StoredCredential
+from awooop.http.auth import require
+from awooop.http.ingest import json_response
 from awooop.ingest.credentials import check_project_id
 from awooop.runs import store
 from awooop.runs.state import RunState
 from awooop.services import Services
-
-# --- SQL -------------------------------------------------------------------------------------
-
-TOKEN_HASH = """
-SELECT token_hash FROM awooop_api_tokens
-WHERE token_id = $1 AND project_id = $2 AND revoked_at IS NULL
-"""
 
 
 def run_body(state: RunState) -> dict[str, object]:
@@ -42,25 +34,14 @@ def run_body(state: RunState) -> dict[str, object]:
 def routes(services: Services) -> list[BaseRoute]:
     async def get_run(request: Request) -> Response:
         project_id = check_project_id(request.path_params["project_id"])
-        headers = lowercase_headers(request)
+        await require(services, request, project_id)
         try:
             run_id = uuid.UUID(request.path_params["run_id"])
         except ValueError:
-            run_id = None
-
-        async def read(conn: Connection) -> RunState | None:
-            token_id = bearer_token_id(headers)
-            token_hash = (
-                None
-                if token_id is None
-                else (await conn.fetchval(TOKEN_HASH, token_id, project_id))
-            )
-            authenticate_bearer(headers, b"", StoredCredential(token_hash=token_hash))
-            return None if run_id is None else await store.load(conn, run_id)
-
-        state = await services.db.in_tenant(project_id, read)
+            raise RunNotFoundError(run_id=request.path_params["run_id"][:64]) from None
+        state = await services.db.in_tenant(project_id, lambda conn: store.load(conn, run_id))
         if state is None:
-            raise RunNotFoundError(run_id=request.path_params["run_id"][:64])
+            raise RunNotFoundError(run_id=run_id)
         return json_response(run_body(state), 200)
 
     return [Route("/v1/projects/{project_id}/runs/{run_id}", get_run, methods=["GET"])]

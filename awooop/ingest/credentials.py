@@ -17,12 +17,16 @@ from awooop.errors import InvalidInputError, UnknownChannelError
 from awooop.ingest import ADAPTERS
 from awooop.ingest.auth import new_token
 from awooop.ingest.common import AuthKind
+from awooop.loops import PLATFORM_PROJECT
 
 PROJECT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 CONTRACT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 TELEGRAM_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what setWebhook's secret_token allows
 MAX_SECRET_LENGTH = 1024
 INGEST_SCOPE = "ingest"
+MANAGE_SCOPE = "manage"  # the management routes of the token's own project
+ADMIN_SCOPE = "admin"  # the management routes of every project; a token of PLATFORM_PROJECT
+SCOPES = (INGEST_SCOPE, MANAGE_SCOPE, ADMIN_SCOPE)
 
 # --- SQL -------------------------------------------------------------------------------------
 
@@ -63,6 +67,26 @@ def check_project_id(project_id: str) -> str:
             project_id=project_id[:80],
         )
     return project_id
+
+
+def check_token_project(project_id: str, scope: str) -> str:
+    """A project that may hold a token of ``scope``: admin tokens belong to the platform
+    project, every other token to an ordinary project."""
+    if scope == ADMIN_SCOPE:
+        if project_id != PLATFORM_PROJECT:
+            raise InvalidInputError(
+                f"an admin token belongs to the platform project: "
+                f"awooop tokens create {PLATFORM_PROJECT} --scope admin"
+            )
+        return project_id
+    if project_id == PLATFORM_PROJECT:
+        raise InvalidInputError(f"project {PLATFORM_PROJECT} holds admin tokens only")
+    return check_project_id(project_id)
+
+
+def check_listed_project(project_id: str) -> str:
+    """A project whose tokens may be listed or revoked (the platform project included)."""
+    return project_id if project_id == PLATFORM_PROJECT else check_project_id(project_id)
 
 
 def check_contract_id(contract_id: str) -> str:
@@ -148,7 +172,7 @@ async def list_channels(db: Database, project_id: str) -> list[ChannelInfo]:
 
 async def create_token(db: Database, project_id: str, channel_type: str) -> tuple[str, str]:
     """A new ingest token for the project's channel: (token_id, token). Shown once."""
-    check_project_id(project_id)
+    check_token_project(project_id, INGEST_SCOPE)
     check_channel(channel_type, AuthKind.BEARER)
     token_id, token, token_hash = new_token()
     async with db.tenant(project_id) as conn:
@@ -158,15 +182,27 @@ async def create_token(db: Database, project_id: str, channel_type: str) -> tupl
     return token_id, token
 
 
+async def create_management_token(db: Database, project_id: str, scope: str) -> tuple[str, str]:
+    """A new management token (``manage`` for the project, ``admin`` for the platform
+    project): (token_id, token). Shown once."""
+    if scope not in (MANAGE_SCOPE, ADMIN_SCOPE):
+        raise InvalidInputError(f"scope must be {MANAGE_SCOPE} or {ADMIN_SCOPE}")
+    check_token_project(project_id, scope)
+    token_id, token, token_hash = new_token()
+    async with db.tenant(project_id) as conn:
+        await conn.execute(INSERT_TOKEN, token_id, project_id, scope, None, token_hash)
+    return token_id, token
+
+
 async def list_tokens(db: Database, project_id: str) -> list[TokenInfo]:
-    check_project_id(project_id)
+    check_listed_project(project_id)
     async with db.tenant(project_id) as conn:
         rows = await conn.fetch(LIST_TOKENS, project_id)
     return [TokenInfo(**dict(r.items())) for r in rows]
 
 
 async def revoke_token(db: Database, project_id: str, token_id: str) -> bool:
-    check_project_id(project_id)
+    check_listed_project(project_id)
     async with db.tenant(project_id) as conn:
         status = await conn.execute(REVOKE_TOKEN, project_id, token_id)
     return bool(status == "UPDATE 1")

@@ -23,6 +23,7 @@ CANCEL_CHANNEL = "awooop_run_cancelled"
 NOTIFY_CANCEL = "SELECT pg_notify($1, $2)"
 
 MAX_REASON = 2000
+MAX_EXTRA_ATTEMPTS = 1000
 
 
 def _check_text(name: str, value: str, limit: int) -> str:
@@ -59,8 +60,8 @@ async def retry(
 ) -> RunState:
     """Send a FAILED run back to PENDING with ``extra_attempts`` more attempts."""
     _check_text("actor", actor, 200)
-    if extra_attempts < 1:
-        raise InvalidInputError("extra attempts must be a positive integer")
+    if not 1 <= extra_attempts <= MAX_EXTRA_ATTEMPTS:
+        raise InvalidInputError(f"extra attempts must be between 1 and {MAX_EXTRA_ATTEMPTS}")
     return await store.record(
         conn,
         run_id,

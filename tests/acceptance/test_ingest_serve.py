@@ -93,6 +93,9 @@ def provision(env: dict[str, str]) -> dict[str, str]:
         assert result.returncode == 0, result.stderr
         creds[channel] = result.stdout.strip()
         assert creds[channel].startswith("awp_") and "\n" not in creds[channel]
+    result = cli(env, "tokens", "create", PROJECT, "--scope", "manage")
+    assert result.returncode == 0, result.stderr
+    creds["manage"] = result.stdout.strip()
     return creds
 
 
@@ -106,6 +109,15 @@ def test_cli_refusals_are_one_line_errors(env: dict[str, str]) -> None:
     assert (result.returncode, result.stderr.split(":")[0]) == (1, "error E-INPUT-001")
     result = cli(env, "tokens", "revoke", PROJECT, "0123456789abcdef")
     assert (result.returncode, result.stderr.split(":")[0]) == (1, "error E-INPUT-001")
+    result = cli(env, "tokens", "create", PROJECT, "--scope", "admin")
+    assert result.stderr.startswith("error E-INPUT-001: an admin token belongs to the platform")
+    result = cli(env, "tokens", "create", PROJECT, "--scope", "manage", "--channel", "api")
+    assert (result.returncode, result.stderr.split(":")[0]) == (1, "error E-INPUT-001")
+    result = cli(env, "tokens", "create", PROJECT)
+    assert result.stderr.startswith("error E-INPUT-001: an ingest token names its channel")
+    result = cli(env, "tokens", "create", "__platform__", "--scope", "admin")
+    assert result.returncode == 0 and result.stdout.startswith("awp_"), result.stderr
+    assert "admin" in cli(env, "tokens", "list", "__platform__").stdout
 
 
 def test_serve_ingests_every_channel_and_stops_cleanly(env: dict[str, str], tmp_path: Path) -> None:
@@ -114,8 +126,9 @@ def test_serve_ingests_every_channel_and_stops_cleanly(env: dict[str, str], tmp_
     assert listed.returncode == 0 and "telegram" in listed.stdout
     assert all(secret not in listed.stdout for secret in SECRETS.values())
     tokens = cli(env, "tokens", "list", PROJECT)
-    assert tokens.stdout.count("ingest") == 2
-    assert all(creds[c] not in tokens.stdout for c in ("api", "alertmanager"))
+    scopes = [line.split()[1] for line in tokens.stdout.splitlines()[1:]]
+    assert sorted(scopes) == ["ingest", "ingest", "manage"]
+    assert all(creds[c] not in tokens.stdout for c in ("api", "alertmanager", "manage"))
 
     log = tmp_path / "serve.log"
     with serve(env, log) as (process, url):
@@ -147,9 +160,12 @@ def test_serve_ingests_every_channel_and_stops_cleanly(env: dict[str, str], tmp_
                 assert sorted(r.status_code for r in responses) == [200] * 99 + [202]
                 (run_id,) = {r.json()["run_ids"][0] for r in responses}
 
-                auth = {"Authorization": f"Bearer {creds['api']}"}
+                auth = {"Authorization": f"Bearer {creds['manage']}"}
                 run = await client.get(f"/v1/projects/{PROJECT}/runs/{run_id}", headers=auth)
                 assert (run.status_code, run.json()["status"]) == (200, "PENDING")
+                ingest_auth = {"Authorization": f"Bearer {creds['api']}"}
+                run = await client.get(f"/v1/projects/{PROJECT}/runs/{run_id}", headers=ingest_auth)
+                assert (run.status_code, run.json()["code"]) == (403, "E-AUTH-003")
 
                 big = sign(fresh("api"), creds["api"])
                 big.payload["padding"] = "x" * (1024 * 1024)

@@ -27,18 +27,23 @@ def test_up_runs_an_event_to_completion_and_stops_cleanly(
         "AWOOOP_RELAY_POLL_INTERVAL_S": "0.2",
         "AWOOOP_HTTP_DB_POOL_SIZE": "4",
     }
-    token = (
-        subprocess.run(
-            [sys.executable, "-m", "awooop.cli", "tokens", "create", "p-up", "--channel", "api"],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
+
+    def create_token(*how: str) -> str:
+        return (
+            subprocess.run(
+                [sys.executable, "-m", "awooop.cli", "tokens", "create", "p-up", *how],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=60,
+            )
+            .stdout.strip()
+            .splitlines()[0]
         )
-        .stdout.strip()
-        .splitlines()[0]
-    )
+
+    token = create_token("--channel", "api")
+    manage = create_token("--scope", "manage")  # reading a run is a management route
     port = free_port()
     log = tmp_path / "up.log"
     with log.open("w") as out:
@@ -73,7 +78,7 @@ def test_up_runs_an_event_to_completion_and_stops_cleanly(
         while time.monotonic() < deadline and status != "COMPLETED":
             got = httpx.get(
                 f"{base}/v1/projects/p-up/runs/{run_id}",
-                headers={"Authorization": f"Bearer {token}"},
+                headers={"Authorization": f"Bearer {manage}"},
                 timeout=5,
             )
             status = got.json().get("status") if got.status_code == 200 else None

@@ -307,7 +307,18 @@ async def test_approvals_through_the_cli(
         await wait_until(both_notified, 30, "both tokens handed to the notifier")
         tickets = {t["run_id"]: t for t in read_effects(effects_file + ".tickets")}
         token = tickets[str(approved)]["token"]
-        ok = cli(quick, "runs", "approve", P, str(approved), "--token", token, "--actor", "alice")
+        ok = cli(
+            quick,
+            "runs",
+            "approve",
+            P,
+            str(approved),
+            "--token",
+            token,
+            "--actor",
+            "alice",
+            "--json",
+        )
         assert ok.returncode == 0, ok.stderr
         assert msgspec.json.decode(ok.stdout)["status"] == "RESUMED"
         again = cli(quick, "runs", "approve", P, str(approved), "--token", token)

@@ -267,25 +267,38 @@ async def test_projects_do_not_share_keys_or_credentials(ingest: Ingest) -> None
 async def test_get_run_is_tenant_scoped(ingest: Ingest) -> None:
     created = await ingest.post(fresh("telegram"))
     run_id = created.json()["run_ids"][0]
-    auth = {"Authorization": f"Bearer {ingest.creds['api']}"}
+    _, mine = await credentials.create_management_token(ingest.db, PROJECT, "manage")
+    _, theirs = await credentials.create_management_token(ingest.db, OTHER_PROJECT, "manage")
+    auth = {"Authorization": f"Bearer {mine}"}
     response = await ingest.client.get(f"/v1/projects/{PROJECT}/runs/{run_id}", headers=auth)
     assert response.status_code == 200
     assert response.json()["run_id"] == run_id
     assert response.json()["status"] == "PENDING"
 
-    other_auth = {"Authorization": f"Bearer {ingest.other_creds['api']}"}
+    other_auth = {"Authorization": f"Bearer {theirs}"}
     response = await ingest.client.get(
         f"/v1/projects/{OTHER_PROJECT}/runs/{run_id}", headers=other_auth
     )
     assert response.status_code == 404
     assert response.json()["code"] == "E-RUN-003"
-    # p1's token on p2's path, no token, a bad id:
+    # p1's token on p2's path, an ingest token, no token, a bad id:
     response = await ingest.client.get(f"/v1/projects/{OTHER_PROJECT}/runs/{run_id}", headers=auth)
-    assert response.status_code == 401
+    assert (response.status_code, response.json()["code"]) == (403, "E-AUTH-002")
+    ingest_auth = {"Authorization": f"Bearer {ingest.creds['api']}"}
+    response = await ingest.client.get(f"/v1/projects/{PROJECT}/runs/{run_id}", headers=ingest_auth)
+    assert (response.status_code, response.json()["code"]) == (403, "E-AUTH-003")
     response = await ingest.client.get(f"/v1/projects/{PROJECT}/runs/{run_id}")
-    assert response.status_code == 401
+    assert (response.status_code, response.json()["code"]) == (401, "E-AUTH-001")
     response = await ingest.client.get(f"/v1/projects/{PROJECT}/runs/not-a-uuid", headers=auth)
     assert (response.status_code, response.json()["code"]) == (404, "E-RUN-003")
+
+
+async def test_a_management_token_is_not_an_ingest_token(ingest: Ingest) -> None:
+    _, manage = await credentials.create_management_token(ingest.db, PROJECT, "manage")
+    before = await counts(ingest.db)
+    response = await ingest.post(sign(fresh("api"), manage), signed=False)
+    assert (response.status_code, response.json()["code"]) == (401, "E-AUTH-001")
+    assert await counts(ingest.db) == before
 
 
 async def test_a_revoked_token_is_refused_once_the_config_cache_ages_out(

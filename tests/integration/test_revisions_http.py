@@ -11,6 +11,8 @@ import pytest
 
 from awooop.config import Settings
 from awooop.http.app import create_app
+from awooop.ingest import credentials
+from awooop.loops import PLATFORM_PROJECT
 from awooop.services import Services
 
 BASE = "/v1/projects/p1/contracts"
@@ -23,7 +25,11 @@ async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     services = await Services.open(small, db_pool_size=2)
     app = create_app(services)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://awooop") as http:
+    # The contract routes are management routes: an admin token acts on p1 and p2 alike.
+    _, admin = await credentials.create_management_token(services.db, PLATFORM_PROJECT, "admin")
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://awooop", headers={"authorization": f"Bearer {admin}"}
+    ) as http:
         yield http
     await services.close()
 

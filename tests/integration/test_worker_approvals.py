@@ -149,7 +149,10 @@ async def client(settings: Settings, db: Database) -> AsyncIterator[httpx.AsyncC
         keys=Keys(settings.redis_key_prefix, settings.shard_count),
     )
     transport = httpx.ASGITransport(app=create_app(services))
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+    _, manage = await credentials.create_management_token(db, P, "manage")  # the project's
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://test", headers={"authorization": f"Bearer {manage}"}
+    ) as http:
         yield http
     await services.redis.aclose()
 
@@ -198,23 +201,27 @@ async def test_http_expired_and_unknown_run(db: Database, client: httpx.AsyncCli
     assert msgspec.json.decode(late.content)["message"]
 
 
-async def test_http_cancel_needs_a_bearer_token_of_the_project(
+async def test_http_cancel_needs_a_management_token_of_the_project(
     db: Database, client: httpx.AsyncClient
 ) -> None:
     [run_id] = await create_runs(db, P)
-    _, token = await credentials.create_token(db, P, "api")
-    _, foreign = await credentials.create_token(db, "other-project", "api")
+    _, ingest = await credentials.create_token(db, P, "api")
+    _, foreign = await credentials.create_management_token(db, "other-project", "manage")
     url = f"/v1/projects/{P}/runs/{run_id}/cancel"
-    for headers in ({}, {"authorization": f"Bearer {foreign}"}, {"authorization": "Bearer x"}):
-        refused = await client.post(url, json={"reason": "stop"}, headers=headers)
-        assert (refused.status_code, refused.json()["code"]) == (401, "E-AUTH-001")
+    for auth, status, code in (
+        ("", 401, "E-AUTH-001"),
+        ("Bearer x", 401, "E-AUTH-001"),
+        (f"Bearer {ingest}", 403, "E-AUTH-003"),
+        (f"Bearer {foreign}", 403, "E-AUTH-002"),
+    ):
+        refused = await client.post(url, json={"reason": "stop"}, headers={"authorization": auth})
+        assert (refused.status_code, refused.json()["code"]) == (status, code), auth
     assert (await load(db, P, run_id)).status == "PENDING"
-    auth = {"authorization": f"Bearer {token}"}
-    bad = await client.post(url, content=b"[", headers=auth)
+    bad = await client.post(url, content=b"[")
     assert (bad.status_code, bad.json()["code"]) == (400, "E-INPUT-001")
-    done = await client.post(url, json={"actor": "ops", "reason": "stop"}, headers=auth)
+    done = await client.post(url, json={"actor": "ops", "reason": "stop"})
     assert done.status_code == 200 and done.json()["status"] == "CANCELLED"
     assert done.json()["failure_reason"] == "stop"
-    again = await client.post(url, json={}, headers=auth)
+    again = await client.post(url, json={})
     assert (again.status_code, again.json()["code"]) == (409, "E-RUN-001")
     assert (await event_types(db, P, run_id))[-1] == "RunCancelled"

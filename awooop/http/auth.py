@@ -1,0 +1,117 @@
+"""Authorisation of the management routes: a bearer token with a management scope.
+
+Every route under ``/v1/projects/{project_id}/runs/...`` and ``.../contracts...`` calls
+:func:`require` before it reads the body or touches a row:
+
+- no ``Authorization: Bearer awp_...`` header, a malformed token, an unknown or revoked one:
+  401 E-AUTH-001;
+- a live token whose scope is not a management scope (an ``ingest`` token of a channel):
+  403 E-AUTH-003;
+- a ``manage`` token of another project: 403 E-AUTH-002;
+- a ``manage`` token of the project in the path, or an ``admin`` token (they belong to the
+  platform project ``__platform__``): allowed.
+
+Tokens are created with ``awooop tokens create PROJECT --scope manage`` and
+``awooop tokens create __platform__ --scope admin``. The lookup reads the token row by its id on
+the platform role, because an admin token is not a row of the project in the path (row-level
+security would hide it). The caller's identity, :attr:`Principal.actor`
+(``<scope>-token:<token_id>``), goes into the metadata of every event the request writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+
+from awooop.db import Connection
+from awooop.errors import AuthenticationError, ProjectForbiddenError, ScopeForbiddenError
+from awooop.http.ingest import lowercase_headers
+from awooop.ingest.auth import equal, hash_secret, parse_token, presented_token
+from awooop.ingest.common import Headers
+from awooop.ingest.credentials import ADMIN_SCOPE, MANAGE_SCOPE
+from awooop.services import Services
+
+# --- SQL -------------------------------------------------------------------------------------
+
+LOOKUP = """
+SELECT project_id, scope, token_hash FROM awooop_api_tokens
+WHERE token_id = $1 AND revoked_at IS NULL
+"""
+
+TOKEN_FAILED = "authentication failed: unknown or revoked bearer token"  # noqa: S105 - a message
+
+
+class StoredToken(msgspec.Struct, frozen=True):
+    project_id: str
+    scope: str
+    token_hash: str
+
+
+class Principal(msgspec.Struct, frozen=True):
+    """Who a management request acts as."""
+
+    token_id: str
+    project_id: str
+    scope: str
+
+    @property
+    def actor(self) -> str:
+        return f"{self.scope}-token:{self.token_id}"
+
+    def metadata(self) -> dict[str, Any]:
+        """The event metadata that records this caller."""
+        return {"actor": self.actor}
+
+
+# --- pure ------------------------------------------------------------------------------------
+
+
+def authorize(headers: Headers, stored: StoredToken | None, project_id: str) -> Principal:
+    """The principal of the request's bearer token for ``project_id``, or a refusal.
+
+    ``stored`` is the live row of the token id the header names (None: no such live token)."""
+    token = presented_token(headers)
+    if token is None:
+        raise AuthenticationError(
+            "missing bearer token (Authorization: Bearer awp_...): the management routes need "
+            "a token with scope manage or admin"
+        )
+    parsed = parse_token(token)
+    if parsed is None:
+        raise AuthenticationError("malformed bearer token")
+    if stored is None or not equal(hash_secret(parsed[1]), stored.token_hash):
+        raise AuthenticationError(TOKEN_FAILED)
+    principal = Principal(token_id=parsed[0], project_id=stored.project_id, scope=stored.scope)
+    if stored.scope == ADMIN_SCOPE:
+        return principal
+    if stored.scope != MANAGE_SCOPE:
+        raise ScopeForbiddenError(
+            f"a token with scope {stored.scope} cannot use the management routes "
+            f"(awooop tokens create PROJECT --scope {MANAGE_SCOPE})"
+        )
+    if stored.project_id != project_id:
+        raise ProjectForbiddenError(
+            f"this management token belongs to project {stored.project_id}, not {project_id}"
+        )
+    return principal
+
+
+# --- I/O -------------------------------------------------------------------------------------
+
+
+async def lookup(conn: Connection, headers: Headers) -> StoredToken | None:
+    token = presented_token(headers)
+    parsed = None if token is None else parse_token(token)
+    if parsed is None:
+        return None
+    row = await conn.fetchrow(LOOKUP, parsed[0])
+    return None if row is None else StoredToken(**dict(row.items()))
+
+
+async def require(services: Services, request: Request, project_id: str) -> Principal:
+    """Authorise ``request`` for ``project_id`` (see the module docstring) or raise."""
+    headers = lowercase_headers(request)
+    stored = await services.db.in_platform(lambda conn: lookup(conn, headers))
+    return authorize(headers, stored, project_id)
