@@ -57,6 +57,22 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "s",
             ),
             (
+                "Ingest group commit: deliveries per statement",
+                [
+                    (
+                        "sum(rate(awooop_ingest_batch_deliveries_sum[5m])) / "
+                        "sum(rate(awooop_ingest_batch_deliveries_count[5m]))",
+                        "mean",
+                    ),
+                    (
+                        "histogram_quantile(0.95, sum by (le) "
+                        "(rate(awooop_ingest_batch_deliveries_bucket[5m])))",
+                        "p95",
+                    ),
+                ],
+                "short",
+            ),
+            (
                 "Expired dedupe rows deleted per second",
                 [("sum(rate(awooop_dedupe_expired_total[5m]))", "deleted")],
                 "ops",
