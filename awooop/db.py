@@ -37,6 +37,9 @@ APP_ROLE = "awooop_app"
 PLATFORM_ROLE = "awooop_platform"
 
 SET_TENANT = "SELECT set_config('awooop.project_id', $1, true)"
+# For connections dedicated to one tenant path (ingest sessions, the pointer check) that keep
+# the project at session level and only change it when the next use is for another project.
+SET_SESSION_TENANT = "SELECT set_config('awooop.project_id', $1, false)"
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode

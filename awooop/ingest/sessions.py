@@ -26,10 +26,15 @@ from typing import Any, cast
 
 import asyncpg
 
-from awooop.db import APP_ROLE, CONNECTION_ERRORS, Connection, Pool, init_connection
+from awooop.db import (
+    APP_ROLE,
+    CONNECTION_ERRORS,
+    SET_SESSION_TENANT,
+    Connection,
+    Pool,
+    init_connection,
+)
 from awooop.errors import DatabaseUnavailableError
-
-SET_SESSION_TENANT = "SELECT set_config('awooop.project_id', $1, false)"
 
 
 class TenantConnection(asyncpg.Connection):

@@ -1,15 +1,28 @@
 """The active-pointer check (R-24): one prepared statement, one round trip.
 
-Each call is ``SELECT * FROM awooop_pointer_check($1, $2, $3, $4)`` (migration 0030) on a
-dedicated ``awooop_app`` connection in autocommit mode: the function sets the tenant itself,
-so row-level security holds without BEGIN/SET/COMMIT round trips. Several contracts of one
-call go in one query (arrays, ``unnest``); the body of the active revision comes back only
-for contracts whose cached revision differs, so a miss costs no second round trip either.
+The check runs on ``size`` dedicated ``awooop_app`` connections
+(``AWOOOP_POINTER_CHECK_CONNECTIONS``) in autocommit mode, with both statements prepared
+once per connection. Each connection keeps the tenant (``awooop.project_id``) at session
+level, set when it is first used for a project and changed only when a call is for another
+project (one extra round trip then; an idle connection already on the call's project is
+preferred), so row-level security holds without BEGIN/SET/COMMIT round trips. These
+connections are used only here, and every use sets or checks the project first, so a
+forgotten setting cannot leak (the same rule as :mod:`awooop.ingest.sessions`).
+
+- One contract (every LLM call of the example handler): :data:`POINTER_CHECK_ONE`, a
+  primary-key probe of ``awooop_active_revisions``; the active revision's body comes back
+  only when it differs from the cached revision (OFFSET 0 keeps the lateral subquery a
+  one-time filter, so a cache hit never touches ``awooop_contract_revisions``). No row means
+  the contract has no active revision.
+- Several contracts of one call: :data:`POINTER_CHECK_MANY`, the same per contract over
+  ``unnest`` in one query.
 
 Why not the process's asyncpg pool: its release runs a reset query (one more round trip per
-use) and its acquire path costs about as much as the query itself. This keeps ``size`` plain
-connections (``AWOOOP_POINTER_CHECK_CONNECTIONS``) with the statement prepared once each.
-A connection that fails in any way is closed and replaced on next use.
+use) and its acquire path costs about as much as the query itself. Why not 0030's
+``awooop_pointer_check`` function (it sets the tenant transaction-locally on each call):
+plpgsql and the two ``set_config`` calls cost about three times the probe itself
+(ops/bench/revisions.py). A connection that fails in any way is closed and replaced on next
+use.
 """
 
 from __future__ import annotations
@@ -22,15 +35,44 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from awooop.db import APP_ROLE, CONNECTION_ERRORS, connect
+from awooop.db import APP_ROLE, CONNECTION_ERRORS, SET_SESSION_TENANT, connect
 from awooop.errors import DatabaseUnavailableError
 
 # --- SQL -----------------------------------------------------------------------------------
 
-POINTER_CHECK = (
-    "SELECT o_family, o_contract, o_active, o_body, o_body_hash "
-    "FROM awooop_pointer_check($1, $2, $3, $4)"
-)
+# $1 project, $2 family, $3 contract, $4 the cached revision (or NULL).
+POINTER_CHECK_ONE = """
+SELECT a.active_revision_id, r.body, r.body_hash
+FROM awooop_active_revisions a
+LEFT JOIN LATERAL (
+    SELECT cr.body, cr.body_hash
+    FROM awooop_contract_revisions cr
+    WHERE cr.revision_id = a.active_revision_id
+      AND a.active_revision_id IS DISTINCT FROM $4
+    OFFSET 0
+) r ON true
+WHERE a.project_id = $1 AND a.contract_family = $2 AND a.contract_id = $3
+"""
+
+# $1 project, $2 families, $3 contracts, $4 cached revisions: one row per contract, in order.
+POINTER_CHECK_MANY = """
+SELECT k.family, k.contract, a.active_revision_id, r.body, r.body_hash
+FROM unnest($2::text[], $3::text[], $4::uuid[]) WITH ORDINALITY AS k (family, contract, cached, ord)
+LEFT JOIN LATERAL (
+    SELECT ar.active_revision_id
+    FROM awooop_active_revisions ar
+    WHERE ar.project_id = $1 AND ar.contract_family = k.family AND ar.contract_id = k.contract
+    OFFSET 0
+) a ON true
+LEFT JOIN LATERAL (
+    SELECT cr.body, cr.body_hash
+    FROM awooop_contract_revisions cr
+    WHERE cr.revision_id = a.active_revision_id
+      AND a.active_revision_id IS DISTINCT FROM k.cached
+    OFFSET 0
+) r ON true
+ORDER BY k.ord
+"""
 
 
 # A connection in any of these states is discarded; the statement is read-only, so retrying it
@@ -54,9 +96,11 @@ class Pointer(msgspec.Struct, frozen=True):
 
 
 class _Conn:
-    def __init__(self, conn: Any, statement: Any) -> None:
+    def __init__(self, conn: Any, one: Any, many: Any) -> None:
         self.conn = conn
-        self.statement = statement
+        self.one = one
+        self.many = many
+        self.project: str | None = None  # the session's awooop.project_id
 
 
 class PointerChecker:
@@ -70,11 +114,12 @@ class PointerChecker:
     async def _open(self) -> _Conn:
         conn = await connect(self.database_url, role=APP_ROLE)
         try:
-            statement = await conn.prepare(POINTER_CHECK)
+            one = await conn.prepare(POINTER_CHECK_ONE)
+            many = await conn.prepare(POINTER_CHECK_MANY)
         except BaseException:
             conn.terminate()
             raise
-        return _Conn(conn, statement)
+        return _Conn(conn, one, many)
 
     async def warm(self) -> None:
         """Open one connection ahead of the first call."""
@@ -95,15 +140,14 @@ class PointerChecker:
         E-DB-001."""
         if self._closed:
             raise DatabaseUnavailableError("the pointer checker is closed")
-        args = ([c[0] for c in contracts], [c[1] for c in contracts], list(cached))
         async with self._slots:
             for attempt in (1, 2):
-                slot = await self._take()
+                slot = await self._take(project_id)
                 ok = False
                 try:
-                    rows = await slot.statement.fetch(project_id, *args)
+                    result = await self._check(slot, project_id, contracts, cached)
                     ok = True
-                    return [Pointer(*row) for row in rows]
+                    return result
                 except BROKEN_CONNECTION as exc:
                     if attempt == 2:
                         raise DatabaseUnavailableError(f"pointer check failed: {exc}") from exc
@@ -114,7 +158,36 @@ class PointerChecker:
                         slot.conn.terminate()
         raise AssertionError("unreachable")
 
-    async def _take(self) -> _Conn:
+    @staticmethod
+    async def _check(
+        slot: _Conn,
+        project_id: str,
+        contracts: Sequence[tuple[str, str]],
+        cached: Sequence[uuid.UUID | None],
+    ) -> list[Pointer]:
+        if slot.project != project_id:
+            slot.project = None  # unknown until the statement has succeeded
+            await slot.conn.execute(SET_SESSION_TENANT, project_id)
+            slot.project = project_id
+        if len(contracts) == 1:
+            ((family, contract),) = contracts
+            row = await slot.one.fetchrow(project_id, family, contract, cached[0])
+            if row is None:
+                return [Pointer(family, contract, None, None, None)]
+            return [Pointer(family, contract, *row)]
+        rows = await slot.many.fetch(
+            project_id, [c[0] for c in contracts], [c[1] for c in contracts], list(cached)
+        )
+        return [Pointer(*row) for row in rows]
+
+    async def _take(self, project_id: str) -> _Conn:
+        """An idle connection, preferably one whose session is on ``project_id``."""
+        for index in range(len(self._idle) - 1, -1, -1):
+            if self._idle[index].project == project_id:
+                slot = self._idle.pop(index)
+                if not slot.conn.is_closed():
+                    return slot
+                break
         while self._idle:
             slot = self._idle.pop()
             if not slot.conn.is_closed():

@@ -10,11 +10,11 @@ import pytest
 
 from awooop import metrics
 from awooop.config import Settings
-from awooop.db import Database
+from awooop.db import SET_SESSION_TENANT, Database
 from awooop.errors import DatabaseUnavailableError
 from awooop.revisions.cache import RevisionCache
 from awooop.revisions.effective import PolicyResolver
-from awooop.revisions.pointer import POINTER_CHECK, PointerChecker
+from awooop.revisions.pointer import POINTER_CHECK_MANY, POINTER_CHECK_ONE, PointerChecker
 from awooop.revisions.store import Revisions
 
 P, FAMILY = "p1", "policy_routing"
@@ -48,31 +48,26 @@ async def test_several_contracts_in_one_query_with_bodies_only_where_they_differ
     assert got[2].body is None
 
 
-async def test_row_level_security_holds_inside_the_function(
-    db: Database, pointers: PointerChecker
+async def test_row_level_security_holds_when_a_connection_switches_projects(
+    db: Database, settings: Settings
 ) -> None:
     revisions = Revisions(db)
     theirs = await revisions.create("p2", FAMILY, "a", {"model": "X"})
     await revisions.activate("p2", FAMILY, "a", theirs.revision_id)
-    (mine,) = await pointers.check(P, [(FAMILY, "a")], [None])
-    assert mine.active_revision_id is None
-    (seen,) = await pointers.check("p2", [(FAMILY, "a")], [None])
-    assert seen.active_revision_id == theirs.revision_id
-
-
-async def test_the_function_restores_the_callers_tenant(db: Database) -> None:
-    revisions = Revisions(db)
-    r = await revisions.create("p2", FAMILY, "a", {"model": "X"})
-    await revisions.activate("p2", FAMILY, "a", r.revision_id)
-    async with db.tenant(P) as conn:
-        rows = await conn.fetch(
-            "SELECT * FROM awooop_pointer_check('p2', ARRAY['policy_routing'], ARRAY['a'], "
-            "ARRAY[NULL]::uuid[])"
-        )
-        assert rows[0]["o_active"] == r.revision_id
-        assert await conn.fetchval("SELECT current_setting('awooop.project_id')") == P
-        # ... and the caller still sees only its own project.
-        assert await conn.fetchval("SELECT count(*) FROM awooop_contract_revisions") == 0
+    checker = PointerChecker(settings.database_url, size=1)  # one connection for both
+    try:
+        (mine,) = await checker.check(P, [(FAMILY, "a")], [None])
+        pid = checker._idle[0].conn.get_server_pid()  # white-box: the dedicated connection
+        assert mine.active_revision_id is None
+        (seen,) = await checker.check("p2", [(FAMILY, "a")], [None])
+        assert seen.active_revision_id == theirs.revision_id
+        (again,) = await checker.check(P, [(FAMILY, "a")], [None])
+        assert again.active_revision_id is None
+        many = await checker.check(P, [(FAMILY, "a"), (FAMILY, "b")], [None, None])
+        assert [m.active_revision_id for m in many] == [None, None]
+        assert checker._idle[0].conn.get_server_pid() == pid
+    finally:
+        await checker.close()
 
 
 async def test_a_check_is_one_autocommit_statement(
@@ -80,19 +75,23 @@ async def test_a_check_is_one_autocommit_statement(
 ) -> None:
     """No BEGIN/SET/COMMIT around it: the server saw exactly the prepared pointer statement
     as the connection's last query and no transaction is left open."""
-    await pointers.check(P, [(FAMILY, "a"), (FAMILY, "b")], [None, None])
-    pid = pointers._idle[0].conn.get_server_pid()  # white-box: the dedicated connection
-    admin = await asyncpg.connect(database_url)
-    try:
-        state = await admin.fetchrow(
-            "SELECT query, state, backend_xid FROM pg_stat_activity WHERE pid = $1", pid
-        )
-    finally:
-        await admin.close()
-    assert state is not None
-    assert state["query"] == POINTER_CHECK
-    assert state["state"] == "idle"
-    assert state["backend_xid"] is None
+    for contracts, statement in (
+        ([(FAMILY, "a")], POINTER_CHECK_ONE),
+        ([(FAMILY, "a"), (FAMILY, "b")], POINTER_CHECK_MANY),
+    ):
+        await pointers.check(P, contracts, [None] * len(contracts))
+        pid = pointers._idle[0].conn.get_server_pid()  # white-box: the dedicated connection
+        admin = await asyncpg.connect(database_url)
+        try:
+            state = await admin.fetchrow(
+                "SELECT query, state, backend_xid FROM pg_stat_activity WHERE pid = $1", pid
+            )
+        finally:
+            await admin.close()
+        assert state is not None
+        assert state["query"] == statement
+        assert state["state"] == "idle"
+        assert state["backend_xid"] is None
 
 
 async def test_the_resolver_counts_hits_misses_and_stale_entries(
@@ -186,7 +185,7 @@ async def test_an_unreachable_database_is_e_db_001() -> None:
 async def test_the_plan_probes_one_pointer_per_contract_and_skips_bodies_on_a_hit(
     database_url: str, db: Database
 ) -> None:
-    """The plan inside the function, seen through auto_explain: a primary-key probe per
+    """The plans, seen through auto_explain as the checker runs them: a primary-key probe per
     contract (not a scan of the project's pointers) and no body lookup when cached == active."""
     revisions = Revisions(db)
     hot = None
@@ -203,25 +202,22 @@ async def test_the_plan_probes_one_pointer_per_contract_and_skips_bodies_on_a_hi
         for setting, value in (
             ("auto_explain.log_min_duration", "0"),
             ("auto_explain.log_analyze", "on"),
-            ("auto_explain.log_nested_statements", "on"),
             ("auto_explain.log_level", "notice"),
         ):
             await conn.execute(f"SET {setting} = {value}")
         await conn.execute("SET ROLE awooop_app")
-        rows = await conn.fetch(
-            "SELECT * FROM awooop_pointer_check($1, $2, $3, $4)",
-            P,
-            [FAMILY],
-            ["c0"],
-            [hot.revision_id],
-        )
+        await conn.execute(SET_SESSION_TENANT, P)
+        one = await conn.fetch(POINTER_CHECK_ONE, P, FAMILY, "c0", hot.revision_id)
+        many = await conn.fetch(POINTER_CHECK_MANY, P, [FAMILY], ["c0"], [hot.revision_id])
     finally:
         await conn.close()
-    assert rows[0]["o_active"] == hot.revision_id and rows[0]["o_body"] is None
-    (plan,) = [p for p in plans if "awooop_active_revisions" in p]
-    probe = plan[plan.index("awooop_active_revisions_pkey") :].splitlines()[1]
-    assert "Index Cond: ((project_id = " in probe
-    assert "(contract_family = k.family) AND (contract_id = k.contract))" in probe
-    assert "Bitmap" not in plan and "Hash" not in plan and "Seq Scan" not in plan
-    body_scan = plan[plan.index("awooop_contract_revisions_pkey") :].splitlines()[0]
-    assert "never executed" in body_scan
+    for rows, active in ((one, "active_revision_id"), (many, "active_revision_id")):
+        assert rows[0][active] == hot.revision_id and rows[0]["body"] is None
+    for statement in (POINTER_CHECK_ONE, POINTER_CHECK_MANY):
+        (plan,) = [p for p in plans if statement.strip().splitlines()[0] in p]
+        probe = plan[plan.index("awooop_active_revisions_pkey") :].splitlines()[1]
+        assert "Index Cond: ((project_id = " in probe
+        assert "contract_family = " in probe and "contract_id = " in probe
+        assert "Bitmap" not in plan and "Hash" not in plan and "Seq Scan" not in plan
+        body_scan = plan[plan.index("awooop_contract_revisions_pkey") :].splitlines()[0]
+        assert "never executed" in body_scan
