@@ -23,8 +23,9 @@ import msgspec
 
 from awooop.config import Settings
 from awooop.db import Database
+from awooop.doctor import Check, run_checks
 from awooop.producer import ChannelEvent, submit_many
-from awooop.services import redis_client
+from awooop.services import Services, redis_client
 from streams.keys import WORKER_GROUP, Keys
 from tests.support.handlers import read_effects
 from tests.support.runs import all_histories, check_single_holder, count_events
@@ -156,6 +157,7 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
             await _check_streams(
                 clustered, keys, Counter(keys.shard_of(p) for p in projects for _ in range(10))
             )
+            doctor = {c.name: c for c in await _doctor(clustered)}
         elapsed = time.monotonic() - started
 
     # The polling path kept going while the cluster could not serve.
@@ -181,7 +183,21 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
     histories = await all_histories(db)
     for run_id in run_ids:
         check_single_holder(histories[f"run-{run_id}"])
+    # awooop doctor reads the cluster too: Redis reachable, every shard's group in place.
+    assert doctor["redis"].status == "OK", doctor["redis"]
+    for shard in keys.shards():
+        check = doctor[f"group {keys.work_stream(shard)} {WORKER_GROUP}"]
+        assert check.status == "OK", check
+    assert doctor["dead letters"].status == "OK", doctor["dead letters"]
     assert elapsed < 60, elapsed
+
+
+async def _doctor(settings: Settings) -> list[Check]:
+    services = await Services.open(settings, db_pool_size=2)
+    try:
+        return await run_checks(services)
+    finally:
+        await services.close()
 
 
 async def _db_now(db: Database) -> Any:
