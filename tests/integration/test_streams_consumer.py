@@ -324,9 +324,7 @@ async def test_a_failed_ack_flush_of_any_kind_does_not_stop_later_acks(
     assert group.stats.acked >= 3
 
 
-async def test_a_failed_group_check_of_any_kind_at_start_is_retried(
-    redis: Any, keys: Keys
-) -> None:
+async def test_a_failed_group_check_of_any_kind_at_start_is_retried(redis: Any, keys: Keys) -> None:
     stream = keys.events_stream(0)
     await add(redis, stream, 2)
     leaky = LeaksOnce(redis, "evalsha")  # the first ENSURE_GROUP call
