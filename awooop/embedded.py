@@ -150,7 +150,8 @@ class RedisCluster:
                 if node.process is None:
                     continue  # stopped on purpose
                 try:
-                    info = redis.Redis(port=node.port, socket_timeout=2).cluster("info")
+                    with redis.Redis(port=node.port, socket_timeout=2) as client:
+                        info = client.cluster("info")
                     states.append(
                         f"cluster_state:{state}".encode() in info
                         if isinstance(info, bytes)
