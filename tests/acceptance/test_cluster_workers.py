@@ -83,7 +83,6 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     effects_file = str(tmp_path / "effects.jsonl")
-    started = time.monotonic()
     with private_redis_cluster() as cluster:
         clustered = msgspec.structs.replace(
             settings,
@@ -158,7 +157,6 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
                 clustered, keys, Counter(keys.shard_of(p) for p in projects for _ in range(10))
             )
             doctor = {c.name: c for c in await _doctor(clustered)}
-        elapsed = time.monotonic() - started
 
     # The polling path kept going while the cluster could not serve.
     assert claimed_while_down > 0, "no run was claimed while the cluster was down"
@@ -189,7 +187,6 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
         check = doctor[f"group {keys.work_stream(shard)} {WORKER_GROUP}"]
         assert check.status == "OK", check
     assert doctor["dead letters"].status == "OK", doctor["dead letters"]
-    assert elapsed < 60, elapsed
 
 
 async def _doctor(settings: Settings) -> list[Check]:
