@@ -139,27 +139,72 @@ class RedisCluster:
         self.wait_ok()
 
     def wait_ok(self, timeout: float = 30) -> None:
+        self.wait_state("ok", timeout)
+
+    def wait_state(self, state: str, timeout: float = 30) -> None:
+        """Wait until every running node reports ``cluster_state:<state>`` (ok or fail)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             states = []
             for node in self.nodes:
+                if node.process is None:
+                    continue  # stopped on purpose
                 try:
-                    info = redis.Redis(port=node.port, socket_timeout=2).cluster("info")
+                    with redis.Redis(port=node.port, socket_timeout=2) as client:
+                        info = client.cluster("info")
                     states.append(
-                        b"cluster_state:ok" in info
+                        f"cluster_state:{state}".encode() in info
                         if isinstance(info, bytes)
-                        else info.get("cluster_state") == "ok"
+                        else info.get("cluster_state") == state
                     )
                 except (redis.RedisError, OSError):
                     states.append(False)
-            if all(states):
+            if states and all(states):
                 return
             time.sleep(0.1)
-        raise RuntimeError("redis cluster did not reach cluster_state:ok")
+        raise RuntimeError(f"redis cluster did not reach cluster_state:{state}")
 
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+    def slot_owners(self) -> dict[int, int]:
+        """Slot -> index in :attr:`nodes` of the master serving it (from CLUSTER SLOTS)."""
+        by_port = {node.port: i for i, node in enumerate(self.nodes)}
+        client = redis.Redis(port=self.nodes[0].port, socket_timeout=5)
+        try:
+            ranges = client.cluster("SLOTS")
+        finally:
+            client.close()
+        owners: dict[int, int] = {}
+        for low, high, master, *_replicas in ranges:
+            index = by_port[int(master[1])]
+            owners.update(dict.fromkeys(range(int(low), int(high) + 1), index))
+        return owners
+
+    def keyslot(self, key: str) -> int:
+        """The slot of ``key``, as the cluster computes it (CLUSTER KEYSLOT)."""
+        client = redis.Redis(port=self.nodes[0].port, socket_timeout=5)
+        try:
+            return int(client.cluster("KEYSLOT", key))
+        finally:
+            client.close()
+
+    def owner_of(self, key: str) -> int:
+        """The index in :attr:`nodes` of the master that holds ``key``."""
+        return self.slot_owners()[self.keyslot(key)]
+
+    def stop_node(self, index: int) -> None:
+        """Kill one master (SIGKILL): its slots go unserved (the cluster state turns to fail
+        after the node timeout, 2 s here)."""
+        self.nodes[index].stop()
+
+    def start_node(self, index: int) -> None:
+        """Start a stopped master again on the same port and folder: it keeps its cluster
+        identity and slots (nodes.conf) but, without persistence, none of its data. Returns
+        once the cluster is ok again."""
+        self.nodes[index].start()
+        self.wait_ok()
 
 
 def postgres_bindir() -> Path:

@@ -310,8 +310,11 @@ class GroupConsumer:
                 pipe.xack(stream, self.group, *ids)
             await pipe.execute()
             self.stats.acked += sum(len(ids) for ids in acks.values())
-        except REDIS_ERRORS as exc:
+        except Exception as exc:
             # The entries stay pending and come back through reclaim: duplicates, not loss.
+            # Any exception, not only RedisError: redis-py 8.1 can leak AttributeError or
+            # TypeError from a connection the server reset (redis/redis-py#4287; seen after a
+            # cluster master restart), and a dead ack loop would leave every later entry pending.
             self._log_error("stream_ack_failed", exc)
 
     def _log_error(self, event: str, exc: BaseException, **fields: Any) -> None:
@@ -380,7 +383,7 @@ class GroupConsumer:
             try:
                 await self.ensure_groups()
                 return
-            except REDIS_ERRORS as exc:
+            except Exception as exc:  # not only RedisError: see _flush_acks
                 failures += 1
                 self._log_error("stream_ensure_groups_failed", exc)
                 await _sleep_or_stop(retry_delay(failures), stop)

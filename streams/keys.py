@@ -10,6 +10,7 @@ travel through one shard stream in order.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 
 import msgspec
 
@@ -81,9 +82,22 @@ class Keys(msgspec.Struct, frozen=True):
 
 
 def hash_tag(key: str) -> str:
-    """The ``{...}`` hash tag of a key: keys with equal tags share a Redis Cluster slot."""
+    """The part of a key Redis Cluster hashes: the ``{...}`` hash tag, or the whole key.
+
+    Redis's rule: the text between the first ``{`` and the next ``}`` when it is non-empty;
+    otherwise (no tag, or ``{}``) the whole key. Keys with equal results share a slot.
+    """
     start = key.find("{")
     end = key.find("}", start + 1)
-    if start < 0 or end < 0:
+    if start < 0 or end < 0 or end == start + 1:
         return key
     return key[start + 1 : end]
+
+
+def one_slot(keys: Sequence[str]) -> None:
+    """Refuse a key set that Redis Cluster would refuse (CROSSSLOT): the keys of one script or
+    transaction must share one hash tag. Checked on every script call, so a test on a single
+    Redis already fails where a cluster would."""
+    tags = {hash_tag(key) for key in keys}
+    if len(tags) > 1:
+        raise ValueError(f"keys of one script must share one hash tag (slot): {list(keys)}")

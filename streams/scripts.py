@@ -1,7 +1,9 @@
 """Every Lua script of the stream layer, with the race each one closes.
 
 A script runs atomically in Redis, and every script here touches keys of ONE hash tag (one
-shard, or the notices), so each is also Redis-Cluster-safe. Keys are always passed in KEYS.
+shard, or the notices), so each is also Redis-Cluster-safe. Keys are always passed in KEYS,
+and every call checks that they share one tag (:func:`streams.keys.one_slot`): a cross-slot
+key set fails on a single Redis too, before a cluster would answer CROSSSLOT.
 
 The epoch protocol the scripts implement (details in docs/streams.md):
 - the relay creates a shard's consumer groups, republishes what Postgres says is unfinished,
@@ -21,6 +23,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from streams.keys import one_slot
+
 
 class LuaScript:
     """A script called by SHA, loaded on first use (and again after SCRIPT FLUSH/restart)."""
@@ -33,6 +37,7 @@ class LuaScript:
     async def __call__(
         self, redis: Any, keys: Sequence[str], args: Sequence[str | bytes | int] = ()
     ) -> Any:
+        one_slot(keys)
         try:
             return await redis.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:

@@ -3,7 +3,7 @@
     .venv/bin/python ops/bench/worker.py [--runs 5000] [--workers 1,2,4] [--concurrency 64]
                                          [--rate 100] [--seconds 10] [--no-recovery]
                                          [--no-streams] [--parts throughput,latency,recovery]
-                                         [--out FILE]
+                                         [--redis-cluster] [--out FILE]
 
 Prints one JSON document (a short summary goes to stderr). Every process is real: one
 ``awooop relay`` and N ``awooop worker`` subprocesses; runs are ingested through the producer
@@ -24,7 +24,9 @@ run, ``RunCreated``).
 ``--no-streams`` runs workers in polling mode without a relay (for comparison). Scratch
 databases are created and dropped on ``AWOOOP_BENCH_DATABASE_URL`` /
 ``AWOOOP_TEST_DATABASE_URL`` (default the local server); Redis keys use a scratch prefix on
-``AWOOOP_REDIS_URL`` and are deleted afterwards.
+``AWOOOP_REDIS_URL`` and are deleted afterwards. ``--redis-cluster`` starts a private Redis
+Cluster of three masters on loopback ports instead (``awooop.embedded.RedisCluster``; no
+replicas, no persistence) and points every process at it (``redis+cluster://``).
 """
 
 from __future__ import annotations
@@ -44,16 +46,17 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
-import redis.asyncio as aioredis
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from awooop.config import Settings, load_settings  # noqa: E402
 from awooop.db import Database  # noqa: E402 - after the sys.path line, for a plain script
+from awooop.embedded import RedisCluster  # noqa: E402
 from awooop.events import run_id_of_stream  # noqa: E402
 from awooop.migrate import migrate  # noqa: E402
 from awooop.producer import ChannelEvent, submit, submit_many  # noqa: E402
+from awooop.services import redis_client  # noqa: E402
 from streams.envelope import FIELD, decode_envelope  # noqa: E402
 from streams.keys import Keys  # noqa: E402
 
@@ -102,7 +105,7 @@ class Scratch:
             await admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
         finally:
             await admin.close()
-        client = aioredis.Redis.from_url(redis_url())
+        client = redis_client(redis_url())
         try:
             keys = [k async for k in client.scan_iter(match=f"{self.prefix}:*", count=1000)]
             if keys:
@@ -309,7 +312,7 @@ async def xadd_times(scratch: Scratch) -> dict[uuid.UUID, float]:
     """Unix time of each run's RunCreated entry in the work streams (from the entry id)."""
     settings = scratch.settings()
     keys = Keys(scratch.prefix, settings.shard_count)
-    client = aioredis.Redis.from_url(redis_url())
+    client = redis_client(redis_url())
     found: dict[uuid.UUID, float] = {}
     try:
         for shard in keys.shards():
@@ -368,6 +371,9 @@ async def run_all() -> tuple[str, str | None]:
     parser.add_argument("--no-recovery", action="store_true")
     parser.add_argument("--parts", default="throughput,latency,recovery", help="which parts to run")
     parser.add_argument("--no-streams", action="store_true")
+    parser.add_argument(
+        "--redis-cluster", action="store_true", help="run on a private 3-master Redis Cluster"
+    )
     parser.add_argument("--out", default=None)
     parser.add_argument("--keep-logs", default=None, help="a folder for the processes' logs")
     args = parser.parse_args()
@@ -375,24 +381,40 @@ async def run_all() -> tuple[str, str | None]:
     report: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
         "mode": "polling" if args.no_streams else "streams",
+        "redis": "cluster of 3 masters" if args.redis_cluster else "single",
     }
     parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory(prefix="awooop-bench-") as scratch_dir:
         tmp = args.keep_logs or scratch_dir
         os.makedirs(tmp, exist_ok=True)
-        if "throughput" in parts:
-            report["throughput"] = []
-            for n in (int(x) for x in args.workers.split(",")):
-                result = await throughput(n, args.runs, args.concurrency, extra, Path(tmp))
-                report["throughput"].append(result)
-                print(f"throughput {n} worker(s): {result['runs_per_s']} runs/s", file=sys.stderr)
-        if "latency" in parts:
-            report["latency"] = await latency(4, args.rate, args.seconds, extra, Path(tmp))
-            print(f"latency: {report['latency']}", file=sys.stderr)
-        if "recovery" in parts and not args.no_recovery:
-            report["recovery"] = await recovery(extra, Path(tmp))
-            print(f"recovery: {report['recovery']}", file=sys.stderr)
+        cluster = RedisCluster(Path(scratch_dir) / "cluster") if args.redis_cluster else None
+        try:
+            if cluster is not None:
+                cluster.start()
+                os.environ["AWOOOP_REDIS_URL"] = cluster.url  # redis_url() and the processes
+            await run_parts(report, parts, args, extra, Path(tmp))
+        finally:
+            if cluster is not None:
+                cluster.stop()
+    report["machine"]["load_avg_after"] = os.getloadavg()
     return json.dumps(report, indent=2), args.out
+
+
+async def run_parts(
+    report: dict[str, Any], parts: set[str], args: argparse.Namespace, extra: list[str], tmp: Path
+) -> None:
+    if "throughput" in parts:
+        report["throughput"] = []
+        for n in (int(x) for x in args.workers.split(",")):
+            result = await throughput(n, args.runs, args.concurrency, extra, tmp)
+            report["throughput"].append(result)
+            print(f"throughput {n} worker(s): {result['runs_per_s']} runs/s", file=sys.stderr)
+    if "latency" in parts:
+        report["latency"] = await latency(4, args.rate, args.seconds, extra, tmp)
+        print(f"latency: {report['latency']}", file=sys.stderr)
+    if "recovery" in parts and not args.no_recovery:
+        report["recovery"] = await recovery(extra, tmp)
+        print(f"recovery: {report['recovery']}", file=sys.stderr)
 
 
 def main() -> None:

@@ -20,9 +20,15 @@ import pytest
 
 from awooop.config import Settings
 from awooop.db import Database
-from awooop.events import decode_event
 from tests.support.handlers import read_effects
-from tests.support.runs import count_events, create_runs, events_of, load
+from tests.support.runs import (
+    all_histories,
+    check_single_holder,
+    count_events,
+    create_runs,
+    events_of,
+    load,
+)
 from tests.support.workers import ROOT, WorkerProcess, relay_process, worker_env, workers
 
 P = "proj-acc"
@@ -64,36 +70,6 @@ async def all_finished(db: Database, run_ids: list[uuid.UUID]) -> bool:
             run_ids,
         )
     return bool(n == len(run_ids))
-
-
-async def all_histories(db: Database) -> dict[str, list[Any]]:
-    """Every run's events, decoded, in version order (one query)."""
-    async with db.platform() as conn:
-        rows = await conn.fetch(
-            "SELECT stream_id, data::text AS data FROM awooop_events "
-            "WHERE stream_id LIKE 'run-%' ORDER BY stream_id, version"
-        )
-    found: dict[str, list[Any]] = defaultdict(list)
-    for row in rows:
-        found[row["stream_id"]].append(decode_event(row["data"]))
-    return found
-
-
-def check_single_holder(history: list[Any]) -> None:
-    """Every attempt-scoped event is written by the attempt that holds the lease, and a new
-    claim only follows a release of the previous one (no run held by two workers)."""
-    holder: tuple[str, int] | None = None
-    for event in history:
-        name = type(event).__name__
-        if name == "RunClaimed":
-            assert holder is None, f"claimed while held by {holder}"
-            holder = (event.worker_id, event.attempt)
-        elif name in ("RunRequeued", "LeaseReleased", "ApprovalRequested"):
-            holder = None
-        elif getattr(event, "worker_id", None) is not None:
-            assert (event.worker_id, event.attempt) == holder, f"{name} from a non-holder"
-            if name in ("RunCompleted", "RunFailed"):
-                holder = None
 
 
 @pytest.mark.parametrize(

@@ -268,3 +268,67 @@ async def test_reclaim_takes_over_entries_a_dead_consumer_left(redis: Any, keys:
         await wait_for(lambda: len(survivor.deliveries) == 2)
     assert [d.delivery_count for d in survivor.deliveries] == [2, 2]
     assert await pending(redis, stream) == 0
+
+
+LEAK = AttributeError("'NoneType' object has no attribute 'writelines'")
+
+
+class LeaksOnce:
+    """The real client, except that the first ``method`` call (for ``pipeline``: the first
+    pipeline's execute) raises what redis-py 8.1 leaks instead of a ConnectionError when it
+    writes to a connection the server has reset (seen after a cluster master restart;
+    redis/redis-py#4287)."""
+
+    def __init__(self, client: Any, method: str) -> None:
+        self._client = client
+        self._method = method
+        self.leaks = 1
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._client, name)
+        if name != self._method or name == "pipeline" or not self.leaks:
+            return real
+        self.leaks -= 1
+
+        async def leak(*_args: Any, **_kwargs: Any) -> Any:
+            raise LEAK
+
+        return leak
+
+    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        pipe = self._client.pipeline(*args, **kwargs)
+        if self._method == "pipeline" and self.leaks:
+            self.leaks -= 1
+
+            async def execute(*_args: Any, **_kwargs: Any) -> Any:
+                raise LEAK
+
+            pipe.execute = execute
+        return pipe
+
+
+async def test_a_failed_ack_flush_of_any_kind_does_not_stop_later_acks(
+    redis: Any, keys: Keys
+) -> None:
+    stream = keys.events_stream(0)
+    leaky = LeaksOnce(redis, "pipeline")
+    group = consumer(leaky, keys, Collector(), block_ms=50, epoch_check_ms=60_000)
+    async with running_consumer(group):
+        await add(redis, stream, 3)
+        await wait_for(lambda: group.stats.handled == 3 and leaky.leaks == 0)
+        await add(redis, stream, 3)
+        await wait_for(lambda: group.stats.handled == 6)
+        await wait_for(lambda: group.stats.acked >= 3)  # the ack loop survived
+    # The entries of the failed flush stay pending (reclaim takes them); none after it.
+    assert await pending(redis, stream) == 6 - group.stats.acked
+    assert group.stats.acked >= 3
+
+
+async def test_a_failed_group_check_of_any_kind_at_start_is_retried(redis: Any, keys: Keys) -> None:
+    stream = keys.events_stream(0)
+    await add(redis, stream, 2)
+    leaky = LeaksOnce(redis, "evalsha")  # the first ENSURE_GROUP call
+    group = consumer(leaky, keys, Collector(), block_ms=50)
+    async with running_consumer(group):
+        await wait_for(lambda: group.stats.handled == 2)
+    assert leaky.leaks == 0

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 from awooop import eventlog
 from awooop.db import Database
-from awooop.events import RunCreated, run_stream_id
+from awooop.events import RunCreated, decode_event, run_stream_id
 from awooop.runs import store
 from awooop.runs.state import RunState
 
@@ -76,3 +76,33 @@ async def statuses(db: Database) -> Counter[str]:
     async with db.platform() as conn:
         rows = await conn.fetch("SELECT status, count(*) AS n FROM awooop_run_state GROUP BY 1")
     return Counter({r["status"]: r["n"] for r in rows})
+
+
+async def all_histories(db: Database) -> dict[str, list[Any]]:
+    """Every run's events, decoded, in version order (one query)."""
+    async with db.platform() as conn:
+        rows = await conn.fetch(
+            "SELECT stream_id, data::text AS data FROM awooop_events "
+            "WHERE stream_id LIKE 'run-%' ORDER BY stream_id, version"
+        )
+    found: dict[str, list[Any]] = defaultdict(list)
+    for row in rows:
+        found[row["stream_id"]].append(decode_event(row["data"]))
+    return found
+
+
+def check_single_holder(history: list[Any]) -> None:
+    """Every attempt-scoped event is written by the attempt that holds the lease, and a new
+    claim only follows a release of the previous one (no run held by two workers)."""
+    holder: tuple[str, int] | None = None
+    for event in history:
+        name = type(event).__name__
+        if name == "RunClaimed":
+            assert holder is None, f"claimed while held by {holder}"
+            holder = (event.worker_id, event.attempt)
+        elif name in ("RunRequeued", "LeaseReleased", "ApprovalRequested"):
+            holder = None
+        elif getattr(event, "worker_id", None) is not None:
+            assert (event.worker_id, event.attempt) == holder, f"{name} from a non-holder"
+            if name in ("RunCompleted", "RunFailed"):
+                holder = None
