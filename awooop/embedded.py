@@ -14,6 +14,7 @@ import random
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -237,6 +238,8 @@ class PostgresServer:
         subprocess.run([*prefix, *args], check=True, capture_output=True, timeout=120)
 
     def init(self) -> None:
+        if os.geteuid() == 0:
+            self._reachable_by_postgres()
         self.dir.mkdir(parents=True, exist_ok=True)
         if (self.data / "PG_VERSION").exists():
             return
@@ -252,6 +255,29 @@ class PostgresServer:
             "postgres",
             "--no-sync",
         )
+
+    def _reachable_by_postgres(self) -> None:
+        """As root the server runs as the ``postgres`` user, which cannot enter a folder under a
+        private home (``/root`` is 0700, so is pytest's tmp root). Then the cluster lives in a
+        fresh folder under the system's temporary directory and ``directory`` becomes a symlink
+        to it, so the project folder still leads to it; a link left dangling by a reboot is
+        replaced."""
+        if self.dir.is_symlink():
+            if self.dir.exists():
+                self.dir = self.dir.resolve()
+                self.data = self.dir / "data"
+                return
+            self.dir.unlink()
+        parent = self.dir.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        probe = ["runuser", "-u", "postgres", "--", "test", "-x", str(parent)]
+        if subprocess.run(probe, capture_output=True, check=False, timeout=30).returncode == 0:
+            return
+        target = Path(tempfile.mkdtemp(prefix="awooop-pg-"))
+        if self.dir.exists():
+            self.dir.rmdir()  # only ever an empty folder here: a cluster would have been reachable
+        self.dir.symlink_to(target, target_is_directory=True)
+        self.dir, self.data = target, target / "data"
 
     def start(self) -> None:
         self.init()

@@ -19,6 +19,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     parser.add_argument("--dir", default=".", help="project folder for .awooop/ state")
+    parser.add_argument(
+        "--services",
+        default="auto",
+        choices=("auto", "local", "docker", "embedded"),
+        help="where Postgres and Redis come from (default auto: configured or local services, "
+        "then Docker, then embedded private servers)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -30,7 +37,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
 
     with ExitStack() as stack:
         project_dir = await asyncio.to_thread(lambda: Path(args.dir).resolve())
-        where = await asyncio.to_thread(provision, stack, project_dir)
+        where = await asyncio.to_thread(provision, stack, project_dir, args.services)
         demo = Demo(where, project_dir, workers=args.workers)
         main = asyncio.current_task()
         assert main is not None

@@ -75,17 +75,26 @@ async def recreate_database(server_url: str) -> None:
         await conn.close()
 
 
-def provision(stack: ExitStack, project_dir: Path) -> Provisioned:
+SERVICES = ("auto", "local", "docker", "embedded")
+
+
+def provision(stack: ExitStack, project_dir: Path, services: str = "auto") -> Provisioned:
+    """``services``: ``auto`` tries the order of the module docstring; ``local`` (configured or
+    local services only), ``docker`` or ``embedded`` takes that one way or fails."""
+    if services not in SERVICES:
+        raise ValueError(f"services must be one of {', '.join(SERVICES)}")
     prefix = f"demo{int(time.time())}"
     env_pg, env_redis = os.environ.get("AWOOOP_DATABASE_URL"), os.environ.get("AWOOOP_REDIS_URL")
     candidates = [(env_pg, env_redis, "configured")] if env_pg and env_redis else []
     candidates.append((LOCAL_PG, LOCAL_REDIS, "local services"))
-    for pg, rd, how in candidates:
+    for pg, rd, how in candidates if services in ("auto", "local") else []:
         assert pg is not None and rd is not None
         server = _server_url(pg)
         if _pg_answers(server) and embedded.redis_answers(rd):
             return Provisioned(_database_url(server), rd, prefix, how)
-    if _docker_engine():
+    if services == "local":
+        raise RuntimeError("no configured or local PostgreSQL and Redis answer")
+    if services in ("auto", "docker") and _docker_engine():
         from testcontainers.postgres import PostgresContainer
         from testcontainers.redis import RedisContainer
 
@@ -95,6 +104,8 @@ def provision(stack: ExitStack, project_dir: Path) -> Provisioned:
         host = redis_container.get_container_host_ip()
         redis_url = f"redis://{host}:{redis_container.get_exposed_port(6379)}/0"
         return Provisioned(_database_url(server), redis_url, prefix, "docker (testcontainers)")
+    if services == "docker":
+        raise RuntimeError("no Docker engine answers")
     base = project_dir / ".awooop" / "embedded"
     pg_server = embedded.PostgresServer(base / "postgres")
     pg_server.start()
