@@ -56,7 +56,7 @@ ORDER BY version
 # write to our tables, yet pg_snapshot_xmin counts them (a CREATE DATABASE or a long report
 # elsewhere would hold every follower back). An xid that pg_stat_activity does not show is
 # kept, so a stale or hidden row only makes the horizon more conservative, never unsafe.
-READ_FORWARD = """
+FOLLOWER_HORIZON = """
 WITH snap AS (SELECT pg_current_snapshot() AS s),
 horizon AS (
     SELECT coalesce(
@@ -67,6 +67,10 @@ horizon AS (
         pg_snapshot_xmax(snap.s)) AS h
     FROM snap
 )
+"""
+READ_FORWARD = (
+    FOLLOWER_HORIZON
+    + """
 SELECT position, tx_id::text::bigint AS tx_id, event_id, stream_id, version, project_id,
        event_type, data::text AS data, metadata, recorded_at
 FROM awooop_events, horizon
@@ -75,6 +79,7 @@ WHERE (tx_id, position) > ($1::text::xid8, $2::bigint)
 ORDER BY awooop_events.tx_id, position  -- the column, not the bigint alias: index order
 LIMIT $3
 """
+)
 
 # --- API -----------------------------------------------------------------------------------
 

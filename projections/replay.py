@@ -51,7 +51,7 @@ import asyncpg
 from awooop import errors
 from awooop.db import PLATFORM_ROLE, Connection, connect
 from awooop.errors import ReplayBusyError, SwapLockTimeoutError
-from awooop.eventlog import Cursor
+from awooop.eventlog import FOLLOWER_HORIZON, Cursor
 from awooop.logs import get_logger
 from projections import schema
 from projections.base import LogEvent, Projection, TableNames, stream_range
@@ -87,19 +87,10 @@ _EVENT_COLUMNS = """stream_id, version, project_id, position, event_type, data::
        metadata->>'traceparent' AS traceparent, tx_id::text::bigint AS tx_id"""
 # Commit-safe follower (as awooop.eventlog.READ_FORWARD), filtered to the projection's streams
 # and to the events the bulk pass's snapshot ($7) did not see.
-# The horizon is awooop.eventlog.READ_FORWARD's: the oldest transaction still in progress in
-# this database (transactions of other databases cannot write our tables).
-TAIL_SAFE = f"""
-WITH snap AS (SELECT pg_current_snapshot() AS s),
-horizon AS (
-    SELECT coalesce(
-        (SELECT min(x) FROM pg_snapshot_xip(snap.s) AS x
-          WHERE x::xid NOT IN (SELECT a.backend_xid FROM pg_stat_activity a
-                                WHERE a.backend_xid IS NOT NULL
-                                  AND a.datname IS DISTINCT FROM current_database())),
-        pg_snapshot_xmax(snap.s)) AS h
-    FROM snap
-)
+# The horizon is awooop.eventlog.FOLLOWER_HORIZON, shared with READ_FORWARD.
+TAIL_SAFE = (
+    FOLLOWER_HORIZON
+    + f"""
 SELECT {_EVENT_COLUMNS}
 FROM awooop_events, horizon
 WHERE (tx_id, position) > ($4::text::xid8, $5::bigint)
@@ -109,6 +100,7 @@ WHERE (tx_id, position) > ($4::text::xid8, $5::bigint)
 ORDER BY awooop_events.tx_id, position
 LIMIT $6
 """  # noqa: S608 - constant column list
+)
 # Everything committed after the cursor: only inside the verify snapshot or the swap lock.
 TAIL_ALL = f"""
 SELECT {_EVENT_COLUMNS}
