@@ -230,3 +230,24 @@ def as_uuid(stream_id: str, prefix: str) -> uuid.UUID:
 
 def at_of(event: Event) -> datetime:
     return event.at
+
+
+# --- SQL shared by the projections (identifiers are the projections' constant table names) --
+
+
+def insert_sql(table: str, columns: Sequence[str]) -> str:
+    """INSERT of one row of ``columns`` into ``table``, parameters in column order."""
+    params = ", ".join(f"${i + 1}" for i in range(len(columns)))
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({params})"  # noqa: S608 - constant identifiers
+
+
+def lagging_sql(view_version: str) -> str:
+    """The streams in [$1, $2) (of project $3, or all when NULL) whose log version is ahead of
+    the view: ``view_version`` is a lateral or joined subquery ``v`` with the view's version of
+    stream ``s`` (no row or NULL: nothing applied yet)."""
+    return (
+        "SELECT s.stream_id, s.project_id, s.version AS log_version, "  # noqa: S608 - constant identifiers
+        f"coalesce(v.version, 0) AS view_version FROM awooop_event_streams s {view_version} "
+        "WHERE s.stream_id >= $1 AND s.stream_id < $2 "
+        "AND ($3::text IS NULL OR s.project_id = $3) AND s.version > coalesce(v.version, 0)"
+    )

@@ -25,6 +25,8 @@ from projections.base import (
     TableSpec,
     check_consecutive,
     concat_parts,
+    insert_sql,
+    lagging_sql,
     trace_id_of,
 )
 
@@ -56,19 +58,10 @@ def _versions(table: str) -> str:
     )
 
 
-def _insert(table: str) -> str:
-    params = ", ".join(f"${i + 1}" for i in range(len(COLUMNS)))
-    return f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES ({params})"  # noqa: S608 - constant identifiers
-
-
 def _lagging(table: str) -> str:
-    return (
-        "SELECT s.stream_id, s.project_id, s.version AS log_version, "  # noqa: S608 - constant identifiers
-        "coalesce(v.version, 0) AS view_version FROM awooop_event_streams s "
-        f"LEFT JOIN LATERAL (SELECT max(h.version) AS version FROM {table} h "
-        "WHERE h.stream_id = s.stream_id) v ON true "
-        "WHERE s.stream_id >= $1 AND s.stream_id < $2 "
-        "AND ($3::text IS NULL OR s.project_id = $3) AND s.version > coalesce(v.version, 0)"
+    return lagging_sql(
+        f"LEFT JOIN LATERAL (SELECT max(h.version) AS version FROM {table} h "  # noqa: S608 - constant identifiers
+        "WHERE h.stream_id = s.stream_id) v ON true"
     )
 
 
@@ -165,7 +158,7 @@ class RevisionHistoryProjection:
         for stream_id, stream_events in events.items():
             for r in entries(versions.get(stream_id, 0), stream_events):
                 rows.append(msgspec.structs.astuple(r))
-        await conn.executemany(_insert(names[TABLE]), rows)
+        await conn.executemany(insert_sql(names[TABLE], COLUMNS), rows)
 
     def bulk_stream(self, events: Sequence[LogEvent], out: BulkOutput) -> None:
         for r in entries(0, events):

@@ -33,6 +33,7 @@ from projections.base import (
     TableSpec,
     as_uuid,
     check_consecutive,
+    lagging_sql,
 )
 
 PREFIX = "run-"
@@ -82,12 +83,8 @@ def _drop_zero_counts(table: str) -> str:
 
 
 def _lagging(table: str) -> str:
-    return (
-        "SELECT s.stream_id, s.project_id, s.version AS log_version, "  # noqa: S608 - constant identifiers
-        "coalesce(v.version, 0) AS view_version FROM awooop_event_streams s "
-        f"LEFT JOIN {table} v ON v.run_id = substr(s.stream_id, {len(PREFIX) + 1})::uuid "
-        "WHERE s.stream_id >= $1 AND s.stream_id < $2 "
-        "AND ($3::text IS NULL OR s.project_id = $3) AND s.version > coalesce(v.version, 0)"
+    return lagging_sql(
+        f"LEFT JOIN {table} v ON v.run_id = substr(s.stream_id, {len(PREFIX) + 1})::uuid"
     )
 
 

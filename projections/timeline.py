@@ -29,6 +29,8 @@ from projections.base import (
     as_uuid,
     check_consecutive,
     concat_parts,
+    insert_sql,
+    lagging_sql,
     trace_id_of,
 )
 from projections.run_state import PREFIX, RUN_TYPES
@@ -58,19 +60,10 @@ def _heads(table: str) -> str:
     )
 
 
-def _insert(table: str) -> str:
-    params = ", ".join(f"${i + 1}" for i in range(len(COLUMNS)))
-    return f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES ({params})"  # noqa: S608 - constant identifiers
-
-
 def _lagging(table: str) -> str:
-    return (
-        "SELECT s.stream_id, s.project_id, s.version AS log_version, "  # noqa: S608 - constant identifiers
-        "coalesce(v.version, 0) AS view_version FROM awooop_event_streams s "
-        f"LEFT JOIN LATERAL (SELECT max(t.version) AS version FROM {table} t "
-        f"WHERE t.run_id = substr(s.stream_id, {len(PREFIX) + 1})::uuid) v ON true "
-        "WHERE s.stream_id >= $1 AND s.stream_id < $2 "
-        "AND ($3::text IS NULL OR s.project_id = $3) AND s.version > coalesce(v.version, 0)"
+    return lagging_sql(
+        f"LEFT JOIN LATERAL (SELECT max(t.version) AS version FROM {table} t "  # noqa: S608 - constant identifiers
+        f"WHERE t.run_id = substr(s.stream_id, {len(PREFIX) + 1})::uuid) v ON true"
     )
 
 
@@ -158,7 +151,7 @@ class TimelineProjection:
         for stream_id, stream_events in events.items():
             new_rows, _ = entries(heads.get(stream_id), stream_events)
             rows.extend(msgspec.structs.astuple(r) for r in new_rows)
-        await conn.executemany(_insert(names[TABLE]), rows)
+        await conn.executemany(insert_sql(names[TABLE], COLUMNS), rows)
 
     def bulk_stream(self, events: Sequence[LogEvent], out: BulkOutput) -> None:
         rows, _ = entries(None, events)
