@@ -247,6 +247,19 @@ class GroupConsumer:
                     deliveries.append(to_delivery(stream, entry_id, fields, 1, self.group))
                 except UndecodableEntry as bad:
                     await self._dead_letter_undecodable(bad, 1)
+        # Entries of a generation whose epoch this consumer never saw (it started before the
+        # relay wrote it): learn it now, or a wipe before the next periodic check would make
+        # the rebuilt shard's epoch look like the first one (no reset seen). A failed read
+        # here is left to the periodic check; the deliveries are handled either way.
+        for epoch_key in sorted({self.keys.epoch_of(d.stream) for d in deliveries}):
+            if epoch_key in self._epochs:
+                continue
+            try:
+                value = await self.redis.get(epoch_key)
+            except Exception as exc:  # not only RedisError: see _flush_acks
+                self._log_error("stream_epoch_check_failed", exc)
+                break
+            await self._observe_epoch(epoch_key, text(value) if value is not None else None)
         return deliveries
 
     async def _dead_letter_undecodable(self, bad: UndecodableEntry, count: int) -> None:

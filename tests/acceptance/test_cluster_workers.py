@@ -136,12 +136,14 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
                 "first runs completed",
             )
             cluster.stop_node(victim)
-            # Wave 2 is ingested while the master is down: Postgres only, as always.
-            wave2 = await ingest(db, clustered, projects, 10, sleep=0.0)
             # Once the survivors call the cluster failed, Redis serves nobody: every claim
             # from then until the restart is the polling path's.
             await asyncio.to_thread(cluster.wait_state, "fail")
             failed_at = await _db_now(db)
+            # Wave 2 is ingested while the cluster is failed (Postgres only, as always), so
+            # only polling can take it; ingested earlier, the streams of the surviving
+            # masters could take all of it before the cluster was declared failed.
+            wave2 = await ingest(db, clustered, projects, 10, sleep=0.0)
             await asyncio.sleep(DOWN_S)
             claimed_while_down = await _claims_since(db, failed_at)
             await asyncio.to_thread(cluster.start_node, victim)
