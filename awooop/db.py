@@ -82,6 +82,16 @@ async def connect(url: str, role: str | None = None, connect_timeout: float = 10
     return conn
 
 
+async def _transaction_scoped_reset(_conn: Any) -> None:
+    """Release without asyncpg's reset query (RESET ALL, UNLISTEN *, CLOSE ALL, advisory
+    unlock): one round trip on every transaction's path, for session state these pools never
+    hold. Their connections are used only through :meth:`Database.tenant` and
+    :meth:`Database.platform`, inside one transaction each: the tenant is set with
+    ``set_config(..., true)`` (transaction-local), LISTEN and session advisory locks live on
+    dedicated connections (:func:`connect`). asyncpg still rolls back an open transaction and
+    drops client-side listeners before this runs."""
+
+
 async def create_pool(url: str, role: str, min_size: int = 1, max_size: int = 10) -> Pool:
     try:
         pool = await asyncpg.create_pool(
@@ -89,6 +99,7 @@ async def create_pool(url: str, role: str, min_size: int = 1, max_size: int = 10
             min_size=min_size,
             max_size=max_size,
             init=init_connection,
+            reset=_transaction_scoped_reset,
             server_settings={"role": role},
             timeout=10.0,
         )

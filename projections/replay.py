@@ -513,8 +513,11 @@ class Replay:
 
 
 def default_workers() -> int:
-    """Bulk worker processes: half the CPUs (the database needs the rest), 1 to 8."""
-    return max(1, min(8, (os.cpu_count() or 1) // 2))
+    """Bulk worker processes: half the CPUs (the database needs the rest), at least 2 where
+    there are 2 (measured on 2 cores: 1M events at 82-88k events/s with one process, 122k with
+    two), at most 8."""
+    cpus = os.cpu_count() or 1
+    return max(min(2, cpus), min(8, cpus // 2))
 
 
 async def replay(

@@ -87,8 +87,13 @@ NOTIFY_CHANNEL = "awooop_relay"
 NOTICES_TABLE = "awooop_contract_outbox"
 CURSOR_NAME = "events"
 BATCH_BUDGET_S = 0.5  # an iteration publishes at most this long, then yields to the loop
+# Held back by an older running transaction: re-check after 1 ms, doubling up to 4 ms for the
+# first second (most holders are short worker transactions that write no event, so no NOTIFY
+# announces their end), then up to 50 ms (a long transaction: do not spin on it).
 MIN_RECHECK_S = 0.001
-MAX_RECHECK_S = 0.05  # held back by an older transaction: re-check at least this often
+SHORT_HOLD_RECHECK_S = 0.004
+SHORT_HOLD_S = 1.0
+MAX_RECHECK_S = 0.05
 MAX_LINKS = 32
 
 FaultHook = Callable[[str], Awaitable[None]]
@@ -172,6 +177,7 @@ class Relay:
         self._wakeup: asyncio.Event | None = None
         self._recheck: asyncio.TimerHandle | None = None
         self._recheck_delay = MIN_RECHECK_S
+        self._held_since: float | None = None  # when the current hold-back began
         self._epochs_due = 0.0
         self._notices_due = 0.0
         self._trim_due = 0.0
@@ -352,6 +358,7 @@ class Relay:
         self.caught_up = lag is None
         if lag is None:
             self._recheck_delay = MIN_RECHECK_S
+            self._held_since = None
         else:
             self._schedule_recheck()
         return False
@@ -440,8 +447,12 @@ class Relay:
     def _schedule_recheck(self) -> None:
         if self._recheck is not None:
             return
-        delay = self._recheck_delay
-        self._recheck_delay = min(delay * 2, MAX_RECHECK_S, self.settings.relay_poll_interval_s)
+        now = time.monotonic()
+        if self._held_since is None:
+            self._held_since = now
+        cap = SHORT_HOLD_RECHECK_S if now - self._held_since < SHORT_HOLD_S else MAX_RECHECK_S
+        delay = min(self._recheck_delay, cap)
+        self._recheck_delay = min(delay * 2, cap, self.settings.relay_poll_interval_s)
         self._recheck = asyncio.get_running_loop().call_later(delay, self._fire_recheck)
 
     def _fire_recheck(self) -> None:

@@ -27,6 +27,7 @@ from awooop.logs import get_logger
 from awooop.loop_registry import all_loops
 from awooop.loop_store import DatabaseHeartbeats, HeartbeatRow, project_source, read_heartbeats
 from awooop.loops import LoopSpec, run_loops, set_heartbeat_sink
+from awooop.process import EVENT_LOOP
 from awooop.services import Services
 from awooop.telemetry import start_observability
 
@@ -44,7 +45,7 @@ def register(subparsers: Any) -> None:
     running.add_argument(
         "--metrics-port", type=int, default=None, help="override AWOOOP_METRICS_PORT"
     )
-    running.set_defaults(run=run)
+    running.set_defaults(run=run, loop_factory=EVENT_LOOP)
 
 
 # --- list -------------------------------------------------------------------------------------

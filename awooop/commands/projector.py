@@ -19,6 +19,7 @@ from awooop.config import Settings
 from awooop.logs import get_logger
 from awooop.loop_store import DatabaseHeartbeats
 from awooop.loops import run_loops, set_heartbeat_sink
+from awooop.process import EVENT_LOOP
 from awooop.services import Services
 from awooop.telemetry import start_observability
 from projections import loops, registry
@@ -36,7 +37,7 @@ def register(subparsers: Any) -> None:
         metavar="NAME",
         help="projections to run (default: " + ", ".join(registry.projector_names()) + ")",
     )
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 from awooop.config import Settings
 from awooop.logs import get_logger
 from awooop.loops import run_loop
+from awooop.process import EVENT_LOOP, settle_heap
 from awooop.relay_loops import relay_spec
 from awooop.services import redis_client
 from awooop.telemetry import configure_tracing, serve_metrics, shutdown_tracing
@@ -28,7 +29,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "relay", help="publish the event log and contract outbox to Redis Streams"
     )
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
@@ -44,6 +45,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    settle_heap()
     log.info("relay_starting", relay_id=relay.relay_id, metrics_port=settings.metrics_port)
     try:
         await run_loop(relay_spec(relay, settings), stop)

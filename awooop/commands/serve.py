@@ -13,21 +13,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import os
 import signal
 import socket
 import sys
 from typing import Any
 
-import uvloop
-
 from awooop.config import Settings
 from awooop.logs import get_logger
+from awooop.process import EVENT_LOOP, settle_heap
 
 log = get_logger(__name__)
 SERVICE_NAME = "awooop-serve"
-GC_GEN0_THRESHOLD = 20_000
 
 
 def register(subparsers: Any) -> None:
@@ -42,7 +39,7 @@ def register(subparsers: Any) -> None:
         help="server processes sharing the port with SO_REUSEPORT (default AWOOOP_HTTP_WORKERS)",
     )
     parser.add_argument("--access-log", action="store_true", help="log every request")
-    parser.set_defaults(run=run, loop_factory=uvloop.new_event_loop)
+    parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
 
 
 def listen_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
@@ -93,13 +90,7 @@ async def serve_one(
             timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
         )
         server = uvicorn.Server(config)
-        # Everything built so far lives as long as the process: keep it out of the cyclic
-        # collector's scans, and collect the young generation less often (requests allocate
-        # many short-lived objects; the default threshold of 700 ran a collection every few
-        # requests, about 7% of the server's CPU).
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
+        settle_heap()
         sock = listen_socket(host, port, reuse_port)
         # uvicorn re-raises the signal that stopped it once it has shut down; with these
         # handlers in place that ends here with exit code 0 instead of a default kill.

@@ -25,6 +25,7 @@ from awooop.logs import get_logger
 from awooop.loop_registry import all_loops
 from awooop.loop_store import DatabaseHeartbeats, project_source
 from awooop.loops import run_loop, run_loops, set_heartbeat_sink
+from awooop.process import EVENT_LOOP
 from awooop.services import Services
 from awooop.telemetry import start_observability
 from awooop.worker.runtime import Worker
@@ -41,7 +42,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--workers", type=int, default=2, help="workers in this process")
     parser.add_argument("--handler", default=DEFAULT_HANDLER, help="package.module:function")
     parser.add_argument("--port", type=int, help="HTTP port (default AWOOOP_HTTP_PORT)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:

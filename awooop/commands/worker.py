@@ -28,6 +28,7 @@ from awooop.logs import get_logger
 from awooop.loop_registry import all_loops
 from awooop.loop_store import DatabaseHeartbeats, project_source
 from awooop.loops import run_loop, run_loops, set_heartbeat_sink
+from awooop.process import EVENT_LOOP, settle_heap
 from awooop.services import Services
 from awooop.telemetry import start_observability
 from awooop.worker.runtime import Worker
@@ -61,7 +62,7 @@ def register(subparsers: Any) -> None:
         help="package.module:function receiving approval tickets (tokens) when the handler "
         "passes no notifier of its own",
     )
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
 
 
 def load_callable(spec: str, what: str = "handler") -> Any:
@@ -126,6 +127,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     grace_s=settings.shutdown_grace_s,
                 )
             )
+        settle_heap()
         print(f"worker {worker.worker_id} started", flush=True)
         await worker.run(stop, extra=extra)
         return 0

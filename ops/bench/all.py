@@ -85,6 +85,11 @@ def flatten(value: Any, prefix: str = "") -> list[tuple[str, float]]:
         for key, item in value.items():
             out.extend(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
         return out
+    if isinstance(value, list):
+        out = []
+        for index, item in enumerate(value):
+            out.extend(flatten(item, f"{prefix}[{index}]"))
+        return out
     return []
 
 

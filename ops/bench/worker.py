@@ -1,7 +1,8 @@
 """Benchmark of the worker runtime: end-to-end throughput, ingest-to-start latency, recovery.
 
     .venv/bin/python ops/bench/worker.py [--runs 5000] [--workers 1,2,4] [--concurrency 64]
-                                         [--rate 100] [--seconds 10] [--no-recovery]
+                                         [--rate 100] [--seconds 10] [--latency-workers 1,4]
+                                         [--no-recovery]
                                          [--no-streams] [--parts throughput,latency,recovery]
                                          [--redis-cluster] [--out FILE]
 
@@ -15,7 +16,8 @@ run, ``RunCreated``).
   first ingest commit to the last COMPLETED (ingest → relay → work stream → claim → handler →
   COMPLETED). Target: ≥ 1,000/s with 4 workers.
 - ``latency``: runs ingested one per transaction (``submit``) at a paced ``--rate`` per second for
-  ``--seconds`` with 4 workers; ingest-to-start = the handler's start time (wall clock) minus
+  ``--seconds`` with 1 and 4 workers (``--latency-workers``); ingest-to-start = the handler's
+  start time (wall clock) minus
   the ingest commit (wall clock, same host). p50/p99/max in ms. Target: p99 ≤ 10 ms at 100/s.
 - ``recovery``: default lease settings (lease 30 s, heartbeat 5 s, reclaim 10 s); a worker
   holding a run is killed with SIGKILL while a second worker runs; seconds from the kill to
@@ -308,6 +310,76 @@ async def latency(
     }
 
 
+async def floor(rate: float, seconds: float) -> dict[str, Any]:
+    """What one hop costs on this machine at the same pace, with nothing of AwoooP in it: a
+    bare XADD seen by XREADGROUP BLOCK in another process, and a bare one-row transaction
+    (BEGIN, INSERT, COMMIT). Ingest-to-start crosses at least two such hops and two commits."""
+    key = f"bench-floor-{uuid.uuid4().hex[:8]}"
+    reader = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "floor-reader",
+        redis_url(),
+        key,
+        str(int(rate * seconds)),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    client = redis_client(redis_url())
+    try:
+        for _ in range(200):  # until the reader's group is in place
+            if await client.exists(key):
+                break
+            await asyncio.sleep(0.05)
+        begin = time.perf_counter()
+        for i in range(int(rate * seconds)):
+            delay = begin + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await client.xadd(key, {"t": repr(time.time())})
+        out, _ = await reader.communicate()
+    finally:
+        await client.delete(key)
+        await client.aclose()
+    hops = [float(x) for x in out.split()]
+    async with Scratch() as scratch:
+        conn = await asyncpg.connect(scratch.url)
+        try:
+            await conn.execute("CREATE TABLE floor_probe (n int)")
+            commits: list[float] = []
+            begin = time.perf_counter()
+            for i in range(int(rate * seconds)):
+                delay = begin + i / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                started = time.perf_counter()
+                async with conn.transaction():
+                    await conn.execute("INSERT INTO floor_probe VALUES ($1)", i)
+                commits.append((time.perf_counter() - started) * 1000)
+        finally:
+            await conn.close()
+    return {
+        "rate_per_s": rate,
+        "redis_hop_ms": {
+            q: round(percentile(hops, v), 2) for q, v in (("p50", 0.5), ("p99", 0.99))
+        },
+        "commit_ms": {
+            q: round(percentile(commits, v), 2) for q, v in (("p50", 0.5), ("p99", 0.99))
+        },
+    }
+
+
+async def floor_reader(url: str, key: str, count: int) -> None:
+    client = redis_client(url)
+    await client.xgroup_create(key, "floor", id="$", mkstream=True)
+    seen: list[float] = []
+    while len(seen) < count:
+        for _stream, entries in await client.xreadgroup("floor", "r", {key: ">"}, block=5000) or []:
+            now = time.time()
+            seen.extend((now - float(fields[b"t"])) * 1000 for _id, fields in entries)
+    await client.aclose()
+    print(" ".join(f"{v:.3f}" for v in seen))
+
+
 async def xadd_times(scratch: Scratch) -> dict[uuid.UUID, float]:
     """Unix time of each run's RunCreated entry in the work streams (from the entry id)."""
     settings = scratch.settings()
@@ -368,6 +440,9 @@ async def run_all() -> tuple[str, str | None]:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--latency-workers", default="1,4", help="worker process counts for the latency part"
+    )
     parser.add_argument("--no-recovery", action="store_true")
     parser.add_argument("--parts", default="throughput,latency,recovery", help="which parts to run")
     parser.add_argument("--no-streams", action="store_true")
@@ -410,8 +485,13 @@ async def run_parts(
             report["throughput"].append(result)
             print(f"throughput {n} worker(s): {result['runs_per_s']} runs/s", file=sys.stderr)
     if "latency" in parts:
-        report["latency"] = await latency(4, args.rate, args.seconds, extra, tmp)
-        print(f"latency: {report['latency']}", file=sys.stderr)
+        report["floor"] = await floor(args.rate, args.seconds / 2)
+        print(f"floor: {report['floor']}", file=sys.stderr)
+        report["latency"] = []
+        for n in (int(x) for x in args.latency_workers.split(",")):
+            result = await latency(n, args.rate, args.seconds, extra, tmp)
+            report["latency"].append(result)
+            print(f"latency {n} worker(s): {result}", file=sys.stderr)
     if "recovery" in parts and not args.no_recovery:
         report["recovery"] = await recovery(extra, tmp)
         print(f"recovery: {report['recovery']}", file=sys.stderr)
@@ -425,4 +505,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "floor-reader":
+        asyncio.run(floor_reader(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    else:
+        main()

@@ -1,0 +1,34 @@
+"""The role pools release connections without asyncpg's reset query: nothing of a tenant
+transaction may outlive it on the pooled connection."""
+
+from __future__ import annotations
+
+import pytest
+
+from awooop.config import Settings
+from awooop.db import Database
+
+
+async def test_a_released_connection_keeps_no_tenant_and_no_transaction(settings: Settings) -> None:
+    db = await Database.open(settings.database_url, max_size=1)  # one connection, reused
+    try:
+        async with db.tenant("a") as conn:
+            pid = conn.get_server_pid()
+            assert await conn.fetchval("SELECT current_setting('awooop.project_id')") == "a"
+        with pytest.raises(ZeroDivisionError):
+            async with db.tenant("b") as conn:
+                assert conn.get_server_pid() == pid
+                await conn.execute("SELECT 1")
+                raise ZeroDivisionError  # leaves mid-transaction: rolled back on release
+        async with db.tenant_pool.acquire() as conn:
+            assert conn.get_server_pid() == pid
+            assert not conn.is_in_transaction()
+            assert await conn.fetchval("SELECT current_setting('awooop.project_id', true)") in (
+                "",
+                None,
+            )
+            # The same pooled session, still the tenant role and nothing else of earlier users.
+            assert await conn.fetchval("SELECT current_user") == "awooop_app"
+            assert await conn.fetchval("SELECT count(*) FROM awooop_run_state") == 0
+    finally:
+        await db.close()
