@@ -15,11 +15,15 @@ async def test_a_released_connection_keeps_no_tenant_and_no_transaction(settings
         async with db.tenant("a") as conn:
             pid = conn.get_server_pid()
             assert await conn.fetchval("SELECT current_setting('awooop.project_id')") == "a"
-        with pytest.raises(ZeroDivisionError):
+
+        async def fail_mid_transaction() -> None:
             async with db.tenant("b") as conn:
                 assert conn.get_server_pid() == pid
                 await conn.execute("SELECT 1")
                 raise ZeroDivisionError  # leaves mid-transaction: rolled back on release
+
+        with pytest.raises(ZeroDivisionError):
+            await fail_mid_transaction()
         async with db.tenant_pool.acquire() as conn:
             assert conn.get_server_pid() == pid
             assert not conn.is_in_transaction()
