@@ -37,6 +37,9 @@ import msgspec
 
 from awooop.db import APP_ROLE, CONNECTION_ERRORS, SET_SESSION_TENANT, connect
 from awooop.errors import DatabaseUnavailableError
+from awooop.logs import get_logger
+
+log = get_logger(__name__)
 
 # --- SQL -----------------------------------------------------------------------------------
 
@@ -116,16 +119,22 @@ class PointerChecker:
         try:
             one = await conn.prepare(POINTER_CHECK_ONE)
             many = await conn.prepare(POINTER_CHECK_MANY)
-        except BaseException:
+        except BaseException as exc:
             conn.terminate()
+            if isinstance(exc, BROKEN_CONNECTION):  # the server went away between the two
+                raise DatabaseUnavailableError(f"pointer check connection lost: {exc}") from exc
             raise
         return _Conn(conn, one, many)
 
     async def warm(self) -> None:
-        """Open one connection ahead of the first call."""
+        """Open one connection ahead of the first call; if the database is away right now, the
+        first call opens it instead (a worker starting during a restart must not die here)."""
         async with self._slots:
             if not self._idle:
-                self._idle.append(await self._open())
+                try:
+                    self._idle.append(await self._open())
+                except DatabaseUnavailableError as exc:
+                    log.warning("pointer_check_warm_failed", error=str(exc))
 
     async def check(
         self,
@@ -142,7 +151,12 @@ class PointerChecker:
             raise DatabaseUnavailableError("the pointer checker is closed")
         async with self._slots:
             for attempt in (1, 2):
-                slot = await self._take(project_id)
+                try:
+                    slot = await self._take(project_id)
+                except DatabaseUnavailableError:
+                    if attempt == 2:
+                        raise
+                    continue
                 ok = False
                 try:
                     result = await self._check(slot, project_id, contracts, cached)
