@@ -2,16 +2,21 @@
 
 Used by the worker (claims and fenced writes, keyed by project) and by the HTTP ingest
 server (deliveries, keyed by project, channel and contract). Requests queue per key (one
-tenant transaction per batch). While no flush of a
-key runs, a request starts one at once with everything queued; requests that arrive during
-a flush wait for the next one, which takes them all. At low load every request is flushed
-alone and immediately (no added latency); under load, batches grow by themselves and the
-number of transactions per run falls. Each flush gets its items in arrival order and returns
-one result per item (a value, or an exception for that item alone); an exception raised by
-the flush itself fails every item of that batch.
+tenant transaction per batch). While fewer than ``parallel`` flushes of a key run, a request
+starts one at once with everything queued; requests that arrive while that many run wait for
+the next one to free up, which takes them all. At low load every request is flushed alone and
+immediately (no added latency); under load, batches grow by themselves and the number of
+transactions per run falls. Each flush gets its items in arrival order and returns one result
+per item (a value, or an exception for that item alone); an exception raised by the flush
+itself fails every item of that batch.
 
-An item whose ``unique`` key is already in the batch being formed waits for the next batch,
-so a flush never sees the same run twice.
+``parallel`` > 1 (the worker: a few connections per project) keeps a steady trickle of small
+batches from waiting on each other's round trips, where one flush at a time would cap a
+key's rate at (batch size / flush time).
+
+An item whose ``unique`` key is in the batch being formed, or in a batch still being flushed,
+waits for a later batch: a flush never sees the same run twice, and two items of one run are
+never flushed at the same time (so their order is kept).
 """
 
 from __future__ import annotations
@@ -39,11 +44,16 @@ class Batcher(Generic[K, I, R]):
         flush: Callable[[K, list[I]], Awaitable[list[R | BaseException]]],
         *,
         max_batch: int = 256,
+        parallel: int = 1,
     ) -> None:
+        if parallel < 1:
+            raise ValueError("parallel must be at least 1")
         self._flush = flush
         self._max_batch = max_batch
+        self._parallel = parallel
         self._queues: dict[K, list[_Pending[I, R]]] = {}
-        self._draining: set[K] = set()
+        self._draining: dict[K, int] = {}  # key -> drains running
+        self._in_flight: dict[K, set[Hashable]] = {}  # key -> unique keys being flushed
         self._tasks: set[asyncio.Task[None]] = set()
         self.flushes = 0
         self.items = 0
@@ -59,8 +69,8 @@ class Batcher(Generic[K, I, R]):
         item is still flushed; ``on_orphan`` then gets its result (say, to undo a claim)."""
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._queues.setdefault(key, []).append(_Pending(item, unique, future))
-        if key not in self._draining:
-            self._draining.add(key)
+        if self._draining.get(key, 0) < self._parallel:
+            self._draining[key] = self._draining.get(key, 0) + 1
             task = asyncio.ensure_future(self._drain(key))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -80,33 +90,43 @@ class Batcher(Generic[K, I, R]):
     def _take(self, key: K) -> list[_Pending[I, R]]:
         queue = self._queues.get(key, [])
         batch: list[_Pending[I, R]] = []
-        seen: set[Hashable] = set()
+        busy = self._in_flight.setdefault(key, set())
         rest: list[_Pending[I, R]] = []
         for pending in queue:
             if len(batch) < self._max_batch and (
-                pending.unique is None or pending.unique not in seen
+                pending.unique is None or pending.unique not in busy
             ):
                 batch.append(pending)
                 if pending.unique is not None:
-                    seen.add(pending.unique)
+                    busy.add(pending.unique)
             else:
                 rest.append(pending)
         self._queues[key] = rest
         return batch
 
     async def _drain(self, key: K) -> None:
+        cancelled = False
         try:
             while batch := self._take(key):
                 self.flushes += 1
                 self.items += len(batch)
                 try:
-                    results = await self._flush(key, [p.item for p in batch])
+                    results: list[R | BaseException] | BaseException = await self._flush(
+                        key, [p.item for p in batch]
+                    )
                 except BaseException as exc:
+                    results = exc
+                finally:
+                    busy = self._in_flight.get(key, set())
+                    for pending in batch:
+                        busy.discard(pending.unique)
+                if isinstance(results, BaseException):
                     for pending in batch:
                         if not pending.future.done():
-                            pending.future.set_exception(exc)
-                    if isinstance(exc, asyncio.CancelledError):
-                        raise
+                            pending.future.set_exception(results)
+                    if isinstance(results, asyncio.CancelledError):
+                        cancelled = True
+                        raise results
                     continue
                 for pending, result in zip(batch, results, strict=True):
                     if pending.future.done():
@@ -115,9 +135,20 @@ class Batcher(Generic[K, I, R]):
                         pending.future.set_exception(result)
                     else:
                         pending.future.set_result(result)
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         finally:
-            # Only a cancelled drain leaves items behind (no await since the last take).
-            self._draining.discard(key)
-            for pending in self._queues.pop(key, []):
-                if not pending.future.done():
-                    pending.future.set_exception(RuntimeError("the batcher was stopped"))
+            self._draining[key] -= 1
+            if not self._draining[key]:
+                del self._draining[key]
+                self._in_flight.pop(key, None)
+            # Items are left behind only when this drain was cancelled (the batcher stops),
+            # or when they wait for a unique key that another drain still flushes (that drain
+            # takes them when it loops). A cancelled last drain fails what is left.
+            if cancelled and key not in self._draining:
+                for pending in self._queues.pop(key, []):
+                    if not pending.future.done():
+                        pending.future.set_exception(RuntimeError("the batcher was stopped"))
+            elif key not in self._draining and not self._queues.get(key):
+                self._queues.pop(key, None)

@@ -56,6 +56,10 @@ from awooop.worker.context import (
 )
 
 log = get_logger("awooop.worker")
+# Group-commit flushes of one project that may run at once (claims, and fenced writes): one at
+# a time capped a worker at (batch size / transaction time), and with runs finishing one by one
+# the batches stay small (1 worker: ~300 no-op runs/s while its CPU was 80 % idle).
+FLUSHES_PER_PROJECT = 4
 
 Handler = Callable[[RunContext], Awaitable[object]]
 MAX_REASON_CHARS = 2000
@@ -105,7 +109,9 @@ class Executor:
         self.drained = asyncio.Event()
         self.drained.set()
         self.finished: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
-        self.writes: Batcher[str, leases.FencedWrite, RunState] = Batcher(self._flush_writes)
+        self.writes: Batcher[str, leases.FencedWrite, RunState] = Batcher(
+            self._flush_writes, parallel=FLUSHES_PER_PROJECT
+        )
 
     async def _flush_writes(
         self, project_id: str, writes: list[leases.FencedWrite]

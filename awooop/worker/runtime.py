@@ -46,7 +46,7 @@ from awooop.runs.leases import Availability
 from awooop.runs.state import RunState
 from awooop.telemetry import tracer
 from awooop.worker.context import LLMClient, Notifier, StopReason, StreamEntry, trace_metadata
-from awooop.worker.executor import Executor, Handler, Outcome
+from awooop.worker.executor import FLUSHES_PER_PROJECT, Executor, Handler, Outcome
 from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
 
 log = get_logger("awooop.worker")
@@ -105,7 +105,7 @@ class Worker:
         self.cancel_listener = CancelListener(self.executor, settings.database_url)
         self.accepting = True
         self.claims: Batcher[str, tuple[uuid.UUID, dict[str, Any]], Claimed] = Batcher(
-            self._flush_claims
+            self._flush_claims, parallel=FLUSHES_PER_PROJECT
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._slot_freed = asyncio.Event()

@@ -111,3 +111,57 @@ async def test_a_cancelled_callers_item_is_flushed_and_handed_to_on_orphan() -> 
         await caller
     await asyncio.sleep(0.1)
     assert rec.batches == [("p", [7])] and orphans == [70]
+
+
+class Overlap(Recorder):
+    """Records how many flushes of a key run at once, and which unique items overlap."""
+
+    def __init__(self, delay: float = 0.01) -> None:
+        super().__init__(delay)
+        self.running = 0
+        self.most = 0
+
+    async def flush(self, key: str, items: list[int]) -> list[int | BaseException]:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            return await super().flush(key, items)
+        finally:
+            self.running -= 1
+
+
+async def test_parallel_flushes_of_one_key_run_at_once() -> None:
+    rec = Overlap()
+    batcher: Batcher[str, int, int] = Batcher(rec.flush, parallel=3)
+    first = []
+    for i in range(3):  # each arrives while the earlier flushes run: a drain of its own
+        first.append(asyncio.ensure_future(batcher.submit("p", i)))
+        await asyncio.sleep(0.002)
+    assert await asyncio.gather(*first) == [0, 10, 20]
+    assert [items for _key, items in rec.batches] == [[0], [1], [2]]
+    assert rec.most == 3
+    one: Batcher[str, int, int] = Batcher(Overlap().flush)
+    assert one._parallel == 1
+
+
+async def test_parallel_flushes_never_carry_one_unique_key_at_once_and_keep_its_order() -> None:
+    rec = Overlap(delay=0.005)
+    batcher: Batcher[str, int, int] = Batcher(rec.flush, parallel=4)
+    # Items 0..39 over 4 unique keys, submitted one by one while flushes are under way.
+    tasks = []
+    for i in range(40):
+        tasks.append(asyncio.ensure_future(batcher.submit("p", i, unique=i % 4)))
+        await asyncio.sleep(0.001)
+    assert await asyncio.gather(*tasks) == [i * 10 for i in range(40)]
+    assert rec.most >= 2
+    order: dict[int, list[int]] = {}
+    for _key, items in rec.batches:
+        assert len({i % 4 for i in items}) == len(items)  # a key at most once per batch
+        for i in items:
+            order.setdefault(i % 4, []).append(i)
+    assert all(seq == sorted(seq) for seq in order.values())  # per key, arrival order
+
+
+def test_parallel_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="parallel"):
+        Batcher(Recorder().flush, parallel=0)
