@@ -21,12 +21,10 @@ from awooop.config import Settings
 from awooop.db import Database
 from awooop.errors import DeliveryLimitError, InvalidInputError
 from awooop.events import run_stream_id
-from awooop.http.app import create_app
 from awooop.ingest import credentials
 from awooop.loops import PLATFORM_PROJECT
 from awooop.runs import approvals, leases
-from awooop.services import Services, redis_client
-from streams.keys import Keys
+from tests.support.http import app_client
 from tests.support.runs import create_runs, load
 
 P, Q = "proj-mgmt", "proj-other"
@@ -46,16 +44,8 @@ class Tokens:
 
 @pytest.fixture
 async def client(settings: Settings, db: Database) -> AsyncIterator[httpx.AsyncClient]:
-    services = Services(
-        settings=settings,
-        db=db,
-        redis=redis_client(settings.redis_url),
-        keys=Keys(settings.redis_key_prefix, settings.shard_count),
-    )
-    transport = httpx.ASGITransport(app=create_app(services))
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+    async with app_client(settings, db) as http:
         yield http
-    await services.redis.aclose()
 
 
 @pytest.fixture

@@ -18,13 +18,11 @@ from awooop.errors import (
     ApprovalTokenUsedError,
     IllegalTransitionError,
 )
-from awooop.http.app import create_app
 from awooop.ingest import credentials
 from awooop.runs import approvals, control, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
-from awooop.services import Services, redis_client
 from awooop.worker_loops import expire_approvals_once, reap_once
-from streams.keys import Keys
+from tests.support.http import app_client
 from tests.support.runs import create_runs, event_types, load
 
 P = "proj-ap"
@@ -142,19 +140,9 @@ async def test_tenants_cannot_spend_each_others_tokens(db: Database) -> None:
 
 @pytest.fixture
 async def client(settings: Settings, db: Database) -> AsyncIterator[httpx.AsyncClient]:
-    services = Services(
-        settings=settings,
-        db=db,
-        redis=redis_client(settings.redis_url),
-        keys=Keys(settings.redis_key_prefix, settings.shard_count),
-    )
-    transport = httpx.ASGITransport(app=create_app(services))
     _, manage = await credentials.create_management_token(db, P, "manage")  # the project's
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://test", headers={"authorization": f"Bearer {manage}"}
-    ) as http:
+    async with app_client(settings, db, bearer=manage) as http:
         yield http
-    await services.redis.aclose()
 
 
 async def test_http_approve_then_reuse(db: Database, client: httpx.AsyncClient) -> None:

@@ -1,0 +1,36 @@
+"""An in-process HTTP client of the ASGI app on real Postgres and Redis."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+
+from awooop.config import Settings
+from awooop.db import Database
+from awooop.http.app import create_app
+from awooop.services import Services, redis_client
+from streams.keys import Keys
+
+
+@asynccontextmanager
+async def app_client(
+    settings: Settings, db: Database, bearer: str | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The app on ``db`` and the settings' Redis; ``bearer`` is sent on every request."""
+    services = Services(
+        settings=settings,
+        db=db,
+        redis=redis_client(settings.redis_url),
+        keys=Keys(settings.redis_key_prefix, settings.shard_count),
+    )
+    headers = {"authorization": f"Bearer {bearer}"} if bearer else None
+    transport = httpx.ASGITransport(app=create_app(services))
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://test", headers=headers
+        ) as http:
+            yield http
+    finally:
+        await services.redis.aclose()
