@@ -92,6 +92,17 @@ async def _transaction_scoped_reset(_conn: Any) -> None:
     drops client-side listeners before this runs."""
 
 
+# Custom plans for every statement of the role pools. asyncpg prepares each statement once per
+# connection, and Postgres switches a prepared statement to a cached generic plan after five
+# runs; a generic plan made while a table was small (a fresh deployment, a table that grew
+# since its last ANALYZE) keeps a sequential scan where the table is now large. Seen in the
+# worker: each 1-row UPDATE of awooop_run_state by primary key took up to 10 ms over 5,000
+# rows, a claim of 63 runs 72 ms instead of 15-20, until autovacuum's ANALYZE replaced the
+# plan (one worker: 330-1,300 no-op runs/s depending on when that happened; 920-1,000 with
+# custom plans). Planning each execution costs about 0.1 ms per statement.
+PLAN_CACHE_MODE = "force_custom_plan"
+
+
 async def create_pool(url: str, role: str, min_size: int = 1, max_size: int = 10) -> Pool:
     try:
         pool = await asyncpg.create_pool(
@@ -100,7 +111,7 @@ async def create_pool(url: str, role: str, min_size: int = 1, max_size: int = 10
             max_size=max_size,
             init=init_connection,
             reset=_transaction_scoped_reset,
-            server_settings={"role": role},
+            server_settings={"role": role, "plan_cache_mode": PLAN_CACHE_MODE},
             timeout=10.0,
         )
     except CONNECTION_ERRORS as exc:

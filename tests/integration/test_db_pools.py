@@ -36,3 +36,12 @@ async def test_a_released_connection_keeps_no_tenant_and_no_transaction(settings
             assert await conn.fetchval("SELECT count(*) FROM awooop_run_state") == 0
     finally:
         await db.close()
+
+
+async def test_role_pools_plan_every_statement_for_its_parameters(db: Database) -> None:
+    # A cached generic plan made while a table was small keeps scanning it once it is large
+    # (awooop/db.py, PLAN_CACHE_MODE); both role pools plan each execution.
+    async with db.tenant("a") as conn:
+        assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
+    async with db.platform() as conn:
+        assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
