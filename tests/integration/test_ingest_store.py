@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from awooop import eventlog, producer
@@ -122,3 +123,58 @@ async def test_a_repeat_probes_the_index_per_key_however_stale_the_statistics(
     insert_pages, lookup_pages = await db.in_tenant(PROJECT, explain)
     assert insert_pages < 40, insert_pages  # the whole project and channel is > 100 pages
     assert lookup_pages < 20, lookup_pages
+
+
+async def test_cached_plans_of_the_http_sessions_probe_per_key_after_the_table_grew(
+    database_url: str,
+) -> None:
+    # The HTTP server's session connections keep prepared statements, and after five runs
+    # Postgres may cache a generic plan made while the table was tiny. Counted by the
+    # statistics collector: 40 deliveries on a 50,000-row project fetch about one dedupe row
+    # each (the `= ANY` lookup of before fetched 2,000,946: every row of the project, each time).
+    import asyncpg
+
+    from awooop.config import load_settings
+    from awooop.ingest import store as ingest_store
+    from awooop.ingest.common import ParsedEvent
+
+    settings = load_settings(environ={}, database_url=database_url)
+    sessions = TenantSessions(database_url, max_size=1)
+    admin = await asyncpg.connect(database_url)
+
+    async def deliver(key: str) -> None:
+        async with sessions.session(PROJECT) as conn:
+            config = await ingest_store.load_config(conn, settings, PROJECT, "api")
+            await ingest_store.ingest(conn, PROJECT, "api", [ParsedEvent(key, {})], config=config)
+
+    async def fetched() -> int:
+        await admin.execute("SELECT pg_stat_force_next_flush()")
+        value = await admin.fetchval(
+            "SELECT idx_tup_fetch + coalesce(seq_tup_read, 0) FROM pg_stat_user_tables "
+            "WHERE relname = 'awooop_channel_event_dedupe'"
+        )
+        return int(value or 0)
+
+    try:
+        for i in range(12):  # a tiny table while the statements turn generic
+            await deliver(f"k{i}")
+        await admin.execute(
+            "INSERT INTO awooop_channel_event_dedupe (project_id, channel_type, provider_event_id,"
+            " run_id, created_at, expires_at) SELECT $1, 'api', 'fill-' || g, gen_random_uuid(),"
+            " now(), now() + interval '1 day' FROM generate_series(1, 50000) AS g",
+            PROJECT,
+        )
+        before = await fetched()
+        for i in range(20):
+            await deliver(f"k{i % 12}")  # a repeat
+            await deliver(f"n{i}")  # a first arrival
+        async with sessions.session(PROJECT) as conn:  # flush that backend's statistics too
+            await conn.execute("SELECT pg_stat_force_next_flush()")
+        for _ in range(50):
+            if await fetched() > before:
+                break
+            await asyncio.sleep(0.1)
+        assert 0 < await fetched() - before < 1000
+    finally:
+        await sessions.close()
+        await admin.close()
