@@ -219,6 +219,20 @@ def concat_parts(
     return merged
 
 
+class PerStreamRows:
+    """The bulk-pass ending of a projection whose every row belongs to one stream (no
+    aggregates over streams): nothing to add after the last stream, and the bulk workers'
+    parts need no merging beyond concatenation."""
+
+    def bulk_finish(self, out: BulkOutput) -> None:
+        return None
+
+    def merge_finish(
+        self, parts: Sequence[dict[str, list[tuple[Any, ...]]]]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        return concat_parts(parts)
+
+
 def stream_range(prefix: str) -> tuple[str, str]:
     """Bounds [low, high) of the stream ids that start with ``prefix`` (index-friendly)."""
     return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)

@@ -21,10 +21,10 @@ from awooop.events import RevisionActivated, RevisionCreated
 from projections.base import (
     BulkOutput,
     LogEvent,
+    PerStreamRows,
     TableNames,
     TableSpec,
     check_consecutive,
-    concat_parts,
     insert_sql,
     lagging_sql,
     trace_id_of,
@@ -132,7 +132,7 @@ def entries(version: int, events: Sequence[LogEvent]) -> list[RevisionEntry]:
     return [entry(e) for e in events]
 
 
-class RevisionHistoryProjection:
+class RevisionHistoryProjection(PerStreamRows):
     name: ClassVar[str] = "revision_history"
     description: ClassVar[str] = "awooop_revision_history: revisions created and activated"
     inline = False
@@ -163,14 +163,6 @@ class RevisionHistoryProjection:
     def bulk_stream(self, events: Sequence[LogEvent], out: BulkOutput) -> None:
         for r in entries(0, events):
             out.add(TABLE, msgspec.structs.astuple(r))
-
-    def bulk_finish(self, out: BulkOutput) -> None:
-        return None
-
-    def merge_finish(
-        self, parts: Sequence[dict[str, list[tuple[Any, ...]]]]
-    ) -> dict[str, list[tuple[Any, ...]]]:
-        return concat_parts(parts)
 
     def lagging_sql(self, names: TableNames) -> str:
         return _lagging(names[TABLE])

@@ -24,11 +24,11 @@ from awooop.events import to_builtins
 from projections.base import (
     BulkOutput,
     LogEvent,
+    PerStreamRows,
     TableNames,
     TableSpec,
     as_uuid,
     check_consecutive,
-    concat_parts,
     insert_sql,
     lagging_sql,
     trace_id_of,
@@ -120,7 +120,7 @@ def entries(
     return rows, (rows[-1].version if rows else version, attempt)
 
 
-class TimelineProjection:
+class TimelineProjection(PerStreamRows):
     name: ClassVar[str] = "run_timeline"
     description: ClassVar[str] = "awooop_run_timeline: every event of every run, in order"
     inline = False
@@ -157,14 +157,6 @@ class TimelineProjection:
         rows, _ = entries(None, events)
         for r in rows:
             out.add(TABLE, msgspec.structs.astuple(r))
-
-    def bulk_finish(self, out: BulkOutput) -> None:
-        return None
-
-    def merge_finish(
-        self, parts: Sequence[dict[str, list[tuple[Any, ...]]]]
-    ) -> dict[str, list[tuple[Any, ...]]]:
-        return concat_parts(parts)
 
     def lagging_sql(self, names: TableNames) -> str:
         return _lagging(names[TABLE])

@@ -5,9 +5,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import asyncpg
+
 from awooop import eventlog, producer
+from awooop.config import load_settings
 from awooop.db import Database
-from awooop.events import decode_event, run_stream_id
+from awooop.events import RunCreated, decode_event, run_stream_id
+from awooop.ingest import store as ingest_store
+from awooop.ingest.common import ParsedEvent
 from awooop.ingest.sessions import TenantSessions
 from awooop.producer import ChannelEvent
 from awooop.runs import store
@@ -79,12 +84,6 @@ async def test_a_repeat_probes_the_index_per_key_however_stale_the_statistics(
     # the whole project and channel with the array as a filter whenever the statistics were
     # stale: every delivery then cost O(rows of the project), every batch O(rows x batch).
     # The lookup joins the keys instead, so a repeat costs a few pages at any table size.
-    import asyncpg
-
-    from awooop.config import load_settings
-    from awooop.events import RunCreated
-    from awooop.ingest import store as ingest_store
-
     await producer.submit(db, PROJECT, ChannelEvent("api", "seen", {}))
     admin = await asyncpg.connect(database_url)
     try:  # many rows of this project and channel, and no ANALYZE afterwards
@@ -132,12 +131,6 @@ async def test_cached_plans_of_the_http_sessions_probe_per_key_after_the_table_g
     # Postgres may cache a generic plan made while the table was tiny. Counted by the
     # statistics collector: 40 deliveries on a 50,000-row project fetch about one dedupe row
     # each (the `= ANY` lookup of before fetched 2,000,946: every row of the project, each time).
-    import asyncpg
-
-    from awooop.config import load_settings
-    from awooop.ingest import store as ingest_store
-    from awooop.ingest.common import ParsedEvent
-
     settings = load_settings(environ={}, database_url=database_url)
     sessions = TenantSessions(database_url, max_size=1)
     admin = await asyncpg.connect(database_url)
