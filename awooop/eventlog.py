@@ -81,6 +81,34 @@ LIMIT $3
 """
 )
 
+# The relay's read: READ_FORWARD's batch and, in the same snapshot, the age of the oldest
+# committed event held back behind the horizon (NULL when none is). A short batch followed by
+# a held-back event means: re-check soon, no NOTIFY will announce the holder's end. The LEFT
+# JOIN gives one row (batch columns NULL) when the batch is empty.
+READ_FORWARD_AND_HELD = (
+    FOLLOWER_HORIZON  # noqa: S608 - constant SQL fragments
+    + """, batch AS (
+    SELECT position, tx_id::text::bigint AS tx_id, event_id, stream_id, version, project_id,
+           event_type, data::text AS data, metadata, recorded_at
+    FROM awooop_events, horizon
+    WHERE (tx_id, position) > ($1::text::xid8, $2::bigint)
+      AND tx_id < horizon.h
+    ORDER BY awooop_events.tx_id, position
+    LIMIT $3
+), held AS (
+    SELECT extract(epoch FROM clock_timestamp() - e.recorded_at)::float8 AS held_s
+    FROM awooop_events AS e, horizon
+    WHERE (e.tx_id, e.position) > ($1::text::xid8, $2::bigint)
+      AND e.tx_id >= horizon.h
+    ORDER BY e.tx_id, e.position
+    LIMIT 1
+)
+SELECT batch.*, (SELECT held_s FROM held) AS held_s
+FROM (SELECT 1) AS one LEFT JOIN batch ON true
+ORDER BY batch.tx_id, batch.position
+"""
+)
+
 # --- API -----------------------------------------------------------------------------------
 
 _metadata_encoder = msgspec.json.Encoder()
@@ -154,6 +182,21 @@ async def read_forward(conn: Connection, cursor: Cursor, limit: int = 1000) -> l
     """The next committed events after ``cursor``, never skipping a late commit."""
     rows = await conn.fetch(READ_FORWARD, str(cursor.tx_id), cursor.position, limit)
     return [RecordedEvent(**dict(r.items())) for r in rows]
+
+
+async def read_forward_and_held(
+    conn: Connection, cursor: Cursor, limit: int = 1000
+) -> tuple[list[RecordedEvent], float | None]:
+    """:func:`read_forward`, and the age in seconds of the oldest committed event held back
+    by an older running transaction (None when none is), read in one statement."""
+    rows = await conn.fetch(READ_FORWARD_AND_HELD, str(cursor.tx_id), cursor.position, limit)
+    held: float | None = rows[0]["held_s"]
+    batch = [
+        RecordedEvent(**{k: v for k, v in r.items() if k != "held_s"})
+        for r in rows
+        if r["position"] is not None
+    ]
+    return batch, held
 
 
 def advance(cursor: Cursor, batch: Sequence[RecordedEvent]) -> Cursor:

@@ -9,10 +9,13 @@ notices stream and are marked ``delivered_at``.
 
 Guarantees and how they are kept:
 - Nothing is skipped: ``read_forward`` only returns rows of transactions older than every
-  running one, walking ``(tx_id, position)``; the cursor moves after the XADDs succeeded, in
-  its own statement. A crash (or a failed cursor update) between the two republishes the batch:
-  duplicates, never loss. Consumers must tolerate duplicates (the envelope's event_id and
-  version identify them).
+  running one, walking ``(tx_id, position)``; the cursor moves (in memory) after the XADDs
+  succeeded. It is saved to ``awooop_relay_cursor`` at most every ``CURSOR_SAVE_INTERVAL_S``
+  (and when a drain or a clean stop ends), not after every batch: at a steady trickle each
+  commit is its own batch, and that UPDATE was a third of the relay's statements. A crash
+  republishes what was published since the last save (at most that long): duplicates, never
+  loss. Consumers must tolerate duplicates (the envelope's event_id and version identify
+  them).
 - Per-run order: each shard's part of a batch goes to Redis in ONE script call (all its XADDs,
   in log order), and a run's events all map to one shard. A failed call is retried whole, so
   the first copy of each event always arrives in version order; duplicates can only repeat an
@@ -20,12 +23,14 @@ Guarantees and how they are kept:
 - One active relay: several relay processes may run; the one holding a session advisory lock
   (on its dedicated connection, which also does all its reads and writes) publishes, the
   others retry the lock every poll interval. If the leader dies its session ends, the lock is
-  free, and a standby takes over within one poll interval. The cursor update is also a
-  compare-and-set on the previous position, so a leader that lost its session cannot move it.
+  free, and a standby takes over within one poll interval. The cursor save is also a
+  compare-and-set on the previously saved position, so a leader that lost its session cannot
+  move it.
 - Wake-up: a statement-level trigger NOTIFYs ``awooop_relay`` on insert; the relay LISTENs on its
   connection and polls every ``AWOOOP_RELAY_POLL_INTERVAL_S`` as a fallback. When committed rows
   are held back by an older running transaction (anywhere in the cluster: ``read_forward``
-  waits for the snapshot's xmin) it re-checks after 1 ms, doubling up to 50 ms.
+  waits for the snapshot's xmin) it re-checks after 1 ms, doubling up to 50 ms. The read that
+  returns a batch also says whether anything is held back: one statement per wake-up.
 - Redis down: the publish raises, the attempt and failure are counted (metric and
   ``relay_attempts``/``relay_failures`` on the cursor row), and the loop backs off.
 
@@ -50,6 +55,7 @@ to (up to 32 of) the producer spans.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -95,6 +101,8 @@ SHORT_HOLD_RECHECK_S = 0.004
 SHORT_HOLD_S = 1.0
 MAX_RECHECK_S = 0.05
 MAX_LINKS = 32
+# How stale the saved cursor may get while events flow: a crash republishes at most this much.
+CURSOR_SAVE_INTERVAL_S = 0.25
 
 FaultHook = Callable[[str], Awaitable[None]]
 PG_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -110,7 +118,7 @@ UNLOCK = "SELECT pg_advisory_unlock($1)"
 LOAD_CURSOR = "SELECT tx_id, position FROM awooop_relay_cursor WHERE name = $1"
 ADVANCE_CURSOR = """
 UPDATE awooop_relay_cursor
-SET tx_id = $4, position = $5, published = published + $6, relay_attempts = relay_attempts + 1,
+SET tx_id = $4, position = $5, published = published + $6, relay_attempts = relay_attempts + $8,
     leader = $7, updated_at = now()
 WHERE name = $1 AND tx_id = $2 AND position = $3
 """
@@ -122,13 +130,6 @@ WHERE name = $1
 """
 # The oldest committed event not yet published (NULL: none). Also finds rows read_forward holds
 # back because an older transaction is still running: then the relay re-checks soon.
-OLDEST_UNPUBLISHED = """
-SELECT extract(epoch FROM clock_timestamp() - recorded_at)::float8
-FROM awooop_events
-WHERE (tx_id, position) > ($1::text::xid8, $2::bigint)
-ORDER BY tx_id, position
-LIMIT 1
-"""
 STORE_SAFE_POINT = """
 INSERT INTO awooop_relay_shards AS s (shard_count, shard, safe_tx_id, safe_position)
 VALUES ($1, $2, $3, $4)
@@ -170,7 +171,11 @@ class Relay:
         self.is_leader = False
         self.caught_up = False  # the last read found nothing committed left to publish
         self.published = 0  # events published by this process
-        self.cursor = Cursor()
+        self.cursor = Cursor()  # published up to here
+        self._saved = Cursor()  # awooop_relay_cursor holds this
+        self._unsaved_events = 0
+        self._unsaved_batches = 0
+        self._save_due = 0.0
         self.epochs: dict[int, str] = {}  # shard -> epoch the relay publishes under
         self.groups: dict[str, set[str]] = {}  # stream -> groups seen there (for rebuilds)
         self._conn: Connection | None = None
@@ -248,6 +253,7 @@ class Relay:
             self._epochs_due = self._notices_due = 0.0
             more = await self.run_once()
             if not more and self.caught_up:
+                await self.save_cursor()
                 return self.published - start
             if time.monotonic() > deadline:
                 raise TimeoutError(f"relay not caught up after {timeout_s} s")
@@ -278,7 +284,8 @@ class Relay:
         row = await self.conn.fetchrow(LOAD_CURSOR, CURSOR_NAME)
         if row is None:
             raise RuntimeError("awooop_relay_cursor has no 'events' row: run awooop migrate")
-        self.cursor = Cursor(row["tx_id"], row["position"])
+        self.cursor = self._saved = Cursor(row["tx_id"], row["position"])
+        self._unsaved_events = self._unsaved_batches = 0
         await self.conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
         self.is_leader = True
         self.epochs.clear()
@@ -308,6 +315,8 @@ class Relay:
             return
         try:
             if was_leader:
+                with contextlib.suppress(LeadershipLost):
+                    await self._save(conn)
                 await conn.remove_listener(NOTIFY_CHANNEL, self._on_notify)
                 await conn.fetchval(UNLOCK, LOCK_KEY)
             await conn.close(timeout=5)
@@ -325,42 +334,41 @@ class Relay:
         connection) waits for the read to finish.
         """
         size = self.settings.relay_batch_size
-        batch = await eventlog.read_forward(self.conn, self.cursor, size)
+        batch, held = await eventlog.read_forward_and_held(self.conn, self.cursor, size)
         while batch:
             grouped = by_shard(batch, self.keys)
             publishing = asyncio.create_task(self._publish_batch(batch, grouped, False))
+            upcoming: list[RecordedEvent] = []
             try:
-                upcoming = (
-                    await eventlog.read_forward(
+                if len(batch) == size:
+                    upcoming, held = await eventlog.read_forward_and_held(
                         self.conn, eventlog.advance(self.cursor, batch), size
                     )
-                    if len(batch) == size
-                    else []
-                )
             finally:
                 left = await publishing
             if left:
                 await self._publish_batch(batch, left, True)
             if self.fault_hook is not None:
                 await self.fault_hook("published")
-            await self._advance(batch)
+            self._advance(batch)
             if time.monotonic() >= deadline and upcoming:
                 self.caught_up = False
                 metrics.OUTBOX_LAG.labels("events").set(
                     max(0.0, time.time() - upcoming[0].recorded_at.timestamp())
                 )
+                await self._save_if_due()
                 return True
             batch = upcoming
-        lag = await self.conn.fetchval(
-            OLDEST_UNPUBLISHED, str(self.cursor.tx_id), self.cursor.position
-        )
-        metrics.OUTBOX_LAG.labels("events").set(lag or 0.0)
-        self.caught_up = lag is None
-        if lag is None:
+        # Caught up with what the last read could see; ``held``: the age of a committed event
+        # it could not take yet (an older transaction still runs), which no NOTIFY announces.
+        metrics.OUTBOX_LAG.labels("events").set(held or 0.0)
+        self.caught_up = held is None
+        if held is None:
             self._recheck_delay = MIN_RECHECK_S
             self._held_since = None
         else:
             self._schedule_recheck()
+        await self._save_if_due()
         return False
 
     async def _publish_batch(
@@ -425,24 +433,45 @@ class Relay:
             raise StreamRebuildInterruptedError(shards=sorted(remaining))
         return remaining
 
-    async def _advance(self, batch: Sequence[RecordedEvent]) -> None:
-        new = eventlog.advance(self.cursor, batch)
-        status = await self.conn.execute(
+    def _advance(self, batch: Sequence[RecordedEvent]) -> None:
+        """The batch is in Redis: move the cursor (saved later, see the module docstring)."""
+        self.cursor = eventlog.advance(self.cursor, batch)
+        self.published += len(batch)
+        self._unsaved_events += len(batch)
+        self._unsaved_batches += 1
+        metrics.RELAY_ATTEMPTS.labels("events", "ok").inc()
+        metrics.RELAY_PUBLISHED.labels("events").inc(len(batch))
+
+    async def _save_if_due(self) -> None:
+        now = time.monotonic()
+        if self._unsaved_batches and now >= self._save_due:
+            self._save_due = now + CURSOR_SAVE_INTERVAL_S
+            await self._save(self.conn)
+
+    async def save_cursor(self) -> None:
+        """Save the published position now (the end of a drain, a clean stop)."""
+        await self._save(self.conn)
+
+    async def _save(self, conn: Connection) -> None:
+        """Compare-and-set the saved cursor; LeadershipLost when another relay moved it."""
+        if not self._unsaved_batches:
+            return
+        new = self.cursor
+        status = await conn.execute(
             ADVANCE_CURSOR,
             CURSOR_NAME,
-            self.cursor.tx_id,
-            self.cursor.position,
+            self._saved.tx_id,
+            self._saved.position,
             new.tx_id,
             new.position,
-            len(batch),
+            self._unsaved_events,
             self.relay_id,
+            self._unsaved_batches,
         )
         if status != "UPDATE 1":
             raise LeadershipLost(status)
-        self.cursor = new
-        self.published += len(batch)
-        metrics.RELAY_ATTEMPTS.labels("events", "ok").inc()
-        metrics.RELAY_PUBLISHED.labels("events").inc(len(batch))
+        self._saved = new
+        self._unsaved_events = self._unsaved_batches = 0
 
     def _schedule_recheck(self) -> None:
         if self._recheck is not None:

@@ -160,3 +160,32 @@ async def test_a_transaction_in_this_database_holds_followers_back(db: Database)
     async with db.platform() as conn:
         visible = [e.stream_id for e in await eventlog.read_forward(conn, eventlog.Cursor())]
     assert visible == ["s-before", "s-open", "s-after"]
+
+
+async def test_the_relay_read_says_how_long_a_committed_event_has_been_held_back(
+    db: Database,
+) -> None:
+    async with db.platform() as conn:
+        batch, held = await eventlog.read_forward_and_held(conn, eventlog.Cursor())
+    assert (batch, held) == ([], None)  # empty log: one row of NULLs, read as nothing
+    async with db.tenant(PROJECT) as conn:
+        await eventlog.append(conn, "s-before", PROJECT, 0, [payload("a")])
+    async with db.tenant(PROJECT) as holder:
+        await eventlog.append(holder, "s-open", PROJECT, 0, [payload("b")])
+        async with db.tenant(PROJECT) as conn:
+            await eventlog.append(conn, "s-after", PROJECT, 0, [payload("c")])
+        await asyncio.sleep(0.05)
+        async with db.platform() as conn:
+            batch, held = await eventlog.read_forward_and_held(conn, eventlog.Cursor())
+            plain = await eventlog.read_forward(conn, eventlog.Cursor())
+        assert batch == plain
+        assert [e.stream_id for e in batch] == ["s-before"]
+        assert held is not None and 0.05 <= held < 5  # s-after waits behind s-open
+    async with db.platform() as conn:
+        batch, held = await eventlog.read_forward_and_held(conn, eventlog.Cursor(), limit=2)
+        assert [e.stream_id for e in batch] == ["s-before", "s-open"]
+        rest, held_after = await eventlog.read_forward_and_held(
+            conn, eventlog.advance(eventlog.Cursor(), batch)
+        )
+    assert held is None  # nothing committed is held back any more (the batch was only full)
+    assert ([e.stream_id for e in rest], held_after) == (["s-after"], None)

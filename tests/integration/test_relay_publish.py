@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from awooop.config import Settings
 from awooop.db import Database
 from awooop.events import decode_event
+from streams import relay as relay_module
 from streams.envelope import FIELD, decode_envelope, decode_notice
 from streams.keys import Keys
 from streams.relay import Relay
@@ -94,6 +95,37 @@ async def test_cursor_is_kept_in_postgres_and_nothing_is_published_twice(
     assert row["relay_attempts"] == 2
     assert row["relay_failures"] == 0
     assert row["leader"] == second.relay_id
+
+
+async def saved_cursor(db: Database) -> tuple[int, int, int]:
+    async with db.platform() as conn:
+        row = await conn.fetchrow("SELECT * FROM awooop_relay_cursor WHERE name = 'events'")
+    return row["position"], row["published"], row["relay_attempts"]
+
+
+async def test_the_cursor_is_saved_at_most_every_interval_and_when_the_relay_stops(
+    settings: Settings, db: Database, redis: Any
+) -> None:
+    keys = keys_for(settings)
+    await create_run(db, "p1")
+    relay = Relay(settings=settings, redis=redis, keys=keys)
+    try:
+        assert await relay.drain() == 1  # a drain ends with its position saved
+        first = await saved_cursor(db)
+        assert first[1:] == (1, 1)
+        await create_run(db, "p1")
+        await relay.run_once()  # published, but the last save was under an interval ago
+        assert relay.published == 2
+        assert relay.cursor.position > first[0]
+        assert await saved_cursor(db) == first  # a crash now would republish it: a duplicate
+        await asyncio.sleep(relay_module.CURSOR_SAVE_INTERVAL_S)
+        await relay.run_once()  # nothing new, but the save is due
+        assert await saved_cursor(db) == (relay.cursor.position, 2, 2)
+        await create_run(db, "p1")
+        await relay.run_once()
+    finally:
+        await relay.close()  # a clean stop saves what it published
+    assert await saved_cursor(db) == (relay.cursor.position, 3, 3)
 
 
 async def test_producer_trace_context_travels_in_the_envelope(
