@@ -161,6 +161,19 @@ class Database:
 
         return await retry_transaction(once, attempts)
 
+    async def in_platform_statement(
+        self, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5
+    ) -> T:
+        """Run ``fn`` on a platform connection OUTSIDE a transaction: each of its statements
+        commits on its own (no BEGIN, no COMMIT: one round trip). Only for work that is one
+        statement (``leases.claim_many``); retried like a transaction on deadlocks."""
+
+        async def once() -> T:
+            async with self.platform_pool.acquire() as conn:
+                return await fn(conn)
+
+        return await retry_transaction(once, attempts)
+
     async def in_platform(self, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5) -> T:
         async def once() -> T:
             async with self.platform() as conn:

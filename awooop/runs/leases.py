@@ -7,6 +7,9 @@ attempt holds the lease. The rules, in one place:
   and its lease is empty or expired (``FOR UPDATE SKIP LOCKED``); ``RunClaimed`` is applied in
   the same transaction (RUNNING, ``attempt_count + 1``, ``worker_id``, ``lease_until`` = the
   database clock + the lease TTL). The polling path does the same over many rows at once.
+  Claims of announced runs (:func:`claim_many`) are that whole transaction in ONE statement
+  (``CLAIM_MANY``: lock, stream head, row, event), so that a claim costs one round trip; its
+  row update is ``apply(state, RunClaimed)`` written in SQL, and a test holds the two equal.
 - **fence**: every write on behalf of an attempt (step results, tool waits, approval requests,
   completion, failure, release) locks the row and is refused with E-RUN-002 unless the row
   still names this worker and attempt, is RUNNING or WAITING_TOOL, and its lease has not
@@ -34,6 +37,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from awooop.db import Connection
 from awooop.errors import LeaseLostError
 from awooop.events import Event, LeaseReleased, RunClaimed, RunFailed, RunRequeued
@@ -50,6 +55,9 @@ from awooop.runs.state import (
 )
 
 # --- SQL -----------------------------------------------------------------------------------
+
+CLAIM_CONFLICT_RETRIES = 3  # a newer writer of the run's stream committed: claim again
+_metadata_encoder = msgspec.json.Encoder()
 
 _COLS = ", ".join(COLUMNS)
 
@@ -335,13 +343,56 @@ async def release(
 
 # --- batches: many runs in one transaction (the worker's hot path) -------------------------
 
+# claim_many: the claim transaction as one statement (autocommit: one round trip). The run
+# rows are locked first (SKIP LOCKED, in run_id order); a run whose stream head was last
+# written by a NEWER transaction is left alone (``conflict``: claiming it would put its event
+# before an earlier version in the relay's order, see eventlog.APPEND_MANY) and is retried by
+# the caller. ``claimed`` mirrors runs.state.apply(state, RunClaimed): RUNNING, the next
+# attempt, worker_id, lease_until = now() + TTL, heartbeat_at = updated_at = now(), version + 1;
+# test_claim_statement_matches_apply holds the two equal. Runs not claimed come back as the
+# statement's snapshot saw them (no lock), for leases.availability().
 CLAIM_MANY = f"""
-SELECT {_COLS}, now() AS db_now FROM awooop_run_state
-WHERE run_id = ANY($1::uuid[])
-  AND status IN ('PENDING', 'RESUMED')
-  AND (lease_until IS NULL OR lease_until < now())
-ORDER BY run_id
-FOR UPDATE SKIP LOCKED
+WITH wanted AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[]) AS w(run_id, metadata)
+), locked AS (
+    SELECT run_id, version FROM awooop_run_state
+    WHERE run_id = ANY($1::uuid[])
+      AND status IN ('PENDING', 'RESUMED')
+      AND (lease_until IS NULL OR lease_until < now())
+    ORDER BY run_id
+    FOR UPDATE SKIP LOCKED
+), heads AS (
+    UPDATE awooop_event_streams AS s
+    SET version = l.version + 1, last_tx_id = pg_current_xact_id(), updated_at = now()
+    FROM locked AS l
+    WHERE s.stream_id = 'run-' || l.run_id
+      AND s.version = l.version
+      AND s.last_tx_id <= pg_current_xact_id()
+    RETURNING l.run_id
+), claimed AS (
+    UPDATE awooop_run_state AS r
+    SET status = 'RUNNING', attempt_count = r.attempt_count + 1, worker_id = $3,
+        lease_until = now() + make_interval(secs => $4), heartbeat_at = now(),
+        version = r.version + 1, updated_at = now()
+    FROM heads AS h
+    WHERE r.run_id = h.run_id
+    RETURNING r.*
+), appended AS (
+    INSERT INTO awooop_events
+        (event_id, stream_id, version, project_id, event_type, data, metadata)
+    SELECT gen_random_uuid(), 'run-' || c.run_id, c.version, c.project_id, 'RunClaimed',
+           jsonb_build_object('type', 'RunClaimed', 'at', c.updated_at,
+                              'worker_id', c.worker_id, 'attempt', c.attempt_count,
+                              'lease_until', c.lease_until),
+           coalesce(w.metadata, '{{}}')::jsonb
+    FROM claimed AS c JOIN wanted AS w USING (run_id)
+    ORDER BY c.run_id
+)
+SELECT {_COLS}, true AS claimed, false AS conflict, now() AS db_now FROM claimed
+UNION ALL
+SELECT {_COLS}, false, run_id IN (SELECT run_id FROM locked), now()
+FROM awooop_run_state
+WHERE run_id = ANY($1::uuid[]) AND run_id NOT IN (SELECT run_id FROM heads)
 """  # noqa: S608 - constant column names
 
 # Ordered, so that two batches locking overlapping runs cannot deadlock.
@@ -382,38 +433,47 @@ async def claim_many(
     ttl_s: float,
     metadata: dict[str, Any] | list[dict[str, Any] | None] | None = None,
 ) -> ClaimBatch:
-    """:func:`claim` for many runs: one conditional statement locks those that can be claimed
-    now; ``RunClaimed`` is applied to each in the same transaction. ``metadata`` is one dict,
-    or one per run id (aligned with ``run_ids``)."""
-    rows = await conn.fetch(CLAIM_MANY, run_ids)
+    """:func:`claim` for many runs in one statement (``CLAIM_MANY``): outside a transaction
+    it is its own; inside one it is part of it. ``metadata`` is one dict, or one per run id
+    (aligned with ``run_ids``). A run whose stream head a newer transaction wrote is claimed
+    again (a few times), as the transactional path would retry it."""
     per_run: dict[uuid.UUID, dict[str, Any] | None] = (
         dict(zip(run_ids, metadata, strict=True))
         if isinstance(metadata, list)
         else dict.fromkeys(run_ids, metadata)
     )
-    changes = []
-    metas = []
-    now: datetime | None = None
-    for row in rows:
-        state = store.row_to_state(row)
-        now = row["db_now"]
-        changes.append((state, claim_event(state, row["db_now"], worker_id, ttl_s)))
-        metas.append(per_run[state.run_id])
-    claimed = {s.run_id: s for s in await store.apply_and_store_many(conn, changes, metas)}
-    rest = [r for r in run_ids if r not in claimed]
+    claimed: dict[uuid.UUID, RunState] = {}
     others: dict[uuid.UUID, RunState] = {}
-    if rest:
-        for row in await conn.fetch(PEEK_MANY, rest):
-            others[row["run_id"]] = store.row_to_state(row)
+    now: datetime | None = None
+    wanted = list(run_ids)
+    for attempt in range(CLAIM_CONFLICT_RETRIES + 1):
+        rows = await conn.fetch(
+            CLAIM_MANY,
+            wanted,
+            [_metadata_json(per_run[r]) for r in wanted],
+            worker_id,
+            ttl_s,
+        )
+        conflicts = []
+        for row in rows:
             now = row["db_now"]
+            state = store.row_to_state(row)
+            if row["claimed"]:
+                claimed[state.run_id] = state
+            elif row["conflict"] and attempt < CLAIM_CONFLICT_RETRIES:
+                conflicts.append(state.run_id)
+            else:
+                others[state.run_id] = state
+        if not conflicts:
+            break
+        wanted = conflicts
     if now is None:
         now = await conn.fetchval("SELECT now()")
     return ClaimBatch(claimed, others, now)
 
 
-PEEK_MANY = f"""
-SELECT {_COLS}, now() AS db_now FROM awooop_run_state WHERE run_id = ANY($1::uuid[])
-"""  # noqa: S608 - constant column names
+def _metadata_json(metadata: dict[str, Any] | None) -> str | None:
+    return None if metadata is None else _metadata_encoder.encode(metadata).decode()
 
 
 async def fenced_record_many(

@@ -121,8 +121,9 @@ class Worker:
     ) -> list[Claimed | BaseException]:
         run_ids = [run_id for run_id, _meta in items]
         metas: list[dict[str, Any] | None] = [meta for _run_id, meta in items]
-        batch = await self.db.in_tenant(
-            project_id,
+        # One statement on the platform role (like the polling path): no tenant to set and no
+        # BEGIN/COMMIT, the claim is one round trip. Batches stay per project.
+        batch = await self.db.in_platform_statement(
             lambda conn: leases.claim_many(
                 conn, run_ids, self.worker_id, self.settings.lease_ttl_s, metas
             ),

@@ -46,6 +46,53 @@ async def test_claim_many_takes_only_claimable_runs_and_matches_replay(db: Datab
     assert (await load(db, P, taken)).worker_id == "other"
 
 
+async def test_claim_statement_matches_apply(db: Database) -> None:
+    """CLAIM_MANY writes apply(state, RunClaimed) in SQL: after a first attempt was reaped
+    (attempt 2, reaped_at set) and on a fresh run, on its own outside a transaction (as the
+    worker runs it), the row equals the events folded by apply() and carries the metadata."""
+    fresh, reaped = await create_runs(db, P, 2)
+    assert await db.in_tenant(P, lambda c: leases.claim(c, reaped, "w0", 0.001))
+    await asyncio.sleep(0.01)
+    assert [s.run_id for s, _e in await db.in_platform(lambda c: leases.reap(c, 10))] == [reaped]
+    batch = await db.in_platform_statement(
+        lambda c: leases.claim_many(c, [fresh, reaped], "w1", 12.5, [{"k": 1}, None])
+    )
+    assert set(batch.claimed) == {fresh, reaped}
+    for run_id, attempt in ((fresh, 1), (reaped, 2)):
+        row = await load(db, P, run_id)
+        assert row == batch.claimed[run_id] == await replayed(db, run_id)
+        assert (row.status, row.worker_id, row.attempt_count) == ("RUNNING", "w1", attempt)
+        assert row.lease_until is not None and row.heartbeat_at is not None
+        assert (row.lease_until - row.heartbeat_at).total_seconds() == 12.5
+    assert (await load(db, P, reaped)).reaped_at is not None
+    async with db.tenant(P) as conn:
+        [event] = [
+            e
+            for e in await eventlog.read_stream(conn, run_stream_id(fresh))
+            if e.event_type == "RunClaimed"
+        ]
+    assert event.metadata == {"k": 1}
+
+
+async def test_claim_statement_leaves_a_run_whose_stream_a_newer_transaction_wrote(
+    db: Database,
+) -> None:
+    [run_id] = await create_runs(db, P)
+    async with db.platform() as conn:  # as if a transaction newer than any claim wrote it
+        await conn.execute(
+            "UPDATE awooop_event_streams "
+            "SET last_tx_id = (pg_current_xact_id()::text::bigint + 1000000)::text::xid8 "
+            "WHERE stream_id = $1",
+            run_stream_id(run_id),
+        )
+    batch = await db.in_platform_statement(lambda c: leases.claim_many(c, [run_id], "w1", 30))
+    assert batch.claimed == {}
+    assert leases.availability(batch.others[run_id], batch.now, "w1") is Availability.CLAIMABLE
+    row = await load(db, P, run_id)
+    assert (row.status, row.version, row.attempt_count) == ("PENDING", 1, 0)
+    assert await count_events(db, "RunClaimed") == {}
+
+
 async def test_concurrent_claim_batches_never_share_a_run(db: Database) -> None:
     run_ids = await create_runs(db, P, 50)
     results = await asyncio.gather(
