@@ -81,10 +81,22 @@ LIMIT $3
 """
 )
 
-# The relay's read: READ_FORWARD's batch and, in the same snapshot, the age of the oldest
-# committed event held back behind the horizon (NULL when none is). A short batch followed by
-# a held-back event means: re-check soon, no NOTIFY will announce the holder's end. The LEFT
-# JOIN gives one row (batch columns NULL) when the batch is empty.
+# The age of the oldest committed event after the cursor that the horizon holds back (NULL when
+# none is): after a short batch, such an event means "re-check soon": no NOTIFY will announce
+# the end of the older transaction that holds it.
+_HELD = """
+    SELECT extract(epoch FROM clock_timestamp() - e.recorded_at)::float8 AS held_s
+    FROM awooop_events AS e, horizon
+    WHERE (e.tx_id, e.position) > ($1::text::xid8, $2::bigint)
+      AND e.tx_id >= horizon.h
+    ORDER BY e.tx_id, e.position
+    LIMIT 1
+"""
+HELD_BACK = FOLLOWER_HORIZON + _HELD
+# The relay's read at a wake-up: READ_FORWARD's batch and, in the same snapshot, _HELD (one
+# statement where a trickle of commits used to cost two). The LEFT JOIN gives one row (batch
+# columns NULL) when the batch is empty. Its sort costs a third of the relay's rate on full
+# batches, so a backlog is read with READ_FORWARD and probed with HELD_BACK once at its end.
 READ_FORWARD_AND_HELD = (
     FOLLOWER_HORIZON  # noqa: S608 - constant SQL fragments
     + """, batch AS (
@@ -95,14 +107,9 @@ READ_FORWARD_AND_HELD = (
       AND tx_id < horizon.h
     ORDER BY awooop_events.tx_id, position
     LIMIT $3
-), held AS (
-    SELECT extract(epoch FROM clock_timestamp() - e.recorded_at)::float8 AS held_s
-    FROM awooop_events AS e, horizon
-    WHERE (e.tx_id, e.position) > ($1::text::xid8, $2::bigint)
-      AND e.tx_id >= horizon.h
-    ORDER BY e.tx_id, e.position
-    LIMIT 1
-)
+), held AS ("""
+    + _HELD
+    + """)
 SELECT batch.*, (SELECT held_s FROM held) AS held_s
 FROM (SELECT 1) AS one LEFT JOIN batch ON true
 ORDER BY batch.tx_id, batch.position
@@ -197,6 +204,13 @@ async def read_forward_and_held(
         if r["position"] is not None
     ]
     return batch, held
+
+
+async def held_back(conn: Connection, cursor: Cursor) -> float | None:
+    """The age in seconds of the oldest committed event after ``cursor`` that an older running
+    transaction holds back (None when none is)."""
+    held: float | None = await conn.fetchval(HELD_BACK, str(cursor.tx_id), cursor.position)
+    return held
 
 
 def advance(cursor: Cursor, batch: Sequence[RecordedEvent]) -> Cursor:

@@ -33,8 +33,10 @@ class Services:
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
-    async def open(cls, settings: Settings, db_pool_size: int = 10) -> Services:
-        db = await Database.open(settings.database_url, max_size=db_pool_size)
+    async def open(
+        cls, settings: Settings, db_pool_size: int = 10, db_pool_min: int = 1
+    ) -> Services:
+        db = await Database.open(settings.database_url, max_size=db_pool_size, min_size=db_pool_min)
         return cls(
             settings=settings,
             db=db,

@@ -334,16 +334,19 @@ class Relay:
         connection) waits for the read to finish.
         """
         size = self.settings.relay_batch_size
+        held: float | None
         batch, held = await eventlog.read_forward_and_held(self.conn, self.cursor, size)
+        known = True  # whether ``held`` describes what follows the last batch read
         while batch:
             grouped = by_shard(batch, self.keys)
             publishing = asyncio.create_task(self._publish_batch(batch, grouped, False))
             upcoming: list[RecordedEvent] = []
             try:
-                if len(batch) == size:
-                    upcoming, held = await eventlog.read_forward_and_held(
+                if len(batch) == size:  # a backlog: the plain read, probed once at its end
+                    upcoming = await eventlog.read_forward(
                         self.conn, eventlog.advance(self.cursor, batch), size
                     )
+                    known = False
             finally:
                 left = await publishing
             if left:
@@ -361,6 +364,8 @@ class Relay:
             batch = upcoming
         # Caught up with what the last read could see; ``held``: the age of a committed event
         # it could not take yet (an older transaction still runs), which no NOTIFY announces.
+        if not known:
+            held = await eventlog.held_back(self.conn, self.cursor)
         metrics.OUTBOX_LAG.labels("events").set(held or 0.0)
         self.caught_up = held is None
         if held is None:

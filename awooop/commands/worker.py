@@ -31,6 +31,7 @@ from awooop.loops import run_loop, run_loops, set_heartbeat_sink
 from awooop.process import EVENT_LOOP, settle_heap
 from awooop.services import Services
 from awooop.telemetry import start_observability
+from awooop.worker.executor import FLUSHES_PER_PROJECT
 from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
 
@@ -90,7 +91,13 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         raise HandlerNotFoundError("--concurrency must be a positive integer")
     concurrency = args.concurrency or settings.worker_concurrency
-    services = await Services.open(settings, db_pool_size=pool_size(concurrency))
+    size = pool_size(concurrency)
+    # Open the connections that the parallel claim and write flushes use before the first
+    # run arrives: opened lazily, the first runs after a start each waited for a connection
+    # (connect, role, codecs: tens of ms; the benchmark's first second had p99 ~90 ms).
+    services = await Services.open(
+        settings, db_pool_size=size, db_pool_min=min(size, FLUSHES_PER_PROJECT)
+    )
     observability = start_observability("awooop-worker", settings.metrics_port)
     previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
     gateway = ModelGateway(services)

@@ -178,14 +178,17 @@ async def test_the_relay_read_says_how_long_a_committed_event_has_been_held_back
         async with db.platform() as conn:
             batch, held = await eventlog.read_forward_and_held(conn, eventlog.Cursor())
             plain = await eventlog.read_forward(conn, eventlog.Cursor())
+            probed = await eventlog.held_back(conn, eventlog.advance(eventlog.Cursor(), plain))
         assert batch == plain
         assert [e.stream_id for e in batch] == ["s-before"]
         assert held is not None and 0.05 <= held < 5  # s-after waits behind s-open
+        assert probed is not None and held <= probed < 5
     async with db.platform() as conn:
         batch, held = await eventlog.read_forward_and_held(conn, eventlog.Cursor(), limit=2)
         assert [e.stream_id for e in batch] == ["s-before", "s-open"]
         rest, held_after = await eventlog.read_forward_and_held(
             conn, eventlog.advance(eventlog.Cursor(), batch)
         )
+        assert await eventlog.held_back(conn, eventlog.advance(eventlog.Cursor(), rest)) is None
     assert held is None  # nothing committed is held back any more (the batch was only full)
     assert ([e.stream_id for e in rest], held_after) == (["s-after"], None)
