@@ -116,9 +116,10 @@ class Executor:
     async def _flush_writes(
         self, project_id: str, writes: list[leases.FencedWrite]
     ) -> list[RunState | BaseException]:
-        results = await self.db.in_tenant(
-            project_id, lambda conn: leases.fenced_record_many(conn, writes)
-        )
+        # On the platform role, as the claims: the fence (run id, worker, attempt, live lease)
+        # already names the one row each write may touch, and no tenant to set saves a round
+        # trip per batch. Batches stay per project.
+        results = await self.db.in_platform(lambda conn: leases.fenced_record_many(conn, writes))
         return list(results)
 
     async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
