@@ -10,6 +10,8 @@ attempt holds the lease. The rules, in one place:
   Claims of announced runs (:func:`claim_many`) are that whole transaction in ONE statement
   (``CLAIM_MANY``: lock, stream head, row, event), so that a claim costs one round trip; its
   row update is ``apply(state, RunClaimed)`` written in SQL, and a test holds the two equal.
+  The commonest fenced write, ``RunCompleted``, is one statement too (:func:`complete_many`,
+  ``COMPLETE_MANY``): the fence is its WHERE clause.
 - **fence**: every write on behalf of an attempt (step results, tool waits, approval requests,
   completion, failure, release) locks the row and is refused with E-RUN-002 unless the row
   still names this worker and attempt, is RUNNING or WAITING_TOOL, and its lease has not
@@ -472,8 +474,130 @@ async def claim_many(
     return ClaimBatch(claimed, others, now)
 
 
+def _result_json(result: Any) -> str | None:
+    """None stays SQL NULL in the row (as the generic write stores it); JSON otherwise."""
+    return None if result is None else _metadata_encoder.encode(result).decode()
+
+
 def _metadata_json(metadata: dict[str, Any] | None) -> str | None:
     return None if metadata is None else _metadata_encoder.encode(metadata).decode()
+
+
+# complete_many: the fenced RunCompleted as one statement (autocommit: one round trip, and the
+# transaction id it holds lives for that statement only, so it holds the relay back less). The
+# fence is the WHERE clause (RUNNING, this worker and attempt, lease not expired by the database
+# clock; RunCompleted is allowed only from RUNNING), the rows are locked in run_id order (the
+# order of LOCK_MANY), and the rest is CLAIM_MANY's pattern. ``written`` mirrors
+# runs.state.apply(state, RunCompleted): COMPLETED, the result, lease and waits cleared,
+# finished_at = updated_at = now(), version + 1; test_complete_statement_matches_apply holds
+# the two equal. Refused runs come back as the snapshot saw them, to say why.
+COMPLETE_MANY = f"""
+WITH wanted AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[])
+        AS w(run_id, worker_id, attempt, result, metadata)
+), locked AS (
+    SELECT r.run_id, r.version FROM awooop_run_state AS r JOIN wanted AS w USING (run_id)
+    WHERE r.status = 'RUNNING'
+      AND r.worker_id = w.worker_id
+      AND r.attempt_count = w.attempt
+      AND r.lease_until > now()
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+), heads AS (
+    UPDATE awooop_event_streams AS s
+    SET version = l.version + 1, last_tx_id = pg_current_xact_id(), updated_at = now()
+    FROM locked AS l
+    WHERE s.stream_id = 'run-' || l.run_id
+      AND s.version = l.version
+      AND s.last_tx_id <= pg_current_xact_id()
+    RETURNING l.run_id
+), written AS (
+    UPDATE awooop_run_state AS r
+    SET status = 'COMPLETED', result = w.result::jsonb, worker_id = NULL, lease_until = NULL,
+        heartbeat_at = NULL, finished_at = now(), waiting_for = NULL,
+        approval_expires_at = NULL, version = r.version + 1, updated_at = now()
+    FROM heads AS h JOIN wanted AS w USING (run_id)
+    WHERE r.run_id = h.run_id
+    RETURNING r.*
+), appended AS (
+    INSERT INTO awooop_events
+        (event_id, stream_id, version, project_id, event_type, data, metadata)
+    SELECT gen_random_uuid(), 'run-' || x.run_id, x.version, x.project_id, 'RunCompleted',
+           jsonb_build_object('type', 'RunCompleted', 'at', x.updated_at,
+                              'worker_id', w.worker_id, 'attempt', w.attempt,
+                              'result', w.result::jsonb),
+           coalesce(w.metadata, '{{}}')::jsonb
+    FROM written AS x JOIN wanted AS w USING (run_id)
+    ORDER BY x.run_id
+)
+SELECT {_COLS}, true AS written, false AS conflict, now() AS db_now FROM written
+UNION ALL
+SELECT {_COLS}, false, run_id IN (SELECT run_id FROM locked), now()
+FROM awooop_run_state
+WHERE run_id = ANY($1::uuid[]) AND run_id NOT IN (SELECT run_id FROM heads)
+"""  # noqa: S608 - constant column names
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A ``RunCompleted`` to write on behalf of ``(worker_id, attempt)``; ``result`` is the
+    handler's value as JSON builtins (``msgspec.to_builtins``)."""
+
+    run_id: uuid.UUID
+    worker_id: str
+    attempt: int
+    result: Any
+    metadata: dict[str, Any] | None = None
+
+
+async def complete_many(
+    conn: Connection, completions: list[Completion]
+) -> list[RunState | LeaseLostError]:
+    """Write ``RunCompleted`` for each completion (each run at most once) in one statement
+    (``COMPLETE_MANY``; outside a transaction it is its own): the new state, or the
+    LeaseLostError of an attempt that no longer holds a live lease, in order."""
+    if not completions:
+        return []
+    results: dict[uuid.UUID, RunState | LeaseLostError] = {}
+    pending = {c.run_id: c for c in completions}
+    for attempt in range(CLAIM_CONFLICT_RETRIES + 1):
+        batch = list(pending.values())
+        rows = await conn.fetch(
+            COMPLETE_MANY,
+            [c.run_id for c in batch],
+            [c.worker_id for c in batch],
+            [c.attempt for c in batch],
+            [_result_json(c.result) for c in batch],
+            [_metadata_json(c.metadata) for c in batch],
+        )
+        seen = set()
+        for row in rows:
+            state = store.row_to_state(row)
+            seen.add(state.run_id)
+            if row["written"]:
+                results[state.run_id] = state
+                del pending[state.run_id]
+            elif not (row["conflict"] and attempt < CLAIM_CONFLICT_RETRIES):
+                c = pending.pop(state.run_id)
+                problem = fence_problem(state, row["db_now"], c.worker_id, c.attempt) or (
+                    f"the run is {state.status}"
+                    if state.status is not RunStatus.RUNNING
+                    else "a newer transaction wrote the run's stream"
+                )
+                results[c.run_id] = LeaseLostError(
+                    f"write refused: {problem}",
+                    run_id=c.run_id,
+                    worker_id=c.worker_id,
+                    attempt=c.attempt,
+                )
+        for run_id in [r for r in pending if r not in seen]:
+            c = pending.pop(run_id)
+            results[run_id] = LeaseLostError(
+                "write refused: no such run", run_id=run_id, worker_id=c.worker_id
+            )
+        if not pending:
+            break
+    return [results[c.run_id] for c in completions]
 
 
 async def fenced_record_many(

@@ -39,7 +39,7 @@ from awooop.config import Settings
 from awooop.context import bound
 from awooop.db import Database
 from awooop.errors import AwoooPError, HandlerError, LeaseLostError
-from awooop.events import Event, LeaseReleased, RunCompleted, RunFailed
+from awooop.events import Event, LeaseReleased, RunFailed
 from awooop.logs import get_logger
 from awooop.runs import leases
 from awooop.runs.state import RunState
@@ -112,6 +112,12 @@ class Executor:
         self.writes: Batcher[str, leases.FencedWrite, RunState] = Batcher(
             self._flush_writes, parallel=FLUSHES_PER_PROJECT
         )
+        # Completions, the commonest last write, go as one statement each batch
+        # (leases.complete_many). An attempt's completion comes after all its other writes
+        # returned, so the two batchers never hold writes of one run at once.
+        self.completions: Batcher[str, leases.Completion, RunState] = Batcher(
+            self._flush_completions, parallel=FLUSHES_PER_PROJECT
+        )
 
     async def _flush_writes(
         self, project_id: str, writes: list[leases.FencedWrite]
@@ -120,6 +126,14 @@ class Executor:
         # already names the one row each write may touch, and no tenant to set saves a round
         # trip per batch. Batches stay per project.
         results = await self.db.in_platform(lambda conn: leases.fenced_record_many(conn, writes))
+        return list(results)
+
+    async def _flush_completions(
+        self, _project_id: str, completions: list[leases.Completion]
+    ) -> list[RunState | BaseException]:
+        results = await self.db.in_platform_statement(
+            lambda conn: leases.complete_many(conn, completions)
+        )
         return list(results)
 
     async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
@@ -244,12 +258,13 @@ class Executor:
             encoded = msgspec.to_builtins(result)
         except (TypeError, ValueError) as exc:
             return await self._fail(attempt, exc)
-        return await self._last_write(
+        completion = leases.Completion(
+            attempt.run_id, self.worker_id, attempt.number, encoded, trace_metadata()
+        )
+        return await self._settle_write(
             attempt,
             Outcome.COMPLETED,
-            lambda _s, now: RunCompleted(
-                at=now, worker_id=self.worker_id, attempt=attempt.number, result=encoded
-            ),
+            self.completions.submit(attempt.project_id, completion, unique=attempt.run_id),
         )
 
     async def _fail(self, attempt: Attempt, exc: BaseException) -> Outcome:
@@ -270,8 +285,14 @@ class Executor:
         fenced = leases.FencedWrite(
             attempt.run_id, self.worker_id, attempt.number, make, trace_metadata()
         )
+        return await self._settle_write(attempt, outcome, self.write(attempt.project_id, fenced))
+
+    async def _settle_write(
+        self, attempt: Attempt, outcome: Outcome, written: Awaitable[RunState]
+    ) -> Outcome:
+        """Await the attempt's fenced last write and count what came of it."""
         try:
-            await self.write(attempt.project_id, fenced)
+            await written
         except LeaseLostError as exc:
             log.info("last_write_fenced", outcome=str(outcome), reason=exc.message)
             return self._count(attempt, Outcome.LOST)

@@ -93,6 +93,79 @@ async def test_claim_statement_leaves_a_run_whose_stream_a_newer_transaction_wro
     assert await count_events(db, "RunClaimed") == {}
 
 
+async def test_complete_statement_matches_apply(db: Database) -> None:
+    """COMPLETE_MANY writes apply(state, RunCompleted) in SQL, with the result (None stays SQL
+    NULL, as the generic write stores it) and the metadata; the rows equal the replay."""
+    runs = await create_runs(db, P, 3)
+    await db.in_platform_statement(lambda c: leases.claim_many(c, runs, "w1", 30))
+    results: list[object] = [{"answer": [1, 2.5, "x"]}, None, "done"]
+    written = await db.in_platform_statement(
+        lambda c: leases.complete_many(
+            c,
+            [
+                leases.Completion(r, "w1", 1, result, {"n": i})
+                for i, (r, result) in enumerate(zip(runs, results, strict=True))
+            ],
+        )
+    )
+    for run_id, state, result in zip(runs, written, results, strict=True):
+        assert isinstance(state, RunState)
+        row = await load(db, P, run_id)
+        assert row == state == await replayed(db, run_id)
+        assert (row.status, row.result, row.worker_id, row.lease_until) == (
+            "COMPLETED",
+            result,
+            None,
+            None,
+        )
+        assert row.finished_at == row.updated_at
+    async with db.platform() as conn:
+        assert await conn.fetchval(
+            "SELECT count(*) FROM awooop_run_state WHERE run_id = $1 AND result IS NULL", runs[1]
+        )
+        metas = await conn.fetch(
+            "SELECT metadata FROM awooop_events WHERE event_type = 'RunCompleted' ORDER BY position"
+        )
+    assert sorted(m["metadata"]["n"] for m in metas) == [0, 1, 2]
+    assert sorted((await count_events(db, "RunCompleted")).values()) == [1, 1, 1]
+
+
+async def test_complete_statement_refuses_what_the_fence_refuses(db: Database) -> None:
+    mine, stolen, expired, cancelled = await create_runs(db, P, 4)
+    await db.in_platform_statement(lambda c: leases.claim_many(c, [mine, stolen], "w1", 30))
+    await db.in_platform_statement(lambda c: leases.claim_many(c, [expired], "w1", 0.001))
+    await db.in_platform_statement(lambda c: leases.claim_many(c, [cancelled], "w1", 30))
+    async with db.platform() as conn:  # another worker took "stolen"; an operator cancelled one
+        await conn.execute(
+            "UPDATE awooop_run_state SET worker_id = 'w2', attempt_count = 2 WHERE run_id = $1",
+            stolen,
+        )
+        await conn.execute(
+            "UPDATE awooop_run_state SET status = 'CANCELLED' WHERE run_id = $1", cancelled
+        )
+    await asyncio.sleep(0.01)
+    unknown = uuid.uuid4()
+    got = await db.in_platform_statement(
+        lambda c: leases.complete_many(
+            c,
+            [
+                leases.Completion(r, "w1", 1, "ok")
+                for r in (mine, stolen, expired, cancelled, unknown)
+            ],
+        )
+    )
+    assert isinstance(got[0], RunState) and got[0].status == "COMPLETED"
+    reasons = [str(g) for g in got[1:]]
+    assert all(isinstance(g, LeaseLostError) for g in got[1:])
+    assert "attempt 2 of w2" in reasons[0]
+    assert "expired" in reasons[1]
+    assert "CANCELLED" in reasons[2]
+    assert "no such run" in reasons[3]
+    assert (await count_events(db, "RunCompleted")) == {run_stream_id(mine): 1}
+    for run_id in (stolen, expired):
+        assert (await load(db, P, run_id)).status == "RUNNING"
+
+
 async def test_concurrent_claim_batches_never_share_a_run(db: Database) -> None:
     run_ids = await create_runs(db, P, 50)
     results = await asyncio.gather(
