@@ -345,6 +345,33 @@ async def release(
 
 # --- batches: many runs in one transaction (the worker's hot path) -------------------------
 
+# The one-statement writes (CLAIM_MANY, COMPLETE_MANY) share two pieces. _MOVE_HEADS moves the
+# stream head of each run in ``locked`` to the run's next version, only where the head is at
+# the row's version and was last written by an older transaction (eventlog.APPEND_MANY's rule);
+# the runs it moved are the ones written. _written_or_seen returns the written rows, then the
+# others as the statement's snapshot saw them (no lock), with ``conflict`` = locked but not
+# moved (a newer transaction wrote the stream: try again).
+_MOVE_HEADS = """heads AS (
+    UPDATE awooop_event_streams AS s
+    SET version = l.version + 1, last_tx_id = pg_current_xact_id(), updated_at = now()
+    FROM locked AS l
+    WHERE s.stream_id = 'run-' || l.run_id
+      AND s.version = l.version
+      AND s.last_tx_id <= pg_current_xact_id()
+    RETURNING l.run_id
+)"""
+
+
+def _written_or_seen(written: str, flag: str) -> str:
+    return f"""
+SELECT {_COLS}, true AS {flag}, false AS conflict, now() AS db_now FROM {written}
+UNION ALL
+SELECT {_COLS}, false, run_id IN (SELECT run_id FROM locked), now()
+FROM awooop_run_state
+WHERE run_id = ANY($1::uuid[]) AND run_id NOT IN (SELECT run_id FROM heads)
+"""  # noqa: S608 - constant column and CTE names
+
+
 # claim_many: the claim transaction as one statement (autocommit: one round trip). The run
 # rows are locked first (SKIP LOCKED, in run_id order); a run whose stream head was last
 # written by a NEWER transaction is left alone (``conflict``: claiming it would put its event
@@ -363,15 +390,7 @@ WITH wanted AS (
       AND (lease_until IS NULL OR lease_until < now())
     ORDER BY run_id
     FOR UPDATE SKIP LOCKED
-), heads AS (
-    UPDATE awooop_event_streams AS s
-    SET version = l.version + 1, last_tx_id = pg_current_xact_id(), updated_at = now()
-    FROM locked AS l
-    WHERE s.stream_id = 'run-' || l.run_id
-      AND s.version = l.version
-      AND s.last_tx_id <= pg_current_xact_id()
-    RETURNING l.run_id
-), claimed AS (
+), {_MOVE_HEADS}, claimed AS (
     UPDATE awooop_run_state AS r
     SET status = 'RUNNING', attempt_count = r.attempt_count + 1, worker_id = $3,
         lease_until = now() + make_interval(secs => $4), heartbeat_at = now(),
@@ -390,12 +409,7 @@ WITH wanted AS (
     FROM claimed AS c JOIN wanted AS w USING (run_id)
     ORDER BY c.run_id
 )
-SELECT {_COLS}, true AS claimed, false AS conflict, now() AS db_now FROM claimed
-UNION ALL
-SELECT {_COLS}, false, run_id IN (SELECT run_id FROM locked), now()
-FROM awooop_run_state
-WHERE run_id = ANY($1::uuid[]) AND run_id NOT IN (SELECT run_id FROM heads)
-"""  # noqa: S608 - constant column names
+{_written_or_seen("claimed", "claimed")}"""  # noqa: S608 - constant column names
 
 # Ordered, so that two batches locking overlapping runs cannot deadlock.
 LOCK_MANY = f"""
@@ -503,15 +517,7 @@ WITH wanted AS (
       AND r.lease_until > now()
     ORDER BY r.run_id
     FOR UPDATE OF r
-), heads AS (
-    UPDATE awooop_event_streams AS s
-    SET version = l.version + 1, last_tx_id = pg_current_xact_id(), updated_at = now()
-    FROM locked AS l
-    WHERE s.stream_id = 'run-' || l.run_id
-      AND s.version = l.version
-      AND s.last_tx_id <= pg_current_xact_id()
-    RETURNING l.run_id
-), written AS (
+), {_MOVE_HEADS}, written AS (
     UPDATE awooop_run_state AS r
     SET status = 'COMPLETED', result = w.result::jsonb, worker_id = NULL, lease_until = NULL,
         heartbeat_at = NULL, finished_at = now(), waiting_for = NULL,
@@ -530,12 +536,7 @@ WITH wanted AS (
     FROM written AS x JOIN wanted AS w USING (run_id)
     ORDER BY x.run_id
 )
-SELECT {_COLS}, true AS written, false AS conflict, now() AS db_now FROM written
-UNION ALL
-SELECT {_COLS}, false, run_id IN (SELECT run_id FROM locked), now()
-FROM awooop_run_state
-WHERE run_id = ANY($1::uuid[]) AND run_id NOT IN (SELECT run_id FROM heads)
-"""  # noqa: S608 - constant column names
+{_written_or_seen("written", "written")}"""  # noqa: S608 - constant column names
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ import random
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -145,13 +147,21 @@ async def test_a_transaction_in_another_database_does_not_hold_followers_back(
         await other.close()
 
 
-async def test_a_transaction_in_this_database_holds_followers_back(db: Database) -> None:
+@asynccontextmanager
+async def held_back(db: Database) -> AsyncIterator[None]:
+    """s-before committed; s-open written by a transaction that stays open inside the block
+    (it commits on leaving); s-after committed by a newer transaction meanwhile."""
     async with db.tenant(PROJECT) as conn:
         await eventlog.append(conn, "s-before", PROJECT, 0, [payload("a")])
     async with db.tenant(PROJECT) as holder:
         await eventlog.append(holder, "s-open", PROJECT, 0, [payload("b")])
         async with db.tenant(PROJECT) as conn:
             await eventlog.append(conn, "s-after", PROJECT, 0, [payload("c")])
+        yield
+
+
+async def test_a_transaction_in_this_database_holds_followers_back(db: Database) -> None:
+    async with held_back(db):
         async with db.platform() as conn:
             visible = [e.stream_id for e in await eventlog.read_forward(conn, eventlog.Cursor())]
         # s-after committed, but an older transaction of this database is still open: the
@@ -168,12 +178,7 @@ async def test_the_relay_read_says_how_long_a_committed_event_has_been_held_back
     async with db.platform() as conn:
         batch, held = await eventlog.read_forward_and_held(conn, eventlog.Cursor())
     assert (batch, held) == ([], None)  # empty log: one row of NULLs, read as nothing
-    async with db.tenant(PROJECT) as conn:
-        await eventlog.append(conn, "s-before", PROJECT, 0, [payload("a")])
-    async with db.tenant(PROJECT) as holder:
-        await eventlog.append(holder, "s-open", PROJECT, 0, [payload("b")])
-        async with db.tenant(PROJECT) as conn:
-            await eventlog.append(conn, "s-after", PROJECT, 0, [payload("c")])
+    async with held_back(db):
         await asyncio.sleep(0.05)
         async with db.platform() as conn:
             batch, held = await eventlog.read_forward_and_held(conn, eventlog.Cursor())

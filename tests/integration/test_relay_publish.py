@@ -89,17 +89,20 @@ async def test_cursor_is_kept_in_postgres_and_nothing_is_published_twice(
         await second.close()
     shard = keys.shard_of("p1")
     assert await redis.xlen(keys.events_stream(shard)) == 2
-    async with db.platform() as conn:
-        row = await conn.fetchrow("SELECT * FROM awooop_relay_cursor WHERE name = 'events'")
+    row = await cursor_row(db)
     assert row["published"] == 2
     assert row["relay_attempts"] == 2
     assert row["relay_failures"] == 0
     assert row["leader"] == second.relay_id
 
 
-async def saved_cursor(db: Database) -> tuple[int, int, int]:
+async def cursor_row(db: Database) -> Any:
     async with db.platform() as conn:
-        row = await conn.fetchrow("SELECT * FROM awooop_relay_cursor WHERE name = 'events'")
+        return await conn.fetchrow("SELECT * FROM awooop_relay_cursor WHERE name = 'events'")
+
+
+async def saved_cursor(db: Database) -> tuple[int, int, int]:
+    row = await cursor_row(db)
     return row["position"], row["published"], row["relay_attempts"]
 
 
