@@ -127,12 +127,13 @@ class Database:
         self.platform_pool = platform_pool
 
     @classmethod
-    async def open(cls, url: str, max_size: int = 10, min_size: int = 1) -> Database:
-        """Both role pools; ``min_size`` connections of each are opened now and kept open."""
-        tenant_pool = await create_pool(url, APP_ROLE, min_size=min_size, max_size=max_size)
+    async def open(cls, url: str, max_size: int = 10, platform_min_size: int = 1) -> Database:
+        """Both role pools; ``platform_min_size`` platform connections are opened now and kept
+        open (the worker's claims and fenced writes use that pool)."""
+        tenant_pool = await create_pool(url, APP_ROLE, max_size=max_size)
         try:
             platform_pool = await create_pool(
-                url, PLATFORM_ROLE, min_size=min_size, max_size=max_size
+                url, PLATFORM_ROLE, min_size=platform_min_size, max_size=max_size
             )
         except BaseException:
             await tenant_pool.close()

@@ -34,9 +34,11 @@ class Services:
 
     @classmethod
     async def open(
-        cls, settings: Settings, db_pool_size: int = 10, db_pool_min: int = 1
+        cls, settings: Settings, db_pool_size: int = 10, db_platform_min: int = 1
     ) -> Services:
-        db = await Database.open(settings.database_url, max_size=db_pool_size, min_size=db_pool_min)
+        db = await Database.open(
+            settings.database_url, max_size=db_pool_size, platform_min_size=db_platform_min
+        )
         return cls(
             settings=settings,
             db=db,

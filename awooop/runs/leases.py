@@ -58,8 +58,8 @@ from awooop.runs.state import (
 
 # --- SQL -----------------------------------------------------------------------------------
 
-CLAIM_CONFLICT_RETRIES = 3  # a newer writer of the run's stream committed: claim again
-_metadata_encoder = msgspec.json.Encoder()
+HEAD_CONFLICT_RETRIES = 3  # a newer writer of the run's stream committed: write again
+_json_encoder = msgspec.json.Encoder()
 
 _COLS = ", ".join(COLUMNS)
 
@@ -462,7 +462,7 @@ async def claim_many(
     others: dict[uuid.UUID, RunState] = {}
     now: datetime | None = None
     wanted = list(run_ids)
-    for attempt in range(CLAIM_CONFLICT_RETRIES + 1):
+    for attempt in range(HEAD_CONFLICT_RETRIES + 1):
         rows = await conn.fetch(
             CLAIM_MANY,
             wanted,
@@ -476,7 +476,7 @@ async def claim_many(
             state = store.row_to_state(row)
             if row["claimed"]:
                 claimed[state.run_id] = state
-            elif row["conflict"] and attempt < CLAIM_CONFLICT_RETRIES:
+            elif row["conflict"] and attempt < HEAD_CONFLICT_RETRIES:
                 conflicts.append(state.run_id)
             else:
                 others[state.run_id] = state
@@ -490,11 +490,11 @@ async def claim_many(
 
 def _result_json(result: Any) -> str | None:
     """None stays SQL NULL in the row (as the generic write stores it); JSON otherwise."""
-    return None if result is None else _metadata_encoder.encode(result).decode()
+    return None if result is None else _json_encoder.encode(result).decode()
 
 
 def _metadata_json(metadata: dict[str, Any] | None) -> str | None:
-    return None if metadata is None else _metadata_encoder.encode(metadata).decode()
+    return None if metadata is None else _json_encoder.encode(metadata).decode()
 
 
 # complete_many: the fenced RunCompleted as one statement (autocommit: one round trip, and the
@@ -561,7 +561,7 @@ async def complete_many(
         return []
     results: dict[uuid.UUID, RunState | LeaseLostError] = {}
     pending = {c.run_id: c for c in completions}
-    for attempt in range(CLAIM_CONFLICT_RETRIES + 1):
+    for attempt in range(HEAD_CONFLICT_RETRIES + 1):
         batch = list(pending.values())
         rows = await conn.fetch(
             COMPLETE_MANY,
@@ -578,7 +578,7 @@ async def complete_many(
             if row["written"]:
                 results[state.run_id] = state
                 del pending[state.run_id]
-            elif not (row["conflict"] and attempt < CLAIM_CONFLICT_RETRIES):
+            elif not (row["conflict"] and attempt < HEAD_CONFLICT_RETRIES):
                 c = pending.pop(state.run_id)
                 problem = fence_problem(state, row["db_now"], c.worker_id, c.attempt) or (
                     f"the run is {state.status}"
