@@ -7,6 +7,10 @@ Two pools, two roles (R-43):
 - ``platform()``: a transaction as ``awooop_platform`` (BYPASSRLS) for platform loops (relay,
   reaper, reclaim, expiry) that work across projects.
 
+A third pool, also ``awooop_platform``, serves only the statements on every run's path in the
+worker (claims, completions, fenced writes: :meth:`Database.in_run_statement`,
+:meth:`Database.in_run_transaction`) with cached generic plans (:data:`CACHED_PLAN_SETTINGS`).
+
 JSON and JSONB columns are encoded and decoded with msgspec on every connection.
 """
 
@@ -71,9 +75,14 @@ async def init_connection(conn: Connection) -> None:
         )
 
 
-async def connect(url: str, role: str | None = None, connect_timeout: float = 10.0) -> Connection:
-    """One connection (for LISTEN, migrations, advisory-lock owners)."""
+async def connect(
+    url: str, role: str | None = None, connect_timeout: float = 10.0, *, cached_plans: bool = False
+) -> Connection:
+    """One connection (for LISTEN, migrations, advisory-lock owners); ``cached_plans``: see
+    :data:`CACHED_PLAN_SETTINGS`."""
     settings = {"role": role} if role else {}
+    if cached_plans:
+        settings.update(CACHED_PLAN_SETTINGS)
     try:
         conn = await asyncpg.connect(url, server_settings=settings, timeout=connect_timeout)
     except CONNECTION_ERRORS as exc:
@@ -102,8 +111,24 @@ async def _transaction_scoped_reset(_conn: Any) -> None:
 # custom plans). Planning each execution costs about 0.1 ms per statement.
 PLAN_CACHE_MODE = "force_custom_plan"
 
+# Connections that run a FIXED set of statements on every run's path (the relay's connection,
+# the worker's run pool, the HTTP ingest sessions) plan each statement once and keep that
+# generic plan. These are CTE statements over several tables: planning one took 0.3-0.6 ms of
+# Postgres CPU, executing it 0.02-0.5 ms (pg_stat_statements with track_planning, 100 runs/s):
+# planning was over half of Postgres's work per run. A generic plan made while a table was
+# small could keep a sequential scan as the table grows (the role pools' reason to plan every
+# execution, above); with sequential scans disabled the planner takes an index path wherever
+# one exists, and tests/integration/test_cached_plans.py checks that the generic plan of every
+# statement these connections prepare, made on an empty database, scans no table sequentially.
+CACHED_PLAN_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
 
-async def create_pool(url: str, role: str, min_size: int = 1, max_size: int = 10) -> Pool:
+
+async def create_pool(
+    url: str, role: str, min_size: int = 1, max_size: int = 10, *, cached_plans: bool = False
+) -> Pool:
+    settings = {"role": role, "plan_cache_mode": PLAN_CACHE_MODE}
+    if cached_plans:
+        settings.update(CACHED_PLAN_SETTINGS)
     try:
         pool = await asyncpg.create_pool(
             url,
@@ -111,7 +136,7 @@ async def create_pool(url: str, role: str, min_size: int = 1, max_size: int = 10
             max_size=max_size,
             init=init_connection,
             reset=_transaction_scoped_reset,
-            server_settings={"role": role, "plan_cache_mode": PLAN_CACHE_MODE},
+            server_settings=settings,
             timeout=10.0,
         )
     except CONNECTION_ERRORS as exc:
@@ -120,28 +145,35 @@ async def create_pool(url: str, role: str, min_size: int = 1, max_size: int = 10
 
 
 class Database:
-    """The two role pools of one process."""
+    """The role pools of one process, and the worker's run pool."""
 
-    def __init__(self, tenant_pool: Pool, platform_pool: Pool) -> None:
+    def __init__(self, tenant_pool: Pool, platform_pool: Pool, run_pool: Pool) -> None:
         self.tenant_pool = tenant_pool
         self.platform_pool = platform_pool
+        self.run_pool = run_pool
 
     @classmethod
-    async def open(cls, url: str, max_size: int = 10, platform_min_size: int = 1) -> Database:
-        """Both role pools; ``platform_min_size`` platform connections are opened now and kept
-        open (the worker's claims and fenced writes use that pool)."""
-        tenant_pool = await create_pool(url, APP_ROLE, max_size=max_size)
+    async def open(cls, url: str, max_size: int = 10, run_min_size: int = 0) -> Database:
+        """The pools; ``run_min_size`` run-pool connections are opened now and kept open (a
+        worker's claims, completions and fenced writes; other processes open none)."""
+        pools: list[Pool] = []
         try:
-            platform_pool = await create_pool(
-                url, PLATFORM_ROLE, min_size=platform_min_size, max_size=max_size
+            pools.append(await create_pool(url, APP_ROLE, max_size=max_size))
+            pools.append(await create_pool(url, PLATFORM_ROLE, max_size=max_size))
+            pools.append(
+                await create_pool(
+                    url, PLATFORM_ROLE, min_size=run_min_size, max_size=max_size, cached_plans=True
+                )
             )
         except BaseException:
-            await tenant_pool.close()
+            await asyncio.gather(*(pool.close() for pool in pools))
             raise
-        return cls(tenant_pool, platform_pool)
+        return cls(*pools)
 
     async def close(self) -> None:
-        await asyncio.gather(self.tenant_pool.close(), self.platform_pool.close())
+        await asyncio.gather(
+            self.tenant_pool.close(), self.platform_pool.close(), self.run_pool.close()
+        )
 
     @asynccontextmanager
     async def tenant(self, project_id: str) -> AsyncIterator[Connection]:
@@ -165,15 +197,28 @@ class Database:
 
         return await retry_transaction(once, attempts)
 
-    async def in_platform_statement(
+    async def in_run_statement(
         self, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5
     ) -> T:
-        """Run ``fn`` on a platform connection OUTSIDE a transaction: each of its statements
-        commits on its own (no BEGIN, no COMMIT: one round trip). Only for work that is one
-        statement (``leases.claim_many``); retried like a transaction on deadlocks."""
+        """Run ``fn`` on a run-pool connection OUTSIDE a transaction: each of its statements
+        commits on its own (no BEGIN, no COMMIT: one round trip). Only for a worker's work that
+        is one statement (``leases.claim_many``, ``leases.complete_many``); retried like a
+        transaction on deadlocks."""
 
         async def once() -> T:
-            async with self.platform_pool.acquire() as conn:
+            async with self.run_pool.acquire() as conn:
+                return await fn(conn)
+
+        return await retry_transaction(once, attempts)
+
+    async def in_run_transaction(
+        self, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5
+    ) -> T:
+        """A platform transaction on the run pool: for a worker's fenced writes only (each
+        statement run there must keep a good generic plan, see :data:`CACHED_PLAN_SETTINGS`)."""
+
+        async def once() -> T:
+            async with self.run_pool.acquire() as conn, conn.transaction():
                 return await fn(conn)
 
         return await retry_transaction(once, attempts)

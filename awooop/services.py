@@ -34,10 +34,10 @@ class Services:
 
     @classmethod
     async def open(
-        cls, settings: Settings, db_pool_size: int = 10, db_platform_min: int = 1
+        cls, settings: Settings, db_pool_size: int = 10, db_run_min: int = 0
     ) -> Services:
         db = await Database.open(
-            settings.database_url, max_size=db_pool_size, platform_min_size=db_platform_min
+            settings.database_url, max_size=db_pool_size, run_min_size=db_run_min
         )
         return cls(
             settings=settings,

@@ -271,7 +271,7 @@ class Relay:
     async def _lead(self) -> bool:
         if self._conn is None or self._conn.is_closed():
             await self.close()
-            self._conn = await connect(self.settings.database_url, PLATFORM_ROLE)
+            self._conn = await connect(self.settings.database_url, PLATFORM_ROLE, cached_plans=True)
             # A cursor update lost in a Postgres crash only republishes (duplicates): no need
             # to wait for its WAL flush on every batch.
             await self._conn.execute("SET synchronous_commit TO off")

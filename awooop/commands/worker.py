@@ -96,7 +96,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     # run arrives: opened lazily, the first runs after a start each waited for a connection
     # (connect, role, codecs: tens of ms; the benchmark's first second had p99 ~90 ms).
     services = await Services.open(
-        settings, db_pool_size=size, db_platform_min=min(size, FLUSHES_PER_PROJECT)
+        settings, db_pool_size=size, db_run_min=min(size, FLUSHES_PER_PROJECT)
     )
     observability = start_observability("awooop-worker", settings.metrics_port)
     previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))

@@ -28,6 +28,7 @@ import asyncpg
 
 from awooop.db import (
     APP_ROLE,
+    CACHED_PLAN_SETTINGS,
     CONNECTION_ERRORS,
     SET_SESSION_TENANT,
     Connection,
@@ -68,7 +69,7 @@ class TenantSessions:
                         init=init_connection,
                         reset=_keep_session,
                         connection_class=TenantConnection,
-                        server_settings={"role": APP_ROLE},
+                        server_settings={"role": APP_ROLE, **CACHED_PLAN_SETTINGS},
                         timeout=10.0,
                     )
                 except CONNECTION_ERRORS as exc:

@@ -122,16 +122,18 @@ class Executor:
     async def _flush_writes(
         self, project_id: str, writes: list[leases.FencedWrite]
     ) -> list[RunState | BaseException]:
-        # On the platform role, as the claims: the fence (run id, worker, attempt, live lease)
-        # already names the one row each write may touch, and no tenant to set saves a round
-        # trip per batch. Batches stay per project.
-        results = await self.db.in_platform(lambda conn: leases.fenced_record_many(conn, writes))
+        # On the run pool (platform role), as the claims: the fence (run id, worker, attempt,
+        # live lease) already names the one row each write may touch, and no tenant to set saves
+        # a round trip per batch. Batches stay per project.
+        results = await self.db.in_run_transaction(
+            lambda conn: leases.fenced_record_many(conn, writes)
+        )
         return list(results)
 
     async def _flush_completions(
         self, _project_id: str, completions: list[leases.Completion]
     ) -> list[RunState | BaseException]:
-        results = await self.db.in_platform_statement(
+        results = await self.db.in_run_statement(
             lambda conn: leases.complete_many(conn, completions)
         )
         return list(results)

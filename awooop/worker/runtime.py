@@ -121,9 +121,9 @@ class Worker:
     ) -> list[Claimed | BaseException]:
         run_ids = [run_id for run_id, _meta in items]
         metas: list[dict[str, Any] | None] = [meta for _run_id, meta in items]
-        # One statement on the platform role (like the polling path): no tenant to set and no
-        # BEGIN/COMMIT, the claim is one round trip. Batches stay per project.
-        batch = await self.db.in_platform_statement(
+        # One statement on the run pool (platform role, like the polling path): no tenant to
+        # set and no BEGIN/COMMIT, the claim is one round trip. Batches stay per project.
+        batch = await self.db.in_run_statement(
             lambda conn: leases.claim_many(
                 conn, run_ids, self.worker_id, self.settings.lease_ttl_s, metas
             ),

@@ -54,7 +54,7 @@ async def test_claim_statement_matches_apply(db: Database) -> None:
     assert await db.in_tenant(P, lambda c: leases.claim(c, reaped, "w0", 0.001))
     await asyncio.sleep(0.01)
     assert [s.run_id for s, _e in await db.in_platform(lambda c: leases.reap(c, 10))] == [reaped]
-    batch = await db.in_platform_statement(
+    batch = await db.in_run_statement(
         lambda c: leases.claim_many(c, [fresh, reaped], "w1", 12.5, [{"k": 1}, None])
     )
     assert set(batch.claimed) == {fresh, reaped}
@@ -85,7 +85,7 @@ async def test_claim_statement_leaves_a_run_whose_stream_a_newer_transaction_wro
             "WHERE stream_id = $1",
             run_stream_id(run_id),
         )
-    batch = await db.in_platform_statement(lambda c: leases.claim_many(c, [run_id], "w1", 30))
+    batch = await db.in_run_statement(lambda c: leases.claim_many(c, [run_id], "w1", 30))
     assert batch.claimed == {}
     assert leases.availability(batch.others[run_id], batch.now, "w1") is Availability.CLAIMABLE
     row = await load(db, P, run_id)
@@ -97,9 +97,9 @@ async def test_complete_statement_matches_apply(db: Database) -> None:
     """COMPLETE_MANY writes apply(state, RunCompleted) in SQL, with the result (None stays SQL
     NULL, as the generic write stores it) and the metadata; the rows equal the replay."""
     runs = await create_runs(db, P, 3)
-    await db.in_platform_statement(lambda c: leases.claim_many(c, runs, "w1", 30))
+    await db.in_run_statement(lambda c: leases.claim_many(c, runs, "w1", 30))
     results: list[object] = [{"answer": [1, 2.5, "x"]}, None, "done"]
-    written = await db.in_platform_statement(
+    written = await db.in_run_statement(
         lambda c: leases.complete_many(
             c,
             [
@@ -132,9 +132,9 @@ async def test_complete_statement_matches_apply(db: Database) -> None:
 
 async def test_complete_statement_refuses_what_the_fence_refuses(db: Database) -> None:
     mine, stolen, expired, cancelled = await create_runs(db, P, 4)
-    await db.in_platform_statement(lambda c: leases.claim_many(c, [mine, stolen], "w1", 30))
-    await db.in_platform_statement(lambda c: leases.claim_many(c, [expired], "w1", 0.001))
-    await db.in_platform_statement(lambda c: leases.claim_many(c, [cancelled], "w1", 30))
+    await db.in_run_statement(lambda c: leases.claim_many(c, [mine, stolen], "w1", 30))
+    await db.in_run_statement(lambda c: leases.claim_many(c, [expired], "w1", 0.001))
+    await db.in_run_statement(lambda c: leases.claim_many(c, [cancelled], "w1", 30))
     async with db.platform() as conn:  # another worker took "stolen"; an operator cancelled one
         await conn.execute(
             "UPDATE awooop_run_state SET worker_id = 'w2', attempt_count = 2 WHERE run_id = $1",
@@ -145,7 +145,7 @@ async def test_complete_statement_refuses_what_the_fence_refuses(db: Database) -
         )
     await asyncio.sleep(0.01)
     unknown = uuid.uuid4()
-    got = await db.in_platform_statement(
+    got = await db.in_run_statement(
         lambda c: leases.complete_many(
             c,
             [

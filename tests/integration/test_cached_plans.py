@@ -1,0 +1,90 @@
+"""Connections with cached generic plans (awooop.db.CACHED_PLAN_SETTINGS): the generic plan of
+every statement they prepare, made on an EMPTY database (where a plan that scans a whole table
+looks cheapest), reads each table of the project through an index. Such a plan stays good as
+the tables grow; a sequential scan in it would get slower with every row."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from awooop.config import Settings
+from awooop.db import Connection, Database
+from awooop.events import StepCompleted
+from awooop.runs import leases
+from streams.relay import Relay
+from tests.support.runs import create_runs
+from tests.support.streams import keys_for
+
+P = "proj-plans"
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[Any]:
+    client = aioredis.Redis.from_url(settings.redis_url)
+    yield client
+    await client.aclose()
+
+
+async def generic_plans(conn: Connection) -> dict[str, str]:
+    """The generic plan of each statement prepared on ``conn``, by statement text."""
+    rows = await conn.fetch(
+        "SELECT name, statement, parameter_types::text[] AS types FROM pg_prepared_statements"
+    )
+    plans: dict[str, str] = {}
+    for row in rows:
+        nulls = ", ".join(f"NULL::{t}" for t in row["types"])
+        arguments = f"({nulls})" if nulls else ""
+        explained = await conn.fetch(f"EXPLAIN EXECUTE {row['name']}{arguments}")
+        plans[row["statement"]] = "\n".join(r[0] for r in explained)
+    return plans
+
+
+def sequential_scans(plans: dict[str, str]) -> dict[str, list[str]]:
+    found = {
+        statement: [line.strip() for line in plan.splitlines() if "Seq Scan on awooop_" in line]
+        for statement, plan in plans.items()
+    }
+    return {statement: lines for statement, lines in found.items() if lines}
+
+
+async def test_the_run_pool_plans_read_every_table_through_an_index(database_url: str) -> None:
+    db = await Database.open(database_url, max_size=1)
+    try:
+        runs = await create_runs(db, P, 2)
+        await db.in_run_statement(lambda c: leases.claim_many(c, runs, "w1", 30))
+        step = leases.FencedWrite(
+            runs[0],
+            "w1",
+            1,
+            lambda _s, now: StepCompleted(at=now, worker_id="w1", attempt=1, step="s", result=1),
+        )
+        await db.in_run_transaction(lambda c: leases.fenced_record_many(c, [step]))
+        await db.in_run_statement(
+            lambda c: leases.complete_many(c, [leases.Completion(runs[1], "w1", 1, None)])
+        )
+        async with db.run_pool.acquire() as conn:
+            assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
+            plans = await generic_plans(conn)
+    finally:
+        await db.close()
+    assert any("RunClaimed" in s or "awooop_run_state" in s for s in plans)
+    assert len([s for s in plans if "awooop_" in s]) >= 3, list(plans)
+    assert sequential_scans(plans) == {}
+
+
+async def test_the_relay_plans_read_every_table_through_an_index(
+    settings: Settings, db: Database, redis: Any
+) -> None:
+    runs = await create_runs(db, P, 2)
+    await db.in_run_statement(lambda c: leases.claim_many(c, runs, "w1", 30))
+    relay = Relay(settings=settings, redis=redis, keys=keys_for(settings))
+    try:
+        assert await relay.drain() == 4
+        plans = await generic_plans(relay.conn)
+    finally:
+        await relay.close()
+    assert sequential_scans(plans) == {}
