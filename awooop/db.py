@@ -20,7 +20,7 @@ import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 import asyncpg
 import msgspec
@@ -144,13 +144,116 @@ async def create_pool(
     return pool
 
 
+# --- tenant sessions ---------------------------------------------------------------------------
+
+
+class TenantConnection(asyncpg.Connection):
+    """A pool connection that remembers the project its session is set to."""
+
+    session_project: str | None = None
+
+    def remember_project(self, project_id: str | None) -> None:
+        self.session_project = project_id
+
+
+async def _keep_session(_conn: Any) -> None:
+    """Release without RESET ALL: the session's project is the point (see TenantSessions)."""
+
+
+class TenantSessions:
+    """Tenant connections used OUTSIDE transactions, whose SESSION carries the project.
+
+    Why: on this kind of machine a round trip to Postgres costs more than everything else an
+    ingest does, and a tenant transaction spends four on bookkeeping (BEGIN, the tenant
+    setting, COMMIT, the pool's session reset) around the two that do the work (read the
+    channel's configuration, then one statement that writes the dedupe row, the run and its
+    event). A single delivery needs no multi-statement transaction: the read comes first
+    anyway, and the write is a single statement, atomic on its own. So this pool (role
+    ``awooop_app``, row-level security as everywhere) keeps ``awooop.project_id`` at session
+    level, set when a connection is first used for a project and only changed when the next
+    use is for another project. A delivery then costs two round trips (three for a repeat:
+    the lookup of the existing run). Its statements keep cached generic plans
+    (:data:`CACHED_PLAN_SETTINGS`). Used by the HTTP ingest route (a pool of its own) and by
+    :func:`awooop.producer.submit` with a :class:`Database` (``Database.sessions``).
+
+    The guard that a forgotten setting shows no rows is kept by construction: these
+    connections are used only through :meth:`session`, which sets (or checks) the project
+    before handing a connection out, and no other code acquires from this pool.
+    """
+
+    def __init__(self, url: str, max_size: int) -> None:
+        self.url = url
+        self.max_size = max_size
+        self._pool: Pool | None = None
+        self._opening = asyncio.Lock()
+
+    async def _open(self) -> Pool:
+        async with self._opening:
+            if self._pool is None:
+                try:
+                    self._pool = await asyncpg.create_pool(
+                        self.url,
+                        min_size=1,
+                        max_size=self.max_size,
+                        init=init_connection,
+                        reset=_keep_session,
+                        connection_class=TenantConnection,
+                        server_settings={"role": APP_ROLE, **CACHED_PLAN_SETTINGS},
+                        timeout=10.0,
+                    )
+                except CONNECTION_ERRORS as exc:
+                    raise DatabaseUnavailableError(
+                        f"cannot connect to the database: {exc}"
+                    ) from exc
+            return self._pool
+
+    @asynccontextmanager
+    async def session(self, project_id: str) -> AsyncIterator[Connection]:
+        """A connection outside any transaction whose session is set to ``project_id``."""
+        pool = self._pool or await self._open()
+        try:
+            async with pool.acquire() as conn:
+                # The pool's proxy forwards attributes to its TenantConnection.
+                tenant = cast(TenantConnection, conn)
+                if tenant.session_project != project_id:
+                    tenant.remember_project(None)
+                    await conn.execute(SET_SESSION_TENANT, project_id)
+                    tenant.remember_project(project_id)
+                yield conn
+        except CONNECTION_ERRORS as exc:
+            raise DatabaseUnavailableError(f"lost the database connection: {exc}") from exc
+
+    async def run(
+        self, project_id: str, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5
+    ) -> T:
+        """``fn`` on a session of ``project_id``, retried on transient conflicts like a
+        transaction (each of its statements commits on its own)."""
+
+        async def once() -> T:
+            async with self.session(project_id) as conn:
+                return await fn(conn)
+
+        return await retry_transaction(once, attempts)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+
+# --- the process's pools -------------------------------------------------------------------
+
+
 class Database:
     """The role pools of one process, and the worker's run pool."""
 
-    def __init__(self, tenant_pool: Pool, platform_pool: Pool, run_pool: Pool) -> None:
+    def __init__(
+        self, tenant_pool: Pool, platform_pool: Pool, run_pool: Pool, sessions: TenantSessions
+    ) -> None:
         self.tenant_pool = tenant_pool
         self.platform_pool = platform_pool
         self.run_pool = run_pool
+        self.sessions = sessions  # opened at first use
 
     @classmethod
     async def open(cls, url: str, max_size: int = 10, run_min_size: int = 0) -> Database:
@@ -168,11 +271,15 @@ class Database:
         except BaseException:
             await asyncio.gather(*(pool.close() for pool in pools))
             raise
-        return cls(*pools)
+        tenant_pool, platform_pool, run_pool = pools
+        return cls(tenant_pool, platform_pool, run_pool, TenantSessions(url, max_size))
 
     async def close(self) -> None:
         await asyncio.gather(
-            self.tenant_pool.close(), self.platform_pool.close(), self.run_pool.close()
+            self.tenant_pool.close(),
+            self.platform_pool.close(),
+            self.run_pool.close(),
+            self.sessions.close(),
         )
 
     @asynccontextmanager

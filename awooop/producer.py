@@ -4,8 +4,12 @@
 as the HTTP server (:mod:`awooop.ingest.store`): dedupe row, run (PENDING) and ``RunCreated``
 event, which is the outbox entry the relay publishes. They take either
 
-- a :class:`~awooop.db.Database`: the call opens its own tenant transaction (and retries
-  transient conflicts), or
+- a :class:`~awooop.db.Database`: :func:`submit_many` opens its own tenant transaction (and
+  retries transient conflicts); :func:`submit` (one event) needs no transaction and uses a
+  tenant session (``Database.sessions``, as the HTTP server does): the configuration read
+  and ONE statement that writes the dedupe row, the run and its event, instead of five round
+  trips. (A key whose dedupe row expired takes a second round: its old row is deleted, then
+  the run is written; should that fail between the two, retrying the call writes it.) Or
 - the caller's own asyncpg connection **inside its open transaction**: the event commits or
   rolls back together with the caller's own writes (the point of a transactional outbox).
   The transaction must carry the tenant, i.e. ``awooop.project_id`` set to the event's
@@ -85,8 +89,8 @@ async def submit(
     settings: Settings | None = None,
 ) -> Submitted:
     """Submit one event; see the module docstring for ``target``."""
-    (result,) = await submit_many(
-        target, project_id, [event], contract_id=contract_id, settings=settings
+    (result,) = await _submit(
+        target, project_id, [event], contract_id=contract_id, settings=settings, on_session=True
     )
     return result
 
@@ -101,6 +105,18 @@ async def submit_many(
 ) -> list[Submitted]:
     """Submit a batch in one transaction; one result per event, in order. Everything is
     validated before anything is written: one bad event refuses the whole batch."""
+    return await _submit(target, project_id, events, contract_id=contract_id, settings=settings)
+
+
+async def _submit(
+    target: Database | Connection,
+    project_id: str,
+    events: Sequence[ChannelEvent],
+    *,
+    contract_id: str,
+    settings: Settings | None,
+    on_session: bool = False,
+) -> list[Submitted]:
     check_project_id(project_id)
     check_contract_id(contract_id)
     settings = settings or _settings()
@@ -140,7 +156,9 @@ async def submit_many(
                     )
         return [r for r in results if r is not None]
 
-    if isinstance(target, Database):
+    if isinstance(target, Database) and on_session:
+        results = await target.sessions.run(project_id, run)
+    elif isinstance(target, Database):
         results = await target.in_tenant(project_id, run)
     else:
         if not target.is_in_transaction():

@@ -4,7 +4,7 @@ Order of checks, each refusal a JSON error with a code and nothing written:
 unknown channel 404 E-CHANNEL-001; bad project or contract id 400 E-INPUT-001; body over
 AWOOOP_HTTP_MAX_BODY_BYTES 413 E-INPUT-003 (counted while reading, Content-Length is only a
 shortcut); then, on a connection whose session carries the project
-(:mod:`awooop.ingest.sessions`): authentication 401 E-AUTH-001, parsing 400 E-INPUT-001 /
+(:class:`awooop.db.TenantSessions`): authentication 401 E-AUTH-001, parsing 400 E-INPUT-001 /
 422 E-INPUT-002, and the ingest itself, one atomic statement (:mod:`awooop.ingest.store`)
 shared with the deliveries for the same project, channel and contract that arrive while the
 previous statement runs (group commit, :mod:`awooop.batching`; docs/ingest.md).
@@ -19,8 +19,7 @@ names the agent contract (default ``default``).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 from opentelemetry import trace
@@ -30,7 +29,7 @@ from starlette.routing import BaseRoute, Route
 
 from awooop import metrics
 from awooop.batching import Batcher
-from awooop.db import Connection, retry_transaction
+from awooop.db import TenantSessions
 from awooop.errors import (
     AuthenticationError,
     AwoooPError,
@@ -43,7 +42,6 @@ from awooop.ingest.auth import bearer_token_id
 from awooop.ingest.cache import ConfigCache
 from awooop.ingest.common import Adapter, AuthKind, Headers, ParsedEvent
 from awooop.ingest.credentials import check_contract_id, check_project_id
-from awooop.ingest.sessions import TenantSessions
 from awooop.logs import get_logger
 from awooop.services import Services
 from awooop.telemetry import extract, tracer
@@ -116,7 +114,6 @@ class Delivery(msgspec.Struct, frozen=True):
 
 # Deliveries that may share a statement: one tenant, channel and contract, one configuration.
 BatchKey = tuple[str, str, str, float, int]
-T = TypeVar("T")
 
 
 def routes(services: Services) -> list[BaseRoute]:
@@ -131,13 +128,6 @@ def routes(services: Services) -> list[BaseRoute]:
     }
     latency = {channel: metrics.INGEST_LATENCY.labels(channel) for channel in ADAPTERS}
 
-    async def in_session(project_id: str, fn: Callable[[Connection], Awaitable[T]]) -> T:
-        async def once() -> T:
-            async with sessions.session(project_id) as conn:
-                return await fn(conn)
-
-        return await retry_transaction(once)
-
     async def channel_config(
         adapter: Adapter, project_id: str, contract_id: str, headers: Headers, body: bytes
     ) -> store.ChannelConfig:
@@ -151,7 +141,7 @@ def routes(services: Services) -> list[BaseRoute]:
                 return config
             except AuthenticationError:
                 cache.drop(key)  # perhaps a new secret: ask the database
-        config = await in_session(
+        config = await sessions.run(
             project_id,
             lambda conn: store.load_config(
                 conn, settings, project_id, adapter.channel_type, contract_id, token_id
@@ -172,7 +162,7 @@ def routes(services: Services) -> list[BaseRoute]:
         events = [event for d in deliveries for event in d.events]
         metadata = [d.metadata for d in deliveries for _ in d.events]
         try:
-            outcomes = await in_session(
+            outcomes = await sessions.run(
                 project_id,
                 lambda conn: store.ingest(
                     conn,

@@ -2,7 +2,7 @@
 
 Everything here runs on the caller's connection, which carries the tenant: a tenant
 transaction (``Database.tenant``, or a producer's own transaction after ``set_tenant``), or
-a connection of :class:`awooop.ingest.sessions.TenantSessions` outside a transaction. Per
+a connection of :class:`awooop.db.TenantSessions` outside a transaction. Per
 delivery:
 
 1. :func:`load_config` (the HTTP path caches it briefly, see :mod:`awooop.ingest.cache`):

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from awooop import producer
 from awooop.config import Settings
 from awooop.db import Connection, Database
 from awooop.events import StepCompleted
@@ -87,4 +88,22 @@ async def test_the_relay_plans_read_every_table_through_an_index(
         plans = await generic_plans(relay.conn)
     finally:
         await relay.close()
+    assert sequential_scans(plans) == {}
+
+
+async def test_the_tenant_sessions_plans_read_every_table_through_an_index(
+    database_url: str, settings: Settings
+) -> None:
+    db = await Database.open(database_url, max_size=1)
+    try:
+        event = producer.ChannelEvent("api", "k1", {})
+        first = await producer.submit(db, P, event, settings=settings)
+        repeat = await producer.submit(db, P, event, settings=settings)
+        assert (first.created, repeat.created, repeat.run_id) == (True, False, first.run_id)
+        async with db.sessions.session(P) as conn:
+            assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
+            plans = await generic_plans(conn)
+    finally:
+        await db.close()
+    assert any("awooop_channel_event_dedupe" in s for s in plans)
     assert sequential_scans(plans) == {}
