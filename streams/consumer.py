@@ -425,6 +425,12 @@ class GroupConsumer:
             for delivery in batch:
                 await self._slots.acquire()
                 self._spawn(delivery)
+            if batch:
+                # Let the new deliveries send their claims before the next XREADGROUP goes
+                # out: a delivery's task runs to its first wait (the claim batcher schedules
+                # its flush), the flush then sends the claim; the read can wait that long.
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
 
     async def _ack_loop(self, halt: asyncio.Event) -> None:
         while not halt.is_set():

@@ -339,16 +339,18 @@ class Relay:
         known = True  # whether ``held`` describes what follows the last batch read
         while batch:
             grouped = by_shard(batch, self.keys)
-            publishing = asyncio.create_task(self._publish_batch(batch, grouped, False))
             upcoming: list[RecordedEvent] = []
-            try:
-                if len(batch) == size:  # a backlog: the plain read, probed once at its end
+            if len(batch) < size:  # caught up: nothing to read meanwhile (no task to start)
+                left = await self._publish_batch(batch, grouped, False)
+            else:  # a backlog: the plain read, probed once at its end
+                publishing = asyncio.create_task(self._publish_batch(batch, grouped, False))
+                try:
                     upcoming = await eventlog.read_forward(
                         self.conn, eventlog.advance(self.cursor, batch), size
                     )
                     known = False
-            finally:
-                left = await publishing
+                finally:
+                    left = await publishing
             if left:
                 await self._publish_batch(batch, left, True)
             if self.fault_hook is not None:
@@ -411,19 +413,19 @@ class Relay:
             ready = sorted(shard for shard in remaining if shard in self.epochs)
             if not ready:
                 break
-            results = await asyncio.gather(
-                *(
-                    publish_shard(
-                        self.redis,
-                        self.keys,
-                        shard,
-                        self.keys.epoch(shard),
-                        self.epochs[shard],
-                        remaining[shard],
-                    )
-                    for shard in ready
+            calls = [
+                publish_shard(
+                    self.redis,
+                    self.keys,
+                    shard,
+                    self.keys.epoch(shard),
+                    self.epochs[shard],
+                    remaining[shard],
                 )
-            )
+                for shard in ready
+            ]
+            # One shard (a trickle of commits): no tasks to gather.
+            results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
             for shard, result in zip(ready, results, strict=True):
                 if result >= 0:
                     del remaining[shard]
