@@ -14,6 +14,7 @@ list per-tenant loops run one instance for.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from awooop.db import Database
-from awooop.loops import PLATFORM_PROJECT, Heartbeat, ProjectSource
+from awooop.loops import HEARTBEAT_TIMEOUT_S, PLATFORM_PROJECT, Heartbeat, ProjectSource
 
 MIN_WRITE_INTERVAL_S = 1.0
 
@@ -79,7 +80,7 @@ class DatabaseHeartbeats:
         now = time.monotonic()
         if not self.should_write(beat, now):
             return
-        async with self.db.platform() as conn:
+        async with asyncio.timeout(HEARTBEAT_TIMEOUT_S), self.db.platform() as conn:
             await conn.execute(
                 UPSERT_HEARTBEAT,
                 beat.loop_name,

@@ -25,6 +25,7 @@ list``); a sink that fails is logged and never fails the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import enum
 import os
@@ -113,6 +114,10 @@ class Heartbeat:
 
 
 class HeartbeatSink(Protocol):
+    """Where loops report each iteration. ``record`` is awaited on the loop's own path after
+    every iteration: it must return at once when it has nothing to do, and bound any I/O it
+    does (``HEARTBEAT_TIMEOUT_S``); a raise is logged and ignored."""
+
     async def record(self, beat: Heartbeat) -> None: ...
 
 
@@ -130,7 +135,7 @@ async def _report(sink: HeartbeatSink | None, beat: Heartbeat) -> None:
     if sink is None:
         return
     try:
-        await asyncio.wait_for(sink.record(beat), timeout=HEARTBEAT_TIMEOUT_S)
+        await sink.record(beat)  # no task per iteration: the sink bounds its own I/O
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -209,37 +214,55 @@ async def run_loop(
         project_id=ctx.project_id,
         interval_s=spec.interval_s,
     )
-    while not stop.is_set():
-        ctx.iteration += 1
-        ctx.wakeup.clear()
-        ok = await run_iteration(spec, ctx)
-        failures = 0 if ok else failures + 1
-        await _report(
-            sink,
-            Heartbeat(
-                loop_name=spec.name,
-                project_id=ctx.project_id,
-                category=str(spec.category),
-                interval_s=spec.interval_s,
-                ok=ok,
-                consecutive_failures=failures,
-                error=None if ok else ctx.last_error,
-            ),
-        )
-        delay = spec.interval_s if ok else backoff_delay(spec.interval_s, failures)
-        await _sleep_until(delay, stop, ctx.wakeup if ok else None)
+    # ``stop`` also sets the wake-up: a sleeping loop then waits on ONE event. A loop woken by
+    # NOTIFY iterates hundreds of times a second, and two waiter tasks per sleep (cancelled
+    # after it) cost extra turns of the event loop each time.
+    waker = asyncio.ensure_future(_wake_on_stop(stop, ctx.wakeup))
+    try:
+        while not stop.is_set():
+            ctx.iteration += 1
+            ctx.wakeup.clear()
+            ok = await run_iteration(spec, ctx)
+            failures = 0 if ok else failures + 1
+            await _report(
+                sink,
+                Heartbeat(
+                    loop_name=spec.name,
+                    project_id=ctx.project_id,
+                    category=str(spec.category),
+                    interval_s=spec.interval_s,
+                    ok=ok,
+                    consecutive_failures=failures,
+                    error=None if ok else ctx.last_error,
+                ),
+            )
+            if ok:
+                await _sleep_or_wakeup(spec.interval_s, ctx.wakeup)
+            else:  # a wake-up does not cut a backoff short; stop does
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        stop.wait(), timeout=backoff_delay(spec.interval_s, failures)
+                    )
+    finally:
+        waker.cancel()
     log.info("loop_stopped", loop=spec.name, project_id=ctx.project_id)
 
 
-async def _sleep_until(delay: float, stop: asyncio.Event, wakeup: asyncio.Event | None) -> None:
-    waiters = [asyncio.ensure_future(stop.wait())]
-    if wakeup is not None:
-        waiters.append(asyncio.ensure_future(wakeup.wait()))
+async def _wake_on_stop(stop: asyncio.Event, wakeup: asyncio.Event) -> None:
+    await stop.wait()
+    wakeup.set()
+
+
+async def _sleep_or_wakeup(delay: float, wakeup: asyncio.Event) -> None:
+    """Until ``wakeup`` is set or ``delay`` passed; the timeout sets it too (the loop clears it
+    before each iteration), so the wait is one future and one timer."""
+    if wakeup.is_set():
+        return
+    timer = asyncio.get_running_loop().call_later(delay, wakeup.set)
     try:
-        await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+        await wakeup.wait()
     finally:
-        for waiter in waiters:
-            waiter.cancel()
+        timer.cancel()
 
 
 # --- many loops -------------------------------------------------------------------------------
