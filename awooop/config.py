@@ -52,6 +52,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     relay_poll_interval_s: float = 1.0
     relay_batch_size: int = 1000
     relay_trim_interval_s: float = 5.0
+    relay_linger_s: float = 0.005
     stream_maxlen: int = 100_000
 
     projector_reconcile_interval_s: float = 60.0
@@ -128,6 +129,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 f"{env_name('heartbeat_interval_s')} must be shorter than "
                 f"{env_name('lease_ttl_s')} (a lease must survive between two heartbeats)"
             )
+        if self.relay_linger_s < 0:
+            raise ConfigError(f"{env_name('relay_linger_s')} must be 0 (off) or more seconds")
         if self.ingest_config_cache_s < 0:
             raise ConfigError(f"{env_name('ingest_config_cache_s')} must be 0 (off) or more")
         for name in ("http_port", "metrics_port"):

@@ -27,7 +27,11 @@ Guarantees and how they are kept:
   compare-and-set on the previously saved position, so a leader that lost its session cannot
   move it.
 - Wake-up: a statement-level trigger NOTIFYs ``awooop_relay`` on insert; the relay LISTENs on its
-  connection and polls every ``AWOOOP_RELAY_POLL_INTERVAL_S`` as a fallback. When committed rows
+  connection and polls every ``AWOOOP_RELAY_POLL_INTERVAL_S`` as a fallback. A statement that
+  wrote a dispatch event (``DISPATCH_EVENT_TYPES``: a worker waits for it) wakes the relay at
+  once; one that wrote only other events (claims, steps, completions: for projectors) waits up
+  to ``AWOOOP_RELAY_LINGER_S`` (default 5 ms, 0: at once), so that the events of a short run,
+  or the next dispatch event's wake-up, share one read and one script call. When committed rows
   are held back by an older running transaction (anywhere in the cluster: ``read_forward``
   waits for the snapshot's xmin) it re-checks after 1 ms, doubling up to 50 ms. The read that
   returns a batch also says whether anything is held back: one statement per wake-up.
@@ -91,6 +95,10 @@ log = get_logger(__name__)
 LOCK_KEY = 0x61776F6F6F7072  # "awooopr": one relay leader per database
 NOTIFY_CHANNEL = "awooop_relay"
 NOTICES_TABLE = "awooop_contract_outbox"
+# Payloads of the events' NOTIFY (migration 0071): a statement that wrote a dispatch event, and
+# one that wrote only other events (published after AWOOOP_RELAY_LINGER_S at most).
+DISPATCH_PAYLOAD = "awooop_events:dispatch"
+EVENTS_PAYLOAD = "awooop_events"
 CURSOR_NAME = "events"
 BATCH_BUDGET_S = 0.5  # an iteration publishes at most this long, then yields to the loop
 # Held back by an older running transaction: re-check after 1 ms, doubling up to 4 ms for the
@@ -181,6 +189,7 @@ class Relay:
         self._conn: Connection | None = None
         self._wakeup: asyncio.Event | None = None
         self._recheck: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None
         self._recheck_delay = MIN_RECHECK_S
         self._held_since: float | None = None  # when the current hold-back began
         self._epochs_due = 0.0
@@ -301,14 +310,26 @@ class Relay:
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         if payload == NOTICES_TABLE:
             self._notices_due = 0.0
+        if self._wakeup is None:
+            return
+        linger = self.settings.relay_linger_s
+        if payload != EVENTS_PAYLOAD or linger <= 0:
+            self._wakeup.set()
+        elif self._linger is None and not self._wakeup.is_set():
+            # Only events no worker waits for: let the next ones of the run join them.
+            self._linger = asyncio.get_running_loop().call_later(linger, self._end_linger)
+
+    def _end_linger(self) -> None:
+        self._linger = None
         if self._wakeup is not None:
             self._wakeup.set()
 
     async def close(self) -> None:
         """Give up leadership and the connection (a standby takes over)."""
-        if self._recheck is not None:
-            self._recheck.cancel()
-            self._recheck = None
+        for timer in (self._recheck, self._linger):
+            if timer is not None:
+                timer.cancel()
+        self._recheck = self._linger = None
         conn, self._conn = self._conn, None
         was_leader, self.is_leader = self.is_leader, False
         if conn is None or conn.is_closed():
@@ -334,6 +355,9 @@ class Relay:
         connection) waits for the read to finish.
         """
         size = self.settings.relay_batch_size
+        if self._linger is not None:  # this read takes what the lingering notice announced
+            self._linger.cancel()
+            self._linger = None
         held: float | None
         batch, held = await eventlog.read_forward_and_held(self.conn, self.cursor, size)
         known = True  # whether ``held`` describes what follows the last batch read

@@ -1,0 +1,90 @@
+"""The events' NOTIFY names statements that wrote a dispatch event (migration 0071), and the
+relay publishes those at once while other events wait up to AWOOOP_RELAY_LINGER_S."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import pytest
+import redis.asyncio as aioredis
+
+from awooop.config import Settings
+from awooop.db import Database, connect
+from awooop.events import DISPATCH_EVENT_TYPES
+from streams.envelope import FIELD, decode_envelope
+from streams.relay import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTIFY_CHANNEL, Relay
+from tests.support.streams import claim, create_run, keys_for, running_relay, wait_for
+
+P = "proj-linger"
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[Any]:
+    client = aioredis.Redis.from_url(settings.redis_url)
+    yield client
+    await client.aclose()
+
+
+async def test_the_trigger_knows_the_dispatch_types(db: Database) -> None:
+    async with db.platform() as conn:
+        source = await conn.fetchval(
+            "SELECT prosrc FROM pg_proc WHERE proname = 'awooop_notify_relay_events'"
+        )
+    assert set(re.findall(r"'([A-Za-z]+)'", source.split("IN (", 1)[1].split(")", 1)[0])) == set(
+        DISPATCH_EVENT_TYPES
+    )
+
+
+async def test_a_dispatch_statement_and_an_other_one_notify_differently(
+    db: Database, database_url: str
+) -> None:
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    listener = await connect(database_url)
+    await listener.add_listener(NOTIFY_CHANNEL, lambda *args: heard.put_nowait(args[3]))
+    try:
+        run_id = await create_run(db, P)
+        assert await asyncio.wait_for(heard.get(), 5) == DISPATCH_PAYLOAD
+        await claim(db, P, run_id)
+        assert await asyncio.wait_for(heard.get(), 5) == EVENTS_PAYLOAD
+        assert heard.empty()
+    finally:
+        await listener.close()
+
+
+async def test_the_relay_publishes_dispatch_events_at_once_and_lets_the_others_linger(
+    settings: Settings, db: Database, redis: Any
+) -> None:
+    # A long poll interval: only NOTIFY and the linger timer wake the relay here.
+    settings = msgspec.structs.replace(settings, relay_linger_s=0.8, relay_poll_interval_s=60.0)
+    keys = keys_for(settings)
+    stream = keys.events_stream(keys.shard_of(P))
+    published: list[str] = []
+
+    async def read() -> None:
+        entries = await redis.xrange(stream)
+        published[:] = [decode_envelope(fields[FIELD]).event_type for _id, fields in entries]
+
+    relay = Relay(settings=settings, redis=redis, keys=keys)
+    async with running_relay(relay, settings):
+        await wait_for(lambda: relay.is_leader)
+        started = time.monotonic()
+        run_id = await create_run(db, P)
+        while published != ["RunCreated"]:
+            await read()
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - started < 0.6  # at once, not after the linger
+        await claim(db, P, run_id)
+        claimed = time.monotonic()
+        await asyncio.sleep(0.3)
+        await read()
+        assert published == ["RunCreated"]  # RunClaimed lingers
+        while published != ["RunCreated", "RunClaimed"]:
+            assert time.monotonic() - claimed < 10
+            await read()
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - claimed >= 0.7
