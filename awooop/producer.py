@@ -7,9 +7,10 @@ event, which is the outbox entry the relay publishes. They take either
 - a :class:`~awooop.db.Database`: :func:`submit_many` opens its own tenant transaction (and
   retries transient conflicts); :func:`submit` (one event) needs no transaction and uses a
   tenant session (``Database.sessions``, as the HTTP server does): the configuration read
-  and ONE statement that writes the dedupe row, the run and its event, instead of five round
-  trips. (A key whose dedupe row expired takes a second round: its old row is deleted, then
-  the run is written; should that fail between the two, retrying the call writes it.) Or
+  (cached for ``AWOOOP_INGEST_CONFIG_CACHE_S``, as the HTTP server caches it) and ONE
+  statement that writes the dedupe row, the run and its event, instead of five round trips.
+  (A key whose dedupe row expired takes a second round: its old row is deleted, then the run
+  is written; should that fail between the two, retrying the call writes it.) Or
 - the caller's own asyncpg connection **inside its open transaction**: the event commits or
   rolls back together with the caller's own writes (the point of a transactional outbox).
   The transaction must carry the tenant, i.e. ``awooop.project_id`` set to the event's
@@ -40,6 +41,7 @@ when the call returns, before the caller's transaction commits.
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +52,7 @@ from awooop.config import Settings, load_settings
 from awooop.db import SET_TENANT, Connection, Database
 from awooop.errors import InvalidInputError, ProducerTransactionError
 from awooop.ingest import store
+from awooop.ingest.cache import ConfigCache
 from awooop.ingest.common import ParsedEvent, check_storable, event_id
 from awooop.ingest.credentials import check_channel, check_contract_id, check_project_id
 from awooop.telemetry import tracer
@@ -124,6 +127,10 @@ async def _submit(
     for index, event in enumerate(events):
         groups.setdefault(check_channel(event.channel_type), []).append((index, _parsed(event)))
 
+    cache = (
+        _session_configs(target, settings) if isinstance(target, Database) and on_session else None
+    )
+
     async def run(conn: Connection) -> list[Submitted]:
         results: list[Submitted | None] = [None] * len(events)
         with tracer.start_as_current_span(
@@ -132,14 +139,19 @@ async def _submit(
         ):
             metadata = store.trace_metadata("producer")
             for channel_type in sorted(groups):  # one lock order across channels too
-                config = await store.load_config(
-                    conn, settings, project_id, channel_type, contract_id
-                )
-                if config.tenant != project_id:
-                    raise ProducerTransactionError(
-                        f"the transaction's awooop.project_id is {config.tenant!r}, "
-                        f"not {project_id!r}: call set_tenant(conn, project_id) first"
+                key = (project_id, channel_type, contract_id, None)
+                config = cache.get(key) if cache is not None else None
+                if config is None:
+                    config = await store.load_config(
+                        conn, settings, project_id, channel_type, contract_id
                     )
+                    if config.tenant != project_id:
+                        raise ProducerTransactionError(
+                            f"the transaction's awooop.project_id is {config.tenant!r}, "
+                            f"not {project_id!r}: call set_tenant(conn, project_id) first"
+                        )
+                    if cache is not None:
+                        cache.put(key, config)
                 group = groups[channel_type]
                 outcomes = await store.ingest(
                     conn,
@@ -173,6 +185,20 @@ async def _submit(
         if len(group) - created:
             metrics.INGEST_EVENTS.labels(channel_type, "duplicate").inc(len(group) - created)
     return results
+
+
+# The channel configurations that submit() read on tenant sessions, per Database: kept up to
+# AWOOOP_INGEST_CONFIG_CACHE_S like the HTTP server's (awooop/ingest/cache.py), which saves one
+# of the two round trips of a submit; a changed dedupe TTL or contract max_attempts applies
+# that much later. (submit_many and a caller's transaction read the configuration each time.)
+_configs: weakref.WeakKeyDictionary[Database, ConfigCache] = weakref.WeakKeyDictionary()
+
+
+def _session_configs(db: Database, settings: Settings) -> ConfigCache:
+    cache = _configs.get(db)
+    if cache is None:
+        cache = _configs[db] = ConfigCache(settings.ingest_config_cache_s)
+    return cache
 
 
 def _parsed(event: ChannelEvent) -> ParsedEvent:

@@ -51,6 +51,7 @@ Handler = Callable[[Delivery], Awaitable[bool]]
 OnReset = Callable[[int], Awaitable[None]]
 REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError,)  # redis-py wraps socket errors
 LOG_INTERVAL_S = 10.0
+ACK_LINGER_S = 0.02  # how long acknowledgements gather before one XACK (see _ack_loop)
 
 
 def is_nogroup(exc: BaseException) -> bool:
@@ -435,6 +436,9 @@ class GroupConsumer:
     async def _ack_loop(self, halt: asyncio.Event) -> None:
         while not halt.is_set():
             await self._ack_wakeup.wait()
+            # Acks are not on anyone's way: let the next ones join this XACK. (An entry left
+            # pending that much longer is at worst redelivered after a crash: a duplicate.)
+            await _sleep_or_stop(ACK_LINGER_S, halt)
             self._ack_wakeup.clear()
             await self._flush_acks()
 

@@ -1,4 +1,5 @@
-"""A short-lived cache of channel configurations for the HTTP ingest path.
+"""A short-lived cache of channel configurations for the HTTP ingest path (and for
+:func:`awooop.producer.submit` with a Database).
 
 The configuration read (:func:`awooop.ingest.store.load_config`: secret, token hash, dedupe
 TTL, the contract's max_attempts) is one of the two round trips of a delivery, and it

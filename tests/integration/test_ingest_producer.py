@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 import asyncpg
+import msgspec
 import pytest
 
 from awooop import eventlog, producer
@@ -18,6 +19,7 @@ from awooop.errors import (
     UnknownChannelError,
 )
 from awooop.events import run_stream_id
+from awooop.ingest import credentials
 from awooop.producer import ChannelEvent
 from awooop.telemetry import configure_tracing
 from tests.support.ingest import counts
@@ -209,3 +211,37 @@ async def test_a_bad_event_refuses_the_whole_batch(
     with pytest.raises(error):
         await producer.submit_many(db, PROJECT, [api_event(), event])
     assert await counts(db) == before
+
+
+async def test_submit_keeps_the_channel_configuration_for_the_cache_age(
+    db: Database, settings: Settings
+) -> None:
+    """submit() with a Database reads the configuration once per AWOOOP_INGEST_CONFIG_CACHE_S
+    (as the HTTP server does); submit_many reads it every time; with 0, submit does too."""
+
+    async def ttl_of(key: str) -> float:
+        async with db.tenant("p1") as conn:
+            value = await conn.fetchval(
+                "SELECT expires_at - created_at FROM awooop_channel_event_dedupe "
+                "WHERE provider_event_id = $1",
+                key,
+            )
+        return float(value.total_seconds())
+
+    cached = msgspec.structs.replace(settings, ingest_config_cache_s=60.0)
+    await credentials.set_dedupe_ttl(db, "p1", "api", 90)
+    await producer.submit(db, "p1", api_event("a"), settings=cached)
+    await credentials.set_dedupe_ttl(db, "p1", "api", 120)
+    await producer.submit(db, "p1", api_event("b"), settings=cached)
+    await producer.submit_many(db, "p1", [api_event("c")], settings=cached)
+    assert [await ttl_of(k) for k in "abc"] == [90, 90, 120]
+
+    uncached = msgspec.structs.replace(settings, ingest_config_cache_s=0)
+    other = await Database.open(settings.database_url, max_size=1)
+    try:
+        await producer.submit(other, "p1", api_event("d"), settings=uncached)
+        await credentials.set_dedupe_ttl(other, "p1", "api", 150)
+        await producer.submit(other, "p1", api_event("e"), settings=uncached)
+    finally:
+        await other.close()
+    assert [await ttl_of(k) for k in "de"] == [120, 150]
