@@ -17,6 +17,7 @@ JSON and JSONB columns are encoded and decoded with msgspec on every connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -317,6 +318,15 @@ class Database:
                 return await fn(conn)
 
         return await retry_transaction(once, attempts)
+
+    async def on_run_connections(
+        self, count: int, fn: Callable[[Connection], Awaitable[None]]
+    ) -> None:
+        """``fn`` on ``count`` distinct run-pool connections at once (all held meanwhile): to
+        prepare each connection a worker's flushes will use (``leases.prepare_run_statements``)."""
+        async with contextlib.AsyncExitStack() as stack:
+            conns = [await stack.enter_async_context(self.run_pool.acquire()) for _ in range(count)]
+            await asyncio.gather(*(fn(conn) for conn in conns))
 
     async def in_run_transaction(
         self, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5

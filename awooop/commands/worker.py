@@ -29,6 +29,7 @@ from awooop.loop_registry import all_loops
 from awooop.loop_store import DatabaseHeartbeats, project_source
 from awooop.loops import run_loop, run_loops, set_heartbeat_sink
 from awooop.process import EVENT_LOOP, settle_heap
+from awooop.runs import leases
 from awooop.services import Services
 from awooop.telemetry import start_observability
 from awooop.worker.executor import FLUSHES_PER_PROJECT
@@ -95,13 +96,14 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     # Open the connections that the parallel claim and write flushes use before the first
     # run arrives: opened lazily, the first runs after a start each waited for a connection
     # (connect, role, codecs: tens of ms; the benchmark's first second had p99 ~90 ms).
-    services = await Services.open(
-        settings, db_pool_size=size, db_run_min=min(size, FLUSHES_PER_PROJECT)
-    )
+    flushes = min(size, FLUSHES_PER_PROJECT)
+    services = await Services.open(settings, db_pool_size=size, db_run_min=flushes)
     observability = start_observability("awooop-worker", settings.metrics_port)
     previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
     gateway = ModelGateway(services)
     try:
+        # ... and prepare the statements each of them will run (the first second's slow claims).
+        await services.db.on_run_connections(flushes, leases.prepare_run_statements)
         await gateway.start()
         worker = Worker(
             db=services.db,

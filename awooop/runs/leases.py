@@ -41,6 +41,7 @@ from typing import Any
 
 import msgspec
 
+from awooop import eventlog
 from awooop.db import Connection
 from awooop.errors import LeaseLostError
 from awooop.events import Event, LeaseReleased, RunClaimed, RunFailed, RunRequeued
@@ -599,6 +600,17 @@ async def complete_many(
         if not pending:
             break
     return [results[c.run_id] for c in completions]
+
+
+async def prepare_run_statements(conn: Connection) -> None:
+    """Run the run pool's statements once on ``conn``, with empty arrays (they claim, complete,
+    lock and append nothing), before the first run needs them: a fresh connection's first claim
+    paid for parsing and planning it and for filling the backend's catalog caches (part of
+    the slow first second after a worker starts)."""
+    await conn.fetch(CLAIM_MANY, [], [], "", 1.0)
+    await conn.fetch(COMPLETE_MANY, [], [], [], [], [])
+    await conn.fetch(LOCK_MANY, [])
+    await conn.fetch(eventlog.APPEND_MANY, [], [], [], [], [], [], [])
 
 
 async def fenced_record_many(

@@ -107,3 +107,32 @@ async def test_the_tenant_sessions_plans_read_every_table_through_an_index(
         await db.close()
     assert any("awooop_channel_event_dedupe" in s for s in plans)
     assert sequential_scans(plans) == {}
+
+
+async def test_preparing_the_run_pool_writes_nothing_and_prepares_each_connection(
+    database_url: str,
+) -> None:
+    db = await Database.open(database_url, max_size=3)
+    try:
+        [run_id] = await create_runs(db, P)
+        await db.on_run_connections(3, leases.prepare_run_statements)
+        async with db.platform() as conn:
+            events = await conn.fetchval("SELECT count(*) FROM awooop_events")
+            status = await conn.fetchval(
+                "SELECT status FROM awooop_run_state WHERE run_id = $1", run_id
+            )
+        assert (events, status) == (1, "PENDING")  # RunCreated only: nothing claimed
+
+        async def prepared(conn: Connection) -> None:
+            statements = [
+                r[0] for r in await conn.fetch("SELECT statement FROM pg_prepared_statements")
+            ]
+            assert any(s.strip() == leases.CLAIM_MANY.strip() for s in statements)
+            assert any(s.strip() == leases.COMPLETE_MANY.strip() for s in statements)
+            seen.add(await conn.fetchval("SELECT pg_backend_pid()"))
+
+        seen: set[int] = set()
+        await db.on_run_connections(3, prepared)
+        assert len(seen) == 3  # three distinct connections, each prepared
+    finally:
+        await db.close()
