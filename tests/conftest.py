@@ -68,6 +68,14 @@ async def redis_prefix(redis_server_url: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[Any]:
+    """A client of the test Redis; the test's keys live under ``settings.redis_key_prefix``."""
+    client = aioredis.Redis.from_url(settings.redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
 def settings(database_url: str, redis_server_url: str, redis_prefix: str) -> Settings:
     return load_settings(
         environ={},

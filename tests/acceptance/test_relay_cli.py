@@ -11,8 +11,6 @@ from collections import Counter
 from typing import Any
 
 import httpx
-import pytest
-import redis.asyncio as aioredis
 
 from awooop.config import Settings
 from awooop.db import Database
@@ -51,13 +49,6 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
     if proc.returncode is None:
         proc.kill()
         await proc.wait()
-
-
-@pytest.fixture
-async def redis(settings: Settings) -> Any:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
 
 
 async def event_ids_in_redis(redis: Any, stream: str) -> Counter[Any]:

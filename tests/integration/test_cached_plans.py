@@ -5,11 +5,7 @@ the tables grow; a sequential scan in it would get slower with every row."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
-import redis.asyncio as aioredis
 
 from awooop import producer
 from awooop.config import Settings
@@ -21,13 +17,6 @@ from tests.support.runs import create_runs
 from tests.support.streams import keys_for
 
 P = "proj-plans"
-
-
-@pytest.fixture
-async def redis(settings: Settings) -> AsyncIterator[Any]:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
 
 
 async def generic_plans(conn: Connection) -> dict[str, str]:

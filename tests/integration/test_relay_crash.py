@@ -10,7 +10,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import redis.asyncio as aioredis
 
 from awooop.config import Settings
 from awooop.db import Database
@@ -33,13 +32,6 @@ from tests.support.streams import (
 
 class Crash(Exception):
     """The simulated death of the relay process."""
-
-
-@pytest.fixture
-async def redis(settings: Settings) -> Any:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
 
 
 def projector(redis: Any, keys: Keys, name: str, collector: Collector) -> GroupConsumer:

@@ -6,12 +6,9 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-import pytest
-import redis.asyncio as aioredis
 
 from awooop.config import Settings
 from awooop.db import Database, connect
@@ -21,13 +18,6 @@ from streams.relay import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTIFY_CHANNEL, Rela
 from tests.support.streams import claim, create_run, keys_for, running_relay, wait_for
 
 P = "proj-linger"
-
-
-@pytest.fixture
-async def redis(settings: Settings) -> AsyncIterator[Any]:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
 
 
 async def test_the_trigger_knows_the_dispatch_types(db: Database) -> None:

@@ -10,7 +10,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import redis.asyncio as aioredis
 
 from awooop.config import Settings
 from awooop.db import Database
@@ -20,13 +19,6 @@ from streams.envelope import FIELD, decode_envelope, decode_notice
 from streams.keys import Keys
 from streams.relay import Relay
 from tests.support.streams import claim, create_run, keys_for, running_relay, step, wait_for
-
-
-@pytest.fixture
-async def redis(settings: Settings) -> Any:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
 
 
 def projects_on_every_shard(keys: Keys) -> dict[int, str]:

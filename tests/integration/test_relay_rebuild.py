@@ -9,8 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import pytest
-import redis.asyncio as aioredis
 
 from awooop.config import Settings
 from awooop.db import Database
@@ -20,13 +18,6 @@ from streams.relay import Relay
 from tests.support.streams import Collector, claim, create_run, keys_for
 
 PROJECT = "p1"
-
-
-@pytest.fixture
-async def redis(settings: Settings) -> Any:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
 
 
 async def lose_everything(redis: Any, keys: Keys) -> None:

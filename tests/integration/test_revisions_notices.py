@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -29,13 +28,6 @@ class Recorder:
 
     async def on_reset(self, reason: str) -> None:
         self.resets.append(reason)
-
-
-@pytest.fixture
-async def redis(settings: Settings) -> AsyncIterator[Any]:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture
