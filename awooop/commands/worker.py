@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import importlib
 import inspect
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from awooop.config import Settings
-from awooop.errors import HandlerNotFoundError
+from awooop.errors import DatabaseUnavailableError, HandlerNotFoundError
 from awooop.llm.gateway import ModelGateway
 from awooop.logs import get_logger
 from awooop.loop_registry import all_loops
@@ -37,6 +39,8 @@ from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
 
 log = get_logger(__name__)
+# How long a starting worker waits for the database before it gives up (E-DB-001, exit 1).
+DATABASE_WAIT_S = 60.0
 
 
 def register(subparsers: Any) -> None:
@@ -97,7 +101,13 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     # run arrives: opened lazily, the first runs after a start each waited for a connection
     # (connect, role, codecs: tens of ms; the benchmark's first second had p99 ~90 ms).
     flushes = min(size, FLUSHES_PER_PROJECT)
-    services = await Services.open(settings, db_pool_size=size, db_run_min=flushes)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    services = await open_when_reachable(settings, size, flushes, stop)
+    if services is None:  # stopped while waiting for the database
+        return 0
     observability = start_observability("awooop-worker", settings.metrics_port)
     previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
     gateway = ModelGateway(services)
@@ -115,13 +125,11 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             streams=not args.no_streams,
         )
         if args.burst:
+            for sig in (signal.SIGTERM, signal.SIGINT):  # a burst stops the default way
+                loop.remove_signal_handler(sig)
             count = await worker.run_until_idle(max_s=3600)
             print(f"ran {count} attempt(s)")
             return 0
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         extra: list[Callable[[asyncio.Event], Awaitable[None]]] = []
         if worker.streams:
             intake = StreamIntake(worker, services.redis, services.keys, settings)
@@ -145,6 +153,28 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         set_heartbeat_sink(previous_sink)
         observability.close()
         await services.close()
+
+
+async def open_when_reachable(
+    settings: Settings, size: int, flushes: int, stop: asyncio.Event
+) -> Services | None:
+    """The worker's services, waiting up to ``DATABASE_WAIT_S`` for an unreachable database
+    (a worker started while Postgres restarts comes up when it is back instead of exiting 1;
+    a wrong address still fails, after the wait). None when stopped meanwhile."""
+    deadline = time.monotonic() + DATABASE_WAIT_S
+    delay = 0.5
+    while True:
+        try:
+            return await Services.open(settings, db_pool_size=size, db_run_min=flushes)
+        except DatabaseUnavailableError as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("worker_waiting_for_database", error=str(exc), retry_in_s=delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=delay)
+        if stop.is_set():
+            return None
+        delay = min(delay * 2, 5.0)
 
 
 def pool_size(concurrency: int) -> int:

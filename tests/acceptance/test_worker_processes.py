@@ -20,6 +20,8 @@ import pytest
 
 from awooop.config import Settings
 from awooop.db import Database
+from awooop.embedded import free_port
+from awooop.migrate import migrate
 from tests.support.handlers import read_effects
 from tests.support.runs import (
     all_histories,
@@ -29,9 +31,11 @@ from tests.support.runs import (
     events_of,
     load,
 )
+from tests.support.services import private_postgres
 from tests.support.workers import ROOT, WorkerProcess, relay_process, worker_env, workers
 
 P = "proj-acc"
+NOOP = "awooop.examples.handlers:noop"
 
 
 @pytest.fixture
@@ -327,3 +331,54 @@ async def test_approvals_through_the_cli(
     assert ones[str(approved)] == 1  # the resumed attempt replayed step one
     cancel = cli(quick, "runs", "cancel", P, str(approved))
     assert cancel.returncode == 1 and cancel.stderr.startswith("error E-RUN-001:")
+
+
+async def test_a_worker_started_while_postgres_is_down_waits_for_it(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Started while Postgres is down (say, restarting), a worker logs that it waits, comes up
+    when the database is back and runs work; SIGTERM then stops it with exit 0."""
+    with private_postgres() as pg:
+        url = pg.url.rsplit("/", 1)[0] + "/postgres"
+        await migrate(url)
+        private = msgspec.structs.replace(settings, database_url=url)
+        pg.stop()
+        worker = WorkerProcess(
+            private, tmp_path, "patient", handler="awooop.examples.handlers:noop"
+        )
+        worker.start()
+        try:
+            await asyncio.sleep(2.0)
+            assert worker.process is not None and worker.process.poll() is None, worker.logs()
+            assert "worker_waiting_for_database" in worker.logs()
+            pg.start()
+            worker.worker_id(within_s=30)
+            db = await Database.open(url, max_size=2)
+            try:
+                run_ids = await create_runs(db, P, 3)
+                await wait_until(lambda: all_finished(db, run_ids), 30, "runs after the wait")
+            finally:
+                await db.close()
+            worker.signal(signal.SIGTERM)
+            assert worker.wait() == 0
+        finally:
+            worker.stop()
+
+
+async def test_a_worker_stopped_while_it_waits_for_postgres_exits_0(
+    settings: Settings, tmp_path: Path
+) -> None:
+    private = msgspec.structs.replace(
+        settings, database_url=f"postgresql://postgres@127.0.0.1:{free_port()}/none"
+    )
+    worker = WorkerProcess(private, tmp_path, "waiting", handler=NOOP)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 20
+        while "worker_waiting_for_database" not in worker.logs():
+            assert time.monotonic() < deadline, worker.logs()
+            await asyncio.sleep(0.05)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+    finally:
+        worker.stop()
