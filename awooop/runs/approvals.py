@@ -82,6 +82,8 @@ WHERE run_id = $1 AND used_at IS NULL
 # --- API -----------------------------------------------------------------------------------
 
 TOKEN_BYTES = 32
+# The prefix keeps tokens from starting with "-", which a command line would read as an option.
+TOKEN_PREFIX = "apv_"  # noqa: S105 - a visible marker, not a secret
 MAX_NAME_LENGTH = 200
 
 
@@ -110,7 +112,7 @@ class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(TOKEN_BYTES)
+    return TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
 
 
 def hash_token(token: str) -> str:

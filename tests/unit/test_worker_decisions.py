@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 
 import pytest
 
+from awooop.cli import build_parser
 from awooop.errors import ApprovalExpiredError, HandlerError, InvalidInputError
 from awooop.events import RunFailed, RunRequeued
 from awooop.runs import approvals
@@ -112,6 +114,15 @@ def test_tokens_are_random_and_stored_as_a_hash() -> None:
     digest = approvals.hash_token(token)
     assert len(digest) == 64 and token not in digest
     assert approvals.hash_token(token) == digest != approvals.hash_token(token + "x")
+
+
+def test_the_cli_reads_back_every_token_it_is_handed() -> None:
+    # A token starting with "-" would be read by argparse as an option (1 in 64 before the prefix).
+    parser = build_parser()
+    for _ in range(500):
+        token = approvals.new_token()
+        args = parser.parse_args(["runs", "approve", "p", str(uuid.uuid4()), "--token", token])
+        assert args.token == token
 
 
 @pytest.mark.parametrize("name", ["", "x" * 201])
