@@ -240,12 +240,12 @@ async def loops(services: Services) -> list[Check]:
     async with services.db.platform() as conn:
         stale = await conn.fetch(STALE_LOOPS, LOOP_STALE_INTERVALS)
     if not stale:
-        return [Check("loops", OK, f"every loop ran within {LOOP_STALE_INTERVALS} intervals")]
+        return [Check("loops", OK, f"every loop ran within {LOOP_STALE_INTERVALS} cycles")]
     return [
         Check(
             f"loop {r['loop_name']}/{r['project_id']}",
             FAIL,
-            f"last run {r['age']:.0f} s ago (interval {r['interval_s']:g} s)",
+            f"last run {r['age']:.1f} s ago (cycle {r['interval_s']:g} s)",
             "start it: `awooop loops run` (or the process that hosts it)",
         )
         for r in stale

@@ -78,6 +78,15 @@ class LoopSpec:
     body: LoopBody
     project_id: str | None = None  # tenant: the fixed project; per-tenant: the instance's
     description: str = ""
+    # How long one healthy iteration may run: a projector's consumer window. 0 for bodies that
+    # do one pass and return.
+    iteration_s: float = 0.0
+
+    @property
+    def cycle_s(self) -> float:
+        """The longest time between two iteration ends of a healthy loop: what its heartbeats
+        report as ``interval_s`` and what ``awooop doctor`` judges staleness against."""
+        return self.interval_s + self.iteration_s
 
     def resolved_project_id(self) -> str:
         if self.category is LoopCategory.PLATFORM:
@@ -107,7 +116,7 @@ class Heartbeat:
     loop_name: str
     project_id: str
     category: str
-    interval_s: float
+    interval_s: float  # the loop's cycle (LoopSpec.cycle_s): sleep + longest healthy iteration
     ok: bool
     consecutive_failures: int
     error: str | None = None
@@ -230,7 +239,7 @@ async def run_loop(
                     loop_name=spec.name,
                     project_id=ctx.project_id,
                     category=str(spec.category),
-                    interval_s=spec.interval_s,
+                    interval_s=spec.cycle_s,
                     ok=ok,
                     consecutive_failures=failures,
                     error=None if ok else ctx.last_error,

@@ -68,6 +68,7 @@ def consumer_loop(services: Services, projector: Projector, window_s: float = WI
         name=f"projector:{projector.name}",
         category=LoopCategory.PLATFORM,
         interval_s=0.01,  # the window is the pace; the next one starts at once
+        iteration_s=window_s,
         body=body,
         description=f"apply the events streams to the {projector.name} read model",
     )

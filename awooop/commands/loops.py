@@ -103,10 +103,10 @@ def listing(
         if spec.is_template:
             instances = projects or ["(no project yet)"]
             for project in instances:
-                lines.append(line(spec.name, str(spec.category), project, spec.interval_s))
+                lines.append(line(spec.name, str(spec.category), project, spec.cycle_s))
         else:
             lines.append(
-                line(spec.name, str(spec.category), spec.resolved_project_id(), spec.interval_s)
+                line(spec.name, str(spec.category), spec.resolved_project_id(), spec.cycle_s)
             )
     for beat in beats:  # loops that run inside other processes (workers, relay, ...)
         if (beat.loop_name, beat.project_id) not in seen:

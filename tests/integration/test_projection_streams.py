@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
+from awooop import doctor
 from awooop.config import Settings
 from awooop.db import Database
+from awooop.loop_store import DatabaseHeartbeats
+from awooop.loops import run_loop
 from awooop.services import Services
-from projections.loops import consumer_for
+from projections.loops import consumer_for, consumer_loop
 from projections.registry import get, projector_names
 from projections.replay import replay
 from projections.runner import Projector
@@ -96,3 +100,33 @@ async def test_after_redis_loses_its_data_projectors_heal_from_postgres(
         await relay.close()
     assert resets, "no consumer saw the rebuilt shard"
     await assert_views_equal_the_log(database_url)
+
+
+async def test_a_running_projector_loop_is_healthy_for_the_doctor_mid_window(
+    services: Services, db: Database
+) -> None:
+    # One iteration of a projector's consumer loop lasts its window; the doctor must judge
+    # the loop against that, not against the 0.01 s pause between windows.
+    spec = consumer_loop(services, Projector(db, get("run_timeline")), window_s=0.6)
+    assert spec.cycle_s == pytest.approx(0.61)
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(run_loop(spec, stop, heartbeat=DatabaseHeartbeats(db)))
+
+    async def beats() -> list[Any]:
+        async with db.platform() as conn:
+            return await conn.fetch(
+                "SELECT interval_s FROM awooop_loop_heartbeats WHERE loop_name = $1", spec.name
+            )
+
+    try:
+        for _ in range(100):  # the first window's end writes the first heartbeat
+            if await beats():
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # in the middle of the second window
+        checks = await doctor.loops(services)
+    finally:
+        stop.set()
+        await task
+    assert [(c.name, c.status) for c in checks] == [("loops", doctor.OK)], checks
+    assert [r["interval_s"] for r in await beats()] == [pytest.approx(0.61)]
