@@ -43,6 +43,13 @@ class MigrationChecksumError(AwoooPError):
     code = "E-MIGRATE-001"
 
 
+class MigrationPrivilegeError(AwoooPError):
+    """The login role may not change the schema: run migrations as the tables' owner or a
+    superuser; the runtime's processes need only membership in awooop_app and awooop_platform."""
+
+    code = "E-MIGRATE-002"
+
+
 class DatabaseUnavailableError(AwoooPError):
     """The database cannot be reached."""
 
@@ -330,6 +337,13 @@ class SwapUnsupportedError(AwoooPError):
     """The live table has a dependency the swap cannot carry over; nothing was changed."""
 
     code = "E-REPLAY-002"
+
+
+class ReplayPrivilegeError(AwoooPError):
+    """Replay builds shadow tables next to the live ones: log in as the tables' owner (the role
+    that ran `awooop migrate`) or a superuser; nothing was changed."""
+
+    code = "E-REPLAY-004"
 
 
 class SwapLockTimeoutError(AwoooPError):

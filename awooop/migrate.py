@@ -5,7 +5,10 @@
   everything applied and does nothing;
 - each file runs in its own transaction together with its record in
   ``awooop_schema_migrations`` (name, sha256 checksum, applied_at);
-- an applied file whose checksum changed stops everything with E-MIGRATE-001.
+- an applied file whose checksum changed stops everything with E-MIGRATE-001;
+- nothing pending means no DDL at all, so a role without schema rights (what the runtime's
+  processes log in as) can run it as a check; with something pending such a role gets
+  E-MIGRATE-002 and nothing is written.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from awooop.db import CONNECTION_ERRORS, Connection, connect
-from awooop.errors import ConfigError, MigrationChecksumError
+from awooop.errors import ConfigError, MigrationChecksumError, MigrationPrivilegeError
 from awooop.logs import get_logger
 
 log = get_logger(__name__)
@@ -36,6 +39,7 @@ CREATE TABLE IF NOT EXISTS awooop_schema_migrations (
     applied_at  timestamptz NOT NULL DEFAULT now()
 )
 """
+TABLE_EXISTS = "SELECT to_regclass('awooop_schema_migrations') IS NOT NULL"
 SELECT_APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
 INSERT_APPLIED = "INSERT INTO awooop_schema_migrations (name, checksum) VALUES ($1, $2)"
 DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = $1"
@@ -83,6 +87,10 @@ async def ensure_database(url: str) -> None:
             log.info("database_created", database=name)
         except (asyncpg.DuplicateDatabaseError, asyncpg.UniqueViolationError):
             pass  # a concurrent migrator created it first
+        except asyncpg.InsufficientPrivilegeError as exc:
+            raise MigrationPrivilegeError(
+                f"database {name} does not exist and this role may not create it ({exc})"
+            ) from exc
     finally:
         await conn.close()
 
@@ -96,6 +104,11 @@ async def migrate(url: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
         await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
         try:
             return await _apply_pending(conn, migrations)
+        except asyncpg.InsufficientPrivilegeError as exc:
+            raise MigrationPrivilegeError(
+                f"this role may not change the schema ({exc}): run `awooop migrate` as the "
+                "tables' owner or a superuser"
+            ) from exc
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
     finally:
@@ -103,7 +116,8 @@ async def migrate(url: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
 
 
 async def _apply_pending(conn: Connection, migrations: list[Migration]) -> list[str]:
-    await conn.execute(CREATE_TABLE)
+    if not await conn.fetchval(TABLE_EXISTS):
+        await conn.execute(CREATE_TABLE)
     applied = {r["name"]: r["checksum"] for r in await conn.fetch(SELECT_APPLIED)}
     for m in migrations:
         if m.name in applied and applied[m.name] != m.checksum:

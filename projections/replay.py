@@ -50,7 +50,7 @@ import asyncpg
 
 from awooop import errors
 from awooop.db import PLATFORM_ROLE, Connection, connect
-from awooop.errors import ReplayBusyError, SwapLockTimeoutError
+from awooop.errors import ReplayBusyError, ReplayPrivilegeError, SwapLockTimeoutError
 from awooop.eventlog import FOLLOWER_HORIZON, Cursor
 from awooop.logs import get_logger
 from projections import schema
@@ -74,6 +74,11 @@ MAX_POSITION = 2**63 - 1
 
 REPLAY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended('awooop-replay:' || $1, 0))"
 REPLAY_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('awooop-replay:' || $1, 0))"
+# Shadows are created next to the live table and handed to its owner; the swap renames it.
+MAY_REBUILD = """
+SELECT has_schema_privilege(c.relnamespace, 'CREATE') AND pg_has_role(c.relowner, 'USAGE')
+FROM pg_class c WHERE c.oid = to_regclass($1)
+"""
 SNAPSHOT = """
 SELECT pg_current_snapshot()::text AS snapshot,
        pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
@@ -209,6 +214,12 @@ class Replay:
             if not await control.fetchval(REPLAY_LOCK, self.projection.name):
                 raise ReplayBusyError(f"another replay of {self.projection.name} is running")
             owner = True  # from here on the shadows are ours to drop
+            for spec in self.projection.tables:
+                if not await control.fetchval(MAY_REBUILD, spec.name):
+                    raise ReplayPrivilegeError(
+                        f"this role may not rebuild {spec.name}: log in as the tables' owner "
+                        "(the role that ran `awooop migrate`) or a superuser; nothing was changed"
+                    )
             for spec in self.projection.tables:
                 await schema.create_shadow(control, spec.name)
             cursor = await self._bulk(report)

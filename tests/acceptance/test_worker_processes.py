@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -32,7 +30,7 @@ from tests.support.runs import (
     load,
 )
 from tests.support.services import private_postgres
-from tests.support.workers import ROOT, WorkerProcess, relay_process, worker_env, workers
+from tests.support.workers import WorkerProcess, cli, relay_process, workers
 
 P = "proj-acc"
 NOOP = "awooop.examples.handlers:noop"
@@ -252,18 +250,6 @@ async def test_sigterm_with_runs_in_flight_loses_none_and_completes_none_twice(
     assert stopped and stopped[0]["finished"] == {"released": 6}
     ones = Counter(e["run_id"] for e in read_effects(effects_file) if e["what"] == "one")
     assert set(ones.values()) == {1}  # step one of the released runs was not repeated
-
-
-def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "awooop.cli", *args],
-        cwd=ROOT,
-        env=worker_env(settings),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 async def test_approvals_through_the_cli(

@@ -108,6 +108,19 @@ class WorkerProcess:
         return found
 
 
+def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    """One ``awooop`` command with ``settings`` in its environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "awooop.cli", *args],
+        cwd=ROOT,
+        env=worker_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def relay_process(settings: Settings, directory: Path, name: str = "relay") -> WorkerProcess:
     """``awooop relay``: publishes the event log to the work streams."""
     return WorkerProcess(settings, directory, name, command=("relay",))

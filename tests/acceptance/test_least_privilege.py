@@ -1,0 +1,159 @@
+"""No superuser needed at run time (docs/operations.md, "Tenant isolation", R-43): every process
+of the runtime works logged in as a role that is only a member of ``awooop_app`` and
+``awooop_platform``. Schema changes stay with the owner: such a role may run ``awooop migrate``
+as a check (nothing pending: no DDL), is refused a pending migration with E-MIGRATE-002, and is
+refused a replay with E-REPLAY-004, each writing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import msgspec
+import pytest
+
+from awooop import producer
+from awooop.config import Settings
+from awooop.db import Database
+from awooop.embedded import free_port
+from awooop.errors import MigrationPrivilegeError
+from awooop.migrate import MIGRATIONS_DIR, migrate
+from tests.support.handlers import read_effects
+from tests.support.workers import WorkerProcess, cli
+
+LOGIN = "awooop_test_runtime"
+PASSWORD = "awooop-test-runtime"
+P = "proj-nosu"
+
+CREATE_LOGIN = f"""
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{LOGIN}') THEN
+        BEGIN
+            CREATE ROLE {LOGIN} LOGIN PASSWORD '{PASSWORD}'
+                NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS IN ROLE awooop_app, awooop_platform;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;  -- created at the same moment by another test session
+        END;
+    END IF;
+END
+$$
+"""
+
+
+def as_login(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{LOGIN}:{PASSWORD}@{host}"))
+
+
+@pytest.fixture
+async def login(settings: Settings) -> Settings:
+    """The test's settings, logged in as the least-privilege role."""
+    conn = await asyncpg.connect(settings.database_url)
+    try:
+        await conn.execute(CREATE_LOGIN)
+        assert not await conn.fetchval(
+            "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = $1", LOGIN
+        )
+    finally:
+        await conn.close()
+    return msgspec.structs.replace(
+        settings,
+        database_url=as_login(settings.database_url),
+        lease_ttl_s=5.0,
+        heartbeat_interval_s=1.0,
+        approval_resolver_interval_s=0.5,
+    )
+
+
+async def statuses(db: Database) -> dict[str, int]:
+    async with db.platform() as conn:
+        rows = await conn.fetch("SELECT status, count(*) AS n FROM awooop_run_state GROUP BY 1")
+    return {r["status"]: r["n"] for r in rows}
+
+
+async def wait_for(db: Database, wanted: dict[str, int], within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    while (seen := await statuses(db)) != wanted:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run states {seen}, wanted {wanted}")
+        await asyncio.sleep(0.1)
+
+
+async def shadow_tables(db: Database) -> list[str]:
+    async with db.platform() as conn:
+        rows = await conn.fetch(
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE '%shadow%'"
+        )
+    return [r["relname"] for r in rows]
+
+
+async def test_every_process_works_without_superuser(
+    login: Settings, settings: Settings, db: Database, tmp_path: Path
+) -> None:
+    owner_url = settings.database_url
+    effects = str(tmp_path / "effects.jsonl")
+    up = WorkerProcess(
+        login,
+        tmp_path,
+        "up",
+        command=("up", "--workers", "1", "--handler", "tests.support.handlers:journaled"),
+        env={"AWOOOP_TEST_SIDE_EFFECTS": effects, "AWOOOP_HTTP_PORT": str(free_port())},
+    ).start()
+    producer_db = await Database.open(login.database_url, max_size=2)
+    try:
+        for i in range(10):
+            payload = {"approval": True} if i == 0 else {}
+            event = producer.ChannelEvent("api", f"delivery-{i}", payload)
+            await producer.submit(producer_db, P, event, settings=login)
+        await wait_for(db, {"COMPLETED": 9, "WAITING_APPROVAL": 1}, 60)
+        [ticket] = read_effects(effects + ".tickets")
+        approved = cli(login, "runs", "approve", P, ticket["run_id"], "--token", ticket["token"])
+        assert approved.returncode == 0, approved.stderr
+        await wait_for(db, {"COMPLETED": 10}, 30)
+
+        await asyncio.sleep(1.5)  # every loop of `up` has reported a heartbeat
+        doctor = await asyncio.to_thread(cli, login, "doctor")
+        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+
+        refused = await asyncio.to_thread(cli, login, "replay", "run_timeline")
+        assert refused.returncode == 1
+        assert "E-REPLAY-004" in refused.stderr, refused.stderr
+        assert await shadow_tables(db) == []
+    finally:
+        await producer_db.close()
+        up.stop()
+    assert up.wait() == 0, up.logs()[-3000:]
+    assert "Traceback" not in up.logs(), up.logs()[-3000:]
+    # The views the projectors built as the login role equal the log (replayed by the owner).
+    verified = await asyncio.to_thread(
+        cli, msgspec.structs.replace(login, database_url=owner_url), "replay", "run_timeline"
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "verify: no difference" in verified.stdout
+
+
+async def test_migrate_as_the_login_role_checks_and_writes_nothing(
+    login: Settings, settings: Settings, db: Database, tmp_path: Path
+) -> None:
+    assert await migrate(login.database_url) == []  # everything applied: no DDL, no error
+
+    pending = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS_DIR, pending)
+    table = f"awooop_probe_{uuid.uuid4().hex[:8]}"
+    (pending / "9999_probe.sql").write_text(f"CREATE TABLE {table} (id int);\n")
+    with pytest.raises(MigrationPrivilegeError) as refused:
+        await migrate(login.database_url, pending)
+    assert refused.value.code == "E-MIGRATE-002"
+    async with db.platform() as conn:
+        assert await conn.fetchval("SELECT to_regclass($1)", table) is None
+        assert not await conn.fetchval(
+            "SELECT count(*) FROM awooop_schema_migrations WHERE name = '9999_probe.sql'"
+        )
+    assert await migrate(settings.database_url, pending) == ["9999_probe.sql"]  # the owner may
