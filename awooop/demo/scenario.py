@@ -3,7 +3,8 @@
 Phases: webhooks from all five channels with duplicate deliveries; a worker killed with
 SIGKILL mid-run and the run recovered by another worker without repeating its journaled
 steps; a revision activated while workers call the model; one approval granted and one left
-to expire; then a replay verify of run_state. It prints live progress and ends with a summary.
+to expire; then a replay verify of run_state and `awooop doctor`. It prints live progress and
+ends with a summary.
 Short lease and approval figures keep it to a couple of minutes; they are printed.
 """
 
@@ -66,10 +67,10 @@ SELECT max(n) FROM (SELECT count(*) AS n FROM awooop_events
                     WHERE event_type = 'RunCompleted' GROUP BY stream_id) AS c
 """
 TRACE_IDS = """
-SELECT e.metadata->>'traceparent' AS traceparent, r.channel_type FROM awooop_events e
-JOIN awooop_run_state r ON e.stream_id = 'run-' || r.run_id
+SELECT DISTINCT ON (r.channel_type) e.metadata->>'traceparent' AS traceparent, r.channel_type
+FROM awooop_events e JOIN awooop_run_state r ON e.stream_id = 'run-' || r.run_id
 WHERE e.event_type = 'RunCreated' AND e.metadata ? 'traceparent'
-ORDER BY e.position LIMIT 5
+ORDER BY r.channel_type, e.position
 """
 
 
@@ -90,6 +91,7 @@ class Summary:
     approved: str | None = None
     expired: str | None = None
     verify_exit: int | None = None
+    doctor_exit: int | None = None
     states: dict[str, int] = field(default_factory=dict)
     max_completions: int | None = None
     traces: list[tuple[str, str]] = field(default_factory=list)
@@ -392,6 +394,13 @@ class Demo:
         self.summary.verify_exit = code
         for line in out.strip().splitlines()[-3:]:
             say(f"  replay: {line}")
+        say("phase 6: awooop doctor")
+        code, out, _ = await self.procs.run("doctor")
+        self.summary.doctor_exit = code
+        failed = [line for line in out.splitlines() if not line.startswith(("OK", "WARN"))]
+        say(f"  doctor: {len(out.splitlines()) - len(failed)} checks OK or WARN, exit {code}")
+        for line in failed:
+            say(f"  doctor: {line}")
 
     async def collect(self) -> None:
         self.summary.states = dict(await self.fetch(COUNT_BY_STATE))
@@ -409,6 +418,7 @@ class Demo:
             "approved run completed": s.approved == "COMPLETED",
             "unapproved run expired with E-APPROVAL-002": s.expired == "FAILED E-APPROVAL-002",
             "replay verify found no difference": s.verify_exit == 0,
+            "awooop doctor found nothing failing": s.doctor_exit == 0,
             "no unexpected HTTP answer": not s.problems,
         }
         print("\n=== AwoooP demo summary ===")
@@ -428,6 +438,7 @@ class Demo:
             else "revision switch:    -"
         )
         print(f"replay verify:      exit {s.verify_exit}")
+        print(f"doctor:             exit {s.doctor_exit}")
         for channel, trace_id in s.traces:
             print(f"trace ({channel:<12}) {trace_id}  (look it up in Tempo)")
         for name, ok in checks.items():

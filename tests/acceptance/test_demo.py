@@ -42,5 +42,6 @@ def test_the_demo_on_embedded_servers_ends_with_every_check_ok(tmp_path: Path) -
     assert (tmp_path / ".awooop" / "embedded" / "redis").is_dir()
     assert "=== AwoooP demo summary ===" in log
     checks = re.findall(r"^\s+\[(ok|FAIL)\] (.+)$", log, re.MULTILINE)
-    assert len(checks) == 8 and all(status == "ok" for status, _ in checks), checks
+    assert len(checks) == 9 and all(status == "ok" for status, _ in checks), checks
+    assert ("ok", "awooop doctor found nothing failing") in checks
     assert not any(listening(p) for p in ports)  # the private servers stopped with the demo
