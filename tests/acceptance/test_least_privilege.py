@@ -1,6 +1,7 @@
 """No superuser needed at run time (docs/operations.md, "Tenant isolation", R-43): every process
-of the runtime works logged in as a role that is only a member of ``awooop_app`` and
-``awooop_platform``. Schema changes stay with the owner: such a role may run ``awooop migrate``
+of the runtime (``awooop up``: HTTP ingest, every loop, the relay, projectors, a worker; the
+producer library; the CLI) works logged in as a role that is only a member of ``awooop_app``
+and ``awooop_platform``. Schema changes stay with the owner: such a role may run ``awooop migrate``
 as a check (nothing pending: no DDL), is refused a pending migration with E-MIGRATE-002, and is
 refused a replay with E-REPLAY-004, each writing nothing."""
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import httpx
 import msgspec
 import pytest
 
@@ -86,6 +88,19 @@ async def wait_for(db: Database, wanted: dict[str, int], within_s: float) -> Non
         await asyncio.sleep(0.1)
 
 
+async def wait_ready(client: httpx.AsyncClient, within_s: float = 30) -> None:
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            if (await client.get("/readyz")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"awooop up did not answer /readyz within {within_s} s")
+        await asyncio.sleep(0.1)
+
+
 async def shadow_tables(db: Database) -> list[str]:
     async with db.platform() as conn:
         rows = await conn.fetch(
@@ -99,19 +114,32 @@ async def test_every_process_works_without_superuser(
 ) -> None:
     owner_url = settings.database_url
     effects = str(tmp_path / "effects.jsonl")
+    created = cli(login, "tokens", "create", P, "--scope", "ingest", "--channel", "api")
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.split()[0]
+    port = free_port()
     up = WorkerProcess(
         login,
         tmp_path,
         "up",
         command=("up", "--workers", "1", "--handler", "tests.support.handlers:journaled"),
-        env={"AWOOOP_TEST_SIDE_EFFECTS": effects, "AWOOOP_HTTP_PORT": str(free_port())},
+        env={"AWOOOP_TEST_SIDE_EFFECTS": effects, "AWOOOP_HTTP_PORT": str(port)},
     ).start()
     producer_db = await Database.open(login.database_url, max_size=2)
     try:
-        for i in range(10):
+        for i in range(5):  # the producer library
             payload = {"approval": True} if i == 0 else {}
             event = producer.ChannelEvent("api", f"delivery-{i}", payload)
             await producer.submit(producer_db, P, event, settings=login)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            await wait_ready(client)
+            for i in range(5, 10):  # HTTP, each delivery twice
+                headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": f"delivery-{i}"}
+                path = f"/v1/projects/{P}/channels/api"
+                first = await client.post(path, json={"text": "hi"}, headers=headers)
+                assert first.status_code == 202, first.text
+                repeat = await client.post(path, json={"text": "hi"}, headers=headers)
+                assert repeat.json()["code"] == "E-IDEMPOTENT-001", repeat.text
         await wait_for(db, {"COMPLETED": 9, "WAITING_APPROVAL": 1}, 60)
         [ticket] = read_effects(effects + ".tickets")
         approved = cli(login, "runs", "approve", P, ticket["run_id"], "--token", ticket["token"])
