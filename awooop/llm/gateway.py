@@ -127,7 +127,13 @@ class ModelGateway:
             min(self.settings.policy_revalidate_s, self.settings.channel_event_revalidate_s) / 4,
         )
         specs = [
-            LoopSpec(READER_LOOP, LoopCategory.PLATFORM, 0.5, self._read_notices),
+            LoopSpec(
+                READER_LOOP,
+                LoopCategory.PLATFORM,
+                0.5,
+                self._read_notices,
+                iteration_s=self.reader.block_ms / 1000,  # XREAD blocks inside the body
+            ),
             LoopSpec(REVALIDATION_LOOP, LoopCategory.PLATFORM, interval, self._revalidate),
         ]
         self._tasks = [asyncio.create_task(run_loop(spec, self._stop)) for spec in specs]

@@ -14,8 +14,9 @@ from prometheus_client import Histogram
 
 from awooop import metrics
 from awooop.config import Settings
-from awooop.llm.gateway import ModelGateway
+from awooop.llm.gateway import READER_LOOP, ModelGateway
 from awooop.llm.local import LocalModel, local_completion
+from awooop.loops import Heartbeat, set_heartbeat_sink
 from awooop.revisions.store import Revisions
 from awooop.services import Services
 from streams.envelope import Notice
@@ -291,3 +292,24 @@ async def test_a_stream_reset_also_rechecks_the_topology(
     await set_epoch(services.redis, services.keys)  # Redis lost the stream
     await wait_for(lambda: worker.client_instances == 2)
     assert worker._slot.client.url == "local:?delay_ms=0"
+
+
+async def test_the_notice_readers_heartbeat_covers_its_blocking_read(
+    gateways: StartGateways,
+) -> None:
+    # Its body blocks in XREAD for up to block_ms: the cycle it reports (what `awooop doctor`
+    # judges staleness on) must include that, or an idle reader looks stale.
+    beats: list[Heartbeat] = []
+
+    class Recorder:
+        async def record(self, beat: Heartbeat) -> None:
+            beats.append(beat)
+
+    previous = set_heartbeat_sink(Recorder())
+    try:
+        [gateway] = await gateways(1)
+        await wait_for(lambda: any(b.loop_name == READER_LOOP for b in beats))
+    finally:
+        set_heartbeat_sink(previous)
+    reader = next(b for b in beats if b.loop_name == READER_LOOP)
+    assert reader.interval_s == pytest.approx(0.5 + gateway.reader.block_ms / 1000)
