@@ -24,6 +24,9 @@ APPROVAL_SOON_S = 120.0
 # --- SQL -----------------------------------------------------------------------------------
 APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
 ROLES = "SELECT rolname FROM pg_roles WHERE rolname IN ('awooop_app', 'awooop_platform')"
+LOGIN_ROLE = """
+SELECT rolname, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = session_user
+"""
 TENANT_TABLES = """
 SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -119,6 +122,31 @@ async def tenancy(services: Services) -> list[Check]:
             )
         ]
     return [Check("tenancy", OK, f"roles present, RLS forced on {len(tables)} tables")]
+
+
+async def login_role(services: Services) -> list[Check]:
+    """Isolation holds through SET ROLE on every connection; a login role that is a superuser
+    or bypasses RLS could leave it (RESET ROLE), so production should not log in as one."""
+    async with services.db.platform() as conn:
+        row = await conn.fetchrow(LOGIN_ROLE)
+    assert row is not None  # session_user is a role
+    name = row["rolname"]
+    powers = [
+        p
+        for p, held in (("superuser", row["rolsuper"]), ("BYPASSRLS", row["rolbypassrls"]))
+        if held
+    ]
+    if powers:
+        return [
+            Check(
+                "login role",
+                WARN,
+                f"{name} is {' and '.join(powers)}: RESET ROLE would leave tenant isolation",
+                "log in as a role that is only a member of awooop_app and awooop_platform "
+                "(docs/operations.md, Tenant isolation)",
+            )
+        ]
+    return [Check("login role", OK, f"{name}: no superuser, no BYPASSRLS")]
 
 
 async def consumer_groups(services: Services) -> list[Check]:
@@ -257,6 +285,7 @@ CHECKS: tuple[CheckFn, ...] = (
     redis,
     migrations,
     tenancy,
+    login_role,
     consumer_groups,
     outbox,
     leases,

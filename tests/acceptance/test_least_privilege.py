@@ -149,6 +149,7 @@ async def test_every_process_works_without_superuser(
         await asyncio.sleep(1.5)  # every loop of `up` has reported a heartbeat
         doctor = await asyncio.to_thread(cli, login, "doctor")
         assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+        assert f"{LOGIN}: no superuser, no BYPASSRLS" in doctor.stdout, doctor.stdout
 
         refused = await asyncio.to_thread(cli, login, "replay", "run_timeline")
         assert refused.returncode == 1
