@@ -16,7 +16,11 @@ from typing import Any
 import msgspec
 
 from awooop.db import Connection
-from awooop.errors import StreamOrderConflictError, VersionConflictError
+from awooop.errors import (
+    ProducerTransactionError,
+    StreamOrderConflictError,
+    VersionConflictError,
+)
 from awooop.events import EventBase, decode_event, encode_event, event_type
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -296,3 +300,78 @@ async def append_many(
             actual=None if current is None else current["version"],
         )
     raise AssertionError("unreachable")
+
+
+# --- events of a caller's own domain, appended at the stream's head (producer.emit) ----------
+
+# One statement. The head row moves by the number of events whatever its version (concurrent
+# appenders to one stream queue on its row lock), unless the stream's last writer is a newer
+# transaction (E-EVENT-002) or the transaction's tenant is not the stream's project: then no
+# row is written at all, so the caller's transaction stays usable.
+APPEND_AT_HEAD = """
+WITH head AS (
+    INSERT INTO awooop_event_streams AS s (stream_id, project_id, version, last_tx_id)
+    SELECT $1, $2, cardinality($3::uuid[]), pg_current_xact_id()
+    WHERE $2 = current_setting('awooop.project_id', true)
+    ON CONFLICT (stream_id) DO UPDATE
+        SET version = s.version + cardinality($3::uuid[]), last_tx_id = EXCLUDED.last_tx_id,
+            updated_at = now()
+        WHERE s.last_tx_id <= EXCLUDED.last_tx_id
+    RETURNING s.version - cardinality($3::uuid[]) AS base
+)
+INSERT INTO awooop_events (event_id, stream_id, version, project_id, event_type, data, metadata)
+SELECT e.event_id, $1, head.base + e.ord::int, $2, e.event_type, e.data::jsonb, $6::text::jsonb
+FROM head, unnest($3::uuid[], $4::text[], $5::text[]) WITH ORDINALITY AS e(event_id, event_type,
+                                                                           data, ord)
+ORDER BY e.ord
+RETURNING event_id, version, position
+"""
+
+EXPLAIN_REFUSED_AT_HEAD = "SELECT current_setting('awooop.project_id', true) AS tenant"
+
+
+class RawEvent(msgspec.Struct, frozen=True):
+    """An event that is not one of the runtime's own: its type and its data, a JSON object."""
+
+    event_type: str
+    data: str
+
+
+class Appended(msgspec.Struct, frozen=True):
+    event_id: uuid.UUID
+    version: int
+    position: int
+
+
+async def append_at_head(
+    conn: Connection,
+    stream_id: str,
+    project_id: str,
+    events: Sequence[RawEvent],
+    metadata: dict[str, Any] | None = None,
+) -> list[Appended]:
+    """Append ``events`` after whatever the stream holds, inside the caller's tenant
+    transaction (``awooop.project_id`` = ``project_id``). Raises
+    :class:`ProducerTransactionError` when the transaction's tenant is another project, and
+    :class:`StreamOrderConflictError` (retry the transaction) when a newer transaction wrote
+    the stream last; either way nothing was written and the transaction can go on."""
+    if not events:
+        return []
+    rows = await conn.fetch(
+        APPEND_AT_HEAD,
+        stream_id,
+        project_id,
+        [uuid.uuid4() for _ in events],
+        [e.event_type for e in events],
+        [e.data for e in events],
+        _metadata_encoder.encode(metadata or {}).decode(),
+    )
+    if rows:
+        return [Appended(r["event_id"], r["version"], r["position"]) for r in rows]
+    tenant = await conn.fetchval(EXPLAIN_REFUSED_AT_HEAD)
+    if tenant != project_id:
+        raise ProducerTransactionError(
+            f"the transaction's awooop.project_id is {tenant or None!r}, not {project_id!r}: "
+            "call set_tenant(conn, project_id) first"
+        )
+    raise StreamOrderConflictError(stream_id=stream_id)

@@ -36,10 +36,16 @@ event, which is the outbox entry the relay publishes. They take either
 The result says whether this call created the run; a repeat returns the existing run_id
 (the producer's equivalent of HTTP's 200 E-IDEMPOTENT-001). Metrics count a created event
 when the call returns, before the caller's transaction commits.
+
+:func:`emit` / :func:`emit_many` append **domain events** (:class:`DomainEvent`: the caller's
+own events, which start no run) at the head of the project's stream ``domain/<project>/<name>``,
+with the same two kinds of ``target``; the relay fans them out to the events streams only
+(docs/ingest.md, Producer library).
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 import weakref
 from collections.abc import Sequence
@@ -47,10 +53,12 @@ from typing import Any
 
 import msgspec
 
-from awooop import metrics
+from awooop import eventlog, metrics
 from awooop.config import Settings, load_settings
 from awooop.db import SET_TENANT, Connection, Database
-from awooop.errors import InvalidInputError, ProducerTransactionError
+from awooop.errors import InvalidInputError, PayloadTooLargeError, ProducerTransactionError
+from awooop.eventlog import RawEvent
+from awooop.events import EVENT_TYPES
 from awooop.ingest import store
 from awooop.ingest.cache import ConfigCache
 from awooop.ingest.common import ParsedEvent, check_storable, event_id
@@ -209,6 +217,122 @@ def _parsed(event: ChannelEvent) -> ParsedEvent:
         raise InvalidInputError(f"the event input is not JSON-serialisable: {exc}") from None
     check_storable(event.input)
     return ParsedEvent(key, event.input)
+
+
+# --- domain events (R-06) ---------------------------------------------------------------------
+
+DOMAIN_STREAM_PREFIX = "domain/"
+STREAM_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+DOMAIN_EVENT_TYPE = re.compile(r"[A-Z][A-Za-z0-9_]{0,99}")
+RUNTIME_EVENT_TYPES = frozenset(t.__name__ for t in EVENT_TYPES)
+
+
+class DomainEvent(msgspec.Struct, frozen=True):
+    """An event of the caller's own domain (an order placed, an invoice paid): appended to
+    the project's stream ``stream`` of the event log, published by the relay to the events
+    streams like every event, and never dispatched to workers."""
+
+    stream: str
+    event_type: str
+    data: dict[str, Any]
+
+
+class Emitted(msgspec.Struct, frozen=True):
+    stream_id: str
+    event_id: uuid.UUID
+    version: int
+    position: int
+
+
+def domain_stream_id(project_id: str, stream: str) -> str:
+    """The event log's stream id of a project's domain stream (``/`` is in neither name)."""
+    return f"{DOMAIN_STREAM_PREFIX}{project_id}/{stream}"
+
+
+def check_domain_event(event: DomainEvent, max_bytes: int) -> RawEvent:
+    """Pure: the event as the log stores it, or InvalidInputError / PayloadTooLargeError."""
+    if not isinstance(event.stream, str) or not STREAM_NAME.fullmatch(event.stream):
+        raise InvalidInputError(
+            "a domain stream name is 1-200 characters of letters, digits and _ . : -"
+        )
+    if not isinstance(event.event_type, str) or not DOMAIN_EVENT_TYPE.fullmatch(event.event_type):
+        raise InvalidInputError(
+            "a domain event type is 1-100 letters, digits and _, starting with a capital letter"
+        )
+    if event.event_type in RUNTIME_EVENT_TYPES:
+        raise InvalidInputError(
+            f"{event.event_type} is one of the runtime's own event types; name it otherwise"
+        )
+    if not isinstance(event.data, dict):
+        raise InvalidInputError("a domain event's data is a JSON object")
+    try:
+        raw = _json_encode(event.data)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidInputError(f"the event data is not JSON-serialisable: {exc}") from None
+    if len(raw) > max_bytes:
+        raise PayloadTooLargeError(
+            f"the event data has {len(raw)} bytes, more than {max_bytes} "
+            "(AWOOOP_HTTP_MAX_BODY_BYTES)"
+        )
+    check_storable(event.data, raw)
+    return RawEvent(event.event_type, raw.decode())
+
+
+async def emit(
+    target: Database | Connection,
+    project_id: str,
+    event: DomainEvent,
+    *,
+    settings: Settings | None = None,
+) -> Emitted:
+    """Append one domain event; see :func:`emit_many`."""
+    (result,) = await emit_many(target, project_id, [event], settings=settings)
+    return result
+
+
+async def emit_many(
+    target: Database | Connection,
+    project_id: str,
+    events: Sequence[DomainEvent],
+    *,
+    settings: Settings | None = None,
+) -> list[Emitted]:
+    """Append domain events, each at the head of its stream, in one transaction; one result
+    per event, in order. ``target`` as for :func:`submit`: a Database (its own tenant
+    transaction, retried on E-EVENT-002) or the caller's connection inside its open
+    transaction with :func:`set_tenant` done (then the events commit or roll back with the
+    caller's writes; on E-EVENT-002, retryable, nothing was written and the caller retries its
+    transaction). Everything is validated before anything is written."""
+    check_project_id(project_id)
+    settings = settings or _settings()
+    checked = [check_domain_event(e, settings.http_max_body_bytes) for e in events]
+    streams: dict[str, list[int]] = {}
+    for index, event in enumerate(events):
+        streams.setdefault(event.stream, []).append(index)
+
+    async def run(conn: Connection) -> list[Emitted]:
+        results: list[Emitted | None] = [None] * len(events)
+        with tracer.start_as_current_span(
+            "emit", attributes={"awooop.project_id": project_id, "awooop.source": "producer"}
+        ):
+            metadata = store.trace_metadata("producer")
+            for stream in sorted(streams):  # one lock order for concurrent callers
+                stream_id = domain_stream_id(project_id, stream)
+                indexes = streams[stream]
+                appended = await eventlog.append_at_head(
+                    conn, stream_id, project_id, [checked[i] for i in indexes], metadata
+                )
+                for index, row in zip(indexes, appended, strict=True):
+                    results[index] = Emitted(stream_id, row.event_id, row.version, row.position)
+        return [r for r in results if r is not None]
+
+    if isinstance(target, Database):
+        return await target.in_tenant(project_id, run)
+    if not target.is_in_transaction():
+        raise ProducerTransactionError(
+            "pass a Database, or a connection inside its open transaction"
+        )
+    return await run(target)
 
 
 def _settings() -> Settings:
