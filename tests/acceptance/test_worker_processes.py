@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 
@@ -368,3 +369,70 @@ async def test_a_worker_stopped_while_it_waits_for_postgres_exits_0(
         assert worker.wait() == 0
     finally:
         worker.stop()
+
+
+def metric(body: str, name: str) -> float:
+    """The value of one sample line ``name`` (with its labels) of a /metrics page."""
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not on the page:\n{body[:3000]}")
+
+
+async def test_worker_and_projector_processes_serve_their_metrics(
+    db: Database, fast: Settings, tmp_path: Path
+) -> None:
+    """R-51: every process serves /metrics on AWOOOP_METRICS_PORT (relay, serve and loops are
+    scraped in their own tests)."""
+    ports = {"worker": free_port(), "projector": free_port()}
+    run_ids = await create_runs(db, P, 5)
+    projector = WorkerProcess(
+        fast,
+        tmp_path,
+        "projector",
+        command=("projector", "run_timeline"),
+        env={"AWOOOP_METRICS_PORT": str(ports["projector"])},
+    ).start()
+    try:
+        with workers(
+            fast, tmp_path, 1, handler=NOOP, env={"AWOOOP_METRICS_PORT": str(ports["worker"])}
+        ) as procs:
+            procs[0].worker_id()
+            await wait_until(lambda: all_finished(db, run_ids), 60, "5 runs finished")
+
+            async def timeline_built() -> bool:
+                async with db.platform() as conn:
+                    n = await conn.fetchval(
+                        "SELECT count(DISTINCT run_id) FROM awooop_run_timeline"
+                    )
+                return bool(n == 5)
+
+            await wait_until(timeline_built, 30, "the projector applied every run")
+            async with httpx.AsyncClient(timeout=10) as client:
+                pages = {
+                    name: (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+                    for name, port in ports.items()
+                }
+    finally:
+        projector.stop()
+    worker, projection = pages["worker"], pages["projector"]
+    assert metric(worker, 'awooop_runs_finished_total{status="COMPLETED"}') == 5
+    assert (
+        sum(
+            metric(worker, f'awooop_lease_claims_total{{path="{path}"}}')
+            for path in ("stream", "poll", "reclaim")
+            if f'path="{path}"' in worker
+        )
+        >= 5
+    )
+    assert "awooop_background_loop_last_run_timestamp" in worker
+    counted = [
+        float(line.rsplit(" ", 1)[1])
+        for line in projection.splitlines()
+        if line.startswith(
+            ("awooop_projector_events_total{", "awooop_projector_reconciled_events_total{")
+        )
+        and 'projection="run_timeline"' in line
+    ]
+    assert sum(counted) >= 15  # 3 events per run, from the stream or the reconcile pass
+    assert "awooop_background_loop_last_run_timestamp" in projection

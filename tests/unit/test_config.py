@@ -13,6 +13,17 @@ def test_defaults_point_at_the_local_services() -> None:
     assert settings.heartbeat_interval_s < settings.lease_ttl_s
 
 
+def test_default_lease_figures_recover_a_crashed_run_within_a_minute() -> None:
+    """R-11..R-13, R-17: the seed's 5 min lease cannot meet its own "recovered within 1
+    minute"; the defaults (docs/workers.md, Defaults) recover within lease TTL + one reclaim
+    interval, and a live worker may miss several heartbeats before it loses a lease."""
+    settings = load_settings(environ={})
+    assert (settings.lease_ttl_s, settings.heartbeat_interval_s) == (30.0, 5.0)
+    assert (settings.reaper_interval_s, settings.reclaim_interval_s) == (10.0, 10.0)
+    assert settings.lease_ttl_s + settings.reclaim_interval_s <= 60
+    assert settings.lease_ttl_s >= 4 * settings.heartbeat_interval_s
+
+
 def test_values_come_from_the_environment() -> None:
     settings = load_settings(
         environ={
