@@ -28,6 +28,7 @@ from prometheus_client import start_http_server
 tracer = trace.get_tracer("awooop")
 _propagator = TraceContextTextMapPropagator()
 _configured: TracerProvider | None = None
+_exporting = False  # whether the installed provider sends spans anywhere
 
 
 def build_tracer_provider(
@@ -56,7 +57,8 @@ def configure_tracing(
 ) -> TracerProvider:
     """Install the SDK tracer provider once per process; later calls return the first one
     (adding ``extra_processors`` to it)."""
-    global _configured  # one provider per process, as the OTel API demands
+    global _configured, _exporting  # one provider per process, as the OTel API demands
+    _exporting = _exporting or bool(extra_processors) or _otlp_configured()
     if _configured is not None:
         for processor in extra_processors or []:
             _configured.add_span_processor(processor)
@@ -65,6 +67,12 @@ def configure_tracing(
     trace.set_tracer_provider(provider)
     _configured = provider
     return provider
+
+
+def exporting() -> bool:
+    """Whether spans leave this process (an OTLP endpoint or an added processor): spans made
+    only for a trace view, many per batch, are skipped when nobody would see them."""
+    return _exporting
 
 
 def _otlp_configured() -> bool:

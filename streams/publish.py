@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from awooop.eventlog import RecordedEvent
@@ -16,12 +17,18 @@ WORK_ONLY = "w"
 BOTH = "b"
 
 
-def envelope_of(event: RecordedEvent, attempt: int = 0) -> Envelope:
-    """The envelope of a log row; trace context comes from the row's metadata, where producers
-    put ``traceparent``/``tracestate`` (see ``awooop.telemetry.inject``)."""
-    meta = event.metadata if isinstance(event.metadata, dict) else {}
-    traceparent = meta.get("traceparent")
-    tracestate = meta.get("tracestate")
+def envelope_of(
+    event: RecordedEvent, attempt: int = 0, context: tuple[str | None, str | None] | None = None
+) -> Envelope:
+    """The envelope of a log row; trace context is ``context`` (the relay's publish span) or
+    else comes from the row's metadata, where producers put ``traceparent``/``tracestate``
+    (see ``awooop.telemetry.inject``)."""
+    if context is not None:
+        traceparent, tracestate = context
+    else:
+        meta = event.metadata if isinstance(event.metadata, dict) else {}
+        traceparent = meta.get("traceparent")
+        tracestate = meta.get("tracestate")
     return Envelope(
         event_id=event.event_id,
         position=event.position,
@@ -44,16 +51,22 @@ def route_of(event_type: str) -> str:
 
 
 def by_shard(
-    events: Sequence[RecordedEvent], keys: Keys, attempt: int = 0, route: str | None = None
+    events: Sequence[RecordedEvent],
+    keys: Keys,
+    attempt: int = 0,
+    route: str | None = None,
+    contexts: Mapping[uuid.UUID, tuple[str | None, str | None]] | None = None,
 ) -> dict[int, list[tuple[str, bytes]]]:
-    """(route, encoded envelope) per shard, in log order within each shard."""
+    """(route, encoded envelope) per shard, in log order within each shard; ``contexts``: the
+    trace context to send instead of the producer's, by event id (the relay's spans)."""
     grouped: dict[int, list[tuple[str, bytes]]] = {}
     shards: dict[str, int] = {}  # a batch has few projects: hash each once
     for event in events:
         shard = shards.get(event.project_id)
         if shard is None:
             shard = shards[event.project_id] = keys.shard_of(event.project_id)
-        item = (route or route_of(event.event_type), encode(envelope_of(event, attempt)))
+        context = contexts.get(event.event_id) if contexts else None
+        item = (route or route_of(event.event_type), encode(envelope_of(event, attempt, context)))
         grouped.setdefault(shard, []).append(item)
     return grouped
 

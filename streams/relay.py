@@ -89,6 +89,7 @@ from streams.keys import WORKER_GROUP, Keys
 from streams.notices import deliver_notices
 from streams.publish import by_shard, publish_shard
 from streams.rebuild import ShardRebuild, new_epoch
+from streams.tracing import publish_spans
 
 log = get_logger(__name__)
 
@@ -362,21 +363,27 @@ class Relay:
         batch, held = await eventlog.read_forward_and_held(self.conn, self.cursor, size)
         known = True  # whether ``held`` describes what follows the last batch read
         while batch:
-            grouped = by_shard(batch, self.keys)
+            spans = publish_spans(batch, self.keys)
+            grouped = by_shard(batch, self.keys, contexts=spans.contexts)
             upcoming: list[RecordedEvent] = []
-            if len(batch) < size:  # caught up: nothing to read meanwhile (no task to start)
-                left = await self._publish_batch(batch, grouped, False)
-            else:  # a backlog: the plain read, probed once at its end
-                publishing = asyncio.create_task(self._publish_batch(batch, grouped, False))
-                try:
-                    upcoming = await eventlog.read_forward(
-                        self.conn, eventlog.advance(self.cursor, batch), size
-                    )
-                    known = False
-                finally:
-                    left = await publishing
-            if left:
-                await self._publish_batch(batch, left, True)
+            try:
+                if len(batch) < size:  # caught up: nothing to read meanwhile (no task to start)
+                    left = await self._publish_batch(batch, grouped, False)
+                else:  # a backlog: the plain read, probed once at its end
+                    publishing = asyncio.create_task(self._publish_batch(batch, grouped, False))
+                    try:
+                        upcoming = await eventlog.read_forward(
+                            self.conn, eventlog.advance(self.cursor, batch), size
+                        )
+                        known = False
+                    finally:
+                        left = await publishing
+                if left:
+                    await self._publish_batch(batch, left, True)
+            except BaseException as exc:
+                spans.end(exc)
+                raise
+            spans.end()
             if self.fault_hook is not None:
                 await self.fault_hook("published")
             self._advance(batch)

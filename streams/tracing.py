@@ -1,23 +1,30 @@
-"""The span of one stream delivery (R-50): the consumer continues the producer's trace.
+"""Spans of the stream hops (R-50): one trace from the producer through the relay to the
+consumer.
 
-The relay copies the producer's ``traceparent``/``tracestate`` (from the event metadata) into
-the envelope. A first delivery is a child of the producer's span; a redelivery (reclaimed,
-``delivery_count > 1``) starts a new trace linked to it, so that a retry does not stretch the
-original trace over minutes. Re-exported by :mod:`streams.consumer`.
+- The relay opens a ``publish <EventType>`` span per event in the event's own trace (a child
+  of the producer span named by the event metadata's ``traceparent``), only for sampled
+  traces and only when spans are exported, and puts that span's context into the envelope
+  (:func:`publish_spans`); otherwise the envelope carries the producer's context.
+- A first delivery is a child of the span the envelope names; a redelivery (reclaimed,
+  ``delivery_count > 1``) starts a new trace linked to it, so that a retry does not stretch
+  the original trace over minutes. Re-exported by :mod:`streams.consumer`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 
 from awooop.context import bound
+from awooop.eventlog import RecordedEvent
 from awooop.events import run_id_of_stream
-from awooop.telemetry import extract, span_link, tracer
+from awooop.telemetry import exporting, extract, inject, span_link, tracer
 from streams.delivery import Delivery
+from streams.keys import Keys
 
 
 @contextmanager
@@ -59,3 +66,62 @@ def consume_span(delivery: Delivery) -> Iterator[trace.Span]:
             trace_id=trace_id,
         ):
             yield span
+
+
+class PublishSpans:
+    """The relay's spans of one batch, one per sampled event, ended once it is published."""
+
+    def __init__(self) -> None:
+        self.spans: list[trace.Span] = []
+        self.contexts: dict[uuid.UUID, tuple[str | None, str | None]] = {}
+
+    def end(self, error: BaseException | None = None) -> None:
+        for span in self.spans:
+            if error is not None:
+                span.record_exception(error)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, type(error).__name__))
+            span.end()
+        self.spans.clear()
+
+
+def sampled(traceparent: object) -> bool:
+    """Pure: whether a W3C ``traceparent`` has the sampled flag (a span there is exported)."""
+    if not isinstance(traceparent, str) or len(traceparent) != 55:
+        return False
+    try:
+        return bool(int(traceparent[53:], 16) & 1)
+    except ValueError:
+        return False
+
+
+def publish_spans(batch: Sequence[RecordedEvent], keys: Keys) -> PublishSpans:
+    """Start the relay hop's span of every sampled event of ``batch`` in that event's trace;
+    ``contexts`` maps event ids to the (traceparent, tracestate) their envelopes carry."""
+    spans = PublishSpans()
+    if not exporting():
+        return spans
+    for event in batch:
+        meta = event.metadata if isinstance(event.metadata, dict) else {}
+        traceparent = meta.get("traceparent")
+        if not sampled(traceparent):
+            continue
+        tracestate = meta.get("tracestate")
+        span = tracer.start_span(
+            f"publish {event.event_type}",
+            context=extract(traceparent, tracestate if isinstance(tracestate, str) else None),
+            kind=trace.SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": "redis",
+                "messaging.operation": "publish",
+                "messaging.destination.name": keys.events_stream(keys.shard_of(event.project_id)),
+                "awooop.event_id": str(event.event_id),
+                "awooop.stream_id": event.stream_id,
+                "awooop.version": event.version,
+                "awooop.project_id": event.project_id,
+            },
+        )
+        if not span.is_recording():  # no SDK tracer provider in this process
+            continue
+        spans.spans.append(span)
+        spans.contexts[event.event_id] = inject(trace.set_span_in_context(span))
+    return spans

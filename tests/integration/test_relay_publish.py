@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from awooop.config import Settings
 from awooop.db import Database
@@ -123,19 +124,27 @@ async def test_the_cursor_is_saved_at_most_every_interval_and_when_the_relay_sto
     assert await saved_cursor(db) == (relay.cursor.position, 3, 3)
 
 
-async def test_producer_trace_context_travels_in_the_envelope(
-    settings: Settings, db: Database, redis: Any
+async def test_the_envelope_carries_the_relay_span_in_the_producers_trace(
+    settings: Settings, db: Database, redis: Any, spans: InMemorySpanExporter
 ) -> None:
     keys = keys_for(settings)
-    traceparent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
-    await create_run(db, "p1", {"traceparent": traceparent, "tracestate": "k=v"})
+    sampled = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    unsampled = "00-" + "ef" * 16 + "-" + "cd" * 8 + "-00"
+    await create_run(db, "p1", {"traceparent": sampled, "tracestate": "k=v"})
+    await create_run(db, "p1", {"traceparent": unsampled})
     relay = Relay(settings=settings, redis=redis, keys=keys)
     try:
         await relay.drain()
     finally:
         await relay.close()
-    [envelope] = await entries(redis, keys.events_stream(keys.shard_of("p1")))
-    assert (envelope.traceparent, envelope.tracestate) == (traceparent, "k=v")
+    first, second = await entries(redis, keys.events_stream(keys.shard_of("p1")))
+    [publish] = [s for s in spans.get_finished_spans() if s.name == "publish RunCreated"]
+    # a sampled trace: the envelope names the relay's span, a child of the producer's
+    assert publish.parent is not None and publish.parent.span_id == 0xCDCDCDCDCDCDCDCD
+    assert first.traceparent == f"00-{'ab' * 16}-{publish.context.span_id:016x}-01"
+    assert first.tracestate == "k=v"
+    # an unsampled one: no span, the producer's context travels unchanged
+    assert (second.traceparent, second.tracestate) == (unsampled, None)
 
 
 async def test_notify_wakes_the_relay_long_before_the_poll_interval(

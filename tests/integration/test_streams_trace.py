@@ -47,13 +47,17 @@ async def test_the_consumer_span_continues_the_producer_trace(
         )
         assert await consumer.run_until_idle() == 1
 
+        # producer -> the relay's publish span -> the consumer: one trace
+        [publish] = [s for s in spans.get_finished_spans() if s.name == "publish RunCreated"]
+        assert publish.context.trace_id == producer_ctx.trace_id
+        assert publish.parent is not None and publish.parent.span_id == producer_ctx.span_id
         [consume] = [s for s in spans.get_finished_spans() if s.name == "consume RunCreated"]
         assert consume.context.trace_id == producer_ctx.trace_id
-        assert consume.parent is not None and consume.parent.span_id == producer_ctx.span_id
+        assert consume.parent is not None and consume.parent.span_id == publish.context.span_id
         assert consume.attributes is not None
         assert consume.attributes["awooop.delivery_count"] == 1
 
-        # A redelivery starts a new trace, linked to the producer span.
+        # A redelivery starts a new trace, linked to the span that published it.
         await asyncio.sleep(0.02)
         [again] = await autoclaim(redis, stream, group, "c2", min_idle_ms=10)
         assert again.delivery_count == 2
@@ -62,13 +66,13 @@ async def test_the_consumer_span_continues_the_producer_trace(
         redelivered = [s for s in spans.get_finished_spans() if s.name == "consume RunCreated"][1]
         assert redelivered.context.trace_id != producer_ctx.trace_id
         assert redelivered.parent is None
-        assert [link.context.span_id for link in redelivered.links] == [producer_ctx.span_id]
+        assert [link.context.span_id for link in redelivered.links] == [publish.context.span_id]
         assert [link.context.trace_id for link in redelivered.links] == [producer_ctx.trace_id]
 
         # The relay's batch span links the producer span too.
-        [publish] = [s for s in spans.get_finished_spans() if s.name == "relay publish"]
-        assert producer_ctx.span_id in [link.context.span_id for link in publish.links]
-        one_trace(spans, "ingest webhook", "consume RunCreated")
+        [batch] = [s for s in spans.get_finished_spans() if s.name == "relay publish"]
+        assert producer_ctx.span_id in [link.context.span_id for link in batch.links]
+        one_trace(spans, "ingest webhook", "publish RunCreated", "consume RunCreated")
     finally:
         await redis.aclose()
 

@@ -81,6 +81,7 @@ async def test_one_webhook_is_one_trace_from_ingest_to_the_llm_call(
     in_trace = {s.name: s for s in finished if s.context.trace_id == trace_id}
     wanted = [
         "ingest",
+        "publish RunCreated",
         "consume RunCreated",
         "lease claim",
         "run",
@@ -90,8 +91,12 @@ async def test_one_webhook_is_one_trace_from_ingest_to_the_llm_call(
         "llm.call",
     ]
     assert [n for n in wanted if n not in in_trace] == [], sorted(in_trace)
-    one_trace(spans, "ingest", "consume RunCreated", "run", "llm.call")
-    # The batch span of the relay is not in the producer's trace; it links to it.
+    one_trace(spans, "ingest", "publish RunCreated", "consume RunCreated", "run", "llm.call")
+    # ingest -> the relay's publish span -> the worker's consume span: a chain, not siblings
+    publish, consume = in_trace["publish RunCreated"], in_trace["consume RunCreated"]
+    assert publish.parent is not None and publish.parent.span_id == ingest.context.span_id
+    assert consume.parent is not None and consume.parent.span_id == publish.context.span_id
+    # The relay's batch span (one per batch, many traces) is not in it; it links to it.
     publishes = [s for s in finished if s.name == "relay publish"]
     assert any(
         link.context.trace_id == trace_id and link.context.span_id == ingest.context.span_id

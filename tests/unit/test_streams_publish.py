@@ -5,11 +5,14 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+import pytest
+
 from awooop.eventlog import RecordedEvent
 from awooop.events import DISPATCH_EVENT_TYPES
 from streams.envelope import decode_envelope
 from streams.keys import Keys
 from streams.publish import BOTH, EVENTS_ONLY, WORK_ONLY, by_shard, envelope_of, route_of
+from streams.tracing import sampled
 
 KEYS = Keys("aw", 4)
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -64,3 +67,19 @@ def test_by_shard_keeps_log_order_within_each_shard() -> None:
         assert [route for route, _ in items] == [route_of(e.event_type) for e in envelopes]
     forced = by_shard(rows, KEYS, route=WORK_ONLY)
     assert {route for items in forced.values() for route, _ in items} == {WORK_ONLY}
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "expected"),
+    [
+        ("00-" + "ab" * 16 + "-" + "cd" * 8 + "-01", True),
+        ("00-" + "ab" * 16 + "-" + "cd" * 8 + "-03", True),  # sampled + random trace id
+        ("00-" + "ab" * 16 + "-" + "cd" * 8 + "-00", False),
+        ("00-" + "ab" * 16 + "-" + "cd" * 8 + "-zz", False),
+        ("00-short-01", False),
+        (None, False),
+        (17, False),
+    ],
+)
+def test_only_sampled_traces_get_a_relay_span(traceparent: object, expected: bool) -> None:
+    assert sampled(traceparent) is expected
