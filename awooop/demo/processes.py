@@ -43,14 +43,15 @@ class Processes:
         self.children[name] = child
         return child
 
-    async def run(self, *args: str) -> tuple[int, str, str]:
-        """Run one ``awooop`` command to completion; (exit code, stdout, stderr)."""
+    async def run(self, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+        """Run one ``awooop`` command to completion; (exit code, stdout, stderr). ``env``
+        overrides entries of the processes' environment for this command."""
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "awooop.cli",
             *args,
-            env={**os.environ, **self.env},
+            env={**os.environ, **self.env, **(env or {})},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )

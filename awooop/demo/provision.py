@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -73,6 +74,32 @@ async def recreate_database(server_url: str) -> None:
         await conn.execute(f'DROP DATABASE IF EXISTS "{DEMO_DATABASE}" WITH (FORCE)')
     finally:
         await conn.close()
+
+
+RUNTIME_ROLE = "awooop_demo_runtime"
+RUNTIME_ROLE_SQL = """
+SELECT format(
+    CASE WHEN EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)
+         THEN 'ALTER ROLE %I LOGIN PASSWORD %L'
+         ELSE 'CREATE ROLE %I LOGIN PASSWORD %L IN ROLE awooop_app, awooop_platform' END,
+    $1::text, $2::text)
+"""
+
+
+async def runtime_login(owner_url: str) -> str:
+    """A login role that is only a member of awooop_app and awooop_platform (no superuser:
+    docs/operations.md, Tenant isolation), with a fresh password; its database URL. Roles are
+    cluster-wide: a later demo on the same server reuses the role with a new password."""
+    password = secrets.token_urlsafe(18)
+    conn = await asyncpg.connect(owner_url)
+    try:
+        await conn.execute(await conn.fetchval(RUNTIME_ROLE_SQL, RUNTIME_ROLE, password))
+        await conn.execute(f"GRANT awooop_app, awooop_platform TO {RUNTIME_ROLE}")
+    finally:
+        await conn.close()
+    parts = urlsplit(owner_url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{RUNTIME_ROLE}:{password}@{host}"))
 
 
 SERVICES = ("auto", "local", "docker", "embedded")

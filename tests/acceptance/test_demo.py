@@ -44,4 +44,6 @@ def test_the_demo_on_embedded_servers_ends_with_every_check_ok(tmp_path: Path) -
     checks = re.findall(r"^\s+\[(ok|FAIL)\] (.+)$", log, re.MULTILINE)
     assert len(checks) == 9 and all(status == "ok" for status, _ in checks), checks
     assert ("ok", "awooop doctor found nothing failing") in checks
+    # the processes log in without superuser rights (docs/operations.md, Tenant isolation)
+    assert "OK login role awooop_demo_runtime: no superuser, no BYPASSRLS" in log
     assert not any(listening(p) for p in ports)  # the private servers stopped with the demo
