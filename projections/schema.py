@@ -3,9 +3,10 @@
 A shadow is created ``LIKE`` the live table (columns, defaults, CHECK constraints, storage,
 comments, extended statistics) WITHOUT indexes, so the bulk COPY is fast; :func:`build_indexes`
 then recreates every index of the live table under shadow names (primary key and unique
-constraints included). Owner, grants (table and column) and storage options are copied at
-creation; row-level security and its policies are added inside the swap transaction, after
-the last catch-up, because the replay writes the shadow as its owner.
+constraints included). Owner, grants (table and column), storage options, row-level security
+and its policies are copied at creation, so the shadow never holds every project's rows open
+to the roles it grants to; the replay writes it as ``awooop_platform`` and as the owner, which
+must bypass RLS (a superuser or BYPASSRLS, as for migrations; :mod:`projections.replay` checks).
 
 :func:`swap` runs inside the caller's transaction, which holds ACCESS EXCLUSIVE locks on the
 live tables. It renames live -> ``<name>__old`` and shadow -> live (indexes and their
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 
@@ -156,8 +158,6 @@ class SwapPlan:
     triggers: list[str] = field(default_factory=list)
     views: list[str] = field(default_factory=list)
     referencing: list[tuple[str, str, str]] = field(default_factory=list)  # table, name, def
-    policies: list[str] = field(default_factory=list)
-    rls: tuple[bool, bool] = (False, False)
 
 
 async def drop_shadow(conn: Connection, live: str) -> None:
@@ -196,7 +196,27 @@ async def create_shadow(conn: Connection, live: str) -> str:
             f"GRANT {g['privilege_type']} ({g['column_name']}) ON {q(shadow)} "
             f"TO {g['grantee']}{grant_option}"
         )
+    # Row-level security from the start: the shadow holds every project's rows and the roles
+    # above may read it while it is rebuilt (the replay itself writes as awooop_platform,
+    # which bypasses RLS).
+    for policy in await conn.fetch(POLICIES, live):
+        await conn.execute(_policy_sql(policy, shadow))
+    if info["relrowsecurity"]:
+        await conn.execute(f"ALTER TABLE {q(shadow)} ENABLE ROW LEVEL SECURITY")
+    if info["relforcerowsecurity"]:
+        await conn.execute(f"ALTER TABLE {q(shadow)} FORCE ROW LEVEL SECURITY")
     return shadow
+
+
+def _policy_sql(p: Any, table: str) -> str:
+    clause = f"CREATE POLICY {p['name']} ON {q(table)}"
+    clause += " AS PERMISSIVE" if p["polpermissive"] else " AS RESTRICTIVE"
+    clause += f" FOR {p['command']} TO {', '.join(p['roles'])}"
+    if p["using_expr"] is not None:
+        clause += f" USING ({p['using_expr']})"
+    if p["check_expr"] is not None:
+        clause += f" WITH CHECK ({p['check_expr']})"
+    return clause
 
 
 def _literal(text: str) -> str:
@@ -258,7 +278,6 @@ async def swap_plan(conn: Connection, live: str) -> SwapPlan:
     if info["relreplident"] != "d":
         raise SwapUnsupportedError(f"{live} has a non-default replica identity")
     plan = SwapPlan(live=live, shadow=shadow_name(live))
-    plan.rls = (info["relrowsecurity"], info["relforcerowsecurity"])
     plan.indexes = await index_plan(conn, live)
     for t in await conn.fetch(TRIGGERS, live):
         plan.triggers.append(t["def"])
@@ -274,27 +293,12 @@ async def swap_plan(conn: Connection, live: str) -> SwapPlan:
         plan.views.append(f"CREATE OR REPLACE VIEW {v['name']}{options} AS {v['def']}")
     for fk in await conn.fetch(REFERENCING_FOREIGN_KEYS, live):
         plan.referencing.append((fk["table_name"], fk["name"], fk["def"]))
-    for p in await conn.fetch(POLICIES, plan.live):
-        clause = f"CREATE POLICY {p['name']} ON {q(plan.shadow)}"
-        clause += " AS PERMISSIVE" if p["polpermissive"] else " AS RESTRICTIVE"
-        clause += f" FOR {p['command']} TO {', '.join(p['roles'])}"
-        if p["using_expr"] is not None:
-            clause += f" USING ({p['using_expr']})"
-        if p["check_expr"] is not None:
-            clause += f" WITH CHECK ({p['check_expr']})"
-        plan.policies.append(clause)
     return plan
 
 
 async def swap(conn: Connection, plan: SwapPlan) -> None:
     """Put the shadow in the live table's place (inside the caller's locking transaction)."""
     live, shadow, old = q(plan.live), q(plan.shadow), q(old_name(plan.live))
-    for policy in plan.policies:
-        await conn.execute(policy)
-    if plan.rls[0]:
-        await conn.execute(f"ALTER TABLE {shadow} ENABLE ROW LEVEL SECURITY")
-    if plan.rls[1]:
-        await conn.execute(f"ALTER TABLE {shadow} FORCE ROW LEVEL SECURITY")
     await conn.execute(f"ALTER TABLE {live} RENAME TO {old}")
     for index in plan.indexes:
         await conn.execute(f"ALTER INDEX {q(index.name)} RENAME TO {q(old_name(index.name))}")

@@ -144,3 +144,66 @@ async def test_one_replay_of_a_projection_at_a_time(db: Database, database_url: 
         await replay(database_url, get("run_state"))
     release.set()
     assert (await task).differences == 0
+
+
+async def test_a_verify_leaves_no_shadow_behind(db: Database, database_url: str) -> None:
+    # The replay's terminated sessions release its advisory lock only as their backends exit,
+    # a moment after terminate(): the cleanup must wait for the lock, not try it once (that
+    # lost the race in CI, kept the shadow, and `awooop doctor` then failed on a tenant table
+    # without forced RLS). Here another session holds the lock for 0.3 s as the cleanup starts.
+    await Workload(db, seed=9).run(walkers=1, runs_each=3, max_steps=3)
+    replaying = Replay(database_url, get("run_state"))
+    cleanup = replaying._cleanup
+    holder = await connect(database_url)
+    releases: list[asyncio.Task[None]] = []
+
+    async def release_later() -> None:
+        await asyncio.sleep(0.3)
+        await holder.close()
+
+    async def late_release(*, drop_shadows: bool) -> None:
+        for conn in replaying._connections:  # what the cleanup does first
+            conn.terminate()
+        replaying._connections.clear()
+        await holder.fetchval(
+            "SELECT pg_advisory_lock(hashtextextended('awooop-replay:' || $1, 0))", "run_state"
+        )
+        releases.append(asyncio.create_task(release_later()))
+        await cleanup(drop_shadows=drop_shadows)
+
+    replaying._cleanup = late_release  # type: ignore[method-assign]  # the slow backend exit
+    assert (await replaying.run()).differences == 0
+    await asyncio.gather(*releases)
+    async with db.platform() as conn:
+        shadow = await conn.fetchval("SELECT to_regclass($1)", shadow_name("awooop_run_state"))
+    assert shadow is None
+
+
+async def test_the_shadow_has_the_live_tables_row_level_security_while_it_is_built(
+    db: Database, database_url: str
+) -> None:
+    await Workload(db, seed=10).run(walkers=2, runs_each=3, max_steps=3)
+    seen: dict[str, Any] = {}
+    replaying = Replay(database_url, get("run_state"))
+    original = replaying._catch_up
+
+    async def look(*args: Any) -> Any:  # the shadow is built; the swap has not happened
+        shadow = shadow_name("awooop_run_state")
+        async with db.platform() as conn:
+            seen["flags"] = await conn.fetchrow(
+                "SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = $1::regclass",
+                shadow,
+            )
+            seen["policies"] = await conn.fetchval(
+                "SELECT count(*) FROM pg_policies WHERE tablename = $1", shadow
+            )
+            seen["all_rows"] = await conn.fetchval(f"SELECT count(*) FROM {shadow}")
+        async with db.tenant("nobody-here") as conn:
+            seen["foreign_rows"] = await conn.fetchval(f"SELECT count(*) FROM {shadow}")
+        return await original(*args)
+
+    replaying._catch_up = look  # type: ignore[method-assign]  # look mid-replay
+    assert (await replaying.run()).differences == 0
+    assert tuple(seen["flags"]) == (True, True)
+    assert seen["policies"] == 1
+    assert seen["all_rows"] > 0 and seen["foreign_rows"] == 0
