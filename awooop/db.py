@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
@@ -346,6 +346,16 @@ class Database:
                 return await fn(conn)
 
         return await retry_transaction(once, attempts)
+
+
+@contextlib.contextmanager
+def unavailable_on_connection_errors(what: str) -> Iterator[None]:
+    """Turn a lost or refused connection into DatabaseUnavailableError (E-DB-001, retryable):
+    how the worker tells Postgres being away from a handler's own failure."""
+    try:
+        yield
+    except CONNECTION_ERRORS as exc:
+        raise DatabaseUnavailableError(f"{what}: {exc!r}") from exc
 
 
 async def retry_transaction(once: Callable[[], Awaitable[T]], attempts: int = 5) -> T:

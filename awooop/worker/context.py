@@ -37,7 +37,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import msgspec
 
-from awooop.db import Database
+from awooop.db import Database, unavailable_on_connection_errors
 from awooop.errors import DuplicateStepError, LeaseLostError
 from awooop.events import Event, StepCompleted, ToolResultReceived, ToolWaitStarted
 from awooop.llm.gateway import LLMResult
@@ -270,7 +270,8 @@ class RunContext:
             )
 
         try:
-            outcome = await self._db.in_tenant(self.project_id, decide_or_ask)
+            with unavailable_on_connection_errors("the approval request failed"):
+                outcome = await self._db.in_tenant(self.project_id, decide_or_ask)
         except BaseException:
             attempt.finishing = False
             raise
@@ -324,7 +325,8 @@ class RunContext:
                     conn, self.run_id, self.worker_id, self.attempt, make, trace_metadata()
                 )
 
-        await self._db.in_tenant(self.project_id, finish)
+        with unavailable_on_connection_errors("the tool result write failed"):
+            await self._db.in_tenant(self.project_id, finish)
         self._steps[step_name] = encoded
         return result
 

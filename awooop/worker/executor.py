@@ -8,6 +8,7 @@ writes the attempt's last event, fenced:
 |------------------------------|--------------------|------------------|
 | a return value               | ``RunCompleted``   | COMPLETED        |
 | an exception                 | ``RunFailed``      | FAILED           |
+| Postgres/Redis unavailable   | nothing            | ERROR            |
 | ``wait_for_approval``        | (already written)  | WAITING_APPROVAL |
 | cancelled: lease lost        | nothing            | LOST             |
 | cancelled: run cancelled     | nothing            | CANCELLED        |
@@ -16,6 +17,12 @@ writes the attempt's last event, fenced:
 A refused (fenced) last write is LOST: another attempt or an operator owns the run now. A
 database error on the last write is ERROR: nothing is acknowledged, the lease runs out, the
 reaper or a reclaimer takes the run again. Only ERROR leaves the stream message pending.
+
+The runtime's own stores being unavailable for a moment (a Postgres restart under a journal
+write, the pointer check before a model call: ``DatabaseUnavailableError``,
+``RedisUnavailableError``) is not the run's failure: the attempt ends as ERROR too, and the run
+is taken again once its lease has run out (counted against ``max_attempts`` by the reaper).
+Failing it would depend on whether Postgres was back in time for the ``RunFailed``.
 """
 
 from __future__ import annotations
@@ -37,8 +44,14 @@ from awooop import metrics
 from awooop.batching import Batcher
 from awooop.config import Settings
 from awooop.context import bound
-from awooop.db import Database
-from awooop.errors import AwoooPError, HandlerError, LeaseLostError
+from awooop.db import Database, unavailable_on_connection_errors
+from awooop.errors import (
+    AwoooPError,
+    DatabaseUnavailableError,
+    HandlerError,
+    LeaseLostError,
+    RedisUnavailableError,
+)
 from awooop.events import Event, LeaseReleased, RunFailed
 from awooop.logs import get_logger
 from awooop.runs import leases
@@ -78,6 +91,12 @@ class Outcome(enum.StrEnum):
     def ack(self) -> bool:
         """Whether the run's stream message is done with (see the module docstring)."""
         return self is not Outcome.ERROR
+
+
+def infrastructure_failure(exc: BaseException) -> bool:
+    """Pure: whether a handler ended because the runtime's own stores were unavailable (the
+    attempt is abandoned, not the run failed)."""
+    return isinstance(exc, DatabaseUnavailableError | RedisUnavailableError)
 
 
 def failure_of(exc: BaseException) -> tuple[str, str]:
@@ -141,7 +160,8 @@ class Executor:
     async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
         """A fenced write, batched with the other attempts' writes of the project (group
         commit); raises E-RUN-002 when the attempt no longer holds its lease."""
-        return await self.writes.submit(project_id, write, unique=write.run_id)
+        with unavailable_on_connection_errors("a fenced write failed"):
+            return await self.writes.submit(project_id, write, unique=write.run_id)
 
     def begin(
         self, state: RunState, lease_sent: float, entry: StreamEntry | None = None
@@ -239,6 +259,10 @@ class Executor:
             return await self._stopped(attempt)
         if isinstance(exc, LeaseLostError):
             return self._count(attempt, Outcome.LOST)
+        if infrastructure_failure(exc):
+            code, reason = failure_of(exc)
+            log.warning("attempt_abandoned", code=code, reason=reason, exc_info=exc)
+            return self._count(attempt, Outcome.ERROR)
         return await self._fail(attempt, exc)
 
     async def _stopped(self, attempt: Attempt) -> Outcome:

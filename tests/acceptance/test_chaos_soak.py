@@ -200,6 +200,12 @@ async def invariants(conn: Any, redis_url: str, accepted: dict[str, str]) -> dic
         "WHERE event_type = 'StepCompleted' GROUP BY 1, 2 HAVING count(*) > 1"
     )
     runs = await conn.fetchval("SELECT count(*) FROM awooop_run_state")
+    failures = Counter(
+        f"{r['failure_code']}: {r['failure_reason']}"
+        for r in await conn.fetch(
+            "SELECT failure_code, failure_reason FROM awooop_run_state WHERE status = 'FAILED'"
+        )
+    )
     # Entries delivered to killed workers stay pending until a live worker reclaims them
     # (idle longer than the lease) and reconciles them with Postgres (finished -> XACK):
     # the groups drain eventually, not at the moment the last run finished.
@@ -221,6 +227,7 @@ async def invariants(conn: Any, redis_url: str, accepted: dict[str, str]) -> dic
         "accepted_keys": len(accepted),
         "one_run_per_key": dedupe == accepted and runs == len(accepted),
         "states": dict(states),
+        "failures": dict(failures),
         "all_terminal": set(states) <= {"COMPLETED", "FAILED", "CANCELLED"},
         "completed_twice": len(completions),
         "steps_twice": len(steps),

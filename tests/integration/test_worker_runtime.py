@@ -129,6 +129,30 @@ async def test_a_handler_exception_fails_the_run_with_a_reason(
     assert "two" in state.saga_steps  # steps before the failure stay journaled
 
 
+async def test_postgres_unavailable_under_a_handler_abandons_the_attempt_not_the_run(
+    db: Database, fast: Settings
+) -> None:
+    """A journal write or pointer check that finds Postgres gone (a restart) must not fail the
+    run: whether its RunFailed got written would depend on when Postgres came back (the chaos
+    soak saw one such FAILED run in five). The attempt ends without a last write, the lease
+    runs out, and the next attempt completes without repeating journaled steps."""
+    [run_id] = await create_runs(db, P, payload={"unavailable_on_attempts": [1]})
+    w = worker(db, fast)
+    stop = asyncio.Event()
+    task = asyncio.create_task(w.run(stop))
+    try:
+        await wait_for(lambda: _status_is(db, run_id, "COMPLETED"), within_s=15)
+    finally:
+        stop.set()
+        await task
+    state = await load(db, P, run_id)
+    assert state.attempt_count == 2 and state.failure_code is None
+    assert "RunFailed" not in await event_types(db, P, run_id)
+    assert len(effects(run_id, "unavailable")) == 1
+    assert len(effects(run_id, "one")) == 1  # journaled in attempt 1, not run again
+    assert w.executor.finished[Outcome.ERROR] == 1
+
+
 async def test_a_step_name_used_twice_fails_the_run(db: Database, fast: Settings) -> None:
     [run_id] = await create_runs(db, P, payload={"same_step_twice": True})
     await worker(db, fast).run_until_idle()

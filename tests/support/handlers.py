@@ -9,7 +9,8 @@ one, until killed or cancelled), ``sleep`` (seconds before step two), ``approval
 approval ``go`` between the steps), ``fail`` (raise after step two), ``tool`` (wait for a tool
 call between the steps), ``same_step_twice`` (use one step name twice), ``block_on_attempts``
 and ``block_s`` (attempts that block the event loop for ``block_s`` seconds after step one and
-then return at once: a stalled worker).
+then return at once: a stalled worker), ``unavailable_on_attempts`` (attempts that raise
+``DatabaseUnavailableError`` after step one, as a journal write does while Postgres restarts).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from awooop.errors import DatabaseUnavailableError
 from awooop.runs.approvals import ApprovalTicket
 from awooop.worker.context import RunContext
 
@@ -91,6 +93,10 @@ async def journaled(run: RunContext) -> dict[str, Any]:
         time.sleep(float(options.get("block_s", 3.0)))  # noqa: ASYNC251 - the stall itself
         effect(run, "unblocked")
         return {"blocked": True}
+    if run.attempt in options.get("unavailable_on_attempts", []):
+        # What a journal write or a pointer check raises while Postgres restarts.
+        effect(run, "unavailable")
+        raise DatabaseUnavailableError("connection lost (simulated restart)")
     if run.attempt in options.get("hang_on_attempts", []):
         effect(run, "hang")
         try:

@@ -8,12 +8,19 @@ from datetime import datetime, timedelta
 import pytest
 
 from awooop.cli import build_parser
-from awooop.errors import ApprovalExpiredError, HandlerError, InvalidInputError
+from awooop.errors import (
+    ApprovalExpiredError,
+    DatabaseUnavailableError,
+    HandlerError,
+    InvalidInputError,
+    ModelUnavailableError,
+    RedisUnavailableError,
+)
 from awooop.events import RunFailed, RunRequeued
 from awooop.runs import approvals
 from awooop.runs.leases import Availability, availability, claim_event, fence_problem, reap_event
 from awooop.runs.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, apply
-from awooop.worker.executor import Outcome, failure_of
+from awooop.worker.executor import Outcome, failure_of, infrastructure_failure
 from awooop.worker.reclaim import ReclaimAction, dead_letter_reason, reclaim_action
 from tests.support.factories import T0, WORKER, replace, state_in
 
@@ -100,6 +107,22 @@ def test_handler_exceptions_map_to_a_code_and_a_reason() -> None:
     code, reason = failure_of(ApprovalExpiredError())
     assert code == "E-APPROVAL-002" and reason.startswith("ApprovalExpiredError")
     assert len(failure_of(RuntimeError("x" * 5000))[1]) == 2000
+
+
+@pytest.mark.parametrize(
+    ("exc", "abandoned"),
+    [
+        (DatabaseUnavailableError("restart"), True),
+        (RedisUnavailableError("gone"), True),
+        (HandlerError("the handler's own"), False),
+        (ModelUnavailableError("model down"), False),  # fails the run, with its reason
+        (ConnectionRefusedError("the handler's own call"), False),
+    ],
+)
+def test_only_the_runtimes_own_stores_being_down_abandons_an_attempt(
+    exc: BaseException, abandoned: bool
+) -> None:
+    assert infrastructure_failure(exc) is abandoned
 
 
 def test_only_a_failed_last_write_leaves_the_message_pending() -> None:
