@@ -133,9 +133,9 @@ async def test_postgres_unavailable_under_a_handler_abandons_the_attempt_not_the
     db: Database, fast: Settings
 ) -> None:
     """A journal write or pointer check that finds Postgres gone (a restart) must not fail the
-    run: whether its RunFailed got written would depend on when Postgres came back (the chaos
-    soak saw one such FAILED run in five). The attempt ends without a last write, the lease
-    runs out, and the next attempt completes without repeating journaled steps."""
+    run: whether its RunFailed got written would depend on when Postgres came back. The
+    attempt ends without a last write, the lease runs out, and the next attempt completes
+    without repeating journaled steps."""
     [run_id] = await create_runs(db, P, payload={"unavailable_on_attempts": [1]})
     w = worker(db, fast)
     stop = asyncio.Event()
