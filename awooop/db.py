@@ -212,7 +212,7 @@ class TenantSessions:
     async def session(self, project_id: str) -> AsyncIterator[Connection]:
         """A connection outside any transaction whose session is set to ``project_id``."""
         pool = self._pool or await self._open()
-        try:
+        with unavailable_on_connection_errors("lost the database connection"):
             async with pool.acquire() as conn:
                 # The pool's proxy forwards attributes to its TenantConnection.
                 tenant = cast(TenantConnection, conn)
@@ -221,8 +221,6 @@ class TenantSessions:
                     await conn.execute(SET_SESSION_TENANT, project_id)
                     tenant.remember_project(project_id)
                 yield conn
-        except CONNECTION_ERRORS as exc:
-            raise DatabaseUnavailableError(f"lost the database connection: {exc}") from exc
 
     async def run(
         self, project_id: str, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5

@@ -48,8 +48,8 @@ from __future__ import annotations
 import re
 import uuid
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -66,6 +66,7 @@ from awooop.ingest.credentials import check_channel, check_contract_id, check_pr
 from awooop.telemetry import tracer
 
 _json_encode = msgspec.json.Encoder().encode
+T = TypeVar("T")
 _default_settings: Settings | None = None
 
 
@@ -178,14 +179,8 @@ async def _submit(
 
     if isinstance(target, Database) and on_session:
         results = await target.sessions.run(project_id, run)
-    elif isinstance(target, Database):
-        results = await target.in_tenant(project_id, run)
     else:
-        if not target.is_in_transaction():
-            raise ProducerTransactionError(
-                "pass a Database, or a connection inside its open transaction"
-            )
-        results = await run(target)
+        results = await _in_transaction(target, project_id, run)
     for channel_type, group in groups.items():
         created = sum(1 for index, _ in group if results[index].created)
         if created:
@@ -326,6 +321,14 @@ async def emit_many(
                     results[index] = Emitted(stream_id, row.event_id, row.version, row.position)
         return [r for r in results if r is not None]
 
+    return await _in_transaction(target, project_id, run)
+
+
+async def _in_transaction(
+    target: Database | Connection, project_id: str, run: Callable[[Connection], Awaitable[T]]
+) -> T:
+    """``run`` in a tenant transaction of the Database (retried on transient conflicts), or
+    on the caller's connection inside its open transaction."""
     if isinstance(target, Database):
         return await target.in_tenant(project_id, run)
     if not target.is_in_transaction():
