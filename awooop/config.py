@@ -35,6 +35,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     lease_ttl_s: float = 30.0
     heartbeat_interval_s: float = 5.0
+    lease_safety_fraction: float = 0.1
+    db_statement_timeout_s: float = 0.0  # 0: a third of the local lease (see lease_io_timeout_s)
+    redis_socket_timeout_s: float = 10.0
     reaper_interval_s: float = 10.0
     reclaim_interval_s: float = 10.0
     max_attempts: int = 3
@@ -103,6 +106,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "channel_event_revalidate_s",
             "llm_timeout_s",
             "stats_interval_s",
+            "redis_socket_timeout_s",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{env_name(name)} must be a positive number of seconds")
@@ -124,11 +128,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")
-        if self.heartbeat_interval_s >= self.lease_ttl_s:
-            raise ConfigError(
-                f"{env_name('heartbeat_interval_s')} must be shorter than "
-                f"{env_name('lease_ttl_s')} (a lease must survive between two heartbeats)"
-            )
+        _check_lease_bounds(self)
         if self.relay_linger_s < 0:
             raise ConfigError(f"{env_name('relay_linger_s')} must be 0 (off) or more seconds")
         if self.ingest_config_cache_s < 0:
@@ -148,8 +148,58 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             )
 
     @property
+    def lease_safety_margin_s(self) -> float:
+        """How long before the database's lease expiry a worker stops an attempt by its own
+        clock (see awooop.worker.heartbeat)."""
+        return self.lease_ttl_s * self.lease_safety_fraction
+
+    @property
+    def local_lease_s(self) -> float:
+        """How long a confirmed renewal keeps an attempt running by the worker's own clock."""
+        return self.lease_ttl_s - self.lease_safety_margin_s
+
+    @property
+    def lease_io_timeout_s(self) -> float:
+        """The bound on every Postgres wait a lease depends on: ``db_statement_timeout_s``, or
+        when that is 0 a third of the local lease (9 s with the defaults), so that a hung
+        renewal fails and is tried again twice before the local deadline."""
+        return self.db_statement_timeout_s or self.local_lease_s / 3
+
+    @property
     def database_name(self) -> str:
         return urlsplit(self.database_url).path.lstrip("/") or "postgres"
+
+
+# Blocking stream reads (worker intake, projectors, revision notices) wait up to 1 s in Redis;
+# the socket timeout must leave them room to answer.
+LONGEST_REDIS_BLOCK_S = 1.0
+
+
+def _check_lease_bounds(settings: Settings) -> None:
+    """The time bounds a lease depends on (docs/workers.md, "Time bounds"): a worker that cannot
+    renew must stop its handlers before the database lets anyone else take the runs."""
+    if not 0 <= settings.lease_safety_fraction < 1:
+        raise ConfigError(f"{env_name('lease_safety_fraction')} must be at least 0 and below 1")
+    local_lease = settings.local_lease_s
+    if settings.heartbeat_interval_s >= local_lease:
+        raise ConfigError(
+            f"{env_name('heartbeat_interval_s')} must be shorter than {env_name('lease_ttl_s')} "
+            f"minus the safety margin ({local_lease:g} s): a lease must be renewed before the "
+            "worker's own deadline"
+        )
+    if settings.lease_io_timeout_s < 0:
+        raise ConfigError(f"{env_name('db_statement_timeout_s')} must be 0 (automatic) or more")
+    if settings.lease_io_timeout_s >= local_lease:
+        raise ConfigError(
+            f"{env_name('db_statement_timeout_s')} must be shorter than "
+            f"{env_name('lease_ttl_s')} minus the safety margin ({local_lease:g} s): a "
+            "renewal that hangs must fail while the lease still holds"
+        )
+    if settings.redis_socket_timeout_s <= LONGEST_REDIS_BLOCK_S:
+        raise ConfigError(
+            f"{env_name('redis_socket_timeout_s')} must be longer than the "
+            f"{LONGEST_REDIS_BLOCK_S:g} s that blocking stream reads wait"
+        )
 
 
 def env_name(field: str) -> str:

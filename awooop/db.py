@@ -54,14 +54,21 @@ RETRYABLE_PG_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.DeadlockDetectedError,
     StreamOrderConflictError,
 )
+# Postgres being away or full, in every form it takes: refused or reset (OSError), no answer
+# in time (TimeoutError, a cancelled statement), a lost or rejected connection (class 08), no
+# free connection slot (53300), the server starting up or shutting down (57P01-57P03), and
+# asyncpg's own "connection is closed". One family: every process waits these out with
+# backoff (awooop.loops, the worker's start) and none of them is a run's failure.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.TooManyConnectionsError,
     asyncpg.CannotConnectNowError,
-    asyncpg.ConnectionDoesNotExistError,
-    asyncpg.InterfaceError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
+    asyncpg.QueryCanceledError,
+    asyncpg.InterfaceError,
 )
 
 
@@ -243,16 +250,82 @@ class TenantSessions:
 # --- the process's pools -------------------------------------------------------------------
 
 
+@asynccontextmanager
+async def bounded(pool: Pool, timeout_s: float, *, transaction: bool) -> AsyncIterator[Connection]:
+    """A pool connection (in a transaction if asked) on which every statement must answer
+    within ``timeout_s`` (and the connection itself be had within it), whatever the network
+    does.
+
+    Why not ``asyncio.timeout`` alone: a cancelled asyncpg statement sends a cancel request on
+    a new connection and, inside a transaction, a ROLLBACK; on a black-holed network both wait
+    forever too, and so would the pool's release. Instead a timer on the event loop
+    *terminates* the connection when no statement has answered for ``timeout_s`` (its socket
+    is closed, nothing more is sent): every await on it fails at once with a connection error,
+    raised here as DatabaseUnavailableError (E-DB-001). The pool replaces the connection.
+    The bound is per statement, not per transaction: a transaction of several statements on a
+    slow but working link goes on as long as each one answers in time."""
+    loop = asyncio.get_running_loop()
+    try:
+        conn = await pool.acquire(timeout=timeout_s)
+    except CONNECTION_ERRORS as exc:
+        raise DatabaseUnavailableError(
+            f"no database connection within {timeout_s:g} s: {exc!r}"
+        ) from exc
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        conn.terminate()
+
+    timer = loop.call_later(timeout_s, expire)
+
+    def answered(_query: object) -> None:
+        nonlocal timer
+        if not expired:
+            timer.cancel()
+            timer = loop.call_later(timeout_s, expire)
+
+    conn.add_query_logger(answered)
+    try:
+        if transaction:
+            async with conn.transaction():
+                yield conn
+        else:
+            yield conn
+    except Exception as exc:
+        if expired:
+            raise DatabaseUnavailableError(
+                f"a database statement did not answer within {timeout_s:g} s"
+            ) from exc
+        raise
+    finally:
+        timer.cancel()
+        if not expired:
+            conn.remove_query_logger(answered)
+            await pool.release(conn)
+
+
 class Database:
-    """The role pools of one process, and the worker's run pool."""
+    """The role pools of one process, and the worker's run pool.
+
+    ``run_timeout_s`` bounds every use of the run pool (a worker's claims, completions and
+    fenced writes: see :func:`bounded`); the worker sets it to ``Settings.lease_io_timeout_s``. The
+    other pools are bounded per call (``timeout_s=``) where a lease depends on the answer."""
 
     def __init__(
-        self, tenant_pool: Pool, platform_pool: Pool, run_pool: Pool, sessions: TenantSessions
+        self,
+        tenant_pool: Pool,
+        platform_pool: Pool,
+        run_pool: Pool,
+        sessions: TenantSessions,
+        run_timeout_s: float | None = None,
     ) -> None:
         self.tenant_pool = tenant_pool
         self.platform_pool = platform_pool
         self.run_pool = run_pool
         self.sessions = sessions  # opened at first use
+        self.run_timeout_s = run_timeout_s
 
     @classmethod
     async def open(cls, url: str, max_size: int = 10, run_min_size: int = 0) -> Database:
@@ -282,23 +355,50 @@ class Database:
         )
 
     @asynccontextmanager
-    async def tenant(self, project_id: str) -> AsyncIterator[Connection]:
-        async with self.tenant_pool.acquire() as conn, conn.transaction():
+    async def tenant(
+        self, project_id: str, *, timeout_s: float | None = None
+    ) -> AsyncIterator[Connection]:
+        async with self._transaction(self.tenant_pool, timeout_s) as conn:
             await conn.execute(SET_TENANT, project_id)
             yield conn
 
     @asynccontextmanager
-    async def platform(self) -> AsyncIterator[Connection]:
-        async with self.platform_pool.acquire() as conn, conn.transaction():
+    async def platform(self, *, timeout_s: float | None = None) -> AsyncIterator[Connection]:
+        async with self._transaction(self.platform_pool, timeout_s) as conn:
+            yield conn
+
+    @staticmethod
+    @asynccontextmanager
+    async def _transaction(pool: Pool, timeout_s: float | None) -> AsyncIterator[Connection]:
+        if timeout_s is not None:
+            async with bounded(pool, timeout_s, transaction=True) as conn:
+                yield conn
+            return
+        async with pool.acquire() as conn, conn.transaction():
+            yield conn
+
+    @asynccontextmanager
+    async def _run_connection(self) -> AsyncIterator[Connection]:
+        if self.run_timeout_s is not None:
+            async with bounded(self.run_pool, self.run_timeout_s, transaction=False) as conn:
+                yield conn
+            return
+        async with self.run_pool.acquire() as conn:
             yield conn
 
     async def in_tenant(
-        self, project_id: str, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5
+        self,
+        project_id: str,
+        fn: Callable[[Connection], Awaitable[T]],
+        attempts: int = 5,
+        *,
+        timeout_s: float | None = None,
     ) -> T:
-        """Run ``fn`` in a tenant transaction, retrying transient conflicts."""
+        """Run ``fn`` in a tenant transaction, retrying transient conflicts; ``timeout_s``
+        bounds each try (:func:`bounded`)."""
 
         async def once() -> T:
-            async with self.tenant(project_id) as conn:
+            async with self.tenant(project_id, timeout_s=timeout_s) as conn:
                 return await fn(conn)
 
         return await retry_transaction(once, attempts)
@@ -308,11 +408,11 @@ class Database:
     ) -> T:
         """Run ``fn`` on a run-pool connection OUTSIDE a transaction: each of its statements
         commits on its own (no BEGIN, no COMMIT: one round trip). Only for a worker's work that
-        is one statement (``leases.claim_many``, ``leases.complete_many``); retried like a
-        transaction on deadlocks."""
+        is one statement (``leases.claim_many``, ``leases.complete_many``, the heartbeat);
+        retried like a transaction on deadlocks."""
 
         async def once() -> T:
-            async with self.run_pool.acquire() as conn:
+            async with self._run_connection() as conn:
                 return await fn(conn)
 
         return await retry_transaction(once, attempts)
@@ -333,14 +433,20 @@ class Database:
         statement run there must keep a good generic plan, see :data:`CACHED_PLAN_SETTINGS`)."""
 
         async def once() -> T:
-            async with self.run_pool.acquire() as conn, conn.transaction():
+            async with self._run_connection() as conn, conn.transaction():
                 return await fn(conn)
 
         return await retry_transaction(once, attempts)
 
-    async def in_platform(self, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5) -> T:
+    async def in_platform(
+        self,
+        fn: Callable[[Connection], Awaitable[T]],
+        attempts: int = 5,
+        *,
+        timeout_s: float | None = None,
+    ) -> T:
         async def once() -> T:
-            async with self.platform() as conn:
+            async with self.platform(timeout_s=timeout_s) as conn:
                 return await fn(conn)
 
         return await retry_transaction(once, attempts)

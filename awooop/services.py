@@ -2,24 +2,43 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import redis.asyncio as aioredis
 
 from awooop.config import Settings
 from awooop.db import Database
+from awooop.errors import DatabaseUnavailableError
+from awooop.logs import get_logger
 from streams.keys import Keys
 
+log = get_logger(__name__)
+# How long a starting process waits for the database before it gives up (E-DB-001, exit 1).
+DATABASE_WAIT_S = 60.0
 
-def redis_client(url: str) -> Any:
-    """A Redis client for ``url``: ``redis+cluster://`` selects the cluster client."""
+
+def redis_client(url: str, socket_timeout_s: float | None = None) -> Any:
+    """A Redis client for ``url``: ``redis+cluster://`` selects the cluster client.
+
+    ``socket_timeout_s`` (``AWOOOP_REDIS_SOCKET_TIMEOUT_S``) bounds every command and connect:
+    a Redis that accepts packets and never answers raises a timeout instead of hanging its
+    caller forever."""
     if url.startswith("redis+cluster://"):
         from redis.asyncio.cluster import RedisCluster
 
-        return RedisCluster.from_url("redis://" + url.removeprefix("redis+cluster://"))
-    return aioredis.Redis.from_url(url)
+        return RedisCluster.from_url(
+            "redis://" + url.removeprefix("redis+cluster://"),
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=socket_timeout_s,
+        )
+    return aioredis.Redis.from_url(
+        url, socket_timeout=socket_timeout_s, socket_connect_timeout=socket_timeout_s
+    )
 
 
 @dataclass
@@ -42,9 +61,67 @@ class Services:
         return cls(
             settings=settings,
             db=db,
-            redis=redis_client(settings.redis_url),
+            redis=redis_client(settings.redis_url, settings.redis_socket_timeout_s),
             keys=Keys(settings.redis_key_prefix, settings.shard_count),
         )
+
+    @overload
+    @classmethod
+    async def open_when_reachable(
+        cls,
+        settings: Settings,
+        db_pool_size: int = ...,
+        db_run_min: int = ...,
+        *,
+        stop: None = ...,
+        wait_s: float = ...,
+    ) -> Services: ...
+
+    @overload
+    @classmethod
+    async def open_when_reachable(
+        cls,
+        settings: Settings,
+        db_pool_size: int = ...,
+        db_run_min: int = ...,
+        *,
+        stop: asyncio.Event,
+        wait_s: float = ...,
+    ) -> Services | None: ...
+
+    @classmethod
+    async def open_when_reachable(
+        cls,
+        settings: Settings,
+        db_pool_size: int = 10,
+        db_run_min: int = 0,
+        *,
+        stop: asyncio.Event | None = None,
+        wait_s: float = DATABASE_WAIT_S,
+    ) -> Services | None:
+        """:meth:`open`, waiting up to ``wait_s`` with backoff while the database is away in
+        any form (refused, reset, no answer, no free connection slot, starting up or shutting
+        down: ``awooop.db.CONNECTION_ERRORS``): a process started during a Postgres restart,
+        or while every connection slot is taken, comes up when the database can have it
+        instead of exiting. A wrong address still fails, after the wait (E-DB-001). None when
+        ``stop`` is set meanwhile."""
+        deadline = time.monotonic() + wait_s
+        delay = 0.5
+        while True:
+            try:
+                return await cls.open(settings, db_pool_size=db_pool_size, db_run_min=db_run_min)
+            except DatabaseUnavailableError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("waiting_for_database", error=str(exc), retry_in_s=delay)
+            if stop is None:
+                await asyncio.sleep(delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                if stop.is_set():
+                    return None
+            delay = min(delay * 2, 5.0)
 
     async def close(self) -> None:
         for closer in reversed(self.closers):

@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     configure_tracing("awooop-relay")
     serve_metrics(settings.metrics_port)
-    redis = redis_client(settings.redis_url)
+    redis = redis_client(settings.redis_url, settings.redis_socket_timeout_s)
     relay = Relay(
         settings=settings,
         redis=redis,

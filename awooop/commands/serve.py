@@ -77,7 +77,7 @@ async def serve_one(
     from awooop.telemetry import configure_tracing, shutdown_tracing
 
     configure_tracing(SERVICE_NAME)
-    services = await Services.open(settings, db_pool_size=settings.http_db_pool_size)
+    services = await Services.open_when_reachable(settings, db_pool_size=settings.http_db_pool_size)
     try:
         app = create_app(services)
         config = uvicorn.Config(

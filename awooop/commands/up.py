@@ -54,7 +54,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.workers < 0:
         raise ValueError("--workers must be 0 or more")
     concurrency = settings.worker_concurrency
-    services = await Services.open(
+    services = await Services.open_when_reachable(
         settings, db_pool_size=max(settings.http_db_pool_size, pool_size(concurrency) * 2)
     )
     observability = start_observability("awooop-up", settings.metrics_port)

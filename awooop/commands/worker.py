@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import importlib
 import inspect
 import signal
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from awooop.config import Settings
-from awooop.errors import DatabaseUnavailableError, HandlerNotFoundError
+from awooop.errors import HandlerNotFoundError
 from awooop.llm.gateway import ModelGateway
 from awooop.logs import get_logger
 from awooop.loop_registry import all_loops
@@ -39,8 +37,6 @@ from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
 
 log = get_logger(__name__)
-# How long a starting worker waits for the database before it gives up (E-DB-001, exit 1).
-DATABASE_WAIT_S = 60.0
 
 
 def register(subparsers: Any) -> None:
@@ -105,7 +101,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    services = await open_when_reachable(settings, size, flushes, stop)
+    services = await Services.open_when_reachable(
+        settings, db_pool_size=size, db_run_min=flushes, stop=stop
+    )
     if services is None:  # stopped while waiting for the database
         return 0
     observability = start_observability("awooop-worker", settings.metrics_port)
@@ -153,28 +151,6 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         set_heartbeat_sink(previous_sink)
         observability.close()
         await services.close()
-
-
-async def open_when_reachable(
-    settings: Settings, size: int, flushes: int, stop: asyncio.Event
-) -> Services | None:
-    """The worker's services, waiting up to ``DATABASE_WAIT_S`` for an unreachable database
-    (a worker started while Postgres restarts comes up when it is back instead of exiting 1;
-    a wrong address still fails, after the wait). None when stopped meanwhile."""
-    deadline = time.monotonic() + DATABASE_WAIT_S
-    delay = 0.5
-    while True:
-        try:
-            return await Services.open(settings, db_pool_size=size, db_run_min=flushes)
-        except DatabaseUnavailableError as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("worker_waiting_for_database", error=str(exc), retry_in_s=delay)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=delay)
-        if stop.is_set():
-            return None
-        delay = min(delay * 2, 5.0)
 
 
 def pool_size(concurrency: int) -> int:

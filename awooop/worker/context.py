@@ -102,9 +102,27 @@ class Attempt:
     stop_reason: StopReason | None = None
     finishing: bool = False  # writing its last event: a missing lease is expected now
     started: float = field(default_factory=time.monotonic)
+    _deadline_timer: asyncio.TimerHandle | None = None
 
     def live(self) -> bool:
         return self.stop_reason is None and time.monotonic() < self.lease_deadline
+
+    def hold_until(self, deadline: float, on_deadline: Callable[[Attempt], None]) -> None:
+        """Move the local lease deadline (monotonic clock) to ``deadline`` if later, and arm a
+        timer on the event loop that calls ``on_deadline`` when it passes. The timer, not any
+        I/O call returning, is what stops an attempt that can no longer renew."""
+        if self._deadline_timer is not None and deadline <= self.lease_deadline:
+            return
+        self.lease_deadline = max(self.lease_deadline, deadline)
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        delay = max(0.0, self.lease_deadline - time.monotonic())
+        self._deadline_timer = asyncio.get_running_loop().call_later(delay, on_deadline, self)
+
+    def disarm(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
 
     def stop(self, reason: StopReason) -> bool:
         """Cancel the handler for ``reason``; False if it was already stopping or finishing."""
@@ -146,8 +164,10 @@ class RunContext:
         llm: LLMClient | None,
         notifier: Notifier | None,
         approval_ttl_s: float,
+        io_timeout_s: float | None = None,
     ) -> None:
         self._attempt = attempt
+        self._io_timeout_s = io_timeout_s
         self._db = db
         self._writer = writer
         self._llm = llm
@@ -271,7 +291,9 @@ class RunContext:
 
         try:
             with unavailable_on_connection_errors("the approval request failed"):
-                outcome = await self._db.in_tenant(self.project_id, decide_or_ask)
+                outcome = await self._db.in_tenant(
+                    self.project_id, decide_or_ask, timeout_s=self._io_timeout_s
+                )
         except BaseException:
             attempt.finishing = False
             raise
@@ -326,7 +348,7 @@ class RunContext:
                 )
 
         with unavailable_on_connection_errors("the tool result write failed"):
-            await self._db.in_tenant(self.project_id, finish)
+            await self._db.in_tenant(self.project_id, finish, timeout_s=self._io_timeout_s)
         self._steps[step_name] = encoded
         return result
 
@@ -344,6 +366,7 @@ class RunContext:
         return msgspec.convert(value, type_)
 
     async def _write(self, make: Callable[[RunState, datetime], Event]) -> RunState:
+        self.check()  # a stopped attempt writes nothing more, even where the fence would allow
         return await self._writer(
             leases.FencedWrite(self.run_id, self.worker_id, self.attempt, make, trace_metadata())
         )

@@ -93,6 +93,17 @@ class Outcome(enum.StrEnum):
         return self is not Outcome.ERROR
 
 
+def lease_lost(attempt: Attempt, why: str) -> None:
+    """Stop ``attempt``: its lease is gone or can no longer be trusted (``why``)."""
+    if attempt.stop(StopReason.LOST):
+        metrics.LEASE_LOSSES.inc()
+        log.warning("lease_lost", run_id=str(attempt.run_id), attempt=attempt.number, why=why)
+
+
+def _local_deadline_passed(attempt: Attempt) -> None:
+    lease_lost(attempt, "the local lease deadline passed without a confirmed renewal")
+
+
 def infrastructure_failure(exc: BaseException) -> bool:
     """Pure: whether a handler ended because the runtime's own stores were unavailable (the
     attempt is abandoned, not the run failed)."""
@@ -125,6 +136,9 @@ class Executor:
         self.llm = llm
         self.notifier = notifier
         self.attempts: dict[uuid.UUID, Attempt] = {}
+        # Handler tasks by run, until they have really ended (a cancelled handler may take a
+        # while): a later attempt of the same run waits for its predecessor here.
+        self.handlers: dict[uuid.UUID, asyncio.Task[object]] = {}
         self.drained = asyncio.Event()
         self.drained.set()
         self.finished: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
@@ -173,12 +187,23 @@ class Executor:
             project_id=state.project_id,
             worker_id=self.worker_id,
             number=state.attempt_count,
-            lease_deadline=lease_sent + self.settings.lease_ttl_s,
+            lease_deadline=0.0,
             entry=entry,
         )
+        self.hold(attempt, lease_sent)
         self.attempts[state.run_id] = attempt
         self.drained.clear()
         return attempt
+
+    def hold(self, attempt: Attempt, confirmed_sent: float) -> None:
+        """Postgres confirmed the lease of ``attempt`` by a statement sent at ``confirmed_sent``
+        (monotonic): the local deadline moves to that time + TTL - the safety margin."""
+        ttl = self.settings.lease_ttl_s - self.settings.lease_safety_margin_s
+        attempt.hold_until(confirmed_sent + ttl, _local_deadline_passed)
+
+    @staticmethod
+    def lease_renewed(count: int) -> None:
+        metrics.LEASE_RENEWALS.inc(count)
 
     async def run(
         self,
@@ -209,6 +234,7 @@ class Executor:
                 span.set_attribute("awooop.outcome", str(outcome))
                 return outcome
         finally:
+            attempt.disarm()
             if self.attempts.get(attempt.run_id) is attempt:
                 del self.attempts[attempt.run_id]
             if not self.attempts:
@@ -223,11 +249,25 @@ class Executor:
             llm=self.llm,
             notifier=self.notifier,
             approval_ttl_s=self.settings.approval_ttl_s,
+            io_timeout_s=self.settings.lease_io_timeout_s,
         )
+        if not await self._predecessor_ended(attempt):
+            if attempt.stop_reason is not None:
+                return await self._stopped(attempt)
+            attempt.finishing = True
+            return await self._last_write(
+                attempt,
+                Outcome.RELEASED,
+                lambda _s, now: LeaseReleased(
+                    at=now, worker_id=self.worker_id, attempt=attempt.number
+                ),
+            )
         task: asyncio.Task[object] = asyncio.create_task(
             self._invoke(ctx), name=f"run-{state.run_id}-{attempt.number}"
         )
         attempt.task = task
+        self.handlers[state.run_id] = task
+        task.add_done_callback(functools.partial(self._handler_ended, state.run_id))
         if attempt.stop_reason is not None:  # stopped between claim and start
             task.cancel()
         try:
@@ -240,6 +280,25 @@ class Executor:
             await self._settle(attempt, task)
             raise
         return await self._settle(attempt, task)
+
+    async def _predecessor_ended(self, attempt: Attempt) -> bool:
+        """Whether no earlier attempt of this run still runs in this process (a process never
+        runs two attempts of one run at once). An earlier handler was cancelled when its lease
+        was lost; wait for it to end while the new lease holds. False: it has not ended (it
+        ignores cancellation), or the new attempt was stopped meanwhile."""
+        previous = self.handlers.get(attempt.run_id)
+        if previous is None or previous.done():
+            return attempt.stop_reason is None
+        log.warning(
+            "previous_attempt_still_running", run_id=str(attempt.run_id), attempt=attempt.number
+        )
+        previous.cancel()
+        await asyncio.wait({previous}, timeout=max(0.0, attempt.lease_deadline - time.monotonic()))
+        return previous.done() and attempt.stop_reason is None
+
+    def _handler_ended(self, run_id: uuid.UUID, task: asyncio.Task[object]) -> None:
+        if self.handlers.get(run_id) is task:
+            del self.handlers[run_id]
 
     async def _invoke(self, ctx: RunContext) -> object:
         return await self.handler(ctx)

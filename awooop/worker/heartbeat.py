@@ -1,13 +1,24 @@
 """The worker's heartbeat (R-12) and its cancel listener.
 
-Every ``heartbeat_interval_s`` one statement renews every lease this process holds. A run
-missing from the answer lost its lease (reaped, taken by another worker, cancelled): its
-handler is cancelled. Independently of the database, an attempt whose lease ran out by the
-local clock (no renewal since ``lease_ttl_s`` after the last renewal was *sent*, which is never
-later than the database's own ``lease_until``) is treated as lost too, so a worker cut off from
-Postgres stops its handlers before anyone else may take the runs. After renewing, the worker
-touches its own pending stream entries (``XCLAIM ... JUSTID`` to itself) so that reclaimers
-do not take live work (R-16).
+The rule: **a worker that cannot renew stops its handlers before anyone else may take the
+runs, whatever the network does.** Three parts hold it:
+
+- Every attempt has a local lease deadline on this process's monotonic clock: the time the
+  last renewal that Postgres confirmed was *sent* (or the claim, for the first) + the lease
+  TTL - a safety margin (``AWOOOP_LEASE_SAFETY_FRACTION`` of the TTL). Postgres computed its
+  own ``lease_until`` from its clock *after* that send, so the local deadline comes first. A
+  timer on the event loop (:meth:`Attempt.hold_until`), not the return of any I/O call,
+  cancels the handler when the deadline passes; its writes stop with it (each is also fenced
+  by the database).
+- Every ``heartbeat_interval_s`` one statement renews every lease this process holds, bounded
+  by ``AWOOOP_DB_STATEMENT_TIMEOUT_S`` (shorter than the local lease): a renewal that hangs
+  on a black-holed connection fails in time and the next round tries again on a fresh one. A
+  run missing from the answer lost its lease (reaped, taken, cancelled): its handler is
+  cancelled at once.
+- Redis is never on the renewal's path. After a renewal the worker touches its own pending
+  stream entries (``XCLAIM ... JUSTID`` to itself, R-16) so that reclaimers leave live work
+  alone; that touch runs in its own task, bounded by the heartbeat interval, and a hung or
+  failed touch delays no renewal.
 
 The heartbeat is a plain task with a fixed period rather than a backoff loop: a lease must be
 renewed on time even after a failed round.
@@ -21,23 +32,16 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from awooop import metrics
 from awooop.db import PLATFORM_ROLE, Connection, Database, connect
 from awooop.logs import get_logger
 from awooop.runs import leases
 from awooop.runs.control import CANCEL_CHANNEL
-from awooop.worker.context import Attempt, StopReason, StreamEntry
-from awooop.worker.executor import Executor
+from awooop.worker.context import StopReason, StreamEntry
+from awooop.worker.executor import Executor, lease_lost
 
 log = get_logger("awooop.worker")
 
 Toucher = Callable[[list[StreamEntry]], Awaitable[None]]
-
-
-def lose(attempt: Attempt, why: str) -> None:
-    if attempt.stop(StopReason.LOST):
-        metrics.LEASE_LOSSES.inc()
-        log.warning("lease_lost", run_id=str(attempt.run_id), attempt=attempt.number, why=why)
 
 
 class Heartbeat:
@@ -56,49 +60,62 @@ class Heartbeat:
         self.interval_s = interval_s
         self.touch = touch
         self.rounds = 0
+        self._touching: asyncio.Task[None] | None = None
 
     async def beat(self) -> set[uuid.UUID]:
-        """One round: expire by the local clock, renew in the database, touch entries."""
+        """One round: renew in the database (bounded), move the local deadlines, touch entries."""
         attempts = self.executor.attempts
-        now = time.monotonic()
-        for attempt in list(attempts.values()):
-            if not attempt.finishing and now >= attempt.lease_deadline:
-                lose(attempt, "no renewal within the lease TTL")
         held = {rid: a for rid, a in attempts.items() if a.stop_reason is None}
         if not held:
             return set()
         sent = time.monotonic()
         worker_id = self.executor.worker_id
-        renewed = await self.db.in_platform(
+        renewed = await self.db.in_run_statement(
             lambda conn: leases.heartbeat(conn, worker_id, list(held), self.ttl_s)
         )
         self.rounds += 1
-        metrics.LEASE_RENEWALS.inc(len(renewed))
+        self.executor.lease_renewed(len(renewed))
         entries = []
         for rid, attempt in held.items():
             if rid in renewed:
-                attempt.lease_deadline = max(attempt.lease_deadline, sent + self.ttl_s)
+                self.executor.hold(attempt, sent)
                 if attempt.entry is not None:
                     entries.append(attempt.entry)
             elif attempts.get(rid) is attempt and not attempt.finishing:
-                lose(attempt, "the heartbeat did not renew it")
+                lease_lost(attempt, "the heartbeat did not renew it")
         if entries and self.touch is not None:
-            try:
-                await self.touch(entries)
-            except Exception as exc:
-                log.warning("touch_failed", error=repr(exc), entries=len(entries))
+            self._touch_in_background(entries)
         return renewed
 
+    def _touch_in_background(self, entries: list[StreamEntry]) -> None:
+        if self._touching is not None and not self._touching.done():
+            return  # the last touch still waits on Redis: the next renewal does not
+        self._touching = asyncio.ensure_future(self._touch(entries))
+
+    async def _touch(self, entries: list[StreamEntry]) -> None:
+        assert self.touch is not None
+        try:
+            async with asyncio.timeout(self.interval_s):
+                await self.touch(entries)
+        except Exception as exc:
+            log.warning("touch_failed", error=repr(exc), entries=len(entries))
+
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                await self.beat()
-            except Exception as exc:
-                log.warning("heartbeat_failed", error=repr(exc))
-            delay = max(0.0, self.interval_s - (time.monotonic() - started))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    await self.beat()
+                except Exception as exc:
+                    log.warning("heartbeat_failed", error=repr(exc))
+                delay = max(0.0, self.interval_s - (time.monotonic() - started))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+        finally:
+            if self._touching is not None:
+                self._touching.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._touching
 
 
 class CancelListener:
@@ -142,7 +159,10 @@ class CancelListener:
             finally:
                 self.connected.clear()
                 if conn is not None and not conn.is_closed():
-                    await conn.close(timeout=5)
+                    try:
+                        await conn.close(timeout=5)
+                    except Exception:  # a server that no longer answers: just drop it
+                        conn.terminate()
             if not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)

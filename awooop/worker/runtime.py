@@ -83,6 +83,9 @@ class Worker:
         touch: Toucher | None = None,
     ) -> None:
         self.db = db
+        # Every claim, completion, fenced write and renewal on the run pool ends within this
+        # bound (awooop.db.bounded), shorter than the local lease (settings check).
+        db.run_timeout_s = settings.lease_io_timeout_s
         self.settings = settings
         self.worker_id = worker_id or new_worker_id()
         self.concurrency = concurrency or settings.worker_concurrency
@@ -214,6 +217,7 @@ class Worker:
                 lambda conn: leases.take_expired(
                     conn, run_id, self.worker_id, self.settings.lease_ttl_s, meta
                 ),
+                timeout_s=self.settings.lease_io_timeout_s,
             )
             if taken is None:
                 return None, False  # someone else is on it right now
@@ -249,7 +253,9 @@ class Worker:
                 polled = await leases.poll(conn, self.worker_id, ttl, room, min_age, meta)
                 return taken, polled
 
-            taken, polled = await self.db.in_platform(claim_batch)
+            taken, polled = await self.db.in_platform(
+                claim_batch, timeout_s=self.settings.lease_io_timeout_s
+            )
             states = [t.state for t in taken if t.claimed] + polled
             span.set_attribute("awooop.claimed", len(states))
         for t in taken:

@@ -337,7 +337,7 @@ async def test_a_worker_started_while_postgres_is_down_waits_for_it(
         try:
             await asyncio.sleep(2.0)
             assert worker.process is not None and worker.process.poll() is None, worker.logs()
-            assert "worker_waiting_for_database" in worker.logs()
+            assert "waiting_for_database" in worker.logs()
             pg.start()
             worker.worker_id(within_s=30)
             db = await Database.open(url, max_size=2)
@@ -362,7 +362,7 @@ async def test_a_worker_stopped_while_it_waits_for_postgres_exits_0(
     worker.start()
     try:
         deadline = time.monotonic() + 20
-        while "worker_waiting_for_database" not in worker.logs():
+        while "waiting_for_database" not in worker.logs():
             assert time.monotonic() < deadline, worker.logs()
             await asyncio.sleep(0.05)
         worker.signal(signal.SIGTERM)

@@ -193,21 +193,23 @@ async def test_a_lost_lease_cancels_the_handler_and_its_writes_are_fenced(
 async def test_a_local_lease_deadline_stops_the_handler_without_the_database(
     db: Database, fast: Settings
 ) -> None:
+    """No heartbeat runs: the local deadline's timer alone cancels the handler, before the
+    lease runs out in Postgres (R-18)."""
+    timed = msgspec.structs.replace(fast, lease_ttl_s=4.0, heartbeat_interval_s=1.0)
     [run_id] = await create_runs(db, P, payload={"hang_on_attempts": [1]})
-    w = worker(db, fast)
-    await w.poll_once(0)
-    await wait_for(lambda: _has_effect(run_id, "hang"))
-    attempt = w.executor.attempts[run_id]
-    attempt.lease_deadline = 0.0  # as if no renewal succeeded for a whole lease
-    await w.heartbeat.beat()
+    w = worker(db, timed)
+    await w.poll_once(0)  # polling only: nothing renews the lease
     await wait_for(lambda: _has_effect(run_id, "cancelled"))
+    cancelled_at = next(e["t"] for e in effects(run_id, "cancelled"))
+    lease_until = (await load(db, P, run_id)).lease_until
+    assert lease_until is not None and cancelled_at < lease_until.timestamp()
     await w.drain(1.0)
     assert w.executor.finished[Outcome.LOST] == 1
     assert (await load(db, P, run_id)).status == "RUNNING"  # nothing written; the reaper's job
 
 
 async def test_cancel_stops_a_running_handler_at_once(db: Database, fast: Settings) -> None:
-    slow = msgspec.structs.replace(fast, heartbeat_interval_s=0.9)  # cancel must not wait for it
+    slow = msgspec.structs.replace(fast, lease_ttl_s=3.0, heartbeat_interval_s=2.0)  # not it
     [run_id] = await create_runs(db, P, payload={"hang_on_attempts": [1]})
     w = worker(db, slow)
     stop = asyncio.Event()

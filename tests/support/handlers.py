@@ -128,3 +128,29 @@ async def exclusive(run: RunContext) -> dict[str, Any]:
     await asyncio.sleep(float(run.input.get("sleep", 0.0)) if isinstance(run.input, dict) else 0)
     end = effect(run, "end")
     return {"pid": os.getpid(), "seconds": end["t"] - begin["t"]}
+
+
+async def ticking(run: RunContext) -> dict[str, Any]:
+    """A side effect ("tick") every ``tick_every_s`` (0.02) for ``tick_s`` seconds: the latest
+    tick of an attempt shows when its handler really stopped. With ``stubborn``, a first
+    cancellation is swallowed for ``stubborn`` seconds (a handler slow to stop)."""
+    options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
+    every = float(options.get("tick_every_s", 0.02))
+    until = time.monotonic() + float(options.get("tick_s", 1.0))
+    effect(run, "begin")
+    try:
+        while time.monotonic() < until:
+            effect(run, "tick")
+            await asyncio.sleep(every)
+    except asyncio.CancelledError:
+        stubborn = float(options.get("stubborn", 0.0))
+        if stubborn:
+            effect(run, "ignoring_cancel")
+            stop_at = time.monotonic() + stubborn
+            while time.monotonic() < stop_at:
+                effect(run, "tick")
+                await asyncio.sleep(every)
+        effect(run, "cancelled")
+        raise
+    effect(run, "end")
+    return {"ticks": True}

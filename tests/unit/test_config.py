@@ -57,3 +57,34 @@ def test_bad_configuration_names_the_variable(env: dict[str, str], named: str) -
         load_settings(environ=env)
     assert named in info.value.message
     assert info.value.code == "E-CONFIG-001"
+
+
+def test_time_bounds_of_a_lease_follow_the_lease_by_default() -> None:
+    """R-18: the local lease ends a safety margin before the database's, and a hung Postgres
+    wait fails while it still holds: twice over with the defaults."""
+    settings = load_settings(environ={})
+    assert settings.lease_safety_margin_s == pytest.approx(3.0)
+    assert settings.local_lease_s == pytest.approx(27.0)
+    assert settings.lease_io_timeout_s == pytest.approx(9.0)
+    short = load_settings(environ={"AWOOOP_LEASE_TTL_S": "2", "AWOOOP_HEARTBEAT_INTERVAL_S": "0.5"})
+    assert short.lease_io_timeout_s == pytest.approx(0.6)
+    explicit = load_settings(environ={"AWOOOP_DB_STATEMENT_TIMEOUT_S": "4"})
+    assert explicit.lease_io_timeout_s == 4.0
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"AWOOOP_DB_STATEMENT_TIMEOUT_S": "27"}, "AWOOOP_DB_STATEMENT_TIMEOUT_S"),
+        ({"AWOOOP_DB_STATEMENT_TIMEOUT_S": "-1"}, "AWOOOP_DB_STATEMENT_TIMEOUT_S"),
+        ({"AWOOOP_LEASE_SAFETY_FRACTION": "1"}, "AWOOOP_LEASE_SAFETY_FRACTION"),
+        (
+            {"AWOOOP_LEASE_SAFETY_FRACTION": "0.5", "AWOOOP_HEARTBEAT_INTERVAL_S": "15"},
+            "AWOOOP_HEARTBEAT_INTERVAL_S",
+        ),
+        ({"AWOOOP_REDIS_SOCKET_TIMEOUT_S": "0.5"}, "AWOOOP_REDIS_SOCKET_TIMEOUT_S"),
+    ],
+)
+def test_time_bounds_longer_than_the_lease_are_refused(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_settings(environ=env)

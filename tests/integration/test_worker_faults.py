@@ -1,0 +1,257 @@
+"""A worker under network faults (R-18), with a fault proxy between it and its servers.
+
+The rule under test: a worker that cannot renew stops its handlers before anyone else may take
+the runs, whatever the network does; Redis trouble alone never costs a lease; a process never
+runs two attempts of one run at once; latency alone loses no lease.
+
+W1 talks to Postgres (or Redis) through :mod:`tests.support.faultproxy`; W2 talks to the
+servers directly. Both run in this process, so their side effects share one clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import pytest
+from prometheus_client import REGISTRY
+
+from awooop.config import Settings
+from awooop.db import Database
+from awooop.events import RunClaimed
+from awooop.loops import run_loop
+from awooop.relay_loops import relay_spec
+from awooop.services import redis_client
+from awooop.worker.runtime import Worker
+from awooop.worker.streaming import StreamIntake
+from streams.keys import Keys
+from streams.relay import Relay
+from tests.support import handlers
+from tests.support.faultproxy import fault_proxy
+from tests.support.runs import create_runs, event_types, events_of, load
+
+P = "proj-faults"
+
+
+@pytest.fixture(autouse=True)
+def clean_effects() -> Iterator[None]:
+    handlers.EFFECTS.clear()
+    yield
+    handlers.EFFECTS.clear()
+
+
+@pytest.fixture
+def short(settings: Settings) -> Settings:
+    """A 2 s lease renewed every 0.5 s (the issue's setting); polling finds expired runs."""
+    return msgspec.structs.replace(
+        settings,
+        lease_ttl_s=2.0,
+        heartbeat_interval_s=0.5,
+        poll_interval_s=0.2,
+        reclaim_interval_s=0.5,
+        shutdown_grace_s=0.5,
+    )
+
+
+def ticks(run_id: uuid.UUID, worker_id: str) -> list[float]:
+    return [
+        e["t"]
+        for e in handlers.EFFECTS
+        if e["run_id"] == str(run_id) and e["worker_id"] == worker_id and e["what"] == "tick"
+    ]
+
+
+async def wait_for(predicate: Any, within_s: float = 60.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+@asynccontextmanager
+async def serving(worker: Worker, extra: list[Any] | None = None) -> AsyncIterator[None]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop, extra=extra))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+
+
+async def claimed_at(db: Database, run_id: uuid.UUID, attempt: int) -> datetime:
+    for event in await events_of(db, P, run_id):
+        if isinstance(event, RunClaimed) and event.attempt == attempt:
+            return event.at
+    raise AssertionError(f"no RunClaimed for attempt {attempt}")
+
+
+async def one_black_hole_round(db: Database, short: Settings) -> None:
+    handlers.EFFECTS.clear()
+    [run_id] = await create_runs(db, P, payload={"tick_s": 6.0})
+    with fault_proxy(short.database_url) as proxy:
+        cut_off = msgspec.structs.replace(short, database_url=proxy.url(short.database_url))
+        db1 = await Database.open(cut_off.database_url, max_size=4)
+        w1 = Worker(db=db1, settings=cut_off, handler=handlers.ticking, worker_id="w1")
+        w2 = Worker(db=db, settings=short, handler=handlers.ticking, worker_id="w2")
+        try:
+            async with serving(w1):
+                await wait_for(lambda: len(ticks(run_id, "w1")) >= 10)
+                proxy.blackhole()
+                async with serving(w2):
+                    await wait_for(lambda: len(ticks(run_id, "w2")) >= 1)
+                    taken_at = (await claimed_at(db, run_id, 2)).timestamp()
+                    last_w1 = max(ticks(run_id, "w1"))
+                    assert last_w1 < taken_at, (
+                        f"W1 ticked {last_w1 - taken_at:.3f} s after W2's claim"
+                    )
+                    proxy.heal()
+                    await wait_for(lambda: _finished(run_id), within_s=30)
+        finally:
+            proxy.heal()
+            await db1.close()
+    state = await load(db, P, run_id)
+    assert (state.status, state.attempt_count) == ("COMPLETED", 2)
+    assert (await event_types(db, P, run_id)).count("RunCompleted") == 1
+
+
+def _finished(run_id: uuid.UUID) -> bool:
+    return any(e["run_id"] == str(run_id) and e["what"] == "end" for e in handlers.EFFECTS)
+
+
+async def test_a_worker_cut_off_from_postgres_stops_before_another_takes_its_run(
+    db: Database, short: Settings
+) -> None:
+    for _ in range(3):
+        await one_black_hole_round(db, short)
+
+
+@pytest.mark.slow
+async def test_a_worker_cut_off_from_postgres_stops_in_time_20_times(
+    db: Database, short: Settings
+) -> None:
+    for _ in range(20):
+        await one_black_hole_round(db, short)
+
+
+def intake_of(intake: StreamIntake) -> list[Any]:
+    return [intake.run, functools.partial(run_loop, intake.reclaim_spec())]
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_redis_black_holed_costs_no_lease(db: Database, short: Settings) -> None:
+    keys = Keys(short.redis_key_prefix, short.shard_count)
+    redis = redis_client(short.redis_url)
+    losses = sample("awooop_lease_losses_total")
+    with fault_proxy(short.redis_url) as proxy:
+        cut_off = msgspec.structs.replace(
+            short, redis_url=proxy.url(short.redis_url), redis_socket_timeout_s=1.5
+        )
+        w1_redis = redis_client(cut_off.redis_url, cut_off.redis_socket_timeout_s)
+        w1 = Worker(db=db, settings=cut_off, handler=handlers.ticking, worker_id="w1", streams=True)
+        w2 = Worker(db=db, settings=short, handler=handlers.ticking, worker_id="w2", streams=True)
+        intake1 = StreamIntake(w1, w1_redis, keys, cut_off)
+        intake2 = StreamIntake(w2, redis, keys, short)
+        relay = Relay(settings=short, redis=redis, keys=keys)
+        relay_stop = asyncio.Event()
+        relay_task = asyncio.create_task(run_loop(relay_spec(relay, short), relay_stop))
+        try:
+            async with serving(
+                w1, [intake1.run, functools.partial(run_loop, intake1.reclaim_spec())]
+            ):
+                [run_id] = await create_runs(db, P, payload={"tick_s": 5.0})
+                await wait_for(lambda: len(ticks(run_id, "w1")) >= 5)
+                proxy.blackhole()
+                async with serving(
+                    w2, [intake2.run, functools.partial(run_loop, intake2.reclaim_spec())]
+                ):
+                    await wait_for(lambda: _finished(run_id), within_s=30)
+                    await asyncio.sleep(short.lease_ttl_s)  # room for a wrong second attempt
+                proxy.heal()
+        finally:
+            proxy.heal()
+            relay_stop.set()
+            await asyncio.wait_for(relay_task, 30)
+            await relay.close()
+            await w1_redis.aclose()
+            await redis.aclose()
+    state = await load(db, P, run_id)
+    assert (state.status, state.attempt_count) == ("COMPLETED", 1)
+    assert {e["worker_id"] for e in handlers.EFFECTS if e["run_id"] == str(run_id)} == {"w1"}
+    assert sample("awooop_lease_losses_total") == losses
+    assert "RunRequeued" not in await event_types(db, P, run_id)
+
+
+async def test_a_process_never_runs_two_attempts_of_one_run_at_once(
+    db: Database, short: Settings
+) -> None:
+    """W1 loses its lease (no heartbeat reaches Postgres) while its handler ignores the
+    cancellation for a while; W1's own polling takes the expired run again. The second
+    attempt's handler starts only after the first one has ended."""
+    [run_id] = await create_runs(db, P, payload={"tick_s": 4.0, "stubborn": 1.5})
+    with fault_proxy(short.database_url) as proxy:
+        cut_off = msgspec.structs.replace(short, database_url=proxy.url(short.database_url))
+        db1 = await Database.open(cut_off.database_url, max_size=4)
+        w1 = Worker(db=db1, settings=cut_off, handler=handlers.ticking, worker_id="w1")
+        try:
+            async with serving(w1):
+                await wait_for(lambda: len(ticks(run_id, "w1")) >= 5)
+                proxy.blackhole()
+                await wait_for(lambda: _effect(run_id, "ignoring_cancel"))
+                proxy.heal()  # W1's polling now finds its own expired run
+                await wait_for(lambda: _finished(run_id), within_s=30)
+        finally:
+            proxy.heal()
+            await db1.close()
+    spans: dict[int, list[float]] = {}
+    for e in handlers.EFFECTS:
+        if e["run_id"] == str(run_id):
+            spans.setdefault(e["attempt"], []).append(e["t"])
+    assert len(spans) >= 2, spans.keys()
+    ordered = sorted(spans.items())
+    for (_a, earlier), (_b, later) in itertools.pairwise(ordered):
+        assert max(earlier) < min(later), "two attempts of one run overlapped in one process"
+    assert (await load(db, P, run_id)).status == "COMPLETED"
+
+
+def _effect(run_id: uuid.UUID, what: str) -> bool:
+    return any(e["run_id"] == str(run_id) and e["what"] == what for e in handlers.EFFECTS)
+
+
+@pytest.mark.slow
+async def test_300_ms_on_every_postgres_round_trip_loses_no_lease_with_the_defaults(
+    db: Database, settings: Settings
+) -> None:
+    """Default lease settings (30 s lease, 5 s heartbeat); the handlers run longer than a
+    lease, so only renewals through the slow link keep them."""
+    defaults = msgspec.structs.replace(
+        Settings(), database_url=settings.database_url, redis_url=settings.redis_url
+    )
+    run_ids = await create_runs(db, P, 4, payload={"tick_s": 35.0, "tick_every_s": 0.5})
+    losses = sample("awooop_lease_losses_total")
+    with fault_proxy(defaults.database_url) as proxy:
+        slow = msgspec.structs.replace(defaults, database_url=proxy.url(defaults.database_url))
+        proxy.latency(0.3)
+        db1 = await Database.open(slow.database_url, max_size=4)
+        w1 = Worker(db=db1, settings=slow, handler=handlers.ticking, worker_id="w1")
+        try:
+            async with serving(w1):
+                await wait_for(lambda: all(_finished(r) for r in run_ids), within_s=120)
+        finally:
+            await db1.close()
+    assert sample("awooop_lease_losses_total") == losses
+    for run_id in run_ids:
+        state = await load(db, P, run_id)
+        assert (state.status, state.attempt_count) == ("COMPLETED", 1)
