@@ -10,6 +10,11 @@ cannot give. Heartbeats are batched (one statement per worker renews all its lea
 short lease is cheap: lease 30 s, heartbeat 5 s (six renewals per lease: a worker must miss
 six in a row to lose it), reaper and reclaim every 10 s. Worst-case recovery = lease TTL +
 one reclaim interval = 40 s.
+
+The relay's leader lease (8 s, renewed every 2 s) is short because nothing is published while a
+frozen leader still holds it: a standby leads at most lease + relay poll interval = 9 s after
+the leader froze. Renewal is one UPDATE every 2 s per leader; the renewal interval must leave
+room for one failed renewal (see :func:`awooop.leadership.check_timings`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from awooop.errors import ConfigError
+from awooop.leadership import check_timings
 
 ENV_PREFIX = "AWOOOP_"
 SPECIAL_ENV_NAMES = {"loop_project_id": "LOOP_PROJECT_ID"}
@@ -56,6 +62,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     relay_batch_size: int = 1000
     relay_trim_interval_s: float = 5.0
     relay_linger_s: float = 0.005
+    relay_leader_lease_s: float = 8.0
+    relay_leader_renew_s: float = 2.0
     stream_maxlen: int = 100_000
 
     projector_reconcile_interval_s: float = 60.0
@@ -129,6 +137,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")
         _check_lease_bounds(self)
+        problem = check_timings(self.relay_leader_lease_s, self.relay_leader_renew_s)
+        if problem is not None:
+            raise ConfigError(
+                f"{env_name('relay_leader_lease_s')} and {env_name('relay_leader_renew_s')}: "
+                f"{problem}"
+            )
         if self.relay_linger_s < 0:
             raise ConfigError(f"{env_name('relay_linger_s')} must be 0 (off) or more seconds")
         if self.ingest_config_cache_s < 0:

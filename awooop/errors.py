@@ -309,6 +309,14 @@ class StreamRebuildInterruptedError(AwoooPError):
     http_status = 503
 
 
+class LeadershipLostError(AwoooPError):
+    """This process is no longer the leader: its lease ran out or another holder took it."""
+
+    code = "E-LEADER-001"
+    http_status = 503
+    retryable = True
+
+
 # --- projections and replay ------------------------------------------------------------------
 
 

@@ -15,10 +15,13 @@ def relay_spec(relay: Relay, settings: Settings) -> LoopSpec:
         interval_s=settings.relay_poll_interval_s,
         body=relay.step,
         description="publish committed events and contract notices to Redis Streams "
-        "(one active relay per database; NOTIFY wake-up, poll fallback)",
+        "(one active relay per database, leader by lease; NOTIFY wake-up, poll fallback)",
     )
 
 
 def loops(services: Services) -> list[LoopSpec]:
     relay = Relay(settings=services.settings, redis=services.redis, keys=services.keys)
+    # On a clean stop: save the cursor and release the lease, so a standby leads at once
+    # instead of after AWOOOP_RELAY_LEADER_LEASE_S.
+    services.closers.append(relay.close)
     return [relay_spec(relay, services.settings)]

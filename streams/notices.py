@@ -4,7 +4,7 @@ The activation writes the outbox row in its own transaction (R-21); the relay pu
 with ``delivered_at IS NULL``, oldest first, then sets ``delivered_at``. ``relay_attempts`` is
 incremented on every attempt (a row delivered at the first try shows 1). A crash between the
 XADD and the mark sends the notice again (a duplicate); a refused XADD leaves the row for the
-next attempt. Only the active relay runs this (it holds the relay lock), and no transaction is
+next attempt. Only the active relay runs this (it holds the relay lease), and no transaction is
 held open across the XADD: a row lock would hold an xid, which holds back every follower of the
 event log while Redis answers (or hangs).
 

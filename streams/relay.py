@@ -20,12 +20,28 @@ Guarantees and how they are kept:
   in log order), and a run's events all map to one shard. A failed call is retried whole, so
   the first copy of each event always arrives in version order; duplicates can only repeat an
   already delivered prefix.
-- One active relay: several relay processes may run; the one holding a session advisory lock
-  (on its dedicated connection, which also does all its reads and writes) publishes, the
-  others retry the lock every poll interval. If the leader dies its session ends, the lock is
-  free, and a standby takes over within one poll interval. The cursor save is also a
-  compare-and-set on the previously saved position, so a leader that lost its session cannot
-  move it.
+- One active relay: several relay processes may run; the one holding the ``relay`` lease
+  (:class:`awooop.leadership.Lease`, row ``awooop_leaders.relay``) publishes, the others try
+  to acquire it every poll interval. A leader that stops cleanly releases it (a standby leads
+  within one poll interval); one that dies or is frozen (SIGSTOP, a paused VM) stops renewing,
+  and a standby leads within ``AWOOOP_RELAY_LEADER_LEASE_S`` + ``AWOOOP_RELAY_POLL_INTERVAL_S``
+  (9 s by default). A session advisory lock could not do this: a frozen process keeps its
+  session and its lock forever.
+- Fencing: the cursor save is a compare-and-set on the previously saved position AND checks in
+  the same statement that this relay's term still holds an unexpired lease, so a relay that
+  lost leadership (a resumed frozen one, one cut off from Postgres) cannot move the cursor,
+  let alone backwards; it gets :class:`LeadershipLostError` and steps down. Before each publish
+  to Redis (events, notices, a rebuild) the leader checks its local lease deadline
+  (:meth:`Lease.check`): a process resumed after its lease ran out steps down at that check,
+  before publishing. The one thing no check can stop: a process frozen between that check and
+  its XADD sends that one batch after resuming. That is harmless: its cursor started at or after
+  the saved one the new leader started from, and each relay publishes a shard's events in log
+  order, so every event's FIRST copy in a stream still arrives in log order (the earlier of two
+  copies, each sent in order, is in order) and nothing is skipped (the new leader publishes
+  everything after the saved cursor itself). The late batch can only add duplicates, which
+  consumers already tolerate (at-least-once, R-31). Nothing the relay writes in Postgres as
+  leader outlives its lease: its connection has ``statement_timeout``, ``lock_timeout`` and
+  ``idle_in_transaction_session_timeout`` at the lease (it holds no transaction open anyway).
 - Wake-up: a statement-level trigger NOTIFYs ``awooop_relay`` on insert; the relay LISTENs on its
   connection and polls every ``AWOOOP_RELAY_POLL_INTERVAL_S`` as a fallback. A statement that
   wrote a dispatch event (``DISPATCH_EVENT_TYPES``: a worker waits for it) wakes the relay at
@@ -74,10 +90,12 @@ from awooop.config import Settings
 from awooop.db import CONNECTION_ERRORS, PLATFORM_ROLE, Connection, connect
 from awooop.errors import (
     DatabaseUnavailableError,
+    LeadershipLostError,
     RedisUnavailableError,
     StreamRebuildInterruptedError,
 )
 from awooop.eventlog import Cursor, RecordedEvent
+from awooop.leadership import Lease, timeout_ms
 from awooop.logs import get_logger
 from awooop.loops import LoopContext
 from awooop.telemetry import span_link, tracer
@@ -93,7 +111,7 @@ from streams.tracing import publish_spans
 
 log = get_logger(__name__)
 
-LOCK_KEY = 0x61776F6F6F7072  # "awooopr": one relay leader per database
+LEADERSHIP = "relay"  # the awooop_leaders row: one relay leader per database
 NOTIFY_CHANNEL = "awooop_relay"
 NOTICES_TABLE = "awooop_contract_outbox"
 # Payloads of the events' NOTIFY (migration 0071): a statement that wrote a dispatch event, and
@@ -122,14 +140,27 @@ CLOSE_ERRORS: tuple[type[BaseException], ...] = (*PG_CONNECTION_ERRORS, asyncpg.
 
 # --- SQL -----------------------------------------------------------------------------------
 
-TRY_LOCK = "SELECT pg_try_advisory_lock($1)"
-UNLOCK = "SELECT pg_advisory_unlock($1)"
+# The leader's working connection: no statement, lock wait or open transaction outlives the
+# lease; a cursor update lost in a Postgres crash only republishes (duplicates), so no need to
+# wait for its WAL flush on every batch.
+SESSION_SETTINGS = """
+SELECT set_config('statement_timeout', $1, false), set_config('lock_timeout', $1, false),
+       set_config('idle_in_transaction_session_timeout', $1, false),
+       set_config('synchronous_commit', 'off', false)
+"""
 LOAD_CURSOR = "SELECT tx_id, position FROM awooop_relay_cursor WHERE name = $1"
+# Compare-and-set on the saved position, fenced by the leader's term (awooop/leadership.py):
+# a relay whose lease ran out or was taken moves nothing.
 ADVANCE_CURSOR = """
 UPDATE awooop_relay_cursor
 SET tx_id = $4, position = $5, published = published + $6, relay_attempts = relay_attempts + $8,
     leader = $7, updated_at = now()
 WHERE name = $1 AND tx_id = $2 AND position = $3
+  AND EXISTS (
+    SELECT 1 FROM awooop_leaders
+    WHERE name = $9 AND holder = $7 AND term = $10 AND lease_until > now()
+    FOR SHARE
+  )
 """
 COUNT_FAILURE = """
 UPDATE awooop_relay_cursor
@@ -154,10 +185,6 @@ ON CONFLICT (shard_count, shard) DO UPDATE
 
 def cursor_key(cursor: Cursor) -> tuple[int, int]:
     return (cursor.tx_id, cursor.position)
-
-
-class LeadershipLost(Exception):
-    """The cursor moved under us: another relay is active."""
 
 
 class Relay:
@@ -197,6 +224,15 @@ class Relay:
         self._notices_due = 0.0
         self._trim_due = 0.0
         self._limiter = RateLimiter(30.0)
+        self.lease = Lease(
+            database_url=settings.database_url,
+            name=LEADERSHIP,
+            holder=self.relay_id,
+            lease_s=settings.relay_leader_lease_s,
+            renew_s=settings.relay_leader_renew_s,
+            on_lost=self._on_lease_lost,
+            fault_hook=fault_hook,
+        )
 
     # --- the loop body ---------------------------------------------------------------------
 
@@ -206,8 +242,13 @@ class Relay:
             if not await self._lead():
                 return
             more = await self.run_once()
-        except LeadershipLost:
-            log.warning("relay_leadership_lost", relay_id=self.relay_id)
+        except LeadershipLostError as exc:
+            log.warning(
+                "relay_leadership_lost",
+                relay_id=self.relay_id,
+                term=self.lease.term,
+                reason=exc.message,
+            )
             await self.close()
             return
         except REDIS_ERRORS as exc:
@@ -238,6 +279,7 @@ class Relay:
             # while we deliver resets it to 0 and must not be overwritten afterwards.
             self._notices_due = time.monotonic() + self.settings.relay_poll_interval_s
             try:
+                self.lease.check()
                 # Also tried (and counted on the rows) when the events failed.
                 await deliver_notices(
                     self.conn, self.redis, self.keys, self.settings, self.fault_hook
@@ -256,7 +298,7 @@ class Relay:
         """Publish until nothing committed is left unpublished (tests, benchmarks, tools);
         returns the number of events published. Needs the leadership."""
         if not await self._lead():
-            raise RuntimeError("another relay holds the relay lock")
+            raise RuntimeError("another relay holds the relay lease")
         start = self.published
         deadline = time.monotonic() + timeout_s
         while True:
@@ -279,18 +321,29 @@ class Relay:
         return self._conn
 
     async def _lead(self) -> bool:
-        if self._conn is None or self._conn.is_closed():
-            await self.close()
-            self._conn = await connect(self.settings.database_url, PLATFORM_ROLE, cached_plans=True)
-            # A cursor update lost in a Postgres crash only republishes (duplicates): no need
-            # to wait for its WAL flush on every batch.
-            await self._conn.execute("SET synchronous_commit TO off")
         if self.is_leader:
+            self.lease.check()
             return True
-        if not await self.conn.fetchval(TRY_LOCK, LOCK_KEY):
+        if not await self.lease.acquire():
             if self._limiter.allow("standby") is not None:
                 log.info("relay_standby", relay_id=self.relay_id)
             return False
+        try:
+            await self._take_over()
+        except BaseException:
+            await self.close()  # gives the lease back: another relay may do better
+            raise
+        return True
+
+    async def _take_over(self) -> None:
+        """Just acquired the lease (a new term): load the saved cursor and start leading."""
+        if self._conn is None or self._conn.is_closed():
+            self._conn = await connect(self.settings.database_url, PLATFORM_ROLE, cached_plans=True)
+            await self._conn.execute(
+                SESSION_SETTINGS, timeout_ms(self.settings.relay_leader_lease_s)
+            )
+        # Read after the acquisition committed: an earlier leader's fenced save either
+        # finished before it (and is seen here) or is refused.
         row = await self.conn.fetchrow(LOAD_CURSOR, CURSOR_NAME)
         if row is None:
             raise RuntimeError("awooop_relay_cursor has no 'events' row: run awooop migrate")
@@ -303,10 +356,15 @@ class Relay:
         log.info(
             "relay_leader",
             relay_id=self.relay_id,
+            term=self.lease.term,
             tx_id=self.cursor.tx_id,
             position=self.cursor.position,
         )
-        return True
+
+    def _on_lease_lost(self) -> None:
+        """The renewal found the lease gone: wake the loop so that it steps down now."""
+        if self._wakeup is not None:
+            self._wakeup.set()
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         if payload == NOTICES_TABLE:
@@ -333,17 +391,19 @@ class Relay:
         self._recheck = self._linger = None
         conn, self._conn = self._conn, None
         was_leader, self.is_leader = self.is_leader, False
-        if conn is None or conn.is_closed():
-            return
         try:
-            if was_leader:
-                with contextlib.suppress(LeadershipLost):
-                    await self._save(conn)
-                await conn.remove_listener(NOTIFY_CHANNEL, self._on_notify)
-                await conn.fetchval(UNLOCK, LOCK_KEY)
-            await conn.close(timeout=5)
-        except CLOSE_ERRORS:
-            conn.terminate()
+            if conn is None or conn.is_closed():
+                return
+            try:
+                if was_leader:
+                    with contextlib.suppress(LeadershipLostError):
+                        await self._save(conn)  # fenced: refused when the lease is gone
+                    await conn.remove_listener(NOTIFY_CHANNEL, self._on_notify)
+                await conn.close(timeout=5)
+            except CLOSE_ERRORS:
+                conn.terminate()
+        finally:
+            await self.lease.close()
 
     # --- events ----------------------------------------------------------------------------
 
@@ -444,6 +504,7 @@ class Relay:
             ready = sorted(shard for shard in remaining if shard in self.epochs)
             if not ready:
                 break
+            self.lease.check()  # never publish past the local lease deadline
             calls = [
                 publish_shard(
                     self.redis,
@@ -491,7 +552,8 @@ class Relay:
         await self._save(self.conn)
 
     async def _save(self, conn: Connection) -> None:
-        """Compare-and-set the saved cursor; LeadershipLost when another relay moved it."""
+        """Compare-and-set the saved cursor, fenced by the lease term; LeadershipLostError when
+        another relay moved it or this relay's term no longer holds the lease."""
         if not self._unsaved_batches:
             return
         new = self.cursor
@@ -505,9 +567,15 @@ class Relay:
             self._unsaved_events,
             self.relay_id,
             self._unsaved_batches,
+            LEADERSHIP,
+            self.lease.term,
         )
         if status != "UPDATE 1":
-            raise LeadershipLost(status)
+            raise LeadershipLostError(
+                "the relay cursor save was refused: another relay moved the cursor or holds "
+                "the lease",
+                term=self.lease.term,
+            )
         self._saved = new
         self._unsaved_events = self._unsaved_batches = 0
 
@@ -546,6 +614,7 @@ class Relay:
                 self.epochs[shard] = value.decode()
 
     async def rebuild(self, shard: int) -> None:
+        self.lease.check()
         epoch = await ShardRebuild(
             conn=self.conn,
             redis=self.redis,
@@ -575,6 +644,7 @@ class Relay:
                 if floor is not None:
                     floors.append(floor)
             if floors:
+                self.lease.check()
                 safe = min(floors, key=cursor_key)
                 await self.conn.execute(
                     STORE_SAFE_POINT, self.keys.shard_count, shard, safe.tx_id, safe.position

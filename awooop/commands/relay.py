@@ -1,6 +1,6 @@
 """``awooop relay``: publish committed events and contract notices to Redis Streams.
 
-Runs the ``relay`` loop until SIGTERM or SIGINT, then stops cleanly (gives up the relay lock so
+Runs the ``relay`` loop until SIGTERM or SIGINT, then stops cleanly (releases the relay lease so
 that a standby takes over at once) and exits 0. Several may run: one is active, the others
 wait. Serves ``/metrics`` on ``AWOOOP_METRICS_PORT`` when set.
 """

@@ -7,17 +7,29 @@ import contextlib
 import os
 import signal
 import sys
-from collections import Counter
+import time
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from awooop.config import Settings
 from awooop.db import Database
+from awooop.events import run_stream_id
 from streams.envelope import FIELD, decode_envelope
 from streams.relay import Relay
 from tests.support.services import free_port
-from tests.support.streams import committed_event_ids, create_run, eventually, keys_for
+from tests.support.streams import (
+    claim,
+    committed_event_ids,
+    create_run,
+    eventually,
+    first_occurrences,
+    keys_for,
+    step,
+)
 
 
 def relay_env(settings: Settings, **extra: str) -> dict[str, str]:
@@ -33,7 +45,8 @@ def relay_env(settings: Settings, **extra: str) -> dict[str, str]:
     }
 
 
-async def start_relay(env: dict[str, str]) -> asyncio.subprocess.Process:
+async def start_relay(env: dict[str, str], stderr: Any = None) -> asyncio.subprocess.Process:
+    """An ``awooop relay`` process; its log goes to ``stderr`` (a file) or a pipe."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -41,7 +54,7 @@ async def start_relay(env: dict[str, str]) -> asyncio.subprocess.Process:
         "relay",
         env=env,
         stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
+        stderr=stderr if stderr is not None else asyncio.subprocess.PIPE,
     )
 
 
@@ -128,3 +141,127 @@ async def test_kill_9_mid_stream_then_restart_delivers_every_event(
     assert set(counts) == committed
     # A duplicate at most, from the batch in flight when the first relay died.
     assert max(counts.values()) <= 2, sorted(counts.values())
+
+
+async def leader_pid(db: Database) -> int | None:
+    """The pid in the relay lease's holder (``host:pid:random``), None when nobody holds it."""
+    async with db.platform() as conn:
+        holder = await conn.fetchval(
+            "SELECT holder FROM awooop_leaders WHERE name = 'relay' AND lease_until > now()"
+        )
+    return None if holder is None else int(holder.split(":")[1])
+
+
+async def test_kill_stop_of_the_leader_a_standby_publishes_within_the_lease_and_the_old_steps_down(
+    settings: Settings, db: Database, redis: Any, tmp_path: Path
+) -> None:
+    """R-19: SIGSTOP the leading ``awooop relay``: the standby publishes within
+    AWOOOP_RELAY_LEADER_LEASE_S + AWOOOP_RELAY_POLL_INTERVAL_S (the documented bound); after
+    SIGCONT the old leader steps down (its log says so) and stays a standby. Meanwhile
+    producers keep committing: every committed event is in Redis, each run's first copies in
+    version order, no version skipped."""
+    lease_s, poll_s = 3.0, 0.2
+    env = relay_env(
+        settings,
+        AWOOOP_RELAY_LEADER_LEASE_S=str(lease_s),
+        AWOOOP_RELAY_LEADER_RENEW_S="0.5",
+        AWOOOP_RELAY_POLL_INTERVAL_S=str(poll_s),
+        AWOOOP_RELAY_BATCH_SIZE="20",
+    )
+    keys = keys_for(settings)
+    projects = [f"stop{i}" for i in range(4)]
+    logs = {name: tmp_path / f"{name}.log" for name in ("first", "second")}
+    files = {name: path.open("wb") for name, path in logs.items()}
+    first = await start_relay(env, files["first"])
+    second: asyncio.subprocess.Process | None = None
+    stop_producing = asyncio.Event()
+
+    async def produce(index: int) -> None:
+        n = 0
+        while not stop_producing.is_set():
+            project = projects[(index + n) % len(projects)]
+            run_id = await create_run(db, project)
+            await claim(db, project, run_id)
+            await step(db, project, run_id, "s")
+            n += 1
+            await asyncio.sleep(0.01)
+
+    async def in_redis(event_ids: set[uuid.UUID]) -> bool:
+        seen: set[uuid.UUID] = set()
+        for shard in keys.shards():
+            seen |= set(await event_ids_in_redis(redis, keys.events_stream(shard)))
+        return event_ids <= seen
+
+    producers: list[asyncio.Task[None]] = []
+    try:
+
+        async def first_leads() -> bool:
+            assert first.returncode is None, "relay exited"
+            return await leader_pid(db) == first.pid
+
+        await eventually(first_leads, within_s=30)
+        second = await start_relay(env, files["second"])
+        await eventually(lambda: _logged(logs["second"], "relay_standby"), within_s=30)
+        producers = [asyncio.create_task(produce(i)) for i in range(2)]
+        await eventually(lambda: _some_published(redis, keys))
+
+        os.kill(first.pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        marker = await create_run(db, projects[0])
+        async with db.platform() as conn:
+            marker_events = {
+                r["event_id"]
+                for r in await conn.fetch(
+                    "SELECT event_id FROM awooop_events WHERE stream_id = $1",
+                    run_stream_id(marker),
+                )
+            }
+        assert len(marker_events) == 1
+        await eventually(lambda: in_redis(marker_events), within_s=60, interval=0.05)
+        took_over_s = time.monotonic() - stopped_at
+        assert await leader_pid(db) == second.pid
+
+        os.kill(first.pid, signal.SIGCONT)
+        await eventually(lambda: _logged(logs["first"], "relay_leadership_lost"), within_s=30)
+        await eventually(lambda: _logged(logs["first"], "relay_standby"), within_s=30)
+        stop_producing.set()
+        await asyncio.gather(*producers)
+        committed = await committed_event_ids(db)
+        await eventually(lambda: in_redis(committed), within_s=60, interval=0.1)
+        assert first.returncode is None and second.returncode is None
+        assert await leader_pid(db) == second.pid
+    finally:
+        stop_producing.set()
+        await asyncio.gather(*producers, return_exceptions=True)
+        for proc in (first, second):
+            if proc is None:
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+            await stop(proc)
+        for f in files.values():
+            f.close()
+
+    # The documented bound, plus room for a loaded machine (process start-up is not in it).
+    assert took_over_s < lease_s + poll_s + 5.0, took_over_s
+    assert not await _logged(logs["second"], "relay_leadership_lost")
+    versions: dict[str, list[int]] = defaultdict(list)
+    for shard in keys.shards():
+        for _, fields in await redis.xrange(keys.events_stream(shard)):
+            envelope = decode_envelope(fields[FIELD])
+            versions[envelope.stream_id].append(envelope.version)
+    assert len(versions) > 10
+    for stream_id, seen in versions.items():
+        assert first_occurrences(seen) == sorted(set(seen)), stream_id
+        assert sorted(set(seen)) == list(range(1, max(seen) + 1)), stream_id
+
+
+async def _logged(path: Path, event: str) -> bool:
+    """Whether the process log at ``path`` has a line of ``event`` (read off the loop)."""
+    text = await asyncio.to_thread(path.read_text, errors="replace")
+    return f'"event": "{event}"' in text
+
+
+async def _some_published(redis: Any, keys: Any) -> bool:
+    lengths = [int(await redis.xlen(keys.events_stream(s))) for s in keys.shards()]
+    return sum(lengths) >= 20

@@ -64,7 +64,7 @@ async def test_a_crash_between_xadd_and_the_cursor_update_gives_duplicates_never
     doomed = Relay(settings=settings, redis=redis, keys=keys, fault_hook=die_after_first_publish)
     with pytest.raises(Crash):
         await doomed.drain()
-    await doomed.close()  # the process is gone: its session ends, the lock is free
+    await doomed.close()  # the process is gone: its lease is released (or runs out)
     async with db.platform() as conn:
         row = await conn.fetchrow("SELECT * FROM awooop_relay_cursor WHERE name = 'events'")
     assert (row["tx_id"], row["position"], row["published"]) == (0, 0, 0)

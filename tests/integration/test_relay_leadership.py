@@ -1,0 +1,210 @@
+"""Relay leadership by lease and term (R-19): a frozen leader is replaced within the lease, and
+its writes after it resumes are refused by Postgres (awooop/leadership.py, streams/relay.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import msgspec
+import pytest
+from structlog.testing import capture_logs
+
+from awooop.config import Settings
+from awooop.db import Database
+from awooop.errors import LeadershipLostError
+from awooop.leadership import Lease
+from streams.consumer import GroupConsumer
+from streams.keys import projector_group
+from streams.relay import LEADERSHIP, Relay
+from tests.support.streams import (
+    Collector,
+    claim,
+    committed_event_ids,
+    create_run,
+    first_occurrences,
+    keys_for,
+    running_consumer,
+    running_relay,
+    step,
+    wait_for,
+)
+
+PROJECTS = [f"lead{i}" for i in range(6)]
+
+
+def fast_settings(settings: Settings) -> Settings:
+    return msgspec.structs.replace(
+        settings,
+        relay_poll_interval_s=0.1,
+        relay_leader_lease_s=1.5,
+        relay_leader_renew_s=0.3,
+        relay_batch_size=20,
+    )
+
+
+async def cursor_row(db: Database) -> Any:
+    async with db.platform() as conn:
+        return await conn.fetchrow("SELECT * FROM awooop_relay_cursor WHERE name = 'events'")
+
+
+async def test_a_lease_is_taken_only_when_it_ran_out_and_each_acquisition_is_a_new_term(
+    settings: Settings, db: Database
+) -> None:
+    fast = fast_settings(settings)
+
+    def lease(holder: str) -> Lease:
+        return Lease(
+            database_url=fast.database_url,
+            name=LEADERSHIP,
+            holder=holder,
+            lease_s=fast.relay_leader_lease_s,
+            renew_s=fast.relay_leader_renew_s,
+        )
+
+    a, b = lease("a"), lease("b")
+    try:
+        assert await a.acquire()
+        first = a.term
+        assert not await b.acquire()  # a renews: b never gets it while a is alive
+        await asyncio.sleep(fast.relay_leader_lease_s + 0.5)
+        assert not await b.acquire()
+        a.check()
+        # a stops renewing (frozen) without giving the lease back: b gets it once it ran out.
+        await a._stop_renewer()
+        started = time.monotonic()
+        while not await b.acquire():
+            assert time.monotonic() - started < fast.relay_leader_lease_s + 10
+            await asyncio.sleep(0.05)
+        second = b.term
+        assert second is not None and first is not None and second > first
+        with pytest.raises(LeadershipLostError):
+            a.check()  # its own clock says the lease ran out
+        await b.release()
+        assert await a.acquire()  # released: taken at once, with yet another term
+        assert a.term is not None and a.term > second
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_frozen_leader_is_replaced_and_its_writes_are_refused_after_it_resumes(
+    settings: Settings, db: Database, redis: Any
+) -> None:
+    """Two relays in one process; the leader is frozen after an XADD and before its cursor
+    moves (its loop and its lease renewals both wait). The standby publishes within lease +
+    poll interval; when the old leader resumes, Postgres refuses its cursor save (term fence)
+    and it steps down. Every committed event reaches the projector group, each run's first
+    copies in version order with no version missing, and the saved cursor never moves back."""
+    fast = fast_settings(settings)
+    keys = keys_for(fast)
+    frozen = asyncio.Event()
+    freeze = False
+    thaw = asyncio.Event()
+
+    async def freezer(point: str) -> None:
+        # The loop stops right after an XADD; its renewals stop from then on too (one may
+        # still land while the loop is being frozen: the bound below allows for it).
+        if (freeze and point == "published") or (frozen.is_set() and point == "renew"):
+            frozen.set()
+            await thaw.wait()
+
+    old = Relay(settings=fast, redis=redis, keys=keys, relay_id="old", fault_hook=freezer)
+    new = Relay(settings=fast, redis=redis, keys=keys, relay_id="new")
+    collected = Collector()
+    group = GroupConsumer(
+        redis,
+        group=projector_group("lead"),
+        consumer="p1",
+        streams=[keys.events_stream(s) for s in keys.shards()],
+        handler=collected,
+        keys=keys,
+        block_ms=100,
+    )
+    await group.ensure_groups()
+    stop = asyncio.Event()
+    cursors: list[tuple[int, int]] = []
+
+    async def produce(index: int) -> None:
+        n = 0
+        while not stop.is_set():
+            project = PROJECTS[(index + n) % len(PROJECTS)]
+            run_id = await create_run(db, project)
+            await claim(db, project, run_id)
+            for s in range(3):
+                await step(db, project, run_id, f"s{s}")
+            n += 1
+
+    async def watch_cursor() -> None:
+        while not stop.is_set():
+            row = await cursor_row(db)
+            cursors.append((row["tx_id"], row["position"]))
+            await asyncio.sleep(0.01)
+
+    with capture_logs() as logs:
+        async with running_relay(old, fast), running_consumer(group):
+            await wait_for(lambda: old.is_leader)
+            async with running_relay(new, fast):
+                tasks = [asyncio.create_task(produce(i)) for i in range(3)]
+                tasks.append(asyncio.create_task(watch_cursor()))
+                try:
+                    await wait_for(lambda: old.published > 30)
+                    assert not new.is_leader
+                    freeze = True
+                    await asyncio.wait_for(frozen.wait(), 20)
+                    froze_at = time.monotonic()
+                    await wait_for(lambda: new.published > 0, within_s=60)
+                    took_over_s = time.monotonic() - froze_at
+                    thaw.set()
+                    await wait_for(lambda: not old.is_leader, within_s=30)
+                    await asyncio.sleep(0.5)  # the new leader keeps publishing meanwhile
+                finally:
+                    stop.set()
+                    await asyncio.gather(*tasks)
+                committed = await committed_event_ids(db)
+                await wait_for(lambda: collected.event_ids() == committed, within_s=60)
+                assert new.is_leader and not old.is_leader
+
+    # Within the documented bound (lease + poll interval; + one renewal interval here, see the
+    # freezer), plus room for a loaded machine.
+    bound = fast.relay_leader_lease_s + fast.relay_poll_interval_s + fast.relay_leader_renew_s
+    assert took_over_s < bound + 5.0, took_over_s
+    lost = [e for e in logs if e["event"] == "relay_leadership_lost"]
+    assert [e["relay_id"] for e in lost] == ["old"], lost
+    assert "cursor save was refused" in lost[0]["reason"], lost[0]
+    row = await cursor_row(db)
+    assert row["leader"] == "new"
+    assert cursors == sorted(cursors)  # the saved cursor never moved backwards
+    for stream_id, versions in collected.versions_by_stream().items():
+        assert first_occurrences(versions) == sorted(set(versions)), stream_id
+        assert sorted(set(versions)) == list(range(1, max(versions) + 1)), stream_id
+
+
+async def test_a_resumed_leader_publishes_nothing_once_its_local_deadline_passed(
+    settings: Settings, db: Database, redis: Any
+) -> None:
+    """A leader that wakes up after its lease ran out steps down at its first check, before
+    any XADD, even when nobody took the lease meanwhile."""
+    fast = fast_settings(settings)
+    keys = keys_for(fast)
+    relay = Relay(settings=fast, redis=redis, keys=keys, relay_id="sleepy")
+    try:
+        await create_run(db, "p1")
+        assert await relay.drain() == 1
+        await relay.lease._stop_renewer()  # frozen: no renewals
+        await asyncio.sleep(fast.relay_leader_lease_s)
+        await create_run(db, "p1")
+        with pytest.raises(LeadershipLostError):
+            await relay.drain()
+        assert await redis.xlen(keys.events_stream(keys.shard_of("p1"))) == 1
+    finally:
+        with contextlib.suppress(LeadershipLostError):
+            await relay.close()
+    successor = Relay(settings=fast, redis=redis, keys=keys)
+    try:
+        assert await successor.drain() == 1
+    finally:
+        await successor.close()
+    assert await redis.xlen(keys.events_stream(keys.shard_of("p1"))) == 2

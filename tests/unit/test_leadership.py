@@ -1,0 +1,46 @@
+"""The pure decisions of leadership by lease (awooop/leadership.py) and their settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from awooop.config import load_settings
+from awooop.errors import ConfigError
+from awooop.leadership import MARGIN_FRACTION, check_timings, local_deadline, timeout_ms
+
+
+def test_the_local_deadline_ends_before_the_lease_counted_from_before_the_renewal() -> None:
+    # The renewal statement started at t=100 (monotonic); Postgres counts the lease from its
+    # own now(), which is later, so stopping before 100 + lease is always on the safe side.
+    deadline = local_deadline(100.0, 8.0)
+    assert 100.0 < deadline < 108.0
+    assert deadline == pytest.approx(108.0 - 8.0 * MARGIN_FRACTION)
+
+
+@pytest.mark.parametrize(
+    ("lease_s", "renew_s", "ok"),
+    [(8.0, 2.0, True), (8.0, 3.2, True), (8.0, 3.3, False), (1.5, 0.3, True), (8.0, 0, False)],
+)
+def test_a_renewal_may_fail_once_and_the_next_still_lands_in_time(
+    lease_s: float, renew_s: float, ok: bool
+) -> None:
+    assert (check_timings(lease_s, renew_s) is None) is ok
+
+
+def test_timeouts_are_whole_milliseconds_never_zero() -> None:
+    assert timeout_ms(8.0) == "8000"
+    assert timeout_ms(0.0001) == "1"  # 0 would mean "no timeout" to Postgres
+
+
+def test_the_default_relay_lease_replaces_a_frozen_leader_within_ten_seconds() -> None:
+    """R-19: a standby leads at most lease + poll interval after the leader froze."""
+    settings = load_settings(environ={})
+    assert settings.relay_leader_lease_s + settings.relay_poll_interval_s <= 10.0
+    assert check_timings(settings.relay_leader_lease_s, settings.relay_leader_renew_s) is None
+
+
+def test_a_renewal_interval_too_long_for_the_lease_is_refused_naming_both() -> None:
+    with pytest.raises(ConfigError, match=r"AWOOOP_RELAY_LEADER_LEASE_S.*RENEW_S"):
+        load_settings(
+            environ={"AWOOOP_RELAY_LEADER_LEASE_S": "4", "AWOOOP_RELAY_LEADER_RENEW_S": "3"}
+        )
