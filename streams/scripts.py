@@ -255,6 +255,23 @@ return touched
 """,
 )
 
+# KEYS: stream. ARGV: group, consumer, entry id, delivery count. Sets the entry's delivery count
+# (XCLAIM ... RETRYCOUNT ... JUSTID; its idle time restarts, as the reclaim that delivered it
+# just restarted it) if this consumer still owns it. Race closed: another consumer that
+# reclaimed the entry meanwhile keeps it, and keeps the count its own claim gave it. Returns 1
+# when the count was set, else 0.
+SET_DELIVERIES = LuaScript(
+    "set_deliveries",
+    """
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if p[1] and p[1][2] == ARGV[2] then
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'RETRYCOUNT', ARGV[4], 'JUSTID')
+  return 1
+end
+return 0
+""",
+)
+
 # KEYS: dead-letter stream, source stream. ARGV: group, entry id, MAXLEN, then field/value pairs.
 # Append to the dead-letter stream and acknowledge the source entry atomically: a crash can
 # neither lose the message (acked, not dead-lettered) nor dead-letter it twice and keep it.

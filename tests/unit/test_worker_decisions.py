@@ -29,7 +29,12 @@ from awooop.runs.leases import (
 )
 from awooop.runs.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, apply
 from awooop.worker.executor import Outcome, failure_of, infrastructure_failure
-from awooop.worker.reclaim import ReclaimAction, dead_letter_reason, reclaim_action
+from awooop.worker.reclaim import (
+    ReclaimAction,
+    dead_letter_reason,
+    held_delivery_count,
+    reclaim_action,
+)
 from tests.support.factories import T0, WORKER, replace, state_in
 
 S = RunStatus
@@ -212,7 +217,10 @@ A = Availability
         (A.CLAIMABLE, 10, ReclaimAction.TAKE),
         (A.EXPIRED, 2, ReclaimAction.TAKE),
         (A.CLAIMABLE, 11, ReclaimAction.DEAD_LETTER),
-        (A.EXPIRED, 11, ReclaimAction.DEAD_LETTER),
+        # The attempts decide for an expired lease (reap_event), never the deliveries: a
+        # duplicate message reclaimed while a long attempt held the run must not fail it.
+        (A.EXPIRED, 11, ReclaimAction.TAKE),
+        (A.EXPIRED, 99, ReclaimAction.TAKE),
     ],
 )
 def test_reclaim_reconciles_with_the_database(
@@ -226,3 +234,20 @@ def test_every_availability_has_a_reclaim_action() -> None:
         for deliveries in (1, 100):
             assert reclaim_action(seen, deliveries, 10) in ReclaimAction
     assert "delivered 11 times (limit 10)" in dead_letter_reason(11, 10)
+
+
+def test_deliveries_while_a_live_lease_elsewhere_holds_the_run_are_taken_back() -> None:
+    """The issue's scenario, as decisions: a duplicate message for a run held by a long attempt
+    is reclaimed once per lease TTL, many more times than the limit. Each of those reclaims
+    leaves it pending and sets its count back, so when the attempt then ends unfinished the
+    next reclaim takes the run (its attempts decide) instead of dead-lettering it."""
+    deliveries = 1  # read once by a worker that found the run held
+    for _ in range(25):
+        deliveries += 1  # XAUTOCLAIM counts a delivery
+        assert reclaim_action(A.HELD, deliveries, max_deliveries=10) is ReclaimAction.LEAVE
+        deliveries = held_delivery_count(deliveries)
+    assert deliveries == 1
+    assert reclaim_action(A.EXPIRED, deliveries + 1, max_deliveries=10) is ReclaimAction.TAKE
+    assert reclaim_action(A.CLAIMABLE, deliveries + 1, max_deliveries=10) is ReclaimAction.TAKE
+    assert held_delivery_count(1) == 1
+    assert held_delivery_count(7) == 6
