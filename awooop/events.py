@@ -90,19 +90,33 @@ class RunCompleted(EventBase, frozen=True, kw_only=True, tag=True):
 
 
 class RunFailed(EventBase, frozen=True, kw_only=True, tag=True):
-    """A run failed: by its worker (worker_id and attempt set) or by the platform (reaper,
-    dead letter: both None)."""
+    """A run failed: by its worker (worker_id and attempt set), by the platform (a dead letter,
+    an operator: both None), or by the platform when the lease of the last attempt expired
+    (the reaper, or a worker taking the run: worker_id and attempt name that expired attempt,
+    ``last_renewal_at`` is when its lease was last taken or renewed).
+
+    ``dead_letter``: the run's work goes to its shard's dead-letter stream; the relay writes
+    the entry when it publishes this event (Postgres holds the decision, so the entry is
+    written even if Redis lost the run's work message)."""
 
     reason: str
     code: str
     worker_id: str | None = None
     attempt: int | None = None
+    last_renewal_at: datetime | None = None
+    dead_letter: bool = False
 
 
 class RunRequeued(EventBase, frozen=True, kw_only=True, tag=True):
-    """The reaper found the lease of ``attempt`` expired and put the run back to PENDING."""
+    """The reaper (or a worker taking the run) found the lease of ``attempt`` expired and put
+    the run back to PENDING. ``worker_id``: the worker whose lease expired; ``last_renewal_at``:
+    when that lease was last taken or renewed; ``reason``: the same, in words (None and empty
+    in events stored before these fields existed)."""
 
     attempt: int
+    worker_id: str | None = None
+    last_renewal_at: datetime | None = None
+    reason: str = ""
 
 
 class LeaseReleased(EventBase, frozen=True, kw_only=True, tag=True):

@@ -2,7 +2,9 @@
 
 - ``run-reaper`` (platform, every ``AWOOOP_REAPER_INTERVAL_S``): runs whose lease expired go
   back to PENDING (``RunRequeued``, dispatched again by the relay) while attempts remain, else
-  FAIL with ``Max retry attempts exceeded`` (E-RUN-004). WAITING_APPROVAL is never touched.
+  FAIL with ``Max retry attempts exceeded`` (E-RUN-004), naming the expired attempt's worker;
+  the relay then puts the run's work on the dead-letter stream (R-19). WAITING_APPROVAL is
+  never touched.
 - ``approval-expiry`` (platform, every ``AWOOOP_APPROVAL_RESOLVER_INTERVAL_S``): runs whose
   approval token expired FAIL with E-APPROVAL-002 and their tokens are marked expired.
 
@@ -37,7 +39,12 @@ async def reap_once(db: Database, batch: int = BATCH) -> tuple[int, int]:
             if isinstance(event, RunRequeued):
                 requeued += 1
                 metrics.REAPED.labels("requeued").inc()
-                log.info("run_requeued", run_id=str(state.run_id), attempt=event.attempt)
+                log.info(
+                    "run_requeued",
+                    run_id=str(state.run_id),
+                    attempt=event.attempt,
+                    expired_worker_id=event.worker_id,
+                )
             else:
                 failed += 1
                 metrics.REAPED.labels("failed").inc()
@@ -46,6 +53,8 @@ async def reap_once(db: Database, batch: int = BATCH) -> tuple[int, int]:
                     "run_failed_max_attempts",
                     run_id=str(state.run_id),
                     attempts=state.attempt_count,
+                    expired_worker_id=event.worker_id,
+                    reason=event.reason,
                 )
         if len(done) < batch:
             break

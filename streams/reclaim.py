@@ -3,8 +3,9 @@
 A message read by a consumer stays in the group's pending-entries list until acknowledged.
 :func:`autoclaim` moves entries idle longer than ``min_idle_ms`` to the caller and reports how
 often each has now been delivered (the caller dead-letters a message delivered too often).
-:func:`touch` lets a live consumer keep its own long-running entries from looking idle. The DB
-lease stays the authority over who runs a run: a reclaimed message only says "look at it".
+:func:`touch` lets a live consumer keep its own long-running entries from looking idle;
+:func:`set_deliveries` takes back deliveries that the caller decided do not count. The DB lease
+stays the authority over who runs a run: a reclaimed message only says "look at it".
 """
 
 from __future__ import annotations
@@ -86,3 +87,11 @@ async def touch(
     """
     if entry_ids:
         await scripts.TOUCH(redis, [stream], [group, consumer, *entry_ids])
+
+
+async def set_deliveries(
+    redis: Any, stream: str, group: str, consumer: str, entry_id: str, count: int
+) -> bool:
+    """Set the delivery count of ``entry_id`` if ``consumer`` still owns it; False when another
+    consumer reclaimed it meanwhile (it keeps its own count)."""
+    return bool(await scripts.SET_DELIVERIES(redis, [stream], [group, consumer, entry_id, count]))

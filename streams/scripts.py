@@ -44,10 +44,15 @@ class LuaScript:
             return await redis.eval(self.source, len(keys), *keys, *args)
 
 
-# KEYS: guard, events stream, work stream. ARGV: expected guard value, field name, routes (one
-# character per entry: "e" = events stream only, "w" = work stream only, "b" = both), entry
-# lengths (comma-separated), the entries concatenated. (Five arguments instead of two per entry:
-# packing thousands of arguments was the relay's largest client-side cost.)
+# KEYS: guard, events stream, work stream, dead-letter stream. ARGV: expected guard value, field
+# name, routes (one character per entry: "e" = events stream only, "w" = work stream only,
+# "b" = both, "d" = the events stream and, as a dead letter, the dead-letter stream), entry
+# lengths (comma-separated), the entries concatenated, the dead-letter stream's MAXLEN, the
+# work group's name, then one reason per "d" entry, in order. (Five arguments plus the dead
+# letters' instead of two per entry: packing thousands of arguments was the relay's largest
+# client-side cost.) A dead letter gets the fields that streams.deadletter.dead_letter writes,
+# for the work stream and group it stands for, with no source entry and 0 deliveries: it comes
+# from the event log, not from a delivered message (the run's failure decided it).
 # Returns the number of entries, or -1 (nothing written) when the guard key does not hold the
 # expected value. Race closed: Redis can lose its data between the relay's epoch check and this
 # call; reading the guard in the same atomic script as the XADDs means entries are only ever
@@ -59,14 +64,19 @@ PUBLISH = LuaScript(
     """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local field, routes, blob = ARGV[2], ARGV[3], ARGV[5]
-local pos, i = 1, 0
+local pos, i, dead = 1, 0, 7
 for size in string.gmatch(ARGV[4], '%d+') do
   i = i + 1
   local data = string.sub(blob, pos, pos + tonumber(size) - 1)
   pos = pos + tonumber(size)
   local route = string.sub(routes, i, i)
   if route ~= 'w' then redis.call('XADD', KEYS[2], '*', field, data) end
-  if route ~= 'e' then redis.call('XADD', KEYS[3], '*', field, data) end
+  if route == 'w' or route == 'b' then redis.call('XADD', KEYS[3], '*', field, data) end
+  if route == 'd' then
+    dead = dead + 1
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', field, data, 'reason', ARGV[dead],
+      'stream', KEYS[3], 'group', ARGV[7], 'entry_id', '', 'delivery_count', '0')
+  end
 end
 return i
 """,
@@ -242,6 +252,23 @@ for i = 3, #ARGV do
   end
 end
 return touched
+""",
+)
+
+# KEYS: stream. ARGV: group, consumer, entry id, delivery count. Sets the entry's delivery count
+# (XCLAIM ... RETRYCOUNT ... JUSTID; its idle time restarts, as the reclaim that delivered it
+# just restarted it) if this consumer still owns it. Race closed: another consumer that
+# reclaimed the entry meanwhile keeps it, and keeps the count its own claim gave it. Returns 1
+# when the count was set, else 0.
+SET_DELIVERIES = LuaScript(
+    "set_deliveries",
+    """
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if p[1] and p[1][2] == ARGV[2] then
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'RETRYCOUNT', ARGV[4], 'JUSTID')
+  return 1
+end
+return 0
 """,
 )
 

@@ -25,9 +25,13 @@ attempt holds the lease. The rules, in one place:
   are not leased).
 - **reap**: a RUNNING or WAITING_TOOL run whose lease expired goes back to PENDING
   (``RunRequeued``) while ``attempt_count < max_attempts``, else it FAILS with
-  ``Max retry attempts exceeded`` (E-RUN-004). WAITING_APPROVAL holds no lease and is never
-  reaped. The same decision serves the reaper loop and a worker that takes an expired run
-  directly (reclaim, polling), which requeues and claims in one transaction.
+  ``Max retry attempts exceeded`` (E-RUN-004). Both events name the expired attempt, its
+  worker and the lease's last renewal (:func:`lease_expiry` says it in words, in the event's
+  reason and in ``failure_reason``); the failure is marked ``dead_letter``, so the relay puts
+  the run's work on the dead-letter stream when it publishes it (R-19). WAITING_APPROVAL holds
+  no lease and is never reaped. The same decision serves the reaper loop and a worker that
+  takes an expired run directly (reclaim, polling), which requeues and claims in one
+  transaction.
 """
 
 from __future__ import annotations
@@ -158,11 +162,49 @@ def claim_event(state: RunState, now: datetime, worker_id: str, ttl_s: float) ->
     )
 
 
+def lease_expiry(state: RunState) -> str:
+    """What is known when the lease of ``state``'s attempt ran out, in words.
+
+    A worker that ends an attempt itself writes an event (completion, failure, release,
+    approval request). An expired lease means that the worker wrote nothing and stopped
+    renewing: its process died, or it was cut off from Postgres (it then stops its handlers on
+    its own clock) or stalled longer than the lease. Which of these, Postgres cannot tell."""
+    since = (
+        "it was taken"
+        if state.heartbeat_at is None
+        else state.heartbeat_at.isoformat(timespec="milliseconds")
+    )
+    return (
+        f"the lease of attempt {state.attempt_count} expired: worker {state.worker_id} "
+        f"neither renewed it after {since} nor released it (the worker process died, "
+        "or was cut off from Postgres or stalled)"
+    )
+
+
 def reap_event(state: RunState, now: datetime) -> RunRequeued | RunFailed:
-    """R-13: the event for a run whose lease expired."""
+    """R-13, R-19: the event for a run whose lease expired. It names the expired attempt and
+    its worker; the last such attempt FAILS the run with E-RUN-004 and sends its work to the
+    dead-letter stream (``dead_letter``: the relay writes the entry)."""
     if state.attempt_count < state.max_attempts:
-        return RunRequeued(at=now, attempt=state.attempt_count)
-    return RunFailed(at=now, reason=MAX_ATTEMPTS_REASON, code=MAX_ATTEMPTS_CODE)
+        return RunRequeued(
+            at=now,
+            attempt=state.attempt_count,
+            worker_id=state.worker_id,
+            last_renewal_at=state.heartbeat_at,
+            reason=lease_expiry(state),
+        )
+    return RunFailed(
+        at=now,
+        reason=(
+            f"{MAX_ATTEMPTS_REASON} ({state.attempt_count} of {state.max_attempts}): "
+            f"{lease_expiry(state)}"
+        ),
+        code=MAX_ATTEMPTS_CODE,
+        worker_id=state.worker_id,
+        attempt=state.attempt_count,
+        last_renewal_at=state.heartbeat_at,
+        dead_letter=True,
+    )
 
 
 def fence_problem(state: RunState, now: datetime, worker_id: str, attempt: int) -> str | None:

@@ -190,8 +190,8 @@ def _check_fence(state: RunState, event: Event) -> None:
         return
     worker_id = getattr(event, "worker_id", None)
     attempt = getattr(event, "attempt", None)
-    if isinstance(event, RunRequeued):
-        worker_id = state.worker_id
+    if isinstance(event, RunRequeued) and worker_id is None:
+        worker_id = state.worker_id  # stored before RunRequeued named the expired worker
     if attempt is None and worker_id is None:
         return
     if attempt != state.attempt_count or worker_id != state.worker_id:

@@ -10,7 +10,8 @@ its own pending entries, and the ``worker-reclaim`` loop.
   renewed, and only those: an entry of a run whose lease could not be renewed becomes idle and
   reclaimable like a dead consumer's.
 - ``worker-reclaim`` (a loop, every ``AWOOOP_RECLAIM_INTERVAL_S``) claims entries idle longer
-  than the lease and reconciles them with Postgres (:mod:`awooop.worker.reclaim`).
+  than the lease and reconciles them with Postgres (:mod:`awooop.worker.reclaim`); an entry
+  left pending for a run that a live lease elsewhere holds gets its delivery count back.
 """
 
 from __future__ import annotations
@@ -30,12 +31,17 @@ from awooop.logs import get_logger
 from awooop.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.runs import leases
 from awooop.worker.context import StreamEntry, trace_metadata
-from awooop.worker.reclaim import ReclaimAction, dead_letter_reason, reclaim_action
+from awooop.worker.reclaim import (
+    ReclaimAction,
+    dead_letter_reason,
+    held_delivery_count,
+    reclaim_action,
+)
 from awooop.worker.runtime import Worker
 from streams.consumer import Delivery, GroupConsumer, consume_span, is_nogroup
 from streams.deadletter import dead_letter
 from streams.keys import WORKER_GROUP, Keys
-from streams.reclaim import autoclaim, touch
+from streams.reclaim import autoclaim, set_deliveries, touch
 
 log = get_logger("awooop.worker")
 
@@ -154,6 +160,15 @@ class StreamIntake:
             await self._ack(delivery)
             return "acked"
         if action is ReclaimAction.LEAVE:
+            # A live lease elsewhere holds the run: this delivery does not count (reclaim.py).
+            await set_deliveries(
+                self.redis,
+                delivery.stream,
+                WORKER_GROUP,
+                self.worker.worker_id,
+                delivery.entry_id,
+                held_delivery_count(delivery.delivery_count),
+            )
             return "left"
         if action is ReclaimAction.DEAD_LETTER:
             await self._dead_letter(delivery, run_id)

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
+from prometheus_client import REGISTRY
 
 from awooop import deadletters, eventlog
 from awooop.cli import build_parser
@@ -19,10 +20,12 @@ from awooop.errors import DeliveryLimitError, InvalidInputError
 from awooop.events import run_stream_id
 from awooop.runs import control, leases
 from awooop.services import Services, redis_client
+from awooop.worker_loops import reap_once
 from streams.deadletter import DeadLetter, dead_letter_raw
 from streams.envelope import FIELD, decode_envelope, encode
 from streams.keys import WORKER_GROUP, Keys
 from streams.publish import envelope_of
+from streams.relay import Relay
 from tests.support.runs import create_runs, load
 
 P = "proj-dead"
@@ -225,6 +228,73 @@ async def test_events_stream_entries_go_back_to_the_events_stream(services: Serv
     assert result.outcome is Outcome.REPUBLISHED
     assert await services.redis.xlen(events) == 1 and await dead_count(services) == 0
     assert (await load(services.db, P, run_id)).status == "PENDING"
+
+
+async def test_a_run_whose_leases_all_expired_is_dead_lettered_by_the_relay_from_the_log(
+    settings: Settings, services: Services, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R-19: the reaper fails a run whose every attempt ended with an expired lease, naming the
+    worker; the relay writes the dead letter when it publishes that failure (from the log: no
+    consumer ever read a work message here), `runs show` tells each expiry, and a re-drive
+    puts the run back to work."""
+    db, redis, keys = services.db, services.redis, services.keys
+    [run_id] = await create_runs(db, P, max_attempts=2)
+    for worker in ("w1", "w2"):
+        assert await db.in_tenant(P, lambda c, w=worker: leases.claim(c, run_id, w, 0.01))
+        await asyncio.sleep(0.05)
+        await reap_once(db)
+    failed = await load(db, P, run_id)
+    assert (failed.status, failed.failure_code) == ("FAILED", "E-RUN-004")
+    assert (
+        failed.failure_reason is not None and "worker w2 neither renewed" in failed.failure_reason
+    )
+    before = REGISTRY.get_sample_value("awooop_dead_letters_total") or 0.0
+    relay = Relay(settings=settings, redis=redis, keys=keys)
+    try:
+        assert await relay.drain() == 5  # created, claimed, requeued, claimed, failed
+    finally:
+        await relay.close()
+    shard = keys.shard_of(P)
+    [entry] = await deadletters.list_entries(services, shard)
+    env = entry.envelope()
+    assert env is not None and (env.stream_id, env.event_type) == (
+        run_stream_id(run_id),
+        "RunFailed",
+    )
+    assert (entry.reason, entry.stream, entry.group) == (
+        failed.failure_reason,
+        keys.work_stream(shard),
+        WORKER_GROUP,
+    )
+    assert (entry.source_entry_id, entry.delivery_count) == ("", 0)
+    assert (REGISTRY.get_sample_value("awooop_dead_letters_total") or 0.0) == before + 1
+
+    show = build_parser().parse_args(["runs", "show", P, str(run_id), "--json"])
+    assert await show.run(settings, show) == 0
+    shown = msgspec.json.decode(capsys.readouterr().out)
+    assert shown["state"]["failure_reason"] == failed.failure_reason
+    expiries = [
+        (line["event_type"], line["attempt"], line["worker_id"])
+        for line in shown["timeline"]
+        if line["event_type"] in ("RunRequeued", "RunFailed")
+    ]
+    assert expiries == [("RunRequeued", 1, "w1"), ("RunFailed", 2, "w2")]
+    requeued = next(ln for ln in shown["timeline"] if ln["event_type"] == "RunRequeued")
+    assert "the lease of attempt 1 expired: worker w1" in requeued["detail"]["reason"]
+    assert requeued["detail"]["last_renewal_at"]
+
+    result = await deadletters.redrive(services, entry, actor="ops")
+    assert result.outcome is Outcome.RETRIED
+    assert (await load(db, P, run_id)).status == "PENDING"
+    assert await dead_count(services) == 0
+    republished = [e for e in await work_messages(services) if e == (run_stream_id(run_id), 1)]
+    assert republished == [(run_stream_id(run_id), 1)]
+    relay = Relay(settings=settings, redis=redis, keys=keys)
+    try:
+        assert await relay.drain() == 1  # RunRetried; the failure is not published again
+    finally:
+        await relay.close()
+    assert await dead_count(services) == 0
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,11 @@ import pytest
 
 from awooop.db import Database
 from awooop.errors import LeaseLostError
-from awooop.events import RunCompleted, StepCompleted
+from awooop.events import RunCompleted, RunFailed, RunRequeued, StepCompleted
 from awooop.runs import approvals, leases
 from awooop.runs.state import MAX_ATTEMPTS_REASON, RunState
 from awooop.worker_loops import reap_once
-from tests.support.runs import count_events, create_runs, event_types, load
+from tests.support.runs import count_events, create_runs, event_types, events_of, load
 
 P = "proj-a"
 SHORT = 0.05  # a lease that is over by the time the next statement runs
@@ -132,7 +132,9 @@ async def test_reaper_requeues_until_max_attempts_then_fails(db: Database) -> No
         assert (requeued, failed) == ((1, 0) if attempt < 3 else (0, 1))
     final = await load(db, P, run_id)
     assert final.status == "FAILED"
-    assert final.failure_reason == MAX_ATTEMPTS_REASON == "Max retry attempts exceeded"
+    assert final.failure_reason is not None
+    assert final.failure_reason.startswith(f"{MAX_ATTEMPTS_REASON} (3 of 3): ")
+    assert "the lease of attempt 3 expired: worker w3 neither renewed it" in final.failure_reason
     assert final.failure_code == "E-RUN-004"
     assert await event_types(db, P, run_id) == [
         "RunCreated",
@@ -140,6 +142,13 @@ async def test_reaper_requeues_until_max_attempts_then_fails(db: Database) -> No
         "RunClaimed",
         "RunFailed",
     ]
+    # Each expired attempt is recorded with its worker and the lease's last renewal.
+    events = await events_of(db, P, run_id)
+    requeues = [e for e in events if isinstance(e, RunRequeued)]
+    assert [(e.attempt, e.worker_id) for e in requeues] == [(1, "w1"), (2, "w2")]
+    assert all(e.last_renewal_at is not None and "expired" in e.reason for e in requeues)
+    [failed] = [e for e in events if isinstance(e, RunFailed)]
+    assert (failed.worker_id, failed.attempt, failed.dead_letter) == ("w3", 3, True)
 
 
 async def test_the_reaper_leaves_live_leases_alone(db: Database) -> None:

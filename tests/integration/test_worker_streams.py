@@ -29,7 +29,7 @@ from streams.keys import WORKER_GROUP, Keys
 from streams.publish import envelope_of
 from streams.relay import Relay
 from tests.support import handlers
-from tests.support.runs import count_events, create_runs, load
+from tests.support.runs import count_events, create_runs, events_of, load
 
 P = "proj-s"
 
@@ -220,9 +220,63 @@ async def test_reclaim_leaves_a_run_that_a_live_lease_holds(
     assert await intake.reclaim_once() == 1
     await wait_for(lambda: _reclaim_settled(worker))
     [left] = await pending(redis, keys)
-    assert left["message_id"].decode() == entry and left["times_delivered"] == 2
+    assert left["message_id"].decode() == entry
+    assert left["times_delivered"] == 1  # the reclaim's delivery was taken back
+    assert left["consumer"].decode() == worker.worker_id
     state = await load(db, P, run_id)
     assert (state.status, state.worker_id) == ("RUNNING", "holder")
+
+
+@pytest.mark.parametrize("held_reclaims", [2, 6])
+async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
+    db: Database, fast: Settings, redis: Any, held_reclaims: int
+) -> None:
+    """The issue's scenario: a long attempt holds the run while a duplicate work message for it
+    is reclaimed once per lease TTL (AWOOOP_MAX_DELIVERIES is 3 here). The attempt then ends
+    unfinished (its lease runs out) and the next reclaim takes the run and runs it as the next
+    attempt. Before, every held reclaim counted a delivery: after 2 of them the next reclaim
+    found the lease expired with 4 deliveries and failed the run with E-RUN-005 although it had
+    two attempts left; after more the duplicate was acknowledged as superseded."""
+    quick = msgspec.structs.replace(fast, lease_ttl_s=0.5)  # entries reclaimable after 0.5 s
+    keys = keys_of(quick)
+    [run_id] = await create_runs(db, P, payload={})
+    stream, entry = await announce(db, redis, keys, run_id)
+    await ghost_reads(redis, stream)  # the duplicate: read by a worker that found the run held
+    holder_ttl = 5.0
+    assert await db.in_tenant(P, lambda c: leases.claim(c, run_id, "holder", holder_ttl))
+    worker = Worker(db=db, settings=quick, handler=handlers.journaled, concurrency=4, streams=True)
+    intake = StreamIntake(worker, redis, keys, quick)
+    left = sample("awooop_reclaims_total", outcome="left")
+    for _ in range(held_reclaims):
+        renewed = await db.in_platform(
+            lambda c: leases.heartbeat(c, "holder", [run_id], holder_ttl)
+        )
+        assert renewed == {run_id}  # the long attempt is alive
+        await asyncio.sleep(0.6)  # the duplicate idles past the lease TTL
+        assert await intake.reclaim_once() == 1
+        await wait_for(lambda: _reclaim_settled(worker))
+        [entry_now] = await pending(redis, keys)
+        assert entry_now["message_id"].decode() == entry
+        assert entry_now["times_delivered"] == 1
+    assert sample("awooop_reclaims_total", outcome="left") == left + held_reclaims
+    assert (await load(db, P, run_id)).status == "RUNNING"
+
+    # The long attempt ends unfinished: no more renewals, its lease runs out.
+    async def expired() -> bool:
+        state, now = await db.in_tenant(P, lambda c: leases.peek(c, run_id))
+        return leases.availability(state, now, worker.worker_id) is leases.Availability.EXPIRED
+
+    await wait_for(expired, within_s=30)
+    await asyncio.sleep(0.6)
+    assert await intake.reclaim_once() == 1
+    await wait_for(lambda: finished(db, [run_id]))
+    await wait_for(lambda: _no_pending(redis, keys))
+    state = await load(db, P, run_id)
+    assert (state.status, state.attempt_count, state.failure_code) == ("COMPLETED", 2, None)
+    assert await redis.xlen(keys.dead_letter_stream(keys.shard_of(P))) == 0
+    types = [type(e).__name__ for e in await events_of(db, P, run_id)]
+    assert types[:4] == ["RunCreated", "RunClaimed", "RunRequeued", "RunClaimed"]
+    assert types[-1] == "RunCompleted"
 
 
 async def _reclaim_settled(worker: Worker) -> bool:

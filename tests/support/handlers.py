@@ -11,6 +11,8 @@ call between the steps), ``same_step_twice`` (use one step name twice), ``block_
 and ``block_s`` (attempts that block the event loop for ``block_s`` seconds after step one and
 then return at once: a stalled worker), ``unavailable_on_attempts`` (attempts that raise
 ``DatabaseUnavailableError`` after step one, as a journal write does while Postgres restarts).
+
+:func:`exits` is a poison handler: it kills its worker process (``os._exit(1)``) every time.
 """
 
 from __future__ import annotations
@@ -154,3 +156,10 @@ async def ticking(run: RunContext) -> dict[str, Any]:
         raise
     effect(run, "end")
     return {"ticks": True}
+
+
+async def exits(run: RunContext) -> None:
+    """Kill the worker process, whatever the run: no exception, no event, no release; the
+    lease simply stops being renewed (a handler that segfaults or runs out of memory)."""
+    effect(run, "exit")
+    os._exit(1)

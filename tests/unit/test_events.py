@@ -43,6 +43,16 @@ STORED = {
 }
 
 
+# Later versions of a type, stored with the fields added since (also never edited).
+STORED_LATER = [
+    '{"type":"RunRequeued","at":"2026-01-01T00:00:40Z","attempt":1,"worker_id":"w1",'
+    '"last_renewal_at":"2026-01-01T00:00:10Z","reason":"the lease of attempt 1 expired"}',
+    '{"type":"RunFailed","at":"2026-01-01T00:01:40Z","reason":"Max retry attempts exceeded",'
+    '"code":"E-RUN-004","worker_id":"w1","attempt":3,'
+    '"last_renewal_at":"2026-01-01T00:01:10Z","dead_letter":true}',
+]
+
+
 def test_every_event_type_has_a_stored_example() -> None:
     assert set(STORED) == {t.__name__ for t in ev.EVENT_TYPES}
 
@@ -52,6 +62,22 @@ def test_stored_examples_decode_and_round_trip(name: str) -> None:
     event = ev.decode_event(STORED[name])
     assert ev.event_type(event) == name
     assert ev.decode_event(ev.encode_event(event)) == event
+
+
+@pytest.mark.parametrize("stored", STORED_LATER)
+def test_later_versions_decode_and_round_trip(stored: str) -> None:
+    event = ev.decode_event(stored)
+    assert ev.decode_event(ev.encode_event(event)) == event
+    assert getattr(event, "worker_id", None) == "w1"
+
+
+def test_older_versions_get_the_defaults_of_later_fields() -> None:
+    requeued = ev.decode_event(STORED["RunRequeued"])
+    assert isinstance(requeued, ev.RunRequeued)
+    assert (requeued.worker_id, requeued.last_renewal_at, requeued.reason) == (None, None, "")
+    failed = ev.decode_event(STORED["RunFailed"])
+    assert isinstance(failed, ev.RunFailed)
+    assert (failed.last_renewal_at, failed.dead_letter) == (None, False)
 
 
 def test_an_unknown_type_is_a_clear_error() -> None:

@@ -8,10 +8,18 @@ from datetime import UTC, datetime
 import pytest
 
 from awooop.eventlog import RecordedEvent
-from awooop.events import DISPATCH_EVENT_TYPES
+from awooop.events import DISPATCH_EVENT_TYPES, RunFailed, encode_event
 from streams.envelope import decode_envelope
 from streams.keys import Keys
-from streams.publish import BOTH, EVENTS_ONLY, WORK_ONLY, by_shard, envelope_of, route_of
+from streams.publish import (
+    BOTH,
+    DEAD_LETTER,
+    EVENTS_ONLY,
+    WORK_ONLY,
+    by_shard,
+    envelope_of,
+    route_of,
+)
 from streams.tracing import sampled
 
 KEYS = Keys("aw", 4)
@@ -40,6 +48,19 @@ def test_dispatch_events_go_to_both_streams_the_rest_to_events_only() -> None:
         assert route_of(event_type) == EVENTS_ONLY
 
 
+def test_a_failure_marked_dead_letter_also_goes_to_the_dead_letter_stream() -> None:
+    """R-19: the reaper's last failure (``dead_letter``) is routed to the dead-letter stream;
+    any other failure, and a malformed payload, only to the events stream."""
+    marked = encode_event(RunFailed(at=AT, reason="r", code="E-RUN-004", dead_letter=True))
+    plain = encode_event(RunFailed(at=AT, reason="r", code="E-HANDLER-001"))
+    assert route_of("RunFailed", marked.decode()) == DEAD_LETTER
+    assert route_of("RunFailed", '{"type": "RunFailed", "dead_letter": true}') == DEAD_LETTER
+    assert route_of("RunFailed", plain.decode()) == EVENTS_ONLY
+    assert route_of("RunFailed", "not json") == EVENTS_ONLY
+    assert route_of("RunFailed") == EVENTS_ONLY
+    assert route_of("StepCompleted", '{"dead_letter": true}') == EVENTS_ONLY
+
+
 def test_the_envelope_carries_the_row_and_its_trace_context() -> None:
     event = row(7, "p1", "RunCreated", traceparent="00-aa-bb-01", tracestate="x=1", other=3)
     envelope = envelope_of(event, attempt=1)
@@ -64,7 +85,9 @@ def test_by_shard_keeps_log_order_within_each_shard() -> None:
         assert all(KEYS.shard_of(e.project_id) == shard for e in envelopes)
         positions = [e.position for e in envelopes]
         assert positions == sorted(positions)
-        assert [route for route, _ in items] == [route_of(e.event_type) for e in envelopes]
+        assert [route for route, _ in items] == [
+            route_of(e.event_type, e.payload.decode()) for e in envelopes
+        ]
     forced = by_shard(rows, KEYS, route=WORK_ONLY)
     assert {route for items in forced.values() for route, _ in items} == {WORK_ONLY}
 

@@ -13,15 +13,28 @@ from awooop.errors import (
     DatabaseUnavailableError,
     HandlerError,
     InvalidInputError,
+    LeaseLostError,
     ModelUnavailableError,
     RedisUnavailableError,
 )
 from awooop.events import RunFailed, RunRequeued
 from awooop.runs import approvals
-from awooop.runs.leases import Availability, availability, claim_event, fence_problem, reap_event
+from awooop.runs.leases import (
+    Availability,
+    availability,
+    claim_event,
+    fence_problem,
+    lease_expiry,
+    reap_event,
+)
 from awooop.runs.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, apply
 from awooop.worker.executor import Outcome, failure_of, infrastructure_failure
-from awooop.worker.reclaim import ReclaimAction, dead_letter_reason, reclaim_action
+from awooop.worker.reclaim import (
+    ReclaimAction,
+    dead_letter_reason,
+    held_delivery_count,
+    reclaim_action,
+)
 from tests.support.factories import T0, WORKER, replace, state_in
 
 S = RunStatus
@@ -70,9 +83,43 @@ def test_reap_requeues_while_attempts_remain_then_fails() -> None:
     last = replace(running, attempt_count=3)
     failed = reap_event(last, LATER)
     assert isinstance(failed, RunFailed)
-    assert (failed.reason, failed.code) == (MAX_ATTEMPTS_REASON, MAX_ATTEMPTS_CODE)
-    assert failed.reason == "Max retry attempts exceeded"
+    assert failed.code == MAX_ATTEMPTS_CODE
+    assert failed.reason.startswith(f"{MAX_ATTEMPTS_REASON} (3 of 3): ")
+    assert failed.reason.startswith("Max retry attempts exceeded")
     assert apply(last, failed).status is S.FAILED
+
+
+def test_an_expired_lease_is_recorded_with_its_worker_and_last_renewal() -> None:
+    """R-19: the requeue and the final failure say whose lease expired and since when nothing
+    renewed it; only the failure sends the run's work to the dead-letter stream."""
+    running = replace(state_in(S.RUNNING), heartbeat_at=T0 + timedelta(seconds=4))
+    requeued = reap_event(running, LATER)
+    assert isinstance(requeued, RunRequeued)
+    assert (requeued.worker_id, requeued.last_renewal_at) == (WORKER, running.heartbeat_at)
+    assert requeued.reason == lease_expiry(running)
+    assert lease_expiry(running) == (
+        f"the lease of attempt 1 expired: worker {WORKER} neither renewed it after "
+        "2026-01-01T00:00:04.000+00:00 nor released it (the worker process died, or was cut "
+        "off from Postgres or stalled)"
+    )
+    last = replace(running, attempt_count=3)
+    failed = reap_event(last, LATER)
+    assert isinstance(failed, RunFailed)
+    assert (failed.worker_id, failed.attempt, failed.dead_letter) == (WORKER, 3, True)
+    assert failed.last_renewal_at == running.heartbeat_at
+    assert f"worker {WORKER} neither renewed it" in failed.reason
+    assert "attempt 3 expired" in failed.reason
+    after = apply(last, failed)  # the expired attempt's names pass apply's fence
+    assert (after.status, after.failure_code, after.worker_id) == (S.FAILED, "E-RUN-004", None)
+    assert after.failure_reason == failed.reason
+
+
+def test_requeues_stored_before_they_named_the_worker_still_apply() -> None:
+    running = state_in(S.RUNNING)
+    old = RunRequeued(at=LATER, attempt=1)  # as stored before worker_id existed
+    assert apply(running, old).status is S.PENDING
+    with pytest.raises(LeaseLostError):
+        apply(running, RunRequeued(at=LATER, attempt=1, worker_id="someone-else"))
 
 
 def test_the_reap_event_is_legal_for_every_leased_state() -> None:
@@ -170,7 +217,10 @@ A = Availability
         (A.CLAIMABLE, 10, ReclaimAction.TAKE),
         (A.EXPIRED, 2, ReclaimAction.TAKE),
         (A.CLAIMABLE, 11, ReclaimAction.DEAD_LETTER),
-        (A.EXPIRED, 11, ReclaimAction.DEAD_LETTER),
+        # The attempts decide for an expired lease (reap_event), never the deliveries: a
+        # duplicate message reclaimed while a long attempt held the run must not fail it.
+        (A.EXPIRED, 11, ReclaimAction.TAKE),
+        (A.EXPIRED, 99, ReclaimAction.TAKE),
     ],
 )
 def test_reclaim_reconciles_with_the_database(
@@ -184,3 +234,20 @@ def test_every_availability_has_a_reclaim_action() -> None:
         for deliveries in (1, 100):
             assert reclaim_action(seen, deliveries, 10) in ReclaimAction
     assert "delivered 11 times (limit 10)" in dead_letter_reason(11, 10)
+
+
+def test_deliveries_while_a_live_lease_elsewhere_holds_the_run_are_taken_back() -> None:
+    """The issue's scenario, as decisions: a duplicate message for a run held by a long attempt
+    is reclaimed once per lease TTL, many more times than the limit. Each of those reclaims
+    leaves it pending and sets its count back, so when the attempt then ends unfinished the
+    next reclaim takes the run (its attempts decide) instead of dead-lettering it."""
+    deliveries = 1  # read once by a worker that found the run held
+    for _ in range(25):
+        deliveries += 1  # XAUTOCLAIM counts a delivery
+        assert reclaim_action(A.HELD, deliveries, max_deliveries=10) is ReclaimAction.LEAVE
+        deliveries = held_delivery_count(deliveries)
+    assert deliveries == 1
+    assert reclaim_action(A.EXPIRED, deliveries + 1, max_deliveries=10) is ReclaimAction.TAKE
+    assert reclaim_action(A.CLAIMABLE, deliveries + 1, max_deliveries=10) is ReclaimAction.TAKE
+    assert held_delivery_count(1) == 1
+    assert held_delivery_count(7) == 6
