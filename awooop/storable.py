@@ -123,6 +123,9 @@ def unstorable(what: str, exc: BaseException) -> UnstorableValueError:
     if isinstance(exc, UnstorableValueError):
         text = exc.message
     else:
+        text = f"{type(exc).__name__}: {exc}"
         detail = getattr(exc, "detail", None)  # asyncpg's PostgresError: Postgres's DETAIL
-        text = f"{type(exc).__name__}: {exc}" + (f" ({detail})" if detail else "")
+        if detail and detail not in text:
+            text += f" ({detail})"
+        text = " ".join(text.split())  # one line
     return UnstorableValueError(sanitized(f"{what} could not be stored: {text}"))
