@@ -7,8 +7,19 @@ starts one at once with everything queued; requests that arrive while that many 
 the next one to free up, which takes them all. At low load every request is flushed alone and
 immediately (no added latency); under load, batches grow by themselves and the number of
 transactions per run falls. Each flush gets its items in arrival order and returns one result
-per item (a value, or an exception for that item alone); an exception raised by the flush
-itself fails every item of that batch.
+per item (a value, or an exception for that item alone).
+
+**Failure isolation.** An exception raised by the flush itself is either the batch's as a
+whole or possibly one item's (:func:`shared_failure`). The database being unavailable (a
+connection-level error, ``awooop.db.CONNECTION_ERRORS``, or DatabaseUnavailableError), Redis
+being unavailable, or the flush being cancelled fails every item of the batch with it. Any
+other (one item's text that jsonb refuses, a constraint, an illegal transition, a conflict
+that outlasted its retries) makes the batcher flush each item of that batch ALONE, in order:
+each gets its own result or its own exception, so a bad item fails alone and its neighbours
+go on (``isolated`` counts such batches; the single flushes are not counted in ``flushes``).
+Should one of those single flushes hit a shared failure, the items not yet flushed fail with
+it. A batch of one item is never re-flushed. Callers tell an item's data error from the rest
+with :func:`data_error`.
 
 ``parallel`` > 1 (the worker: a few connections per project) keeps a steady trickle of small
 batches from waiting on each other's round trips, where one flush at a time would cap a
@@ -26,9 +37,49 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+import asyncpg
+
+from awooop.db import CONNECTION_ERRORS
+from awooop.errors import (
+    DatabaseUnavailableError,
+    IllegalTransitionError,
+    RedisUnavailableError,
+    UnstorableValueError,
+)
+from awooop.logs import get_logger
+
 K = TypeVar("K", bound=Hashable)
 I = TypeVar("I")  # noqa: E741 - the item type, paired with K and R
 R = TypeVar("R")
+
+log = get_logger("awooop.batching")
+
+
+def shared_failure(exc: BaseException) -> bool:
+    """Pure: whether a flush's exception is the whole batch's (the database or Redis is
+    unavailable, the flush was cancelled), so that flushing each item alone cannot help. Any
+    other exception may have been caused by one item."""
+    return not isinstance(exc, Exception) or isinstance(
+        exc, (*CONNECTION_ERRORS, DatabaseUnavailableError, RedisUnavailableError)
+    )
+
+
+def data_error(exc: BaseException) -> bool:
+    """Pure: whether an item's error comes from its own data, so that writing it again cannot
+    help: Postgres refused a value (asyncpg.DataError: text jsonb cannot hold, invalid text
+    for a type, a value out of range; also asyncpg's own refusal to encode an argument), a
+    constraint (IntegrityConstraintViolationError), the catalog's UnstorableValueError or
+    IllegalTransitionError, or a string that is not valid Unicode (UnicodeError)."""
+    return isinstance(
+        exc,
+        (
+            asyncpg.DataError,
+            asyncpg.IntegrityConstraintViolationError,
+            UnstorableValueError,
+            IllegalTransitionError,
+            UnicodeError,
+        ),
+    )
 
 
 @dataclass
@@ -57,6 +108,7 @@ class Batcher(Generic[K, I, R]):
         self._tasks: set[asyncio.Task[None]] = set()
         self.flushes = 0
         self.items = 0
+        self.isolated = 0  # batches whose flush failed and whose items were flushed one by one
 
     async def submit(
         self,
@@ -104,6 +156,35 @@ class Batcher(Generic[K, I, R]):
         self._queues[key] = rest
         return batch
 
+    async def _flush_isolated(self, key: K, items: list[I]) -> list[R | BaseException]:
+        """The batch's results: one flush, or when it fails for a reason that may be one
+        item's (see the module docstring), one flush per item. Raises only CancelledError."""
+        try:
+            return await self._flush(key, items)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            if len(items) == 1 or shared_failure(exc):
+                return [exc] * len(items)
+            failure = exc
+        self.isolated += 1
+        log.warning(
+            "batch_isolated", items=len(items), error=f"{type(failure).__name__}: {failure}"
+        )
+        results: list[R | BaseException] = []
+        for item in items:
+            try:
+                [result] = await self._flush(key, [item])
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                result = exc
+                if shared_failure(exc):  # the database went away meanwhile: all of the rest
+                    results.extend([exc] * (len(items) - len(results)))
+                    break
+            results.append(result)
+        return results
+
     async def _drain(self, key: K) -> None:
         cancelled = False
         try:
@@ -111,10 +192,10 @@ class Batcher(Generic[K, I, R]):
                 self.flushes += 1
                 self.items += len(batch)
                 try:
-                    results: list[R | BaseException] | BaseException = await self._flush(
+                    results: list[R | BaseException] | BaseException = await self._flush_isolated(
                         key, [p.item for p in batch]
                     )
-                except BaseException as exc:
+                except asyncio.CancelledError as exc:
                     results = exc
                 finally:
                     busy = self._in_flight.get(key, set())
@@ -124,10 +205,8 @@ class Batcher(Generic[K, I, R]):
                     for pending in batch:
                         if not pending.future.done():
                             pending.future.set_exception(results)
-                    if isinstance(results, asyncio.CancelledError):
-                        cancelled = True
-                        raise results
-                    continue
+                    cancelled = True
+                    raise results
                 for pending, result in zip(batch, results, strict=True):
                     if pending.future.done():
                         continue

@@ -299,6 +299,17 @@ class DuplicateStepError(AwoooPError):
     code = "E-HANDLER-003"
 
 
+# --- data Postgres cannot store --------------------------------------------------------------
+
+
+class UnstorableValueError(AwoooPError):
+    """The value cannot be stored: Postgres refuses it (text holding \\u0000 or a lone surrogate,
+    a value that breaks a constraint). Only the item that carried it fails."""
+
+    code = "E-DATA-001"
+    http_status = 422
+
+
 # --- streams --------------------------------------------------------------------------------
 
 

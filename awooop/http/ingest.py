@@ -7,7 +7,10 @@ shortcut); then, on a connection whose session carries the project
 (:class:`awooop.db.TenantSessions`): authentication 401 E-AUTH-001, parsing 400 E-INPUT-001 /
 422 E-INPUT-002, and the ingest itself, one atomic statement (:mod:`awooop.ingest.store`)
 shared with the deliveries for the same project, channel and contract that arrive while the
-previous statement runs (group commit, :mod:`awooop.batching`; docs/ingest.md).
+previous statement runs (group commit, :mod:`awooop.batching`; docs/ingest.md). When that
+statement fails for anything but the database being away, each delivery of the batch is
+written alone: one delivery's data that Postgres refuses is 422 E-DATA-001 for that delivery
+only, and nothing of it is written.
 
 Answers: 202 ``{"run_ids": [...], "results": [...]}`` when the delivery created at least
 one run; 200 with ``"code": "E-IDEMPOTENT-001"`` and the existing ``run_id`` when every event
@@ -28,7 +31,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from awooop import metrics
-from awooop.batching import Batcher
+from awooop.batching import Batcher, data_error
 from awooop.db import TenantSessions
 from awooop.errors import (
     AuthenticationError,
@@ -44,6 +47,7 @@ from awooop.ingest.common import Adapter, AuthKind, Headers, ParsedEvent
 from awooop.ingest.credentials import check_contract_id, check_project_id
 from awooop.logs import get_logger
 from awooop.services import Services
+from awooop.storable import unstorable
 from awooop.telemetry import extract, tracer
 
 log = get_logger(__name__)
@@ -161,39 +165,26 @@ def routes(services: Services) -> list[BaseRoute]:
         metrics.INGEST_BATCH.observe(len(deliveries))
         events = [event for d in deliveries for event in d.events]
         metadata = [d.metadata for d in deliveries for _ in d.events]
-        try:
-            outcomes = await sessions.run(
+        # A failed statement fails the batch; the batcher then writes each delivery alone
+        # (unless the database is away), so that one delivery's data fails only that one.
+        outcomes = await sessions.run(
+            project_id,
+            lambda conn: store.ingest(
+                conn,
                 project_id,
-                lambda conn: store.ingest(
-                    conn,
-                    project_id,
-                    channel_type,
-                    events,
-                    config=deliveries[0].config,
-                    contract_id=contract_id,
-                    metadata=metadata,
-                ),
-            )
-        except AwoooPError:
-            raise  # the database is away or a race outlasted the retries: the whole batch
-        except Exception:
-            if len(deliveries) == 1:
-                raise
-            # One delivery's data broke the statement: write each alone, so only it fails.
-            return [await write_alone(key, d) for d in deliveries]
+                channel_type,
+                events,
+                config=deliveries[0].config,
+                contract_id=contract_id,
+                metadata=metadata,
+            ),
+        )
         results: list[list[store.Outcome] | BaseException] = []
         start = 0
         for delivery in deliveries:
             results.append(outcomes[start : start + len(delivery.events)])
             start += len(delivery.events)
         return results
-
-    async def write_alone(key: BatchKey, delivery: Delivery) -> list[store.Outcome] | BaseException:
-        try:
-            (result,) = await write(key, [delivery])
-        except Exception as exc:
-            return exc
-        return result
 
     batcher: Batcher[BatchKey, Delivery, list[store.Outcome]] = Batcher(
         write, max_batch=settings.ingest_batch_max_deliveries
@@ -213,7 +204,12 @@ def routes(services: Services) -> list[BaseRoute]:
             config.dedupe_ttl_s,
             config.max_attempts,
         )
-        return await batcher.submit(key, Delivery(events, store.trace_metadata("http"), config))
+        try:
+            return await batcher.submit(key, Delivery(events, store.trace_metadata("http"), config))
+        except Exception as exc:
+            if data_error(exc):  # this delivery's own data (the batcher isolated it)
+                raise unstorable("the delivery", exc) from exc
+            raise
 
     async def post_channel(request: Request) -> Response:
         started = time.perf_counter()

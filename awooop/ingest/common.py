@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from awooop import storable
 from awooop.errors import InvalidInputError, MissingEventIdError
 
 Headers = Mapping[str, str]  # lowercase header name -> value
@@ -69,32 +70,23 @@ def decode_object(body: bytes, what: str = "body") -> dict[str, Any]:
         raise InvalidInputError(f"{what} is not valid JSON") from None
     if not isinstance(value, dict):
         raise InvalidInputError(f"{what} must be a JSON object")
-    check_storable(value, body)
+    check_storable(value, body, what)
     return value
 
 
-def check_storable(value: Any, raw: bytes | None = None) -> None:
-    """Refuse NUL characters and nesting deeper than MAX_JSON_DEPTH (iteratively: no
-    recursion limit to hit). ``raw`` lets the common case skip the walk: without enough
-    brackets there is no deep nesting, and without the escape ``\\u0000`` there is no NUL."""
+def check_storable(value: Any, raw: bytes | None = None, where: str = "the JSON body") -> None:
+    """Refuse what Postgres cannot store (:func:`awooop.storable.problem`: NUL, lone
+    surrogates) and nesting deeper than MAX_JSON_DEPTH, naming the place. ``raw`` (the
+    value's JSON, which msgspec decodes only without lone surrogates) lets the common case skip
+    the walk: without enough brackets there is no deep nesting, and without the escape
+    ``\\u0000`` there is no NUL."""
     if raw is not None and (
         raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH and b"\\u0000" not in raw
     ):
         return
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                raise InvalidInputError("JSON strings must not contain NUL (\\u0000)")
-        elif isinstance(item, dict | list):
-            if depth > MAX_JSON_DEPTH:
-                raise InvalidInputError(f"JSON nesting deeper than {MAX_JSON_DEPTH} levels")
-            if isinstance(item, dict):
-                stack.extend((k, depth) for k in item)
-                stack.extend((v, depth + 1) for v in item.values())
-            else:
-                stack.extend((v, depth + 1) for v in item)
+    found = storable.problem(value, where, max_depth=MAX_JSON_DEPTH)
+    if found is not None:
+        raise InvalidInputError(found)
 
 
 def event_id(value: object, field: str) -> str:

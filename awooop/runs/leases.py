@@ -45,9 +45,9 @@ from typing import Any
 
 import msgspec
 
-from awooop import eventlog
+from awooop import eventlog, storable
 from awooop.db import Connection
-from awooop.errors import LeaseLostError
+from awooop.errors import LeaseLostError, UnstorableValueError
 from awooop.events import Event, LeaseReleased, RunClaimed, RunFailed, RunRequeued
 from awooop.runs import store
 from awooop.runs.state import (
@@ -594,17 +594,36 @@ class Completion:
     metadata: dict[str, Any] | None = None
 
 
+def completion_problem(completion: Completion) -> UnstorableValueError | None:
+    """Pure: the error for a completion whose result or metadata Postgres would refuse
+    (:mod:`awooop.storable`); None when it can be written."""
+    found = storable.encoded_problem(completion.result, "result") or (
+        storable.encoded_problem(completion.metadata, "metadata")
+    )
+    return None if found is None else UnstorableValueError(found, run_id=completion.run_id)
+
+
 async def complete_many(
     conn: Connection, completions: list[Completion]
-) -> list[RunState | LeaseLostError]:
+) -> list[RunState | LeaseLostError | UnstorableValueError]:
     """Write ``RunCompleted`` for each completion (each run at most once) in one statement
-    (``COMPLETE_MANY``; outside a transaction it is its own): the new state, or the
-    LeaseLostError of an attempt that no longer holds a live lease, in order."""
+    (``COMPLETE_MANY``; outside a transaction it is its own): the new state, the
+    LeaseLostError of an attempt that no longer holds a live lease, or the
+    UnstorableValueError of a completion whose result Postgres would refuse (not sent, so
+    that it cannot fail the statement of the others), in order."""
     if not completions:
         return []
-    results: dict[uuid.UUID, RunState | LeaseLostError] = {}
-    pending = {c.run_id: c for c in completions}
+    results: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError] = {}
+    pending = {}
+    for c in completions:
+        refused = completion_problem(c)
+        if refused is None:
+            pending[c.run_id] = c
+        else:
+            results[c.run_id] = refused
     for attempt in range(HEAD_CONFLICT_RETRIES + 1):
+        if not pending:
+            break
         batch = list(pending.values())
         rows = await conn.fetch(
             COMPLETE_MANY,
@@ -657,15 +676,16 @@ async def prepare_run_statements(conn: Connection) -> None:
 
 async def fenced_record_many(
     conn: Connection, writes: list[FencedWrite]
-) -> list[RunState | LeaseLostError]:
+) -> list[RunState | LeaseLostError | UnstorableValueError]:
     """:func:`fenced_record` for many runs (each at most once) in one transaction: a write
-    whose attempt lost its lease gets its LeaseLostError (in place of a state) and the others
-    are written."""
+    whose attempt lost its lease gets its LeaseLostError (in place of a state), a write whose
+    event Postgres would refuse (:mod:`awooop.storable`) its UnstorableValueError (nothing of
+    it is sent), and the others are written."""
     if not writes:
         return []
     rows = await conn.fetch(LOCK_MANY, [w.run_id for w in writes])
     found = {row["run_id"]: row for row in rows}
-    results: list[RunState | LeaseLostError] = []
+    results: list[RunState | LeaseLostError | UnstorableValueError] = []
     changes: list[tuple[RunState, Event]] = []
     metas: list[dict[str, Any] | None] = []
     slots: list[int] = []
@@ -687,9 +707,14 @@ async def fenced_record_many(
                 )
             )
             continue
+        event = write.make_event(state, now)
+        refused = storable.encoded_problem(event, type(event).__name__)
+        if refused is not None:
+            results.append(UnstorableValueError(refused, run_id=write.run_id))
+            continue
         results.append(state)  # replaced below
         slots.append(i)
-        changes.append((state, write.make_event(state, now)))
+        changes.append((state, event))
         metas.append(write.metadata)
     for i, new_state in zip(
         slots, await store.apply_and_store_many(conn, changes, metas), strict=True

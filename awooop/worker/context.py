@@ -7,7 +7,11 @@ becomes the run's result. ``run`` offers:
   attempt, its recorded result is returned and ``fn`` is not called again; otherwise ``fn()``
   runs and ``StepCompleted`` is written fenced (only while this attempt holds the lease). A
   step name is used once per run. Results are stored as JSON: pass ``type=`` to get the same
-  type back from a recorded result (``msgspec.convert``).
+  type back from a recorded result (``msgspec.convert``). A result Postgres cannot store (text
+  holding ``\\u0000`` or a lone surrogate) raises E-DATA-001 (``UnstorableValueError``,
+  naming the step and the value's place) to the handler, and nothing is recorded; left
+  uncaught, it fails the run with that reason. Other runs whose steps were written in the same
+  group commit are not affected.
 - ``await run.llm(prompt, contract=..., **options)``: the model gateway (revision pointer check
   before every call). Not journaled by itself: wrap it in a step to record its answer.
 - ``await run.wait_for_approval(name, reason=...)``: the first time, the run enters
@@ -37,14 +41,16 @@ from typing import Any, Protocol, TypeVar, cast
 
 import msgspec
 
+from awooop.batching import data_error
 from awooop.db import Database, unavailable_on_connection_errors
-from awooop.errors import DuplicateStepError, LeaseLostError
+from awooop.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
 from awooop.events import Event, StepCompleted, ToolResultReceived, ToolWaitStarted
 from awooop.llm.gateway import LLMResult
 from awooop.logs import get_logger
 from awooop.runs import approvals, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
 from awooop.runs.state import RunState
+from awooop.storable import encoded_problem, unstorable
 from awooop.telemetry import inject, tracer
 
 T = TypeVar("T")
@@ -221,15 +227,20 @@ class RunContext:
             self.check()
             result = await fn()
             encoded = msgspec.to_builtins(result)
-            await self._write(
-                lambda _s, now: StepCompleted(
-                    at=now,
-                    worker_id=self.worker_id,
-                    attempt=self.attempt,
-                    step=name,
-                    result=encoded,
+            try:
+                await self._write(
+                    lambda _s, now: StepCompleted(
+                        at=now,
+                        worker_id=self.worker_id,
+                        attempt=self.attempt,
+                        step=name,
+                        result=encoded,
+                    )
                 )
-            )
+            except Exception as exc:
+                if data_error(exc):
+                    raise unstorable(f"step {name!r} result", exc) from exc
+                raise
             self._steps[name] = encoded
             return result
 
@@ -325,6 +336,9 @@ class RunContext:
         ):
             result = await call()
         encoded = msgspec.to_builtins(result)
+        refused = encoded_problem(encoded, "result")
+        if refused is not None:
+            raise unstorable(f"tool {tool!r} result", UnstorableValueError(refused))
 
         async def finish(conn: Any) -> None:
             for make in (

@@ -14,9 +14,18 @@ writes the attempt's last event, fenced:
 | cancelled: run cancelled     | nothing            | CANCELLED        |
 | cancelled: shutdown          | ``LeaseReleased``  | RELEASED         |
 
-A refused (fenced) last write is LOST: another attempt or an operator owns the run now. A
-database error on the last write is ERROR: nothing is acknowledged, the lease runs out, the
-reaper or a reclaimer takes the run again. Only ERROR leaves the stream message pending.
+A refused (fenced) last write is LOST: another attempt or an operator owns the run now. The
+database being unavailable for the last write (a connection-level error) is ERROR: nothing is
+acknowledged, the lease runs out, the reaper or a reclaimer takes the run again. Only ERROR
+leaves the stream message pending.
+
+Last writes go through group commits shared with other runs (:mod:`awooop.batching`): an error
+caused by one run's data is that run's alone. A return value that Postgres cannot store (text
+with ``\\u0000``, found before the statement by :mod:`awooop.storable`, or refused by Postgres
+and isolated by the batcher: :func:`awooop.batching.data_error`) FAILS the run with
+E-DATA-001 and a reason naming the value's place; its neighbours complete. A ``RunFailed``
+whose own reason cannot be stored is written again with a reason that can. Any other error
+of a last write (a conflict that outlasted its retries) is ERROR as above.
 
 The runtime's own stores being unavailable for a moment (a Postgres restart under a journal
 write, the pointer check before a model call: ``DatabaseUnavailableError``,
@@ -41,7 +50,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from awooop import metrics
-from awooop.batching import Batcher
+from awooop.batching import Batcher, data_error
 from awooop.config import Settings
 from awooop.context import bound
 from awooop.db import Database, unavailable_on_connection_errors
@@ -51,11 +60,13 @@ from awooop.errors import (
     HandlerError,
     LeaseLostError,
     RedisUnavailableError,
+    UnstorableValueError,
 )
 from awooop.events import Event, LeaseReleased, RunFailed
 from awooop.logs import get_logger
 from awooop.runs import leases
 from awooop.runs.state import RunState
+from awooop.storable import sanitized, unstorable
 from awooop.telemetry import tracer
 from awooop.worker.context import (
     Attempt,
@@ -111,11 +122,12 @@ def infrastructure_failure(exc: BaseException) -> bool:
 
 
 def failure_of(exc: BaseException) -> tuple[str, str]:
-    """Pure: the (code, reason) a handler exception fails the run with."""
+    """Pure: the (code, reason) a handler exception fails the run with. The reason is
+    storable whatever the exception says (NUL and lone surrogates escaped)."""
     code = exc.code if isinstance(exc, AwoooPError) else HandlerError.code
     text = str(exc)
     reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return code, reason[:MAX_REASON_CHARS]
+    return code, sanitized(reason[:MAX_REASON_CHARS])
 
 
 class Executor:
@@ -152,6 +164,9 @@ class Executor:
             self._flush_completions, parallel=FLUSHES_PER_PROJECT
         )
 
+    # Both flushes answer per write: a lost lease, or a value Postgres would refuse, is that
+    # write's error. When the statement itself fails, the batcher flushes each write alone,
+    # so an error only Postgres detects is still that write's own (awooop.batching).
     async def _flush_writes(
         self, project_id: str, writes: list[leases.FencedWrite]
     ) -> list[RunState | BaseException]:
@@ -373,20 +388,55 @@ class Executor:
         return await self._settle_write(attempt, outcome, self.write(attempt.project_id, fenced))
 
     async def _settle_write(
-        self, attempt: Attempt, outcome: Outcome, written: Awaitable[RunState]
+        self,
+        attempt: Attempt,
+        outcome: Outcome,
+        written: Awaitable[RunState],
+        *,
+        last_resort: bool = False,
     ) -> Outcome:
-        """Await the attempt's fenced last write and count what came of it."""
+        """Await the attempt's fenced last write and count what came of it (see the module
+        docstring: a data error fails the run, a lost lease is LOST, the rest ERROR)."""
         try:
             await written
         except LeaseLostError as exc:
             log.info("last_write_fenced", outcome=str(outcome), reason=exc.message)
             return self._count(attempt, Outcome.LOST)
-        except Exception:
+        except Exception as exc:
+            if data_error(exc) and outcome is Outcome.COMPLETED:
+                # This run's return value, not the database: the run fails, with a reason
+                # that names the value's place (and does not hold the value).
+                return await self._fail(attempt, unstorable("the return value", exc))
+            if data_error(exc) and outcome is Outcome.FAILED and not last_resort:
+                return await self._fail_plainly(attempt, exc)
             log.exception("last_write_failed", outcome=str(outcome))
             return self._count(attempt, Outcome.ERROR)
         if outcome in (Outcome.COMPLETED, Outcome.FAILED):
             metrics.RUNS_FINISHED.labels(outcome.name).inc()
         return self._count(attempt, outcome)
+
+    async def _fail_plainly(self, attempt: Attempt, exc: BaseException) -> Outcome:
+        """A RunFailed that Postgres refused (its reason should always be storable: this is
+        the last resort): fail the run with a fixed reason instead."""
+        log.error("run_failed_unstorable", error=f"{type(exc).__name__}: {exc}")
+        error = UnstorableValueError(
+            f"the run failed, and its failure reason could not be stored ({type(exc).__name__})"
+        )
+        fenced = leases.FencedWrite(
+            attempt.run_id,
+            self.worker_id,
+            attempt.number,
+            lambda _s, now: RunFailed(
+                at=now,
+                reason=error.message,
+                code=error.code,
+                worker_id=self.worker_id,
+                attempt=attempt.number,
+            ),
+        )
+        return await self._settle_write(
+            attempt, Outcome.FAILED, self.write(attempt.project_id, fenced), last_resort=True
+        )
 
     def _count(self, attempt: Attempt, outcome: Outcome) -> Outcome:
         self.finished[outcome] += 1

@@ -1,13 +1,22 @@
-"""Group commit (awooop.worker.batching): batches form by themselves, results go to their
-callers, one item's failure stays its own, a cancelled caller's item is still flushed."""
+"""Group commit (awooop.batching): batches form by themselves, results go to their callers,
+one item's failure stays its own (also when it breaks the whole flush: the items are then
+flushed alone), a cancelled caller's item is still flushed."""
 
 from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import pytest
 
-from awooop.batching import Batcher
+from awooop.batching import Batcher, data_error, shared_failure
+from awooop.errors import (
+    DatabaseUnavailableError,
+    DedupeRaceError,
+    IllegalTransitionError,
+    LeaseLostError,
+    UnstorableValueError,
+)
 
 
 class Recorder:
@@ -165,3 +174,132 @@ async def test_parallel_flushes_never_carry_one_unique_key_at_once_and_keep_its_
 def test_parallel_must_be_positive() -> None:
     with pytest.raises(ValueError, match="parallel"):
         Batcher(Recorder().flush, parallel=0)
+
+
+class Poisoned:
+    """A flush that fails as a whole whenever its batch holds a negative item (as a statement
+    fails when one row's value is refused), with ``error``; it records every batch."""
+
+    def __init__(self, error: type[BaseException] = ValueError) -> None:
+        self.batches: list[list[int]] = []
+        self.error = error
+
+    async def flush(self, _key: str, items: list[int]) -> list[int | BaseException]:
+        self.batches.append(list(items))
+        await asyncio.sleep(0.01)
+        bad = [i for i in items if i < 0]
+        if bad:
+            raise self.error(f"statement refused: item {bad[0]}")
+        return [i * 10 for i in items]
+
+
+async def test_a_flush_failing_because_of_one_item_fails_only_that_item() -> None:
+    flush = Poisoned()
+    batcher: Batcher[str, int, int] = Batcher(flush.flush)
+    results = await asyncio.gather(
+        *(batcher.submit("p", i) for i in (1, 2, -3, 4)), return_exceptions=True
+    )
+    assert results[:2] == [10, 20] and results[3] == 40
+    assert isinstance(results[2], ValueError) and "item -3" in str(results[2])
+    # One batch of four, then each item alone, in order.
+    assert flush.batches == [[1, 2, -3, 4], [1], [2], [-3], [4]]
+    assert (batcher.flushes, batcher.items, batcher.isolated) == (1, 4, 1)
+
+
+async def test_a_connection_level_flush_error_fails_the_batch_without_flushing_items_alone() -> (
+    None
+):
+    for error in (ConnectionResetError, DatabaseUnavailableError):
+        flush = Poisoned(error)
+        batcher: Batcher[str, int, int] = Batcher(flush.flush)
+        results = await asyncio.gather(
+            *(batcher.submit("p", i) for i in (1, -2, 3)), return_exceptions=True
+        )
+        assert all(isinstance(r, error) for r in results)
+        assert flush.batches == [[1, -2, 3]] and batcher.isolated == 0
+
+
+async def test_the_database_going_away_during_the_single_flushes_fails_the_rest() -> None:
+    calls: list[list[int]] = []
+
+    async def flush(_key: str, items: list[int]) -> list[int | BaseException]:
+        calls.append(list(items))
+        if len(items) > 1:
+            raise ValueError("one item's data")
+        if items == [2]:
+            raise ConnectionResetError("gone")
+        return [i * 10 for i in items]
+
+    batcher: Batcher[str, int, int] = Batcher(flush)
+    results = await asyncio.gather(
+        *(batcher.submit("p", i) for i in (1, 2, 3, 4)), return_exceptions=True
+    )
+    assert results[0] == 10
+    assert all(isinstance(r, ConnectionResetError) for r in results[1:])
+    assert calls == [[1, 2, 3, 4], [1], [2]]  # 3 and 4 were not flushed into a lost database
+
+
+async def test_items_flushed_alone_keep_their_unique_key_busy() -> None:
+    """While a failed batch's items are flushed one by one, a later item of the same unique
+    key waits: two writes of one run never run at once, and their order is kept."""
+    flush = Poisoned()
+    batcher: Batcher[str, int, int] = Batcher(flush.flush, parallel=4)
+    first = [asyncio.ensure_future(batcher.submit("p", i, unique=i)) for i in (1, -2, 3)]
+    await asyncio.sleep(0)  # the batch [1, -2, 3] is under way
+    later = asyncio.ensure_future(batcher.submit("p", 5, unique=3))
+    await asyncio.gather(*first, later, return_exceptions=True)
+    assert later.result() == 50
+    position = flush.batches.index([5])
+    assert flush.batches.index([3]) < position
+
+
+def test_shared_failure_is_the_database_or_redis_being_away_or_a_cancellation() -> None:
+    shared: list[BaseException] = [
+        ConnectionResetError(),
+        ConnectionRefusedError(),
+        TimeoutError(),
+        OSError("network unreachable"),
+        asyncpg.ConnectionDoesNotExistError(),
+        asyncpg.InterfaceError("connection closed"),
+        asyncpg.AdminShutdownError(),
+        DatabaseUnavailableError(),
+        asyncio.CancelledError(),
+        KeyboardInterrupt(),
+    ]
+    own: list[BaseException] = [
+        asyncpg.UntranslatableCharacterError(),
+        asyncpg.UniqueViolationError(),
+        asyncpg.SerializationError(),
+        IllegalTransitionError(),
+        UnstorableValueError(),
+        DedupeRaceError(),
+        ValueError(),
+        KeyError(),
+    ]
+    assert [e for e in shared if not shared_failure(e)] == []
+    assert [e for e in own if shared_failure(e)] == []
+
+
+def test_data_error_is_an_items_own_data() -> None:
+    data: list[BaseException] = [
+        asyncpg.UntranslatableCharacterError(),
+        asyncpg.CharacterNotInRepertoireError(),
+        asyncpg.InvalidTextRepresentationError(),
+        asyncpg.DataError("invalid input for query argument $1"),
+        asyncpg.UniqueViolationError(),
+        asyncpg.CheckViolationError(),
+        IllegalTransitionError(),
+        UnstorableValueError(),
+        UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"),
+    ]
+    other: list[BaseException] = [
+        ConnectionResetError(),
+        DatabaseUnavailableError(),
+        asyncpg.SerializationError(),
+        asyncpg.DeadlockDetectedError(),
+        LeaseLostError(),
+        DedupeRaceError(),
+        RuntimeError(),
+    ]
+    assert [e for e in data if not data_error(e)] == []
+    assert [e for e in other if data_error(e)] == []
