@@ -223,8 +223,11 @@ def postgres_bindir() -> Path:
 class PostgresServer:
     """A PostgreSQL cluster in ``directory`` (initialised on first start) on a loopback port."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(
+        self, directory: Path, port: int | None = None, max_connections: int = 300
+    ) -> None:
         self.port = port or free_port()
+        self.max_connections = max_connections
         self.dir = directory
         self.data = directory / "data"
         self.bindir = postgres_bindir()
@@ -284,7 +287,7 @@ class PostgresServer:
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 "
             f"-c unix_socket_directories={self.dir} -c fsync=off "
-            "-c max_connections=300"
+            f"-c max_connections={self.max_connections}"
         )
         self._run(
             str(self.bindir / "pg_ctl"),

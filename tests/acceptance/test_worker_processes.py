@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import msgspec
 import pytest
@@ -355,6 +356,51 @@ async def test_a_worker_started_while_postgres_is_down_waits_for_it(
             worker.signal(signal.SIGTERM)
             assert worker.wait() == 0
         finally:
+            worker.stop()
+
+
+async def test_a_worker_started_while_postgres_is_full_waits_for_a_free_connection(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Every connection slot of the server is taken (53300, too many connections): the worker
+    waits with backoff instead of exiting with a traceback, and starts when slots free up."""
+    with private_postgres(max_connections=12) as pg:
+        url = pg.url.rsplit("/", 1)[0] + "/postgres"
+        await migrate(url)
+        private = msgspec.structs.replace(settings, database_url=url)
+        db = await Database.open(url, max_size=1)
+        run_ids = await create_runs(db, P, 3)
+        await db.close()
+        held: list[asyncpg.Connection[asyncpg.Record]] = []
+        worker = WorkerProcess(private, tmp_path, "crowded", handler=NOOP)
+        try:
+            while True:  # take every slot, the superuser-reserved ones too
+                try:
+                    held.append(await asyncpg.connect(url))
+                except asyncpg.TooManyConnectionsError:
+                    break
+            worker.start()
+            deadline = time.monotonic() + 30
+            while "waiting_for_database" not in worker.logs():
+                assert worker.process is not None and worker.process.poll() is None, worker.logs()
+                assert time.monotonic() < deadline, worker.logs()
+                await asyncio.sleep(0.05)
+            assert "too many" in worker.logs()
+            for conn in held:
+                await conn.close()
+            held.clear()
+            worker.worker_id(within_s=30)
+            db = await Database.open(url, max_size=2)
+            try:
+                await wait_until(lambda: all_finished(db, run_ids), 30, "runs after the wait")
+            finally:
+                await db.close()
+            worker.signal(signal.SIGTERM)
+            assert worker.wait() == 0
+            assert "Traceback" not in worker.logs()
+        finally:
+            for conn in held:
+                await conn.close()
             worker.stop()
 
 

@@ -70,10 +70,10 @@ def private_redis() -> Iterator[RedisServer]:
 
 
 @contextmanager
-def private_postgres() -> Iterator[PostgresServer]:
-    """A private PostgreSQL cluster for tests that stop or restart Postgres."""
+def private_postgres(max_connections: int = 300) -> Iterator[PostgresServer]:
+    """A private PostgreSQL cluster for tests that stop, restart or fill Postgres."""
     directory = Path(tempfile.mkdtemp(prefix="awooop-pg-"))
-    server = PostgresServer(directory)
+    server = PostgresServer(directory, max_connections=max_connections)
     server.start()
     try:
         yield server
