@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from awooop import metrics
+from awooop.batching import shared_failure
 from awooop.db import Connection, Database
 from awooop.errors import ProjectionStreamError
 from awooop.events import decode_event
@@ -125,15 +126,41 @@ class Projector:
             batch, self._pending = self._pending, []
             try:
                 await self.apply_events([event for event, _ in batch])
-            except Exception:
+            except Exception as exc:
                 metrics.PROJECTOR_FAILURES.labels(self.name).inc()
                 log.exception("projector_batch_failed", projection=self.name, events=len(batch))
-                outcome = False
+                if shared_failure(exc):
+                    _settle(batch, False)
+                else:
+                    await self._apply_each_stream(batch)
             else:
-                outcome = True
-            for _, future in batch:
-                if not future.done():
-                    future.set_result(outcome)
+                _settle(batch, True)
+
+    async def _apply_each_stream(self, batch: list[tuple[LogEvent, asyncio.Future[bool]]]) -> None:
+        """A batch failed for a reason that one stream's events may have caused (a bad value in
+        the read model, a bug in ``apply`` for one shape of event): apply each stream's events
+        in a transaction of their own, so that only the failing stream's deliveries stay
+        pending (redelivered, retried) and the other streams go on. A stream is the unit:
+        its events must be applied in version order."""
+        by_stream: dict[str, list[tuple[LogEvent, asyncio.Future[bool]]]] = {}
+        for item in batch:
+            by_stream.setdefault(item[0].stream_id, []).append(item)
+        if len(by_stream) == 1:
+            _settle(batch, False)
+            return
+        for stream_id, items in by_stream.items():
+            try:
+                await self.apply_events([event for event, _ in items])
+            except Exception as exc:
+                log.warning(
+                    "projector_stream_failed",
+                    projection=self.name,
+                    stream_id=stream_id,
+                    error=repr(exc),
+                )
+                _settle(items, False)
+            else:
+                _settle(items, True)
 
     # --- one transaction ---------------------------------------------------------------------
 
@@ -255,3 +282,9 @@ def _log_event(r: Any) -> LogEvent:
         event=decode_event(r["data"]),
         traceparent=r["traceparent"],
     )
+
+
+def _settle(items: list[tuple[LogEvent, asyncio.Future[bool]]], outcome: bool) -> None:
+    for _, future in items:
+        if not future.done():
+            future.set_result(outcome)

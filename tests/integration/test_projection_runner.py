@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from awooop.db import Database
 from projections.diff import diff_table
@@ -64,11 +65,12 @@ async def deliver(
     for i in range(0, len(envelopes), concurrency):
         chunk = envelopes[i : i + concurrency]
         for p in projectors:
+            pending = chunk  # each projector gets the whole chunk
             while True:
-                results = await asyncio.gather(*(p.handle(LogDelivery(e)) for e in chunk))
+                results = await asyncio.gather(*(p.handle(LogDelivery(e)) for e in pending))
                 if all(results):
                     break
-                chunk = [e for e, ok in zip(chunk, results, strict=True) if not ok]
+                pending = [e for e, ok in zip(pending, results, strict=True) if not ok]
 
 
 def projectors(db: Database) -> list[Projector]:
@@ -273,3 +275,38 @@ async def test_revision_history_follows_the_real_revision_write_path(db: Databas
     ]
     async with db.tenant("beta") as conn:  # row-level security: another tenant sees nothing
         assert await revision_history(conn, "alpha", "agent", "triage") == []
+
+
+async def test_one_streams_failure_leaves_only_that_streams_deliveries_pending(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-19 for projector batches: a batch fails because of one stream's events; each stream
+    is then applied on its own, so only that stream's deliveries stay pending."""
+    await workload(db, seed=5)
+    projector = Projector(db, get("run_timeline"))
+    follow = [e for e in await log_envelopes(db) if projector.follows(e)]
+    streams = sorted({e.stream_id for e in follow})
+    poisoned = streams[len(streams) // 2]
+    real_apply = projector.projection.apply
+
+    async def apply(conn: Any, names: Any, to_apply: dict[str, Any]) -> None:
+        if poisoned in to_apply:
+            raise ValueError("a value the read model refuses")
+        await real_apply(conn, names, to_apply)
+
+    monkeypatch.setattr(projector.projection, "apply", apply)
+    with capture_logs() as logs:
+        results = await asyncio.gather(*(projector.handle(LogDelivery(e)) for e in follow))
+    [failed] = [e for e in logs if e["event"] == "projector_batch_failed"]
+    assert failed["events"] == len(follow)  # one batch held every stream
+    for envelope, ok in zip(follow, results, strict=True):
+        assert ok is (envelope.stream_id != poisoned)
+    async with db.platform() as conn:
+        stored = await projector.projection.load_versions(conn, projector.names, streams)
+    latest: dict[str, int] = {}
+    for e in follow:
+        latest[e.stream_id] = max(latest.get(e.stream_id, 0), e.version)
+    assert stored.get(poisoned, 0) == 0
+    assert {s: v for s, v in stored.items() if s != poisoned} == {
+        s: v for s, v in latest.items() if s != poisoned
+    }
