@@ -272,17 +272,19 @@ async def bounded(pool: Pool, timeout_s: float, *, transaction: bool) -> AsyncIt
             f"no database connection within {timeout_s:g} s: {exc!r}"
         ) from exc
     expired = False
+    released = False  # query-logger callbacks run after the query, possibly after release
 
     def expire() -> None:
         nonlocal expired
-        expired = True
-        conn.terminate()
+        if not released:
+            expired = True
+            conn.terminate()
 
     timer = loop.call_later(timeout_s, expire)
 
     def answered(_query: object) -> None:
         nonlocal timer
-        if not expired:
+        if not (expired or released):
             timer.cancel()
             timer = loop.call_later(timeout_s, expire)
 
@@ -300,6 +302,7 @@ async def bounded(pool: Pool, timeout_s: float, *, transaction: bool) -> AsyncIt
             ) from exc
         raise
     finally:
+        released = True
         timer.cancel()
         if not expired:
             conn.remove_query_logger(answered)

@@ -3,10 +3,16 @@ transaction may outlive it on the pooled connection."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from typing import Any
+
 import pytest
 
 from awooop.config import Settings
 from awooop.db import Database
+from awooop.errors import DatabaseUnavailableError
+from tests.support.faultproxy import fault_proxy
 
 
 async def test_a_released_connection_keeps_no_tenant_and_no_transaction(settings: Settings) -> None:
@@ -45,3 +51,42 @@ async def test_role_pools_plan_every_statement_for_its_parameters(db: Database) 
         assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
     async with db.platform() as conn:
         assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
+
+
+async def test_a_bounded_connection_is_left_alone_after_its_release(database_url: str) -> None:
+    """The per-statement bound's timer is re-armed after each answer, possibly after the
+    connection went back to the pool: it must not terminate a released connection."""
+    errors: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    db = await Database.open(database_url, max_size=2)
+    db.run_timeout_s = 0.2
+    try:
+        for _ in range(5):
+            assert await db.in_run_statement(lambda c: c.fetchval("SELECT 1")) == 1
+        await asyncio.sleep(0.5)  # past every timer
+        assert errors == []
+        assert await db.in_run_statement(lambda c: c.fetchval("SELECT 2")) == 2
+    finally:
+        loop.set_exception_handler(None)
+        await db.close()
+
+
+async def test_a_black_holed_statement_fails_within_its_bound_and_the_pool_recovers(
+    database_url: str,
+) -> None:
+    with fault_proxy(database_url) as proxy:
+        db = await Database.open(proxy.url(database_url), max_size=2)
+        db.run_timeout_s = 0.5
+        try:
+            assert await db.in_run_statement(lambda c: c.fetchval("SELECT 1")) == 1
+            proxy.blackhole()
+            started = time.monotonic()
+            with pytest.raises(DatabaseUnavailableError, match=r"did not answer within 0\.5 s"):
+                await db.in_run_transaction(lambda c: c.fetchval("SELECT 2"))
+            assert time.monotonic() - started < 3.0  # the bound, not a hang
+            proxy.heal()
+            assert await db.in_run_statement(lambda c: c.fetchval("SELECT 3")) == 3
+        finally:
+            proxy.heal()
+            await db.close()
