@@ -9,6 +9,9 @@ also take the reserved slots: those stay as slack for other clients that connect
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import asyncpg
 import msgspec
 import pytest
@@ -38,24 +41,34 @@ async def free_connections(database_url: str) -> int:
 
 
 async def fit_workers(
-    settings: Settings, processes: int, *, concurrency: int, others: int = 0
+    settings: Settings,
+    processes: int,
+    *,
+    concurrency: int,
+    others: int = 0,
+    within_s: float = 60.0,
 ) -> Settings:
     """``settings`` for ``processes`` worker processes of ``concurrency`` each, plus ``others``
     connections of other processes the test starts (a relay holds 1): the largest role pool
     (``AWOOOP_DB_POOL_SIZE``, up to the worker's own choice) with which they all fit in the
     server's free connections, and one pointer-check connection each (these tests' handlers
-    make no model calls). Fails the test, saying what it needs, when not even pools of one
-    connection fit."""
-    free = await free_connections(settings.database_url)
+    make no model calls). When not even pools of one connection fit, waits up to
+    ``within_s`` for other clients (another test run's peak) to free some, then fails the
+    test saying what it needs."""
     narrow = msgspec.structs.replace(settings, pointer_check_connections=1)
-    needed = 0
-    for size in range(pool_size(concurrency), 0, -1):
-        sized = msgspec.structs.replace(narrow, db_pool_size=size)
-        needed = processes * worker_connections(sized, concurrency) + others + HEADROOM
-        if needed <= free:
-            return sized
-    pytest.fail(
-        f"{processes} worker processes need {needed} free Postgres connections, the server "
-        f"has {free} (max_connections - superuser_reserved_connections - connections in use)",
-        pytrace=False,
-    )
+    deadline = time.monotonic() + within_s
+    while True:
+        free = await free_connections(settings.database_url)
+        for size in range(pool_size(concurrency), 0, -1):
+            sized = msgspec.structs.replace(narrow, db_pool_size=size)
+            needed = processes * worker_connections(sized, concurrency) + others + HEADROOM
+            if needed <= free:
+                return sized
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"{processes} worker processes need {needed} free Postgres connections, the "
+                f"server has {free} (max_connections - superuser_reserved_connections - "
+                f"connections in use; waited {within_s:.0f} s)",
+                pytrace=False,
+            )
+        await asyncio.sleep(0.5)
