@@ -50,6 +50,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_deliveries: int = 10
     shutdown_grace_s: float = 20.0
     worker_concurrency: int = 16
+    # Connections per role pool of a worker (three pools); 0: from the concurrency
+    # (awooop.commands.worker.pool_size). See worker_connections for the process's total.
+    db_pool_size: int = 0
     poll_interval_s: float = 5.0
 
     dedupe_ttl_s: float = 7 * 24 * 3600.0
@@ -142,6 +145,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"{env_name('relay_leader_lease_s')} and {env_name('relay_leader_renew_s')}: "
                 f"{problem}"
+            )
+        if self.db_pool_size < 0:
+            raise ConfigError(
+                f"{env_name('db_pool_size')} must be 0 (from the concurrency) or more"
             )
         if self.relay_linger_s < 0:
             raise ConfigError(f"{env_name('relay_linger_s')} must be 0 (off) or more seconds")

@@ -329,6 +329,21 @@ RETURNING event_id, version, position
 
 EXPLAIN_REFUSED_AT_HEAD = "SELECT current_setting('awooop.project_id', true) AS tenant"
 
+# Transaction-scoped advisory locks on the domain streams a transaction will append to, taken
+# in hash order (no cycle between two emitters of the same streams, even when two stream ids
+# share a hash). A transaction that has no id yet when it takes them (the producer's own, whose
+# only earlier statement is the tenant setting) waits here for the previous emitter to COMMIT
+# and only then gets its id at the append: it is newer than every earlier writer of the
+# stream, so APPEND_AT_HEAD never refuses it. Without the lock, 30 emitters to one stream got
+# their ids in one order and the head row's lock in another, and each one that lost that race
+# was refused (E-EVENT-002) and retried; under load they exhausted the retries.
+LOCK_HEADS = """
+SELECT count(pg_advisory_xact_lock(k)) FROM (
+    SELECT DISTINCT hashtextextended('awooop-head:' || s, 0) AS k FROM unnest($1::text[]) AS s
+    ORDER BY k
+) locks
+"""
+
 
 class RawEvent(msgspec.Struct, frozen=True):
     """An event that is not one of the runtime's own: its type and its data, a JSON object."""
@@ -341,6 +356,15 @@ class Appended(msgspec.Struct, frozen=True):
     event_id: uuid.UUID
     version: int
     position: int
+
+
+async def lock_heads(conn: Connection, stream_ids: Sequence[str]) -> None:
+    """Queue behind the other transactions appending at the head of ``stream_ids`` (held to
+    the end of the caller's transaction, see :data:`LOCK_HEADS`). Taken before the transaction
+    writes anything, it means :func:`append_at_head` cannot raise
+    :class:`StreamOrderConflictError` for these streams; taken after, it still orders the
+    emitters but a transaction already older than the stream's last writer is refused."""
+    await conn.execute(LOCK_HEADS, list(stream_ids))
 
 
 async def append_at_head(

@@ -293,11 +293,20 @@ async def emit_many(
     settings: Settings | None = None,
 ) -> list[Emitted]:
     """Append domain events, each at the head of its stream, in one transaction; one result
-    per event, in order. ``target`` as for :func:`submit`: a Database (its own tenant
-    transaction, retried on E-EVENT-002) or the caller's connection inside its open
-    transaction with :func:`set_tenant` done (then the events commit or roll back with the
-    caller's writes; on E-EVENT-002, retryable, nothing was written and the caller retries its
-    transaction). Everything is validated before anything is written."""
+    per event, in order. Everything is validated before anything is written. ``target`` as
+    for :func:`submit`:
+
+    - a Database: its own tenant transaction, which first takes a lock per stream
+      (:func:`eventlog.lock_heads`) and only then gets its transaction id, so it is newer
+      than every earlier writer of those streams: concurrent emitters to one stream queue,
+      one commit after another, and none is refused with E-EVENT-002, however many there are
+      and however loaded the machine (no retry to exhaust). Deadlocks and serialisation
+      failures are retried as for every transaction (:func:`awooop.db.retry_transaction`).
+    - the caller's connection inside its open transaction with :func:`set_tenant` done: the
+      events commit or roll back with the caller's writes. The same lock orders concurrent
+      emitters, but a transaction that already wrote (and so has an id) may be older than
+      the stream's last writer: then E-EVENT-002 (retryable), nothing was written, the
+      transaction is still usable, and the caller retries its transaction."""
     check_project_id(project_id)
     settings = settings or _settings()
     checked = [check_domain_event(e, settings.http_max_body_bytes) for e in events]
@@ -311,7 +320,8 @@ async def emit_many(
             "emit", attributes={"awooop.project_id": project_id, "awooop.source": "producer"}
         ):
             metadata = store.trace_metadata("producer")
-            for stream in sorted(streams):  # one lock order for concurrent callers
+            await eventlog.lock_heads(conn, [domain_stream_id(project_id, s) for s in streams])
+            for stream in sorted(streams):  # one row-lock order for concurrent callers
                 stream_id = domain_stream_id(project_id, stream)
                 indexes = streams[stream]
                 appended = await eventlog.append_at_head(

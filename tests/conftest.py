@@ -9,13 +9,15 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from hypothesis import settings as hypothesis_settings
 
 from awooop.config import Settings, load_settings
 from awooop.db import Database
 from awooop.logs import configure_logging
-from tests.support import databases, services
+from tests.support import databases, properties, services
 
 configure_logging("warning")
+hypothesis_settings.load_profile(properties.PROFILE)
 
 
 @pytest.fixture(scope="session")

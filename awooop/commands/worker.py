@@ -92,7 +92,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         raise HandlerNotFoundError("--concurrency must be a positive integer")
     concurrency = args.concurrency or settings.worker_concurrency
-    size = pool_size(concurrency)
+    size = pool_size(concurrency, settings.db_pool_size)
     # Open the connections that the parallel claim and write flushes use before the first
     # run arrives: opened lazily, the first runs after a start each waited for a connection
     # (connect, role, codecs: tens of ms; the benchmark's first second had p99 ~90 ms).
@@ -153,6 +153,15 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         await services.close()
 
 
-def pool_size(concurrency: int) -> int:
-    """Connections per role pool: group commit needs few; keep the total modest."""
-    return max(2, min(10, concurrency // 4 + 1))
+def pool_size(concurrency: int, configured: int = 0) -> int:
+    """Connections per role pool: ``configured`` (``AWOOOP_DB_POOL_SIZE``) or, when that is 0,
+    from the concurrency: group commit needs few; keep the total modest."""
+    return configured or max(2, min(10, concurrency // 4 + 1))
+
+
+def worker_connections(settings: Settings, concurrency: int) -> int:
+    """The most Postgres connections one worker process opens: its three role pools (tenant,
+    platform, run), the cancel LISTEN connection and the pointer-check connections."""
+    return (
+        3 * pool_size(concurrency, settings.db_pool_size) + 1 + settings.pointer_check_connections
+    )

@@ -27,6 +27,7 @@ from awooop.doctor import Check, run_checks
 from awooop.producer import ChannelEvent, submit_many
 from awooop.services import Services, redis_client
 from streams.keys import WORKER_GROUP, Keys
+from tests.support.connections import fit_workers
 from tests.support.handlers import read_effects
 from tests.support.runs import all_histories, check_single_holder, count_events
 from tests.support.services import private_redis_cluster
@@ -98,6 +99,8 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
             shutdown_grace_s=0.5,
             log_level="info",
         )
+        # and a relay (1 connection) and, while they run, the doctor's pools (3 of 2)
+        clustered = await fit_workers(clustered, 2, concurrency=8, others=1 + 6)
         keys = Keys(clustered.redis_key_prefix, clustered.shard_count)
 
         # Each shard's keys hash to one slot (the server says so), and the shards spread over

@@ -22,6 +22,7 @@ from awooop.config import Settings
 from awooop.db import Database
 from awooop.embedded import free_port
 from awooop.migrate import migrate
+from tests.support.connections import fit_workers
 from tests.support.handlers import read_effects
 from tests.support.runs import (
     all_histories,
@@ -92,7 +93,12 @@ async def test_runs_on_many_worker_processes_each_complete_once(
     """1,000 runs on 10 worker processes (stream path with a relay); and the polling path alone
     (no relay, as when Redis lost the messages). Eleven processes share two cores here, so the
     lease is longer than in the other tests (a starved event loop must not lose leases)."""
-    crowded = msgspec.structs.replace(fast, lease_ttl_s=8.0, heartbeat_interval_s=1.0)
+    crowded = await fit_workers(
+        msgspec.structs.replace(fast, lease_ttl_s=8.0, heartbeat_interval_s=1.0),
+        processes,
+        concurrency=8,
+        others=1 if mode == "streams" else 0,  # the relay's connection
+    )
     run_ids = await create_runs(db, P, runs, payload={"sleep": 0.005})
     with workers(
         crowded,

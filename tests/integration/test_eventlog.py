@@ -52,18 +52,33 @@ async def test_a_new_stream_cannot_be_created_twice(db: Database) -> None:
 async def test_concurrent_writers_and_a_follower_see_every_event_once_in_order(
     db: Database,
 ) -> None:
-    """8 writers with random delays inside their transactions (so commits land out of
-    position order) and a follower by global position: every committed event is seen
-    exactly once, and each stream's events in version order."""
+    """8 writers with random delays inside their transactions, a laggard whose transaction
+    is older than theirs but writes after them (so commits land out of position order, on
+    purpose rather than by luck), and a follower by global position: every committed event
+    is seen exactly once, and each stream's events in version order."""
     committed: set[uuid.UUID] = set()
     seen: list[eventlog.RecordedEvent] = []
     streams = [f"shared-{i}" for i in range(4)]
-    stop_at = time.monotonic() + 4.0
+    enough = 300  # committed events; the time bound only ends a run that cannot get there
+    give_up_at = time.monotonic() + 120.0
     writers_done = asyncio.Event()
+    laggard_started = asyncio.Event()
+    writers_ahead = asyncio.Event()  # 20 events committed by transactions newer than the laggard
+
+    async def laggard() -> None:
+        async with db.tenant(PROJECT) as conn:
+            await conn.execute("SELECT pg_current_xact_id()")  # older than every writer's
+            laggard_started.set()
+            await asyncio.wait_for(writers_ahead.wait(), 60)  # they commit ahead of it
+            await eventlog.append(conn, "laggard", PROJECT, 0, [payload("laggard")])
+            rows = await conn.fetch(
+                "SELECT event_id FROM awooop_events WHERE stream_id = 'laggard'"
+            )
+        committed.update(r["event_id"] for r in rows)
 
     async def writer(n: int) -> None:
         rng = random.Random(n)
-        while time.monotonic() < stop_at:
+        while len(committed) < enough and time.monotonic() < give_up_at:
             stream = rng.choice([*streams, f"own-{n}-{rng.randrange(50)}"])
             batch = [payload(f"w{n}") for _ in range(rng.randint(1, 3))]
 
@@ -84,6 +99,8 @@ async def test_concurrent_writers_and_a_follower_see_every_event_once_in_order(
                     )
                     await conn.execute("SELECT pg_sleep($1)", rng.uniform(0, 0.03))
                 committed.update(r["event_id"] for r in rows)
+                if len(committed) >= 20:
+                    writers_ahead.set()
 
             try:
                 await retry_transaction(once, attempts=50)
@@ -109,12 +126,14 @@ async def test_concurrent_writers_and_a_follower_see_every_event_once_in_order(
                 await asyncio.sleep(0.005)
 
     follow = asyncio.create_task(follower())
-    await asyncio.gather(*(writer(n) for n in range(8)))
+    late = asyncio.create_task(laggard())
+    await laggard_started.wait()
+    await asyncio.gather(*(writer(n) for n in range(8)), late)
     writers_done.set()
     await follow
 
     counts = Counter(e.event_id for e in seen)
-    assert len(committed) > 200
+    assert len(committed) >= enough
     assert set(counts) == committed
     assert max(counts.values()) == 1
     versions: dict[str, list[int]] = defaultdict(list)

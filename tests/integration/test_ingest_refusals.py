@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from awooop.config import load_settings
 from awooop.migrate import migrate
 from tests.support.ingest import Ingest, counts, ingest, ingest_app
+from tests.support.properties import ON_DATABASE
 from tests.support.services import private_postgres
 from tests.support.webhooks import CHANNELS, PROJECT, Delivery, fresh, sign
 
@@ -224,11 +225,7 @@ def deliveries(draw: st.DrawFn, channel: str) -> tuple[Delivery, bool]:
     return delivery, draw(st.integers(0, 3)) > 0  # mostly signed: reach the parser
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(ON_DATABASE, max_examples=60)
 @given(data=st.data())
 @pytest.mark.parametrize("channel", CHANNELS)
 async def test_fuzzed_deliveries_never_5xx_and_refusals_write_nothing(

@@ -125,6 +125,22 @@ async def test_concurrent_emitters_to_one_stream_get_every_version_once(db: Data
     assert sorted(r["data"]["order"] for r in rows) == list(range(30))
 
 
+async def test_emitters_whose_transactions_wrote_nothing_before_are_never_refused(
+    db: Database,
+) -> None:
+    """No retry here (the caller's own transactions): each transaction takes the stream's
+    lock before it has an id, so none can be older than the stream's last writer. Without
+    the lock, several of them are refused with E-EVENT-002."""
+
+    async def one(order: int) -> producer.Emitted:
+        async with db.tenant_pool.acquire() as conn, conn.transaction():
+            await producer.set_tenant(conn, PROJECT)
+            return await producer.emit(conn, PROJECT, placed(order, "busy"))
+
+    results = await asyncio.gather(*(one(i) for i in range(30)))
+    assert sorted(r.version for r in results) == list(range(1, 31))
+
+
 async def test_the_relay_publishes_them_to_the_events_streams_only(
     db: Database, settings: Settings, redis: Any, database_url: str
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from awooop import eventlog
@@ -15,6 +15,7 @@ from awooop.events import RunCompleted, decode_event, run_stream_id
 from awooop.runs import store
 from awooop.runs.state import TERMINAL, TRANSITIONS, RunState, apply, fold
 from tests.support.factories import created, event_for
+from tests.support.properties import ON_DATABASE
 
 PROJECT = "p1"
 
@@ -35,9 +36,7 @@ def legal_histories(draw: st.DrawFn) -> list[str]:
     return names
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(ON_DATABASE, max_examples=60)
 @given(history=legal_histories())
 async def test_the_row_equals_apply_folded_over_the_events(
     db: Database, history: list[str]

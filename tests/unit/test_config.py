@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from awooop.commands.worker import pool_size, worker_connections
 from awooop.config import load_settings
 from awooop.errors import ConfigError
 
@@ -50,6 +51,7 @@ def test_values_come_from_the_environment() -> None:
         ({"AWOOOP_SHARD_COUNT": "0"}, "AWOOOP_SHARD_COUNT"),
         ({"AWOOOP_HEARTBEAT_INTERVAL_S": "60"}, "AWOOOP_HEARTBEAT_INTERVAL_S"),
         ({"AWOOOP_HTTP_PORT": "70000"}, "AWOOOP_HTTP_PORT"),
+        ({"AWOOOP_DB_POOL_SIZE": "-1"}, "AWOOOP_DB_POOL_SIZE"),
     ],
 )
 def test_bad_configuration_names_the_variable(env: dict[str, str], named: str) -> None:
@@ -88,3 +90,12 @@ def test_time_bounds_of_a_lease_follow_the_lease_by_default() -> None:
 def test_time_bounds_longer_than_the_lease_are_refused(env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         load_settings(environ=env)
+
+
+def test_a_workers_pools_come_from_its_concurrency_unless_set() -> None:
+    assert [pool_size(c) for c in (1, 8, 16, 100)] == [2, 3, 5, 10]
+    assert pool_size(16, configured=1) == 1
+    auto = load_settings(environ={})
+    assert worker_connections(auto, 16) == 3 * 5 + 1 + 2  # three pools, LISTEN, pointer checks
+    set_ = load_settings(environ={"AWOOOP_DB_POOL_SIZE": "1"})
+    assert worker_connections(set_, 16) == 3 * 1 + 1 + 2
