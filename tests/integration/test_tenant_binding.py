@@ -22,7 +22,7 @@ import pytest
 from awooop import producer, tenants
 from awooop.config import Settings
 from awooop.db import Database, init_connection
-from awooop.errors import InvalidInputError, TenantNotGrantedError
+from awooop.errors import InvalidInputError, TenantAdminError, TenantNotGrantedError
 from awooop.ingest import auth, credentials
 from awooop.loops import PLATFORM_PROJECT
 from awooop.producer import ChannelEvent, DomainEvent
@@ -420,3 +420,27 @@ async def test_grant_list_and_revoke(database_url: str, db: Database) -> None:
     finally:
         await owner.close()
         await drop_login(database_url, role)
+
+
+async def test_only_the_owner_binds_logins(database_url: str, db: Database) -> None:
+    """The runtime's own login (a member of awooop_app and awooop_platform, no superuser) may
+    read the bindings but not make one: E-TENANT-001, nothing written."""
+    runtime, service = (f"awooop_t_{uuid.uuid4().hex[:12]}" for _ in range(2))
+    await create_login(database_url, runtime, "IN ROLE awooop_app, awooop_platform")
+    await create_login(database_url, service)
+    try:
+        conn = await Login(runtime, as_role(database_url, runtime)).connect()
+        try:
+            with pytest.raises(TenantAdminError) as refusal:
+                await tenants.grant(conn, service, [SHOP])
+            assert refusal.value.code == "E-TENANT-001"
+            assert await tenants.list_bindings(conn) == []
+        finally:
+            await conn.close()
+        async with db.platform() as owner:
+            assert not await owner.fetchval(
+                "SELECT pg_has_role($1, 'awooop_producer', 'MEMBER')", service
+            )
+    finally:
+        await drop_login(database_url, runtime)
+        await drop_login(database_url, service)
