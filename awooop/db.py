@@ -272,9 +272,12 @@ async def bounded(pool: Pool, timeout_s: float, *, transaction: bool) -> AsyncIt
             f"no database connection within {timeout_s:g} s: {exc!r}"
         ) from exc
     expired = False
+    done = False  # released: asyncpg calls query loggers with call_soon, so one may come later
 
     def expire() -> None:
         nonlocal expired
+        if done:
+            return
         expired = True
         conn.terminate()
 
@@ -282,7 +285,7 @@ async def bounded(pool: Pool, timeout_s: float, *, transaction: bool) -> AsyncIt
 
     def answered(_query: object) -> None:
         nonlocal timer
-        if not expired:
+        if not expired and not done:
             timer.cancel()
             timer = loop.call_later(timeout_s, expire)
 
@@ -302,6 +305,7 @@ async def bounded(pool: Pool, timeout_s: float, *, transaction: bool) -> AsyncIt
     finally:
         timer.cancel()
         if not expired:
+            done = True
             conn.remove_query_logger(answered)
             await pool.release(conn)
 
