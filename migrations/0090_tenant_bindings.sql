@@ -148,5 +148,23 @@ GRANT SELECT, INSERT, DELETE ON awooop_channel_event_dedupe TO awooop_producer;
 GRANT SELECT ON awooop_active_revisions, awooop_contract_revisions TO awooop_producer;
 GRANT SELECT (project_id, channel_type, dedupe_ttl_s) ON awooop_channels TO awooop_producer;
 
+-- What a producer may write, row by row (restrictive, so ANDed with the policies above): the
+-- producer library writes new runs (PENDING, version 1, never attempted), their RunCreated at
+-- version 1, and domain events at the head of domain/<project>/<stream>. So a producer login
+-- cannot move one of its own runs on by hand (a RunClaimed, an ApprovalGranted, a run row
+-- written COMPLETED, a run stream's head moved): run progress stays the runtime's.
+CREATE POLICY producer_writes ON awooop_run_state AS RESTRICTIVE FOR INSERT TO awooop_producer
+    WITH CHECK (status = 'PENDING' AND version = 1 AND attempt_count = 0 AND worker_id IS NULL);
+CREATE POLICY producer_writes ON awooop_events AS RESTRICTIVE FOR INSERT TO awooop_producer
+    WITH CHECK (stream_id LIKE 'domain/%' OR (event_type = 'RunCreated' AND version = 1));
+CREATE POLICY producer_inserts ON awooop_event_streams AS RESTRICTIVE FOR INSERT
+    TO awooop_producer WITH CHECK (stream_id LIKE 'domain/%' OR version = 1);
+CREATE POLICY producer_updates ON awooop_event_streams AS RESTRICTIVE FOR UPDATE
+    TO awooop_producer USING (stream_id LIKE 'domain/%') WITH CHECK (stream_id LIKE 'domain/%');
+
+-- The helpers change tables; only their owner (the migrator) calls them.
+REVOKE ALL ON FUNCTION awooop_enforce_tenant_binding(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION awooop_enforce_tenant_isolation(regclass) FROM PUBLIC;
+
 -- Credentials (section 3 above): written on the platform role only.
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON awooop_channels, awooop_api_tokens FROM awooop_app;

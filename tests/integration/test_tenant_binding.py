@@ -444,3 +444,48 @@ async def test_only_the_owner_binds_logins(database_url: str, db: Database) -> N
     finally:
         await drop_login(database_url, runtime)
         await drop_login(database_url, service)
+
+
+async def test_a_producer_cannot_move_its_own_runs_on_by_hand(
+    shop_login: Login, db: Database
+) -> None:
+    """Run progress is the runtime's: a producer writes new runs, their RunCreated and domain
+    events, nothing else, even in its own project."""
+    conn = await shop_login.connect()
+    try:
+        async with conn.transaction():
+            await producer.set_tenant(conn, SHOP)
+            run = await producer.submit(conn, SHOP, ChannelEvent("api", "mine-1", {}))
+        stream = f"run-{run.run_id}"
+        async with db.platform() as owner:
+            row = await owner.fetchval(
+                "SELECT to_jsonb(s) FROM awooop_run_state s WHERE run_id = $1", run.run_id
+            )
+        before = await counts(db)
+        await conn.execute(SET, SHOP, False)
+        for statement, *args in (
+            (
+                "INSERT INTO awooop_events (event_id, stream_id, version, project_id, "
+                "event_type, data) VALUES ($1, $2, 2, $3, 'ApprovalGranted', '{}')",
+                uuid.uuid4(),
+                stream,
+                SHOP,
+            ),
+            ("UPDATE awooop_run_state SET status = 'COMPLETED' WHERE run_id = $1", run.run_id),
+            ("DELETE FROM awooop_run_state WHERE run_id = $1", run.run_id),
+            ("DELETE FROM awooop_events WHERE stream_id = $1", stream),
+            (
+                "INSERT INTO awooop_run_state SELECT * FROM jsonb_populate_record("
+                "NULL::awooop_run_state, $1::jsonb || jsonb_build_object("
+                "'run_id', gen_random_uuid(), 'status', 'COMPLETED'))",
+                row,
+            ),
+        ):
+            assert await refused(conn, statement, *args), statement
+        moved = await conn.execute(
+            "UPDATE awooop_event_streams SET version = version + 1 WHERE stream_id = $1", stream
+        )
+        assert moved == "UPDATE 0"
+    finally:
+        await conn.close()
+    assert await counts(db) == before
