@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "awooop.commands.serve",
     "awooop.commands.channels",
     "awooop.commands.tokens",
+    "awooop.commands.tenants",
     "awooop.commands.loops",
     "awooop.commands.relay",
     "awooop.commands.revisions",

@@ -23,7 +23,8 @@ APPROVAL_SOON_S = 120.0
 
 # --- SQL -----------------------------------------------------------------------------------
 APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
-ROLES = "SELECT rolname FROM pg_roles WHERE rolname IN ('awooop_app', 'awooop_platform')"
+RUNTIME_ROLES = ("awooop_app", "awooop_platform", "awooop_producer")
+ROLES = "SELECT rolname FROM pg_roles WHERE rolname = ANY($1::text[])"
 LOGIN_ROLE = """
 SELECT rolname, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = session_user
 """
@@ -109,10 +110,10 @@ async def migrations(services: Services) -> list[Check]:
 
 async def tenancy(services: Services) -> list[Check]:
     async with services.db.platform() as conn:
-        roles = {r["rolname"] for r in await conn.fetch(ROLES)}
+        roles = {r["rolname"] for r in await conn.fetch(ROLES, list(RUNTIME_ROLES))}
         tables = await conn.fetch(TENANT_TABLES)
     loose = [t["relname"] for t in tables if not (t["relrowsecurity"] and t["relforcerowsecurity"])]
-    if len(roles) < 2 or loose:
+    if len(roles) < len(RUNTIME_ROLES) or loose:
         return [
             Check(
                 "tenancy",

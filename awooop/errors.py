@@ -246,6 +246,24 @@ class DedupeRaceError(AwoooPError):
     retryable = True
 
 
+class TenantNotGrantedError(AwoooPError):
+    """This database login is not bound to the project: a producer's login writes only the
+    projects granted to it (awooop tenants grant ROLE PROJECT). Nothing was written."""
+
+    code = "E-INGEST-003"
+    http_status = 403
+
+
+# --- tenant bindings (awooop tenants) -----------------------------------------------------------
+
+
+class TenantAdminError(AwoooPError):
+    """Binding logins to projects needs the tables' owner (the role that runs awooop migrate):
+    it grants the role awooop_producer and writes awooop_tenant_grants."""
+
+    code = "E-TENANT-001"
+
+
 # --- background loops ---------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from awooop.db import Connection
 from awooop.errors import (
     ProducerTransactionError,
     StreamOrderConflictError,
+    TenantNotGrantedError,
     VersionConflictError,
 )
 from awooop.events import EventBase, decode_event, encode_event, event_type
@@ -306,13 +307,15 @@ async def append_many(
 
 # One statement. The head row moves by the number of events whatever its version (concurrent
 # appenders to one stream queue on its row lock), unless the stream's last writer is a newer
-# transaction (E-EVENT-002) or the transaction's tenant is not the stream's project: then no
-# row is written at all, so the caller's transaction stays usable.
+# transaction (E-EVENT-002), the transaction's tenant is not the stream's project, or the
+# project is not bound to a producer's login (awooop_tenant_bound, migration 0090; the policy
+# would refuse the row with an error that aborts the caller's transaction): then no row is
+# written at all, so the caller's transaction stays usable.
 APPEND_AT_HEAD = """
 WITH head AS (
     INSERT INTO awooop_event_streams AS s (stream_id, project_id, version, last_tx_id)
     SELECT $1, $2, cardinality($3::uuid[]), pg_current_xact_id()
-    WHERE $2 = current_setting('awooop.project_id', true)
+    WHERE $2 = current_setting('awooop.project_id', true) AND awooop_tenant_bound($2)
     ON CONFLICT (stream_id) DO UPDATE
         SET version = s.version + cardinality($3::uuid[]), last_tx_id = EXCLUDED.last_tx_id,
             updated_at = now()
@@ -327,7 +330,9 @@ ORDER BY e.ord
 RETURNING event_id, version, position
 """
 
-EXPLAIN_REFUSED_AT_HEAD = "SELECT current_setting('awooop.project_id', true) AS tenant"
+EXPLAIN_REFUSED_AT_HEAD = """
+SELECT current_setting('awooop.project_id', true) AS tenant, awooop_tenant_bound($1) AS bound
+"""
 
 # Transaction-scoped advisory locks on the domain streams a transaction will append to, taken
 # in hash order (no cycle between two emitters of the same streams, even when two stream ids
@@ -377,8 +382,9 @@ async def append_at_head(
     """Append ``events`` after whatever the stream holds, inside the caller's tenant
     transaction (``awooop.project_id`` = ``project_id``). Raises
     :class:`ProducerTransactionError` when the transaction's tenant is another project, and
+    :class:`TenantNotGrantedError` when a producer's login is not bound to the project, and
     :class:`StreamOrderConflictError` (retry the transaction) when a newer transaction wrote
-    the stream last; either way nothing was written and the transaction can go on."""
+    the stream last; in each case nothing was written and the transaction can go on."""
     if not events:
         return []
     rows = await conn.fetch(
@@ -392,10 +398,17 @@ async def append_at_head(
     )
     if rows:
         return [Appended(r["event_id"], r["version"], r["position"]) for r in rows]
-    tenant = await conn.fetchval(EXPLAIN_REFUSED_AT_HEAD)
+    refused = await conn.fetchrow(EXPLAIN_REFUSED_AT_HEAD, project_id)
+    assert refused is not None  # no FROM: always one row
+    tenant = refused["tenant"]
     if tenant != project_id:
         raise ProducerTransactionError(
             f"the transaction's awooop.project_id is {tenant or None!r}, not {project_id!r}: "
             "call set_tenant(conn, project_id) first"
+        )
+    if not refused["bound"]:
+        raise TenantNotGrantedError(
+            f"this database login is not bound to project {project_id!r}: "
+            f"awooop tenants grant ROLE {project_id} (run by the tables' owner)"
         )
     raise StreamOrderConflictError(stream_id=stream_id)

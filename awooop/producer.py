@@ -24,8 +24,14 @@ event, which is the outbox entry the relay publishes. They take either
           )
       # result.run_id; result.created is False when the key was seen within the TTL
 
-  The connecting role needs the runtime's table privileges (``GRANT awooop_app TO
-  my_service``); row-level security then limits it to the project set by ``set_tenant``.
+  A producer service logs in as its own role, bound to its projects by the operator
+  (``awooop tenants grant my_service shop``: membership of ``awooop_producer`` and a row of
+  ``awooop_tenant_grants``). Row-level security then limits it to the project set by
+  ``set_tenant`` AND bound to its login: setting another project shows nothing and writes
+  nothing, and a submit for a project the login is not bound to is refused before anything
+  is written (:class:`TenantNotGrantedError`, E-INGEST-003; the caller's transaction stays
+  usable). Never give a service ``awooop_app``: that is the runtime's own role, whose only
+  guard is the setting.
   Under REPEATABLE READ or SERIALIZABLE, a repeat of a key that another transaction
   committed after the caller's snapshot raises Postgres' serialization failure
   (``asyncpg.SerializationError``; the dedupe insert cannot use a row its snapshot does not
@@ -56,7 +62,12 @@ import msgspec
 from awooop import eventlog, metrics
 from awooop.config import Settings, load_settings
 from awooop.db import SET_TENANT, Connection, Database
-from awooop.errors import InvalidInputError, PayloadTooLargeError, ProducerTransactionError
+from awooop.errors import (
+    InvalidInputError,
+    PayloadTooLargeError,
+    ProducerTransactionError,
+    TenantNotGrantedError,
+)
 from awooop.eventlog import RawEvent
 from awooop.events import EVENT_TYPES
 from awooop.ingest import store
@@ -151,13 +162,18 @@ async def _submit(
                 key = (project_id, channel_type, contract_id, None)
                 config = cache.get(key) if cache is not None else None
                 if config is None:
-                    config = await store.load_config(
+                    config = await store.load_producer_config(
                         conn, settings, project_id, channel_type, contract_id
                     )
                     if config.tenant != project_id:
                         raise ProducerTransactionError(
                             f"the transaction's awooop.project_id is {config.tenant!r}, "
                             f"not {project_id!r}: call set_tenant(conn, project_id) first"
+                        )
+                    if not config.bound:
+                        raise TenantNotGrantedError(
+                            f"this database login is not bound to project {project_id!r}: "
+                            f"awooop tenants grant ROLE {project_id} (run by the tables' owner)"
                         )
                     if cache is not None:
                         cache.put(key, config)

@@ -1,8 +1,13 @@
 """Channel secrets, per-channel dedupe TTLs and bearer tokens in Postgres (R-05, R-04).
 
-All writes run in a tenant transaction of the project (row-level security applies). Secrets
-and tokens are never logged; a token is returned once by :func:`create_token` and only its
-hash is kept (see :mod:`awooop.ingest.auth`).
+Reads run in a tenant transaction of the project (row-level security applies). Writes run on
+the platform role: since migration 0090 no tenant role may insert, update or delete a secret
+or a token row, whatever it sets (``awooop_app`` only reads them, to verify deliveries;
+producer roles see neither table), so these management operations are the only way a
+credential is written, and an ``admin`` token (a row of ``__platform__``) needs the platform
+role. Every statement names its project explicitly. Secrets and tokens are never logged; a
+token is returned once by :func:`create_token` and only its hash is kept (see
+:mod:`awooop.ingest.auth`).
 """
 
 from __future__ import annotations
@@ -147,7 +152,7 @@ async def set_secret(db: Database, project_id: str, channel_type: str, secret: s
     check_project_id(project_id)
     check_channel(channel_type, AuthKind.SECRET)
     check_secret(channel_type, secret)
-    async with db.tenant(project_id) as conn:
+    async with db.platform() as conn:
         await conn.execute(UPSERT_SECRET, project_id, channel_type, secret)
 
 
@@ -159,7 +164,7 @@ async def set_dedupe_ttl(
     check_channel(channel_type)
     if ttl_s is not None and ttl_s < 1:
         raise InvalidInputError("the dedupe TTL must be at least 1 second")
-    async with db.tenant(project_id) as conn:
+    async with db.platform() as conn:
         await conn.execute(UPSERT_TTL, project_id, channel_type, ttl_s)
 
 
@@ -175,7 +180,7 @@ async def create_token(db: Database, project_id: str, channel_type: str) -> tupl
     check_token_project(project_id, INGEST_SCOPE)
     check_channel(channel_type, AuthKind.BEARER)
     token_id, token, token_hash = new_token()
-    async with db.tenant(project_id) as conn:
+    async with db.platform() as conn:
         await conn.execute(
             INSERT_TOKEN, token_id, project_id, INGEST_SCOPE, channel_type, token_hash
         )
@@ -189,7 +194,7 @@ async def create_management_token(db: Database, project_id: str, scope: str) -> 
         raise InvalidInputError(f"scope must be {MANAGE_SCOPE} or {ADMIN_SCOPE}")
     check_token_project(project_id, scope)
     token_id, token, token_hash = new_token()
-    async with db.tenant(project_id) as conn:
+    async with db.platform() as conn:
         await conn.execute(INSERT_TOKEN, token_id, project_id, scope, None, token_hash)
     return token_id, token
 
@@ -203,6 +208,6 @@ async def list_tokens(db: Database, project_id: str) -> list[TokenInfo]:
 
 async def revoke_token(db: Database, project_id: str, token_id: str) -> bool:
     check_listed_project(project_id)
-    async with db.tenant(project_id) as conn:
+    async with db.platform() as conn:
         status = await conn.execute(REVOKE_TOKEN, project_id, token_id)
     return bool(status == "UPDATE 1")

@@ -83,6 +83,22 @@ FROM (SELECT 1) AS one
 LEFT JOIN awooop_channels c ON c.project_id = $1 AND c.channel_type = $2
 """
 
+# The producer library's read (awooop.producer): no credentials (a producer role may read neither
+# the channel's secret nor token hashes: migration 0090), and whether the binding of the
+# login allows the project (awooop_tenant_bound: always true for the runtime's own roles).
+LOAD_PRODUCER_CONFIG = """
+SELECT current_setting('awooop.project_id', true) AS tenant,
+       current_setting('transaction_isolation') AS isolation,
+       awooop_tenant_bound($1) AS bound,
+       (SELECT c.dedupe_ttl_s FROM awooop_channels c
+         WHERE c.project_id = $1 AND c.channel_type = $2) AS dedupe_ttl_s,
+       (SELECT r.body -> 'max_attempts'
+          FROM awooop_active_revisions a
+          JOIN awooop_contract_revisions r ON r.revision_id = a.active_revision_id
+         WHERE a.project_id = $1 AND a.contract_family = 'agent'
+           AND a.contract_id = $3) AS contract_max_attempts
+"""
+
 # The existing rows of keys $3 of project $1 and channel $2: one probe of the unique index per
 # key. LIMIT 1 keeps the lateral subquery from being flattened into a join that the planner,
 # on stale statistics (a table that grew since its last ANALYZE), turns into a scan of the
@@ -156,6 +172,9 @@ class ChannelConfig(msgspec.Struct, frozen=True, kw_only=True):
     credential: StoredCredential
     dedupe_ttl_s: float
     max_attempts: int
+    # Whether the login's tenant binding allows the project (only read by the producer: the
+    # runtime's own roles are not bound, see migrations/0090_tenant_bindings.sql).
+    bound: bool = True
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -182,6 +201,26 @@ async def load_config(
         credential=StoredCredential(secret=row["secret"], token_hash=row["token_hash"]),
         dedupe_ttl_s=float(row["dedupe_ttl_s"] or settings.dedupe_ttl_s),
         max_attempts=contract_max_attempts(row["contract_max_attempts"], settings.max_attempts),
+    )
+
+
+async def load_producer_config(
+    conn: Connection,
+    settings: Settings,
+    project_id: str,
+    channel_type: str,
+    contract_id: str = DEFAULT_CONTRACT,
+) -> ChannelConfig:
+    """:func:`load_config` without credentials, plus the login's binding (the producer's)."""
+    row = await conn.fetchrow(LOAD_PRODUCER_CONFIG, project_id, channel_type, contract_id)
+    assert row is not None  # no FROM: always one row
+    return ChannelConfig(
+        tenant=row["tenant"] or None,
+        isolation=row["isolation"],
+        credential=StoredCredential(secret=None, token_hash=None),
+        dedupe_ttl_s=float(row["dedupe_ttl_s"] or settings.dedupe_ttl_s),
+        max_attempts=contract_max_attempts(row["contract_max_attempts"], settings.max_attempts),
+        bound=bool(row["bound"]),
     )
 
 

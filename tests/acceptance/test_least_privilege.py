@@ -1,9 +1,11 @@
 """No superuser needed at run time (docs/operations.md, "Tenant isolation", R-43): every process
 of the runtime (``awooop up``: HTTP ingest, every loop, the relay, projectors, a worker; the
 producer library; the CLI) works logged in as a role that is only a member of ``awooop_app``
-and ``awooop_platform``. Schema changes stay with the owner: such a role may run ``awooop migrate``
-as a check (nothing pending: no DDL), is refused a pending migration with E-MIGRATE-002, and is
-refused a replay with E-REPLAY-004, each writing nothing."""
+and ``awooop_platform``; a producer service logged in as a login of its own, bound to the
+project by ``awooop tenants grant`` (which only the owner may run), submits a run in its own
+transaction that the runtime then executes. Schema changes stay with the owner: such a role
+may run ``awooop migrate`` as a check (nothing pending: no DDL), is refused a pending migration
+with E-MIGRATE-002, and is refused a replay with E-REPLAY-004, each writing nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import asyncio
 import shutil
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,7 +24,7 @@ import pytest
 
 from awooop import producer
 from awooop.config import Settings
-from awooop.db import Database
+from awooop.db import Database, init_connection
 from awooop.embedded import free_port
 from awooop.errors import MigrationPrivilegeError
 from awooop.migrate import MIGRATIONS_DIR, migrate
@@ -48,10 +51,10 @@ $$
 """
 
 
-def as_login(url: str) -> str:
+def as_login(url: str, role: str = LOGIN, password: str = PASSWORD) -> str:
     parts = urlsplit(url)
     host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{LOGIN}:{PASSWORD}@{host}"))
+    return urlunsplit(parts._replace(netloc=f"{role}:{password}@{host}"))
 
 
 @pytest.fixture
@@ -109,13 +112,37 @@ async def shadow_tables(db: Database) -> list[str]:
     return [r["relname"] for r in rows]
 
 
+@pytest.fixture
+async def service_login(settings: Settings) -> AsyncIterator[str]:
+    """A producer service's own login role (no runtime role); dropped afterwards."""
+    role = f"awooop_t_svc_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(settings.database_url)
+    try:
+        await conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw-{role}'")
+        yield role
+    finally:
+        await conn.execute(f"DROP ROLE IF EXISTS {role}")
+        await conn.close()
+
+
 async def test_every_process_works_without_superuser(
-    login: Settings, settings: Settings, db: Database, tmp_path: Path
+    login: Settings, settings: Settings, db: Database, tmp_path: Path, service_login: str
 ) -> None:
     owner_url = settings.database_url
     effects = str(tmp_path / "effects.jsonl")
     created = cli(login, "tokens", "create", P, "--scope", "ingest", "--channel", "api")
     assert created.returncode == 0, created.stderr
+    # Binding a producer login is the owner's: the runtime's login is refused, writing nothing.
+    refused_grant = cli(login, "tenants", "grant", service_login, P)
+    assert refused_grant.returncode == 1 and "E-TENANT-001" in refused_grant.stderr
+    granted = cli(
+        msgspec.structs.replace(login, database_url=owner_url), "tenants", "grant", service_login, P
+    )
+    assert granted.returncode == 0, granted.stderr
+    listed = cli(login, "tenants", "list", "--json")  # the platform role may read bindings
+    assert msgspec.json.decode(listed.stdout) == [
+        {"role_name": service_login, "projects": [P], "role_exists": True, "producer": True}
+    ], listed.stdout + listed.stderr
     token = created.stdout.split()[0]
     port = free_port()
     up = WorkerProcess(
@@ -131,6 +158,16 @@ async def test_every_process_works_without_superuser(
             payload = {"approval": True} if i == 0 else {}
             event = producer.ChannelEvent("api", f"delivery-{i}", payload)
             await producer.submit(producer_db, P, event, settings=login)
+        # The producer service, on its own login, inside its own transaction.
+        service = await asyncpg.connect(as_login(owner_url, service_login, f"pw-{service_login}"))
+        await init_connection(service)  # the JSON codecs, as docs/ingest.md says
+        try:
+            async with service.transaction():
+                await producer.set_tenant(service, P)
+                event = producer.ChannelEvent("api", "from-the-service", {})
+                assert (await producer.submit(service, P, event, settings=login)).created
+        finally:
+            await service.close()
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             await wait_ready(client)
             for i in range(5, 10):  # HTTP, each delivery twice
@@ -140,11 +177,11 @@ async def test_every_process_works_without_superuser(
                 assert first.status_code == 202, first.text
                 repeat = await client.post(path, json={"text": "hi"}, headers=headers)
                 assert repeat.json()["code"] == "E-IDEMPOTENT-001", repeat.text
-        await wait_for(db, {"COMPLETED": 9, "WAITING_APPROVAL": 1}, 60)
+        await wait_for(db, {"COMPLETED": 10, "WAITING_APPROVAL": 1}, 60)
         [ticket] = read_effects(effects + ".tickets")
         approved = cli(login, "runs", "approve", P, ticket["run_id"], "--token", ticket["token"])
         assert approved.returncode == 0, approved.stderr
-        await wait_for(db, {"COMPLETED": 10}, 30)
+        await wait_for(db, {"COMPLETED": 11}, 30)
 
         await asyncio.sleep(1.5)  # every loop of `up` has reported a heartbeat
         doctor = await asyncio.to_thread(cli, login, "doctor")

@@ -2,8 +2,12 @@
 
 The tables are discovered from information_schema at run time, so a table another migration
 adds later is covered without touching this file: it must have RLS enabled and forced, only
-the ``tenant_isolation`` policy (``SELECT awooop_enforce_tenant_isolation('table')``), and it
-must isolate as the existing tables do.
+the ``tenant_isolation`` policy as permissive policy and the restrictive ``tenant_binding``
+policy for producer logins (``SELECT awooop_enforce_tenant_isolation('table')``), and it must
+isolate as the existing tables do. The credential tables (:data:`PLATFORM_WRITTEN`) are read
+by the app role under the same isolation but written by the platform role only: every write
+of the app role there is refused, whatever it sets. Producer logins are tested in
+``tests/integration/test_tenant_binding.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,14 @@ from awooop.db import SET_TENANT, Database
 from tests.support import tenant_rows
 
 A, B = "tenant-a", "tenant-b"
+# Tables the app role reads but never writes (migrations/0090_tenant_bindings.sql).
+PLATFORM_WRITTEN = frozenset({"awooop_channels", "awooop_api_tokens"})
+REFUSED = "refused"
+PRODUCER_WRITES = {
+    "awooop_run_state": ("producer_writes",),
+    "awooop_events": ("producer_writes",),
+    "awooop_event_streams": ("producer_inserts", "producer_updates"),
+}
 
 TENANT_TABLES = """
 SELECT c.table_name
@@ -26,13 +38,25 @@ WHERE c.table_schema = 'public' AND c.column_name = 'project_id'
   AND t.table_type = 'BASE TABLE'
 ORDER BY c.table_name
 """
+# The restrictive policy for producer logins, as pg_policies shows it.
+BOUND = "(project_id = ANY (( SELECT awooop_my_projects() AS awooop_my_projects)::text[]))"
 RLS_FLAGS = """
 SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = $1::regclass
 """
 POLICIES = """
-SELECT policyname, permissive, cmd, qual, with_check FROM pg_policies
+SELECT policyname, permissive, cmd, roles, qual, with_check FROM pg_policies
 WHERE schemaname = 'public' AND tablename = $1
 """
+
+
+async def attempt(conn: Any, statement: str, *args: Any) -> str:
+    """The statement's status, in a savepoint; REFUSED when Postgres refuses the privilege."""
+    try:
+        async with conn.transaction():
+            status: str = await conn.execute(statement, *args)
+    except asyncpg.InsufficientPrivilegeError:
+        return REFUSED
+    return status
 
 
 async def tenant_tables(db: Database) -> list[str]:
@@ -120,6 +144,17 @@ async def test_every_tenant_table_has_forced_rls_and_only_the_isolation_policy(
             reference = reference or shape
             if shape != reference:
                 problems.append(f"{table}: policy {shape} differs from {reference}")
+            restrictive = [
+                (p["policyname"], p["cmd"], p["roles"], p["qual"], p["with_check"])
+                for p in policies
+                if p["permissive"] == "RESTRICTIVE"
+            ]
+            binding = [("tenant_binding", "ALL", ["awooop_producer"], BOUND, BOUND)]
+            # Tables the producer library writes also limit what a producer writes there
+            # (tests/integration/test_tenant_binding.py).
+            restrictive = [p for p in restrictive if p[0] not in PRODUCER_WRITES.get(table, ())]
+            if restrictive != binding:
+                problems.append(f"{table}: restrictive policies {restrictive}, want {binding}")
     assert not problems, (
         "tenant tables must be isolated: SELECT awooop_enforce_tenant_isolation('<table>'); "
         + "; ".join(problems)
@@ -141,16 +176,17 @@ async def test_a_tenant_cannot_read_update_or_delete_another_tenants_rows(
             seen = await counts(conn, table)
             if seen[0] < 1 or seen[1:] != (0, 0):
                 problems.append(f"{table}: A sees (A, B, other) = {seen}")
-            updated = await conn.execute(
-                f"UPDATE {t} SET project_id = project_id WHERE project_id = $1", B
+            platform_written = table in PLATFORM_WRITTEN
+            updated = await attempt(
+                conn, f"UPDATE {t} SET project_id = project_id WHERE project_id = $1", B
             )
-            if updated != "UPDATE 0":
+            if updated != (REFUSED if platform_written else "UPDATE 0"):
                 problems.append(f"{table}: A updated B's rows ({updated})")
-            deleted = await conn.execute(f"DELETE FROM {t} WHERE project_id = $1", B)
-            if deleted != "DELETE 0":
+            deleted = await attempt(conn, f"DELETE FROM {t} WHERE project_id = $1", B)
+            if deleted != (REFUSED if platform_written else "DELETE 0"):
                 problems.append(f"{table}: A deleted B's rows ({deleted})")
-            everything = await conn.execute(f"UPDATE {t} SET project_id = project_id")
-            if everything != f"UPDATE {seen[0]}":
+            everything = await attempt(conn, f"UPDATE {t} SET project_id = project_id")
+            if everything != (REFUSED if platform_written else f"UPDATE {seen[0]}"):
                 problems.append(f"{table}: an unfiltered UPDATE touched {everything}")
             try:
                 async with conn.transaction():
@@ -204,8 +240,10 @@ async def test_without_the_setting_a_session_sees_and_writes_no_tenant_rows(
             if seen != (0, 0, 0):
                 problems.append(f"{table}: without a project a session sees {seen}")
             for statement in (f"UPDATE {t} SET project_id = project_id", f"DELETE FROM {t}"):
-                status = await conn.execute(statement)
-                if not status.endswith(" 0"):
+                status = await attempt(conn, statement)
+                if not status.endswith(" 0") and not (
+                    status == REFUSED and table in PLATFORM_WRITTEN
+                ):
                     problems.append(f"{table}: without a project {statement!r} -> {status}")
             row, columns = samples[table]
             for project in ("", A):

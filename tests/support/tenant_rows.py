@@ -77,7 +77,8 @@ async def _heartbeat(conn: Connection, project_id: str) -> None:
 
 
 async def _channel_credentials(conn: Connection, project_id: str) -> None:
-    """A channel secret and a bearer token, with the statements awooop.ingest.credentials uses."""
+    """A channel secret and a bearer token, with the statements awooop.ingest.credentials uses
+    (on the platform role, as it does: no tenant role writes credentials, migration 0090)."""
     await conn.execute(credentials.UPSERT_SECRET, project_id, "telegram", "rls-probe-secret")
     token_id, _, token_hash = auth.new_token()
     await conn.execute(
@@ -136,9 +137,18 @@ BUILDERS = (
 )
 
 
+# Builders of tables that only the platform role writes.
+PLATFORM_BUILDERS = frozenset({_channel_credentials})
+
+
 async def seed_project(db: Database, project_id: str) -> None:
-    """Rows of ``project_id`` in every tenant table a builder knows, as that tenant."""
+    """Rows of ``project_id`` in every tenant table a builder knows, as that tenant (or, for
+    the credential tables, on the platform role, the only one that writes them)."""
     for build in BUILDERS:
+        if build in PLATFORM_BUILDERS:
+            async with db.platform() as conn:
+                await build(conn, project_id)
+            continue
         async with db.tenant(project_id) as conn:
             await build(conn, project_id)
 
