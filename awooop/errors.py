@@ -246,6 +246,15 @@ class DedupeRaceError(AwoooPError):
     retryable = True
 
 
+class StaleDeliveryError(AwoooPError):
+    """The delivery is authentic but older than the channel accepts (the provider signed a
+    time further back than the channel's bound: a late redelivery or a captured request sent
+    again); nothing was written."""
+
+    code = "E-INGEST-003"
+    http_status = 403
+
+
 # --- background loops ---------------------------------------------------------------------------
 
 
