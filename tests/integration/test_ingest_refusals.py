@@ -199,7 +199,12 @@ header_text = st.text(
 @st.composite
 def deliveries(draw: st.DrawFn, channel: str) -> tuple[Delivery, bool]:
     """A delivery of ``channel`` with its payload or headers mangled, and whether to sign it."""
-    delivery = fresh(channel, events=draw(st.integers(0, 3)), unique=draw(st.uuids()).hex)
+    delivery = fresh(
+        channel,
+        events=draw(st.integers(0, 3)),
+        unique=draw(st.uuids()).hex,
+        form=draw(st.booleans()),  # Gitea: JSON or form body
+    )
     kind = draw(st.sampled_from(["field", "drop", "any-json", "bytes", "truncate", "headers"]))
     payload = delivery.payload
     if kind == "field":
