@@ -254,6 +254,15 @@ class TenantNotGrantedError(AwoooPError):
     http_status = 403
 
 
+class StaleDeliveryError(AwoooPError):
+    """The delivery is authentic but older than the channel accepts (the provider signed a
+    time further back than the channel's bound: a late redelivery or a captured request sent
+    again); nothing was written."""
+
+    code = "E-INGEST-004"
+    http_status = 403
+
+
 # --- tenant bindings (awooop tenants) -----------------------------------------------------------
 
 

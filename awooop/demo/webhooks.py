@@ -2,11 +2,15 @@
 
 Payload shapes follow the providers' published webhook formats (Telegram ``Update``,
 Alertmanager webhook version 4, Gitea push, LINE Messaging API webhook, plain API JSON).
+LINE events are stamped with the current time (the server refuses events older than the
+channel's ``max_event_age_s``); a Gitea push is keyed by the hash of its signed payload.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -107,10 +111,11 @@ def gitea(n: int) -> Delivery:
         "X-Gitea-Event": "push",
         "X-Gitea-Signature": gitea_signature(SECRETS["gitea"], body),
     }
-    return Delivery("gitea", body, headers, delivery_id)
+    return Delivery("gitea", body, headers, "sha256:" + hashlib.sha256(body).hexdigest())
 
 
 def line(n: int, events: int = 2) -> Delivery:
+    sent_ms = int(time.time() * 1000)
     body = _json(
         {
             "destination": "U8e742f61d673b39c7fff3cecb7536ef0",
@@ -120,7 +125,7 @@ def line(n: int, events: int = 2) -> Delivery:
                     "message": {"type": "text", "id": f"{n}{i}", "text": f"is api-{n} healthy?"},
                     "webhookEventId": f"01DEMO{n:06d}{i:02d}",
                     "deliveryContext": {"isRedelivery": False},
-                    "timestamp": 1764400000000 + i,
+                    "timestamp": sent_ms + i,
                     "source": {"type": "user", "userId": "U80696558e1aa831d1b0d6f4f5c7c9a1e"},
                     "replyToken": uuid.uuid4().hex,
                     "mode": "active",

@@ -5,7 +5,8 @@ unknown channel 404 E-CHANNEL-001; bad project or contract id 400 E-INPUT-001; b
 AWOOOP_HTTP_MAX_BODY_BYTES 413 E-INPUT-003 (counted while reading, Content-Length is only a
 shortcut); then, on a connection whose session carries the project
 (:class:`awooop.db.TenantSessions`): authentication 401 E-AUTH-001, parsing 400 E-INPUT-001 /
-422 E-INPUT-002, and the ingest itself, one atomic statement (:mod:`awooop.ingest.store`)
+422 E-INPUT-002 / 403 E-INGEST-004 (an event older than the channel's bound, LINE), and the
+ingest itself, one atomic statement (:mod:`awooop.ingest.store`)
 shared with the deliveries for the same project, channel and contract that arrive while the
 previous statement runs (group commit, :mod:`awooop.batching`; docs/ingest.md). When that
 statement fails for anything but the database being away, each delivery of the batch is
@@ -194,7 +195,7 @@ def routes(services: Services) -> list[BaseRoute]:
         adapter: Adapter, project_id: str, contract_id: str, headers: Headers, body: bytes
     ) -> list[store.Outcome]:
         config = await channel_config(adapter, project_id, contract_id, headers, body)
-        events = adapter.parse(headers, body)
+        events = adapter.parse(headers, body, config.options, time.time())
         if not events:
             return []
         key = (

@@ -8,13 +8,17 @@ Alertmanager POSTs one notification per alert group::
                  "startsAt": "...", "endsAt": "...", "fingerprint": "c4b0..."}], ...}
 
 and authenticates with ``http_config.authorization`` (``Authorization: Bearer <token>``; the
-token comes from ``awooop tokens create PROJECT --channel alertmanager``).
+token comes from ``awooop tokens create PROJECT --channel alertmanager``). **Nothing is
+signed**: whoever sees one request has the token and can send any notification; only TLS and
+the token protect the channel, and there is no signed time to bound.
 
 ``provider_event_id`` (R-02) is the sha256 of ``groupKey`` with the sorted alert fingerprints.
 Each fingerprint is taken together with the alert's ``status`` and ``startsAt``: a group's
 "resolved" notification, or an alert that fires again after it resolved, is a new event for
 the operator and must not be swallowed as a repeat of the first "firing" notification, while
-Alertmanager's retries and ``repeat_interval`` re-sends of an unchanged group hash the same.
+Alertmanager's retries and ``repeat_interval`` re-sends of an unchanged group hash the same,
+as does a captured request posted again: a duplicate within the dedupe window (200
+``E-IDEMPOTENT-001``), a new run after it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,14 @@ import msgspec
 
 from awooop.errors import InvalidInputError, MissingEventIdError
 from awooop.ingest.auth import authenticate_bearer
-from awooop.ingest.common import Adapter, AuthKind, Headers, ParsedEvent, decode_object
+from awooop.ingest.common import (
+    Adapter,
+    AuthKind,
+    ChannelOptions,
+    Headers,
+    ParsedEvent,
+    decode_object,
+)
 
 CHANNEL_TYPE = "alertmanager"
 _encode = msgspec.json.Encoder(order="sorted").encode
@@ -61,7 +72,9 @@ def provider_event_id(notification: dict[str, Any]) -> str:
     return f"am-{digest}"
 
 
-def parse(_headers: Headers, body: bytes) -> list[ParsedEvent]:
+def parse(
+    _headers: Headers, body: bytes, _options: ChannelOptions, _now: float
+) -> list[ParsedEvent]:
     notification = decode_object(body, "Alertmanager notification")
     return [ParsedEvent(provider_event_id(notification), notification)]
 

@@ -1,11 +1,14 @@
 """What every channel adapter shares: the adapter shape, the parsed event, JSON checks.
 
-An adapter is three pure functions over a delivery (lowercase header names and the raw body):
+An adapter is two pure functions over a delivery (lowercase header names and the raw body):
 ``authenticate(headers, body, stored)`` raises :class:`AuthenticationError` unless the
-delivery carries the provider's proof (a secret header, an HMAC of the raw body, or a bearer
-token); ``parse(headers, body)`` returns the events of the delivery, each with its
-``provider_event_id`` (R-02), or raises :class:`InvalidInputError` (400) /
-:class:`MissingEventIdError` (422). No I/O: the HTTP layer and the tests call them alike.
+delivery carries the provider's proof (a secret header, an HMAC of what the provider signs,
+or a bearer token); ``parse(headers, body, options, now)`` returns the events of the
+delivery, each with its ``provider_event_id`` (R-02), or raises :class:`InvalidInputError`
+(400) / :class:`MissingEventIdError` (422) / :class:`StaleDeliveryError` (403, an event older
+than the channel's bound, where the provider signs a time). ``options`` are the project's
+per-channel settings (:class:`ChannelOptions`), ``now`` the wall clock in seconds. No I/O:
+the HTTP layer and the tests call them alike.
 
 Bodies end up in ``jsonb`` columns, which cannot hold every JSON text msgspec accepts: a
 string with ``\\u0000`` is refused by Postgres, and very deep nesting may exhaust a stack on
@@ -32,6 +35,9 @@ MAX_EVENT_ID_LENGTH = 256  # the CHECK on awooop_channel_event_dedupe.provider_e
 MAX_JSON_DEPTH = 64
 
 
+GITEA_KEYS = ("body", "delivery")
+
+
 class AuthKind(enum.StrEnum):
     SECRET = "secret"  # a per-project channel secret (awooop channels set-secret)
     BEARER = "bearer"  # a per-project bearer token (awooop tokens create)
@@ -51,12 +57,25 @@ class StoredCredential(msgspec.Struct, frozen=True):
     token_hash: str | None = None
 
 
+class ChannelOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """A project's settings of one channel that change how its deliveries are read
+    (``awooop channels set-option``; a column left NULL in awooop_channels is the default
+    here). Each applies to one channel type and is ignored by the others."""
+
+    gitea_key: str = "body"  # gitea: "body" (sha256 of the signed payload) or "delivery"
+    max_event_age_s: int = 3600  # line: an event older than this is refused
+    max_redelivery_age_s: int = 86400  # line: the same for an event LINE flags as redelivered
+
+
+DEFAULT_OPTIONS = ChannelOptions()
+
+
 @dataclass(frozen=True)
 class Adapter:
     channel_type: str
     auth: AuthKind
     authenticate: Callable[[Headers, bytes, StoredCredential], None]
-    parse: Callable[[Headers, bytes], list[ParsedEvent]]
+    parse: Callable[[Headers, bytes, ChannelOptions, float], list[ParsedEvent]]
 
 
 _decode = msgspec.json.Decoder().decode

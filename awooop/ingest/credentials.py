@@ -1,4 +1,6 @@
-"""Channel secrets, per-channel dedupe TTLs and bearer tokens in Postgres (R-05, R-04).
+"""Channel secrets, per-channel dedupe TTLs and options, and bearer tokens in Postgres
+(R-05, R-04). The options (:class:`awooop.ingest.common.ChannelOptions`, docs/ingest.md) are
+``gitea_key`` (gitea), ``max_event_age_s`` and ``max_redelivery_age_s`` (line).
 
 Reads run in a tenant transaction of the project (row-level security applies). Writes run on
 the platform role: since migration 0090 no tenant role may insert, update or delete a secret
@@ -21,7 +23,7 @@ from awooop.db import Database
 from awooop.errors import InvalidInputError, UnknownChannelError
 from awooop.ingest import ADAPTERS
 from awooop.ingest.auth import new_token
-from awooop.ingest.common import AuthKind
+from awooop.ingest.common import GITEA_KEYS, AuthKind
 from awooop.loops import PLATFORM_PROJECT
 
 PROJECT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
@@ -32,6 +34,12 @@ INGEST_SCOPE = "ingest"
 MANAGE_SCOPE = "manage"  # the management routes of the token's own project
 ADMIN_SCOPE = "admin"  # the management routes of every project; a token of PLATFORM_PROJECT
 SCOPES = (INGEST_SCOPE, MANAGE_SCOPE, ADMIN_SCOPE)
+OPTION_CHANNELS = {  # each option and the channel it applies to
+    "gitea_key": "gitea",
+    "max_event_age_s": "line",
+    "max_redelivery_age_s": "line",
+}
+MAX_AGE_S = 2**31 - 1  # the integer column
 
 # --- SQL -------------------------------------------------------------------------------------
 
@@ -44,8 +52,27 @@ INSERT INTO awooop_channels (project_id, channel_type, dedupe_ttl_s) VALUES ($1,
 ON CONFLICT (project_id, channel_type)
 DO UPDATE SET dedupe_ttl_s = EXCLUDED.dedupe_ttl_s, updated_at = now()
 """
+# One statement per option (the column name cannot be a parameter).
+UPSERT_OPTION = {
+    "gitea_key": """
+INSERT INTO awooop_channels (project_id, channel_type, gitea_key) VALUES ($1, $2, $3)
+ON CONFLICT (project_id, channel_type)
+DO UPDATE SET gitea_key = EXCLUDED.gitea_key, updated_at = now()
+""",
+    "max_event_age_s": """
+INSERT INTO awooop_channels (project_id, channel_type, max_event_age_s) VALUES ($1, $2, $3)
+ON CONFLICT (project_id, channel_type)
+DO UPDATE SET max_event_age_s = EXCLUDED.max_event_age_s, updated_at = now()
+""",
+    "max_redelivery_age_s": """
+INSERT INTO awooop_channels (project_id, channel_type, max_redelivery_age_s) VALUES ($1, $2, $3)
+ON CONFLICT (project_id, channel_type)
+DO UPDATE SET max_redelivery_age_s = EXCLUDED.max_redelivery_age_s, updated_at = now()
+""",
+}
 LIST_CHANNELS = """
-SELECT channel_type, secret IS NOT NULL AS has_secret, dedupe_ttl_s, updated_at
+SELECT channel_type, secret IS NOT NULL AS has_secret, dedupe_ttl_s, gitea_key, max_event_age_s,
+       max_redelivery_age_s, updated_at
 FROM awooop_channels WHERE project_id = $1 ORDER BY channel_type
 """
 INSERT_TOKEN = """
@@ -130,6 +157,27 @@ def check_secret(channel_type: str, secret: str) -> str:
     return secret
 
 
+def check_option(channel_type: str, name: str, value: str) -> str | int | None:
+    """The stored value of option ``name`` of ``channel_type`` given as text (``default``:
+    None, the column cleared back to the default)."""
+    check_channel(channel_type)
+    applies_to = OPTION_CHANNELS.get(name)
+    if applies_to is None:
+        raise InvalidInputError(f"unknown option; options: {', '.join(OPTION_CHANNELS)}")
+    if applies_to != channel_type:
+        raise InvalidInputError(f"option {name} applies to the {applies_to} channel only")
+    if value == "default":
+        return None
+    if name == "gitea_key":
+        if value not in GITEA_KEYS:
+            raise InvalidInputError(f"gitea_key must be one of {', '.join(GITEA_KEYS)} or default")
+        return value
+    whole = value.isascii() and value.isdigit() and len(value) <= len(str(MAX_AGE_S))
+    if not whole or not 1 <= int(value) <= MAX_AGE_S:
+        raise InvalidInputError(f"{name} must be a whole number of seconds (1-{MAX_AGE_S})")
+    return int(value)
+
+
 # --- operations ------------------------------------------------------------------------------
 
 
@@ -137,6 +185,9 @@ class ChannelInfo(msgspec.Struct, frozen=True):
     channel_type: str
     has_secret: bool
     dedupe_ttl_s: int | None
+    gitea_key: str | None
+    max_event_age_s: int | None
+    max_redelivery_age_s: int | None
     updated_at: datetime
 
 
@@ -166,6 +217,17 @@ async def set_dedupe_ttl(
         raise InvalidInputError("the dedupe TTL must be at least 1 second")
     async with db.platform() as conn:
         await conn.execute(UPSERT_TTL, project_id, channel_type, ttl_s)
+
+
+async def set_option(
+    db: Database, project_id: str, channel_type: str, name: str, value: str
+) -> str | int | None:
+    """Set (or with ``default``, clear) a channel option; returns the stored value."""
+    check_project_id(project_id)
+    stored = check_option(channel_type, name, value)
+    async with db.platform() as conn:  # channel rows are written on the platform role only
+        await conn.execute(UPSERT_OPTION[name], project_id, channel_type, stored)
+    return stored
 
 
 async def list_channels(db: Database, project_id: str) -> list[ChannelInfo]:

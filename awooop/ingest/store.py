@@ -6,9 +6,9 @@ a connection of :class:`awooop.db.TenantSessions` outside a transaction. Per
 delivery:
 
 1. :func:`load_config` (the HTTP path caches it briefly, see :mod:`awooop.ingest.cache`):
-   one statement reads the transaction's tenant and isolation level, the channel's secret
-   and dedupe TTL, the stored hash of the presented bearer token and the active ``agent``
-   contract's ``max_attempts``.
+   one statement reads the transaction's tenant and isolation level, the channel's secret,
+   dedupe TTL and options (:class:`awooop.ingest.common.ChannelOptions`), the stored hash
+   of the presented bearer token and the active ``agent`` contract's ``max_attempts``.
 2. :func:`ingest`: ONE statement, atomic on its own:
 
    - inserts the dedupe rows ``ON CONFLICT DO NOTHING`` (keys sorted, so concurrent batches
@@ -51,7 +51,7 @@ from awooop.config import Settings
 from awooop.db import Connection
 from awooop.errors import DedupeRaceError
 from awooop.events import RunCreated, encode_event, run_stream_id
-from awooop.ingest.common import ParsedEvent, StoredCredential
+from awooop.ingest.common import ChannelOptions, ParsedEvent, StoredCredential
 from awooop.runs.state import COLUMNS, apply
 from awooop.telemetry import inject
 
@@ -71,6 +71,9 @@ SELECT current_setting('awooop.project_id', true) AS tenant,
        current_setting('transaction_isolation') AS isolation,
        c.secret,
        c.dedupe_ttl_s,
+       c.gitea_key,
+       c.max_event_age_s,
+       c.max_redelivery_age_s,
        (SELECT t.token_hash FROM awooop_api_tokens t
          WHERE t.token_id = $4 AND t.project_id = $1 AND t.channel_type = $2
            AND t.scope = 'ingest' AND t.revoked_at IS NULL) AS token_hash,
@@ -175,6 +178,7 @@ class ChannelConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Whether the login's tenant binding allows the project (only read by the producer: the
     # runtime's own roles are not bound, see migrations/0090_tenant_bindings.sql).
     bound: bool = True
+    options: ChannelOptions = msgspec.field(default_factory=ChannelOptions)
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -201,6 +205,7 @@ async def load_config(
         credential=StoredCredential(secret=row["secret"], token_hash=row["token_hash"]),
         dedupe_ttl_s=float(row["dedupe_ttl_s"] or settings.dedupe_ttl_s),
         max_attempts=contract_max_attempts(row["contract_max_attempts"], settings.max_attempts),
+        options=channel_options(row),
     )
 
 
@@ -222,6 +227,12 @@ async def load_producer_config(
         max_attempts=contract_max_attempts(row["contract_max_attempts"], settings.max_attempts),
         bound=bool(row["bound"]),
     )
+
+
+def channel_options(row: Any) -> ChannelOptions:
+    """The channel's options: each column NULL (or no row) is ChannelOptions' default."""
+    given = {k: row[k] for k in ("gitea_key", "max_event_age_s", "max_redelivery_age_s")}
+    return ChannelOptions(**{k: v for k, v in given.items() if v is not None})
 
 
 def contract_max_attempts(value: Any, default: int) -> int:

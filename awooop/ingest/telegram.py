@@ -2,8 +2,15 @@
 
 Telegram POSTs one ``Update`` object per request (``{"update_id": 1000, "message": {...}}``)
 and, when the webhook was set with ``secret_token``, sends that token in the header
-``X-Telegram-Bot-Api-Secret-Token``. ``provider_event_id`` is ``update_id`` (R-02); the run's
-input is the update as received.
+``X-Telegram-Bot-Api-Secret-Token``. The run's input is the update as received.
+
+**What is signed**: nothing. The header is a shared secret compared as a whole, so whoever
+sees one request (the secret travels in it) can send any update; only TLS and the secret
+protect the channel, and Telegram signs no time, so there is no freshness bound.
+
+**What keys the event** (R-02): ``update_id``. Telegram retries an undelivered update with
+the same ``update_id``, so a retry, or a captured request posted again, is a duplicate within
+the dedupe window (200 ``E-IDEMPOTENT-001``) and a new run after it.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from awooop.ingest.auth import AUTH_FAILED, equal, require_header, require_secre
 from awooop.ingest.common import (
     Adapter,
     AuthKind,
+    ChannelOptions,
     Headers,
     ParsedEvent,
     StoredCredential,
@@ -41,7 +49,9 @@ def provider_event_id(update: dict[str, Any]) -> str:
     return event_id(value, "update_id")
 
 
-def parse(_headers: Headers, body: bytes) -> list[ParsedEvent]:
+def parse(
+    _headers: Headers, body: bytes, _options: ChannelOptions, _now: float
+) -> list[ParsedEvent]:
     update = decode_object(body, "Telegram update")
     return [ParsedEvent(provider_event_id(update), update)]
 

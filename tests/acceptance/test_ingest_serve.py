@@ -107,6 +107,14 @@ def test_cli_refusals_are_one_line_errors(env: dict[str, str]) -> None:
     assert (result.returncode, result.stderr.split(":")[0]) == (1, "error E-CHANNEL-001")
     result = cli(env, "channels", "set-secret", PROJECT, "telegram", "has spaces")
     assert (result.returncode, result.stderr.split(":")[0]) == (1, "error E-INPUT-001")
+    for option in (
+        ("line", "gitea_key", "body"),
+        ("line", "max_event_age_s", "0"),
+        ("gitea", "gitea_key", "hash"),
+        ("line", "nonsense", "1"),
+    ):
+        result = cli(env, "channels", "set-option", PROJECT, *option)
+        assert (result.returncode, result.stderr.split(":")[0]) == (1, "error E-INPUT-001")
     result = cli(env, "tokens", "revoke", PROJECT, "0123456789abcdef")
     assert (result.returncode, result.stderr.split(":")[0]) == (1, "error E-INPUT-001")
     result = cli(env, "tokens", "create", PROJECT, "--scope", "admin")
@@ -122,8 +130,13 @@ def test_cli_refusals_are_one_line_errors(env: dict[str, str]) -> None:
 
 def test_serve_ingests_every_channel_and_stops_cleanly(env: dict[str, str], tmp_path: Path) -> None:
     creds = provision(env)
+    result = cli(env, "channels", "set-option", PROJECT, "line", "max_event_age_s", "600")
+    assert result.stdout.strip() == f"max_event_age_s of {PROJECT}/line set to 600"
     listed = cli(env, "channels", "list", PROJECT)
     assert listed.returncode == 0 and "telegram" in listed.stdout
+    options = {line.split()[0]: line.split()[-2:] for line in listed.stdout.splitlines()[1:]}
+    assert options["line"] == ["max_event_age_s=600", "max_redelivery_age_s=86400*"]
+    assert options["gitea"][-1] == "gitea_key=body*"
     assert all(secret not in listed.stdout for secret in SECRETS.values())
     tokens = cli(env, "tokens", "list", PROJECT)
     scopes = [line.split()[1] for line in tokens.stdout.splitlines()[1:]]

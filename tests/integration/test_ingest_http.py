@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import msgspec
@@ -18,7 +19,16 @@ from awooop.events import RunCreated, decode_event, run_stream_id
 from awooop.ingest import credentials
 from awooop.telemetry import configure_tracing
 from tests.support.ingest import Ingest, counts, ingest, ingest_app
-from tests.support.webhooks import CHANNELS, OTHER_PROJECT, PROJECT, SECRETS, fresh, sign
+from tests.support.webhooks import (
+    CHANNELS,
+    OTHER_PROJECT,
+    PROJECT,
+    SECRETS,
+    Delivery,
+    fresh,
+    replay,
+    sign,
+)
 
 __all__ = ["ingest"]  # the fixture, imported from tests.support.ingest
 
@@ -98,12 +108,105 @@ async def test_the_input_of_each_channel_is_the_provider_payload(ingest: Ingest)
     assert inputs["telegram"][1] == inputs["telegram"][0].payload
     assert inputs["alertmanager"][1] == inputs["alertmanager"][0].payload
     assert inputs["api"][1] == inputs["api"][0].payload
-    assert inputs["gitea"][1] == {"event": "push", "payload": inputs["gitea"][0].payload}
+    assert inputs["gitea"][1] == {
+        "event": "push",
+        "delivery": inputs["gitea"][0].headers["X-Gitea-Delivery"],
+        "payload": inputs["gitea"][0].payload,
+    }
     line_delivery, line_input = inputs["line"]
     assert line_input == {
         "destination": line_delivery.payload["destination"],
         "event": line_delivery.payload["events"][0],
     }
+
+
+async def test_a_gitea_form_delivery_is_accepted_and_its_replay_is_the_same_event(
+    ingest: Ingest,
+) -> None:
+    """Gitea signs the JSON and sends it as the form field ``payload``; its "replay" sends the
+    same payload under a new X-Gitea-Delivery: one run, and the replay gets its run_id."""
+    delivery = sign(fresh("gitea", form=True), ingest.creds["gitea"])
+    assert delivery.body.startswith(b"payload=%7B%0A++%22ref%22")  # the form, not the JSON
+    first = await ingest.post(delivery, signed=False)
+    assert first.status_code == 202, first.text
+    [run_id] = first.json()["run_ids"]
+    before = await counts(ingest.db)
+
+    again = replay(delivery)  # the same body and signature, a new delivery id
+    assert again.body == delivery.body
+    response = await ingest.post(again, signed=False)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert (answer["code"], answer["run_id"]) == ("E-IDEMPOTENT-001", run_id)
+    assert answer["results"][0]["provider_event_id"] == delivery.ids()[0]
+    as_json = replay(delivery)  # the same event delivered by a JSON webhook
+    as_json.headers["Content-Type"] = "application/json"
+    response = await ingest.post(as_json, signed=False)
+    assert (response.status_code, response.json()["run_id"]) == (200, run_id)
+    assert await counts(ingest.db) == before
+    async with ingest.db.tenant(PROJECT) as conn:
+        stored = await conn.fetchval(
+            "SELECT input FROM awooop_run_state WHERE run_id = $1", uuid.UUID(run_id)
+        )
+    assert stored == {
+        "event": "push",
+        "delivery": delivery.headers["X-Gitea-Delivery"],
+        "payload": delivery.payload,
+    }
+
+
+async def test_gitea_keyed_by_delivery_makes_each_replay_a_run(ingest: Ingest) -> None:
+    await credentials.set_option(ingest.db, PROJECT, "gitea", "gitea_key", "delivery")
+    delivery = sign(fresh("gitea", form=True), ingest.creds["gitea"])
+    first = await ingest.post(delivery, signed=False)
+    assert first.status_code == 202
+    assert first.json()["results"][0]["provider_event_id"] == delivery.headers["X-Gitea-Delivery"]
+    repeat = await ingest.post(delivery, signed=False)  # the same delivery id: a duplicate
+    assert (repeat.status_code, repeat.json()["run_ids"]) == (200, first.json()["run_ids"])
+    again = await ingest.post(replay(delivery), signed=False)
+    assert again.status_code == 202
+    assert again.json()["run_ids"] != first.json()["run_ids"]
+
+
+def aged(delivery: Delivery, age_s: float, redelivery: bool = False) -> Delivery:
+    """The LINE delivery with its events sent ``age_s`` ago (as LINE stamps them)."""
+    sent_ms = int((time.time() - age_s) * 1000)
+    for event in delivery.payload["events"]:
+        event["timestamp"] = sent_ms
+        event["deliveryContext"] = {"isRedelivery": redelivery}
+    return delivery
+
+
+async def test_a_line_delivery_older_than_the_bound_is_refused_and_writes_nothing(
+    ingest: Ingest,
+) -> None:
+    before = await counts(ingest.db)
+    stale = aged(fresh("line"), 2 * 3600)  # the default bound is one hour
+    response = await ingest.post(stale)
+    assert response.status_code == 403, response.text
+    assert response.json()["code"] == "E-INGEST-004"
+    assert "max_event_age_s" in response.json()["message"]
+    assert await counts(ingest.db) == before
+
+    # LINE's own redelivery of the same events is accepted within its window (a day).
+    redelivered = aged(fresh("line"), 2 * 3600, redelivery=True)
+    assert (await ingest.post(redelivered)).status_code == 202
+
+    # The bound is the channel's: ten minutes for this project, the default for another.
+    await credentials.set_option(ingest.db, PROJECT, "line", "max_event_age_s", "600")
+    await asyncio.sleep(ingest.services.settings.ingest_config_cache_s)  # the cached config
+    quarter = aged(fresh("line"), 900)
+    before = await counts(ingest.db)
+    refused = await ingest.post(quarter)
+    assert (refused.status_code, refused.json()["code"]) == (403, "E-INGEST-004")
+    assert await counts(ingest.db) == before
+    elsewhere = aged(fresh("line"), 900)
+    response = await ingest.client.post(
+        f"/v1/projects/{OTHER_PROJECT}/channels/line",
+        content=sign(elsewhere, ingest.other_creds["line"]).body,
+        headers=elsewhere.headers,
+    )
+    assert response.status_code == 202, response.text
 
 
 async def test_line_answers_per_event_when_some_events_are_new(ingest: Ingest) -> None:

@@ -3,16 +3,26 @@
 Payloads follow each provider's published webhook documentation (Telegram Bot API
 ``Update``, Alertmanager ``webhook_config`` version 4, Gitea push event, LINE Messaging API
 webhook, and the plain API channel). ``Delivery`` objects carry the raw body and the headers
-a provider sends; ``sign`` adds the channel's proof.
+a provider sends; ``sign`` adds the channel's proof, computed over what the provider signs.
+
+Gitea is built the way its ``services/webhook/deliver.go`` builds a delivery, because the
+difference matters: the payload is Go's ``json.MarshalIndent(p, "", "  ")`` (``<``, ``>``
+and ``&`` escaped as ``\\u003c`` ...), the signature is the HMAC of that JSON text, and a form
+delivery's body is ``payload=`` + the JSON encoded like Go's ``url.Values.Encode`` (so the
+body is NOT what is signed). LINE events carry the current time as their ``timestamp``.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import hmac
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote_plus
 
 from awooop.ingest.auth import gitea_signature, line_signature
 
@@ -101,7 +111,7 @@ GITEA_PUSH: dict[str, Any] = {
     "commits": [
         {
             "id": "bffeb74224043ba2feb48d137756c8a9331c449a",
-            "message": "Raise the api timeout\n",
+            "message": "Raise the api timeout <30s> & retry: café\n",
             "url": "http://gitea.example/ops/webhooks/commit/bffeb742",
             "author": {"name": "Gitea", "email": "someone@gitea.io", "username": "gitea"},
             "committer": {"name": "Gitea", "email": "someone@gitea.io", "username": "gitea"},
@@ -154,27 +164,60 @@ LINE_WEBHOOK: dict[str, Any] = {
 API_REQUEST: dict[str, Any] = {"task": "summarise incident INC-42", "priority": "high"}
 
 
+GITEA_FORM = "application/x-www-form-urlencoded"
+
+
+def go_json(payload: Any) -> bytes:
+    """``payload`` as Go's ``json.MarshalIndent(p, "", "  ")`` writes it: two-space indent,
+    UTF-8 kept, and ``<``, ``>``, ``&`` (which occur only inside strings) escaped."""
+    text = json.dumps(payload, indent=2, ensure_ascii=False)
+    for char, escaped in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
+        text = text.replace(char, escaped)
+    return text.encode()
+
+
+def go_form(fields: dict[str, bytes]) -> bytes:
+    """Go's ``url.Values.Encode``: keys sorted, ``+`` for space, ``%XX`` (upper case) for each
+    byte outside ``A-Z a-z 0-9 - _ . ~``; Python's quote_plus keeps exactly that set."""
+    return "&".join(f"{quote_plus(k)}={quote_plus(v)}" for k, v in sorted(fields.items())).encode()
+
+
 @dataclass
 class Delivery:
     channel: str
     payload: Any
     headers: dict[str, str] = field(default_factory=dict)
-    raw: bytes | None = None  # overrides the JSON encoding of payload
+    raw: bytes | None = None  # overrides the provider's JSON encoding of payload
+
+    @property
+    def content(self) -> bytes:
+        """The provider's JSON text of the payload (for Gitea: what it signs)."""
+        if self.raw is not None:
+            return self.raw
+        return (
+            go_json(self.payload) if self.channel == "gitea" else json.dumps(self.payload).encode()
+        )
+
+    @property
+    def form(self) -> bool:
+        return self.headers.get("Content-Type") == GITEA_FORM
 
     @property
     def body(self) -> bytes:
-        return self.raw if self.raw is not None else json.dumps(self.payload).encode()
+        return go_form({"payload": self.content}) if self.form else self.content
 
     @property
     def path(self) -> str:
         return f"/v1/projects/{PROJECT}/channels/{self.channel}"
 
-    def ids(self) -> list[str]:
+    def ids(self, gitea_key: str = "body") -> list[str]:
         """The provider event ids this delivery should be deduplicated on."""
         if self.channel == "telegram":
             return [str(self.payload["update_id"])]
-        if self.channel == "gitea":
+        if self.channel == "gitea" and gitea_key == "delivery":
             return [self.headers["X-Gitea-Delivery"]]
+        if self.channel == "gitea":
+            return ["sha256:" + hashlib.sha256(self.content).hexdigest()]
         if self.channel == "line":
             return [e["webhookEventId"] for e in self.payload["events"]]
         if self.channel == "api":
@@ -186,21 +229,53 @@ class Delivery:
 
 def sign(delivery: Delivery, credential: str) -> Delivery:
     """Add the channel's proof: secret header, HMAC signature or bearer token."""
-    body = delivery.body
     if delivery.channel == "telegram":
         delivery.headers["X-Telegram-Bot-Api-Secret-Token"] = credential
-    elif delivery.channel == "gitea":
-        delivery.headers["X-Gitea-Signature"] = gitea_signature(credential, body)
+    elif delivery.channel == "gitea":  # over the JSON, whether the body is JSON or a form
+        signature = gitea_signature(credential, delivery.content)
+        sha1 = hmac.new(credential.encode(), delivery.content, hashlib.sha1).hexdigest()
+        delivery.headers |= {
+            "X-Gitea-Signature": signature,
+            "X-Gogs-Signature": signature,
+            "X-Hub-Signature": f"sha1={sha1}",
+            "X-Hub-Signature-256": f"sha256={signature}",
+        }
     elif delivery.channel == "line":
-        delivery.headers["X-Line-Signature"] = line_signature(credential, body)
+        delivery.headers["X-Line-Signature"] = line_signature(credential, delivery.body)
     else:
         delivery.headers["Authorization"] = f"Bearer {credential}"
     return delivery
 
 
-def fresh(channel: str, events: int = 2, unique: str | None = None) -> Delivery:
+def gitea_headers(delivery_id: str, event: str = "push", form: bool = False) -> dict[str, str]:
+    """The headers Gitea sends besides its signatures (deliver.go's addDefaultHeaders)."""
+    return {
+        "Content-Type": GITEA_FORM if form else "application/json",
+        "User-Agent": "Go-http-client/1.1",
+        "X-Gitea-Delivery": delivery_id,
+        "X-Gitea-Event": event,
+        "X-Gitea-Event-Type": event,
+        "X-Gogs-Delivery": delivery_id,
+        "X-Gogs-Event": event,
+        "X-Gogs-Event-Type": event,
+        "X-GitHub-Delivery": delivery_id,
+        "X-GitHub-Event": event,
+        "X-GitHub-Event-Type": event,
+    }
+
+
+def replay(delivery: Delivery) -> Delivery:
+    """What Gitea's "replay" sends: the same stored payload under a new X-Gitea-Delivery."""
+    new_id = str(uuid.uuid4())
+    headers = dict(delivery.headers)
+    headers |= {k: new_id for k in ("X-Gitea-Delivery", "X-Gogs-Delivery", "X-GitHub-Delivery")}
+    return Delivery(delivery.channel, copy.deepcopy(delivery.payload), headers, delivery.raw)
+
+
+def fresh(channel: str, events: int = 2, unique: str | None = None, form: bool = False) -> Delivery:
     """A realistic, unsigned delivery of ``channel`` with fresh provider ids (from ``unique``,
-    32 hex digits, random by default; LINE gets ``events`` events)."""
+    32 hex digits, random by default; LINE gets ``events`` events stamped now; Gitea a push
+    whose payload names ``unique``, as JSON or with ``form`` as Gitea's form body)."""
     unique = unique or uuid.uuid4().hex
     headers = {"Content-Type": "application/json", "User-Agent": f"{channel}-test"}
     if channel == "telegram":
@@ -212,13 +287,19 @@ def fresh(channel: str, events: int = 2, unique: str | None = None) -> Delivery:
         payload["groupKey"] += f"/{unique}"
         return Delivery(channel, payload, headers)
     if channel == "gitea":
-        headers |= {"X-Gitea-Delivery": str(uuid.UUID(unique)), "X-Gitea-Event": "push"}
-        return Delivery(channel, copy.deepcopy(GITEA_PUSH), headers)
+        payload = copy.deepcopy(GITEA_PUSH)
+        payload["after"] = unique + unique[:8]  # a new commit: a new event
+        return Delivery(channel, payload, gitea_headers(str(uuid.UUID(unique)), form=form))
     if channel == "line":
         payload = copy.deepcopy(LINE_WEBHOOK)
         template = payload["events"]
+        now_ms = int(time.time() * 1000)
         payload["events"] = [
-            {**copy.deepcopy(template[i % len(template)]), "webhookEventId": f"01{unique}{i:02d}"}
+            {
+                **copy.deepcopy(template[i % len(template)]),
+                "webhookEventId": f"01{unique}{i:02d}",
+                "timestamp": now_ms,
+            }
             for i in range(events)
         ]
         return Delivery(channel, payload, headers)
