@@ -24,6 +24,12 @@ connection protocol is uvicorn's httptools protocol with four additions (:class:
 A client that goes away is handled in the application (:mod:`awooop.http.app`): one info line
 and no answer.
 
+Limits of the body deadline: uvicorn stops reading once 64 KiB of body wait unread, so a route
+that does slow work before reading a larger body spends the client's budget (the ingest route
+reads the body first); and a pipelined request's body, held back while the request before it
+is served, is on the clock too (webhook providers do not pipeline). ``limit_concurrency`` stays
+unset on purpose: it would turn slow connections into 503s for everyone else.
+
 Why uvicorn and not another server: hypercorn's ``read_timeout`` is per read (a byte a second
 resets it) and its h11 parser is several times slower; granian has a header read timeout but
 no body timeout, answers parser errors itself, and runs its own event loop, which ``awooop
