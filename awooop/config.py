@@ -87,6 +87,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_max_body_bytes: int = 1024 * 1024
     http_workers: int = 1
     http_db_pool_size: int = 10
+    http_header_timeout_s: float = 5.0
+    http_body_timeout_s: float = 10.0
     ingest_config_cache_s: float = 2.0
     ingest_batch_max_deliveries: int = 64
     metrics_port: int = 0
@@ -118,6 +120,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "llm_timeout_s",
             "stats_interval_s",
             "redis_socket_timeout_s",
+            "http_header_timeout_s",
+            "http_body_timeout_s",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{env_name(name)} must be a positive number of seconds")

@@ -227,6 +227,32 @@ class NoActiveRevisionError(AwoooPError):
     http_status = 404
 
 
+# --- the HTTP edge (awooop.http.server): answered before the application sees the request ----
+
+
+class MalformedRequestError(AwoooPError):
+    """The request is not valid HTTP/1.1; the connection is closed."""
+
+    code = "E-HTTP-400"
+    http_status = 400
+
+
+class RequestTimeoutError(AwoooPError):
+    """The request did not arrive in time (AWOOOP_HTTP_HEADER_TIMEOUT_S /
+    AWOOOP_HTTP_BODY_TIMEOUT_S); the connection is closed."""
+
+    code = "E-HTTP-408"
+    http_status = 408
+
+
+class HeadTooLargeError(AwoooPError):
+    """The request line and headers are larger than the server accepts; the connection is
+    closed."""
+
+    code = "E-HTTP-431"
+    http_status = 431
+
+
 # --- ingest: producer library ---------------------------------------------------------------
 
 

@@ -1,12 +1,13 @@
 """``awooop serve``: the HTTP server (ingest, runs, health, metrics) on uvicorn.
 
 Stack: Starlette on uvicorn with uvloop (event loop) and httptools (HTTP parser), the fastest
-pure-Python-deployable ASGI combination that is also the most widely run; see the commit
-that added it. One process serves on one core; ``--workers N`` (AWOOOP_HTTP_WORKERS) starts N
-server processes that each bind the same address with SO_REUSEPORT, so the kernel spreads
-connections across them. The parent only supervises: SIGTERM/SIGINT are passed on, and when
-one server process dies the others are stopped and the command exits 1 (let the service
-manager restart it). A server process finishes in-flight requests before it exits.
+pure-Python-deployable ASGI combination that is also the most widely run, with the read
+timeouts and JSON refusals of :mod:`awooop.http.server` (why uvicorn: there). One process
+serves on one core; ``--workers N`` (AWOOOP_HTTP_WORKERS) starts N server processes that
+each bind the same address with SO_REUSEPORT, so the kernel spreads connections across them.
+The parent only supervises: SIGTERM/SIGINT are passed on, and when one server process dies
+the others are stopped and the command exits 1 (let the service manager restart it). A
+server process finishes in-flight requests before it exits.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ async def serve_one(
     import uvicorn
 
     from awooop.http.app import create_app
+    from awooop.http.server import server_config
     from awooop.services import Services
     from awooop.telemetry import configure_tracing, shutdown_tracing
 
@@ -80,13 +82,10 @@ async def serve_one(
     services = await Services.open_when_reachable(settings, db_pool_size=settings.http_db_pool_size)
     try:
         app = create_app(services)
-        config = uvicorn.Config(
+        config = server_config(
             app,
-            http="httptools",
-            lifespan="off",
+            settings,
             access_log=access_log,
-            log_config=None,
-            server_header=False,
             timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
         )
         server = uvicorn.Server(config)

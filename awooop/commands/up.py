@@ -49,6 +49,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
     from awooop.http.app import create_app
+    from awooop.http.server import server_config
 
     handler = load_callable(args.handler)
     if args.workers < 0:
@@ -66,16 +67,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await gateway.start()
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(services),
-                http="httptools",
-                lifespan="off",
-                log_config=None,
-                access_log=False,
-                server_header=False,
-            )
-        )
+        server = uvicorn.Server(server_config(create_app(services), settings, access_log=False))
         # uvicorn captures SIGTERM/SIGINT while it serves: it shuts the server down, the
         # "http" task ends, and _until_stopped_or_failed stops everything else.
         port = settings.http_port if args.port is None else args.port

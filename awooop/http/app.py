@@ -3,19 +3,28 @@
 Each module in ROUTE_MODULES defines ``routes(services) -> list[BaseRoute]``. Every error is
 JSON ``{"code": ..., "message": ...}``: catalog errors with their own status, unknown routes
 404 E-HTTP-404, wrong methods 405 E-HTTP-405, anything unexpected 500 E-INTERNAL-001 (logged).
+
+A trailing ``/`` is ignored: ``/healthz/`` is ``/healthz`` (webhook URLs are typed by people, and
+providers do not follow redirects). A client that goes away before its request is read
+(Starlette's ``ClientDisconnect``) is one info line, ``http_client_disconnected``, and no
+answer: nobody is there to read it. When the server's body timeout closed the request
+(:mod:`awooop.http.server`), that timeout's own line is the only one.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
 from awooop.errors import AwoooPError
+from awooop.http.server import READ_TIMEOUT_MARK
 from awooop.logs import get_logger
 from awooop.services import Services
 
@@ -52,6 +61,28 @@ async def _unexpected(_request: Request, exc: Exception) -> Response:
     return JSONResponse({"code": "E-INTERNAL-001", "message": "internal error"}, status_code=500)
 
 
+async def _client_gone(request: Request, _exc: Exception) -> None:
+    if READ_TIMEOUT_MARK not in request.scope:
+        log.info("http_client_disconnected", method=request.method, path=request.url.path[:200])
+
+
+class IgnoreTrailingSlash:
+    """Serve ``/path/`` as ``/path`` (the scope is changed in place: the server's marks on it
+    stay visible to the handlers)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and len(path) > 1 and path.endswith("/"):
+            scope["path"] = path.rstrip("/") or "/"
+            raw = scope.get("raw_path")
+            if raw:
+                scope["raw_path"] = raw.rstrip(b"/") or b"/"
+        await self.app(scope, receive, send)
+
+
 def create_app(services: Services, **starlette_options: Any) -> Starlette:
     routes = []
     for name in ROUTE_MODULES:
@@ -61,9 +92,13 @@ def create_app(services: Services, **starlette_options: Any) -> Starlette:
         exception_handlers={
             AwoooPError: _catalog_error,
             HTTPException: _http_error,
+            # Returns no response: Starlette then sends nothing (typed as a Response handler).
+            ClientDisconnect: cast(ExceptionHandler, _client_gone),
             Exception: _unexpected,
         },
+        middleware=[Middleware(IgnoreTrailingSlash)],
         **starlette_options,
     )
+    app.router.redirect_slashes = False  # served above instead of a 307 without a code
     app.state.services = services
     return app

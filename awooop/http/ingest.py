@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 from opentelemetry import trace
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
@@ -61,7 +61,13 @@ def json_response(body: Any, status_code: int) -> Response:
 
 
 def lowercase_headers(request: Request) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers.raw}
+    """Header values as UTF-8 text; bytes that are not UTF-8 stay as lone surrogates
+    (``surrogateescape``), which :func:`awooop.ingest.common.event_id` refuses and
+    :func:`awooop.ingest.auth.equal` compares byte for byte."""
+    return {
+        k.decode("latin-1").lower(): v.decode("utf-8", "surrogateescape")
+        for k, v in request.headers.raw
+    }
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -260,6 +266,10 @@ def routes(services: Services) -> list[BaseRoute]:
                 )
                 if exc.http_status >= 500:
                     span.set_status(trace.StatusCode.ERROR, exc.code)
+                raise
+            except ClientDisconnect:
+                # The client went away mid-body: not our error (the app logs one info line).
+                span.set_attribute("awooop.client_disconnected", True)
                 raise
             except Exception as exc:
                 span.record_exception(exc)

@@ -109,7 +109,7 @@ def check_storable(value: Any, raw: bytes | None = None, where: str = "the JSON 
 
 
 def event_id(value: object, field: str) -> str:
-    """A provider event id as text: present, 1..256 characters, printable."""
+    """A provider event id as text: present, 1..256 characters, valid UTF-8, printable."""
     if value is None or value == "":
         raise MissingEventIdError(f"missing {field}", field=field)
     if isinstance(value, bool) or not isinstance(value, str | int):
@@ -119,6 +119,8 @@ def event_id(value: object, field: str) -> str:
         raise InvalidInputError(
             f"{field} is longer than {MAX_EVENT_ID_LENGTH} characters", field=field
         )
+    if any("\ud800" <= c <= "\udfff" for c in text):  # header bytes that were not UTF-8
+        raise InvalidInputError(f"{field} is not valid UTF-8", field=field)
     if not text.isprintable():
         raise InvalidInputError(f"{field} contains control characters", field=field)
     return text
