@@ -29,6 +29,13 @@ DEDUPE_EXPIRED = Counter(
     "awooop_dedupe_expired_total", "Expired channel-event dedupe rows deleted by the expiry loop"
 )
 
+READINESS_DEGRADED = Gauge(
+    "awooop_readiness_degraded",
+    "1 while /readyz last found an optional dependency (redis) unreachable: the process stays "
+    "ready for ingest, degraded",
+    ["dependency"],
+)
+
 # --- runs and leases ------------------------------------------------------------------------
 RUNS_BY_STATE = Gauge(
     "awooop_runs", "Runs by project and state (sampled by the stats loop)", ["project_id", "state"]
