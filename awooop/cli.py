@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
@@ -42,8 +43,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="awooop", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+        module = importlib.import_module(name)
+        module.register(subparsers)
+        describe(subparsers, module.__doc__ or "")
     return parser
+
+
+def describe(subparsers: argparse._SubParsersAction, doc: str) -> None:  # type: ignore[type-arg]  # argparse's own generic
+    """Give the commands registered so far a ``--help`` that says what they do: a command
+    without a description of its own gets its module's docstring (what it does, its main
+    options, how it stops); a subcommand without one gets its one-line help."""
+    for sub in subparsers.choices.values():
+        if not sub.description and doc:
+            sub.description = _plain(doc)
+            sub.formatter_class = argparse.RawDescriptionHelpFormatter
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {a.dest: a.help for a in action._choices_actions}
+                for child_name, child in action.choices.items():
+                    if not child.description:
+                        child.description = helps.get(child_name)
+
+
+def _plain(doc: str) -> str:
+    """A module docstring as help text: reST literals (``x``) and roles (:mod:`x`) plain."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", doc)
+    return text.replace("``", "").strip()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,15 +3,34 @@
 Every check is one small function that reads (never writes) Postgres or Redis as the platform
 role and returns :class:`Check` results. ``run_checks`` runs them all; a check that raises
 reports FAIL with the error instead of stopping the others.
+
+During an outage the output names the cause once and points the right way:
+
+- A store that does not answer is **unreachable** (the ``postgres`` or ``redis`` line FAILs
+  with the error), and every check that needs it says "not checked" instead of reading the
+  outage as a missing stream, group or table.
+- A missing consumer group is reported only when Redis answered that the stream or group does
+  not exist.
+- A loop is **stopped** when its process stopped reporting heartbeats (start that process) and
+  **failing** when its process still reports but its iterations raise (read the error; the
+  process runs).
+
+The fix texts name the runbook entry (README "Operations runbook", docs/operations.md
+"Alerts") the operator should read next.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from awooop.db import CONNECTION_ERRORS
 from awooop.migrate import discover
 from awooop.services import Services
 from streams.keys import WORKER_GROUP
@@ -20,6 +39,22 @@ OK, WARN, FAIL = "OK", "WARN", "FAIL"
 OUTBOX_WARN_S, OUTBOX_FAIL_S = 5.0, 60.0
 LOOP_STALE_INTERVALS = 5
 APPROVAL_SOON_S = 120.0
+REACH_TIMEOUT_S = 5.0
+# Redis not answering, in the forms redis-py raises it (refused, reset, timed out, DNS).
+REDIS_UNREACHABLE: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    OSError,
+    TimeoutError,
+)
+POSTGRES_FIX = (
+    "start PostgreSQL or fix AWOOOP_DATABASE_URL; ingest answers 503 E-DB-001 meanwhile "
+    "(runbook: Postgres failover/restart)"
+)
+REDIS_FIX = (
+    "start Redis or fix AWOOOP_REDIS_URL; ingest goes on, workers poll Postgres, the relay "
+    "rebuilds streams and groups once Redis answers (runbook: Redis was wiped or restarted)"
+)
 
 # --- SQL -----------------------------------------------------------------------------------
 APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
@@ -57,8 +92,9 @@ SELECT count(*) FILTER (WHERE approval_expires_at < now()) AS expired,
 FROM awooop_run_state WHERE status = 'WAITING_APPROVAL'
 """
 STALE_LOOPS = """
-SELECT loop_name, project_id, interval_s,
-       extract(epoch FROM now() - coalesce(last_success_at, updated_at)) AS age
+SELECT loop_name, project_id, interval_s, host, pid, consecutive_failures, last_error,
+       extract(epoch FROM now() - coalesce(last_success_at, updated_at)) AS age,
+       extract(epoch FROM now() - updated_at) AS heartbeat_age
 FROM awooop_loop_heartbeats
 WHERE coalesce(last_success_at, updated_at) < now() - make_interval(secs => interval_s * $1)
 ORDER BY 1, 2
@@ -75,15 +111,32 @@ class Check(msgspec.Struct, frozen=True):
 CheckFn = Callable[[Services], Awaitable[list[Check]]]
 
 
+def unreachable(store: str, exc: BaseException) -> Check:
+    """Pure: the FAIL line of a store that did not answer."""
+    fix = POSTGRES_FIX if store == "postgres" else REDIS_FIX
+    return Check(store, FAIL, f"unreachable: {_describe(exc)}", fix)
+
+
 async def postgres(services: Services) -> list[Check]:
-    async with services.db.platform() as conn:
-        version = await conn.fetchval("SHOW server_version")
+    try:
+        async with asyncio.timeout(REACH_TIMEOUT_S), services.db.platform() as conn:
+            version = await conn.fetchval("SHOW server_version")
+    except CONNECTION_ERRORS as exc:
+        return [unreachable("postgres", exc)]
     return [Check("postgres", OK, f"PostgreSQL {version} reachable")]
 
 
 async def redis(services: Services) -> list[Check]:
-    info = await services.redis.info("server")
-    return [Check("redis", OK, f"Redis {info.get('redis_version', '?')} reachable")]
+    return [await redis_line(services.redis)]
+
+
+async def redis_line(client: Any) -> Check:
+    try:
+        async with asyncio.timeout(REACH_TIMEOUT_S):
+            info = await client.info("server")
+    except REDIS_UNREACHABLE as exc:
+        return unreachable("redis", exc)
+    return Check("redis", OK, f"Redis {info.get('redis_version', '?')} reachable")
 
 
 async def migrations(services: Services) -> list[Check]:
@@ -156,7 +209,7 @@ async def consumer_groups(services: Services) -> list[Check]:
         stream = services.keys.work_stream(shard)
         try:
             groups = await services.redis.xinfo_groups(stream)
-        except Exception:  # the stream does not exist: nothing was ever published there
+        except ResponseError:  # Redis answered: no such stream (nothing published there yet)
             groups = []
         names = {_text(g["name"]) for g in groups}
         if WORKER_GROUP not in names:
@@ -164,8 +217,9 @@ async def consumer_groups(services: Services) -> list[Check]:
                 Check(
                     f"group {stream}",
                     FAIL,
-                    f"group {WORKER_GROUP!r} missing",
-                    "start `awooop relay` (it recreates streams and groups)",
+                    f"group {WORKER_GROUP!r} missing (Redis answered: no such stream or group)",
+                    "start the relay (`awooop relay`, `awooop loops run` or `awooop up`): it "
+                    "recreates streams and groups (runbook: Redis was wiped or restarted)",
                 )
             )
             continue
@@ -177,7 +231,7 @@ async def consumer_groups(services: Services) -> list[Check]:
                     f"group {stream} {_text(g['name'])}",
                     status,
                     f"lag {lag}, pending {pending}",
-                    "add workers" if status == WARN else "",
+                    "add workers (alert ConsumerGroupLagHigh)" if status == WARN else "",
                 )
             )
     return checks
@@ -200,8 +254,9 @@ async def outbox(services: Services) -> list[Check]:
                 f"{row['n']} undelivered, oldest {age:.1f} s",
                 ""
                 if status == OK
-                else "check `awooop relay` is running "
-                "(awooop loops list) and no long transaction holds it back",
+                else "is a relay running and leading (`awooop loops list`, row relay of "
+                "awooop_leaders)? a long transaction holding it back? (runbook: The relay is "
+                "stuck; alerts OutboxLagHigh/OutboxLagCritical)",
             )
         )
     return checks
@@ -220,7 +275,7 @@ async def leases(services: Services) -> list[Check]:
             "leases",
             status,
             f"{n} RUNNING run(s) with an expired lease (oldest {overdue:.0f} s past)",
-            "check the reaper loop runs (`awooop loops list`)",
+            "is the reaper loop running (`awooop loops list`)? (alert RunsStuck)",
         )
     ]
 
@@ -234,7 +289,7 @@ async def approvals(services: Services) -> list[Check]:
                 "approvals",
                 FAIL,
                 f"{row['expired']} approval(s) past expiry, unresolved",
-                "check the approval expiry loop runs (`awooop loops list`)",
+                "is the approval expiry loop running (`awooop loops list`)? (alert RunsStuck)",
             )
         ]
     if row["soon"]:
@@ -259,7 +314,8 @@ async def dead_letters(services: Services) -> list[Check]:
                 "dead letters",
                 WARN,
                 f"{total} entries in dead-letter streams",
-                "inspect them (XRANGE), fix the cause, `awooop runs retry`",
+                "`awooop deadletters list`, fix the cause, `awooop deadletters redrive` "
+                "(runbook: Dead letters)",
             )
         ]
     return [Check("dead letters", OK, "none")]
@@ -271,14 +327,33 @@ async def loops(services: Services) -> list[Check]:
     if not stale:
         return [Check("loops", OK, f"every loop ran within {LOOP_STALE_INTERVALS} cycles")]
     return [
-        Check(
-            f"loop {r['loop_name']}/{r['project_id']}",
-            FAIL,
-            f"last run {r['age']:.1f} s ago (cycle {r['interval_s']:g} s)",
-            "start it: `awooop loops run` (or the process that hosts it)",
-        )
+        Check(f"loop {r['loop_name']}/{r['project_id']}", FAIL, *loop_problem(dict(r)))
         for r in stale
     ]
+
+
+def loop_problem(row: dict[str, Any]) -> tuple[str, str]:
+    """Pure: (detail, fix) of a loop without a recent success. Its process still reporting
+    heartbeats (within ``LOOP_STALE_INTERVALS`` cycles) means the loop runs and FAILS; no
+    heartbeat means the process hosting it is STOPPED (or frozen)."""
+    where = f"{row['host']} pid {row['pid']}"
+    cycle = float(row["interval_s"])
+    if float(row["heartbeat_age"]) <= cycle * LOOP_STALE_INTERVALS:
+        error = row["last_error"] or "?"
+        return (
+            f"failing: {row['consecutive_failures']} failed iterations in a row, last success "
+            f"{row['age']:.1f} s ago (cycle {cycle:g} s), running in {where}; "
+            f"last error: {error[:200]}",
+            "the process runs: read its `loop_iteration_failed` logs (the error above, its "
+            "trace_id) and fix the cause (alert BackgroundLoopFailing)",
+        )
+    return (
+        f"stopped: no heartbeat for {row['heartbeat_age']:.1f} s (cycle {cycle:g} s), "
+        f"last seen in {where}",
+        "start the process that hosts it (`awooop loops run`, `awooop up`, or the relay/"
+        "projector/worker --with-loops that ran it); a frozen process: restart it "
+        "(alert BackgroundLoopStale)",
+    )
 
 
 CHECKS: tuple[CheckFn, ...] = (
@@ -296,19 +371,53 @@ CHECKS: tuple[CheckFn, ...] = (
 )
 
 
+# Checks that read only Redis (the rest read Postgres): skipped with a pointer to the store's
+# own line when that store is unreachable.
+REDIS_CHECKS: frozenset[CheckFn] = frozenset({consumer_groups, dead_letters})
+
+
+def not_checked(check: CheckFn, store: str) -> Check:
+    return Check(
+        check.__name__.replace("_", " "),
+        WARN,
+        f"not checked: {store} is unreachable",
+        f"see the {store} line",
+    )
+
+
+async def without_postgres(redis_client: Any, exc: BaseException) -> list[Check]:
+    """What doctor can say when the database could not even be connected to: that, whether
+    Redis answers, and which checks it could not run."""
+    results = [unreachable("postgres", exc), await redis_line(redis_client)]
+    redis_down = results[1].status == FAIL
+    for check in CHECKS:
+        if check not in (postgres, redis):
+            redis_only = check in REDIS_CHECKS and redis_down
+            results.append(not_checked(check, "redis" if redis_only else "postgres"))
+    return results
+
+
 async def run_checks(services: Services) -> list[Check]:
     results: list[Check] = []
+    down: set[str] = set()
     for check in CHECKS:
+        needs = "redis" if check in REDIS_CHECKS else "postgres"
+        if check not in (postgres, redis) and needs in down:
+            results.append(not_checked(check, needs))
+            continue
+        gone = REDIS_UNREACHABLE if needs == "redis" else CONNECTION_ERRORS
         try:
-            results.extend(await check(services))
+            found = await check(services)
+            if check in (postgres, redis) and found[0].status == FAIL:
+                down.add(check.__name__)
+            results.extend(found)
+        except gone as exc:
+            # The store went away after its own line said it answered.
+            line = unreachable(needs, exc)
+            results.append(Check(check.__name__, FAIL, line.detail, line.fix))
         except Exception as exc:
             results.append(
-                Check(
-                    check.__name__,
-                    FAIL,
-                    f"{type(exc).__name__}: {exc}"[:300],
-                    "see the error; is the service reachable?",
-                )
+                Check(check.__name__, FAIL, _describe(exc), "see the error in the detail")
             )
     return results
 
@@ -322,6 +431,11 @@ async def _one(conn: Any, query: str, *args: Any) -> Any:
     row = await conn.fetchrow(query, *args)
     assert row is not None
     return row
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _text(value: Any) -> str:

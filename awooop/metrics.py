@@ -29,6 +29,13 @@ DEDUPE_EXPIRED = Counter(
     "awooop_dedupe_expired_total", "Expired channel-event dedupe rows deleted by the expiry loop"
 )
 
+READINESS_DEGRADED = Gauge(
+    "awooop_readiness_degraded",
+    "1 while /readyz last found an optional dependency (redis) unreachable: the process stays "
+    "ready for ingest, degraded",
+    ["dependency"],
+)
+
 # --- runs and leases ------------------------------------------------------------------------
 RUNS_BY_STATE = Gauge(
     "awooop_runs", "Runs by project and state (sampled by the stats loop)", ["project_id", "state"]
@@ -129,3 +136,34 @@ PROJECTOR_FAILURES = Counter(
     "Projector batches that failed and were left pending for redelivery",
     ["projection"],
 )
+
+# --- series that exist from the start -------------------------------------------------------
+# Every known value of a counter's labels, created at 0 when this module is imported: rate()
+# and increase() over a counter work from the first scrape (a series born at its first
+# increment loses that increment), and alerts on them see 0 rather than nothing.
+# tests/unit/test_metrics_labels.py checks that every literal label value used in the code is
+# listed here.
+KNOWN_LABELS: dict[Counter, tuple[tuple[str, ...], ...]] = {
+    LEASE_CLAIMS: (("stream",), ("reclaim",), ("poll",)),
+    RECLAIMS: (("acked",), ("left",), ("dead_lettered",), ("taken",), ("error",)),
+    REAPED: (("requeued",), ("failed",)),
+    RUNS_FINISHED: (("COMPLETED",), ("FAILED",), ("CANCELLED",)),
+    RELAY_PUBLISHED: (("events",), ("contract",)),
+    RELAY_ATTEMPTS: (
+        ("events", "ok"),
+        ("events", "error"),
+        ("contract", "ok"),
+        ("contract", "error"),
+    ),
+    LLM_CALLS: (("ok",), ("error",)),
+    REVISION_CACHE_STALE: (("pointer_check",), ("notice",), ("revalidation",)),
+}
+
+
+def initialise_known_labels() -> None:
+    for counter, values in KNOWN_LABELS.items():
+        for labels in values:
+            counter.labels(*labels)
+
+
+initialise_known_labels()

@@ -25,6 +25,11 @@ the new epoch and call their ``on_reset`` hook (projectors reconcile with Postgr
 
 Without a recorded safe point (no group ever consumed the shard while the relay watched) step 2
 is skipped; step 3 still covers all dispatchable runs.
+
+A shard that never had an epoch in ``awooop_relay_shards`` (a fresh install, a new shard
+count) goes through the same steps but is *initialised*, not reset: it is not counted in
+``awooop_stream_resets_total`` nor in the table's ``resets`` and is logged at info level, so a
+fresh install reports no Redis loss.
 """
 
 from __future__ import annotations
@@ -52,10 +57,14 @@ REPUBLISHED = 1  # Envelope.attempt of entries sent again by a rebuild
 LOAD_SAFE_POINT = """
 SELECT safe_tx_id, safe_position FROM awooop_relay_shards WHERE shard_count = $1 AND shard = $2
 """
+PREVIOUS_EPOCH = """
+SELECT epoch FROM awooop_relay_shards WHERE shard_count = $1 AND shard = $2
+"""
+# $4: 1 for a reset (the shard had an epoch), 0 for its first initialisation.
 RECORD_RESET = """
-INSERT INTO awooop_relay_shards AS s (shard_count, shard, epoch, resets) VALUES ($1, $2, $3, 1)
+INSERT INTO awooop_relay_shards AS s (shard_count, shard, epoch, resets) VALUES ($1, $2, $3, $4)
 ON CONFLICT (shard_count, shard) DO UPDATE
-    SET epoch = EXCLUDED.epoch, resets = s.resets + 1, updated_at = now()
+    SET epoch = EXCLUDED.epoch, resets = s.resets + EXCLUDED.resets, updated_at = now()
 """
 # The latest event of every dispatchable run (it is the event that made the run dispatchable)
 # that the relay has already published once, by keyset pages on the dispatchable index.
@@ -119,7 +128,16 @@ class ShardRebuild:
             if current is None:
                 raise StreamRebuildInterruptedError(shard=shard)
             return str(current.decode())
-        log.warning("stream_shard_rebuild_started", shard=shard, token=token, groups=names)
+        # A shard that never had an epoch (a fresh install, a new shard count) is initialised,
+        # not reset: it is neither counted nor logged as Redis data lost.
+        first = await self.conn.fetchval(PREVIOUS_EPOCH, keys.shard_count, shard) is None
+        say = log.info if first else log.warning
+        say(
+            "stream_shard_initialising" if first else "stream_shard_rebuild_started",
+            shard=shard,
+            token=token,
+            groups=names,
+        )
         replayed = await self._replay(token)
         redispatched = await self._redispatch(token)
         finished = await scripts.RESET_FINISH(
@@ -127,10 +145,11 @@ class ShardRebuild:
         )
         if not int(finished):
             raise StreamRebuildInterruptedError(shard=shard)
-        await self.conn.execute(RECORD_RESET, keys.shard_count, shard, token)
-        metrics.STREAM_RESETS.inc()
-        log.warning(
-            "stream_shard_rebuilt",
+        await self.conn.execute(RECORD_RESET, keys.shard_count, shard, token, 0 if first else 1)
+        if not first:
+            metrics.STREAM_RESETS.inc()
+        say(
+            "stream_shard_initialised" if first else "stream_shard_rebuilt",
             shard=shard,
             epoch=token,
             replayed=replayed,

@@ -96,13 +96,21 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 
 @pytest.fixture
 def spans() -> Iterator[Any]:
-    """The in-memory span exporter (tests/support/tracing.py), emptied before and after."""
+    """The in-memory span exporter (tests/support/tracing.py), emptied before and after.
+
+    Every loop iteration is sampled meanwhile (``AWOOOP_LOOP_TRACE_SAMPLE_RATIO`` = 1), so a
+    test sees all spans; tests of the loop sampling set their own ratio."""
+    from awooop.telemetry import set_loop_sample_ratio
     from tests.support.tracing import memory_exporter
 
     exporter = memory_exporter()
     exporter.clear()
-    yield exporter
-    exporter.clear()
+    previous = set_loop_sample_ratio(1.0)
+    try:
+        yield exporter
+    finally:
+        set_loop_sample_ratio(previous)
+        exporter.clear()
 
 
 @pytest.fixture

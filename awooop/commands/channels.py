@@ -35,14 +35,14 @@ def register(subparsers: Any) -> None:
     secret = sub.add_parser(
         "set-secret", help=f"set the signing secret of a {SECRET_CHANNELS} channel"
     )
-    secret.add_argument("project")
+    secret.add_argument("project", help="the project id")
     secret.add_argument("channel", metavar="CHANNEL", help=SECRET_CHANNELS)
     secret.add_argument("secret", metavar="SECRET", help="the secret, or - to read it from stdin")
     secret.set_defaults(run=set_secret)
 
     ttl = sub.add_parser("set-ttl", help="set a channel's dedupe window")
-    ttl.add_argument("project")
-    ttl.add_argument("channel", metavar="CHANNEL")
+    ttl.add_argument("project", help="the project id")
+    ttl.add_argument("channel", metavar="CHANNEL", help="the channel type (telegram, gitea, ...)")
     ttl.add_argument("seconds", metavar="SECONDS", help="seconds, or 'default'")
     ttl.set_defaults(run=set_ttl)
 
@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
     option.set_defaults(run=set_option)
 
     show = sub.add_parser("list", help="show a project's channel settings (never secrets)")
-    show.add_argument("project")
+    show.add_argument("project", help="the project id")
     show.set_defaults(run=list_channels)
 
 

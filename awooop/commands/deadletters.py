@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from awooop import deadletters
-from awooop.commands.output import table, to_json, when
+from awooop.commands.output import add_wide, table, to_json, when
 from awooop.commands.runs import cli_actor
 from awooop.config import Settings
 from awooop.errors import InvalidInputError
@@ -34,6 +34,7 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--shard", type=int, default=None, help="only this shard")
     listing.add_argument("--limit", type=int, default=1000, help="at most N entries")
     listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    add_wide(listing)
     listing.set_defaults(run=list_dead_letters)
 
     redrive = sub.add_parser("redrive", help="put entries' runs back to work and remove them")
@@ -42,6 +43,7 @@ def register(subparsers: Any) -> None:
     redrive.add_argument("--shard", type=int, default=None, help="with --all: only this shard")
     redrive.add_argument("--attempts", type=int, default=3, help="extra attempts for FAILED runs")
     redrive.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    add_wide(redrive)
     redrive.set_defaults(run=redrive_dead_letters)
 
 
@@ -61,7 +63,7 @@ def entry_view(entry: DeadLetter) -> dict[str, Any]:
     }
 
 
-def render_entries(views: list[dict[str, Any]]) -> str:
+def render_entries(views: list[dict[str, Any]], *, wide: bool = False) -> str:
     header = ("ID", "RUN", "PROJECT", "EVENT", "GROUP", "DELIVERIES", "DEAD_AT", "REASON")
     rows = [
         (
@@ -72,11 +74,11 @@ def render_entries(views: list[dict[str, Any]]) -> str:
             v["group"],
             str(v["delivery_count"]),
             when(v["dead_lettered_at"]),
-            v["reason"][:60],
+            v["reason"],
         )
         for v in views
     ]
-    return table(header, rows)
+    return table(header, rows, wide=wide)
 
 
 async def list_dead_letters(settings: Settings, args: argparse.Namespace) -> int:
@@ -90,7 +92,7 @@ async def list_dead_letters(settings: Settings, args: argparse.Namespace) -> int
     finally:
         await services.close()
     views = [entry_view(e) for e in entries]
-    print(to_json(views) if args.json else render_entries(views))
+    print(to_json(views) if args.json else render_entries(views, wide=args.wide))
     return 0
 
 
@@ -138,5 +140,5 @@ async def redrive_dead_letters(settings: Settings, args: argparse.Namespace) -> 
             (r.id, str(r.run_id or "-"), r.project_id or "-", str(r.outcome), r.detail)
             for r in results
         ]
-        print(table(("ID", "RUN", "PROJECT", "OUTCOME", "DETAIL"), rows))
+        print(table(("ID", "RUN", "PROJECT", "OUTCOME", "DETAIL"), rows, wide=args.wide))
     return 1 if any(r.outcome is deadletters.Outcome.LEFT for r in results) else 0

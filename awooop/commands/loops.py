@@ -3,7 +3,10 @@
 ``list`` prints every loop of the registry (:mod:`awooop.loop_registry`) with its category,
 project, interval and last run, read from ``awooop_loop_heartbeats`` so it works from any
 process; a per-tenant loop gets one line per project of ``awooop_projects``; loops that other
-processes run (heartbeats of names not in the registry) are listed too.
+processes run (heartbeats of names not in the registry) are listed too. ``STATE`` is now:
+``ok``, ``failing`` (its process reports, the last iterations raised), ``stopped`` (no
+heartbeat for ``LOOP_STALE_INTERVALS`` cycles: the process is gone or frozen) or ``never ran``;
+``LAST ERROR`` is history, with its age: a healthy loop may show an old one.
 
 ``run`` runs the named loops (all by default) in this process until SIGTERM or SIGINT, serving
 ``/metrics`` on ``AWOOOP_METRICS_PORT`` (or ``--metrics-port``); on the signal each loop
@@ -20,8 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from awooop.commands.output import table
+from awooop.commands.output import add_wide, table
 from awooop.config import Settings
+from awooop.doctor import LOOP_STALE_INTERVALS
 from awooop.errors import UnknownLoopError
 from awooop.logs import get_logger
 from awooop.loop_registry import all_loops
@@ -35,12 +39,30 @@ log = get_logger(__name__)
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("loops", help="list or run the background loops")
+    parser = subparsers.add_parser(
+        "loops", help="list or run the background loops", description=__doc__
+    )
     sub = parser.add_subparsers(dest="loops_command", required=True, metavar="ACTION")
-    listing = sub.add_parser("list", help="every loop with category, project, interval, last run")
+    listing = sub.add_parser(
+        "list",
+        help="every loop with its state, last run and last error",
+        description="Every registered loop (and loops other processes report) with category, "
+        "project, cycle, STATE (ok, failing, stopped, never ran), last success, failures in a "
+        "row, the process (host:pid) and the last error with its age. Reads Postgres only.",
+    )
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    add_wide(listing)
     listing.set_defaults(run=list_loops)
-    running = sub.add_parser("run", help="run loops (all by default) until SIGTERM/SIGINT")
+    running = sub.add_parser(
+        "run",
+        help="run loops (all by default) until SIGTERM/SIGINT",
+        description="Run the named background loops (default: every registered loop: relay, "
+        "reaper, reclaim, approval expiry, dedupe expiry, stats, projectors ...) in this "
+        "process until SIGTERM or SIGINT; each loop then finishes its iteration (up to "
+        "AWOOOP_SHUTDOWN_GRACE_S) and the process exits 0. Serves /metrics on "
+        "AWOOOP_METRICS_PORT (or --metrics-port) and reports heartbeats that `awooop loops "
+        "list` and `awooop doctor` read. Several copies are safe (leaders by lease).",
+    )
     running.add_argument("names", nargs="*", metavar="NAME", help="loops to run (default: all)")
     running.add_argument(
         "--metrics-port", type=int, default=None, help="override AWOOOP_METRICS_PORT"
@@ -61,6 +83,8 @@ class Line:
     failures: int
     last_error: str
     where: str
+    state: str = "never ran"
+    last_error_at: str = ""
 
 
 def ago(then: datetime | None, now: datetime) -> str:
@@ -73,6 +97,15 @@ def ago(then: datetime | None, now: datetime) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s ago"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m ago"
+
+
+def loop_state(beat: HeartbeatRow, now: datetime) -> str:
+    """Pure: what the loop is doing now (``doctor`` judges the same way): ``stopped`` when its
+    process has not reported for ``LOOP_STALE_INTERVALS`` cycles, else ``failing`` while its
+    last iterations raised, else ``ok``. An old ``last_error`` does not make it failing."""
+    if (now - beat.updated_at).total_seconds() > beat.interval_s * LOOP_STALE_INTERVALS:
+        return "stopped"
+    return "failing" if beat.consecutive_failures else "ok"
 
 
 def listing(
@@ -97,6 +130,8 @@ def listing(
             beat.consecutive_failures,
             beat.last_error or "",
             f"{beat.host}:{beat.pid}",
+            state=loop_state(beat, now),
+            last_error_at=ago(beat.last_failure_at, now) if beat.last_error else "",
         )
 
     for spec in specs:
@@ -114,22 +149,33 @@ def listing(
     return lines
 
 
-def render(lines: list[Line]) -> str:
-    header = ("LOOP", "CATEGORY", "PROJECT", "INTERVAL", "LAST RUN", "FAILING", "WHERE", "ERROR")
+def render(lines: list[Line], *, wide: bool = False) -> str:
+    header = (
+        "LOOP",
+        "CATEGORY",
+        "PROJECT",
+        "INTERVAL",
+        "STATE",
+        "LAST RUN",
+        "FAILING",
+        "WHERE",
+        "LAST ERROR",
+    )
     rows = [
         (
             ln.loop,
             ln.category,
             ln.project_id,
             f"{ln.interval_s:g}s",
+            ln.state,
             ln.last_run,
             str(ln.failures) if ln.failures else "",
             ln.where,
-            ln.last_error[:60],
+            f"({ln.last_error_at}) {ln.last_error}" if ln.last_error else "",
         )
         for ln in lines
     ]
-    return table(header, rows)
+    return table(header, rows, wide=wide)
 
 
 async def list_loops(settings: Settings, args: argparse.Namespace) -> int:
@@ -147,7 +193,7 @@ async def list_loops(settings: Settings, args: argparse.Namespace) -> int:
         for ln in lines:
             print(json.dumps(ln.__dict__))
     else:
-        print(render(lines))
+        print(render(lines, wide=args.wide))
     return 0
 
 

@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
     rollback.set_defaults(run=run_rollback)
 
     listing = commands.add_parser("list", help="list a project's contracts and revisions")
-    listing.add_argument("project_id")
+    listing.add_argument("project_id", help="the project id")
     listing.add_argument("--json", action="store_true", help="one JSON document")
     listing.set_defaults(run=run_list)
 
@@ -59,9 +59,9 @@ def register(subparsers: Any) -> None:
 
 
 def _contract_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("project_id")
+    parser.add_argument("project_id", help="the project id")
     parser.add_argument("family", help="contract family, e.g. policy_routing")
-    parser.add_argument("contract_id")
+    parser.add_argument("contract_id", help="the contract id within the family")
 
 
 def _expected_arg(parser: argparse.ArgumentParser) -> None:

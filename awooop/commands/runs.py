@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from awooop.commands.output import table, to_json, when
+from awooop.commands.output import add_wide, table, to_json, when
 from awooop.config import Settings
 from awooop.db import Connection, Database
 from awooop.errors import InvalidInputError, RunNotFoundError
@@ -50,12 +50,19 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--since", default=None, help=f"changed since: {reads.SINCE_HELP}")
     listing.add_argument("--limit", type=int, default=reads.DEFAULT_LIMIT, help="at most N rows")
     listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    add_wide(listing)
     listing.set_defaults(run=list_runs)
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         sub: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
-        sub.add_argument("ids", nargs="+", metavar="[PROJECT] RUN_ID")
+        sub.add_argument(
+            "ids",
+            nargs="+",
+            metavar="[PROJECT] RUN_ID",
+            help="the run (its project is looked up when not given)",
+        )
         sub.add_argument("--json", action="store_true", help="JSON instead of a table")
+        add_wide(sub)
         sub.set_defaults(run=run)
         return sub
 
@@ -67,7 +74,7 @@ def register(subparsers: Any) -> None:
     for sub in (cancel, approve, reject, retry):
         sub.add_argument("--actor", default=None, help="who acts (default: cli:<OS user>)")
     for sub in (cancel, reject):
-        sub.add_argument("--reason", default="")
+        sub.add_argument("--reason", default="", help="why (recorded in the event)")
     for sub in (approve, reject):
         sub.add_argument("--token", default=None, help=f"the approval token (or ${TOKEN_ENV})")
     retry.add_argument("--attempts", type=int, default=None, help="extra attempts (default: 3)")
@@ -117,7 +124,18 @@ def render_state(state: RunState) -> str:
     )
 
 
-def render_timeline(lines: list[reads.TimelineLine]) -> str:
+def detail_text(detail: dict[str, Any]) -> str:
+    """Pure: an event's detail for the timeline, its ``reason`` first (a requeue, a failure,
+    a cancel: why, before the rest)."""
+    reason = detail.get("reason")
+    rest = {k: v for k, v in detail.items() if k != "reason"}
+    parts = [str(reason)] if reason else []
+    if rest:
+        parts.append(to_json(rest))
+    return " ".join(parts)
+
+
+def render_timeline(lines: list[reads.TimelineLine], *, wide: bool = False) -> str:
     header = ("VERSION", "AT", "EVENT", "ATTEMPT", "WORKER", "TRACE_ID", "ACTOR", "DETAIL")
     rows = [
         (
@@ -128,14 +146,14 @@ def render_timeline(lines: list[reads.TimelineLine]) -> str:
             ln.worker_id or "-",
             ln.trace_id or "-",
             ln.actor or "-",
-            to_json(ln.detail)[:80] if ln.detail else "",
+            detail_text(ln.detail) if ln.detail else "",
         )
         for ln in lines
     ]
-    return table(header, rows)
+    return table(header, rows, wide=wide)
 
 
-def render_runs(runs: list[reads.RunSummary]) -> str:
+def render_runs(runs: list[reads.RunSummary], *, wide: bool = False) -> str:
     header = ("RUN_ID", "PROJECT", "STATUS", "ATTEMPTS", "WORKER", "FAILURE", "CREATED", "UPDATED")
     rows = [
         (
@@ -150,7 +168,7 @@ def render_runs(runs: list[reads.RunSummary]) -> str:
         )
         for r in runs
     ]
-    return table(header, rows)
+    return table(header, rows, wide=wide)
 
 
 # --- list ---------------------------------------------------------------------------------------
@@ -172,7 +190,7 @@ async def list_runs(settings: Settings, args: argparse.Namespace) -> int:
         runs = await db.in_platform(read)
     finally:
         await db.close()
-    print(to_json(runs) if args.json else render_runs(runs))
+    print(to_json(runs) if args.json else render_runs(runs, wide=args.wide))
     return 0
 
 
@@ -244,7 +262,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         else:
             print(render_state(state))
             print()
-            print(render_timeline(lines))
+            print(render_timeline(lines, wide=args.wide))
     else:
         print(state_json(state) if args.json else render_state(state))
     return 0

@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
 
     create = sub.add_parser("create", help="create a token (printed once)")
-    create.add_argument("project")
+    create.add_argument("project", help="the project id (__platform__ for admin)")
     create.add_argument("--channel", choices=BEARER_CHANNELS, help="with scope ingest")
     create.add_argument(
         "--scope",
@@ -42,12 +42,12 @@ def register(subparsers: Any) -> None:
     create.set_defaults(run=create_token)
 
     show = sub.add_parser("list", help="list a project's tokens (never the tokens)")
-    show.add_argument("project")
+    show.add_argument("project", help="the project id")
     show.set_defaults(run=list_tokens)
 
     revoke = sub.add_parser("revoke", help="revoke a token")
-    revoke.add_argument("project")
-    revoke.add_argument("token_id")
+    revoke.add_argument("project", help="the project id")
+    revoke.add_argument("token_id", help="the token id (tokens list), not the token")
     revoke.set_defaults(run=revoke_token)
 
 

@@ -1,4 +1,14 @@
-"""``/healthz`` (the process answers), ``/readyz`` (Postgres and Redis answer), ``/metrics``."""
+"""``/healthz``, ``/readyz`` and ``/metrics`` of the HTTP server.
+
+- ``/healthz`` is liveness only: the process answers (200), whatever its stores do.
+- ``/readyz`` is readiness **for ingest**: 200 while Postgres answers, because Postgres is the
+  truth and ingest commits there alone (the relay publishes to Redis later). Redis not
+  answering leaves the process ready but ``degraded``: the body says ``"status": "degraded"``
+  with the check's error, and ``awooop_readiness_degraded{dependency="redis"}`` is 1 (0 once
+  Redis answers again), so a load balancer keeps a working ingest in service while alerts and
+  dashboards still see the outage. Postgres not answering is 503 ``E-HTTP-503``.
+- ``/metrics``: the process's Prometheus registry.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +19,29 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from awooop.metrics import READINESS_DEGRADED
 from awooop.services import Services
+
+CHECK_TIMEOUT_S = 2.0
+# What each dependency's failure means for ingest: Postgres required, Redis optional.
+REQUIRED, OPTIONAL = ("postgres",), ("redis",)
+
+
+def readiness(checks: dict[str, str]) -> tuple[int, dict[str, object]]:
+    """Pure: the status code and body of ``/readyz`` from each dependency's check result
+    (``"ok"`` or ``"error: ..."``)."""
+    if any(checks[name] != "ok" for name in REQUIRED):
+        return 503, {"status": "unavailable", "checks": checks, "code": "E-HTTP-503"}
+    degraded = [name for name in OPTIONAL if checks[name] != "ok"]
+    if degraded:
+        return 200, {"status": "degraded", "degraded": degraded, "checks": checks}
+    return 200, {"status": "ok", "checks": checks}
 
 
 def routes(services: Services) -> list[BaseRoute]:
+    for name in OPTIONAL:  # the series exists from the first scrape
+        READINESS_DEGRADED.labels(name)
+
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -28,15 +57,14 @@ def routes(services: Services) -> list[BaseRoute]:
 
         for name, check in (("postgres", postgres), ("redis", redis)):
             try:
-                await asyncio.wait_for(check(), timeout=2.0)
+                await asyncio.wait_for(check(), timeout=CHECK_TIMEOUT_S)
                 checks[name] = "ok"
             except Exception as exc:
                 checks[name] = f"error: {type(exc).__name__}"
-        ready = all(v == "ok" for v in checks.values())
-        body = {"status": "ok" if ready else "unavailable", "checks": checks}
-        if not ready:
-            body["code"] = "E-HTTP-503"
-        return JSONResponse(body, status_code=200 if ready else 503)
+        for name in OPTIONAL:
+            READINESS_DEGRADED.labels(name).set(0 if checks[name] == "ok" else 1)
+        status, body = readiness(checks)
+        return JSONResponse(body, status_code=status)
 
     async def metrics(_request: Request) -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

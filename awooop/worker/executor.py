@@ -67,7 +67,8 @@ from awooop.logs import get_logger
 from awooop.runs import leases
 from awooop.runs.state import RunState
 from awooop.storable import sanitized, unstorable
-from awooop.telemetry import tracer
+from awooop.telemetry import exporting, tracer
+from awooop.worker import tracelinks
 from awooop.worker.context import (
     Attempt,
     LLMClient,
@@ -113,6 +114,16 @@ def lease_lost(attempt: Attempt, why: str) -> None:
 
 def _local_deadline_passed(attempt: Attempt) -> None:
     lease_lost(attempt, "the local lease deadline passed without a confirmed renewal")
+
+
+def own_trace(attempt_number: int, parent: Context | None) -> bool:
+    """Whether an attempt's ``run`` span starts a trace of its own (a retry, or nothing
+    sampled to be a child of: polling, a context from an unsampled loop iteration) rather
+    than continuing ``parent`` (None: the current context)."""
+    if attempt_number > 1:
+        return True
+    context = trace.get_current_span(parent).get_span_context()
+    return not (context.is_valid and context.trace_flags.sampled)
 
 
 def infrastructure_failure(exc: BaseException) -> bool:
@@ -229,8 +240,15 @@ class Executor:
         links: list[trace.Link] | None = None,
     ) -> Outcome:
         """Run the handler for ``attempt`` and write its end; never raises except when the
-        caller's own task is cancelled (then the lease is released first)."""
+        caller's own task is cancelled (then the lease is released first).
+
+        The ``run`` span is a child of ``parent`` (default: the current span) for a first
+        attempt in a sampled trace; otherwise it is a root span linked to the ingest and the
+        previous attempt (:mod:`awooop.worker.tracelinks`)."""
         try:
+            if exporting() and own_trace(attempt.number, parent):
+                parent = Context()
+                links = [*(links or []), *await self._history_links(state, attempt)]
             with (
                 bound(project_id=state.project_id, run_id=str(state.run_id)),
                 tracer.start_as_current_span(
@@ -254,6 +272,19 @@ class Executor:
                 del self.attempts[attempt.run_id]
             if not self.attempts:
                 self.drained.set()
+
+    async def _history_links(self, state: RunState, attempt: Attempt) -> list[trace.Link]:
+        """The links of a root ``run`` span; none when the read fails (tracing never fails or
+        holds up a run: the read is bounded by the lease I/O timeout)."""
+        try:
+            return await self.db.in_tenant(
+                state.project_id,
+                lambda conn: tracelinks.history_links(conn, state.run_id, attempt.number),
+                timeout_s=self.settings.lease_io_timeout_s,
+            )
+        except Exception as exc:
+            log.warning("run_trace_links_failed", run_id=str(state.run_id), error=repr(exc))
+            return []
 
     async def _run(self, attempt: Attempt, state: RunState) -> Outcome:
         ctx = RunContext(

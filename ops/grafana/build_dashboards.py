@@ -158,8 +158,11 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "short",
             ),
             (
-                "Redis data lost and rebuilt",
-                [("sum(increase(awooop_stream_resets_total[1h]))", "resets in 1h")],
+                "Redis data lost and rebuilt; ingest degraded (Redis unreachable)",
+                [
+                    ("sum(increase(awooop_stream_resets_total[1h]))", "resets in 1h"),
+                    ("max(awooop_readiness_degraded)", "serve degraded"),
+                ],
                 "short",
             ),
             (

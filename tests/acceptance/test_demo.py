@@ -1,5 +1,9 @@
 """`make demo`'s embedded default: with neither local services nor Docker, the demo starts
-private Postgres and Redis servers in the project folder and runs the whole scenario."""
+private Postgres and Redis servers in the project folder and runs the whole scenario.
+
+Its processes export traces (OTLP) to a local receiver with the default settings: loop
+iterations (sampled at ``AWOOOP_LOOP_TRACE_SAMPLE_RATIO``, default 0.01) are at most a tenth
+of the traces, and resources carry the service version, instance and host."""
 
 from __future__ import annotations
 
@@ -9,8 +13,11 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.support.otlp import decode
 
 SERVICES = re.compile(r"services: embedded \(postgres :(\d+), redis :(\d+)\)")
 
@@ -22,8 +29,11 @@ def listening(port: int) -> bool:
 
 
 @pytest.mark.timeout(400)
-def test_the_demo_on_embedded_servers_ends_with_every_check_ok(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWOOOP_")}
+def test_the_demo_on_embedded_servers_ends_with_every_check_ok(
+    tmp_path: Path, collector: Any
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWOOOP_", "OTEL_"))}
+    env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = collector.url
     out = subprocess.run(
         [sys.executable, "-m", "awooop.cli", "demo", "--services", "embedded", "--dir", tmp_path],
         env=env,
@@ -47,3 +57,30 @@ def test_the_demo_on_embedded_servers_ends_with_every_check_ok(tmp_path: Path) -
     # the processes log in without superuser rights (docs/operations.md, Tenant isolation)
     assert "OK login role awooop_demo_runtime: no superuser, no BYPASSRLS" in log
     assert not any(listening(p) for p in ports)  # the private servers stopped with the demo
+    loop_traces_are_few(collector)
+
+
+def loop_traces_are_few(collector: Any) -> None:
+    """At most a tenth of the exported traces are loop iterations (default settings)."""
+    traces: set[bytes] = set()
+    loop_traces: set[bytes] = set()
+    resources: list[dict[str, str]] = []
+    for _path, headers, body in list(collector.requests):
+        for resource_spans in decode(headers, body).resource_spans:
+            resources.append(
+                {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+            )
+            for scope in resource_spans.scope_spans:
+                for span in scope.spans:
+                    traces.add(span.trace_id)
+                    if not span.parent_span_id and any(
+                        a.key == "awooop.loop" for a in span.attributes
+                    ):
+                        loop_traces.add(span.trace_id)
+    assert len(traces) >= 50, len(traces)  # the webhooks' traces are there
+    assert len(loop_traces) * 10 <= len(traces), (len(loop_traces), len(traces))
+    assert resources and all(
+        r.get("service.version") and r.get("service.instance.id") and r.get("host.name")
+        for r in resources
+    ), resources[:3]
+    print(f"exported traces: {len(traces)}, of which loop iterations: {len(loop_traces)}")

@@ -86,6 +86,7 @@ def test_run_serves_metrics_list_reads_heartbeats_sigterm_stops(
         settings,
         OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=collector.url,
         OTEL_BSP_SCHEDULE_DELAY="200",
+        AWOOOP_LOOP_TRACE_SAMPLE_RATIO="1",  # every iteration: this checks they are exported
     )
     process = subprocess.Popen(
         # Its own loops by name: other areas register loops of their own in the registry.
@@ -112,6 +113,7 @@ def test_run_serves_metrics_list_reads_heartbeats_sigterm_stops(
             assert lines[name]["interval_s"] == 0.2
             assert lines[name]["last_run"].endswith("s ago"), lines[name]
             assert lines[name]["where"].endswith(f":{process.pid}")
+            assert lines[name]["state"] == "ok", lines[name]
         table = awooop("loops", "list", env=env_for(settings))
         assert table.stdout.splitlines()[0].split()[:4] == [
             "LOOP",

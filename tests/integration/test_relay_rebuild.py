@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from prometheus_client import REGISTRY
 
 from awooop.config import Settings
 from awooop.db import Database
@@ -127,6 +128,33 @@ async def test_a_lost_shard_is_rebuilt_from_the_safe_point_and_dispatchable_runs
                 shard,
             )
         assert row["epoch"] == (await redis.get(keys.epoch(shard))).decode()
-        assert row["resets"] >= 2  # the first start counts as one: there was no epoch yet
+        assert row["resets"] == 1  # the first start initialised the shard: not a reset
+    finally:
+        await relay.close()
+
+
+async def test_a_fresh_install_initialises_every_shard_and_reports_no_reset(
+    settings: Settings, db: Database, redis: Any
+) -> None:
+    keys = keys_for(settings)
+    before = REGISTRY.get_sample_value("awooop_stream_resets_total") or 0.0
+    relay = Relay(settings=settings, redis=redis, keys=keys)
+    try:
+        await relay.drain()  # a fresh database and key prefix: no shard has an epoch yet
+        for shard in keys.shards():
+            assert await redis.get(keys.epoch(shard)) is not None  # initialised
+        assert (REGISTRY.get_sample_value("awooop_stream_resets_total") or 0.0) == before
+        async with db.platform() as conn:
+            resets = await conn.fetch(
+                "SELECT shard, resets, epoch FROM awooop_relay_shards WHERE shard_count = $1",
+                keys.shard_count,
+            )
+        assert len(resets) == keys.shard_count
+        assert all(r["resets"] == 0 and r["epoch"] for r in resets), resets
+
+        await lose_everything(redis, keys)  # now a loss: counted, once per shard
+        await relay.drain()
+        after = REGISTRY.get_sample_value("awooop_stream_resets_total") or 0.0
+        assert after - before == keys.shard_count
     finally:
         await relay.close()

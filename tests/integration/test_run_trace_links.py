@@ -1,0 +1,129 @@
+"""A retried run's attempts are linked (R-50): the first attempt is in the ingest trace, every
+later one starts a trace of its own whose ``run`` span links to the ingest span and to the
+previous attempt, so Tempo leads from any attempt to the history. Real Postgres, Redis, relay
+and worker (streams and polling), an in-memory span exporter."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import httpx
+import msgspec
+from opentelemetry.sdk.trace import ReadableSpan
+
+from awooop.config import Settings
+from awooop.errors import DatabaseUnavailableError
+from awooop.http.app import create_app
+from awooop.ingest import credentials
+from awooop.services import Services
+from awooop.worker.context import RunContext
+from awooop.worker.executor import own_trace
+from awooop.worker.runtime import Worker
+from awooop.worker.streaming import StreamIntake
+from streams.relay import Relay
+
+PROJECT = "p-links"
+
+
+async def flaky(run: RunContext) -> dict[str, Any]:
+    """Does journaled work on every attempt; attempts 1 and 2 then lose the database."""
+
+    async def work() -> int:
+        return run.attempt
+
+    await run.step(f"work-{run.attempt}", work)
+    if run.attempt < 3:
+        raise DatabaseUnavailableError("the database went away (test)")
+    return {"attempts": run.attempt}
+
+
+def run_spans(finished: list[ReadableSpan], run_id: uuid.UUID) -> dict[int, ReadableSpan]:
+    found = {}
+    for span in finished:
+        attributes = span.attributes or {}
+        if span.name == "run" and attributes.get("awooop.run_id") == str(run_id):
+            found[int(attributes["awooop.attempt"])] = span  # type: ignore[arg-type]
+    return found
+
+
+def links_of(span: ReadableSpan, kind: str) -> list[tuple[int, int]]:
+    return [
+        (link.context.trace_id, link.context.span_id)
+        for link in span.links
+        if (link.attributes or {}).get("awooop.link") == kind
+    ]
+
+
+async def test_each_attempt_of_a_retried_run_links_to_the_ingest_and_the_previous_attempt(
+    settings: Settings, spans: Any
+) -> None:
+    fast = msgspec.structs.replace(
+        settings,
+        lease_ttl_s=2.0,
+        heartbeat_interval_s=0.2,
+        poll_interval_s=0.2,
+        shutdown_grace_s=0.3,
+    )
+    services = await Services.open(fast, db_pool_size=4)
+    try:
+        _, token = await credentials.create_token(services.db, PROJECT, "api")
+        transport = httpx.ASGITransport(app=create_app(services))
+        async with httpx.AsyncClient(transport=transport, base_url="http://awooop") as client:
+            answer = await client.post(
+                f"/v1/projects/{PROJECT}/channels/api",
+                json={"text": "retry me"},
+                headers={"Authorization": f"Bearer {token}", "Idempotency-Key": str(uuid.uuid4())},
+            )
+        assert answer.status_code == 202, answer.text
+        run_id = uuid.UUID(str(answer.json()["run_ids"][0]))
+        relay = Relay(settings=fast, redis=services.redis, keys=services.keys)
+        try:
+            assert await relay.drain() >= 1
+        finally:
+            await relay.close()
+        # Attempt 1 comes by the stream; after its lease expires the worker's polling takes
+        # the run again (attempts 2 and 3).
+        worker = Worker(db=services.db, settings=fast, handler=flaky, concurrency=2, streams=True)
+        intake = StreamIntake(worker, services.redis, services.keys, fast)
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
+        try:
+            status = None
+            for _ in range(600):
+                async with services.db.tenant(PROJECT) as conn:
+                    status = await conn.fetchval(
+                        "SELECT status FROM awooop_run_state WHERE run_id = $1", run_id
+                    )
+                if status in ("COMPLETED", "FAILED"):
+                    break
+                await asyncio.sleep(0.1)
+            assert status == "COMPLETED"
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+    finally:
+        await services.close()
+
+    finished = list(spans.get_finished_spans())
+    [ingest] = [s for s in finished if s.name == "ingest"]
+    assert ingest.context is not None
+    ingest_at = (ingest.context.trace_id, ingest.context.span_id)
+    attempts = run_spans(finished, run_id)
+    assert sorted(attempts) == [1, 2, 3], sorted(attempts)
+    first = attempts[1]
+    assert first.context is not None and first.context.trace_id == ingest_at[0]  # in it
+    for number in (2, 3):
+        span, previous = attempts[number], attempts[number - 1]
+        assert span.context is not None and previous.context is not None
+        assert span.parent is None, f"attempt {number} starts a trace of its own"
+        assert span.context.trace_id != ingest_at[0]
+        assert links_of(span, "ingest") == [ingest_at], span.links
+        [(trace_id, _span_id)] = links_of(span, "previous_attempt")
+        assert trace_id == previous.context.trace_id, (number, span.links)
+
+
+def test_which_attempts_start_their_own_trace() -> None:
+    assert own_trace(2, None)  # a retry, whatever the context
+    assert own_trace(1, None)  # nothing current: the polling path

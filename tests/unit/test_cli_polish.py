@@ -1,0 +1,105 @@
+"""The CLI for people: every command's --help says what it does and explains every option;
+tables keep rows on one line (long text cut with an ellipsis, whole with --wide); a timeline
+line shows its reason first; ``loops list`` tells the state now from the last error."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+from awooop.cli import build_parser
+from awooop.commands.loops import listing, loop_state, render
+from awooop.commands.output import ELLIPSIS, TEXT_LIMIT, clip, table
+from awooop.commands.runs import detail_text, render_timeline
+from awooop.loop_store import HeartbeatRow
+from awooop.runs.reads import TimelineLine
+
+
+def commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from commands(sub, (*path, name))
+
+
+def test_every_command_has_a_help_that_says_what_it_does_and_its_options() -> None:
+    found = list(commands(build_parser()))
+    assert len(found) > 30
+    for path, parser in found:
+        assert parser.description, f"awooop {' '.join(path)} --help says nothing"
+        unexplained = [
+            a.dest
+            for a in parser._actions
+            if not a.help and not isinstance(a, argparse._SubParsersAction)
+        ]
+        assert unexplained == [], (path, unexplained)
+    helps = {path: parser.format_help() for path, parser in found}
+    # The ones that used to say one line: what they run, how they stop, where metrics go.
+    assert "SIGTERM" in helps[("relay",)] and "standby" in helps[("relay",)]
+    assert "SIGTERM" in helps[("up",)] and "--workers" in helps[("up",)]
+    assert "AWOOOP_METRICS_PORT" in helps[("loops", "run")]
+    assert "--handler" in helps[("worker",)]
+    assert "--wide" in helps[("runs", "show")] and "--wide" in helps[("loops", "list")]
+
+
+def test_long_cells_are_cut_with_an_ellipsis_unless_wide() -> None:
+    reason = "the lease of attempt 1 expired: worker w-1 neither renewed it " + "x" * 100
+    rows = [("RunRequeued", reason)]
+    narrow = table(("EVENT", "REASON"), rows)
+    assert ELLIPSIS in narrow and reason not in narrow
+    assert max(len(line) for line in narrow.splitlines()) <= len("RunRequeued") + 2 + TEXT_LIMIT
+    assert reason in table(("EVENT", "REASON"), rows, wide=True)
+    assert clip("a\nb", 10) == "a b"
+    assert clip("abcdef", 4) == "abc" + ELLIPSIS
+    assert table(("EVENT", "WORKER"), [("x", "w" * 100)]).endswith("w" * 100)  # not free text
+
+
+def test_a_requeue_shows_its_reason_first() -> None:
+    detail = {"attempt": 1, "last_renewal_at": "2026-01-01T00:00:00", "reason": "lease expired"}
+    assert detail_text(detail).startswith("lease expired {")
+    line = TimelineLine(
+        version=3,
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+        event_type="RunRequeued",
+        attempt=1,
+        worker_id="w-1",
+        trace_id=None,
+        actor=None,
+        detail=detail,
+    )
+    assert "RunRequeued" in render_timeline([line]) and "lease expired" in render_timeline([line])
+
+
+def beat(now: datetime, *, updated_s: float, failures: int, error: str | None) -> HeartbeatRow:
+    return HeartbeatRow(
+        "reaper",
+        "__platform__",
+        "platform",
+        10,
+        now - timedelta(seconds=30),
+        now - timedelta(hours=2) if error else None,
+        error,
+        failures,
+        "h",
+        7,
+        now - timedelta(seconds=updated_s),
+        now,
+    )
+
+
+def test_loops_list_separates_the_state_now_from_the_last_error() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    healthy = beat(now, updated_s=5, failures=0, error="OSError: an old one")
+    assert loop_state(healthy, now) == "ok"
+    assert loop_state(beat(now, updated_s=5, failures=3, error="OSError: x"), now) == "failing"
+    assert loop_state(beat(now, updated_s=600, failures=0, error=None), now) == "stopped"
+    [line] = listing([], [], [healthy], now)
+    assert line.state == "ok" and line.last_error_at == "2h00m ago"
+    text = render([line])
+    header, row = text.splitlines()
+    assert "STATE" in header and "LAST ERROR" in header
+    assert " ok " in row and "(2h00m ago) OSError: an old one" in row
