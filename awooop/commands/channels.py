@@ -47,8 +47,8 @@ def register(subparsers: Any) -> None:
     ttl.set_defaults(run=set_ttl)
 
     option = sub.add_parser("set-option", help="set how a channel's deliveries are read")
-    option.add_argument("project")
-    option.add_argument("channel", metavar="CHANNEL")
+    option.add_argument("project", help="the project id")
+    option.add_argument("channel", metavar="CHANNEL", help="gitea or line")
     option.add_argument(
         "option",
         metavar="OPTION",

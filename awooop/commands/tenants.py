@@ -32,17 +32,19 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="tenants_command", required=True, metavar="ACTION")
 
     grant = sub.add_parser("grant", help="bind a login role to projects")
-    grant.add_argument("role")
-    grant.add_argument("projects", nargs="+", metavar="PROJECT")
+    grant.add_argument("role", help="the producer service's database login")
+    grant.add_argument("projects", nargs="+", metavar="PROJECT", help="the projects it may write")
     grant.set_defaults(run=grant_projects)
 
     revoke = sub.add_parser("revoke", help="unbind projects from a login role")
-    revoke.add_argument("role")
-    revoke.add_argument("projects", nargs="+", metavar="PROJECT")
+    revoke.add_argument("role", help="the producer service's database login")
+    revoke.add_argument(
+        "projects", nargs="+", metavar="PROJECT", help="the projects it may no longer write"
+    )
     revoke.set_defaults(run=revoke_projects)
 
     show = sub.add_parser("list", help="every login and its projects")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("--json", action="store_true", help="one JSON object per login")
     show.set_defaults(run=list_bindings)
 
 
