@@ -122,6 +122,7 @@ def test_every_scraped_awooop_job_has_a_rule_on_its_absence() -> None:
     jobs = {j["job_name"] for j in config["scrape_configs"] if j["job_name"].startswith("awooop")}
     alerts = alert_rules()
     assert 'up{job=~"awooop-.*"}' in alerts["ProcessDown"]["expr"]
+    assert 'process_start_time_seconds{job=~"awooop-.*"}' in alerts["ProcessRestarting"]["expr"]
     absent = set(re.findall(r'absent\(up\{job="([^"]+)"\}\)', alerts["JobAbsent"]["expr"]))
     assert absent == jobs
 
