@@ -67,7 +67,16 @@ RUNS_FINISHED = Counter(
 
 # --- outbox, relay and streams --------------------------------------------------------------
 OUTBOX_LAG = Gauge(
-    "awooop_outbox_lag_seconds", "Age of the oldest undelivered outbox row", ["outbox"]
+    "awooop_outbox_lag_seconds",
+    "Age of the oldest undelivered outbox row, as the relay sees it (set by the relay)",
+    ["outbox"],
+)
+OUTBOX_BACKLOG = Gauge(
+    "awooop_outbox_backlog_seconds",
+    "Age of the oldest outbox entry not yet delivered, read from Postgres by the stats loop "
+    "(events: after the relay's saved cursor; contract: rows not marked delivered), so it "
+    "rises while the relay is stopped or hung",
+    ["outbox"],
 )
 RELAY_PUBLISHED = Counter("awooop_relay_published_total", "Entries published", ["outbox"])
 RELAY_ATTEMPTS = Counter(

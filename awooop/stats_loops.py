@@ -8,9 +8,13 @@
   queries walks one of the partial indexes of ``awooop_run_state``, so the cost follows the
   number of live runs, not the table's size. Finished runs are counted as they finish by
   ``awooop_runs_finished_total``.
-- ``stats_outbox``: ``awooop_outbox_lag_seconds{outbox="contract"}``, the age of the oldest
-  undelivered row of ``awooop_contract_outbox`` (0 when everything is delivered), through its
-  partial index on undelivered rows.
+- ``stats_outbox``: ``awooop_outbox_backlog_seconds`` for both outboxes, read from Postgres
+  (0 when everything is delivered): ``events``, the age of the first event after the relay's
+  saved cursor (``awooop_relay_cursor``, saved at least every poll interval while the relay
+  runs; one index probe of ``awooop_events (tx_id, position)``), and ``contract``, the age of
+  the oldest undelivered row of ``awooop_contract_outbox`` (its partial index on undelivered
+  rows). The relay's own ``awooop_outbox_lag_seconds`` stops moving when the relay stops or
+  hangs; this measure does not depend on the relay, so the outbox alerts use it.
 - ``stats_streams``: for every work and events stream of every shard, each consumer group's
   ``lag`` (entries not yet delivered to the group) and ``pending`` (delivered, not yet
   acknowledged) from ``XINFO GROUPS``; and each dead-letter stream's length.
@@ -65,6 +69,15 @@ GROUP BY project_id, status
 CONTRACT_OUTBOX_LAG = """
 SELECT COALESCE(extract(epoch FROM now() - min(created_at))::float8, 0)
 FROM awooop_contract_outbox WHERE delivered_at IS NULL
+"""
+# The first event in the relay's order after its saved cursor (the oldest it has not
+# published, give or take the events of one transaction): one probe of awooop_events_follow_idx.
+EVENTS_OUTBOX_LAG = """
+SELECT COALESCE(extract(epoch FROM now() - (
+    SELECT e.recorded_at FROM awooop_events e
+    WHERE (e.tx_id, e.position) > (c.tx_id::text::xid8, c.position)
+    ORDER BY e.tx_id, e.position LIMIT 1))::float8, 0)
+FROM awooop_relay_cursor c WHERE c.name = 'events'
 """
 # -----------------------------------------------------------------------------------------------
 
@@ -132,8 +145,10 @@ class StatsLoops:
 
     async def sample_outbox(self, _ctx: LoopContext) -> None:
         async with self.services.db.platform() as conn:
-            lag = await conn.fetchval(CONTRACT_OUTBOX_LAG)
-        metrics.OUTBOX_LAG.labels("contract").set(float(lag))
+            events = await conn.fetchval(EVENTS_OUTBOX_LAG)
+            contract = await conn.fetchval(CONTRACT_OUTBOX_LAG)
+        metrics.OUTBOX_BACKLOG.labels("events").set(max(0.0, float(events or 0.0)))
+        metrics.OUTBOX_BACKLOG.labels("contract").set(max(0.0, float(contract)))
 
     async def sample_streams(self, _ctx: LoopContext) -> None:
         keys, redis = self.services.keys, self.services.redis
@@ -180,7 +195,7 @@ def loops(services: Services) -> list[LoopSpec]:
             category=LoopCategory.PLATFORM,
             interval_s=interval,
             body=stats.sample_outbox,
-            description="samples the age of the oldest undelivered outbox row",
+            description="samples the age of the oldest undelivered entry of each outbox",
         ),
         LoopSpec(
             name="stats_streams",

@@ -115,8 +115,11 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
         "AwoooP / Outbox and stream lag",
         [
             (
-                "Outbox lag (oldest undelivered)",
-                [("max by (outbox) (awooop_outbox_lag_seconds)", "{{outbox}}")],
+                "Outbox lag (oldest undelivered): as the relay sees it, and read from Postgres",
+                [
+                    ("max by (outbox) (awooop_outbox_lag_seconds)", "relay {{outbox}}"),
+                    ("max by (outbox) (awooop_outbox_backlog_seconds)", "postgres {{outbox}}"),
+                ],
                 "s",
             ),
             (

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
@@ -107,7 +108,7 @@ async def test_runs_by_state_oldest_and_overdue(services: Services) -> None:
 async def test_contract_outbox_lag(services: Services) -> None:
     stats = StatsLoops(services)
     await stats.sample_outbox(CTX)
-    assert sample("awooop_outbox_lag_seconds", outbox="contract") == 0
+    assert sample("awooop_outbox_backlog_seconds", outbox="contract") == 0
     async with services.db.platform() as conn:
         revision = await conn.fetchval(
             "INSERT INTO awooop_contract_revisions "
@@ -125,8 +126,55 @@ async def test_contract_outbox_lag(services: Services) -> None:
                 delivered,
             )
     await stats.sample_outbox(CTX)
-    lag = sample("awooop_outbox_lag_seconds", outbox="contract")
+    lag = sample("awooop_outbox_backlog_seconds", outbox="contract")
     assert lag is not None and 120 <= lag < 180  # the oldest UNdelivered row
+
+
+async def test_events_outbox_backlog_is_read_from_the_relay_cursor(
+    services: Services, database_url: str
+) -> None:
+    """No relay runs here: what the stats loop reports is read from Postgres alone, so it keeps
+    rising while a relay is stopped or hung (the relay's own gauge cannot)."""
+    stats = StatsLoops(services)
+    await stats.sample_outbox(CTX)
+    assert sample("awooop_outbox_backlog_seconds", outbox="events") == 0  # nothing recorded
+    project = f"stats-{uuid.uuid4().hex[:6]}"
+    await make_run(services, project, to="PENDING")
+    await make_run(services, project, to="PENDING")
+    # The events were recorded "2 minutes ago" (the owner may rewrite history; roles may not).
+    admin = await asyncpg.connect(database_url)
+    try:
+        await admin.execute(
+            "UPDATE awooop_events SET recorded_at = recorded_at - interval '120 seconds'"
+        )
+        last = await admin.fetchrow(
+            "SELECT tx_id::text::bigint AS tx_id, position FROM awooop_events "
+            "ORDER BY tx_id DESC, position DESC LIMIT 1"
+        )
+    finally:
+        await admin.close()
+    await stats.sample_outbox(CTX)
+    lag = sample("awooop_outbox_backlog_seconds", outbox="events")
+    assert lag is not None and 120 <= lag < 180
+    # the relay's cursor stops just before the last event: that one still waits
+    async with services.db.platform() as conn:
+        await conn.execute(
+            "UPDATE awooop_relay_cursor SET tx_id = $1, position = $2 WHERE name = 'events'",
+            last["tx_id"],
+            last["position"] - 1,
+        )
+    await stats.sample_outbox(CTX)
+    lag = sample("awooop_outbox_backlog_seconds", outbox="events")
+    assert lag is not None and 120 <= lag < 180
+    # ... and past everything: nothing is waiting
+    async with services.db.platform() as conn:
+        await conn.execute(
+            "UPDATE awooop_relay_cursor SET tx_id = $1, position = $2 WHERE name = 'events'",
+            last["tx_id"],
+            last["position"],
+        )
+    await stats.sample_outbox(CTX)
+    assert sample("awooop_outbox_backlog_seconds", outbox="events") == 0
 
 
 async def test_consumer_group_lag_pending_and_dead_letters(services: Services) -> None:
