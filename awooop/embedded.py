@@ -224,10 +224,17 @@ class PostgresServer:
     """A PostgreSQL cluster in ``directory`` (initialised on first start) on a loopback port."""
 
     def __init__(
-        self, directory: Path, port: int | None = None, max_connections: int = 300
+        self,
+        directory: Path,
+        port: int | None = None,
+        max_connections: int = 300,
+        options: str = "",
     ) -> None:
+        """``options``: more server options (``-c name=value ...``), after the defaults, so
+        that they win (the cost benchmark turns fsync back on and loads pg_stat_statements)."""
         self.port = port or free_port()
         self.max_connections = max_connections
+        self.options = options
         self.dir = directory
         self.data = directory / "data"
         self.bindir = postgres_bindir()
@@ -287,8 +294,8 @@ class PostgresServer:
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 "
             f"-c unix_socket_directories={self.dir} -c fsync=off "
-            f"-c max_connections={self.max_connections}"
-        )
+            f"-c max_connections={self.max_connections} {self.options}"
+        ).strip()
         self._run(
             str(self.bindir / "pg_ctl"),
             "-D",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("ingest", "relay", "worker", "revisions", "replay", "loops")
+BENCHMARKS = ("ingest", "relay", "worker", "cost", "revisions", "replay", "loops")
 
 
 def machine() -> dict[str, Any]:

@@ -125,28 +125,57 @@ class Scratch:
         return load_settings(environ={}, database_url=self.url, redis_url=redis_url())
 
     def env(self, **settings: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWOOOP_")}
-        env.update(
-            AWOOOP_DATABASE_URL=self.url,
-            AWOOOP_REDIS_URL=redis_url(),
-            AWOOOP_REDIS_KEY_PREFIX=self.prefix,
-            AWOOOP_LOG_LEVEL="warning",
-            PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "ops" / "bench")]),
-        )
-        env.update({f"AWOOOP_{k.upper()}": v for k, v in settings.items()})
-        return env
+        return process_env(self.url, redis_url(), self.prefix, ROOT, **settings)
+
+
+def process_env(
+    database_url: str, redis: str, prefix: str, code: Path, **settings: str
+) -> dict[str, str]:
+    """The environment of a benchmark's ``awooop`` processes: this one's without AWOOOP_*
+    variables, the scratch database and key prefix, ``settings`` as AWOOOP_<NAME>, and the
+    checkout ``code`` (this one, or another's: ``cost.py --code``) plus ``ops/bench`` (the
+    benchmark handlers) on the path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWOOOP_")}
+    env.update(
+        AWOOOP_DATABASE_URL=database_url,
+        AWOOOP_REDIS_URL=redis,
+        AWOOOP_REDIS_KEY_PREFIX=prefix,
+        AWOOOP_LOG_LEVEL="warning",
+        PYTHONPATH=os.pathsep.join([str(code), str(ROOT / "ops" / "bench")]),
+    )
+    env.update({f"AWOOOP_{k.upper()}": v for k, v in settings.items()})
+    return env
+
+
+def python_of(code: Path) -> str:
+    """The interpreter that runs the checkout ``code``: this one for this checkout, else the
+    other checkout's own ``.venv`` (``make install`` there)."""
+    if code.resolve() == ROOT:
+        return sys.executable
+    python = code / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise RuntimeError(f"{python} is missing: run `make install` in {code}")
+    return str(python)
 
 
 class Processes:
-    def __init__(self, directory: Path) -> None:
+    """``awooop`` subprocesses of one checkout (``code``: this one unless told), logs in
+    ``directory``."""
+
+    def __init__(self, directory: Path, code: Path = ROOT) -> None:
         self.directory = directory
+        self.code = code
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
 
     def start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         out = open(self.directory / f"{name}.out", "wb")  # noqa: SIM115 - closed by the child's end
         err = open(self.directory / f"{name}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, "-m", "awooop.cli", *args], cwd=ROOT, env=env, stdout=out, stderr=err
+            [python_of(self.code), "-m", "awooop.cli", *args],
+            cwd=self.code,
+            env=env,
+            stdout=out,
+            stderr=err,
         )
         self.procs.append((name, proc))
         return proc
