@@ -227,10 +227,6 @@ class Executor:
         ttl = self.settings.lease_ttl_s - self.settings.lease_safety_margin_s
         attempt.hold_until(confirmed_sent + ttl, _local_deadline_passed)
 
-    @staticmethod
-    def lease_renewed(count: int) -> None:
-        metrics.LEASE_RENEWALS.inc(count)
-
     async def run(
         self,
         attempt: Attempt,

@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
+from awooop import metrics
 from awooop.db import PLATFORM_ROLE, Connection, Database, connect
 from awooop.logs import get_logger
 from awooop.runs import leases
@@ -74,7 +75,7 @@ class Heartbeat:
             lambda conn: leases.heartbeat(conn, worker_id, list(held), self.ttl_s)
         )
         self.rounds += 1
-        self.executor.lease_renewed(len(renewed))
+        metrics.LEASE_RENEWALS.inc(len(renewed))
         entries = []
         for rid, attempt in held.items():
             if rid in renewed:
