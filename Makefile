@@ -23,6 +23,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict $(PACKAGES)
+	$(VENV)/bin/lint-imports
 
 test: services lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -13,9 +13,9 @@ import re
 import sys
 from collections.abc import Sequence
 
-from awooop.config import Settings, load_settings
-from awooop.errors import AwoooPError
-from awooop.logs import configure_logging
+from awooop.core.config import Settings, load_settings
+from awooop.core.errors import AwoooPError
+from awooop.core.logs import configure_logging
 
 # Each module defines register(subparsers) and sets args.run = async fn(settings, args) -> int.
 COMMAND_MODULES = (

@@ -4,7 +4,7 @@
 as the HTTP server (:mod:`awooop.ingest.store`): dedupe row, run (PENDING) and ``RunCreated``
 event, which is the outbox entry the relay publishes. They take either
 
-- a :class:`~awooop.db.Database`: :func:`submit_many` opens its own tenant transaction (and
+- a :class:`~awooop.core.db.Database`: :func:`submit_many` opens its own tenant transaction (and
   retries transient conflicts); :func:`submit` (one event) needs no transaction and uses a
   tenant session (``Database.sessions``, as the HTTP server does): the configuration read
   (cached for ``AWOOOP_INGEST_CONFIG_CACHE_S``, as the HTTP server caches it) and ONE
@@ -59,22 +59,23 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from awooop import eventlog, metrics
-from awooop.config import Settings, load_settings
-from awooop.db import SET_TENANT, Connection, Database
-from awooop.errors import (
+from awooop.core import metrics
+from awooop.core.config import Settings, load_settings
+from awooop.core.db import SET_TENANT, Connection, Database
+from awooop.core.errors import (
     InvalidInputError,
     PayloadTooLargeError,
     ProducerTransactionError,
     TenantNotGrantedError,
 )
-from awooop.eventlog import RawEvent
-from awooop.events import EVENT_TYPES
+from awooop.core.events import EVENT_TYPES
+from awooop.core.telemetry import tracer
 from awooop.ingest import store
 from awooop.ingest.cache import ConfigCache
 from awooop.ingest.common import ParsedEvent, check_storable, event_id
 from awooop.ingest.credentials import check_channel, check_contract_id, check_project_id
-from awooop.telemetry import tracer
+from awooop.log import eventlog
+from awooop.log.eventlog import RawEvent
 
 _json_encode = msgspec.json.Encoder().encode
 T = TypeVar("T")
@@ -317,7 +318,7 @@ async def emit_many(
       than every earlier writer of those streams: concurrent emitters to one stream queue,
       one commit after another, and none is refused with E-EVENT-002, however many there are
       and however loaded the machine (no retry to exhaust). Deadlocks and serialisation
-      failures are retried as for every transaction (:func:`awooop.db.retry_transaction`).
+      failures are retried as for every transaction (:func:`awooop.core.db.retry_transaction`).
     - the caller's connection inside its open transaction with :func:`set_tenant` done: the
       events commit or roll back with the caller's writes. The same lock orders concurrent
       emitters, but a transaction that already wrote (and so has an id) may be older than

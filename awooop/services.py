@@ -11,10 +11,10 @@ from typing import Any, overload
 
 import redis.asyncio as aioredis
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.errors import DatabaseUnavailableError
-from awooop.logs import get_logger
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import DatabaseUnavailableError
+from awooop.core.logs import get_logger
 from streams.keys import Keys
 
 log = get_logger(__name__)
@@ -101,7 +101,7 @@ class Services:
     ) -> Services | None:
         """:meth:`open`, waiting up to ``wait_s`` with backoff while the database is away in
         any form (refused, reset, no answer, no free connection slot, starting up or shutting
-        down: ``awooop.db.CONNECTION_ERRORS``): a process started during a Postgres restart,
+        down: ``awooop.core.db.CONNECTION_ERRORS``): a process started during a Postgres restart,
         or while every connection slot is taken, comes up when the database can have it
         instead of exiting. A wrong address still fails, after the wait (E-DB-001). None when
         ``stop`` is set meanwhile."""

@@ -1,5 +1,5 @@
 -- The events' NOTIFY says whether the statement wrote an event that a worker waits for (the
--- dispatch types, awooop/events.py DISPATCH_EVENT_TYPES; tests/integration/test_relay_linger.py
+-- dispatch types, awooop/core/events.py DISPATCH_EVENT_TYPES; tests/integration/test_relay_linger.py
 -- holds the two lists equal). The relay publishes those at once and lets a notification of
 -- other events (RunClaimed, StepCompleted, RunCompleted: read by projectors, not by workers)
 -- wait up to AWOOOP_RELAY_LINGER_S, so that the events of a short run share one wake-up (at

@@ -1,4 +1,4 @@
--- Single-leader loops hold leadership by a lease (awooop/leadership.py, R-19). One row per
+-- Single-leader loops hold leadership by a lease (awooop/core/leadership.py, R-19). One row per
 -- leadership name: who holds it (holder), its term (incremented at every acquisition: the
 -- fencing token every write of the leader is checked against) and until when the lease runs
 -- (lease_until, set from the database clock). A holder renews with a conditional UPDATE

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import msgspec
 
-from awooop.errors import ProjectionStreamError
-from awooop.events import Event, decode_event
+from awooop.core.errors import ProjectionStreamError
+from awooop.core.events import Event, decode_event
 
 if TYPE_CHECKING:
-    from awooop.db import Connection
-    from awooop.eventlog import RecordedEvent
+    from awooop.core.db import Connection
+    from awooop.log.eventlog import RecordedEvent
     from streams.envelope import Envelope
 
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")

@@ -24,9 +24,9 @@ from typing import Any
 
 import msgspec
 
-from awooop.db import PLATFORM_ROLE, Connection, connect
-from awooop.errors import ProjectionStreamError
-from awooop.events import decode_event
+from awooop.core.db import PLATFORM_ROLE, Connection, connect
+from awooop.core.errors import ProjectionStreamError
+from awooop.core.events import decode_event
 from projections.base import BulkOutput, LogEvent, Projection, TableNames
 
 _json_encode = msgspec.json.Encoder().encode
@@ -209,7 +209,7 @@ def run_worker(
 ) -> None:
     """Entry point of a bulk worker process: reports ("progress", n), then ("done", index,
     events, rows, finish) or ("error", index, error class name, message) on ``queue``."""
-    from awooop.logs import configure_logging
+    from awooop.core.logs import configure_logging
 
     configure_logging("warning")
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from awooop.db import Connection
+from awooop.core.db import Connection
 from projections.base import TableSpec
 
 EXAMPLES_PER_KIND = 5

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from awooop.logs import get_logger
+from awooop.core.logs import get_logger
 
 log = get_logger(__name__)
 

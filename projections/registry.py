@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from awooop.errors import UnknownProjectionError
+from awooop.core.errors import UnknownProjectionError
 from projections.base import Projection
 from projections.revisions import RevisionHistoryProjection
 from projections.run_state import RunStateProjection, RunStateViewProjection

@@ -47,11 +47,11 @@ from typing import Any, TextIO
 
 import asyncpg
 
-from awooop import errors
-from awooop.db import PLATFORM_ROLE, Connection, connect
-from awooop.errors import ReplayBusyError, ReplayPrivilegeError, SwapLockTimeoutError
-from awooop.eventlog import FOLLOWER_HORIZON, Cursor
-from awooop.logs import get_logger
+from awooop.core import errors
+from awooop.core.db import PLATFORM_ROLE, Connection, connect
+from awooop.core.errors import ReplayBusyError, ReplayPrivilegeError, SwapLockTimeoutError
+from awooop.core.logs import get_logger
+from awooop.log.eventlog import FOLLOWER_HORIZON, Cursor
 from projections import schema
 from projections.base import LogEvent, Projection, TableNames, stream_range
 from projections.bulk import (
@@ -93,9 +93,9 @@ WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $
 """
 _EVENT_COLUMNS = """stream_id, version, project_id, position, event_type, data::text AS data,
        metadata->>'traceparent' AS traceparent, tx_id::text::bigint AS tx_id"""
-# Commit-safe follower (as awooop.eventlog.READ_FORWARD), filtered to the projection's streams
+# Commit-safe follower (as awooop.log.eventlog.READ_FORWARD), filtered to the projection's streams
 # and to the events the bulk pass's snapshot ($7) did not see.
-# The horizon is awooop.eventlog.FOLLOWER_HORIZON, shared with READ_FORWARD.
+# The horizon is awooop.log.eventlog.FOLLOWER_HORIZON, shared with READ_FORWARD.
 TAIL_SAFE = (
     FOLLOWER_HORIZON
     + f"""

@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from awooop.db import Connection
-from awooop.errors import ProjectionStreamError
-from awooop.events import RevisionActivated, RevisionCreated
+from awooop.core.db import Connection
+from awooop.core.errors import ProjectionStreamError
+from awooop.core.events import RevisionActivated, RevisionCreated
 from projections.base import (
     BulkOutput,
     LogEvent,

@@ -22,8 +22,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from awooop.db import Connection
-from awooop.events import RUN_EVENT_TYPES
+from awooop.core.db import Connection
+from awooop.core.events import RUN_EVENT_TYPES
 from awooop.runs.state import COLUMNS, LEASED, RunState, apply
 from awooop.runs.store import row_to_state, state_values
 from projections.base import (

@@ -27,12 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from awooop import metrics
-from awooop.batching import shared_failure
-from awooop.db import Connection, Database
-from awooop.errors import ProjectionStreamError
-from awooop.events import decode_event
-from awooop.logs import get_logger
+from awooop.core import metrics
+from awooop.core.batching import shared_failure
+from awooop.core.db import Connection, Database
+from awooop.core.errors import ProjectionStreamError
+from awooop.core.events import decode_event
+from awooop.core.logs import get_logger
 from projections.base import LIVE, LogEvent, Projection, TableNames, plan, stream_range
 from streams.envelope import Envelope
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import asyncpg
 
-from awooop.db import Connection
-from awooop.errors import SwapUnsupportedError
+from awooop.core.db import Connection
+from awooop.core.errors import SwapUnsupportedError
 
 MAX_IDENTIFIER = 63
 

@@ -8,6 +8,11 @@ out: they are in the log and in run state).
 
 The attempt of an event that names none (approvals, cancels) is the attempt of the run's
 previous event; the per-stream version is the highest version stored for the run.
+
+The timeline of ``awooop runs show`` is folded from the run's own event stream with this
+projection's pure function (:func:`entries`), so it is exact
+even when the ``run_timeline`` projector is behind or not running; each line also carries the
+``actor`` recorded in the event's metadata by management changes.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from awooop.db import Connection
-from awooop.events import to_builtins
+from awooop.core.db import Connection
+from awooop.core.events import run_stream_id, to_builtins
+from awooop.log import eventlog
 from projections.base import (
     BulkOutput,
     LogEvent,
@@ -166,3 +172,40 @@ async def timeline(conn: Connection, run_id: uuid.UUID) -> list[TimelineEntry]:
     """A run's timeline, oldest first (a tenant transaction sees its own project's runs)."""
     rows = await conn.fetch(SELECT_TIMELINE, run_id)
     return [msgspec.convert(dict(r.items()), TimelineEntry, strict=False) for r in rows]
+
+
+class TimelineLine(msgspec.Struct, frozen=True, kw_only=True):
+    version: int
+    at: datetime
+    event_type: str
+    attempt: int
+    worker_id: str | None
+    trace_id: str | None
+    actor: str | None
+    detail: dict[str, Any]
+
+
+def timeline_lines(recorded: list[eventlog.RecordedEvent]) -> list[TimelineLine]:
+    """The timeline of one run's events (oldest first), with each event's metadata actor."""
+    rows, _ = entries(None, [LogEvent.from_recorded(r) for r in recorded])
+    lines = []
+    for row, event in zip(rows, recorded, strict=True):
+        actor = event.metadata.get("actor") if event.metadata else None
+        lines.append(
+            TimelineLine(
+                version=row.version,
+                at=row.at,
+                event_type=row.event_type,
+                attempt=row.attempt,
+                worker_id=row.worker_id,
+                trace_id=row.trace_id,
+                actor=actor if isinstance(actor, str) else None,
+                detail=row.detail,
+            )
+        )
+    return lines
+
+
+async def timeline_from_log(conn: Connection, run_id: uuid.UUID) -> list[TimelineLine]:
+    """The run's timeline from its event stream (a tenant transaction sees its own runs)."""
+    return timeline_lines(await eventlog.read_stream(conn, run_stream_id(run_id)))

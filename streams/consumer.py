@@ -34,7 +34,7 @@ from typing import Any
 from opentelemetry import trace
 from redis.exceptions import RedisError, ResponseError
 
-from awooop.logs import get_logger
+from awooop.core.logs import get_logger
 from streams import scripts
 from streams.backoff import RateLimiter, retry_delay
 from streams.deadletter import dead_letter_raw

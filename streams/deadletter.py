@@ -8,7 +8,7 @@ Failing the run in Postgres is the caller's job (the worker knows the run and th
 Inspection and re-drive (``awooop deadletters``): :func:`read_dead_letters` lists a shard's
 entries; :func:`redrive_entry` appends an entry's message to its stream again and deletes the
 entry in one script (:data:`streams.scripts.REDRIVE`). What to do with the run first is decided
-in Postgres by :mod:`awooop.deadletters`.
+in Postgres by :mod:`awooop.runs.deadletters`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from awooop import metrics
-from awooop.logs import get_logger
+from awooop.core import metrics
+from awooop.core.logs import get_logger
 from streams import scripts
 from streams.delivery import Delivery
 from streams.envelope import FIELD, Envelope, decode_envelope, encode

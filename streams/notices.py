@@ -20,10 +20,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from awooop import metrics
-from awooop.config import Settings
-from awooop.db import Connection
-from awooop.logs import get_logger
+from awooop.core import metrics
+from awooop.core.config import Settings
+from awooop.core.db import Connection
+from awooop.core.logs import get_logger
 from streams import scripts
 from streams.consumer import REDIS_ERRORS
 from streams.envelope import FIELD, Notice, encode

@@ -17,10 +17,10 @@ from typing import Any
 
 import msgspec
 
-from awooop import metrics
-from awooop.eventlog import RecordedEvent
-from awooop.events import DISPATCH_EVENT_TYPES
-from awooop.logs import get_logger
+from awooop.core import metrics
+from awooop.core.events import DISPATCH_EVENT_TYPES
+from awooop.core.logs import get_logger
+from awooop.log.eventlog import RecordedEvent
 from streams import scripts
 from streams.deadletter import DEAD_LETTER_MAXLEN
 from streams.envelope import FIELD, Envelope, decode_envelope, encode
@@ -39,7 +39,7 @@ def envelope_of(
 ) -> Envelope:
     """The envelope of a log row; trace context is ``context`` (the relay's publish span) or
     else comes from the row's metadata, where producers put ``traceparent``/``tracestate``
-    (see ``awooop.telemetry.inject``)."""
+    (see ``awooop.core.telemetry.inject``)."""
     if context is not None:
         traceparent, tracestate = context
     else:

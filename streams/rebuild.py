@@ -39,11 +39,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from awooop import eventlog, metrics
-from awooop.db import Connection
-from awooop.errors import StreamRebuildInterruptedError
-from awooop.eventlog import Cursor, RecordedEvent
-from awooop.logs import get_logger
+from awooop.core import metrics
+from awooop.core.db import Connection
+from awooop.core.errors import StreamRebuildInterruptedError
+from awooop.core.logs import get_logger
+from awooop.log import eventlog
+from awooop.log.eventlog import Cursor, RecordedEvent
 from streams import scripts
 from streams.keys import Keys
 from streams.publish import WORK_ONLY, by_shard, publish_shard

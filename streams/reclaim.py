@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from awooop.logs import get_logger
+from awooop.core.logs import get_logger
 from streams import scripts
 from streams.deadletter import dead_letter_raw
 from streams.delivery import Delivery, UndecodableEntry, text, to_delivery

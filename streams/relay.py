@@ -1,7 +1,7 @@
 """The outbox relay: committed events and contract notices from Postgres into Redis Streams.
 
 The event log is the outbox (R-30, R-31). The relay follows ``awooop_events`` with
-:func:`awooop.eventlog.read_forward` from a cursor kept in ``awooop_relay_cursor``, and sends
+:func:`awooop.log.eventlog.read_forward` from a cursor kept in ``awooop_relay_cursor``, and sends
 each event to ``events_stream(shard)`` (every event, for projectors) and, when its type is in
 ``DISPATCH_EVENT_TYPES``, also to ``work_stream(shard)`` (for the ``workers`` group); the shard
 is ``shard_of(project_id)``. Contract notices (``awooop_contract_outbox``, R-21, R-22) go to the
@@ -21,7 +21,7 @@ Guarantees and how they are kept:
   the first copy of each event always arrives in version order; duplicates can only repeat an
   already delivered prefix.
 - One active relay: several relay processes may run; the one holding the ``relay`` lease
-  (:class:`awooop.leadership.Lease`, row ``awooop_leaders.relay``) publishes, the others try
+  (:class:`awooop.core.leadership.Lease`, row ``awooop_leaders.relay``) publishes, the others try
   to acquire it every poll interval. A leader that stops cleanly releases it (a standby leads
   within one poll interval); one that dies or is frozen (SIGSTOP, a paused VM) stops renewing,
   and a standby leads within ``AWOOOP_RELAY_LEADER_LEASE_S`` + ``AWOOOP_RELAY_POLL_INTERVAL_S``
@@ -67,7 +67,7 @@ groups) and the dead-letter streams. The floor entry also gives the shard's safe
 Losing Redis (R-33) is handled in :mod:`streams.rebuild`.
 
 Trace context: producers put ``traceparent``/``tracestate`` into the event metadata
-(``awooop.telemetry.inject()`` inside their span); the relay copies them into the envelope, so
+(``awooop.core.telemetry.inject()`` inside their span); the relay copies them into the envelope, so
 the consumer's span is a child of the producer's. Each batch has a ``relay publish`` span linked
 to (up to 32 of) the producer spans.
 """
@@ -85,20 +85,21 @@ from typing import Any
 
 import asyncpg
 
-from awooop import eventlog, metrics
-from awooop.config import Settings
-from awooop.db import CONNECTION_ERRORS, PLATFORM_ROLE, Connection, connect
-from awooop.errors import (
+from awooop.core import metrics
+from awooop.core.config import Settings
+from awooop.core.db import CONNECTION_ERRORS, PLATFORM_ROLE, Connection, connect
+from awooop.core.errors import (
     DatabaseUnavailableError,
     LeadershipLostError,
     RedisUnavailableError,
     StreamRebuildInterruptedError,
 )
-from awooop.eventlog import Cursor, RecordedEvent
-from awooop.leadership import Lease, timeout_ms
-from awooop.logs import get_logger
-from awooop.loops import LoopContext
-from awooop.telemetry import span_link, tracer
+from awooop.core.leadership import Lease, timeout_ms
+from awooop.core.logs import get_logger
+from awooop.core.telemetry import span_link, tracer
+from awooop.log import eventlog
+from awooop.log.eventlog import Cursor, RecordedEvent
+from awooop.loops.framework import LoopContext
 from streams import scripts
 from streams.backoff import RateLimiter
 from streams.consumer import REDIS_ERRORS
@@ -149,7 +150,7 @@ SELECT set_config('statement_timeout', $1, false), set_config('lock_timeout', $1
        set_config('synchronous_commit', 'off', false)
 """
 LOAD_CURSOR = "SELECT tx_id, position FROM awooop_relay_cursor WHERE name = $1"
-# Compare-and-set on the saved position, fenced by the leader's term (awooop/leadership.py):
+# Compare-and-set on the saved position, fenced by the leader's term (awooop/core/leadership.py):
 # a relay whose lease ran out or was taken moves nothing.
 ADVANCE_CURSOR = """
 UPDATE awooop_relay_cursor
@@ -483,7 +484,7 @@ class Relay:
             )
         ]
         with tracer.start_as_current_span(
-            "relay publish", links=links, attributes={"awooop.events": len(batch)}
+            "relay publish", links=links, attributes={"awooop.core.events": len(batch)}
         ):
             return await self.publish(grouped, may_rebuild=may_rebuild)
 

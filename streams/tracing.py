@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from awooop.context import bound
-from awooop.eventlog import RecordedEvent
-from awooop.events import run_id_of_stream
-from awooop.telemetry import exporting, extract, inject, span_link, tracer
+from awooop.core.context import bound
+from awooop.core.events import run_id_of_stream
+from awooop.core.telemetry import exporting, extract, inject, span_link, tracer
+from awooop.log.eventlog import RecordedEvent
 from streams.delivery import Delivery
 from streams.keys import Keys
 

@@ -11,9 +11,9 @@ import pytest
 import redis.asyncio as aioredis
 from hypothesis import settings as hypothesis_settings
 
-from awooop.config import Settings, load_settings
-from awooop.db import Database
-from awooop.logs import configure_logging
+from awooop.core.config import Settings, load_settings
+from awooop.core.db import Database
+from awooop.core.logs import configure_logging
 from tests.support import databases, properties, services
 
 configure_logging("warning")
@@ -100,7 +100,7 @@ def spans() -> Iterator[Any]:
 
     Every loop iteration is sampled meanwhile (``AWOOOP_LOOP_TRACE_SAMPLE_RATIO`` = 1), so a
     test sees all spans; tests of the loop sampling set their own ratio."""
-    from awooop.telemetry import set_loop_sample_ratio
+    from awooop.core.telemetry import set_loop_sample_ratio
     from tests.support.tracing import memory_exporter
 
     exporter = memory_exporter()

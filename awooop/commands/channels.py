@@ -19,9 +19,9 @@ import argparse
 import sys
 from typing import Any
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.errors import InvalidInputError
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import InvalidInputError
 from awooop.ingest import credentials
 from awooop.ingest.common import DEFAULT_OPTIONS
 

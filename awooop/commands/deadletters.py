@@ -5,7 +5,7 @@
 
 ``list`` prints one line per entry: its id (``SHARD:ENTRY_ID``), run, project, event, source
 group, deliveries, when and why it was dead-lettered. ``redrive`` puts each entry's run back to
-work as :mod:`awooop.deadletters` describes (a FAILED run is retried, recorded as a
+work as :mod:`awooop.runs.deadletters` describes (a FAILED run is retried, recorded as a
 ``RunRetried`` event with ``actor`` = ``cli:<OS user>`` in its metadata), then republishes the
 message and removes the entry. It prints one result line per entry and exits 1 when any entry
 was left in place (unknown id, undecodable message, unknown run, lost shard).
@@ -17,11 +17,11 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
-from awooop import deadletters
 from awooop.commands.output import add_wide, table, to_json, when
 from awooop.commands.runs import cli_actor
-from awooop.config import Settings
-from awooop.errors import InvalidInputError
+from awooop.core.config import Settings
+from awooop.core.errors import InvalidInputError
+from awooop.runs import deadletters
 from awooop.services import Services
 from streams.deadletter import DeadLetter
 

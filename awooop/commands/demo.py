@@ -10,7 +10,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from awooop.config import Settings
+from awooop.core.config import Settings
 
 
 def register(subparsers: Any) -> None:

@@ -8,10 +8,10 @@ from typing import Any
 
 import msgspec
 
-from awooop.config import Settings
-from awooop.db import CONNECTION_ERRORS
-from awooop.doctor import Check, exit_code, run_checks, without_postgres
-from awooop.errors import DatabaseUnavailableError
+from awooop.commands.doctor_checks import Check, exit_code, run_checks, without_postgres
+from awooop.core.config import Settings
+from awooop.core.db import CONNECTION_ERRORS
+from awooop.core.errors import DatabaseUnavailableError
 from awooop.services import Services, redis_client
 
 DESCRIPTION = """\

@@ -1,6 +1,6 @@
 """``awooop loops list`` and ``awooop loops run [NAME ...]`` (R-40, R-42).
 
-``list`` prints every loop of the registry (:mod:`awooop.loop_registry`) with its category,
+``list`` prints every loop of the registry (:mod:`awooop.loops.registry`) with its category,
 project, interval and last run, read from ``awooop_loop_heartbeats`` so it works from any
 process; a per-tenant loop gets one line per project of ``awooop_projects``; loops that other
 processes run (heartbeats of names not in the registry) are listed too. ``STATE`` is now:
@@ -23,17 +23,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from awooop.commands.doctor_checks import LOOP_STALE_INTERVALS
 from awooop.commands.output import add_wide, table
-from awooop.config import Settings
-from awooop.doctor import LOOP_STALE_INTERVALS
-from awooop.errors import UnknownLoopError
-from awooop.logs import get_logger
-from awooop.loop_registry import all_loops
-from awooop.loop_store import DatabaseHeartbeats, HeartbeatRow, project_source, read_heartbeats
-from awooop.loops import LoopSpec, run_loops, set_heartbeat_sink
-from awooop.process import EVENT_LOOP
+from awooop.core.config import Settings
+from awooop.core.errors import UnknownLoopError
+from awooop.core.logs import get_logger
+from awooop.core.process import EVENT_LOOP
+from awooop.core.telemetry import start_observability
+from awooop.loops.framework import LoopSpec, run_loops, set_heartbeat_sink
+from awooop.loops.registry import all_loops
+from awooop.loops.store import DatabaseHeartbeats, HeartbeatRow, project_source, read_heartbeats
 from awooop.services import Services
-from awooop.telemetry import start_observability
 
 log = get_logger(__name__)
 

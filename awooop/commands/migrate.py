@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from awooop.config import Settings
-from awooop.migrate import migrate
+from awooop.core.config import Settings
+from awooop.core.migrate import migrate
 
 
 def register(subparsers: Any) -> None:

@@ -2,7 +2,7 @@
 
 Each projection gets its consumer loop (the shard events streams through the group
 ``projector:<name>``) and its reconcile loop (heals from Postgres what Redis lost); see
-:mod:`projections.loops`. Runs until SIGTERM or SIGINT, lets each loop finish its iteration
+:mod:`awooop.loops.projector`. Runs until SIGTERM or SIGINT, lets each loop finish its iteration
 (up to ``AWOOOP_SHUTDOWN_GRACE_S``) and exits 0. Serves ``/metrics`` on
 ``AWOOOP_METRICS_PORT`` when set. Several projector processes may run: the consumer group
 shares the messages between them, and per-stream locks keep the views exact.
@@ -15,14 +15,15 @@ import asyncio
 import signal
 from typing import Any
 
-from awooop.config import Settings
-from awooop.logs import get_logger
-from awooop.loop_store import DatabaseHeartbeats
-from awooop.loops import run_loops, set_heartbeat_sink
-from awooop.process import EVENT_LOOP
+from awooop.core.config import Settings
+from awooop.core.logs import get_logger
+from awooop.core.process import EVENT_LOOP
+from awooop.core.telemetry import start_observability
+from awooop.loops import projector as loops
+from awooop.loops.framework import run_loops, set_heartbeat_sink
+from awooop.loops.store import DatabaseHeartbeats
 from awooop.services import Services
-from awooop.telemetry import start_observability
-from projections import loops, registry
+from projections import registry
 
 log = get_logger(__name__)
 

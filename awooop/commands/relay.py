@@ -12,13 +12,13 @@ import asyncio
 import signal
 from typing import Any
 
-from awooop.config import Settings
-from awooop.logs import get_logger
-from awooop.loops import run_loop
-from awooop.process import EVENT_LOOP, settle_heap
-from awooop.relay_loops import relay_spec
+from awooop.core.config import Settings
+from awooop.core.logs import get_logger
+from awooop.core.process import EVENT_LOOP, settle_heap
+from awooop.core.telemetry import configure_tracing, serve_metrics, shutdown_tracing
+from awooop.loops.framework import run_loop
+from awooop.loops.relay import relay_spec
 from awooop.services import redis_client
-from awooop.telemetry import configure_tracing, serve_metrics, shutdown_tracing
 from streams.keys import Keys
 from streams.relay import Relay
 

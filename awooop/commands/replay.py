@@ -14,8 +14,8 @@ import argparse
 import sys
 from typing import Any
 
-from awooop.config import Settings
-from awooop.errors import InvalidInputError
+from awooop.core.config import Settings
+from awooop.core.errors import InvalidInputError
 from projections import registry
 from projections.replay import default_workers, replay
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import msgspec
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.errors import InvalidInputError, RevisionContractMismatchError
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import InvalidInputError, RevisionContractMismatchError
 from awooop.revisions.store import ANY, Activation, Expected, Revisions
 
 ACTOR = "cli"

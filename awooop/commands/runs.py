@@ -31,11 +31,12 @@ from typing import Any
 import msgspec
 
 from awooop.commands.output import add_wide, table, to_json, when
-from awooop.config import Settings
-from awooop.db import Connection, Database
-from awooop.errors import InvalidInputError, RunNotFoundError
+from awooop.core.config import Settings
+from awooop.core.db import Connection, Database
+from awooop.core.errors import InvalidInputError, RunNotFoundError
 from awooop.runs import approvals, control, reads, store
 from awooop.runs.state import RunState
+from projections import timeline
 
 TOKEN_ENV = "AWOOOP_APPROVAL_TOKEN"  # noqa: S105 - the name of a variable, not a secret
 
@@ -135,7 +136,7 @@ def detail_text(detail: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def render_timeline(lines: list[reads.TimelineLine], *, wide: bool = False) -> str:
+def render_timeline(lines: list[timeline.TimelineLine], *, wide: bool = False) -> str:
     header = ("VERSION", "AT", "EVENT", "ATTEMPT", "WORKER", "TRACE_ID", "ACTOR", "DETAIL")
     rows = [
         (
@@ -214,13 +215,13 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             if project is None:
                 raise RunNotFoundError(run_id=run_id)
 
-        async def act(conn: Connection) -> tuple[RunState, list[reads.TimelineLine]]:
+        async def act(conn: Connection) -> tuple[RunState, list[timeline.TimelineLine]]:
             match args.action:
                 case "show":
                     state = await store.load(conn, run_id)
                     if state is None:
                         raise RunNotFoundError(run_id=run_id)
-                    return state, await reads.timeline(conn, run_id)
+                    return state, await timeline.timeline_from_log(conn, run_id)
                 case "cancel":
                     state = await control.cancel(
                         conn, run_id, actor=actor, reason=args.reason, metadata=metadata

@@ -20,9 +20,9 @@ import socket
 import sys
 from typing import Any
 
-from awooop.config import Settings
-from awooop.logs import get_logger
-from awooop.process import EVENT_LOOP, settle_heap
+from awooop.core.config import Settings
+from awooop.core.logs import get_logger
+from awooop.core.process import EVENT_LOOP, settle_heap
 
 log = get_logger(__name__)
 SERVICE_NAME = "awooop-serve"
@@ -73,10 +73,10 @@ async def serve_one(
     # Imported here, not at the top: every `awooop` command imports this module to register.
     import uvicorn
 
+    from awooop.core.telemetry import configure_tracing, shutdown_tracing
     from awooop.http.app import create_app
     from awooop.http.server import server_config
     from awooop.services import Services
-    from awooop.telemetry import configure_tracing, shutdown_tracing
 
     configure_tracing(SERVICE_NAME)
     services = await Services.open_when_reachable(settings, db_pool_size=settings.http_db_pool_size)

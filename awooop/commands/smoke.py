@@ -10,10 +10,10 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from awooop import eventlog
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.events import RunClaimed, RunCompleted, RunCreated, StepCompleted, run_stream_id
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.events import RunClaimed, RunCompleted, RunCreated, StepCompleted, run_stream_id
+from awooop.log import eventlog
 from awooop.runs import store
 
 PROJECT = "smoke"

@@ -10,7 +10,7 @@
 - ``awooop tenants list [--json]``: every binding.
 
 Run as the tables' owner (the role that runs ``awooop migrate``): the command connects as the
-configured login without taking a runtime role. See :mod:`awooop.tenants`.
+configured login without taking a runtime role. See :mod:`awooop.ingest.tenants`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from awooop import tenants
 from awooop.commands.output import table, to_json
-from awooop.config import Settings
-from awooop.db import connect
-from awooop.errors import InvalidInputError
+from awooop.core.config import Settings
+from awooop.core.db import connect
+from awooop.core.errors import InvalidInputError
+from awooop.ingest import tenants
 
 
 def register(subparsers: Any) -> None:

@@ -19,15 +19,15 @@ from typing import Any
 
 from awooop.commands.serve import listen_socket
 from awooop.commands.worker import load_callable, pool_size
-from awooop.config import Settings
+from awooop.core.config import Settings
+from awooop.core.logs import get_logger
+from awooop.core.process import EVENT_LOOP
+from awooop.core.telemetry import start_observability
 from awooop.llm.gateway import ModelGateway
-from awooop.logs import get_logger
-from awooop.loop_registry import all_loops
-from awooop.loop_store import DatabaseHeartbeats, project_source
-from awooop.loops import run_loop, run_loops, set_heartbeat_sink
-from awooop.process import EVENT_LOOP
+from awooop.loops.framework import run_loop, run_loops, set_heartbeat_sink
+from awooop.loops.registry import all_loops
+from awooop.loops.store import DatabaseHeartbeats, project_source
 from awooop.services import Services
-from awooop.telemetry import start_observability
 from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
 

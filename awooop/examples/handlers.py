@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from awooop.logs import get_logger
+from awooop.core.logs import get_logger
 from awooop.runs.approvals import ApprovalTicket
 from awooop.worker.context import RunContext
 

@@ -23,9 +23,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
-from awooop.errors import AwoooPError
+from awooop.core.errors import AwoooPError
+from awooop.core.logs import get_logger
 from awooop.http.server import READ_TIMEOUT_MARK
-from awooop.logs import get_logger
 from awooop.services import Services
 
 log = get_logger(__name__)

@@ -32,8 +32,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.db import Connection
-from awooop.errors import InvalidInputError, RunNotFoundError
+from awooop.core.db import Connection
+from awooop.core.errors import InvalidInputError, RunNotFoundError
 from awooop.http.auth import Principal, require
 from awooop.http.ingest import read_body
 from awooop.ingest.credentials import check_project_id

@@ -25,8 +25,8 @@ from typing import Any
 import msgspec
 from starlette.requests import Request
 
-from awooop.db import Connection
-from awooop.errors import AuthenticationError, ProjectForbiddenError, ScopeForbiddenError
+from awooop.core.db import Connection
+from awooop.core.errors import AuthenticationError, ProjectForbiddenError, ScopeForbiddenError
 from awooop.http.ingest import lowercase_headers
 from awooop.ingest.auth import equal, hash_secret, parse_token, presented_token
 from awooop.ingest.common import Headers

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.errors import InvalidInputError, PayloadTooLargeError, RevisionNotFoundError
+from awooop.core.errors import InvalidInputError, PayloadTooLargeError, RevisionNotFoundError
 from awooop.http.auth import Principal, require
 from awooop.revisions.store import ANY, Activation, Expected, Revisions
 from awooop.services import Services

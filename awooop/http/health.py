@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.metrics import READINESS_DEGRADED
+from awooop.core.metrics import READINESS_DEGRADED
 from awooop.services import Services
 
 CHECK_TIMEOUT_S = 2.0

@@ -4,11 +4,11 @@ Order of checks, each refusal a JSON error with a code and nothing written:
 unknown channel 404 E-CHANNEL-001; bad project or contract id 400 E-INPUT-001; body over
 AWOOOP_HTTP_MAX_BODY_BYTES 413 E-INPUT-003 (counted while reading, Content-Length is only a
 shortcut); then, on a connection whose session carries the project
-(:class:`awooop.db.TenantSessions`): authentication 401 E-AUTH-001, parsing 400 E-INPUT-001 /
+(:class:`awooop.core.db.TenantSessions`): authentication 401 E-AUTH-001, parsing 400 E-INPUT-001 /
 422 E-INPUT-002 / 403 E-INGEST-004 (an event older than the channel's bound, LINE), and the
 ingest itself, one atomic statement (:mod:`awooop.ingest.store`)
 shared with the deliveries for the same project, channel and contract that arrive while the
-previous statement runs (group commit, :mod:`awooop.batching`; docs/ingest.md). When that
+previous statement runs (group commit, :mod:`awooop.core.batching`; docs/ingest.md). When that
 statement fails for anything but the database being away, each delivery of the batch is
 written alone: one delivery's data that Postgres refuses is 422 E-DATA-001 for that delivery
 only, and nothing of it is written.
@@ -31,25 +31,25 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from awooop import metrics
-from awooop.batching import Batcher, data_error
-from awooop.db import TenantSessions
-from awooop.errors import (
+from awooop.core import metrics
+from awooop.core.batching import Batcher, data_error
+from awooop.core.db import TenantSessions
+from awooop.core.errors import (
     AuthenticationError,
     AwoooPError,
     DuplicateEvent,
     PayloadTooLargeError,
     UnknownChannelError,
 )
+from awooop.core.logs import get_logger
+from awooop.core.storable import unstorable
+from awooop.core.telemetry import extract, tracer
 from awooop.ingest import ADAPTERS, store
 from awooop.ingest.auth import bearer_token_id
 from awooop.ingest.cache import ConfigCache
 from awooop.ingest.common import Adapter, AuthKind, Headers, ParsedEvent
 from awooop.ingest.credentials import check_contract_id, check_project_id
-from awooop.logs import get_logger
 from awooop.services import Services
-from awooop.storable import unstorable
-from awooop.telemetry import extract, tracer
 
 log = get_logger(__name__)
 _encode = msgspec.json.Encoder().encode

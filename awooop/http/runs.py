@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.errors import RunNotFoundError
+from awooop.core.errors import RunNotFoundError
 from awooop.http.auth import require
 from awooop.http.ingest import json_response
 from awooop.ingest.credentials import check_project_id

@@ -48,14 +48,14 @@ import msgspec
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from awooop.config import Settings
-from awooop.errors import (
+from awooop.core.config import Settings
+from awooop.core.errors import (
     AwoooPError,
     HeadTooLargeError,
     MalformedRequestError,
     RequestTimeoutError,
 )
-from awooop.logs import get_logger
+from awooop.core.logs import get_logger
 
 log = get_logger(__name__)
 _encode = msgspec.json.Encoder().encode

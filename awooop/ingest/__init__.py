@@ -4,7 +4,7 @@
   :mod:`api`), each pure: ``authenticate``, ``parse`` and ``provider_event_id``;
 - :mod:`awooop.ingest.store`: the one transaction per delivery (dedupe row, run, first event);
 - :mod:`awooop.ingest.credentials`: channel secrets, dedupe TTLs and bearer tokens in Postgres;
-- :mod:`awooop.ingest.expiry`: the platform loop deleting expired dedupe rows in batches.
+- :mod:`awooop.loops.dedupe_expiry`: the platform loop deleting expired dedupe rows in batches.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from awooop.errors import InvalidInputError, MissingEventIdError
+from awooop.core.errors import InvalidInputError, MissingEventIdError
 from awooop.ingest.auth import authenticate_bearer
 from awooop.ingest.common import (
     Adapter,

@@ -17,7 +17,7 @@ import hmac
 import re
 import secrets
 
-from awooop.errors import AuthenticationError
+from awooop.core.errors import AuthenticationError
 from awooop.ingest.common import Headers, StoredCredential
 
 TOKEN_PATTERN = re.compile(r"awp_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")

@@ -25,8 +25,8 @@ from typing import Any
 
 import msgspec
 
-from awooop import storable
-from awooop.errors import InvalidInputError, MissingEventIdError
+from awooop.core import storable
+from awooop.core.errors import InvalidInputError, MissingEventIdError
 
 Headers = Mapping[str, str]  # lowercase header name -> value
 
@@ -94,7 +94,7 @@ def decode_object(body: bytes, what: str = "body") -> dict[str, Any]:
 
 
 def check_storable(value: Any, raw: bytes | None = None, where: str = "the JSON body") -> None:
-    """Refuse what Postgres cannot store (:func:`awooop.storable.problem`: NUL, lone
+    """Refuse what Postgres cannot store (:func:`awooop.core.storable.problem`: NUL, lone
     surrogates) and nesting deeper than MAX_JSON_DEPTH, naming the place. ``raw`` (the
     value's JSON, which msgspec decodes only without lone surrogates) lets the common case skip
     the walk: without enough brackets there is no deep nesting, and without the escape

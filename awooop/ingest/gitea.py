@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 from urllib.parse import unquote_to_bytes
 
-from awooop.errors import AuthenticationError, InvalidInputError
+from awooop.core.errors import AuthenticationError, InvalidInputError
 from awooop.ingest.auth import (
     AUTH_FAILED,
     equal,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from awooop.errors import AuthenticationError, InvalidInputError, StaleDeliveryError
+from awooop.core.errors import AuthenticationError, InvalidInputError, StaleDeliveryError
 from awooop.ingest.auth import AUTH_FAILED, equal, line_signature, require_header, require_secret
 from awooop.ingest.common import (
     Adapter,

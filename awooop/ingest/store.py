@@ -2,7 +2,7 @@
 
 Everything here runs on the caller's connection, which carries the tenant: a tenant
 transaction (``Database.tenant``, or a producer's own transaction after ``set_tenant``), or
-a connection of :class:`awooop.db.TenantSessions` outside a transaction. Per
+a connection of :class:`awooop.core.db.TenantSessions` outside a transaction. Per
 delivery:
 
 1. :func:`load_config` (the HTTP path caches it briefly, see :mod:`awooop.ingest.cache`):
@@ -47,13 +47,13 @@ from typing import Any
 
 import msgspec
 
-from awooop.config import Settings
-from awooop.db import Connection
-from awooop.errors import DedupeRaceError
-from awooop.events import RunCreated, encode_event, run_stream_id
+from awooop.core.config import Settings
+from awooop.core.db import Connection
+from awooop.core.errors import DedupeRaceError
+from awooop.core.events import RunCreated, encode_event, run_stream_id
+from awooop.core.telemetry import inject
 from awooop.ingest.common import ChannelOptions, ParsedEvent, StoredCredential
 from awooop.runs.state import COLUMNS, apply
-from awooop.telemetry import inject
 
 DEFAULT_CONTRACT = "default"
 AGENT_FAMILY = "agent"

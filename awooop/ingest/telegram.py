@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from awooop.errors import AuthenticationError, InvalidInputError, MissingEventIdError
+from awooop.core.errors import AuthenticationError, InvalidInputError, MissingEventIdError
 from awooop.ingest.auth import AUTH_FAILED, equal, require_header, require_secret
 from awooop.ingest.common import (
     Adapter,

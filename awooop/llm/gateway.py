@@ -24,22 +24,23 @@ import contextlib
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
-from awooop import metrics
-from awooop.config import Settings
-from awooop.llm.client import ModelClient, ModelRequest, build_client
-from awooop.logs import get_logger
-from awooop.loops import LoopCategory, LoopContext, LoopSpec, run_loop
+from awooop.core import metrics
+from awooop.core.config import Settings
+from awooop.core.logs import get_logger
+from awooop.core.telemetry import extract, tracer
+from awooop.llm.client import ModelClient, ModelRequest
+from awooop.llm.models import build_client
+from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec, run_loop
 from awooop.revisions.body import TOPOLOGY_KEY
 from awooop.revisions.cache import RevisionCache
 from awooop.revisions.effective import EffectivePolicy, PolicyResolver
 from awooop.revisions.notices import NoticeReader
 from awooop.revisions.pointer import PointerChecker
-from awooop.services import Services
-from awooop.telemetry import extract, tracer
+from streams.clients import StreamClients
 from streams.envelope import Notice
 
 log = get_logger(__name__)
@@ -92,8 +93,13 @@ class _ClientSlot:
         self.retired = False
 
 
+class GatewayClients(StreamClients, Protocol):
+    @property
+    def settings(self) -> Settings: ...
+
+
 class ModelGateway:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: GatewayClients) -> None:
         self.services = services
         self.settings: Settings = services.settings
         self.cache = RevisionCache()

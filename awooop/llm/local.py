@@ -12,7 +12,7 @@ import hashlib
 import uuid
 from urllib.parse import parse_qs, urlsplit
 
-from awooop.errors import ConfigError
+from awooop.core.errors import ConfigError
 from awooop.llm.client import ModelRequest, ModelResponse
 
 

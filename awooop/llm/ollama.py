@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from awooop.errors import ModelResponseError, ModelUnavailableError
+from awooop.core.errors import ModelResponseError, ModelUnavailableError
 from awooop.llm.client import ModelRequest, ModelResponse
 
 

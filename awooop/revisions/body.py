@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from awooop.errors import InvalidContractBodyError, InvalidInputError
+from awooop.core.errors import InvalidContractBodyError, InvalidInputError
 
 PLATFORM_PROJECT = "__platform__"
 POLICY_FAMILY = "policy_routing"

@@ -22,8 +22,9 @@ from typing import Any
 
 import msgspec
 
-from awooop import metrics
-from awooop.errors import AwoooPError
+from awooop.core import metrics
+from awooop.core.errors import AwoooPError
+from awooop.core.telemetry import tracer
 from awooop.revisions.cache import (
     CacheEntry,
     Key,
@@ -33,7 +34,6 @@ from awooop.revisions.cache import (
     revalidation_interval,
 )
 from awooop.revisions.pointer import Pointer, PointerChecker
-from awooop.telemetry import tracer
 
 
 class EffectivePolicy(msgspec.Struct, frozen=True, kw_only=True):

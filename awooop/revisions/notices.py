@@ -15,9 +15,9 @@ that belongs to an activation that committed before the cache was dropped, and e
 loaded after the drop reads the pointer after that commit.
 
 The reader is driven by :meth:`NoticeReader.poll` (one GET/XINFO pipeline, then one blocking
-XREAD); the gateway runs it as a loop of the loop framework (:mod:`awooop.loops`), so Redis
-errors are logged, counted and retried with back-off while the pointer check keeps workers
-correct without notices.
+XREAD); the gateway runs it as a loop of the loop framework
+(:mod:`awooop.loops.framework`), so Redis errors are logged, counted and retried with
+back-off while the pointer check keeps workers correct without notices.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 from redis.exceptions import ResponseError
 
-from awooop.logs import get_logger
+from awooop.core.logs import get_logger
 from streams.envelope import FIELD, Notice, decode_notice
 from streams.keys import Keys
 

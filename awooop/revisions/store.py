@@ -37,9 +37,8 @@ from typing import Any, Final
 
 import msgspec
 
-from awooop import eventlog
-from awooop.db import RETRYABLE_PG_ERRORS, Connection, Database
-from awooop.errors import (
+from awooop.core.db import RETRYABLE_PG_ERRORS, Connection, Database
+from awooop.core.errors import (
     NoActiveRevisionError,
     NothingToRollBackError,
     RevisionConflictError,
@@ -47,9 +46,10 @@ from awooop.errors import (
     RevisionNotFoundError,
     VersionConflictError,
 )
-from awooop.events import RevisionActivated, RevisionCreated, revision_stream_id
+from awooop.core.events import RevisionActivated, RevisionCreated, revision_stream_id
+from awooop.core.telemetry import inject, tracer
+from awooop.log import eventlog
 from awooop.revisions.body import body_hash, check_names, validate_body
-from awooop.telemetry import inject, tracer
 
 # --- SQL -----------------------------------------------------------------------------------
 

@@ -26,14 +26,14 @@ from typing import Any
 
 import msgspec
 
-from awooop.db import Connection
-from awooop.errors import (
+from awooop.core.db import Connection
+from awooop.core.errors import (
     ApprovalExpiredError,
     ApprovalTokenInvalidError,
     ApprovalTokenUsedError,
     InvalidInputError,
 )
-from awooop.events import ApprovalExpired, ApprovalGranted, ApprovalRejected, ApprovalRequested
+from awooop.core.events import ApprovalExpired, ApprovalGranted, ApprovalRejected, ApprovalRequested
 from awooop.runs import store
 from awooop.runs.leases import fenced_record
 from awooop.runs.state import COLUMNS, RunState

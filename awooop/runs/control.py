@@ -12,9 +12,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from awooop.db import Connection
-from awooop.errors import InvalidInputError
-from awooop.events import RunCancelled, RunRetried
+from awooop.core.db import Connection
+from awooop.core.errors import InvalidInputError
+from awooop.core.events import RunCancelled, RunRetried
 from awooop.runs import store
 from awooop.runs.state import RunState
 

@@ -45,10 +45,11 @@ from typing import Any
 
 import msgspec
 
-from awooop import eventlog, storable
-from awooop.db import Connection
-from awooop.errors import LeaseLostError, UnstorableValueError
-from awooop.events import Event, LeaseReleased, RunClaimed, RunFailed, RunRequeued
+from awooop.core import storable
+from awooop.core.db import Connection
+from awooop.core.errors import LeaseLostError, UnstorableValueError
+from awooop.core.events import Event, LeaseReleased, RunClaimed, RunFailed, RunRequeued
+from awooop.log import eventlog
 from awooop.runs import store
 from awooop.runs.state import (
     COLUMNS,
@@ -596,7 +597,7 @@ class Completion:
 
 def completion_problem(completion: Completion) -> UnstorableValueError | None:
     """Pure: the error for a completion whose result or metadata Postgres would refuse
-    (:mod:`awooop.storable`); None when it can be written."""
+    (:mod:`awooop.core.storable`); None when it can be written."""
     found = storable.encoded_problem(completion.result, "result") or (
         storable.encoded_problem(completion.metadata, "metadata")
     )
@@ -679,7 +680,7 @@ async def fenced_record_many(
 ) -> list[RunState | LeaseLostError | UnstorableValueError]:
     """:func:`fenced_record` for many runs (each at most once) in one transaction: a write
     whose attempt lost its lease gets its LeaseLostError (in place of a state), a write whose
-    event Postgres would refuse (:mod:`awooop.storable`) its UnstorableValueError (nothing of
+    event Postgres would refuse (:mod:`awooop.core.storable`) its UnstorableValueError (nothing of
     it is sent), and the others are written."""
     if not writes:
         return []

@@ -1,4 +1,4 @@
-"""Operator reads of runs: the listing behind ``awooop runs list`` and a run's timeline.
+"""Operator reads of runs: the listing behind ``awooop runs list``.
 
 The listing reads ``awooop_run_state`` (the inline projection, always current) on the
 platform role so that it can span projects; ``--project`` narrows it (the
@@ -8,11 +8,6 @@ moves with every event of the run, so ``--status FAILED --since 2h`` is "failed 
 hours"). There is no index on ``updated_at`` on purpose: it changes on every write of the
 hottest table and would cost every run update its HOT path; an unfiltered listing is a scan
 with a top-N sort, fine for an operator's command.
-
-The timeline of ``awooop runs show`` is folded from the run's own event stream with the
-timeline projection's pure function (:func:`projections.timeline.entries`), so it is exact
-even when the ``run_timeline`` projector is behind or not running; each line also carries the
-``actor`` recorded in the event's metadata by management changes.
 """
 
 from __future__ import annotations
@@ -20,17 +15,12 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import msgspec
 
-from awooop import eventlog
-from awooop.db import Connection
-from awooop.errors import InvalidInputError
-from awooop.events import run_stream_id
+from awooop.core.db import Connection
+from awooop.core.errors import InvalidInputError
 from awooop.runs.state import RunStatus
-from projections.base import LogEvent
-from projections.timeline import entries
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 10_000
@@ -96,38 +86,6 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: datetime
 
 
-class TimelineLine(msgspec.Struct, frozen=True, kw_only=True):
-    version: int
-    at: datetime
-    event_type: str
-    attempt: int
-    worker_id: str | None
-    trace_id: str | None
-    actor: str | None
-    detail: dict[str, Any]
-
-
-def timeline_lines(recorded: list[eventlog.RecordedEvent]) -> list[TimelineLine]:
-    """The timeline of one run's events (oldest first), with each event's metadata actor."""
-    rows, _ = entries(None, [LogEvent.from_recorded(r) for r in recorded])
-    lines = []
-    for row, event in zip(rows, recorded, strict=True):
-        actor = event.metadata.get("actor") if event.metadata else None
-        lines.append(
-            TimelineLine(
-                version=row.version,
-                at=row.at,
-                event_type=row.event_type,
-                attempt=row.attempt,
-                worker_id=row.worker_id,
-                trace_id=row.trace_id,
-                actor=actor if isinstance(actor, str) else None,
-                detail=row.detail,
-            )
-        )
-    return lines
-
-
 # --- I/O -------------------------------------------------------------------------------------
 
 
@@ -149,8 +107,3 @@ async def project_of(conn: Connection, run_id: uuid.UUID) -> str | None:
     """The project of ``run_id`` (on the platform role: any project), None when unknown."""
     project: str | None = await conn.fetchval(RUN_PROJECT, run_id)
     return project
-
-
-async def timeline(conn: Connection, run_id: uuid.UUID) -> list[TimelineLine]:
-    """The run's timeline from its event stream (a tenant transaction sees its own runs)."""
-    return timeline_lines(await eventlog.read_stream(conn, run_stream_id(run_id)))

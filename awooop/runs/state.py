@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
-from awooop.errors import IllegalTransitionError, LeaseLostError
-from awooop.events import (
+from awooop.core.errors import IllegalTransitionError, LeaseLostError
+from awooop.core.events import (
     ApprovalExpired,
     ApprovalGranted,
     ApprovalRejected,

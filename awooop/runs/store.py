@@ -16,10 +16,10 @@ from typing import Any
 
 import msgspec
 
-from awooop import eventlog
-from awooop.db import Connection
-from awooop.errors import RunNotFoundError
-from awooop.events import Event, RunCreated, run_stream_id
+from awooop.core.db import Connection
+from awooop.core.errors import RunNotFoundError
+from awooop.core.events import Event, RunCreated, run_stream_id
+from awooop.log import eventlog
 from awooop.runs.state import COLUMNS, RunState, apply
 
 # --- SQL (column lists come from RunState's fields, the single description of the row) ------

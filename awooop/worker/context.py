@@ -41,17 +41,17 @@ from typing import Any, Protocol, TypeVar, cast
 
 import msgspec
 
-from awooop.batching import data_error
-from awooop.db import Database, unavailable_on_connection_errors
-from awooop.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
-from awooop.events import Event, StepCompleted, ToolResultReceived, ToolWaitStarted
+from awooop.core.batching import data_error
+from awooop.core.db import Database, unavailable_on_connection_errors
+from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
+from awooop.core.events import Event, StepCompleted, ToolResultReceived, ToolWaitStarted
+from awooop.core.logs import get_logger
+from awooop.core.storable import encoded_problem, unstorable
+from awooop.core.telemetry import inject, tracer
 from awooop.llm.gateway import LLMResult
-from awooop.logs import get_logger
 from awooop.runs import approvals, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
 from awooop.runs.state import RunState
-from awooop.storable import encoded_problem, unstorable
-from awooop.telemetry import inject, tracer
 
 T = TypeVar("T")
 log = get_logger("awooop.worker")

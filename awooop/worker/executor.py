@@ -19,10 +19,10 @@ database being unavailable for the last write (a connection-level error) is ERRO
 acknowledged, the lease runs out, the reaper or a reclaimer takes the run again. Only ERROR
 leaves the stream message pending.
 
-Last writes go through group commits shared with other runs (:mod:`awooop.batching`): an error
+Last writes go through group commits shared with other runs (:mod:`awooop.core.batching`): an error
 caused by one run's data is that run's alone. A return value that Postgres cannot store (text
-with ``\\u0000``, found before the statement by :mod:`awooop.storable`, or refused by Postgres
-and isolated by the batcher: :func:`awooop.batching.data_error`) FAILS the run with
+with ``\\u0000``, found before the statement by :mod:`awooop.core.storable`, or refused by Postgres
+and isolated by the batcher: :func:`awooop.core.batching.data_error`) FAILS the run with
 E-DATA-001 and a reason naming the value's place; its neighbours complete. A ``RunFailed``
 whose own reason cannot be stored is written again with a reason that can. Any other error
 of a last write (a conflict that outlasted its retries) is ERROR as above.
@@ -49,12 +49,12 @@ import msgspec
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from awooop import metrics
-from awooop.batching import Batcher, data_error
-from awooop.config import Settings
-from awooop.context import bound
-from awooop.db import Database, unavailable_on_connection_errors
-from awooop.errors import (
+from awooop.core import metrics
+from awooop.core.batching import Batcher, data_error
+from awooop.core.config import Settings
+from awooop.core.context import bound
+from awooop.core.db import Database, unavailable_on_connection_errors
+from awooop.core.errors import (
     AwoooPError,
     DatabaseUnavailableError,
     HandlerError,
@@ -62,12 +62,12 @@ from awooop.errors import (
     RedisUnavailableError,
     UnstorableValueError,
 )
-from awooop.events import Event, LeaseReleased, RunFailed
-from awooop.logs import get_logger
+from awooop.core.events import Event, LeaseReleased, RunFailed
+from awooop.core.logs import get_logger
+from awooop.core.storable import sanitized, unstorable
+from awooop.core.telemetry import exporting, tracer
 from awooop.runs import leases
 from awooop.runs.state import RunState
-from awooop.storable import sanitized, unstorable
-from awooop.telemetry import exporting, tracer
 from awooop.worker import tracelinks
 from awooop.worker.context import (
     Attempt,
@@ -177,7 +177,7 @@ class Executor:
 
     # Both flushes answer per write: a lost lease, or a value Postgres would refuse, is that
     # write's error. When the statement itself fails, the batcher flushes each write alone,
-    # so an error only Postgres detects is still that write's own (awooop.batching).
+    # so an error only Postgres detects is still that write's own (awooop.core.batching).
     async def _flush_writes(
         self, project_id: str, writes: list[leases.FencedWrite]
     ) -> list[RunState | BaseException]:

@@ -32,9 +32,9 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from awooop import metrics
-from awooop.db import PLATFORM_ROLE, Connection, Database, connect
-from awooop.logs import get_logger
+from awooop.core import metrics
+from awooop.core.db import PLATFORM_ROLE, Connection, Database, connect
+from awooop.core.logs import get_logger
 from awooop.runs import leases
 from awooop.runs.control import CANCEL_CHANNEL
 from awooop.worker.context import StopReason, StreamEntry

@@ -35,16 +35,16 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from awooop import metrics
-from awooop.batching import Batcher
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.events import LeaseReleased, RunFailed, RunRequeued
-from awooop.logs import get_logger
+from awooop.core import metrics
+from awooop.core.batching import Batcher
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.events import LeaseReleased, RunFailed, RunRequeued
+from awooop.core.logs import get_logger
+from awooop.core.telemetry import tracer
 from awooop.runs import leases
 from awooop.runs.leases import Availability
 from awooop.runs.state import RunState
-from awooop.telemetry import tracer
 from awooop.worker.context import LLMClient, Notifier, StopReason, StreamEntry, trace_metadata
 from awooop.worker.executor import FLUSHES_PER_PROJECT, Executor, Handler, Outcome
 from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
@@ -84,7 +84,7 @@ class Worker:
     ) -> None:
         self.db = db
         # Every claim, completion, fenced write and renewal on the run pool ends within this
-        # bound (awooop.db.bounded), shorter than the local lease (settings check).
+        # bound (awooop.core.db.bounded), shorter than the local lease (settings check).
         db.run_timeout_s = settings.lease_io_timeout_s
         self.settings = settings
         self.worker_id = worker_id or new_worker_id()

@@ -23,12 +23,12 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from awooop import metrics
-from awooop.config import Settings
-from awooop.errors import DeliveryLimitError
-from awooop.events import run_id_of_stream
-from awooop.logs import get_logger
-from awooop.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.core import metrics
+from awooop.core.config import Settings
+from awooop.core.errors import DeliveryLimitError
+from awooop.core.events import run_id_of_stream
+from awooop.core.logs import get_logger
+from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.runs import leases
 from awooop.worker.context import StreamEntry, trace_metadata
 from awooop.worker.reclaim import (

@@ -25,8 +25,8 @@ from typing import Any
 
 from opentelemetry import trace
 
-from awooop.events import run_stream_id
-from awooop.telemetry import span_link
+from awooop.core.events import run_stream_id
+from awooop.core.telemetry import span_link
 
 # --- SQL -----------------------------------------------------------------------------------
 HISTORY = """

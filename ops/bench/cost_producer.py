@@ -36,9 +36,9 @@ from typing import Any
 import asyncpg
 from redis.asyncio import Redis
 
-from awooop.config import load_settings
-from awooop.db import Database, init_connection
-from awooop.events import run_id_of_stream
+from awooop.core.config import load_settings
+from awooop.core.db import Database, init_connection
+from awooop.core.events import run_id_of_stream
 from awooop.producer import ChannelEvent, set_tenant, submit
 from streams.envelope import FIELD, decode_envelope
 from streams.keys import Keys

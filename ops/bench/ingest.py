@@ -49,9 +49,10 @@ import asyncpg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from awooop.db import Database  # noqa: E402 - after the sys.path line, for a plain script
-from awooop.ingest import credentials, expiry  # noqa: E402
-from awooop.migrate import migrate  # noqa: E402
+from awooop.core.db import Database  # noqa: E402 - after the sys.path line, for a plain script
+from awooop.core.migrate import migrate  # noqa: E402
+from awooop.ingest import credentials  # noqa: E402
+from awooop.loops import dedupe_expiry as expiry  # noqa: E402
 from awooop.producer import ChannelEvent, submit_many  # noqa: E402
 
 PROJECT = "bench"

@@ -20,13 +20,13 @@ import uuid
 
 import asyncpg
 
-from awooop.config import load_settings
-from awooop.logs import configure_logging
-from awooop.loop_store import DatabaseHeartbeats
-from awooop.loops import Heartbeat, LoopContext
-from awooop.migrate import migrate
+from awooop.core.config import load_settings
+from awooop.core.logs import configure_logging
+from awooop.core.migrate import migrate
+from awooop.loops.framework import Heartbeat, LoopContext
+from awooop.loops.stats import StatsLoops
+from awooop.loops.store import DatabaseHeartbeats
 from awooop.services import Services
-from awooop.stats_loops import StatsLoops
 
 SERVER = os.environ.get("AWOOOP_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

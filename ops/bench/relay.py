@@ -45,11 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import msgspec
 import redis.asyncio as aioredis
 
-from awooop.config import Settings, load_settings
-from awooop.db import Database, connect
-from awooop.events import RunCreated
-from awooop.logs import configure_logging
-from awooop.migrate import migrate
+from awooop.core.config import Settings, load_settings
+from awooop.core.db import Database, connect
+from awooop.core.events import RunCreated
+from awooop.core.logs import configure_logging
+from awooop.core.migrate import migrate
 from awooop.runs import store
 from streams.envelope import FIELD, decode_envelope
 from streams.keys import Keys
@@ -369,7 +369,7 @@ def main() -> int:
         finally:
             asyncio.run(cleanup_shared(settings, base.database_url))
     else:
-        from awooop.embedded import PostgresServer
+        from awooop.core.embedded import PostgresServer
         from tests.support.databases import with_database
         from tests.support.services import private_redis
 

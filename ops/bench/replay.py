@@ -35,10 +35,10 @@ from typing import Any
 
 import asyncpg
 
-from awooop import events as ev
-from awooop.db import connect
-from awooop.logs import configure_logging
-from awooop.migrate import migrate
+from awooop.core import events as ev
+from awooop.core.db import connect
+from awooop.core.logs import configure_logging
+from awooop.core.migrate import migrate
 from projections.bulk import use_binary_json
 from projections.registry import get
 from projections.replay import Replay

@@ -36,14 +36,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from awooop.config import load_settings
-from awooop.db import APP_ROLE, connect
+from awooop.core.config import load_settings
+from awooop.core.db import APP_ROLE, connect
+from awooop.core.logs import configure_logging
+from awooop.core.migrate import migrate
 from awooop.llm.client import ModelRequest
 from awooop.llm.gateway import ModelGateway
 from awooop.llm.local import LocalModel
-from awooop.logs import configure_logging
-from awooop.loops import run_loop
-from awooop.migrate import migrate
+from awooop.loops.framework import run_loop
 from awooop.revisions.store import Revisions
 from awooop.services import Services, redis_client
 from streams.envelope import FIELD, Notice, encode
@@ -82,7 +82,7 @@ def relay_available() -> bool:
 
 async def start_relay(services: Services) -> tuple[Any, asyncio.Event, asyncio.Task[None]]:
     """The real outbox relay as its loop (NOTIFY wake-up at commit), in this process."""
-    from awooop.relay_loops import relay_spec
+    from awooop.loops.relay import relay_spec
     from streams.relay import Relay
 
     relay = Relay(settings=services.settings, redis=services.redis, keys=services.keys)

@@ -3,7 +3,7 @@
     python ops/grafana/build_dashboards.py          # rewrite the JSON files
     python ops/grafana/build_dashboards.py --check  # exit 1 if a JSON file is out of date
 
-Four dashboards: runs, lag, loops, revisions. Every query uses metrics of awooop/metrics.py
+Four dashboards: runs, lag, loops, revisions. Every query uses metrics of awooop/core/metrics.py
 (tests/unit/test_telemetry_ops.py checks that, and that the files are up to date).
 """
 

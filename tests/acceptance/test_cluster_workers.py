@@ -21,9 +21,9 @@ from typing import Any
 
 import msgspec
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.doctor import Check, run_checks
+from awooop.commands.doctor_checks import Check, run_checks
+from awooop.core.config import Settings
+from awooop.core.db import Database
 from awooop.producer import ChannelEvent, submit_many
 from awooop.services import Services, redis_client
 from streams.keys import WORKER_GROUP, Keys

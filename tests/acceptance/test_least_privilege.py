@@ -23,11 +23,11 @@ import msgspec
 import pytest
 
 from awooop import producer
-from awooop.config import Settings
-from awooop.db import Database, init_connection
-from awooop.embedded import free_port
-from awooop.errors import MigrationPrivilegeError
-from awooop.migrate import MIGRATIONS_DIR, migrate
+from awooop.core.config import Settings
+from awooop.core.db import Database, init_connection
+from awooop.core.embedded import free_port
+from awooop.core.errors import MigrationPrivilegeError
+from awooop.core.migrate import MIGRATIONS_DIR, migrate
 from tests.support.handlers import read_effects
 from tests.support.workers import WorkerProcess, cli
 

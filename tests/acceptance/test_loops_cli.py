@@ -16,8 +16,8 @@ import time
 import urllib.request
 from typing import Any
 
-from awooop.config import Settings
-from awooop.embedded import free_port
+from awooop.core.config import Settings
+from awooop.core.embedded import free_port
 
 LOOPS = ("stats_runs", "stats_outbox", "stats_streams", "relay", "dedupe_expiry")
 

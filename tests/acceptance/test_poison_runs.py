@@ -16,9 +16,9 @@ import httpx
 import msgspec
 import pytest
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.embedded import free_port
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.embedded import free_port
 from tests.support.handlers import read_effects
 from tests.support.runs import create_runs, load
 from tests.support.workers import WorkerProcess, cli

@@ -18,8 +18,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from awooop.config import Settings
-from awooop.db import Database
+from awooop.core.config import Settings
+from awooop.core.db import Database
 from projections.registry import get
 from projections.replay import replay
 from streams.keys import projector_group

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.events import run_stream_id
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.events import run_stream_id
 from streams.envelope import FIELD, decode_envelope
 from streams.relay import Relay
 from tests.support.services import free_port

@@ -6,8 +6,8 @@ import asyncio
 import os
 import sys
 
-from awooop.config import Settings
-from awooop.db import Database
+from awooop.core.config import Settings
+from awooop.core.db import Database
 from tests.support.projection_workload import Workload
 
 

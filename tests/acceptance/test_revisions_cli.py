@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from awooop.db import Database
+from awooop.core.db import Database
 
 
 def awooop(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -18,10 +18,10 @@ import httpx
 import msgspec
 import pytest
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.embedded import free_port
-from awooop.migrate import migrate
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.embedded import free_port
+from awooop.core.migrate import migrate
 from tests.support.connections import fit_workers
 from tests.support.handlers import read_effects
 from tests.support.runs import (

@@ -1,4 +1,4 @@
-"""Connections with cached generic plans (awooop.db.CACHED_PLAN_SETTINGS): the generic plan of
+"""Connections with cached generic plans (awooop.core.db.CACHED_PLAN_SETTINGS): the generic plan of
 every statement they prepare, made on an EMPTY database (where a plan that scans a whole table
 looks cheapest), reads each table of the project through an index. Such a plan stays good as
 the tables grow; a sequential scan in it would get slower with every row."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from awooop import producer
-from awooop.config import Settings
-from awooop.db import Connection, Database
-from awooop.events import StepCompleted
+from awooop.core.config import Settings
+from awooop.core.db import Connection, Database
+from awooop.core.events import StepCompleted
 from awooop.runs import leases
 from streams.relay import Relay
 from tests.support.runs import create_runs

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.errors import DatabaseUnavailableError
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import DatabaseUnavailableError
 from tests.support.faultproxy import fault_proxy
 
 
@@ -46,7 +46,7 @@ async def test_a_released_connection_keeps_no_tenant_and_no_transaction(settings
 
 async def test_role_pools_plan_every_statement_for_its_parameters(db: Database) -> None:
     # A cached generic plan made while a table was small keeps scanning it once it is large
-    # (awooop/db.py, PLAN_CACHE_MODE); both role pools plan each execution.
+    # (awooop/core/db.py, PLAN_CACHE_MODE); both role pools plan each execution.
     async with db.tenant("a") as conn:
         assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
     async with db.platform() as conn:

@@ -11,16 +11,16 @@ import msgspec
 import pytest
 from prometheus_client import REGISTRY
 
-from awooop import deadletters, eventlog
 from awooop.cli import build_parser
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.deadletters import Outcome
-from awooop.errors import DeliveryLimitError, InvalidInputError
-from awooop.events import run_stream_id
-from awooop.runs import control, leases
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import DeliveryLimitError, InvalidInputError
+from awooop.core.events import run_stream_id
+from awooop.log import eventlog
+from awooop.loops.runs import reap_once
+from awooop.runs import control, deadletters, leases
+from awooop.runs.deadletters import Outcome
 from awooop.services import Services, redis_client
-from awooop.worker_loops import reap_once
 from streams.deadletter import DeadLetter, dead_letter_raw
 from streams.envelope import FIELD, decode_envelope, encode
 from streams.keys import WORKER_GROUP, Keys

@@ -12,10 +12,10 @@ import uuid
 import msgspec
 import redis.asyncio as aioredis
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.doctor import FAIL, OK
-from awooop.embedded import free_port
+from awooop.commands.doctor_checks import FAIL, OK
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.embedded import free_port
 from awooop.runs import leases, store
 from streams.keys import WORKER_GROUP, Keys
 from tests.support import factories

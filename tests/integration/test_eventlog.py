@@ -12,10 +12,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from awooop import eventlog
-from awooop.db import Database, retry_transaction
-from awooop.errors import VersionConflictError
-from awooop.events import ApprovalGranted
+from awooop.core.db import Database, retry_transaction
+from awooop.core.errors import VersionConflictError
+from awooop.core.events import ApprovalGranted
+from awooop.log import eventlog
 from tests.support.factories import T0
 
 PROJECT = "p1"

@@ -13,11 +13,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from awooop import producer
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.ingest import expiry
-from awooop.loop_registry import all_loops
-from awooop.loops import LoopCategory, LoopContext
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.loops import dedupe_expiry as expiry
+from awooop.loops.framework import LoopCategory, LoopContext
+from awooop.loops.registry import all_loops
 from awooop.producer import ChannelEvent
 from awooop.services import Services
 

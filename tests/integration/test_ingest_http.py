@@ -13,11 +13,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
-from awooop import eventlog
-from awooop.config import Settings
-from awooop.events import RunCreated, decode_event, run_stream_id
+from awooop.core.config import Settings
+from awooop.core.events import RunCreated, decode_event, run_stream_id
+from awooop.core.telemetry import configure_tracing
 from awooop.ingest import credentials
-from awooop.telemetry import configure_tracing
+from awooop.log import eventlog
 from tests.support.ingest import Ingest, counts, ingest, ingest_app
 from tests.support.webhooks import (
     CHANNELS,

@@ -9,19 +9,20 @@ import asyncpg
 import msgspec
 import pytest
 
-from awooop import eventlog, producer
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.errors import (
+from awooop import producer
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import (
     InvalidInputError,
     MissingEventIdError,
     ProducerTransactionError,
     UnknownChannelError,
 )
-from awooop.events import run_stream_id
+from awooop.core.events import run_stream_id
+from awooop.core.telemetry import configure_tracing
 from awooop.ingest import credentials
+from awooop.log import eventlog
 from awooop.producer import ChannelEvent
-from awooop.telemetry import configure_tracing
 from tests.support.ingest import counts
 
 PROJECT = "shop"

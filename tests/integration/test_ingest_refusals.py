@@ -10,9 +10,9 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from awooop.config import load_settings
+from awooop.core.config import load_settings
+from awooop.core.migrate import migrate
 from awooop.ingest import credentials
-from awooop.migrate import migrate
 from tests.support.ingest import Ingest, counts, ingest, ingest_app
 from tests.support.properties import ON_DATABASE
 from tests.support.services import private_postgres

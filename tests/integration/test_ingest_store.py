@@ -7,12 +7,13 @@ import uuid
 
 import asyncpg
 
-from awooop import eventlog, producer
-from awooop.config import load_settings
-from awooop.db import Database, TenantSessions
-from awooop.events import RunCreated, decode_event, run_stream_id
+from awooop import producer
+from awooop.core.config import load_settings
+from awooop.core.db import Database, TenantSessions
+from awooop.core.events import RunCreated, decode_event, run_stream_id
 from awooop.ingest import store as ingest_store
 from awooop.ingest.common import ParsedEvent
+from awooop.log import eventlog
 from awooop.producer import ChannelEvent
 from awooop.runs import store
 from awooop.runs.state import fold

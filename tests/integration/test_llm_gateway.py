@@ -12,11 +12,11 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import Histogram
 
-from awooop import metrics
-from awooop.config import Settings
+from awooop.core import metrics
+from awooop.core.config import Settings
 from awooop.llm.gateway import READER_LOOP, ModelGateway
 from awooop.llm.local import LocalModel, local_completion
-from awooop.loops import Heartbeat, set_heartbeat_sink
+from awooop.loops.framework import Heartbeat, set_heartbeat_sink
 from awooop.revisions.store import Revisions
 from awooop.services import Services
 from streams.envelope import Notice

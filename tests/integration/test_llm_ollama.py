@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from awooop.config import Settings
-from awooop.errors import ModelResponseError, ModelUnavailableError
+from awooop.core.config import Settings
+from awooop.core.errors import ModelResponseError, ModelUnavailableError
 from awooop.llm.client import ModelRequest
 from awooop.llm.gateway import ModelGateway
 from awooop.llm.ollama import OllamaClient

@@ -10,13 +10,13 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
-from awooop import events as ev
-from awooop.config import Settings
-from awooop.loops import LoopContext
+from awooop.core import events as ev
+from awooop.core.config import Settings
+from awooop.loops.framework import LoopContext
+from awooop.loops.stats import LIVE_STATES, StatsLoops, runs_sample
 from awooop.runs import store
 from awooop.runs.state import TERMINAL, RunStatus
 from awooop.services import Services
-from awooop.stats_loops import LIVE_STATES, StatsLoops, runs_sample
 from streams.keys import WORKER_GROUP
 from tests.support import factories
 

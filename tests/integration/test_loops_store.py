@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from awooop.commands.loops import ago, listing, select
-from awooop.db import Database
-from awooop.errors import UnknownLoopError
-from awooop.loop_store import DatabaseHeartbeats, HeartbeatRow, project_source, read_heartbeats
-from awooop.loops import Heartbeat, LoopCategory, LoopContext, LoopSpec, run_loops
+from awooop.core.db import Database
+from awooop.core.errors import UnknownLoopError
+from awooop.loops.framework import Heartbeat, LoopCategory, LoopContext, LoopSpec, run_loops
+from awooop.loops.store import DatabaseHeartbeats, HeartbeatRow, project_source, read_heartbeats
 from tests.support import tenant_rows
 
 
@@ -74,7 +74,7 @@ async def test_per_tenant_loops_run_for_registered_projects_and_write_heartbeats
         await tenant_rows.seed_project(db, project)
     stop = asyncio.Event()
     sink = DatabaseHeartbeats(db, min_write_interval_s=0)
-    from awooop import loops
+    from awooop.loops import framework as loops
 
     previous = loops.set_heartbeat_sink(sink)
     try:

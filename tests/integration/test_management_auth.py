@@ -16,13 +16,13 @@ import asyncpg
 import httpx
 import pytest
 
-from awooop import eventlog
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.errors import DeliveryLimitError, InvalidInputError
-from awooop.events import run_stream_id
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import DeliveryLimitError, InvalidInputError
+from awooop.core.events import run_stream_id
 from awooop.ingest import credentials
-from awooop.loops import PLATFORM_PROJECT
+from awooop.log import eventlog
+from awooop.loops.framework import PLATFORM_PROJECT
 from awooop.runs import approvals, leases
 from tests.support.http import app_client
 from tests.support.runs import create_runs, load

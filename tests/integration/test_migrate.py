@@ -13,8 +13,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from awooop.errors import MigrationChecksumError
-from awooop.migrate import MIGRATIONS_DIR, discover, migrate
+from awooop.core.errors import MigrationChecksumError
+from awooop.core.migrate import MIGRATIONS_DIR, discover, migrate
 from tests.support import databases
 
 

@@ -11,9 +11,9 @@ import msgspec
 import pytest
 
 from awooop import producer
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.errors import (
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import (
     InvalidInputError,
     PayloadTooLargeError,
     ProducerTransactionError,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from awooop.db import Database
+from awooop.core.db import Database
 from projections.diff import diff_table
 from projections.registry import get, projector_names
 from projections.replay import replay

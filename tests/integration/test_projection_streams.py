@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from awooop import doctor
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.loop_store import DatabaseHeartbeats
-from awooop.loops import run_loop
+from awooop.commands import doctor_checks as doctor
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.loops.framework import run_loop
+from awooop.loops.projector import consumer_for, consumer_loop
+from awooop.loops.store import DatabaseHeartbeats
 from awooop.services import Services
-from projections.loops import consumer_for, consumer_loop
 from projections.registry import get, projector_names
 from projections.replay import replay
 from projections.runner import Projector

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 from prometheus_client import REGISTRY
 
-from awooop.config import Settings
+from awooop.core.config import Settings
 from awooop.http.health import readiness
 from tests.support.ingest import ingest_app
 from tests.support.services import private_redis

@@ -14,8 +14,8 @@ from prometheus_client import REGISTRY
 from redis.exceptions import RedisError
 from structlog.testing import capture_logs
 
-from awooop.config import Settings
-from awooop.db import Database
+from awooop.core.config import Settings
+from awooop.core.db import Database
 from streams.consumer import GroupConsumer
 from streams.envelope import FIELD, decode_notice
 from streams.keys import WORKER_GROUP, Keys, projector_group

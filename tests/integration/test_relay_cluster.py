@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from awooop.config import Settings
-from awooop.db import Database
+from awooop.core.config import Settings
+from awooop.core.db import Database
 from awooop.services import redis_client
 from streams.consumer import GroupConsumer
 from streams.keys import WORKER_GROUP, projector_group

@@ -1,5 +1,6 @@
 """Relay leadership by lease and term (R-19): a frozen leader is replaced within the lease, and
-its writes after it resumes are refused by Postgres (awooop/leadership.py, streams/relay.py)."""
+its writes after it resumes are refused by Postgres (awooop/core/leadership.py,
+streams/relay.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import msgspec
 import pytest
 from structlog.testing import capture_logs
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.errors import LeadershipLostError
-from awooop.leadership import Lease
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import LeadershipLostError
+from awooop.core.leadership import Lease
 from streams.consumer import GroupConsumer
 from streams.keys import projector_group
 from streams.relay import LEADERSHIP, Relay

@@ -10,9 +10,9 @@ from typing import Any
 
 import msgspec
 
-from awooop.config import Settings
-from awooop.db import Database, connect
-from awooop.events import DISPATCH_EVENT_TYPES
+from awooop.core.config import Settings
+from awooop.core.db import Database, connect
+from awooop.core.events import DISPATCH_EVENT_TYPES
 from streams.envelope import FIELD, decode_envelope
 from streams.relay import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTIFY_CHANNEL, Relay
 from tests.support.streams import claim, create_run, keys_for, running_relay, wait_for

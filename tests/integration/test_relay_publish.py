@@ -12,9 +12,9 @@ import msgspec
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.events import decode_event
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.events import decode_event
 from streams import relay as relay_module
 from streams.envelope import FIELD, decode_envelope, decode_notice
 from streams.keys import Keys

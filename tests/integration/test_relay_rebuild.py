@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 from prometheus_client import REGISTRY
 
-from awooop.config import Settings
-from awooop.db import Database
+from awooop.core.config import Settings
+from awooop.core.db import Database
 from streams.consumer import GroupConsumer
 from streams.keys import WORKER_GROUP, Keys, projector_group
 from streams.relay import Relay

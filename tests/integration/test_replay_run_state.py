@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from awooop.db import Database
+from awooop.core.db import Database
 from awooop.runs import store
 from awooop.runs.state import COLUMNS
 from projections.registry import get

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from awooop.db import Database, connect
-from awooop.errors import ReplayBusyError
+from awooop.core.db import Database, connect
+from awooop.core.errors import ReplayBusyError
 from projections.registry import get
 from projections.replay import Replay, replay
 from projections.schema import shadow_name

@@ -9,10 +9,10 @@ import httpx
 import msgspec
 import pytest
 
-from awooop.config import Settings
+from awooop.core.config import Settings
 from awooop.http.app import create_app
 from awooop.ingest import credentials
-from awooop.loops import PLATFORM_PROJECT
+from awooop.loops.framework import PLATFORM_PROJECT
 from awooop.services import Services
 
 BASE = "/v1/projects/p1/contracts"

@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from awooop.config import Settings
+from awooop.core.config import Settings
 from awooop.revisions.notices import NoticeReader
 from awooop.services import redis_client
 from streams.envelope import FIELD, Notice

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from awooop import metrics
-from awooop.config import Settings
-from awooop.db import SET_SESSION_TENANT, Database
-from awooop.errors import DatabaseUnavailableError
+from awooop.core import metrics
+from awooop.core.config import Settings
+from awooop.core.db import SET_SESSION_TENANT, Database
+from awooop.core.errors import DatabaseUnavailableError
 from awooop.revisions.cache import RevisionCache
 from awooop.revisions.effective import PolicyResolver
 from awooop.revisions.pointer import POINTER_CHECK_MANY, POINTER_CHECK_ONE, PointerChecker

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from awooop.config import Settings
+from awooop.core.config import Settings
 from awooop.llm.gateway import ModelGateway
-from awooop.loops import run_loop
-from awooop.relay_loops import relay_spec
+from awooop.loops.framework import run_loop
+from awooop.loops.relay import relay_spec
 from awooop.revisions.store import Revisions
 from awooop.services import Services
 from streams.envelope import Notice

@@ -23,11 +23,11 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from awooop.config import Settings
-from awooop.db import Database
+from awooop.core.config import Settings
+from awooop.core.db import Database
 from awooop.llm.gateway import ModelGateway
-from awooop.loops import run_loop
-from awooop.relay_loops import relay_spec
+from awooop.loops.framework import run_loop
+from awooop.loops.relay import relay_spec
 from awooop.revisions.store import Revisions
 from awooop.services import Services
 from streams.relay import Relay

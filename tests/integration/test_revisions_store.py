@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from awooop import eventlog
-from awooop.db import Connection, Database
-from awooop.errors import (
+from awooop.core.db import Connection, Database
+from awooop.core.errors import (
     InvalidContractBodyError,
     InvalidInputError,
     NoActiveRevisionError,
@@ -22,7 +21,8 @@ from awooop.errors import (
     RevisionContractMismatchError,
     RevisionNotFoundError,
 )
-from awooop.events import RevisionActivated, RevisionCreated, decode_event, revision_stream_id
+from awooop.core.events import RevisionActivated, RevisionCreated, decode_event, revision_stream_id
+from awooop.log import eventlog
 from awooop.revisions.body import body_hash
 from awooop.revisions.store import Revisions, Stage
 from tests.support.properties import ON_DATABASE

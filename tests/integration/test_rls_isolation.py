@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from awooop.db import SET_TENANT, Database
+from awooop.core.db import SET_TENANT, Database
 from tests.support import tenant_rows
 
 A, B = "tenant-a", "tenant-b"

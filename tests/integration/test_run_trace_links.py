@@ -13,8 +13,8 @@ import httpx
 import msgspec
 from opentelemetry.sdk.trace import ReadableSpan
 
-from awooop.config import Settings
-from awooop.errors import DatabaseUnavailableError
+from awooop.core.config import Settings
+from awooop.core.errors import DatabaseUnavailableError
 from awooop.http.app import create_app
 from awooop.ingest import credentials
 from awooop.services import Services

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from awooop import eventlog
-from awooop.db import Database
-from awooop.errors import IllegalTransitionError
-from awooop.events import RunCompleted, decode_event, run_stream_id
+from awooop.core.db import Database
+from awooop.core.errors import IllegalTransitionError
+from awooop.core.events import RunCompleted, decode_event, run_stream_id
+from awooop.log import eventlog
 from awooop.runs import store
 from awooop.runs.state import TERMINAL, TRANSITIONS, RunState, apply, fold
 from tests.support.factories import created, event_for

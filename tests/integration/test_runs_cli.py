@@ -9,12 +9,12 @@ import uuid
 import msgspec
 import pytest
 
-from awooop import eventlog
 from awooop.cli import build_parser
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.errors import DeliveryLimitError, InvalidInputError, RunNotFoundError
-from awooop.events import run_stream_id
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import DeliveryLimitError, InvalidInputError, RunNotFoundError
+from awooop.core.events import run_stream_id
+from awooop.log import eventlog
 from awooop.runs import leases
 from tests.support.runs import create_runs, load
 

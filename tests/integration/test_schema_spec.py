@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from awooop.db import Database
+from awooop.core.db import Database
 
 SPEC_COLUMNS = {
     "awooop_channel_event_dedupe": {

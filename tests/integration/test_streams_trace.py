@@ -8,11 +8,11 @@ from typing import Any
 import redis.asyncio as aioredis
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from awooop.config import Settings
-from awooop.context import project_id_var, run_id_var, trace_id_var
-from awooop.db import Database
-from awooop.logs import get_logger
-from awooop.telemetry import inject, tracer
+from awooop.core.config import Settings
+from awooop.core.context import project_id_var, run_id_var, trace_id_var
+from awooop.core.db import Database
+from awooop.core.logs import get_logger
+from awooop.core.telemetry import inject, tracer
 from streams.consumer import GroupConsumer, consume_span
 from streams.keys import projector_group
 from streams.reclaim import autoclaim

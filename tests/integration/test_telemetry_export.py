@@ -14,10 +14,10 @@ import urllib.request
 
 import pytest
 
-from awooop import metrics
-from awooop.context import bound
-from awooop.logs import configure_logging
-from awooop.telemetry import build_tracer_provider, serve_metrics
+from awooop.core import metrics
+from awooop.core.context import bound
+from awooop.core.logs import configure_logging
+from awooop.core.telemetry import build_tracer_provider, serve_metrics
 from tests.support.otlp import Collector, decode
 
 
@@ -69,7 +69,7 @@ def test_without_an_endpoint_nothing_is_exported(monkeypatch: pytest.MonkeyPatch
 
 
 def test_serve_metrics_serves_the_registry() -> None:
-    from awooop.embedded import free_port
+    from awooop.core.embedded import free_port
 
     metrics.DEAD_LETTERS.inc(0)
     server = serve_metrics(free_port(), addr="127.0.0.1")

@@ -2,7 +2,7 @@
 
 Each test logs in as a real login role created for it (``CREATE ROLE ... LOGIN``; roles are
 server-wide, so each name is unique and the role is dropped afterwards), bound to ``shop`` by
-:func:`awooop.tenants.grant` as the owner. Whatever that login sets, it cannot see or write
+:func:`awooop.ingest.tenants.grant` as the owner. Whatever that login sets, it cannot see or write
 ``victim``'s rows, cannot read or write any credential, cannot reach the platform, and cannot
 make a token the management API accepts; the producer library still works for ``shop`` inside
 the login's own transaction.
@@ -19,12 +19,12 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from awooop import producer, tenants
-from awooop.config import Settings
-from awooop.db import Database, init_connection
-from awooop.errors import InvalidInputError, TenantAdminError, TenantNotGrantedError
-from awooop.ingest import auth, credentials
-from awooop.loops import PLATFORM_PROJECT
+from awooop import producer
+from awooop.core.config import Settings
+from awooop.core.db import Database, init_connection
+from awooop.core.errors import InvalidInputError, TenantAdminError, TenantNotGrantedError
+from awooop.ingest import auth, credentials, tenants
+from awooop.loops.framework import PLATFORM_PROJECT
 from awooop.producer import ChannelEvent, DomainEvent
 from tests.support import tenant_rows
 from tests.support.http import app_client

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from opentelemetry import trace
 
-from awooop.config import Settings
+from awooop.core.config import Settings
 from awooop.examples.handlers import handle
 from awooop.http.app import create_app
 from awooop.ingest import credentials

@@ -10,18 +10,18 @@ import httpx
 import msgspec
 import pytest
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.errors import (
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import (
     ApprovalExpiredError,
     ApprovalTokenInvalidError,
     ApprovalTokenUsedError,
     IllegalTransitionError,
 )
 from awooop.ingest import credentials
+from awooop.loops.runs import expire_approvals_once, reap_once
 from awooop.runs import approvals, control, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
-from awooop.worker_loops import expire_approvals_once, reap_once
 from tests.support.http import app_client
 from tests.support.runs import create_runs, event_types, load
 

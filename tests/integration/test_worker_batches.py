@@ -9,10 +9,16 @@ import uuid
 
 import pytest
 
-from awooop import eventlog
-from awooop.db import Database
-from awooop.errors import LeaseLostError, StreamOrderConflictError, VersionConflictError
-from awooop.events import ApprovalGranted, RunCompleted, StepCompleted, decode_event, run_stream_id
+from awooop.core.db import Database
+from awooop.core.errors import LeaseLostError, StreamOrderConflictError, VersionConflictError
+from awooop.core.events import (
+    ApprovalGranted,
+    RunCompleted,
+    StepCompleted,
+    decode_event,
+    run_stream_id,
+)
+from awooop.log import eventlog
 from awooop.runs import leases, store
 from awooop.runs.leases import Availability
 from awooop.runs.state import RunState, fold

@@ -12,8 +12,8 @@ import msgspec
 import pytest
 from prometheus_client import REGISTRY
 
-from awooop.config import Settings
-from awooop.db import Connection, Database
+from awooop.core.config import Settings
+from awooop.core.db import Connection, Database
 from awooop.examples import handlers as example
 from awooop.llm.gateway import ModelGateway
 from awooop.revisions import store as revisions

@@ -15,9 +15,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from awooop import storable
-from awooop.config import Settings
-from awooop.db import Database
+from awooop.core import storable
+from awooop.core.config import Settings
+from awooop.core.db import Database
 from awooop.worker.context import RunContext
 from awooop.worker.executor import Outcome
 from awooop.worker.runtime import Worker

@@ -7,12 +7,12 @@ import uuid
 
 import pytest
 
-from awooop.db import Database
-from awooop.errors import LeaseLostError
-from awooop.events import RunCompleted, RunFailed, RunRequeued, StepCompleted
+from awooop.core.db import Database
+from awooop.core.errors import LeaseLostError
+from awooop.core.events import RunCompleted, RunFailed, RunRequeued, StepCompleted
+from awooop.loops.runs import reap_once
 from awooop.runs import approvals, leases
 from awooop.runs.state import MAX_ATTEMPTS_REASON, RunState
-from awooop.worker_loops import reap_once
 from tests.support.runs import count_events, create_runs, event_types, events_of, load
 
 P = "proj-a"

@@ -12,14 +12,14 @@ import msgspec
 import pytest
 from prometheus_client import REGISTRY
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.events import StepCompleted
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.events import StepCompleted
+from awooop.loops.runs import reap_once
 from awooop.runs import approvals, control, leases
 from awooop.runs.approvals import Decision
 from awooop.worker.executor import Handler, Outcome
 from awooop.worker.runtime import Worker
-from awooop.worker_loops import reap_once
 from tests.support import handlers
 from tests.support.runs import count_events, create_runs, event_types, events_of, load
 
@@ -239,7 +239,7 @@ async def test_cancel_works_from_every_non_terminal_state(db: Database) -> None:
     for run_id in (pending, running, approval):
         state = await db.in_tenant(P, lambda c, r=run_id: control.cancel(c, r, actor="ops"))
         assert state.status == "CANCELLED" and state.failure_reason == "Cancelled by ops"
-    from awooop.errors import IllegalTransitionError
+    from awooop.core.errors import IllegalTransitionError
 
     with pytest.raises(IllegalTransitionError):
         await db.in_tenant(P, lambda c: control.cancel(c, pending, actor="ops"))

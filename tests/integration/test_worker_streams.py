@@ -14,12 +14,12 @@ import msgspec
 import pytest
 from prometheus_client import REGISTRY
 
-from awooop import eventlog
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.events import run_stream_id
-from awooop.loops import run_loop
-from awooop.relay_loops import relay_spec
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.events import run_stream_id
+from awooop.log import eventlog
+from awooop.loops.framework import run_loop
+from awooop.loops.relay import relay_spec
 from awooop.runs import leases
 from awooop.services import redis_client
 from awooop.worker.runtime import Worker

@@ -9,11 +9,11 @@ import msgspec
 from opentelemetry import trace
 from prometheus_client import REGISTRY
 
-from awooop import eventlog
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.events import run_stream_id
-from awooop.telemetry import extract, inject, tracer
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.events import run_stream_id
+from awooop.core.telemetry import extract, inject, tracer
+from awooop.log import eventlog
 from awooop.worker.runtime import Worker
 from tests.support import handlers
 from tests.support.logcapture import capture_context_logs

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from awooop.commands.worker import pool_size, worker_connections
-from awooop.config import Settings
+from awooop.core.config import Settings
 
 FREE_CONNECTIONS = """
 SELECT current_setting('max_connections')::int

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from awooop.migrate import migrate, schema_fingerprint
+from awooop.core.migrate import migrate, schema_fingerprint
 
 TEMPLATE_LOCK = 0x74706C  # serialises template builds of concurrent test sessions
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from awooop.errors import DatabaseUnavailableError
+from awooop.core.errors import DatabaseUnavailableError
 from awooop.runs.approvals import ApprovalTicket
 from awooop.worker.context import RunContext
 

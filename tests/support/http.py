@@ -7,8 +7,8 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-from awooop.config import Settings
-from awooop.db import Database
+from awooop.core.config import Settings
+from awooop.core.db import Database
 from awooop.http.app import create_app
 from awooop.services import Services, redis_client
 from streams.keys import Keys

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from awooop.config import Settings
-from awooop.db import Database
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.telemetry import configure_tracing
 from awooop.http.app import create_app
 from awooop.ingest import credentials
 from awooop.services import Services
-from awooop.telemetry import configure_tracing
 from tests.support.webhooks import (
     BEARER_CHANNELS,
     OTHER_PROJECT,

@@ -1,8 +1,8 @@
 """Capture log lines as dicts, through the processors production uses.
 
 ``structlog.testing.capture_logs`` replaces the whole processor chain, so context processors
-(:func:`awooop.logs.add_context`) do not run inside it. :func:`capture_context_logs` keeps
-``awooop.logs.CONTEXT_PROCESSORS`` and swaps only the final renderer for a list, so a test
+(:func:`awooop.core.logs.add_context`) do not run inside it. :func:`capture_context_logs` keeps
+``awooop.core.logs.CONTEXT_PROCESSORS`` and swaps only the final renderer for a list, so a test
 that finds ``trace_id`` or ``project_id`` in a captured line proves production adds them.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from awooop.logs import CONTEXT_PROCESSORS
+from awooop.core.logs import CONTEXT_PROCESSORS
 
 
 @contextmanager

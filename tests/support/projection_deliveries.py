@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from awooop.db import Database
-from awooop.eventlog import RecordedEvent
+from awooop.core.db import Database
+from awooop.log.eventlog import RecordedEvent
 from streams.envelope import Envelope
 
 

@@ -14,9 +14,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from awooop import eventlog
-from awooop.db import Connection, Database
-from awooop.events import RevisionActivated, RevisionCreated, revision_stream_id
+from awooop.core.db import Connection, Database
+from awooop.core.events import RevisionActivated, RevisionCreated, revision_stream_id
+from awooop.log import eventlog
 from awooop.runs import store
 from awooop.runs.state import TRANSITIONS
 from tests.support.factories import created, event_for

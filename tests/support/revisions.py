@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any
 
-from awooop.db import Database
+from awooop.core.db import Database
 from streams.envelope import FIELD, Notice, encode
 from streams.keys import Keys
 

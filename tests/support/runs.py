@@ -6,9 +6,9 @@ import uuid
 from collections import Counter, defaultdict
 from typing import Any
 
-from awooop import eventlog
-from awooop.db import Database
-from awooop.events import RunCreated, decode_event, run_stream_id
+from awooop.core.db import Database
+from awooop.core.events import RunCreated, decode_event, run_stream_id
+from awooop.log import eventlog
 from awooop.runs import store
 from awooop.runs.state import RunState
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from awooop.embedded import (
+from awooop.core.embedded import (
     PostgresServer,
     RedisCluster,
     RedisServer,

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from awooop.config import Settings
-from awooop.db import Database
-from awooop.events import RunClaimed, StepCompleted
-from awooop.loops import run_loop
-from awooop.relay_loops import relay_spec
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.events import RunClaimed, StepCompleted
+from awooop.loops.framework import run_loop
+from awooop.loops.relay import relay_spec
 from awooop.runs import store
 from streams.consumer import Delivery, GroupConsumer
 from streams.keys import Keys

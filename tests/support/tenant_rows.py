@@ -12,7 +12,7 @@ import hashlib
 import uuid
 from typing import Any
 
-from awooop.db import Connection, Database
+from awooop.core.db import Connection, Database
 from awooop.ingest import auth, credentials
 from awooop.runs import approvals, leases, store
 from tests.support import factories
@@ -96,7 +96,7 @@ async def _approval(conn: Connection, project_id: str) -> None:
 
 async def _projections(conn: Connection, project_id: str) -> None:
     """Read-model rows (projections/), written by the projections' own apply."""
-    from awooop.events import RevisionCreated, revision_stream_id, run_stream_id
+    from awooop.core.events import RevisionCreated, revision_stream_id, run_stream_id
     from projections.base import LIVE, LogEvent
     from projections.registry import get
 

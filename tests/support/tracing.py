@@ -1,7 +1,7 @@
 """An in-memory span exporter on the process's tracer provider, for tests that assert on spans.
 
 The OpenTelemetry API allows one global tracer provider per process, so the exporter is
-installed once (through :func:`awooop.telemetry.configure_tracing`, the same call every process
+installed once (through :func:`awooop.core.telemetry.configure_tracing`, the same call every process
 makes) and each test clears it: use the ``spans`` fixture from ``tests/conftest.py``.
 """
 
@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from awooop.telemetry import configure_tracing
+from awooop.core.telemetry import configure_tracing
 
 _exporter: InMemorySpanExporter | None = None
 

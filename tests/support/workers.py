@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from awooop.config import Settings, env_name
+from awooop.core.config import Settings, env_name
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Group commit (awooop.batching): batches form by themselves, results go to their callers,
+"""Group commit (awooop.core.batching): batches form by themselves, results go to their callers,
 one item's failure stays its own (also when it breaks the whole flush: the items are then
 flushed alone), a cancelled caller's item is still flushed."""
 
@@ -9,8 +9,8 @@ import asyncio
 import asyncpg
 import pytest
 
-from awooop.batching import Batcher, data_error, shared_failure
-from awooop.errors import (
+from awooop.core.batching import Batcher, data_error, shared_failure
+from awooop.core.errors import (
     DatabaseUnavailableError,
     DedupeRaceError,
     IllegalTransitionError,

@@ -12,8 +12,8 @@ from awooop.cli import build_parser
 from awooop.commands.loops import listing, loop_state, render
 from awooop.commands.output import ELLIPSIS, TEXT_LIMIT, clip, table
 from awooop.commands.runs import detail_text, render_timeline
-from awooop.loop_store import HeartbeatRow
-from awooop.runs.reads import TimelineLine
+from awooop.loops.store import HeartbeatRow
+from projections.timeline import TimelineLine
 
 
 def commands(

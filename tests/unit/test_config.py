@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from awooop.commands.worker import pool_size, worker_connections
-from awooop.config import load_settings
-from awooop.errors import ConfigError
+from awooop.core.config import load_settings
+from awooop.core.errors import ConfigError
 
 
 def test_defaults_point_at_the_local_services() -> None:

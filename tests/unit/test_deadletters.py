@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from awooop.deadletters import Outcome, check_shard, parse_id, plan_for
-from awooop.errors import InvalidInputError
+from awooop.core.errors import InvalidInputError
+from awooop.runs.deadletters import Outcome, check_shard, parse_id, plan_for
 from awooop.runs.state import RunStatus
 
 

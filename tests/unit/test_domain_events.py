@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from awooop.errors import InvalidInputError
-from awooop.eventlog import RawEvent
-from awooop.events import EVENT_TYPES
+from awooop.core.errors import InvalidInputError
+from awooop.core.events import EVENT_TYPES
+from awooop.log.eventlog import RawEvent
 from awooop.producer import DomainEvent, check_domain_event, domain_stream_id
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from awooop.errors import InvalidInputError
+from awooop.core.errors import InvalidInputError
 from awooop.ingest.common import event_id
 
 FIELD = "Idempotency-Key header"

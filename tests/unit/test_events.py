@@ -1,10 +1,10 @@
-"""Stored events of every type still decode (the schema-evolution rules in awooop.events)."""
+"""Stored events of every type still decode (the schema-evolution rules in awooop.core.events)."""
 
 from __future__ import annotations
 
 import pytest
 
-from awooop import events as ev
+from awooop.core import events as ev
 
 # Written once as they were stored; never edit these strings, add new ones.
 STORED = {

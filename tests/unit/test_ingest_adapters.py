@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from awooop.errors import (
+from awooop.core.errors import (
     AuthenticationError,
     AwoooPError,
     InvalidInputError,

@@ -1,12 +1,12 @@
-"""The pure decisions of leadership by lease (awooop/leadership.py) and their settings."""
+"""The pure decisions of leadership by lease (awooop/core/leadership.py) and their settings."""
 
 from __future__ import annotations
 
 import pytest
 
-from awooop.config import load_settings
-from awooop.errors import ConfigError
-from awooop.leadership import MARGIN_FRACTION, check_timings, local_deadline, timeout_ms
+from awooop.core.config import load_settings
+from awooop.core.errors import ConfigError
+from awooop.core.leadership import MARGIN_FRACTION, check_timings, local_deadline, timeout_ms
 
 
 def test_the_local_deadline_ends_before_the_lease_counted_from_before_the_renewal() -> None:

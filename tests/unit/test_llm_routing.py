@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from awooop.errors import ConfigError
-from awooop.llm.client import build_client
+from awooop.core.errors import ConfigError
 from awooop.llm.gateway import build_request
 from awooop.llm.local import LocalModel, local_completion, parse_delay_ms
+from awooop.llm.models import build_client
 from awooop.llm.ollama import OllamaClient, chat_payload, generate_payload
 from awooop.revisions.effective import EffectivePolicy
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from awooop.config import load_settings
-from awooop.errors import ConfigError
+from awooop.core.config import load_settings
+from awooop.core.errors import ConfigError
 
 
 def test_defaults() -> None:

@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 from opentelemetry.context import Context
 
-from awooop.context import trace_id_var
-from awooop.loops import LoopCategory, LoopContext, LoopSpec, run_loop
-from awooop.telemetry import (
+from awooop.core.context import trace_id_var
+from awooop.core.telemetry import (
     DEFAULT_LOOP_RATIO,
     INSTANCE_ID,
     LOOP_RATIO_ENV,
@@ -25,6 +24,7 @@ from awooop.telemetry import (
     set_loop_sample_ratio,
     tracer,
 )
+from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec, run_loop
 
 
 @pytest.fixture

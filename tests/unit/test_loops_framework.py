@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from awooop import loops
-from awooop.context import project_id_var, trace_id_var
-from awooop.logs import get_logger
-from awooop.loops import (
+from awooop.core.context import project_id_var, trace_id_var
+from awooop.core.logs import get_logger
+from awooop.loops import framework as loops
+from awooop.loops.framework import (
     Heartbeat,
     LoopCategory,
     LoopContext,
@@ -370,7 +370,7 @@ async def test_a_failing_project_source_keeps_instances_running() -> None:
 
 
 async def test_one_trace_helper_finds_a_chain_and_refuses_a_broken_one(spans: Any) -> None:
-    from awooop.telemetry import tracer
+    from awooop.core.telemetry import tracer
     from tests.support.tracing import one_trace
 
     with tracer.start_as_current_span("ingest"), tracer.start_as_current_span("relay publish"):

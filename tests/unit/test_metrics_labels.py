@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY, Counter
 
-from awooop import metrics
+from awooop.core import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 

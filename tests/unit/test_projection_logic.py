@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from awooop.errors import ProjectionStreamError
-from awooop.events import RevisionActivated, RevisionCreated, run_stream_id
+from awooop.core.errors import ProjectionStreamError
+from awooop.core.events import RevisionActivated, RevisionCreated, run_stream_id
 from awooop.runs.state import apply, fold
 from projections import progress, revisions, timeline
 from projections.base import LogEvent, check_consecutive, plan, stream_range, trace_id_of

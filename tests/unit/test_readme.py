@@ -1,6 +1,6 @@
 """The README documents every name users and scripts depend on.
 
-Environment variables (Settings), metric names (awooop.metrics), CLI commands and
+Environment variables (Settings), metric names (awooop.core.metrics), CLI commands and
 subcommands (the argparse tree) and HTTP routes (the Starlette app) are read from the code,
 so a name added without its README line fails here.
 """
@@ -14,9 +14,9 @@ import msgspec
 import prometheus_client
 import pytest
 
-from awooop import metrics
 from awooop.cli import build_parser
-from awooop.config import Settings, env_name
+from awooop.core import metrics
+from awooop.core.config import Settings, env_name
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -62,7 +62,7 @@ def test_every_cli_command_is_documented() -> None:
 def test_every_http_route_is_documented(module_name: str) -> None:
     import importlib
 
-    from awooop.config import load_settings
+    from awooop.core.config import load_settings
     from awooop.services import Services
     from streams.keys import Keys
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from awooop.errors import InvalidContractBodyError, InvalidInputError
+from awooop.core.errors import InvalidContractBodyError, InvalidInputError
 from awooop.revisions.body import body_hash, canonical_json, check_names, validate_body
 
 json_values = st.recursive(

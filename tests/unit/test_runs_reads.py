@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from awooop.errors import InvalidInputError
+from awooop.core.errors import InvalidInputError
 from awooop.runs.reads import check_limit, check_status, parse_since
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from awooop.errors import IllegalTransitionError, LeaseLostError
-from awooop.events import RUN_EVENT_TYPES
+from awooop.core.errors import IllegalTransitionError, LeaseLostError
+from awooop.core.events import RUN_EVENT_TYPES
 from awooop.runs.state import RunStatus, apply
 from tests.support.factories import created, event_for, replace, state_in
 

@@ -1,4 +1,4 @@
-"""What Postgres cannot store, found before a statement (awooop.storable): NUL and lone
+"""What Postgres cannot store, found before a statement (awooop.core.storable): NUL and lone
 surrogates anywhere in a JSON value, named by their place; reasons never hold the bad
 character themselves."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from awooop.errors import UnstorableValueError
-from awooop.events import StepCompleted
-from awooop.storable import encoded_problem, problem, sanitized, unstorable
+from awooop.core.errors import UnstorableValueError
+from awooop.core.events import StepCompleted
+from awooop.core.storable import encoded_problem, problem, sanitized, unstorable
 from awooop.worker.executor import failure_of
 from tests.support.factories import T0
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from awooop.eventlog import RecordedEvent
-from awooop.events import DISPATCH_EVENT_TYPES, RunFailed, encode_event
+from awooop.core.events import DISPATCH_EVENT_TYPES, RunFailed, encode_event
+from awooop.log.eventlog import RecordedEvent
 from streams.envelope import decode_envelope
 from streams.keys import Keys
 from streams.publish import (

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from awooop import metrics
+from awooop.core import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "ops"
@@ -44,7 +44,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def catalog() -> dict[str, set[str]]:
-    """Every metric of awooop/metrics.py: name -> the sample names Prometheus sees."""
+    """Every metric of awooop/core/metrics.py: name -> the sample names Prometheus sees."""
     found: dict[str, set[str]] = {}
     for value in vars(metrics).values():
         if isinstance(value, MetricWrapperBase):

@@ -1,13 +1,13 @@
-"""Which login roles may be bound to projects, and which projects (awooop/tenants.py)."""
+"""Which login roles may be bound to projects, and which projects (awooop/ingest/tenants.py)."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
-from awooop.errors import InvalidInputError
-from awooop.loops import PLATFORM_PROJECT
-from awooop.tenants import RoleInfo, check_projects, refusal
+from awooop.core.errors import InvalidInputError
+from awooop.ingest.tenants import RoleInfo, check_projects, refusal
+from awooop.loops.framework import PLATFORM_PROJECT
 
 SERVICE = RoleInfo(
     rolname="shop_svc",

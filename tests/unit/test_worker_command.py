@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from awooop.commands.worker import load_callable
-from awooop.errors import HandlerNotFoundError
+from awooop.core.errors import HandlerNotFoundError
 from awooop.examples import handlers
 
 

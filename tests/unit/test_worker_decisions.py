@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from awooop.cli import build_parser
-from awooop.errors import (
+from awooop.core.errors import (
     ApprovalExpiredError,
     DatabaseUnavailableError,
     HandlerError,
@@ -17,7 +17,7 @@ from awooop.errors import (
     ModelUnavailableError,
     RedisUnavailableError,
 )
-from awooop.events import RunFailed, RunRequeued
+from awooop.core.events import RunFailed, RunRequeued
 from awooop.runs import approvals
 from awooop.runs.leases import (
     Availability,

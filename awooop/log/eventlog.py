@@ -15,14 +15,14 @@ from typing import Any
 
 import msgspec
 
-from awooop.db import Connection
-from awooop.errors import (
+from awooop.core.db import Connection
+from awooop.core.errors import (
     ProducerTransactionError,
     StreamOrderConflictError,
     TenantNotGrantedError,
     VersionConflictError,
 )
-from awooop.events import EventBase, decode_event, encode_event, event_type
+from awooop.core.events import EventBase, decode_event, encode_event, event_type
 
 # --- SQL -----------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import asyncio
 import os
 import socket
 
-from awooop.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.services import Services
 from projections import registry
 from projections.runner import Projector
@@ -96,5 +96,5 @@ def projector_loops(services: Services, names: list[str]) -> list[LoopSpec]:
 
 
 def loops(services: Services) -> list[LoopSpec]:
-    """Every projector loop (listed in awooop.loop_registry.LOOP_MODULES)."""
+    """Every projector loop (listed in awooop.loops.registry.LOOP_MODULES)."""
     return projector_loops(services, registry.projector_names())

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from awooop.config import Settings
-from awooop.loops import LoopCategory, LoopSpec
+from awooop.core.config import Settings
+from awooop.loops.framework import LoopCategory, LoopSpec
 from awooop.services import Services
 from streams.relay import Relay
 

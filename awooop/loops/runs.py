@@ -1,4 +1,4 @@
-"""The worker runtime's background loops (R-13, R-14), registered in ``awooop.loop_registry``.
+"""The worker runtime's background loops (R-13, R-14), registered in ``awooop.loops.registry``.
 
 - ``run-reaper`` (platform, every ``AWOOOP_REAPER_INTERVAL_S``): runs whose lease expired go
   back to PENDING (``RunRequeued``, dispatched again by the relay) while attempts remain, else
@@ -16,11 +16,11 @@ number of copies may run at once (in ``awooop loops run`` and in ``awooop worker
 
 from __future__ import annotations
 
-from awooop import metrics
-from awooop.db import Database
-from awooop.events import RunRequeued
-from awooop.logs import get_logger
-from awooop.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.core import metrics
+from awooop.core.db import Database
+from awooop.core.events import RunRequeued
+from awooop.core.logs import get_logger
+from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.runs import approvals, leases
 from awooop.services import Services
 

@@ -19,9 +19,9 @@ Correctness never depends on this loop: the ingest transaction already treats a 
 
 from __future__ import annotations
 
-from awooop import metrics
-from awooop.db import Database
-from awooop.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.core import metrics
+from awooop.core.db import Database
+from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.services import Services
 
 LOOP_NAME = "dedupe_expiry"

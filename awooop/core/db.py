@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 import asyncpg
 import msgspec
 
-from awooop.errors import DatabaseUnavailableError, StreamOrderConflictError
+from awooop.core.errors import DatabaseUnavailableError, StreamOrderConflictError
 
 T = TypeVar("T")
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ RETRYABLE_PG_ERRORS: tuple[type[BaseException], ...] = (
 # in time (TimeoutError, a cancelled statement), a lost or rejected connection (class 08), no
 # free connection slot (53300), the server starting up or shutting down (57P01-57P03), and
 # asyncpg's own "connection is closed". One family: every process waits these out with
-# backoff (awooop.loops, the worker's start) and none of them is a run's failure.
+# backoff (awooop.loops.framework, the worker's start) and none of them is a run's failure.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,

@@ -25,15 +25,16 @@ import enum
 import re
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import msgspec
 
-from awooop.db import Connection
-from awooop.errors import InvalidInputError, RunNotFoundError
-from awooop.events import run_id_of_stream
+from awooop.core.db import Connection, Database
+from awooop.core.errors import InvalidInputError, RunNotFoundError
+from awooop.core.events import run_id_of_stream
 from awooop.runs import control, store
 from awooop.runs.state import RunStatus
-from awooop.services import Services
+from streams.clients import StreamClients
 from streams.deadletter import DeadLetter, read_dead_letter, read_dead_letters, redrive_entry
 from streams.envelope import encode
 
@@ -91,8 +92,13 @@ def check_shard(shard: int, shard_count: int) -> int:
 Fault = Callable[[str], Awaitable[None]]
 
 
+class RedriveClients(StreamClients, Protocol):
+    @property
+    def db(self) -> Database: ...
+
+
 async def list_entries(
-    services: Services, shard: int | None = None, limit: int | None = None
+    services: StreamClients, shard: int | None = None, limit: int | None = None
 ) -> list[DeadLetter]:
     """Dead letters of one shard or all, oldest first per shard (all of them without limit)."""
     shards = services.keys.shards() if shard is None else [shard]
@@ -110,7 +116,7 @@ async def list_entries(
     return found if limit is None else found[:limit]
 
 
-async def find(services: Services, ids: list[str]) -> list[DeadLetter | str]:
+async def find(services: StreamClients, ids: list[str]) -> list[DeadLetter | str]:
     """Each id's entry, or the id itself when no shard holds it."""
     out: list[DeadLetter | str] = []
     for text in ids:
@@ -126,7 +132,7 @@ async def find(services: Services, ids: list[str]) -> list[DeadLetter | str]:
 
 
 async def redrive(
-    services: Services,
+    services: RedriveClients,
     entry: DeadLetter,
     *,
     actor: str,

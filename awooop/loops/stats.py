@@ -31,8 +31,8 @@ from typing import Any
 from prometheus_client import Gauge
 from redis.exceptions import ResponseError
 
-from awooop import metrics
-from awooop.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.core import metrics
+from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.runs.state import RunStatus
 from awooop.services import Services
 

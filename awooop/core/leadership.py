@@ -56,9 +56,9 @@ from typing import Any
 
 import asyncpg
 
-from awooop.db import CONNECTION_ERRORS, PLATFORM_ROLE, Connection, connect
-from awooop.errors import DatabaseUnavailableError, LeadershipLostError
-from awooop.logs import get_logger
+from awooop.core.db import CONNECTION_ERRORS, PLATFORM_ROLE, Connection, connect
+from awooop.core.errors import DatabaseUnavailableError, LeadershipLostError
+from awooop.core.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -1,6 +1,6 @@
 """Request and loop context carried in context variables: project, run and trace (R-41, R-52).
 
-Log lines (:mod:`awooop.logs`) and spans read these; tenant transactions take the project from
+Log lines (:mod:`awooop.core.logs`) and spans read these; tenant transactions take the project from
 the caller explicitly, never implicitly from here, so a missing context cannot widen access.
 """
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from awooop.errors import UnknownEventTypeError
+from awooop.core.errors import UnknownEventTypeError
 
 JSON = Any
 

@@ -14,7 +14,7 @@ Categories (R-40): ``platform`` runs as ``__platform__``; ``tenant`` for one fix
 ``legacy_awoooi_default``); ``per-tenant`` runs one instance per project. A per-tenant spec
 without a project is a template: :func:`run_loops` expands it with a :class:`PerTenantSupervisor`
 (itself a platform loop) that starts an instance for each project the ``projects`` source
-returns (``awooop_projects``, see :mod:`awooop.loop_store`) and stops instances of
+returns (``awooop_projects``, see :mod:`awooop.loops.store`) and stops instances of
 projects that disappear or are disabled.
 
 After every iteration a loop reports a :class:`Heartbeat` to the process's heartbeat sink
@@ -38,10 +38,10 @@ from typing import Protocol
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from awooop import metrics
-from awooop.context import bound, new_trace_id
-from awooop.logs import get_logger
-from awooop.telemetry import tracer
+from awooop.core import metrics
+from awooop.core.context import bound, new_trace_id
+from awooop.core.logs import get_logger
+from awooop.core.telemetry import tracer
 
 log = get_logger(__name__)
 

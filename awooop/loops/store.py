@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from awooop.db import Database
-from awooop.loops import HEARTBEAT_TIMEOUT_S, PLATFORM_PROJECT, Heartbeat, ProjectSource
+from awooop.core.db import Database
+from awooop.loops.framework import HEARTBEAT_TIMEOUT_S, PLATFORM_PROJECT, Heartbeat, ProjectSource
 
 MIN_WRITE_INTERVAL_S = 1.0
 
@@ -60,7 +60,7 @@ ORDER BY project_id
 
 
 class DatabaseHeartbeats:
-    """A :class:`awooop.loops.HeartbeatSink` writing ``awooop_loop_heartbeats``."""
+    """A :class:`awooop.loops.framework.HeartbeatSink` writing ``awooop_loop_heartbeats``."""
 
     def __init__(self, db: Database, min_write_interval_s: float = MIN_WRITE_INTERVAL_S) -> None:
         self.db = db

@@ -11,7 +11,7 @@ per item (a value, or an exception for that item alone).
 
 **Failure isolation.** An exception raised by the flush itself is either the batch's as a
 whole or possibly one item's (:func:`shared_failure`). The database being unavailable (a
-connection-level error, ``awooop.db.CONNECTION_ERRORS``, or DatabaseUnavailableError), Redis
+connection-level error, ``awooop.core.db.CONNECTION_ERRORS``, or DatabaseUnavailableError), Redis
 being unavailable, or the flush being cancelled fails every item of the batch with it. Any
 other (one item's text that jsonb refuses, a constraint, an illegal transition, a conflict
 that outlasted its retries) makes the batcher flush each item of that batch ALONE, in order:
@@ -39,20 +39,20 @@ from typing import Generic, TypeVar
 
 import asyncpg
 
-from awooop.db import CONNECTION_ERRORS
-from awooop.errors import (
+from awooop.core.db import CONNECTION_ERRORS
+from awooop.core.errors import (
     DatabaseUnavailableError,
     IllegalTransitionError,
     RedisUnavailableError,
     UnstorableValueError,
 )
-from awooop.logs import get_logger
+from awooop.core.logs import get_logger
 
 K = TypeVar("K", bound=Hashable)
 I = TypeVar("I")  # noqa: E741 - the item type, paired with K and R
 R = TypeVar("R")
 
-log = get_logger("awooop.batching")
+log = get_logger("awooop.core.batching")
 
 
 def shared_failure(exc: BaseException) -> bool:

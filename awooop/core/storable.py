@@ -6,7 +6,7 @@ for text) and lone UTF-16 surrogates (not UTF-8 at all: encoding the statement's
 fails). One such string in one item of a group commit makes the whole statement fail.
 :func:`problem` walks a JSON value and names the first such string by its path, so the caller
 can refuse that one item with a readable reason before anything is sent; the group commit's
-per-item fallback (:mod:`awooop.batching`) still isolates what only Postgres detects.
+per-item fallback (:mod:`awooop.core.batching`) still isolates what only Postgres detects.
 
 A reason never quotes the bad character itself (excerpts go through ``repr``, which escapes
 it): the reason is stored too, in a ``RunFailed`` or an error answer.
@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from awooop.errors import UnstorableValueError
+from awooop.core.errors import UnstorableValueError
 
 _encode = msgspec.json.Encoder().encode
 EXCERPT_CHARS = 40

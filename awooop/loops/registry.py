@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import importlib
 
-from awooop.loops import LoopSpec
+from awooop.loops.framework import LoopSpec
 from awooop.services import Services
 
 LOOP_MODULES: tuple[str, ...] = (
-    "awooop.stats_loops",
-    "awooop.relay_loops",
-    "awooop.ingest.expiry",
-    "awooop.worker_loops",
-    "projections.loops",
+    "awooop.loops.stats",
+    "awooop.loops.relay",
+    "awooop.loops.dedupe_expiry",
+    "awooop.loops.runs",
+    "awooop.loops.projector",
 )
 
 

@@ -1,6 +1,6 @@
 """Every Prometheus metric of the runtime, defined once (R-51, R-42).
 
-Processes serve the default registry on ``/metrics`` (see :mod:`awooop.telemetry`). Names are
+Processes serve the default registry on ``/metrics`` (see :mod:`awooop.core.telemetry`). Names are
 part of the operator contract (alerts and dashboards in ``ops/`` use them): keep them.
 """
 

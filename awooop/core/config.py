@@ -14,7 +14,7 @@ one reclaim interval = 40 s.
 The relay's leader lease (8 s, renewed every 2 s) is short because nothing is published while a
 frozen leader still holds it: a standby leads at most lease + relay poll interval = 9 s after
 the leader froze. Renewal is one UPDATE every 2 s per leader; the renewal interval must leave
-room for one failed renewal (see :func:`awooop.leadership.check_timings`).
+room for one failed renewal (see :func:`awooop.core.leadership.check_timings`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from awooop.errors import ConfigError
-from awooop.leadership import check_timings
+from awooop.core.errors import ConfigError
+from awooop.core.leadership import check_timings
 
 ENV_PREFIX = "AWOOOP_"
 SPECIAL_ENV_NAMES = {"loop_project_id": "LOOP_PROJECT_ID"}

@@ -1,7 +1,7 @@
 """structlog JSON logging shared by every process (R-52).
 
 Every line carries ``project_id``, ``run_id`` and ``trace_id`` from context: the trace id of
-the active OpenTelemetry span when there is one, else the one bound in :mod:`awooop.context`.
+the active OpenTelemetry span when there is one, else the one bound in :mod:`awooop.core.context`.
 Lines from the standard ``logging`` module (asyncpg, uvicorn, redis, ...) go through the same
 processors, so they are JSON with the same context fields too.
 
@@ -21,7 +21,7 @@ import structlog
 from opentelemetry import trace
 from structlog.typing import Processor
 
-from awooop.context import project_id_var, run_id_var, trace_id_var
+from awooop.core.context import project_id_var, run_id_var, trace_id_var
 
 
 def add_context(

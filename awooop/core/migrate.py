@@ -21,13 +21,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from awooop.db import CONNECTION_ERRORS, Connection, connect
-from awooop.errors import ConfigError, MigrationChecksumError, MigrationPrivilegeError
-from awooop.logs import get_logger
+from awooop.core.db import CONNECTION_ERRORS, Connection, connect
+from awooop.core.errors import ConfigError, MigrationChecksumError, MigrationPrivilegeError
+from awooop.core.logs import get_logger
 
 log = get_logger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 FILE_PATTERN = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 LOCK_KEY = 0x61776F6F6F70  # "awooop": one key for every migrator of this database

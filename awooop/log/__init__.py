@@ -1,0 +1,1 @@
+"""The only room that writes the event log and the run-state rows (see WRITERS.md)."""

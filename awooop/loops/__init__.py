@@ -1,0 +1,1 @@
+"""The background-loop framework and the registration of every loop."""
