@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import msgspec
 import pytest
 import redis.asyncio as aioredis
 from hypothesis import settings as hypothesis_settings
@@ -14,7 +15,9 @@ from hypothesis import settings as hypothesis_settings
 from awooop.core.config import Settings, load_settings
 from awooop.core.db import Database
 from awooop.core.logs import configure_logging
-from tests.support import databases, properties, services
+from awooop.services import Services
+from tests.support import databases, properties, timings
+from tests.support import services as servers
 
 configure_logging("warning")
 hypothesis_settings.load_profile(properties.PROFILE)
@@ -24,7 +27,7 @@ hypothesis_settings.load_profile(properties.PROFILE)
 def pg_server_url() -> Iterator[str]:
     stack: list[Any] = []
     try:
-        url = services.resolve_postgres(stack)
+        url = servers.resolve_postgres(stack)
     except RuntimeError as exc:
         pytest.exit(str(exc), returncode=3)
     yield url
@@ -36,7 +39,7 @@ def pg_server_url() -> Iterator[str]:
 def redis_server_url() -> Iterator[str]:
     stack: list[Any] = []
     try:
-        url = services.resolve_redis(stack)
+        url = servers.resolve_redis(stack)
     except RuntimeError as exc:
         pytest.exit(str(exc), returncode=3)
     yield url
@@ -85,6 +88,31 @@ def settings(database_url: str, redis_server_url: str, redis_prefix: str) -> Set
         redis_url=redis_server_url,
         redis_key_prefix=redis_prefix,
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "fast(variant): the timings of the `fast` fixture (tests/support/timings.py)"
+    )
+
+
+@pytest.fixture
+def fast(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """``settings`` with short leases, heartbeats and loop intervals; the variant is named by
+    the closest ``pytest.mark.fast("...")`` (tests/support/timings.py), ``worker`` without one."""
+    marker = request.node.get_closest_marker("fast")
+    return timings.fast(settings, *(marker.args if marker else ()))
+
+
+@pytest.fixture
+async def services(settings: Settings) -> AsyncIterator[Services]:
+    """The process's services (database pool of 4, Redis client, keys) on the test's database and
+    Redis prefix. One pointer-check connection: no test's model gateways need more."""
+    opened = await Services.open(
+        msgspec.structs.replace(settings, pointer_check_connections=1), db_pool_size=4
+    )
+    yield opened
+    await opened.close()
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ import redis.asyncio as aioredis
 from awooop.core.embedded import free_port
 from awooop.demo.processes import Processes
 from tests.support.services import private_postgres, private_redis
+from tests.support.waiting import eventually
 
 PROJECT = "soak"
 HANDLER = "awooop.examples.handlers:handle"
@@ -163,15 +164,17 @@ async def soak(events: int, tmp_path: Path) -> dict[str, Any]:
 
 
 async def wait_ready(http: httpx.AsyncClient) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if (await http.get("/readyz")).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        await asyncio.sleep(0.2)
-    raise AssertionError("server not ready")
+    async def readyz() -> int:
+        return (await http.get("/readyz")).status_code
+
+    await eventually(
+        readyz,
+        equals=200,
+        ignoring=(httpx.HTTPError,),
+        timeout_s=60,
+        interval_s=0.2,
+        what="the server answers /readyz",
+    )
 
 
 async def connect_retrying(url: str) -> Any:

@@ -13,7 +13,6 @@ The cluster fixture raises when redis-server cannot be started: the test fails, 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -31,6 +30,7 @@ from tests.support.connections import fit_workers
 from tests.support.handlers import read_effects
 from tests.support.runs import all_histories, check_single_holder, count_events
 from tests.support.services import private_redis_cluster
+from tests.support.waiting import eventually
 from tests.support.workers import workers
 
 PER_SHARD = 2  # projects per shard
@@ -70,14 +70,6 @@ async def count_status(db: Database, run_ids: list[uuid.UUID], statuses: list[st
             statuses,
         )
     return n
-
-
-async def wait_until(predicate: Any, within_s: float, what: str) -> None:
-    deadline = time.monotonic() + within_s
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {within_s} s")
-        await asyncio.sleep(0.1)
 
 
 async def test_runs_complete_once_across_three_masters_with_a_master_restart(
@@ -133,10 +125,10 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
             ids = [p.worker_id() for p in procs]
             # Wave 1 is running when the master goes away (16 slots, 0.2 s per run).
             wave1 = await ingest(db, clustered, projects, 20, sleep=0.2)
-            await wait_until(
+            await eventually(
                 lambda: _at_least(count_status(db, wave1, ["COMPLETED"]), 20),
-                30,
-                "first runs completed",
+                timeout_s=30,
+                what="first runs completed",
             )
             cluster.stop_node(victim)
             # Once the survivors call the cluster failed, Redis serves nobody: every claim
@@ -153,10 +145,10 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
             # Wave 3 goes through the rebuilt streams.
             wave3 = await ingest(db, clustered, projects, 10, sleep=0.0)
             run_ids = wave1 + wave2 + wave3
-            await wait_until(
+            await eventually(
                 lambda: _at_least(count_status(db, run_ids, ["COMPLETED"]), len(run_ids)),
-                40,
-                f"{len(run_ids)} runs completed",
+                timeout_s=40,
+                what=f"{len(run_ids)} runs completed",
             )
             await _check_streams(
                 clustered, keys, Counter(keys.shard_of(p) for p in projects for _ in range(10))
@@ -227,21 +219,25 @@ async def _check_streams(settings: Settings, keys: Keys, wave3: Counter[int]) ->
     and the workers group has read and acknowledged everything: the stream path is back."""
     redis = redis_client(settings.redis_url)
     try:
-        deadline = time.monotonic() + 10
         for shard in keys.shards():
             assert await redis.get(keys.epoch(shard)) is not None, shard
             stream = keys.work_stream(shard)
             info = await redis.xinfo_stream(stream)
             assert info["entries-added"] >= wave3[shard], (stream, info)
-            while True:  # acks are flushed asynchronously
+
+            async def pending_and_lag(stream: str = stream) -> tuple[int, int]:
                 [group] = [
                     g
                     for g in await redis.xinfo_groups(stream)
                     if g["name"] == WORKER_GROUP.encode()
                 ]
-                if (group["pending"], group["lag"]) == (0, 0) or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.1)
-            assert (group["pending"], group["lag"]) == (0, 0), (stream, group)
+                return group["pending"], group["lag"]
+
+            await eventually(  # acks are flushed asynchronously
+                pending_and_lag,
+                equals=(0, 0),
+                interval_s=0.1,
+                what=f"{stream}: every entry read and acknowledged by the workers group",
+            )
     finally:
         await redis.aclose()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from awooop.core.embedded import free_port
 from awooop.core.errors import MigrationPrivilegeError
 from awooop.core.migrate import MIGRATIONS_DIR, migrate
 from tests.support.handlers import read_effects
+from tests.support.waiting import eventually
 from tests.support.workers import WorkerProcess, cli
 
 LOGIN = "awooop_test_runtime"
@@ -83,25 +83,8 @@ async def statuses(db: Database) -> dict[str, int]:
     return {r["status"]: r["n"] for r in rows}
 
 
-async def wait_for(db: Database, wanted: dict[str, int], within_s: float) -> None:
-    deadline = time.monotonic() + within_s
-    while (seen := await statuses(db)) != wanted:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"run states {seen}, wanted {wanted}")
-        await asyncio.sleep(0.1)
-
-
-async def wait_ready(client: httpx.AsyncClient, within_s: float = 30) -> None:
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            if (await client.get("/readyz")).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"awooop up did not answer /readyz within {within_s} s")
-        await asyncio.sleep(0.1)
+async def readyz(client: httpx.AsyncClient) -> int:
+    return (await client.get("/readyz")).status_code
 
 
 async def shadow_tables(db: Database) -> list[str]:
@@ -169,7 +152,12 @@ async def test_every_process_works_without_superuser(
         finally:
             await service.close()
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-            await wait_ready(client)
+            await eventually(
+                lambda: readyz(client),
+                equals=200,
+                ignoring=(httpx.TransportError,),
+                what="awooop up answers /readyz",
+            )
             for i in range(5, 10):  # HTTP, each delivery twice
                 headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": f"delivery-{i}"}
                 path = f"/v1/projects/{P}/channels/api"
@@ -177,11 +165,18 @@ async def test_every_process_works_without_superuser(
                 assert first.status_code == 202, first.text
                 repeat = await client.post(path, json={"text": "hi"}, headers=headers)
                 assert repeat.json()["code"] == "E-IDEMPOTENT-001", repeat.text
-        await wait_for(db, {"COMPLETED": 10, "WAITING_APPROVAL": 1}, 60)
+        await eventually(
+            lambda: statuses(db),
+            equals={"COMPLETED": 10, "WAITING_APPROVAL": 1},
+            timeout_s=60,
+            what="the run states",
+        )
         [ticket] = read_effects(effects + ".tickets")
         approved = cli(login, "runs", "approve", P, ticket["run_id"], "--token", ticket["token"])
         assert approved.returncode == 0, approved.stderr
-        await wait_for(db, {"COMPLETED": 11}, 30)
+        await eventually(
+            lambda: statuses(db), equals={"COMPLETED": 11}, what="the run states after approval"
+        )
 
         await asyncio.sleep(1.5)  # every loop of `up` has reported a heartbeat
         doctor = await asyncio.to_thread(cli, login, "doctor")

@@ -6,8 +6,6 @@ with a fixed handler completes it."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from awooop.core.db import Database
 from awooop.core.embedded import free_port
 from tests.support.handlers import read_effects
 from tests.support.runs import create_runs, load
+from tests.support.waiting import eventually
 from tests.support.workers import WorkerProcess, cli
 
 P = "proj-poison"
@@ -28,26 +27,7 @@ POISON = "tests.support.handlers:exits"
 FIXED = "tests.support.handlers:journaled"
 
 
-@pytest.fixture
-def fast(settings: Settings) -> Settings:
-    return msgspec.structs.replace(
-        settings,
-        lease_ttl_s=2.0,
-        heartbeat_interval_s=0.5,
-        reaper_interval_s=0.5,
-        reclaim_interval_s=0.5,
-        poll_interval_s=0.5,
-        shutdown_grace_s=0.5,
-        log_level="info",
-    )
-
-
-async def wait_until(predicate: Any, within_s: float, what: str) -> None:
-    deadline = time.monotonic() + within_s
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {within_s} s")
-        await asyncio.sleep(0.1)
+pytestmark = pytest.mark.fast("poison")
 
 
 def cli_json(settings: Settings, *args: str) -> Any:
@@ -91,7 +71,9 @@ async def test_a_handler_that_kills_its_worker_every_time_is_failed_dead_lettere
             # It takes the run (stream, reclaim or poll, once the last lease expired) and dies.
             assert proc.wait(within_s=60) == 1, proc.logs()[-3000:]
             dead.append((worker_id, proc.pid))
-        await wait_until(lambda: status_is(db, run_id, "FAILED"), 30, "the run FAILED")
+        await eventually(
+            lambda: status_is(db, run_id, "FAILED"), timeout_s=30, what="the run FAILED"
+        )
 
         exits = [e for e in read_effects(effects) if e["run_id"] == str(run_id)]
         assert [(e["attempt"], e["worker_id"], e["pid"]) for e in exits] == [
@@ -128,7 +110,7 @@ async def test_a_handler_that_kills_its_worker_every_time_is_failed_dead_lettere
         async def one_dead_letter() -> bool:
             return len(cli_json(fast, "deadletters", "list")) >= 1
 
-        await wait_until(one_dead_letter, 30, "the dead letter")
+        await eventually(one_dead_letter, timeout_s=30, what="the dead letter")
         [entry] = cli_json(fast, "deadletters", "list")
         assert (entry["run_id"], entry["project_id"], entry["event_type"]) == (
             str(run_id),
@@ -146,7 +128,9 @@ async def test_a_handler_that_kills_its_worker_every_time_is_failed_dead_lettere
         assert cli_json(fast, "deadletters", "list") == []
         fixed = WorkerProcess(fast, tmp_path, "fixed", handler=FIXED, env=env).start()
         fixed_id = fixed.worker_id()
-        await wait_until(lambda: status_is(db, run_id, "COMPLETED"), 30, "the run COMPLETED")
+        await eventually(
+            lambda: status_is(db, run_id, "COMPLETED"), timeout_s=30, what="the run COMPLETED"
+        )
         done = await load(db, P, run_id)
         assert (done.attempt_count, done.failure_reason, done.result) == (
             4,

@@ -24,7 +24,8 @@ from projections.registry import get
 from projections.replay import replay
 from streams.keys import projector_group
 from tests.support.projection_workload import Workload
-from tests.support.streams import eventually, keys_for
+from tests.support.streams import keys_for
+from tests.support.waiting import eventually
 
 PROJECTION = "run_state_view"
 
@@ -89,7 +90,9 @@ async def test_a_projector_killed_mid_batch_and_restarted_applies_every_event_on
             assert first.returncode is None, "projector exited"
             return await view_rows(db) >= 5
 
-        await eventually(projecting, within_s=60, interval=0.01)
+        await eventually(
+            projecting, timeout_s=60, interval_s=0.01, what="the first projector writes 5 view rows"
+        )
         first.kill()  # SIGKILL in the middle of the stream: no cleanup at all
         await first.wait()
         await producing
@@ -99,7 +102,12 @@ async def test_a_projector_killed_mid_batch_and_restarted_applies_every_event_on
             assert second is not None and second.returncode is None, "projector exited"
             return (await replay(settings.database_url, get(PROJECTION))).differences == 0
 
-        await eventually(caught_up, within_s=90, interval=1.0)
+        await eventually(
+            caught_up,
+            timeout_s=90,
+            interval_s=1.0,
+            what="the view equal to the log once the second projector caught up",
+        )
 
         async def nothing_pending() -> bool:
             pending = 0
@@ -111,7 +119,12 @@ async def test_a_projector_killed_mid_batch_and_restarted_applies_every_event_on
                         pending += group["pending"]
             return pending == 0
 
-        await eventually(nothing_pending, within_s=30, interval=0.2)
+        await eventually(
+            nothing_pending,
+            timeout_s=30,
+            interval_s=0.2,
+            what="no entry pending in any projector group",
+        )
     finally:
         for proc in (first, second, relay):
             if proc is not None:

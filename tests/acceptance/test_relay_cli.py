@@ -25,11 +25,11 @@ from tests.support.streams import (
     claim,
     committed_event_ids,
     create_run,
-    eventually,
     first_occurrences,
     keys_for,
     step,
 )
+from tests.support.waiting import eventually
 
 
 def relay_env(settings: Settings, **extra: str) -> dict[str, str]:
@@ -82,7 +82,7 @@ async def test_relay_command_publishes_serves_metrics_and_stops_on_sigterm(
             assert proc.returncode is None, "relay exited"
             return bool(await redis.xlen(stream))
 
-        await eventually(published)
+        await eventually(published, what="the relay publishes its first event")
         async with httpx.AsyncClient() as client:
             body = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
         assert 'awooop_relay_published_total{outbox="events"} 1.0' in body
@@ -116,7 +116,9 @@ async def test_kill_9_mid_stream_then_restart_delivers_every_event(
         async def some_published() -> bool:
             return int(await redis.xlen(stream)) >= 10
 
-        await eventually(some_published, interval=0.01)
+        await eventually(
+            some_published, interval_s=0.01, what="10 events published by the first relay"
+        )
         first.kill()  # SIGKILL: no cleanup at all
         await first.wait()
         await producing
@@ -132,7 +134,12 @@ async def test_kill_9_mid_stream_then_restart_delivers_every_event(
             counts.update(await event_ids_in_redis(redis, stream))
             return set(counts) == committed
 
-        await eventually(all_published, within_s=60, interval=0.1)
+        await eventually(
+            all_published,
+            timeout_s=60,
+            interval_s=0.1,
+            what="every committed event published once the second relay took over",
+        )
     finally:
         second.send_signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
@@ -199,11 +206,15 @@ async def test_kill_stop_of_the_leader_a_standby_publishes_within_the_lease_and_
             assert first.returncode is None, "relay exited"
             return await leader_pid(db) == first.pid
 
-        await eventually(first_leads, within_s=30)
+        await eventually(first_leads, timeout_s=30, what="the first relay leads")
         second = await start_relay(env, files["second"])
-        await eventually(lambda: _logged(logs["second"], "relay_standby"), within_s=30)
+        await eventually(
+            lambda: _logged(logs["second"], "relay_standby"),
+            timeout_s=30,
+            what="the second relay logs relay_standby",
+        )
         producers = [asyncio.create_task(produce(i)) for i in range(2)]
-        await eventually(lambda: _some_published(redis, keys))
+        await eventually(lambda: _some_published(redis, keys), what="20 events published")
 
         os.kill(first.pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
@@ -217,17 +228,35 @@ async def test_kill_stop_of_the_leader_a_standby_publishes_within_the_lease_and_
                 )
             }
         assert len(marker_events) == 1
-        await eventually(lambda: in_redis(marker_events), within_s=60, interval=0.05)
+        await eventually(
+            lambda: in_redis(marker_events),
+            timeout_s=60,
+            interval_s=0.05,
+            what="the marker run's event in Redis, from the new leader",
+        )
         took_over_s = time.monotonic() - stopped_at
         assert await leader_pid(db) == second.pid
 
         os.kill(first.pid, signal.SIGCONT)
-        await eventually(lambda: _logged(logs["first"], "relay_leadership_lost"), within_s=30)
-        await eventually(lambda: _logged(logs["first"], "relay_standby"), within_s=30)
+        await eventually(
+            lambda: _logged(logs["first"], "relay_leadership_lost"),
+            timeout_s=30,
+            what="the first relay logs relay_leadership_lost",
+        )
+        await eventually(
+            lambda: _logged(logs["first"], "relay_standby"),
+            timeout_s=30,
+            what="the first relay logs relay_standby",
+        )
         stop_producing.set()
         await asyncio.gather(*producers)
         committed = await committed_event_ids(db)
-        await eventually(lambda: in_redis(committed), within_s=60, interval=0.1)
+        await eventually(
+            lambda: in_redis(committed),
+            timeout_s=60,
+            interval_s=0.1,
+            what="every committed event in Redis",
+        )
         assert first.returncode is None and second.returncode is None
         assert await leader_pid(db) == second.pid
     finally:

@@ -4,14 +4,12 @@ and approvals through the CLI (R-11 to R-17)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
@@ -33,38 +31,19 @@ from tests.support.runs import (
     load,
 )
 from tests.support.services import private_postgres
+from tests.support.waiting import eventually
 from tests.support.workers import WorkerProcess, cli, relay_process, workers
 
 P = "proj-acc"
 NOOP = "awooop.examples.handlers:noop"
 
 
-@pytest.fixture
-def fast(settings: Settings) -> Settings:
-    return msgspec.structs.replace(
-        settings,
-        lease_ttl_s=2.0,
-        heartbeat_interval_s=0.4,
-        reaper_interval_s=1.0,
-        reclaim_interval_s=1.0,
-        poll_interval_s=1.0,
-        shutdown_grace_s=0.5,
-        log_level="info",
-    )
+pytestmark = pytest.mark.fast("processes")
 
 
 @pytest.fixture
 def effects_file(tmp_path: Path) -> str:
     return str(tmp_path / "effects.jsonl")
-
-
-async def wait_until(predicate: Any, within_s: float, what: str) -> float:
-    started = time.monotonic()
-    while not await predicate():
-        if time.monotonic() - started > within_s:
-            raise AssertionError(f"{what}: not within {within_s} s")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
 
 
 async def all_finished(db: Database, run_ids: list[uuid.UUID]) -> bool:
@@ -110,7 +89,9 @@ async def test_runs_on_many_worker_processes_each_complete_once(
         env={"AWOOOP_TEST_SIDE_EFFECTS": effects_file, "AWOOOP_LOG_LEVEL": "warning"},
     ) as procs:
         ids = [p.worker_id() for p in procs]
-        await wait_until(lambda: all_finished(db, run_ids), 120, f"{runs} runs finished")
+        await eventually(
+            lambda: all_finished(db, run_ids), timeout_s=120, what=f"{runs} runs finished"
+        )
     async with db.platform() as conn:
         outcomes = await conn.fetch(
             "SELECT status, failure_code, failure_reason, count(*) AS n FROM awooop_run_state "
@@ -151,13 +132,13 @@ async def test_kill_9_mid_run_recovers_without_repeating_journaled_steps(
         async def hanging() -> bool:
             return any(e["what"] == "hang" for e in read_effects(effects_file))
 
-        await wait_until(hanging, 30, "attempt 1 reached its hang")
+        await eventually(hanging, timeout_s=30, what="attempt 1 reached its hang")
         [hang] = [e for e in read_effects(effects_file) if e["what"] == "hang"]
         victim = next(p for p in procs if p.pid == hang["pid"])
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait()
         killed_at = time.monotonic()
-        await wait_until(lambda: all_finished(db, [run_id]), 30, "recovery")
+        await eventually(lambda: all_finished(db, [run_id]), timeout_s=30, what="recovery")
         recovery_s = time.monotonic() - killed_at
     state = await load(db, P, run_id)
     assert state.status == "COMPLETED" and state.attempt_count == 2
@@ -188,17 +169,21 @@ async def test_a_stalled_worker_is_fenced_off_from_completing(
         async def blocked() -> bool:
             return any(e["what"] == "block" for e in read_effects(effects_file))
 
-        await wait_until(blocked, 30, "attempt 1 stalled")
+        await eventually(blocked, timeout_s=30, what="attempt 1 stalled")
         other = WorkerProcess(fast, tmp_path, "other", env=env).start()
         other_id = other.worker_id()
-        await wait_until(lambda: all_finished(db, [run_id]), 30, "the other worker completed")
+        await eventually(
+            lambda: all_finished(db, [run_id]), timeout_s=30, what="the other worker completed"
+        )
 
         async def unblocked() -> bool:
             return any(e["what"] == "unblocked" for e in read_effects(effects_file))
 
-        await wait_until(unblocked, 30, "the stalled worker woke up")
-        await wait_until(
-            lambda: _logged(stalled, "last_write_fenced"), 10, "the stalled completion refused"
+        await eventually(unblocked, timeout_s=30, what="the stalled worker woke up")
+        await eventually(
+            lambda: _logged(stalled, "last_write_fenced"),
+            timeout_s=10,
+            what="the stalled completion refused",
         )
     finally:
         stalled.stop()
@@ -243,12 +228,12 @@ async def test_sigterm_with_runs_in_flight_loses_none_and_completes_none_twice(
         async def first_busy() -> bool:
             return len({e["run_id"] for e in read_effects(effects_file) if e["what"] == "one"}) >= 6
 
-        await wait_until(first_busy, 30, "first worker busy")
+        await eventually(first_busy, timeout_s=30, what="first worker busy")
         first.signal(signal.SIGTERM)
         assert first.wait(within_s=20) == 0
         released_early = await count_events(db, "LeaseReleased")
         second.start().worker_id()
-        await wait_until(lambda: all_finished(db, run_ids), 90, "every run finished")
+        await eventually(lambda: all_finished(db, run_ids), timeout_s=90, what="every run finished")
     finally:
         first.stop()
         second.stop()
@@ -279,12 +264,12 @@ async def test_approvals_through_the_cli(
             states = [await load(db, P, r) for r in (approved, expiring)]
             return all(s.status == "WAITING_APPROVAL" for s in states)
 
-        await wait_until(both_waiting, 30, "both runs waiting for approval")
+        await eventually(both_waiting, timeout_s=30, what="both runs waiting for approval")
 
         async def both_notified() -> bool:  # the notifier runs after the commit
             return len(read_effects(effects_file + ".tickets")) == 2
 
-        await wait_until(both_notified, 30, "both tokens handed to the notifier")
+        await eventually(both_notified, timeout_s=30, what="both tokens handed to the notifier")
         tickets = {t["run_id"]: t for t in read_effects(effects_file + ".tickets")}
         token = tickets[str(approved)]["token"]
         ok = cli(
@@ -303,7 +288,9 @@ async def test_approvals_through_the_cli(
         assert msgspec.json.decode(ok.stdout)["status"] == "RESUMED"
         again = cli(quick, "runs", "approve", P, str(approved), "--token", token)
         assert again.returncode == 1 and again.stderr.startswith("error E-APPROVAL-003:")
-        await wait_until(lambda: all_finished(db, [approved]), 30, "approved run completed")
+        await eventually(
+            lambda: all_finished(db, [approved]), timeout_s=30, what="approved run completed"
+        )
         # Let the other token expire: the loop fails the run with E-APPROVAL-002.
         async with db.platform() as conn:
             await conn.execute(
@@ -313,7 +300,9 @@ async def test_approvals_through_the_cli(
                 "UPDATE awooop_run_state SET approval_expires_at = now() WHERE run_id = $1",
                 expiring,
             )
-        await wait_until(lambda: all_finished(db, [expiring]), 30, "expired run failed")
+        await eventually(
+            lambda: all_finished(db, [expiring]), timeout_s=30, what="expired run failed"
+        )
         late = cli(
             quick, "runs", "approve", P, str(expiring), "--token", tickets[str(expiring)]["token"]
         )
@@ -333,6 +322,12 @@ async def test_approvals_through_the_cli(
     assert cancel.returncode == 1 and cancel.stderr.startswith("error E-RUN-001:")
 
 
+def waiting_for_database(worker: WorkerProcess) -> bool:
+    """Whether the (still running) worker logged that it waits for the database."""
+    assert worker.process is not None and worker.process.poll() is None, worker.logs()
+    return "waiting_for_database" in worker.logs()
+
+
 async def test_a_worker_started_while_postgres_is_down_waits_for_it(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -348,15 +343,18 @@ async def test_a_worker_started_while_postgres_is_down_waits_for_it(
         )
         worker.start()
         try:
-            await asyncio.sleep(2.0)
-            assert worker.process is not None and worker.process.poll() is None, worker.logs()
-            assert "waiting_for_database" in worker.logs()
+            await eventually(
+                lambda: waiting_for_database(worker),
+                what="the worker logs waiting_for_database",
+            )
             pg.start()
             worker.worker_id(within_s=30)
             db = await Database.open(url, max_size=2)
             try:
                 run_ids = await create_runs(db, P, 3)
-                await wait_until(lambda: all_finished(db, run_ids), 30, "runs after the wait")
+                await eventually(
+                    lambda: all_finished(db, run_ids), timeout_s=30, what="runs after the wait"
+                )
             finally:
                 await db.close()
             worker.signal(signal.SIGTERM)
@@ -386,11 +384,10 @@ async def test_a_worker_started_while_postgres_is_full_waits_for_a_free_connecti
                 except asyncpg.TooManyConnectionsError:
                     break
             worker.start()
-            deadline = time.monotonic() + 30
-            while "waiting_for_database" not in worker.logs():
-                assert worker.process is not None and worker.process.poll() is None, worker.logs()
-                assert time.monotonic() < deadline, worker.logs()
-                await asyncio.sleep(0.05)
+            await eventually(
+                lambda: waiting_for_database(worker),
+                what="the worker logs waiting_for_database",
+            )
             assert "too many" in worker.logs()
             for conn in held:
                 await conn.close()
@@ -398,7 +395,9 @@ async def test_a_worker_started_while_postgres_is_full_waits_for_a_free_connecti
             worker.worker_id(within_s=30)
             db = await Database.open(url, max_size=2)
             try:
-                await wait_until(lambda: all_finished(db, run_ids), 30, "runs after the wait")
+                await eventually(
+                    lambda: all_finished(db, run_ids), timeout_s=30, what="runs after the wait"
+                )
             finally:
                 await db.close()
             worker.signal(signal.SIGTERM)
@@ -419,10 +418,9 @@ async def test_a_worker_stopped_while_it_waits_for_postgres_exits_0(
     worker = WorkerProcess(private, tmp_path, "waiting", handler=NOOP)
     worker.start()
     try:
-        deadline = time.monotonic() + 20
-        while "waiting_for_database" not in worker.logs():
-            assert time.monotonic() < deadline, worker.logs()
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: waiting_for_database(worker), what="the worker logs waiting_for_database"
+        )
         worker.signal(signal.SIGTERM)
         assert worker.wait() == 0
     finally:
@@ -456,7 +454,9 @@ async def test_worker_and_projector_processes_serve_their_metrics(
             fast, tmp_path, 1, handler=NOOP, env={"AWOOOP_METRICS_PORT": str(ports["worker"])}
         ) as procs:
             procs[0].worker_id()
-            await wait_until(lambda: all_finished(db, run_ids), 60, "5 runs finished")
+            await eventually(
+                lambda: all_finished(db, run_ids), timeout_s=60, what="5 runs finished"
+            )
 
             async def timeline_built() -> bool:
                 async with db.platform() as conn:
@@ -465,7 +465,7 @@ async def test_worker_and_projector_processes_serve_their_metrics(
                     )
                 return bool(n == 5)
 
-            await wait_until(timeline_built, 30, "the projector applied every run")
+            await eventually(timeline_built, timeout_s=30, what="the projector applied every run")
             async with httpx.AsyncClient(timeout=10) as client:
                 pages = {
                     name: (await client.get(f"http://127.0.0.1:{port}/metrics")).text

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import getpass
 import uuid
-from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
@@ -20,10 +19,10 @@ from awooop.log import eventlog
 from awooop.loops.runs import reap_once
 from awooop.runs import control, deadletters, leases
 from awooop.runs.deadletters import Outcome
-from awooop.services import Services, redis_client
+from awooop.services import Services
 from streams.deadletter import DeadLetter, dead_letter_raw
 from streams.envelope import FIELD, decode_envelope, encode
-from streams.keys import WORKER_GROUP, Keys
+from streams.keys import WORKER_GROUP
 from streams.publish import envelope_of
 from streams.relay import Relay
 from tests.support.runs import create_runs, load
@@ -31,16 +30,14 @@ from tests.support.runs import create_runs, load
 P = "proj-dead"
 
 
-@pytest.fixture
-async def services(settings: Settings, db: Database) -> AsyncIterator[Services]:
-    keys = Keys(settings.redis_key_prefix, settings.shard_count)
-    redis = redis_client(settings.redis_url)
-    for shard in keys.shards():  # as the relay leaves a live shard: groups, then the epoch
+@pytest.fixture(autouse=True)
+async def live_shards(services: Services) -> None:
+    """Every shard as the relay leaves a live one: the groups, then the epoch."""
+    redis, keys = services.redis, services.keys
+    for shard in keys.shards():
         await redis.xgroup_create(keys.work_stream(shard), WORKER_GROUP, id="0", mkstream=True)
         await redis.xgroup_create(keys.events_stream(shard), "projector:x", id="0", mkstream=True)
         await redis.set(keys.epoch(shard), "e1")
-    yield Services(settings=settings, db=db, redis=redis, keys=keys)
-    await redis.aclose()
 
 
 async def dead_lettered(services: Services, *, fail: bool = True) -> tuple[uuid.UUID, str]:
@@ -56,7 +53,7 @@ async def dead_lettered(services: Services, *, fail: bool = True) -> tuple[uuid.
     [[_, [(entry_id, _)]]] = await redis.xreadgroup(WORKER_GROUP, "w1", {work: ">"}, count=1)
     if fail:
         await db.in_tenant(P, lambda c: leases.claim(c, run_id, "w1", 0.01))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the 0.01 s lease runs out
         failed = await db.in_tenant(
             P,
             lambda c: leases.fail_undeliverable(
@@ -241,7 +238,7 @@ async def test_a_run_whose_leases_all_expired_is_dead_lettered_by_the_relay_from
     [run_id] = await create_runs(db, P, max_attempts=2)
     for worker in ("w1", "w2"):
         assert await db.in_tenant(P, lambda c, w=worker: leases.claim(c, run_id, w, 0.01))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the 0.01 s lease runs out
         await reap_once(db)
     failed = await load(db, P, run_id)
     assert (failed.status, failed.failure_code) == ("FAILED", "E-RUN-004")

@@ -198,7 +198,7 @@ async def test_the_relay_read_says_how_long_a_committed_event_has_been_held_back
         batch, held = await eventlog.read_forward_and_held(conn, eventlog.Cursor())
     assert (batch, held) == ([], None)  # empty log: one row of NULLs, read as nothing
     async with held_back(db):
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the committed event is held back for a while
         async with db.platform() as conn:
             batch, held = await eventlog.read_forward_and_held(conn, eventlog.Cursor())
             plain = await eventlog.read_forward(conn, eventlog.Cursor())

@@ -27,6 +27,7 @@ from awooop.http.app import create_app
 from awooop.http.server import MAX_HEAD_BYTES, server_config
 from tests.support.ingest import Ingest, counts, ingest
 from tests.support.logcapture import capture_context_logs
+from tests.support.waiting import eventually
 from tests.support.webhooks import PROJECT, fresh, sign
 
 __all__ = ["ingest"]  # the fixture, imported from tests.support.ingest
@@ -42,10 +43,12 @@ async def edge_server(ingest: Ingest, **overrides: Any) -> AsyncIterator[int]:
     sock = listen_socket("127.0.0.1", 0, reuse_port=False)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert not task.done() and time.monotonic() < deadline, "server did not start"
-            await asyncio.sleep(0.02)
+
+        def started() -> bool:
+            assert not task.done(), "the server exited"
+            return bool(server.started)
+
+        await eventually(started, interval_s=0.02, what="the server started")
         yield sock.getsockname()[1]
     finally:
         server.should_exit = True
@@ -89,13 +92,6 @@ def errors_in(logs: list[MutableMapping[str, Any]], caplog: pytest.LogCaptureFix
     ]
     bad += [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     return bad
-
-
-async def wait_for_line(logs: list[MutableMapping[str, Any]], event: str) -> None:
-    deadline = time.monotonic() + 15
-    while not any(line["event"] == event for line in logs):
-        assert time.monotonic() < deadline, f"no {event} line in {logs}"
-        await asyncio.sleep(0.05)
 
 
 # --- requests the HTTP parser refuses ---------------------------------------------------------
@@ -234,7 +230,10 @@ async def test_a_client_that_leaves_mid_body_is_one_info_line_and_no_row(
             await writer.drain()
             await asyncio.sleep(0.2)  # the application is reading the body by now
             writer.close()
-            await wait_for_line(logs, "http_client_disconnected")
+            await eventually(
+                lambda: any(line["event"] == "http_client_disconnected" for line in logs),
+                what="an http_client_disconnected line",
+            )
             await asyncio.sleep(0.5)  # room for any later line (an error, a 500) to show
     gone = [line for line in logs if line["event"] == "http_client_disconnected"]
     assert len(gone) == 1 and gone[0]["log_level"] == "info", gone

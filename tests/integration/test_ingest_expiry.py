@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import msgspec
-import pytest
 from prometheus_client import REGISTRY
 
 from awooop import producer
@@ -31,13 +29,6 @@ SELECT 'p' || (g % 7), 'api', $3 || g, gen_random_uuid(), now() - interval '8 da
             ELSE now() + random() * interval '7 days' END              -- live
 FROM generate_series($1::bigint, $2::bigint) AS g
 """
-
-
-@pytest.fixture
-async def services(settings: Settings) -> AsyncIterator[Services]:
-    opened = await Services.open(settings, db_pool_size=4)
-    yield opened
-    await opened.close()
 
 
 def _with(settings: Settings, **changes: Any) -> Settings:
@@ -107,7 +98,7 @@ async def test_after_expiry_the_same_key_creates_a_new_run(services: Services) -
         db, PROJECT, event, settings=_with(services.settings, dedupe_ttl_s=0.5)
     )
     assert not (await producer.submit(db, PROJECT, event)).created
-    await asyncio.sleep(0.6)
+    await asyncio.sleep(0.6)  # the 0.5 s dedupe TTL runs out
     assert await expiry.expire(db, batch=100) == (1, False)
     again = await producer.submit(db, PROJECT, event)
     assert again.created and again.run_id != first.run_id

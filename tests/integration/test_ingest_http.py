@@ -413,7 +413,7 @@ async def test_a_revoked_token_is_refused_once_the_config_cache_ages_out(
         assert await credentials.revoke_token(app.db, PROJECT, token_id)
         # Within the cache age the revoked token still works (documented lag)...
         assert (await app.post(sign(fresh("api"), token), signed=False)).status_code == 202
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(0.6)  # the 0.5 s config cache ages out
         response = await app.post(sign(fresh("api"), token), signed=False)
         assert (response.status_code, response.json()["code"]) == (401, "E-AUTH-001")
 

@@ -112,7 +112,7 @@ async def test_a_repeat_waits_for_an_uncommitted_first_arrival(db: Database) -> 
             first = await producer.submit(first_conn, PROJECT, event)
             assert first.created
             repeat = asyncio.ensure_future(producer.submit(db, PROJECT, event))
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # room for the repeat to return, were it not blocked
             assert not repeat.done()  # blocked on the uncommitted dedupe row
             await (tx.commit() if outcome == "commit" else tx.rollback())
             second = await asyncio.wait_for(repeat, 10)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ from awooop.ingest import credentials
 from tests.support.ingest import Ingest, counts, ingest, ingest_app
 from tests.support.properties import ON_DATABASE
 from tests.support.services import private_postgres
+from tests.support.waiting import eventually
 from tests.support.webhooks import CHANNELS, PROJECT, Delivery, fresh, sign
 
 __all__ = ["ingest"]  # the fixture, imported from tests.support.ingest
@@ -281,9 +281,12 @@ async def test_postgres_down_is_503_with_a_code_and_ingest_resumes_after(
             assert (response.status_code, response.json()["code"]) == (503, "E-DB-001")
             server.start()
             delivery = fresh("api")
-            for _ in range(50):  # the pool replaces its dead connections
+
+            async def answered() -> Any:
                 response = await app.post(delivery)
-                if response.status_code != 503:
-                    break
-                await asyncio.sleep(0.2)
+                return None if response.status_code == 503 else response
+
+            response = await eventually(  # the pool replaces its dead connections
+                answered, interval_s=0.2, what="an answer other than 503 after the restart"
+            )
             assert response.status_code == 202, response.text

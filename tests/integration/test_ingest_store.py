@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import asyncpg
@@ -17,6 +16,7 @@ from awooop.log import eventlog
 from awooop.producer import ChannelEvent
 from awooop.runs import store
 from awooop.runs.state import fold
+from tests.support.waiting import eventually
 
 PROJECT = "p1"
 
@@ -163,10 +163,11 @@ async def test_cached_plans_of_the_http_sessions_probe_per_key_after_the_table_g
             await deliver(f"n{i}")  # a first arrival
         async with sessions.session(PROJECT) as conn:  # flush that backend's statistics too
             await conn.execute("SELECT pg_stat_force_next_flush()")
-        for _ in range(50):
-            if await fetched() > before:
-                break
-            await asyncio.sleep(0.1)
+
+        async def fetched_since() -> int:
+            return await fetched() - before
+
+        await eventually(fetched_since, interval_s=0.1, what="the deliveries' fetches counted")
         assert 0 < await fetched() - before < 1000
     finally:
         await sessions.close()

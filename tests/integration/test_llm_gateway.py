@@ -22,20 +22,12 @@ from awooop.services import Services
 from streams.envelope import Notice
 from tests.support.revisions import publish_outbox, set_epoch
 from tests.support.tracing import one_trace
+from tests.support.waiting import eventually
 
 StartGateways = Callable[[int], Awaitable[list[ModelGateway]]]
 P = "p1"
 POLICY = ("policy_routing", "default")
 TOPOLOGY = ("__platform__", "platform_resource", "ollama_topology")
-
-
-@pytest.fixture
-async def services(settings: Settings) -> AsyncIterator[Services]:
-    opened = await Services.open(
-        msgspec.structs.replace(settings, pointer_check_connections=1), db_pool_size=4
-    )
-    yield opened
-    await opened.close()
 
 
 @pytest.fixture
@@ -53,16 +45,6 @@ async def gateways(services: Services) -> AsyncIterator[StartGateways]:
     yield start
     for gateway in started:
         await gateway.close()
-
-
-async def wait_for(predicate: Callable[[], bool], limit_s: float = 10.0) -> float:
-    """Seconds until ``predicate`` held (fails after ``limit_s``)."""
-    began = time.perf_counter()
-    while not predicate():
-        if time.perf_counter() - began > limit_s:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.002)
-    return time.perf_counter() - began
 
 
 async def test_complete_is_routed_by_the_active_policy_revision(
@@ -104,7 +86,10 @@ async def test_a_notice_clears_the_entry_and_its_latency_is_measured(
         await worker.complete(P, "warm")
     key = (P, *POLICY)
     # Let the first notice (r1) pass, so that the caches hold r1 when r2's notice arrives.
-    await wait_for(lambda: all(w.reader.notices_seen >= 1 for w in workers))
+    await eventually(
+        lambda: all(w.reader.notices_seen >= 1 for w in workers),
+        what="every worker saw the first notice",
+    )
     for worker in workers:
         await worker.complete(P, "warm")
         assert key in worker.cache
@@ -119,7 +104,9 @@ async def test_a_notice_clears_the_entry_and_its_latency_is_measured(
     await revisions.activate(P, *POLICY, r2.revision_id)
     committed = time.time()
     await publish_outbox(services.db, services.redis, services.keys)
-    await wait_for(lambda: len(seen) == len(workers))
+    await eventually(
+        lambda: len(seen) == len(workers), what="every worker applied the second notice"
+    )
     latencies = [at - committed for at, _ in seen.values()]
     # When a worker has handled the notice its entry is already gone: no call in between.
     assert all(not still_cached for _, still_cached in seen.values())
@@ -140,7 +127,11 @@ async def test_a_topology_notice_rebuilds_every_workers_client(
     await revisions.activate(TOPOLOGY[0], *TOPOLOGY[1:], topology.revision_id)
     published = time.perf_counter()
     await publish_outbox(services.db, services.redis, services.keys)
-    await wait_for(lambda: all(w.client_instances == 2 for w in workers))
+    await eventually(
+        lambda: all(w.client_instances == 2 for w in workers),
+        interval_s=0.002,  # the wait is the printed figure
+        what="every worker rebuilt its client",
+    )
     waited = time.perf_counter() - published
     print(f"topology notice -> 10 clients rebuilt in {waited * 1000:.1f} ms")
     for worker, old in zip(workers, old_clients, strict=True):
@@ -153,7 +144,10 @@ async def test_a_topology_notice_rebuilds_every_workers_client(
     async with services.db.platform() as conn:
         await conn.execute("UPDATE awooop_contract_outbox SET delivered_at = NULL")
     await publish_outbox(services.db, services.redis, services.keys)
-    await wait_for(lambda: all(w.reader.notices_seen >= 2 for w in workers))
+    await eventually(
+        lambda: all(w.reader.notices_seen >= 2 for w in workers),
+        what="every worker saw both notices",
+    )
     assert [w.client_instances for w in workers] == [2] * 10
 
 
@@ -177,13 +171,14 @@ async def test_a_topology_change_does_not_cut_an_in_flight_call(
     fast = await revisions.create(TOPOLOGY[0], *TOPOLOGY[1:], {"url": "local:"})
     await revisions.activate(TOPOLOGY[0], *TOPOLOGY[1:], slow.revision_id)
     await publish_outbox(services.db, services.redis, services.keys)
-    await wait_for(lambda: worker.client_instances == 2)
-    slow_client = worker._slot.client
+    await eventually(lambda: worker.client_instances == 2, what="the slow client in place")
+    slow_slot = worker._slot
+    slow_client = slow_slot.client
     call = asyncio.create_task(worker.complete(P, "slow one"))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: slow_slot.in_flight == 1, what="the slow call under way")
     await revisions.activate(TOPOLOGY[0], *TOPOLOGY[1:], fast.revision_id)
     await publish_outbox(services.db, services.redis, services.keys)
-    await wait_for(lambda: worker.client_instances == 3)
+    await eventually(lambda: worker.client_instances == 3, what="the fast client in place")
     assert isinstance(slow_client, LocalModel) and not slow_client.closed
     assert (await call).text.startswith("local:")
     assert slow_client.closed  # closed once its last call returned
@@ -197,7 +192,7 @@ async def test_redis_stream_reset_drops_the_whole_cache(
         await worker.complete(P, "x", contract=("policy_routing", contract))
     assert len(worker.cache) == 4  # three policies and the model topology
     await set_epoch(services.redis, services.keys)  # what a rebuilt Redis looks like
-    await wait_for(lambda: worker.reader.resets == 1)
+    await eventually(lambda: worker.reader.resets == 1, what="the reader reset once")
     # Every entry went; only the topology is read back at once (the reset re-checks it).
     assert [k for k in worker.cache if k != TOPOLOGY] == []
 
@@ -220,7 +215,10 @@ async def test_background_revalidation_without_notices(
         assert policy.revision_id == r1.revision_id
         await revisions.activate(P, "channel_event", "telegram", r2.revision_id)  # no notice
         before = metrics.REVISION_CACHE_STALE.labels("revalidation")._value.get()
-        await wait_for(lambda: (P, "channel_event", "telegram") not in worker.cache, limit_s=5)
+        await eventually(
+            lambda: (P, "channel_event", "telegram") not in worker.cache,
+            what="the stale entry dropped by revalidation",
+        )
         assert metrics.REVISION_CACHE_STALE.labels("revalidation")._value.get() == before + 1
         policy = await worker.resolver.get_cached_policy(P, "channel_event", "telegram")
         assert policy.revision_id == r2.revision_id
@@ -256,7 +254,7 @@ async def test_activation_and_its_notice_on_a_worker_are_one_trace(
     spans.clear()
     await revisions.activate(P, *POLICY, r.revision_id)
     await publish_outbox(services.db, services.redis, services.keys)
-    await wait_for(lambda: worker.reader.notices_seen >= 1)
+    await eventually(lambda: worker.reader.notices_seen >= 1, what="the notice seen")
     found = one_trace(spans, "revision.activate", "revision.notice")
     assert found["revision.notice"].attributes["awooop.cache_cleared"] is True
 
@@ -290,7 +288,7 @@ async def test_a_stream_reset_also_rechecks_the_topology(
     topology = await revisions.create(*TOPOLOGY, {"url": "local:?delay_ms=0"})
     await revisions.activate(*TOPOLOGY, topology.revision_id)  # its notice is never published
     await set_epoch(services.redis, services.keys)  # Redis lost the stream
-    await wait_for(lambda: worker.client_instances == 2)
+    await eventually(lambda: worker.client_instances == 2, what="the client rebuilt at the reset")
     assert worker._slot.client.url == "local:?delay_ms=0"
 
 
@@ -308,7 +306,10 @@ async def test_the_notice_readers_heartbeat_covers_its_blocking_read(
     previous = set_heartbeat_sink(Recorder())
     try:
         [gateway] = await gateways(1)
-        await wait_for(lambda: any(b.loop_name == READER_LOOP for b in beats))
+        await eventually(
+            lambda: any(b.loop_name == READER_LOOP for b in beats),
+            what="a heartbeat of the notice reader",
+        )
     finally:
         set_heartbeat_sink(previous)
     reader = next(b for b in beats if b.loop_name == READER_LOOP)

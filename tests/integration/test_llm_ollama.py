@@ -24,6 +24,7 @@ from awooop.revisions.store import Revisions
 from awooop.services import Services
 from tests.support.revisions import publish_outbox, set_epoch
 from tests.support.services import free_port
+from tests.support.waiting import eventually
 
 
 class FakeOllama:
@@ -47,7 +48,7 @@ class FakeOllama:
     async def _misbehave(self, payload: dict[str, Any]) -> Response | None:
         model = payload["model"]
         if model == "slow":
-            await asyncio.sleep(2)
+            await asyncio.sleep(2)  # past the 0.3 s client timeout of the slow-server test
         if model == "broken":
             return JSONResponse({"error": "llama runner crashed"}, status_code=500)
         if model == "missing":
@@ -64,7 +65,7 @@ class FakeOllama:
         bad = await self._misbehave(payload)
         if bad is not None:
             return bad
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a call takes a moment, so concurrent calls overlap
         return JSONResponse(
             {"model": payload["model"], "response": f"gen:{payload['prompt']}", "done": True}
         )
@@ -93,10 +94,8 @@ async def ollama() -> AsyncIterator[FakeOllama]:
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
-    for _ in range(1000):  # uvicorn offers a flag, not an event, for "listening"
-        if server.started:
-            break
-        await asyncio.sleep(0.01)
+    # uvicorn offers a flag, not an event, for "listening"
+    await eventually(lambda: server.started, interval_s=0.01, what="the fake Ollama listening")
     yield fake
     server.should_exit = True
     with contextlib.suppress(asyncio.CancelledError):
@@ -195,10 +194,11 @@ async def test_the_gateway_routes_to_ollama_through_the_topology(
             "__platform__", "platform_resource", "ollama_topology", topology.revision_id
         )
         await publish_outbox(services.db, services.redis, services.keys)
-        for _ in range(500):
-            if gateway.client_instances == 2:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(
+            lambda: gateway.client_instances == 2,
+            interval_s=0.01,
+            what="the client rebuilt for the Ollama topology",
+        )
         remote = await gateway.complete("p1", "hi", temperature=0.5)
         assert (remote.text, remote.model, remote.revision_id) == (
             "chat:hi",

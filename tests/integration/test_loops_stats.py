@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import asyncpg
-import pytest
 from prometheus_client import REGISTRY
 
 from awooop.core import events as ev
-from awooop.core.config import Settings
 from awooop.loops.framework import LoopContext
 from awooop.loops.stats import LIVE_STATES, StatsLoops, runs_sample
 from awooop.runs import store
@@ -25,13 +22,6 @@ CTX = LoopContext(project_id="__platform__")
 
 def sample(name: str, **labels: str) -> float | None:
     return REGISTRY.get_sample_value(name, labels)
-
-
-@pytest.fixture
-async def services(settings: Settings) -> AsyncIterator[Services]:
-    s = await Services.open(settings, db_pool_size=2)
-    yield s
-    await s.close()
 
 
 def test_live_states_are_every_non_terminal_state() -> None:

@@ -13,6 +13,7 @@ from awooop.core.errors import UnknownLoopError
 from awooop.loops.framework import Heartbeat, LoopCategory, LoopContext, LoopSpec, run_loops
 from awooop.loops.store import DatabaseHeartbeats, HeartbeatRow, project_source, read_heartbeats
 from tests.support import tenant_rows
+from tests.support.waiting import eventually
 
 
 def beat(ok: bool, failures: int = 0, error: str | None = None) -> Heartbeat:
@@ -86,10 +87,9 @@ async def test_per_tenant_loops_run_for_registered_projects_and_write_heartbeats
                 supervisor_interval_s=0.05,
             )
         )
-        for _ in range(200):
-            if ran == {"alpha", "beta"}:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(
+            lambda: ran, equals={"alpha", "beta"}, interval_s=0.02, what="the projects that ran"
+        )
         stop.set()
         await asyncio.wait_for(task, 5)
     finally:

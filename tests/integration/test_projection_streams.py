@@ -6,10 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from awooop.commands import doctor_checks as doctor
-from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.loops.framework import run_loop
 from awooop.loops.projector import consumer_for, consumer_loop
@@ -20,14 +18,7 @@ from projections.replay import replay
 from projections.runner import Projector
 from streams.relay import Relay
 from tests.support.projection_workload import Workload
-from tests.support.streams import keys_for
-
-
-@pytest.fixture
-async def services(settings: Settings, db: Database) -> Any:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    yield Services(settings=settings, db=db, redis=client, keys=keys_for(settings))
-    await client.aclose()
+from tests.support.waiting import eventually
 
 
 async def workload(db: Database, seed: int) -> None:
@@ -119,10 +110,7 @@ async def test_a_running_projector_loop_is_healthy_for_the_doctor_mid_window(
             )
 
     try:
-        for _ in range(100):  # the first window's end writes the first heartbeat
-            if await beats():
-                break
-            await asyncio.sleep(0.05)
+        await eventually(beats, what="the first heartbeat, written at the first window's end")
         await asyncio.sleep(0.3)  # in the middle of the second window
         checks = await doctor.loops(services)
     finally:

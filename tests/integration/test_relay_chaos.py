@@ -28,8 +28,8 @@ from tests.support.streams import (
     keys_for,
     running_consumer,
     running_relay,
-    wait_for,
 )
+from tests.support.waiting import eventually
 
 PROJECTS = [f"chaos{i}" for i in range(8)]
 
@@ -108,19 +108,23 @@ async def test_flushall_while_producers_relay_and_groups_run_loses_nothing(
                     stop = asyncio.Event()
                     producing = asyncio.gather(*(produce(db, stop, rng) for _ in range(3)))
                     try:
-                        await wait_for(lambda: len(projected.deliveries) >= 20)
+                        await eventually(
+                            lambda: len(projected.deliveries) >= 20,
+                            what="20 deliveries to the projector",
+                        )
                         await redis.flushall()  # producers, relay and groups all running
-                        await asyncio.sleep(1.5)
+                        await asyncio.sleep(1.5)  # everything keeps running through the loss
                     finally:
                         stop.set()
                         made = sum(await producing)
                     committed = await committed_event_ids(db)
                     assert len(committed) == made
-                    await wait_for(
+                    await eventually(
                         lambda: (
                             projected.event_ids() == committed and worked.event_ids() == committed
                         ),
-                        within_s=60,
+                        timeout_s=60,
+                        what="every committed event at both groups after the flush",
                     )
                     await asyncio.sleep(0.5)  # time for a NOGROUP loop to show, if there were one
             for shard in keys.shards():
@@ -159,7 +163,10 @@ async def test_redis_stopped_ten_seconds_the_relay_catches_up_and_counts_attempt
             ):
                 for project in PROJECTS:
                     await create_run(db, project)
-                await wait_for(lambda: len(projected.deliveries) == len(PROJECTS))
+                await eventually(
+                    lambda: len(projected.deliveries) == len(PROJECTS),
+                    what="one delivery per project",
+                )
                 server.stop()
                 down_since = time.monotonic()
                 while time.monotonic() - down_since < 10:
@@ -167,9 +174,10 @@ async def test_redis_stopped_ten_seconds_the_relay_catches_up_and_counts_attempt
                     await asyncio.sleep(0.5)
                 server.start()
                 committed = await committed_event_ids(db)
-                await wait_for(
+                await eventually(
                     lambda: projected.event_ids() == committed and worked.event_ids() == committed,
-                    within_s=60,
+                    timeout_s=60,
+                    what="every committed event at both groups after the restart",
                 )
         finally:
             await redis.aclose()

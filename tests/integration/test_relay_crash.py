@@ -26,8 +26,8 @@ from tests.support.streams import (
     running_consumer,
     running_relay,
     step,
-    wait_for,
 )
+from tests.support.waiting import eventually
 
 
 class Crash(Exception):
@@ -131,13 +131,19 @@ async def test_eight_producers_fifty_runs_two_relays_every_group_sees_every_even
         running_relay(relays[1], fast) as second_loop,
     ):
         producing = asyncio.gather(*(producer(i) for i in range(8)))
-        await wait_for(lambda: len(projector_a.deliveries) > 100)
+        await eventually(
+            lambda: len(projector_a.deliveries) > 100,
+            what="more than 100 deliveries to projector a",
+        )
         # Kill the active relay mid-stream; the other one must take over.
         leader = next(r for r in relays if r.is_leader)
         await leader.close()
         standby = next(r for r in relays if r is not leader)
         await producing
-        await wait_for(lambda: standby.is_leader or leader.is_leader)
+        await eventually(
+            lambda: standby.is_leader or leader.is_leader,
+            what="a leader after the active relay was closed",
+        )
         committed = await committed_event_ids(db)
         async with db.platform() as conn:
             dispatch = {
@@ -146,13 +152,14 @@ async def test_eight_producers_fifty_runs_two_relays_every_group_sees_every_even
                     "SELECT event_id FROM awooop_events WHERE event_type = 'RunCreated'"
                 )
             }
-        await wait_for(
+        await eventually(
             lambda: (
                 projector_a.event_ids() == committed
                 and projector_b.event_ids() == committed
                 and workers.event_ids() == dispatch
             ),
-            within_s=60,
+            timeout_s=60,
+            what="every committed event at both projectors and every RunCreated at the workers",
         )
         assert not second_loop.done()
 

@@ -30,8 +30,8 @@ from tests.support.streams import (
     running_consumer,
     running_relay,
     step,
-    wait_for,
 )
+from tests.support.waiting import eventually
 
 PROJECTS = [f"lead{i}" for i in range(6)]
 
@@ -70,15 +70,16 @@ async def test_a_lease_is_taken_only_when_it_ran_out_and_each_acquisition_is_a_n
         assert await a.acquire()
         first = a.term
         assert not await b.acquire()  # a renews: b never gets it while a is alive
-        await asyncio.sleep(fast.relay_leader_lease_s + 0.5)
+        await asyncio.sleep(fast.relay_leader_lease_s + 0.5)  # past a lease: a's renewals hold it
         assert not await b.acquire()
         a.check()
         # a stops renewing (frozen) without giving the lease back: b gets it once it ran out.
         await a._stop_renewer()
-        started = time.monotonic()
-        while not await b.acquire():
-            assert time.monotonic() - started < fast.relay_leader_lease_s + 10
-            await asyncio.sleep(0.05)
+        await eventually(
+            b.acquire,
+            timeout_s=fast.relay_leader_lease_s + 10,
+            what="b takes the lease once it ran out",
+        )
         second = b.term
         assert second is not None and first is not None and second > first
         with pytest.raises(LeadershipLostError):
@@ -146,26 +147,41 @@ async def test_a_frozen_leader_is_replaced_and_its_writes_are_refused_after_it_r
 
     with capture_logs() as logs:
         async with running_relay(old, fast), running_consumer(group):
-            await wait_for(lambda: old.is_leader)
+            await eventually(lambda: old.is_leader, what="the old relay leads")
             async with running_relay(new, fast):
                 tasks = [asyncio.create_task(produce(i)) for i in range(3)]
                 tasks.append(asyncio.create_task(watch_cursor()))
                 try:
-                    await wait_for(lambda: old.published > 30)
+                    await eventually(
+                        lambda: old.published > 30,
+                        what="more than 30 events published by the old leader",
+                    )
                     assert not new.is_leader
                     freeze = True
                     await asyncio.wait_for(frozen.wait(), 20)
                     froze_at = time.monotonic()
-                    await wait_for(lambda: new.published > 0, within_s=60)
+                    await eventually(
+                        lambda: new.published > 0,
+                        timeout_s=60,
+                        what="the new relay publishes after the old one froze",
+                    )
                     took_over_s = time.monotonic() - froze_at
                     thaw.set()
-                    await wait_for(lambda: not old.is_leader, within_s=30)
+                    await eventually(
+                        lambda: not old.is_leader,
+                        timeout_s=30,
+                        what="the resumed old leader steps down",
+                    )
                     await asyncio.sleep(0.5)  # the new leader keeps publishing meanwhile
                 finally:
                     stop.set()
                     await asyncio.gather(*tasks)
                 committed = await committed_event_ids(db)
-                await wait_for(lambda: collected.event_ids() == committed, within_s=60)
+                await eventually(
+                    lambda: collected.event_ids() == committed,
+                    timeout_s=60,
+                    what="every committed event at the projector group",
+                )
                 assert new.is_leader and not old.is_leader
 
     # Within the documented bound (lease + poll interval; + one renewal interval here, see the
@@ -195,7 +211,7 @@ async def test_a_resumed_leader_publishes_nothing_once_its_local_deadline_passed
         await create_run(db, "p1")
         assert await relay.drain() == 1
         await relay.lease._stop_renewer()  # frozen: no renewals
-        await asyncio.sleep(fast.relay_leader_lease_s)
+        await asyncio.sleep(fast.relay_leader_lease_s)  # the lease runs out while it sleeps
         await create_run(db, "p1")
         with pytest.raises(LeadershipLostError):
             await relay.drain()

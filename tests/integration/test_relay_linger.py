@@ -15,7 +15,8 @@ from awooop.core.db import Database, connect
 from awooop.core.events import DISPATCH_EVENT_TYPES
 from streams.envelope import FIELD, decode_envelope
 from streams.relay import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTIFY_CHANNEL, Relay
-from tests.support.streams import claim, create_run, keys_for, running_relay, wait_for
+from tests.support.streams import claim, create_run, keys_for, running_relay
+from tests.support.waiting import eventually
 
 P = "proj-linger"
 
@@ -59,22 +60,28 @@ async def test_the_relay_publishes_dispatch_events_at_once_and_lets_the_others_l
         entries = await redis.xrange(stream)
         published[:] = [decode_envelope(fields[FIELD]).event_type for _id, fields in entries]
 
+    async def published_are(*types: str) -> bool:
+        await read()
+        return published == list(types)
+
     relay = Relay(settings=settings, redis=redis, keys=keys)
     async with running_relay(relay, settings):
-        await wait_for(lambda: relay.is_leader)
+        await eventually(lambda: relay.is_leader, what="the relay leads")
         started = time.monotonic()
         run_id = await create_run(db, P)
-        while published != ["RunCreated"]:
-            await read()
-            await asyncio.sleep(0.01)
+        await eventually(
+            lambda: published_are("RunCreated"), interval_s=0.01, what="RunCreated published"
+        )
         assert time.monotonic() - started < 0.6  # at once, not after the linger
         await claim(db, P, run_id)
         claimed = time.monotonic()
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # within the linger
         await read()
         assert published == ["RunCreated"]  # RunClaimed lingers
-        while published != ["RunCreated", "RunClaimed"]:
-            assert time.monotonic() - claimed < 10
-            await read()
-            await asyncio.sleep(0.01)
+        await eventually(
+            lambda: published_are("RunCreated", "RunClaimed"),
+            timeout_s=10,
+            interval_s=0.01,
+            what="RunClaimed published after its linger",
+        )
         assert time.monotonic() - claimed >= 0.7

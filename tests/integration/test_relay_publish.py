@@ -19,7 +19,8 @@ from streams import relay as relay_module
 from streams.envelope import FIELD, decode_envelope, decode_notice
 from streams.keys import Keys
 from streams.relay import Relay
-from tests.support.streams import claim, create_run, keys_for, running_relay, step, wait_for
+from tests.support.streams import claim, create_run, keys_for, running_relay, step
+from tests.support.waiting import eventually
 
 
 def projects_on_every_shard(keys: Keys) -> dict[int, str]:
@@ -114,7 +115,7 @@ async def test_the_cursor_is_saved_at_most_every_interval_and_when_the_relay_sto
         assert relay.published == 2
         assert relay.cursor.position > first[0]
         assert await saved_cursor(db) == first  # a crash now would republish it: a duplicate
-        await asyncio.sleep(relay_module.CURSOR_SAVE_INTERVAL_S)
+        await asyncio.sleep(relay_module.CURSOR_SAVE_INTERVAL_S)  # the save comes due
         await relay.run_once()  # nothing new, but the save is due
         assert await saved_cursor(db) == (relay.cursor.position, 2, 2)
         await create_run(db, "p1")
@@ -155,12 +156,17 @@ async def test_notify_wakes_the_relay_long_before_the_poll_interval(
     relay = Relay(settings=slow_poll, redis=redis, keys=keys)
     stream = keys.events_stream(keys.shard_of("p1"))
     async with running_relay(relay, slow_poll):
-        await wait_for(lambda: relay.is_leader and relay.caught_up)
+        await eventually(
+            lambda: relay.is_leader and relay.caught_up, what="the relay leads and has caught up"
+        )
         started = time.monotonic()
         await create_run(db, "p1")
-        while not await redis.xlen(stream):
-            await asyncio.sleep(0.005)
-            assert time.monotonic() - started < 10, "NOTIFY did not wake the relay"
+        await eventually(
+            lambda: redis.xlen(stream),
+            timeout_s=10,
+            interval_s=0.005,
+            what="the event in Redis: NOTIFY woke the relay",
+        )
     assert time.monotonic() - started < 10
 
 

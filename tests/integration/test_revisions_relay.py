@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -22,17 +22,11 @@ from tests.integration.test_revisions_split_brain import (
     gateway_settings,
 )
 from tests.support.services import private_redis
+from tests.support.waiting import eventually
 
 P = "p1"
 POLICY = ("policy_routing", "default")
 TOPOLOGY = ("__platform__", "platform_resource", "ollama_topology")
-
-
-@pytest.fixture
-async def services(settings: Settings) -> AsyncIterator[Services]:
-    opened = await Services.open(gateway_settings(settings), db_pool_size=4)
-    yield opened
-    await opened.close()
 
 
 @pytest.fixture
@@ -49,25 +43,17 @@ async def relay(services: Services) -> AsyncIterator[Relay]:
     await relay.close()
 
 
-async def until(predicate: Callable[[], bool], limit_s: float = 10.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.002)
-
-
-async def delivered(services: Services, limit_s: float = 10.0) -> None:
+async def delivered(services: Services) -> None:
     """Wait until the relay has delivered every contract outbox row."""
-    deadline = time.monotonic() + limit_s
-    while True:
+
+    async def none_left() -> bool:
         async with services.db.platform() as conn:
             left = await conn.fetchval(
                 "SELECT count(*) FROM awooop_contract_outbox WHERE delivered_at IS NULL"
             )
-        if left == 0:
-            return
-        assert time.monotonic() < deadline, f"{left} outbox rows still undelivered"
-        await asyncio.sleep(0.01)
+        return bool(left == 0)
+
+    await eventually(none_left, interval_s=0.01, what="every contract outbox row delivered")
 
 
 async def start(services: Services, n: int) -> list[ModelGateway]:
@@ -101,7 +87,7 @@ async def test_an_activation_clears_every_workers_entry_through_the_relay(
             worker.reader.observer = observe
         await revisions.activate(P, *POLICY, r2.revision_id)
         committed = time.time()
-        await until(lambda: len(applied) == WORKERS)
+        await eventually(lambda: len(applied) == WORKERS, what="every worker applied r2's notice")
         latency = max(at for at, _ in applied.values()) - committed
         print(f"commit -> relay -> all {WORKERS} workers: {latency * 1000:.1f} ms")
         assert not any(cached for _, cached in applied.values())  # gone when the notice lands
@@ -128,7 +114,10 @@ async def test_a_topology_activation_rebuilds_every_workers_client_through_the_r
         revisions = Revisions(services.db)
         topology = await revisions.create(*TOPOLOGY, {"url": "local:?delay_ms=0"})
         await revisions.activate(*TOPOLOGY, topology.revision_id)
-        await until(lambda: all(w.client_instances == 2 for w in workers))
+        await eventually(
+            lambda: all(w.client_instances == 2 for w in workers),
+            what="every worker rebuilt its client",
+        )
         assert all(w._slot.client.url == "local:?delay_ms=0" for w in workers)
     finally:
         for worker in workers:
@@ -155,7 +144,11 @@ async def test_after_redis_loses_the_stream_workers_drop_their_caches_and_notice
             for worker in workers:
                 await worker.complete(P, "warm")
             server.restart()  # no persistence: the stream and its epoch are gone
-            await until(lambda: all(w.reader.resets >= 1 for w in workers), limit_s=30)
+            await eventually(
+                lambda: all(w.reader.resets >= 1 for w in workers),
+                timeout_s=30,
+                what="every reader reset after Redis lost the stream",
+            )
             assert all(key not in w.cache for w in workers)
             # The relay writes a new epoch; once every reader has adopted it, notices flow again.
             epoch: list[bytes | None] = [None]
@@ -164,20 +157,19 @@ async def test_after_redis_loses_the_stream_workers_drop_their_caches_and_notice
                 epoch[0] = await services.redis.get(services.keys.notices_epoch())
                 return epoch[0] is not None and all(w.reader.epoch == epoch[0] for w in workers)
 
-            for _ in range(3000):
-                if await adopted():
-                    break
-                await asyncio.sleep(0.01)
-            assert await adopted()
+            await eventually(
+                adopted, interval_s=0.01, what="every reader adopted the relay's new epoch"
+            )
             for worker in workers:
                 assert (await worker.complete(P, "warm")).revision_id == r1.revision_id
             seen_before = [w.reader.notices_seen for w in workers]
             await revisions.activate(P, *POLICY, r2.revision_id)
-            await until(
+            await eventually(
                 lambda: all(
                     w.reader.notices_seen > before
                     for w, before in zip(workers, seen_before, strict=True)
-                )
+                ),
+                what="every reader saw r2's notice",
             )
             assert all(key not in w.cache for w in workers)
         finally:

@@ -33,6 +33,7 @@ from awooop.services import Services
 from streams.relay import Relay
 from tests.support.revisions import drop_outbox, set_epoch
 from tests.support.services import private_redis
+from tests.support.waiting import eventually
 
 P, FAMILY, CONTRACT = "p1", "policy_routing", "default"
 WORKERS = 10
@@ -89,22 +90,26 @@ async def split_brain(
                 commits.append((time.monotonic(), seq))
                 if deliver is not None:
                     await deliver(db)
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(0.002)  # activations paced: calls land between them
         finally:
             await db.close()
         return commits
 
     async def drive() -> list[tuple[float, int]]:
-        await asyncio.sleep(0.1)  # let every worker warm its cache on revision 0
+        await eventually(
+            lambda: all((P, FAMILY, CONTRACT) in w.cache for w in workers),
+            interval_s=0.01,
+            what="every worker's cache warm on revision 0",
+        )
         if before_activations is not None:
             before_activations()
         try:
             commits = await asyncio.to_thread(asyncio.run, activate_all())
             await asyncio.sleep(0.05)  # calls after the last activation too
-            for _ in range(1000):  # e.g. until every notice reached every worker
-                if settle is None or settle(workers):
-                    break
-                await asyncio.sleep(0.01)
+            if settle is not None:  # e.g. until every notice reached every worker
+                await eventually(
+                    lambda: settle(workers), interval_s=0.01, what="the workers settled"
+                )
         finally:
             done.set()
         return commits
@@ -159,10 +164,11 @@ async def test_split_brain_with_notices(settings: Settings) -> None:
     relay_task = asyncio.create_task(run_loop(relay_spec(relay, services.settings), stop))
     try:
         ids = await prepare(services.db)
-        for _ in range(1000):  # the relay writes the notices epoch when it takes the lead
-            if await services.redis.exists(services.keys.notices_epoch()):
-                break
-            await asyncio.sleep(0.01)
+        await eventually(
+            lambda: services.redis.exists(services.keys.notices_epoch()),
+            interval_s=0.01,
+            what="the notices epoch, written by the relay when it takes the lead",
+        )
         outcome = await split_brain(
             services,
             settings.database_url,

@@ -23,6 +23,7 @@ from awooop.worker.executor import own_trace
 from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
 from streams.relay import Relay
+from tests.support.waiting import eventually
 
 PROJECT = "p-links"
 
@@ -90,16 +91,16 @@ async def test_each_attempt_of_a_retried_run_links_to_the_ingest_and_the_previou
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
         try:
-            status = None
-            for _ in range(600):
+
+            async def status() -> Any:
                 async with services.db.tenant(PROJECT) as conn:
-                    status = await conn.fetchval(
+                    return await conn.fetchval(
                         "SELECT status FROM awooop_run_state WHERE run_id = $1", run_id
                     )
-                if status in ("COMPLETED", "FAILED"):
-                    break
-                await asyncio.sleep(0.1)
-            assert status == "COMPLETED"
+
+            await eventually(
+                status, equals="COMPLETED", timeout_s=60, interval_s=0.1, what="the run's status"
+            )
         finally:
             stop.set()
             await asyncio.wait_for(task, 30)

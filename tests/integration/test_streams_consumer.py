@@ -15,7 +15,8 @@ from streams.consumer import Delivery, GroupConsumer
 from streams.envelope import FIELD, Envelope, encode
 from streams.keys import Keys
 from streams.reclaim import autoclaim
-from tests.support.streams import Collector, running_consumer, wait_for
+from tests.support.streams import Collector, running_consumer
+from tests.support.waiting import eventually
 
 GROUP = "projector:test"
 
@@ -125,7 +126,7 @@ async def test_in_flight_work_is_bounded(redis: Any, keys: Keys) -> None:
 
     group = consumer(redis, keys, handler, streams=streams, max_in_flight=4, block_ms=50)
     async with running_consumer(group):
-        await wait_for(lambda: group.stats.acked == 40)
+        await eventually(lambda: group.stats.acked == 40, what="all 40 entries acked")
     assert 1 < peak <= 4
     assert group.stats.handled == 40
 
@@ -158,13 +159,18 @@ async def test_a_lost_group_on_a_surviving_stream_is_recreated_at_the_last_id(
     group = consumer(redis, keys, collector, block_ms=50)
     with capture_logs() as logs:
         async with running_consumer(group):
-            await wait_for(lambda: len(collector.deliveries) == 10)
+            await eventually(
+                lambda: len(collector.deliveries) == 10, what="the first 10 deliveries"
+            )
             # The 5 new entries land before the consumer notices: a group recreated at $
             # would miss them, one recreated at 0 would deliver the first 10 again.
             await redis.xgroup_destroy(stream, GROUP)
             await add(redis, stream, 5)
-            await wait_for(lambda: len(collector.deliveries) == 15)
-            await asyncio.sleep(0.3)
+            await eventually(
+                lambda: len(collector.deliveries) == 15,
+                what="the 5 entries added after the group was lost",
+            )
+            await asyncio.sleep(0.3)  # room for a wrong redelivery of the first 10 to show
     assert len(collector.deliveries) == len(collector.event_ids()) == 15
     assert group.stats.nogroup == 1
     assert [e["event"] for e in logs].count("stream_group_missing") == 1
@@ -182,12 +188,14 @@ async def test_nogroup_without_an_epoch_recreates_at_0_and_does_not_spin(
     group = consumer(redis, keys, collector, block_ms=50)
     with capture_logs() as logs:
         async with running_consumer(group):
-            await wait_for(lambda: len(collector.deliveries) == 3)
+            await eventually(lambda: len(collector.deliveries) == 3, what="the first 3 deliveries")
             await redis.delete(stream, keys.epoch(0))
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # the consumer reads while the data is gone
             await add(redis, stream, 4)  # whatever arrives after the loss is delivered
-            await wait_for(lambda: len(collector.deliveries) == 7)
-            await asyncio.sleep(0.5)
+            await eventually(
+                lambda: len(collector.deliveries) == 7, what="the 4 entries added after the loss"
+            )
+            await asyncio.sleep(0.5)  # the window in which a NOGROUP spin would show
     assert group.stats.nogroup <= 2
     assert [e["event"] for e in logs].count("stream_group_missing") <= 2
     assert any(e["event"] == "stream_epoch_missing" for e in logs)
@@ -207,13 +215,16 @@ async def test_a_new_epoch_calls_on_reset_and_restarts_at_0(redis: Any, keys: Ke
         redis, keys, collector, streams=[stream], block_ms=50, epoch_check_ms=50, on_reset=on_reset
     )
     async with running_consumer(group):
-        await wait_for(lambda: len(collector.deliveries) == 2)
+        await eventually(lambda: len(collector.deliveries) == 2, what="the first 2 deliveries")
         # What a relay rebuild leaves: new stream, group created at 0, new epoch.
         await redis.delete(stream)
         await redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
         await add(redis, stream, 3)
         await redis.set(keys.epoch(2), "e2")
-        await wait_for(lambda: len(collector.deliveries) == 5 and resets == [2])
+        await eventually(
+            lambda: len(collector.deliveries) == 5 and resets == [2],
+            what="the 3 entries of the new epoch and one reset of shard 2",
+        )
     assert group.stats.resets == 1
 
 
@@ -265,7 +276,10 @@ async def test_reclaim_takes_over_entries_a_dead_consumer_left(redis: Any, keys:
         redis, keys, survivor, streams=[stream], name="alive", block_ms=50, reclaim_idle_ms=200
     )
     async with running_consumer(group):
-        await wait_for(lambda: len(survivor.deliveries) == 2)
+        await eventually(
+            lambda: len(survivor.deliveries) == 2,
+            what="the dead consumer's 2 entries delivered to the survivor",
+        )
     assert [d.delivery_count for d in survivor.deliveries] == [2, 2]
     assert await pending(redis, stream) == 0
 
@@ -315,10 +329,13 @@ async def test_a_failed_ack_flush_of_any_kind_does_not_stop_later_acks(
     group = consumer(leaky, keys, Collector(), block_ms=50, epoch_check_ms=60_000)
     async with running_consumer(group):
         await add(redis, stream, 3)
-        await wait_for(lambda: group.stats.handled == 3 and leaky.leaks == 0)
+        await eventually(
+            lambda: group.stats.handled == 3 and leaky.leaks == 0,
+            what="3 handled and the failing ack flush spent",
+        )
         await add(redis, stream, 3)
-        await wait_for(lambda: group.stats.handled == 6)
-        await wait_for(lambda: group.stats.acked >= 3)  # the ack loop survived
+        await eventually(lambda: group.stats.handled == 6, what="6 handled")
+        await eventually(lambda: group.stats.acked >= 3, what="3 acks: the ack loop survived")
     # The entries of the failed flush stay pending (reclaim takes them); none after it.
     assert await pending(redis, stream) == 6 - group.stats.acked
     assert group.stats.acked >= 3
@@ -330,5 +347,5 @@ async def test_a_failed_group_check_of_any_kind_at_start_is_retried(redis: Any, 
     leaky = LeaksOnce(redis, "evalsha")  # the first ENSURE_GROUP call
     group = consumer(leaky, keys, Collector(), block_ms=50)
     async with running_consumer(group):
-        await wait_for(lambda: group.stats.handled == 2)
+        await eventually(lambda: group.stats.handled == 2, what="2 handled")
     assert leaky.leaks == 0

@@ -44,7 +44,7 @@ async def test_autoclaim_takes_idle_entries_and_reports_delivery_counts(
     redis: Any, stream: str
 ) -> None:
     assert await autoclaim(redis, stream, WORKER_GROUP, "b", min_idle_ms=60_000) == []
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # the entries idle past min_idle_ms (here and below)
     first = await autoclaim(redis, stream, WORKER_GROUP, "b", min_idle_ms=20)
     assert [(d.envelope.version, d.delivery_count) for d in first] == [(1, 2), (2, 2), (3, 2)]
     assert set((await owners(redis, stream)).values()) == {"b"}

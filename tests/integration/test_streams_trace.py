@@ -58,7 +58,7 @@ async def test_the_consumer_span_continues_the_producer_trace(
         assert consume.attributes["awooop.delivery_count"] == 1
 
         # A redelivery starts a new trace, linked to the span that published it.
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # the entry idles past min_idle_ms
         [again] = await autoclaim(redis, stream, group, "c2", min_idle_ms=10)
         assert again.delivery_count == 2
         with consume_span(again):

@@ -21,6 +21,7 @@ from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
 from streams.relay import Relay
 from tests.support.tracing import one_trace
+from tests.support.waiting import eventually
 
 PROJECT = "p-trace"
 
@@ -59,15 +60,14 @@ async def test_one_webhook_is_one_trace_from_ingest_to_the_llm_call(
         task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
         run_id = uuid.UUID(str(answer.json()["run_ids"][0]))
         try:
-            for _ in range(300):
+
+            async def status() -> Any:
                 async with services.db.tenant(PROJECT) as conn:
-                    status = await conn.fetchval(
+                    return await conn.fetchval(
                         "SELECT status FROM awooop_run_state WHERE run_id = $1", run_id
                     )
-                if status == "COMPLETED":
-                    break
-                await asyncio.sleep(0.1)
-            assert status == "COMPLETED"
+
+            await eventually(status, equals="COMPLETED", interval_s=0.1, what="the run's status")
         finally:
             stop.set()
             await asyncio.wait_for(task, 30)

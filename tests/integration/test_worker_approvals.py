@@ -103,7 +103,7 @@ async def test_unknown_or_foreign_tokens_are_refused_and_write_nothing(db: Datab
 
 async def test_an_expired_token_fails_the_run_through_the_loop(db: Database) -> None:
     ticket = await waiting(db, ttl_s=0.1)
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # the token expires
     with pytest.raises(ApprovalExpiredError) as late:
         await decide(db, ticket, Decision.APPROVED)
     assert late.value.code == "E-APPROVAL-002"
@@ -179,7 +179,7 @@ async def test_http_bad_requests_write_nothing(
 
 async def test_http_expired_and_unknown_run(db: Database, client: httpx.AsyncClient) -> None:
     ticket = await waiting(db, ttl_s=0.05)
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the token expires
     late = await client.post(
         f"/v1/projects/{P}/runs/{ticket.run_id}/approve", json={"token": ticket.token}
     )

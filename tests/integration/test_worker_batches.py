@@ -58,7 +58,7 @@ async def test_claim_statement_matches_apply(db: Database) -> None:
     worker runs it), the row equals the events folded by apply() and carries the metadata."""
     fresh, reaped = await create_runs(db, P, 2)
     assert await db.in_tenant(P, lambda c: leases.claim(c, reaped, "w0", 0.001))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # the 1 ms lease runs out
     assert [s.run_id for s, _e in await db.in_platform(lambda c: leases.reap(c, 10))] == [reaped]
     batch = await db.in_run_statement(
         lambda c: leases.claim_many(c, [fresh, reaped], "w1", 12.5, [{"k": 1}, None])
@@ -149,7 +149,7 @@ async def test_complete_statement_refuses_what_the_fence_refuses(db: Database) -
         await conn.execute(
             "UPDATE awooop_run_state SET status = 'CANCELLED' WHERE run_id = $1", cancelled
         )
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # the 1 ms lease of "expired" runs out
     unknown = uuid.uuid4()
     got = await db.in_run_statement(
         lambda c: leases.complete_many(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -37,6 +36,7 @@ from streams.relay import Relay
 from tests.support import handlers
 from tests.support.faultproxy import fault_proxy
 from tests.support.runs import create_runs, event_types, events_of, load
+from tests.support.waiting import eventually
 
 P = "proj-faults"
 
@@ -69,14 +69,6 @@ def ticks(run_id: uuid.UUID, worker_id: str) -> list[float]:
     ]
 
 
-async def wait_for(predicate: Any, within_s: float = 60.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-
-
 @asynccontextmanager
 async def serving(worker: Worker, extra: list[Any] | None = None) -> AsyncIterator[None]:
     stop = asyncio.Event()
@@ -105,17 +97,25 @@ async def one_black_hole_round(db: Database, short: Settings) -> None:
         w2 = Worker(db=db, settings=short, handler=handlers.ticking, worker_id="w2")
         try:
             async with serving(w1):
-                await wait_for(lambda: len(ticks(run_id, "w1")) >= 10)
+                await eventually(
+                    lambda: len(ticks(run_id, "w1")) >= 10, timeout_s=60, what="10 ticks of w1"
+                )
                 proxy.blackhole()
                 async with serving(w2):
-                    await wait_for(lambda: len(ticks(run_id, "w2")) >= 1)
+                    await eventually(
+                        lambda: len(ticks(run_id, "w2")) >= 1,
+                        timeout_s=60,
+                        what="a tick of w2 after it took the run",
+                    )
                     taken_at = (await claimed_at(db, run_id, 2)).timestamp()
                     last_w1 = max(ticks(run_id, "w1"))
                     assert last_w1 < taken_at, (
                         f"W1 ticked {last_w1 - taken_at:.3f} s after W2's claim"
                     )
                     proxy.heal()
-                    await wait_for(lambda: _finished(run_id), within_s=30)
+                    await eventually(
+                        lambda: _finished(run_id), timeout_s=30, what="the handler ended"
+                    )
         finally:
             proxy.heal()
             await db1.close()
@@ -172,12 +172,16 @@ async def test_redis_black_holed_costs_no_lease(db: Database, short: Settings) -
                 w1, [intake1.run, functools.partial(run_loop, intake1.reclaim_spec())]
             ):
                 [run_id] = await create_runs(db, P, payload={"tick_s": 5.0})
-                await wait_for(lambda: len(ticks(run_id, "w1")) >= 5)
+                await eventually(
+                    lambda: len(ticks(run_id, "w1")) >= 5, timeout_s=60, what="5 ticks of w1"
+                )
                 proxy.blackhole()
                 async with serving(
                     w2, [intake2.run, functools.partial(run_loop, intake2.reclaim_spec())]
                 ):
-                    await wait_for(lambda: _finished(run_id), within_s=30)
+                    await eventually(
+                        lambda: _finished(run_id), timeout_s=30, what="the handler ended"
+                    )
                     await asyncio.sleep(short.lease_ttl_s)  # room for a wrong second attempt
                 proxy.heal()
         finally:
@@ -207,11 +211,17 @@ async def test_a_process_never_runs_two_attempts_of_one_run_at_once(
         w1 = Worker(db=db1, settings=cut_off, handler=handlers.ticking, worker_id="w1")
         try:
             async with serving(w1):
-                await wait_for(lambda: len(ticks(run_id, "w1")) >= 5)
+                await eventually(
+                    lambda: len(ticks(run_id, "w1")) >= 5, timeout_s=60, what="5 ticks of w1"
+                )
                 proxy.blackhole()
-                await wait_for(lambda: _effect(run_id, "ignoring_cancel"))
+                await eventually(
+                    lambda: _effect(run_id, "ignoring_cancel"),
+                    timeout_s=60,
+                    what="the handler ignoring its cancellation",
+                )
                 proxy.heal()  # W1's polling now finds its own expired run
-                await wait_for(lambda: _finished(run_id), within_s=30)
+                await eventually(lambda: _finished(run_id), timeout_s=30, what="the handler ended")
         finally:
             proxy.heal()
             await db1.close()
@@ -248,7 +258,11 @@ async def test_300_ms_on_every_postgres_round_trip_loses_no_lease_with_the_defau
         w1 = Worker(db=db1, settings=slow, handler=handlers.ticking, worker_id="w1")
         try:
             async with serving(w1):
-                await wait_for(lambda: all(_finished(r) for r in run_ids), within_s=120)
+                await eventually(
+                    lambda: all(_finished(r) for r in run_ids),
+                    timeout_s=120,
+                    what="every handler ended",
+                )
         finally:
             await db1.close()
     assert sample("awooop_lease_losses_total") == losses

@@ -67,7 +67,7 @@ async def test_heartbeat_renews_only_the_workers_live_leases_and_writes_no_event
         assert await claim(db, run_id, "w1") is not None
     assert await claim(db, theirs, "w2") is not None
     before = {r: await load(db, P, r) for r in [*mine, theirs]}
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # time moves on: a renewal sets a later lease_until
     renewed = await db.in_platform(lambda c: leases.heartbeat(c, "w1", [*mine, theirs], 60))
     assert renewed == set(mine)
     for run_id in mine:

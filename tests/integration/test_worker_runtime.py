@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.events import StepCompleted
+from awooop.core.events import RunRequeued, StepCompleted
 from awooop.loops.runs import reap_once
 from awooop.runs import approvals, control, leases
 from awooop.runs.approvals import Decision
@@ -22,20 +22,9 @@ from awooop.worker.executor import Handler, Outcome
 from awooop.worker.runtime import Worker
 from tests.support import handlers
 from tests.support.runs import count_events, create_runs, event_types, events_of, load
+from tests.support.waiting import eventually
 
 P = "proj-w"
-
-
-@pytest.fixture
-def fast(settings: Settings) -> Settings:
-    return msgspec.structs.replace(
-        settings,
-        lease_ttl_s=1.0,
-        heartbeat_interval_s=0.1,
-        reaper_interval_s=0.2,
-        poll_interval_s=0.2,
-        shutdown_grace_s=0.3,
-    )
 
 
 @pytest.fixture(autouse=True)
@@ -61,14 +50,6 @@ def effects(run_id: uuid.UUID, what: str | None = None) -> list[dict[str, Any]]:
         for e in handlers.EFFECTS
         if e["run_id"] == str(run_id) and (what is None or e["what"] == what)
     ]
-
-
-async def wait_for(predicate: Any, within_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within_s
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 def metric(name: str, **labels: str) -> float:
@@ -105,7 +86,7 @@ async def test_a_retried_attempt_replays_journaled_steps(db: Database, fast: Set
             ),
         ),
     )
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the dead worker's 0.05 s lease runs out
     assert await worker(db, fast).run_until_idle() == 1
     state = await load(db, P, run_id)
     assert state.status == "COMPLETED" and state.attempt_count == 2
@@ -141,7 +122,10 @@ async def test_postgres_unavailable_under_a_handler_abandons_the_attempt_not_the
     stop = asyncio.Event()
     task = asyncio.create_task(w.run(stop))
     try:
-        await wait_for(lambda: _status_is(db, run_id, "COMPLETED"), within_s=15)
+        await eventually(
+            lambda: _status_is(db, run_id, "COMPLETED"),
+            what="the run COMPLETED in attempt 2",
+        )
     finally:
         stop.set()
         await task
@@ -168,20 +152,30 @@ async def test_a_lost_lease_cancels_the_handler_and_its_writes_are_fenced(
     stop = asyncio.Event()
     losses = metric("awooop_lease_losses_total")
     serving = asyncio.create_task(w.run(stop))
-    await wait_for(lambda: _has_effect(run_id, "hang"))
+    await eventually(lambda: _has_effect(run_id, "hang"), what="the handler hanging")
+
     # Simulated stall: the lease runs out without the worker knowing, and the reaper
-    # requeues the run; then the worker's next heartbeat finds its lease gone.
-    async with db.platform() as conn:
+    # requeues the run; then the worker's next heartbeat finds its lease gone. One
+    # transaction: the worker's own poll, which takes expired runs, cannot come in between.
+    async def stall_and_reap(conn: Any) -> list[Any]:
         await conn.execute(
             "UPDATE awooop_run_state SET lease_until = now() - interval '1 second' "
             "WHERE run_id = $1",
             run_id,
         )
-    assert await reap_once(db) == (1, 0)
-    await wait_for(lambda: _has_effect(run_id, "cancelled"))
+        return await leases.reap(conn, 10)
+
+    [(_, requeued)] = await db.in_platform(stall_and_reap)
+    assert isinstance(requeued, RunRequeued)
+    await eventually(
+        lambda: _has_effect(run_id, "cancelled"),
+        what="the handler cancelled after its lease was lost",
+    )
     assert metric("awooop_lease_losses_total") >= losses + 1
     # The worker's poll takes the requeued run again as attempt 2, which completes.
-    await wait_for(lambda: _status_is(db, run_id, "COMPLETED"))
+    await eventually(
+        lambda: _status_is(db, run_id, "COMPLETED"), what="the run COMPLETED in attempt 2"
+    )
     stop.set()
     await serving
     assert w.executor.finished[Outcome.LOST] == 1
@@ -199,7 +193,10 @@ async def test_a_local_lease_deadline_stops_the_handler_without_the_database(
     [run_id] = await create_runs(db, P, payload={"hang_on_attempts": [1]})
     w = worker(db, timed)
     await w.poll_once(0)  # polling only: nothing renews the lease
-    await wait_for(lambda: _has_effect(run_id, "cancelled"))
+    await eventually(
+        lambda: _has_effect(run_id, "cancelled"),
+        what="the handler cancelled by its local lease deadline",
+    )
     cancelled_at = next(e["t"] for e in effects(run_id, "cancelled"))
     lease_until = (await load(db, P, run_id)).lease_until
     assert lease_until is not None and cancelled_at < lease_until.timestamp()
@@ -214,12 +211,16 @@ async def test_cancel_stops_a_running_handler_at_once(db: Database, fast: Settin
     w = worker(db, slow)
     stop = asyncio.Event()
     serving = asyncio.create_task(w.run(stop))
-    await wait_for(lambda: _has_effect(run_id, "hang"))
+    await eventually(lambda: _has_effect(run_id, "hang"), what="the handler hanging")
     await asyncio.wait_for(w.cancel_listener.connected.wait(), 5)
     started = asyncio.get_running_loop().time()
     state = await db.in_tenant(P, lambda c: control.cancel(c, run_id, actor="ops", reason="stop"))
     assert state.status == "CANCELLED"
-    await wait_for(lambda: _has_effect(run_id, "cancelled"))
+    await eventually(
+        lambda: _has_effect(run_id, "cancelled"),
+        interval_s=0.02,
+        what="the handler cancelled by the cancel notice",
+    )
     assert asyncio.get_running_loop().time() - started < 0.8
     stop.set()
     await serving
@@ -253,8 +254,8 @@ async def test_shutdown_releases_unfinished_runs_for_another_worker(
     w1 = worker(db, fast, concurrency=8)
     stop = asyncio.Event()
     serving = asyncio.create_task(w1.run(stop))
-    await wait_for(lambda: _count_status(db, "COMPLETED", 3))
-    await wait_for(lambda: _all_running(db, slow))
+    await eventually(lambda: _count_status(db, "COMPLETED", 3), what="the 3 quick runs COMPLETED")
+    await eventually(lambda: _all_running(db, slow), what="the 3 slow runs RUNNING")
     stop.set()
     await asyncio.wait_for(serving, 10)
     assert w1.executor.finished[Outcome.RELEASED] == 3
@@ -312,7 +313,7 @@ async def test_a_tool_wait_keeps_the_lease_and_is_journaled(db: Database, fast: 
     [run_id] = await create_runs(db, P, payload={"tool": True, "tool_s": 1.5})
     w = worker(db, fast)
     task = asyncio.create_task(w.run_until_idle())
-    await wait_for(lambda: _status_is(db, run_id, "WAITING_TOOL"))
+    await eventually(lambda: _status_is(db, run_id, "WAITING_TOOL"), what="the run WAITING_TOOL")
     first = await load(db, P, run_id)
     await asyncio.sleep(1.2)  # longer than the 1 s lease: heartbeats must renew it
     later = await load(db, P, run_id)
@@ -335,7 +336,7 @@ async def test_take_reconciles_a_message_with_the_database(db: Database, fast: S
     await db.in_tenant(P, lambda c: leases.claim(c, held, "other", 30))
     assert await w.take(held, P, path="stream") is False  # live lease elsewhere: leave it
     await db.in_tenant(P, lambda c: leases.claim(c, expired, "dead", 0.05))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # its 0.05 s lease runs out
     assert await w.take(expired, P, path="reclaim") is True  # expired: requeue, take, run
     state = await load(db, P, expired)
     assert (state.status, state.attempt_count) == ("COMPLETED", 2)

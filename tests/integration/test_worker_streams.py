@@ -30,21 +30,12 @@ from streams.publish import envelope_of
 from streams.relay import Relay
 from tests.support import handlers
 from tests.support.runs import count_events, create_runs, events_of, load
+from tests.support.waiting import eventually
 
 P = "proj-s"
 
 
-@pytest.fixture
-def fast(settings: Settings) -> Settings:
-    return msgspec.structs.replace(
-        settings,
-        lease_ttl_s=1.0,
-        heartbeat_interval_s=0.1,
-        reclaim_interval_s=0.2,
-        poll_interval_s=60.0,  # keep the polling path out of these tests
-        max_deliveries=3,
-        shard_count=2,
-    )
+pytestmark = pytest.mark.fast("streams")
 
 
 @pytest.fixture
@@ -84,14 +75,6 @@ async def relay_running(settings: Settings, redis: Any) -> AsyncIterator[None]:
         stop.set()
         await asyncio.wait_for(task, 30)
         await relay.close()
-
-
-async def wait_for(predicate: Any, within_s: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within_s
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 async def finished(db: Database, run_ids: list[uuid.UUID]) -> bool:
@@ -145,8 +128,10 @@ async def test_runs_are_taken_from_the_work_stream_and_acknowledged(
     claims = sample("awooop_lease_claims_total", path="stream")
     async with relay_running(fast, redis), serving(worker, intake):
         run_ids = await create_runs(db, P, 30, payload={})
-        await wait_for(lambda: finished(db, run_ids))
-        await wait_for(lambda: _no_pending(redis, keys))
+        await eventually(lambda: finished(db, run_ids), timeout_s=60, what="the 30 runs finished")
+        await eventually(
+            lambda: _no_pending(redis, keys), timeout_s=60, what="no work entry pending"
+        )
     assert sample("awooop_lease_claims_total", path="stream") == claims + 30
     completed = await count_events(db, "RunCompleted")
     assert [completed[f"run-{r}"] for r in run_ids] == [1] * 30
@@ -169,7 +154,9 @@ async def test_a_live_worker_keeps_its_entries_from_looking_idle(
     intake = StreamIntake(worker, redis, keys, fast)
     async with relay_running(fast, redis), serving(worker, intake):
         [run_id] = await create_runs(db, P, payload={"sleep": 2.5})
-        await wait_for(lambda: _status(db, run_id, "RUNNING"))
+        await eventually(
+            lambda: _status(db, run_id, "RUNNING"), timeout_s=60, what="the run RUNNING"
+        )
         await asyncio.sleep(1.5)  # longer than the lease: only touches keep the entry fresh
         [entry] = await pending(redis, keys)
         assert entry["consumer"].decode() == worker.worker_id
@@ -177,7 +164,7 @@ async def test_a_live_worker_keeps_its_entries_from_looking_idle(
         stream = keys.work_stream(keys.shard_of(P))
         stolen = await redis.xautoclaim(stream, WORKER_GROUP, "thief", 1000, "0-0", count=10)
         assert stolen[1] == []
-        await wait_for(lambda: finished(db, [run_id]))
+        await eventually(lambda: finished(db, [run_id]), timeout_s=60, what="the run finished")
     assert (await load(db, P, run_id)).attempt_count == 1
 
 
@@ -198,8 +185,10 @@ async def test_reclaim_takes_a_dead_consumers_run_and_runs_it(
     intake = StreamIntake(worker, redis, keys, fast)
     taken = sample("awooop_reclaims_total", outcome="taken")
     assert await intake.reclaim_once() == 1
-    await wait_for(lambda: finished(db, [run_id]))
-    await wait_for(lambda: _no_pending(redis, keys))
+    await eventually(
+        lambda: finished(db, [run_id]), timeout_s=60, what="the reclaimed run finished"
+    )
+    await eventually(lambda: _no_pending(redis, keys), timeout_s=60, what="no work entry pending")
     state = await load(db, P, run_id)
     assert (state.status, state.attempt_count, state.worker_id) == ("COMPLETED", 2, None)
     assert sample("awooop_reclaims_total", outcome="taken") == taken + 1
@@ -214,11 +203,13 @@ async def test_reclaim_leaves_a_run_that_a_live_lease_holds(
     stream, entry = await announce(db, redis, keys, run_id)
     await ghost_reads(redis, stream)
     assert await db.in_tenant(P, lambda c: leases.claim(c, run_id, "holder", 30)) is not None
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(1.1)  # the entry idles past the lease TTL: reclaimable
     worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=4, streams=True)
     intake = StreamIntake(worker, redis, keys, fast)
     assert await intake.reclaim_once() == 1
-    await wait_for(lambda: _reclaim_settled(worker))
+    await eventually(
+        lambda: _reclaim_settled(worker), timeout_s=60, what="the reclaim's tasks settled"
+    )
     [left] = await pending(redis, keys)
     assert left["message_id"].decode() == entry
     assert left["times_delivered"] == 1  # the reclaim's delivery was taken back
@@ -254,7 +245,9 @@ async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
         assert renewed == {run_id}  # the long attempt is alive
         await asyncio.sleep(0.6)  # the duplicate idles past the lease TTL
         assert await intake.reclaim_once() == 1
-        await wait_for(lambda: _reclaim_settled(worker))
+        await eventually(
+            lambda: _reclaim_settled(worker), timeout_s=60, what="the reclaim's tasks settled"
+        )
         [entry_now] = await pending(redis, keys)
         assert entry_now["message_id"].decode() == entry
         assert entry_now["times_delivered"] == 1
@@ -266,11 +259,13 @@ async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
         state, now = await db.in_tenant(P, lambda c: leases.peek(c, run_id))
         return leases.availability(state, now, worker.worker_id) is leases.Availability.EXPIRED
 
-    await wait_for(expired, within_s=30)
-    await asyncio.sleep(0.6)
+    await eventually(expired, timeout_s=30, what="the holder's lease expired")
+    await asyncio.sleep(0.6)  # the duplicate idles past the 0.5 s TTL again
     assert await intake.reclaim_once() == 1
-    await wait_for(lambda: finished(db, [run_id]))
-    await wait_for(lambda: _no_pending(redis, keys))
+    await eventually(
+        lambda: finished(db, [run_id]), timeout_s=60, what="the run finished in attempt 2"
+    )
+    await eventually(lambda: _no_pending(redis, keys), timeout_s=60, what="no work entry pending")
     state = await load(db, P, run_id)
     assert (state.status, state.attempt_count, state.failure_code) == ("COMPLETED", 2, None)
     assert await redis.xlen(keys.dead_letter_stream(keys.shard_of(P))) == 0
@@ -290,13 +285,13 @@ async def test_a_message_delivered_too_often_is_dead_lettered_and_its_run_fails(
     [run_id] = await create_runs(db, P, payload={})
     stream, entry = await announce(db, redis, keys, run_id)
     await ghost_reads(redis, stream, times=3)  # delivered 3 times to a consumer that died
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(1.1)  # the entry idles past the lease TTL: reclaimable
     worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=4, streams=True)
     intake = StreamIntake(worker, redis, keys, fast)
     dead = sample("awooop_dead_letters_total")
     assert await intake.reclaim_once() == 1  # the 4th delivery: over the limit of 3
-    await wait_for(lambda: finished(db, [run_id]))
-    await wait_for(lambda: _no_pending(redis, keys))
+    await eventually(lambda: finished(db, [run_id]), timeout_s=60, what="the run failed")
+    await eventually(lambda: _no_pending(redis, keys), timeout_s=60, what="no work entry pending")
     state = await load(db, P, run_id)
     assert (state.status, state.failure_code) == ("FAILED", "E-RUN-005")
     assert state.failure_reason is not None and "delivered 4 times" in state.failure_reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -129,25 +129,3 @@ async def running_consumer(consumer: GroupConsumer) -> AsyncIterator[asyncio.Tas
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)
-
-
-async def wait_for(
-    predicate: Callable[[], bool], within_s: float = 20.0, interval: float = 0.02
-) -> None:
-    deadline = asyncio.get_running_loop().time() + within_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(interval)
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], within_s: float = 20.0, interval: float = 0.05
-) -> None:
-    """Await ``check()`` until it is true; fail after ``within_s``."""
-    deadline = asyncio.get_running_loop().time() + within_s
-    while asyncio.get_running_loop().time() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(interval)
-    raise AssertionError("condition not met in time")

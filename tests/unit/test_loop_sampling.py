@@ -25,6 +25,7 @@ from awooop.core.telemetry import (
     tracer,
 )
 from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec, run_loop
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -85,10 +86,7 @@ async def test_a_failed_iteration_is_always_exported_with_its_children(loop_rati
 
     stop = asyncio.Event()
     task = asyncio.create_task(run_loop(LoopSpec(name, LoopCategory.PLATFORM, 0.01, body), stop))
-    for _ in range(500):
-        if len(seen) >= 4:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: len(seen) >= 4, interval_s=0.01, what="four iterations")
     stop.set()
     await asyncio.wait_for(task, 10)
     assert len(seen) >= 4

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from awooop.loops.framework import (
     run_loops,
 )
 from tests.support.logcapture import capture_context_logs
+from tests.support.waiting import eventually
 
 log = get_logger("tests.loops")
 
@@ -43,14 +43,6 @@ def errors(name: str, project: str) -> float | None:
     return REGISTRY.get_sample_value(
         "awooop_background_loop_errors_total", {"loop_name": name, "project_id": project}
     )
-
-
-async def wait_for(predicate: Callable[[], bool], within: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 class Beats:
@@ -113,10 +105,15 @@ async def test_failing_loop_keeps_running_counts_errors_and_its_gauge_stops() ->
     beats = Beats()
     spec = LoopSpec(name, LoopCategory.TENANT, 0.02, body, project_id="p-flaky")
     task = asyncio.create_task(run_loop(spec, stop, heartbeat=beats))
-    await wait_for(lambda: calls >= 2 and last_run(name, "p-flaky") is not None)
-    await wait_for(lambda: (errors(name, "p-flaky") or 0) >= 1)
+    await eventually(
+        lambda: calls >= 2 and last_run(name, "p-flaky") is not None,
+        what="two iterations and a last-run gauge",
+    )
+    await eventually(
+        lambda: (errors(name, "p-flaky") or 0) >= 1, what="the first loop error counted"
+    )
     frozen = last_run(name, "p-flaky")
-    await wait_for(lambda: (errors(name, "p-flaky") or 0) >= 3)
+    await eventually(lambda: (errors(name, "p-flaky") or 0) >= 3, what="three loop errors counted")
     assert not task.done()  # the loop goes on after failures
     assert last_run(name, "p-flaky") == frozen  # no success, no advance
     assert calls >= 5
@@ -139,7 +136,7 @@ async def test_healthy_loop_gauge_advances_each_interval() -> None:
     stop = asyncio.Event()
     spec = LoopSpec(name, LoopCategory.PLATFORM, 0.05, body)
     task = asyncio.create_task(run_loop(spec, stop))
-    await wait_for(lambda: len(seen) >= 4)
+    await eventually(lambda: len(seen) >= 4, what="four iterations that saw the last-run gauge")
     stop.set()
     await asyncio.wait_for(task, 2)
     assert all(b > a for a, b in itertools.pairwise(seen)), seen
@@ -183,7 +180,7 @@ async def test_each_iteration_logs_a_new_trace_id_and_the_project() -> None:
         task = asyncio.create_task(
             run_loop(LoopSpec(name, LoopCategory.TENANT, 0.01, body, project_id="acme"), stop)
         )
-        await wait_for(lambda: len(inside) >= 4)
+        await eventually(lambda: len(inside) >= 4, what="four iterations")
         stop.set()
         await asyncio.wait_for(task, 2)
     ticks = [line for line in lines if line["event"] == "tick"]
@@ -211,7 +208,7 @@ async def test_iteration_span_is_a_root_span_whose_trace_id_the_logs_carry(spans
 
     stop = asyncio.Event()
     task = asyncio.create_task(run_loop(LoopSpec(name, LoopCategory.PLATFORM, 0.01, body), stop))
-    await wait_for(lambda: len(seen) >= 3)
+    await eventually(lambda: len(seen) >= 3, what="three iterations")
     stop.set()
     await asyncio.wait_for(task, 2)
     mine = [s for s in spans.get_finished_spans() if s.name == f"loop {name}"]
@@ -242,7 +239,7 @@ async def test_a_failing_heartbeat_sink_does_not_fail_the_loop() -> None:
     spec = LoopSpec(name, LoopCategory.PLATFORM, 0.01, body)
     with capture_context_logs() as lines:
         task = asyncio.create_task(run_loop(spec, stop, heartbeat=Broken()))
-        await wait_for(lambda: calls >= 3)
+        await eventually(lambda: calls >= 3, what="three iterations past a failing heartbeat sink")
         stop.set()
         await asyncio.wait_for(task, 2)
     assert errors(name, "__platform__") == 0.0
@@ -256,7 +253,7 @@ async def test_process_sink_is_used_by_default() -> None:
     try:
         stop = asyncio.Event()
         task = asyncio.create_task(run_loop(LoopSpec(name, LoopCategory.LEGACY, 0.01, _noop), stop))
-        await wait_for(lambda: len(beats.beats) >= 2)
+        await eventually(lambda: len(beats.beats) >= 2, what="two heartbeats in the process sink")
         stop.set()
         await asyncio.wait_for(task, 2)
     finally:
@@ -333,10 +330,19 @@ async def test_per_tenant_supervisor_follows_the_project_list() -> None:
     supervisor = PerTenantSupervisor([template], source, interval_s=0.02, name=unique("sup"))
     stop = asyncio.Event()
     task = asyncio.create_task(run_loop(supervisor.spec(), stop))
-    await wait_for(lambda: supervisor.running() == {(name, "a"), (name, "b")})
-    await wait_for(lambda: last_run(name, "a") is not None and last_run(name, "b") is not None)
+    await eventually(
+        lambda: supervisor.running() == {(name, "a"), (name, "b")},
+        what="instances for projects a and b",
+    )
+    await eventually(
+        lambda: last_run(name, "a") is not None and last_run(name, "b") is not None,
+        what="a first iteration of the instances for a and b",
+    )
     projects[:] = ["b", "c"]
-    await wait_for(lambda: supervisor.running() == {(name, "b"), (name, "c")})
+    await eventually(
+        lambda: supervisor.running() == {(name, "b"), (name, "c")},
+        what="instances for projects b and c only",
+    )
     stop.set()
     await asyncio.wait_for(task, 2)
     await supervisor.stop_all(grace_s=1)
@@ -360,9 +366,14 @@ async def test_a_failing_project_source_keeps_instances_running() -> None:
     supervisor = PerTenantSupervisor([template], source, interval_s=0.02, name=sup_name)
     stop = asyncio.Event()
     task = asyncio.create_task(run_loop(supervisor.spec(), stop))
-    await wait_for(lambda: supervisor.running() == {(name, "a")})
+    await eventually(
+        lambda: supervisor.running() == {(name, "a")}, what="the instance for project a"
+    )
     fail = True
-    await wait_for(lambda: (errors(sup_name, "__platform__") or 0) >= 1)
+    await eventually(
+        lambda: (errors(sup_name, "__platform__") or 0) >= 1,
+        what="the failing project source counted as a supervisor error",
+    )
     assert supervisor.running() == {(name, "a")}
     stop.set()
     await asyncio.wait_for(task, 2)
