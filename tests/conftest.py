@@ -73,9 +73,10 @@ async def redis_prefix(redis_server_url: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def redis(settings: Settings) -> AsyncIterator[Any]:
-    """A client of the test Redis; the test's keys live under ``settings.redis_key_prefix``."""
-    client = aioredis.Redis.from_url(settings.redis_url)
+async def redis(redis_server_url: str, redis_prefix: str) -> AsyncIterator[Any]:
+    """A client of the test Redis; the test's keys live under ``redis_prefix`` (which is
+    ``settings.redis_key_prefix``). Redis only: a test of it alone needs no database."""
+    client = aioredis.Redis.from_url(redis_server_url)
     yield client
     await client.aclose()
 

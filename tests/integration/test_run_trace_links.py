@@ -64,7 +64,9 @@ async def test_each_attempt_of_a_retried_run_links_to_the_ingest_and_the_previou
         settings,
         lease_ttl_s=2.0,
         heartbeat_interval_s=0.2,
-        poll_interval_s=0.2,
+        # Polling takes a pending run once it is this old: longer than ingest -> worker start
+        # takes on a loaded machine, so attempt 1 is the stream's (it was the poll's at 0.2 s).
+        poll_interval_s=2.0,
         shutdown_grace_s=0.3,
     )
     services = await Services.open(fast, db_pool_size=4)

@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from streams.consumer import Delivery, GroupConsumer
@@ -19,13 +18,6 @@ from tests.support.streams import Collector, running_consumer
 from tests.support.waiting import eventually
 
 GROUP = "projector:test"
-
-
-@pytest.fixture
-async def redis(redis_server_url: str) -> Any:
-    client = aioredis.Redis.from_url(redis_server_url)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
@@ -15,13 +14,6 @@ from streams.envelope import FIELD, decode_envelope, encode
 from streams.keys import WORKER_GROUP, Keys
 from streams.reclaim import autoclaim, touch
 from tests.integration.test_streams_consumer import envelope
-
-
-@pytest.fixture
-async def redis(redis_server_url: str) -> Any:
-    client = aioredis.Redis.from_url(redis_server_url)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ from awooop.log import eventlog
 from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.runs import leases
-from awooop.services import redis_client
 from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
 from streams.envelope import FIELD, encode
@@ -36,13 +35,6 @@ P = "proj-s"
 
 
 pytestmark = pytest.mark.fast("streams")
-
-
-@pytest.fixture
-async def redis(fast: Settings) -> AsyncIterator[Any]:
-    client = redis_client(fast.redis_url)
-    yield client
-    await client.aclose()
 
 
 def keys_of(settings: Settings) -> Keys:

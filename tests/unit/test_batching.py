@@ -17,6 +17,7 @@ from awooop.core.errors import (
     LeaseLostError,
     UnstorableValueError,
 )
+from tests.support.waiting import eventually
 
 
 class Recorder:
@@ -41,7 +42,7 @@ async def test_requests_arriving_during_a_flush_share_the_next_one() -> None:
     rec = Recorder()
     batcher: Batcher[str, int, int] = Batcher(rec.flush)
     first = asyncio.ensure_future(batcher.submit("p", 1))
-    await asyncio.sleep(0.001)  # the first flush is under way
+    await eventually(lambda: rec.batches, interval_s=0.001, what="the first flush under way")
     results = await asyncio.gather(first, *(batcher.submit("p", i) for i in range(2, 11)))
     assert results == [i * 10 for i in range(1, 11)]
     # The first went alone; the other nine arrived meanwhile and went together.
@@ -67,7 +68,7 @@ async def test_a_unique_key_is_never_twice_in_one_batch() -> None:
     rec = Recorder()
     batcher: Batcher[str, int, int] = Batcher(rec.flush)
     first = asyncio.ensure_future(batcher.submit("p", 1, unique="x"))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn: the first flush starts alone
     rest = [batcher.submit("p", i, unique=u) for i, u in ((2, "y"), (3, "y"), (4, "z"))]
     await asyncio.gather(first, *rest)
     assert rec.batches == [("p", [1]), ("p", [2, 4]), ("p", [3])]
@@ -102,7 +103,7 @@ async def test_a_flush_error_fails_its_batch_and_the_next_batch_still_runs() -> 
 
     batcher: Batcher[str, int, int] = Batcher(flaky)
     first = asyncio.ensure_future(batcher.submit("p", 1))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn: the first flush starts alone
     second = asyncio.ensure_future(batcher.submit("p", 2))
     with pytest.raises(ConnectionError):
         await first
@@ -114,11 +115,11 @@ async def test_a_cancelled_callers_item_is_flushed_and_handed_to_on_orphan() -> 
     batcher: Batcher[str, int, int] = Batcher(rec.flush)
     orphans: list[int] = []
     caller = asyncio.ensure_future(batcher.submit("p", 7, on_orphan=orphans.append))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: rec.batches, interval_s=0.001, what="the caller's flush under way")
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
-    await asyncio.sleep(0.1)
+    await eventually(lambda: orphans, what="the orphaned result handed to on_orphan")
     assert rec.batches == [("p", [7])] and orphans == [70]
 
 

@@ -335,8 +335,12 @@ async def test_per_tenant_supervisor_follows_the_project_list() -> None:
         what="instances for projects a and b",
     )
     await eventually(
-        lambda: last_run(name, "a") is not None and last_run(name, "b") is not None,
-        what="a first iteration of the instances for a and b",
+        lambda: (
+            len(ran.get("a", ())) >= 2
+            and last_run(name, "a") is not None
+            and last_run(name, "b") is not None
+        ),
+        what="two iterations for a and a last-run gauge for a and b",
     )
     projects[:] = ["b", "c"]
     await eventually(
