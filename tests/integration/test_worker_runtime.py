@@ -148,7 +148,9 @@ async def test_a_lost_lease_cancels_the_handler_and_its_writes_are_fenced(
     db: Database, fast: Settings
 ) -> None:
     [run_id] = await create_runs(db, P, payload={"hang_on_attempts": [1]})
-    w = worker(db, fast)
+    # One slot: the poll cannot start attempt 2 (which would cancel attempt 1 itself) before
+    # the heartbeat has found the lease lost, however late a loaded machine runs it.
+    w = worker(db, fast, concurrency=1)
     stop = asyncio.Event()
     losses = metric("awooop_lease_losses_total")
     serving = asyncio.create_task(w.run(stop))
