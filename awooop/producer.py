@@ -161,7 +161,7 @@ _ingestors: weakref.WeakKeyDictionary[Database, Ingestor] = weakref.WeakKeyDicti
 def _ingestor(db: Database, settings: Settings) -> Ingestor:
     ingestor = _ingestors.get(db)
     if ingestor is None:
-        ingestor = _ingestors[db] = Ingestor(settings, db.sessions)
+        ingestor = _ingestors[db] = Ingestor(settings, db.sessions, webhooks=False)
     return ingestor
 
 

@@ -57,13 +57,24 @@ BatchKey = tuple[str, str, str, float, int]
 
 
 class Ingestor:
-    def __init__(self, settings: Settings, sessions: TenantSessions) -> None:
+    def __init__(
+        self, settings: Settings, sessions: TenantSessions, *, webhooks: bool = True
+    ) -> None:
+        """``webhooks``: this Ingestor serves webhooks (:meth:`receive`), so their metric
+        series are bound now and exported from the start, at zero; a producer's Ingestor
+        binds none (a producer-only process exports no webhook series)."""
         self.settings = settings
         self.sessions = sessions
         self.cache = ConfigCache(settings.ingest_config_cache_s)
         self.batcher: Batcher[BatchKey, Delivery, list[store.Outcome]] = Batcher(
             self._write, max_batch=settings.ingest_batch_max_deliveries
         )
+        self._counters: dict[tuple[str, str], Any] = {}
+        self._latency: dict[str, Any] = {}
+        if webhooks:
+            self._bind_metrics()
+
+    def _bind_metrics(self) -> None:
         self._counters = {
             (channel, outcome): metrics.INGEST_EVENTS.labels(channel, outcome)
             for channel in (*ADAPTERS, "unknown")
@@ -87,6 +98,8 @@ class Ingestor:
         ids passed); ``gone``: the caller's exceptions for a client that went away, which
         are marked on the span and re-raised, neither counted nor logged here."""
         started = time.perf_counter()
+        if not self._counters:
+            self._bind_metrics()
         adapter = ADAPTERS.get(channel_type)
         label = channel_type if adapter is not None else "unknown"
         with tracer.start_as_current_span(
