@@ -1,6 +1,6 @@
 """Run state as a projection: the inline table ``awooop_run_state`` and the projector's copy.
 
-Both fold :func:`awooop.runs.state.apply` (imported, never re-implemented) over each run's
+Both fold :func:`awooop.log.state.apply` (imported, never re-implemented) over each run's
 stream, so the write path, the replay tool and the projector cannot drift.
 
 - ``run_state``: the table the write path maintains inline (R-10/R-11). The replay tool
@@ -24,8 +24,7 @@ from typing import Any, ClassVar
 
 from awooop.core.db import Connection
 from awooop.core.events import RUN_EVENT_TYPES
-from awooop.runs.state import COLUMNS, LEASED, RunState, apply
-from awooop.runs.store import row_to_state, state_values
+from awooop.log.state import COLUMNS, LEASED, RunState, apply, row_to_state, state_values
 from projections.base import (
     BulkOutput,
     LogEvent,

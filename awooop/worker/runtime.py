@@ -43,7 +43,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import tracer
-from awooop.runs.state import RunState
+from awooop.log.state import RunState
 from awooop.worker import claims
 from awooop.worker.claims import Claimed
 from awooop.worker.context import LLMClient, Notifier, StopReason, StreamEntry, trace_metadata
