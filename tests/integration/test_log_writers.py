@@ -1,0 +1,230 @@
+"""The log room's contract: every writer of ``awooop_events``, ``awooop_event_streams`` and
+``awooop_run_state`` (the table in ``awooop/log/writers.py``) leaves each run row equal to
+``apply`` folded over the run's events, and each stream head equal to its last event.
+
+One case per writer runs it against real Postgres; the checks below the cases fail when a
+writer of the table has no case, when a ``sql/*.sql`` file writes a log table without a row in
+the table, or when a module outside ``awooop/log/`` writes a log table.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.events import decode_event, run_stream_id
+from awooop.ingest import store as ingest_store
+from awooop.ingest.common import ParsedEvent
+from awooop.log import eventlog, queries
+from awooop.log.eventlog import RawEvent
+from awooop.log.state import LEASED, fold
+from awooop.log.writers import BY_NAME, EVENTS, RUNS, STREAMS
+from awooop.runs import leases, store
+from projections.registry import get
+from projections.replay import Replay
+from tests.support.factories import event_for
+from tests.support.runs import create_runs
+
+P = "proj-writers"
+ROOT = Path(__file__).resolve().parents[2]
+LOG_TABLES = (EVENTS, STREAMS, RUNS)
+# A statement that writes one of the log tables (names end at a word boundary: no _view).
+WRITES = re.compile(
+    r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(awooop_events|awooop_event_streams|"
+    r"awooop_run_state)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class Touched:
+    """What a case wrote: its runs and any other streams; ``clock_ahead``: the lease clock of
+    leased runs may be ahead of the log (renew_leases writes it without an event)."""
+
+    runs: set[uuid.UUID] = field(default_factory=set)
+    streams: set[str] = field(default_factory=set)
+    clock_ahead: bool = False
+
+
+Case = Callable[[Database, str, Settings], Awaitable[Touched]]
+CASES: dict[str, tuple[tuple[str, ...], Case]] = {}
+
+
+def case(*writers: str) -> Callable[[Case], Case]:
+    """Register a case that runs ``writers`` (names of awooop.log.writers.WRITERS)."""
+
+    def register(run: Case) -> Case:
+        CASES[run.__name__] = (writers, run)
+        return run
+
+    return register
+
+
+# --- the cases ------------------------------------------------------------------------------
+
+
+@case("insert_run", "append")
+async def create_run(db: Database, url: str, settings: Settings) -> Touched:
+    return Touched(set(await create_runs(db, P, 2)))
+
+
+@case("update_run", "append")
+async def apply_and_store(db: Database, url: str, settings: Settings) -> Touched:
+    runs = await create_runs(db, P, 2)
+    paths = (
+        ["RunClaimed", "StepCompleted", "ToolWaitStarted", "ToolResultReceived", "RunCompleted"],
+        ["RunClaimed", "ApprovalRequested", "ApprovalGranted", "RunClaimed", "RunFailed"],
+    )
+    for run_id, path in zip(runs, paths, strict=True):
+        for name in path:
+            async with db.tenant(P) as conn:
+                await store.record(conn, run_id, lambda s, now, n=name: event_for(n, s, at=now))
+    return Touched(set(runs))
+
+
+@case("update_run", "append_many")
+async def apply_and_store_many(db: Database, url: str, settings: Settings) -> Touched:
+    runs = await create_runs(db, P, 3)
+    claimed = await db.in_platform(lambda c: leases.poll(c, "w1", 30, 10, 0.0))
+    assert {s.run_id for s in claimed} == set(runs)
+    return Touched(set(runs))
+
+
+@case("claim_many")
+async def claim_many(db: Database, url: str, settings: Settings) -> Touched:
+    runs = await create_runs(db, P, 3)
+    batch = await db.in_run_statement(lambda c: leases.claim_many(c, runs, "w1", 30, {"k": 1}))
+    assert set(batch.claimed) == set(runs)
+    return Touched(set(runs))
+
+
+@case("claim_many", "complete_many")
+async def complete_many(db: Database, url: str, settings: Settings) -> Touched:
+    runs = await create_runs(db, P, 3)
+    await db.in_run_statement(lambda c: leases.claim_many(c, runs, "w1", 30))
+    results: list[object] = [{"a": [1, 2.5]}, None, "done"]
+    completions = [
+        leases.Completion(r, "w1", 1, result) for r, result in zip(runs, results, strict=True)
+    ]
+    written = await db.in_run_statement(lambda c: leases.complete_many(c, completions))
+    assert [getattr(w, "status", None) for w in written] == ["COMPLETED"] * 3
+    return Touched(set(runs))
+
+
+@case("claim_many", "renew_leases")
+async def renew_leases(db: Database, url: str, settings: Settings) -> Touched:
+    runs = await create_runs(db, P, 2)
+    await db.in_run_statement(lambda c: leases.claim_many(c, runs, "w1", 30))
+    renewed = await db.in_run_statement(lambda c: leases.heartbeat(c, "w1", runs, 90))
+    assert renewed == set(runs)
+    return Touched(set(runs), clock_ahead=True)
+
+
+@case("ingest_new")
+async def ingest_new(db: Database, url: str, settings: Settings) -> Touched:
+    events = [ParsedEvent(f"k{i}", {"i": i}) for i in range(3)] + [ParsedEvent("k0", {})]
+    async with db.tenant(P) as conn:
+        config = await ingest_store.load_config(conn, settings, P, "api")
+        outcomes = await ingest_store.ingest(conn, P, "api", events, config=config)
+    assert [o.created for o in outcomes] == [True, True, True, False]
+    return Touched({o.run_id for o in outcomes})
+
+
+@case("append_at_head")
+async def append_at_head(db: Database, url: str, settings: Settings) -> Touched:
+    stream = f"order-{uuid.uuid4()}"
+    for n in range(2):
+        async with db.tenant(P) as conn:
+            await eventlog.lock_heads(conn, [stream])
+            await eventlog.append_at_head(
+                conn, stream, P, [RawEvent("OrderPlaced", f'{{"n": {n}}}')] * 2
+            )
+    return Touched(streams={stream})
+
+
+@case("replay_repair")
+async def replay_repair(db: Database, url: str, settings: Settings) -> Touched:
+    runs = await create_runs(db, P, 2)
+    async with db.tenant(P) as conn:
+        await store.record(conn, runs[0], lambda s, now: event_for("RunClaimed", s, at=now))
+    async with db.platform() as conn:  # a row that no longer equals its fold
+        await conn.execute(
+            "UPDATE awooop_run_state SET attempt_count = attempt_count + 7 WHERE run_id = $1",
+            runs[1],
+        )
+    report = await Replay(url, get("run_state"), project=P).run(swap=True)
+    assert report.repaired_rows == 1
+    return Touched(set(runs))
+
+
+# --- the contract ---------------------------------------------------------------------------
+
+
+async def assert_log_equals_fold(db: Database, touched: Touched) -> None:
+    async with db.platform() as conn:
+        for run_id in touched.runs:
+            row = await store.load(conn, run_id)
+            recorded = await eventlog.read_stream(conn, run_stream_id(run_id))
+            folded = fold([decode_event(e.data) for e in recorded])
+            assert row is not None and folded is not None
+            if touched.clock_ahead and row.status in LEASED:
+                assert row.lease_until is not None and folded.lease_until is not None
+                assert row.heartbeat_at is not None and folded.heartbeat_at is not None
+                assert row.lease_until > folded.lease_until  # renewed: ahead, never behind
+                assert row.heartbeat_at >= folded.heartbeat_at
+                row = msgspec.structs.replace(
+                    row, lease_until=folded.lease_until, heartbeat_at=folded.heartbeat_at
+                )
+            assert row == folded
+        for stream_id in touched.streams | {run_stream_id(r) for r in touched.runs}:
+            head = await conn.fetchval(
+                "SELECT version FROM awooop_event_streams WHERE stream_id = $1", stream_id
+            )
+            versions = [e.version for e in await eventlog.read_stream(conn, stream_id)]
+            assert head is not None and versions == list(range(1, head + 1)), stream_id
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+async def test_the_writer_leaves_every_row_equal_to_the_fold_of_its_events(
+    db: Database, database_url: str, settings: Settings, name: str
+) -> None:
+    _writers, run = CASES[name]
+    touched = await run(db, database_url, settings)
+    assert touched.runs or touched.streams
+    await assert_log_equals_fold(db, touched)
+
+
+def test_every_writer_of_the_table_has_a_case() -> None:
+    covered = {w for writers, _run in CASES.values() for w in writers}
+    assert covered - set(BY_NAME) == set(), "cases name writers the table does not have"
+    assert set(BY_NAME) - covered == set(), "writers without a case in this file"
+
+
+def test_every_sql_file_that_writes_the_log_is_in_the_table() -> None:
+    writing = {name for name, text in queries.QUERIES.items() if WRITES.search(text)}
+    assert writing - set(BY_NAME) == set()
+    in_files = {w.name for w in BY_NAME.values() if not w.source}
+    assert in_files <= set(queries.QUERIES), "table rows without their sql/<name>.sql"
+    for name in writing:
+        written = {m.lower() for m in WRITES.findall(queries.load(name))}
+        assert written <= set(BY_NAME[name].tables), name
+
+
+def test_no_module_outside_the_log_room_writes_the_log() -> None:
+    found = []
+    for package in ("awooop", "streams", "projections"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith("awooop/log/"):
+                continue
+            for match in WRITES.finditer(path.read_text(encoding="utf-8")):
+                found.append(f"{relative}: {match.group(0)}")
+    assert found == []
