@@ -93,7 +93,7 @@ HELD_BACK = FOLLOWER_HORIZON + _HELD
 # columns NULL) when the batch is empty. Its sort costs a third of the relay's rate on full
 # batches, so a backlog is read with READ_FORWARD and probed with HELD_BACK once at its end.
 READ_FORWARD_AND_HELD = (
-    FOLLOWER_HORIZON  # noqa: S608 - constant SQL fragments
+    FOLLOWER_HORIZON  # noqa: S608 - constant fragments: the horizon rule is written once
     + """, batch AS (
     SELECT position, tx_id::text::bigint AS tx_id, event_id, stream_id, version, project_id,
            event_type, data::text AS data, metadata, recorded_at
