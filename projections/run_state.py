@@ -47,7 +47,7 @@ COUNT_COLUMNS = ("project_id", "status", "runs")
 # awooop_run_state, chosen at run time, and Postgres binds values, never identifiers. The
 # identifiers are the specs' constant names and their shadow_name(); every value is a
 # parameter. The column list is RunState's fields (COLUMNS), as the replay's COPY writes it.
-# Each 'noqa: S608' below is for that table identifier. (The live awooop_run_state is written
+# Each S608 suppression below is for that table identifier. (The live awooop_run_state is written
 # only by awooop/log; a replay writes it through the shadow and the swap, see WRITERS.md.)
 
 
