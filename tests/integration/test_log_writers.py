@@ -2,37 +2,43 @@
 ``awooop_run_state`` (the table in ``awooop/log/writers.py``) leaves each run row equal to
 ``apply`` folded over the run's events, and each stream head equal to its last event.
 
-One case per writer runs it against real Postgres; the checks below the cases fail when a
-writer of the table has no case, when a ``sql/*.sql`` file writes a log table without a row in
-the table, or when a module outside ``awooop/log/`` writes a log table.
+One case per writer runs it against real Postgres, with asyncpg's query logger on the
+connections it writes through, and the test checks that the statements the case names were
+sent. The checks below the cases fail when a writer of the table has no case, when a
+``sql/*.sql`` file writes a log table without a row in the table, or when a module outside
+``awooop/log/`` writes a log table.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import msgspec
 import pytest
 
 from awooop.core.config import Settings
-from awooop.core.db import Database
+from awooop.core.db import Connection, Database
 from awooop.core.events import decode_event, run_stream_id
 from awooop.ingest import store as ingest_store
 from awooop.ingest.common import ParsedEvent
 from awooop.log import eventlog, queries
 from awooop.log.eventlog import RawEvent
-from awooop.log.state import LEASED, fold
+from awooop.log.state import LEASED, RunState, fold
 from awooop.log.writers import BY_NAME, EVENTS, RUNS, STREAMS
 from awooop.runs import leases, store
 from projections.registry import get
 from projections.replay import Replay
-from tests.support.factories import event_for
+from tests.support.factories import created, event_for
 from tests.support.runs import create_runs
 
+T = TypeVar("T")
 P = "proj-writers"
 ROOT = Path(__file__).resolve().parents[2]
 LOG_TABLES = (EVENTS, STREAMS, RUNS)
@@ -56,6 +62,21 @@ class Touched:
 
 Case = Callable[[Database, str, Settings], Awaitable[Touched]]
 CASES: dict[str, tuple[tuple[str, ...], Case]] = {}
+SENT: list[str] = []  # the statements the current case sent through logged connections
+
+
+def _sent(record: Any) -> None:
+    SENT.append(record.query)
+
+
+def logged(fn: Callable[[Connection], Awaitable[T]]) -> Callable[[Connection], Awaitable[T]]:
+    """``fn``, with the statements it sends on its connection recorded in SENT."""
+
+    async def run(conn: Connection) -> T:
+        with conn.query_logger(_sent):
+            return await fn(conn)
+
+    return run
 
 
 def case(*writers: str) -> Callable[[Case], Case]:
@@ -73,7 +94,11 @@ def case(*writers: str) -> Callable[[Case], Case]:
 
 @case("insert_run", "append")
 async def create_run(db: Database, url: str, settings: Settings) -> Touched:
-    return Touched(set(await create_runs(db, P, 2)))
+    runs = await create_runs(db, P, 1)  # the helper every test uses to make runs
+    async with db.tenant(P) as conn:
+        now = await conn.fetchval("SELECT now()")
+        made = await logged(lambda c: store.create_run(c, created(at=now, project_id=P)))(conn)
+    return Touched({*runs, made.run_id})
 
 
 @case("update_run", "append")
@@ -85,15 +110,22 @@ async def apply_and_store(db: Database, url: str, settings: Settings) -> Touched
     )
     for run_id, path in zip(runs, paths, strict=True):
         for name in path:
-            async with db.tenant(P) as conn:
-                await store.record(conn, run_id, lambda s, now, n=name: event_for(n, s, at=now))
+            await _record(db, run_id, name)
     return Touched(set(runs))
+
+
+async def _record(db: Database, run_id: uuid.UUID, name: str) -> None:
+    def make(state: RunState, now: datetime) -> Any:
+        return event_for(name, state, at=now)
+
+    async with db.tenant(P) as conn:
+        await logged(lambda c: store.record(c, run_id, make))(conn)
 
 
 @case("update_run", "append_many")
 async def apply_and_store_many(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 3)
-    claimed = await db.in_platform(lambda c: leases.poll(c, "w1", 30, 10, 0.0))
+    claimed = await db.in_platform(logged(lambda c: leases.poll(c, "w1", 30, 10, 0.0)))
     assert {s.run_id for s in claimed} == set(runs)
     return Touched(set(runs))
 
@@ -101,7 +133,9 @@ async def apply_and_store_many(db: Database, url: str, settings: Settings) -> To
 @case("claim_many")
 async def claim_many(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 3)
-    batch = await db.in_run_statement(lambda c: leases.claim_many(c, runs, "w1", 30, {"k": 1}))
+    batch = await db.in_run_statement(
+        logged(lambda c: leases.claim_many(c, runs, "w1", 30, {"k": 1}))
+    )
     assert set(batch.claimed) == set(runs)
     return Touched(set(runs))
 
@@ -109,12 +143,12 @@ async def claim_many(db: Database, url: str, settings: Settings) -> Touched:
 @case("claim_many", "complete_many")
 async def complete_many(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 3)
-    await db.in_run_statement(lambda c: leases.claim_many(c, runs, "w1", 30))
+    await db.in_run_statement(logged(lambda c: leases.claim_many(c, runs, "w1", 30)))
     results: list[object] = [{"a": [1, 2.5]}, None, "done"]
     completions = [
         leases.Completion(r, "w1", 1, result) for r, result in zip(runs, results, strict=True)
     ]
-    written = await db.in_run_statement(lambda c: leases.complete_many(c, completions))
+    written = await db.in_run_statement(logged(lambda c: leases.complete_many(c, completions)))
     assert [getattr(w, "status", None) for w in written] == ["COMPLETED"] * 3
     return Touched(set(runs))
 
@@ -122,8 +156,8 @@ async def complete_many(db: Database, url: str, settings: Settings) -> Touched:
 @case("claim_many", "renew_leases")
 async def renew_leases(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 2)
-    await db.in_run_statement(lambda c: leases.claim_many(c, runs, "w1", 30))
-    renewed = await db.in_run_statement(lambda c: leases.heartbeat(c, "w1", runs, 90))
+    await db.in_run_statement(logged(lambda c: leases.claim_many(c, runs, "w1", 30)))
+    renewed = await db.in_run_statement(logged(lambda c: leases.heartbeat(c, "w1", runs, 90)))
     assert renewed == set(runs)
     return Touched(set(runs), clock_ahead=True)
 
@@ -133,7 +167,9 @@ async def ingest_new(db: Database, url: str, settings: Settings) -> Touched:
     events = [ParsedEvent(f"k{i}", {"i": i}) for i in range(3)] + [ParsedEvent("k0", {})]
     async with db.tenant(P) as conn:
         config = await ingest_store.load_config(conn, settings, P, "api")
-        outcomes = await ingest_store.ingest(conn, P, "api", events, config=config)
+        outcomes = await logged(lambda c: ingest_store.ingest(c, P, "api", events, config=config))(
+            conn
+        )
     assert [o.created for o in outcomes] == [True, True, True, False]
     return Touched({o.run_id for o in outcomes})
 
@@ -142,12 +178,17 @@ async def ingest_new(db: Database, url: str, settings: Settings) -> Touched:
 async def append_at_head(db: Database, url: str, settings: Settings) -> Touched:
     stream = f"order-{uuid.uuid4()}"
     for n in range(2):
+        events = [RawEvent("OrderPlaced", f'{{"n": {n}}}')] * 2
         async with db.tenant(P) as conn:
             await eventlog.lock_heads(conn, [stream])
-            await eventlog.append_at_head(
-                conn, stream, P, [RawEvent("OrderPlaced", f'{{"n": {n}}}')] * 2
-            )
+            await logged(_append_at_head(stream, events))(conn)
     return Touched(streams={stream})
+
+
+def _append_at_head(
+    stream: str, events: list[RawEvent]
+) -> Callable[[Connection], Awaitable[list[eventlog.Appended]]]:
+    return lambda c: eventlog.append_at_head(c, stream, P, events)
 
 
 @case("replay_repair")
@@ -196,8 +237,13 @@ async def assert_log_equals_fold(db: Database, touched: Touched) -> None:
 async def test_the_writer_leaves_every_row_equal_to_the_fold_of_its_events(
     db: Database, database_url: str, settings: Settings, name: str
 ) -> None:
-    _writers, run = CASES[name]
+    writers, run = CASES[name]
+    SENT.clear()
     touched = await run(db, database_url, settings)
+    await asyncio.sleep(0.05)  # asyncpg calls query loggers soon after, not during, a query
+    for writer in writers:
+        if not BY_NAME[writer].source:
+            assert queries.load(writer) in SENT, f"the case sent no {writer}.sql"
     assert touched.runs or touched.streams
     await assert_log_equals_fold(db, touched)
 
