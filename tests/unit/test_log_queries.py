@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from awooop.ingest.store import LOOKUP_DEDUPE
 from awooop.log import queries, writers
 from awooop.log.state import COLUMNS
 
@@ -49,3 +50,12 @@ def test_the_writers_table_and_writers_md_agree() -> None:
     text = (Path(writers.__file__).parent / "WRITERS.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `(\w+)`", text, re.MULTILINE)
     assert rows == [w.name for w in writers.WRITERS]
+
+
+def test_ingest_new_ends_with_the_same_dedupe_probe_as_the_lookup() -> None:
+    """ingest_new.sql and awooop.ingest.store.LOOKUP_DEDUPE probe the dedupe keys alike (one
+    index probe per key, LIMIT 1 against a flattened join): the two texts must not drift."""
+    start = "FROM unnest($3::text[]) AS k(provider_event_id)"
+    ingest = queries.load("ingest_new")
+    probe = ingest[ingest.rindex(start) :]
+    assert probe.strip() == LOOKUP_DEDUPE[LOOKUP_DEDUPE.index(start) :].strip()
