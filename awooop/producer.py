@@ -1,8 +1,9 @@
 """The producer library (R-06): channel events from Python services, without HTTP.
 
 :func:`submit` (one event) and :func:`submit_many` (a batch) run the same ingest transaction
-as the HTTP server (:mod:`awooop.ingest.store`): dedupe row, run (PENDING) and ``RunCreated``
-event, which is the outbox entry the relay publishes. They take either
+as the HTTP server (:class:`awooop.ingest.service.Ingestor`, :mod:`awooop.ingest.store`):
+dedupe row, run (PENDING) and ``RunCreated`` event, which is the outbox entry the relay
+publishes. They take either
 
 - a :class:`~awooop.core.db.Database`: :func:`submit_many` opens its own tenant transaction (and
   retries transient conflicts); :func:`submit` (one event) needs no transaction and uses a
@@ -59,41 +60,36 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from awooop.core import metrics
 from awooop.core.config import Settings, load_settings
 from awooop.core.db import SET_TENANT, Connection, Database
-from awooop.core.errors import (
-    InvalidInputError,
-    PayloadTooLargeError,
-    ProducerTransactionError,
-    TenantNotGrantedError,
-)
+from awooop.core.errors import InvalidInputError, PayloadTooLargeError, ProducerTransactionError
 from awooop.core.events import EVENT_TYPES
 from awooop.core.telemetry import tracer
-from awooop.ingest import store
-from awooop.ingest.cache import ConfigCache
-from awooop.ingest.common import ParsedEvent, check_storable, event_id
-from awooop.ingest.credentials import check_channel, check_contract_id, check_project_id
+from awooop.ingest import store, submission
+from awooop.ingest.common import check_storable
+from awooop.ingest.credentials import check_contract_id, check_project_id
+from awooop.ingest.service import Ingestor
+from awooop.ingest.submission import ChannelEvent, Submitted
 from awooop.log import eventlog
 from awooop.log.eventlog import RawEvent
+
+__all__ = [
+    "ChannelEvent",
+    "DomainEvent",
+    "Emitted",
+    "Submitted",
+    "check_domain_event",
+    "domain_stream_id",
+    "emit",
+    "emit_many",
+    "set_tenant",
+    "submit",
+    "submit_many",
+]
 
 _json_encode = msgspec.json.Encoder().encode
 T = TypeVar("T")
 _default_settings: Settings | None = None
-
-
-class ChannelEvent(msgspec.Struct, frozen=True):
-    """An event to submit: its channel, its idempotency id within the channel, the run input."""
-
-    channel_type: str
-    provider_event_id: str
-    input: Any
-
-
-class Submitted(msgspec.Struct, frozen=True):
-    provider_event_id: str
-    run_id: uuid.UUID
-    created: bool
 
 
 async def set_tenant(conn: Connection, project_id: str) -> None:
@@ -144,91 +140,29 @@ async def _submit(
     check_project_id(project_id)
     check_contract_id(contract_id)
     settings = settings or _settings()
-    groups: dict[str, list[tuple[int, ParsedEvent]]] = {}
-    for index, event in enumerate(events):
-        groups.setdefault(check_channel(event.channel_type), []).append((index, _parsed(event)))
-
-    cache = (
-        _session_configs(target, settings) if isinstance(target, Database) and on_session else None
-    )
-
-    async def run(conn: Connection) -> list[Submitted]:
-        results: list[Submitted | None] = [None] * len(events)
-        with tracer.start_as_current_span(
-            "ingest",
-            attributes={"awooop.project_id": project_id, "awooop.source": "producer"},
-        ):
-            metadata = store.trace_metadata("producer")
-            for channel_type in sorted(groups):  # one lock order across channels too
-                key = (project_id, channel_type, contract_id, None)
-                config = cache.get(key) if cache is not None else None
-                if config is None:
-                    config = await store.load_producer_config(
-                        conn, settings, project_id, channel_type, contract_id
-                    )
-                    if config.tenant != project_id:
-                        raise ProducerTransactionError(
-                            f"the transaction's awooop.project_id is {config.tenant!r}, "
-                            f"not {project_id!r}: call set_tenant(conn, project_id) first"
-                        )
-                    if not config.bound:
-                        raise TenantNotGrantedError(
-                            f"this database login is not bound to project {project_id!r}: "
-                            f"awooop tenants grant ROLE {project_id} (run by the tables' owner)"
-                        )
-                    if cache is not None:
-                        cache.put(key, config)
-                group = groups[channel_type]
-                outcomes = await store.ingest(
-                    conn,
-                    project_id,
-                    channel_type,
-                    [p for _, p in group],
-                    config=config,
-                    contract_id=contract_id,
-                    metadata=metadata,
-                )
-                for (index, _), outcome in zip(group, outcomes, strict=True):
-                    results[index] = Submitted(
-                        outcome.provider_event_id, outcome.run_id, outcome.created
-                    )
-        return [r for r in results if r is not None]
-
+    checked = submission.prepare(project_id, contract_id, events)
     if isinstance(target, Database) and on_session:
-        results = await target.sessions.run(project_id, run)
-    else:
-        results = await _in_transaction(target, project_id, run)
-    for channel_type, group in groups.items():
-        created = sum(1 for index, _ in group if results[index].created)
-        if created:
-            metrics.INGEST_EVENTS.labels(channel_type, "created").inc(created)
-        if len(group) - created:
-            metrics.INGEST_EVENTS.labels(channel_type, "duplicate").inc(len(group) - created)
+        return await _ingestor(target, settings).submit(checked, settings)
+    results = await _in_transaction(
+        target, project_id, lambda conn: submission.write(conn, settings, checked)
+    )
+    submission.count(checked, results)
     return results
 
 
-# The channel configurations that submit() read on tenant sessions, per Database: kept up to
-# AWOOOP_INGEST_CONFIG_CACHE_S like the HTTP server's (awooop/ingest/cache.py), which saves one
-# of the two round trips of a submit; a changed dedupe TTL or contract max_attempts applies
-# that much later. (submit_many and a caller's transaction read the configuration each time.)
-_configs: weakref.WeakKeyDictionary[Database, ConfigCache] = weakref.WeakKeyDictionary()
+# The Ingestor of submit() per Database, on its tenant sessions: its configuration cache
+# keeps what submit() read up to AWOOOP_INGEST_CONFIG_CACHE_S (of the first call's settings),
+# like the HTTP server's (awooop/ingest/cache.py), which saves one of the two round trips of a
+# submit; a changed dedupe TTL or contract max_attempts applies that much later.
+# (submit_many and a caller's transaction read the configuration each time.)
+_ingestors: weakref.WeakKeyDictionary[Database, Ingestor] = weakref.WeakKeyDictionary()
 
 
-def _session_configs(db: Database, settings: Settings) -> ConfigCache:
-    cache = _configs.get(db)
-    if cache is None:
-        cache = _configs[db] = ConfigCache(settings.ingest_config_cache_s)
-    return cache
-
-
-def _parsed(event: ChannelEvent) -> ParsedEvent:
-    key = event_id(event.provider_event_id, "provider_event_id")
-    try:
-        _json_encode(event.input)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidInputError(f"the event input is not JSON-serialisable: {exc}") from None
-    check_storable(event.input)
-    return ParsedEvent(key, event.input)
+def _ingestor(db: Database, settings: Settings) -> Ingestor:
+    ingestor = _ingestors.get(db)
+    if ingestor is None:
+        ingestor = _ingestors[db] = Ingestor(settings, db.sessions, webhooks=False)
+    return ingestor
 
 
 # --- domain events (R-06) ---------------------------------------------------------------------

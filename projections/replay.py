@@ -32,38 +32,34 @@ Phases:
 
 Interrupting leaves the live tables untouched (they change only in the swap transaction); a
 rerun drops leftover shadows. An advisory lock lets one replay of a projection run at a time.
+
+This module runs the phases; the bulk pass over several processes is :mod:`projections.fanout`,
+the tail :mod:`projections.tail`, the report :mod:`projections.replay_report`, the comparison
+and the repair :mod:`projections.diff`, the shadow tables and the swap :mod:`projections.schema`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
-import queue
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import asyncpg
 
-from awooop.core import errors
 from awooop.core.db import PLATFORM_ROLE, Connection, connect
 from awooop.core.errors import ReplayBusyError, ReplayPrivilegeError, SwapLockTimeoutError
 from awooop.core.logs import get_logger
-from awooop.log.eventlog import FOLLOWER_HORIZON, Cursor
+from awooop.log.eventlog import Cursor
 from projections import schema
-from projections.base import LogEvent, Projection, TableNames, stream_range
-from projections.bulk import (
-    fold_range,
-    raw_jsonb,
-    run_worker,
-    split_range,
-    to_log_event,
-    use_binary_json,
-)
-from projections.diff import TableDiff, carry_clock_sql, diff_table, repair_project
+from projections.base import Projection, TableNames, stream_range
+from projections.bulk import fold_range, raw_jsonb, use_binary_json
+from projections.diff import carry_clock_sql, diff_table, repair_project
+from projections.fanout import WorkerJob, fold_in_workers
 from projections.progress import Progress
+from projections.replay_report import ReplayReport
+from projections.tail import Tail
 
 log = get_logger(__name__)
 
@@ -91,84 +87,7 @@ ESTIMATE = """
 SELECT coalesce(sum(version), 0)::bigint FROM awooop_event_streams
 WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
 """
-_EVENT_COLUMNS = """stream_id, version, project_id, position, event_type, data::text AS data,
-       metadata->>'traceparent' AS traceparent, tx_id::text::bigint AS tx_id"""
-# Commit-safe follower (as awooop.log.eventlog.READ_FORWARD), filtered to the projection's streams
-# and to the events the bulk pass's snapshot ($7) did not see.
-# The horizon is awooop.log.eventlog.FOLLOWER_HORIZON, shared with READ_FORWARD.
-TAIL_SAFE = (
-    FOLLOWER_HORIZON
-    + f"""
-SELECT {_EVENT_COLUMNS}
-FROM awooop_events, horizon
-WHERE (tx_id, position) > ($4::text::xid8, $5::bigint)
-  AND NOT pg_visible_in_snapshot(tx_id, $7::text::pg_snapshot)
-  AND tx_id < horizon.h
-  AND stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
-ORDER BY awooop_events.tx_id, position
-LIMIT $6
-"""  # noqa: S608 - constant column list
-)
-# Everything committed after the cursor: only inside the verify snapshot or the swap lock.
-TAIL_ALL = f"""
-SELECT {_EVENT_COLUMNS}
-FROM awooop_events
-WHERE (tx_id, position) > ($4::text::xid8, $5::bigint)
-  AND NOT pg_visible_in_snapshot(tx_id, $7::text::pg_snapshot)
-  AND stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
-ORDER BY tx_id, position
-LIMIT $6
-"""  # noqa: S608 - constant column list
 COUNT_LAGGING = "SELECT count(*) FROM ({lagging}) x"
-
-
-@dataclass
-class ReplayReport:
-    projection: str
-    project: str | None
-    bulk_events: int = 0
-    tail_events: int = 0  # applied by the commit-safe catch-up after the bulk pass
-    snapshot_events: int = 0  # applied in the verify snapshot (rolled back afterwards)
-    lock_events: int = 0  # applied under the swap lock
-    bulk_seconds: float = 0.0
-    rows: dict[str, int] = field(default_factory=dict)
-    diffs: list[TableDiff] = field(default_factory=list)
-    behind: int = 0  # streams the live view has not caught up with (projectors lag)
-    swapped: bool = False
-    repaired_rows: int | None = None
-    lock_ms: float | None = None
-    label: str = "key"
-
-    @property
-    def differences(self) -> int:
-        return sum(d.total for d in self.diffs)
-
-    @property
-    def events_per_s(self) -> float:
-        return self.bulk_events / self.bulk_seconds if self.bulk_seconds > 0 else 0.0
-
-    def lines(self) -> list[str]:
-        scope = f" (project {self.project})" if self.project else ""
-        rows = ", ".join(f"{t} {n:,} rows" for t, n in self.rows.items())
-        out = [
-            f"{self.projection}{scope}: rebuilt {rows} from {self.bulk_events:,} events in "
-            f"{self.bulk_seconds:.1f}s ({self.events_per_s:,.0f} events/s), "
-            f"then {self.tail_events + self.snapshot_events:,} tail events"
-        ]
-        for d in self.diffs:
-            out.extend(d.lines(self.label))
-        if self.behind:
-            out.append(f"note: the live view is behind the log on {self.behind} stream(s)")
-        if self.differences == 0:
-            out.append("verify: no difference")
-        if self.swapped:
-            out.append(f"swap: done, live tables replaced (lock held {self.lock_ms:.0f} ms)")
-        if self.repaired_rows is not None:
-            out.append(
-                f"repair: {self.repaired_rows} row(s) of project {self.project} rewritten "
-                f"(lock held {self.lock_ms:.0f} ms)"
-            )
-        return out
 
 
 class Replay:
@@ -315,7 +234,18 @@ class Replay:
                 rows = result.rows
             else:
                 exported = await reader.fetchval("SELECT pg_export_snapshot()")
-                rows = await self._bulk_in_workers(exported, writer, advanced)
+                job = WorkerJob(
+                    self.url,
+                    self.projection,
+                    self.project,
+                    self.low,
+                    self.high,
+                    self.shadows,
+                    self.workers,
+                    self.batch_rows,
+                    self.fetch_rows,
+                )
+                rows = await fold_in_workers(job, exported, writer, advanced)
         for table, n in rows.items():
             report.rows[table] = report.rows.get(table, 0) + n
         for spec in self.projection.tables:
@@ -323,119 +253,20 @@ class Replay:
         report.bulk_seconds = progress.finish()
         return Cursor(xmin - 1, MAX_POSITION)
 
-    async def _bulk_in_workers(
-        self, exported: str, writer: Connection, advanced: Callable[[int], None]
-    ) -> dict[str, int]:
-        """Fold the stream range split over worker processes, all in the exported snapshot
-        (the caller's transaction keeps it alive until they are done)."""
-        context = multiprocessing.get_context("spawn")
-        messages: Any = context.Queue()
-        ranges = split_range(self.low, self.high, self.workers)
-        shadows = {t.name: self.shadows[t.name] for t in self.projection.tables}
-        processes = [
-            context.Process(
-                target=run_worker,
-                args=(
-                    self.url,
-                    self.projection.name,
-                    self.project,
-                    low,
-                    high,
-                    exported,
-                    shadows,
-                    self.batch_rows,
-                    self.fetch_rows,
-                    messages,
-                    index,
-                ),
-                daemon=True,
-            )
-            for index, (low, high) in enumerate(ranges)
-        ]
-        rows: dict[str, int] = {}
-        finishes: list[dict[str, list[tuple[Any, ...]]]] = []
-        loop = asyncio.get_running_loop()
-        try:
-            for process in processes:
-                process.start()
-            done: set[int] = set()
-            while len(done) < len(processes):
-                try:
-                    message = await loop.run_in_executor(None, messages.get, True, 0.2)
-                except queue.Empty:
-                    for index, process in enumerate(processes):
-                        if index not in done and process.exitcode not in (None, 0):
-                            raise RuntimeError(
-                                f"bulk worker {index} died ({process.exitcode})"
-                            ) from None
-                    continue
-                if message[0] == "progress":
-                    advanced(message[1])
-                elif message[0] == "done":
-                    _, index, _events, worker_rows, finish = message
-                    done.add(index)
-                    for table, n in worker_rows.items():
-                        rows[table] = rows.get(table, 0) + n
-                    finishes.append(finish)
-                else:
-                    _, index, name, text = message
-                    error = getattr(errors, name, None)
-                    if isinstance(error, type) and issubclass(error, errors.AwoooPError):
-                        raise error(text)
-                    raise RuntimeError(f"bulk worker {index}: {name}: {text}")
-        finally:
-            for process in processes:
-                if process.is_alive():
-                    process.kill()
-                process.join()
-        merged = self.projection.merge_finish(finishes)
-        for table, table_rows in merged.items():
-            if table_rows:
-                await writer.copy_records_to_table(
-                    self.shadows[table],
-                    records=table_rows,
-                    columns=next(t.columns for t in self.projection.tables if t.name == table),
-                )
-                rows[table] = rows.get(table, 0) + len(table_rows)
-        return rows
-
-    def _event(self, r: Any) -> LogEvent:
-        return to_log_event(r, self.projection)
-
     # --- tail ------------------------------------------------------------------------------------
 
     async def _follow(self, conn: Connection, cursor: Cursor, *, safe: bool) -> tuple[Cursor, int]:
-        """Apply the events after ``cursor`` to the shadows; return the new cursor and count.
-
-        ``safe``: only below each read's snapshot xmin, each batch in its own transaction.
-        Otherwise everything the caller's transaction sees (verify snapshot, swap lock)."""
-        applied = 0
-        while True:
-            rows = await conn.fetch(
-                TAIL_SAFE if safe else TAIL_ALL,
-                self.low,
-                self.high,
-                self.project,
-                str(cursor.tx_id),
-                cursor.position,
-                self.tail_batch,
-                self.snapshot,
-            )
-            if not rows:
-                return cursor, applied
-            grouped: dict[str, list[LogEvent]] = {}
-            for r in rows:
-                event = self._event(r)
-                grouped.setdefault(event.stream_id, []).append(event)
-            if safe:
-                async with conn.transaction():
-                    await self.projection.apply(conn, self.shadows, grouped)
-            else:
-                await self.projection.apply(conn, self.shadows, grouped)
-            cursor = Cursor(rows[-1]["tx_id"], rows[-1]["position"])
-            applied += len(rows)
-            if len(rows) < self.tail_batch:
-                return cursor, applied
+        """Apply the events after ``cursor`` to the shadows (see :class:`projections.tail.Tail`)."""
+        tail = Tail(
+            self.projection,
+            self.shadows,
+            self.low,
+            self.high,
+            self.project,
+            self.snapshot,
+            self.tail_batch,
+        )
+        return await tail.follow(conn, cursor, safe=safe)
 
     async def _catch_up(self, cursor: Cursor, report: ReplayReport) -> Cursor:
         writer = await self._connect(PLATFORM_ROLE)

@@ -65,10 +65,12 @@ def _lagging(table: str) -> str:
     )
 
 
-SELECT_HISTORY = (
-    f"SELECT {', '.join(COLUMNS)} FROM {TABLE} "  # noqa: S608 - constant identifiers
-    "WHERE project_id = $1 AND contract_family = $2 AND contract_id = $3 ORDER BY version"
-)
+SELECT_HISTORY = """
+SELECT stream_id, version, project_id, contract_family, contract_id, event_type, revision_id,
+       previous_revision_id, body_hash, actor, at, position, trace_id
+FROM awooop_revision_history
+WHERE project_id = $1 AND contract_family = $2 AND contract_id = $3 ORDER BY version
+"""
 
 # --- pure ------------------------------------------------------------------------------------
 

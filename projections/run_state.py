@@ -1,6 +1,6 @@
 """Run state as a projection: the inline table ``awooop_run_state`` and the projector's copy.
 
-Both fold :func:`awooop.runs.state.apply` (imported, never re-implemented) over each run's
+Both fold :func:`awooop.log.state.apply` (imported, never re-implemented) over each run's
 stream, so the write path, the replay tool and the projector cannot drift.
 
 - ``run_state``: the table the write path maintains inline (R-10/R-11). The replay tool
@@ -24,8 +24,7 @@ from typing import Any, ClassVar
 
 from awooop.core.db import Connection
 from awooop.core.events import RUN_EVENT_TYPES
-from awooop.runs.state import COLUMNS, LEASED, RunState, apply
-from awooop.runs.store import row_to_state, state_values
+from awooop.log.state import COLUMNS, LEASED, RunState, apply, row_to_state, state_values
 from projections.base import (
     BulkOutput,
     LogEvent,
@@ -42,22 +41,29 @@ CLOCK_COLUMNS = ("lease_until", "heartbeat_at")
 _LEASED_SQL = ", ".join(f"'{s}'" for s in sorted(LEASED))
 COUNT_COLUMNS = ("project_id", "status", "runs")
 
-# --- SQL (identifiers are the constant table names of the specs below, or their shadows) -----
+# --- SQL ------------------------------------------------------------------------------------
+# Built per table, the one place this projection composes SQL: the table is the projector's
+# view (awooop_run_state_view, awooop_run_counts) or the replay's shadow of it or of
+# awooop_run_state, chosen at run time, and Postgres binds values, never identifiers. The
+# identifiers are the specs' constant names and their shadow_name(); every value is a
+# parameter. The column list is RunState's fields (COLUMNS), as the replay's COPY writes it.
+# Each S608 suppression below is for that table identifier. (The live awooop_run_state is written
+# only by awooop/log; a replay writes it through the shadow and the swap, see WRITERS.md.)
 
 
 def _select_states(table: str) -> str:
-    return f"SELECT {', '.join(COLUMNS)} FROM {table} WHERE run_id = ANY($1::uuid[])"  # noqa: S608 - constant identifiers
+    return f"SELECT {', '.join(COLUMNS)} FROM {table} WHERE run_id = ANY($1::uuid[])"  # noqa: S608 - table identifier (see above)
 
 
 def _select_versions(table: str) -> str:
-    return f"SELECT run_id, version FROM {table} WHERE run_id = ANY($1::uuid[])"  # noqa: S608 - constant identifiers
+    return f"SELECT run_id, version FROM {table} WHERE run_id = ANY($1::uuid[])"  # noqa: S608 - table identifier (see above)
 
 
 def _upsert(table: str) -> str:
     params = ", ".join(f"${i + 1}" for i in range(len(COLUMNS)))
     sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS if c != "run_id")
     return (
-        f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES ({params}) "  # noqa: S608 - constant identifiers
+        f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES ({params}) "  # noqa: S608 - table identifier (see above)
         f"ON CONFLICT (run_id) DO UPDATE SET {sets}"
     )
 
@@ -66,7 +72,7 @@ def _add_counts(table: str) -> str:
     # CHECK constraints are tested on the proposed row before ON CONFLICT, so a negative delta
     # is proposed as 0 and applied in DO UPDATE (a count row exists while it counts runs).
     return (
-        "WITH d AS (SELECT * FROM unnest($1::text[], $2::text[], $3::int[]) "  # noqa: S608 - constant identifiers
+        "WITH d AS (SELECT * FROM unnest($1::text[], $2::text[], $3::int[]) "  # noqa: S608 - table identifier (see above)
         "AS d(project_id, status, delta)) "
         f"INSERT INTO {table} AS c (project_id, status, runs) "
         "SELECT project_id, status, greatest(delta, 0) FROM d "
@@ -77,7 +83,7 @@ def _add_counts(table: str) -> str:
 
 def _drop_zero_counts(table: str) -> str:
     return (
-        f"DELETE FROM {table} WHERE runs = 0 AND (project_id, status) IN "  # noqa: S608 - constant identifiers
+        f"DELETE FROM {table} WHERE runs = 0 AND (project_id, status) IN "  # noqa: S608 - table identifier (see above)
         "(SELECT * FROM unnest($1::text[], $2::text[]))"
     )
 

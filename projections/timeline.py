@@ -73,7 +73,10 @@ def _lagging(table: str) -> str:
     )
 
 
-SELECT_TIMELINE = f"SELECT {', '.join(COLUMNS)} FROM {TABLE} WHERE run_id = $1 ORDER BY version"  # noqa: S608 - constant identifiers
+SELECT_TIMELINE = """
+SELECT run_id, version, project_id, position, event_type, at, attempt, worker_id, trace_id, detail
+FROM awooop_run_timeline WHERE run_id = $1 ORDER BY version
+"""
 
 
 # --- pure ------------------------------------------------------------------------------------

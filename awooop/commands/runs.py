@@ -34,8 +34,8 @@ from awooop.commands.output import add_wide, table, to_json, when
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, RunNotFoundError
+from awooop.log.state import RunState
 from awooop.runs import approvals, control, reads, store
-from awooop.runs.state import RunState
 from projections import timeline
 
 TOKEN_ENV = "AWOOOP_APPROVAL_TOKEN"  # noqa: S105 - the name of a variable, not a secret

@@ -2,7 +2,7 @@
 
 The HTTP server (the same app as ``awooop serve``), every registered background loop (the
 same specs as ``awooop loops run``: relay, reaper, reclaim, approval expiry, dedupe expiry,
-stats, projectors) and N workers (the same ``Worker`` + stream intake as ``awooop worker``)
+stats, projectors) and N workers (assembled as ``awooop worker`` does, :func:`build_worker`)
 share one event loop and one set of pools. SIGTERM/SIGINT stop intake, let in-flight runs
 finish within AWOOOP_SHUTDOWN_GRACE_S, stop the loops and the server, and exit 0.
 """
@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import signal
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from awooop.commands.serve import listen_socket
@@ -23,13 +21,11 @@ from awooop.core.config import Settings
 from awooop.core.logs import get_logger
 from awooop.core.process import EVENT_LOOP
 from awooop.core.telemetry import start_observability
-from awooop.llm.gateway import ModelGateway
-from awooop.loops.framework import run_loop, run_loops, set_heartbeat_sink
+from awooop.loops.framework import run_loops
 from awooop.loops.registry import all_loops
-from awooop.loops.store import DatabaseHeartbeats, project_source
+from awooop.loops.store import project_source
 from awooop.services import Services
-from awooop.worker.runtime import Worker
-from awooop.worker.streaming import StreamIntake
+from awooop.worker.assembly import build_worker, worker_process
 
 log = get_logger(__name__)
 DEFAULT_HANDLER = "awooop.examples.handlers:handle"
@@ -59,62 +55,54 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         settings, db_pool_size=max(settings.http_db_pool_size, pool_size(concurrency) * 2)
     )
     observability = start_observability("awooop-up", settings.metrics_port)
-    previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
-    gateway = ModelGateway(services)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await gateway.start()
-        server = uvicorn.Server(server_config(create_app(services), settings, access_log=False))
-        # uvicorn captures SIGTERM/SIGINT while it serves: it shuts the server down, the
-        # "http" task ends, and _until_stopped_or_failed stops everything else.
-        port = settings.http_port if args.port is None else args.port
-        sock = listen_socket(settings.http_host, port, reuse_port=False)
-        tasks = [asyncio.create_task(server.serve(sockets=[sock]), name="http")]
-        tasks.append(
-            asyncio.create_task(
-                run_loops(
-                    all_loops(services),
-                    stop,
-                    projects=project_source(services.db),
-                    grace_s=settings.shutdown_grace_s,
-                ),
-                name="loops",
+        async with worker_process(services) as gateway:
+            server = uvicorn.Server(server_config(create_app(services), settings, access_log=False))
+            # uvicorn captures SIGTERM/SIGINT while it serves: it shuts the server down, the
+            # "http" task ends, and _until_stopped_or_failed stops everything else.
+            port = settings.http_port if args.port is None else args.port
+            sock = listen_socket(settings.http_host, port, reuse_port=False)
+            tasks = [asyncio.create_task(server.serve(sockets=[sock]), name="http")]
+            tasks.append(
+                asyncio.create_task(
+                    run_loops(
+                        all_loops(services),
+                        stop,
+                        projects=project_source(services.db),
+                        grace_s=settings.shutdown_grace_s,
+                    ),
+                    name="loops",
+                )
             )
-        )
-        for n in range(args.workers):
-            worker = Worker(
-                db=services.db,
-                settings=settings,
-                handler=handler,
-                concurrency=concurrency,
-                llm=gateway,
-                streams=True,
+            for n in range(args.workers):
+                parts = build_worker(
+                    db=services.db,
+                    settings=settings,
+                    handler=handler,
+                    concurrency=concurrency,
+                    llm=gateway,
+                    redis=services.redis,
+                    keys=services.keys,
+                )
+                tasks.append(asyncio.create_task(parts.run(stop), name=f"worker-{n}"))
+            print(
+                f"up: http://{settings.http_host}:{sock.getsockname()[1]} with "
+                f"{args.workers} worker(s) and {len(all_loops(services))} loop(s)",
+                flush=True,
             )
-            intake = StreamIntake(worker, services.redis, services.keys, settings)
-            extra: list[Callable[[asyncio.Event], Awaitable[None]]] = [
-                intake.run,
-                functools.partial(run_loop, intake.reclaim_spec()),
-            ]
-            tasks.append(asyncio.create_task(worker.run(stop, extra=extra), name=f"worker-{n}"))
-        print(
-            f"up: http://{settings.http_host}:{sock.getsockname()[1]} with "
-            f"{args.workers} worker(s) and {len(all_loops(services))} loop(s)",
-            flush=True,
-        )
-        await _until_stopped_or_failed(stop, tasks)
-        server.should_exit = True
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        sock.close()
-        failures = [r for r in results if isinstance(r, BaseException)]
-        for failure in failures:
-            log.error("up_component_failed", error=repr(failure))
-        return 1 if failures else 0
+            await _until_stopped_or_failed(stop, tasks)
+            server.should_exit = True
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            sock.close()
+            failures = [r for r in results if isinstance(r, BaseException)]
+            for failure in failures:
+                log.error("up_component_failed", error=repr(failure))
+            return 1 if failures else 0
     finally:
-        await gateway.close()
-        set_heartbeat_sink(previous_sink)
         observability.close()
         await services.close()
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import importlib
 import inspect
 import signal
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from awooop.core.config import Settings
@@ -26,15 +24,11 @@ from awooop.core.errors import HandlerNotFoundError
 from awooop.core.logs import get_logger
 from awooop.core.process import EVENT_LOOP, settle_heap
 from awooop.core.telemetry import start_observability
-from awooop.llm.gateway import ModelGateway
-from awooop.loops.framework import run_loop, run_loops, set_heartbeat_sink
 from awooop.loops.registry import all_loops
-from awooop.loops.store import DatabaseHeartbeats, project_source
 from awooop.runs import leases
 from awooop.services import Services
+from awooop.worker.assembly import build_worker, worker_process
 from awooop.worker.executor import FLUSHES_PER_PROJECT
-from awooop.worker.runtime import Worker
-from awooop.worker.streaming import StreamIntake
 
 log = get_logger(__name__)
 
@@ -107,48 +101,35 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     if services is None:  # stopped while waiting for the database
         return 0
     observability = start_observability("awooop-worker", settings.metrics_port)
-    previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
-    gateway = ModelGateway(services)
     try:
         # ... and prepare the statements each of them will run (the first second's slow claims).
         await services.db.on_run_connections(flushes, leases.prepare_run_statements)
-        await gateway.start()
-        worker = Worker(
-            db=services.db,
-            settings=settings,
-            handler=handler,
-            concurrency=concurrency,
-            llm=gateway,
-            notifier=notifier,
-            streams=not args.no_streams,
-        )
-        if args.burst:
-            for sig in (signal.SIGTERM, signal.SIGINT):  # a burst stops the default way
-                loop.remove_signal_handler(sig)
-            count = await worker.run_until_idle(max_s=3600)
-            print(f"ran {count} attempt(s)")
-            return 0
-        extra: list[Callable[[asyncio.Event], Awaitable[None]]] = []
-        if worker.streams:
-            intake = StreamIntake(worker, services.redis, services.keys, settings)
-            extra += [intake.run, functools.partial(run_loop, intake.reclaim_spec())]
-        if args.with_loops:
-            specs = all_loops(services)
-            extra.append(
-                functools.partial(
-                    run_loops,
-                    specs,
-                    projects=project_source(services.db),
-                    grace_s=settings.shutdown_grace_s,
-                )
+        async with worker_process(services) as gateway:
+            parts = build_worker(
+                db=services.db,
+                settings=settings,
+                handler=handler,
+                concurrency=concurrency,
+                llm=gateway,
+                notifier=notifier,
+                streams=not args.no_streams,
+                # A burst takes work by polling only: no intake to build.
+                redis=None if args.burst else services.redis,
+                keys=services.keys,
+                loops=all_loops(services) if args.with_loops and not args.burst else (),
             )
-        settle_heap()
-        print(f"worker {worker.worker_id} started", flush=True)
-        await worker.run(stop, extra=extra)
-        return 0
+            worker = parts.worker
+            if args.burst:
+                for sig in (signal.SIGTERM, signal.SIGINT):  # a burst stops the default way
+                    loop.remove_signal_handler(sig)
+                count = await worker.run_until_idle(max_s=3600)
+                print(f"ran {count} attempt(s)")
+                return 0
+            settle_heap()
+            print(f"worker {worker.worker_id} started", flush=True)
+            await parts.run(stop)
+            return 0
     finally:
-        await gateway.close()
-        set_heartbeat_sink(previous_sink)
         observability.close()
         await services.close()
 

@@ -37,9 +37,9 @@ from awooop.core.errors import InvalidInputError, RunNotFoundError
 from awooop.http.auth import Principal, require
 from awooop.http.ingest import read_body
 from awooop.ingest.credentials import check_project_id
+from awooop.log.state import RunState
 from awooop.runs import approvals, control
 from awooop.runs.approvals import Decision
-from awooop.runs.state import RunState
 from awooop.services import Services
 
 PREFIX = "/v1/projects/{project_id}/runs/{run_id}"

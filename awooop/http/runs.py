@@ -21,8 +21,8 @@ from awooop.core.errors import RunNotFoundError
 from awooop.http.auth import require
 from awooop.http.ingest import json_response
 from awooop.ingest.credentials import check_project_id
+from awooop.log.state import RunState
 from awooop.runs import store
-from awooop.runs.state import RunState
 from awooop.services import Services
 
 

@@ -9,7 +9,9 @@ delivery:
    one statement reads the transaction's tenant and isolation level, the channel's secret,
    dedupe TTL and options (:class:`awooop.ingest.common.ChannelOptions`), the stored hash
    of the presented bearer token and the active ``agent`` contract's ``max_attempts``.
-2. :func:`ingest`: ONE statement, atomic on its own:
+2. :func:`ingest`: ONE statement (``awooop/log/sql/ingest_new.sql``, run by
+   :func:`awooop.log.ingest.insert_new`: the log room holds every statement that writes the
+   log), atomic on its own:
 
    - inserts the dedupe rows ``ON CONFLICT DO NOTHING`` (keys sorted, so concurrent batches
      lock in one order and cannot deadlock);
@@ -42,7 +44,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -50,19 +51,16 @@ import msgspec
 from awooop.core.config import Settings
 from awooop.core.db import Connection
 from awooop.core.errors import DedupeRaceError
-from awooop.core.events import RunCreated, encode_event, run_stream_id
+from awooop.core.events import RunCreated
 from awooop.core.telemetry import inject
 from awooop.ingest.common import ChannelOptions, ParsedEvent, StoredCredential
-from awooop.runs.state import COLUMNS, apply
+from awooop.log import ingest as log_ingest
+from awooop.log.ingest import CLOCK_PLACEHOLDER
 
 DEFAULT_CONTRACT = "default"
 AGENT_FAMILY = "agent"
 MAX_ROUNDS = 4  # insert / look up / drop expired; more rounds than races can need
 MAX_CONTRACT_ATTEMPTS = 100
-# Stands in for the clock while Python builds rows; the statement replaces it with now().
-CLOCK_PLACEHOLDER = datetime(1970, 1, 1, tzinfo=UTC)
-_json_encode = msgspec.json.Encoder().encode
-CLOCK_COLUMNS = frozenset({"created_at", "updated_at"})  # what apply(None, RunCreated) stamps
 
 # --- SQL -------------------------------------------------------------------------------------
 
@@ -103,11 +101,14 @@ SELECT current_setting('awooop.project_id', true) AS tenant,
 """
 
 # The existing rows of keys $3 of project $1 and channel $2: one probe of the unique index per
-# key. LIMIT 1 keeps the lateral subquery from being flattened into a join that the planner,
-# on stale statistics (a table that grew since its last ANALYZE), turns into a scan of the
-# whole project and channel filtered by the keys: O(table) per delivery, O(table x batch) per
-# batch. tests/integration/test_ingest_store.py checks the pages touched.
-_PROBE_KEYS = """FROM unnest($3::text[]) AS k(provider_event_id)
+# key (the same probe ends awooop/log/sql/ingest_new.sql). LIMIT 1 keeps the lateral subquery
+# from being flattened into a join that the planner, on stale statistics (a table that grew
+# since its last ANALYZE), turns into a scan of the whole project and channel filtered by the
+# keys: O(table) per delivery, O(table x batch) per batch. tests/integration/test_ingest_store.py
+# checks the pages touched.
+LOOKUP_DEDUPE = """
+SELECT d.provider_event_id, d.run_id, d.expires_at <= now() AS expired
+FROM unnest($3::text[]) AS k(provider_event_id)
 CROSS JOIN LATERAL (
     SELECT e.provider_event_id, e.run_id, e.expires_at
     FROM awooop_channel_event_dedupe e
@@ -115,49 +116,6 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) AS d
 """
-
-_COLUMN_LIST = ", ".join(COLUMNS)
-# The run rows travel as one JSON array of RunState objects (field names are the column
-# names), turned into rows of the table's own type by jsonb_populate_recordset.
-_RUN_SELECT = ", ".join("now()" if c in CLOCK_COLUMNS else f"r.{c}" for c in COLUMNS)
-INSERT_NEW = f"""
-WITH new AS (
-    INSERT INTO awooop_channel_event_dedupe AS d
-        (project_id, channel_type, provider_event_id, run_id, created_at, expires_at)
-    SELECT $1, $2, k.provider_event_id, k.run_id, now(),
-           now() + make_interval(secs => $5::float8)
-    FROM unnest($3::text[], $4::uuid[]) WITH ORDINALITY AS k(provider_event_id, run_id, ord)
-    ORDER BY k.ord
-    ON CONFLICT (project_id, channel_type, provider_event_id) DO NOTHING
-    RETURNING d.provider_event_id, d.run_id
-), runs AS (
-    INSERT INTO awooop_run_state ({_COLUMN_LIST})
-    SELECT {_RUN_SELECT}
-    FROM jsonb_populate_recordset(NULL::awooop_run_state, $10::jsonb) AS r
-    WHERE r.run_id IN (SELECT run_id FROM new)
-), heads AS (
-    INSERT INTO awooop_event_streams (stream_id, project_id, version, last_tx_id)
-    SELECT h.stream_id, $1, 1, pg_current_xact_id()
-    FROM unnest($6::text[], $4::uuid[]) AS h(stream_id, run_id)
-    WHERE h.run_id IN (SELECT run_id FROM new)
-), events AS (
-    INSERT INTO awooop_events
-        (event_id, stream_id, version, project_id, event_type, data, metadata)
-    SELECT e.event_id, e.stream_id, 1, $1, 'RunCreated',
-           jsonb_set(e.data::jsonb, '{{at}}', to_jsonb(now())), e.metadata::jsonb
-    FROM unnest($6::text[], $4::uuid[], $7::uuid[], $8::text[], $9::text[])
-        WITH ORDINALITY AS e(stream_id, run_id, event_id, data, metadata, ord)
-    WHERE e.run_id IN (SELECT run_id FROM new)
-    ORDER BY e.ord
-)
-SELECT provider_event_id, run_id, true AS created, false AS expired FROM new
-UNION ALL
-SELECT d.provider_event_id, d.run_id, false, d.expires_at <= now()
-{_PROBE_KEYS}"""  # noqa: S608 - the interpolations are RunState's constant column names
-
-LOOKUP_DEDUPE = f"""
-SELECT d.provider_event_id, d.run_id, d.expires_at <= now() AS expired
-{_PROBE_KEYS}"""
 
 DELETE_EXPIRED_KEYS = """
 DELETE FROM awooop_channel_event_dedupe d
@@ -289,11 +247,13 @@ async def ingest(
             )
             for key in pending
         ]
-        rows = await conn.fetch(
-            INSERT_NEW,
-            *_insert_arguments(
-                project_id, channel_type, runs, config, [first_metadata[k] for k in pending]
-            ),
+        rows = await log_ingest.insert_new(
+            conn,
+            project_id,
+            channel_type,
+            runs,
+            config.dedupe_ttl_s,
+            [first_metadata[k] for k in pending],
         )
         expired = _sort_rows(rows, created, existing)
         unseen = [k for k in pending if k not in created and k not in existing and k not in expired]
@@ -336,25 +296,3 @@ def _sort_rows(
         else:
             existing[key] = row["run_id"]
     return expired
-
-
-def _insert_arguments(
-    project_id: str,
-    channel_type: str,
-    runs: list[RunCreated],
-    config: ChannelConfig,
-    metadata: list[dict[str, Any]],
-) -> list[Any]:
-    """The parameters of INSERT_NEW; the run rows are built by ``apply``."""
-    return [
-        project_id,
-        channel_type,
-        [r.provider_event_id for r in runs],
-        [r.run_id for r in runs],
-        config.dedupe_ttl_s,
-        [run_stream_id(r.run_id) for r in runs],
-        [uuid.uuid4() for _ in runs],
-        [encode_event(r).decode() for r in runs],
-        [_json_encode(m).decode() for m in metadata],
-        [apply(None, run) for run in runs],  # the jsonb codec encodes them (msgspec)
-    ]

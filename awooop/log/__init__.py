@@ -1,1 +1,17 @@
-"""The only room that writes the event log and the run-state rows (see WRITERS.md)."""
+"""The only room that writes the event log and the run-state rows.
+
+Every statement that writes ``awooop_events``, ``awooop_event_streams`` or ``awooop_run_state``
+is a file in ``sql/`` (loaded by name, :mod:`awooop.log.queries`) run by one function here:
+
+- :mod:`awooop.log.eventlog`: append to a stream (at a version, many streams, at the head) and
+  follow the log;
+- :mod:`awooop.log.runs`: create a run, apply an event to one or many runs, renew leases;
+- :mod:`awooop.log.batches`: the worker's one-statement claim and completion of many runs;
+- :mod:`awooop.log.ingest`: dedupe rows, runs and their first events in one statement;
+- :mod:`awooop.log.state`: the run model and ``apply``, which every writer keeps the rows
+  equal to.
+
+``WRITERS.md`` (and :mod:`awooop.log.writers`, the same table as data) says for each statement
+what it writes, the ``apply()`` case it mirrors and the tests that hold it equal;
+``tests/integration/test_log_writers.py`` runs them all.
+"""

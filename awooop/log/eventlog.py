@@ -2,8 +2,8 @@
 
 See ``migrations/0002_event_log.sql`` for why following is gap-free without serialising
 writers. ``append`` runs inside the caller's transaction (which sets the tenant) and uses one
-statement: it moves the stream head only if the head is at ``expected_version`` and was last
-written by an older transaction, then inserts the events.
+statement (``sql/append.sql``): it moves the stream head only if the head is at
+``expected_version`` and was last written by an older transaction, then inserts the events.
 """
 
 from __future__ import annotations
@@ -23,24 +23,14 @@ from awooop.core.errors import (
     VersionConflictError,
 )
 from awooop.core.events import EventBase, decode_event, encode_event, event_type
+from awooop.log import queries
 
 # --- SQL -----------------------------------------------------------------------------------
 
-APPEND = """
-WITH head AS (
-    INSERT INTO awooop_event_streams AS s (stream_id, project_id, version, last_tx_id)
-    VALUES ($1, $2, $3::int + cardinality($4::uuid[]), pg_current_xact_id())
-    ON CONFLICT (stream_id) DO UPDATE
-        SET version = EXCLUDED.version, last_tx_id = EXCLUDED.last_tx_id, updated_at = now()
-        WHERE s.version = $3::int AND s.last_tx_id <= EXCLUDED.last_tx_id
-    RETURNING s.version
-)
-INSERT INTO awooop_events (event_id, stream_id, version, project_id, event_type, data, metadata)
-SELECT e.event_id, $1, $3::int + e.ord::int, $2, e.event_type, e.data::jsonb, e.metadata::jsonb
-FROM head, unnest($4::uuid[], $5::text[], $6::text[], $7::text[])
-    WITH ORDINALITY AS e(event_id, event_type, data, metadata, ord)
-RETURNING position
-"""
+# The writing statements are in sql/ (loaded by name); the reads stay next to their callers.
+APPEND = queries.load("append")
+APPEND_MANY = queries.load("append_many")
+APPEND_AT_HEAD = queries.load("append_at_head")
 
 EXPLAIN_CONFLICT = """
 SELECT version, last_tx_id > pg_current_xact_id() AS newer_writer
@@ -103,7 +93,7 @@ HELD_BACK = FOLLOWER_HORIZON + _HELD
 # columns NULL) when the batch is empty. Its sort costs a third of the relay's rate on full
 # batches, so a backlog is read with READ_FORWARD and probed with HELD_BACK once at its end.
 READ_FORWARD_AND_HELD = (
-    FOLLOWER_HORIZON  # noqa: S608 - constant SQL fragments
+    FOLLOWER_HORIZON  # noqa: S608 - constant fragments: the horizon rule is written once
     + """, batch AS (
     SELECT position, tx_id::text::bigint AS tx_id, event_id, stream_id, version, project_id,
            event_type, data::text AS data, metadata, recorded_at
@@ -227,29 +217,6 @@ def advance(cursor: Cursor, batch: Sequence[RecordedEvent]) -> Cursor:
 
 # --- one event on each of many existing streams (the worker's batched write path) -----------
 
-APPEND_MANY = """
-WITH wanted AS (
-    SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::uuid[], $5::text[], $6::text[],
-                         $7::text[])
-        WITH ORDINALITY AS w(stream_id, expected, project_id, event_id, event_type, data,
-                             metadata, ord)
-), heads AS (
-    UPDATE awooop_event_streams AS s
-    SET version = w.expected + 1, last_tx_id = pg_current_xact_id(), updated_at = now()
-    FROM wanted AS w
-    WHERE s.stream_id = w.stream_id
-      AND s.version = w.expected
-      AND s.last_tx_id <= pg_current_xact_id()
-    RETURNING s.stream_id
-)
-INSERT INTO awooop_events (event_id, stream_id, version, project_id, event_type, data, metadata)
-SELECT w.event_id, w.stream_id, w.expected + 1, w.project_id, w.event_type, w.data::jsonb,
-       w.metadata::jsonb
-FROM wanted AS w JOIN heads USING (stream_id)
-ORDER BY w.ord
-RETURNING stream_id, position
-"""
-
 
 async def append_many(
     conn: Connection,
@@ -304,31 +271,6 @@ async def append_many(
 
 
 # --- events of a caller's own domain, appended at the stream's head (producer.emit) ----------
-
-# One statement. The head row moves by the number of events whatever its version (concurrent
-# appenders to one stream queue on its row lock), unless the stream's last writer is a newer
-# transaction (E-EVENT-002), the transaction's tenant is not the stream's project, or the
-# project is not bound to a producer's login (awooop_tenant_bound, migration 0090; the policy
-# would refuse the row with an error that aborts the caller's transaction): then no row is
-# written at all, so the caller's transaction stays usable.
-APPEND_AT_HEAD = """
-WITH head AS (
-    INSERT INTO awooop_event_streams AS s (stream_id, project_id, version, last_tx_id)
-    SELECT $1, $2, cardinality($3::uuid[]), pg_current_xact_id()
-    WHERE $2 = current_setting('awooop.project_id', true) AND awooop_tenant_bound($2)
-    ON CONFLICT (stream_id) DO UPDATE
-        SET version = s.version + cardinality($3::uuid[]), last_tx_id = EXCLUDED.last_tx_id,
-            updated_at = now()
-        WHERE s.last_tx_id <= EXCLUDED.last_tx_id
-    RETURNING s.version - cardinality($3::uuid[]) AS base
-)
-INSERT INTO awooop_events (event_id, stream_id, version, project_id, event_type, data, metadata)
-SELECT e.event_id, $1, head.base + e.ord::int, $2, e.event_type, e.data::jsonb, $6::text::jsonb
-FROM head, unnest($3::uuid[], $4::text[], $5::text[]) WITH ORDINALITY AS e(event_id, event_type,
-                                                                           data, ord)
-ORDER BY e.ord
-RETURNING event_id, version, position
-"""
 
 EXPLAIN_REFUSED_AT_HEAD = """
 SELECT current_setting('awooop.project_id', true) AS tenant, awooop_tenant_bound($1) AS bound

@@ -32,8 +32,8 @@ from prometheus_client import Gauge
 from redis.exceptions import ResponseError
 
 from awooop.core import metrics
+from awooop.log.state import RunStatus
 from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
-from awooop.runs.state import RunStatus
 from awooop.services import Services
 
 LIVE_STATES: tuple[str, ...] = (

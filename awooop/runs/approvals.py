@@ -34,9 +34,9 @@ from awooop.core.errors import (
     InvalidInputError,
 )
 from awooop.core.events import ApprovalExpired, ApprovalGranted, ApprovalRejected, ApprovalRequested
+from awooop.log.state import RunState
 from awooop.runs import store
 from awooop.runs.leases import fenced_record
-from awooop.runs.state import COLUMNS, RunState
 
 # --- SQL -----------------------------------------------------------------------------------
 
@@ -66,13 +66,17 @@ LIMIT 1
 """
 
 # Runs whose approval expired, oldest first, through the partial index on WAITING_APPROVAL.
-DUE = f"""
-SELECT {", ".join(COLUMNS)}, now() AS db_now FROM awooop_run_state
+DUE = """
+SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
+       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
+       failure_reason, failure_code, saga_steps, input, result, waiting_for,
+       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+FROM awooop_run_state
 WHERE status = 'WAITING_APPROVAL' AND approval_expires_at <= now()
 ORDER BY approval_expires_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED
-"""  # noqa: S608 - constant column names
+"""
 
 EXPIRE_TOKENS = """
 UPDATE awooop_approvals SET used_at = $2, decision = 'expired'

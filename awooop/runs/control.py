@@ -15,8 +15,8 @@ from typing import Any
 from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError
 from awooop.core.events import RunCancelled, RunRetried
+from awooop.log.state import RunState
 from awooop.runs import store
-from awooop.runs.state import RunState
 
 CANCEL_CHANNEL = "awooop_run_cancelled"
 

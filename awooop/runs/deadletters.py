@@ -32,8 +32,8 @@ import msgspec
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, RunNotFoundError
 from awooop.core.events import run_id_of_stream
+from awooop.log.state import RunStatus
 from awooop.runs import control, store
-from awooop.runs.state import RunStatus
 from streams.clients import StreamClients
 from streams.deadletter import DeadLetter, read_dead_letter, read_dead_letters, redrive_entry
 from streams.envelope import encode

@@ -49,9 +49,9 @@ from awooop.core.logs import get_logger
 from awooop.core.storable import encoded_problem, unstorable
 from awooop.core.telemetry import inject, tracer
 from awooop.llm.gateway import LLMResult
+from awooop.log.state import RunState
 from awooop.runs import approvals, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
-from awooop.runs.state import RunState
 
 T = TypeVar("T")
 log = get_logger("awooop.worker")

@@ -66,8 +66,8 @@ from awooop.core.events import Event, LeaseReleased, RunFailed
 from awooop.core.logs import get_logger
 from awooop.core.storable import sanitized, unstorable
 from awooop.core.telemetry import exporting, tracer
+from awooop.log.state import RunState
 from awooop.runs import leases
-from awooop.runs.state import RunState
 from awooop.worker import tracelinks
 from awooop.worker.context import (
     Attempt,

@@ -17,6 +17,9 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
 work, give in-flight runs ``shutdown_grace_s`` to finish, cancel the rest and hand their leases
 back (``LeaseReleased``, a dispatch event: another worker takes them at once). Worker ids are
 unique per process start. ``run_until_idle()`` is the burst mode for tests.
+
+The statements of each claim path are in :mod:`awooop.worker.claims`; putting a worker
+together with its stream intake and loops is :func:`awooop.worker.assembly.build_worker`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
@@ -39,12 +41,11 @@ from awooop.core import metrics
 from awooop.core.batching import Batcher
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.events import LeaseReleased, RunFailed, RunRequeued
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import tracer
-from awooop.runs import leases
-from awooop.runs.leases import Availability
-from awooop.runs.state import RunState
+from awooop.log.state import RunState
+from awooop.worker import claims
+from awooop.worker.claims import Claimed
 from awooop.worker.context import LLMClient, Notifier, StopReason, StreamEntry, trace_metadata
 from awooop.worker.executor import FLUSHES_PER_PROJECT, Executor, Handler, Outcome
 from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
@@ -53,14 +54,6 @@ log = get_logger("awooop.worker")
 
 NO_STREAM_POLL_S = 0.2  # idle poll period when polling is the only path
 BUSY_POLL_AGE_FACTOR = 10  # see Worker.poll_min_age
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """One run's share of a claim batch: the claimed state, or why it was not claimable."""
-
-    state: RunState | None
-    seen: Availability | None
 
 
 def new_worker_id() -> str:
@@ -122,24 +115,7 @@ class Worker:
     async def _flush_claims(
         self, project_id: str, items: list[tuple[uuid.UUID, dict[str, Any]]]
     ) -> list[Claimed | BaseException]:
-        run_ids = [run_id for run_id, _meta in items]
-        metas: list[dict[str, Any] | None] = [meta for _run_id, meta in items]
-        # One statement on the run pool (platform role, like the polling path): no tenant to
-        # set and no BEGIN/COMMIT, the claim is one round trip. Batches stay per project.
-        batch = await self.db.in_run_statement(
-            lambda conn: leases.claim_many(
-                conn, run_ids, self.worker_id, self.settings.lease_ttl_s, metas
-            ),
-        )
-        results: list[Claimed | BaseException] = []
-        for run_id in run_ids:
-            state = batch.claimed.get(run_id)
-            if state is not None:
-                results.append(Claimed(state, None))
-            else:
-                seen = leases.availability(batch.others.get(run_id), batch.now, self.worker_id)
-                results.append(Claimed(None, seen))
-        return results
+        return await claims.claim_announced(self.db, self.settings, self.worker_id, items)
 
     def _orphaned_claim(self, got: Claimed | RunState) -> None:
         """A claim whose requester was cancelled (shutdown) before it returned: hand the lease
@@ -147,14 +123,7 @@ class Worker:
         state = got.state if isinstance(got, Claimed) else got
         if state is None:
             return
-        write = leases.FencedWrite(
-            state.run_id,
-            self.worker_id,
-            state.attempt_count,
-            lambda _s, now: LeaseReleased(
-                at=now, worker_id=self.worker_id, attempt=state.attempt_count
-            ),
-        )
+        write = claims.release(state, self.worker_id)
 
         async def release() -> None:
             try:
@@ -192,7 +161,9 @@ class Worker:
             state = got.state
             if state is None:
                 assert got.seen is not None
-                state, settled = await self._not_claimable(run_id, project_id, got.seen, meta)
+                state, settled = await claims.take_if_expired(
+                    self.db, self.settings, self.worker_id, run_id, project_id, got.seen, meta
+                )
                 if state is None:
                     span.set_attribute("awooop.claimed", False)
                     return settled
@@ -206,29 +177,6 @@ class Worker:
         self._slot_freed.set()
         return outcome.ack
 
-    async def _not_claimable(
-        self, run_id: uuid.UUID, project_id: str, seen: Availability, meta: dict[str, Any]
-    ) -> tuple[RunState | None, bool]:
-        """The claim found nothing (``seen`` says why); take the run if its lease expired.
-        Returns the claimed state, or None and whether the message is done with."""
-        if seen is Availability.EXPIRED:
-            taken = await self.db.in_tenant(
-                project_id,
-                lambda conn: leases.take_expired(
-                    conn, run_id, self.worker_id, self.settings.lease_ttl_s, meta
-                ),
-                timeout_s=self.settings.lease_io_timeout_s,
-            )
-            if taken is None:
-                return None, False  # someone else is on it right now
-            _count_reap(taken.reaped)
-            if taken.claimed:
-                return taken.state, True
-            return None, True  # failed: max attempts
-        # Finished, waiting for approval, unknown, or already mine: nothing to run here.
-        # Held by a live lease elsewhere, or locked by a concurrent claim: leave it pending.
-        return None, seen not in (Availability.HELD, Availability.CLAIMABLE)
-
     # --- the polling path -------------------------------------------------------------------
 
     def free_slots(self) -> int:
@@ -240,26 +188,15 @@ class Worker:
         if free <= 0 or not self.accepting:
             return 0
         min_age = self.settings.poll_interval_s if min_age_s is None else min_age_s
-        ttl = self.settings.lease_ttl_s
         sent = time.monotonic()
         with tracer.start_as_current_span(
             "lease claim", attributes={"awooop.claim_path": "poll"}
         ) as span:
             meta = trace_metadata()
-
-            async def claim_batch(conn: Any) -> tuple[list[leases.Taken], list[RunState]]:
-                taken = await leases.take_expired_batch(conn, self.worker_id, ttl, free, meta)
-                room = free - sum(1 for t in taken if t.claimed)
-                polled = await leases.poll(conn, self.worker_id, ttl, room, min_age, meta)
-                return taken, polled
-
-            taken, polled = await self.db.in_platform(
-                claim_batch, timeout_s=self.settings.lease_io_timeout_s
+            states = await claims.claim_polled(
+                self.db, self.settings, self.worker_id, free, min_age, meta
             )
-            states = [t.state for t in taken if t.claimed] + polled
             span.set_attribute("awooop.claimed", len(states))
-        for t in taken:
-            _count_reap(t.reaped)
         if states:
             metrics.LEASE_CLAIMS.labels("poll").inc(len(states))
         if self.stopping():  # shut down while the claim was under way: hand them back
@@ -402,10 +339,6 @@ class Worker:
             heart_stop.set()
             await _finish([heart, listener], wait_s=10)
         return total
-
-
-def _count_reap(event: RunRequeued | RunFailed) -> None:
-    metrics.REAPED.labels("requeued" if isinstance(event, RunRequeued) else "failed").inc()
 
 
 async def _finish(tasks: list[asyncio.Task[Any]], wait_s: float) -> None:

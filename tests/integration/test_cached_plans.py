@@ -11,6 +11,7 @@ from awooop import producer
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.events import StepCompleted
+from awooop.log import batches
 from awooop.runs import leases
 from streams.relay import Relay
 from tests.support.runs import create_runs
@@ -116,8 +117,8 @@ async def test_preparing_the_run_pool_writes_nothing_and_prepares_each_connectio
             statements = [
                 r[0] for r in await conn.fetch("SELECT statement FROM pg_prepared_statements")
             ]
-            assert any(s.strip() == leases.CLAIM_MANY.strip() for s in statements)
-            assert any(s.strip() == leases.COMPLETE_MANY.strip() for s in statements)
+            assert any(s.strip() == batches.CLAIM_MANY.strip() for s in statements)
+            assert any(s.strip() == batches.COMPLETE_MANY.strip() for s in statements)
             seen.add(await conn.fetchval("SELECT pg_backend_pid()"))
 
         seen: set[int] = set()

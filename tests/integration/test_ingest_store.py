@@ -13,9 +13,10 @@ from awooop.core.events import RunCreated, decode_event, run_stream_id
 from awooop.ingest import store as ingest_store
 from awooop.ingest.common import ParsedEvent
 from awooop.log import eventlog
+from awooop.log import ingest as log_ingest
+from awooop.log.state import fold
 from awooop.producer import ChannelEvent
 from awooop.runs import store
-from awooop.runs.state import fold
 from tests.support.waiting import eventually
 
 PROJECT = "p1"
@@ -109,10 +110,10 @@ async def test_a_repeat_probes_the_index_per_key_however_stale_the_statistics(
             max_attempts=3,
             contract_id=ingest_store.DEFAULT_CONTRACT,
         )
-        arguments = ingest_store._insert_arguments(PROJECT, "api", [run], config, [{}])
+        arguments = log_ingest.arguments(PROJECT, "api", [run], config.dedupe_ttl_s, [{}])
         plans = []
         for sql, args in (
-            (ingest_store.INSERT_NEW, arguments),
+            (log_ingest.INSERT_NEW, arguments),
             (ingest_store.LOOKUP_DEDUPE, arguments[:3]),
         ):
             plan = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args)

@@ -9,10 +9,10 @@ import asyncpg
 from prometheus_client import REGISTRY
 
 from awooop.core import events as ev
+from awooop.log.state import TERMINAL, RunStatus
 from awooop.loops.framework import LoopContext
 from awooop.loops.stats import LIVE_STATES, StatsLoops, runs_sample
 from awooop.runs import store
-from awooop.runs.state import TERMINAL, RunStatus
 from awooop.services import Services
 from streams.keys import WORKER_GROUP
 from tests.support import factories

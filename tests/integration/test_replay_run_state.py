@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from awooop.core.db import Database
+from awooop.log.state import COLUMNS
 from awooop.runs import store
-from awooop.runs.state import COLUMNS
 from projections.registry import get
 from projections.replay import Replay, replay
 from tests.support.factories import event_for

@@ -20,10 +20,9 @@ from awooop.ingest import credentials
 from awooop.services import Services
 from awooop.worker.context import RunContext
 from awooop.worker.executor import own_trace
-from awooop.worker.runtime import Worker
-from awooop.worker.streaming import StreamIntake
 from streams.relay import Relay
 from tests.support.waiting import eventually
+from tests.support.workers import streaming_worker
 
 PROJECT = "p-links"
 
@@ -88,8 +87,9 @@ async def test_each_attempt_of_a_retried_run_links_to_the_ingest_and_the_previou
             await relay.close()
         # Attempt 1 comes by the stream; after its lease expires the worker's polling takes
         # the run again (attempts 2 and 3).
-        worker = Worker(db=services.db, settings=fast, handler=flaky, concurrency=2, streams=True)
-        intake = StreamIntake(worker, services.redis, services.keys, fast)
+        worker, intake = streaming_worker(
+            services.db, fast, services.redis, handler=flaky, concurrency=2
+        )
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
         try:

@@ -12,8 +12,8 @@ from awooop.core.db import Database
 from awooop.core.errors import IllegalTransitionError
 from awooop.core.events import RunCompleted, decode_event, run_stream_id
 from awooop.log import eventlog
+from awooop.log.state import TERMINAL, TRANSITIONS, RunState, apply, fold
 from awooop.runs import store
-from awooop.runs.state import TERMINAL, TRANSITIONS, RunState, apply, fold
 from tests.support.factories import created, event_for
 from tests.support.properties import ON_DATABASE
 

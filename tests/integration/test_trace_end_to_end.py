@@ -17,11 +17,10 @@ from awooop.http.app import create_app
 from awooop.ingest import credentials
 from awooop.llm.gateway import ModelGateway
 from awooop.services import Services
-from awooop.worker.runtime import Worker
-from awooop.worker.streaming import StreamIntake
 from streams.relay import Relay
 from tests.support.tracing import one_trace
 from tests.support.waiting import eventually
+from tests.support.workers import streaming_worker
 
 PROJECT = "p-trace"
 
@@ -47,15 +46,9 @@ async def test_one_webhook_is_one_trace_from_ingest_to_the_llm_call(
             assert await relay.drain() >= 1
         finally:
             await relay.close()
-        worker = Worker(
-            db=services.db,
-            settings=settings,
-            handler=handle,
-            concurrency=2,
-            llm=gateway,
-            streams=True,
+        worker, intake = streaming_worker(
+            services.db, settings, services.redis, handler=handle, concurrency=2, llm=gateway
         )
-        intake = StreamIntake(worker, services.redis, services.keys, settings)
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
         run_id = uuid.UUID(str(answer.json()["run_ids"][0]))

@@ -19,9 +19,9 @@ from awooop.core.events import (
     run_stream_id,
 )
 from awooop.log import eventlog
+from awooop.log.state import RunState, fold
 from awooop.runs import leases, store
 from awooop.runs.leases import Availability
-from awooop.runs.state import RunState, fold
 from tests.support.runs import count_events, create_runs, load
 
 P = "proj-b"

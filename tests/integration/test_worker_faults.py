@@ -29,6 +29,7 @@ from awooop.core.events import RunClaimed
 from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.services import redis_client
+from awooop.worker.assembly import build_worker
 from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
 from streams.keys import Keys
@@ -160,25 +161,29 @@ async def test_redis_black_holed_costs_no_lease(db: Database, short: Settings) -
             short, redis_url=proxy.url(short.redis_url), redis_socket_timeout_s=1.5
         )
         w1_redis = redis_client(cut_off.redis_url, cut_off.redis_socket_timeout_s)
-        w1 = Worker(db=db, settings=cut_off, handler=handlers.ticking, worker_id="w1", streams=True)
-        w2 = Worker(db=db, settings=short, handler=handlers.ticking, worker_id="w2", streams=True)
-        intake1 = StreamIntake(w1, w1_redis, keys, cut_off)
-        intake2 = StreamIntake(w2, redis, keys, short)
+        p1 = build_worker(
+            db=db,
+            settings=cut_off,
+            handler=handlers.ticking,
+            worker_id="w1",
+            redis=w1_redis,
+            keys=keys,
+        )
+        p2 = build_worker(
+            db=db, settings=short, handler=handlers.ticking, worker_id="w2", redis=redis, keys=keys
+        )
+        w1, w2 = p1.worker, p2.worker
         relay = Relay(settings=short, redis=redis, keys=keys)
         relay_stop = asyncio.Event()
         relay_task = asyncio.create_task(run_loop(relay_spec(relay, short), relay_stop))
         try:
-            async with serving(
-                w1, [intake1.run, functools.partial(run_loop, intake1.reclaim_spec())]
-            ):
+            async with serving(w1, p1.extra):
                 [run_id] = await create_runs(db, P, payload={"tick_s": 5.0})
                 await eventually(
                     lambda: len(ticks(run_id, "w1")) >= 5, timeout_s=60, what="5 ticks of w1"
                 )
                 proxy.blackhole()
-                async with serving(
-                    w2, [intake2.run, functools.partial(run_loop, intake2.reclaim_spec())]
-                ):
+                async with serving(w2, p2.extra):
                     await eventually(
                         lambda: _finished(run_id), timeout_s=30, what="the handler ended"
                     )

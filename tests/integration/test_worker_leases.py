@@ -10,9 +10,9 @@ import pytest
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError
 from awooop.core.events import RunCompleted, RunFailed, RunRequeued, StepCompleted
+from awooop.log.state import MAX_ATTEMPTS_REASON, RunState
 from awooop.loops.runs import reap_once
 from awooop.runs import approvals, leases
-from awooop.runs.state import MAX_ATTEMPTS_REASON, RunState
 from tests.support.runs import count_events, create_runs, event_types, events_of, load
 
 P = "proj-a"

@@ -18,6 +18,7 @@ from awooop.core.events import RunRequeued, StepCompleted
 from awooop.loops.runs import reap_once
 from awooop.runs import approvals, control, leases
 from awooop.runs.approvals import Decision
+from awooop.worker.assembly import build_worker
 from awooop.worker.executor import Handler, Outcome
 from awooop.worker.runtime import Worker
 from tests.support import handlers
@@ -39,9 +40,9 @@ def clean_effects() -> Iterator[None]:
 def worker(
     db: Database, settings: Settings, handler: Handler = handlers.journaled, **kw: Any
 ) -> Worker:
-    return Worker(
+    return build_worker(
         db=db, settings=settings, handler=handler, concurrency=kw.pop("concurrency", 8), **kw
-    )
+    ).worker
 
 
 def effects(run_id: uuid.UUID, what: str | None = None) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ from streams.relay import Relay
 from tests.support import handlers
 from tests.support.runs import count_events, create_runs, events_of, load
 from tests.support.waiting import eventually
+from tests.support.workers import streaming_worker
 
 P = "proj-s"
 
@@ -115,8 +116,7 @@ async def test_runs_are_taken_from_the_work_stream_and_acknowledged(
     db: Database, fast: Settings, redis: Any
 ) -> None:
     keys = keys_of(fast)
-    worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=8, streams=True)
-    intake = StreamIntake(worker, redis, keys, fast)
+    worker, intake = streaming_worker(db, fast, redis, concurrency=8)
     claims = sample("awooop_lease_claims_total", path="stream")
     async with relay_running(fast, redis), serving(worker, intake):
         run_ids = await create_runs(db, P, 30, payload={})
@@ -142,8 +142,7 @@ async def test_a_live_worker_keeps_its_entries_from_looking_idle(
     db: Database, fast: Settings, redis: Any
 ) -> None:
     keys = keys_of(fast)
-    worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=4, streams=True)
-    intake = StreamIntake(worker, redis, keys, fast)
+    worker, intake = streaming_worker(db, fast, redis, concurrency=4)
     async with relay_running(fast, redis), serving(worker, intake):
         [run_id] = await create_runs(db, P, payload={"sleep": 2.5})
         await eventually(
@@ -173,8 +172,7 @@ async def test_reclaim_takes_a_dead_consumers_run_and_runs_it(
     await ghost_reads(redis, stream)
     assert await db.in_tenant(P, lambda c: leases.claim(c, run_id, "ghost", 0.3)) is not None
     await asyncio.sleep(1.1)  # the entry idles past the lease TTL, the lease expires
-    worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=4, streams=True)
-    intake = StreamIntake(worker, redis, keys, fast)
+    _worker, intake = streaming_worker(db, fast, redis, concurrency=4)
     taken = sample("awooop_reclaims_total", outcome="taken")
     assert await intake.reclaim_once() == 1
     await eventually(
@@ -196,8 +194,7 @@ async def test_reclaim_leaves_a_run_that_a_live_lease_holds(
     await ghost_reads(redis, stream)
     assert await db.in_tenant(P, lambda c: leases.claim(c, run_id, "holder", 30)) is not None
     await asyncio.sleep(1.1)  # the entry idles past the lease TTL: reclaimable
-    worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=4, streams=True)
-    intake = StreamIntake(worker, redis, keys, fast)
+    worker, intake = streaming_worker(db, fast, redis, concurrency=4)
     assert await intake.reclaim_once() == 1
     await eventually(
         lambda: _reclaim_settled(worker), timeout_s=60, what="the reclaim's tasks settled"
@@ -227,8 +224,7 @@ async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
     await ghost_reads(redis, stream)  # the duplicate: read by a worker that found the run held
     holder_ttl = 5.0
     assert await db.in_tenant(P, lambda c: leases.claim(c, run_id, "holder", holder_ttl))
-    worker = Worker(db=db, settings=quick, handler=handlers.journaled, concurrency=4, streams=True)
-    intake = StreamIntake(worker, redis, keys, quick)
+    worker, intake = streaming_worker(db, quick, redis, concurrency=4)
     left = sample("awooop_reclaims_total", outcome="left")
     for _ in range(held_reclaims):
         renewed = await db.in_platform(
@@ -278,8 +274,7 @@ async def test_a_message_delivered_too_often_is_dead_lettered_and_its_run_fails(
     stream, entry = await announce(db, redis, keys, run_id)
     await ghost_reads(redis, stream, times=3)  # delivered 3 times to a consumer that died
     await asyncio.sleep(1.1)  # the entry idles past the lease TTL: reclaimable
-    worker = Worker(db=db, settings=fast, handler=handlers.journaled, concurrency=4, streams=True)
-    intake = StreamIntake(worker, redis, keys, fast)
+    _worker, intake = streaming_worker(db, fast, redis, concurrency=4)
     dead = sample("awooop_dead_letters_total")
     assert await intake.reclaim_once() == 1  # the 4th delivery: over the limit of 3
     await eventually(lambda: finished(db, [run_id]), timeout_s=60, what="the run failed")

@@ -17,8 +17,8 @@ from typing import Any
 from awooop.core.db import Connection, Database
 from awooop.core.events import RevisionActivated, RevisionCreated, revision_stream_id
 from awooop.log import eventlog
+from awooop.log.state import TRANSITIONS
 from awooop.runs import store
-from awooop.runs.state import TRANSITIONS
 from tests.support.factories import created, event_for
 
 HEARTBEAT = """

@@ -9,8 +9,8 @@ from typing import Any
 from awooop.core.db import Database
 from awooop.core.events import RunCreated, decode_event, run_stream_id
 from awooop.log import eventlog
+from awooop.log.state import RunState
 from awooop.runs import store
-from awooop.runs.state import RunState
 
 
 async def create_runs(

@@ -1,4 +1,5 @@
-"""Worker processes for acceptance tests: the real ``awooop worker`` CLI in subprocesses."""
+"""Workers for tests: the real ``awooop worker`` CLI in subprocesses (acceptance tests), and
+in-process workers assembled as the CLI assembles them (:func:`streaming_worker`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ from typing import Any
 import msgspec
 
 from awooop.core.config import Settings, env_name
+from awooop.core.db import Database
+from awooop.worker.assembly import build_worker
+from awooop.worker.runtime import Worker
+from awooop.worker.streaming import StreamIntake
+from streams.keys import Keys
+from tests.support import handlers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,3 +145,21 @@ def workers(
     finally:
         for proc in [*procs, *relays]:
             proc.stop()
+
+
+def streaming_worker(
+    db: Database, settings: Settings, redis: Any, **kwargs: Any
+) -> tuple[Worker, StreamIntake]:
+    """A worker taking work from the streams through ``redis`` and its stream intake, put
+    together by :func:`build_worker` (the handler: ``handlers.journaled`` unless given). The
+    test runs them as it needs: ``worker.run(stop, extra=[intake.run, ...])``."""
+    kwargs.setdefault("handler", handlers.journaled)
+    parts = build_worker(
+        db=db,
+        settings=settings,
+        redis=redis,
+        keys=Keys(settings.redis_key_prefix, settings.shard_count),
+        **kwargs,
+    )
+    assert parts.intake is not None
+    return parts.worker, parts.intake

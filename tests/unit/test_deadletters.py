@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from awooop.core.errors import InvalidInputError
+from awooop.log.state import RunStatus
 from awooop.runs.deadletters import Outcome, check_shard, parse_id, plan_for
-from awooop.runs.state import RunStatus
 
 
 def test_the_run_state_decides() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from awooop.core.errors import ProjectionStreamError
 from awooop.core.events import RevisionActivated, RevisionCreated, run_stream_id
-from awooop.runs.state import apply, fold
+from awooop.log.state import apply, fold
 from projections import progress, revisions, timeline
 from projections.base import LogEvent, check_consecutive, plan, stream_range, trace_id_of
 from projections.bulk import split_range

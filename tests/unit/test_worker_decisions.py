@@ -18,6 +18,7 @@ from awooop.core.errors import (
     RedisUnavailableError,
 )
 from awooop.core.events import RunFailed, RunRequeued
+from awooop.log.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, apply
 from awooop.runs import approvals
 from awooop.runs.leases import (
     Availability,
@@ -27,7 +28,6 @@ from awooop.runs.leases import (
     lease_expiry,
     reap_event,
 )
-from awooop.runs.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, apply
 from awooop.worker.executor import Outcome, failure_of, infrastructure_failure
 from awooop.worker.reclaim import (
     ReclaimAction,

@@ -1,9 +1,14 @@
 """The run state machine (R-10): one pure function, ``apply(state, event) -> state``.
 
-The live write path (:mod:`awooop.runs.store`) and the replay tool fold the same function, so
-live and rebuilt run state cannot drift. An event that is not legal in the current state
-raises :class:`IllegalTransitionError` (E-RUN-001); an attempt-scoped event from an attempt
-that no longer holds the lease raises :class:`LeaseLostError` (E-RUN-002).
+The log room's writers (:mod:`awooop.log.runs`, :mod:`awooop.log.batches`,
+:mod:`awooop.log.ingest`) keep every ``awooop_run_state`` row equal to this function folded over
+the run's events, and the replay tool folds the same function, so live and rebuilt run state
+cannot drift. It sits in the log room, below ``awooop.runs`` and ``projections``, because the
+writers need it: the row's shape and its fold are the log's contract (see WRITERS.md).
+
+An event that is not legal in the current state raises :class:`IllegalTransitionError`
+(E-RUN-001); an attempt-scoped event from an attempt that no longer holds the lease raises
+:class:`LeaseLostError` (E-RUN-002).
 """
 
 from __future__ import annotations
@@ -115,6 +120,16 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
 
 
 COLUMNS: tuple[str, ...] = RunState.__struct_fields__
+
+
+def row_to_state(row: Any) -> RunState:
+    """A database row (or any mapping with the column names) as a RunState."""
+    return msgspec.convert({c: row[c] for c in COLUMNS}, RunState, strict=False)
+
+
+def state_values(state: RunState) -> tuple[Any, ...]:
+    """The row's values in column order: the parameters of insert_run.sql and update_run.sql."""
+    return msgspec.structs.astuple(state)
 
 
 def allowed(status: RunStatus | None, type_name: str) -> bool:

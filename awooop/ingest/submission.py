@@ -1,0 +1,135 @@
+"""The producer's side of the ingest flow: events checked before anything is written, then
+written in one transaction, channel by channel (:class:`awooop.ingest.service.Ingestor` runs
+it on a tenant session; :mod:`awooop.producer` on a transaction).
+
+A producer event names its channel and its own idempotency id; nothing authenticates it (the
+login's tenant binding is the guard): :func:`write` refuses a transaction whose tenant is not
+the event's project (:class:`ProducerTransactionError`) and a login not bound to the project
+(:class:`TenantNotGrantedError`, E-INGEST-003), before anything is written.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from awooop.core import metrics
+from awooop.core.config import Settings
+from awooop.core.db import Connection
+from awooop.core.errors import InvalidInputError, ProducerTransactionError, TenantNotGrantedError
+from awooop.core.telemetry import tracer
+from awooop.ingest import store
+from awooop.ingest.cache import ConfigCache
+from awooop.ingest.common import ParsedEvent, check_storable, event_id
+from awooop.ingest.credentials import check_channel
+
+_json_encode = msgspec.json.Encoder().encode
+
+
+class ChannelEvent(msgspec.Struct, frozen=True):
+    """An event to submit: its channel, its idempotency id within the channel, the run input."""
+
+    channel_type: str
+    provider_event_id: str
+    input: Any
+
+
+class Submitted(msgspec.Struct, frozen=True):
+    provider_event_id: str
+    run_id: uuid.UUID
+    created: bool
+
+
+class Submission(msgspec.Struct, frozen=True):
+    """A producer's events, checked and grouped by channel (each with its index in the call)."""
+
+    project_id: str
+    contract_id: str
+    size: int
+    groups: dict[str, list[tuple[int, ParsedEvent]]]
+
+
+def prepare(project_id: str, contract_id: str, events: Sequence[ChannelEvent]) -> Submission:
+    """Pure: every event checked (channel, id, JSON, what jsonb can store), so that one bad
+    event refuses the whole call before anything is written. The ids are the caller's to
+    check first (``check_project_id``, ``check_contract_id``)."""
+    groups: dict[str, list[tuple[int, ParsedEvent]]] = {}
+    for index, event in enumerate(events):
+        groups.setdefault(check_channel(event.channel_type), []).append((index, parsed(event)))
+    return Submission(project_id, contract_id, len(events), groups)
+
+
+def parsed(event: ChannelEvent) -> ParsedEvent:
+    key = event_id(event.provider_event_id, "provider_event_id")
+    try:
+        _json_encode(event.input)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidInputError(f"the event input is not JSON-serialisable: {exc}") from None
+    check_storable(event.input)
+    return ParsedEvent(key, event.input)
+
+
+async def write(
+    conn: Connection,
+    settings: Settings,
+    submission: Submission,
+    cache: ConfigCache | None = None,
+) -> list[Submitted]:
+    """The submission on ``conn`` (the tenant set): for each channel, its configuration
+    (from ``cache`` when given and fresh) and one ingest statement; one result per event, in
+    the call's order."""
+    project_id, contract_id = submission.project_id, submission.contract_id
+    results: list[Submitted | None] = [None] * submission.size
+    with tracer.start_as_current_span(
+        "ingest",
+        attributes={"awooop.project_id": project_id, "awooop.source": "producer"},
+    ):
+        metadata = store.trace_metadata("producer")
+        for channel_type in sorted(submission.groups):  # one lock order across channels too
+            key = (project_id, channel_type, contract_id, None)
+            config = cache.get(key) if cache is not None else None
+            if config is None:
+                config = await store.load_producer_config(
+                    conn, settings, project_id, channel_type, contract_id
+                )
+                if config.tenant != project_id:
+                    raise ProducerTransactionError(
+                        f"the transaction's awooop.project_id is {config.tenant!r}, "
+                        f"not {project_id!r}: call set_tenant(conn, project_id) first"
+                    )
+                if not config.bound:
+                    raise TenantNotGrantedError(
+                        f"this database login is not bound to project {project_id!r}: "
+                        f"awooop tenants grant ROLE {project_id} (run by the tables' owner)"
+                    )
+                if cache is not None:
+                    cache.put(key, config)
+            group = submission.groups[channel_type]
+            outcomes = await store.ingest(
+                conn,
+                project_id,
+                channel_type,
+                [p for _, p in group],
+                config=config,
+                contract_id=contract_id,
+                metadata=metadata,
+            )
+            for (index, _), outcome in zip(group, outcomes, strict=True):
+                results[index] = Submitted(
+                    outcome.provider_event_id, outcome.run_id, outcome.created
+                )
+    return [r for r in results if r is not None]
+
+
+def count(submission: Submission, results: list[Submitted]) -> None:
+    """The events created and seen before, per channel; counted once the call returns (for
+    a caller's transaction: before it commits)."""
+    for channel_type, group in submission.groups.items():
+        created = sum(1 for index, _ in group if results[index].created)
+        if created:
+            metrics.INGEST_EVENTS.labels(channel_type, "created").inc(created)
+        if len(group) - created:
+            metrics.INGEST_EVENTS.labels(channel_type, "duplicate").inc(len(group) - created)

@@ -1,0 +1,202 @@
+"""Many runs at once (the worker's hot path): claim many, complete many, fenced writes of many.
+
+The claim and the completion are one statement each in the log room
+(:mod:`awooop.log.batches`); here is what the worker does with the answer: retry a run whose
+stream head a newer transaction wrote (as the transactional path would), and turn a refusal
+into the LeaseLostError the fence would have raised.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from awooop.core import storable
+from awooop.core.db import Connection
+from awooop.core.errors import LeaseLostError, UnstorableValueError
+from awooop.core.events import Event
+from awooop.log import batches
+from awooop.log import runs as log_runs
+from awooop.log.state import RunState, RunStatus, row_to_state
+from awooop.runs.leases.rules import (
+    ClaimBatch,
+    Completion,
+    FencedWrite,
+    completion_problem,
+    fence_problem,
+)
+
+HEAD_CONFLICT_RETRIES = 3  # a newer writer of the run's stream committed: write again
+
+# Ordered, so that two batches locking overlapping runs cannot deadlock (the order of
+# complete_many.sql's lock too).
+LOCK_MANY = """
+SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
+       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
+       failure_reason, failure_code, saga_steps, input, result, waiting_for,
+       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+FROM awooop_run_state
+WHERE run_id = ANY($1::uuid[])
+ORDER BY run_id
+FOR UPDATE
+"""
+
+
+async def claim_many(
+    conn: Connection,
+    run_ids: list[uuid.UUID],
+    worker_id: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+) -> ClaimBatch:
+    """``claim`` for many runs in one statement (``awooop/log/sql/claim_many.sql``): outside a
+    transaction it is its own; inside one it is part of it. ``metadata`` is one dict, or one
+    per run id (aligned with ``run_ids``). A run whose stream head a newer transaction wrote
+    is claimed again (a few times), as the transactional path would retry it."""
+    per_run: dict[uuid.UUID, dict[str, Any] | None] = (
+        dict(zip(run_ids, metadata, strict=True))
+        if isinstance(metadata, list)
+        else dict.fromkeys(run_ids, metadata)
+    )
+    claimed: dict[uuid.UUID, RunState] = {}
+    others: dict[uuid.UUID, RunState] = {}
+    now: datetime | None = None
+    wanted = list(run_ids)
+    for attempt in range(HEAD_CONFLICT_RETRIES + 1):
+        rows = await batches.claim_many(
+            conn, wanted, [per_run[r] for r in wanted], worker_id, ttl_s
+        )
+        conflicts = []
+        for row in rows:
+            now = row.now
+            if row.written:
+                claimed[row.state.run_id] = row.state
+            elif row.conflict and attempt < HEAD_CONFLICT_RETRIES:
+                conflicts.append(row.state.run_id)
+            else:
+                others[row.state.run_id] = row.state
+        if not conflicts:
+            break
+        wanted = conflicts
+    if now is None:
+        now = await conn.fetchval("SELECT now()")
+    return ClaimBatch(claimed, others, now)
+
+
+async def complete_many(
+    conn: Connection, completions: list[Completion]
+) -> list[RunState | LeaseLostError | UnstorableValueError]:
+    """Write ``RunCompleted`` for each completion (each run at most once) in one statement
+    (``awooop/log/sql/complete_many.sql``; outside a transaction it is its own): the new
+    state, the LeaseLostError of an attempt that no longer holds a live lease, or the
+    UnstorableValueError of a completion whose result Postgres would refuse (not sent, so
+    that it cannot fail the statement of the others), in order."""
+    if not completions:
+        return []
+    results: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError] = {}
+    pending = {}
+    for c in completions:
+        refused = completion_problem(c)
+        if refused is None:
+            pending[c.run_id] = c
+        else:
+            results[c.run_id] = refused
+    for attempt in range(HEAD_CONFLICT_RETRIES + 1):
+        if not pending:
+            break
+        batch = list(pending.values())
+        rows = await batches.complete_many(
+            conn,
+            [c.run_id for c in batch],
+            [c.worker_id for c in batch],
+            [c.attempt for c in batch],
+            [c.result for c in batch],
+            [c.metadata for c in batch],
+        )
+        seen = set()
+        for row in rows:
+            state = row.state
+            seen.add(state.run_id)
+            if row.written:
+                results[state.run_id] = state
+                del pending[state.run_id]
+            elif not (row.conflict and attempt < HEAD_CONFLICT_RETRIES):
+                c = pending.pop(state.run_id)
+                problem = fence_problem(state, row.now, c.worker_id, c.attempt) or (
+                    f"the run is {state.status}"
+                    if state.status is not RunStatus.RUNNING
+                    else "a newer transaction wrote the run's stream"
+                )
+                results[c.run_id] = LeaseLostError(
+                    f"write refused: {problem}",
+                    run_id=c.run_id,
+                    worker_id=c.worker_id,
+                    attempt=c.attempt,
+                )
+        for run_id in [r for r in pending if r not in seen]:
+            c = pending.pop(run_id)
+            results[run_id] = LeaseLostError(
+                "write refused: no such run", run_id=run_id, worker_id=c.worker_id
+            )
+        if not pending:
+            break
+    return [results[c.run_id] for c in completions]
+
+
+async def prepare_run_statements(conn: Connection) -> None:
+    """Run the run pool's statements once on ``conn``, with empty arrays (they claim, complete,
+    lock and append nothing), before the first run needs them: a fresh connection's first claim
+    paid for parsing and planning it and for filling the backend's catalog caches (part of
+    the slow first second after a worker starts)."""
+    await batches.prepare(conn)
+    await conn.fetch(LOCK_MANY, [])
+
+
+async def fenced_record_many(
+    conn: Connection, writes: list[FencedWrite]
+) -> list[RunState | LeaseLostError | UnstorableValueError]:
+    """``fenced_record`` for many runs (each at most once) in one transaction: a write
+    whose attempt lost its lease gets its LeaseLostError (in place of a state), a write whose
+    event Postgres would refuse (:mod:`awooop.core.storable`) its UnstorableValueError (nothing of
+    it is sent), and the others are written."""
+    if not writes:
+        return []
+    rows = await conn.fetch(LOCK_MANY, [w.run_id for w in writes])
+    found = {row["run_id"]: row for row in rows}
+    results: list[RunState | LeaseLostError | UnstorableValueError] = []
+    changes: list[tuple[RunState, Event]] = []
+    metas: list[dict[str, Any] | None] = []
+    slots: list[int] = []
+    for i, write in enumerate(writes):
+        row = found.get(write.run_id)
+        if row is None:
+            results.append(LeaseLostError("write refused: no such run", run_id=write.run_id))
+            continue
+        state = row_to_state(row)
+        now: datetime = row["db_now"]
+        problem = fence_problem(state, now, write.worker_id, write.attempt)
+        if problem is not None:
+            results.append(
+                LeaseLostError(
+                    f"write refused: {problem}",
+                    run_id=write.run_id,
+                    worker_id=write.worker_id,
+                    attempt=write.attempt,
+                )
+            )
+            continue
+        event = write.make_event(state, now)
+        refused = storable.encoded_problem(event, type(event).__name__)
+        if refused is not None:
+            results.append(UnstorableValueError(refused, run_id=write.run_id))
+            continue
+        results.append(state)  # replaced below
+        slots.append(i)
+        changes.append((state, event))
+        metas.append(write.metadata)
+    for i, new_state in zip(
+        slots, await log_runs.apply_and_store_many(conn, changes, metas), strict=True
+    ):
+        results[i] = new_state
+    return results

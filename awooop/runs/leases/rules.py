@@ -1,0 +1,173 @@
+"""The lease rules as pure decisions: what a row says to a worker, the events that claim or
+reap a run, and the fence (see :mod:`awooop.runs.leases` for the rules in words)."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from awooop.core import storable
+from awooop.core.errors import UnstorableValueError
+from awooop.core.events import Event, RunClaimed, RunFailed, RunRequeued
+from awooop.log.state import (
+    DISPATCHABLE,
+    LEASED,
+    MAX_ATTEMPTS_CODE,
+    MAX_ATTEMPTS_REASON,
+    TERMINAL,
+    RunState,
+    RunStatus,
+)
+
+
+class Availability(enum.StrEnum):
+    """What a run's row says to a worker that holds a message (or a poll result) for it."""
+
+    MISSING = "missing"  # no such run (in this project)
+    FINISHED = "finished"  # terminal: nothing left to do
+    AWAITING_APPROVAL = "awaiting_approval"  # no lease; ApprovalGranted dispatches it again
+    CLAIMABLE = "claimable"  # PENDING or RESUMED, lease empty or expired
+    HELD = "held"  # a live lease of another worker
+    HELD_BY_ME = "held_by_me"  # a live lease of this worker
+    EXPIRED = "expired"  # RUNNING/WAITING_TOOL with an expired lease: reap, then claim
+
+
+def availability(state: RunState | None, now: datetime, worker_id: str) -> Availability:
+    if state is None:
+        return Availability.MISSING
+    if state.status in TERMINAL:
+        return Availability.FINISHED
+    if state.status is RunStatus.WAITING_APPROVAL:
+        return Availability.AWAITING_APPROVAL
+    live = state.lease_until is not None and state.lease_until > now
+    if state.status in DISPATCHABLE:
+        return Availability.HELD if live else Availability.CLAIMABLE
+    assert state.status in LEASED
+    if not live:
+        return Availability.EXPIRED
+    return Availability.HELD_BY_ME if state.worker_id == worker_id else Availability.HELD
+
+
+def claim_event(state: RunState, now: datetime, worker_id: str, ttl_s: float) -> RunClaimed:
+    return RunClaimed(
+        at=now,
+        worker_id=worker_id,
+        attempt=state.attempt_count + 1,
+        lease_until=now + timedelta(seconds=ttl_s),
+    )
+
+
+def lease_expiry(state: RunState) -> str:
+    """What is known when the lease of ``state``'s attempt ran out, in words.
+
+    A worker that ends an attempt itself writes an event (completion, failure, release,
+    approval request). An expired lease means that the worker wrote nothing and stopped
+    renewing: its process died, or it was cut off from Postgres (it then stops its handlers on
+    its own clock) or stalled longer than the lease. Which of these, Postgres cannot tell."""
+    since = (
+        "it was taken"
+        if state.heartbeat_at is None
+        else state.heartbeat_at.isoformat(timespec="milliseconds")
+    )
+    return (
+        f"the lease of attempt {state.attempt_count} expired: worker {state.worker_id} "
+        f"neither renewed it after {since} nor released it (the worker process died, "
+        "or was cut off from Postgres or stalled)"
+    )
+
+
+def reap_event(state: RunState, now: datetime) -> RunRequeued | RunFailed:
+    """R-13, R-19: the event for a run whose lease expired. It names the expired attempt and
+    its worker; the last such attempt FAILS the run with E-RUN-004 and sends its work to the
+    dead-letter stream (``dead_letter``: the relay writes the entry)."""
+    if state.attempt_count < state.max_attempts:
+        return RunRequeued(
+            at=now,
+            attempt=state.attempt_count,
+            worker_id=state.worker_id,
+            last_renewal_at=state.heartbeat_at,
+            reason=lease_expiry(state),
+        )
+    return RunFailed(
+        at=now,
+        reason=(
+            f"{MAX_ATTEMPTS_REASON} ({state.attempt_count} of {state.max_attempts}): "
+            f"{lease_expiry(state)}"
+        ),
+        code=MAX_ATTEMPTS_CODE,
+        worker_id=state.worker_id,
+        attempt=state.attempt_count,
+        last_renewal_at=state.heartbeat_at,
+        dead_letter=True,
+    )
+
+
+def fence_problem(state: RunState, now: datetime, worker_id: str, attempt: int) -> str | None:
+    """Why ``(worker_id, attempt)`` may not write for this run now; None when it may."""
+    if state.status not in LEASED:
+        return f"the run is {state.status}"
+    if state.worker_id != worker_id or state.attempt_count != attempt:
+        return (
+            f"attempt {attempt} of {worker_id} no longer holds the lease "
+            f"(attempt {state.attempt_count} of {state.worker_id} does)"
+        )
+    if state.lease_until is None or state.lease_until <= now:
+        return "the lease expired"
+    return None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A ``RunCompleted`` to write on behalf of ``(worker_id, attempt)``; ``result`` is the
+    handler's value as JSON builtins (``msgspec.to_builtins``)."""
+
+    run_id: uuid.UUID
+    worker_id: str
+    attempt: int
+    result: Any
+    metadata: dict[str, Any] | None = None
+
+
+def completion_problem(completion: Completion) -> UnstorableValueError | None:
+    """Pure: the error for a completion whose result or metadata Postgres would refuse
+    (:mod:`awooop.core.storable`); None when it can be written."""
+    found = storable.encoded_problem(completion.result, "result") or (
+        storable.encoded_problem(completion.metadata, "metadata")
+    )
+    return None if found is None else UnstorableValueError(found, run_id=completion.run_id)
+
+
+@dataclass(frozen=True)
+class FencedWrite:
+    """One event to write on behalf of ``(worker_id, attempt)`` (see ``fenced_record``)."""
+
+    run_id: uuid.UUID
+    worker_id: str
+    attempt: int
+    make_event: Callable[[RunState, datetime], Event]
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Taken:
+    """The outcome of taking an expired run: the reap event applied and, if requeued, the
+    claim (``state`` is then RUNNING under the new attempt)."""
+
+    state: RunState
+    reaped: RunRequeued | RunFailed
+    claimed: bool
+
+
+@dataclass(frozen=True)
+class ClaimBatch:
+    """What ``claim_many`` found: the runs it claimed, the committed state of the others
+    (read without a lock, so that the caller can tell finished from held from unknown), and
+    the database clock."""
+
+    claimed: dict[uuid.UUID, RunState]
+    others: dict[uuid.UUID, RunState]
+    now: datetime

@@ -1,0 +1,265 @@
+"""One run at a time: claim, poll, take or reap expired runs, heartbeat, the fenced write,
+release. Each reads the row under the lock its job needs and writes through the log room
+(:mod:`awooop.log.runs`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from awooop.core.db import Connection
+from awooop.core.errors import LeaseLostError
+from awooop.core.events import Event, LeaseReleased, RunFailed, RunRequeued
+from awooop.log import runs as log_runs
+from awooop.log.state import RunState, row_to_state
+from awooop.runs import store
+from awooop.runs.leases.rules import (
+    Availability,
+    Taken,
+    availability,
+    claim_event,
+    fence_problem,
+    reap_event,
+)
+
+# --- SQL (reads; the run row's columns written out, as RunState names them) -----------------
+
+# R-11: the claim. Locks the row only if it can be claimed right now; a row another
+# transaction holds is skipped, never waited for.
+CLAIM = """
+SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
+       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
+       failure_reason, failure_code, saga_steps, input, result, waiting_for,
+       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+FROM awooop_run_state
+WHERE run_id = $1
+  AND status IN ('PENDING', 'RESUMED')
+  AND (lease_until IS NULL OR lease_until < now())
+FOR UPDATE SKIP LOCKED
+"""
+
+# The polling path: dispatchable runs that have waited at least $1 seconds (no stream message
+# got them taken), oldest first, through the partial index on dispatchable runs.
+POLL = """
+SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
+       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
+       failure_reason, failure_code, saga_steps, input, result, waiting_for,
+       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+FROM awooop_run_state
+WHERE status IN ('PENDING', 'RESUMED')
+  AND (lease_until IS NULL OR lease_until < now())
+  AND updated_at <= now() - make_interval(secs => $1)
+ORDER BY created_at
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+"""
+
+# One run whose lease expired (a worker takes it: requeue and claim in one transaction).
+LOCK_EXPIRED = """
+SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
+       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
+       failure_reason, failure_code, saga_steps, input, result, waiting_for,
+       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+FROM awooop_run_state
+WHERE run_id = $1
+  AND status IN ('RUNNING', 'WAITING_TOOL')
+  AND lease_until < now()
+FOR UPDATE SKIP LOCKED
+"""
+
+# The reaper and the polling path: expired leases, oldest first (partial index on leased runs).
+EXPIRED = """
+SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
+       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
+       failure_reason, failure_code, saga_steps, input, result, waiting_for,
+       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+FROM awooop_run_state
+WHERE status IN ('RUNNING', 'WAITING_TOOL')
+  AND lease_until < now()
+ORDER BY lease_until
+LIMIT $1
+FOR UPDATE SKIP LOCKED
+"""
+
+# The committed state, no lock.
+PEEK = """
+SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
+       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
+       failure_reason, failure_code, saga_steps, input, result, waiting_for,
+       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+FROM awooop_run_state WHERE run_id = $1
+"""
+
+# --- I/O -----------------------------------------------------------------------------------
+
+
+async def claim(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | None = None,
+) -> RunState | None:
+    """Take the lease of ``run_id`` if it can be taken now; None if not (nothing written)."""
+    row = await conn.fetchrow(CLAIM, run_id)
+    if row is None:
+        return None
+    state = row_to_state(row)
+    return await log_runs.apply_and_store(
+        conn, state, claim_event(state, row["db_now"], worker_id, ttl_s), metadata
+    )
+
+
+async def poll(
+    conn: Connection,
+    worker_id: str,
+    ttl_s: float,
+    limit: int,
+    min_age_s: float,
+    metadata: dict[str, Any] | None = None,
+) -> list[RunState]:
+    """Claim up to ``limit`` dispatchable runs older than ``min_age_s`` (platform role)."""
+    if limit <= 0:
+        return []
+    rows = await conn.fetch(POLL, min_age_s, limit)
+    changes = []
+    for row in rows:
+        state = row_to_state(row)
+        changes.append((state, claim_event(state, row["db_now"], worker_id, ttl_s)))
+    return await log_runs.apply_and_store_many(conn, changes, metadata)
+
+
+async def take_expired(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | None = None,
+) -> Taken | None:
+    """Reap ``run_id`` if its lease expired and, when it may run again, claim it."""
+    row = await conn.fetchrow(LOCK_EXPIRED, run_id)
+    if row is None:
+        return None
+    return await _reap_and_claim(conn, row, worker_id, ttl_s, metadata)
+
+
+async def take_expired_batch(
+    conn: Connection,
+    worker_id: str,
+    ttl_s: float,
+    limit: int,
+    metadata: dict[str, Any] | None = None,
+) -> list[Taken]:
+    """The polling path's share of recovery: up to ``limit`` expired runs, reaped and claimed."""
+    if limit <= 0:
+        return []
+    rows = await conn.fetch(EXPIRED, limit)
+    return [await _reap_and_claim(conn, row, worker_id, ttl_s, metadata) for row in rows]
+
+
+async def _reap_and_claim(
+    conn: Connection,
+    row: Any,
+    worker_id: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | None,
+) -> Taken:
+    now: datetime = row["db_now"]
+    state = row_to_state(row)
+    reaped = reap_event(state, now)
+    state = await log_runs.apply_and_store(conn, state, reaped, metadata)
+    if isinstance(reaped, RunFailed):
+        return Taken(state, reaped, claimed=False)
+    state = await log_runs.apply_and_store(
+        conn, state, claim_event(state, now, worker_id, ttl_s), metadata
+    )
+    return Taken(state, reaped, claimed=True)
+
+
+async def reap(
+    conn: Connection, limit: int, metadata: dict[str, Any] | None = None
+) -> list[tuple[RunState, RunRequeued | RunFailed]]:
+    """R-13: requeue or fail up to ``limit`` runs whose lease expired (platform role)."""
+    rows = await conn.fetch(EXPIRED, limit)
+    done = []
+    for row in rows:
+        state = row_to_state(row)
+        event = reap_event(state, row["db_now"])
+        done.append((await log_runs.apply_and_store(conn, state, event, metadata), event))
+    return done
+
+
+async def heartbeat(
+    conn: Connection, worker_id: str, run_ids: list[uuid.UUID], ttl_s: float
+) -> set[uuid.UUID]:
+    """R-12: renew the live leases of ``worker_id`` among ``run_ids``; return those renewed."""
+    return await log_runs.renew_leases(conn, worker_id, run_ids, ttl_s)
+
+
+async def peek(conn: Connection, run_id: uuid.UUID) -> tuple[RunState | None, datetime]:
+    """The run's committed state (no lock) and the database clock."""
+    row = await conn.fetchrow(PEEK, run_id)
+    if row is None:
+        now: datetime = await conn.fetchval("SELECT now()")
+        return None, now
+    return row_to_state(row), row["db_now"]
+
+
+async def fenced_record(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    attempt: int,
+    make_event: Callable[[RunState, datetime], Event],
+    metadata: dict[str, Any] | None = None,
+) -> RunState:
+    """Write an event on behalf of ``(worker_id, attempt)``: refused with E-RUN-002 unless the
+    attempt still holds a live lease (see :mod:`awooop.runs.leases`)."""
+    state, now = await store.lock(conn, run_id)
+    problem = fence_problem(state, now, worker_id, attempt)
+    if problem is not None:
+        raise LeaseLostError(
+            f"write refused: {problem}", run_id=run_id, worker_id=worker_id, attempt=attempt
+        )
+    return await log_runs.apply_and_store(conn, state, make_event(state, now), metadata)
+
+
+async def release(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    attempt: int,
+    metadata: dict[str, Any] | None = None,
+) -> RunState:
+    """Give the lease back (shutdown): the run is PENDING again and dispatched at once."""
+    return await fenced_record(
+        conn,
+        run_id,
+        worker_id,
+        attempt,
+        lambda _s, now: LeaseReleased(at=now, worker_id=worker_id, attempt=attempt),
+        metadata,
+    )
+
+
+async def fail_undeliverable(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    reason: str,
+    code: str,
+    metadata: dict[str, Any] | None = None,
+) -> RunState | None:
+    """Fail a run whose work message is being dead-lettered, if nobody is making progress on
+    it (dispatchable, or its lease expired); None (nothing written) otherwise."""
+    found = await store.lock_if_present(conn, run_id)
+    if found is None:
+        return None
+    state, now = found
+    seen = availability(state, now, worker_id)
+    if seen not in (Availability.CLAIMABLE, Availability.EXPIRED):
+        return None
+    event = RunFailed(at=now, reason=reason, code=code)
+    return await log_runs.apply_and_store(conn, state, event, metadata)

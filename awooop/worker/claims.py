@@ -1,0 +1,125 @@
+"""How a worker takes leases: the statements of its claim paths and what their answers mean.
+
+- an announced run (stream delivery, reclaim): claimed in a batch per project, one statement
+  on the run pool (:func:`claim_announced`); a run found with an expired lease is taken alone
+  in a tenant transaction (:func:`take_if_expired`);
+- the polling path: expired leases, then dispatchable runs old enough, in one platform
+  transaction (:func:`claim_polled`);
+- a claim nobody will run (its requester was cancelled, the worker is stopping): the
+  ``LeaseReleased`` write that hands it back (:func:`release`).
+
+The worker (:mod:`awooop.worker.runtime`) decides when; this module only talks to Postgres.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from awooop.core import metrics
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.events import LeaseReleased, RunFailed, RunRequeued
+from awooop.log.state import RunState
+from awooop.runs import leases
+from awooop.runs.leases import Availability
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """One run's share of a claim batch: the claimed state, or why it was not claimable."""
+
+    state: RunState | None
+    seen: Availability | None
+
+
+async def claim_announced(
+    db: Database,
+    settings: Settings,
+    worker_id: str,
+    items: list[tuple[uuid.UUID, dict[str, Any]]],
+) -> list[Claimed | BaseException]:
+    """Claim a batch of one project's announced runs; one answer per item, in order."""
+    run_ids = [run_id for run_id, _meta in items]
+    metas: list[dict[str, Any] | None] = [meta for _run_id, meta in items]
+    # One statement on the run pool (platform role, like the polling path): no tenant to
+    # set and no BEGIN/COMMIT, the claim is one round trip. Batches stay per project.
+    batch = await db.in_run_statement(
+        lambda conn: leases.claim_many(conn, run_ids, worker_id, settings.lease_ttl_s, metas),
+    )
+    results: list[Claimed | BaseException] = []
+    for run_id in run_ids:
+        state = batch.claimed.get(run_id)
+        if state is not None:
+            results.append(Claimed(state, None))
+        else:
+            seen = leases.availability(batch.others.get(run_id), batch.now, worker_id)
+            results.append(Claimed(None, seen))
+    return results
+
+
+async def take_if_expired(
+    db: Database,
+    settings: Settings,
+    worker_id: str,
+    run_id: uuid.UUID,
+    project_id: str,
+    seen: Availability,
+    meta: dict[str, Any],
+) -> tuple[RunState | None, bool]:
+    """The claim found nothing (``seen`` says why); take the run if its lease expired.
+    Returns the claimed state, or None and whether the message is done with."""
+    if seen is Availability.EXPIRED:
+        taken = await db.in_tenant(
+            project_id,
+            lambda conn: leases.take_expired(conn, run_id, worker_id, settings.lease_ttl_s, meta),
+            timeout_s=settings.lease_io_timeout_s,
+        )
+        if taken is None:
+            return None, False  # someone else is on it right now
+        count_reap(taken.reaped)
+        if taken.claimed:
+            return taken.state, True
+        return None, True  # failed: max attempts
+    # Finished, waiting for approval, unknown, or already mine: nothing to run here.
+    # Held by a live lease elsewhere, or locked by a concurrent claim: leave it pending.
+    return None, seen not in (Availability.HELD, Availability.CLAIMABLE)
+
+
+async def claim_polled(
+    db: Database,
+    settings: Settings,
+    worker_id: str,
+    free: int,
+    min_age_s: float,
+    meta: dict[str, Any],
+) -> list[RunState]:
+    """Up to ``free`` runs for the polling path: expired leases first, then dispatchable runs
+    that waited at least ``min_age_s``."""
+    ttl = settings.lease_ttl_s
+
+    async def claim_batch(conn: Any) -> tuple[list[leases.Taken], list[RunState]]:
+        taken = await leases.take_expired_batch(conn, worker_id, ttl, free, meta)
+        room = free - sum(1 for t in taken if t.claimed)
+        polled = await leases.poll(conn, worker_id, ttl, room, min_age_s, meta)
+        return taken, polled
+
+    taken, polled = await db.in_platform(claim_batch, timeout_s=settings.lease_io_timeout_s)
+    for t in taken:
+        count_reap(t.reaped)
+    return [t.state for t in taken if t.claimed] + polled
+
+
+def release(state: RunState, worker_id: str) -> leases.FencedWrite:
+    """The fenced write that hands a claimed run's lease back (``LeaseReleased``)."""
+    return leases.FencedWrite(
+        state.run_id,
+        worker_id,
+        state.attempt_count,
+        lambda _s, now: LeaseReleased(at=now, worker_id=worker_id, attempt=state.attempt_count),
+    )
+
+
+def count_reap(event: RunRequeued | RunFailed) -> None:
+    metrics.REAPED.labels("requeued" if isinstance(event, RunRequeued) else "failed").inc()
