@@ -61,9 +61,10 @@ from typing import Any, TypeVar
 import msgspec
 
 from awooop.core.config import Settings, load_settings
-from awooop.core.db import SET_TENANT, Connection, Database
+from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, PayloadTooLargeError, ProducerTransactionError
 from awooop.core.events import EVENT_TYPES
+from awooop.core.pools import SET_TENANT
 from awooop.core.telemetry import tracer
 from awooop.ingest import store, submission
 from awooop.ingest.common import check_storable

@@ -24,9 +24,10 @@ from typing import Any
 
 import msgspec
 
-from awooop.core.db import PLATFORM_ROLE, Connection, connect
+from awooop.core.db import Connection
 from awooop.core.errors import ProjectionStreamError
 from awooop.core.events import decode_event
+from awooop.core.pools import PLATFORM_ROLE, connect
 from projections.base import BulkOutput, LogEvent, Projection, TableNames
 
 _json_encode = msgspec.json.Encoder().encode

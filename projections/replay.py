@@ -48,9 +48,10 @@ from typing import Any, TextIO
 
 import asyncpg
 
-from awooop.core.db import PLATFORM_ROLE, Connection, connect
+from awooop.core.db import Connection
 from awooop.core.errors import ReplayBusyError, ReplayPrivilegeError, SwapLockTimeoutError
 from awooop.core.logs import get_logger
+from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.log.eventlog import Cursor
 from projections import schema
 from projections.base import Projection, TableNames, stream_range

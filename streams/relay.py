@@ -87,7 +87,7 @@ import asyncpg
 
 from awooop.core import metrics
 from awooop.core.config import Settings
-from awooop.core.db import CONNECTION_ERRORS, PLATFORM_ROLE, Connection, connect
+from awooop.core.db import Connection
 from awooop.core.errors import (
     DatabaseUnavailableError,
     LeadershipLostError,
@@ -96,6 +96,8 @@ from awooop.core.errors import (
 )
 from awooop.core.leadership import Lease, timeout_ms
 from awooop.core.logs import get_logger
+from awooop.core.pools import PLATFORM_ROLE, connect
+from awooop.core.retries import CONNECTION_ERRORS
 from awooop.core.telemetry import span_link, tracer
 from awooop.log import eventlog
 from awooop.log.eventlog import Cursor, RecordedEvent

@@ -10,8 +10,8 @@ import msgspec
 
 from awooop.commands.doctor_checks import Check, exit_code, run_checks, without_postgres
 from awooop.core.config import Settings
-from awooop.core.db import CONNECTION_ERRORS
 from awooop.core.errors import DatabaseUnavailableError
+from awooop.core.retries import CONNECTION_ERRORS
 from awooop.services import Services, redis_client
 
 DESCRIPTION = """\

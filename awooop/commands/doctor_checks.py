@@ -30,8 +30,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from awooop.core.db import CONNECTION_ERRORS
 from awooop.core.migrate import discover
+from awooop.core.retries import CONNECTION_ERRORS
 from awooop.services import Services
 from streams.keys import WORKER_GROUP
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from awooop.commands.output import table, to_json
 from awooop.core.config import Settings
-from awooop.core.db import connect
 from awooop.core.errors import InvalidInputError
+from awooop.core.pools import connect
 from awooop.ingest import tenants
 
 

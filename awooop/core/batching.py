@@ -39,7 +39,6 @@ from typing import Generic, TypeVar
 
 import asyncpg
 
-from awooop.core.db import CONNECTION_ERRORS
 from awooop.core.errors import (
     DatabaseUnavailableError,
     IllegalTransitionError,
@@ -47,6 +46,7 @@ from awooop.core.errors import (
     UnstorableValueError,
 )
 from awooop.core.logs import get_logger
+from awooop.core.retries import CONNECTION_ERRORS
 
 K = TypeVar("K", bound=Hashable)
 I = TypeVar("I")  # noqa: E741 - the item type, paired with K and R

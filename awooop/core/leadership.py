@@ -56,9 +56,11 @@ from typing import Any
 
 import asyncpg
 
-from awooop.core.db import CONNECTION_ERRORS, PLATFORM_ROLE, Connection, connect
+from awooop.core.db import Connection
 from awooop.core.errors import DatabaseUnavailableError, LeadershipLostError
 from awooop.core.logs import get_logger
+from awooop.core.pools import PLATFORM_ROLE, connect
+from awooop.core.retries import CONNECTION_ERRORS
 
 log = get_logger(__name__)
 

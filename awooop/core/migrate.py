@@ -21,9 +21,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from awooop.core.db import CONNECTION_ERRORS, Connection, connect
+from awooop.core.db import Connection
 from awooop.core.errors import ConfigError, MigrationChecksumError, MigrationPrivilegeError
 from awooop.core.logs import get_logger
+from awooop.core.pools import connect
+from awooop.core.retries import CONNECTION_ERRORS
 
 log = get_logger(__name__)
 

@@ -30,8 +30,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.core.db import TenantSessions
 from awooop.core.errors import DuplicateEvent, PayloadTooLargeError
+from awooop.core.sessions import TenantSessions
 from awooop.ingest import store
 from awooop.ingest.service import Ingestor
 from awooop.services import Services

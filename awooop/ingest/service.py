@@ -30,9 +30,9 @@ from opentelemetry import trace
 from awooop.core import metrics
 from awooop.core.batching import Batcher, data_error
 from awooop.core.config import Settings
-from awooop.core.db import TenantSessions
 from awooop.core.errors import AuthenticationError, AwoooPError, UnknownChannelError
 from awooop.core.logs import get_logger
+from awooop.core.sessions import TenantSessions
 from awooop.core.storable import unstorable
 from awooop.core.telemetry import extract, tracer
 from awooop.ingest import ADAPTERS, store, submission

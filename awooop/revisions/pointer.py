@@ -35,9 +35,10 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from awooop.core.db import APP_ROLE, CONNECTION_ERRORS, SET_SESSION_TENANT, connect
 from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.logs import get_logger
+from awooop.core.pools import APP_ROLE, SET_SESSION_TENANT, connect
+from awooop.core.retries import CONNECTION_ERRORS
 
 log = get_logger(__name__)
 

@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import msgspec
 
-from awooop.core.db import RETRYABLE_PG_ERRORS, Connection, Database
+from awooop.core.db import Connection, Database
 from awooop.core.errors import (
     NoActiveRevisionError,
     NothingToRollBackError,
@@ -47,6 +47,7 @@ from awooop.core.errors import (
     VersionConflictError,
 )
 from awooop.core.events import RevisionActivated, RevisionCreated, revision_stream_id
+from awooop.core.retries import RETRYABLE_PG_ERRORS
 from awooop.core.telemetry import inject, tracer
 from awooop.log import eventlog
 from awooop.revisions.body import body_hash, check_names, validate_body

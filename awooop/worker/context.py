@@ -42,10 +42,11 @@ from typing import Any, Protocol, TypeVar, cast
 import msgspec
 
 from awooop.core.batching import data_error
-from awooop.core.db import Database, unavailable_on_connection_errors
+from awooop.core.db import Database
 from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
 from awooop.core.events import Event, StepCompleted, ToolResultReceived, ToolWaitStarted
 from awooop.core.logs import get_logger
+from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import encoded_problem, unstorable
 from awooop.core.telemetry import inject, tracer
 from awooop.llm.gateway import LLMResult

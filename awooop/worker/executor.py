@@ -53,7 +53,7 @@ from awooop.core import metrics
 from awooop.core.batching import Batcher, data_error
 from awooop.core.config import Settings
 from awooop.core.context import bound
-from awooop.core.db import Database, unavailable_on_connection_errors
+from awooop.core.db import Database
 from awooop.core.errors import (
     AwoooPError,
     DatabaseUnavailableError,
@@ -64,6 +64,7 @@ from awooop.core.errors import (
 )
 from awooop.core.events import Event, LeaseReleased, RunFailed
 from awooop.core.logs import get_logger
+from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import sanitized, unstorable
 from awooop.core.telemetry import exporting, tracer
 from awooop.log.state import RunState

@@ -33,8 +33,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from awooop.core import metrics
-from awooop.core.db import PLATFORM_ROLE, Connection, Database, connect
+from awooop.core.db import Connection, Database
 from awooop.core.logs import get_logger
+from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.runs import leases
 from awooop.runs.control import CANCEL_CHANNEL
 from awooop.worker.context import StopReason, StreamEntry

@@ -37,8 +37,9 @@ import asyncpg
 from redis.asyncio import Redis
 
 from awooop.core.config import load_settings
-from awooop.core.db import Database, init_connection
+from awooop.core.db import Database
 from awooop.core.events import run_id_of_stream
+from awooop.core.pools import init_connection
 from awooop.producer import ChannelEvent, set_tenant, submit
 from streams.envelope import FIELD, decode_envelope
 from streams.keys import Keys

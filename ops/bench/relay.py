@@ -46,10 +46,11 @@ import msgspec
 import redis.asyncio as aioredis
 
 from awooop.core.config import Settings, load_settings
-from awooop.core.db import Database, connect
+from awooop.core.db import Database
 from awooop.core.events import RunCreated
 from awooop.core.logs import configure_logging
 from awooop.core.migrate import migrate
+from awooop.core.pools import connect
 from awooop.runs import store
 from streams.envelope import FIELD, decode_envelope
 from streams.keys import Keys

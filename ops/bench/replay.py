@@ -36,9 +36,9 @@ from typing import Any
 import asyncpg
 
 from awooop.core import events as ev
-from awooop.core.db import connect
 from awooop.core.logs import configure_logging
 from awooop.core.migrate import migrate
+from awooop.core.pools import connect
 from projections.bulk import use_binary_json
 from projections.registry import get
 from projections.replay import Replay

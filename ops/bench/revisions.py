@@ -37,9 +37,9 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from awooop.core.config import load_settings
-from awooop.core.db import APP_ROLE, connect
 from awooop.core.logs import configure_logging
 from awooop.core.migrate import migrate
+from awooop.core.pools import APP_ROLE, connect
 from awooop.llm.client import ModelRequest
 from awooop.llm.gateway import ModelGateway
 from awooop.llm.local import LocalModel

@@ -12,9 +12,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from awooop.core.db import Database, retry_transaction
+from awooop.core.db import Database
 from awooop.core.errors import VersionConflictError
 from awooop.core.events import ApprovalGranted
+from awooop.core.retries import retry_transaction
 from awooop.log import eventlog
 from tests.support.factories import T0
 

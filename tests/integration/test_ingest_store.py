@@ -8,8 +8,9 @@ import asyncpg
 
 from awooop import producer
 from awooop.core.config import load_settings
-from awooop.core.db import Database, TenantSessions
+from awooop.core.db import Database
 from awooop.core.events import RunCreated, decode_event, run_stream_id
+from awooop.core.sessions import TenantSessions
 from awooop.ingest import store as ingest_store
 from awooop.ingest.common import ParsedEvent
 from awooop.log import eventlog

@@ -10,8 +10,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
-from awooop.core.db import Database, TenantSessions
+from awooop.core.db import Database
 from awooop.core.errors import AuthenticationError, UnknownChannelError
+from awooop.core.sessions import TenantSessions
 from awooop.ingest import credentials, store, submission
 from awooop.ingest.service import Ingestor
 from awooop.ingest.submission import ChannelEvent

@@ -11,8 +11,9 @@ from typing import Any
 import msgspec
 
 from awooop.core.config import Settings
-from awooop.core.db import Database, connect
+from awooop.core.db import Database
 from awooop.core.events import DISPATCH_EVENT_TYPES
+from awooop.core.pools import connect
 from streams.envelope import FIELD, decode_envelope
 from streams.relay import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTIFY_CHANNEL, Relay
 from tests.support.streams import claim, create_run, keys_for, running_relay

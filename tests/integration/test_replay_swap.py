@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from awooop.core.db import Database, connect
+from awooop.core.db import Database
 from awooop.core.errors import ReplayBusyError
+from awooop.core.pools import connect
 from projections.registry import get
 from projections.replay import Replay, replay
 from projections.schema import shadow_name

@@ -10,8 +10,9 @@ import pytest
 
 from awooop.core import metrics
 from awooop.core.config import Settings
-from awooop.core.db import SET_SESSION_TENANT, Database
+from awooop.core.db import Database
 from awooop.core.errors import DatabaseUnavailableError
+from awooop.core.pools import SET_SESSION_TENANT
 from awooop.revisions.cache import RevisionCache
 from awooop.revisions.effective import PolicyResolver
 from awooop.revisions.pointer import POINTER_CHECK_MANY, POINTER_CHECK_ONE, PointerChecker

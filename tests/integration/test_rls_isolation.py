@@ -17,7 +17,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from awooop.core.db import SET_TENANT, Database
+from awooop.core.db import Database
+from awooop.core.pools import SET_TENANT
 from tests.support import tenant_rows
 
 A, B = "tenant-a", "tenant-b"

@@ -21,8 +21,9 @@ import pytest
 
 from awooop import producer
 from awooop.core.config import Settings
-from awooop.core.db import Database, init_connection
+from awooop.core.db import Database
 from awooop.core.errors import InvalidInputError, TenantAdminError, TenantNotGrantedError
+from awooop.core.pools import init_connection
 from awooop.ingest import auth, credentials, tenants
 from awooop.loops.framework import PLATFORM_PROJECT
 from awooop.producer import ChannelEvent, DomainEvent

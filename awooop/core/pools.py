@@ -1,0 +1,117 @@
+"""Connections and pools: the roles, the JSON codecs, and how statements are planned.
+
+Two roles (R-43): ``awooop_app`` (row-level security: a transaction sees the project set in
+``awooop.project_id`` only, and no tenant rows without it) and ``awooop_platform`` (BYPASSRLS,
+for the platform loops that work across projects). JSON and JSONB columns are encoded and
+decoded with msgspec on every connection.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import asyncpg
+import msgspec
+
+from awooop.core.errors import DatabaseUnavailableError
+from awooop.core.retries import CONNECTION_ERRORS
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+    Connection: TypeAlias = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
+    Pool: TypeAlias = asyncpg.Pool[asyncpg.Record]
+else:
+    Connection = asyncpg.Connection
+    Pool = asyncpg.Pool
+
+APP_ROLE = "awooop_app"
+PLATFORM_ROLE = "awooop_platform"
+
+SET_TENANT = "SELECT set_config('awooop.project_id', $1, true)"
+# For connections dedicated to one tenant path (ingest sessions, the pointer check) that keep
+# the project at session level and only change it when the next use is for another project.
+SET_SESSION_TENANT = "SELECT set_config('awooop.project_id', $1, false)"
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
+
+
+async def init_connection(conn: Connection) -> None:
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            name,
+            schema="pg_catalog",
+            encoder=lambda value: _json_encode(value).decode(),
+            decoder=_json_decode,
+            format="text",
+        )
+
+
+async def connect(
+    url: str, role: str | None = None, connect_timeout: float = 10.0, *, cached_plans: bool = False
+) -> Connection:
+    """One connection (for LISTEN, migrations, advisory-lock owners); ``cached_plans``: see
+    :data:`CACHED_PLAN_SETTINGS`."""
+    settings = {"role": role} if role else {}
+    if cached_plans:
+        settings.update(CACHED_PLAN_SETTINGS)
+    try:
+        conn = await asyncpg.connect(url, server_settings=settings, timeout=connect_timeout)
+    except CONNECTION_ERRORS as exc:
+        raise DatabaseUnavailableError(f"cannot connect to the database: {exc}") from exc
+    await init_connection(conn)
+    return conn
+
+
+async def _transaction_scoped_reset(_conn: Any) -> None:
+    """Release without asyncpg's reset query (RESET ALL, UNLISTEN *, CLOSE ALL, advisory
+    unlock): one round trip on every transaction's path, for session state these pools never
+    hold. Their connections are used only through ``Database.tenant`` and
+    ``Database.platform`` (:mod:`awooop.core.db`), inside one transaction each: the tenant is
+    set with ``set_config(..., true)`` (transaction-local), LISTEN and session advisory locks
+    live on dedicated connections (:func:`connect`). asyncpg still rolls back an open
+    transaction and drops client-side listeners before this runs."""
+
+
+# Custom plans for every statement of the role pools. asyncpg prepares each statement once per
+# connection, and Postgres switches a prepared statement to a cached generic plan after five
+# runs; a generic plan made while a table was small (a fresh deployment, a table that grew
+# since its last ANALYZE) keeps a sequential scan where the table is now large. Seen in the
+# worker: each 1-row UPDATE of awooop_run_state by primary key took up to 10 ms over 5,000
+# rows, a claim of 63 runs 72 ms instead of 15-20, until autovacuum's ANALYZE replaced the
+# plan (one worker: 330-1,300 no-op runs/s depending on when that happened; 920-1,000 with
+# custom plans). Planning each execution costs about 0.1 ms per statement.
+PLAN_CACHE_MODE = "force_custom_plan"
+
+# Connections that run a FIXED set of statements on every run's path (the relay's connection,
+# the worker's run pool, the HTTP ingest sessions) plan each statement once and keep that
+# generic plan. These are CTE statements over several tables: planning one took 0.3-0.6 ms of
+# Postgres CPU, executing it 0.02-0.5 ms (pg_stat_statements with track_planning, 100 runs/s):
+# planning was over half of Postgres's work per run. A generic plan made while a table was
+# small could keep a sequential scan as the table grows (the role pools' reason to plan every
+# execution, above); with sequential scans disabled the planner takes an index path wherever
+# one exists, and tests/integration/test_cached_plans.py checks that the generic plan of every
+# statement these connections prepare, made on an empty database, scans no table sequentially.
+CACHED_PLAN_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
+
+
+async def create_pool(
+    url: str, role: str, min_size: int = 1, max_size: int = 10, *, cached_plans: bool = False
+) -> Pool:
+    settings = {"role": role, "plan_cache_mode": PLAN_CACHE_MODE}
+    if cached_plans:
+        settings.update(CACHED_PLAN_SETTINGS)
+    try:
+        pool = await asyncpg.create_pool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            init=init_connection,
+            reset=_transaction_scoped_reset,
+            server_settings=settings,
+            timeout=10.0,
+        )
+    except CONNECTION_ERRORS as exc:
+        raise DatabaseUnavailableError(f"cannot connect to the database: {exc}") from exc
+    return pool

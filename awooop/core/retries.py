@@ -1,0 +1,70 @@
+"""Which Postgres failures are transient, and retrying a whole transaction on them.
+
+Two families: the database being away (:data:`CONNECTION_ERRORS`, turned into E-DB-001 where
+a process must tell it from a handler's own failure) and two transactions getting in each
+other's way (:data:`RETRYABLE_PG_ERRORS`, retried whole by :func:`retry_transaction`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+import asyncpg
+
+from awooop.core.errors import DatabaseUnavailableError, StreamOrderConflictError
+
+T = TypeVar("T")
+
+RETRYABLE_PG_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.SerializationError,
+    asyncpg.DeadlockDetectedError,
+    StreamOrderConflictError,
+)
+# Postgres being away or full, in every form it takes: refused or reset (OSError), no answer
+# in time (TimeoutError, a cancelled statement), a lost or rejected connection (class 08), no
+# free connection slot (53300), the server starting up or shutting down (57P01-57P03), and
+# asyncpg's own "connection is closed". One family: every process waits these out with
+# backoff (awooop.loops.framework, the worker's start) and none of them is a run's failure.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.QueryCanceledError,
+    asyncpg.InterfaceError,
+)
+
+
+@contextlib.contextmanager
+def unavailable_on_connection_errors(what: str) -> Iterator[None]:
+    """Turn a lost or refused connection into DatabaseUnavailableError (E-DB-001, retryable):
+    how the worker tells Postgres being away from a handler's own failure."""
+    try:
+        yield
+    except CONNECTION_ERRORS as exc:
+        raise DatabaseUnavailableError(f"{what}: {exc!r}") from exc
+
+
+async def retry_transaction(
+    once: Callable[[], Awaitable[T]],
+    attempts: int = 5,
+    *,
+    retry_on: tuple[type[BaseException], ...] = RETRYABLE_PG_ERRORS,
+) -> T:
+    """Retry a whole transaction on serialisation, deadlock and stream-order conflicts (and on
+    a caller's own races, ``retry_on``), with a short random pause growing per attempt."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await once()
+        except retry_on:
+            if attempt == attempts:
+                raise
+            await asyncio.sleep(random.uniform(0, 0.005 * attempt))
+    raise AssertionError("unreachable")
