@@ -19,7 +19,8 @@ from awooop.core.errors import LeadershipLostError
 from awooop.core.leadership import Lease
 from streams.consumer import GroupConsumer
 from streams.keys import projector_group
-from streams.relay import LEADERSHIP, Relay
+from streams.relay import Relay
+from streams.relay_cursor import LEADERSHIP
 from tests.support.streams import (
     Collector,
     claim,

@@ -15,7 +15,8 @@ from awooop.core.db import Database
 from awooop.core.events import DISPATCH_EVENT_TYPES
 from awooop.core.pools import connect
 from streams.envelope import FIELD, decode_envelope
-from streams.relay import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTIFY_CHANNEL, Relay
+from streams.relay import Relay
+from streams.relay_wakeup import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTIFY_CHANNEL
 from tests.support.streams import claim, create_run, keys_for, running_relay
 from tests.support.waiting import eventually
 

@@ -15,10 +15,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import decode_event
-from streams import relay as relay_module
 from streams.envelope import FIELD, decode_envelope, decode_notice
 from streams.keys import Keys
 from streams.relay import Relay
+from streams.relay_cursor import CURSOR_SAVE_INTERVAL_S
 from tests.support.streams import claim, create_run, keys_for, running_relay, step
 from tests.support.waiting import eventually
 
@@ -115,7 +115,7 @@ async def test_the_cursor_is_saved_at_most_every_interval_and_when_the_relay_sto
         assert relay.published == 2
         assert relay.cursor.position > first[0]
         assert await saved_cursor(db) == first  # a crash now would republish it: a duplicate
-        await asyncio.sleep(relay_module.CURSOR_SAVE_INTERVAL_S)  # the save comes due
+        await asyncio.sleep(CURSOR_SAVE_INTERVAL_S)  # the save comes due
         await relay.run_once()  # nothing new, but the save is due
         assert await saved_cursor(db) == (relay.cursor.position, 2, 2)
         await create_run(db, "p1")

@@ -1,0 +1,104 @@
+"""When the relay loop runs next: NOTIFY from the events' trigger, linger, and re-checks.
+
+A statement-level trigger NOTIFYs ``awooop_relay`` on insert; the relay LISTENs on its
+connection and polls every ``AWOOOP_RELAY_POLL_INTERVAL_S`` as a fallback. A statement that
+wrote a dispatch event (``DISPATCH_EVENT_TYPES``: a worker waits for it) wakes the relay at
+once; one that wrote only other events (claims, steps, completions: for projectors) waits up
+to ``AWOOOP_RELAY_LINGER_S`` (default 5 ms, 0: at once), so that the events of a short run,
+or the next dispatch event's wake-up, share one read and one script call. When committed rows
+are held back by an older running transaction (anywhere in the cluster: ``read_forward``
+waits for the snapshot's xmin) it re-checks after 1 ms, doubling up to 50 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+NOTIFY_CHANNEL = "awooop_relay"
+NOTICES_TABLE = "awooop_contract_outbox"
+# Payloads of the events' NOTIFY (migration 0071): a statement that wrote a dispatch event, and
+# one that wrote only other events (published after AWOOOP_RELAY_LINGER_S at most).
+DISPATCH_PAYLOAD = "awooop_events:dispatch"
+EVENTS_PAYLOAD = "awooop_events"
+# Held back by an older running transaction: re-check after 1 ms, doubling up to 4 ms for the
+# first second (most holders are short worker transactions that write no event, so no NOTIFY
+# announces their end), then up to 50 ms (a long transaction: do not spin on it).
+MIN_RECHECK_S = 0.001
+SHORT_HOLD_RECHECK_S = 0.004
+SHORT_HOLD_S = 1.0
+MAX_RECHECK_S = 0.05
+
+
+class Wakeup:
+    """Sets the loop's wake-up event for NOTIFYs, the lease renewer and held-back rows."""
+
+    def __init__(
+        self, *, linger_s: float, poll_interval_s: float, on_notices: Callable[[], None]
+    ) -> None:
+        self.linger_s = linger_s
+        self.poll_interval_s = poll_interval_s
+        self.on_notices = on_notices  # a NOTIFY for the contract outbox: deliver notices now
+        self.event: asyncio.Event | None = None  # the loop's, known from its first step
+        self._recheck: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None
+        self._recheck_delay = MIN_RECHECK_S
+        self._held_since: float | None = None  # when the current hold-back began
+
+    def set(self) -> None:
+        if self.event is not None:
+            self.event.set()
+
+    def on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        """The LISTEN callback on the leader's connection."""
+        if payload == NOTICES_TABLE:
+            self.on_notices()
+        if self.event is None:
+            return
+        linger = self.linger_s
+        if payload != EVENTS_PAYLOAD or linger <= 0:
+            self.event.set()
+        elif self._linger is None and not self.event.is_set():
+            # Only events no worker waits for: let the next ones of the run join them.
+            self._linger = asyncio.get_running_loop().call_later(linger, self._end_linger)
+
+    def _end_linger(self) -> None:
+        self._linger = None
+        self.set()
+
+    def read_started(self) -> None:
+        """A read starts: it takes what the lingering notice announced."""
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+
+    def caught_up(self) -> None:
+        """Nothing is held back: the next hold-back starts re-checking at the shortest delay."""
+        self._recheck_delay = MIN_RECHECK_S
+        self._held_since = None
+
+    def held_back(self) -> None:
+        """Committed rows wait behind an older transaction, which no NOTIFY announces the end
+        of: re-check soon, backing off while the hold lasts."""
+        if self._recheck is not None:
+            return
+        now = time.monotonic()
+        if self._held_since is None:
+            self._held_since = now
+        cap = SHORT_HOLD_RECHECK_S if now - self._held_since < SHORT_HOLD_S else MAX_RECHECK_S
+        delay = min(self._recheck_delay, cap)
+        self._recheck_delay = min(delay * 2, cap, self.poll_interval_s)
+        self._recheck = asyncio.get_running_loop().call_later(delay, self._fire_recheck)
+
+    def _fire_recheck(self) -> None:
+        self._recheck = None
+        self.set()
+
+    def cancel(self) -> None:
+        """The relay steps down: no timer outlives its leadership."""
+        for timer in (self._recheck, self._linger):
+            if timer is not None:
+                timer.cancel()
+        self._recheck = self._linger = None
