@@ -6,17 +6,8 @@ returns True; False or an exception leaves the entry pending for reclaim (duplic
 normal: handlers must be idempotent). Each message runs in a span ``consume <event_type>``
 that continues the producer's trace; a redelivery starts a new trace linked to it.
 
-Losing Redis (R-33): each shard has an epoch key the relay writes after (re)creating the shard's
-groups and republishing from Postgres. The consumer remembers the epoch it saw:
-- NOGROUP (the group or the stream is gone): the group is created again, atomically with an
-  epoch read, at 0 unless the epoch is unchanged and the consumer remembers its last id (the
-  stream survived; then at that id). Never at ``$``. Repeated NOGROUPs back off exponentially
-  and are logged at most once per 10 s per key: no hot loop.
-- a changed epoch (seen on NOGROUP or by the periodic check) means the shard was rebuilt:
-  acknowledgements for entries of the old stream are dropped, and ``on_reset(shard)`` is
-  awaited so that the consumer can reconcile with Postgres (projectors compare stream versions).
-- a missing epoch means Redis lost its data and the relay has not rebuilt the shard yet: the
-  consumer keeps reading (its group, created at 0, receives what the relay republishes).
+Losing Redis (R-33): groups recreated on NOGROUP, the shard epochs and what a changed one
+means are in :mod:`streams.consumer_groups`; acknowledgements in :mod:`streams.consumer_acks`.
 
 ``run_until_idle`` is the burst mode for tests and tools: it drains what is there and returns.
 """
@@ -25,74 +16,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import suppress
-from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
 from redis.exceptions import RedisError, ResponseError
 
 from awooop.core.logs import get_logger
-from streams import scripts
 from streams.backoff import RateLimiter, retry_delay
+from streams.consumer_acks import Acks
+from streams.consumer_groups import GroupEpochs, OnReset, is_nogroup
+from streams.consumer_stats import ConsumerStats
+from streams.consumer_tasks import Slots, finish, sleep_or_stop
 from streams.deadletter import dead_letter_raw
 from streams.delivery import Delivery, UndecodableEntry, text, to_delivery
 from streams.keys import Keys, hash_tag
 from streams.reclaim import autoclaim, touch
 from streams.tracing import consume_span
 
-__all__ = ["ConsumerStats", "Delivery", "GroupConsumer", "consume_span"]
-
 log = get_logger(__name__)
 
 Handler = Callable[[Delivery], Awaitable[bool]]
-OnReset = Callable[[int], Awaitable[None]]
 REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError,)  # redis-py wraps socket errors
 LOG_INTERVAL_S = 10.0
-ACK_LINGER_S = 0.02  # how long acknowledgements gather before one XACK (see _ack_loop)
-
-
-def is_nogroup(exc: BaseException) -> bool:
-    return isinstance(exc, ResponseError) and str(exc).startswith("NOGROUP")
-
-
-@dataclass
-class ConsumerStats:
-    handled: int = 0  # handler calls
-    acked: int = 0
-    handler_errors: int = 0
-    read_errors: int = 0
-    nogroup: int = 0  # NOGROUP answers (each one recreated the group after a pause)
-    resets: int = 0  # epoch changes seen
-    dead_lettered: int = 0
-
-
-class _Slots:
-    """A counter of free handler slots that readers can wait on."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.used = 0
-        self._changed = asyncio.Event()
-
-    @property
-    def free(self) -> int:
-        return self.size - self.used
-
-    async def wait_free(self) -> None:
-        while self.used >= self.size:
-            self._changed.clear()
-            await self._changed.wait()
-
-    async def acquire(self) -> None:
-        await self.wait_free()
-        self.used += 1
-
-    def release(self) -> None:
-        self.used -= 1
-        self._changed.set()
 
 
 class GroupConsumer:
@@ -127,20 +73,26 @@ class GroupConsumer:
         self.max_in_flight = max_in_flight
         self.block_ms = block_ms
         self.keys = keys
-        self.on_reset = on_reset
         self.touch_interval_ms = touch_interval_ms
         self.reclaim_idle_ms = reclaim_idle_ms
         self.epoch_check_ms = epoch_check_ms
         self.stats = ConsumerStats()
         self._read_sets = self._plan_reads(redis, self.streams)
-        self._epochs: dict[str, str] = {}  # epoch key -> the value last seen
-        self._last_ids: dict[str, str] = {}  # stream -> last entry id read in this epoch
-        self._generation: defaultdict[str, int] = defaultdict(int)  # stream -> epoch changes
-        self._acks: dict[str, list[str]] = {}
-        self._ack_wakeup = asyncio.Event()
         self._in_flight: dict[asyncio.Task[None], Delivery] = {}
-        self._slots = _Slots(max_in_flight)
+        self._slots = Slots(max_in_flight)
         self._limiter = RateLimiter(LOG_INTERVAL_S)
+        self._acks = Acks(redis, group, self.stats, self._log_error)
+        self._groups = GroupEpochs(
+            redis,
+            group=group,
+            streams=self.streams,
+            keys=keys,
+            on_reset=on_reset,
+            stats=self.stats,
+            acks=self._acks,
+            limiter=self._limiter,
+            log_error=self._log_error,
+        )
 
     @staticmethod
     def _plan_reads(redis: Any, streams: Sequence[str]) -> list[list[str]]:
@@ -154,84 +106,24 @@ class GroupConsumer:
             by_tag.setdefault(hash_tag(stream), []).append(stream)
         return list(by_tag.values())
 
-    # --- groups and epochs -----------------------------------------------------------------
+    @property
+    def on_reset(self) -> OnReset | None:
+        """Awaited with the shard when its epoch changed (may be set after construction)."""
+        return self._groups.on_reset
+
+    @on_reset.setter
+    def on_reset(self, hook: OnReset | None) -> None:
+        self._groups.on_reset = hook
+
+    # --- groups and epochs (streams.consumer_groups) --------------------------------------
 
     async def ensure_groups(self) -> None:
-        """Create the group on every stream where it is missing (see the module docstring)."""
-        for stream in self.streams:
-            await self._ensure(stream)
-
-    async def _ensure(self, stream: str) -> None:
-        epoch_key = self.keys.epoch_of(stream)
-        known = self._epochs.get(epoch_key, "")
-        last = self._last_ids.get(stream, "") if known else ""
-        current, start, created = await scripts.ENSURE_GROUP(
-            self.redis, [epoch_key, stream], [self.group, known, last]
-        )
-        await self._observe_epoch(epoch_key, text(current) or None)
-        if int(created):
-            log.info(
-                "stream_group_created",
-                stream=stream,
-                group=self.group,
-                start=text(start),
-                epoch=text(current) or None,
-            )
+        """Create the group on every stream where it is missing."""
+        await self._groups.ensure_groups()
 
     async def check_epochs(self) -> None:
         """Read every epoch key of our streams and react to changes (normally periodic)."""
-        epoch_keys = sorted({self.keys.epoch_of(s) for s in self.streams})
-        pipe = self.redis.pipeline(transaction=False)
-        for key in epoch_keys:
-            pipe.get(key)
-        values = await pipe.execute()
-        for key, value in zip(epoch_keys, values, strict=True):
-            await self._observe_epoch(key, text(value) if value is not None else None)
-
-    async def _observe_epoch(self, epoch_key: str, value: str | None) -> None:
-        if value is None:
-            suppressed = self._limiter.allow("epoch-missing:" + epoch_key)
-            if suppressed is not None:
-                log.warning(
-                    "stream_epoch_missing",
-                    epoch_key=epoch_key,
-                    group=self.group,
-                    suppressed=suppressed,
-                    hint="Redis lost its data; the relay rebuilds the shard from Postgres",
-                )
-            return
-        known = self._epochs.get(epoch_key)
-        self._epochs[epoch_key] = value
-        if known is None or known == value:
-            return
-        self.stats.resets += 1
-        affected = [s for s in self.streams if self.keys.epoch_of(s) == epoch_key]
-        for stream in affected:
-            self._generation[stream] += 1
-            self._last_ids.pop(stream, None)
-            self._acks.pop(stream, None)
-        log.warning(
-            "stream_reset_detected", epoch_key=epoch_key, group=self.group, old=known, new=value
-        )
-        if self.on_reset is not None and epoch_key != self.keys.notices_epoch():
-            try:
-                await self.on_reset(self.keys.stream_shard(affected[0]))
-            except Exception:
-                log.exception("stream_on_reset_failed", epoch_key=epoch_key, group=self.group)
-
-    async def _recover_nogroup(self, streams: Sequence[str], exc: BaseException) -> None:
-        self.stats.nogroup += 1
-        suppressed = self._limiter.allow("nogroup:" + ",".join(streams))
-        if suppressed is not None:
-            log.warning(
-                "stream_group_missing",
-                streams=list(streams),
-                group=self.group,
-                error=str(exc),
-                suppressed=suppressed,
-            )
-        for stream in streams:
-            await self._ensure(stream)
+        await self._groups.check_epochs()
 
     # --- reading and handling ----------------------------------------------------------------
 
@@ -243,24 +135,12 @@ class GroupConsumer:
         for stream_name, entries in response or []:
             stream = text(stream_name)
             for entry_id, fields in entries:
-                self._last_ids[stream] = text(entry_id)
+                self._groups.read(stream, text(entry_id))
                 try:
                     deliveries.append(to_delivery(stream, entry_id, fields, 1, self.group))
                 except UndecodableEntry as bad:
                     await self._dead_letter_undecodable(bad, 1)
-        # Entries of a generation whose epoch this consumer never saw (it started before the
-        # relay wrote it): learn it now, or a wipe before the next periodic check would make
-        # the rebuilt shard's epoch look like the first one (no reset seen). A failed read
-        # here is left to the periodic check; the deliveries are handled either way.
-        for epoch_key in sorted({self.keys.epoch_of(d.stream) for d in deliveries}):
-            if epoch_key in self._epochs:
-                continue
-            try:
-                value = await self.redis.get(epoch_key)
-            except Exception as exc:  # not only RedisError: see _flush_acks
-                self._log_error("stream_epoch_check_failed", exc)
-                break
-            await self._observe_epoch(epoch_key, text(value) if value is not None else None)
+        await self._groups.learn_epochs(deliveries)
         return deliveries
 
     async def _dead_letter_undecodable(self, bad: UndecodableEntry, count: int) -> None:
@@ -300,10 +180,9 @@ class GroupConsumer:
         return ok
 
     async def _run_one(self, delivery: Delivery) -> None:
-        generation = self._generation[delivery.stream]
-        if await self._process(delivery) and generation == self._generation[delivery.stream]:
-            self._acks.setdefault(delivery.stream, []).append(delivery.entry_id)
-            self._ack_wakeup.set()
+        generation = self._groups.generation[delivery.stream]
+        if await self._process(delivery) and generation == self._groups.generation[delivery.stream]:
+            self._acks.add(delivery.stream, delivery.entry_id)
 
     def _spawn(self, delivery: Delivery) -> None:
         task = asyncio.create_task(self._run_one(delivery))
@@ -313,23 +192,6 @@ class GroupConsumer:
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._in_flight.pop(task, None)
         self._slots.release()
-
-    async def _flush_acks(self) -> None:
-        if not self._acks:
-            return
-        acks, self._acks = self._acks, {}
-        try:
-            pipe = self.redis.pipeline(transaction=False)
-            for stream, ids in acks.items():
-                pipe.xack(stream, self.group, *ids)
-            await pipe.execute()
-            self.stats.acked += sum(len(ids) for ids in acks.values())
-        except Exception as exc:
-            # The entries stay pending and come back through reclaim: duplicates, not loss.
-            # Any exception, not only RedisError: redis-py 8.1 can leak AttributeError or
-            # TypeError from a connection the server reset (redis/redis-py#4287; seen after a
-            # cluster master restart), and a dead ack loop would leave every later entry pending.
-            self._log_error("stream_ack_failed", exc)
 
     def _log_error(self, event: str, exc: BaseException, **fields: Any) -> None:
         suppressed = self._limiter.allow(event)
@@ -354,7 +216,7 @@ class GroupConsumer:
         await self._ensure_until_ok(stop)
         halt_readers, halt_helpers = asyncio.Event(), asyncio.Event()
         helpers = [
-            asyncio.create_task(self._ack_loop(halt_helpers)),
+            asyncio.create_task(self._acks.loop(halt_helpers)),
             asyncio.create_task(self._every(self.epoch_check_ms, self.check_epochs, halt_helpers)),
         ]
         if self.touch_interval_ms:
@@ -380,16 +242,16 @@ class GroupConsumer:
             raise
         finally:
             halt_readers.set()
-            await _finish(readers, grace_s=self.block_ms / 1000 + 5)
+            await finish(readers, grace_s=self.block_ms / 1000 + 5)
             if abandon:
                 for task in list(self._in_flight):
                     task.cancel()
             if self._in_flight:
                 await asyncio.wait(list(self._in_flight))
-            await self._flush_acks()
+            await self._acks.flush()
             halt_helpers.set()
-            self._ack_wakeup.set()
-            await _finish(helpers, grace_s=5)
+            self._acks.wake()
+            await finish(helpers, grace_s=5)
 
     async def _ensure_until_ok(self, stop: asyncio.Event) -> None:
         failures = 0
@@ -397,10 +259,10 @@ class GroupConsumer:
             try:
                 await self.ensure_groups()
                 return
-            except Exception as exc:  # not only RedisError: see _flush_acks
+            except Exception as exc:  # not only RedisError: see Acks.flush
                 failures += 1
                 self._log_error("stream_ensure_groups_failed", exc)
-                await _sleep_or_stop(retry_delay(failures), stop)
+                await sleep_or_stop(retry_delay(failures), stop)
 
     async def _reader(self, streams: list[str], stop: asyncio.Event, halt: asyncio.Event) -> None:
         failures = 0
@@ -414,13 +276,13 @@ class GroupConsumer:
                 failures += 1
                 if is_nogroup(exc):
                     try:
-                        await self._recover_nogroup(streams, exc)
+                        await self._groups.recover_nogroup(streams, exc)
                     except Exception as again:
                         self._log_error("stream_group_recreate_failed", again)
                 else:
                     self.stats.read_errors += 1
                     self._log_error("stream_read_failed", exc, streams=streams)
-                await _sleep_or_stop(retry_delay(failures), halt)
+                await sleep_or_stop(retry_delay(failures), halt)
                 continue
             failures = 0
             for delivery in batch:
@@ -433,20 +295,11 @@ class GroupConsumer:
                 await asyncio.sleep(0)
                 await asyncio.sleep(0)
 
-    async def _ack_loop(self, halt: asyncio.Event) -> None:
-        while not halt.is_set():
-            await self._ack_wakeup.wait()
-            # Acks are not on anyone's way: let the next ones join this XACK. (An entry left
-            # pending that much longer is at worst redelivered after a crash: a duplicate.)
-            await _sleep_or_stop(ACK_LINGER_S, halt)
-            self._ack_wakeup.clear()
-            await self._flush_acks()
-
     async def _every(
         self, period_ms: int, action: Callable[[], Awaitable[None]], stop: asyncio.Event
     ) -> None:
         while not stop.is_set():
-            await _sleep_or_stop(period_ms / 1000, stop)
+            await sleep_or_stop(period_ms / 1000, stop)
             try:
                 await action()
             except Exception as exc:
@@ -500,12 +353,12 @@ class GroupConsumer:
                     if not is_nogroup(exc) or failures > 20:
                         raise
                     failures += 1
-                    await self._recover_nogroup(streams, exc)
+                    await self._groups.recover_nogroup(streams, exc)
                     await asyncio.sleep(retry_delay(failures))
                     continue
                 got += len(batch)
                 await asyncio.gather(*(bounded(d) for d in batch))
-            await self._flush_acks()
+            await self._acks.flush()
             handled += got
             now = time.monotonic()
             if got:
@@ -515,20 +368,3 @@ class GroupConsumer:
             if (now - quiet_since) * 1000 >= idle_ms:
                 return handled
             await asyncio.sleep(min(0.01, idle_ms / 4000))
-
-
-async def _finish(tasks: list[asyncio.Task[None]], grace_s: float) -> None:
-    """Wait for tasks told to stop; cancel the ones still running after ``grace_s``."""
-    if not tasks:
-        return
-    _, late = await asyncio.wait(tasks, timeout=grace_s)
-    for task in late:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _sleep_or_stop(delay: float, stop: asyncio.Event) -> None:
-    if delay <= 0:
-        return
-    with suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=delay)

@@ -1,7 +1,4 @@
-"""A message handed to a consumer, and turning raw stream entries into one.
-
-Re-exported by :mod:`streams.consumer` (``from streams.consumer import Delivery``).
-"""
+"""A message handed to a consumer, and turning raw stream entries into one."""
 
 from __future__ import annotations
 

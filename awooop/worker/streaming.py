@@ -38,10 +38,13 @@ from awooop.worker.reclaim import (
     reclaim_action,
 )
 from awooop.worker.runtime import Worker
-from streams.consumer import Delivery, GroupConsumer, consume_span, is_nogroup
+from streams.consumer import GroupConsumer
+from streams.consumer_groups import is_nogroup
 from streams.deadletter import dead_letter
+from streams.delivery import Delivery
 from streams.keys import WORKER_GROUP, Keys
 from streams.reclaim import autoclaim, set_deliveries, touch
+from streams.tracing import consume_span
 
 log = get_logger("awooop.worker")
 

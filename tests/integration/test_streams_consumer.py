@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from streams.consumer import Delivery, GroupConsumer
+from streams.consumer import GroupConsumer
+from streams.delivery import Delivery
 from streams.envelope import FIELD, Envelope, encode
 from streams.keys import Keys
 from streams.reclaim import autoclaim

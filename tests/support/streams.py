@@ -17,7 +17,8 @@ from awooop.core.events import RunClaimed, StepCompleted
 from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.runs import store
-from streams.consumer import Delivery, GroupConsumer
+from streams.consumer import GroupConsumer
+from streams.delivery import Delivery
 from streams.keys import Keys
 from streams.relay import Relay
 from tests.support.factories import created
