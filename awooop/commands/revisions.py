@@ -21,7 +21,8 @@ import msgspec
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import InvalidInputError, RevisionContractMismatchError
-from awooop.revisions.store import ANY, Activation, Expected, Revisions
+from awooop.revisions.records import ANY, Activation, Expected
+from awooop.revisions.store import Revisions
 
 ACTOR = "cli"
 

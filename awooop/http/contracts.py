@@ -33,7 +33,8 @@ from starlette.routing import BaseRoute, Route
 
 from awooop.core.errors import InvalidInputError, PayloadTooLargeError, RevisionNotFoundError
 from awooop.http.auth import Principal, require
-from awooop.revisions.store import ANY, Activation, Expected, Revisions
+from awooop.revisions.records import ANY, Activation, Expected
+from awooop.revisions.store import Revisions
 from awooop.services import Services
 
 PREFIX = "/v1/projects/{project_id}/contracts"

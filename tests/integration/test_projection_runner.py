@@ -255,7 +255,7 @@ async def test_a_projector_table_is_verified_and_swapped_like_run_state(
 
 
 async def test_revision_history_follows_the_real_revision_write_path(db: Database) -> None:
-    from awooop.revisions import store as revisions
+    from awooop.revisions import writes as revisions
     from projections.revisions import revision_history
 
     ids = []

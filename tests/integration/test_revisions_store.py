@@ -24,7 +24,8 @@ from awooop.core.errors import (
 from awooop.core.events import RevisionActivated, RevisionCreated, decode_event, revision_stream_id
 from awooop.log import eventlog
 from awooop.revisions.body import body_hash
-from awooop.revisions.store import Revisions, Stage
+from awooop.revisions.store import Revisions
+from awooop.revisions.writes import Stage
 from tests.support.properties import ON_DATABASE
 
 P, FAMILY, CONTRACT = "p1", "policy_routing", "default"

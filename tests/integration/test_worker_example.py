@@ -16,7 +16,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.examples import handlers as example
 from awooop.llm.gateway import ModelGateway
-from awooop.revisions import store as revisions
+from awooop.revisions import writes as revisions
 from awooop.runs import approvals
 from awooop.runs.approvals import ApprovalTicket, Decision
 from awooop.services import Services, redis_client
