@@ -28,7 +28,7 @@ from awooop.loops.registry import all_loops
 from awooop.runs import leases
 from awooop.services import Services
 from awooop.worker.assembly import build_worker, worker_process
-from awooop.worker.executor import FLUSHES_PER_PROJECT
+from awooop.worker.last_writes import FLUSHES_PER_PROJECT
 
 log = get_logger(__name__)
 

@@ -2,70 +2,28 @@
 
 The executor owns the attempts this process holds (``attempts``, by run id). For each it runs
 the handler in its own task (so a heartbeat, a cancel notice or shutdown can cancel it) and
-writes the attempt's last event, fenced:
-
-| handler ends with            | written            | outcome          |
-|------------------------------|--------------------|------------------|
-| a return value               | ``RunCompleted``   | COMPLETED        |
-| an exception                 | ``RunFailed``      | FAILED           |
-| Postgres/Redis unavailable   | nothing            | ERROR            |
-| ``wait_for_approval``        | (already written)  | WAITING_APPROVAL |
-| cancelled: lease lost        | nothing            | LOST             |
-| cancelled: run cancelled     | nothing            | CANCELLED        |
-| cancelled: shutdown          | ``LeaseReleased``  | RELEASED         |
-
-A refused (fenced) last write is LOST: another attempt or an operator owns the run now. The
-database being unavailable for the last write (a connection-level error) is ERROR: nothing is
-acknowledged, the lease runs out, the reaper or a reclaimer takes the run again. Only ERROR
-leaves the stream message pending.
-
-Last writes go through group commits shared with other runs (:mod:`awooop.core.batching`): an error
-caused by one run's data is that run's alone. A return value that Postgres cannot store (text
-with ``\\u0000``, found before the statement by :mod:`awooop.core.storable`, or refused by Postgres
-and isolated by the batcher: :func:`awooop.core.batching.data_error`) FAILS the run with
-E-DATA-001 and a reason naming the value's place; its neighbours complete. A ``RunFailed``
-whose own reason cannot be stored is written again with a reason that can. Any other error
-of a last write (a conflict that outlasted its retries) is ERROR as above.
-
-The runtime's own stores being unavailable for a moment (a Postgres restart under a journal
-write, the pointer check before a model call: ``DatabaseUnavailableError``,
-``RedisUnavailableError``) is not the run's failure: the attempt ends as ERROR too, and the run
-is taken again once its lease has run out (counted against ``max_attempts`` by the reaper).
-Failing it would depend on whether Postgres was back in time for the ``RunFailed``.
+writes the attempt's last event, fenced (:mod:`awooop.worker.last_writes`). Which outcome each
+way of ending gives, and which of them leave the stream message pending:
+:mod:`awooop.worker.outcomes`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 
-import msgspec
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from awooop.core import metrics
-from awooop.core.batching import Batcher, data_error
 from awooop.core.config import Settings
 from awooop.core.context import bound
 from awooop.core.db import Database
-from awooop.core.errors import (
-    AwoooPError,
-    DatabaseUnavailableError,
-    HandlerError,
-    LeaseLostError,
-    RedisUnavailableError,
-    UnstorableValueError,
-)
-from awooop.core.events import Event, LeaseReleased, RunFailed
+from awooop.core.errors import LeaseLostError
 from awooop.core.logs import get_logger
-from awooop.core.retries import unavailable_on_connection_errors
-from awooop.core.storable import sanitized, unstorable
 from awooop.core.telemetry import exporting, tracer
 from awooop.log.state import RunState
 from awooop.runs import leases
@@ -78,68 +36,19 @@ from awooop.worker.context import (
     StopReason,
     StreamEntry,
     Suspended,
-    trace_metadata,
+)
+from awooop.worker.last_writes import LastWrites
+from awooop.worker.outcomes import (
+    Outcome,
+    failure_of,
+    infrastructure_failure,
+    local_deadline_passed,
+    own_trace,
 )
 
 log = get_logger("awooop.worker")
-# Group-commit flushes of one project that may run at once (claims, and fenced writes): one at
-# a time capped a worker at (batch size / transaction time), and with runs finishing one by one
-# the batches stay small (1 worker: ~300 no-op runs/s while its CPU was 80 % idle).
-FLUSHES_PER_PROJECT = 4
 
 Handler = Callable[[RunContext], Awaitable[object]]
-MAX_REASON_CHARS = 2000
-
-
-class Outcome(enum.StrEnum):
-    COMPLETED = "completed"
-    FAILED = "failed"
-    WAITING_APPROVAL = "waiting_approval"
-    LOST = "lost"
-    CANCELLED = "cancelled"
-    RELEASED = "released"
-    ERROR = "error"
-
-    @property
-    def ack(self) -> bool:
-        """Whether the run's stream message is done with (see the module docstring)."""
-        return self is not Outcome.ERROR
-
-
-def lease_lost(attempt: Attempt, why: str) -> None:
-    """Stop ``attempt``: its lease is gone or can no longer be trusted (``why``)."""
-    if attempt.stop(StopReason.LOST):
-        metrics.LEASE_LOSSES.inc()
-        log.warning("lease_lost", run_id=str(attempt.run_id), attempt=attempt.number, why=why)
-
-
-def _local_deadline_passed(attempt: Attempt) -> None:
-    lease_lost(attempt, "the local lease deadline passed without a confirmed renewal")
-
-
-def own_trace(attempt_number: int, parent: Context | None) -> bool:
-    """Whether an attempt's ``run`` span starts a trace of its own (a retry, or nothing
-    sampled to be a child of: polling, a context from an unsampled loop iteration) rather
-    than continuing ``parent`` (None: the current context)."""
-    if attempt_number > 1:
-        return True
-    context = trace.get_current_span(parent).get_span_context()
-    return not (context.is_valid and context.trace_flags.sampled)
-
-
-def infrastructure_failure(exc: BaseException) -> bool:
-    """Pure: whether a handler ended because the runtime's own stores were unavailable (the
-    attempt is abandoned, not the run failed)."""
-    return isinstance(exc, DatabaseUnavailableError | RedisUnavailableError)
-
-
-def failure_of(exc: BaseException) -> tuple[str, str]:
-    """Pure: the (code, reason) a handler exception fails the run with. The reason is
-    storable whatever the exception says (NUL and lone surrogates escaped)."""
-    code = exc.code if isinstance(exc, AwoooPError) else HandlerError.code
-    text = str(exc)
-    reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return code, sanitized(reason[:MAX_REASON_CHARS])
 
 
 class Executor:
@@ -166,43 +75,15 @@ class Executor:
         self.drained = asyncio.Event()
         self.drained.set()
         self.finished: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
-        self.writes: Batcher[str, leases.FencedWrite, RunState] = Batcher(
-            self._flush_writes, parallel=FLUSHES_PER_PROJECT
-        )
-        # Completions, the commonest last write, go as one statement each batch
-        # (leases.complete_many). An attempt's completion comes after all its other writes
-        # returned, so the two batchers never hold writes of one run at once.
-        self.completions: Batcher[str, leases.Completion, RunState] = Batcher(
-            self._flush_completions, parallel=FLUSHES_PER_PROJECT
-        )
-
-    # Both flushes answer per write: a lost lease, or a value Postgres would refuse, is that
-    # write's error. When the statement itself fails, the batcher flushes each write alone,
-    # so an error only Postgres detects is still that write's own (awooop.core.batching).
-    async def _flush_writes(
-        self, project_id: str, writes: list[leases.FencedWrite]
-    ) -> list[RunState | BaseException]:
-        # On the run pool (platform role), as the claims: the fence (run id, worker, attempt,
-        # live lease) already names the one row each write may touch, and no tenant to set saves
-        # a round trip per batch. Batches stay per project.
-        results = await self.db.in_run_transaction(
-            lambda conn: leases.fenced_record_many(conn, writes)
-        )
-        return list(results)
-
-    async def _flush_completions(
-        self, _project_id: str, completions: list[leases.Completion]
-    ) -> list[RunState | BaseException]:
-        results = await self.db.in_run_statement(
-            lambda conn: leases.complete_many(conn, completions)
-        )
-        return list(results)
+        self.last_writes = LastWrites(db=db, worker_id=worker_id)
+        # The group commits, read by tests and the runtime's metrics.
+        self.writes = self.last_writes.writes
+        self.completions = self.last_writes.completions
 
     async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
         """A fenced write, batched with the other attempts' writes of the project (group
         commit); raises E-RUN-002 when the attempt no longer holds its lease."""
-        with unavailable_on_connection_errors("a fenced write failed"):
-            return await self.writes.submit(project_id, write, unique=write.run_id)
+        return await self.last_writes.write(project_id, write)
 
     def begin(
         self, state: RunState, lease_sent: float, entry: StreamEntry | None = None
@@ -226,7 +107,7 @@ class Executor:
         """Postgres confirmed the lease of ``attempt`` by a statement sent at ``confirmed_sent``
         (monotonic): the local deadline moves to that time + TTL - the safety margin."""
         ttl = self.settings.lease_ttl_s - self.settings.lease_safety_margin_s
-        attempt.hold_until(confirmed_sent + ttl, _local_deadline_passed)
+        attempt.hold_until(confirmed_sent + ttl, local_deadline_passed)
 
     async def run(
         self,
@@ -297,14 +178,7 @@ class Executor:
         if not await self._predecessor_ended(attempt):
             if attempt.stop_reason is not None:
                 return await self._stopped(attempt)
-            attempt.finishing = True
-            return await self._last_write(
-                attempt,
-                Outcome.RELEASED,
-                lambda _s, now: LeaseReleased(
-                    at=now, worker_id=self.worker_id, attempt=attempt.number
-                ),
-            )
+            return self._count(attempt, await self.last_writes.release(attempt))
         task: asyncio.Task[object] = asyncio.create_task(
             self._invoke(ctx), name=f"run-{state.run_id}-{attempt.number}"
         )
@@ -354,7 +228,7 @@ class Executor:
         exc = task.exception()
         if exc is None:
             result = task.result()
-            return await self._complete(attempt, result)
+            return self._count(attempt, await self.last_writes.complete(attempt, result))
         if isinstance(exc, Suspended):
             return self._count(attempt, Outcome.WAITING_APPROVAL)
         if attempt.stop_reason is not None:
@@ -365,7 +239,7 @@ class Executor:
             code, reason = failure_of(exc)
             log.warning("attempt_abandoned", code=code, reason=reason, exc_info=exc)
             return self._count(attempt, Outcome.ERROR)
-        return await self._fail(attempt, exc)
+        return self._count(attempt, await self.last_writes.fail(attempt, exc))
 
     async def _stopped(self, attempt: Attempt) -> Outcome:
         reason = attempt.stop_reason or StopReason.SHUTDOWN
@@ -373,98 +247,7 @@ class Executor:
             return self._count(attempt, Outcome.LOST)
         if reason is StopReason.CANCELLED:
             return self._count(attempt, Outcome.CANCELLED)
-        attempt.finishing = True
-        return await self._last_write(
-            attempt,
-            Outcome.RELEASED,
-            lambda _s, now: LeaseReleased(at=now, worker_id=self.worker_id, attempt=attempt.number),
-        )
-
-    async def _complete(self, attempt: Attempt, result: object) -> Outcome:
-        attempt.finishing = True
-        try:
-            encoded = msgspec.to_builtins(result)
-        except (TypeError, ValueError) as exc:
-            return await self._fail(attempt, exc)
-        completion = leases.Completion(
-            attempt.run_id, self.worker_id, attempt.number, encoded, trace_metadata()
-        )
-        return await self._settle_write(
-            attempt,
-            Outcome.COMPLETED,
-            self.completions.submit(attempt.project_id, completion, unique=attempt.run_id),
-        )
-
-    async def _fail(self, attempt: Attempt, exc: BaseException) -> Outcome:
-        attempt.finishing = True
-        code, reason = failure_of(exc)
-        log.warning("handler_failed", code=code, reason=reason, exc_info=exc)
-        return await self._last_write(
-            attempt,
-            Outcome.FAILED,
-            lambda _s, now: RunFailed(
-                at=now, reason=reason, code=code, worker_id=self.worker_id, attempt=attempt.number
-            ),
-        )
-
-    async def _last_write(
-        self, attempt: Attempt, outcome: Outcome, make: Callable[[RunState, datetime], Event]
-    ) -> Outcome:
-        fenced = leases.FencedWrite(
-            attempt.run_id, self.worker_id, attempt.number, make, trace_metadata()
-        )
-        return await self._settle_write(attempt, outcome, self.write(attempt.project_id, fenced))
-
-    async def _settle_write(
-        self,
-        attempt: Attempt,
-        outcome: Outcome,
-        written: Awaitable[RunState],
-        *,
-        last_resort: bool = False,
-    ) -> Outcome:
-        """Await the attempt's fenced last write and count what came of it (see the module
-        docstring: a data error fails the run, a lost lease is LOST, the rest ERROR)."""
-        try:
-            await written
-        except LeaseLostError as exc:
-            log.info("last_write_fenced", outcome=str(outcome), reason=exc.message)
-            return self._count(attempt, Outcome.LOST)
-        except Exception as exc:
-            if data_error(exc) and outcome is Outcome.COMPLETED:
-                # This run's return value, not the database: the run fails, with a reason
-                # that names the value's place (and does not hold the value).
-                return await self._fail(attempt, unstorable("the return value", exc))
-            if data_error(exc) and outcome is Outcome.FAILED and not last_resort:
-                return await self._fail_plainly(attempt, exc)
-            log.exception("last_write_failed", outcome=str(outcome))
-            return self._count(attempt, Outcome.ERROR)
-        if outcome in (Outcome.COMPLETED, Outcome.FAILED):
-            metrics.RUNS_FINISHED.labels(outcome.name).inc()
-        return self._count(attempt, outcome)
-
-    async def _fail_plainly(self, attempt: Attempt, exc: BaseException) -> Outcome:
-        """A RunFailed that Postgres refused (its reason should always be storable: this is
-        the last resort): fail the run with a fixed reason instead."""
-        log.error("run_failed_unstorable", error=f"{type(exc).__name__}: {exc}")
-        error = UnstorableValueError(
-            f"the run failed, and its failure reason could not be stored ({type(exc).__name__})"
-        )
-        fenced = leases.FencedWrite(
-            attempt.run_id,
-            self.worker_id,
-            attempt.number,
-            lambda _s, now: RunFailed(
-                at=now,
-                reason=error.message,
-                code=error.code,
-                worker_id=self.worker_id,
-                attempt=attempt.number,
-            ),
-        )
-        return await self._settle_write(
-            attempt, Outcome.FAILED, self.write(attempt.project_id, fenced), last_resort=True
-        )
+        return self._count(attempt, await self.last_writes.release(attempt))
 
     def _count(self, attempt: Attempt, outcome: Outcome) -> Outcome:
         self.finished[outcome] += 1

@@ -39,7 +39,8 @@ from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.runs import leases
 from awooop.runs.control import CANCEL_CHANNEL
 from awooop.worker.context import StopReason, StreamEntry
-from awooop.worker.executor import Executor, lease_lost
+from awooop.worker.executor import Executor
+from awooop.worker.outcomes import lease_lost
 
 log = get_logger("awooop.worker")
 

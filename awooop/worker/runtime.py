@@ -47,8 +47,10 @@ from awooop.log.state import RunState
 from awooop.worker import claims
 from awooop.worker.claims import Claimed
 from awooop.worker.context import LLMClient, Notifier, StopReason, StreamEntry, trace_metadata
-from awooop.worker.executor import FLUSHES_PER_PROJECT, Executor, Handler, Outcome
+from awooop.worker.executor import Executor, Handler
 from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
+from awooop.worker.last_writes import FLUSHES_PER_PROJECT
+from awooop.worker.outcomes import Outcome
 
 log = get_logger("awooop.worker")
 

@@ -19,7 +19,7 @@ from awooop.http.app import create_app
 from awooop.ingest import credentials
 from awooop.services import Services
 from awooop.worker.context import RunContext
-from awooop.worker.executor import own_trace
+from awooop.worker.outcomes import own_trace
 from streams.relay import Relay
 from tests.support.waiting import eventually
 from tests.support.workers import streaming_worker

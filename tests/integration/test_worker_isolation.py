@@ -19,7 +19,7 @@ from awooop.core import storable
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.worker.context import RunContext
-from awooop.worker.executor import Outcome
+from awooop.worker.outcomes import Outcome
 from awooop.worker.runtime import Worker
 from tests.support.runs import create_runs, load
 

@@ -19,7 +19,8 @@ from awooop.loops.runs import reap_once
 from awooop.runs import approvals, control, leases
 from awooop.runs.approvals import Decision
 from awooop.worker.assembly import build_worker
-from awooop.worker.executor import Handler, Outcome
+from awooop.worker.executor import Handler
+from awooop.worker.outcomes import Outcome
 from awooop.worker.runtime import Worker
 from tests.support import handlers
 from tests.support.runs import count_events, create_runs, event_types, events_of, load

@@ -10,7 +10,7 @@ import pytest
 from awooop.core.errors import UnstorableValueError
 from awooop.core.events import StepCompleted
 from awooop.core.storable import encoded_problem, problem, sanitized, unstorable
-from awooop.worker.executor import failure_of
+from awooop.worker.outcomes import failure_of
 from tests.support.factories import T0
 
 

@@ -28,7 +28,7 @@ from awooop.runs.leases import (
     lease_expiry,
     reap_event,
 )
-from awooop.worker.executor import Outcome, failure_of, infrastructure_failure
+from awooop.worker.outcomes import Outcome, failure_of, infrastructure_failure
 from awooop.worker.reclaim import (
     ReclaimAction,
     dead_letter_reason,

@@ -1,0 +1,179 @@
+"""An attempt's fenced last write (``RunCompleted``, ``RunFailed``, ``LeaseReleased``), and the
+group commits every fenced write of this process goes through.
+
+Last writes go through group commits shared with other runs (:mod:`awooop.core.batching`): an
+error caused by one run's data is that run's alone. A return value that Postgres cannot store
+(text with ``\\u0000``, found before the statement by :mod:`awooop.core.storable`, or refused
+by Postgres and isolated by the batcher: :func:`awooop.core.batching.data_error`) FAILS the run
+with E-DATA-001 and a reason naming the value's place; its neighbours complete. A ``RunFailed``
+whose own reason cannot be stored is written again with a reason that can. Any other error of
+a last write (a conflict that outlasted its retries) is ERROR; a refused (fenced) one is LOST
+(:mod:`awooop.worker.outcomes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+import msgspec
+
+from awooop.core import metrics
+from awooop.core.batching import Batcher, data_error
+from awooop.core.db import Database
+from awooop.core.errors import LeaseLostError, UnstorableValueError
+from awooop.core.events import Event, LeaseReleased, RunFailed
+from awooop.core.logs import get_logger
+from awooop.core.retries import unavailable_on_connection_errors
+from awooop.core.storable import unstorable
+from awooop.log.state import RunState
+from awooop.runs import leases
+from awooop.worker.context import Attempt, trace_metadata
+from awooop.worker.outcomes import Outcome, failure_of
+
+log = get_logger("awooop.worker")
+# Group-commit flushes of one project that may run at once (claims, and fenced writes): one at
+# a time capped a worker at (batch size / transaction time), and with runs finishing one by one
+# the batches stay small (1 worker: ~300 no-op runs/s while its CPU was 80 % idle).
+FLUSHES_PER_PROJECT = 4
+
+
+class LastWrites:
+    """Fenced writes of this process's attempts, batched per project; each last-write method
+    returns the outcome to count."""
+
+    def __init__(self, *, db: Database, worker_id: str) -> None:
+        self.db = db
+        self.worker_id = worker_id
+        self.writes: Batcher[str, leases.FencedWrite, RunState] = Batcher(
+            self._flush_writes, parallel=FLUSHES_PER_PROJECT
+        )
+        # Completions, the commonest last write, go as one statement each batch
+        # (leases.complete_many). An attempt's completion comes after all its other writes
+        # returned, so the two batchers never hold writes of one run at once.
+        self.completions: Batcher[str, leases.Completion, RunState] = Batcher(
+            self._flush_completions, parallel=FLUSHES_PER_PROJECT
+        )
+
+    # Both flushes answer per write: a lost lease, or a value Postgres would refuse, is that
+    # write's error. When the statement itself fails, the batcher flushes each write alone,
+    # so an error only Postgres detects is still that write's own (awooop.core.batching).
+    async def _flush_writes(
+        self, project_id: str, writes: list[leases.FencedWrite]
+    ) -> list[RunState | BaseException]:
+        # On the run pool (platform role), as the claims: the fence (run id, worker, attempt,
+        # live lease) already names the one row each write may touch, and no tenant to set saves
+        # a round trip per batch. Batches stay per project.
+        results = await self.db.in_run_transaction(
+            lambda conn: leases.fenced_record_many(conn, writes)
+        )
+        return list(results)
+
+    async def _flush_completions(
+        self, _project_id: str, completions: list[leases.Completion]
+    ) -> list[RunState | BaseException]:
+        results = await self.db.in_run_statement(
+            lambda conn: leases.complete_many(conn, completions)
+        )
+        return list(results)
+
+    async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
+        """A fenced write, batched with the other attempts' writes of the project (group
+        commit); raises E-RUN-002 when the attempt no longer holds its lease."""
+        with unavailable_on_connection_errors("a fenced write failed"):
+            return await self.writes.submit(project_id, write, unique=write.run_id)
+
+    async def release(self, attempt: Attempt) -> Outcome:
+        """Give the lease back (``LeaseReleased``): the attempt stops without an end."""
+        attempt.finishing = True
+        return await self._last_write(
+            attempt,
+            Outcome.RELEASED,
+            lambda _s, now: LeaseReleased(at=now, worker_id=self.worker_id, attempt=attempt.number),
+        )
+
+    async def complete(self, attempt: Attempt, result: object) -> Outcome:
+        attempt.finishing = True
+        try:
+            encoded = msgspec.to_builtins(result)
+        except (TypeError, ValueError) as exc:
+            return await self.fail(attempt, exc)
+        completion = leases.Completion(
+            attempt.run_id, self.worker_id, attempt.number, encoded, trace_metadata()
+        )
+        return await self._settle_write(
+            attempt,
+            Outcome.COMPLETED,
+            self.completions.submit(attempt.project_id, completion, unique=attempt.run_id),
+        )
+
+    async def fail(self, attempt: Attempt, exc: BaseException) -> Outcome:
+        attempt.finishing = True
+        code, reason = failure_of(exc)
+        log.warning("handler_failed", code=code, reason=reason, exc_info=exc)
+        return await self._last_write(
+            attempt,
+            Outcome.FAILED,
+            lambda _s, now: RunFailed(
+                at=now, reason=reason, code=code, worker_id=self.worker_id, attempt=attempt.number
+            ),
+        )
+
+    async def _last_write(
+        self, attempt: Attempt, outcome: Outcome, make: Callable[[RunState, datetime], Event]
+    ) -> Outcome:
+        fenced = leases.FencedWrite(
+            attempt.run_id, self.worker_id, attempt.number, make, trace_metadata()
+        )
+        return await self._settle_write(attempt, outcome, self.write(attempt.project_id, fenced))
+
+    async def _settle_write(
+        self,
+        attempt: Attempt,
+        outcome: Outcome,
+        written: Awaitable[RunState],
+        *,
+        last_resort: bool = False,
+    ) -> Outcome:
+        """Await the attempt's fenced last write and say what came of it (see the module
+        docstring: a data error fails the run, a lost lease is LOST, the rest ERROR)."""
+        try:
+            await written
+        except LeaseLostError as exc:
+            log.info("last_write_fenced", outcome=str(outcome), reason=exc.message)
+            return Outcome.LOST
+        except Exception as exc:
+            if data_error(exc) and outcome is Outcome.COMPLETED:
+                # This run's return value, not the database: the run fails, with a reason
+                # that names the value's place (and does not hold the value).
+                return await self.fail(attempt, unstorable("the return value", exc))
+            if data_error(exc) and outcome is Outcome.FAILED and not last_resort:
+                return await self._fail_plainly(attempt, exc)
+            log.exception("last_write_failed", outcome=str(outcome))
+            return Outcome.ERROR
+        if outcome in (Outcome.COMPLETED, Outcome.FAILED):
+            metrics.RUNS_FINISHED.labels(outcome.name).inc()
+        return outcome
+
+    async def _fail_plainly(self, attempt: Attempt, exc: BaseException) -> Outcome:
+        """A RunFailed that Postgres refused (its reason should always be storable: this is
+        the last resort): fail the run with a fixed reason instead."""
+        log.error("run_failed_unstorable", error=f"{type(exc).__name__}: {exc}")
+        error = UnstorableValueError(
+            f"the run failed, and its failure reason could not be stored ({type(exc).__name__})"
+        )
+        fenced = leases.FencedWrite(
+            attempt.run_id,
+            self.worker_id,
+            attempt.number,
+            lambda _s, now: RunFailed(
+                at=now,
+                reason=error.message,
+                code=error.code,
+                worker_id=self.worker_id,
+                attempt=attempt.number,
+            ),
+        )
+        return await self._settle_write(
+            attempt, Outcome.FAILED, self.write(attempt.project_id, fenced), last_resort=True
+        )

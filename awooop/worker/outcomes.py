@@ -1,0 +1,96 @@
+"""How an attempt ends: the outcomes, and the pure decisions that pick one.
+
+| handler ends with            | written            | outcome          |
+|------------------------------|--------------------|------------------|
+| a return value               | ``RunCompleted``   | COMPLETED        |
+| an exception                 | ``RunFailed``      | FAILED           |
+| Postgres/Redis unavailable   | nothing            | ERROR            |
+| ``wait_for_approval``        | (already written)  | WAITING_APPROVAL |
+| cancelled: lease lost        | nothing            | LOST             |
+| cancelled: run cancelled     | nothing            | CANCELLED        |
+| cancelled: shutdown          | ``LeaseReleased``  | RELEASED         |
+
+A refused (fenced) last write is LOST: another attempt or an operator owns the run now. The
+database being unavailable for the last write (a connection-level error) is ERROR: nothing is
+acknowledged, the lease runs out, the reaper or a reclaimer takes the run again. Only ERROR
+leaves the stream message pending.
+
+The runtime's own stores being unavailable for a moment (a Postgres restart under a journal
+write, the pointer check before a model call: ``DatabaseUnavailableError``,
+``RedisUnavailableError``) is not the run's failure: the attempt ends as ERROR too, and the run
+is taken again once its lease has run out (counted against ``max_attempts`` by the reaper).
+Failing it would depend on whether Postgres was back in time for the ``RunFailed``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+
+from awooop.core import metrics
+from awooop.core.errors import (
+    AwoooPError,
+    DatabaseUnavailableError,
+    HandlerError,
+    RedisUnavailableError,
+)
+from awooop.core.logs import get_logger
+from awooop.core.storable import sanitized
+from awooop.worker.context import Attempt, StopReason
+
+log = get_logger("awooop.worker")
+
+MAX_REASON_CHARS = 2000
+
+
+class Outcome(enum.StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    WAITING_APPROVAL = "waiting_approval"
+    LOST = "lost"
+    CANCELLED = "cancelled"
+    RELEASED = "released"
+    ERROR = "error"
+
+    @property
+    def ack(self) -> bool:
+        """Whether the run's stream message is done with (see the module docstring)."""
+        return self is not Outcome.ERROR
+
+
+def lease_lost(attempt: Attempt, why: str) -> None:
+    """Stop ``attempt``: its lease is gone or can no longer be trusted (``why``)."""
+    if attempt.stop(StopReason.LOST):
+        metrics.LEASE_LOSSES.inc()
+        log.warning("lease_lost", run_id=str(attempt.run_id), attempt=attempt.number, why=why)
+
+
+def local_deadline_passed(attempt: Attempt) -> None:
+    lease_lost(attempt, "the local lease deadline passed without a confirmed renewal")
+
+
+def own_trace(attempt_number: int, parent: Context | None) -> bool:
+    """Whether an attempt's ``run`` span starts a trace of its own (a retry, or nothing
+    sampled to be a child of: polling, a context from an unsampled loop iteration) rather
+    than continuing ``parent`` (None: the current context)."""
+    if attempt_number > 1:
+        return True
+    context = trace.get_current_span(parent).get_span_context()
+    return not (context.is_valid and context.trace_flags.sampled)
+
+
+def infrastructure_failure(exc: BaseException) -> bool:
+    """Pure: whether a handler ended because the runtime's own stores were unavailable (the
+    attempt is abandoned, not the run failed)."""
+    return isinstance(exc, DatabaseUnavailableError | RedisUnavailableError)
+
+
+def failure_of(exc: BaseException) -> tuple[str, str]:
+    """Pure: the (code, reason) a handler exception fails the run with. The reason is
+    storable whatever the exception says (NUL and lone surrogates escaped)."""
+    code = exc.code if isinstance(exc, AwoooPError) else HandlerError.code
+    text = str(exc)
+    reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return code, sanitized(reason[:MAX_REASON_CHARS])
