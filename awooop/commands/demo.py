@@ -33,7 +33,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     from awooop.demo.provision import provision
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
-    from awooop.demo.scenario import Demo, say
+    from awooop.demo.scenario import Demo
+    from awooop.demo.stage import say
 
     with ExitStack() as stack:
         project_dir = await asyncio.to_thread(lambda: Path(args.dir).resolve())

@@ -11,41 +11,18 @@ Short lease and approval figures keep it to a couple of minutes; they are printe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import signal
 import time
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 
-from awooop.core.embedded import free_port
 from awooop.demo import webhooks
-from awooop.demo.processes import Processes
-from awooop.demo.provision import RUNTIME_ROLE, Provisioned, recreate_database, runtime_login
-
-PROJECT = "demo"
-HANDLER = "awooop.examples.handlers:handle"
-WORKERS = 3
-DEMO_ENV = {
-    "AWOOOP_LEASE_TTL_S": "6",
-    "AWOOOP_HEARTBEAT_INTERVAL_S": "1",
-    "AWOOOP_REAPER_INTERVAL_S": "2",
-    "AWOOOP_RECLAIM_INTERVAL_S": "2",
-    "AWOOOP_APPROVAL_TTL_S": "10",
-    "AWOOOP_APPROVAL_RESOLVER_INTERVAL_S": "1",
-    "AWOOOP_RELAY_POLL_INTERVAL_S": "0.5",
-    "AWOOOP_LLM_URL": "local:?delay_ms=20",
-    "AWOOOP_LOG_LEVEL": "warning",
-    "AWOOOP_SHUTDOWN_GRACE_S": "5",
-}
+from awooop.demo.stage import COUNT_BY_STATE, PROJECT, Stage, say
+from awooop.demo.summary import report
 
 # --- SQL (observation only; the demo changes nothing behind the runtime's back) -------------
-COUNT_BY_STATE = "SELECT status, count(*) FROM awooop_run_state GROUP BY status"
 RUN_ROW = """
 SELECT status, worker_id, attempt_count, failure_code FROM awooop_run_state WHERE run_id = $1
 """
@@ -74,173 +51,10 @@ ORDER BY r.channel_type, e.position
 """
 
 
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-@dataclass
-class Summary:
-    accepted: int = 0
-    duplicates: int = 0
-    runs: set[str] = field(default_factory=set)
-    recovery_s: float | None = None
-    journal_ok: bool | None = None
-    notice_ms: float | None = None
-    switch_s: float | None = None
-    stale_calls: int | None = None
-    approved: str | None = None
-    expired: str | None = None
-    verify_exit: int | None = None
-    doctor_exit: int | None = None
-    states: dict[str, int] = field(default_factory=dict)
-    max_completions: int | None = None
-    traces: list[tuple[str, str]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-
-class Demo:
-    def __init__(self, where: Provisioned, project_dir: Path, workers: int = WORKERS) -> None:
-        self.where = where
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        state_dir = project_dir / ".awooop" / "demo"
-        state_dir.mkdir(parents=True, exist_ok=True)
-        self.approvals_file = state_dir / "approvals.jsonl"
-        self.approvals_file.write_bytes(b"")
-        self.workers = workers
-        self.env = {
-            **DEMO_ENV,
-            "AWOOOP_DATABASE_URL": where.database_url,
-            "AWOOOP_REDIS_URL": where.redis_url,
-            "AWOOOP_REDIS_KEY_PREFIX": where.redis_prefix,
-            "AWOOOP_HTTP_PORT": str(self.port),
-            "AWOOOP_EXAMPLE_APPROVALS": str(self.approvals_file),
-            "OTEL_SERVICE_NAME": "awooop-demo",
-        }
-        self.procs = Processes(self.env, state_dir / "logs")
-        self.summary = Summary()
-        self.tokens: dict[str, str] = {}
-        self.http = httpx.AsyncClient(base_url=self.base, timeout=10)
-        self.pg: asyncpg.Pool[Any] | None = None
-        self.worker_count = 0
-
-    # --- plumbing --------------------------------------------------------------------------
-
-    async def cli(self, *args: str) -> str:
-        code, out, err = await self.procs.run(*args)
-        if code != 0:
-            raise RuntimeError(f"awooop {' '.join(args[:3])} failed: {err.strip()[-300:]}")
-        return out
-
-    def management_auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.tokens['manage']}"}
-
-    async def fetch(self, query: str, *args: Any) -> list[Any]:
-        assert self.pg is not None
-        return list(await self.pg.fetch(query, *args))
-
-    async def start_worker(self) -> None:
-        self.worker_count += 1
-        await self.procs.start(f"worker-{self.worker_count}", "worker", "--handler", HANDLER)
-
-    async def deliver(self, d: webhooks.Delivery) -> list[str]:
-        response = await self.http.post(
-            f"/v1/projects/{PROJECT}/channels/{d.channel}", content=d.body, headers=d.headers
-        )
-        body = response.json()
-        if response.status_code == 202:
-            self.summary.accepted += 1
-        elif response.status_code == 200 and body.get("code") == "E-IDEMPOTENT-001":
-            self.summary.duplicates += 1
-        else:
-            self.summary.problems.append(f"{d.channel}: HTTP {response.status_code} {body}")
-            return []
-        run_ids = [str(r) for r in body.get("run_ids", [])] or (
-            [str(body["run_id"])] if body.get("run_id") else []
-        )
-        self.summary.runs.update(run_ids)
-        return run_ids
-
-    async def wait_for(self, what: str, check: Any, limit_s: float = 60) -> Any:
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            result = await check()
-            if result:
-                return result
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"timed out waiting for {what}")
-
-    async def progress(self) -> None:
-        while True:
-            counts = dict(await self.fetch(COUNT_BY_STATE))
-            line = "  ".join(f"{k}={v}" for k, v in sorted(counts.items()))
-            say(
-                f"runs: {line or 'none yet'}  | accepted={self.summary.accepted} "
-                f"duplicates={self.summary.duplicates}"
-            )
-            await asyncio.sleep(2)
+class Demo(Stage):
+    """The phases, in order (see the module docstring)."""
 
     # --- phases ----------------------------------------------------------------------------
-
-    async def setup(self) -> None:
-        say(
-            f"services: {self.where.how}; database {self.where.database_url.rsplit('@', 1)[-1]}, "
-            f"redis {self.where.redis_url} prefix {self.where.redis_prefix}"
-        )
-        say("migrating")
-        await self.cli("migrate")
-        self.procs.env["AWOOOP_DATABASE_URL"] = await runtime_login(self.where.database_url)
-        say(
-            f"every process logs in as {RUNTIME_ROLE}: a member of awooop_app and awooop_platform, "
-            "no superuser (migrations and replay run as the owner)"
-        )
-        for channel, secret in webhooks.SECRETS.items():
-            await self.cli("channels", "set-secret", PROJECT, channel, secret)
-        for channel in ("api", "alertmanager"):
-            out = await self.cli("tokens", "create", PROJECT, "--channel", channel)
-            self.tokens[channel] = out.strip().splitlines()[0]
-        # The management routes (activation, approval) take a management token of the project.
-        out = await self.cli("tokens", "create", PROJECT, "--scope", "manage")
-        self.tokens["manage"] = out.strip().splitlines()[0]
-        agent = await self.cli(
-            "revisions",
-            "create",
-            PROJECT,
-            "agent",
-            "default",
-            "--body",
-            json.dumps({"max_attempts": 3}),
-        )
-        await self.cli(
-            "revisions", "activate", PROJECT, "agent", "default", agent.strip().splitlines()[-1]
-        )
-        self.v1 = await self.create_policy({"model": "local-small", "temperature": 0.1})
-        await self.cli("revisions", "activate", PROJECT, "policy_routing", "default", self.v1)
-        say("channel secrets, tokens, agent contract and policy v1 in place; starting processes")
-        await self.procs.start("serve", "serve")
-        await self.procs.start("relay", "relay")
-        await self.procs.start("loops", "loops", "run")
-        await self.procs.start("projector", "projector")
-        for _ in range(self.workers):
-            await self.start_worker()
-
-        async def ready() -> bool:
-            with contextlib.suppress(httpx.HTTPError):
-                return (await self.http.get("/readyz")).status_code == 200
-            return False
-
-        await self.wait_for("the HTTP server", ready, limit_s=60)
-        say(
-            f"up: serve :{self.port}, relay, loops, projector, {self.workers} workers "
-            f"(lease {DEMO_ENV['AWOOOP_LEASE_TTL_S']} s, approval TTL "
-            f"{DEMO_ENV['AWOOOP_APPROVAL_TTL_S']} s for the demo)"
-        )
-
-    async def create_policy(self, body: dict[str, Any]) -> str:
-        out = await self.cli(
-            "revisions", "create", PROJECT, "policy_routing", "default", "--body", json.dumps(body)
-        )
-        return out.strip().splitlines()[-1]
 
     async def webhooks_phase(self) -> None:
         say("phase 1: webhooks from all five channels, each delivered 1-3 times at once")
@@ -260,11 +74,6 @@ class Demo:
             f"phase 1 done: {self.summary.accepted} accepted, "
             f"{self.summary.duplicates} duplicates refused with E-IDEMPOTENT-001"
         )
-
-    async def all_terminal(self) -> bool:
-        counts = dict(await self.fetch(COUNT_BY_STATE))
-        live = sum(v for k, v in counts.items() if k not in ("COMPLETED", "FAILED", "CANCELLED"))
-        return live == 0 and bool(counts)
 
     async def crash_phase(self) -> None:
         say("phase 2: a worker is killed with SIGKILL in the middle of a run")
@@ -348,10 +157,6 @@ class Demo:
             f"the activation; calls on the old policy after it: {self.summary.stale_calls}"
         )
 
-    async def deliver_later(self, delay: float, d: webhooks.Delivery) -> None:
-        await asyncio.sleep(delay)
-        await self.deliver(d)
-
     async def approval_phase(self) -> None:
         say("phase 4: two runs ask for approval; one is approved, one is left to expire")
         [approve_run] = await self.deliver(
@@ -415,45 +220,6 @@ class Demo:
         for row in await self.fetch(TRACE_IDS):
             self.summary.traces.append((row["channel_type"], row["traceparent"].split("-")[1]))
 
-    def report(self) -> bool:
-        s = self.summary
-        checks = {
-            "every run terminal": set(s.states) <= {"COMPLETED", "FAILED", "CANCELLED"},
-            "no run completed twice": (s.max_completions or 0) <= 1,
-            "crashed run recovered, journaled steps not repeated": bool(s.journal_ok),
-            "no model call on the old policy after the switch": s.stale_calls == 0,
-            "approved run completed": s.approved == "COMPLETED",
-            "unapproved run expired with E-APPROVAL-002": s.expired == "FAILED E-APPROVAL-002",
-            "replay verify found no difference": s.verify_exit == 0,
-            "awooop doctor found nothing failing": s.doctor_exit == 0,
-            "no unexpected HTTP answer": not s.problems,
-        }
-        print("\n=== AwoooP demo summary ===")
-        print("runs by state:      " + ", ".join(f"{k} {v}" for k, v in sorted(s.states.items())))
-        print(
-            f"deliveries:         {s.accepted} accepted, {s.duplicates} duplicates refused "
-            "(E-IDEMPOTENT-001)"
-        )
-        print(
-            f"crash recovery:     {s.recovery_s:.1f} s from SIGKILL to the new lease"
-            if s.recovery_s is not None
-            else "crash recovery:     -"
-        )
-        print(
-            f"revision switch:    first call on v2 {s.switch_s:.3f} s after activation"
-            if s.switch_s is not None
-            else "revision switch:    -"
-        )
-        print(f"replay verify:      exit {s.verify_exit}")
-        print(f"doctor:             exit {s.doctor_exit}")
-        for channel, trace_id in s.traces:
-            print(f"trace ({channel:<12}) {trace_id}  (look it up in Tempo)")
-        for name, ok in checks.items():
-            print(f"  [{'ok' if ok else 'FAIL'}] {name}")
-        for problem in s.problems:
-            print(f"  problem: {problem}")
-        return all(checks.values())
-
     async def run(self) -> bool:
         await asyncio.to_thread(self._recreate)
         await self.setup()
@@ -469,17 +235,4 @@ class Demo:
             await self.collect()
         finally:
             ticker.cancel()
-        return self.report()
-
-    def _recreate(self) -> None:
-        server = self.where.database_url.rsplit("/", 1)[0] + "/postgres"
-        asyncio.run(recreate_database(server))
-
-    async def close(self) -> None:
-        codes = await self.procs.stop_all()
-        if self.pg is not None:
-            await self.pg.close()
-        await self.http.aclose()
-        unclean = {n: c for n, c in codes.items() if c not in (0, -signal.SIGKILL)}
-        if unclean:
-            say(f"processes that did not stop cleanly: {unclean} (logs in {self.procs.log_dir})")
+        return report(self.summary)
