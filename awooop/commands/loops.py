@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from awooop.commands.doctor_checks import LOOP_STALE_INTERVALS
+from awooop.commands.doctor_flow import LOOP_STALE_INTERVALS
 from awooop.commands.output import add_wide, table
 from awooop.core.config import Settings
 from awooop.core.errors import UnknownLoopError

@@ -20,7 +20,8 @@ from typing import Any
 
 import msgspec
 
-from awooop.commands.doctor_checks import Check, run_checks
+from awooop.commands.doctor_check import Check
+from awooop.commands.doctor_checks import run_checks
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.producer import ChannelEvent, submit_many

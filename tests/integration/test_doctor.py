@@ -12,7 +12,7 @@ import uuid
 import msgspec
 import redis.asyncio as aioredis
 
-from awooop.commands.doctor_checks import FAIL, OK
+from awooop.commands.doctor_check import FAIL, OK
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.embedded import free_port

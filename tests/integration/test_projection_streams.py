@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from awooop.commands import doctor_checks as doctor
+from awooop.commands import doctor_flow as doctor
 from awooop.core.db import Database
 from awooop.loops.framework import run_loop
 from awooop.loops.projector import consumer_for, consumer_loop

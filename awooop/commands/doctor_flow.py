@@ -1,0 +1,199 @@
+"""Doctor checks of what moves: consumer groups, the outbox, leases, approvals, dead letters
+and the background loops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from awooop.commands.doctor_check import FAIL, OK, WARN, Check, one, text
+from awooop.services import Services
+from streams.keys import WORKER_GROUP
+
+OUTBOX_WARN_S, OUTBOX_FAIL_S = 5.0, 60.0
+LOOP_STALE_INTERVALS = 5
+APPROVAL_SOON_S = 120.0
+
+# --- SQL -----------------------------------------------------------------------------------
+EVENTS_LAG = """
+SELECT extract(epoch FROM now() - min(e.recorded_at)) AS age, count(*) AS n
+FROM awooop_events e, awooop_relay_cursor c
+WHERE c.name = 'events' AND (e.tx_id, e.position) > (c.tx_id::text::xid8, c.position)
+"""
+CONTRACT_LAG = """
+SELECT extract(epoch FROM now() - min(created_at)) AS age, count(*) AS n
+FROM awooop_contract_outbox WHERE delivered_at IS NULL
+"""
+EXPIRED_LEASES = """
+SELECT count(*) AS n, extract(epoch FROM now() - min(lease_until)) AS overdue
+FROM awooop_run_state
+WHERE status IN ('RUNNING', 'WAITING_TOOL') AND lease_until < now()
+"""
+APPROVALS = """
+SELECT count(*) FILTER (WHERE approval_expires_at < now()) AS expired,
+       count(*) FILTER (WHERE approval_expires_at >= now()
+                        AND approval_expires_at < now() + make_interval(secs => $1)) AS soon
+FROM awooop_run_state WHERE status = 'WAITING_APPROVAL'
+"""
+STALE_LOOPS = """
+SELECT loop_name, project_id, interval_s, host, pid, consecutive_failures, last_error,
+       extract(epoch FROM now() - coalesce(last_success_at, updated_at)) AS age,
+       extract(epoch FROM now() - updated_at) AS heartbeat_age
+FROM awooop_loop_heartbeats
+WHERE coalesce(last_success_at, updated_at) < now() - make_interval(secs => interval_s * $1)
+ORDER BY 1, 2
+"""
+
+
+async def consumer_groups(services: Services) -> list[Check]:
+    checks = []
+    for shard in services.keys.shards():
+        stream = services.keys.work_stream(shard)
+        try:
+            groups = await services.redis.xinfo_groups(stream)
+        except ResponseError:  # Redis answered: no such stream (nothing published there yet)
+            groups = []
+        names = {text(g["name"]) for g in groups}
+        if WORKER_GROUP not in names:
+            checks.append(
+                Check(
+                    f"group {stream}",
+                    FAIL,
+                    f"group {WORKER_GROUP!r} missing (Redis answered: no such stream or group)",
+                    "start the relay (`awooop relay`, `awooop loops run` or `awooop up`): it "
+                    "recreates streams and groups (runbook: Redis was wiped or restarted)",
+                )
+            )
+            continue
+        for g in groups:
+            lag, pending = g.get("lag") or 0, g.get("pending") or 0
+            status = WARN if lag > 1000 else OK
+            checks.append(
+                Check(
+                    f"group {stream} {text(g['name'])}",
+                    status,
+                    f"lag {lag}, pending {pending}",
+                    "add workers (alert ConsumerGroupLagHigh)" if status == WARN else "",
+                )
+            )
+    return checks
+
+
+async def outbox(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        rows = {
+            "events": await one(conn, EVENTS_LAG),
+            "contract": await one(conn, CONTRACT_LAG),
+        }
+    checks = []
+    for name, row in rows.items():
+        age = float(row["age"] or 0.0)
+        status = FAIL if age > OUTBOX_FAIL_S else WARN if age > OUTBOX_WARN_S else OK
+        checks.append(
+            Check(
+                f"outbox {name}",
+                status,
+                f"{row['n']} undelivered, oldest {age:.1f} s",
+                ""
+                if status == OK
+                else "is a relay running and leading (`awooop loops list`, row relay of "
+                "awooop_leaders)? a long transaction holding it back? (runbook: The relay is "
+                "stuck; alerts OutboxLagHigh/OutboxLagCritical)",
+            )
+        )
+    return checks
+
+
+async def leases(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        row = await one(conn, EXPIRED_LEASES)
+    n, overdue = row["n"], float(row["overdue"] or 0.0)
+    if n == 0:
+        return [Check("leases", OK, "no RUNNING run with an expired lease")]
+    grace = 2 * services.settings.reaper_interval_s
+    status = FAIL if overdue > grace else WARN
+    return [
+        Check(
+            "leases",
+            status,
+            f"{n} RUNNING run(s) with an expired lease (oldest {overdue:.0f} s past)",
+            "is the reaper loop running (`awooop loops list`)? (alert RunsStuck)",
+        )
+    ]
+
+
+async def approvals(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        row = await one(conn, APPROVALS, APPROVAL_SOON_S)
+    if row["expired"]:
+        return [
+            Check(
+                "approvals",
+                FAIL,
+                f"{row['expired']} approval(s) past expiry, unresolved",
+                "is the approval expiry loop running (`awooop loops list`)? (alert RunsStuck)",
+            )
+        ]
+    if row["soon"]:
+        return [
+            Check(
+                "approvals",
+                WARN,
+                f"{row['soon']} approval(s) expire within {APPROVAL_SOON_S:.0f} s",
+                "decide them: `awooop runs approve|reject`",
+            )
+        ]
+    return [Check("approvals", OK, "no approval close to expiry")]
+
+
+async def dead_letters(services: Services) -> list[Check]:
+    total = 0
+    for shard in services.keys.shards():
+        total += await services.redis.xlen(services.keys.dead_letter_stream(shard))
+    if total:
+        return [
+            Check(
+                "dead letters",
+                WARN,
+                f"{total} entries in dead-letter streams",
+                "`awooop deadletters list`, fix the cause, `awooop deadletters redrive` "
+                "(runbook: Dead letters)",
+            )
+        ]
+    return [Check("dead letters", OK, "none")]
+
+
+async def loops(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        stale = await conn.fetch(STALE_LOOPS, LOOP_STALE_INTERVALS)
+    if not stale:
+        return [Check("loops", OK, f"every loop ran within {LOOP_STALE_INTERVALS} cycles")]
+    return [
+        Check(f"loop {r['loop_name']}/{r['project_id']}", FAIL, *loop_problem(dict(r)))
+        for r in stale
+    ]
+
+
+def loop_problem(row: dict[str, Any]) -> tuple[str, str]:
+    """Pure: (detail, fix) of a loop without a recent success. Its process still reporting
+    heartbeats (within ``LOOP_STALE_INTERVALS`` cycles) means the loop runs and FAILS; no
+    heartbeat means the process hosting it is STOPPED (or frozen)."""
+    where = f"{row['host']} pid {row['pid']}"
+    cycle = float(row["interval_s"])
+    if float(row["heartbeat_age"]) <= cycle * LOOP_STALE_INTERVALS:
+        error = row["last_error"] or "?"
+        return (
+            f"failing: {row['consecutive_failures']} failed iterations in a row, last success "
+            f"{row['age']:.1f} s ago (cycle {cycle:g} s), running in {where}; "
+            f"last error: {error[:200]}",
+            "the process runs: read its `loop_iteration_failed` logs (the error above, its "
+            "trace_id) and fix the cause (alert BackgroundLoopFailing)",
+        )
+    return (
+        f"stopped: no heartbeat for {row['heartbeat_age']:.1f} s (cycle {cycle:g} s), "
+        f"last seen in {where}",
+        "start the process that hosts it (`awooop loops run`, `awooop up`, or the relay/"
+        "projector/worker --with-loops that ran it); a frozen process: restart it "
+        "(alert BackgroundLoopStale)",
+    )

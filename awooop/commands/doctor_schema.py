@@ -1,0 +1,88 @@
+"""Doctor checks of the database's set-up: migrations, roles and row-level security, the
+login role."""
+
+from __future__ import annotations
+
+from awooop.commands.doctor_check import FAIL, OK, WARN, Check
+from awooop.core.migrate import discover
+from awooop.services import Services
+
+# --- SQL -----------------------------------------------------------------------------------
+APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
+RUNTIME_ROLES = ("awooop_app", "awooop_platform", "awooop_producer")
+ROLES = "SELECT rolname FROM pg_roles WHERE rolname = ANY($1::text[])"
+LOGIN_ROLE = """
+SELECT rolname, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = session_user
+"""
+TENANT_TABLES = """
+SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND c.relkind = 'r'
+  AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid
+              AND a.attname = 'project_id' AND NOT a.attisdropped)
+ORDER BY 1
+"""
+
+
+async def migrations(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        applied = {r["name"]: r["checksum"] for r in await conn.fetch(APPLIED)}
+    files = discover()
+    missing = [m.name for m in files if m.name not in applied]
+    changed = [m.name for m in files if m.name in applied and applied[m.name] != m.checksum]
+    if changed:
+        return [
+            Check(
+                "migrations",
+                FAIL,
+                f"applied files changed: {', '.join(changed)}",
+                "restore the applied files; put changes in a new migration",
+            )
+        ]
+    if missing:
+        return [
+            Check("migrations", FAIL, f"not applied: {', '.join(missing)}", "run `awooop migrate`")
+        ]
+    return [Check("migrations", OK, f"{len(files)} applied, checksums unchanged")]
+
+
+async def tenancy(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        roles = {r["rolname"] for r in await conn.fetch(ROLES, list(RUNTIME_ROLES))}
+        tables = await conn.fetch(TENANT_TABLES)
+    loose = [t["relname"] for t in tables if not (t["relrowsecurity"] and t["relforcerowsecurity"])]
+    if len(roles) < len(RUNTIME_ROLES) or loose:
+        return [
+            Check(
+                "tenancy",
+                FAIL,
+                f"roles {sorted(roles)}; tables without forced RLS: {loose or 'none'}",
+                "run `awooop migrate`; new tables need awooop_enforce_tenant_isolation()",
+            )
+        ]
+    return [Check("tenancy", OK, f"roles present, RLS forced on {len(tables)} tables")]
+
+
+async def login_role(services: Services) -> list[Check]:
+    """Isolation holds through SET ROLE on every connection; a login role that is a superuser
+    or bypasses RLS could leave it (RESET ROLE), so production should not log in as one."""
+    async with services.db.platform() as conn:
+        row = await conn.fetchrow(LOGIN_ROLE)
+    assert row is not None  # session_user is a role
+    name = row["rolname"]
+    powers = [
+        p
+        for p, held in (("superuser", row["rolsuper"]), ("BYPASSRLS", row["rolbypassrls"]))
+        if held
+    ]
+    if powers:
+        return [
+            Check(
+                "login role",
+                WARN,
+                f"{name} is {' and '.join(powers)}: RESET ROLE would leave tenant isolation",
+                "log in as a role that is only a member of awooop_app and awooop_platform "
+                "(docs/operations.md, Tenant isolation)",
+            )
+        ]
+    return [Check("login role", OK, f"{name}: no superuser, no BYPASSRLS")]
