@@ -29,15 +29,15 @@ publishes. They take either
   (``awooop tenants grant my_service shop``: membership of ``awooop_producer`` and a row of
   ``awooop_tenant_grants``). Row-level security then limits it to the project set by
   ``set_tenant`` AND bound to its login: setting another project shows nothing and writes
-  nothing, and a submit for a project the login is not bound to is refused before anything
-  is written (:class:`TenantNotGrantedError`, E-INGEST-003; the caller's transaction stays
-  usable). Never give a service ``awooop_app``: that is the runtime's own role, whose only
-  guard is the setting.
-  Under REPEATABLE READ or SERIALIZABLE, a repeat of a key that another transaction
-  committed after the caller's snapshot raises Postgres' serialization failure
+  nothing, and a submit for a project the login is not bound to is refused before anything is
+  written (:class:`~awooop.core.errors.TenantNotGrantedError`, E-INGEST-003; the caller's
+  transaction stays usable). Never give a service ``awooop_app``: that is the runtime's own
+  role, whose only guard is the setting.
+  Under REPEATABLE READ or SERIALIZABLE, a repeat of a key that another transaction committed
+  after the caller's snapshot raises Postgres' serialization failure
   (``asyncpg.SerializationError``; the dedupe insert cannot use a row its snapshot does not
-  see): retry the transaction, or use READ COMMITTED. Should a conflicting row stay
-  invisible anyway, the call raises :class:`DedupeRaceError` (E-INGEST-002, retryable)
+  see): retry the transaction, or use READ COMMITTED. Should a conflicting row stay invisible
+  anyway, the call raises :class:`~awooop.core.errors.DedupeRaceError` (E-INGEST-002, retryable)
   rather than answer without a run_id.
 
 The result says whether this call created the run; a repeat returns the existing run_id
@@ -253,7 +253,7 @@ async def emit_many(
       than every earlier writer of those streams: concurrent emitters to one stream queue,
       one commit after another, and none is refused with E-EVENT-002, however many there are
       and however loaded the machine (no retry to exhaust). Deadlocks and serialisation
-      failures are retried as for every transaction (:func:`awooop.core.db.retry_transaction`).
+      failures are retried as for every transaction (:func:`awooop.core.retries.retry_transaction`).
     - the caller's connection inside its open transaction with :func:`set_tenant` done: the
       events commit or roll back with the caller's writes. The same lock orders concurrent
       emitters, but a transaction that already wrote (and so has an id) may be older than

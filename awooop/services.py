@@ -99,12 +99,12 @@ class Services:
         stop: asyncio.Event | None = None,
         wait_s: float = DATABASE_WAIT_S,
     ) -> Services | None:
-        """:meth:`open`, waiting up to ``wait_s`` with backoff while the database is away in
-        any form (refused, reset, no answer, no free connection slot, starting up or shutting
-        down: ``awooop.core.db.CONNECTION_ERRORS``): a process started during a Postgres restart,
-        or while every connection slot is taken, comes up when the database can have it
-        instead of exiting. A wrong address still fails, after the wait (E-DB-001). None when
-        ``stop`` is set meanwhile."""
+        """:meth:`open`, waiting up to ``wait_s`` with backoff while the database is away in any
+        form (refused, reset, no answer, no free connection slot, starting up or shutting down:
+        ``awooop.core.retries.CONNECTION_ERRORS``): a process started during a Postgres restart,
+        or while every connection slot is taken, comes up when the database can have it instead
+        of exiting. A wrong address still fails, after the wait (E-DB-001). None when ``stop``
+        is set meanwhile."""
         deadline = time.monotonic() + wait_s
         delay = 0.5
         while True:

@@ -58,7 +58,7 @@ ORDER BY stream_id, version
 
 
 class HasEnvelope(Protocol):
-    """What the runner needs of a delivery (``streams.consumer.Delivery`` has it)."""
+    """What the runner needs of a delivery (``streams.delivery.Delivery`` has it)."""
 
     @property
     def envelope(self) -> Envelope: ...

@@ -135,7 +135,7 @@ return reset
 )
 
 # KEYS: stream. ARGV: MAXLEN for a stream without groups, field name.
-# Trimming policy (see streams/relay.py): a group still needs its pending entries (they may be
+# Trimming policy (see streams/relay_trim.py): a group still needs its pending entries (they may be
 # reclaimed) and everything after its last-delivered id. The floor is the smallest of those
 # over all groups; entries strictly below it go (MINID ~, so whole macro nodes only, never at
 # or above the floor). A stream without groups is only capped (MAXLEN ~). Race closed: a group

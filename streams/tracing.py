@@ -7,7 +7,8 @@ consumer.
   (:func:`publish_spans`); otherwise the envelope carries the producer's context.
 - A first delivery is a child of the span the envelope names; a redelivery (reclaimed,
   ``delivery_count > 1``) starts a new trace linked to it, so that a retry does not stretch
-  the original trace over minutes. Re-exported by :mod:`streams.consumer`.
+  the original trace over minutes. Used by :mod:`streams.consumer` and
+  :mod:`awooop.worker.streaming`.
 """
 
 from __future__ import annotations

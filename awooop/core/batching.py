@@ -9,17 +9,17 @@ immediately (no added latency); under load, batches grow by themselves and the n
 transactions per run falls. Each flush gets its items in arrival order and returns one result
 per item (a value, or an exception for that item alone).
 
-**Failure isolation.** An exception raised by the flush itself is either the batch's as a
-whole or possibly one item's (:func:`shared_failure`). The database being unavailable (a
-connection-level error, ``awooop.core.db.CONNECTION_ERRORS``, or DatabaseUnavailableError), Redis
-being unavailable, or the flush being cancelled fails every item of the batch with it. Any
-other (one item's text that jsonb refuses, a constraint, an illegal transition, a conflict
-that outlasted its retries) makes the batcher flush each item of that batch ALONE, in order:
-each gets its own result or its own exception, so a bad item fails alone and its neighbours
-go on (``isolated`` counts such batches; the single flushes are not counted in ``flushes``).
-Should one of those single flushes hit a shared failure, the items not yet flushed fail with
-it. A batch of one item is never re-flushed. Callers tell an item's data error from the rest
-with :func:`data_error`.
+**Failure isolation.** An exception raised by the flush itself is either the batch's as a whole
+or possibly one item's (:func:`shared_failure`). The database being unavailable (a
+connection-level error, ``awooop.core.retries.CONNECTION_ERRORS``, or DatabaseUnavailableError),
+Redis being unavailable, or the flush being cancelled fails every item of the batch with it. Any
+other (one item's text that jsonb refuses, a constraint, an illegal transition, a conflict that
+outlasted its retries) makes the batcher flush each item of that batch ALONE, in order: each
+gets its own result or its own exception, so a bad item fails alone and its neighbours go on
+(``isolated`` counts such batches; the single flushes are not counted in ``flushes``). Should
+one of those single flushes hit a shared failure, the items not yet flushed fail with it. A
+batch of one item is never re-flushed. Callers tell an item's data error from the rest with
+:func:`data_error`.
 
 ``parallel`` > 1 (the worker: a few connections per project) keeps a steady trickle of small
 batches from waiting on each other's round trips, where one flush at a time would cap a

@@ -97,7 +97,7 @@ UPDATE awooop_leaders SET holder = NULL, lease_until = now()
 WHERE name = $1 AND holder = $2 AND term = $3
 """
 # A leader's fenced write joins this condition in the same statement (see ADVANCE_CURSOR in
-# streams/relay.py): ``EXISTS (SELECT 1 FROM awooop_leaders WHERE name = .. AND holder = ..
+# streams/relay_cursor.py): ``EXISTS (SELECT 1 FROM awooop_leaders WHERE name = .. AND holder = ..
 # AND term = .. AND lease_until > now() FOR SHARE)``. FOR SHARE: an acquisition (an UPDATE of
 # that row) waits until the write's transaction ends, then sees the lease it wrote under.
 

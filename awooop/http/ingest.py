@@ -3,16 +3,16 @@
 Order of checks, each refusal a JSON error with a code and nothing written:
 unknown channel 404 E-CHANNEL-001; bad project or contract id 400 E-INPUT-001; body over
 AWOOOP_HTTP_MAX_BODY_BYTES 413 E-INPUT-003 (counted while reading, Content-Length is only a
-shortcut); then, in :class:`awooop.ingest.service.Ingestor` (the flow, its metrics and its
-log lines), on a connection whose session carries the project
-(:class:`awooop.core.db.TenantSessions`): authentication 401 E-AUTH-001, parsing 400 E-INPUT-001 /
-422 E-INPUT-002 / 403 E-INGEST-004 (an event older than the channel's bound, LINE), and the
-ingest itself, one atomic statement (:mod:`awooop.ingest.store`)
-shared with the deliveries for the same project, channel and contract that arrive while the
-previous statement runs (group commit, :mod:`awooop.core.batching`; docs/ingest.md). When that
-statement fails for anything but the database being away, each delivery of the batch is
-written alone: one delivery's data that Postgres refuses is 422 E-DATA-001 for that delivery
-only, and nothing of it is written.
+shortcut); then, in :class:`awooop.ingest.service.Ingestor` (the flow, its metrics and its log
+lines), on a connection whose session carries the project
+(:class:`awooop.core.sessions.TenantSessions`): authentication 401 E-AUTH-001, parsing 400
+E-INPUT-001 / 422 E-INPUT-002 / 403 E-INGEST-004 (an event older than the channel's bound,
+LINE), and the ingest itself, one atomic statement (:mod:`awooop.ingest.store`) shared with the
+deliveries for the same project, channel and contract that arrive while the previous statement
+runs (group commit, :mod:`awooop.core.batching`; docs/ingest.md). When that statement fails for
+anything but the database being away, each delivery of the batch is written alone: one
+delivery's data that Postgres refuses is 422 E-DATA-001 for that delivery only, and nothing of
+it is written.
 
 Answers: 202 ``{"run_ids": [...], "results": [...]}`` when the delivery created at least
 one run; 200 with ``"code": "E-IDEMPOTENT-001"`` and the existing ``run_id`` when every event

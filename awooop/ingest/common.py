@@ -1,14 +1,14 @@
 """What every channel adapter shares: the adapter shape, the parsed event, JSON checks.
 
 An adapter is two pure functions over a delivery (lowercase header names and the raw body):
-``authenticate(headers, body, stored)`` raises :class:`AuthenticationError` unless the
-delivery carries the provider's proof (a secret header, an HMAC of what the provider signs,
-or a bearer token); ``parse(headers, body, options, now)`` returns the events of the
-delivery, each with its ``provider_event_id`` (R-02), or raises :class:`InvalidInputError`
-(400) / :class:`MissingEventIdError` (422) / :class:`StaleDeliveryError` (403, an event older
-than the channel's bound, where the provider signs a time). ``options`` are the project's
-per-channel settings (:class:`ChannelOptions`), ``now`` the wall clock in seconds. No I/O:
-the HTTP layer and the tests call them alike.
+``authenticate(headers, body, stored)`` raises :class:`~awooop.core.errors.AuthenticationError`
+unless the delivery carries the provider's proof (a secret header, an HMAC of what the provider
+signs, or a bearer token); ``parse(headers, body, options, now)`` returns the events of the
+delivery, each with its ``provider_event_id`` (R-02), or raises :class:`InvalidInputError` (400)
+/ :class:`MissingEventIdError` (422) / :class:`~awooop.core.errors.StaleDeliveryError` (403, an
+event older than the channel's bound, where the provider signs a time). ``options`` are the
+project's per-channel settings (:class:`ChannelOptions`), ``now`` the wall clock in seconds. No
+I/O: the HTTP layer and the tests call them alike.
 
 Bodies end up in ``jsonb`` columns, which cannot hold every JSON text msgspec accepts: a
 string with ``\\u0000`` is refused by Postgres, and very deep nesting may exhaust a stack on

@@ -1,7 +1,7 @@
 """The ingest service: one :class:`Ingestor` behind the HTTP route and the producer library.
 
 An Ingestor owns what a stream of deliveries shares: tenant sessions (connections whose
-session carries the project, :class:`awooop.core.db.TenantSessions`), the channel
+session carries the project, :class:`awooop.core.sessions.TenantSessions`), the channel
 configurations read lately (:class:`awooop.ingest.cache.ConfigCache`) and the group commit
 (:mod:`awooop.core.batching`). Plain methods, no web framework:
 

@@ -2,7 +2,7 @@
 
 Everything here runs on the caller's connection, which carries the tenant: a tenant
 transaction (``Database.tenant``, or a producer's own transaction after ``set_tenant``), or
-a connection of :class:`awooop.core.db.TenantSessions` outside a transaction. Per
+a connection of :class:`awooop.core.sessions.TenantSessions` outside a transaction. Per
 delivery:
 
 1. :func:`load_config` (the HTTP path caches it briefly, see :mod:`awooop.ingest.cache`):
@@ -17,7 +17,7 @@ delivery:
      lock in one order and cannot deadlock);
    - for exactly the keys it inserted (its ``RETURNING``), inserts the run rows (PENDING),
      their streams at version 1 and the ``RunCreated`` events. Rows and events are built in
-     Python beforehand by the same ``runs.state.apply`` and ``events.encode_event`` every
+     Python beforehand by the same ``log.state.apply`` and ``events.encode_event`` every
      other write uses; SQL only picks the ones whose key was new and stamps the database
      clock: ``now()`` becomes the event's ``at``, the run's ``created_at``/``updated_at``
      and the dedupe row's ``created_at`` (one value per transaction).

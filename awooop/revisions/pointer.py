@@ -7,7 +7,7 @@ level, set when it is first used for a project and changed only when a call is f
 project (one extra round trip then; an idle connection already on the call's project is
 preferred), so row-level security holds without BEGIN/SET/COMMIT round trips. These
 connections are used only here, and every use sets or checks the project first, so a
-forgotten setting cannot leak (the same rule as :class:`awooop.core.db.TenantSessions`).
+forgotten setting cannot leak (the same rule as :class:`awooop.core.sessions.TenantSessions`).
 
 - One contract (every LLM call of the example handler): :data:`POINTER_CHECK_ONE`, a
   primary-key probe of ``awooop_active_revisions``; the active revision's body comes back

@@ -1,1 +1,4 @@
-"""Run lifecycle: the state machine, the write path, leases."""
+"""Run lifecycle: the run store, leases, approvals, control, dead-letter redrive, reads.
+
+The state machine itself (``apply``) is the log room's: :mod:`awooop.log.state`.
+"""

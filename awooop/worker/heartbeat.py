@@ -3,13 +3,13 @@
 The rule: **a worker that cannot renew stops its handlers before anyone else may take the
 runs, whatever the network does.** Three parts hold it:
 
-- Every attempt has a local lease deadline on this process's monotonic clock: the time the
-  last renewal that Postgres confirmed was *sent* (or the claim, for the first) + the lease
-  TTL - a safety margin (``AWOOOP_LEASE_SAFETY_FRACTION`` of the TTL). Postgres computed its
-  own ``lease_until`` from its clock *after* that send, so the local deadline comes first. A
-  timer on the event loop (:meth:`Attempt.hold_until`), not the return of any I/O call,
-  cancels the handler when the deadline passes; its writes stop with it (each is also fenced
-  by the database).
+- Every attempt has a local lease deadline on this process's monotonic clock: the time the last
+  renewal that Postgres confirmed was *sent* (or the claim, for the first) + the lease TTL - a
+  safety margin (``AWOOOP_LEASE_SAFETY_FRACTION`` of the TTL). Postgres computed its own
+  ``lease_until`` from its clock *after* that send, so the local deadline comes first. A timer
+  on the event loop (:meth:`awooop.worker.context.Attempt.hold_until`), not the return of any
+  I/O call, cancels the handler when the deadline passes; its writes stop with it (each is also
+  fenced by the database).
 - Every ``heartbeat_interval_s`` one statement renews every lease this process holds, bounded
   by ``AWOOOP_DB_STATEMENT_TIMEOUT_S`` (shorter than the local lease): a renewal that hangs
   on a black-holed connection fails in time and the next round tries again on a fresh one. A

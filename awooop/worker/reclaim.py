@@ -20,7 +20,7 @@ pending for as long as the holder lives and reclaimed once per lease TTL; each o
 deliveries is taken back (the entry's count is set to what it was before the reclaim, see
 :func:`held_delivery_count`), so a long attempt elsewhere never brings its run closer to the
 limit. A run whose lease expired is taken whatever its message's count: the reap decision
-(:func:`awooop.runs.leases.reap_event`) counts the attempts, requeues and claims it while
+(:func:`awooop.runs.leases.rules.reap_event`) counts the attempts, requeues and claims it while
 attempts remain, else FAILS it with E-RUN-004 and sends its work to the dead-letter stream.
 Only a dispatchable run whose message keeps being delivered without anyone claiming it (a
 message that kills its consumers before the claim) is failed for its deliveries.

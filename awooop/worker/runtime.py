@@ -3,9 +3,10 @@
 Ways a run reaches this worker (the lease is the authority in every one of them):
 
 - **the work stream** (R-16): the relay announces every dispatch event; a delivery names the
-  run, the worker takes the lease with one conditional statement (:func:`leases.claim`) and
-  runs it. No lease, no execution: the message is acknowledged when the run is finished,
-  cancelled or waiting for approval, and left pending while a live lease elsewhere holds it.
+  run, the worker takes the lease with one conditional statement
+  (:func:`awooop.worker.claims.claim_announced`) and runs it. No lease, no execution: the
+  message is acknowledged when the run is finished, cancelled or waiting for approval, and left
+  pending while a live lease elsewhere holds it.
 - **reclaim** (R-16): pending entries idle longer than the lease are claimed from dead
   consumers and reconciled with Postgres (:mod:`awooop.worker.reclaim`).
 - **polling** (R-11, R-33): every ``poll_interval_s`` the worker claims dispatchable runs that
@@ -79,7 +80,7 @@ class Worker:
     ) -> None:
         self.db = db
         # Every claim, completion, fenced write and renewal on the run pool ends within this
-        # bound (awooop.core.db.bounded), shorter than the local lease (settings check).
+        # bound (awooop.core.bounded.bounded), shorter than the local lease (settings check).
         db.run_timeout_s = settings.lease_io_timeout_s
         self.settings = settings
         self.worker_id = worker_id or new_worker_id()

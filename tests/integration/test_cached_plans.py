@@ -1,7 +1,7 @@
-"""Connections with cached generic plans (awooop.core.db.CACHED_PLAN_SETTINGS): the generic plan of
-every statement they prepare, made on an EMPTY database (where a plan that scans a whole table
-looks cheapest), reads each table of the project through an index. Such a plan stays good as
-the tables grow; a sequential scan in it would get slower with every row."""
+"""Connections with cached generic plans (awooop.core.pools.CACHED_PLAN_SETTINGS): the generic
+plan of every statement they prepare, made on an EMPTY database (where a plan that scans a whole
+table looks cheapest), reads each table of the project through an index. Such a plan stays good
+as the tables grow; a sequential scan in it would get slower with every row."""
 
 from __future__ import annotations
 

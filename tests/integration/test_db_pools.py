@@ -46,7 +46,7 @@ async def test_a_released_connection_keeps_no_tenant_and_no_transaction(settings
 
 async def test_role_pools_plan_every_statement_for_its_parameters(db: Database) -> None:
     # A cached generic plan made while a table was small keeps scanning it once it is large
-    # (awooop/core/db.py, PLAN_CACHE_MODE); both role pools plan each execution.
+    # (awooop/core/pools.py, PLAN_CACHE_MODE); both role pools plan each execution.
     async with db.tenant("a") as conn:
         assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
     async with db.platform() as conn:

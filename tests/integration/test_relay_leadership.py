@@ -1,6 +1,6 @@
 """Relay leadership by lease and term (R-19): a frozen leader is replaced within the lease, and
 its writes after it resumes are refused by Postgres (awooop/core/leadership.py,
-streams/relay.py)."""
+streams/relay_cursor.py, streams/relay_shards.py)."""
 
 from __future__ import annotations
 
