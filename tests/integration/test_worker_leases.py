@@ -203,9 +203,11 @@ async def test_polling_skips_young_and_locked_runs(db: Database) -> None:
 
     holder = asyncio.create_task(hold_first())
     await locked.wait()
-    polled = await db.in_platform_writes(lambda c: leases.poll(c, "w1", 30, 10, 0))
-    release.set()
-    await holder
+    try:
+        polled = await db.in_platform_writes(lambda c: leases.poll(c, "w1", 30, 10, 0))
+    finally:
+        release.set()  # a failing poll must not leave the holder (and the test) waiting
+        await holder
     assert {s.run_id for s in polled} == set(run_ids[1:])
     assert all(s.status == "RUNNING" and s.worker_id == "w1" for s in polled)
     again = await db.in_platform_writes(lambda c: leases.poll(c, "w2", 30, 10, 0))
