@@ -177,7 +177,7 @@ class Projector:
         async def transaction(conn: Connection) -> BatchResult:
             return await self._apply_locked(conn, by_stream)
 
-        result = await self.db.in_platform(transaction)
+        result = await self.db.in_platform_writes(transaction)
         self._count(result)
         return result
 
@@ -260,7 +260,7 @@ class Projector:
                 await self.projection.apply(conn, self.names, events)
                 return sum(len(v) for v in events.values())
 
-            applied += await self.db.in_platform(transaction)
+            applied += await self.db.in_platform_writes(transaction)
         if applied:
             metrics.PROJECTOR_RECONCILED.labels(self.name).inc(applied)
             log.info("projector_reconciled", projection=self.name, events=applied)

@@ -103,7 +103,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     observability = start_observability("awooop-worker", settings.metrics_port)
     try:
         # ... and prepare the statements each of them will run (the first second's slow claims).
-        await services.db.on_run_connections(flushes, leases.prepare_run_statements)
+        await leases.RunStatements(services.db).prepare(flushes)
         async with worker_process(services) as gateway:
             parts = build_worker(
                 db=services.db,

@@ -12,7 +12,9 @@ from awooop.core.retries import CONNECTION_ERRORS
 
 
 @asynccontextmanager
-async def bounded(pool: Pool, timeout_s: float, *, transaction: bool) -> AsyncIterator[Connection]:
+async def bounded(
+    pool: Pool, timeout_s: float, *, transaction: bool, readonly: bool = False
+) -> AsyncIterator[Connection]:
     """A pool connection (in a transaction if asked) on which every statement must answer
     within ``timeout_s`` (and the connection itself be had within it), whatever the network
     does.
@@ -52,7 +54,7 @@ async def bounded(pool: Pool, timeout_s: float, *, transaction: bool) -> AsyncIt
     conn.add_query_logger(answered)
     try:
         if transaction:
-            async with conn.transaction():
+            async with conn.transaction(readonly=readonly):
                 yield conn
         else:
             yield conn

@@ -4,8 +4,13 @@ Two pools, two roles (R-43, :mod:`awooop.core.pools`):
 - ``tenant(project_id)``: a transaction as ``awooop_app`` with ``awooop.project_id`` set
   transaction-locally; row-level security shows that project's rows only. A connection of
   this pool without the setting sees no tenant rows at all.
-- ``platform()``: a transaction as ``awooop_platform`` (BYPASSRLS) for platform loops (relay,
-  reaper, reclaim, expiry) that work across projects.
+- ``platform()``: a READ ONLY transaction as ``awooop_platform`` (BYPASSRLS): reads across
+  projects (operators' listings, stats, doctor, authentication lookups).
+- ``platform_writes()``: a writing transaction as ``awooop_platform``, named apart because it
+  bypasses row-level security: platform loops (reaper, expiry, loop heartbeats, projectors,
+  polling claims) and administration (channels, tokens). A write put on ``platform()`` by
+  mistake fails at once (``ReadOnlySQLTransactionError``) instead of silently skipping the
+  tenant check.
 
 A third pool, also ``awooop_platform``, serves only the statements on every run's path in the
 worker (claims, completions, fenced writes: :meth:`Database.in_run_statement`,
@@ -90,17 +95,24 @@ class Database:
 
     @asynccontextmanager
     async def platform(self, *, timeout_s: float | None = None) -> AsyncIterator[Connection]:
+        async with self._transaction(self.platform_pool, timeout_s, readonly=True) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def platform_writes(self, *, timeout_s: float | None = None) -> AsyncIterator[Connection]:
         async with self._transaction(self.platform_pool, timeout_s) as conn:
             yield conn
 
     @staticmethod
     @asynccontextmanager
-    async def _transaction(pool: Pool, timeout_s: float | None) -> AsyncIterator[Connection]:
+    async def _transaction(
+        pool: Pool, timeout_s: float | None, *, readonly: bool = False
+    ) -> AsyncIterator[Connection]:
         if timeout_s is not None:
-            async with bounded(pool, timeout_s, transaction=True) as conn:
+            async with bounded(pool, timeout_s, transaction=True, readonly=readonly) as conn:
                 yield conn
             return
-        async with pool.acquire() as conn, conn.transaction():
+        async with pool.acquire() as conn, conn.transaction(readonly=readonly):
             yield conn
 
     @asynccontextmanager
@@ -173,8 +185,26 @@ class Database:
         *,
         timeout_s: float | None = None,
     ) -> T:
+        """Run ``fn`` in a READ ONLY platform transaction (:meth:`platform`), with retries."""
+
         async def once() -> T:
             async with self.platform(timeout_s=timeout_s) as conn:
+                return await fn(conn)
+
+        return await retry_transaction(once, attempts)
+
+    async def in_platform_writes(
+        self,
+        fn: Callable[[Connection], Awaitable[T]],
+        attempts: int = 5,
+        *,
+        timeout_s: float | None = None,
+    ) -> T:
+        """Run ``fn`` in a writing platform transaction (:meth:`platform_writes`), with
+        retries."""
+
+        async def once() -> T:
+            async with self.platform_writes(timeout_s=timeout_s) as conn:
                 return await fn(conn)
 
         return await retry_transaction(once, attempts)

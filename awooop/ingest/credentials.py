@@ -203,7 +203,7 @@ async def set_secret(db: Database, project_id: str, channel_type: str, secret: s
     check_project_id(project_id)
     check_channel(channel_type, AuthKind.SECRET)
     check_secret(channel_type, secret)
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute(UPSERT_SECRET, project_id, channel_type, secret)
 
 
@@ -215,7 +215,7 @@ async def set_dedupe_ttl(
     check_channel(channel_type)
     if ttl_s is not None and ttl_s < 1:
         raise InvalidInputError("the dedupe TTL must be at least 1 second")
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute(UPSERT_TTL, project_id, channel_type, ttl_s)
 
 
@@ -225,7 +225,7 @@ async def set_option(
     """Set (or with ``default``, clear) a channel option; returns the stored value."""
     check_project_id(project_id)
     stored = check_option(channel_type, name, value)
-    async with db.platform() as conn:  # channel rows are written on the platform role only
+    async with db.platform_writes() as conn:  # channel rows are written on the platform role only
         await conn.execute(UPSERT_OPTION[name], project_id, channel_type, stored)
     return stored
 
@@ -242,7 +242,7 @@ async def create_token(db: Database, project_id: str, channel_type: str) -> tupl
     check_token_project(project_id, INGEST_SCOPE)
     check_channel(channel_type, AuthKind.BEARER)
     token_id, token, token_hash = new_token()
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute(
             INSERT_TOKEN, token_id, project_id, INGEST_SCOPE, channel_type, token_hash
         )
@@ -256,7 +256,7 @@ async def create_management_token(db: Database, project_id: str, scope: str) -> 
         raise InvalidInputError(f"scope must be {MANAGE_SCOPE} or {ADMIN_SCOPE}")
     check_token_project(project_id, scope)
     token_id, token, token_hash = new_token()
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute(INSERT_TOKEN, token_id, project_id, scope, None, token_hash)
     return token_id, token
 
@@ -270,6 +270,6 @@ async def list_tokens(db: Database, project_id: str) -> list[TokenInfo]:
 
 async def revoke_token(db: Database, project_id: str, token_id: str) -> bool:
     check_listed_project(project_id)
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         status = await conn.execute(REVOKE_TOKEN, project_id, token_id)
     return bool(status == "UPDATE 1")

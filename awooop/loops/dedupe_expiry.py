@@ -42,7 +42,7 @@ WHERE ctid = ANY(ARRAY(
 
 async def delete_expired_batch(db: Database, batch: int) -> int:
     """Delete up to ``batch`` expired rows in one platform transaction; return how many."""
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         status = await conn.execute(DELETE_EXPIRED_BATCH, batch)
     return int(status.split()[-1])
 

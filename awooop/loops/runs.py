@@ -34,7 +34,7 @@ async def reap_once(db: Database, batch: int = BATCH) -> tuple[int, int]:
     """One reaper pass; returns (requeued, failed)."""
     requeued = failed = 0
     for _ in range(MAX_BATCHES_PER_ITERATION):
-        done = await db.in_platform(lambda conn: leases.reap(conn, batch))
+        done = await db.in_platform_writes(lambda conn: leases.reap(conn, batch))
         for state, event in done:
             if isinstance(event, RunRequeued):
                 requeued += 1
@@ -65,7 +65,7 @@ async def expire_approvals_once(db: Database, batch: int = BATCH) -> int:
     """One approval-expiry pass; returns the number of runs failed."""
     total = 0
     for _ in range(MAX_BATCHES_PER_ITERATION):
-        failed = await db.in_platform(lambda conn: approvals.expire_due(conn, batch))
+        failed = await db.in_platform_writes(lambda conn: approvals.expire_due(conn, batch))
         for state in failed:
             metrics.RUNS_FINISHED.labels("FAILED").inc()
             log.info("approval_expired", run_id=str(state.run_id), project_id=state.project_id)

@@ -80,7 +80,7 @@ class DatabaseHeartbeats:
         now = time.monotonic()
         if not self.should_write(beat, now):
             return
-        async with asyncio.timeout(HEARTBEAT_TIMEOUT_S), self.db.platform() as conn:
+        async with asyncio.timeout(HEARTBEAT_TIMEOUT_S), self.db.platform_writes() as conn:
             await conn.execute(
                 UPSERT_HEARTBEAT,
                 beat.loop_name,

@@ -45,8 +45,8 @@ async def claim_announced(
     metas: list[dict[str, Any] | None] = [meta for _run_id, meta in items]
     # One statement on the run pool (platform role, like the polling path): no tenant to
     # set and no BEGIN/COMMIT, the claim is one round trip. Batches stay per project.
-    batch = await db.in_run_statement(
-        lambda conn: leases.claim_many(conn, run_ids, worker_id, settings.lease_ttl_s, metas),
+    batch = await leases.RunStatements(db).claim_many(
+        run_ids, worker_id, settings.lease_ttl_s, metas
     )
     results: list[Claimed | BaseException] = []
     for run_id in run_ids:
@@ -105,7 +105,7 @@ async def claim_polled(
         polled = await leases.poll(conn, worker_id, ttl, room, min_age_s, meta)
         return taken, polled
 
-    taken, polled = await db.in_platform(claim_batch, timeout_s=settings.lease_io_timeout_s)
+    taken, polled = await db.in_platform_writes(claim_batch, timeout_s=settings.lease_io_timeout_s)
     for t in taken:
         count_reap(t.reaped)
     return [t.state for t in taken if t.claimed] + polled

@@ -58,7 +58,7 @@ class Heartbeat:
         touch: Toucher | None = None,
     ) -> None:
         self.executor = executor
-        self.db = db
+        self.statements = leases.RunStatements(db)
         self.ttl_s = ttl_s
         self.interval_s = interval_s
         self.touch = touch
@@ -73,9 +73,7 @@ class Heartbeat:
             return set()
         sent = time.monotonic()
         worker_id = self.executor.worker_id
-        renewed = await self.db.in_run_statement(
-            lambda conn: leases.heartbeat(conn, worker_id, list(held), self.ttl_s)
-        )
+        renewed = await self.statements.heartbeat(worker_id, list(held), self.ttl_s)
         self.rounds += 1
         metrics.LEASE_RENEWALS.inc(len(renewed))
         entries = []

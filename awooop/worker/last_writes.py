@@ -43,7 +43,7 @@ class LastWrites:
     returns the outcome to count."""
 
     def __init__(self, *, db: Database, worker_id: str) -> None:
-        self.db = db
+        self.statements = leases.RunStatements(db)
         self.worker_id = worker_id
         self.writes: Batcher[str, leases.FencedWrite, RunState] = Batcher(
             self._flush_writes, parallel=FLUSHES_PER_PROJECT
@@ -64,17 +64,13 @@ class LastWrites:
         # On the run pool (platform role), as the claims: the fence (run id, worker, attempt,
         # live lease) already names the one row each write may touch, and no tenant to set saves
         # a round trip per batch. Batches stay per project.
-        results = await self.db.in_run_transaction(
-            lambda conn: leases.fenced_record_many(conn, writes)
-        )
+        results = await self.statements.fenced_record_many(writes)
         return list(results)
 
     async def _flush_completions(
         self, _project_id: str, completions: list[leases.Completion]
     ) -> list[RunState | BaseException]:
-        results = await self.db.in_run_statement(
-            lambda conn: leases.complete_many(conn, completions)
-        )
+        results = await self.statements.complete_many(completions)
         return list(results)
 
     async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:

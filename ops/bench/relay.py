@@ -128,7 +128,7 @@ async def throughput(settings: Settings, db: Database, redis: Any, events: int) 
     try:
         await relay.drain()  # take the lock, create the shards: not part of the measurement
         runs = events // 5
-        async with db.platform() as conn:
+        async with db.platform_writes() as conn:
             for start in range(0, runs, 200):
                 await conn.execute(PREFILL, start, min(runs, start + 200))
         started = time.perf_counter()

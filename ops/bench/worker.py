@@ -278,7 +278,7 @@ async def throughput(
 async def stage_times(db: Database) -> dict[str, list[float]]:
     """Seconds from the first RunCreated to the first, median and last event of each type:
     shows which stage (ingest, claim, completion) the others wait for."""
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         rows = await conn.fetch(
             "WITH t AS (SELECT event_type, extract(epoch FROM recorded_at)::float8 AS at "
             "FROM awooop_events WHERE event_type IN ('RunCreated', 'RunClaimed', 'RunCompleted')) "
@@ -313,7 +313,7 @@ async def latency(
                 if i < warm:
                     warming.add(done.run_id)
             await wait_count(db, "COMPLETED", total, within_s=60)
-            async with db.platform() as conn:
+            async with db.platform_writes() as conn:
                 rows = await conn.fetch(
                     "SELECT r.run_id, r.result, "
                     "extract(epoch FROM (e.data->>'at')::timestamptz)::float8 AS claimed "

@@ -196,12 +196,12 @@ async def _doctor(settings: Settings) -> list[Check]:
 
 
 async def _db_now(db: Database) -> Any:
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         return await conn.fetchval("SELECT clock_timestamp()")
 
 
 async def _claims_since(db: Database, since: Any) -> int:
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         n: int = await conn.fetchval(
             "SELECT count(*) FROM awooop_events WHERE event_type = 'RunClaimed' "
             "AND recorded_at > $1",

@@ -47,7 +47,7 @@ async def test_verify_names_a_corrupted_run_and_swap_repairs_it(
     assert '"event": "replay_phase_done"' in err  # not a terminal: plain log lines
 
     (_, victim), *_ = work.run_ids
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute(
             "UPDATE awooop_run_state SET version = version + 100, failure_reason = 'forged' "
             "WHERE run_id = $1",
@@ -72,7 +72,7 @@ async def test_a_project_is_repaired_in_place_and_others_are_left_alone(
     await work.run(walkers=2, runs_each=6, max_steps=6)
     alpha = next(r for p, r in work.run_ids if p == "alpha")
     beta = next(r for p, r in work.run_ids if p == "beta")
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute(
             "UPDATE awooop_run_state SET attempt_count = 42 WHERE run_id = ANY($1::uuid[])",
             [alpha, beta],

@@ -292,7 +292,7 @@ async def test_approvals_through_the_cli(
             lambda: all_finished(db, [approved]), timeout_s=30, what="approved run completed"
         )
         # Let the other token expire: the loop fails the run with E-APPROVAL-002.
-        async with db.platform() as conn:
+        async with db.platform_writes() as conn:
             await conn.execute(
                 "UPDATE awooop_approvals SET expires_at = now() WHERE run_id = $1", expiring
             )

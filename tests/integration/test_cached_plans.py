@@ -106,7 +106,7 @@ async def test_preparing_the_run_pool_writes_nothing_and_prepares_each_connectio
     try:
         [run_id] = await create_runs(db, P)
         await db.on_run_connections(3, leases.prepare_run_statements)
-        async with db.platform() as conn:
+        async with db.platform_writes() as conn:
             events = await conn.fetchval("SELECT count(*) FROM awooop_events")
             status = await conn.fetchval(
                 "SELECT status FROM awooop_run_state WHERE run_id = $1", run_id

@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import Any
 
+import asyncpg
 import pytest
 
 from awooop.core.config import Settings
@@ -90,3 +91,33 @@ async def test_a_black_holed_statement_fails_within_its_bound_and_the_pool_recov
         finally:
             proxy.heal()
             await db.close()
+
+
+async def test_a_write_on_the_platform_reader_fails_and_writes_are_named(
+    settings: Settings,
+) -> None:
+    """platform() is READ ONLY: a write put there by mistake fails loudly instead of silently
+    bypassing row-level security; platform_writes() is the named way to write across projects."""
+    db = await Database.open(settings.database_url, max_size=1)
+    try:
+        with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+            async with db.platform() as conn:
+                await conn.execute("UPDATE awooop_projects SET disabled = disabled WHERE false")
+        with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+            await db.in_platform(
+                lambda c: c.execute("DELETE FROM awooop_loop_heartbeats WHERE false")
+            )
+        with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+            async with db.platform(timeout_s=5.0) as conn:  # the bounded path, too
+                await conn.execute("UPDATE awooop_projects SET disabled = disabled WHERE false")
+        assert await db.in_platform(lambda c: c.fetchval("SELECT 1")) == 1
+        async with db.platform_writes() as conn:
+            assert await conn.execute("UPDATE awooop_projects SET disabled = disabled WHERE false")
+        assert (
+            await db.in_platform_writes(
+                lambda c: c.execute("DELETE FROM awooop_loop_heartbeats WHERE false")
+            )
+            == "DELETE 0"
+        )
+    finally:
+        await db.close()

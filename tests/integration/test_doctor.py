@@ -55,7 +55,7 @@ async def healthy(settings: Settings, db: Database) -> Keys:
             await client.xgroup_create(keys.work_stream(shard), WORKER_GROUP, id="0", mkstream=True)
     finally:
         await client.aclose()
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute(
             "INSERT INTO awooop_loop_heartbeats (loop_name, project_id, category, interval_s, "
             "last_success_at, host, pid) VALUES ('reaper', '__platform__', 'platform', 10, "
@@ -78,7 +78,7 @@ async def test_a_healthy_system_passes(settings: Settings, db: Database) -> None
 
 async def test_each_seeded_problem_is_named_and_fails(settings: Settings, db: Database) -> None:
     keys = await healthy(settings, db)
-    async with db.platform() as conn:  # a loop whose process stopped an hour ago
+    async with db.platform_writes() as conn:  # a loop whose process stopped an hour ago
         await conn.execute(
             "UPDATE awooop_loop_heartbeats SET last_success_at = now() - interval '1 hour', "
             "updated_at = now() - interval '1 hour'"
@@ -88,7 +88,7 @@ async def test_each_seeded_problem_is_named_and_fails(settings: Settings, db: Da
         now = await conn.fetchval("SELECT now()")
         await store.create_run(conn, factories.created(run_id=run_id, project_id="p1", at=now))
         await leases.claim(conn, run_id, "w-gone", 30)
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute(
             "UPDATE awooop_run_state SET lease_until = now() - interval '1 hour' WHERE run_id = $1",
             run_id,
@@ -161,7 +161,7 @@ async def test_with_postgres_unreachable_doctor_says_so(settings: Settings) -> N
 
 async def test_a_failing_loop_is_told_from_a_stopped_one(settings: Settings, db: Database) -> None:
     await healthy(settings, db)
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         # Failing: its process reports every cycle, each iteration raises.
         await conn.execute(
             "INSERT INTO awooop_loop_heartbeats (loop_name, project_id, category, interval_s, "

@@ -141,7 +141,7 @@ async def test_a_topology_notice_rebuilds_every_workers_client(
         result = await worker.complete(P, "hi")
         assert result.model == "gpu-model"
     # A duplicate delivery of the same notice does not rebuild again.
-    async with services.db.platform() as conn:
+    async with services.db.platform_writes() as conn:
         await conn.execute("UPDATE awooop_contract_outbox SET delivered_at = NULL")
     await publish_outbox(services.db, services.redis, services.keys)
     await eventually(

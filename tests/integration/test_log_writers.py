@@ -125,7 +125,7 @@ async def _record(db: Database, run_id: uuid.UUID, name: str) -> None:
 @case("update_run", "append_many")
 async def apply_and_store_many(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 3)
-    claimed = await db.in_platform(logged(lambda c: leases.poll(c, "w1", 30, 10, 0.0)))
+    claimed = await db.in_platform_writes(logged(lambda c: leases.poll(c, "w1", 30, 10, 0.0)))
     assert {s.run_id for s in claimed} == set(runs)
     return Touched(set(runs))
 
@@ -196,7 +196,7 @@ async def replay_repair(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 2)
     async with db.tenant(P) as conn:
         await store.record(conn, runs[0], lambda s, now: event_for("RunClaimed", s, at=now))
-    async with db.platform() as conn:  # a row that no longer equals its fold
+    async with db.platform_writes() as conn:  # a row that no longer equals its fold
         await conn.execute(
             "UPDATE awooop_run_state SET attempt_count = attempt_count + 7 WHERE run_id = $1",
             runs[1],
@@ -210,7 +210,7 @@ async def replay_repair(db: Database, url: str, settings: Settings) -> Touched:
 
 
 async def assert_log_equals_fold(db: Database, touched: Touched) -> None:
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         for run_id in touched.runs:
             row = await store.load(conn, run_id)
             recorded = await eventlog.read_stream(conn, run_stream_id(run_id))

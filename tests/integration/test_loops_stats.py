@@ -88,7 +88,7 @@ async def test_runs_by_state_oldest_and_overdue(services: Services) -> None:
     assert sample(overdue, project_id=project, reason="approval_expired") == 1
 
     # the project's live runs finish: its series go away instead of keeping old values
-    async with services.db.platform() as conn:
+    async with services.db.platform_writes() as conn:
         await conn.execute("DELETE FROM awooop_run_state WHERE project_id = $1", project)
     await stats.sample_runs(CTX)
     assert runs("PENDING") is None
@@ -99,7 +99,7 @@ async def test_contract_outbox_lag(services: Services) -> None:
     stats = StatsLoops(services)
     await stats.sample_outbox(CTX)
     assert sample("awooop_outbox_backlog_seconds", outbox="contract") == 0
-    async with services.db.platform() as conn:
+    async with services.db.platform_writes() as conn:
         revision = await conn.fetchval(
             "INSERT INTO awooop_contract_revisions "
             "(project_id, contract_family, contract_id, body, body_hash) "
@@ -147,7 +147,7 @@ async def test_events_outbox_backlog_is_read_from_the_relay_cursor(
     lag = sample("awooop_outbox_backlog_seconds", outbox="events")
     assert lag is not None and 120 <= lag < 180
     # the relay's cursor stops just before the last event: that one still waits
-    async with services.db.platform() as conn:
+    async with services.db.platform_writes() as conn:
         await conn.execute(
             "UPDATE awooop_relay_cursor SET tx_id = $1, position = $2 WHERE name = 'events'",
             last["tx_id"],
@@ -157,7 +157,7 @@ async def test_events_outbox_backlog_is_read_from_the_relay_cursor(
     lag = sample("awooop_outbox_backlog_seconds", outbox="events")
     assert lag is not None and 120 <= lag < 180
     # ... and past everything: nothing is waiting
-    async with services.db.platform() as conn:
+    async with services.db.platform_writes() as conn:
         await conn.execute(
             "UPDATE awooop_relay_cursor SET tx_id = $1, position = $2 WHERE name = 'events'",
             last["tx_id"],

@@ -58,7 +58,7 @@ async def test_projects_are_registered_by_their_first_event_and_can_be_disabled(
     async with db.tenant("__platform__") as conn:
         await tenant_rows._run(conn, "__platform__")
     assert await projects() == ["p1", "p2"]  # the platform pseudo-project never has instances
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute("UPDATE awooop_projects SET disabled = true WHERE project_id = 'p2'")
     assert await projects() == ["p1"]
 

@@ -248,7 +248,7 @@ async def test_token_scopes_are_checked_at_creation(db: Database) -> None:
     with pytest.raises(InvalidInputError):
         await credentials.create_token(db, PLATFORM_PROJECT, "api")
     # The table holds the same rules (migration 0070), whatever writes to it.
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         with pytest.raises(asyncpg.CheckViolationError):
             await conn.execute(
                 "INSERT INTO awooop_api_tokens (token_id, project_id, scope, token_hash) "

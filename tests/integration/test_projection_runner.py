@@ -51,7 +51,7 @@ async def views(db: Database) -> dict[str, list[dict[str, Any]]]:
 
 
 async def clear_views(db: Database) -> None:
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         for tables in VIEW_TABLES.values():
             for t in tables:
                 await conn.execute(f"DELETE FROM {t}")
@@ -232,7 +232,7 @@ async def test_a_projector_table_is_verified_and_swapped_like_run_state(
 ) -> None:
     await workload(db, seed=7)
     await deliver(projectors(db), await log_envelopes(db))
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         victim = await conn.fetchval("SELECT run_id FROM awooop_run_timeline LIMIT 1")
         await conn.execute(
             "UPDATE awooop_run_timeline SET worker_id = 'forged' WHERE run_id = $1 AND version = 1",

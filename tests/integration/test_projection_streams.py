@@ -104,7 +104,7 @@ async def test_a_running_projector_loop_is_healthy_for_the_doctor_mid_window(
     task = asyncio.ensure_future(run_loop(spec, stop, heartbeat=DatabaseHeartbeats(db)))
 
     async def beats() -> list[Any]:
-        async with db.platform() as conn:
+        async with db.platform_writes() as conn:
             return await conn.fetch(
                 "SELECT interval_s FROM awooop_loop_heartbeats WHERE loop_name = $1", spec.name
             )

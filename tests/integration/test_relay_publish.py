@@ -171,7 +171,7 @@ async def test_notify_wakes_the_relay_long_before_the_poll_interval(
 
 
 async def insert_notice(db: Database, project: str = "__platform__") -> uuid.UUID:
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         revision = await conn.fetchval(
             "INSERT INTO awooop_contract_revisions (project_id, contract_family, contract_id, "
             "body, body_hash) VALUES ($1, 'platform_resource', 'ollama_topology', $2, $3) "

@@ -91,7 +91,7 @@ async def test_a_lost_shard_is_rebuilt_from_the_safe_point_and_dispatchable_runs
         assert await projector.run_until_idle() == 4
         assert await worker.run_until_idle() == 3
         await relay.trim()  # records the safe point: everything so far was acknowledged
-        async with db.platform() as conn:
+        async with db.platform_writes() as conn:
             safe = await conn.fetchrow(
                 "SELECT safe_tx_id, safe_position FROM awooop_relay_shards "
                 "WHERE shard_count = $1 AND shard = $2",

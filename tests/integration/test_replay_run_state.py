@@ -70,7 +70,7 @@ async def test_a_corrupted_row_is_reported_and_repaired_by_swap(
     await work.run(walkers=2, runs_each=6, max_steps=6)
     (_, corrupt), (_, deleted), *_ = work.run_ids
     bogus = uuid.uuid4()
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute(
             "UPDATE awooop_run_state SET attempt_count = attempt_count + 7, saga_steps = "
             "'{\"forged\": 1}' WHERE run_id = $1",
@@ -96,7 +96,7 @@ async def test_a_corrupted_row_is_reported_and_repaired_by_swap(
     repaired = await replay(database_url, get("run_state"), swap=True)
     assert repaired.swapped and repaired.differences == 3
     assert (await replay(database_url, get("run_state"))).differences == 0
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         assert (
             await conn.fetchval("SELECT count(*) FROM awooop_run_state WHERE run_id = $1", bogus)
             == 0
@@ -118,7 +118,7 @@ async def test_a_lease_clock_behind_the_log_is_a_difference(
         await store.record(conn, run_id, lambda s, now: event_for("RunClaimed", s, at=now))
     await work.heartbeat()
     assert (await replay(database_url, get("run_state"))).differences == 0
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute(
             "UPDATE awooop_run_state SET lease_until = lease_until - interval '1 hour' "
             "WHERE run_id = $1",

@@ -97,7 +97,7 @@ async def test_interrupting_leaves_the_live_table_untouched_and_a_rerun_starts_c
 ) -> None:
     work = Workload(db, seed=4)
     await work.run(walkers=2, runs_each=10, max_steps=8)
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute("UPDATE awooop_run_state SET attempt_count = 99 WHERE true")
         before = await conn.fetch("SELECT * FROM awooop_run_state ORDER BY run_id")
         oid = await conn.fetchval("SELECT 'awooop_run_state'::regclass::oid")

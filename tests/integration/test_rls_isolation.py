@@ -127,7 +127,7 @@ async def test_every_tenant_table_has_forced_rls_and_only_the_isolation_policy(
 ) -> None:
     problems: list[str] = []
     reference: tuple[str, str] | None = None
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         for table in await tenant_tables(db):
             enabled, forced = await conn.fetchrow(RLS_FLAGS, table)
             if not enabled or not forced:
@@ -169,7 +169,7 @@ async def test_a_tenant_cannot_read_update_or_delete_another_tenants_rows(
     problems: list[str] = []
     for table in seeded:
         t = tenant_rows.quote_ident(table)
-        async with db.platform() as conn:
+        async with db.platform_writes() as conn:
             before = await counts(conn, table)
             b_row = await tenant_rows.one_row(conn, table, B)
             columns = await tenant_rows.insertable_columns(conn, table)
@@ -209,7 +209,7 @@ async def test_a_tenant_cannot_read_update_or_delete_another_tenants_rows(
                 problems.append(f"{table}: the app role could switch RLS off")
             except asyncpg.InsufficientPrivilegeError:
                 pass
-        async with db.platform() as conn:
+        async with db.platform_writes() as conn:
             after = await counts(conn, table)
         if after != before:
             problems.append(f"{table}: rows changed under A: {before} -> {after}")
@@ -220,7 +220,7 @@ async def test_without_the_setting_a_session_sees_and_writes_no_tenant_rows(
     db: Database, seeded: list[str]
 ) -> None:
     problems: list[str] = []
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         samples = {
             table: (
                 await tenant_rows.one_row(conn, table, A),

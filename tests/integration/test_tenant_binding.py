@@ -458,7 +458,7 @@ async def test_a_producer_cannot_move_its_own_runs_on_by_hand(
             await producer.set_tenant(conn, SHOP)
             run = await producer.submit(conn, SHOP, ChannelEvent("api", "mine-1", {}))
         stream = f"run-{run.run_id}"
-        async with db.platform() as owner:
+        async with db.platform_writes() as owner:
             row = await owner.fetchval(
                 "SELECT to_jsonb(s) FROM awooop_run_state s WHERE run_id = $1", run.run_id
             )

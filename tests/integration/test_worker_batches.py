@@ -59,7 +59,9 @@ async def test_claim_statement_matches_apply(db: Database) -> None:
     fresh, reaped = await create_runs(db, P, 2)
     assert await db.in_tenant(P, lambda c: leases.claim(c, reaped, "w0", 0.001))
     await asyncio.sleep(0.01)  # the 1 ms lease runs out
-    assert [s.run_id for s, _e in await db.in_platform(lambda c: leases.reap(c, 10))] == [reaped]
+    assert [s.run_id for s, _e in await db.in_platform_writes(lambda c: leases.reap(c, 10))] == [
+        reaped
+    ]
     batch = await db.in_run_statement(
         lambda c: leases.claim_many(c, [fresh, reaped], "w1", 12.5, [{"k": 1}, None])
     )
@@ -84,7 +86,7 @@ async def test_claim_statement_leaves_a_run_whose_stream_a_newer_transaction_wro
     db: Database,
 ) -> None:
     [run_id] = await create_runs(db, P)
-    async with db.platform() as conn:  # as if a transaction newer than any claim wrote it
+    async with db.platform_writes() as conn:  # as if a transaction newer than any claim wrote it
         await conn.execute(
             "UPDATE awooop_event_streams "
             "SET last_tx_id = (pg_current_xact_id()::text::bigint + 1000000)::text::xid8 "
@@ -141,7 +143,9 @@ async def test_complete_statement_refuses_what_the_fence_refuses(db: Database) -
     await db.in_run_statement(lambda c: leases.claim_many(c, [mine, stolen], "w1", 30))
     await db.in_run_statement(lambda c: leases.claim_many(c, [expired], "w1", 0.001))
     await db.in_run_statement(lambda c: leases.claim_many(c, [cancelled], "w1", 30))
-    async with db.platform() as conn:  # another worker took "stolen"; an operator cancelled one
+    async with (
+        db.platform_writes() as conn
+    ):  # another worker took "stolen"; an operator cancelled one
         await conn.execute(
             "UPDATE awooop_run_state SET worker_id = 'w2', attempt_count = 2 WHERE run_id = $1",
             stolen,
@@ -189,7 +193,7 @@ async def test_fenced_record_many_writes_the_holders_and_refuses_the_rest(db: Da
     mine, stolen, finished = await create_runs(db, P, 3)
     for run_id in (mine, stolen, finished):
         assert await db.in_tenant(P, lambda c, r=run_id: leases.claim(c, r, "w1", 30))
-    async with db.platform() as conn:  # another worker took "stolen" (attempt 2)
+    async with db.platform_writes() as conn:  # another worker took "stolen" (attempt 2)
         await conn.execute(
             "UPDATE awooop_run_state SET worker_id = 'w2', attempt_count = 2 WHERE run_id = $1",
             stolen,

@@ -68,7 +68,7 @@ async def test_heartbeat_renews_only_the_workers_live_leases_and_writes_no_event
     assert await claim(db, theirs, "w2") is not None
     before = {r: await load(db, P, r) for r in [*mine, theirs]}
     await asyncio.sleep(0.01)  # time moves on: a renewal sets a later lease_until
-    renewed = await db.in_platform(lambda c: leases.heartbeat(c, "w1", [*mine, theirs], 60))
+    renewed = await db.in_platform_writes(lambda c: leases.heartbeat(c, "w1", [*mine, theirs], 60))
     assert renewed == set(mine)
     for run_id in mine:
         after = await load(db, P, run_id)
@@ -84,7 +84,7 @@ async def test_an_expired_lease_is_not_revived_by_a_heartbeat(db: Database) -> N
     [run_id] = await create_runs(db, P)
     assert await claim(db, run_id, "w1", ttl=SHORT) is not None
     await asyncio.sleep(SHORT * 2)
-    assert await db.in_platform(lambda c: leases.heartbeat(c, "w1", [run_id], 30)) == set()
+    assert await db.in_platform_writes(lambda c: leases.heartbeat(c, "w1", [run_id], 30)) == set()
 
 
 async def test_a_stale_attempt_cannot_complete_after_another_took_the_run(db: Database) -> None:
@@ -169,7 +169,9 @@ async def test_waiting_approval_is_never_reaped(db: Database) -> None:
     for _ in range(3):
         await asyncio.sleep(SHORT * 2)
         assert await reap_once(db) == (0, 0)
-        assert await db.in_platform(lambda c: leases.take_expired_batch(c, "w2", 30, 10)) == []
+        assert (
+            await db.in_platform_writes(lambda c: leases.take_expired_batch(c, "w2", 30, 10)) == []
+        )
     after = await load(db, P, run_id)
     assert after == before and after.status == "WAITING_APPROVAL"
 
@@ -187,7 +189,7 @@ async def test_concurrent_reapers_handle_each_run_once(db: Database) -> None:
 
 async def test_polling_skips_young_and_locked_runs(db: Database) -> None:
     run_ids = await create_runs(db, P, 5)
-    assert await db.in_platform(lambda c: leases.poll(c, "w1", 30, 10, 3600)) == []
+    assert await db.in_platform_writes(lambda c: leases.poll(c, "w1", 30, 10, 3600)) == []
     locked = asyncio.Event()
     release = asyncio.Event()
 
@@ -201,12 +203,14 @@ async def test_polling_skips_young_and_locked_runs(db: Database) -> None:
 
     holder = asyncio.create_task(hold_first())
     await locked.wait()
-    polled = await db.in_platform(lambda c: leases.poll(c, "w1", 30, 10, 0))
-    release.set()
-    await holder
+    try:
+        polled = await db.in_platform_writes(lambda c: leases.poll(c, "w1", 30, 10, 0))
+    finally:
+        release.set()  # a failing poll must not leave the holder (and the test) waiting
+        await holder
     assert {s.run_id for s in polled} == set(run_ids[1:])
     assert all(s.status == "RUNNING" and s.worker_id == "w1" for s in polled)
-    again = await db.in_platform(lambda c: leases.poll(c, "w2", 30, 10, 0))
+    again = await db.in_platform_writes(lambda c: leases.poll(c, "w2", 30, 10, 0))
     assert [s.run_id for s in again] == [run_ids[0]]
 
 
@@ -216,7 +220,7 @@ async def test_concurrent_pollers_never_share_a_run(db: Database) -> None:
     async def poller(n: int) -> list[uuid.UUID]:
         got: list[uuid.UUID] = []
         while True:
-            batch = await db.in_platform(lambda c: leases.poll(c, f"w{n}", 30, 7, 0))
+            batch = await db.in_platform_writes(lambda c: leases.poll(c, f"w{n}", 30, 7, 0))
             if not batch:
                 return got
             got += [s.run_id for s in batch]

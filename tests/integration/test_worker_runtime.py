@@ -169,7 +169,7 @@ async def test_a_lost_lease_cancels_the_handler_and_its_writes_are_fenced(
         )
         return await leases.reap(conn, 10)
 
-    [(_, requeued)] = await db.in_platform(stall_and_reap)
+    [(_, requeued)] = await db.in_platform_writes(stall_and_reap)
     assert isinstance(requeued, RunRequeued)
     await eventually(
         lambda: _has_effect(run_id, "cancelled"),
@@ -271,7 +271,7 @@ async def test_shutdown_releases_unfinished_runs_for_another_worker(
     # Another worker takes them at once (attempt 2, step one replayed).
     w2 = worker(db, msgspec.structs.replace(fast, shutdown_grace_s=5), concurrency=8)
     for run_id in slow:
-        async with db.platform() as conn:
+        async with db.platform_writes() as conn:
             await conn.execute(
                 "UPDATE awooop_run_state SET input = '{}'::jsonb WHERE run_id = $1", run_id
             )

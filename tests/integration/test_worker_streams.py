@@ -227,7 +227,7 @@ async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
     worker, intake = streaming_worker(db, quick, redis, concurrency=4)
     left = sample("awooop_reclaims_total", outcome="left")
     for _ in range(held_reclaims):
-        renewed = await db.in_platform(
+        renewed = await db.in_platform_writes(
             lambda c: leases.heartbeat(c, "holder", [run_id], holder_ttl)
         )
         assert renewed == {run_id}  # the long attempt is alive

@@ -31,7 +31,7 @@ FROM awooop_events ORDER BY tx_id, position
 async def log_envelopes(db: Database) -> list[Envelope]:
     """Every event of the log, in follower order, as the relay would publish it."""
     envelopes: list[Envelope] = []
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         for row in await conn.fetch(ALL_EVENTS):
             e = RecordedEvent(**dict(row.items()))
             tp = e.metadata.get("traceparent")

@@ -75,7 +75,7 @@ class Workload:
         # Every walker renews all of "worker-a"'s leases, in no particular row order: two such
         # renewals at once may deadlock, which Postgres breaks by aborting one; retried like
         # every transaction of the runtime (a real worker's renewals never overlap another's).
-        status = await self.db.in_platform(lambda conn: conn.execute(HEARTBEAT, "worker-a"))
+        status = await self.db.in_platform_writes(lambda conn: conn.execute(HEARTBEAT, "worker-a"))
         self.heartbeats += int(status.split()[-1])
 
     async def walker(self, runs: int, max_steps: int) -> None:

@@ -59,14 +59,14 @@ async def xadd_notice(redis: Any, keys: Keys, item: Notice) -> str:
 
 
 async def undelivered(db: Database) -> list[Notice]:
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         rows = await conn.fetch(UNDELIVERED)
     return [Notice(**dict(r.items())) for r in rows]
 
 
 async def drop_outbox(db: Database) -> int:
     """Mark every undelivered outbox row delivered without publishing it (a lost notice)."""
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         status = await conn.execute(MARK_ALL_DELIVERED)
     return int(status.split()[-1])
 
@@ -78,7 +78,7 @@ async def publish_outbox(db: Database, redis: Any, keys: Keys) -> int:
     items = await undelivered(db)
     for item in items:
         await xadd_notice(redis, keys, item)
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         await conn.execute(
             "UPDATE awooop_contract_outbox SET delivered_at = now() WHERE event_id = ANY($1)",
             [item.event_id for item in items],

@@ -80,7 +80,7 @@ async def statuses(db: Database) -> Counter[str]:
 
 async def all_histories(db: Database) -> dict[str, list[Any]]:
     """Every run's events, decoded, in version order (one query)."""
-    async with db.platform() as conn:
+    async with db.platform_writes() as conn:
         rows = await conn.fetch(
             "SELECT stream_id, data::text AS data FROM awooop_events "
             "WHERE stream_id LIKE 'run-%' ORDER BY stream_id, version"

@@ -50,6 +50,7 @@ from awooop.runs.leases.batch import (
     fenced_record_many,
     prepare_run_statements,
 )
+from awooop.runs.leases.pool import RunStatements
 from awooop.runs.leases.rules import (
     Availability,
     ClaimBatch,
@@ -82,6 +83,7 @@ __all__ = (
     "ClaimBatch",
     "Completion",
     "FencedWrite",
+    "RunStatements",
     "Taken",
     "availability",
     "claim",

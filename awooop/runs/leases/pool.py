@@ -1,0 +1,60 @@
+"""The worker's statements on every run's path, on the run pool: the one door to that pool.
+
+The run pool (:meth:`awooop.core.db.Database.in_run_statement`) keeps cached generic plans
+and, in a worker, a per-statement bound; a claim, a completion or a heartbeat sent there is
+one statement that commits on its own (no BEGIN/COMMIT: one round trip), and the fenced
+writes are one transaction. Which of the two a statement needs is decided here, once, so a
+call site names the statement and cannot pick the mode wrongly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from awooop.core.db import Database
+from awooop.core.errors import LeaseLostError, UnstorableValueError
+from awooop.log.state import RunState
+from awooop.runs.leases.batch import (
+    claim_many,
+    complete_many,
+    fenced_record_many,
+    prepare_run_statements,
+)
+from awooop.runs.leases.rules import ClaimBatch, Completion, FencedWrite
+from awooop.runs.leases.single import heartbeat
+
+Written = list[RunState | LeaseLostError | UnstorableValueError]
+
+
+class RunStatements:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def claim_many(
+        self,
+        run_ids: list[uuid.UUID],
+        worker_id: str,
+        ttl_s: float,
+        metadata: list[dict[str, Any] | None] | None = None,
+    ) -> ClaimBatch:
+        return await self.db.in_run_statement(
+            lambda conn: claim_many(conn, run_ids, worker_id, ttl_s, metadata)
+        )
+
+    async def complete_many(self, completions: list[Completion]) -> Written:
+        return await self.db.in_run_statement(lambda conn: complete_many(conn, completions))
+
+    async def heartbeat(
+        self, worker_id: str, run_ids: list[uuid.UUID], ttl_s: float
+    ) -> set[uuid.UUID]:
+        return await self.db.in_run_statement(
+            lambda conn: heartbeat(conn, worker_id, run_ids, ttl_s)
+        )
+
+    async def fenced_record_many(self, writes: list[FencedWrite]) -> Written:
+        return await self.db.in_run_transaction(lambda conn: fenced_record_many(conn, writes))
+
+    async def prepare(self, connections: int) -> None:
+        """Parse and plan every statement above on ``connections`` run-pool connections."""
+        await self.db.on_run_connections(connections, prepare_run_statements)
