@@ -88,7 +88,7 @@ async def seeded(db: Database) -> list[str]:
     missing: list[str] = []
     for table in tables:
         for project in (A, B):
-            async with db.platform() as conn:
+            async with db.platform_writes() as conn:
                 have = await conn.fetchval(
                     f"SELECT count(*) FROM {tenant_rows.quote_ident(table)} WHERE project_id = $1",
                     project,

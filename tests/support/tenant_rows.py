@@ -146,7 +146,7 @@ async def seed_project(db: Database, project_id: str) -> None:
     the credential tables, on the platform role, the only one that writes them)."""
     for build in BUILDERS:
         if build in PLATFORM_BUILDERS:
-            async with db.platform() as conn:
+            async with db.platform_writes() as conn:
                 await build(conn, project_id)
             continue
         async with db.tenant(project_id) as conn:
