@@ -97,7 +97,7 @@ async def start_relay(services: Services) -> tuple[Any, asyncio.Event, asyncio.T
 
 async def stand_in_publish(services: Services) -> float:
     """XADD the undelivered outbox rows like the relay does; returns the time of the XADD."""
-    async with services.db.platform() as conn:
+    async with services.db.platform_writes() as conn:
         rows = await conn.fetch(UNDELIVERED)
         published = time.time()
         for row in rows:
