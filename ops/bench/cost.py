@@ -229,7 +229,8 @@ class Client:
         """``role``: its name in the CPU split (None: not counted, as the observer)."""
         proc = await asyncio.create_subprocess_exec(
             python_of(stack.code),
-            str(HERE / "cost_producer.py"),
+            # The code under test's own client: its imports follow that checkout's layout.
+            str(Path(stack.code) / "ops" / "bench" / "cost_producer.py"),
             *args,
             cwd=stack.code,
             env=stack.env,
