@@ -147,6 +147,7 @@ class Relay:
             linger_s=settings.relay_linger_s,
             poll_interval_s=settings.relay_poll_interval_s,
             on_notices=self._notices_now,
+            dispatch_window_s=settings.relay_dispatch_window_s,
         )
         self.lease = Lease(
             database_url=settings.database_url,

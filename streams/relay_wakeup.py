@@ -3,9 +3,14 @@
 A statement-level trigger NOTIFYs ``awooop_relay`` on insert; the relay LISTENs on its
 connection and polls every ``AWOOOP_RELAY_POLL_INTERVAL_S`` as a fallback. A statement that
 wrote a dispatch event (``DISPATCH_EVENT_TYPES``: a worker waits for it) wakes the relay at
-once; one that wrote only other events (claims, steps, completions: for projectors) waits up
-to ``AWOOOP_RELAY_LINGER_S`` (default 5 ms, 0: at once), so that the events of a short run,
-or the next dispatch event's wake-up, share one read and one script call. When committed rows
+once, unless the previous dispatch notice came less than ``AWOOOP_RELAY_DISPATCH_WINDOW_S``
+ago (default 2 ms, 0: always at once): commits are then coming faster than one a window, and
+the relay waits one window, so that the dispatch events of that window share one read, one
+script call and, downstream, one worker read, claim and completion; a commit after a quieter
+spell (every commit at 100 runs/s) is read at once. One that wrote only other events
+(claims, steps, completions: for projectors) waits up to ``AWOOOP_RELAY_LINGER_S`` (default
+5 ms, 0: at once), so that the events of a short run, or the next dispatch event's wake-up,
+share one read and one script call. When committed rows
 are held back by an older running transaction (anywhere in the cluster: ``read_forward``
 waits for the snapshot's xmin) it re-checks after 1 ms, doubling up to 50 ms.
 """
@@ -36,14 +41,22 @@ class Wakeup:
     """Sets the loop's wake-up event for NOTIFYs, the lease renewer and held-back rows."""
 
     def __init__(
-        self, *, linger_s: float, poll_interval_s: float, on_notices: Callable[[], None]
+        self,
+        *,
+        linger_s: float,
+        poll_interval_s: float,
+        on_notices: Callable[[], None],
+        dispatch_window_s: float = 0.0,
     ) -> None:
         self.linger_s = linger_s
         self.poll_interval_s = poll_interval_s
+        self.dispatch_window_s = dispatch_window_s
         self.on_notices = on_notices  # a NOTIFY for the contract outbox: deliver notices now
         self.event: asyncio.Event | None = None  # the loop's, known from its first step
         self._recheck: asyncio.TimerHandle | None = None
         self._linger: asyncio.TimerHandle | None = None
+        self._window: asyncio.TimerHandle | None = None
+        self._last_dispatch = -float("inf")  # monotonic time of the last dispatch notice
         self._recheck_delay = MIN_RECHECK_S
         self._held_since: float | None = None  # when the current hold-back began
 
@@ -57,22 +70,41 @@ class Wakeup:
             self.on_notices()
         if self.event is None:
             return
-        linger = self.linger_s
-        if payload != EVENTS_PAYLOAD or linger <= 0:
-            self.event.set()
-        elif self._linger is None and not self.event.is_set():
+        busy = False
+        if payload == DISPATCH_PAYLOAD:
+            now = time.monotonic()
+            busy = now - self._last_dispatch < self.dispatch_window_s
+            self._last_dispatch = now
+        if self.event.is_set():
+            return  # a read is due anyway: it takes what this notice announced
+        if payload == EVENTS_PAYLOAD and self.linger_s > 0:
             # Only events no worker waits for: let the next ones of the run join them.
-            self._linger = asyncio.get_running_loop().call_later(linger, self._end_linger)
+            if self._linger is None:
+                self._linger = asyncio.get_running_loop().call_later(
+                    self.linger_s, self._end_timers
+                )
+            return
+        if not busy:
+            self.event.set()
+        elif self._window is None:
+            # Commits are coming fast: the ones of the next window share the read.
+            self._window = asyncio.get_running_loop().call_later(
+                self.dispatch_window_s, self._end_timers
+            )
 
-    def _end_linger(self) -> None:
-        self._linger = None
+    def _end_timers(self) -> None:
+        self._cancel_timers()
         self.set()
 
+    def _cancel_timers(self) -> None:
+        for timer in (self._linger, self._window):
+            if timer is not None:
+                timer.cancel()
+        self._linger = self._window = None
+
     def read_started(self) -> None:
-        """A read starts: it takes what the lingering notice announced."""
-        if self._linger is not None:
-            self._linger.cancel()
-            self._linger = None
+        """A read starts: it takes what the waiting notices announced."""
+        self._cancel_timers()
 
     def caught_up(self) -> None:
         """Nothing is held back: the next hold-back starts re-checking at the shortest delay."""
@@ -98,7 +130,7 @@ class Wakeup:
 
     def cancel(self) -> None:
         """The relay steps down: no timer outlives its leadership."""
-        for timer in (self._recheck, self._linger):
-            if timer is not None:
-                timer.cancel()
-        self._recheck = self._linger = None
+        self._cancel_timers()
+        if self._recheck is not None:
+            self._recheck.cancel()
+        self._recheck = None

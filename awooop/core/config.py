@@ -65,6 +65,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     relay_batch_size: int = 1000
     relay_trim_interval_s: float = 5.0
     relay_linger_s: float = 0.005
+    relay_dispatch_window_s: float = 0.002
     relay_leader_lease_s: float = 8.0
     relay_leader_renew_s: float = 2.0
     stream_maxlen: int = 100_000
@@ -154,8 +155,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"{env_name('db_pool_size')} must be 0 (from the concurrency) or more"
             )
-        if self.relay_linger_s < 0:
-            raise ConfigError(f"{env_name('relay_linger_s')} must be 0 (off) or more seconds")
+        for name in ("relay_linger_s", "relay_dispatch_window_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{env_name(name)} must be 0 (off) or more seconds")
         if self.ingest_config_cache_s < 0:
             raise ConfigError(f"{env_name('ingest_config_cache_s')} must be 0 (off) or more")
         for name in ("http_port", "metrics_port"):

@@ -208,6 +208,13 @@ class Stack:
                 for r in rows[:12]
                 if r["calls"]
             ],
+            "most_called": [
+                {
+                    "calls_per_run": round(r["calls"] / runs, 3),
+                    "query": " ".join(r["query"].split())[:100],
+                }
+                for r in sorted(rows, key=lambda r: -r["calls"])[:8]
+            ],
         }
 
     async def producer(self, mode: str, runs: int, warmup: int, rate: float, out: Path) -> Client:
