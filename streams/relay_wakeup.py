@@ -4,10 +4,11 @@ A statement-level trigger NOTIFYs ``awooop_relay`` on insert; the relay LISTENs 
 connection and polls every ``AWOOOP_RELAY_POLL_INTERVAL_S`` as a fallback. A statement that
 wrote a dispatch event (``DISPATCH_EVENT_TYPES``: a worker waits for it) wakes the relay at
 once, unless the previous dispatch notice came less than ``AWOOOP_RELAY_DISPATCH_WINDOW_S``
-ago (default 2 ms, 0: always at once): commits are then coming faster than one a window, and
-the relay waits one window, so that the dispatch events of that window share one read, one
-script call and, downstream, one worker read, claim and completion; a commit after a quieter
-spell (every commit at 100 runs/s) is read at once. One that wrote only other events
+ago (default 2 ms, 0: always at once) and the one before it did too: commits are then coming
+faster than one a window, and the relay waits one window, so that the dispatch events of
+that window share one read, one script call and, downstream, one worker read, claim and
+completion; a commit after a quieter spell (every commit at 100 runs/s, and one that caught
+up with another) is read at once. One that wrote only other events
 (claims, steps, completions: for projectors) waits up to ``AWOOOP_RELAY_LINGER_S`` (default
 5 ms, 0: at once), so that the events of a short run, or the next dispatch event's wake-up,
 share one read and one script call. When committed rows
@@ -57,6 +58,7 @@ class Wakeup:
         self._linger: asyncio.TimerHandle | None = None
         self._window: asyncio.TimerHandle | None = None
         self._last_dispatch = -float("inf")  # monotonic time of the last dispatch notice
+        self._short_gap = False  # whether it came within the window of the one before
         self._recheck_delay = MIN_RECHECK_S
         self._held_since: float | None = None  # when the current hold-back began
 
@@ -73,7 +75,11 @@ class Wakeup:
         busy = False
         if payload == DISPATCH_PAYLOAD:
             now = time.monotonic()
-            busy = now - self._last_dispatch < self.dispatch_window_s
+            short = now - self._last_dispatch < self.dispatch_window_s
+            # Two short gaps in a row: a steady stream, not one commit that caught up with
+            # another (a paced producer after a late wake-up).
+            busy = short and self._short_gap
+            self._short_gap = short
             self._last_dispatch = now
         if self.event.is_set():
             return  # a read is due anyway: it takes what this notice announced

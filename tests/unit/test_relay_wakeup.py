@@ -40,12 +40,23 @@ async def test_a_dispatch_notice_after_a_quiet_spell_wakes_the_relay_at_once() -
     assert w.event is not None and w.event.is_set()
 
 
+async def test_one_commit_that_caught_up_with_another_is_still_read_at_once() -> None:
+    w, _ = wakeup()
+    assert w.event is not None
+    notify(w, DISPATCH_PAYLOAD)
+    consume(w)
+    notify(w, DISPATCH_PAYLOAD)  # within the window of the first, after a quiet spell
+    assert w.event.is_set()
+
+
 async def test_dispatch_notices_faster_than_the_window_share_one_read_a_window_later() -> None:
     w, _ = wakeup()
     assert w.event is not None
     notify(w, DISPATCH_PAYLOAD)
     consume(w)
-    notify(w, DISPATCH_PAYLOAD)  # within the window of the first
+    notify(w, DISPATCH_PAYLOAD)  # within the window of the first: still at once
+    consume(w)
+    notify(w, DISPATCH_PAYLOAD)  # the second short gap in a row: a steady stream
     notify(w, DISPATCH_PAYLOAD)
     assert not w.event.is_set()  # waits for the window (a timer, not a busy read)
     started = asyncio.get_running_loop().time()
@@ -56,9 +67,11 @@ async def test_dispatch_notices_faster_than_the_window_share_one_read_a_window_l
 async def test_a_read_that_starts_meanwhile_takes_the_waiting_notices() -> None:
     w, _ = wakeup()
     assert w.event is not None
+    for _ in range(2):
+        notify(w, DISPATCH_PAYLOAD)
+        consume(w)
     notify(w, DISPATCH_PAYLOAD)
-    consume(w)
-    notify(w, DISPATCH_PAYLOAD)
+    assert not w.event.is_set()
     w.event.set()  # woken for another reason (a re-check, the poll)
     consume(w)  # this read sees the second commit: the window's timer is cancelled
     await asyncio.sleep(WINDOW_S * 2)
