@@ -8,11 +8,11 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from awooop.commands.doctor_check import FAIL, OK, WARN, Check, one, text
+from awooop.loops.store import LOOP_STALE_INTERVALS, MIN_WRITE_INTERVAL_S, stale_after_s
 from awooop.services import Services
 from streams.keys import WORKER_GROUP
 
 OUTBOX_WARN_S, OUTBOX_FAIL_S = 5.0, 60.0
-LOOP_STALE_INTERVALS = 5
 APPROVAL_SOON_S = 120.0
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -41,7 +41,7 @@ SELECT loop_name, project_id, interval_s, host, pid, consecutive_failures, last_
        extract(epoch FROM now() - coalesce(last_success_at, updated_at)) AS age,
        extract(epoch FROM now() - updated_at) AS heartbeat_age
 FROM awooop_loop_heartbeats
-WHERE coalesce(last_success_at, updated_at) < now() - make_interval(secs => interval_s * $1)
+WHERE coalesce(last_success_at, updated_at) < now() - make_interval(secs => interval_s * $1 + $2)
 ORDER BY 1, 2
 """
 
@@ -166,7 +166,7 @@ async def dead_letters(services: Services) -> list[Check]:
 
 async def loops(services: Services) -> list[Check]:
     async with services.db.platform() as conn:
-        stale = await conn.fetch(STALE_LOOPS, LOOP_STALE_INTERVALS)
+        stale = await conn.fetch(STALE_LOOPS, LOOP_STALE_INTERVALS, MIN_WRITE_INTERVAL_S)
     if not stale:
         return [Check("loops", OK, f"every loop ran within {LOOP_STALE_INTERVALS} cycles")]
     return [
@@ -181,7 +181,7 @@ def loop_problem(row: dict[str, Any]) -> tuple[str, str]:
     heartbeat means the process hosting it is STOPPED (or frozen)."""
     where = f"{row['host']} pid {row['pid']}"
     cycle = float(row["interval_s"])
-    if float(row["heartbeat_age"]) <= cycle * LOOP_STALE_INTERVALS:
+    if float(row["heartbeat_age"]) <= stale_after_s(cycle):
         error = row["last_error"] or "?"
         return (
             f"failing: {row['consecutive_failures']} failed iterations in a row, last success "

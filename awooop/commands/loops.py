@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from awooop.commands.doctor_flow import LOOP_STALE_INTERVALS
 from awooop.commands.output import add_wide, table
 from awooop.core.config import Settings
 from awooop.core.errors import UnknownLoopError
@@ -32,7 +31,13 @@ from awooop.core.process import EVENT_LOOP
 from awooop.core.telemetry import start_observability
 from awooop.loops.framework import LoopSpec, run_loops, set_heartbeat_sink
 from awooop.loops.registry import all_loops
-from awooop.loops.store import DatabaseHeartbeats, HeartbeatRow, project_source, read_heartbeats
+from awooop.loops.store import (
+    DatabaseHeartbeats,
+    HeartbeatRow,
+    project_source,
+    read_heartbeats,
+    stale_after_s,
+)
 from awooop.services import Services
 
 log = get_logger(__name__)
@@ -101,9 +106,10 @@ def ago(then: datetime | None, now: datetime) -> str:
 
 def loop_state(beat: HeartbeatRow, now: datetime) -> str:
     """Pure: what the loop is doing now (``doctor`` judges the same way): ``stopped`` when its
-    process has not reported for ``LOOP_STALE_INTERVALS`` cycles, else ``failing`` while its
-    last iterations raised, else ``ok``. An old ``last_error`` does not make it failing."""
-    if (now - beat.updated_at).total_seconds() > beat.interval_s * LOOP_STALE_INTERVALS:
+    process has not reported for ``LOOP_STALE_INTERVALS`` cycles (plus the heartbeat write
+    throttle: :func:`awooop.loops.store.stale_after_s`), else ``failing`` while its last
+    iterations raised, else ``ok``. An old ``last_error`` does not make it failing."""
+    if (now - beat.updated_at).total_seconds() > stale_after_s(beat.interval_s):
         return "stopped"
     return "failing" if beat.consecutive_failures else "ok"
 

@@ -25,6 +25,16 @@ from awooop.core.db import Database
 from awooop.loops.framework import HEARTBEAT_TIMEOUT_S, PLATFORM_PROJECT, Heartbeat, ProjectSource
 
 MIN_WRITE_INTERVAL_S = 1.0
+# A loop is stale (``awooop loops list``: stopped; ``awooop doctor``: FAIL) when its row has not
+# moved for this many cycles, plus the write throttle above: a healthy loop's row may trail by up
+# to MIN_WRITE_INTERVAL_S, which is more than five cycles of a loop that runs every 0.2 s.
+LOOP_STALE_INTERVALS = 5
+
+
+def stale_after_s(interval_s: float) -> float:
+    """Pure: how old a loop's heartbeat row may be before the loop counts as stale."""
+    return interval_s * LOOP_STALE_INTERVALS + MIN_WRITE_INTERVAL_S
+
 
 # --- SQL ----------------------------------------------------------------------------------------
 UPSERT_HEARTBEAT = """

@@ -5,14 +5,21 @@ line shows its reason first; ``loops list`` tells the state now from the last er
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from awooop.cli import build_parser
+from awooop.commands.doctor_flow import loop_problem
 from awooop.commands.loops import listing, loop_state, render
 from awooop.commands.output import ELLIPSIS, TEXT_LIMIT, clip, table
 from awooop.commands.runs import detail_text, render_timeline
-from awooop.loops.store import HeartbeatRow
+from awooop.loops.store import (
+    LOOP_STALE_INTERVALS,
+    MIN_WRITE_INTERVAL_S,
+    HeartbeatRow,
+    stale_after_s,
+)
 from projections.timeline import TimelineLine
 
 
@@ -89,6 +96,23 @@ def beat(now: datetime, *, updated_s: float, failures: int, error: str | None) -
         now - timedelta(seconds=updated_s),
         now,
     )
+
+
+def test_a_fast_loop_is_not_stale_while_its_heartbeat_writes_are_throttled() -> None:
+    """A loop every 0.2 s writes its row at most once a second (MIN_WRITE_INTERVAL_S): five
+    cycles are 1 s, so the rule allows for the throttle (seen: ``loops list`` said stopped
+    for a healthy relay loop between two writes)."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    fast = dataclasses.replace(beat(now, updated_s=1.5, failures=0, error=None), interval_s=0.2)
+    assert stale_after_s(0.2) == 0.2 * LOOP_STALE_INTERVALS + MIN_WRITE_INTERVAL_S
+    assert loop_state(fast, now) == "ok"
+    late = dataclasses.replace(fast, updated_at=now - timedelta(seconds=2.1))
+    assert loop_state(late, now) == "stopped"
+    detail, _fix = loop_problem(
+        {"host": "h", "pid": 7, "interval_s": 0.2, "heartbeat_age": 1.5, "age": 9.0}
+        | {"consecutive_failures": 3, "last_error": "OSError: x"}
+    )
+    assert detail.startswith("failing")  # the process still reports: failing, not stopped
 
 
 def test_loops_list_separates_the_state_now_from_the_last_error() -> None:
