@@ -4,7 +4,9 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PACKAGES := awooop streams projections
-PYTEST_ARGS ?=
+# Two test processes: the suite mostly waits (servers, subprocesses, leases running out), and
+# each test has its own database and Redis key prefix. PYTEST_ARGS='-n 0' runs it in one.
+PYTEST_ARGS ?= -n 2
 
 .PHONY: install services lint test demo bench clean
 
