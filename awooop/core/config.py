@@ -234,15 +234,23 @@ def env_name(field: str) -> str:
 
 
 def _check_url(field: str, value: str, schemes: tuple[str, ...]) -> None:
+    """A URL of one of ``schemes`` with a host; a Postgres URL may name several hosts
+    (``postgresql://h1:p1,h2:p2/db?target_session_attrs=read-write``: connect to whichever is
+    the primary, as libpq and asyncpg do), each checked on its own."""
     parts = urlsplit(value)
-    if parts.scheme not in schemes or not parts.hostname:
-        raise ConfigError(
-            f"{env_name(field)} must be a URL like {schemes[0]}://host:port/..., got {value!r}"
-        )
-    try:
-        _ = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"{env_name(field)} has an invalid port: {value!r}") from exc
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    several = "postgresql" in schemes and "," in hosts
+    for host in hosts.split(",") if several else [hosts]:
+        netloc = f"{userinfo}@{host}" if userinfo else host
+        one = parts._replace(netloc=netloc)
+        if parts.scheme not in schemes or not one.hostname:
+            raise ConfigError(
+                f"{env_name(field)} must be a URL like {schemes[0]}://host:port/..., got {value!r}"
+            )
+        try:
+            _ = one.port
+        except ValueError as exc:
+            raise ConfigError(f"{env_name(field)} has an invalid port: {value!r}") from exc
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -52,6 +52,9 @@ def test_values_come_from_the_environment() -> None:
         ({"AWOOOP_HEARTBEAT_INTERVAL_S": "60"}, "AWOOOP_HEARTBEAT_INTERVAL_S"),
         ({"AWOOOP_HTTP_PORT": "70000"}, "AWOOOP_HTTP_PORT"),
         ({"AWOOOP_DB_POOL_SIZE": "-1"}, "AWOOOP_DB_POOL_SIZE"),
+        ({"AWOOOP_DATABASE_URL": "postgresql://u@h1:5432,h2:x/db"}, "AWOOOP_DATABASE_URL"),
+        ({"AWOOOP_DATABASE_URL": "postgresql://h1:5432,/db"}, "AWOOOP_DATABASE_URL"),
+        ({"AWOOOP_REDIS_URL": "redis://h1:6379,h2:6379/0"}, "AWOOOP_REDIS_URL"),
     ],
 )
 def test_bad_configuration_names_the_variable(env: dict[str, str], named: str) -> None:
@@ -99,3 +102,9 @@ def test_a_workers_pools_come_from_its_concurrency_unless_set() -> None:
     assert worker_connections(auto, 16) == 3 * 5 + 1 + 2  # three pools, LISTEN, pointer checks
     set_ = load_settings(environ={"AWOOOP_DB_POOL_SIZE": "1"})
     assert worker_connections(set_, 16) == 3 * 1 + 1 + 2
+
+
+def test_a_database_url_may_name_a_primary_and_its_standbys() -> None:
+    """libpq's and asyncpg's multi-host form: connect to whichever host is read-write."""
+    url = "postgresql://app:pw@10.0.0.1:5432,10.0.0.2:5433/awooop?target_session_attrs=read-write"
+    assert load_settings(environ={"AWOOOP_DATABASE_URL": url}).database_url == url
