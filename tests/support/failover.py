@@ -19,6 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
@@ -62,9 +63,14 @@ class Formation:
 
     # --- life -------------------------------------------------------------------------------
 
-    def _command(self, *args: str) -> list[str]:
+    def _as_postgres(self, *argv: str) -> list[str]:
+        """``argv`` as the ``postgres`` user when we are root, with the server binaries on
+        the PATH (pg_autoctl calls pg_ctl and initdb by name)."""
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        return [*prefix, "env", f"PATH={self.env['PATH']}", "pg_autoctl", *args]
+        return [*prefix, "env", f"PATH={self.env['PATH']}", *argv]
+
+    def _command(self, *args: str) -> list[str]:
+        return self._as_postgres("pg_autoctl", *args)
 
     def _spawn(self, name: str, *args: str) -> None:
         with open(self.dir / f"{name}.log", "ab") as log:  # the child keeps its own copy
@@ -109,8 +115,10 @@ class Formation:
             data = self.dir / name
             if (data / "postmaster.pid").exists():
                 subprocess.run(
-                    [*self._command()[:-1], str(postgres_bindir() / "pg_ctl"), "-D", str(data),
-                     "-m", "immediate", "stop"],
+                    self._as_postgres(
+                        str(postgres_bindir() / "pg_ctl"), "-D", str(data), "-m", "immediate",
+                        "stop",
+                    ),
                     capture_output=True, check=False, env=self.env, timeout=60,
                 )  # fmt: skip
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -163,8 +171,7 @@ class Formation:
         os.kill(pid, signal.SIGKILL)
         return name
 
-    def wait_for(self, condition: object, within_s: float, what: str) -> None:
-        assert callable(condition)
+    def wait_for(self, condition: Callable[[], bool], within_s: float, what: str) -> None:
         deadline = time.monotonic() + within_s
         while not condition():
             if time.monotonic() > deadline:
