@@ -18,14 +18,14 @@ import asyncio
 import contextlib
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from awooop.core.db import Connection
-from awooop.core.errors import ProjectionStreamError
+from awooop.core.errors import ArchivedHeadError, ProjectionStreamError
 from awooop.core.events import decode_event
 from awooop.core.pools import PLATFORM_ROLE, connect
 from projections.base import BulkOutput, LogEvent, Projection, TableNames
@@ -37,13 +37,54 @@ HEX = "0123456789abcdef"
 SNAPSHOT_ID = re.compile(r"^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$")
 
 # data as jsonb: the reader's codec hands its JSON bytes straight to the event decoder.
-BULK = """
+_EVENTS = """
 SELECT stream_id, version, project_id, position, event_type, data,
        metadata->>'traceparent' AS traceparent
-FROM awooop_events
+FROM {table}
 WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
-ORDER BY stream_id, version
 """
+# A stream whose first events are archived starts from its snapshot: a row at version 0 (first
+# in its stream) whose position column carries the snapshot's version and data its state.
+SNAPSHOT_EVENT = "$snapshot"
+_SNAPSHOTS = """
+SELECT stream_id, 0, project_id, version::bigint, '$snapshot', state, NULL
+FROM awooop_stream_snapshots
+WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
+"""
+BULK = _SNAPSHOTS + "UNION ALL" + _EVENTS.format(table="awooop_events") + "ORDER BY 1, 2"
+
+
+def bulk_query(archive_table: str | None) -> str:
+    """The bulk pass's read: the live log after the snapshots, or (with the archive restored
+    into ``archive_table``, a name the replay chose) the archived events before the live log."""
+    if archive_table is None:
+        return BULK
+    return (
+        _EVENTS.format(table=archive_table)
+        + "UNION ALL"
+        + _EVENTS.format(table="awooop_events")
+        + "ORDER BY 1, 2"
+    )
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    stream_id: str
+    version: int
+    state: bytes | None
+
+
+def resume_stream(
+    projection: Projection, snapshot: Snapshot, events: Sequence[LogEvent], out: BulkOutput
+) -> None:
+    """Fold a stream from its snapshot, or refuse clearly when this projection cannot."""
+    resume = getattr(projection, "bulk_resume", None)
+    if resume is None or snapshot.state is None:
+        raise ArchivedHeadError(
+            f"stream {snapshot.stream_id}: its events up to version {snapshot.version} are "
+            f"archived; replay {projection.name} with --from-archive DIR",
+            stream_id=snapshot.stream_id,
+        )
+    resume(snapshot.state, events, out)
 
 
 async def use_binary_json(conn: Connection) -> None:
@@ -119,6 +160,7 @@ async def fold_range(
     fetch_rows: int,
     on_batch: Callable[[int], None],
     write_finish: bool,
+    archive_table: str | None = None,
 ) -> BulkResult:
     """Fold the streams in [low, high) (``reader`` is inside the snapshot's transaction)."""
     result = BulkResult()
@@ -151,18 +193,33 @@ async def fold_range(
         out = BulkOutput()
         buffered = 0
         group: list[LogEvent] = []
-        cursor = await reader.cursor(BULK, low, high, project)
+        stream: str | None = None
+        snapshot: Snapshot | None = None
+
+        def fold_stream() -> None:
+            if snapshot is None:
+                projection.bulk_stream(group, out)
+            else:
+                resume_stream(projection, snapshot, group, out)
+
+        cursor = await reader.cursor(bulk_query(archive_table), low, high, project)
         pending = asyncio.ensure_future(cursor.fetch(fetch_rows))
         try:
             while records := await pending:
                 pending = asyncio.ensure_future(cursor.fetch(fetch_rows))
                 await asyncio.sleep(0)  # send the next FETCH before the CPU work below
                 for r in records:
-                    if group and r[0] != group[0].stream_id:
-                        projection.bulk_stream(group, out)
-                        buffered += len(group)
-                        group = []
-                    group.append(to_log_event(r, projection))
+                    if r[0] != stream:
+                        if stream is not None:
+                            fold_stream()
+                            buffered += len(group)
+                        stream, group, snapshot = r[0], [], None
+                    if r[4] == SNAPSHOT_EVENT:
+                        snapshot = Snapshot(r[0], r[3], r[5])
+                    elif snapshot is None or r[1] > snapshot.version:
+                        # (an event at or below the snapshot: archived, its partition not yet
+                        # dropped)
+                        group.append(to_log_event(r, projection))
                 result.events += len(records)
                 on_batch(len(records))
                 if buffered >= batch_rows:
@@ -173,8 +230,8 @@ async def fold_range(
                 pending.cancel()
             with contextlib.suppress(BaseException):
                 await pending
-        if group:
-            projection.bulk_stream(group, out)
+        if stream is not None:
+            fold_stream()
         await flush(out)
         finish = BulkOutput()
         projection.bulk_finish(finish)
@@ -207,6 +264,7 @@ def run_worker(
     fetch_rows: int,
     queue: Any,
     index: int,
+    archive_table: str | None = None,
 ) -> None:
     """Entry point of a bulk worker process: reports ("progress", n), then ("done", index,
     events, rows, finish) or ("error", index, error class name, message) on ``queue``."""
@@ -226,6 +284,7 @@ def run_worker(
                 batch_rows,
                 fetch_rows,
                 queue,
+                archive_table,
             )
         )
         queue.put(("done", index, result.events, result.rows, result.finish))
@@ -244,6 +303,7 @@ async def _worker(
     batch_rows: int,
     fetch_rows: int,
     queue: Any,
+    archive_table: str | None,
 ) -> BulkResult:
     from projections import registry
 
@@ -270,6 +330,7 @@ async def _worker(
                 fetch_rows=fetch_rows,
                 on_batch=lambda n: queue.put(("progress", n)),
                 write_finish=False,
+                archive_table=archive_table,
             )
     finally:
         await reader.close()

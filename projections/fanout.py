@@ -30,6 +30,7 @@ class WorkerJob:
     workers: int
     batch_rows: int
     fetch_rows: int
+    archive_table: str | None = None  # the restored archive, read before the live log
 
 
 async def fold_in_workers(
@@ -57,6 +58,7 @@ async def fold_in_workers(
                 job.fetch_rows,
                 messages,
                 index,
+                job.archive_table,
             ),
             daemon=True,
         )

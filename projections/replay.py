@@ -44,6 +44,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import asyncpg
@@ -53,7 +54,8 @@ from awooop.core.errors import ReplayBusyError, ReplayPrivilegeError, SwapLockTi
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.log.eventlog import Cursor
-from projections import schema
+from projections import archive, schema
+from projections.archive import raw_json_copy
 from projections.base import Projection, TableNames, stream_range
 from projections.bulk import fold_range, raw_jsonb, use_binary_json
 from projections.diff import carry_clock_sql, diff_table, repair_project
@@ -89,6 +91,24 @@ SELECT coalesce(sum(version), 0)::bigint FROM awooop_event_streams
 WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
 """
 COUNT_LAGGING = "SELECT count(*) FROM ({lagging}) x"
+# The restore table (--from-archive): the archive's columns, tx_id as a plain number. Its name
+# is awooop_restored_<projection> (a registered projection's name, never user input).
+
+
+def create_restored_sql(table: str) -> str:
+    return (
+        f"CREATE UNLOGGED TABLE {table} (position bigint, tx_id bigint, event_id uuid, "
+        "stream_id text, version integer, project_id text, event_type text, data jsonb, "
+        "metadata jsonb, recorded_at timestamptz)"
+    )
+
+
+def index_restored_sql(table: str) -> str:
+    return f"CREATE INDEX ON {table} (stream_id, version); ANALYZE {table}"
+
+
+def drop_restored_sql(table: str) -> str:
+    return f"DROP TABLE IF EXISTS {table}"
 
 
 class Replay:
@@ -108,6 +128,7 @@ class Replay:
         lock_timeout_s: float = 2.0,
         lock_attempts: int = 20,
         on_events: Callable[[int], None] | None = None,
+        archive_dir: Path | None = None,
     ) -> None:
         self.url = database_url
         self.projection = projection
@@ -120,6 +141,11 @@ class Replay:
         self.lock_timeout_s = lock_timeout_s
         self.lock_attempts = lock_attempts
         self.on_events = on_events  # called after each bulk batch (tests interrupt through it)
+        self.archive_dir = archive_dir
+        # The archived events restored for the bulk pass (--from-archive), dropped at the end.
+        self.archive_table = (
+            f"awooop_restored_{projection.name}" if archive_dir is not None else None
+        )
         self.low, self.high = stream_range(projection.stream_prefix)
         self.shadows = TableNames({t.name: schema.shadow_name(t.name) for t in projection.tables})
         self.types = projection.event_types
@@ -145,6 +171,8 @@ class Replay:
                     )
             for spec in self.projection.tables:
                 await schema.create_shadow(control, spec.name)
+            if self.archive_dir is not None:
+                report.archived_events = await self._restore(self.archive_dir)
             cursor = await self._bulk(report)
             for spec in self.projection.tables:
                 await schema.build_indexes(control, spec.name)
@@ -187,6 +215,8 @@ class Replay:
                 await conn.fetchval(REPLAY_LOCK_WAIT, self.projection.name)
                 for spec in self.projection.tables:
                     await schema.drop_shadow(conn, spec.name)
+                if self.archive_table is not None:
+                    await conn.execute(drop_restored_sql(self.archive_table))
                 await conn.fetchval(REPLAY_UNLOCK, self.projection.name)
             finally:
                 await conn.close()
@@ -231,6 +261,7 @@ class Replay:
                     fetch_rows=self.fetch_rows,
                     on_batch=advanced,
                     write_finish=True,
+                    archive_table=self.archive_table,
                 )
                 rows = result.rows
             else:
@@ -245,6 +276,7 @@ class Replay:
                     self.workers,
                     self.batch_rows,
                     self.fetch_rows,
+                    self.archive_table,
                 )
                 rows = await fold_in_workers(job, exported, writer, advanced)
         for table, n in rows.items():
@@ -253,6 +285,30 @@ class Replay:
             report.rows.setdefault(spec.name, 0)
         report.bulk_seconds = progress.finish()
         return Cursor(xmin - 1, MAX_POSITION)
+
+    # --- the archive -------------------------------------------------------------------------
+
+    async def _restore(self, directory: Path) -> int:
+        """Copy the events of every dropped partition from its file into the restore table
+        (checked against the catalogue and the checksums first); return how many."""
+        assert self.archive_table is not None
+        conn = await self._connect(None)
+        await conn.execute(drop_restored_sql(self.archive_table))
+        await conn.execute(create_restored_sql(self.archive_table))
+        await raw_json_copy(conn)
+        entries = await archive.dropped_partitions(conn)
+        restored = 0
+        async for events in archive.archived_events(directory, entries):
+            await conn.copy_records_to_table(
+                self.archive_table,
+                records=[archive.restored_record(e) for e in events],
+                columns=archive.EVENT_COLUMNS,
+            )
+            restored += len(events)
+        await conn.execute(index_restored_sql(self.archive_table))
+        await conn.execute(f"GRANT SELECT ON {self.archive_table} TO {PLATFORM_ROLE}")
+        log.info("replay_archive_restored", partitions=len(entries), events=restored)
+        return restored
 
     # --- tail ------------------------------------------------------------------------------------
 
@@ -385,9 +441,15 @@ async def replay(
     swap: bool = False,
     progress_stream: TextIO | None = None,
     workers: int = 1,
+    archive_dir: Path | None = None,
 ) -> ReplayReport:
     return await Replay(
-        database_url, projection, project=project, progress_stream=progress_stream, workers=workers
+        database_url,
+        projection,
+        project=project,
+        progress_stream=progress_stream,
+        workers=workers,
+        archive_dir=archive_dir,
     ).run(verify=verify, swap=swap)
 
 

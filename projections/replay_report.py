@@ -23,6 +23,7 @@ class ReplayReport:
     repaired_rows: int | None = None
     lock_ms: float | None = None
     label: str = "key"
+    archived_events: int | None = None  # read from the archive's files (--from-archive)
 
     @property
     def differences(self) -> int:
@@ -40,6 +41,8 @@ class ReplayReport:
             f"{self.bulk_seconds:.1f}s ({self.events_per_s:,.0f} events/s), "
             f"then {self.tail_events + self.snapshot_events:,} tail events"
         ]
+        if self.archived_events is not None:
+            out.append(f"archive: {self.archived_events:,} events read from archived partitions")
         for d in self.diffs:
             out.extend(d.lines(self.label))
         if self.behind:

@@ -24,7 +24,15 @@ from typing import Any, ClassVar
 
 from awooop.core.db import Connection
 from awooop.core.events import RUN_EVENT_TYPES
-from awooop.log.state import COLUMNS, LEASED, RunState, apply, row_to_state, state_values
+from awooop.log.state import (
+    COLUMNS,
+    LEASED,
+    RunState,
+    apply,
+    decode_state,
+    row_to_state,
+    state_values,
+)
 from projections.base import (
     BulkOutput,
     LogEvent,
@@ -193,7 +201,14 @@ class RunStateProjection:
         await conn.execute(_drop_zero_counts(table), projects, statuses)
 
     def bulk_stream(self, events: Sequence[LogEvent], out: BulkOutput) -> None:
-        state = fold_run(None, events)
+        self._bulk_add(fold_run(None, events), out)
+
+    def bulk_resume(self, snapshot: bytes, events: Sequence[LogEvent], out: BulkOutput) -> None:
+        """Fold a run whose first events are archived from their snapshot (the JSON of the
+        RunState they fold to, in awooop_stream_snapshots)."""
+        self._bulk_add(fold_run(decode_state(snapshot), events), out)
+
+    def _bulk_add(self, state: RunState, out: BulkOutput) -> None:
         out.add(self.table, state_values(state))
         if self.counts is not None:
             self._bulk_counts[(state.project_id, str(state.status))] += 1

@@ -35,6 +35,7 @@ from awooop.commands.doctor_flow import (
     consumer_groups,
     dead_letters,
     leases,
+    log_partitions,
     loops,
     outbox,
 )
@@ -100,6 +101,7 @@ CHECKS: tuple[CheckFn, ...] = (
     approvals,
     dead_letters,
     loops,
+    log_partitions,
 )
 
 

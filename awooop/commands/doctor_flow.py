@@ -3,17 +3,21 @@ and the background loops."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from redis.exceptions import ResponseError
 
 from awooop.commands.doctor_check import FAIL, OK, WARN, Check, one, text
+from awooop.log import partitions
 from awooop.loops.store import LOOP_STALE_INTERVALS, MIN_WRITE_INTERVAL_S, stale_after_s
 from awooop.services import Services
 from streams.keys import WORKER_GROUP
 
 OUTBOX_WARN_S, OUTBOX_FAIL_S = 5.0, 60.0
 APPROVAL_SOON_S = 120.0
+PARTITIONS_FAIL, PARTITIONS_WARN = timedelta(days=2), timedelta(days=7)
+ARCHIVE_LATE = timedelta(days=2)
 
 # --- SQL -----------------------------------------------------------------------------------
 EVENTS_LAG = """
@@ -197,3 +201,50 @@ def loop_problem(row: dict[str, Any]) -> tuple[str, str]:
         "projector/worker --with-loops that ran it); a frozen process: restart it "
         "(alert BackgroundLoopStale)",
     )
+
+
+def partition_check(
+    parts: list[partitions.Partition],
+    now: datetime,
+    retention: timedelta,
+    archiving: bool,
+) -> Check:
+    """Pure: the verdict on the log's partitions (coverage ahead, an archive that is late)."""
+    until = partitions.covered_until(parts)
+    fix = (
+        "run the log_partitions loop (`awooop loops run`, `awooop loops list`), or once: "
+        "SELECT awooop_ensure_log_partitions(now(), now() + interval '14 days', 7)"
+    )
+    if until is None or until - now < PARTITIONS_FAIL:
+        return Check(
+            "log partitions",
+            FAIL,
+            f"writes after {until or now:%Y-%m-%d %H:%M} will be refused",
+            fix,
+        )
+    if until - now < PARTITIONS_WARN:
+        return Check("log partitions", WARN, f"partitions end on {until:%Y-%m-%d}", fix)
+    due = partitions.due_for_archive(parts, now, retention + ARCHIVE_LATE)
+    if archiving and due is not None:
+        return Check(
+            "log partitions",
+            WARN,
+            f"{due.name} is due for the archive since {due.range_to + retention:%Y-%m-%d}",
+            "read the log_archive_refused log lines of the log_partitions loop: a live run or a "
+            "follower behind holds it (docs/operations.md, The log's archive)",
+        )
+    oldest = min(p.range_from for p in parts)
+    return Check(
+        "log partitions",
+        OK,
+        f"{len(parts)} partitions from {oldest:%Y-%m-%d} to {until:%Y-%m-%d}",
+    )
+
+
+async def log_partitions(services: Services) -> list[Check]:
+    settings = services.settings
+    async with services.db.platform() as conn:
+        now = await conn.fetchval(partitions.NOW)
+        parts = await partitions.partitions(conn)
+    retention = timedelta(days=settings.log_retention_days)
+    return [partition_check(parts, now, retention, bool(settings.log_archive_dir))]

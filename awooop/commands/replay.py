@@ -6,12 +6,17 @@ Postgres event log (see :mod:`projections.replay`).
 - ``--swap``: rebuild, report, then swap the rebuilt table in atomically while writers keep
   running (with ``--project``: repair that project's rows in place). Exit 0 when the swap is
   done, unless ``--verify`` was given too and there was a difference (then 1, after the repair).
+- ``--from-archive DIR``: read the events of archived (dropped) partitions from their files in
+  DIR (each checked against its checksum and the catalogue) before the live log, so the
+  projection is rebuilt from the beginning. Without it, runs whose first events are archived
+  start from their snapshots; other projections then refuse with E-REPLAY-005.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from awooop.core.config import Settings
@@ -36,6 +41,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--verify", action="store_true", help="report differences (default)")
     parser.add_argument("--swap", action="store_true", help="swap the rebuilt table in")
     parser.add_argument(
+        "--from-archive",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="read the archived partitions' files in DIR before the live log",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=None,
@@ -58,6 +70,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         swap=args.swap,
         progress_stream=sys.stderr,
         workers=args.workers or default_workers(),
+        archive_dir=args.from_archive,
     )
     for line in report.lines():
         print(line)

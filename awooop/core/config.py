@@ -59,6 +59,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     dedupe_expiry_interval_s: float = 60.0
     dedupe_expiry_batch: int = 5000
     approval_ttl_s: float = 15 * 60.0
+    # The time-partitioned log (awooop.log.partitions, awooop.log.archive): partition length,
+    # how long a partition stays after it ends, where archived partitions go ("" keeps them).
+    log_partition_days: int = 7
+    log_retention_days: float = 28.0
+    log_archive_dir: str = ""
+    log_partitions_interval_s: float = 600.0
     approval_resolver_interval_s: float = 10.0
 
     relay_poll_interval_s: float = 1.0
@@ -112,6 +118,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "dedupe_expiry_interval_s",
             "approval_ttl_s",
             "approval_resolver_interval_s",
+            "log_partitions_interval_s",
             "relay_poll_interval_s",
             "relay_trim_interval_s",
             "policy_revalidate_s",
@@ -141,6 +148,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "ingest_batch_max_deliveries",
             "llm_max_connections",
             "pointer_check_connections",
+            "log_partition_days",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")
@@ -158,6 +166,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         for name in ("relay_linger_s", "relay_dispatch_window_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{env_name(name)} must be 0 (off) or more seconds")
+        if self.log_retention_days <= 0:
+            raise ConfigError(f"{env_name('log_retention_days')} must be a positive number of days")
         if self.ingest_config_cache_s < 0:
             raise ConfigError(f"{env_name('ingest_config_cache_s')} must be 0 (off) or more")
         for name in ("http_port", "metrics_port"):

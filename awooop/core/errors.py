@@ -425,6 +425,31 @@ class SwapLockTimeoutError(AwoooPError):
     retryable = True
 
 
+class ArchivedHeadError(AwoooPError):
+    """A stream's first events are archived and this projection cannot start from a
+    snapshot: replay it with ``--from-archive DIR``; nothing was changed."""
+
+    code = "E-REPLAY-005"
+
+
+# --- the partitioned log and its archive ------------------------------------------------------
+
+
+class ArchiveFileError(AwoooPError):
+    """An archive file is missing, does not match its checksum, or is not a complete archive of
+    its partition; nothing was read from it."""
+
+    code = "E-ARCHIVE-001"
+
+
+class ArchiveRefusedError(AwoooPError):
+    """A partition cannot be archived now (live runs, a follower behind it, a stream whose
+    versions do not follow its snapshot); nothing was changed."""
+
+    code = "E-ARCHIVE-002"
+    retryable = True
+
+
 # --- revisions and the model gateway (revisions area) ---------------------------------------
 
 

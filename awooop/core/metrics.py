@@ -28,6 +28,19 @@ INGEST_BATCH = Histogram(
 DEDUPE_EXPIRED = Counter(
     "awooop_dedupe_expired_total", "Expired channel-event dedupe rows deleted by the expiry loop"
 )
+LOG_PARTITION_AHEAD = Gauge(
+    "awooop_log_partition_ahead_seconds",
+    "Time until the newest partition of the event log ends (writes after that are refused; the "
+    "log_partitions loop keeps it about 14 days ahead)",
+)
+LOG_PARTITIONS_ARCHIVED = Counter(
+    "awooop_log_partitions_archived_total",
+    "Partitions of the event log written to the archive and dropped",
+)
+LOG_ARCHIVE_REFUSED = Counter(
+    "awooop_log_archive_refused_total",
+    "Archive attempts of a due partition refused for now (live runs, a follower behind)",
+)
 
 READINESS_DEGRADED = Gauge(
     "awooop_readiness_degraded",

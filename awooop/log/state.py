@@ -132,6 +132,19 @@ def state_values(state: RunState) -> tuple[Any, ...]:
     return msgspec.structs.astuple(state)
 
 
+_state_encoder = msgspec.json.Encoder()
+_state_decoder = msgspec.json.Decoder(RunState)
+
+
+def encode_state(state: RunState) -> bytes:
+    """The state as JSON: what a stream snapshot keeps (awooop_stream_snapshots.state)."""
+    return _state_encoder.encode(state)
+
+
+def decode_state(data: bytes | str) -> RunState:
+    return _state_decoder.decode(data)
+
+
 def allowed(status: RunStatus | None, type_name: str) -> bool:
     return type_name in TRANSITIONS[status]
 

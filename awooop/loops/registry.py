@@ -16,6 +16,7 @@ LOOP_MODULES: tuple[str, ...] = (
     "awooop.loops.stats",
     "awooop.loops.relay",
     "awooop.loops.dedupe_expiry",
+    "awooop.loops.log_partitions",
     "awooop.loops.runs",
     "awooop.loops.projector",
 )

@@ -78,6 +78,19 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "ops",
             ),
             (
+                "Event log partitions: time left ahead",
+                [("min(awooop_log_partition_ahead_seconds)", "until the newest partition ends")],
+                "s",
+            ),
+            (
+                "Event log partitions archived and refused per hour",
+                [
+                    ("sum(increase(awooop_log_partitions_archived_total[1h]))", "archived"),
+                    ("sum(increase(awooop_log_archive_refused_total[1h]))", "refused"),
+                ],
+                "short",
+            ),
+            (
                 "Leases per second",
                 [
                     ("sum by (path) (rate(awooop_lease_claims_total[5m]))", "claimed ({{path}})"),

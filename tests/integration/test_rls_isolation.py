@@ -31,13 +31,20 @@ PRODUCER_WRITES = {
     "awooop_event_streams": ("producer_inserts", "producer_updates"),
 }
 
+# Partitions of the log are left out: no tenant role has any grant on them (checked below).
 TENANT_TABLES = """
 SELECT c.table_name
 FROM information_schema.columns c
 JOIN information_schema.tables t USING (table_schema, table_name)
 WHERE c.table_schema = 'public' AND c.column_name = 'project_id'
   AND t.table_type = 'BASE TABLE'
+  AND NOT (SELECT relispartition FROM pg_class WHERE oid = to_regclass(c.table_name))
 ORDER BY c.table_name
+"""
+PARTITION_GRANTS = """
+SELECT c.relname, has_table_privilege($1, c.oid, 'SELECT, INSERT, UPDATE, DELETE') AS granted
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'awooop_events'::regclass
 """
 # The restrictive policy for producer logins, as pg_policies shows it.
 BOUND = "(project_id = ANY (( SELECT awooop_my_projects() AS awooop_my_projects)::text[]))"
@@ -120,6 +127,19 @@ async def test_the_known_tenant_tables_are_discovered(db: Database) -> None:
         "awooop_projects",
         "awooop_loop_heartbeats",
     } <= tables
+
+
+async def test_no_tenant_role_can_reach_a_partition_of_the_log_directly(db: Database) -> None:
+    async with db.platform_writes() as conn:
+        await conn.execute(
+            "SELECT awooop_ensure_log_partitions(now() - interval '20 days', now(), 7)"
+        )
+        for role in ("awooop_app", "awooop_producer", "awooop_platform"):
+            rows = await conn.fetch(PARTITION_GRANTS, role)
+            assert len(rows) >= 3
+            assert [r["relname"] for r in rows if r["granted"]] == [], role
+        for r in await conn.fetch(PARTITION_GRANTS, "awooop_app"):
+            assert tuple(await conn.fetchrow(RLS_FLAGS, r["relname"])) == (True, True)
 
 
 async def test_every_tenant_table_has_forced_rls_and_only_the_isolation_policy(

@@ -11,6 +11,9 @@ import asyncpg
 from awooop.core.migrate import migrate, schema_fingerprint
 
 TEMPLATE_LOCK = 0x74706C  # serialises template builds of concurrent test sessions
+EXTEND_PARTITIONS = (
+    "SELECT awooop_ensure_log_partitions(now() - interval '1 day', now() + interval '14 days', 7)"
+)
 
 
 def with_database(url: str, name: str) -> str:
@@ -25,6 +28,7 @@ async def ensure_template(server_url: str) -> str:
         await admin.execute("SELECT pg_advisory_lock($1)", TEMPLATE_LOCK)
         try:
             if await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+                await extend_log_partitions(with_database(server_url, name))
                 return name
             # Build under a scratch name and rename, so a half-built template never exists.
             scratch = f"{name}_build_{uuid.uuid4().hex[:8]}"
@@ -35,6 +39,17 @@ async def ensure_template(server_url: str) -> str:
             await admin.execute("SELECT pg_advisory_unlock($1)", TEMPLATE_LOCK)
     finally:
         await admin.close()
+
+
+async def extend_log_partitions(url: str) -> None:
+    """A template built on an earlier day has no partition of the log for today: extend it as
+    the log_partitions loop would."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("SET client_min_messages = warning")
+        await conn.execute(EXTEND_PARTITIONS)
+    finally:
+        await conn.close()
 
 
 async def create_test_database(server_url: str, template: str) -> str:

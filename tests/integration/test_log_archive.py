@@ -1,0 +1,219 @@
+"""The time-partitioned log: an old partition archived to a file and dropped while runs are
+written, then run state rebuilt both from the snapshots and from the archive's files
+(migrations/0100_partitioned_log.sql, projections/archive.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from awooop.core.config import Settings
+from awooop.core.db import Connection, Database
+from awooop.core.errors import ArchiveFileError, ArchiveRefusedError
+from awooop.core.events import run_stream_id
+from awooop.log import partitions
+from awooop.log.state import TERMINAL, TRANSITIONS
+from awooop.runs import store
+from projections import archive
+from streams.relay import Relay
+from tests.acceptance.test_replay_cli import awooop
+from tests.support.factories import event_for
+from tests.support.projection_workload import Workload
+from tests.support.runs import create_runs
+from tests.support.streams import keys_for
+
+AGE = timedelta(days=21)
+RETENTION = timedelta(days=7)
+
+OLD_PARTITIONS = "SELECT awooop_ensure_log_partitions(now() - interval '35 days', now(), 7)"
+AGE_EVENTS = """
+UPDATE awooop_events SET recorded_at = recorded_at - $3::interval
+WHERE stream_id = $1 AND version <= $2
+"""
+COUNT_EVENTS = "SELECT count(*) FROM awooop_events"
+STREAM_VERSIONS = "SELECT stream_id, version FROM awooop_event_streams WHERE stream_id LIKE 'run-%'"
+
+
+async def finish(db: Database, project: str, run_id: uuid.UUID) -> None:
+    """Cancel the run if it is still live (every live state allows RunCancelled)."""
+    async with db.tenant(project) as conn:
+        state, _ = await store.lock(conn, run_id)
+    if state.status in TERMINAL:
+        return
+
+    async def tx(conn: Connection) -> None:
+        await store.record(conn, run_id, lambda s, now: event_for("RunCancelled", s, at=now))
+
+    assert "RunCancelled" in TRANSITIONS[state.status]
+    await db.in_tenant(project, tx)
+
+
+async def age(db: Database, stream_id: str, through_version: int) -> int:
+    async with db.platform_writes() as conn:
+        status = await conn.execute(AGE_EVENTS, stream_id, through_version, AGE)
+    return int(status.split()[-1])
+
+
+async def archive_all_due(settings: Settings, directory: Path) -> list[archive.ArchiveResult]:
+    results = []
+    while (
+        result := await archive.archive_due(settings.database_url, directory, retention=RETENTION)
+    ) is not None:
+        results.append(result)
+    return results
+
+
+async def test_a_partition_archived_and_dropped_under_traffic_rebuilds_from_snapshots_and_files(
+    settings: Settings, db: Database, redis: Any, tmp_path: Path
+) -> None:
+    async with db.platform_writes() as conn:
+        await conn.execute(OLD_PARTITIONS)
+    history = Workload(db, seed=11)
+    await history.run(walkers=2, runs_each=10, max_steps=8)
+    for project, run_id in history.run_ids:
+        await finish(db, project, run_id)
+    async with db.platform() as conn:
+        heads = {r["stream_id"]: r["version"] for r in await conn.fetch(STREAM_VERSIONS)}
+    # Two runs in three lie wholly in the old partition; the others began there and ended now.
+    aged = 0
+    spanning = 0
+    for i, (_, run_id) in enumerate(history.run_ids):
+        stream = run_stream_id(run_id)
+        through = heads[stream] if i % 3 else max(1, heads[stream] // 2)
+        spanning += int(through < heads[stream])
+        aged += await age(db, stream, through)
+    assert spanning >= 3 and aged > 20
+
+    archive_dir = tmp_path / "archive"
+    relay = Relay(settings=settings, redis=redis, keys=keys_for(settings))
+    traffic = Workload(db, seed=12, projects=("alpha", "delta"))
+    stop = asyncio.Event()
+
+    async def publishing() -> None:
+        while not stop.is_set():
+            await relay.drain()
+            await asyncio.sleep(0.02)
+
+    try:
+        await relay.drain()  # the relay has published the old partition (the archive checks)
+        async with db.platform() as conn:
+            total_before = await conn.fetchval(COUNT_EVENTS)
+        relaying = asyncio.create_task(publishing())
+        writing = asyncio.create_task(traffic.run(walkers=3, runs_each=15, max_steps=6))
+        results = await archive_all_due(settings, archive_dir)
+        await writing
+        stop.set()
+        await relaying
+        await relay.drain()
+    finally:
+        stop.set()
+        await relay.close()
+
+    archived = [r for r in results if r.events]
+    assert len(archived) == 1, [(r.partition, r.events) for r in results]
+    assert archived[0].events == aged and archived[0].dropped
+    assert all(r.dropped for r in results)  # the empty older partitions went too
+    async with db.platform() as conn:
+        names = {p.name for p in await partitions.partitions(conn)}
+        catalogue = await conn.fetch("SELECT * FROM awooop_log_archives")
+        total_after = await conn.fetchval(COUNT_EVENTS)
+    assert not names & {r.partition for r in results}
+    assert {r["partition_name"] for r in catalogue} == {r.partition for r in results}
+    assert total_after == total_before - aged + traffic.events
+
+    file = archive_dir / archive.file_name(archived[0].partition)
+    sidecar = file.with_name(file.name + ".sha256")
+    digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    assert sidecar.read_text() == f"{digest}  {file.name}\n"
+    lines = gzip.decompress(file.read_bytes()).splitlines()
+    assert msgspec.json.decode(lines[0])["format"] == archive.FORMAT
+    assert msgspec.json.decode(lines[-1]) == {"end": True, "events": aged}
+    assert len(lines) == aged + 2
+
+    # Rebuilt from the snapshots plus the live log, then from the files plus the live log.
+    code, out, err = await awooop(settings, "replay", "run_state", "--verify")
+    assert code == 0, out + err
+    assert "verify: no difference" in out
+    code, out, err = await awooop(
+        settings, "replay", "run_state", "--from-archive", str(archive_dir), "--verify"
+    )
+    assert code == 0, out + err
+    assert f"archive: {aged:,} events read from archived partitions" in out
+    assert "verify: no difference" in out
+
+    # A projection that cannot start from a snapshot says what it needs.
+    code, out, err = await awooop(settings, "replay", "run_timeline", "--verify")
+    assert code == 1 and "E-REPLAY-005" in out + err and "--from-archive" in out + err
+
+
+async def test_a_live_run_keeps_its_partition(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    async with db.platform_writes() as conn:
+        await conn.execute(OLD_PARTITIONS)
+    (run_id,) = await create_runs(db, "alpha")
+    await age(db, run_stream_id(run_id), 1)
+    async with db.platform_writes() as conn:  # as if the relay had published it
+        await conn.execute(
+            "UPDATE awooop_relay_cursor SET tx_id = pg_current_xact_id()::text::bigint, "
+            "position = 1 << 62 WHERE name = 'events'"
+        )
+    with pytest.raises(ArchiveRefusedError, match=f"run {run_id} is PENDING"):
+        await archive_all_due(settings, tmp_path)
+    async with db.platform() as conn:
+        events = await conn.fetchval(COUNT_EVENTS)
+        archives = await conn.fetch("SELECT partition_name, events FROM awooop_log_archives")
+    assert events == 1
+    assert all(r["events"] == 0 for r in archives)  # only the empty partitions before it went
+
+
+async def test_an_unpublished_partition_is_not_archived(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    async with db.platform_writes() as conn:
+        await conn.execute(OLD_PARTITIONS)
+    (run_id,) = await create_runs(db, "alpha")
+    await finish(db, "alpha", run_id)
+    await age(db, run_stream_id(run_id), 2)
+    with pytest.raises(ArchiveRefusedError, match="relay has not published"):
+        await archive_all_due(settings, tmp_path)
+
+
+async def test_a_changed_or_missing_archive_file_stops_the_replay(
+    settings: Settings, db: Database, redis: Any, tmp_path: Path
+) -> None:
+    async with db.platform_writes() as conn:
+        await conn.execute(OLD_PARTITIONS)
+    run_ids = await create_runs(db, "alpha", 4)
+    for run_id in run_ids:
+        await finish(db, "alpha", run_id)
+        await age(db, run_stream_id(run_id), 2)
+    relay = Relay(settings=settings, redis=redis, keys=keys_for(settings))
+    try:
+        await relay.drain()
+    finally:
+        await relay.close()
+    results = await archive_all_due(settings, tmp_path)
+    (done,) = [r for r in results if r.events]
+    assert done.events == 8
+    file = tmp_path / archive.file_name(done.partition)
+
+    content = bytearray(gzip.decompress(file.read_bytes()))
+    content[content.index(b'"alpha"') + 1] = ord("A")  # one changed byte, recompressed
+    file.write_bytes(gzip.compress(bytes(content)))
+    with pytest.raises(ArchiveFileError, match="sha256"):
+        archive.read_archive(file)
+    code, out, err = await awooop(settings, "replay", "run_state", "--from-archive", str(tmp_path))
+    assert code == 1 and "E-ARCHIVE-001" in out + err
+
+    file.unlink()
+    code, out, err = await awooop(settings, "replay", "run_state", "--from-archive", str(tmp_path))
+    assert code == 1 and "E-ARCHIVE-001" in out + err and done.partition in out + err
