@@ -52,6 +52,16 @@ FROM awooop_stream_snapshots
 WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
 """
 BULK = _SNAPSHOTS + "UNION ALL" + _EVENTS.format(table="awooop_events") + "ORDER BY 1, 2"
+# The same rows for a list of streams ($1), by the streams' keys (replay --tail).
+SNAPSHOTS_OF_STREAMS = """
+SELECT stream_id, 0, project_id, version::bigint, '$snapshot', state, NULL
+FROM awooop_stream_snapshots WHERE stream_id = ANY($1::text[])
+UNION ALL
+SELECT stream_id, version, project_id, position, event_type, data,
+       metadata->>'traceparent' AS traceparent
+FROM awooop_events WHERE stream_id = ANY($1::text[])
+ORDER BY 1, 2
+"""
 
 
 def bulk_query(archive_table: str | None) -> str:
@@ -131,6 +141,40 @@ def to_log_event(r: Any, projection: Projection) -> LogEvent:
     )
 
 
+class StreamFolder:
+    """Rows of the bulk read, in (stream_id, version) order, folded one stream at a time into
+    ``out``: from its snapshot when the stream has one (events the snapshot covers skipped:
+    archived, their partition not yet dropped), else from its first event."""
+
+    def __init__(self, projection: Projection, out: BulkOutput) -> None:
+        self.projection = projection
+        self.out = out
+        self.folded = 0  # events folded since the caller last reset it
+        self._stream: str | None = None
+        self._group: list[LogEvent] = []
+        self._snapshot: Snapshot | None = None
+
+    def add(self, r: Any) -> None:
+        if r[0] != self._stream:
+            self.finish()
+            self._stream = r[0]
+        if r[4] == SNAPSHOT_EVENT:
+            self._snapshot = Snapshot(r[0], r[3], r[5])
+        elif self._snapshot is None or r[1] > self._snapshot.version:
+            self._group.append(to_log_event(r, self.projection))
+
+    def finish(self) -> None:
+        """Fold the stream in hand (the caller calls it once more after the last row)."""
+        if self._stream is None:
+            return
+        if self._snapshot is None:
+            self.projection.bulk_stream(self._group, self.out)
+        else:
+            resume_stream(self.projection, self._snapshot, self._group, self.out)
+        self.folded += len(self._group)
+        self._stream, self._group, self._snapshot = None, [], None
+
+
 def split_range(low: str, high: str, parts: int) -> list[tuple[str, str]]:
     """[low, high) cut into ``parts`` ranges at hex digits after the prefix ``low`` (stream ids
     of runs are uuids: the parts are even; any other id still falls in exactly one part)."""
@@ -191,17 +235,7 @@ async def fold_range(
 
     try:
         out = BulkOutput()
-        buffered = 0
-        group: list[LogEvent] = []
-        stream: str | None = None
-        snapshot: Snapshot | None = None
-
-        def fold_stream() -> None:
-            if snapshot is None:
-                projection.bulk_stream(group, out)
-            else:
-                resume_stream(projection, snapshot, group, out)
-
+        folder = StreamFolder(projection, out)
         cursor = await reader.cursor(bulk_query(archive_table), low, high, project)
         pending = asyncio.ensure_future(cursor.fetch(fetch_rows))
         try:
@@ -209,29 +243,18 @@ async def fold_range(
                 pending = asyncio.ensure_future(cursor.fetch(fetch_rows))
                 await asyncio.sleep(0)  # send the next FETCH before the CPU work below
                 for r in records:
-                    if r[0] != stream:
-                        if stream is not None:
-                            fold_stream()
-                            buffered += len(group)
-                        stream, group, snapshot = r[0], [], None
-                    if r[4] == SNAPSHOT_EVENT:
-                        snapshot = Snapshot(r[0], r[3], r[5])
-                    elif snapshot is None or r[1] > snapshot.version:
-                        # (an event at or below the snapshot: archived, its partition not yet
-                        # dropped)
-                        group.append(to_log_event(r, projection))
+                    folder.add(r)
                 result.events += len(records)
                 on_batch(len(records))
-                if buffered >= batch_rows:
+                if folder.folded >= batch_rows:
                     await flush(out)
-                    buffered = 0
+                    folder.folded = 0
         finally:
             if not pending.done():
                 pending.cancel()
             with contextlib.suppress(BaseException):
                 await pending
-        if stream is not None:
-            fold_stream()
+        folder.finish()
         await flush(out)
         finish = BulkOutput()
         projection.bulk_finish(finish)

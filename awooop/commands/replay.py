@@ -6,6 +6,8 @@ Postgres event log (see :mod:`projections.replay`).
 - ``--swap``: rebuild, report, then swap the rebuilt table in atomically while writers keep
   running (with ``--project``: repair that project's rows in place). Exit 0 when the swap is
   done, unless ``--verify`` was given too and there was a difference (then 1, after the repair).
+- ``--tail N`` (run_state only): verify just the runs the last N events touched, in one
+  snapshot, at a cost that depends on N and not on the size of the log; exit 1 on a difference.
 - ``--from-archive DIR``: read the events of archived (dropped) partitions from their files in
   DIR (each checked against its checksum and the catalogue) before the live log, so the
   projection is rebuilt from the beginning. Without it, runs whose first events are archived
@@ -23,6 +25,7 @@ from awooop.core.config import Settings
 from awooop.core.errors import InvalidInputError
 from projections import registry
 from projections.replay import default_workers, replay
+from projections.tail_verify import verify_tail
 
 
 def register(subparsers: Any) -> None:
@@ -40,6 +43,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--project", metavar="P", help="only this project's rows")
     parser.add_argument("--verify", action="store_true", help="report differences (default)")
     parser.add_argument("--swap", action="store_true", help="swap the rebuilt table in")
+    parser.add_argument(
+        "--tail",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run_state only: verify the runs the last N events touched",
+    )
     parser.add_argument(
         "--from-archive",
         metavar="DIR",
@@ -62,6 +72,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise InvalidInputError("--workers must be at least 1")
     verify = args.verify or not args.swap
+    if args.tail is not None:
+        return await tail(settings, args)
     report = await replay(
         settings.database_url,
         projection,
@@ -75,3 +87,16 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     for line in report.lines():
         print(line)
     return 1 if verify and report.differences else 0
+
+
+async def tail(settings: Settings, args: argparse.Namespace) -> int:
+    if args.projection != "run_state":
+        raise InvalidInputError("--tail verifies run_state only")
+    if args.swap or args.project or args.from_archive is not None:
+        raise InvalidInputError("--tail only verifies: no --swap, --project or --from-archive")
+    if args.tail < 1:
+        raise InvalidInputError("--tail must be at least 1")
+    report = await verify_tail(settings.database_url, args.tail)
+    for line in report.lines():
+        print(line)
+    return 1 if report.diff.total else 0

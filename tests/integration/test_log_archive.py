@@ -84,13 +84,14 @@ async def test_a_partition_archived_and_dropped_under_traffic_rebuilds_from_snap
         heads = {r["stream_id"]: r["version"] for r in await conn.fetch(STREAM_VERSIONS)}
     # Two runs in three lie wholly in the old partition; the others began there and ended now.
     aged = 0
-    spanning = 0
+    spanning: list[uuid.UUID] = []
     for i, (_, run_id) in enumerate(history.run_ids):
         stream = run_stream_id(run_id)
         through = heads[stream] if i % 3 else max(1, heads[stream] // 2)
-        spanning += int(through < heads[stream])
+        if through < heads[stream]:
+            spanning.append(run_id)
         aged += await age(db, stream, through)
-    assert spanning >= 3 and aged > 20
+    assert len(spanning) >= 3 and aged > 20
 
     archive_dir = tmp_path / "archive"
     relay = Relay(settings=settings, redis=redis, keys=keys_for(settings))
@@ -148,6 +149,19 @@ async def test_a_partition_archived_and_dropped_under_traffic_rebuilds_from_snap
     assert code == 0, out + err
     assert f"archive: {aged:,} events read from archived partitions" in out
     assert "verify: no difference" in out
+
+    # The tail: the runs the last events touched, the spanning ones folded from their snapshots.
+    code, out, err = await awooop(settings, "replay", "run_state", "--tail", "100000")
+    assert code == 0, out + err
+    assert "verify: no difference" in out
+    forged = spanning[0]
+    async with db.platform_writes() as conn:
+        await conn.execute(
+            "UPDATE awooop_run_state SET failure_reason = 'forged' WHERE run_id = $1", forged
+        )
+    code, out, err = await awooop(settings, "replay", "run_state", "--tail", "100000")
+    assert code == 1, out + err
+    assert f"different run_id={forged} (failure_reason)" in out
 
     # A projection that cannot start from a snapshot says what it needs.
     code, out, err = await awooop(settings, "replay", "run_timeline", "--verify")
