@@ -11,10 +11,11 @@ import msgspec
 from awooop.core.config import Settings
 
 FAST: dict[str, dict[str, Any]] = {
-    # A worker in the test's process: a 1 s lease renewed every 0.1 s, reaper and poll quick.
+    # A worker in the test's process: a 2 s lease renewed every 0.2 s, reaper and poll quick
+    # (the statement bound, a third of the local lease, is 0.6 s: a busy disk does not trip it).
     "worker": {
-        "lease_ttl_s": 1.0,
-        "heartbeat_interval_s": 0.1,
+        "lease_ttl_s": 2.0,
+        "heartbeat_interval_s": 0.2,
         "reaper_interval_s": 0.2,
         "poll_interval_s": 0.2,
         "shutdown_grace_s": 0.3,
