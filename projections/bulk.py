@@ -175,11 +175,21 @@ class StreamFolder:
         self._stream, self._group, self._snapshot = None, [], None
 
 
-def split_range(low: str, high: str, parts: int) -> list[tuple[str, str]]:
-    """[low, high) cut into ``parts`` ranges at hex digits after the prefix ``low`` (stream ids
-    of runs are uuids: the parts are even; any other id still falls in exactly one part)."""
-    parts = max(1, min(parts, len(HEX)))
-    cuts = [low + HEX[i * len(HEX) // parts] for i in range(1, parts)]
+def split_range(
+    low: str, high: str, parts: int, histogram: Sequence[str] = ()
+) -> list[tuple[str, str]]:
+    """[low, high) cut into ``parts`` ranges, every id in exactly one of them. With the column's
+    histogram (pg_stats.histogram_bounds of the stream ids, sorted) the cuts are its quantiles
+    inside [low, high), so the parts hold about as many streams each whatever the ids look like
+    (run ids are time-ordered: they share their first digits). Without enough of it: at hex
+    digits after the prefix ``low``, even for random ids."""
+    parts = max(1, parts)
+    inside = [b for b in histogram if low < b < high]
+    if len(inside) >= parts:
+        cuts = sorted({inside[i * len(inside) // parts] for i in range(1, parts)})
+    else:
+        parts = min(parts, len(HEX))
+        cuts = [low + HEX[i * len(HEX) // parts] for i in range(1, parts)]
     bounds = [low, *cuts, high]
     return list(itertools.pairwise(bounds))
 

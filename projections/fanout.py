@@ -31,6 +31,7 @@ class WorkerJob:
     batch_rows: int
     fetch_rows: int
     archive_table: str | None = None  # the restored archive, read before the live log
+    histogram: tuple[str, ...] = ()  # the stream ids' histogram bounds: even parts
 
 
 async def fold_in_workers(
@@ -41,7 +42,7 @@ async def fold_in_workers(
     merged end-of-pass rows (the projection's ``merge_finish``) into the shadows."""
     context = multiprocessing.get_context("spawn")
     messages: Any = context.Queue()
-    ranges = split_range(job.low, job.high, job.workers)
+    ranges = split_range(job.low, job.high, job.workers, job.histogram)
     shadows = {t.name: job.shadows[t.name] for t in job.projection.tables}
     processes = [
         context.Process(

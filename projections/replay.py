@@ -91,6 +91,11 @@ SELECT coalesce(sum(version), 0)::bigint FROM awooop_event_streams
 WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
 """
 COUNT_LAGGING = "SELECT count(*) FROM ({lagging}) x"
+# Where to cut the stream range between bulk workers (see projections.bulk.split_range).
+STREAM_HISTOGRAM = """
+SELECT histogram_bounds::text::text[] FROM pg_stats
+WHERE schemaname = 'public' AND tablename = 'awooop_event_streams' AND attname = 'stream_id'
+"""
 # The restore table (--from-archive): the archive's columns, tx_id as a plain number. Its name
 # is awooop_restored_<projection> (a registered projection's name, never user input).
 
@@ -266,6 +271,7 @@ class Replay:
                 rows = result.rows
             else:
                 exported = await reader.fetchval("SELECT pg_export_snapshot()")
+                histogram = await reader.fetchval(STREAM_HISTOGRAM) or []
                 job = WorkerJob(
                     self.url,
                     self.projection,
@@ -277,6 +283,7 @@ class Replay:
                     self.batch_rows,
                     self.fetch_rows,
                     self.archive_table,
+                    tuple(histogram),
                 )
                 rows = await fold_in_workers(job, exported, writer, advanced)
         for table, n in rows.items():

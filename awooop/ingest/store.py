@@ -52,6 +52,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Connection
 from awooop.core.errors import DedupeRaceError
 from awooop.core.events import RunCreated
+from awooop.core.ids import new_run_id
 from awooop.core.telemetry import inject
 from awooop.ingest.common import ChannelOptions, ParsedEvent, StoredCredential
 from awooop.log import ingest as log_ingest
@@ -237,7 +238,7 @@ async def ingest(
         runs = [
             RunCreated(
                 at=CLOCK_PLACEHOLDER,
-                run_id=uuid.uuid4(),
+                run_id=new_run_id(),
                 project_id=project_id,
                 channel_type=channel_type,
                 provider_event_id=key,

@@ -142,11 +142,25 @@ class Overlap(Recorder):
 
 async def test_parallel_flushes_of_one_key_run_at_once() -> None:
     rec = Overlap()
-    batcher: Batcher[str, int, int] = Batcher(rec.flush, parallel=3)
+    gate = asyncio.Event()  # every flush waits here: none ends before the third starts
+    waiting = 0
+
+    async def held(key: str, items: list[int]) -> list[int | BaseException]:
+        nonlocal waiting
+        waiting += 1
+        await gate.wait()
+        return await rec.flush(key, items)
+
+    batcher: Batcher[str, int, int] = Batcher(held, parallel=3)
     first = []
     for i in range(3):  # each arrives while the earlier flushes run: a drain of its own
         first.append(asyncio.ensure_future(batcher.submit("p", i)))
-        await asyncio.sleep(0.002)
+        await eventually(
+            lambda n=i + 1: waiting == n,
+            interval_s=0.001,
+            what=f"{i + 1} flushes under way",
+        )
+    gate.set()
     assert await asyncio.gather(*first) == [0, 10, 20]
     assert [items for _key, items in rec.batches] == [[0], [1], [2]]
     assert rec.most == 3

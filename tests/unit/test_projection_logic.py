@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from awooop.core.errors import ProjectionStreamError
 from awooop.core.events import RevisionActivated, RevisionCreated, run_stream_id
+from awooop.core.ids import new_run_id, uuid7
 from awooop.log.state import apply, fold
 from projections import progress, revisions, timeline
 from projections.base import LogEvent, check_consecutive, plan, stream_range, trace_id_of
@@ -236,3 +237,25 @@ def test_split_range_covers_every_stream_exactly_once() -> None:
         for stream in (f"run-{uuid.uuid4()}" for _ in range(50)):
             assert sum(1 for lo, hi in ranges if lo <= stream < hi) == 1
     assert len(split_range(low, high, 40)) == 16
+
+
+def test_split_range_cuts_time_ordered_run_ids_evenly_by_the_histogram() -> None:
+    low, high = stream_range("run-")
+    start = 1_790_000_000_000
+    streams = sorted(f"run-{uuid7(start + i * 997)}" for i in range(4000))
+    # Without a histogram the hex cuts put every time-ordered id in one part.
+    hex_parts = split_range(low, high, 4)
+    assert max(sum(lo <= s < hi for s in streams) for lo, hi in hex_parts) == len(streams)
+    histogram = ["domain/x", *streams[::40], "revision/y"]  # ~100 bounds, some outside
+    ranges = split_range(low, high, 4, histogram)
+    assert len(ranges) == 4 and ranges[0][0] == low and ranges[-1][1] == high
+    counts = [sum(lo <= s < hi for s in streams) for lo, hi in ranges]
+    assert sum(counts) == len(streams) and min(counts) > 0.8 * len(streams) / 4
+    assert len(split_range(low, high, 8, histogram[:5])) == 8  # too few bounds: hex cuts
+
+
+def test_run_ids_are_uuid7_in_creation_order() -> None:
+    early, late = uuid7(1_790_000_000_000), uuid7(1_790_000_000_001)
+    assert early.version == late.version == 7 and early.variant == uuid.RFC_4122
+    assert str(early) < str(late) and early.int >> 80 == 1_790_000_000_000
+    assert new_run_id().version == 7
