@@ -29,6 +29,12 @@ RETRYABLE_PG_ERRORS: tuple[type[BaseException], ...] = (
 # free connection slot (53300), the server starting up or shutting down (57P01-57P03), and
 # asyncpg's own "connection is closed". One family: every process waits these out with
 # backoff (awooop.loops.framework, the worker's start) and none of them is a run's failure.
+# Across a primary failover two more show (tests/acceptance/test_failover.py): no host of a
+# multi-host URL is read-write yet (TargetServerAttributeNotMatched), and a pooled connection
+# whose server died while it was idle fails its next statement with "cannot switch to state
+# N; another operation (2) is in progress" (the protocol still consuming the server's FATAL
+# message). Both are asyncpg's InternalClientError: taken for a handler's own failure, the
+# second failed a run (E-HANDLER-001) and answered an ingest request with 500.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
@@ -39,6 +45,7 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.CrashShutdownError,
     asyncpg.QueryCanceledError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
 )
 
 
