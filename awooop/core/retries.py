@@ -34,7 +34,13 @@ RETRYABLE_PG_ERRORS: tuple[type[BaseException], ...] = (
 # whose server died while it was idle fails its next statement with "cannot switch to state
 # N; another operation (2) is in progress" (the protocol still consuming the server's FATAL
 # message). Both are asyncpg's InternalClientError: taken for a handler's own failure, the
-# second failed a run (E-HANDLER-001) and answered an ingest request with 500.
+# second failed a run (E-HANDLER-001) and answered an ingest request with 500. And a server
+# that stops taking writes under its open connections: pg_auto_failover sets
+# default_transaction_read_only on the primary it demotes (the keeper restarted it after the
+# kill and it serves until it is stopped), so a write there fails with 25006
+# (ReadOnlySQLTransactionError) for a second or two: ingest answered 500 throughout (seen with
+# a CPU burner on a core). No code here writes in a READ ONLY transaction on purpose; the one
+# guard that relies on the error (Database.platform(), a write by mistake) still raises it.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
@@ -46,6 +52,7 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.QueryCanceledError,
     asyncpg.InterfaceError,
     asyncpg.InternalClientError,
+    asyncpg.ReadOnlySQLTransactionError,
 )
 
 
