@@ -25,8 +25,8 @@ from awooop.core.migrate import migrate
 from awooop.ingest import credentials
 from awooop.producer import ChannelEvent, submit
 from awooop.runs.control import CANCEL_CHANNEL
-from tests.acceptance.test_chaos_soak import wait_ready
 from tests.support import failover
+from tests.support.http import wait_ready
 from tests.support.runs import all_histories, check_single_holder, count_events
 from tests.support.streams import check_published_in_order, keys_for, published_envelopes
 from tests.support.waiting import eventually
