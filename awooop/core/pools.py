@@ -47,7 +47,9 @@ _json_decode = msgspec.json.Decoder().decode
 # relay they would be published to Redis (events that are not in the log), read by ingest a
 # retry would be answered 200 with a run that is then gone. With this barrier a connection to
 # that server waits until the demotion closes it (0 such rows in 4 kills), and the caller's
-# retry reaches the new primary. Costs one commit per connection; pools keep theirs open.
+# retry reaches the new primary (tests/acceptance/test_failover.py,
+# test_no_connection_reads_a_commit_the_failover_loses: with this statement made a no-op it
+# failed in 2 of 3 runs). Costs one commit per connection; pools keep theirs open.
 DURABLE = "SELECT pg_logical_emit_message(true, 'awooop', 'connected')"
 DURABLE_TIMEOUT_S = 10.0
 
