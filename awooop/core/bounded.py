@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+
+import asyncpg
 
 from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.pools import Connection, Pool
@@ -68,5 +71,9 @@ async def bounded(
         released = True
         timer.cancel()
         if not expired:
-            conn.remove_query_logger(answered)
+            # A connection the server closed (a failover, a restart) was already handed back
+            # by asyncpg and its proxy detached: the error to raise is the one above, not
+            # "connection has been released back to the pool". Releasing it again is a no-op.
+            with contextlib.suppress(asyncpg.InterfaceError):
+                conn.remove_query_logger(answered)
             await pool.release(conn)

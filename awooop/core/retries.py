@@ -29,6 +29,18 @@ RETRYABLE_PG_ERRORS: tuple[type[BaseException], ...] = (
 # free connection slot (53300), the server starting up or shutting down (57P01-57P03), and
 # asyncpg's own "connection is closed". One family: every process waits these out with
 # backoff (awooop.loops.framework, the worker's start) and none of them is a run's failure.
+# Across a primary failover two more show (tests/acceptance/test_failover.py): no host of a
+# multi-host URL is read-write yet (TargetServerAttributeNotMatched), and a pooled connection
+# whose server died while it was idle fails its next statement with "cannot switch to state
+# N; another operation (2) is in progress" (the protocol still consuming the server's FATAL
+# message). Both are asyncpg's InternalClientError: taken for a handler's own failure, the
+# second failed a run (E-HANDLER-001) and answered an ingest request with 500. And a server
+# that stops taking writes under its open connections: pg_auto_failover sets
+# default_transaction_read_only on the primary it demotes (the keeper restarted it after the
+# kill and it serves until it is stopped), so a write there fails with 25006
+# (ReadOnlySQLTransactionError) for a second or two: ingest answered 500 throughout (seen with
+# a CPU burner on a core). No code here writes in a READ ONLY transaction on purpose; the one
+# guard that relies on the error (Database.platform(), a write by mistake) still raises it.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
@@ -39,6 +51,8 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.CrashShutdownError,
     asyncpg.QueryCanceledError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.ReadOnlySQLTransactionError,
 )
 
 

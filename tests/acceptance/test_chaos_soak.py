@@ -27,8 +27,8 @@ import redis.asyncio as aioredis
 
 from awooop.core.embedded import free_port
 from awooop.demo.processes import Processes
+from tests.support.http import wait_ready
 from tests.support.services import private_postgres, private_redis
-from tests.support.waiting import eventually
 
 PROJECT = "soak"
 HANDLER = "awooop.examples.handlers:handle"
@@ -161,20 +161,6 @@ async def soak(events: int, tmp_path: Path) -> dict[str, Any]:
         result["stats"] = dict(stats)
         result["exit_codes"] = codes
         return result
-
-
-async def wait_ready(http: httpx.AsyncClient) -> None:
-    async def readyz() -> int:
-        return (await http.get("/readyz")).status_code
-
-    await eventually(
-        readyz,
-        equals=200,
-        ignoring=(httpx.HTTPError,),
-        timeout_s=60,
-        interval_s=0.2,
-        what="the server answers /readyz",
-    )
 
 
 async def connect_retrying(url: str) -> Any:

@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import asyncpg
@@ -147,12 +148,43 @@ class Formation:
         except (OSError, asyncpg.PostgresError):
             return {}
 
+    def events(self) -> list[tuple[datetime, str, str, str]]:
+        """The monitor's log of state changes: (when, node name, reported, goal), oldest
+        first (from a thread, as :meth:`states`)."""
+
+        async def read() -> list[tuple[datetime, str, str, str]]:
+            conn = await asyncpg.connect(
+                f"postgresql://postgres@127.0.0.1:{self.monitor_port}/{MONITOR_DB}", timeout=5
+            )
+            try:
+                rows = await conn.fetch(
+                    "SELECT eventtime, nodeport, reportedstate::text, goalstate::text "
+                    "FROM pgautofailover.event ORDER BY eventid"
+                )
+            finally:
+                await conn.close()
+            by_port = {port: name for name, port in self.ports.items()}
+            return [(r[0], by_port.get(r[1], str(r[1])), r[2], r[3]) for r in rows]
+
+        try:
+            return asyncio.run(read())
+        except (OSError, asyncpg.PostgresError):
+            return []
+
     def joined(self, name: str) -> bool:
         return name in self.states()
 
     def primary(self) -> str | None:
         for name, (reported, goal) in self.states().items():
             if reported == goal == "primary":
+                return name
+        return None
+
+    def writable(self) -> str | None:
+        """The node that takes writes: a primary, or one in ``wait_primary`` (promoted, or its
+        standby gone: synchronous replication is off until a standby is back)."""
+        for name, (reported, goal) in self.states().items():
+            if reported in ("primary", "wait_primary") and goal in ("primary", "wait_primary"):
                 return name
         return None
 

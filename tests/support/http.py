@@ -12,6 +12,7 @@ from awooop.core.db import Database
 from awooop.http.app import create_app
 from awooop.services import Services, redis_client
 from streams.keys import Keys
+from tests.support.waiting import eventually
 
 
 @asynccontextmanager
@@ -34,3 +35,19 @@ async def app_client(
             yield http
     finally:
         await services.redis.aclose()
+
+
+async def wait_ready(http: httpx.AsyncClient) -> None:
+    """Until the server behind ``http`` answers ``/readyz`` with 200 (up to 60 s)."""
+
+    async def readyz() -> int:
+        return (await http.get("/readyz")).status_code
+
+    await eventually(
+        readyz,
+        equals=200,
+        ignoring=(httpx.HTTPError,),
+        timeout_s=60,
+        interval_s=0.2,
+        what="the server answers /readyz",
+    )

@@ -19,6 +19,7 @@ from awooop.loops.relay import relay_spec
 from awooop.runs import store
 from streams.consumer import GroupConsumer
 from streams.delivery import Delivery
+from streams.envelope import FIELD, Envelope, decode_envelope
 from streams.keys import Keys
 from streams.relay import Relay
 from tests.support.factories import created
@@ -130,3 +131,27 @@ async def running_consumer(consumer: GroupConsumer) -> AsyncIterator[asyncio.Tas
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)
+
+
+async def published_envelopes(redis: Any, keys: Keys) -> list[Envelope]:
+    """Every envelope in the events streams of every shard, in stream order (XRANGE)."""
+    found: list[Envelope] = []
+    for shard in keys.shards():
+        for _entry_id, fields in await redis.xrange(keys.events_stream(shard)):
+            found.append(decode_envelope(fields[FIELD]))
+    return found
+
+
+def check_published_in_order(envelopes: list[Envelope], logged: set[uuid.UUID]) -> None:
+    """The consumer-side checks of the relay tests on what the events streams hold: every
+    logged event is there, nothing that is not in the log is there, and in each run's stream
+    the first copy of every version comes in version order, 1 to the last without a gap."""
+    published = {e.event_id for e in envelopes}
+    assert logged <= published, f"{len(logged - published)} logged events never published"
+    assert published <= logged, f"{len(published - logged)} published events not in the log"
+    versions: dict[str, list[int]] = defaultdict(list)
+    for envelope in envelopes:
+        versions[envelope.stream_id].append(envelope.version)
+    for stream_id, seen in versions.items():
+        assert first_occurrences(seen) == sorted(set(seen)), stream_id
+        assert sorted(set(seen)) == list(range(1, max(seen) + 1)), stream_id
