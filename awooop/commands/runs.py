@@ -7,9 +7,12 @@
     awooop runs reject  [PROJECT] RUN_ID --token TOKEN [--actor NAME] [--reason TEXT] [--json]
     awooop runs retry   [PROJECT] RUN_ID [--attempts N] [--actor NAME] [--json]
 
-Output is an aligned table (``list``; ``show`` adds the run's timeline: every event with its
-attempt, worker, trace id and actor), or JSON with ``--json``: ``list`` one array, ``show`` one
-object ``{"state": ..., "timeline": [...]}``, the actions the run's new state. Without PROJECT
+Output is an aligned table (``list``, with each run's ``blocked_on`` reason; ``show`` starts
+with the ``blocked_on`` line, what the run waits for and the next safe action
+(:mod:`awooop.runs.blocked`), then adds the run's timeline: every event with its attempt,
+worker, trace id and actor), or JSON with ``--json``: ``list`` one array (each row with its
+``blocked_on`` object), ``show`` one object ``{"state": ..., "blocked_on": ..., "timeline":
+[...]}``, the actions the run's new state. Without PROJECT
 the run's project is looked up. Refusals print ``error E-XXX: message`` and exit 1 (for
 example E-APPROVAL-003 for a token used twice, E-RUN-001 for cancelling a finished run,
 E-INPUT-001 for a bad ``--since``). The approval token may also come from
@@ -35,10 +38,14 @@ from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, RunNotFoundError
 from awooop.log.state import RunState
-from awooop.runs import approvals, control, reads, store
+from awooop.runs import approvals, blocked_facts, control, reads, store
+from awooop.runs.blocked import BlockedOn, describe
+from awooop.services import redis_client
 from projections import timeline
+from streams.keys import Keys
 
 TOKEN_ENV = "AWOOOP_APPROVAL_TOKEN"  # noqa: S105 - the name of a variable, not a secret
+REDIS_TIMEOUT_S = 3.0  # blocked_on asks Redis about readers and dead letters; never hang on it
 
 
 def register(subparsers: Any) -> None:
@@ -154,13 +161,30 @@ def render_timeline(lines: list[timeline.TimelineLine], *, wide: bool = False) -
     return table(header, rows, wide=wide)
 
 
-def render_runs(runs: list[reads.RunSummary], *, wide: bool = False) -> str:
-    header = ("RUN_ID", "PROJECT", "STATUS", "ATTEMPTS", "WORKER", "FAILURE", "CREATED", "UPDATED")
+def render_runs(
+    runs: list[reads.RunSummary],
+    blocked: dict[uuid.UUID, BlockedOn | None] | None = None,
+    *,
+    wide: bool = False,
+) -> str:
+    header = (
+        "RUN_ID",
+        "PROJECT",
+        "STATUS",
+        "BLOCKED_ON",
+        "ATTEMPTS",
+        "WORKER",
+        "FAILURE",
+        "CREATED",
+        "UPDATED",
+    )
+    found = blocked or {}
     rows = [
         (
             str(r.run_id),
             r.project_id,
             r.status,
+            reason_of(found.get(r.run_id)),
             f"{r.attempt_count}/{r.max_attempts}",
             r.worker_id or "-",
             r.failure_code or "-",
@@ -172,6 +196,39 @@ def render_runs(runs: list[reads.RunSummary], *, wide: bool = False) -> str:
     return table(header, rows, wide=wide)
 
 
+def reason_of(blocked: BlockedOn | None) -> str:
+    return "-" if blocked is None else blocked.reason.value
+
+
+def runs_json(
+    runs: list[reads.RunSummary], blocked: dict[uuid.UUID, BlockedOn | None]
+) -> list[dict[str, Any]]:
+    """Pure: the rows of ``runs list --json``, each with its ``blocked_on`` object."""
+    return [
+        {**msgspec.to_builtins(r), "blocked_on": msgspec.to_builtins(blocked.get(r.run_id))}
+        for r in runs
+    ]
+
+
+async def blocked_of(
+    settings: Settings, conn: Connection, run_ids: list[uuid.UUID]
+) -> dict[uuid.UUID, BlockedOn | None]:
+    """blocked_on of ``run_ids`` (:mod:`awooop.runs.blocked_facts`): one query, and Redis
+    once per shard (a Redis that does not answer within REDIS_TIMEOUT_S leaves the Redis facts
+    unknown)."""
+    redis = redis_client(settings.redis_url, REDIS_TIMEOUT_S)
+    try:
+        return await blocked_facts.blocked_on(
+            conn,
+            redis,
+            Keys(settings.redis_key_prefix, settings.shard_count),
+            run_ids,
+            settings.lease_ttl_s,
+        )
+    finally:
+        await redis.aclose()
+
+
 # --- list ---------------------------------------------------------------------------------------
 
 
@@ -181,17 +238,24 @@ async def list_runs(settings: Settings, args: argparse.Namespace) -> int:
     db = await Database.open(settings.database_url, max_size=1)
     try:
 
-        async def read(conn: Connection) -> list[reads.RunSummary]:
+        async def read(
+            conn: Connection,
+        ) -> tuple[list[reads.RunSummary], dict[uuid.UUID, BlockedOn | None]]:
             now: datetime = await conn.fetchval("SELECT now()")
             since = None if args.since is None else reads.parse_since(args.since, now)
-            return await reads.list_runs(
+            runs = await reads.list_runs(
                 conn, project_id=args.project, status=status, since=since, limit=args.limit
             )
+            return runs, await blocked_of(settings, conn, [r.run_id for r in runs])
 
-        runs = await db.in_platform(read)
+        runs, blocked = await db.in_platform(read)
     finally:
         await db.close()
-    print(to_json(runs) if args.json else render_runs(runs, wide=args.wide))
+    print(
+        to_json(runs_json(runs, blocked))
+        if args.json
+        else render_runs(runs, blocked, wide=args.wide)
+    )
     return 0
 
 
@@ -215,12 +279,16 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             if project is None:
                 raise RunNotFoundError(run_id=run_id)
 
+        blocked: BlockedOn | None = None
+
         async def act(conn: Connection) -> tuple[RunState, list[timeline.TimelineLine]]:
+            nonlocal blocked
             match args.action:
                 case "show":
                     state = await store.load(conn, run_id)
                     if state is None:
                         raise RunNotFoundError(run_id=run_id)
+                    blocked = (await blocked_of(settings, conn, [run_id])).get(run_id)
                     return state, await timeline.timeline_from_log(conn, run_id)
                 case "cancel":
                     state = await control.cancel(
@@ -259,8 +327,11 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         await db.close()
     if args.action == "show":
         if args.json:
-            print(to_json({"state": state_view(state), "timeline": lines}))
+            view = {"state": state_view(state), "blocked_on": blocked, "timeline": lines}
+            print(to_json(view))
         else:
+            print(f"blocked_on: {describe(blocked)}")
+            print()
             print(render_state(state))
             print()
             print(render_timeline(lines, wide=args.wide))
