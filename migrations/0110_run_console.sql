@@ -32,6 +32,8 @@ CREATE INDEX awooop_run_state_project_created_idx
     ON awooop_run_state (project_id, created_at DESC, run_id DESC);
 CREATE INDEX awooop_run_state_project_status_created_idx
     ON awooop_run_state (project_id, status, created_at DESC, run_id DESC);
+CREATE INDEX awooop_run_state_status_created_idx
+    ON awooop_run_state (status, created_at DESC, run_id DESC);
 -- Finding a run by its idempotency key (the provider's event id), after the dedupe row expired.
 CREATE INDEX awooop_run_state_provider_event_idx ON awooop_run_state (provider_event_id);
 

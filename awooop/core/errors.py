@@ -179,6 +179,20 @@ class ScopeForbiddenError(ForbiddenError):
     code = "E-AUTH-003"
 
 
+class ReadOnlyError(ForbiddenError):
+    """A read token sees runs and contracts and changes nothing (awooop tokens create PROJECT
+    --scope manage for a token that may act)."""
+
+    code = "E-AUTH-004"
+
+
+class CsrfError(ForbiddenError):
+    """The console form's CSRF token is missing or does not match the session: reload the page
+    and submit again."""
+
+    code = "E-AUTH-005"
+
+
 # --- approvals ------------------------------------------------------------------------------
 
 
