@@ -3,21 +3,26 @@
 Filters (:class:`RunFilter`): project, status, channel, ``blocked_on`` reason, created since,
 and ``q``: a run id or an idempotency key (the provider's event id). Rows come newest first
 by ``(created_at, run_id)`` with keyset pagination (``before``: the last row of the previous
-page), so a page is a backward scan of one index of migration 0110 that stops after 50 rows,
-among a million runs as among ten:
+page). A page is read one status at a time: the statement unnests the statuses the filter
+allows (all eight without one) and, for each, takes at most a page of rows from a backward
+scan of an index that starts with the status (a loose index scan written out with LATERAL),
+then keeps the newest page of those few hundred rows. So two indexes of migration 0110 serve
+every filter, among a million runs as among ten:
 
-| filters                      | index                                             |
-|------------------------------|---------------------------------------------------|
-| none, channel, since         | ``awooop_run_state_created_idx``                  |
-| project (+ channel, since)   | ``awooop_run_state_project_created_idx``          |
-| project and status           | ``awooop_run_state_project_status_created_idx``   |
-| status without project       | ``awooop_run_state_status_created_idx``           |
-| q                            | the primary key, or ``..._provider_event_idx``    |
+| filters                                  | index                                           |
+|------------------------------------------|-------------------------------------------------|
+| none, status, channel, since, blocked_on | ``awooop_run_state_status_created_idx``         |
+| project (+ any of the above)             | ``awooop_run_state_project_status_created_idx`` |
+| q                                        | the primary key, or ``..._provider_event_idx``  |
 
-``created_at`` never changes, so these indexes cost a run's updates nothing. The statement is
-put together from the constant fragments below (never from input: values are parameters), one
-prepared statement per combination of filters, so each is planned for the filters it has
-rather than one generic plan full of ``$1 IS NULL OR`` that no index serves.
+Each status is a separate descent, so a page costs at most eight short index scans whatever
+the mix of statuses (a single index on ``created_at`` would serve the unfiltered list alone,
+and every index is one more entry written on every run update: statuses change, so run
+updates are not HOT). The statement is put together from the constant fragments below (never
+from input: values are parameters), one prepared statement per combination of filters, so
+each is planned for the filters it has rather than one generic plan full of ``$1 IS NULL OR``
+that no index serves. :func:`count_statement` counts the same filter per project (the bulk
+actions' preview, :mod:`awooop.runs.bulk`) through the same indexes.
 
 A ``blocked_on`` reason narrows the statuses in SQL (each reason belongs to known statuses,
 :data:`awooop.runs.blocked.REASON_STATUSES`); the reason itself depends on the clock and on
@@ -45,19 +50,30 @@ SCAN_LIMIT = 5000
 CHANNELS = ("telegram", "alertmanager", "gitea", "line", "api")
 
 # --- SQL -------------------------------------------------------------------------------------
-SELECT: LiteralString = """
-SELECT run_id, project_id, status, channel_type, provider_event_id, attempt_count,
-       max_attempts, worker_id, failure_code, created_at, updated_at
-FROM awooop_run_state
-"""
+# Per status (the unnested $): the newest rows of that status, then the newest of them all.
+PER_STATUS: LiteralString = """
+SELECT r.* FROM unnest($::text[]) AS s(status) CROSS JOIN LATERAL (
+    SELECT rs.run_id, rs.project_id, rs.status, rs.channel_type, rs.provider_event_id,
+           rs.attempt_count, rs.max_attempts, rs.worker_id, rs.failure_code, rs.created_at,
+           rs.updated_at
+    FROM awooop_run_state rs WHERE rs.status = s.status"""
+PER_STATUS_END: LiteralString = ") r"
+DIRECT: LiteralString = """
+SELECT rs.run_id, rs.project_id, rs.status, rs.channel_type, rs.provider_event_id,
+       rs.attempt_count, rs.max_attempts, rs.worker_id, rs.failure_code, rs.created_at,
+       rs.updated_at
+FROM awooop_run_state rs"""
+COUNT: LiteralString = "SELECT project_id, count(*) AS runs FROM awooop_run_state rs"
+COUNT_END: LiteralString = " GROUP BY project_id ORDER BY project_id"
 # Each fragment with the parameter it reads; numbered when the statement is put together.
-WHERE_PROJECT: LiteralString = "project_id = $"
-WHERE_STATUS: LiteralString = "status = ANY($::text[])"
-WHERE_CHANNEL: LiteralString = "channel_type = $"
-WHERE_SINCE: LiteralString = "created_at >= $"
-WHERE_RUN_ID: LiteralString = "run_id = $"
-WHERE_KEY: LiteralString = "provider_event_id = $"
-WHERE_BEFORE: LiteralString = "(created_at, run_id) < ($, $)"
+WHERE_PROJECT: LiteralString = "rs.project_id = $"
+WHERE_STATUS: LiteralString = "rs.status = ANY($::text[])"
+WHERE_CHANNEL: LiteralString = "rs.channel_type = $"
+WHERE_SINCE: LiteralString = "rs.created_at >= $"
+WHERE_RUN_ID: LiteralString = "rs.run_id = $"
+WHERE_KEY: LiteralString = "rs.provider_event_id = $"
+WHERE_BEFORE: LiteralString = "(rs.created_at, rs.run_id) < ($, $)"
+INNER_ORDER: LiteralString = " ORDER BY rs.created_at DESC, rs.run_id DESC LIMIT "
 ORDER: LiteralString = " ORDER BY created_at DESC, run_id DESC LIMIT "
 APPROVALS: LiteralString = """
 SELECT name, attempt, reason, requested_at, expires_at, used_at, decision, actor
@@ -148,13 +164,13 @@ def statuses(f: RunFilter) -> list[str] | None:
     return None if allowed is None else sorted(s.value for s in allowed)
 
 
-def statement(f: RunFilter, before: bool) -> tuple[LiteralString, list[str]]:
-    """Pure: the SQL for the filters present and the names of its parameters in order (see
-    the module docstring). Only constant fragments go into the text."""
+def _conditions(
+    f: RunFilter, before: bool, *, by_status: bool
+) -> list[tuple[LiteralString, tuple[str, ...]]]:
     parts: list[tuple[LiteralString, tuple[str, ...]]] = []
     if f.project is not None:
         parts.append((WHERE_PROJECT, ("project",)))
-    if statuses(f) is not None:
+    if not by_status and statuses(f) is not None:
         parts.append((WHERE_STATUS, ("statuses",)))
     if f.channel is not None:
         parts.append((WHERE_CHANNEL, ("channel",)))
@@ -164,7 +180,13 @@ def statement(f: RunFilter, before: bool) -> tuple[LiteralString, list[str]]:
         parts.append((WHERE_RUN_ID, ("run_id",)) if _as_uuid(f.q) else (WHERE_KEY, ("q",)))
     if before:
         parts.append((WHERE_BEFORE, ("before_at", "before_id")))
-    names: list[str] = []
+    return parts
+
+
+def _number(
+    parts: list[tuple[LiteralString, tuple[str, ...]]], names: list[str]
+) -> list[LiteralString]:
+    """Each fragment with its ``$`` numbered after ``names`` (extended in place)."""
     clauses: list[LiteralString] = []
     for fragment, params in parts:
         pieces = fragment.split("$")
@@ -173,9 +195,61 @@ def statement(f: RunFilter, before: bool) -> tuple[LiteralString, list[str]]:
             names.append(name)
             text += _NUMBERS[len(names)] + rest
         clauses.append(text)
+    return clauses
+
+
+def statement(f: RunFilter, before: bool) -> tuple[LiteralString, list[str]]:
+    """Pure: the SQL of a page for the filters present and the names of its parameters in
+    order (see the module docstring). Only constant fragments go into the text."""
+    names: list[str] = []
+    if f.q is not None:  # one run or a few: no need to walk the statuses
+        clauses = _number(_conditions(f, before, by_status=False), names)
+        names.append("limit")
+        where: LiteralString = " WHERE " + " AND ".join(clauses)
+        return DIRECT + where + ORDER + _NUMBERS[len(names)], names
+    names.append("all_statuses")
+    head: LiteralString = PER_STATUS.replace("$", _NUMBERS[1])
+    clauses = _number(_conditions(f, before, by_status=True), names)
     names.append("limit")
+    limit = _NUMBERS[len(names)]
+    inner: LiteralString = "".join(" AND " + c for c in clauses)
+    sql = head + inner + INNER_ORDER + limit + PER_STATUS_END + ORDER + limit
+    return sql, names
+
+
+def count_statement(f: RunFilter) -> tuple[LiteralString, list[str]]:
+    """Pure: runs matching ``f`` per project (the bulk preview), with its parameter names."""
+    names: list[str] = []
+    clauses = _number(_conditions(f, False, by_status=False), names)
     where: LiteralString = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    return SELECT + where + ORDER + _NUMBERS[len(names)], names
+    return COUNT + where + COUNT_END, names
+
+
+def values(f: RunFilter, before: Cursor | None, limit: int) -> dict[str, Any]:
+    """The parameters :func:`statement` and :func:`count_statement` name."""
+    allowed = statuses(f)
+    return {
+        "all_statuses": [s.value for s in RunStatus] if allowed is None else allowed,
+        "project": f.project,
+        "statuses": allowed,
+        "channel": f.channel,
+        "since": f.since,
+        "run_id": _as_uuid(f.q or ""),
+        "q": f.q,
+        "before_at": None if before is None else before.created_at,
+        "before_id": None if before is None else before.run_id,
+        "limit": limit,
+    }
+
+
+async def rows(conn: Connection, f: RunFilter, before: Cursor | None, limit: int) -> list[RunRow]:
+    """At most ``limit`` rows matching ``f`` (statuses and SQL filters; not the reason),
+    newest first, older than ``before``."""
+    if statuses(f) == []:
+        return []
+    sql, names = statement(f, before is not None)
+    given = values(f, before, limit)
+    return [RunRow(**dict(r.items())) for r in await conn.fetch(sql, *(given[n] for n in names))]
 
 
 # Parameter numbers as constant strings, so the statement stays a LiteralString.
@@ -208,39 +282,27 @@ async def page(
     each with its ``blocked_on`` from ``decide``."""
     if statuses(f) == []:
         return Page(rows=[], next=None, scanned=0)
-    rows: list[tuple[RunRow, BlockedOn | None]] = []
+    found_rows: list[tuple[RunRow, BlockedOn | None]] = []
     scanned = 0
     cursor = before
     batch = size if f.reason is None else SCAN_BATCH
     while True:
-        sql, names = statement(f, cursor is not None)
-        values: dict[str, Any] = {
-            "project": f.project,
-            "statuses": statuses(f),
-            "channel": f.channel,
-            "since": f.since,
-            "run_id": _as_uuid(f.q or ""),
-            "q": f.q,
-            "before_at": None if cursor is None else cursor.created_at,
-            "before_id": None if cursor is None else cursor.run_id,
-            "limit": batch,
-        }
-        found = [
-            RunRow(**dict(r.items())) for r in await conn.fetch(sql, *(values[n] for n in names))
-        ]
+        found = await rows(conn, f, cursor, batch)
         scanned += len(found)
         blocked = await decide(conn, [r.run_id for r in found]) if found else {}
         for row in found:
             b = blocked.get(row.run_id)
             if f.reason is None or (b is not None and b.reason is f.reason):
-                rows.append((row, b))
-                if len(rows) == size:
-                    return Page(rows=rows, next=Cursor(row.created_at, row.run_id), scanned=scanned)
+                found_rows.append((row, b))
+                if len(found_rows) == size:
+                    return Page(
+                        rows=found_rows, next=Cursor(row.created_at, row.run_id), scanned=scanned
+                    )
         if len(found) < batch:
-            return Page(rows=rows, next=None, scanned=scanned)
+            return Page(rows=found_rows, next=None, scanned=scanned)
         cursor = Cursor(found[-1].created_at, found[-1].run_id)
         if scanned >= SCAN_LIMIT:
-            return Page(rows=rows, next=cursor, scanned=scanned)
+            return Page(rows=found_rows, next=cursor, scanned=scanned)
 
 
 async def approvals_of(conn: Connection, run_id: uuid.UUID) -> list[Approval]:
