@@ -114,6 +114,13 @@ class RunNotFoundError(AwoooPError):
     http_status = 404
 
 
+class OperationNotFoundError(AwoooPError):
+    """No such operation."""
+
+    code = "E-OPERATION-001"
+    http_status = 404
+
+
 # --- ingest ---------------------------------------------------------------------------------
 
 

@@ -27,14 +27,17 @@ Why Jinja2 and not f-strings: pages of tables and forms with many user-controlle
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode
 
 import jinja2
+import msgspec
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -45,19 +48,27 @@ from awooop.core.errors import (
     AwoooPError,
     CsrfError,
     InvalidInputError,
+    OperationNotFoundError,
     PayloadTooLargeError,
     RunNotFoundError,
 )
+from awooop.core.logs import get_logger
 from awooop.http import console_session as sessions
 from awooop.http.auth import authorize_stored
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE, check_project_id
 from awooop.log.state import RunState, RunStatus
-from awooop.runs import approvals, blocked_facts, control, deadletters, listing, reads, store
+from awooop.runs import approvals, blocked_facts, bulk, control, deadletters, listing, store
 from awooop.runs.blocked import BlockedOn, Reason
 from awooop.services import Services
 from projections import timeline
 
+T = TypeVar("T")
+log = get_logger(__name__)
+
 FORM_LIMIT = 16 * 1024
+STALLED_S = 30.0  # a running operation not advanced for this long offers a resume
+# The bulk operations this process runs (a reference keeps each task alive until it ends).
+RUNNING: set[asyncio.Task[None]] = set()
 ACTIONS = ("retry", "cancel", "approve", "reject", "redrive")
 
 TEMPLATES = jinja2.Environment(
@@ -112,34 +123,18 @@ async def form(request: Request) -> dict[str, str]:
     return {k: v[0] for k, v in fields.items()}
 
 
-def run_filter(request: Request, session: sessions.Session, now: datetime) -> listing.RunFilter:
-    """The list's filters from the URL; a project token is held to its project."""
-    q = request.query_params
-
-    def get(name: str) -> str | None:
-        value = q.get(name, "").strip()
-        return value or None
-
-    project = get("project")
+def run_filter(
+    fields: Mapping[str, str], session: sessions.Session, now: datetime
+) -> listing.RunFilter:
+    """The list's filters from the URL (or a form); a project token is held to its project."""
+    f = listing.parse_filter(fields, now)
     principal = session.principal
     if principal.scope != ADMIN_SCOPE:
-        authorize_stored(principal, project, write=False)
-        project = principal.project_id
-    elif project is not None:
-        check_project_id(project)
-    since = get("since")
-    status = get("status")
-    channel = get("channel")
-    reason = get("blocked_on")
-    text = get("q")
-    return listing.RunFilter(
-        project=project,
-        status=None if status is None else reads.check_status(status),
-        channel=None if channel is None else listing.check_channel(channel),
-        reason=None if reason is None else listing.check_reason(reason),
-        since=None if since is None else reads.parse_since(since, now),
-        q=None if text is None else text[:256],
-    )
+        authorize_stored(principal, f.project, write=False)
+        return msgspec.structs.replace(f, project=principal.project_id)
+    if f.project is not None:
+        check_project_id(f.project)
+    return f
 
 
 def routes(services: Services) -> list[BaseRoute]:
@@ -209,7 +204,7 @@ def routes(services: Services) -> list[BaseRoute]:
         session = found
         try:
             now = datetime.now().astimezone()
-            f = run_filter(request, session, now)
+            f = run_filter(request.query_params, session, now)
             before_text = request.query_params.get("before")
             before = None if not before_text else listing.parse_cursor(before_text)
 
@@ -233,6 +228,8 @@ def routes(services: Services) -> list[BaseRoute]:
             f=msgspec_view(f),
             since_text=request.query_params.get("since", ""),
             admin=session.principal.scope == ADMIN_SCOPE,
+            can_act=session.principal.scope != READ_SCOPE,
+            bulk_query=urlencode(params),
             statuses=[s.value for s in RunStatus],
             channels=listing.CHANNELS,
             reasons=[r.value for r in Reason],
@@ -298,6 +295,131 @@ def routes(services: Services) -> list[BaseRoute]:
         target = f"/ui/runs/{project_id}/{run_id}?" + urlencode({"done": done})
         return RedirectResponse(target, 303)
 
+    async def read_in(
+        session: sessions.Session, project: str | None, fn: Callable[[Connection], Awaitable[T]]
+    ) -> T:
+        """Reads of ``project`` (a tenant transaction), else of the session's project, or for
+        an admin of every project (the platform role)."""
+        if project is not None:
+            return await services.db.in_tenant(project, fn)
+        if session.principal.scope != ADMIN_SCOPE:
+            return await services.db.in_tenant(session.principal.project_id, fn)
+        return await services.db.in_platform(fn)
+
+    def start(op: bulk.Operation) -> None:
+        """Run the operation's batches in this process, after the response."""
+        task = asyncio.create_task(execute(op))
+        RUNNING.add(task)
+        task.add_done_callback(RUNNING.discard)
+
+    async def execute(op: bulk.Operation) -> None:
+        try:
+            await bulk.execute(services.db, op.project_id, op.operation_id, decide)
+        except Exception as exc:  # the operation stays running: its page offers a resume
+            log.warning(
+                "bulk_operation_stopped", operation_id=str(op.operation_id), error=repr(exc)
+            )
+
+    async def bulk_preview(request: Request) -> Response:
+        found = await session_or_login(request)
+        if isinstance(found, Response):
+            return found
+        session = found
+        try:
+            kind = bulk.check_kind(request.path_params["kind"])
+            now = datetime.now().astimezone()
+            f = run_filter(request.query_params, session, now)
+            authorize_stored(session.principal, f.project, write=True)
+            preview = await read_in(
+                session, f.project, lambda conn: bulk.preview(conn, kind, f, decide)
+            )
+        except AwoooPError as exc:
+            return error_page(exc, session)
+        return render(
+            "bulk.html",
+            session=session,
+            kind=kind,
+            preview=preview,
+            f=msgspec_view(f),
+            since=None if f.since is None else f.since.isoformat(),
+            back="/ui/runs?" + urlencode({k: v for k, v in request.query_params.items() if v}),
+        )
+
+    async def bulk_confirm(request: Request) -> Response:
+        session = await sessions.current(services, request)
+        if session is None:
+            return error_page(AuthenticationError("log in first (/ui/login)"), None)
+        try:
+            fields = await form(request)
+            sessions.check_csrf(fields.get("csrf"), session.csrf_token)
+            kind = bulk.check_kind(request.path_params["kind"])
+            f = run_filter(fields, session, datetime.now().astimezone())
+            principal = authorize_stored(session.principal, f.project, write=True)
+            attempts = fields.get("attempts", "3").strip() or "3"
+            if not attempts.isdigit():
+                raise InvalidInputError("extra attempts must be a whole number")
+
+            async def record(conn: Connection) -> bulk.Operation:
+                preview = await bulk.preview(conn, kind, f, decide)
+                return await bulk.create(
+                    conn,
+                    kind,
+                    f,
+                    actor=principal.actor,
+                    via="console",
+                    expected=preview.total,
+                    person=fields.get("actor", "").strip() or None,
+                    extra_attempts=int(attempts),
+                    reason=fields.get("reason", ""),
+                )
+
+            op = await bulk.in_scope(services.db, bulk.scope_of(f), record)
+        except AwoooPError as exc:
+            return error_page(exc, session)
+        start(op)
+        return RedirectResponse(f"/ui/operations/{op.operation_id}", 303)
+
+    async def read_operation(session: sessions.Session, text: str) -> bulk.Operation:
+        try:
+            operation_id = uuid.UUID(text)
+        except ValueError:
+            raise OperationNotFoundError(operation_id=text[:64]) from None
+        return await read_in(session, None, lambda conn: bulk.get(conn, operation_id))
+
+    async def operation_page(request: Request) -> Response:
+        found = await session_or_login(request)
+        if isinstance(found, Response):
+            return found
+        session = found
+        try:
+            op = await read_operation(session, request.path_params["operation_id"])
+        except AwoooPError as exc:
+            return error_page(exc, session)
+        age = (datetime.now().astimezone() - op.updated_at).total_seconds()
+        return render(
+            "operation.html",
+            session=session,
+            op=op,
+            done=op.scanned,
+            stalled=op.state == "running" and age > STALLED_S,
+            can_act=session.principal.scope != READ_SCOPE,
+        )
+
+    async def operation_resume(request: Request) -> Response:
+        session = await sessions.current(services, request)
+        if session is None:
+            return error_page(AuthenticationError("log in first (/ui/login)"), None)
+        try:
+            fields = await form(request)
+            sessions.check_csrf(fields.get("csrf"), session.csrf_token)
+            op = await read_operation(session, request.path_params["operation_id"])
+            authorize_stored(session.principal, op.filter.get("project"), write=True)
+        except AwoooPError as exc:
+            return error_page(exc, session)
+        if op.state == "running":
+            start(op)
+        return RedirectResponse(f"/ui/operations/{op.operation_id}", 303)
+
     return [
         Route("/ui", index, methods=["GET"]),
         Route("/ui/login", login_page, methods=["GET"]),
@@ -306,6 +428,10 @@ def routes(services: Services) -> list[BaseRoute]:
         Route("/ui/runs", runs_page, methods=["GET"]),
         Route("/ui/runs/{project_id}/{run_id}", run_page, methods=["GET"]),
         Route("/ui/runs/{project_id}/{run_id}/{action}", act, methods=["POST"]),
+        Route("/ui/bulk/{kind}", bulk_preview, methods=["GET"]),
+        Route("/ui/bulk/{kind}", bulk_confirm, methods=["POST"]),
+        Route("/ui/operations/{operation_id}", operation_page, methods=["GET"]),
+        Route("/ui/operations/{operation_id}/resume", operation_resume, methods=["POST"]),
     ]
 
 

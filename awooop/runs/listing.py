@@ -33,7 +33,7 @@ Redis, so rows are decided in batches of :data:`SCAN_BATCH` until a page is full
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, LiteralString
 
@@ -43,6 +43,7 @@ from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError
 from awooop.log.state import RunStatus
 from awooop.runs.blocked import REASON_STATUSES, BlockedOn, Reason
+from awooop.runs.reads import check_status, parse_since
 
 PAGE = 50
 SCAN_BATCH = 200
@@ -89,6 +90,8 @@ class RunFilter(msgspec.Struct, frozen=True, kw_only=True):
     reason: Reason | None = None
     since: datetime | None = None
     q: str | None = None
+    # The statuses an action applies to (a bulk retry: FAILED only); None: any.
+    among: frozenset[RunStatus] | None = None
 
 
 class Cursor(msgspec.Struct, frozen=True):
@@ -155,9 +158,34 @@ def check_reason(text: str) -> Reason:
         raise InvalidInputError(f"blocked_on {text[:40]!r}: expected one of {known}") from None
 
 
+FILTER_KEYS = ("project", "status", "channel", "blocked_on", "since", "q")
+
+
+def parse_filter(fields: Mapping[str, str], now: datetime) -> RunFilter:
+    """Pure: a filter from its URL or command-line fields (:data:`FILTER_KEYS`; empty values
+    are no filter, other keys are ignored); ``since`` made absolute against ``now``."""
+
+    def get(name: str) -> str | None:
+        value = fields.get(name, "").strip()
+        return value or None
+
+    since, status, channel = get("since"), get("status"), get("channel")
+    reason, text, project = get("blocked_on"), get("q"), get("project")
+    return RunFilter(
+        project=project,  # the caller checks it against who asks
+        status=None if status is None else check_status(status),
+        channel=None if channel is None else check_channel(channel),
+        reason=None if reason is None else check_reason(reason),
+        since=None if since is None else parse_since(since, now),
+        q=None if text is None else text[:256],
+    )
+
+
 def statuses(f: RunFilter) -> list[str] | None:
     """The statuses the filter allows (None: any); an empty list matches nothing."""
     allowed = None if f.status is None else {f.status}
+    if f.among is not None:
+        allowed = set(f.among) if allowed is None else allowed & f.among
     if f.reason is not None:
         by_reason = set(REASON_STATUSES[f.reason])
         allowed = by_reason if allowed is None else allowed & by_reason
