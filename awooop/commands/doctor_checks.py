@@ -32,6 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from awooop.commands.doctor_check import FAIL, OK, WARN, Check, CheckFn, describe
 from awooop.commands.doctor_flow import (
     approvals,
+    blocked,
     consumer_groups,
     dead_letters,
     leases,
@@ -99,6 +100,7 @@ CHECKS: tuple[CheckFn, ...] = (
     outbox,
     leases,
     approvals,
+    blocked,
     dead_letters,
     loops,
     log_partitions,

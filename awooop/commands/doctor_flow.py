@@ -1,5 +1,5 @@
-"""Doctor checks of what moves: consumer groups, the outbox, leases, approvals, dead letters
-and the background loops."""
+"""Doctor checks of what moves: consumer groups, the outbox, leases, approvals, what live
+runs are blocked on, dead letters and the background loops."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from redis.exceptions import ResponseError
 from awooop.commands.doctor_check import FAIL, OK, WARN, Check, one, text
 from awooop.log import partitions
 from awooop.loops.store import LOOP_STALE_INTERVALS, MIN_WRITE_INTERVAL_S, stale_after_s
+from awooop.runs.blocked import Reason
+from awooop.runs.blocked_facts import count_by_reason
 from awooop.services import Services
 from streams.keys import WORKER_GROUP
 
@@ -149,6 +151,51 @@ async def approvals(services: Services) -> list[Check]:
             )
         ]
     return [Check("approvals", OK, "no approval close to expiry")]
+
+
+def blocked_check(counts: dict[tuple[str, str], int]) -> Check:
+    """Pure: the ``blocked runs`` line from runs per (project, blocked_on reason): FAIL when
+    runs wait on a shard that no worker reads, WARN when a live run's message is
+    dead-lettered, else OK with the live reasons counted."""
+    by_reason: dict[str, int] = {}
+    projects: dict[str, set[str]] = {}
+    for (project, reason), n in counts.items():
+        if n:
+            by_reason[reason] = by_reason.get(reason, 0) + n
+            projects.setdefault(reason, set()).add(project)
+    live = ", ".join(
+        f"{by_reason[r.value]} {r.value}"
+        for r in Reason
+        if r.value in by_reason and r not in (Reason.FAILED, Reason.FAILED_DEAD_LETTERED)
+    )
+    unread = by_reason.get(Reason.PENDING_NO_WORKER, 0)
+    if unread:
+        names = ", ".join(sorted(projects[Reason.PENDING_NO_WORKER]))
+        return Check(
+            "blocked runs",
+            FAIL,
+            f"{unread} run(s) wait on a shard no worker reads (projects {names}); {live}",
+            "start `awooop worker` processes; `awooop runs list --project P` shows each run's "
+            "blocked_on (runbook: A run waits)",
+        )
+    stranded = by_reason.get(Reason.PENDING_DEAD_LETTERED, 0)
+    if stranded:
+        return Check(
+            "blocked runs",
+            WARN,
+            f"{stranded} live run(s) whose work message is dead-lettered; {live}",
+            "`awooop deadletters list`, then `awooop deadletters redrive ID` (runbook: Dead "
+            "letters)",
+        )
+    return Check("blocked runs", OK, live or "no live run")
+
+
+async def blocked(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        counts = await count_by_reason(
+            conn, services.redis, services.keys, services.settings.lease_ttl_s
+        )
+    return [blocked_check(counts)]
 
 
 async def dead_letters(services: Services) -> list[Check]:

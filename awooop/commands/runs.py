@@ -6,10 +6,16 @@
     awooop runs approve [PROJECT] RUN_ID --token TOKEN [--actor NAME] [--json]
     awooop runs reject  [PROJECT] RUN_ID --token TOKEN [--actor NAME] [--reason TEXT] [--json]
     awooop runs retry   [PROJECT] RUN_ID [--attempts N] [--actor NAME] [--json]
+    awooop runs retry   --filter KEY=VALUE ... [--dry-run] [--attempts N] [--actor NAME] [--json]
+    awooop runs cancel  --filter KEY=VALUE ... [--dry-run] [--reason TEXT] [--actor NAME] [--json]
+    awooop runs operation OPERATION_ID [--resume] [--json]
 
-Output is an aligned table (``list``; ``show`` adds the run's timeline: every event with its
-attempt, worker, trace id and actor), or JSON with ``--json``: ``list`` one array, ``show`` one
-object ``{"state": ..., "timeline": [...]}``, the actions the run's new state. Without PROJECT
+Output is an aligned table (``list``, with each run's ``blocked_on`` reason; ``show`` starts
+with the ``blocked_on`` line, what the run waits for and the next safe action
+(:mod:`awooop.runs.blocked`), then adds the run's timeline: every event with its attempt,
+worker, trace id and actor), or JSON with ``--json``: ``list`` one array (each row with its
+``blocked_on`` object), ``show`` one object ``{"state": ..., "blocked_on": ..., "timeline":
+[...]}``, the actions the run's new state. Without PROJECT
 the run's project is looked up. Refusals print ``error E-XXX: message`` and exit 1 (for
 example E-APPROVAL-003 for a token used twice, E-RUN-001 for cancelling a finished run,
 E-INPUT-001 for a bad ``--since``). The approval token may also come from
@@ -17,6 +23,13 @@ E-INPUT-001 for a bad ``--since``). The approval token may also come from
 
 Every change records who made it: the event's metadata carries ``actor`` = ``cli:<OS user>``
 (``--actor`` names the person in the event itself, default the same).
+
+With ``--filter`` (the console list's filters: project, status, channel, blocked_on, since, q;
+repeat the option, all must match) ``retry`` and ``cancel`` act on every matching run as one
+operation (:mod:`awooop.runs.bulk`): the preview first (how many runs, per project), then,
+unless ``--dry-run``, the operation is recorded and run in batches here, one progress line per
+batch on stderr; each event's metadata also carries ``operation_id``. ``runs operation`` shows
+an operation, and ``--resume`` continues one whose process stopped (no run is changed twice).
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import sys
 import uuid
 from datetime import datetime
 from typing import Any
@@ -34,11 +48,17 @@ from awooop.commands.output import add_wide, table, to_json, when
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, RunNotFoundError
+from awooop.ingest.credentials import check_project_id
 from awooop.log.state import RunState
-from awooop.runs import approvals, control, reads, store
+from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads, store
+from awooop.runs.blocked import BlockedOn, describe
+from awooop.runs.listing import FILTER_KEYS
+from awooop.services import redis_client
 from projections import timeline
+from streams.keys import Keys
 
 TOKEN_ENV = "AWOOOP_APPROVAL_TOKEN"  # noqa: S105 - the name of a variable, not a secret
+REDIS_TIMEOUT_S = 3.0  # blocked_on asks Redis about readers and dead letters; never hang on it
 
 
 def register(subparsers: Any) -> None:
@@ -54,11 +74,11 @@ def register(subparsers: Any) -> None:
     add_wide(listing)
     listing.set_defaults(run=list_runs)
 
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+    def add(name: str, help_text: str, *, by_filter: bool = False) -> argparse.ArgumentParser:
         sub: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
         sub.add_argument(
             "ids",
-            nargs="+",
+            nargs="*" if by_filter else "+",
             metavar="[PROJECT] RUN_ID",
             help="the run (its project is looked up when not given)",
         )
@@ -68,10 +88,14 @@ def register(subparsers: Any) -> None:
         return sub
 
     add("show", "the run's state and its timeline of events")
-    cancel = add("cancel", "cancel a run that has not finished")
+    cancel = add(
+        "cancel", "cancel a run that has not finished (or every match of --filter)", by_filter=True
+    )
     approve = add("approve", "approve a run waiting for approval (single-use token)")
     reject = add("reject", "reject a run waiting for approval (single-use token)")
-    retry = add("retry", "send a FAILED run back to PENDING with more attempts")
+    retry = add(
+        "retry", "send a FAILED run (or every match of --filter) back to PENDING", by_filter=True
+    )
     for sub in (cancel, approve, reject, retry):
         sub.add_argument("--actor", default=None, help="who acts (default: cli:<OS user>)")
     for sub in (cancel, reject):
@@ -79,6 +103,20 @@ def register(subparsers: Any) -> None:
     for sub in (approve, reject):
         sub.add_argument("--token", default=None, help=f"the approval token (or ${TOKEN_ENV})")
     retry.add_argument("--attempts", type=int, default=None, help="extra attempts (default: 3)")
+    for sub in (cancel, retry):
+        sub.add_argument(
+            "--filter",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=f"every run matching ({', '.join(FILTER_KEYS)}; repeat: all must match)",
+        )
+        sub.add_argument("--dry-run", action="store_true", help="only the preview: how many runs")
+    operation = actions.add_parser("operation", help="a bulk operation's progress; --resume it")
+    operation.add_argument("operation_id", help="the operation's id")
+    operation.add_argument("--resume", action="store_true", help="run its remaining batches")
+    operation.add_argument("--json", action="store_true", help="JSON instead of a table")
+    operation.set_defaults(run=show_operation)
 
 
 def cli_actor() -> str:
@@ -154,13 +192,30 @@ def render_timeline(lines: list[timeline.TimelineLine], *, wide: bool = False) -
     return table(header, rows, wide=wide)
 
 
-def render_runs(runs: list[reads.RunSummary], *, wide: bool = False) -> str:
-    header = ("RUN_ID", "PROJECT", "STATUS", "ATTEMPTS", "WORKER", "FAILURE", "CREATED", "UPDATED")
+def render_runs(
+    runs: list[reads.RunSummary],
+    blocked: dict[uuid.UUID, BlockedOn | None] | None = None,
+    *,
+    wide: bool = False,
+) -> str:
+    header = (
+        "RUN_ID",
+        "PROJECT",
+        "STATUS",
+        "BLOCKED_ON",
+        "ATTEMPTS",
+        "WORKER",
+        "FAILURE",
+        "CREATED",
+        "UPDATED",
+    )
+    found = blocked or {}
     rows = [
         (
             str(r.run_id),
             r.project_id,
             r.status,
+            reason_of(found.get(r.run_id)),
             f"{r.attempt_count}/{r.max_attempts}",
             r.worker_id or "-",
             r.failure_code or "-",
@@ -172,6 +227,39 @@ def render_runs(runs: list[reads.RunSummary], *, wide: bool = False) -> str:
     return table(header, rows, wide=wide)
 
 
+def reason_of(blocked: BlockedOn | None) -> str:
+    return "-" if blocked is None else blocked.reason.value
+
+
+def runs_json(
+    runs: list[reads.RunSummary], blocked: dict[uuid.UUID, BlockedOn | None]
+) -> list[dict[str, Any]]:
+    """Pure: the rows of ``runs list --json``, each with its ``blocked_on`` object."""
+    return [
+        {**msgspec.to_builtins(r), "blocked_on": msgspec.to_builtins(blocked.get(r.run_id))}
+        for r in runs
+    ]
+
+
+async def blocked_of(
+    settings: Settings, conn: Connection, run_ids: list[uuid.UUID]
+) -> dict[uuid.UUID, BlockedOn | None]:
+    """blocked_on of ``run_ids`` (:mod:`awooop.runs.blocked_facts`): one query, and Redis
+    once per shard (a Redis that does not answer within REDIS_TIMEOUT_S leaves the Redis facts
+    unknown)."""
+    redis = redis_client(settings.redis_url, REDIS_TIMEOUT_S)
+    try:
+        return await blocked_facts.blocked_on(
+            conn,
+            redis,
+            Keys(settings.redis_key_prefix, settings.shard_count),
+            run_ids,
+            settings.lease_ttl_s,
+        )
+    finally:
+        await redis.aclose()
+
+
 # --- list ---------------------------------------------------------------------------------------
 
 
@@ -181,17 +269,24 @@ async def list_runs(settings: Settings, args: argparse.Namespace) -> int:
     db = await Database.open(settings.database_url, max_size=1)
     try:
 
-        async def read(conn: Connection) -> list[reads.RunSummary]:
+        async def read(
+            conn: Connection,
+        ) -> tuple[list[reads.RunSummary], dict[uuid.UUID, BlockedOn | None]]:
             now: datetime = await conn.fetchval("SELECT now()")
             since = None if args.since is None else reads.parse_since(args.since, now)
-            return await reads.list_runs(
+            runs = await reads.list_runs(
                 conn, project_id=args.project, status=status, since=since, limit=args.limit
             )
+            return runs, await blocked_of(settings, conn, [r.run_id for r in runs])
 
-        runs = await db.in_platform(read)
+        runs, blocked = await db.in_platform(read)
     finally:
         await db.close()
-    print(to_json(runs) if args.json else render_runs(runs, wide=args.wide))
+    print(
+        to_json(runs_json(runs, blocked))
+        if args.json
+        else render_runs(runs, blocked, wide=args.wide)
+    )
     return 0
 
 
@@ -199,6 +294,8 @@ async def list_runs(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
+    if getattr(args, "filter", None) or (args.action in ("retry", "cancel") and not args.ids):
+        return await bulk_action(settings, args)
     project, run_id = split_ids(args.ids)
     who = cli_actor()
     actor = getattr(args, "actor", None) or who
@@ -215,12 +312,16 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             if project is None:
                 raise RunNotFoundError(run_id=run_id)
 
+        blocked: BlockedOn | None = None
+
         async def act(conn: Connection) -> tuple[RunState, list[timeline.TimelineLine]]:
+            nonlocal blocked
             match args.action:
                 case "show":
                     state = await store.load(conn, run_id)
                     if state is None:
                         raise RunNotFoundError(run_id=run_id)
+                    blocked = (await blocked_of(settings, conn, [run_id])).get(run_id)
                     return state, await timeline.timeline_from_log(conn, run_id)
                 case "cancel":
                     state = await control.cancel(
@@ -259,11 +360,152 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         await db.close()
     if args.action == "show":
         if args.json:
-            print(to_json({"state": state_view(state), "timeline": lines}))
+            view = {"state": state_view(state), "blocked_on": blocked, "timeline": lines}
+            print(to_json(view))
         else:
+            print(f"blocked_on: {describe(blocked)}")
+            print()
             print(render_state(state))
             print()
             print(render_timeline(lines, wide=args.wide))
     else:
         print(state_json(state) if args.json else render_state(state))
+    return 0
+
+
+# --- by filter: one operation -------------------------------------------------------------------
+
+
+def filter_fields(pairs: list[str]) -> dict[str, str]:
+    """Pure: ``--filter KEY=VALUE`` options as fields (E-INPUT-001 for an unknown key)."""
+    fields: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in listing.FILTER_KEYS:
+            known = ", ".join(listing.FILTER_KEYS)
+            raise InvalidInputError(
+                f"--filter {pair[:60]!r}: expected KEY=VALUE, KEY one of {known}"
+            )
+        fields[key] = value
+    return fields
+
+
+def render_operation(op: bulk.Operation) -> str:
+    view = {k: v for k, v in msgspec.to_builtins(op).items() if k not in ("errors",)}
+    rows = [
+        (k, "-" if v is None else v if isinstance(v, str) else to_json(v)) for k, v in view.items()
+    ]
+    rows += [("refused run", f"{e['run_id']} {e['code']} {e['message']}") for e in op.errors]
+    return table(("FIELD", "VALUE"), rows)
+
+
+def progress_line(op: bulk.Operation) -> str:
+    done = "retried" if op.kind == "retry" else "cancelled"
+    return (
+        f"batch {op.batches}: {op.scanned} of {op.expected} looked at, "
+        f"{op.changed} {done}, {op.refused} refused"
+    )
+
+
+async def bulk_action(settings: Settings, args: argparse.Namespace) -> int:
+    if args.ids:
+        raise InvalidInputError("give either [PROJECT] RUN_ID or --filter, not both")
+    if not args.filter:
+        raise InvalidInputError("expected [PROJECT] RUN_ID or --filter KEY=VALUE")
+    fields = filter_fields(args.filter)
+    who = cli_actor()
+    db = await Database.open(settings.database_url, max_size=2)
+    redis = redis_client(settings.redis_url, REDIS_TIMEOUT_S)
+    keys = Keys(settings.redis_key_prefix, settings.shard_count)
+
+    async def decide(
+        conn: Connection, run_ids: list[uuid.UUID]
+    ) -> dict[uuid.UUID, BlockedOn | None]:
+        return await blocked_facts.blocked_on(conn, redis, keys, run_ids, settings.lease_ttl_s)
+
+    try:
+        now: datetime = await db.in_platform(lambda conn: conn.fetchval("SELECT now()"))
+        f = listing.parse_filter(fields, now)
+        if f.project is not None:
+            check_project_id(f.project)
+
+        async def count(conn: Connection) -> bulk.Preview:
+            return await bulk.preview(conn, args.action, f, decide)
+
+        if f.project is not None:
+            preview = await db.in_tenant(f.project, count)
+        else:
+            preview = await db.in_platform(count)
+        if args.json and args.dry_run:
+            print(to_json(preview))
+            return 0
+        print(f"{preview.total} run(s) to {args.action}{'' if preview.exact else ' at least'}")
+        if preview.by_project:
+            print(table(("PROJECT", "RUNS"), [(p, str(n)) for p, n in preview.by_project.items()]))
+        if args.dry_run or preview.total == 0:
+            return 0
+
+        async def create(conn: Connection) -> bulk.Operation:
+            return await bulk.create(
+                conn,
+                args.action,
+                f,
+                actor=who,
+                via="cli",
+                expected=preview.total,
+                person=args.actor,
+                extra_attempts=getattr(args, "attempts", None) or 3,
+                reason=getattr(args, "reason", ""),
+            )
+
+        op = await bulk.in_scope(db, bulk.scope_of(f), create)
+        print(f"operation {op.operation_id}", file=sys.stderr)
+        final = await bulk.execute(
+            db,
+            op.project_id,
+            op.operation_id,
+            decide,
+            lambda o: print(progress_line(o), file=sys.stderr),
+        )
+    finally:
+        await redis.aclose()
+        await db.close()
+    done = "retried" if final.kind == "retry" else "cancelled"
+    print(
+        to_json(final)
+        if args.json
+        else f"operation {final.operation_id} {final.state}: {final.changed} {done}, "
+        f"{final.refused} refused"
+    )
+    return 0
+
+
+async def show_operation(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        operation_id = uuid.UUID(args.operation_id)
+    except ValueError:
+        raise InvalidInputError(f"operation id {args.operation_id!r} is not a UUID") from None
+    db = await Database.open(settings.database_url, max_size=2)
+    redis = redis_client(settings.redis_url, REDIS_TIMEOUT_S)
+    keys = Keys(settings.redis_key_prefix, settings.shard_count)
+
+    async def decide(
+        conn: Connection, run_ids: list[uuid.UUID]
+    ) -> dict[uuid.UUID, BlockedOn | None]:
+        return await blocked_facts.blocked_on(conn, redis, keys, run_ids, settings.lease_ttl_s)
+
+    try:
+        op = await db.in_platform(lambda conn: bulk.get(conn, operation_id))
+        if args.resume and op.state == "running":
+            op = await bulk.execute(
+                db,
+                op.project_id,
+                op.operation_id,
+                decide,
+                lambda o: print(progress_line(o), file=sys.stderr),
+            )
+    finally:
+        await redis.aclose()
+        await db.close()
+    print(to_json(op) if args.json else render_operation(op))
     return 0

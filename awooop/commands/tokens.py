@@ -36,8 +36,8 @@ def register(subparsers: Any) -> None:
         "--scope",
         default=credentials.INGEST_SCOPE,
         choices=credentials.SCOPES,
-        help="ingest (a channel's events), manage (the project), admin (every project; "
-        f"PROJECT {PLATFORM_PROJECT})",
+        help="ingest (a channel's events), read (see the project, change nothing), manage "
+        f"(the project), admin (every project; PROJECT {PLATFORM_PROJECT})",
     )
     create.set_defaults(run=create_token)
 

@@ -97,6 +97,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_header_timeout_s: float = 5.0
     http_body_timeout_s: float = 10.0
     ingest_config_cache_s: float = 2.0
+    # The console (/ui): a trace id links to this URL with {trace_id} replaced ("" no link),
+    # and a browser session lasts this long (or until its token is revoked).
+    console_trace_url: str = ""
+    console_session_s: float = 8 * 3600.0
     ingest_batch_max_deliveries: int = 64
     metrics_port: int = 0
     stats_interval_s: float = 15.0
@@ -130,6 +134,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "redis_socket_timeout_s",
             "http_header_timeout_s",
             "http_body_timeout_s",
+            "console_session_s",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{env_name(name)} must be a positive number of seconds")

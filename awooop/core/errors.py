@@ -114,6 +114,13 @@ class RunNotFoundError(AwoooPError):
     http_status = 404
 
 
+class OperationNotFoundError(AwoooPError):
+    """No such operation."""
+
+    code = "E-OPERATION-001"
+    http_status = 404
+
+
 # --- ingest ---------------------------------------------------------------------------------
 
 
@@ -177,6 +184,20 @@ class ScopeForbiddenError(ForbiddenError):
     """The token's scope does not allow management (an ingest token only submits events)."""
 
     code = "E-AUTH-003"
+
+
+class ReadOnlyError(ForbiddenError):
+    """A read token sees runs and contracts and changes nothing (awooop tokens create PROJECT
+    --scope manage for a token that may act)."""
+
+    code = "E-AUTH-004"
+
+
+class CsrfError(ForbiddenError):
+    """The console form's CSRF token is missing or does not match the session: reload the page
+    and submit again."""
+
+    code = "E-AUTH-005"
 
 
 # --- approvals ------------------------------------------------------------------------------

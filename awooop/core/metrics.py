@@ -74,6 +74,13 @@ RUNS_OVERDUE = Gauge(
     "approval_expired: the approval resolver), sampled by the stats loop",
     ["project_id", "reason"],
 )
+RUNS_BLOCKED = Gauge(
+    "awooop_runs_blocked",
+    "Live and FAILED runs by project and blocked_on reason (what each waits for: "
+    "pending_no_worker, retry_pending, running, waiting_approval, failed_dead_lettered, ...), "
+    "sampled by the stats loop",
+    ["project_id", "reason"],
+)
 RUNS_FINISHED = Counter(
     "awooop_runs_finished_total", "Runs that reached a terminal state", ["status"]
 )

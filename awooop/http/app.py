@@ -36,6 +36,7 @@ ROUTE_MODULES = (
     "awooop.http.runs",
     "awooop.http.contracts",
     "awooop.http.approvals",
+    "awooop.http.console",
 )
 
 

@@ -7,9 +7,14 @@ Every route under ``/v1/projects/{project_id}/runs/...`` and ``.../contracts...`
   401 E-AUTH-001;
 - a live token whose scope is not a management scope (an ``ingest`` token of a channel):
   403 E-AUTH-003;
-- a ``manage`` token of another project: 403 E-AUTH-002;
+- a ``manage`` or ``read`` token of another project: 403 E-AUTH-002;
+- a ``read`` token of the project on a route that changes something (every POST): 403
+  E-AUTH-004; on a GET route: allowed;
 - a ``manage`` token of the project in the path, or an ``admin`` token (they belong to the
   platform project ``__platform__``): allowed.
+
+The console (:mod:`awooop.http.console_session`) authorises its pages with the same
+:func:`authorize_stored`, from the token row its session cookie points to.
 
 Tokens are created with ``awooop tokens create PROJECT --scope manage`` and
 ``awooop tokens create __platform__ --scope admin``. The lookup reads the token row by its id on
@@ -26,11 +31,16 @@ import msgspec
 from starlette.requests import Request
 
 from awooop.core.db import Connection
-from awooop.core.errors import AuthenticationError, ProjectForbiddenError, ScopeForbiddenError
+from awooop.core.errors import (
+    AuthenticationError,
+    ProjectForbiddenError,
+    ReadOnlyError,
+    ScopeForbiddenError,
+)
 from awooop.http.ingest import lowercase_headers
 from awooop.ingest.auth import equal, hash_secret, parse_token, presented_token
 from awooop.ingest.common import Headers
-from awooop.ingest.credentials import ADMIN_SCOPE, MANAGE_SCOPE
+from awooop.ingest.credentials import ADMIN_SCOPE, MANAGE_SCOPE, READ_SCOPE
 from awooop.services import Services
 
 # --- SQL -------------------------------------------------------------------------------------
@@ -68,10 +78,13 @@ class Principal(msgspec.Struct, frozen=True):
 # --- pure ------------------------------------------------------------------------------------
 
 
-def authorize(headers: Headers, stored: StoredToken | None, project_id: str) -> Principal:
+def authorize(
+    headers: Headers, stored: StoredToken | None, project_id: str, *, write: bool = True
+) -> Principal:
     """The principal of the request's bearer token for ``project_id``, or a refusal.
 
-    ``stored`` is the live row of the token id the header names (None: no such live token)."""
+    ``stored`` is the live row of the token id the header names (None: no such live token);
+    ``write``: the route changes something (a read token is refused)."""
     token = presented_token(headers)
     if token is None:
         raise AuthenticationError(
@@ -84,16 +97,27 @@ def authorize(headers: Headers, stored: StoredToken | None, project_id: str) -> 
     if stored is None or not equal(hash_secret(parsed[1]), stored.token_hash):
         raise AuthenticationError(TOKEN_FAILED)
     principal = Principal(token_id=parsed[0], project_id=stored.project_id, scope=stored.scope)
-    if stored.scope == ADMIN_SCOPE:
+    return authorize_stored(principal, project_id, write=write)
+
+
+def authorize_stored(principal: Principal, project_id: str | None, *, write: bool) -> Principal:
+    """Pure: ``principal`` (a live token) may act on ``project_id`` (None: some project of its
+    own, as the console's run list), writing or not; else the refusal."""
+    if principal.scope == ADMIN_SCOPE:
         return principal
-    if stored.scope != MANAGE_SCOPE:
+    if principal.scope not in (MANAGE_SCOPE, READ_SCOPE):
         raise ScopeForbiddenError(
-            f"a token with scope {stored.scope} cannot use the management routes "
+            f"a token with scope {principal.scope} cannot use the management routes "
             f"(awooop tokens create PROJECT --scope {MANAGE_SCOPE})"
         )
-    if stored.project_id != project_id:
+    if project_id is not None and principal.project_id != project_id:
         raise ProjectForbiddenError(
-            f"this management token belongs to project {stored.project_id}, not {project_id}"
+            f"this management token belongs to project {principal.project_id}, not {project_id}"
+        )
+    if write and principal.scope == READ_SCOPE:
+        raise ReadOnlyError(
+            "a read token sees the project and changes nothing "
+            f"(awooop tokens create {principal.project_id} --scope {MANAGE_SCOPE})"
         )
     return principal
 
@@ -114,4 +138,4 @@ async def require(services: Services, request: Request, project_id: str) -> Prin
     """Authorise ``request`` for ``project_id`` (see the module docstring) or raise."""
     headers = lowercase_headers(request)
     stored = await services.db.in_platform(lambda conn: lookup(conn, headers))
-    return authorize(headers, stored, project_id)
+    return authorize(headers, stored, project_id, write=request.method not in ("GET", "HEAD"))

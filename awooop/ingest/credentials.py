@@ -33,7 +33,9 @@ MAX_SECRET_LENGTH = 1024
 INGEST_SCOPE = "ingest"
 MANAGE_SCOPE = "manage"  # the management routes of the token's own project
 ADMIN_SCOPE = "admin"  # the management routes of every project; a token of PLATFORM_PROJECT
-SCOPES = (INGEST_SCOPE, MANAGE_SCOPE, ADMIN_SCOPE)
+READ_SCOPE = "read"  # the console's pages and the GET management routes of its project, no change
+SCOPES = (INGEST_SCOPE, READ_SCOPE, MANAGE_SCOPE, ADMIN_SCOPE)
+MANAGEMENT_SCOPES = (READ_SCOPE, MANAGE_SCOPE, ADMIN_SCOPE)
 OPTION_CHANNELS = {  # each option and the channel it applies to
     "gitea_key": "gitea",
     "max_event_age_s": "line",
@@ -252,8 +254,8 @@ async def create_token(db: Database, project_id: str, channel_type: str) -> tupl
 async def create_management_token(db: Database, project_id: str, scope: str) -> tuple[str, str]:
     """A new management token (``manage`` for the project, ``admin`` for the platform
     project): (token_id, token). Shown once."""
-    if scope not in (MANAGE_SCOPE, ADMIN_SCOPE):
-        raise InvalidInputError(f"scope must be {MANAGE_SCOPE} or {ADMIN_SCOPE}")
+    if scope not in MANAGEMENT_SCOPES:
+        raise InvalidInputError(f"scope must be one of {', '.join(MANAGEMENT_SCOPES)}")
     check_token_project(project_id, scope)
     token_id, token, token_hash = new_token()
     async with db.platform_writes() as conn:

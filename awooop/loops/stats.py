@@ -7,7 +7,10 @@
   more than two resolver intervals + 30 s ago). Only live states are sampled: each of the three
   queries walks one of the partial indexes of ``awooop_run_state``, so the cost follows the
   number of live runs, not the table's size. Finished runs are counted as they finish by
-  ``awooop_runs_finished_total``.
+  ``awooop_runs_finished_total``. The same loop samples ``awooop_runs_blocked``: live runs
+  and FAILED runs by project and ``blocked_on`` reason, decided by the one function the CLI
+  and the console use (:func:`awooop.runs.blocked_facts.count_by_reason`: live runs through
+  the partial indexes, FAILED runs an index-only count per failure code).
 - ``stats_outbox``: ``awooop_outbox_backlog_seconds`` for both outboxes, read from Postgres
   (0 when everything is delivered): ``events``, the age of the first event after the relay's
   saved cursor (``awooop_relay_cursor``, saved at least every poll interval while the relay
@@ -34,6 +37,7 @@ from redis.exceptions import ResponseError
 from awooop.core import metrics
 from awooop.log.state import RunStatus
 from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
+from awooop.runs.blocked_facts import count_by_reason
 from awooop.services import Services
 
 LIVE_STATES: tuple[str, ...] = (
@@ -128,6 +132,7 @@ class StatsLoops:
         self._runs = GaugeSnapshot(metrics.RUNS_BY_STATE)
         self._oldest = GaugeSnapshot(metrics.RUNS_OLDEST_AGE)
         self._overdue = GaugeSnapshot(metrics.RUNS_OVERDUE)
+        self._blocked = GaugeSnapshot(metrics.RUNS_BLOCKED)
         self._lag = GaugeSnapshot(metrics.CONSUMER_LAG)
         self._pending = GaugeSnapshot(metrics.CONSUMER_PENDING)
         self._dead = GaugeSnapshot(metrics.DEAD_LETTER_LENGTH)
@@ -138,10 +143,14 @@ class StatsLoops:
         approval_grace = 2 * settings.approval_resolver_interval_s + 30
         async with self.services.db.platform() as conn:
             rows = await conn.fetch(SAMPLE_RUNS, lease_grace, approval_grace)
+            blocked = await count_by_reason(
+                conn, self.services.redis, self.services.keys, settings.lease_ttl_s
+            )
         by_state, oldest, overdue = runs_sample(tuple(row.values()) for row in rows)
         self._runs.publish(by_state)
         self._oldest.publish(oldest)
         self._overdue.publish(overdue)
+        self._blocked.publish({labels: float(n) for labels, n in blocked.items()})
 
     async def sample_outbox(self, _ctx: LoopContext) -> None:
         async with self.services.db.platform() as conn:

@@ -26,7 +26,7 @@ MAX_REASON = 2000
 MAX_EXTRA_ATTEMPTS = 1000
 
 
-def _check_text(name: str, value: str, limit: int) -> str:
+def check_text(name: str, value: str, limit: int) -> str:
     if len(value) > limit:
         raise InvalidInputError(f"{name} must be at most {limit} characters")
     return value
@@ -41,8 +41,8 @@ async def cancel(
     metadata: dict[str, Any] | None = None,
 ) -> RunState:
     """Cancel ``run_id`` (E-RUN-001 when it is already terminal, E-RUN-003 when unknown)."""
-    _check_text("actor", actor, 200)
-    _check_text("reason", reason, MAX_REASON)
+    check_text("actor", actor, 200)
+    check_text("reason", reason, MAX_REASON)
     state = await store.record(
         conn, run_id, lambda _s, now: RunCancelled(at=now, actor=actor, reason=reason), metadata
     )
@@ -59,7 +59,7 @@ async def retry(
     metadata: dict[str, Any] | None = None,
 ) -> RunState:
     """Send a FAILED run back to PENDING with ``extra_attempts`` more attempts."""
-    _check_text("actor", actor, 200)
+    check_text("actor", actor, 200)
     if not 1 <= extra_attempts <= MAX_EXTRA_ATTEMPTS:
         raise InvalidInputError(f"extra attempts must be between 1 and {MAX_EXTRA_ATTEMPTS}")
     return await store.record(

@@ -35,7 +35,13 @@ from awooop.core.events import run_id_of_stream
 from awooop.log.state import RunStatus
 from awooop.runs import control, store
 from streams.clients import StreamClients
-from streams.deadletter import DeadLetter, read_dead_letter, read_dead_letters, redrive_entry
+from streams.deadletter import (
+    DeadLetter,
+    dead_letter_of,
+    read_dead_letter,
+    read_dead_letters,
+    redrive_entry,
+)
 from streams.envelope import encode
 
 ENTRY_ID = re.compile(r"(?:(\d{1,6}):)?(\d{1,20}-\d{1,20})")
@@ -199,3 +205,21 @@ async def redrive(
     if written == 0:
         return msgspec.structs.replace(done, detail="already re-driven by someone else")
     return done
+
+
+async def entries_of_run(
+    services: StreamClients, project_id: str, run_id: uuid.UUID, scan: int = PAGE
+) -> list[DeadLetter]:
+    """The work-stream dead letters of ``run_id`` among the newest ``scan`` of its shard."""
+    shard = services.keys.shard_of(project_id)
+    rows = await services.redis.xrevrange(
+        services.keys.dead_letter_stream(shard), max="+", min="-", count=scan
+    )
+    stream_id = f"run-{run_id}"
+    found = []
+    for entry_id, fields in rows:
+        entry = dead_letter_of(shard, entry_id, fields)
+        env = entry.envelope()
+        if env is not None and env.stream_id == stream_id and env.project_id == project_id:
+            found.append(entry)
+    return found

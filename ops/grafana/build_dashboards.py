@@ -122,6 +122,11 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 ],
                 "short",
             ),
+            (
+                "What runs wait for (blocked_on)",
+                [("sum by (reason) (awooop_runs_blocked)", "{{reason}}")],
+                "short",
+            ),
         ],
     ),
     "awooop-lag": (

@@ -84,6 +84,7 @@ async def test_list_filters_orders_and_prints_json_or_a_table(
         "RUN_ID",
         "PROJECT",
         "STATUS",
+        "BLOCKED_ON",
         "ATTEMPTS",
         "WORKER",
         "FAILURE",

@@ -7,10 +7,11 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from awooop.core.db import Database
-from awooop.core.events import RunCreated, decode_event, run_stream_id
+from awooop.core.events import RunCreated, RunFailed, decode_event, run_stream_id
 from awooop.log import eventlog
-from awooop.log.state import RunState
+from awooop.log.state import RunState, row_to_state
 from awooop.runs import store
+from awooop.runs.leases.batch import LOCK_MANY
 
 
 async def create_runs(
@@ -39,6 +40,28 @@ async def create_runs(
                         max_attempts=max_attempts,
                     ),
                 )
+    return run_ids
+
+
+async def create_failed_runs(
+    db: Database, project: str, count: int, *, per_transaction: int = 500
+) -> list[uuid.UUID]:
+    """``count`` FAILED runs: created as ingest does, then failed by the platform in batches
+    (one ``apply_and_store_many`` per transaction, the write path of batches)."""
+    run_ids = await create_runs(db, project, count, per_transaction=per_transaction)
+    for start in range(0, count, per_transaction):
+        async with db.tenant(project) as conn:
+            rows = await conn.fetch(LOCK_MANY, run_ids[start : start + per_transaction])
+            await store.apply_and_store_many(
+                conn,
+                [
+                    (
+                        row_to_state(r),
+                        RunFailed(at=r["db_now"], reason="the handler raised", code="E-TEST-001"),
+                    )
+                    for r in rows
+                ],
+            )
     return run_ids
 
 

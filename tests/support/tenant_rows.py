@@ -14,7 +14,7 @@ from typing import Any
 
 from awooop.core.db import Connection, Database
 from awooop.ingest import auth, credentials
-from awooop.runs import approvals, leases, store
+from awooop.runs import approvals, bulk, leases, listing, store
 from tests.support import factories
 
 # --- builders: one project's rows, through the write paths --------------------------------------
@@ -126,6 +126,18 @@ async def _projections(conn: Connection, project_id: str) -> None:
         await get(name).apply(conn, LIVE, {stream_id: [log_event]})
 
 
+async def _operation(conn: Connection, project_id: str) -> None:
+    """A bulk operation of the project, through its write path (nothing run yet)."""
+    await bulk.create(
+        conn,
+        "retry",
+        listing.RunFilter(project=project_id),
+        actor="rls-probe",
+        via="cli",
+        expected=0,
+    )
+
+
 BUILDERS = (
     _run,
     _dedupe,
@@ -134,6 +146,7 @@ BUILDERS = (
     _channel_credentials,
     _approval,
     _projections,
+    _operation,
 )
 
 

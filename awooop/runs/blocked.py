@@ -1,0 +1,254 @@
+"""What a run waits for, and the next safe action: ``blocked_on`` (issue 22), a pure decision.
+
+:func:`decide` takes the facts about one run (:class:`RunFacts`, read in one query by
+:mod:`awooop.runs.blocked_facts`) and about its shard's work stream (:class:`ShardFacts`, read
+from Redis once per shard) and names a :class:`Reason`:
+
+| status           | facts                                          | reason                 |
+|------------------|------------------------------------------------|------------------------|
+| PENDING, RESUMED | its run id is in the shard's dead letters      | pending_dead_lettered  |
+|                  | no consumer of its shard's group read recently | pending_no_worker      |
+|                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
+|                  | otherwise: readers are there, all busy         | pending_workers_busy   |
+| RUNNING          | lease live                                     | running                |
+| WAITING_TOOL     | lease live                                     | waiting_tool           |
+| either           | lease expired (the reaper's turn)              | lease_expired          |
+| WAITING_APPROVAL | approval open / past its expiry                | waiting_approval /     |
+|                  |                                                | approval_expired       |
+| FAILED           | E-RUN-004 or E-RUN-005 (work dead-lettered)    | failed_dead_lettered   |
+|                  | otherwise                                      | failed                 |
+| COMPLETED, CANCELLED | -                                          | None (nothing blocks)  |
+
+The rows are checked top down: a PENDING run retried after a crash whose shard nobody reads is
+``pending_no_worker`` (that is what blocks it); its attempt is in the summary either way.
+
+Why derived at read time and not projected into run state: half of the answer is the clock
+(a lease or an approval past its time changes the reason with no event) and the rest lives
+outside the run's event stream (consumers of a Redis group, dead-letter entries, the open
+approval row). A projected field would be stale the moment a lease ran out, would need a write
+per heartbeat, and could not be rebuilt by replay from the log alone. One indexed query per
+page plus one Redis round trip per shard is cheap, and the CLI, the console, ``awooop doctor``
+and the ``awooop_runs_blocked`` gauge all call this one function, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from awooop.log.state import MAX_ATTEMPTS_CODE, RunStatus
+
+DELIVERY_LIMIT_CODE = "E-RUN-005"  # DeliveryLimitError: the worker dead-lettered the message
+DEAD_LETTER_CODES = frozenset({MAX_ATTEMPTS_CODE, DELIVERY_LIMIT_CODE})
+
+
+class Reason(enum.StrEnum):
+    PENDING_NO_WORKER = "pending_no_worker"
+    PENDING_WORKERS_BUSY = "pending_workers_busy"
+    PENDING_DEAD_LETTERED = "pending_dead_lettered"
+    RETRY_PENDING = "retry_pending"
+    RUNNING = "running"
+    LEASE_EXPIRED = "lease_expired"
+    WAITING_TOOL = "waiting_tool"
+    WAITING_APPROVAL = "waiting_approval"
+    APPROVAL_EXPIRED = "approval_expired"
+    FAILED = "failed"
+    FAILED_DEAD_LETTERED = "failed_dead_lettered"
+
+
+# The statuses each reason can come from: a console filter on a reason narrows the SQL by these.
+REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
+    Reason.PENDING_NO_WORKER: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.PENDING_WORKERS_BUSY: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.RUNNING: frozenset({RunStatus.RUNNING}),
+    Reason.LEASE_EXPIRED: frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL}),
+    Reason.WAITING_TOOL: frozenset({RunStatus.WAITING_TOOL}),
+    Reason.WAITING_APPROVAL: frozenset({RunStatus.WAITING_APPROVAL}),
+    Reason.APPROVAL_EXPIRED: frozenset({RunStatus.WAITING_APPROVAL}),
+    Reason.FAILED: frozenset({RunStatus.FAILED}),
+    Reason.FAILED_DEAD_LETTERED: frozenset({RunStatus.FAILED}),
+}
+
+
+class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of :data:`awooop.runs.blocked_facts.FACTS`."""
+
+    run_id: uuid.UUID
+    project_id: str
+    status: RunStatus
+    attempt_count: int
+    max_attempts: int
+    worker_id: str | None
+    lease_until: datetime | None
+    heartbeat_at: datetime | None
+    waiting_for: str | None
+    approval_expires_at: datetime | None
+    failure_reason: str | None
+    failure_code: str | None
+    updated_at: datetime
+    now: datetime
+    approval_name: str | None = None
+    approval_reason: str | None = None
+    last_end_type: str | None = None  # the last RunRequeued/LeaseReleased/RunFailed/Approval*
+    last_end_reason: str | None = None
+
+
+class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What Redis says about a shard's work stream. ``known`` False: Redis did not answer
+    (then no PENDING run is called dead-lettered or unread: that would be a guess)."""
+
+    shard: int
+    known: bool
+    readers: int = 0  # consumers of the workers group that read within the window
+    dead_run_ids: frozenset[uuid.UUID] = frozenset()
+
+
+class BlockedOn(msgspec.Struct, frozen=True, kw_only=True):
+    reason: Reason
+    since: datetime
+    summary: str
+    next_action: str
+    attempt: int
+    max_attempts: int
+    worker_id: str | None = None
+    retry_allowed: bool | None = None  # FAILED only: may `awooop runs retry` send it back
+
+
+def failed_reason(failure_code: str | None) -> Reason:
+    """Pure: the reason of a FAILED run (also used to count FAILED runs in SQL per code)."""
+    return Reason.FAILED_DEAD_LETTERED if failure_code in DEAD_LETTER_CODES else Reason.FAILED
+
+
+def _ago(now: datetime, then: datetime | None) -> str:
+    if then is None:
+        return "never"
+    seconds = (now - then).total_seconds()
+    return f"{seconds:.0f}s ago" if seconds >= 0 else f"in {-seconds:.0f}s"
+
+
+def _at(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _blocked(f: RunFacts, **fields: Any) -> BlockedOn:
+    return BlockedOn(
+        since=f.updated_at, attempt=f.attempt_count, max_attempts=f.max_attempts, **fields
+    )
+
+
+def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
+    """Pure: the table in the module docstring. None for a finished run."""
+    f = facts
+    ref = f"{f.project_id} {f.run_id}"
+    match f.status:
+        case RunStatus.PENDING | RunStatus.RESUMED:
+            next_attempt = f"attempt {f.attempt_count + 1} of {f.max_attempts}"
+            waiting = f"{f.status.value.lower()} since {_at(f.updated_at)}, {next_attempt}"
+            if shard.known and f.run_id in shard.dead_run_ids:
+                return _blocked(
+                    f,
+                    reason=Reason.PENDING_DEAD_LETTERED,
+                    summary=f"{waiting}; its work message is in the dead-letter stream of "
+                    f"shard {shard.shard}",
+                    next_action="awooop deadletters list, then awooop deadletters redrive ID",
+                )
+            if shard.known and shard.readers == 0:
+                return _blocked(
+                    f,
+                    reason=Reason.PENDING_NO_WORKER,
+                    summary=f"{waiting}; no worker has read shard {shard.shard} recently",
+                    next_action="start an awooop worker (awooop doctor: consumer groups)",
+                )
+            if f.attempt_count > 0:
+                why = f.last_end_reason or f.last_end_type or "unknown"
+                return _blocked(
+                    f,
+                    reason=Reason.RETRY_PENDING,
+                    summary=f"{waiting}; the last attempt ended: {why}",
+                    next_action=f"none: a worker takes it; awooop runs cancel {ref} to stop it",
+                )
+            readers = f"{shard.readers} worker(s) read shard {shard.shard}" if shard.known else ""
+            return _blocked(
+                f,
+                reason=Reason.PENDING_WORKERS_BUSY,
+                summary=f"{waiting}; waits for a free worker {readers}".rstrip(),
+                next_action="none: a worker takes it; add workers if it waits long",
+            )
+        case RunStatus.RUNNING | RunStatus.WAITING_TOOL:
+            lease = (
+                f"worker {f.worker_id}, last heartbeat {_ago(f.now, f.heartbeat_at)}, "
+                f"lease until {_at(f.lease_until)}"
+            )
+            if f.lease_until is not None and f.lease_until < f.now:
+                return _blocked(
+                    f,
+                    reason=Reason.LEASE_EXPIRED,
+                    summary=f"the lease of attempt {f.attempt_count} expired: {lease}",
+                    next_action="none: the reaper requeues it (check awooop loops list: reaper)",
+                    worker_id=f.worker_id,
+                )
+            if f.status is RunStatus.WAITING_TOOL:
+                return _blocked(
+                    f,
+                    reason=Reason.WAITING_TOOL,
+                    summary=f"waits for tool {f.waiting_for} since {_at(f.updated_at)}; {lease}",
+                    next_action=f"none: the tool answers; awooop runs cancel {ref} to stop it",
+                    worker_id=f.worker_id,
+                )
+            return _blocked(
+                f,
+                reason=Reason.RUNNING,
+                summary=f"running attempt {f.attempt_count} of {f.max_attempts}: {lease}",
+                next_action=f"none: it runs; awooop runs cancel {ref} to stop it",
+                worker_id=f.worker_id,
+            )
+        case RunStatus.WAITING_APPROVAL:
+            asked = f.approval_name or "approval"
+            if f.approval_reason:
+                asked += f" ({f.approval_reason})"
+            expires = _at(f.approval_expires_at)
+            if f.approval_expires_at is not None and f.approval_expires_at < f.now:
+                return _blocked(
+                    f,
+                    reason=Reason.APPROVAL_EXPIRED,
+                    summary=f"approval {asked} expired at {expires}",
+                    next_action="none: the approval resolver fails it with E-APPROVAL-002 "
+                    "(check awooop loops list)",
+                )
+            return _blocked(
+                f,
+                reason=Reason.WAITING_APPROVAL,
+                summary=f"waits for approval {asked}, expires at {expires}",
+                next_action=f"awooop runs approve|reject {ref} --token TOKEN",
+            )
+        case RunStatus.FAILED:
+            reason = failed_reason(f.failure_code)
+            why = f"{f.failure_code or '-'}: {f.failure_reason or 'no reason recorded'}"
+            if reason is Reason.FAILED_DEAD_LETTERED:
+                action = (
+                    "fix the cause, then awooop deadletters redrive ID "
+                    f"(awooop deadletters list) or awooop runs retry {ref}"
+                )
+            else:
+                action = f"awooop runs retry {ref} (after fixing the cause)"
+            return _blocked(
+                f,
+                reason=reason,
+                summary=f"failed after attempt {f.attempt_count} of {f.max_attempts}: {why}",
+                next_action=action,
+                retry_allowed=True,  # RunRetried is legal from every FAILED run (log.state)
+            )
+    return None
+
+
+def describe(blocked: BlockedOn | None) -> str:
+    """Pure: the one line the CLI and the console print."""
+    if blocked is None:
+        return "-"
+    return f"{blocked.reason.value}: {blocked.summary}; next: {blocked.next_action}"

@@ -1,0 +1,184 @@
+"""The facts behind ``blocked_on`` (:mod:`awooop.runs.blocked`): one query, one look at Redis.
+
+- :data:`FACTS` reads every fact Postgres holds about a set of runs in one statement: the run
+  state row (lease, heartbeat, attempts, failure), the open approval row (who was asked, its
+  reason) and the run's last "an attempt ended" event (requeue, lease release, failure,
+  approval decision) from the event log. Each lateral join is one probe of an index
+  (``awooop_approvals_run_idx``, the log's ``(stream_id, version)`` key, walked backwards over
+  a run's few events), so the cost follows the number of runs asked about, not the tables.
+- :func:`shard_facts` asks Redis, once per shard, which consumers of the ``workers`` group
+  read the shard's work stream within the window (``XINFO CONSUMERS``: a live worker reads
+  every second while it has a free slot and touches its pending entries at every heartbeat,
+  so ``AWOOOP_LEASE_TTL_S`` is a safe window) and which runs have a message in the shard's
+  dead-letter stream (the newest :data:`DEAD_LETTER_SCAN` entries: the stream is capped at
+  100,000 and older entries are for runs the log already calls failed).
+- :func:`count_by_reason` is the gauge's sample: the live runs through :data:`LIVE_FACTS`
+  (the partial indexes on live states), FAILED runs counted per failure code through the
+  partial index of migration 0110 and classified with :func:`awooop.runs.blocked.failed_reason`.
+
+A Redis that does not answer leaves ``known`` False: PENDING runs are then called
+``pending_workers_busy`` or ``retry_pending`` from Postgres facts alone, never unread or
+dead-lettered on a guess.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from awooop.core.db import Connection
+from awooop.core.logs import get_logger
+from awooop.log.state import RunStatus
+from awooop.runs.blocked import BlockedOn, Reason, RunFacts, ShardFacts, decide, failed_reason
+from streams.deadletter import dead_letter_of
+from streams.keys import WORKER_GROUP, Keys
+
+log = get_logger(__name__)
+
+DEAD_LETTER_SCAN = 1000
+LIVE = ("PENDING", "RESUMED", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL")
+
+# --- SQL -------------------------------------------------------------------------------------
+# One statement for all the Postgres facts of the runs in $1 (or of every live run).
+_SELECT = """
+SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, rs.worker_id,
+       rs.lease_until, rs.heartbeat_at, rs.waiting_for, rs.approval_expires_at,
+       rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now,
+       ap.name AS approval_name, ap.reason AS approval_reason,
+       ended.event_type AS last_end_type, ended.data ->> 'reason' AS last_end_reason
+FROM awooop_run_state rs
+LEFT JOIN LATERAL (
+    SELECT a.name, a.reason FROM awooop_approvals a
+    WHERE a.run_id = rs.run_id AND a.used_at IS NULL
+    ORDER BY a.requested_at DESC LIMIT 1
+) ap ON rs.status = 'WAITING_APPROVAL'
+LEFT JOIN LATERAL (
+    SELECT e.event_type, e.data FROM awooop_events e
+    WHERE e.stream_id = 'run-' || rs.run_id::text
+      AND e.event_type IN ('RunRequeued', 'LeaseReleased', 'RunFailed',
+                           'ApprovalRejected', 'ApprovalExpired')
+    ORDER BY e.version DESC LIMIT 1
+) ended ON rs.attempt_count > 0
+"""
+FACTS = _SELECT + "WHERE rs.run_id = ANY($1::uuid[])"
+# Three arms, each with the predicate of one partial index of awooop_run_state (0003).
+LIVE_FACTS = (
+    _SELECT
+    + "WHERE rs.status IN ('PENDING', 'RESUMED') UNION ALL "
+    + _SELECT
+    + "WHERE rs.status IN ('RUNNING', 'WAITING_TOOL') UNION ALL "
+    + _SELECT
+    + "WHERE rs.status = 'WAITING_APPROVAL'"
+)
+# awooop_run_state_failed_idx (migration 0110): an index-only count per project and code.
+FAILED_COUNTS = """
+SELECT project_id, failure_code, count(*) AS runs FROM awooop_run_state
+WHERE status = 'FAILED' GROUP BY project_id, failure_code
+"""
+# ---------------------------------------------------------------------------------------------
+
+
+def facts_of(row: Any) -> RunFacts:
+    return RunFacts(
+        run_id=row["run_id"],
+        project_id=row["project_id"],
+        status=RunStatus(row["status"]),
+        attempt_count=row["attempt_count"],
+        max_attempts=row["max_attempts"],
+        worker_id=row["worker_id"],
+        lease_until=row["lease_until"],
+        heartbeat_at=row["heartbeat_at"],
+        waiting_for=row["waiting_for"],
+        approval_expires_at=row["approval_expires_at"],
+        failure_reason=row["failure_reason"],
+        failure_code=row["failure_code"],
+        updated_at=row["updated_at"],
+        now=row["now"],
+        approval_name=row["approval_name"],
+        approval_reason=row["approval_reason"],
+        last_end_type=row["last_end_type"],
+        last_end_reason=row["last_end_reason"] or None,
+    )
+
+
+async def run_facts(conn: Connection, run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, RunFacts]:
+    rows = await conn.fetch(FACTS, list(run_ids))
+    return {row["run_id"]: facts_of(row) for row in rows}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def shard_facts(redis: Any, keys: Keys, shard: int, window_s: float) -> ShardFacts:
+    """What Redis says about ``shard`` (see the module docstring); unknown when it fails."""
+    try:
+        try:
+            consumers = await redis.xinfo_consumers(keys.work_stream(shard), WORKER_GROUP)
+        except ResponseError as exc:
+            if "no such key" not in str(exc).lower() and "nogroup" not in str(exc).lower():
+                raise
+            consumers = []  # no stream or no group yet: nobody has read it
+        readers = sum(1 for c in consumers if int(c["idle"]) <= window_s * 1000)
+        rows = await redis.xrevrange(
+            keys.dead_letter_stream(shard), max="+", min="-", count=DEAD_LETTER_SCAN
+        )
+    except Exception as exc:  # Redis down or confused: say unknown rather than guess
+        log.info("blocked_on_shard_unknown", shard=shard, error=repr(exc)[:200])
+        return ShardFacts(shard=shard, known=False)
+    dead: set[uuid.UUID] = set()
+    work = keys.work_stream(shard)
+    for entry_id, fields in rows:
+        entry = dead_letter_of(shard, entry_id, fields)
+        env = entry.envelope()
+        if entry.stream == work and env is not None and env.stream_id.startswith("run-"):
+            dead.add(uuid.UUID(env.stream_id[4:]))
+    return ShardFacts(shard=shard, known=True, readers=readers, dead_run_ids=frozenset(dead))
+
+
+async def shards_facts(
+    redis: Any, keys: Keys, projects: Iterable[str], window_s: float
+) -> dict[str, ShardFacts]:
+    """ShardFacts per project (each shard asked once)."""
+    by_shard: dict[int, ShardFacts] = {}
+    out: dict[str, ShardFacts] = {}
+    for project in set(projects):
+        shard = keys.shard_of(project)
+        if shard not in by_shard:
+            by_shard[shard] = await shard_facts(redis, keys, shard, window_s)
+        out[project] = by_shard[shard]
+    return out
+
+
+async def blocked_on(
+    conn: Connection, redis: Any, keys: Keys, run_ids: Sequence[uuid.UUID], window_s: float
+) -> dict[uuid.UUID, BlockedOn | None]:
+    """``blocked_on`` of each run in ``run_ids`` that ``conn`` can see."""
+    facts = await run_facts(conn, run_ids)
+    shards = await shards_facts(redis, keys, (f.project_id for f in facts.values()), window_s)
+    return {run_id: decide(f, shards[f.project_id]) for run_id, f in facts.items()}
+
+
+async def count_by_reason(
+    conn: Connection, redis: Any, keys: Keys, window_s: float
+) -> dict[tuple[str, str], int]:
+    """Runs per (project_id, reason): every live run, and FAILED runs (the gauge's sample)."""
+    live = [facts_of(row) for row in await conn.fetch(LIVE_FACTS)]
+    failed = await conn.fetch(FAILED_COUNTS)
+    projects = {f.project_id for f in live} | {row["project_id"] for row in failed}
+    shards = await shards_facts(redis, keys, projects, window_s)
+    counts: Counter[tuple[str, str]] = Counter()
+    for project in projects:
+        for reason in Reason:  # every reason of a project present, 0 when none
+            counts[(project, reason.value)] += 0
+    for f in live:
+        decided = decide(f, shards[f.project_id])
+        if decided is not None:
+            counts[(f.project_id, decided.reason.value)] += 1
+    for row in failed:
+        counts[(row["project_id"], failed_reason(row["failure_code"]).value)] += row["runs"]
+    return dict(counts)

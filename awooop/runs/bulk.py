@@ -1,0 +1,375 @@
+"""Bulk actions by filter: retry or cancel every run a console filter matches, as one operation.
+
+1. :func:`preview`: how many runs the filter matches for the action, per project (a retry
+   applies to FAILED runs only, a cancel to runs that have not finished: the filter is
+   narrowed to those statuses, :func:`for_action`). One ``count(*) ... GROUP BY project_id``
+   through the list's indexes; with a ``blocked_on`` reason the candidates are decided in
+   batches, up to :data:`PREVIEW_SCAN` of them (beyond that the count says "at least").
+2. :func:`create`: one row of ``awooop_operations`` (migration 0111) with the filter (``since``
+   absolute), the actor, the preview's count and a keyset cursor at the confirmation time:
+   runs created after it are not part of the operation.
+3. :func:`run_batch`, one transaction: lock the operation row (two executors of one operation
+   take turns), take the next :data:`BATCH` runs the filter's SQL matches older than the
+   cursor (the list's statement, newest first), lock them in run_id order (the worker's
+   order: no deadlock between the two), keep those that still match (:func:`matches`, and
+   the ``blocked_on`` reason), build each run's event from its locked state and write them
+   all at once (``apply_and_store_many``), each event's metadata carrying ``actor``,
+   ``operation_id`` and ``via``; then move the cursor past the batch and add to the counts.
+   Because the run changes, the cursor and the counts commit together, an executor that
+   dies mid-batch leaves nothing of it, and a resumed one starts after the last committed
+   batch: each run is changed at most once per operation. A run whose event the state
+   machine refuses is counted ``refused`` with its error (the first :data:`MAX_ERRORS` are
+   kept); when Postgres refuses the batch's write, the batch is written again run by run,
+   each in a savepoint, so one bad run fails only itself.
+4. :func:`execute`: batches until the cursor reaches the end, then ``done``. Cancelled runs
+   are announced on ``awooop_run_cancelled`` as a single cancel does.
+
+Why a cursor and not "runs not yet carrying this operation id": the cursor is one row read,
+where the other needs the event log searched per candidate; and a run the batch passed over
+(refused, or no longer matching) is not looked at again. Why the rows are locked and not
+``SKIP LOCKED``: a skipped run would fall behind the cursor and be missed; a run row is only
+ever locked for one statement or one short transaction, so the wait is short.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from awooop.core.db import Connection, Database
+from awooop.core.errors import AwoooPError, InvalidInputError, OperationNotFoundError
+from awooop.core.events import Event, RunCancelled, RunRetried
+from awooop.log.state import TERMINAL, RunState, RunStatus, apply, row_to_state
+from awooop.runs import control, listing, store
+from awooop.runs.leases.batch import LOCK_MANY
+
+BATCH = 100
+PREVIEW_SCAN = 100_000
+MAX_ERRORS = 100
+KINDS = ("retry", "cancel")
+# An operation across projects belongs to the platform project (as admin tokens do).
+PLATFORM_PROJECT = "__platform__"
+LAST_ID = uuid.UUID(int=(1 << 128) - 1)  # the cursor's start: after every run id
+
+# --- SQL -------------------------------------------------------------------------------------
+INSERT = """
+INSERT INTO awooop_operations (operation_id, project_id, kind, filter, actor, person, via,
+                               extra_attempts, reason, expected, cursor_at, cursor_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), $11)
+RETURNING *
+"""
+SELECT = "SELECT * FROM awooop_operations WHERE operation_id = $1"
+LOCK = "SELECT * FROM awooop_operations WHERE operation_id = $1 FOR UPDATE"
+ADVANCE = """
+UPDATE awooop_operations
+SET cursor_at = $2, cursor_id = $3, scanned = scanned + $4, changed = changed + $5,
+    refused = refused + $6, skipped = skipped + $7, batches = batches + 1,
+    errors = CASE WHEN jsonb_array_length(errors) >= $9 THEN errors
+                  ELSE errors || $8::jsonb END,
+    updated_at = now()
+WHERE operation_id = $1
+RETURNING *
+"""
+FINISH = """
+UPDATE awooop_operations SET state = 'done', finished_at = now(), updated_at = now()
+WHERE operation_id = $1 RETURNING *
+"""
+RECENT = """
+SELECT * FROM awooop_operations WHERE ($1::text IS NULL OR project_id = $1)
+ORDER BY created_at DESC LIMIT $2
+"""
+NOTIFY_MANY = "SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id"
+# ---------------------------------------------------------------------------------------------
+
+
+class Preview(msgspec.Struct, frozen=True, kw_only=True):
+    total: int
+    by_project: dict[str, int]
+    exact: bool = True  # False: a blocked_on filter looked at PREVIEW_SCAN runs and stopped
+
+
+class Operation(msgspec.Struct, frozen=True, kw_only=True):
+    operation_id: uuid.UUID
+    project_id: str
+    kind: str
+    filter: dict[str, Any]
+    actor: str
+    person: str
+    via: str
+    extra_attempts: int | None
+    reason: str
+    state: str
+    expected: int
+    cursor_at: datetime
+    cursor_id: uuid.UUID
+    scanned: int
+    changed: int
+    refused: int
+    skipped: int
+    batches: int
+    errors: list[dict[str, Any]]
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    def run_filter(self) -> listing.RunFilter:
+        return for_action(self.kind, msgspec.convert(self.filter, listing.RunFilter))
+
+
+Decide = listing.Decide
+Progress = Callable[[Operation], Awaitable[None] | None]
+
+
+# --- pure ------------------------------------------------------------------------------------
+
+
+def check_kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise InvalidInputError(f"bulk action {kind[:40]!r}: expected retry or cancel")
+    return kind
+
+
+def for_action(kind: str, f: listing.RunFilter) -> listing.RunFilter:
+    """Pure: ``f`` narrowed to the statuses ``kind`` applies to."""
+    among = (
+        frozenset({RunStatus.FAILED})
+        if kind == "retry"
+        else frozenset(s for s in RunStatus if s not in TERMINAL)
+    )
+    return msgspec.structs.replace(f, among=among)
+
+
+def filter_json(f: listing.RunFilter) -> dict[str, Any]:
+    """Pure: the filter as stored (without the action's narrowing, which the kind gives)."""
+    stored: dict[str, Any] = msgspec.to_builtins(msgspec.structs.replace(f, among=None))
+    return {k: v for k, v in stored.items() if v is not None}
+
+
+def matches(f: listing.RunFilter, state: RunState) -> bool:
+    """Pure: whether a locked run still matches the filter's SQL part (the reason aside)."""
+    allowed = listing.statuses(f)
+    key = f.q
+    return (
+        (allowed is None or state.status.value in allowed)
+        and (f.project is None or state.project_id == f.project)
+        and (f.channel is None or state.channel_type == f.channel)
+        and (f.since is None or state.created_at >= f.since)
+        and (key is None or key in (str(state.run_id), state.provider_event_id))
+    )
+
+
+def event_for(op: Operation, state: RunState, now: datetime) -> Event:
+    if op.kind == "retry":
+        return RunRetried(
+            at=now, actor=op.person, max_attempts=state.attempt_count + (op.extra_attempts or 3)
+        )
+    return RunCancelled(at=now, actor=op.person, reason=op.reason)
+
+
+def refusal(run_id: uuid.UUID, exc: AwoooPError) -> dict[str, Any]:
+    return {"run_id": str(run_id), "code": exc.code, "message": exc.message[:300]}
+
+
+def scope_of(f: listing.RunFilter) -> str:
+    """The project an operation belongs to: the filter's, or the platform project."""
+    return f.project or PLATFORM_PROJECT
+
+
+def _operation(row: Any) -> Operation:
+    return msgspec.convert(dict(row.items()), Operation)
+
+
+# --- I/O -------------------------------------------------------------------------------------
+
+
+async def preview(
+    conn: Connection, kind: str, f: listing.RunFilter, decide: Decide | None = None
+) -> Preview:
+    """How many runs ``kind`` would change under ``f``, per project (on ``conn``'s role)."""
+    narrowed = for_action(check_kind(kind), f)
+    if listing.statuses(narrowed) == []:
+        return Preview(total=0, by_project={})
+    if narrowed.reason is None or decide is None:
+        sql, names = listing.count_statement(narrowed)
+        given = listing.values(narrowed, None, 0)
+        found = await conn.fetch(sql, *(given[n] for n in names))
+        by_project = {r["project_id"]: int(r["runs"]) for r in found}
+        return Preview(total=sum(by_project.values()), by_project=by_project)
+    counts: Counter[str] = Counter()
+    cursor: listing.Cursor | None = None
+    scanned = 0
+    while scanned < PREVIEW_SCAN:
+        rows = await listing.rows(conn, narrowed, cursor, 1000)
+        scanned += len(rows)
+        blocked = await decide(conn, [r.run_id for r in rows]) if rows else {}
+        for row in rows:
+            b = blocked.get(row.run_id)
+            if b is not None and b.reason is narrowed.reason:
+                counts[row.project_id] += 1
+        if len(rows) < 1000:
+            return Preview(total=sum(counts.values()), by_project=dict(sorted(counts.items())))
+        cursor = listing.Cursor(rows[-1].created_at, rows[-1].run_id)
+    return Preview(total=sum(counts.values()), by_project=dict(sorted(counts.items())), exact=False)
+
+
+async def create(
+    conn: Connection,
+    kind: str,
+    f: listing.RunFilter,
+    *,
+    actor: str,
+    via: str,
+    expected: int,
+    person: str | None = None,
+    extra_attempts: int = 3,
+    reason: str = "",
+) -> Operation:
+    """Record the operation (on a transaction of :func:`scope_of` ``f``); nothing changes yet."""
+    check_kind(kind)
+    control.check_text("actor", person or actor, 200)
+    control.check_text("reason", reason, control.MAX_REASON)
+    if not 1 <= extra_attempts <= control.MAX_EXTRA_ATTEMPTS:
+        raise InvalidInputError(
+            f"extra attempts must be between 1 and {control.MAX_EXTRA_ATTEMPTS}"
+        )
+    row = await conn.fetchrow(
+        INSERT,
+        uuid.uuid4(),
+        scope_of(f),
+        kind,
+        filter_json(f),
+        actor,
+        person or actor,
+        via,
+        extra_attempts if kind == "retry" else None,
+        reason,
+        expected,
+        LAST_ID,
+    )
+    return _operation(row)
+
+
+async def get(conn: Connection, operation_id: uuid.UUID) -> Operation:
+    row = await conn.fetchrow(SELECT, operation_id)
+    if row is None:
+        raise OperationNotFoundError(operation_id=operation_id)
+    return _operation(row)
+
+
+async def recent(conn: Connection, project_id: str | None, limit: int = 20) -> list[Operation]:
+    return [_operation(r) for r in await conn.fetch(RECENT, project_id, limit)]
+
+
+async def _write(
+    conn: Connection, op: Operation, changes: list[tuple[RunState, Event]]
+) -> tuple[list[RunState], list[dict[str, Any]]]:
+    """The batch's events at once, or run by run in savepoints when Postgres refuses it."""
+    metadata = {"actor": op.actor, "operation_id": str(op.operation_id), "via": op.via}
+    try:
+        async with conn.transaction():
+            return await store.apply_and_store_many(conn, changes, metadata), []
+    except asyncpg.PostgresError:
+        pass
+    written: list[RunState] = []
+    errors: list[dict[str, Any]] = []
+    for state, event in changes:
+        try:
+            async with conn.transaction():
+                written.append(await store.apply_and_store(conn, state, event, metadata))
+        except asyncpg.PostgresError as exc:
+            errors.append({"run_id": str(state.run_id), "code": "E-DB", "message": str(exc)[:300]})
+    return written, errors
+
+
+async def run_batch(
+    conn: Connection, operation_id: uuid.UUID, decide: Decide | None = None, size: int = BATCH
+) -> Operation:
+    """One batch of the operation (see the module docstring); the operation after it."""
+    row = await conn.fetchrow(LOCK, operation_id)
+    if row is None:
+        raise OperationNotFoundError(operation_id=operation_id)
+    op = _operation(row)
+    if op.state != "running":
+        return op
+    f = op.run_filter()
+    cursor = listing.Cursor(op.cursor_at, op.cursor_id)
+    candidates = await listing.rows(conn, f, cursor, size)
+    if not candidates:
+        return _operation(await conn.fetchrow(FINISH, operation_id))
+    locked = [
+        (row_to_state(r), r["db_now"])
+        for r in await conn.fetch(LOCK_MANY, [c.run_id for c in candidates])
+    ]
+    still = [(s, now) for s, now in locked if matches(f, s)]
+    if f.reason is not None and decide is not None and still:
+        blocked = await decide(conn, [s.run_id for s, _ in still])
+        still = [
+            (s, now)
+            for s, now in still
+            if (b := blocked.get(s.run_id)) is not None and b.reason is f.reason
+        ]
+    changes: list[tuple[RunState, Event]] = []
+    errors: list[dict[str, Any]] = []
+    for state, now in still:
+        event = event_for(op, state, now)
+        try:
+            apply(state, event)  # the state machine's answer before anything is written
+        except AwoooPError as exc:
+            errors.append(refusal(state.run_id, exc))
+            continue
+        changes.append((state, event))
+    written, failed = await _write(conn, op, changes) if changes else ([], [])
+    errors += failed
+    if op.kind == "cancel" and written:
+        await conn.execute(NOTIFY_MANY, control.CANCEL_CHANNEL, [str(s.run_id) for s in written])
+    last = candidates[-1]
+    row = await conn.fetchrow(
+        ADVANCE,
+        operation_id,
+        last.created_at,
+        last.run_id,
+        len(candidates),
+        len(written),
+        len(errors),
+        len(locked) - len(still) + (len(candidates) - len(locked)),
+        errors,
+        MAX_ERRORS,
+    )
+    return _operation(row)
+
+
+async def in_scope(
+    db: Database, project_id: str, fn: Callable[[Connection], Awaitable[Any]]
+) -> Any:
+    """``fn`` in a transaction of the operation's project (the platform role for one across
+    projects, whose batches must see every project's runs)."""
+    if project_id == PLATFORM_PROJECT:
+        return await db.in_platform_writes(fn)
+    return await db.in_tenant(project_id, fn)
+
+
+async def execute(
+    db: Database,
+    project_id: str,
+    operation_id: uuid.UUID,
+    decide: Decide | None = None,
+    progress: Progress | None = None,
+    size: int = BATCH,
+) -> Operation:
+    """Batches until the operation is done (also to resume one); ``progress`` after each."""
+    while True:
+        op: Operation = await in_scope(
+            db, project_id, lambda conn: run_batch(conn, operation_id, decide, size)
+        )
+        if progress is not None:
+            shown = progress(op)
+            if shown is not None:
+                await shown
+        if op.state != "running":
+            return op

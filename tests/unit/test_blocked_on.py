@@ -1,0 +1,171 @@
+"""blocked_on (awooop.runs.blocked.decide): one case per row of its table."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import pytest
+
+from awooop.log.state import RunStatus
+from awooop.runs.blocked import (
+    REASON_STATUSES,
+    Reason,
+    RunFacts,
+    ShardFacts,
+    decide,
+    describe,
+    failed_reason,
+)
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+RUN = uuid.UUID("00000000-0000-4000-8000-000000000001")
+READ = ShardFacts(shard=2, known=True, readers=1)
+UNREAD = ShardFacts(shard=2, known=True, readers=0)
+UNKNOWN = ShardFacts(shard=2, known=False)
+
+
+def facts(status: RunStatus, **changes: Any) -> RunFacts:
+    base = RunFacts(
+        run_id=RUN,
+        project_id="p",
+        status=status,
+        attempt_count=0,
+        max_attempts=3,
+        worker_id=None,
+        lease_until=None,
+        heartbeat_at=None,
+        waiting_for=None,
+        approval_expires_at=None,
+        failure_reason=None,
+        failure_code=None,
+        updated_at=NOW - timedelta(minutes=5),
+        now=NOW,
+    )
+    return msgspec.structs.replace(base, **changes)
+
+
+@pytest.mark.parametrize("status", [RunStatus.PENDING, RunStatus.RESUMED])
+def test_pending_names_what_it_waits_for(status: RunStatus) -> None:
+    fresh = facts(status)
+    busy = decide(fresh, READ)
+    assert busy is not None and busy.reason is Reason.PENDING_WORKERS_BUSY
+    assert busy.since == fresh.updated_at and "attempt 1 of 3" in busy.summary
+    unread = decide(fresh, UNREAD)
+    assert unread is not None and unread.reason is Reason.PENDING_NO_WORKER
+    assert "shard 2" in unread.summary and "start an awooop worker" in unread.next_action
+    dead = decide(fresh, msgspec.structs.replace(READ, dead_run_ids=frozenset({RUN})))
+    assert dead is not None and dead.reason is Reason.PENDING_DEAD_LETTERED
+    assert "deadletters redrive" in dead.next_action
+    # Redis did not answer: no guess about readers or dead letters.
+    blind = decide(fresh, UNKNOWN)
+    assert blind is not None and blind.reason is Reason.PENDING_WORKERS_BUSY
+
+
+def test_retry_pending_says_which_attempt_and_why_the_last_ended() -> None:
+    requeued = facts(
+        RunStatus.PENDING,
+        attempt_count=1,
+        last_end_type="RunRequeued",
+        last_end_reason="lease of attempt 1 expired: worker w1 neither renewed it",
+    )
+    got = decide(requeued, READ)
+    assert got is not None and got.reason is Reason.RETRY_PENDING
+    assert "attempt 2 of 3" in got.summary and "worker w1 neither renewed" in got.summary
+    assert got.attempt == 1 and got.max_attempts == 3
+    # No reader beats the retry: it is what blocks the run (the attempt is still said).
+    unread = decide(requeued, UNREAD)
+    assert unread is not None and unread.reason is Reason.PENDING_NO_WORKER
+    assert "attempt 2 of 3" in unread.summary
+    released = decide(
+        facts(RunStatus.PENDING, attempt_count=2, last_end_type="LeaseReleased"), READ
+    )
+    assert released is not None and "LeaseReleased" in released.summary
+
+
+def test_running_and_waiting_tool_name_the_worker_and_the_lease() -> None:
+    leased: dict[str, Any] = {
+        "attempt_count": 1,
+        "worker_id": "host:1:abc",
+        "heartbeat_at": NOW - timedelta(seconds=4),
+        "lease_until": NOW + timedelta(seconds=26),
+    }
+    running = decide(facts(RunStatus.RUNNING, **leased), READ)
+    assert running is not None and running.reason is Reason.RUNNING
+    assert running.worker_id == "host:1:abc"
+    assert "last heartbeat 4s ago" in running.summary and "12:00:26Z" in running.summary
+    tool = decide(facts(RunStatus.WAITING_TOOL, waiting_for="search", **leased), READ)
+    assert tool is not None and tool.reason is Reason.WAITING_TOOL and "tool search" in tool.summary
+    for status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL):
+        expired = dict(leased, lease_until=NOW - timedelta(seconds=1))
+        got = decide(facts(status, **expired), READ)
+        assert (
+            got is not None and got.reason is Reason.LEASE_EXPIRED and "reaper" in got.next_action
+        )
+
+
+def test_waiting_approval_names_who_was_asked_and_when_it_expires() -> None:
+    asked: dict[str, Any] = {
+        "approval_name": "deploy",
+        "approval_reason": "prod rollout",
+        "approval_expires_at": NOW + timedelta(minutes=10),
+    }
+    got = decide(facts(RunStatus.WAITING_APPROVAL, **asked), UNREAD)  # readers do not matter
+    assert got is not None and got.reason is Reason.WAITING_APPROVAL
+    assert "deploy (prod rollout)" in got.summary and "12:10:00Z" in got.summary
+    assert "awooop runs approve|reject p " in got.next_action
+    late = dict(asked, approval_expires_at=NOW - timedelta(seconds=1))
+    gone = decide(facts(RunStatus.WAITING_APPROVAL, **late), READ)
+    assert gone is not None and gone.reason is Reason.APPROVAL_EXPIRED
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        ("E-RUN-004", Reason.FAILED_DEAD_LETTERED),
+        ("E-RUN-005", Reason.FAILED_DEAD_LETTERED),
+        ("E-HANDLER-001", Reason.FAILED),
+        (None, Reason.FAILED),
+    ],
+)
+def test_failed_says_why_and_that_retry_is_allowed(code: str | None, reason: Reason) -> None:
+    got = decide(
+        facts(RunStatus.FAILED, failure_code=code, failure_reason="boom", attempt_count=3), READ
+    )
+    assert got is not None and got.reason is reason and got.retry_allowed is True
+    assert f"{code or '-'}: boom" in got.summary
+    assert failed_reason(code) is reason
+    assert ("deadletters redrive" in got.next_action) == (reason is Reason.FAILED_DEAD_LETTERED)
+
+
+@pytest.mark.parametrize("status", [RunStatus.COMPLETED, RunStatus.CANCELLED])
+def test_finished_runs_wait_for_nothing(status: RunStatus) -> None:
+    assert decide(facts(status), READ) is None
+    assert describe(None) == "-"
+
+
+def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
+    assert set(REASON_STATUSES) == set(Reason)
+    seen: dict[Reason, set[RunStatus]] = {}
+    variants: list[dict[str, Any]] = [
+        {},
+        {"attempt_count": 1},
+        {"lease_until": NOW - timedelta(seconds=1)},
+        {"lease_until": NOW + timedelta(seconds=1)},
+        {"approval_expires_at": NOW - timedelta(seconds=1)},
+        {"approval_expires_at": NOW + timedelta(seconds=1)},
+        {"failure_code": "E-RUN-005"},
+    ]
+    shards = [READ, UNREAD, msgspec.structs.replace(READ, dead_run_ids=frozenset({RUN}))]
+    for status in RunStatus:
+        for variant in variants:
+            for shard in shards:
+                got = decide(facts(status, **variant), shard)
+                if got is not None:
+                    seen.setdefault(got.reason, set()).add(status)
+                    assert describe(got).startswith(got.reason.value + ": ")
+    assert set(seen) == set(Reason)
+    for reason, statuses in seen.items():
+        assert statuses <= REASON_STATUSES[reason]
