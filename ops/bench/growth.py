@@ -113,7 +113,8 @@ PG_OPTIONS = (
     "-c fsync=on -c shared_buffers=2GB -c max_wal_size=8GB -c checkpoint_timeout=15min "
     "-c maintenance_work_mem=512MB -c work_mem=16MB"
 )
-OPS = ("ingest", "claim", "complete", "relay_read", "relay_read_at_head")
+OPS: tuple[str, ...] = ("ingest", "claim", "complete", "relay_read", "relay_read_at_head")
+OPS += ("relay_read_jit_off", "relay_read_at_head_jit_off")
 STATE_FILE = "growth-state.json"
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
@@ -362,6 +363,13 @@ async def copy_chunk(conn: Any, lines: tuple[list[str], list[str], list[str], li
             await conn.copy_to_table(table, source=io.BytesIO(text.encode()), columns=list(columns))
 
 
+async def chunk_loaded(conn: Any, first: int, seed: int) -> bool:
+    """Whether the chunk that starts at run ``first`` was committed (its first run exists)."""
+    run_id = _uuid(random.Random(seed * 1_000_003 + first).getrandbits(128))
+    found = await conn.fetchval("SELECT 1 FROM awooop_run_state WHERE run_id = $1::uuid", run_id)
+    return found is not None
+
+
 def load_part(
     url: str,
     part: int,
@@ -381,6 +389,8 @@ def load_part(
         try:
             for start in range(part * CHUNK_RUNS, runs, parts * CHUNK_RUNS):
                 count = min(CHUNK_RUNS, runs - start)
+                if await chunk_loaded(conn, first_run + start, seed):
+                    continue  # an interrupted load, resumed: each chunk is one transaction
                 *lines, n = chunk_text(
                     first_run + start, count, first_run + runs, projects, window, seed
                 )
@@ -475,6 +485,7 @@ class Target:
         self.settings = settings
         self.db: Database | None = None
         self.relay: Any = None
+        self.relay_jit_off: Any = None
         self.statements: RunStatements | None = None
         self.counter = 0
 
@@ -482,10 +493,13 @@ class Target:
         self.db = await Database.open(self.url, max_size=4, run_min_size=1)
         self.statements = RunStatements(self.db)
         self.relay = await connect(self.url, PLATFORM_ROLE, cached_plans=True)
+        self.relay_jit_off = await connect(self.url, PLATFORM_ROLE, cached_plans=True)
+        await self.relay_jit_off.execute("SET jit = off")
 
     async def close(self) -> None:
-        if self.relay is not None:
-            await self.relay.close()
+        for conn in (self.relay, self.relay_jit_off):
+            if conn is not None:
+                await conn.close()
         if self.db is not None:
             await self.db.close()
 
@@ -553,13 +567,14 @@ async def one_round(
     behind = await cursor_behind(relay, RELAY_LAG)
     head = await cursor_behind(relay, 0)
 
-    def read_call(cursor: eventlog.Cursor) -> Any:
-        return lambda: eventlog.read_forward_and_held(relay, cursor, limit)
+    def read_call(conn: Any, cursor: eventlog.Cursor) -> Any:
+        return lambda: eventlog.read_forward_and_held(conn, cursor, limit)
 
-    batches = await phase("relay_read", [read_call(behind) for _ in range(ops)])
-    if any(len(b) != RELAY_LAG for b, _ in batches):
-        raise RuntimeError(f"{target.name}: the relay read {len(batches[0][0])} != {RELAY_LAG}")
-    await phase("relay_read_at_head", [read_call(head) for _ in range(ops)])
+    for suffix, conn in (("", relay), ("_jit_off", target.relay_jit_off)):
+        batches = await phase(f"relay_read{suffix}", [read_call(conn, behind)] * ops)
+        if any(len(b) != RELAY_LAG for b, _ in batches):
+            raise RuntimeError(f"{target.name}: read {len(batches[0][0])} events, not {RELAY_LAG}")
+        await phase(f"relay_read_at_head{suffix}", [read_call(conn, head)] * ops)
     return out
 
 
@@ -683,6 +698,9 @@ async def bench(
     big_url, control_url = url_of(server, BIG), url_of(server, CONTROL)
     settings = load_settings(environ={}, database_url=big_url)
     results: list[dict[str, Any]] = []
+    if args.merge:  # the smaller sizes, measured by an earlier run on this cluster
+        earlier = json.loads(await asyncio.to_thread(Path(args.merge).read_text))
+        results = [r for r in earlier["sizes"] if r["size"] < sizes[0]]
     bytes_per_event: float | None = None
     for size in sizes:
         label = size_label(size)
@@ -750,13 +768,14 @@ def summarise(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[s
     base = results[0]["label"]
     table: dict[str, Any] = {}
     for op in OPS:
-        medians = {r["label"]: r["ops"]["big"][op]["median_ms"] for r in results}
-        cpus = {r["label"]: r["ops"]["big"][op]["pg_cpu_ms_per_op"] for r in results}
+        measured = [r for r in results if op in r["ops"]["big"]]  # merged runs may lack one
+        medians = {r["label"]: r["ops"]["big"][op]["median_ms"] for r in measured}
+        cpus = {r["label"]: r["ops"]["big"][op]["pg_cpu_ms_per_op"] for r in measured}
         table[op] = {
             "median_ms": medians,
             "ratio_to_" + base: ratios(medians, base),
             "same_round_ratio": {
-                r["label"]: r["ops"]["big"][op]["same_round_ratio"] for r in results
+                r["label"]: r["ops"]["big"][op]["same_round_ratio"] for r in measured
             },
             "pg_cpu_ms_per_op": cpus,
             "pg_cpu_ratio_to_" + base: ratios(cpus, base),
@@ -773,6 +792,7 @@ def summarise(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[s
             k: getattr(args, k)
             for k in ("sizes", "rounds", "ops", "projects", "days", "load_workers", "seed")
         },
+        "merged_from": args.merge,
         "postgres_options": PG_OPTIONS,
         "cpus": os.cpu_count(),
         "load_avg_at_end": os.getloadavg(),
@@ -809,6 +829,9 @@ def main() -> int:
     )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     parser.add_argument("--out", help="default ops/bench/results/growth-<date>.json")
+    parser.add_argument(
+        "--merge", help="an earlier run's JSON whose (smaller) sizes come first in this one's"
+    )
     args = parser.parse_args()
     parse_sizes(args.sizes)
     args.full_verify_max = parse_size(args.full_verify_max)
