@@ -1,7 +1,7 @@
 """Flat cost as the log grows (issue 21, part 3): the write path, the relay's read and
 ``replay run_state --verify`` with 0, 10 million and 50 million events already in the log.
 
-    .venv/bin/python ops/bench/growth.py [--sizes 0,10M,50M] [--rounds 10] [--ops 200]
+    .venv/bin/python ops/bench/growth.py [--sizes 0,10M,50M] [--rounds 10] [--ops 200] [--reads N]
                                          [--projects 20] [--days 30] [--load-workers 2]
                                          [--full-verify-max 10M] [--cluster DIR] [--keep]
                                          [--out FILE]
@@ -514,7 +514,7 @@ async def cursor_behind(conn: Any, lag: int) -> eventlog.Cursor:
 
 
 async def one_round(
-    target: Target, ops: int, projects: int, cpu: ClusterCpu
+    target: Target, ops: int, projects: int, cpu: ClusterCpu, reads: int | None = None
 ) -> dict[str, tuple[list[float], float, int]]:
     """``ops`` runs written one at a time (ingest, then claim, then complete), then the relay's
     reads: per operation its latencies (ms), Postgres CPU (ms) over the phase, operations."""
@@ -564,6 +564,7 @@ async def one_round(
     await phase("complete", [complete_call(r) for r in run_ids])
     relay = target.relay
     limit = settings.relay_batch_size
+    reads = ops if reads is None else reads
     behind = await cursor_behind(relay, RELAY_LAG)
     head = await cursor_behind(relay, 0)
 
@@ -571,24 +572,24 @@ async def one_round(
         return lambda: eventlog.read_forward_and_held(conn, cursor, limit)
 
     for suffix, conn in (("", relay), ("_jit_off", target.relay_jit_off)):
-        batches = await phase(f"relay_read{suffix}", [read_call(conn, behind)] * ops)
+        batches = await phase(f"relay_read{suffix}", [read_call(conn, behind)] * reads)
         if any(len(b) != RELAY_LAG for b, _ in batches):
             raise RuntimeError(f"{target.name}: read {len(batches[0][0])} events, not {RELAY_LAG}")
-        await phase(f"relay_read_at_head{suffix}", [read_call(conn, head)] * ops)
+        await phase(f"relay_read_at_head{suffix}", [read_call(conn, head)] * reads)
     return out
 
 
 async def measure(
-    targets: list[Target], rounds: int, ops: int, projects: int, cpu: ClusterCpu
+    targets: list[Target], rounds: int, ops: int, reads: int, projects: int, cpu: ClusterCpu
 ) -> dict[str, dict[str, Any]]:
     """``rounds`` rounds; in each, every target once (the order alternates)."""
     collected: dict[str, dict[str, list[Any]]] = {t.name: {op: [] for op in OPS} for t in targets}
     for target in targets:  # warm-up, not counted: connections, prepared plans, caches
-        await one_round(target, min(ops, 50), projects, cpu)
+        await one_round(target, min(ops, 50), projects, cpu, min(reads, 10))
     for round_number in range(rounds):
         order = targets if round_number % 2 == 0 else list(reversed(targets))
         for target in order:
-            result = await one_round(target, ops, projects, cpu)
+            result = await one_round(target, ops, projects, cpu, reads)
             for op, entry in result.items():
                 collected[target.name][op].append(entry)
         print(f"   round {round_number + 1}/{rounds} done", file=sys.stderr, flush=True)
@@ -744,12 +745,14 @@ async def bench(
         for target in targets:
             await target.open()
         try:
-            entry["ops"] = await measure(targets, args.rounds, args.ops, args.projects, cpu)
+            entry["ops"] = await measure(
+                targets, args.rounds, args.ops, args.reads or args.ops, args.projects, cpu
+            )
         finally:
             for target in targets:
                 await target.close()
         entry["replay_project"] = await replay_verify(big_url, "growth-0", 1)
-        if entry["disk"]["events"] <= args.full_verify_max:
+        if size <= args.full_verify_max:  # the size asked (the tails add a few thousand)
             entry["replay_full"] = await replay_verify(big_url, None, 2)
         results.append(entry)
         summary = summarise(results, args)
@@ -790,7 +793,7 @@ def summarise(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[s
         "targeted_ops": ["ingest", "claim", "complete", "relay_read"],
         "parameters": {
             k: getattr(args, k)
-            for k in ("sizes", "rounds", "ops", "projects", "days", "load_workers", "seed")
+            for k in ("sizes", "rounds", "ops", "reads", "projects", "days", "load_workers", "seed")
         },
         "merged_from": args.merge,
         "postgres_options": PG_OPTIONS,
@@ -819,6 +822,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="0,10M,50M", help="events in the log, e.g. 0,1M")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--ops", type=int, default=200, help="runs per database per round")
+    parser.add_argument(
+        "--reads", type=int, help="relay reads per database per round (default: --ops)"
+    )
     parser.add_argument("--projects", type=int, default=20)
     parser.add_argument("--days", type=float, default=30.0, help="recorded_at window")
     parser.add_argument("--load-workers", type=int, default=2)
