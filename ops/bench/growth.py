@@ -29,9 +29,9 @@ expired, most of them), over ``--projects`` projects and 5 channel types, ``reco
 spread over the past ``--days`` days (each load step spreads its runs over the whole window,
 in order). Nothing is disabled: indexes, row-level security, the statement-level triggers
 (NOTIFY, project registration; none is per row, so ``session_replication_role`` is left
-alone). If the function ``awooop_ensure_log_partitions(from_day date, to_day date)`` exists
-(time-partitioned log and dedupe tables), it is called for the load's whole range before the
-COPY. After each load: VACUUM ANALYZE, CHECKPOINT.
+alone). The log's partitions (migration 0100) are created over the load's whole range before
+the COPY. Run ids are time-ordered like ingest's (UUIDv7, counting up with the run's index).
+After each load: VACUUM ANALYZE, CHECKPOINT.
 
 **Operations** (each round: the big and the control database, their order alternating;
 ``--ops`` runs per database per round, ONE AT A TIME, on a fresh tail of runs):
@@ -219,9 +219,17 @@ class Clock:
         return f"{self.prefix}{seconds:02d}.{micro:06d}{zone}"
 
 
-def _uuid(bits: int) -> str:
-    h = f"{bits:032x}"
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:]}"
+# Generated runs get time-ordered ids, as ingest gives (awooop.core.ids.uuid7): the first 48
+# bits count up with the run's index from a fixed instant long past (so a resumed load makes
+# the same ids, and every live run's id sorts after them), the rest is the run's random bits.
+ID_EPOCH_MS = 1_700_000_000_000
+
+
+def _uuid(bits: int, index: int) -> str:
+    value = ((ID_EPOCH_MS + index) << 80) | (0x7 << 76) | (bits & ((1 << 76) - 1))
+    value = (value & ~(0b11 << 62)) | (0b10 << 62)  # the RFC 4122 variant
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def fast_run(
@@ -230,7 +238,7 @@ def fast_run(
     """Run ``index``'s COPY lines: its events (created, claimed, ``index % 3`` steps,
     completed), its stream head (``last_tx_id`` a placeholder: the COPY's own transaction
     id), its run-state row (COMPLETED) and its dedupe row."""
-    run_id = _uuid(rng.getrandbits(128))
+    run_id = _uuid(rng.getrandbits(128), index)
     stream = f"run-{run_id}"
     project = f"growth-{index % projects}"
     channel = CHANNELS[index % len(CHANNELS)]
@@ -283,8 +291,8 @@ def fast_run(
     )
     meta = f'{{"traceparent": "00-{rng.getrandbits(128):032x}-{rng.getrandbits(64):016x}-01"}}'
     events = [
-        f"{_uuid(rng.getrandbits(128))}\t{stream}\t{version}\t{project}\t{name}\t{json_text}"
-        f"\t{meta}\t{z(us, '+00:00')}\n"
+        f"{uuid.UUID(int=rng.getrandbits(128), version=4)}\t{stream}\t{version}\t{project}"
+        f"\t{name}\t{json_text}\t{meta}\t{z(us, '+00:00')}\n"
         for version, (name, json_text, us) in enumerate(data, start=1)
     ]
     at_c, done_c = z(at_us, "+00:00"), z(done_us, "+00:00")
@@ -346,7 +354,10 @@ def chunk_text(
     return events, streams, states, dedupe, len(events)
 
 
-ENSURE_PARTITIONS = "SELECT to_regprocedure('awooop_ensure_log_partitions(date,date)') IS NOT NULL"
+PARTITIONED = (
+    "SELECT to_regprocedure('awooop_ensure_log_partitions(timestamptz,timestamptz,int)')"
+    " IS NOT NULL"
+)
 
 
 async def copy_chunk(conn: Any, lines: tuple[list[str], list[str], list[str], list[str]]) -> None:
@@ -365,7 +376,7 @@ async def copy_chunk(conn: Any, lines: tuple[list[str], list[str], list[str], li
 
 async def chunk_loaded(conn: Any, first: int, seed: int) -> bool:
     """Whether the chunk that starts at run ``first`` was committed (its first run exists)."""
-    run_id = _uuid(random.Random(seed * 1_000_003 + first).getrandbits(128))
+    run_id = _uuid(random.Random(seed * 1_000_003 + first).getrandbits(128), first)
     found = await conn.fetchval("SELECT 1 FROM awooop_run_state WHERE run_id = $1::uuid", run_id)
     return found is not None
 
@@ -411,12 +422,12 @@ async def load(
     window = (now - timedelta(days=days), now - timedelta(minutes=10))
     conn = await connect(url)
     try:
-        partitioned = await conn.fetchval(ENSURE_PARTITIONS)
-        if partitioned:
+        partitioned = await conn.fetchval(PARTITIONED)
+        if partitioned:  # the log's weekly partitions over the load's window (migration 0100)
             await conn.execute(
-                "SELECT awooop_ensure_log_partitions($1::date, $2::date)",
-                window[0].date() - timedelta(days=1),
-                (now + DEDUPE_TTL).date() + timedelta(days=1),
+                "SELECT awooop_ensure_log_partitions($1, $2, 7)",
+                window[0] - timedelta(days=1),
+                now + timedelta(days=14),
             )
     finally:
         await conn.close()
@@ -630,10 +641,34 @@ async def replay_verify(url: str, project: str | None, workers: int) -> dict[str
     }
 
 
+TAIL_EVENTS = 2_000
+
+
+async def tail_verify(url: str, events: int) -> dict[str, Any]:
+    """``replay run_state --tail N``: the runs the last N events touched, verified."""
+    from projections.tail_verify import verify_tail
+
+    seconds = []
+    report = None
+    for _ in range(5):
+        report = await verify_tail(url, events)
+        seconds.append(report.seconds)
+    assert report is not None
+    return {
+        "events": events,
+        "runs": report.runs,
+        "median_seconds": round(statistics.median(seconds), 4),
+        "differences": report.diff.total,
+    }
+
+
 # --- sizes of things ---------------------------------------------------------------------
 
 SIZES = """
-SELECT c.relname, pg_total_relation_size(c.oid) AS bytes
+SELECT c.relname,
+       coalesce((SELECT sum(pg_total_relation_size(t.relid))
+                 FROM pg_partition_tree(c.oid) t)::bigint,
+                pg_total_relation_size(c.oid)) AS bytes
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')
   AND c.relname IN ('awooop_events', 'awooop_event_streams', 'awooop_run_state',
@@ -751,6 +786,7 @@ async def bench(
         finally:
             for target in targets:
                 await target.close()
+        entry["replay_tail"] = await tail_verify(big_url, TAIL_EVENTS)
         entry["replay_project"] = await replay_verify(big_url, "growth-0", 1)
         if size <= args.full_verify_max:  # the size asked (the tails add a few thousand)
             entry["replay_full"] = await replay_verify(big_url, None, 2)
@@ -784,6 +820,9 @@ def summarise(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[s
             "pg_cpu_ratio_to_" + base: ratios(cpus, base),
         }
     replay = {
+        "tail": {
+            r["label"]: r["replay_tail"]["median_seconds"] for r in results if "replay_tail" in r
+        },
         "project": {r["label"]: r["replay_project"]["seconds"] for r in results},
         "full": {r["label"]: r["replay_full"]["seconds"] for r in results if "replay_full" in r},
     }
