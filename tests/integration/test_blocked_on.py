@@ -1,10 +1,12 @@
 """blocked_on on real Postgres and Redis: a run put into each state (a shard no worker reads, a
 dead-lettered message, a retry, a lease, a tool, an approval, failures), and the same reason
-from ``awooop runs list``, ``awooop runs show`` and the ``awooop_runs_blocked`` gauge."""
+from ``awooop runs list``, ``awooop runs show``, the console's pages and the
+``awooop_runs_blocked`` gauge."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from typing import Any
 
@@ -17,16 +19,26 @@ from awooop.commands.doctor_flow import blocked as blocked_check
 from awooop.core.config import Settings
 from awooop.core.errors import DeliveryLimitError
 from awooop.core.events import ToolWaitStarted, run_stream_id
-from awooop.loops.framework import LoopContext
+from awooop.ingest import credentials
+from awooop.loops.framework import PLATFORM_PROJECT, LoopContext
 from awooop.loops.stats import StatsLoops
 from awooop.runs import approvals, control, leases
 from awooop.services import Services
 from streams.deadletter import dead_letter_raw
 from streams.envelope import Envelope, encode
 from streams.keys import WORKER_GROUP
+from tests.integration.test_console import log_in
+from tests.support.http import app_client
 from tests.support.runs import create_runs
 
 CTX = LoopContext(project_id="__platform__")
+
+
+CONSOLE_REASON = re.compile(
+    r'<div id="blocked-on"[^>]*>\s*<strong>blocked_on:</strong>\s*'
+    r'<span class="reason">([a-z_]+)</span>'
+)
+UUIDS = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def projects_on_two_shards(services: Services) -> tuple[str, str]:
@@ -89,7 +101,7 @@ async def cli_json(settings: Settings, capsys: pytest.CaptureFixture[str], *argv
     return msgspec.json.decode(capsys.readouterr().out)
 
 
-async def test_every_state_gives_one_reason_in_the_cli_and_the_gauge(
+async def test_every_state_gives_one_reason_in_the_cli_the_console_and_the_gauge(
     services: Services, settings: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     read, unread = projects_on_two_shards(services)
@@ -168,6 +180,20 @@ async def test_every_state_gives_one_reason_in_the_cli_and_the_gauge(
     assert "attempt 2 of 3" in by_run[retried]["summary"]
     assert "E-RUN-005" in by_run[dead]["summary"] and by_run[dead]["retry_allowed"] is True
     assert f"shard {services.keys.shard_of(unread)}" in by_run[nobody]["summary"]
+
+    # The console: each run's page names the same reason (an admin token sees every project).
+    _, admin = await credentials.create_management_token(services.db, PLATFORM_PROJECT, "admin")
+    async with app_client(settings, services.db) as http:
+        await log_in(http, admin)
+        for run_id, (project, reason) in expected.items():
+            page = (await http.get(f"/ui/runs/{project}/{run_id}")).text
+            found = CONSOLE_REASON.search(page)
+            assert found is not None and found.group(1) == reason, (run_id, reason)
+        for reason in {r for _p, r in expected.values()}:
+            listed = (await http.get("/ui/runs", params={"blocked_on": reason})).text
+            assert {str(r) for r, (_p, why) in expected.items() if why == reason} <= {
+                r for r in UUIDS.findall(listed)
+            }, reason
 
     # The gauge: the same reasons, counted per project.
     await StatsLoops(services).sample_runs(CTX)
