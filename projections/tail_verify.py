@@ -34,6 +34,7 @@ CREATE_SHADOW = f"CREATE TEMP TABLE {SHADOW} (LIKE awooop_run_state) ON COMMIT D
 # from the shadow's rows through the primary key: the planner must not scan the live table.
 LIVE = f"(SELECT l.* FROM {SHADOW} s JOIN awooop_run_state l USING (run_id)) AS live"  # noqa: S608 - constant identifiers
 ANALYZE_SHADOW = f"ANALYZE {SHADOW}"
+NO_JIT = "SET jit = off"
 
 
 class TailReport:
@@ -61,6 +62,9 @@ async def verify_tail(url: str, events: int) -> TailReport:
     low, high = stream_range(PREFIX)
     conn = await connect(url, PLATFORM_ROLE)
     try:
+        # A few hundred rows by key: estimates over the whole log would otherwise pass
+        # jit_above_cost and compile each statement (seconds at 10M events).
+        await conn.execute(NO_JIT)
         await raw_jsonb(conn)
         async with conn.transaction(isolation="repeatable_read"):
             streams = [r[0] for r in await conn.fetch(TAIL_STREAMS, events, low, high)]
