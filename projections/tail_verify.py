@@ -23,10 +23,15 @@ from projections.diff import TableDiff, diff_table
 from projections.run_state import PREFIX, RunStateProjection, run_state_spec
 
 # --- SQL -------------------------------------------------------------------------------------
+# The newest N events by position: a backward walk of each partition's primary key, merged
+# (a "position > max - N" bound is unknown when the plan is made: it scanned every partition).
 TAIL_STREAMS = """
-SELECT DISTINCT stream_id FROM awooop_events
-WHERE position > (SELECT max(position) FROM awooop_events) - $1
-  AND stream_id >= $2 AND stream_id < $3
+SELECT DISTINCT stream_id FROM (
+    SELECT stream_id FROM awooop_events
+    WHERE stream_id >= $2 AND stream_id < $3
+    ORDER BY position DESC
+    LIMIT $1
+) AS tail
 """
 SHADOW = "tail_verify_shadow"
 CREATE_SHADOW = f"CREATE TEMP TABLE {SHADOW} (LIKE awooop_run_state) ON COMMIT DROP"
