@@ -54,6 +54,7 @@ from awooop.core.errors import (
 from awooop.core.events import decode_event
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
+from awooop.log.eventlog import RecordedEvent
 from awooop.log.partitions import Partition, due_for_archive, partitions
 from awooop.log.state import RunState, apply, decode_state, encode_state
 from projections import registry
@@ -64,18 +65,8 @@ log = get_logger(__name__)
 
 FORMAT = "awooop-log-archive/1"
 FETCH_ROWS = 5_000
-EVENT_COLUMNS = (
-    "position",
-    "tx_id",
-    "event_id",
-    "stream_id",
-    "version",
-    "project_id",
-    "event_type",
-    "data",
-    "metadata",
-    "recorded_at",
-)
+# The archive's columns: every column of awooop_events, as a follower reads them.
+EVENT_COLUMNS: tuple[str, ...] = RecordedEvent.__struct_fields__
 
 # --- SQL -------------------------------------------------------------------------------------
 # Reads run as awooop_platform (BYPASSRLS): the login role may own the tables, and their

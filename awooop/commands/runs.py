@@ -35,10 +35,12 @@ an operation, and ``--resume`` continues one whose process stopped (no run is ch
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import os
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
@@ -52,7 +54,7 @@ from awooop.ingest.credentials import check_project_id
 from awooop.log.state import RunState
 from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads, store
 from awooop.runs.blocked import BlockedOn, describe
-from awooop.runs.listing import FILTER_KEYS
+from awooop.runs.listing import FILTER_KEYS, Decide
 from awooop.services import redis_client
 from projections import timeline
 from streams.keys import Keys
@@ -241,23 +243,31 @@ def runs_json(
     ]
 
 
+@contextlib.asynccontextmanager
+async def blocked_decider(settings: Settings) -> AsyncIterator[Decide]:
+    """blocked_on of runs (:mod:`awooop.runs.blocked_facts`: one query, and Redis once per
+    shard; a Redis that does not answer within REDIS_TIMEOUT_S leaves the Redis facts unknown),
+    over one Redis client for as many calls as the block makes (a bulk operation's batches)."""
+    redis = redis_client(settings.redis_url, REDIS_TIMEOUT_S)
+    keys = Keys(settings.redis_key_prefix, settings.shard_count)
+
+    async def decide(
+        conn: Connection, run_ids: list[uuid.UUID]
+    ) -> dict[uuid.UUID, BlockedOn | None]:
+        return await blocked_facts.blocked_on(conn, redis, keys, run_ids, settings.lease_ttl_s)
+
+    try:
+        yield decide
+    finally:
+        await redis.aclose()
+
+
 async def blocked_of(
     settings: Settings, conn: Connection, run_ids: list[uuid.UUID]
 ) -> dict[uuid.UUID, BlockedOn | None]:
-    """blocked_on of ``run_ids`` (:mod:`awooop.runs.blocked_facts`): one query, and Redis
-    once per shard (a Redis that does not answer within REDIS_TIMEOUT_S leaves the Redis facts
-    unknown)."""
-    redis = redis_client(settings.redis_url, REDIS_TIMEOUT_S)
-    try:
-        return await blocked_facts.blocked_on(
-            conn,
-            redis,
-            Keys(settings.redis_key_prefix, settings.shard_count),
-            run_ids,
-            settings.lease_ttl_s,
-        )
-    finally:
-        await redis.aclose()
+    """blocked_on of ``run_ids`` (see :func:`blocked_decider`)."""
+    async with blocked_decider(settings) as decide:
+        return await decide(conn, run_ids)
 
 
 # --- list ---------------------------------------------------------------------------------------
@@ -415,61 +425,59 @@ async def bulk_action(settings: Settings, args: argparse.Namespace) -> int:
     fields = filter_fields(args.filter)
     who = cli_actor()
     db = await Database.open(settings.database_url, max_size=2)
-    redis = redis_client(settings.redis_url, REDIS_TIMEOUT_S)
-    keys = Keys(settings.redis_key_prefix, settings.shard_count)
-
-    async def decide(
-        conn: Connection, run_ids: list[uuid.UUID]
-    ) -> dict[uuid.UUID, BlockedOn | None]:
-        return await blocked_facts.blocked_on(conn, redis, keys, run_ids, settings.lease_ttl_s)
-
     try:
-        now: datetime = await db.in_platform(lambda conn: conn.fetchval("SELECT now()"))
-        f = listing.parse_filter(fields, now)
-        if f.project is not None:
-            check_project_id(f.project)
-
-        async def count(conn: Connection) -> bulk.Preview:
-            return await bulk.preview(conn, args.action, f, decide)
-
-        if f.project is not None:
-            preview = await db.in_tenant(f.project, count)
-        else:
-            preview = await db.in_platform(count)
-        if args.json and args.dry_run:
-            print(to_json(preview))
-            return 0
-        print(f"{preview.total} run(s) to {args.action}{'' if preview.exact else ' at least'}")
-        if preview.by_project:
-            print(table(("PROJECT", "RUNS"), [(p, str(n)) for p, n in preview.by_project.items()]))
-        if args.dry_run or preview.total == 0:
-            return 0
-
-        async def create(conn: Connection) -> bulk.Operation:
-            return await bulk.create(
-                conn,
-                args.action,
-                f,
-                actor=who,
-                via="cli",
-                expected=preview.total,
-                person=args.actor,
-                extra_attempts=getattr(args, "attempts", None) or 3,
-                reason=getattr(args, "reason", ""),
-            )
-
-        op = await bulk.in_scope(db, bulk.scope_of(f), create)
-        print(f"operation {op.operation_id}", file=sys.stderr)
-        final = await bulk.execute(
-            db,
-            op.project_id,
-            op.operation_id,
-            decide,
-            lambda o: print(progress_line(o), file=sys.stderr),
-        )
+        async with blocked_decider(settings) as decide:
+            return await _bulk_action(db, decide, fields, who, args)
     finally:
-        await redis.aclose()
         await db.close()
+
+
+async def _bulk_action(
+    db: Database, decide: Decide, fields: dict[str, str], who: str, args: argparse.Namespace
+) -> int:
+    now: datetime = await db.in_platform(lambda conn: conn.fetchval("SELECT now()"))
+    f = listing.parse_filter(fields, now)
+    if f.project is not None:
+        check_project_id(f.project)
+
+    async def count(conn: Connection) -> bulk.Preview:
+        return await bulk.preview(conn, args.action, f, decide)
+
+    if f.project is not None:
+        preview = await db.in_tenant(f.project, count)
+    else:
+        preview = await db.in_platform(count)
+    if args.json and args.dry_run:
+        print(to_json(preview))
+        return 0
+    print(f"{preview.total} run(s) to {args.action}{'' if preview.exact else ' at least'}")
+    if preview.by_project:
+        print(table(("PROJECT", "RUNS"), [(p, str(n)) for p, n in preview.by_project.items()]))
+    if args.dry_run or preview.total == 0:
+        return 0
+
+    async def create(conn: Connection) -> bulk.Operation:
+        return await bulk.create(
+            conn,
+            args.action,
+            f,
+            actor=who,
+            via="cli",
+            expected=preview.total,
+            person=args.actor,
+            extra_attempts=getattr(args, "attempts", None) or 3,
+            reason=getattr(args, "reason", ""),
+        )
+
+    op = await bulk.in_scope(db, bulk.scope_of(f), create)
+    print(f"operation {op.operation_id}", file=sys.stderr)
+    final = await bulk.execute(
+        db,
+        op.project_id,
+        op.operation_id,
+        decide,
+        lambda o: print(progress_line(o), file=sys.stderr),
+    )
     done = "retried" if final.kind == "retry" else "cancelled"
     print(
         to_json(final)
@@ -486,26 +494,18 @@ async def show_operation(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError:
         raise InvalidInputError(f"operation id {args.operation_id!r} is not a UUID") from None
     db = await Database.open(settings.database_url, max_size=2)
-    redis = redis_client(settings.redis_url, REDIS_TIMEOUT_S)
-    keys = Keys(settings.redis_key_prefix, settings.shard_count)
-
-    async def decide(
-        conn: Connection, run_ids: list[uuid.UUID]
-    ) -> dict[uuid.UUID, BlockedOn | None]:
-        return await blocked_facts.blocked_on(conn, redis, keys, run_ids, settings.lease_ttl_s)
-
     try:
         op = await db.in_platform(lambda conn: bulk.get(conn, operation_id))
         if args.resume and op.state == "running":
-            op = await bulk.execute(
-                db,
-                op.project_id,
-                op.operation_id,
-                decide,
-                lambda o: print(progress_line(o), file=sys.stderr),
-            )
+            async with blocked_decider(settings) as decide:
+                op = await bulk.execute(
+                    db,
+                    op.project_id,
+                    op.operation_id,
+                    decide,
+                    lambda o: print(progress_line(o), file=sys.stderr),
+                )
     finally:
-        await redis.aclose()
         await db.close()
     print(to_json(op) if args.json else render_operation(op))
     return 0

@@ -22,6 +22,9 @@ AHEAD = timedelta(days=14)
 
 # --- SQL -------------------------------------------------------------------------------------
 ENSURE = "SELECT awooop_ensure_log_partitions($1::timestamptz, $2::timestamptz, $3::int)"
+# Attaching takes a SHARE UPDATE EXCLUSIVE lock on the log, which a VACUUM or another attach
+# holds: wait a while, then try again at the next iteration (the partitions are days ahead).
+LOCK_TIMEOUT = "SET LOCAL lock_timeout = '5s'"
 LIST = """
 SELECT partition_name, range_from, range_to FROM awooop_log_partitions ORDER BY range_from
 """
@@ -35,7 +38,9 @@ class Partition(msgspec.Struct, frozen=True):
 
 
 async def ensure(conn: Connection, now: datetime, days: int) -> int:
-    """Create the missing partitions from ``now`` to ``now + AHEAD``; return how many."""
+    """Create the missing partitions from ``now`` to ``now + AHEAD``; return how many (in the
+    caller's transaction)."""
+    await conn.execute(LOCK_TIMEOUT)
     created = await conn.fetchval(ENSURE, now, now + AHEAD, days)
     return int(created or 0)
 

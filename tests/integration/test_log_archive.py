@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
@@ -21,7 +22,11 @@ from awooop.core.errors import ArchiveFileError, ArchiveRefusedError
 from awooop.core.events import run_stream_id
 from awooop.log import partitions
 from awooop.log.state import TERMINAL, TRANSITIONS
+from awooop.loops import log_partitions
+from awooop.loops.framework import LoopContext
+from awooop.loops.registry import all_loops
 from awooop.runs import store
+from awooop.services import Services
 from projections import archive
 from streams.relay import Relay
 from tests.acceptance.test_replay_cli import awooop
@@ -231,3 +236,46 @@ async def test_a_changed_or_missing_archive_file_stops_the_replay(
     file.unlink()
     code, out, err = await awooop(settings, "replay", "run_state", "--from-archive", str(tmp_path))
     assert code == 1 and "E-ARCHIVE-001" in out + err and done.partition in out + err
+
+
+async def test_the_loop_extends_the_partitions_and_archives_what_is_due(
+    settings: Settings, db: Database, redis: Any, tmp_path: Path
+) -> None:
+    async with db.platform_writes() as conn:
+        await conn.execute(OLD_PARTITIONS)
+    run_ids = await create_runs(db, "alpha", 2)
+    for run_id in run_ids:
+        await finish(db, "alpha", run_id)
+        await age(db, run_stream_id(run_id), 2)
+    relay = Relay(settings=settings, redis=redis, keys=keys_for(settings))
+    try:
+        await relay.drain()
+    finally:
+        await relay.close()
+    archive_dir = tmp_path / "archive"
+    looped = msgspec.structs.replace(
+        settings, log_archive_dir=str(archive_dir), log_retention_days=RETENTION.days
+    )
+    services = await Services.open(looped, db_pool_size=2)
+    try:
+        (spec,) = [s for s in all_loops(services) if s.name == log_partitions.LOOP_NAME]
+        archived = REGISTRY.get_sample_value("awooop_log_partitions_archived_total") or 0.0
+        ctx = LoopContext(project_id=spec.resolved_project_id())
+        while True:  # one partition per iteration; it wakes itself while one was archived
+            ctx.wakeup.clear()
+            await spec.body(ctx)
+            if not ctx.wakeup.is_set():
+                break
+    finally:
+        await services.close()
+    async with db.platform() as conn:
+        parts = await partitions.partitions(conn)
+        catalogue = await conn.fetch("SELECT partition_name, events FROM awooop_log_archives")
+        left = await conn.fetchval(COUNT_EVENTS)
+    ahead = REGISTRY.get_sample_value("awooop_log_partition_ahead_seconds")
+    assert ahead is not None and ahead >= 13 * 86400  # 14 days ahead
+    assert sum(r["events"] for r in catalogue) == 4 and left == 0
+    assert (archive_dir / archive.file_name(max(catalogue, key=lambda r: r["events"])[0])).exists()
+    assert parts and not {p.name for p in parts} & {r["partition_name"] for r in catalogue}
+    done = REGISTRY.get_sample_value("awooop_log_partitions_archived_total") or 0.0
+    assert done - archived == len(catalogue)
