@@ -35,6 +35,7 @@ from awooop.commands.doctor_flow import (
     blocked,
     consumer_groups,
     dead_letters,
+    dedupe_windows,
     leases,
     log_partitions,
     loops,
@@ -104,6 +105,7 @@ CHECKS: tuple[CheckFn, ...] = (
     dead_letters,
     loops,
     log_partitions,
+    dedupe_windows,
 )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from awooop.commands.doctor_check import FAIL, OK, WARN, Check, one, text
+from awooop.log import dedupe_windows as windows
 from awooop.log import partitions
 from awooop.loops.store import LOOP_STALE_INTERVALS, MIN_WRITE_INTERVAL_S, stale_after_s
 from awooop.runs.blocked import Reason
@@ -19,6 +20,8 @@ from streams.keys import WORKER_GROUP
 OUTBOX_WARN_S, OUTBOX_FAIL_S = 5.0, 60.0
 APPROVAL_SOON_S = 120.0
 PARTITIONS_FAIL, PARTITIONS_WARN = timedelta(days=2), timedelta(days=7)
+# Ingest claims the next dedupe window too: it is refused a window before the newest one ends.
+WINDOWS_FAIL, WINDOWS_WARN = windows.WIDTH + timedelta(days=2), windows.WIDTH + timedelta(days=6)
 ARCHIVE_LATE = timedelta(days=2)
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -286,6 +289,31 @@ def partition_check(
         OK,
         f"{len(parts)} partitions from {oldest:%Y-%m-%d} to {until:%Y-%m-%d}",
     )
+
+
+def dedupe_window_check(parts: list[windows.Window], now: datetime) -> Check:
+    """Pure: the verdict on the dedupe table's windows (how far ahead they reach)."""
+    until = windows.covered_until(parts)
+    fix = (
+        "run the dedupe_expiry loop (`awooop loops run`, `awooop loops list`), or once as the "
+        "tables' owner: SELECT awooop_ensure_dedupe_partitions(now(), now() + interval '14 days')"
+    )
+    if until is None or until - now < WINDOWS_FAIL:
+        refused = (until - windows.WIDTH) if until is not None else now
+        return Check("dedupe windows", FAIL, f"ingest after {refused:%Y-%m-%d %H:%M} fails", fix)
+    if until - now < WINDOWS_WARN:
+        return Check("dedupe windows", WARN, f"windows end on {until:%Y-%m-%d}", fix)
+    oldest = min(p.range_from for p in parts)
+    return Check(
+        "dedupe windows", OK, f"{len(parts)} windows from {oldest:%Y-%m-%d} to {until:%Y-%m-%d}"
+    )
+
+
+async def dedupe_windows(services: Services) -> list[Check]:
+    async with services.db.platform() as conn:
+        now = await conn.fetchval(windows.NOW)
+        parts = await windows.windows(conn)
+    return [dedupe_window_check(parts, now)]
 
 
 async def log_partitions(services: Services) -> list[Check]:

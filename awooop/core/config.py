@@ -57,7 +57,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     dedupe_ttl_s: float = 7 * 24 * 3600.0
     dedupe_expiry_interval_s: float = 60.0
-    dedupe_expiry_batch: int = 5000
     approval_ttl_s: float = 15 * 60.0
     # The time-partitioned log (awooop.log.partitions, awooop.log.archive): partition length,
     # how long a partition stays after it ends, where archived partitions go ("" keeps them).
@@ -143,7 +142,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "max_attempts",
             "max_deliveries",
             "worker_concurrency",
-            "dedupe_expiry_batch",
             "relay_batch_size",
             "projector_max_in_flight",
             "stream_maxlen",

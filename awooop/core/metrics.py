@@ -26,7 +26,13 @@ INGEST_BATCH = Histogram(
     buckets=(1, 2, 4, 8, 16, 32, 64, 128),
 )
 DEDUPE_EXPIRED = Counter(
-    "awooop_dedupe_expired_total", "Expired channel-event dedupe rows deleted by the expiry loop"
+    "awooop_dedupe_expired_total",
+    "Expired channel-event dedupe rows dropped with their window by the expiry loop",
+)
+DEDUPE_WINDOWS_AHEAD = Gauge(
+    "awooop_dedupe_windows_ahead_seconds",
+    "Time until the newest window of the dedupe table ends (ingest claims the next window too, "
+    "so it is refused a week before that; the dedupe_expiry loop keeps it 2-3 weeks ahead)",
 )
 LOG_PARTITION_AHEAD = Gauge(
     "awooop_log_partition_ahead_seconds",

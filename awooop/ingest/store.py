@@ -13,14 +13,17 @@ delivery:
    :func:`awooop.log.ingest.insert_new`: the log room holds every statement that writes the
    log), atomic on its own:
 
-   - inserts the dedupe rows ``ON CONFLICT DO NOTHING`` (keys sorted, so concurrent batches
-     lock in one order and cannot deadlock);
-   - for exactly the keys it inserted (its ``RETURNING``), inserts the run rows (PENDING),
-     their streams at version 1 and the ``RunCreated`` events. Rows and events are built in
-     Python beforehand by the same ``log.state.apply`` and ``events.encode_event`` every
-     other write uses; SQL only picks the ones whose key was new and stamps the database
-     clock: ``now()`` becomes the event's ``at``, the run's ``created_at``/``updated_at``
-     and the dedupe row's ``created_at`` (one value per transaction).
+   - claims each key's dedupe rows ``ON CONFLICT DO NOTHING``, in the current dedupe window
+     and the next (the table is partitioned by window: migrations/0112_partitioned_dedupe.sql),
+     unless a row of the key that has not expired sits in an older window (keys sorted and
+     windows ascending, so concurrent batches lock in one order and cannot deadlock);
+   - for exactly the keys that claimed both windows (its ``RETURNING``), inserts the run rows
+     (PENDING), their streams at version 1 and the ``RunCreated`` events. Rows and events
+     are built in Python beforehand by the same ``log.state.apply`` and
+     ``events.encode_event`` every other write uses; SQL only picks the ones whose key was
+     new and stamps the database clock: ``now()`` becomes the event's ``at``, the run's
+     ``created_at``/``updated_at`` and the dedupe rows' ``created_at`` (one value per
+     transaction).
      ``tests/integration/test_ingest_store.py`` checks that each row equals the replay of
      its event;
    - returns, besides the new keys, the existing rows of the other keys as the statement's
@@ -30,7 +33,9 @@ delivery:
    delivery while ours waited (READ COMMITTED: a conflicting insert that has not committed
    makes ours wait for it; when it commits ours does nothing, when it rolls back ours
    inserts). A separate lookup, a new statement with a new snapshot, sees it: every
-   concurrent caller gets the one run_id. A row past ``expires_at`` that the expiry loop
+   concurrent caller gets the one run_id. A key that claimed only one of its two windows
+   (a delivery whose clock was in the other window won it) deletes its half claim first. A
+   row past ``expires_at`` that the expiry loop
    has not deleted yet counts as absent (R-04: after the TTL a repeat is new): it is deleted
    and the key goes round again.
 
@@ -101,12 +106,15 @@ SELECT current_setting('awooop.project_id', true) AS tenant,
            AND a.contract_id = $3) AS contract_max_attempts
 """
 
-# The existing rows of keys $3 of project $1 and channel $2: one probe of the unique index per
-# key (the same probe ends awooop/log/sql/ingest_new.sql). LIMIT 1 keeps the lateral subquery
-# from being flattened into a join that the planner, on stale statistics (a table that grew
-# since its last ANALYZE), turns into a scan of the whole project and channel filtered by the
-# keys: O(table) per delivery, O(table x batch) per batch. tests/integration/test_ingest_store.py
-# checks the pages touched.
+# The existing row of each key $3 of project $1 and channel $2 that decides it now: the newest
+# in the current or next dedupe window, or one not expired in an older window back to the TTL
+# $4 (the same probe ends awooop/log/sql/ingest_new.sql; migrations/0112_partitioned_dedupe.sql
+# says why a key has rows in two windows). One backward probe of the primary key per key,
+# pruned to the TTL's windows. LIMIT 1 keeps the lateral subquery from being flattened into a
+# join that the planner, on stale statistics (a table that grew since its last ANALYZE),
+# turns into a scan of the whole project and channel filtered by the keys: O(table) per
+# delivery, O(table x batch) per batch. tests/integration/test_ingest_store.py checks the pages
+# touched.
 LOOKUP_DEDUPE = """
 SELECT d.provider_event_id, d.run_id, d.expires_at <= now() AS expired
 FROM unnest($3::text[]) AS k(provider_event_id)
@@ -114,15 +122,34 @@ CROSS JOIN LATERAL (
     SELECT e.provider_event_id, e.run_id, e.expires_at
     FROM awooop_channel_event_dedupe e
     WHERE e.project_id = $1 AND e.channel_type = $2 AND e.provider_event_id = k.provider_event_id
+      AND e.window_start >= awooop_dedupe_window(now() - make_interval(secs => $4::float8))
+      AND e.window_start <= awooop_dedupe_window(now()) + interval '7 days'
+      AND (e.window_start >= awooop_dedupe_window(now()) OR e.expires_at > now())
+    ORDER BY e.window_start DESC
     LIMIT 1
 ) AS d
 """
 
+# An expired key's rows in the windows a new claim needs (the current and the next one): rows in
+# older windows no longer decide anything once expired, and go with their partition.
 DELETE_EXPIRED_KEYS = """
 DELETE FROM awooop_channel_event_dedupe d
 USING unnest($3::text[]) AS k(provider_event_id)
 WHERE d.project_id = $1 AND d.channel_type = $2 AND d.provider_event_id = k.provider_event_id
+  AND d.window_start >= awooop_dedupe_window(now())
+  AND d.window_start <= awooop_dedupe_window(now()) + interval '7 days'
   AND d.expires_at <= now()
+"""
+
+# This transaction's half claims (ingest_new.sql's ``orphan`` rows): the key lost a race in its
+# other window. Deleted by the run id this transaction chose, so no one else's row goes.
+DELETE_HALF_CLAIMS = """
+DELETE FROM awooop_channel_event_dedupe d
+USING unnest($3::text[], $4::uuid[]) AS k(provider_event_id, run_id)
+WHERE d.project_id = $1 AND d.channel_type = $2 AND d.provider_event_id = k.provider_event_id
+  AND d.run_id = k.run_id
+  AND d.window_start >= awooop_dedupe_window(now())
+  AND d.window_start <= awooop_dedupe_window(now()) + interval '7 days'
 """
 
 # --- API -------------------------------------------------------------------------------------
@@ -256,15 +283,23 @@ async def ingest(
             config.dedupe_ttl_s,
             [first_metadata[k] for k in pending],
         )
-        expired = _sort_rows(rows, created, existing)
+        halves = {r["provider_event_id"]: r["run_id"] for r in rows if r["orphan"]}
+        if halves:  # lost a race in one window: drop the half claim before looking again
+            keys = sorted(halves)
+            await conn.execute(
+                DELETE_HALF_CLAIMS, project_id, channel_type, keys, [halves[k] for k in keys]
+            )
+        expired = _sort_rows([r for r in rows if not r["orphan"]], created, existing)
         unseen = [k for k in pending if k not in created and k not in existing and k not in expired]
         if unseen:  # committed by a concurrent delivery after this statement's snapshot
-            lookup = await conn.fetch(LOOKUP_DEDUPE, project_id, channel_type, unseen)
+            lookup = await conn.fetch(
+                LOOKUP_DEDUPE, project_id, channel_type, unseen, config.dedupe_ttl_s
+            )
             expired |= _sort_rows(lookup, created, existing)
         if expired:
             await conn.execute(DELETE_EXPIRED_KEYS, project_id, channel_type, sorted(expired))
-        # Expired keys, and keys whose row vanished meanwhile (the expiry loop deleted it),
-        # go round again.
+        # Expired keys, and keys whose row vanished meanwhile (its partition was dropped, or
+        # the expiry of a concurrent delivery deleted it), go round again.
         pending = sorted(k for k in pending if k not in created and k not in existing)
     if pending:
         raise DedupeRaceError(isolation=config.isolation, keys=len(pending))

@@ -1,72 +1,50 @@
-"""Dedupe expiry (R-04): a platform loop that deletes expired dedupe rows in batches.
+"""Dedupe expiry (R-04): a platform loop that keeps the dedupe table's windows ahead of the
+clock and drops a window's partition once every row in it has expired
+(:mod:`awooop.log.dedupe_windows`, migrations/0112_partitioned_dedupe.sql).
 
-Each batch is its own short platform transaction::
+Each iteration, in one short platform transaction, creates the missing windows up to two weeks
+ahead (``awooop_ensure_dedupe_partitions``) and reads the windows and the longest TTL; then,
+as the tables' owner, it detaches (``CONCURRENTLY``: ingest goes on) and drops the dead
+windows. The cost is a few catalogue reads plus one scan per window that may be dead, however
+many rows the table holds: no row is deleted one by one.
 
-    DELETE ... WHERE ctid = ANY(ARRAY(SELECT ctid ... WHERE expires_at <= now()
-                                      ORDER BY expires_at LIMIT $batch FOR UPDATE SKIP LOCKED))
-
-The inner query walks ``awooop_channel_event_dedupe_expiry_idx`` from its oldest end and
-stops after ``batch`` rows, so a batch costs the same however many rows the table holds
-(``ops/bench/ingest.py`` measures it at 1M rows; ``tests/integration/test_ingest_expiry.py``
-checks the plan and the pages a batch touches). SKIP LOCKED lets two expiry loops (or an
-ingest that is re-inserting an expired key) run side by side without waiting on each other.
-An iteration deletes batches until one comes back short, at most ``MAX_BATCHES`` of them;
-with more left it wakes itself for the next iteration at once.
-
-Correctness never depends on this loop: the ingest transaction already treats a row past
-``expires_at`` as absent. The loop only keeps the table bounded.
+Correctness never depends on this loop: the ingest statement already treats a row past
+``expires_at`` as absent. The loop only keeps the table bounded, and ingest needs the windows
+it creates (a row with no window is refused: ``awooop_dedupe_windows_ahead_seconds`` and the
+doctor show how far ahead they reach).
 """
 
 from __future__ import annotations
 
 from awooop.core import metrics
-from awooop.core.db import Database
+from awooop.core.logs import get_logger
+from awooop.log import dedupe_windows as windows
 from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.services import Services
 
 LOOP_NAME = "dedupe_expiry"
-MAX_BATCHES = 20
 
-# --- SQL -------------------------------------------------------------------------------------
-
-DELETE_EXPIRED_BATCH = """
-DELETE FROM awooop_channel_event_dedupe
-WHERE ctid = ANY(ARRAY(
-    SELECT ctid FROM awooop_channel_event_dedupe
-    WHERE expires_at <= now()
-    ORDER BY expires_at
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED))
-"""
-
-
-async def delete_expired_batch(db: Database, batch: int) -> int:
-    """Delete up to ``batch`` expired rows in one platform transaction; return how many."""
-    async with db.platform_writes() as conn:
-        status = await conn.execute(DELETE_EXPIRED_BATCH, batch)
-    return int(status.split()[-1])
-
-
-async def expire(db: Database, batch: int, max_batches: int = MAX_BATCHES) -> tuple[int, bool]:
-    """Delete expired rows batch by batch: (rows deleted, whether more may be left)."""
-    total = 0
-    for _ in range(max_batches):
-        deleted = await delete_expired_batch(db, batch)
-        total += deleted
-        if deleted < batch:
-            return total, False
-    return total, True
+log = get_logger(__name__)
 
 
 def loops(services: Services) -> list[LoopSpec]:
     settings = services.settings
 
     async def body(ctx: LoopContext) -> None:
-        deleted, more = await expire(services.db, settings.dedupe_expiry_batch)
-        if deleted:
-            metrics.DEDUPE_EXPIRED.inc(deleted)
-        if more:
-            ctx.wakeup.set()
+        async with services.db.platform_writes() as conn:
+            now = await conn.fetchval(windows.NOW)
+            created = await windows.ensure(conn, now)
+            parts = await windows.windows(conn)
+            longest = await windows.longest_ttl(conn, settings.dedupe_ttl_s)
+        if created:
+            log.info("dedupe_windows_created", created=created)
+        until = windows.covered_until(parts)
+        if until is not None:
+            metrics.DEDUPE_WINDOWS_AHEAD.set((until - now).total_seconds())
+        if windows.candidates(parts, now, longest):
+            dropped = await windows.drop_dead(settings.database_url, now, longest, parts)
+            if dropped:
+                metrics.DEDUPE_EXPIRED.inc(dropped)
 
     return [
         LoopSpec(
@@ -74,6 +52,6 @@ def loops(services: Services) -> list[LoopSpec]:
             category=LoopCategory.PLATFORM,
             interval_s=settings.dedupe_expiry_interval_s,
             body=body,
-            description="delete expired channel-event dedupe rows in batches (R-04)",
+            description="create the dedupe table's windows ahead; drop expired ones (R-04)",
         )
     ]

@@ -24,8 +24,9 @@ transactions of ``CHUNK_RUNS`` runs, from ``--load-workers`` processes. Every ru
 COMPLETED history: RunCreated, RunClaimed, 0-2 StepCompleted (4 events per run on average),
 RunCompleted, with its stream head (``awooop_event_streams``), its run-state row (checked
 against ``apply`` folded over its events for the first three runs of every chunk) and its
-dedupe row (``expires_at`` = created + the 7-day TTL: the runs older than a week are
-expired, most of them), over ``--projects`` projects and 5 channel types, ``recorded_at``
+dedupe rows in its window and the next, as ingest claims them (``expires_at`` = created + the
+7-day TTL: the runs older than a week are expired, most of them, and no expiry loop runs:
+every window stays), over ``--projects`` projects and 5 channel types, ``recorded_at``
 spread over the past ``--days`` days (each load step spreads its runs over the whole window,
 in order). Nothing is disabled: indexes, row-level security, the statement-level triggers
 (NOTIFY, project registration; none is per row, so ``session_replication_role`` is left
@@ -195,11 +196,20 @@ DEDUPE_COLUMNS: tuple[str, ...] = (
     "project_id",
     "channel_type",
     "provider_event_id",
+    "window_start",
     "run_id",
     "created_at",
 )
 DEDUPE_COLUMNS += ("expires_at",)
 TTL_US = int(DEDUPE_TTL.total_seconds() * 1_000_000)
+# awooop_dedupe_window() (migration 0112): 7-day bins from Monday 2000-01-03 UTC. A run's key
+# is claimed in its window and the next, as ingest claims it.
+WINDOW_ORIGIN_US = int(datetime(2000, 1, 3, tzinfo=UTC).timestamp() * 1_000_000)
+WINDOW_US = 7 * 86_400 * 1_000_000
+
+
+def dedupe_window_us(at_us: int) -> int:
+    return WINDOW_ORIGIN_US + (at_us - WINDOW_ORIGIN_US) // WINDOW_US * WINDOW_US
 
 
 class Clock:
@@ -302,7 +312,12 @@ def fast_run(
         f"\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t{{{','.join(saga)}}}\t{payload}"
         f'\t{{"ok":true}}\t\\N\t\\N\t{at_c}\t{done_c}\t{done_c}\n'
     )
-    dedupe = f"{project}\t{channel}\t{key}\t{run_id}\t{at_c}\t{z(at_us + TTL_US, '+00:00')}\n"
+    window = dedupe_window_us(at_us)
+    dedupe = "".join(
+        f"{project}\t{channel}\t{key}\t{z(w, '+00:00')}\t{run_id}\t{at_c}"
+        f"\t{z(at_us + TTL_US, '+00:00')}\n"
+        for w in (window, window + WINDOW_US)
+    )
     return events, head, state, dedupe
 
 
@@ -426,6 +441,12 @@ async def load(
         if partitioned:  # the log's weekly partitions over the load's window (migration 0100)
             await conn.execute(
                 "SELECT awooop_ensure_log_partitions($1, $2, 7)",
+                window[0] - timedelta(days=1),
+                now + timedelta(days=14),
+            )
+            # The dedupe table's windows (migration 0112), the load's and two weeks ahead.
+            await conn.execute(
+                "SELECT awooop_ensure_dedupe_partitions($1, $2)",
                 window[0] - timedelta(days=1),
                 now + timedelta(days=14),
             )

@@ -13,11 +13,11 @@ Prints one JSON document (and a short table on stderr):
 - ``duplicates``: repeats of keys already ingested at 32 clients: rejections/s and latency.
 - ``submit_many``: events/s through ``producer.submit_many`` in batches of 1,000 on one
   connection (target >= 10,000/s), and with 2 submitters at once.
-- ``expiry``: one dedupe expiry batch (5,000 rows) with the table at 10k, 100k and 1M rows
-  (in arrival order, the older half expired): time, pages touched (EXPLAIN ANALYZE BUFFERS,
-  rolled back), the plan's index, then ten real batches. Flat cost means the pages stay
-  the same as the table grows. (tests/integration/test_ingest_expiry.py checks the same
-  with rows in random order, the worst case for heap locality.)
+- ``expiry``: one pass of the ``dedupe_expiry`` loop's drop (awooop.log.dedupe_windows.drop_dead)
+  over a dead window of 10k, 100k and 1M expired rows, beside half as many live rows: its
+  time and the WAL it writes. The window goes with DETACH CONCURRENTLY and DROP TABLE: no row
+  is deleted one by one, so the WAL stays the same whatever the window holds; the time grows
+  with the two reads of the window (its newest expiry, checked before and after the detach).
 - ``pgbench``: single-row upserts/s (``INSERT ... ON CONFLICT DO UPDATE``, prepared) at 1 and 8
   clients in a scratch database, from the same run, for scale.
 
@@ -34,12 +34,12 @@ import os
 import re
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -52,12 +52,11 @@ sys.path.insert(0, str(ROOT))
 from awooop.core.db import Database  # noqa: E402 - after the sys.path line, for a plain script
 from awooop.core.migrate import migrate  # noqa: E402
 from awooop.ingest import credentials  # noqa: E402
-from awooop.loops import dedupe_expiry as expiry  # noqa: E402
+from awooop.log import dedupe_windows as windows  # noqa: E402
 from awooop.producer import ChannelEvent, submit_many  # noqa: E402
 
 PROJECT = "bench"
 REPEAT_KEYS = 10
-REAL_BATCHES = 10
 BODY = json.dumps(
     {"task": "summarise incident INC-42", "priority": "high", "labels": {"team": "sre"}}
 ).encode()
@@ -299,72 +298,58 @@ async def bench_submit_many(url: str, batches: int) -> dict[str, Any]:
         await db.close()
 
 
-# Rows in arrival order, as ingest writes them: created_at (and so expires_at) rises with the
-# row number; the first half of the table is past expires_at.
-FILL = """
+# A dead window (six weeks back, every row expired) of $1 rows, beside $1 / 2 live rows in the
+# current window: what the dedupe_expiry loop finds once a week.
+FILL_DEAD = """
 INSERT INTO awooop_channel_event_dedupe
-    (project_id, channel_type, provider_event_id, run_id, created_at, expires_at)
-SELECT 'x' || (g % 13), 'api', 'fill-' || g, gen_random_uuid(),
-       now() - interval '8 days' + (g::float8 / $1) * interval '2 days',
-       now() - interval '1 day' + (g::float8 / $1) * interval '2 days'
+    (project_id, channel_type, provider_event_id, window_start, run_id, created_at, expires_at)
+SELECT 'x' || (g % 13), 'api', 'dead-' || g, awooop_dedupe_window(now()) - interval '42 days',
+       gen_random_uuid(), now() - interval '42 days', now() - interval '35 days'
 FROM generate_series(1, $1::bigint) AS g
 """
+FILL_LIVE = """
+INSERT INTO awooop_channel_event_dedupe
+    (project_id, channel_type, provider_event_id, window_start, run_id, created_at, expires_at)
+SELECT 'x' || (g % 13), 'api', 'live-' || g, awooop_dedupe_window(now()), gen_random_uuid(),
+       now(), now() + interval '7 days'
+FROM generate_series(1, $1::bigint / 2) AS g
+"""
+OLD_WINDOWS = "SELECT awooop_ensure_dedupe_partitions(now() - interval '49 days', now())"
+WAL_LSN = "SELECT pg_current_wal_lsn()::text"
+WAL_BYTES = "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::bigint"
 
 
-async def bench_expiry(url: str, sizes: list[int], batch: int) -> list[dict[str, Any]]:
+async def bench_expiry(url: str, sizes: list[int]) -> list[dict[str, Any]]:
+    """One dedupe_expiry pass that drops a dead window of ``size`` rows: its time and WAL."""
     conn = await asyncpg.connect(url)
-    db = await Database.open(url, max_size=2)
     results = []
     try:
         for size in sizes:
             await conn.execute("TRUNCATE awooop_channel_event_dedupe")
-            await conn.execute(FILL, size)
+            await conn.execute(OLD_WINDOWS)
+            await conn.execute(FILL_DEAD, size)
+            await conn.execute(FILL_LIVE, size)
             await conn.execute("VACUUM ANALYZE awooop_channel_event_dedupe")
-            rows = await conn.fetchval("SELECT count(*) FROM awooop_channel_event_dedupe")
-            tx = conn.transaction()
-            await tx.start()
+            await conn.execute("CHECKPOINT")
+            now = await conn.fetchval("SELECT now()")
+            parts = [windows.Window(r[0], r[1], r[2]) for r in await conn.fetch(windows.LIST)]
+            before = await conn.fetchval(WAL_LSN)
             started = time.perf_counter()
-            raw = await conn.fetchval(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-                + expiry.DELETE_EXPIRED_BATCH.replace("$1", str(batch))
-            )
-            explain_ms = (time.perf_counter() - started) * 1000
-            await tx.rollback()
-            plan = json.loads(raw)[0]
-            nodes = [plan["Plan"]]
-            index_names = []
-            while nodes:
-                node = nodes.pop()
-                if "Index Name" in node:
-                    index_names.append(node["Index Name"])
-                nodes.extend(node.get("Plans", []))
-            timings = []
-            deleted = []
-            for _ in range(REAL_BATCHES):  # real batches, committed (the table shrinks)
-                started = time.perf_counter()
-                deleted.append(await expiry.delete_expired_batch(db, batch))
-                timings.append((time.perf_counter() - started) * 1000)
-            filled_after = await conn.fetchval("SELECT count(*) FROM awooop_channel_event_dedupe")
+            dropped = await windows.drop_dead(url, now, timedelta(days=7), parts)
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            wal = await conn.fetchval(WAL_BYTES, await conn.fetchval(WAL_LSN), before)
+            live = await conn.fetchval("SELECT count(*) FROM awooop_channel_event_dedupe")
             results.append(
                 {
-                    "rows": rows,
-                    "batch": batch,
-                    "pages_touched": plan["Plan"]["Shared Hit Blocks"]
-                    + plan["Plan"]["Shared Read Blocks"],
-                    "explain_analyze_ms": round(explain_ms, 1),
-                    "batch_ms_min_median_max": [
-                        round(min(timings), 1),
-                        round(statistics.median(timings), 1),
-                        round(max(timings), 1),
-                    ],
-                    "batch_deleted": sum(deleted),
-                    "indexes": index_names,
-                    "rows_after": filled_after,
+                    "dead_rows": size,
+                    "rows_dropped": dropped,
+                    "live_rows_after": live,
+                    "pass_ms": round(elapsed_ms, 1),
+                    "wal_bytes": wal,
                 }
             )
             print(f"  expiry: {results[-1]}", file=sys.stderr)
     finally:
-        await db.close()
         await conn.close()
     return results
 
@@ -445,7 +430,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         report["submit_many"] = await bench_submit_many(url, args.batches)
         print(f"  submit_many: {report['submit_many']}", file=sys.stderr)
         sizes = [s for s in (10_000, 100_000, 1_000_000) if s <= args.expiry_rows]
-        report["expiry"] = await bench_expiry(url, sizes, 5000)
+        report["expiry"] = await bench_expiry(url, sizes)
     finally:
         admin = await asyncpg.connect(with_database(server, "postgres"))
         try:

@@ -79,7 +79,13 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
             ),
             (
                 "Event log partitions: time left ahead",
-                [("min(awooop_log_partition_ahead_seconds)", "until the newest partition ends")],
+                [
+                    ("min(awooop_log_partition_ahead_seconds)", "until the newest partition ends"),
+                    (
+                        "min(awooop_dedupe_windows_ahead_seconds)",
+                        "until the newest dedupe window ends",
+                    ),
+                ],
                 "s",
             ),
             (

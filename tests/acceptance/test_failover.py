@@ -100,7 +100,8 @@ async def test_a_killed_primary_loses_no_acknowledged_submit_and_the_pools_follo
             keys = Counter(
                 r["provider_event_id"]
                 for r in await conn.fetch(
-                    "SELECT provider_event_id FROM awooop_channel_event_dedupe "
+                    # One run per key (a key's rows in its two dedupe windows name one run).
+                    "SELECT DISTINCT provider_event_id, run_id FROM awooop_channel_event_dedupe "
                     "WHERE project_id = $1",
                     P,
                 )

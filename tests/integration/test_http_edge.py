@@ -171,7 +171,7 @@ async def test_a_non_ascii_idempotency_key_is_read_as_utf8(ingest: Ingest) -> No
             assert again.json()["run_id"] == first.json()["run_ids"][0]
     async with ingest.db.platform() as conn:
         stored = await conn.fetch(
-            "SELECT provider_event_id FROM awooop_channel_event_dedupe ORDER BY 1"
+            "SELECT DISTINCT provider_event_id FROM awooop_channel_event_dedupe ORDER BY 1"
         )
     assert sorted(r["provider_event_id"] for r in stored) == sorted(["ключ-1", "é-1", "鍵-🔑"])
 

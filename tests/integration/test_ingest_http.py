@@ -340,7 +340,7 @@ async def test_after_the_ttl_the_same_key_creates_a_new_run(ingest: Ingest) -> N
             delivery.ids()[0],
         )
         dedupe = await conn.fetch(
-            "SELECT run_id FROM awooop_channel_event_dedupe WHERE provider_event_id = $1",
+            "SELECT DISTINCT run_id FROM awooop_channel_event_dedupe WHERE provider_event_id = $1",
             delivery.ids()[0],
         )
     assert runs == 2

@@ -60,7 +60,9 @@ async def test_a_tenant_session_switches_project_and_sees_only_that_project(
             async with sessions.session(project) as conn:
                 assert not conn.is_in_transaction()
                 assert await conn.fetchval("SELECT current_setting('awooop.project_id')") == project
-                keys = await conn.fetch("SELECT provider_event_id FROM awooop_channel_event_dedupe")
+                keys = await conn.fetch(
+                    "SELECT DISTINCT provider_event_id FROM awooop_channel_event_dedupe"
+                )
                 assert [r[0] for r in keys] == [f"k{project}"]
     finally:
         await sessions.close()
@@ -73,7 +75,8 @@ def _dedupe_pages(plan: object) -> int:
     if not isinstance(plan, dict):
         return 0
     own = 0
-    scans_dedupe = plan.get("Relation Name") == "awooop_channel_event_dedupe"
+    # The windows' partitions: awooop_channel_event_dedupe_pYYYYMMDD.
+    scans_dedupe = str(plan.get("Relation Name", "")).startswith("awooop_channel_event_dedupe")
     if scans_dedupe and plan.get("Node Type") not in (None, "ModifyTable"):
         own = int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
     return own + sum(_dedupe_pages(v) for v in plan.values() if isinstance(v, (list, dict)))
@@ -91,8 +94,9 @@ async def test_a_repeat_probes_the_index_per_key_however_stale_the_statistics(
     try:  # many rows of this project and channel, and no ANALYZE afterwards
         await admin.execute(
             "INSERT INTO awooop_channel_event_dedupe (project_id, channel_type, provider_event_id,"
-            " run_id, created_at, expires_at) SELECT $1, 'api', 'fill-' || g, gen_random_uuid(),"
-            " now(), now() + interval '1 day' FROM generate_series(1, 20000) AS g",
+            " window_start, run_id, created_at, expires_at) SELECT $1, 'api', 'fill-' || g,"
+            " awooop_dedupe_window(now()), gen_random_uuid(), now(), now() + interval '1 day'"
+            " FROM generate_series(1, 20000) AS g",
             PROJECT,
         )
     finally:
@@ -115,13 +119,14 @@ async def test_a_repeat_probes_the_index_per_key_however_stale_the_statistics(
         plans = []
         for sql, args in (
             (log_ingest.INSERT_NEW, arguments),
-            (ingest_store.LOOKUP_DEDUPE, arguments[:3]),
+            (ingest_store.LOOKUP_DEDUPE, [*arguments[:3], config.dedupe_ttl_s]),
         ):
             plan = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args)
             plans.append(_dedupe_pages(plan))  # the connection's json codec decoded it
         return plans[0], plans[1]
 
     insert_pages, lookup_pages = await db.in_tenant(PROJECT, explain)
+    assert insert_pages > 0 and lookup_pages > 0  # the probes were counted
     assert insert_pages < 40, insert_pages  # the whole project and channel is > 100 pages
     assert lookup_pages < 20, lookup_pages
 
@@ -145,8 +150,8 @@ async def test_cached_plans_of_the_http_sessions_probe_per_key_after_the_table_g
     async def fetched() -> int:
         await admin.execute("SELECT pg_stat_force_next_flush()")
         value = await admin.fetchval(
-            "SELECT idx_tup_fetch + coalesce(seq_tup_read, 0) FROM pg_stat_user_tables "
-            "WHERE relname = 'awooop_channel_event_dedupe'"
+            "SELECT sum(idx_tup_fetch + coalesce(seq_tup_read, 0)) FROM pg_stat_user_tables "
+            "WHERE relname LIKE 'awooop\\_channel\\_event\\_dedupe\\_p%'"  # the windows
         )
         return int(value or 0)
 
@@ -155,8 +160,9 @@ async def test_cached_plans_of_the_http_sessions_probe_per_key_after_the_table_g
             await deliver(f"k{i}")
         await admin.execute(
             "INSERT INTO awooop_channel_event_dedupe (project_id, channel_type, provider_event_id,"
-            " run_id, created_at, expires_at) SELECT $1, 'api', 'fill-' || g, gen_random_uuid(),"
-            " now(), now() + interval '1 day' FROM generate_series(1, 50000) AS g",
+            " window_start, run_id, created_at, expires_at) SELECT $1, 'api', 'fill-' || g,"
+            " awooop_dedupe_window(now()), gen_random_uuid(), now(), now() + interval '1 day'"
+            " FROM generate_series(1, 50000) AS g",
             PROJECT,
         )
         before = await fetched()

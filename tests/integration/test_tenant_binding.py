@@ -273,8 +273,9 @@ async def test_submitting_for_another_project_is_refused_with_a_code_and_writes_
             assert await refused(
                 conn,
                 "INSERT INTO awooop_channel_event_dedupe "
-                "(project_id, channel_type, provider_event_id, run_id, expires_at) "
-                "VALUES ($1, 'api', 'steal-3', $2, now() + interval '1 day')",
+                "(project_id, channel_type, provider_event_id, window_start, run_id, expires_at) "
+                "VALUES ($1, 'api', 'steal-3', awooop_dedupe_window(now()), $2, "
+                "now() + interval '1 day')",
                 VICTIM,
                 uuid.uuid4(),
             )

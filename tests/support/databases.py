@@ -12,7 +12,8 @@ from awooop.core.migrate import migrate, schema_fingerprint
 
 TEMPLATE_LOCK = 0x74706C  # serialises template builds of concurrent test sessions
 EXTEND_PARTITIONS = (
-    "SELECT awooop_ensure_log_partitions(now() - interval '1 day', now() + interval '14 days', 7)"
+    "SELECT awooop_ensure_log_partitions(now() - interval '1 day', now() + interval '14 days', 7)",
+    "SELECT awooop_ensure_dedupe_partitions(now(), now() + interval '14 days')",
 )
 
 
@@ -42,12 +43,13 @@ async def ensure_template(server_url: str) -> str:
 
 
 async def extend_log_partitions(url: str) -> None:
-    """A template built on an earlier day has no partition of the log for today: extend it as
-    the log_partitions loop would."""
+    """A template built on an earlier day has no partition of the log (or dedupe window) for
+    today: extend them as the log_partitions and dedupe_expiry loops would."""
     conn = await asyncpg.connect(url)
     try:
         await conn.execute("SET client_min_messages = warning")
-        await conn.execute(EXTEND_PARTITIONS)
+        for statement in EXTEND_PARTITIONS:
+            await conn.execute(statement)
     finally:
         await conn.close()
 

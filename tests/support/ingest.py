@@ -24,12 +24,15 @@ from tests.support.webhooks import (
     sign,
 )
 
-COUNTED_TABLES = (
-    "awooop_channel_event_dedupe",
-    "awooop_run_state",
-    "awooop_event_streams",
-    "awooop_events",
-)
+# What each table holds per delivery: a dedupe KEY (a key claims a row in two windows:
+# migrations/0112_partitioned_dedupe.sql), a run, a stream, an event.
+COUNTED = {
+    "awooop_channel_event_dedupe": "SELECT count(DISTINCT (project_id, channel_type, "
+    "provider_event_id)) FROM awooop_channel_event_dedupe",
+    "awooop_run_state": "SELECT count(*) FROM awooop_run_state",
+    "awooop_event_streams": "SELECT count(*) FROM awooop_event_streams",
+    "awooop_events": "SELECT count(*) FROM awooop_events",
+}
 
 
 @dataclass
@@ -63,7 +66,7 @@ async def provision(db: Database, project: str) -> dict[str, str]:
 
 async def counts(db: Database) -> dict[str, int]:
     async with db.platform() as conn:
-        return {t: await conn.fetchval(f"SELECT count(*) FROM {t}") for t in COUNTED_TABLES}
+        return {t: await conn.fetchval(query) for t, query in COUNTED.items()}
 
 
 @asynccontextmanager

@@ -28,8 +28,8 @@ async def _run(conn: Connection, project_id: str) -> None:
 async def _dedupe(conn: Connection, project_id: str) -> None:
     await conn.execute(
         "INSERT INTO awooop_channel_event_dedupe "
-        "(project_id, channel_type, provider_event_id, run_id, expires_at) "
-        "VALUES ($1, 'api', $2, $3, now() + interval '1 day')",
+        "(project_id, channel_type, provider_event_id, window_start, run_id, expires_at) "
+        "VALUES ($1, 'api', $2, awooop_dedupe_window(now()), $3, now() + interval '1 day')",
         project_id,
         uuid.uuid4().hex,
         uuid.uuid4(),

@@ -78,15 +78,22 @@ def test_generated_runs_fold_to_their_run_state_rows(m: ModuleType) -> None:
     window = (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
     events, heads, states, dedupe, count = m.chunk_text(10, 30, 1000, 4, window, 7)
     assert count == len(events) == m.events_of_runs(10, 30)
-    assert len(heads) == len(states) == len(dedupe) == 30
+    assert len(heads) == len(states) == len(dedupe) == 30  # a string of two rows per run
     rng, clock = random.Random(1), m.Clock()
     at = int(window[0].timestamp() * 1_000_000)
     for index in range(3):  # every shape: 0, 1 and 2 steps
         lines, head, state, key = m.fast_run(rng, clock, index, 4, at)
         m.check_run(lines, state)  # raises if apply() disagrees
         assert head.split("\t")[2] == str(len(lines)) == state.split("\t")[6]
-        created, expires = (datetime.fromisoformat(v) for v in key.rstrip("\n").split("\t")[4:])
-        assert expires - created == timedelta(days=7)
+        rows = [line.split("\t") for line in key.rstrip("\n").split("\n")]
+        assert len(rows) == 2  # the run's dedupe window and the next
+        first, second = (datetime.fromisoformat(r[3]) for r in rows)
+        assert second - first == timedelta(days=7) and first <= datetime.fromtimestamp(
+            at / 1e6, UTC
+        )
+        for row in rows:
+            created, expires = (datetime.fromisoformat(v) for v in row[5:])
+            assert expires - created == timedelta(days=7)
 
 
 def test_a_wrong_run_state_row_is_caught(m: ModuleType) -> None:

@@ -7,6 +7,7 @@ import gzip
 import hashlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -107,3 +108,22 @@ def test_an_archive_without_its_trailer_or_with_another_count_is_refused(tmp_pat
         archive.read_archive(miscounted)
     with pytest.raises(ArchiveFileError, match="catalogue"):
         archive.read_archive(good, expected_sha256="0" * 64)
+
+
+def test_the_doctor_fails_a_dedupe_window_before_ingest_would_be_refused() -> None:
+    from awooop.commands.doctor_flow import dedupe_window_check
+    from awooop.log.dedupe_windows import window_of
+
+    def windows_from(first: str, count: int) -> list[Any]:
+        start = window_of(f"awooop_channel_event_dedupe_p{first}").range_from
+        return [
+            window_of(f"awooop_channel_event_dedupe_p{start + i * WEEK:%Y%m%d}")
+            for i in range(count)
+        ]
+
+    assert dedupe_window_check(windows_from("20261130", 3), NOW).status == OK  # until 12-21
+    assert dedupe_window_check(windows_from("20261130", 2), NOW).status == WARN  # until 12-14
+    # Until 12-07: ingest claims the next window, so it fails from 11-30 on, i.e. now.
+    check = dedupe_window_check(windows_from("20261130", 1), NOW)
+    assert check.status == FAIL and "2026-11-30" in check.detail
+    assert dedupe_window_check([], NOW).status == FAIL

@@ -1,22 +1,50 @@
--- ingest.insert_new: the dedupe rows ON CONFLICT DO NOTHING (keys sorted by the caller, so
--- concurrent batches lock in one order) and, for exactly the keys inserted, the run rows
--- ($10: the rows apply(None, RunCreated) built, as JSON objects whose field names are the
--- column names), their streams at version 1 and the RunCreated events ($8, built by
--- encode_event). SQL only picks the new keys and stamps the database clock: now() becomes the
--- event's ``at`` and the row's created_at/updated_at (one value per transaction). Then the
--- existing rows of the other keys as the snapshot sees them, with whether each is past
--- expires_at: one probe of the unique index per key (LIMIT 1 keeps the lateral subquery from
--- being flattened into a join that the planner, on stale statistics, turns into a scan of the
--- whole project and channel; awooop.ingest.store.LOOKUP_DEDUPE is the same probe on its own).
-WITH new AS (
-    INSERT INTO awooop_channel_event_dedupe AS d
-        (project_id, channel_type, provider_event_id, run_id, created_at, expires_at)
-    SELECT $1, $2, k.provider_event_id, k.run_id, now(),
-           now() + make_interval(secs => $5::float8)
+-- ingest.insert_new: claims each key's dedupe rows ON CONFLICT DO NOTHING (keys sorted by the
+-- caller and windows ascending, so concurrent batches lock in one order) and, for exactly the
+-- keys that claimed both their windows, inserts the run rows ($10: the rows apply(None,
+-- RunCreated) built, as JSON objects whose field names are the column names), their streams at
+-- version 1 and the RunCreated events ($8, built by encode_event). SQL only picks the new keys
+-- and stamps the database clock: now() becomes the event's ``at`` and the row's
+-- created_at/updated_at (one value per transaction).
+--
+-- A key claims two rows, in the current dedupe window and the next (migrations/
+-- 0112_partitioned_dedupe.sql says why); a key with a row that has not expired in an older
+-- window back to win(now() - TTL) is not claimed at all. A key that claimed only one of its
+-- two windows lost a race: it comes back as ``orphan`` with the run id its half row carries,
+-- and the caller deletes that half before it looks again (awooop.ingest.store).
+--
+-- Then, for the other keys, the newest existing row as the snapshot sees it (in the current
+-- or next window, or a live one in an older window), with whether it is past expires_at: one
+-- backward probe of the primary key per key, pruned to the windows the TTL spans (LIMIT 1 keeps
+-- the lateral subquery from being flattened into a join that the planner, on stale
+-- statistics, turns into a scan of the whole project and channel;
+-- awooop.ingest.store.LOOKUP_DEDUPE is the same probe on its own).
+WITH fresh AS (
+    SELECT k.provider_event_id, k.run_id, k.ord
     FROM unnest($3::text[], $4::uuid[]) WITH ORDINALITY AS k(provider_event_id, run_id, ord)
-    ORDER BY k.ord
-    ON CONFLICT (project_id, channel_type, provider_event_id) DO NOTHING
+    WHERE NOT EXISTS (
+        SELECT FROM awooop_channel_event_dedupe o
+        WHERE o.project_id = $1 AND o.channel_type = $2
+          AND o.provider_event_id = k.provider_event_id
+          AND o.window_start >= awooop_dedupe_window(now() - make_interval(secs => $5::float8))
+          AND o.window_start < awooop_dedupe_window(now())
+          AND o.expires_at > now())
+), claimed AS (
+    INSERT INTO awooop_channel_event_dedupe AS d
+        (project_id, channel_type, provider_event_id, window_start, run_id, created_at,
+         expires_at)
+    SELECT $1, $2, f.provider_event_id, w.window_start, f.run_id, now(),
+           now() + make_interval(secs => $5::float8)
+    FROM fresh f
+    CROSS JOIN (VALUES (awooop_dedupe_window(now())),
+                       (awooop_dedupe_window(now()) + interval '7 days')) AS w(window_start)
+    ORDER BY f.ord, w.window_start
+    ON CONFLICT (project_id, channel_type, provider_event_id, window_start) DO NOTHING
     RETURNING d.provider_event_id, d.run_id
+), claims AS (
+    SELECT provider_event_id, run_id, count(*) = 2 AS whole
+    FROM claimed GROUP BY provider_event_id, run_id
+), new AS (
+    SELECT provider_event_id, run_id FROM claims WHERE whole
 ), runs AS (
     INSERT INTO awooop_run_state (
         run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
@@ -46,13 +74,18 @@ WITH new AS (
     WHERE e.run_id IN (SELECT run_id FROM new)
     ORDER BY e.ord
 )
-SELECT provider_event_id, run_id, true AS created, false AS expired FROM new
+SELECT provider_event_id, run_id, whole AS created, false AS expired, NOT whole AS orphan
+FROM claims
 UNION ALL
-SELECT d.provider_event_id, d.run_id, false, d.expires_at <= now()
+SELECT d.provider_event_id, d.run_id, false, d.expires_at <= now(), false
 FROM unnest($3::text[]) AS k(provider_event_id)
 CROSS JOIN LATERAL (
     SELECT e.provider_event_id, e.run_id, e.expires_at
     FROM awooop_channel_event_dedupe e
     WHERE e.project_id = $1 AND e.channel_type = $2 AND e.provider_event_id = k.provider_event_id
+      AND e.window_start >= awooop_dedupe_window(now() - make_interval(secs => $5::float8))
+      AND e.window_start <= awooop_dedupe_window(now()) + interval '7 days'
+      AND (e.window_start >= awooop_dedupe_window(now()) OR e.expires_at > now())
+    ORDER BY e.window_start DESC
     LIMIT 1
 ) AS d
