@@ -20,7 +20,11 @@
    batch: each run is changed at most once per operation. A run whose event the state
    machine refuses is counted ``refused`` with its error (the first :data:`MAX_ERRORS` are
    kept); when Postgres refuses the batch's write, the batch is written again run by run,
-   each in a savepoint, so one bad run fails only itself.
+   each in a savepoint, so one bad run fails only itself (counted ``refused``, its error
+   kept, nothing of its change left: the savepoint takes back its row and its event).
+   A refusal is the run's own: errors that say Postgres is away or two transactions got in
+   each other's way (:data:`TRANSIENT`) are raised instead, so the whole batch is tried again
+   (the transaction's retries, or the next executor) and no run is refused for them.
 4. :func:`execute`: batches until the cursor reaches the end, then ``done``. Cancelled runs
    are announced on ``awooop_run_cancelled`` as a single cancel does.
 
@@ -45,6 +49,7 @@ import msgspec
 from awooop.core.db import Connection, Database
 from awooop.core.errors import AwoooPError, InvalidInputError, OperationNotFoundError
 from awooop.core.events import Event, RunCancelled, RunRetried
+from awooop.core.retries import CONNECTION_ERRORS, RETRYABLE_PG_ERRORS
 from awooop.log.state import TERMINAL, RunState, RunStatus, apply, row_to_state
 from awooop.runs import control, listing, store
 from awooop.runs.leases.batch import LOCK_MANY
@@ -56,6 +61,9 @@ KINDS = ("retry", "cancel")
 # An operation across projects belongs to the platform project (as admin tokens do).
 PLATFORM_PROJECT = "__platform__"
 LAST_ID = uuid.UUID(int=(1 << 128) - 1)  # the cursor's start: after every run id
+# Failures that are not a run's own: Postgres away, or a conflict the whole transaction is
+# retried for. _write raises them rather than refusing a run the next attempt would change.
+TRANSIENT: tuple[type[BaseException], ...] = RETRYABLE_PG_ERRORS + CONNECTION_ERRORS
 
 # --- SQL -------------------------------------------------------------------------------------
 INSERT = """
@@ -274,6 +282,8 @@ async def _write(
     try:
         async with conn.transaction():
             return await store.apply_and_store_many(conn, changes, metadata), []
+    except TRANSIENT:
+        raise
     except asyncpg.PostgresError:
         pass
     written: list[RunState] = []
@@ -282,6 +292,8 @@ async def _write(
         try:
             async with conn.transaction():
                 written.append(await store.apply_and_store(conn, state, event, metadata))
+        except TRANSIENT:
+            raise
         except asyncpg.PostgresError as exc:
             errors.append({"run_id": str(state.run_id), "code": "E-DB", "message": str(exc)[:300]})
     return written, errors
