@@ -29,7 +29,9 @@ repeat the option, all must match) ``retry`` and ``cancel`` act on every matchin
 operation (:mod:`awooop.runs.bulk`): the preview first (how many runs, per project), then,
 unless ``--dry-run``, the operation is recorded and run in batches here, one progress line per
 batch on stderr; each event's metadata also carries ``operation_id``. ``runs operation`` shows
-an operation, and ``--resume`` continues one whose process stopped (no run is changed twice).
+an operation, and ``--resume`` continues one whose process stopped (no run is changed twice;
+the ``bulk_operations`` loop does the same by itself once the operation has had no batch for
+30 s).
 """
 
 from __future__ import annotations

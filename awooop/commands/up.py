@@ -2,9 +2,10 @@
 
 The HTTP server (the same app as ``awooop serve``), every registered background loop (the
 same specs as ``awooop loops run``: relay, reaper, reclaim, approval expiry, dedupe expiry,
-stats, projectors) and N workers (assembled as ``awooop worker`` does, :func:`build_worker`)
-share one event loop and one set of pools. SIGTERM/SIGINT stop intake, let in-flight runs
-finish within AWOOOP_SHUTDOWN_GRACE_S, stop the loops and the server, and exit 0.
+bulk operations, stats, projectors) and N workers (assembled as ``awooop worker`` does,
+:func:`build_worker`) share one event loop and one set of pools. SIGTERM/SIGINT stop intake,
+let in-flight runs finish within AWOOOP_SHUTDOWN_GRACE_S, stop the loops and the server, and
+exit 0.
 """
 
 from __future__ import annotations

@@ -65,6 +65,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_archive_dir: str = ""
     log_partitions_interval_s: float = 600.0
     approval_resolver_interval_s: float = 10.0
+    # How often the bulk_operations loop looks for operations whose process stopped.
+    bulk_operations_interval_s: float = 10.0
 
     relay_poll_interval_s: float = 1.0
     relay_batch_size: int = 1000
@@ -121,6 +123,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "dedupe_expiry_interval_s",
             "approval_ttl_s",
             "approval_resolver_interval_s",
+            "bulk_operations_interval_s",
             "log_partitions_interval_s",
             "relay_poll_interval_s",
             "relay_trim_interval_s",

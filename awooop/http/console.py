@@ -66,7 +66,6 @@ T = TypeVar("T")
 log = get_logger(__name__)
 
 FORM_LIMIT = 16 * 1024
-STALLED_S = 30.0  # a running operation not advanced for this long offers a resume
 # The bulk operations this process runs (a reference keeps each task alive until it ends).
 RUNNING: set[asyncio.Task[None]] = set()
 ACTIONS = ("retry", "cancel", "approve", "reject", "redrive")
@@ -315,7 +314,7 @@ def routes(services: Services) -> list[BaseRoute]:
     async def execute(op: bulk.Operation) -> None:
         try:
             await bulk.execute(services.db, op.project_id, op.operation_id, decide)
-        except Exception as exc:  # the operation stays running: its page offers a resume
+        except Exception as exc:  # still running: the bulk_operations loop resumes it
             log.warning(
                 "bulk_operation_stopped", operation_id=str(op.operation_id), error=repr(exc)
             )
@@ -401,7 +400,8 @@ def routes(services: Services) -> list[BaseRoute]:
             session=session,
             op=op,
             done=op.scanned,
-            stalled=op.state == "running" and age > STALLED_S,
+            stalled=op.state == "running" and age > bulk.STALLED_S,
+            stalled_s=bulk.STALLED_S,
             can_act=session.principal.scope != READ_SCOPE,
         )
 

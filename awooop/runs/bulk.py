@@ -9,20 +9,33 @@
    absolute), the actor, the preview's count and a keyset cursor at the confirmation time:
    runs created after it are not part of the operation.
 3. :func:`run_batch`, one transaction: lock the operation row (two executors of one operation
-   take turns), take the next :data:`BATCH` runs the filter's SQL matches older than the
-   cursor (the list's statement, newest first), lock them in run_id order (the worker's
-   order: no deadlock between the two), keep those that still match (:func:`matches`, and
-   the ``blocked_on`` reason), build each run's event from its locked state and write them
-   all at once (``apply_and_store_many``), each event's metadata carrying ``actor``,
-   ``operation_id`` and ``via``; then move the cursor past the batch and add to the counts.
+   take turns: the one that waited gets the row as the other committed it, cursor included,
+   since a read-committed ``FOR UPDATE`` returns the newest version after its wait), take the
+   next :data:`BATCH` runs the filter's SQL matches older than the cursor (the list's
+   statement, newest first, in a snapshot taken after the lock), lock them in run_id order
+   (the worker's order: no deadlock between the two), keep those that still match
+   (:func:`matches`, and the ``blocked_on`` reason), build each run's event from its locked
+   state and write them all at once (``apply_and_store_many``), each event's metadata
+   carrying ``actor``, ``operation_id`` and ``via``; then move the cursor past the batch and
+   add to the counts.
    Because the run changes, the cursor and the counts commit together, an executor that
    dies mid-batch leaves nothing of it, and a resumed one starts after the last committed
    batch: each run is changed at most once per operation. A run whose event the state
    machine refuses is counted ``refused`` with its error (the first :data:`MAX_ERRORS` are
    kept); when Postgres refuses the batch's write, the batch is written again run by run,
-   each in a savepoint, so one bad run fails only itself.
-4. :func:`execute`: batches until the cursor reaches the end, then ``done``. Cancelled runs
-   are announced on ``awooop_run_cancelled`` as a single cancel does.
+   each in a savepoint, so one bad run fails only itself (counted ``refused``, its error
+   kept, nothing of its change left: the savepoint takes back its row and its event).
+   A refusal is the run's own: errors that say Postgres is away or two transactions got in
+   each other's way (:data:`TRANSIENT`) are raised instead, so the whole batch is tried again
+   (the transaction's retries, or the next executor) and no run is refused for them.
+4. :func:`execute`: batches until the cursor reaches the end, then ``done`` (or until
+   ``max_batches``, leaving it ``running``). Cancelled runs are announced on
+   ``awooop_run_cancelled`` as a single cancel does.
+5. Who executes: the process that confirmed the operation (the console's server, or the CLI).
+   When that process dies, the row stays ``running`` and its ``updated_at`` stops moving;
+   :func:`stalled` lists such operations (no batch for :data:`STALLED_S`) and the
+   ``bulk_operations`` loop (:mod:`awooop.loops.bulk_operations`) runs their remaining batches.
+   If the first executor was only slow, not dead, the two take turns (step 3).
 
 Why a cursor and not "runs not yet carrying this operation id": the cursor is one row read,
 where the other needs the event log searched per candidate; and a run the batch passed over
@@ -35,7 +48,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +58,7 @@ import msgspec
 from awooop.core.db import Connection, Database
 from awooop.core.errors import AwoooPError, InvalidInputError, OperationNotFoundError
 from awooop.core.events import Event, RunCancelled, RunRetried
+from awooop.core.retries import CONNECTION_ERRORS, RETRYABLE_PG_ERRORS
 from awooop.log.state import TERMINAL, RunState, RunStatus, apply, row_to_state
 from awooop.runs import control, listing, store
 from awooop.runs.leases.batch import LOCK_MANY
@@ -56,6 +70,13 @@ KINDS = ("retry", "cancel")
 # An operation across projects belongs to the platform project (as admin tokens do).
 PLATFORM_PROJECT = "__platform__"
 LAST_ID = uuid.UUID(int=(1 << 128) - 1)  # the cursor's start: after every run id
+# A running operation with no batch for this long has lost its executor (a batch of 100 runs
+# takes well under a second): the console offers a resume and the bulk_operations loop
+# resumes it. Taking it over early is safe (executors take turns), only wasted work.
+STALLED_S = 30.0
+# Failures that are not a run's own: Postgres away, or a conflict the whole transaction is
+# retried for. _write raises them rather than refusing a run the next attempt would change.
+TRANSIENT: tuple[type[BaseException], ...] = RETRYABLE_PG_ERRORS + CONNECTION_ERRORS
 
 # --- SQL -------------------------------------------------------------------------------------
 INSERT = """
@@ -83,6 +104,16 @@ WHERE operation_id = $1 RETURNING *
 RECENT = """
 SELECT * FROM awooop_operations WHERE ($1::text IS NULL OR project_id = $1)
 ORDER BY created_at DESC LIMIT $2
+"""
+# Running operations with no batch for $1 seconds, and those named in $2 (the caller's own,
+# whose updated_at it moved itself). A scan of the table: it holds one row per operation a
+# person confirmed, and only the few running ones pass the first test.
+STALLED = """
+SELECT * FROM awooop_operations
+WHERE state = 'running'
+  AND (updated_at < now() - make_interval(secs => $1) OR operation_id = ANY($2::uuid[]))
+ORDER BY updated_at
+LIMIT $3
 """
 NOTIFY_MANY = "SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id"
 # ---------------------------------------------------------------------------------------------
@@ -266,6 +297,18 @@ async def recent(conn: Connection, project_id: str | None, limit: int = 20) -> l
     return [_operation(r) for r in await conn.fetch(RECENT, project_id, limit)]
 
 
+async def stalled(
+    conn: Connection,
+    older_than_s: float = STALLED_S,
+    also: Sequence[uuid.UUID] = (),
+    limit: int = 100,
+) -> list[Operation]:
+    """Running operations not advanced for ``older_than_s`` (their executor is gone), and the
+    running ones among ``also``; oldest first. Across projects: the platform role reads it."""
+    rows = await conn.fetch(STALLED, older_than_s, list(also), limit)
+    return [_operation(r) for r in rows]
+
+
 async def _write(
     conn: Connection, op: Operation, changes: list[tuple[RunState, Event]]
 ) -> tuple[list[RunState], list[dict[str, Any]]]:
@@ -274,6 +317,8 @@ async def _write(
     try:
         async with conn.transaction():
             return await store.apply_and_store_many(conn, changes, metadata), []
+    except TRANSIENT:
+        raise
     except asyncpg.PostgresError:
         pass
     written: list[RunState] = []
@@ -282,6 +327,8 @@ async def _write(
         try:
             async with conn.transaction():
                 written.append(await store.apply_and_store(conn, state, event, metadata))
+        except TRANSIENT:
+            raise
         except asyncpg.PostgresError as exc:
             errors.append({"run_id": str(state.run_id), "code": "E-DB", "message": str(exc)[:300]})
     return written, errors
@@ -361,15 +408,19 @@ async def execute(
     decide: Decide | None = None,
     progress: Progress | None = None,
     size: int = BATCH,
+    max_batches: int | None = None,
 ) -> Operation:
-    """Batches until the operation is done (also to resume one); ``progress`` after each."""
+    """Batches until the operation is done (also to resume one), or ``max_batches`` of them
+    (the operation is then still ``running``); ``progress`` after each."""
+    batches = 0
     while True:
         op: Operation = await in_scope(
             db, project_id, lambda conn: run_batch(conn, operation_id, decide, size)
         )
+        batches += 1
         if progress is not None:
             shown = progress(op)
             if shown is not None:
                 await shown
-        if op.state != "running":
+        if op.state != "running" or (max_batches is not None and batches >= max_batches):
             return op

@@ -23,7 +23,7 @@ from awooop.ingest import credentials
 from awooop.runs import bulk, listing
 from tests.integration.test_console import CSRF, log_in
 from tests.support.http import app_client
-from tests.support.runs import create_failed_runs, create_runs, load
+from tests.support.runs import create_failed_runs, create_runs, event_types, load
 from tests.support.waiting import eventually
 
 P, Q = "proj-bulk", "proj-bulk-other"
@@ -233,3 +233,108 @@ async def test_cli_retry_by_filter_with_dry_run(
         await awooop("runs", "retry", "--filter", "colour=red")
     with pytest.raises(InvalidInputError):
         await awooop("runs", "retry")
+
+
+# A test-only trigger: Postgres refuses the event of one run (the owner creates it, as a
+# migration would). AFTER INSERT, so the run's row update before it is undone with it.
+POISON = """
+CREATE FUNCTION refuse_poisoned_run() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'poisoned run: % refused', NEW.stream_id;
+END
+$$;
+CREATE TRIGGER refuse_poisoned_run AFTER INSERT ON awooop_events
+    FOR EACH ROW WHEN (NEW.stream_id = '{stream_id}' AND NEW.event_type = 'RunRetried')
+    EXECUTE FUNCTION refuse_poisoned_run();
+"""
+STREAM_HEAD = "SELECT version FROM awooop_event_streams WHERE stream_id = $1"
+
+
+async def test_a_run_postgres_refuses_fails_only_itself(
+    settings: Settings, db: Database, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    failed = await create_failed_runs(db, P, 250)
+    poisoned = failed[137]  # somewhere in the middle batch of three
+    owner = await asyncpg.connect(database_url)
+    try:
+        await owner.execute(POISON.format(stream_id=f"run-{poisoned}"))
+    finally:
+        await owner.close()
+
+    args = build_parser().parse_args(
+        ["runs", "retry", "--filter", f"project={P}", "--filter", "status=FAILED"]
+    )
+    assert await args.run(settings, args) == 0  # through bulk.execute, batches of 100
+    [op] = await operations(db)
+    assert f"operation {op['operation_id']} done: 249 retried, 1 refused" in capsys.readouterr().out
+    assert op["state"] == "done" and op["finished_at"] is not None
+    assert (op["expected"], op["scanned"], op["changed"], op["refused"], op["skipped"]) == (
+        250,
+        250,
+        249,
+        1,
+        0,
+    )
+    assert op["batches"] == 3
+    [error] = op["errors"]
+    assert error["run_id"] == str(poisoned) and error["code"] == "E-DB"
+    assert f"poisoned run: run-{poisoned} refused" in error["message"]
+
+    # Every other run once, with the operation on its event; the batch around the poisoned
+    # run was written run by run, and its other 99 runs are among them.
+    events = await events_by_run(db, P, "RunRetried")
+    assert set(events) == {f"run-{r}" for r in failed if r != poisoned}
+    assert all(len(metas) == 1 for metas in events.values())
+    assert {
+        (m["actor"], m["operation_id"], m["via"]) for metas in events.values() for m in metas
+    } == {(f"cli:{getpass.getuser()}", str(op["operation_id"]), "cli")}
+    retried = await load(db, P, failed[136])
+    assert retried.status.value == "PENDING" and retried.version == 3
+
+    # Nothing of the poisoned run's change is left: not its row, not its stream, not an event.
+    state = await load(db, P, poisoned)
+    assert (state.status.value, state.version, state.max_attempts) == ("FAILED", 2, 3)
+    assert await event_types(db, P, poisoned) == ["RunCreated", "RunFailed"]
+    async with db.platform() as conn:
+        assert await conn.fetchval(STREAM_HEAD, f"run-{poisoned}") == 2
+
+
+# The run's event meets a serialization failure twice (a sequence counts across the rolled
+# back attempts); SECURITY DEFINER: the tenant role writing the event may not use the sequence.
+CONFLICT_TWICE = """
+CREATE SEQUENCE conflicts_met;
+CREATE FUNCTION conflict_twice() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = public, pg_temp AS $$
+BEGIN
+    IF nextval('conflicts_met') <= 2 THEN
+        RAISE EXCEPTION 'conflict on %', NEW.stream_id USING ERRCODE = 'serialization_failure';
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER conflict_twice AFTER INSERT ON awooop_events
+    FOR EACH ROW WHEN (NEW.stream_id = '{stream_id}' AND NEW.event_type = 'RunRetried')
+    EXECUTE FUNCTION conflict_twice();
+"""
+
+
+async def test_a_transient_conflict_retries_the_batch_and_refuses_no_run(
+    db: Database, database_url: str
+) -> None:
+    failed = await create_failed_runs(db, P, 10)
+    owner = await asyncpg.connect(database_url)
+    try:
+        await owner.execute(CONFLICT_TWICE.format(stream_id=f"run-{failed[3]}"))
+        f = listing.RunFilter(project=P)
+        op = await db.in_tenant(
+            P, lambda c: bulk.create(c, "retry", f, actor="cli:test", via="cli", expected=10)
+        )
+        done = await bulk.execute(db, P, op.operation_id)
+        # Met in the batch's write and again on the first retry of the whole transaction:
+        # neither is the run's own fault, so it is not refused; the third attempt writes it.
+        assert await owner.fetchval("SELECT last_value FROM conflicts_met") == 3
+    finally:
+        await owner.close()
+    assert (done.state, done.changed, done.refused, done.errors) == ("done", 10, 0, [])
+    events = await events_by_run(db, P, "RunRetried")
+    assert Counter(len(m) for m in events.values()) == Counter({1: 10})
