@@ -13,9 +13,11 @@
 Output is an aligned table (``list``, with each run's ``blocked_on`` reason; ``show`` starts
 with the ``blocked_on`` line, what the run waits for and the next safe action
 (:mod:`awooop.runs.blocked`), then adds the run's timeline: every event with its attempt,
-worker, trace id and actor), or JSON with ``--json``: ``list`` one array (each row with its
-``blocked_on`` object), ``show`` one object ``{"state": ..., "blocked_on": ..., "timeline":
-[...]}``, the actions the run's new state. Without PROJECT
+worker, trace id and actor, and its model calls: each ``run.llm`` call with its attempt, model,
+contract, the policy revision and body hash that served it, duration, outcome and trace id),
+or JSON with ``--json``: ``list`` one array (each row with its ``blocked_on`` object), ``show``
+one object ``{"state": ..., "blocked_on": ..., "timeline": [...], "model_calls": [...]}``, the
+actions the run's new state. Without PROJECT
 the run's project is looked up. Refusals print ``error E-XXX: message`` and exit 1 (for
 example E-APPROVAL-003 for a token used twice, E-RUN-001 for cancelling a finished run,
 E-INPUT-001 for a bad ``--since``). The approval token may also come from
@@ -58,7 +60,7 @@ from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads,
 from awooop.runs.blocked import BlockedOn, describe
 from awooop.runs.listing import FILTER_KEYS, Decide
 from awooop.services import redis_client
-from projections import timeline
+from projections import model_calls, timeline
 from streams.keys import Keys
 
 TOKEN_ENV = "AWOOOP_APPROVAL_TOKEN"  # noqa: S105 - the name of a variable, not a secret
@@ -91,7 +93,7 @@ def register(subparsers: Any) -> None:
         sub.set_defaults(run=run)
         return sub
 
-    add("show", "the run's state and its timeline of events")
+    add("show", "the run's state, its timeline of events and its model calls")
     cancel = add(
         "cancel", "cancel a run that has not finished (or every match of --filter)", by_filter=True
     )
@@ -192,6 +194,47 @@ def render_timeline(lines: list[timeline.TimelineLine], *, wide: bool = False) -
             detail_text(ln.detail) if ln.detail else "",
         )
         for ln in lines
+    ]
+    return table(header, rows, wide=wide)
+
+
+def hash_cell(body_hash: str | None, *, wide: bool) -> str:
+    if body_hash is None:
+        return "-"
+    return body_hash if wide else model_calls.short_hash(body_hash)
+
+
+def render_model_calls(calls: list[model_calls.ModelCallLine], *, wide: bool = False) -> str:
+    """Pure: a run's model calls as a table (revision ``default``: the default policy; the
+    body hash cut to 12 hex digits unless ``wide``)."""
+    header = (
+        "VERSION",
+        "STARTED",
+        "ATTEMPT",
+        "MODEL",
+        "CONTRACT",
+        "REVISION",
+        "BODY_HASH",
+        "DURATION_MS",
+        "OUTCOME",
+        "TRACE_ID",
+        "REASON",
+    )
+    rows = [
+        (
+            str(c.version),
+            when(c.started_at),
+            str(c.attempt),
+            c.model or "-",
+            f"{c.contract_family}/{c.contract_id}",
+            "default" if c.revision_id is None else str(c.revision_id),
+            hash_cell(c.body_hash, wide=wide),
+            f"{c.duration_ms:.1f}",
+            c.outcome,
+            c.trace_id or "-",
+            c.reason,
+        )
+        for c in calls
     ]
     return table(header, rows, wide=wide)
 
@@ -326,7 +369,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
 
         blocked: BlockedOn | None = None
 
-        async def act(conn: Connection) -> tuple[RunState, list[timeline.TimelineLine]]:
+        async def act(conn: Connection) -> tuple[RunState, model_calls.RunHistory | None]:
             nonlocal blocked
             match args.action:
                 case "show":
@@ -334,7 +377,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     if state is None:
                         raise RunNotFoundError(run_id=run_id)
                     blocked = (await blocked_of(settings, conn, [run_id])).get(run_id)
-                    return state, await timeline.timeline_from_log(conn, run_id)
+                    return state, await model_calls.history_from_log(conn, run_id)
                 case "cancel":
                     state = await control.cancel(
                         conn, run_id, actor=actor, reason=args.reason, metadata=metadata
@@ -365,21 +408,30 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     )
                 case _:
                     raise InvalidInputError(f"unknown action {args.action}")
-            return state, []
+            return state, None
 
-        state, lines = await db.in_tenant(project, act)
+        state, history = await db.in_tenant(project, act)
     finally:
         await db.close()
-    if args.action == "show":
+    if history is not None:
         if args.json:
-            view = {"state": state_view(state), "blocked_on": blocked, "timeline": lines}
+            view = {
+                "state": state_view(state),
+                "blocked_on": blocked,
+                "timeline": history.timeline,
+                "model_calls": history.model_calls,
+            }
             print(to_json(view))
         else:
             print(f"blocked_on: {describe(blocked)}")
             print()
             print(render_state(state))
             print()
-            print(render_timeline(lines, wide=args.wide))
+            print(render_timeline(history.timeline, wide=args.wide))
+            print()
+            print(f"model calls: {len(history.model_calls)}")
+            if history.model_calls:
+                print(render_model_calls(history.model_calls, wide=args.wide))
     else:
         print(state_json(state) if args.json else render_state(state))
     return 0

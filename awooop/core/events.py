@@ -3,7 +3,10 @@
 Schema evolution rules (stored events are never rewritten):
 - a new field gets a default, so that older stored events still decode;
 - a field's annotation never changes; a field is never renamed (add a new one instead);
-- an event type is never removed or renamed while stored events of that type may exist.
+- an event type is never removed or renamed while stored events of that type may exist;
+- a new event type is decoded only by code that knows it (a projector refuses an undeclared
+  type rather than skip it): upgrade the readers of the log (projectors, replay) before the
+  processes that write the new type.
 ``tests/unit/test_events.py`` decodes stored examples of every type to hold us to this.
 """
 
@@ -61,6 +64,31 @@ class ToolResultReceived(EventBase, frozen=True, kw_only=True, tag=True):
     attempt: int
     tool: str
     result: JSON = None
+
+
+class ModelCalled(EventBase, frozen=True, kw_only=True, tag=True):
+    """A model call that an attempt made through ``run.llm`` (:mod:`awooop.llm.calls`),
+    written fenced once the call returned or failed; the run's state only moves its version.
+
+    ``at`` is when the record was written (the database clock); ``started_at`` when the call
+    started and ``duration_ms`` how long it took through the gateway, pointer check included
+    (the worker's clock). ``contract_family``/``contract_id`` name the policy contract asked
+    for; ``model``, ``revision_id`` and ``body_hash`` what served it (``revision_id`` and
+    ``body_hash`` None: the default policy; ``model`` None: the call failed before it was
+    routed). ``outcome`` is ``ok`` or the error's code (E-LLM-001 ...), ``reason`` the error in
+    words. Neither the prompt nor the answer is kept: a step journals an answer."""
+
+    worker_id: str
+    attempt: int
+    contract_family: str
+    contract_id: str
+    model: str | None
+    revision_id: uuid.UUID | None
+    body_hash: str | None
+    started_at: datetime
+    duration_ms: float
+    outcome: str
+    reason: str = ""
 
 
 class ApprovalRequested(EventBase, frozen=True, kw_only=True, tag=True):
@@ -164,6 +192,7 @@ RunEvent = (
     | StepCompleted
     | ToolWaitStarted
     | ToolResultReceived
+    | ModelCalled
     | ApprovalRequested
     | ApprovalGranted
     | ApprovalRejected

@@ -19,6 +19,10 @@ acts through the same functions as the CLI (:mod:`awooop.runs.control`,
 ``actor`` in the event's metadata (with ``via: console``) and the person's name, when the form
 gives one, in the event itself.
 
+A run page also lists the run's model calls (each ``run.llm`` call: attempt, model, contract,
+the policy revision and body hash that served it, duration, outcome, trace), folded from the
+same read of the run's stream as its timeline (:mod:`projections.model_calls`).
+
 Why Jinja2 and not f-strings: pages of tables and forms with many user-controlled strings
 (inputs, reasons, step outputs) need HTML escaping everywhere; Jinja2 escapes by default
 (``autoescape``), keeps the markup out of the Python, and is small, typed and well kept
@@ -60,7 +64,7 @@ from awooop.log.state import RunState, RunStatus
 from awooop.runs import approvals, blocked_facts, bulk, control, deadletters, listing, store
 from awooop.runs.blocked import BlockedOn, Reason
 from awooop.services import Services
-from projections import timeline
+from projections import model_calls
 
 T = TypeVar("T")
 log = get_logger(__name__)
@@ -91,7 +95,9 @@ def detail(value: dict[str, Any]) -> str:
 
 def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
     context.setdefault("session", None)
-    page = TEMPLATES.get_template(name).render(when=when, tojson=tojson, detail=detail, **context)
+    page = TEMPLATES.get_template(name).render(
+        when=when, tojson=tojson, detail=detail, short_hash=model_calls.short_hash, **context
+    )
     return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
 
 
@@ -249,17 +255,17 @@ def routes(services: Services) -> list[BaseRoute]:
             ) -> tuple[
                 RunState,
                 BlockedOn | None,
-                list[timeline.TimelineLine],
+                model_calls.RunHistory,
                 list[listing.Approval],
             ]:
                 state = await store.load(conn, run_id)
                 if state is None:
                     raise RunNotFoundError(run_id=run_id)
                 blocked = (await decide(conn, [run_id])).get(run_id)
-                lines = await timeline.timeline_from_log(conn, run_id)
-                return state, blocked, lines, await listing.approvals_of(conn, run_id)
+                history = await model_calls.history_from_log(conn, run_id)
+                return state, blocked, history, await listing.approvals_of(conn, run_id)
 
-            state, blocked, lines, asked = await services.db.in_tenant(project_id, read)
+            state, blocked, history, asked = await services.db.in_tenant(project_id, read)
             dead = await deadletters.entries_of_run(services, project_id, run_id)
         except AwoooPError as exc:
             return error_page(exc, session)
@@ -268,7 +274,8 @@ def routes(services: Services) -> list[BaseRoute]:
             session=session,
             state=state,
             blocked=blocked,
-            timeline=lines,
+            timeline=history.timeline,
+            model_calls=history.model_calls,
             approvals=asked,
             dead_letters=dead,
             can_act=session.principal.scope != READ_SCOPE,

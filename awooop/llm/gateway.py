@@ -10,6 +10,10 @@
 A project without an active policy revision gets the default policy (``revision_id`` None,
 the topology's or ``AWOOOP_LLM_DEFAULT_MODEL``'s model).
 
+``call(...)`` is the same path, answering a :class:`ModelCall` (what routed the call, when it
+started, how long it took, and its result or its error) instead of raising: ``run.llm``
+records every call of a run from it (:mod:`awooop.llm.calls`).
+
 ``start()`` starts two loops of the loop framework: the notice reader (clears cache entries,
 drops the whole cache on a stream reset, rebuilds the model client on a topology notice) and
 re-validation (drops entries idle longer than their family's interval whose pointer moved,
@@ -24,15 +28,18 @@ import contextlib
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import msgspec
+from opentelemetry.trace import Status, StatusCode
 
 from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import extract, tracer
-from awooop.llm.client import ModelClient, ModelRequest
+from awooop.llm.client import ModelClient, ModelRequest, ModelResponse
 from awooop.llm.models import build_client
 from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec, run_loop
 from awooop.revisions.body import TOPOLOGY_KEY
@@ -55,6 +62,27 @@ class LLMResult(msgspec.Struct):
     model: str
     revision_id: uuid.UUID | None
     body_hash: str | None
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One call through the gateway, whatever came of it: the contract asked for, the request
+    the policy made of it (None when the call failed before it was routed: the pointer check),
+    when it started (wall clock), how long it took, and its result or its error."""
+
+    contract: tuple[str, str]
+    started_at: datetime
+    duration_s: float
+    request: ModelRequest | None
+    result: LLMResult | None
+    error: Exception | None
+
+    def unwrap(self) -> LLMResult:
+        """The result, or the call's own error raised again."""
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
 
 
 def build_request(
@@ -170,7 +198,23 @@ class ModelGateway:
         contract: tuple[str, str] = DEFAULT_CONTRACT,
         **options: Any,
     ) -> LLMResult:
+        call = await self.call(project_id, prompt, contract=contract, options=options)
+        return call.unwrap()
+
+    async def call(
+        self,
+        project_id: str,
+        prompt: str,
+        *,
+        contract: tuple[str, str] = DEFAULT_CONTRACT,
+        options: Mapping[str, Any] | None = None,
+    ) -> ModelCall:
+        """:meth:`complete`, answering what happened instead of raising (an ``Exception`` of
+        the pointer check or the model is the call's ``error``; cancellation propagates)."""
         family, contract_id = contract
+        started_at = datetime.now(UTC)
+        started = time.perf_counter()
+        request: ModelRequest | None = None
         with tracer.start_as_current_span(
             "llm.complete",
             attributes={
@@ -178,34 +222,49 @@ class ModelGateway:
                 "awooop.contract": f"{family}/{contract_id}",
             },
         ) as span:
-            policy = await self.resolver.get_effective_policy(project_id, family, contract_id)
-            slot = self._slot
-            request = build_request(policy, prompt, options, slot.default_model)
-            span.set_attribute("awooop.revision_id", str(policy.revision_id))
-            span.set_attribute("gen_ai.request.model", request.model)
-            slot.in_flight += 1
-            started = time.perf_counter()
             try:
-                with tracer.start_as_current_span(
-                    "llm.call",
-                    attributes={"gen_ai.request.model": request.model, "llm.api": request.api},
-                ):
-                    response = await slot.client.generate(request)
-            except Exception:
-                metrics.LLM_CALLS.labels("error").inc()
-                raise
-            finally:
-                metrics.LLM_SECONDS.observe(time.perf_counter() - started)
-                slot.in_flight -= 1
-                if slot.retired and slot.in_flight == 0:
-                    await slot.client.aclose()
-            metrics.LLM_CALLS.labels("ok").inc()
-        return LLMResult(
+                policy = await self.resolver.get_effective_policy(project_id, family, contract_id)
+                slot = self._slot
+                request = build_request(policy, prompt, options or {}, slot.default_model)
+                span.set_attribute("awooop.revision_id", str(policy.revision_id))
+                span.set_attribute("gen_ai.request.model", request.model)
+                response = await self._generate(slot, request)
+            except Exception as exc:
+                # Kept, not raised: the span says what the context manager would have said.
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                return ModelCall(
+                    contract, started_at, time.perf_counter() - started, request, None, exc
+                )
+        result = LLMResult(
             text=response.text,
             model=response.model,
             revision_id=policy.revision_id,
             body_hash=policy.body_hash,
         )
+        return ModelCall(contract, started_at, time.perf_counter() - started, request, result, None)
+
+    async def _generate(self, slot: _ClientSlot, request: ModelRequest) -> ModelResponse:
+        """The model client's answer, counted and timed; a retired client closes after its
+        last call."""
+        slot.in_flight += 1
+        started = time.perf_counter()
+        try:
+            with tracer.start_as_current_span(
+                "llm.call",
+                attributes={"gen_ai.request.model": request.model, "llm.api": request.api},
+            ):
+                response = await slot.client.generate(request)
+        except Exception:
+            metrics.LLM_CALLS.labels("error").inc()
+            raise
+        finally:
+            metrics.LLM_SECONDS.observe(time.perf_counter() - started)
+            slot.in_flight -= 1
+            if slot.retired and slot.in_flight == 0:
+                await slot.client.aclose()
+        metrics.LLM_CALLS.labels("ok").inc()
+        return response
 
     # --- model topology (R-25) ----------------------------------------------------------
 

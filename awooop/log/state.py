@@ -28,6 +28,7 @@ from awooop.core.events import (
     ApprovalRequested,
     Event,
     LeaseReleased,
+    ModelCalled,
     RunCancelled,
     RunClaimed,
     RunCompleted,
@@ -69,6 +70,7 @@ TRANSITIONS: dict[RunStatus | None, frozenset[str]] = {
     RunStatus.RUNNING: frozenset(
         {
             "StepCompleted",
+            "ModelCalled",
             "ToolWaitStarted",
             "ApprovalRequested",
             "RunCompleted",
@@ -78,8 +80,16 @@ TRANSITIONS: dict[RunStatus | None, frozenset[str]] = {
             "RunCancelled",
         }
     ),
+    # A model call made while a tool call runs (inside ``wait_for_tool``) is recorded too.
     RunStatus.WAITING_TOOL: frozenset(
-        {"ToolResultReceived", "RunFailed", "RunRequeued", "LeaseReleased", "RunCancelled"}
+        {
+            "ToolResultReceived",
+            "ModelCalled",
+            "RunFailed",
+            "RunRequeued",
+            "LeaseReleased",
+            "RunCancelled",
+        }
     ),
     RunStatus.WAITING_APPROVAL: frozenset(
         {"ApprovalGranted", "ApprovalRejected", "ApprovalExpired", "RunCancelled"}
@@ -261,6 +271,10 @@ def _changes(state: RunState, event: Event) -> dict[str, Any]:
             return {"saga_steps": steps}
         case ToolWaitStarted():
             return {"status": RunStatus.WAITING_TOOL, "waiting_for": event.tool}
+        case ModelCalled():
+            # A record of the attempt's history, fenced like a step: the row keeps nothing of
+            # it but the version (the call is read from the run's stream).
+            return {}
         case ToolResultReceived():
             return {"status": RunStatus.RUNNING, "waiting_for": None}
         case ApprovalRequested():

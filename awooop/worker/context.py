@@ -13,7 +13,9 @@ becomes the run's result. ``run`` offers:
   uncaught, it fails the run with that reason. Other runs whose steps were written in the same
   group commit are not affected.
 - ``await run.llm(prompt, contract=..., **options)``: the model gateway (revision pointer check
-  before every call). Not journaled by itself: wrap it in a step to record its answer.
+  before every call). Each call, answered or failed, is recorded as ``ModelCalled`` (fenced,
+  before the answer is returned: :mod:`awooop.llm.calls`) with the model and the policy
+  revision that served it; the answer itself is not journaled: wrap the call in a step.
 - ``await run.wait_for_approval(name, reason=...)``: the first time, the run enters
   WAITING_APPROVAL (the lease is released, the attempt ends here; the token goes to the
   notifier). After an approval the run is dispatched again, the handler runs from the top,
@@ -49,7 +51,8 @@ from awooop.core.logs import get_logger
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import encoded_problem, unstorable
 from awooop.core.telemetry import inject, tracer
-from awooop.llm.gateway import LLMResult
+from awooop.llm.calls import called_event
+from awooop.llm.gateway import LLMResult, ModelCall
 from awooop.log.state import RunState
 from awooop.runs import approvals, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
@@ -64,14 +67,14 @@ TOOL_STEP_PREFIX = "tool:"
 class LLMClient(Protocol):
     """What ``run.llm`` needs: ``awooop.llm.gateway.ModelGateway`` satisfies it."""
 
-    async def complete(
+    async def call(
         self,
         project_id: str,
         prompt: str,
         *,
         contract: tuple[str, str] = ...,
-        **options: Any,
-    ) -> LLMResult: ...
+        options: Mapping[str, Any] | None = ...,
+    ) -> ModelCall: ...
 
 
 Notifier = Callable[[ApprovalTicket], Awaitable[None]]
@@ -252,11 +255,25 @@ class RunContext:
         contract: tuple[str, str] = ("policy_routing", "default"),
         **options: Any,
     ) -> LLMResult:
-        """The model, through the gateway's revision pointer check (R-24)."""
+        """The model, through the gateway's revision pointer check (R-24); the call is recorded
+        on the run's stream before its answer is returned or its error raised."""
         if self._llm is None:
             raise RuntimeError("this worker has no model gateway")
         self.check()
-        return await self._llm.complete(self.project_id, prompt, contract=contract, **options)
+        call = await self._llm.call(self.project_id, prompt, contract=contract, options=options)
+        try:
+            await self._write(
+                lambda _s, now: called_event(
+                    call, worker_id=self.worker_id, attempt=self.attempt, at=now
+                )
+            )
+        except Exception as exc:
+            # Not recorded (the lease is lost, or Postgres is away): the handler gets that
+            # error, never an answer without its record. A model error stays its cause.
+            if call.error is not None and exc.__cause__ is None:
+                raise exc from call.error
+            raise
+        return call.unwrap()
 
     async def wait_for_approval(
         self, name: str = "approval", *, reason: str = "", notify: Notifier | None = None

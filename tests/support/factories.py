@@ -51,6 +51,18 @@ def event_for(type_name: str, state: RunState | None, at: datetime = T0) -> Any:
         "ToolResultReceived": lambda: ev.ToolResultReceived(
             **common, **attempt_scoped, tool="search", result=[1]
         ),
+        "ModelCalled": lambda: ev.ModelCalled(
+            **common,
+            **attempt_scoped,
+            contract_family="policy_routing",
+            contract_id="default",
+            model="m1",
+            revision_id=None,
+            body_hash=None,
+            started_at=at,
+            duration_ms=12.5,
+            outcome="ok",
+        ),
         "ApprovalRequested": lambda: ev.ApprovalRequested(
             **common, **attempt_scoped, expires_at=at + timedelta(minutes=15)
         ),

@@ -19,6 +19,10 @@ STORED = {
     '"worker_id":"w1","attempt":1,"tool":"search"}',
     "ToolResultReceived": '{"type":"ToolResultReceived","at":"2026-01-01T00:00:01Z",'
     '"worker_id":"w1","attempt":1,"tool":"search","result":null}',
+    "ModelCalled": '{"type":"ModelCalled","at":"2026-01-01T00:00:02Z","worker_id":"w1",'
+    '"attempt":1,"contract_family":"policy_routing","contract_id":"default","model":"qwen",'
+    '"revision_id":"0b8a2c8e-51a4-4c52-9a63-0d3f0bb1f2aa","body_hash":"abc",'
+    '"started_at":"2026-01-01T00:00:01.5Z","duration_ms":480.25,"outcome":"ok"}',
     "ApprovalRequested": '{"type":"ApprovalRequested","at":"2026-01-01T00:00:02Z",'
     '"worker_id":"w1","attempt":1,"expires_at":"2026-01-01T00:15:02Z","reason":"deploy"}',
     "ApprovalGranted": '{"type":"ApprovalGranted","at":"2026-01-01T00:01:00Z","actor":"alice"}',

@@ -18,6 +18,7 @@ EXPECTED: dict[tuple[RunStatus | None, str], RunStatus] = {
     (S.PENDING, "RunCancelled"): S.CANCELLED,
     (S.PENDING, "RunFailed"): S.FAILED,
     (S.RUNNING, "StepCompleted"): S.RUNNING,
+    (S.RUNNING, "ModelCalled"): S.RUNNING,
     (S.RUNNING, "ToolWaitStarted"): S.WAITING_TOOL,
     (S.RUNNING, "ApprovalRequested"): S.WAITING_APPROVAL,
     (S.RUNNING, "RunCompleted"): S.COMPLETED,
@@ -26,6 +27,7 @@ EXPECTED: dict[tuple[RunStatus | None, str], RunStatus] = {
     (S.RUNNING, "LeaseReleased"): S.PENDING,
     (S.RUNNING, "RunCancelled"): S.CANCELLED,
     (S.WAITING_TOOL, "ToolResultReceived"): S.RUNNING,
+    (S.WAITING_TOOL, "ModelCalled"): S.WAITING_TOOL,
     (S.WAITING_TOOL, "RunFailed"): S.FAILED,
     (S.WAITING_TOOL, "RunRequeued"): S.PENDING,
     (S.WAITING_TOOL, "LeaseReleased"): S.PENDING,
@@ -76,7 +78,13 @@ def test_claim_sets_the_lease_and_counts_the_attempt() -> None:
 def test_an_attempt_that_lost_its_lease_is_fenced() -> None:
     running = state_in(S.RUNNING)
     stale = replace(running, attempt_count=running.attempt_count + 1, worker_id="worker-b")
-    for name in ("StepCompleted", "RunCompleted", "ApprovalRequested", "LeaseReleased"):
+    for name in (
+        "StepCompleted",
+        "ModelCalled",
+        "RunCompleted",
+        "ApprovalRequested",
+        "LeaseReleased",
+    ):
         with pytest.raises(LeaseLostError):
             apply(stale, event_for(name, running))
 
@@ -107,6 +115,13 @@ def test_steps_are_journaled_by_name() -> None:
     running = state_in(S.RUNNING)
     after = apply(running, event_for("StepCompleted", running))
     assert after.saga_steps == {"s1": {"attempt": 1, "result": {"n": 1}}}
+
+
+def test_a_model_call_moves_only_the_version() -> None:
+    for status in (S.RUNNING, S.WAITING_TOOL):
+        before = state_in(status)
+        after = apply(before, event_for("ModelCalled", before))
+        assert after == replace(before, version=before.version + 1, updated_at=after.updated_at)
 
 
 def test_retry_keeps_attempts_monotonic_and_raises_the_ceiling() -> None:

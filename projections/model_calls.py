@@ -1,0 +1,93 @@
+"""A run's model calls, read from its event stream: what the console's run page and ``awooop
+runs show`` list under "Model calls".
+
+Each ``run.llm`` call is a ``ModelCalled`` event on the run's stream (why an event and not a
+table: :mod:`awooop.llm.calls`). Those pages already read the run's stream for the timeline,
+so :func:`history_from_log` reads it once and folds both views from it with pure functions;
+no projector table is needed and the list is exact even when projectors are behind. A call's
+trace id is the one in its event's ``traceparent`` metadata, as in the timeline.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+import msgspec
+
+from awooop.core.db import Connection
+from awooop.core.events import ModelCalled, run_stream_id
+from awooop.log import eventlog
+from projections.base import trace_id_of
+from projections.timeline import TimelineLine, timeline_lines
+
+EVENT_TYPE = "ModelCalled"
+
+
+class ModelCallLine(msgspec.Struct, frozen=True, kw_only=True):
+    """One model call of a run. ``revision_id`` and ``body_hash`` are those of the policy
+    revision that served it (None: the default policy); ``model`` None: the call failed
+    before it was routed; ``outcome``: ``ok`` or the error's code, ``reason`` the error."""
+
+    version: int
+    started_at: datetime
+    recorded_at: datetime
+    attempt: int
+    worker_id: str
+    contract_family: str
+    contract_id: str
+    model: str | None
+    revision_id: uuid.UUID | None
+    body_hash: str | None
+    duration_ms: float
+    outcome: str
+    reason: str
+    trace_id: str | None
+
+
+class RunHistory(msgspec.Struct, frozen=True, kw_only=True):
+    timeline: list[TimelineLine]
+    model_calls: list[ModelCallLine]
+
+
+def short_hash(body_hash: str) -> str:
+    """Pure: a body hash as people compare it: 12 hex digits, without the ``sha256:`` tag."""
+    return body_hash.rpartition(":")[2][:12]
+
+
+def model_calls(recorded: Sequence[eventlog.RecordedEvent]) -> list[ModelCallLine]:
+    """Pure: the model calls among one run's events (oldest first), in the order recorded."""
+    lines = []
+    for r in recorded:
+        if r.event_type != EVENT_TYPE:
+            continue
+        event = r.decode()
+        assert isinstance(event, ModelCalled)
+        traceparent = r.metadata.get("traceparent") if r.metadata else None
+        lines.append(
+            ModelCallLine(
+                version=r.version,
+                started_at=event.started_at,
+                recorded_at=event.at,
+                attempt=event.attempt,
+                worker_id=event.worker_id,
+                contract_family=event.contract_family,
+                contract_id=event.contract_id,
+                model=event.model,
+                revision_id=event.revision_id,
+                body_hash=event.body_hash,
+                duration_ms=event.duration_ms,
+                outcome=event.outcome,
+                reason=event.reason,
+                trace_id=trace_id_of(traceparent if isinstance(traceparent, str) else None),
+            )
+        )
+    return lines
+
+
+async def history_from_log(conn: Connection, run_id: uuid.UUID) -> RunHistory:
+    """The run's timeline and model calls from one read of its event stream (a tenant
+    transaction sees its own project's runs)."""
+    recorded = await eventlog.read_stream(conn, run_stream_id(run_id))
+    return RunHistory(timeline=timeline_lines(recorded), model_calls=model_calls(recorded))
