@@ -2,6 +2,7 @@
 
     .venv/bin/python ops/bench/ingest.py [--duration 10] [--clients 1,8,32] [--workers 1,2]
                                          [--batches 20] [--expiry-rows 1000000] [--out FILE]
+                                         [--parts pgbench,http,submit_many,expiry]
 
 Prints one JSON document (and a short table on stderr):
 - ``http``: per server process count (``awooop serve --workers W``, a real subprocess) and per
@@ -423,14 +424,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await db.close()
         clients = [int(c) for c in args.clients.split(",")]
         workers = [int(w) for w in args.workers.split(",")]
-        report["pgbench"] = await asyncio.to_thread(bench_pgbench, server, args.duration)
-        report["http"], report["duplicates"] = await asyncio.to_thread(
-            bench_http, url, token, clients, workers, args.duration
-        )
-        report["submit_many"] = await bench_submit_many(url, args.batches)
-        print(f"  submit_many: {report['submit_many']}", file=sys.stderr)
-        sizes = [s for s in (10_000, 100_000, 1_000_000) if s <= args.expiry_rows]
-        report["expiry"] = await bench_expiry(url, sizes)
+        parts = set(args.parts.split(","))
+        if "pgbench" in parts:
+            report["pgbench"] = await asyncio.to_thread(bench_pgbench, server, args.duration)
+        if "http" in parts:
+            report["http"], report["duplicates"] = await asyncio.to_thread(
+                bench_http, url, token, clients, workers, args.duration
+            )
+        if "submit_many" in parts:
+            report["submit_many"] = await bench_submit_many(url, args.batches)
+            print(f"  submit_many: {report['submit_many']}", file=sys.stderr)
+        if "expiry" in parts:
+            sizes = [s for s in (10_000, 100_000, 1_000_000) if s <= args.expiry_rows]
+            report["expiry"] = await bench_expiry(url, sizes)
     finally:
         admin = await asyncpg.connect(with_database(server, "postgres"))
         try:
@@ -454,6 +460,9 @@ if __name__ == "__main__":
     parser.add_argument("--workers", default="1,2", help="awooop serve process counts to try")
     parser.add_argument("--batches", type=int, default=20, help="submit_many batches of 1,000")
     parser.add_argument("--expiry-rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--parts", default="pgbench,http,submit_many,expiry", help="which parts to run"
+    )
     parser.add_argument("--out", help="also write the JSON here")
     arguments = parser.parse_args()
     document = json.dumps(asyncio.run(main(arguments)), indent=2)
