@@ -1,11 +1,14 @@
-"""``GET /v1/projects/{project_id}/runs/{run_id}``: a run's current state, tenant-scoped.
+"""``GET /v1/projects/{project_id}/runs/{run_id}``: a run's current state and its model calls,
+tenant-scoped.
 
 A management route: the caller shows a bearer token with scope ``manage`` of the project or
 ``admin`` (:mod:`awooop.http.auth`; 401 E-AUTH-001 / 403 E-AUTH-002, E-AUTH-003). The run is
 read in a tenant transaction of the project in the path: row-level security hides every other
 project's rows, so another project's run is 404 E-RUN-003 exactly like a run that does not
-exist. The run changing routes (approve, reject, cancel, retry) are in
-:mod:`awooop.http.approvals`.
+exist. ``model_calls`` lists the calls the run made through ``run.llm``, each with the model
+and the policy revision that served it (:mod:`projections.model_calls`, the same read of the
+run's stream as the console's run page). The run changing routes (approve, reject, cancel,
+retry) are in :mod:`awooop.http.approvals`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from awooop.core.db import Connection
 from awooop.core.errors import RunNotFoundError
 from awooop.http.auth import require
 from awooop.http.ingest import json_response
@@ -24,6 +28,7 @@ from awooop.ingest.credentials import check_project_id
 from awooop.log.state import RunState
 from awooop.runs import store
 from awooop.services import Services
+from projections import model_calls
 
 
 def run_body(state: RunState) -> dict[str, object]:
@@ -39,9 +44,18 @@ def routes(services: Services) -> list[BaseRoute]:
             run_id = uuid.UUID(request.path_params["run_id"])
         except ValueError:
             raise RunNotFoundError(run_id=request.path_params["run_id"][:64]) from None
-        state = await services.db.in_tenant(project_id, lambda conn: store.load(conn, run_id))
+
+        async def read(conn: Connection) -> tuple[RunState | None, list[model_calls.ModelCallLine]]:
+            state = await store.load(conn, run_id)
+            if state is None:
+                return None, []
+            return state, (await model_calls.history_from_log(conn, run_id)).model_calls
+
+        state, calls = await services.db.in_tenant(project_id, read)
         if state is None:
             raise RunNotFoundError(run_id=run_id)
-        return json_response(run_body(state), 200)
+        body = run_body(state)
+        body["model_calls"] = msgspec.to_builtins(calls)
+        return json_response(body, 200)
 
     return [Route("/v1/projects/{project_id}/runs/{run_id}", get_run, methods=["GET"])]

@@ -176,6 +176,21 @@ async def test_each_call_is_listed_with_the_revision_that_served_it(
     link = html.escape(TRACE_URL.replace("{trace_id}", trace_id))
     assert all(f'<a href="{link}">{trace_id}</a>' == row[9] for row in rows)
 
+    # The management API's run route lists them too.
+    _, manage = await credentials.create_management_token(db, P, "manage")
+    async with app_client(settings, db) as api:
+        response = await api.get(
+            f"/v1/projects/{P}/runs/{run_id}", headers={"Authorization": f"Bearer {manage}"}
+        )
+    assert response.status_code == 200
+    calls = response.json()["model_calls"]
+    assert [c["revision_id"] for c in calls] == [str(r.revision_id) for r in expected]
+    assert [(c["model"], c["outcome"]) for c in calls] == [
+        ("model-a", "ok"),
+        ("model-a", "ok"),
+        ("model-b", "ok"),
+    ]
+
 
 async def test_a_failed_call_is_recorded_with_its_code_and_the_handler_gets_the_error(
     db: Database, settings: Settings
