@@ -53,16 +53,32 @@ CREATE TABLE awooop_channel_event_dedupe (
     PRIMARY KEY (project_id, channel_type, provider_event_id, window_start)
 ) PARTITION BY RANGE (window_start);
 
--- The windows' partitions, oldest first (for the loop, doctor and tests).
-CREATE VIEW awooop_dedupe_partitions AS
-SELECT c.relname::text AS partition_name,
-       (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz
-           AS range_from,
-       (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz
-           AS range_to
+-- The range partitions of a table by time, read from the catalogue: the log's view (0100) and
+-- the windows' view below both list them through this one function.
+CREATE FUNCTION awooop_partition_ranges(parent regclass)
+RETURNS TABLE (partition_name text, range_from timestamptz, range_to timestamptz,
+               detach_pending boolean)
+LANGUAGE sql STABLE AS $$
+SELECT c.relname::text,
+       (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz,
+       (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz,
+       i.inhdetachpending
 FROM pg_inherits i
 JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = 'awooop_channel_event_dedupe'::regclass AND NOT i.inhdetachpending;
+WHERE i.inhparent = parent
+$$;
+
+-- COLLATE "C": the collation the view's column had (a relation name's), which a replaced view
+-- must keep.
+CREATE OR REPLACE VIEW awooop_log_partitions AS
+SELECT partition_name COLLATE "C" AS partition_name, range_from, range_to
+FROM awooop_partition_ranges('awooop_events');
+
+-- The windows' partitions (for the loop, doctor and tests); a window being detached is gone.
+CREATE VIEW awooop_dedupe_partitions AS
+SELECT partition_name COLLATE "C" AS partition_name, range_from, range_to
+FROM awooop_partition_ranges('awooop_channel_event_dedupe')
+WHERE NOT detach_pending;
 GRANT SELECT ON awooop_dedupe_partitions TO awooop_platform;
 
 CREATE FUNCTION awooop_create_dedupe_partition(window_from timestamptz)

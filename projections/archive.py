@@ -55,6 +55,7 @@ from awooop.core.events import decode_event
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.log.eventlog import RecordedEvent
+from awooop.log.partition_ddl import DETACH_PENDING, EVENTS
 from awooop.log.partitions import Partition, due_for_archive, partitions
 from awooop.log.state import RunState, apply, decode_state, encode_state
 from projections import registry
@@ -127,44 +128,12 @@ SELECT partition_name, range_from, range_to, events, file_name, sha256
 FROM awooop_log_archives ORDER BY range_from
 """
 DELETE_CATALOGUE = "DELETE FROM awooop_log_archives WHERE partition_name = $1"
-DETACH_PENDING = """
-SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = 'awooop_events'::regclass AND i.inhdetachpending
-"""
 # Archived partitions whose table was detached and not yet dropped (a crash between steps).
 DETACHED = """
 SELECT a.partition_name FROM awooop_log_archives a
 JOIN pg_class c ON c.relname = a.partition_name AND NOT c.relispartition
 """
 STATEMENT_TIMEOUT = "SET statement_timeout = '{ms}'"
-
-
-def detach_sql(name: str) -> str:
-    return f'ALTER TABLE awooop_events DETACH PARTITION "{name}" CONCURRENTLY'
-
-
-def finalize_sql(name: str) -> str:
-    return f'ALTER TABLE awooop_events DETACH PARTITION "{name}" FINALIZE'
-
-
-def count_sql(name: str) -> str:
-    return f'SELECT count(*) FROM "{name}"'  # noqa: S608 - a partition name
-
-
-def attach_sql(part: Partition) -> str:
-    return (
-        f'ALTER TABLE awooop_events ATTACH PARTITION "{part.name}" '
-        f"FOR VALUES FROM ('{part.range_from.isoformat()}') TO ('{part.range_to.isoformat()}')"
-    )
-
-
-def no_force_sql(name: str) -> str:
-    # Its owner counts its rows; row-level security forced on the owner would hide them.
-    return f'ALTER TABLE "{name}" NO FORCE ROW LEVEL SECURITY'
-
-
-def drop_sql(name: str) -> str:
-    return f'DROP TABLE "{name}"'
 
 
 # --- the file --------------------------------------------------------------------------------
@@ -403,7 +372,7 @@ async def archive_partition(
                 result.sha256,
             )
         await conn.execute(STATEMENT_TIMEOUT.format(ms=int(lock_timeout_s * 1000 * 12)))
-        await conn.execute(detach_sql(part.name))
+        await conn.execute(EVENTS.detach(part.name))
         await _drop_detached(conn, part, result.events)
         result.dropped = True
         log.info(
@@ -545,23 +514,23 @@ def _fsync_dir(directory: Path) -> None:
 
 
 async def _drop_detached(conn: Connection, part: Partition, archived: int) -> None:
-    await conn.execute(no_force_sql(part.name))
-    count = await conn.fetchval(count_sql(part.name))
+    await conn.execute(EVENTS.no_force(part.name))
+    count = await conn.fetchval(EVENTS.select(part.name, "count(*)"))
     if count != archived:
         # A row arrived after the file was written: put the partition back, archive it later.
-        await conn.execute(attach_sql(part))
+        await conn.execute(EVENTS.attach(part.name, part.range_from, part.range_to))
         await conn.execute(DELETE_CATALOGUE, part.name)
         raise ArchiveRefusedError(
             f"partition {part.name}: {count} rows after detaching, {archived} archived; "
             "re-attached, will try again"
         )
-    await conn.execute(drop_sql(part.name))
+    await conn.execute(EVENTS.drop(part.name))
 
 
 async def _finish_detached(conn: Connection) -> None:
     """Complete what a crash interrupted: a detach left pending, a detached table not dropped."""
-    for row in await conn.fetch(DETACH_PENDING):
-        await conn.execute(finalize_sql(row["relname"]))
+    for row in await conn.fetch(DETACH_PENDING, EVENTS.parent):
+        await conn.execute(EVENTS.finalize(row["relname"]))
     catalogue = {r["partition_name"]: r for r in await conn.fetch(CATALOGUE)}
     for row in await conn.fetch(DETACHED):
         entry = catalogue[row["partition_name"]]

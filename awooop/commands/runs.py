@@ -471,6 +471,17 @@ def progress_line(op: bulk.Operation) -> str:
     )
 
 
+async def execute_with_progress(db: Database, op: bulk.Operation, decide: Decide) -> bulk.Operation:
+    """Run an operation's remaining batches, a progress line on stderr after each."""
+    return await bulk.execute(
+        db,
+        op.project_id,
+        op.operation_id,
+        decide,
+        lambda o: print(progress_line(o), file=sys.stderr),
+    )
+
+
 async def bulk_action(settings: Settings, args: argparse.Namespace) -> int:
     if args.ids:
         raise InvalidInputError("give either [PROJECT] RUN_ID or --filter, not both")
@@ -525,13 +536,7 @@ async def _bulk_action(
 
     op = await bulk.in_scope(db, bulk.scope_of(f), create)
     print(f"operation {op.operation_id}", file=sys.stderr)
-    final = await bulk.execute(
-        db,
-        op.project_id,
-        op.operation_id,
-        decide,
-        lambda o: print(progress_line(o), file=sys.stderr),
-    )
+    final = await execute_with_progress(db, op, decide)
     done = "retried" if final.kind == "retry" else "cancelled"
     print(
         to_json(final)
@@ -552,13 +557,7 @@ async def show_operation(settings: Settings, args: argparse.Namespace) -> int:
         op = await db.in_platform(lambda conn: bulk.get(conn, operation_id))
         if args.resume and op.state == "running":
             async with blocked_decider(settings) as decide:
-                op = await bulk.execute(
-                    db,
-                    op.project_id,
-                    op.operation_id,
-                    decide,
-                    lambda o: print(progress_line(o), file=sys.stderr),
-                )
+                op = await execute_with_progress(db, op, decide)
     finally:
         await db.close()
     print(to_json(op) if args.json else render_operation(op))

@@ -19,21 +19,20 @@ so dropping them changes no answer. Deciding that takes two steps:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-
-import msgspec
 
 from awooop.core.db import Connection
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
+from awooop.log.partition_ddl import DEDUPE, DETACH_PENDING
+from awooop.log.partitions import Partition
+from awooop.log.partitions import covered_until as covered_until  # ingest stops WIDTH before
 
 log = get_logger(__name__)
 
 WIDTH = timedelta(days=7)  # fixed by awooop_dedupe_window(): never a setting
 AHEAD = timedelta(days=14)  # a loop that stops for this long still leaves ingest its windows
-PARTITION_NAME = re.compile(r"^awooop_channel_event_dedupe_p[0-9]{8}$")
 
 # --- SQL -------------------------------------------------------------------------------------
 ENSURE = "SELECT awooop_ensure_dedupe_partitions($1::timestamptz, $2::timestamptz)"
@@ -55,66 +54,20 @@ NEWEST_EXPIRY = """
 SELECT max(expires_at) FROM awooop_channel_event_dedupe
 WHERE window_start >= $1 AND window_start < $2
 """
-DETACH_PENDING = """
-SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = 'awooop_channel_event_dedupe'::regclass AND i.inhdetachpending
-"""
 DETACHED = """
 SELECT c.relname FROM pg_class c
 WHERE c.relname ~ '^awooop_channel_event_dedupe_p[0-9]{8}$' AND c.relkind = 'r'
   AND NOT c.relispartition
 """
+SUMMARY_COLUMNS = "count(*), max(expires_at)"
 
-
-def _checked(name: str) -> str:
-    if not PARTITION_NAME.match(name):
-        raise ValueError(f"not a dedupe window partition: {name!r}")
-    return name
-
-
-def detach_sql(name: str) -> str:
-    return (
-        f'ALTER TABLE awooop_channel_event_dedupe DETACH PARTITION "{_checked(name)}" CONCURRENTLY'
-    )
-
-
-def finalize_sql(name: str) -> str:
-    return f'ALTER TABLE awooop_channel_event_dedupe DETACH PARTITION "{_checked(name)}" FINALIZE'
-
-
-def detached_summary_sql(name: str) -> str:
-    # Its owner reads it; row-level security forced on the owner would hide the rows.
-    return f'SELECT count(*), max(expires_at) FROM "{_checked(name)}"'  # noqa: S608
-
-
-def no_force_sql(name: str) -> str:
-    return f'ALTER TABLE "{_checked(name)}" NO FORCE ROW LEVEL SECURITY'
-
-
-def force_sql(name: str) -> str:
-    return f'ALTER TABLE "{_checked(name)}" FORCE ROW LEVEL SECURITY'
-
-
-def attach_sql(part: Window) -> str:
-    return (
-        f'ALTER TABLE awooop_channel_event_dedupe ATTACH PARTITION "{_checked(part.name)}" '
-        f"FOR VALUES FROM ('{part.range_from.isoformat()}') TO ('{part.range_to.isoformat()}')"
-    )
-
-
-def drop_sql(name: str) -> str:
-    return f'DROP TABLE "{_checked(name)}"'
-
-
-class Window(msgspec.Struct, frozen=True):
-    name: str
-    range_from: datetime
-    range_to: datetime
+# A window is a partition of the dedupe table: its name and range.
+Window = Partition
 
 
 def window_of(name: str) -> Window:
     """The window a partition's name stands for (``..._pYYYYMMDD``: its first day, UTC)."""
-    start = datetime.strptime(_checked(name)[-8:] + "+0000", "%Y%m%d%z")
+    start = datetime.strptime(DEDUPE.checked(name)[-8:] + "+0000", "%Y%m%d%z")
     return Window(name, start, start + WIDTH)
 
 
@@ -130,12 +83,6 @@ def candidates(parts: Sequence[Window], now: datetime, longest_ttl: timedelta) -
         for p in sorted(parts, key=lambda p: p.range_from)
         if p.range_to + longest_ttl <= now and p.range_to + WIDTH <= now
     ]
-
-
-def covered_until(parts: Sequence[Window]) -> datetime | None:
-    """Where the newest window ends: ingest after ``covered_until - WIDTH`` would be refused
-    (it claims the next window too)."""
-    return max((p.range_to for p in parts), default=None)
 
 
 # --- I/O -------------------------------------------------------------------------------------
@@ -184,7 +131,7 @@ async def drop_dead(url: str, now: datetime, longest: timedelta, parts: Sequence
                 newest = await conn.fetchval(NEWEST_EXPIRY, part.range_from, part.range_to)
             if newest is not None and newest > now:
                 continue  # a row written before its channel's TTL was shortened
-            await conn.execute(detach_sql(part.name))
+            await conn.execute(DEDUPE.detach(part.name))
             dropped_rows += await _drop_detached(conn, part)
     finally:
         await conn.close()
@@ -192,23 +139,24 @@ async def drop_dead(url: str, now: datetime, longest: timedelta, parts: Sequence
 
 
 async def _drop_detached(conn: Connection, part: Window) -> int:
-    await conn.execute(no_force_sql(part.name))
-    summary = await conn.fetchrow(detached_summary_sql(part.name))
+    await conn.execute(DEDUPE.no_force(part.name))
+    summary = await conn.fetchrow(DEDUPE.select(part.name, SUMMARY_COLUMNS))
     assert summary is not None  # an aggregate returns one row
     rows, newest = summary
     if newest is not None and newest > await conn.fetchval(NOW):
-        await conn.execute(attach_sql(part))  # a live row arrived: keep the window
-        await conn.execute(force_sql(part.name))
+        # A live row arrived: keep the window.
+        await conn.execute(DEDUPE.attach(part.name, part.range_from, part.range_to))
+        await conn.execute(DEDUPE.force(part.name))
         return 0
-    await conn.execute(drop_sql(part.name))
+    await conn.execute(DEDUPE.drop(part.name))
     log.info("dedupe_window_dropped", partition=part.name, rows=rows)
     return int(rows)
 
 
 async def _finish_detached(conn: Connection) -> int:
     """Complete what a crash interrupted: a detach left pending, a detached window not dropped."""
-    for row in await conn.fetch(DETACH_PENDING):
-        await conn.execute(finalize_sql(row["relname"]))
+    for row in await conn.fetch(DETACH_PENDING, DEDUPE.parent):
+        await conn.execute(DEDUPE.finalize(row["relname"]))
     rows = 0
     for row in await conn.fetch(DETACHED):
         rows += await _drop_detached(conn, window_of(row["relname"]))

@@ -182,15 +182,10 @@ def events_of_runs(first: int, count: int) -> int:
 # --- the old log: runs generated as COPY text ---------------------------------------------
 
 RUN_STATE_COLUMNS = tuple(f.name for f in msgspec.structs.fields(RunState))
-EVENT_COLUMNS: tuple[str, ...] = (
-    "event_id",
-    "stream_id",
-    "version",
-    "project_id",
-    "event_type",
-    "data",
+# Every column of the log but the two the database fills (position, tx_id), in its order.
+EVENT_COLUMNS = tuple(
+    f for f in eventlog.RecordedEvent.__struct_fields__ if f not in ("position", "tx_id")
 )
-EVENT_COLUMNS += ("metadata", "recorded_at")
 STREAM_COLUMNS = ("stream_id", "project_id", "version", "last_tx_id", "updated_at")
 DEDUPE_COLUMNS: tuple[str, ...] = (
     "project_id",

@@ -15,6 +15,7 @@ from awooop import producer
 from awooop.core.config import Settings
 from awooop.ingest import credentials
 from awooop.log import dedupe_windows as windows
+from awooop.log import partition_ddl
 from awooop.loops import dedupe_expiry as expiry
 from awooop.loops.framework import LoopCategory, LoopContext
 from awooop.loops.registry import all_loops
@@ -123,7 +124,7 @@ async def test_a_detach_a_crash_interrupted_is_finished_next_time(
     names, now_name = await window_names(database_url), await current_window(database_url)
     eight = name_weeks_back(names, now_name, 8)
     # The crash came after DETACH, before DROP: the table stands alone.
-    await admin_run(database_url, (windows.detach_sql(eight), ()))
+    await admin_run(database_url, (partition_ddl.DEDUPE.detach(eight), ()))
     assert eight not in await window_names(database_url)
 
     await expiry_body(services)
