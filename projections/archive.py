@@ -519,6 +519,7 @@ async def _drop_detached(conn: Connection, part: Partition, archived: int) -> No
     if count != archived:
         # A row arrived after the file was written: put the partition back, archive it later.
         await conn.execute(EVENTS.attach(part.name, part.range_from, part.range_to))
+        await conn.execute(EVENTS.force(part.name))  # forced again, as every partition is
         await conn.execute(DELETE_CATALOGUE, part.name)
         raise ArchiveRefusedError(
             f"partition {part.name}: {count} rows after detaching, {archived} archived; "
