@@ -3,8 +3,10 @@
 Tracing is configured by the standard OpenTelemetry environment variables
 (``OTEL_SERVICE_NAME``, ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``,
 ``OTEL_TRACES_SAMPLER``, ``OTEL_SDK_DISABLED`` ...) with the OTLP http/protobuf exporter, which
-Grafana Tempo accepts on port 4318. Without an endpoint configured, spans are still created
-(trace ids reach the logs) but nothing is exported.
+Grafana Tempo accepts on port 4318. Without an endpoint configured (and no processor added),
+spans carry ids and the sampling flag but record nothing: trace ids reach the logs and the
+envelopes, and a recorded span's cost (attributes, processor calls) is not paid on every span
+of every run.
 
 Trace context travels in stream envelopes as W3C ``traceparent``/``tracestate``:
 :func:`inject` reads the current span's context, :func:`extract` turns it back into a parent.
@@ -34,7 +36,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
@@ -51,6 +53,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util._decorator import _agnosticcontextmanager
 from opentelemetry.util.types import Attributes
 from prometheus_client import start_http_server
 
@@ -202,6 +205,111 @@ def _marked_sampled(span: ReadableSpan) -> ReadableSpan:
     )
 
 
+class _QuietTracer(trace.Tracer):
+    """The SDK tracer while something exports; otherwise spans that carry ids and the sampling
+    flag the configured sampler gives, without recording anything: trace ids still reach the
+    logs and travel in envelopes (a downstream process that exports keeps the trace), at a
+    fraction of a recorded span's cost (attributes, limits, processor calls on every span of
+    every run)."""
+
+    def __init__(self, recording: trace.Tracer, provider: TracerProvider) -> None:
+        self._recording = recording
+        self._sampler = provider.sampler
+        self._ids = provider.id_generator
+
+    def start_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Sequence[trace.Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        if _exporting:
+            return self._recording.start_span(
+                name,
+                context,
+                kind,
+                attributes,
+                links,
+                start_time,
+                record_exception,
+                set_status_on_exception,
+            )
+        parent = trace.get_current_span(context).get_span_context()
+        if parent.is_valid:
+            trace_id, random_id = parent.trace_id, parent.trace_flags.random_trace_id
+        else:
+            trace_id, random_id = self._ids.generate_trace_id(), self._ids.is_trace_id_random()
+        result = self._sampler.should_sample(context, trace_id, name, kind, attributes, links)
+        flags = (
+            TraceFlags.SAMPLED
+            if result.decision is sampling.Decision.RECORD_AND_SAMPLE
+            else TraceFlags.DEFAULT
+        )
+        if random_id:
+            flags |= TraceFlags.RANDOM_TRACE_ID
+        return trace.NonRecordingSpan(
+            trace.SpanContext(
+                trace_id,
+                self._ids.generate_span_id(),
+                is_remote=False,
+                trace_flags=TraceFlags(flags),
+                trace_state=result.trace_state,
+            )
+        )
+
+    @_agnosticcontextmanager
+    def start_as_current_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Sequence[trace.Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[trace.Span]:
+        span = self.start_span(
+            name,
+            context,
+            kind,
+            attributes,
+            links,
+            start_time,
+            record_exception,
+            set_status_on_exception,
+        )
+        with trace.use_span(
+            span,
+            end_on_exit=end_on_exit,
+            record_exception=record_exception,
+            set_status_on_exception=set_status_on_exception,
+        ) as current:
+            yield current
+
+
+class _Provider(TracerProvider):
+    """The SDK provider whose tracers are quiet while nothing exports (:class:`_QuietTracer`)."""
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: Attributes = None,
+    ) -> trace.Tracer:
+        recording = super().get_tracer(
+            instrumenting_module_name, instrumenting_library_version, schema_url, attributes
+        )
+        return _QuietTracer(recording, self)
+
+
 def resource(service_name: str) -> Resource:
     """The process's resource: service name/version/instance and host (module docstring)."""
     try:
@@ -229,7 +337,7 @@ def build_tracer_provider(
     compression, certificates) from the standard variables.
     """
     sampler = LoopSampler(sampling._get_from_env_or_default(), loop_ratio_from_env())
-    provider = TracerProvider(resource=resource(service_name), sampler=sampler)
+    provider = _Provider(resource=resource(service_name), sampler=sampler)
     if _otlp_configured():
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
