@@ -3,12 +3,12 @@
 A statement-level trigger NOTIFYs ``awooop_relay`` on insert; the relay LISTENs on its
 connection and polls every ``AWOOOP_RELAY_POLL_INTERVAL_S`` as a fallback. A statement that
 wrote a dispatch event (``DISPATCH_EVENT_TYPES``: a worker waits for it) wakes the relay at
-once, unless the previous dispatch notice came less than ``AWOOOP_RELAY_DISPATCH_WINDOW_S``
-ago (default 2 ms, 0: always at once) and the one before it did too: commits are then coming
-faster than one a window, and the relay waits one window, so that the dispatch events of
-that window share one read, one script call and, downstream, one worker read, claim and
-completion; a commit after a quieter spell (every commit at 100 runs/s, and one that caught
-up with another) is read at once. One that wrote only other events
+once, unless it and the ``BUSY_STREAK - 1`` notices before it each came less than
+``AWOOOP_RELAY_DISPATCH_WINDOW_S`` (default 5 ms, 0: always at once) after the previous one:
+commits are then coming faster than one a window, and the relay waits one window, so that the
+dispatch events of that window share one read, one script call and, downstream, one worker
+read, claim and completion; a commit after a quieter spell (every commit at 100 runs/s, and a
+few that caught up with each other after a late wake-up) is read at once. One that wrote only other events
 (claims, steps, completions: for projectors) waits up to ``AWOOOP_RELAY_LINGER_S`` (default
 5 ms, 0: at once), so that the events of a short run, or the next dispatch event's wake-up,
 share one read and one script call. When committed rows
@@ -36,6 +36,9 @@ MIN_RECHECK_S = 0.001
 SHORT_HOLD_RECHECK_S = 0.004
 SHORT_HOLD_S = 1.0
 MAX_RECHECK_S = 0.05
+# Short gaps in a row that make a steady stream (a window opens): a paced producer that catches
+# up after a late wake-up commits two or three at once, which are read at once.
+BUSY_STREAK = 3
 
 
 class Wakeup:
@@ -58,7 +61,7 @@ class Wakeup:
         self._linger: asyncio.TimerHandle | None = None
         self._window: asyncio.TimerHandle | None = None
         self._last_dispatch = -float("inf")  # monotonic time of the last dispatch notice
-        self._short_gap = False  # whether it came within the window of the one before
+        self._short_streak = 0  # notices in a row that came within the window of the one before
         self._recheck_delay = MIN_RECHECK_S
         self._held_since: float | None = None  # when the current hold-back began
 
@@ -76,10 +79,8 @@ class Wakeup:
         if payload == DISPATCH_PAYLOAD:
             now = time.monotonic()
             short = now - self._last_dispatch < self.dispatch_window_s
-            # Two short gaps in a row: a steady stream, not one commit that caught up with
-            # another (a paced producer after a late wake-up).
-            busy = short and self._short_gap
-            self._short_gap = short
+            self._short_streak = self._short_streak + 1 if short else 0
+            busy = self._short_streak >= BUSY_STREAK
             self._last_dispatch = now
         if self.event.is_set():
             return  # a read is due anyway: it takes what this notice announced

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
-from streams.relay_wakeup import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTICES_TABLE, Wakeup
+from streams.relay_wakeup import (
+    BUSY_STREAK,
+    DISPATCH_PAYLOAD,
+    EVENTS_PAYLOAD,
+    NOTICES_TABLE,
+    Wakeup,
+)
 from tests.support.waiting import eventually
 
 WINDOW_S = 0.3
@@ -40,23 +46,22 @@ async def test_a_dispatch_notice_after_a_quiet_spell_wakes_the_relay_at_once() -
     assert w.event is not None and w.event.is_set()
 
 
-async def test_one_commit_that_caught_up_with_another_is_still_read_at_once() -> None:
+async def test_commits_that_caught_up_with_each_other_are_still_read_at_once() -> None:
     w, _ = wakeup()
     assert w.event is not None
-    notify(w, DISPATCH_PAYLOAD)
-    consume(w)
-    notify(w, DISPATCH_PAYLOAD)  # within the window of the first, after a quiet spell
-    assert w.event.is_set()
+    for _ in range(BUSY_STREAK):  # the first after a quiet spell, then short gaps
+        notify(w, DISPATCH_PAYLOAD)
+        assert w.event.is_set()
+        consume(w)
 
 
 async def test_dispatch_notices_faster_than_the_window_share_one_read_a_window_later() -> None:
     w, _ = wakeup()
     assert w.event is not None
-    notify(w, DISPATCH_PAYLOAD)
-    consume(w)
-    notify(w, DISPATCH_PAYLOAD)  # within the window of the first: still at once
-    consume(w)
-    notify(w, DISPATCH_PAYLOAD)  # the second short gap in a row: a steady stream
+    for _ in range(BUSY_STREAK):  # a quiet spell, then short gaps: still at once
+        notify(w, DISPATCH_PAYLOAD)
+        consume(w)
+    notify(w, DISPATCH_PAYLOAD)  # BUSY_STREAK short gaps in a row: a steady stream
     notify(w, DISPATCH_PAYLOAD)
     assert not w.event.is_set()  # waits for the window (a timer, not a busy read)
     started = asyncio.get_running_loop().time()
@@ -67,7 +72,7 @@ async def test_dispatch_notices_faster_than_the_window_share_one_read_a_window_l
 async def test_a_read_that_starts_meanwhile_takes_the_waiting_notices() -> None:
     w, _ = wakeup()
     assert w.event is not None
-    for _ in range(2):
+    for _ in range(BUSY_STREAK):
         notify(w, DISPATCH_PAYLOAD)
         consume(w)
     notify(w, DISPATCH_PAYLOAD)
