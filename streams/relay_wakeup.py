@@ -8,11 +8,11 @@ once, unless it and the ``BUSY_STREAK - 1`` notices before it each came less tha
 commits are then coming faster than one a window, and the relay waits one window, so that the
 dispatch events of that window share one read, one script call and, downstream, one worker
 read, claim and completion; a commit after a quieter spell (every commit at 100 runs/s, and a
-few that caught up with each other after a late wake-up) is read at once. One that wrote only other events
-(claims, steps, completions: for projectors) waits up to ``AWOOOP_RELAY_LINGER_S`` (default
-5 ms, 0: at once), so that the events of a short run, or the next dispatch event's wake-up,
-share one read and one script call. When committed rows
-are held back by an older running transaction (anywhere in the cluster: ``read_forward``
+few that caught up with each other after a late wake-up) is read at once. One that wrote only
+other events (claims, steps, completions: for projectors) waits up to
+``AWOOOP_RELAY_LINGER_S`` (default 5 ms, 0: at once), so that the events of a short run, or
+the next dispatch event's wake-up, share one read and one script call. When committed rows are
+held back by an older running transaction (anywhere in the cluster: ``read_forward``
 waits for the snapshot's xmin) it re-checks after 1 ms, doubling up to 50 ms.
 """
 

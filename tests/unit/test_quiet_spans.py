@@ -25,9 +25,11 @@ def test_a_quiet_span_has_ids_the_sampler_flag_and_records_nothing(
 ) -> None:
     monkeypatch.setattr(telemetry, "_exporting", False)
     quiet = provider(sampling.ALWAYS_ON).get_tracer("t")
-    with quiet.start_as_current_span("root", context=Context()) as root:
-        with quiet.start_as_current_span("child", attributes={"a": 1}) as child:
-            assert telemetry.current_trace_id() == format(root.get_span_context().trace_id, "032x")
+    with (
+        quiet.start_as_current_span("root", context=Context()) as root,
+        quiet.start_as_current_span("child", attributes={"a": 1}) as child,
+    ):
+        assert telemetry.current_trace_id() == format(root.get_span_context().trace_id, "032x")
     assert not root.is_recording() and not child.is_recording()
     root_ctx, child_ctx = root.get_span_context(), child.get_span_context()
     assert root_ctx.is_valid and child_ctx.is_valid
