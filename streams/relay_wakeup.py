@@ -10,7 +10,7 @@ dispatch events of that window share one read, one script call and, downstream, 
 read, claim and completion; a commit after a quieter spell (every commit at 100 runs/s, and a
 few that caught up with each other after a late wake-up) is read at once. One that wrote only
 other events (claims, steps, completions: for projectors) waits up to
-``AWOOOP_RELAY_LINGER_S`` (default 5 ms, 0: at once), so that the events of a short run, or
+``AWOOOP_RELAY_LINGER_S`` (default 20 ms, 0: at once), so that the events of a short run, or
 the next dispatch event's wake-up, share one read and one script call. When committed rows are
 held back by an older running transaction (anywhere in the cluster: ``read_forward``
 waits for the snapshot's xmin) it re-checks after 1 ms, doubling up to 50 ms.

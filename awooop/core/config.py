@@ -71,7 +71,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     relay_poll_interval_s: float = 1.0
     relay_batch_size: int = 1000
     relay_trim_interval_s: float = 5.0
-    relay_linger_s: float = 0.005
+    relay_linger_s: float = 0.02
     relay_dispatch_window_s: float = 0.005
     relay_leader_lease_s: float = 8.0
     relay_leader_renew_s: float = 2.0
