@@ -126,3 +126,62 @@ async def test_preparing_the_run_pool_writes_nothing_and_prepares_each_connectio
         assert len(seen) == 3  # three distinct connections, each prepared
     finally:
         await db.close()
+
+
+def run_state_indexes(plan: Any) -> set[str]:
+    """The names of the awooop_run_state indexes an EXPLAIN (FORMAT JSON) plan reads."""
+    found: set[str] = set()
+    nodes = [plan]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, list):
+            nodes.extend(node)
+        elif isinstance(node, dict):
+            name = node.get("Index Name")
+            if isinstance(name, str) and name.startswith("awooop_run_state"):
+                found.add(name)
+            nodes.extend(node.values())
+    return found
+
+
+async def test_claims_and_completions_find_their_runs_through_the_primary_key_in_a_backlog(
+    database_url: str,
+) -> None:
+    # A partial index over the dispatchable (or running) runs also holds every entry a claim
+    # left behind since the table's last vacuum: a generic plan that ANDed it with the primary
+    # key walked the whole backlog for every claim, so claims slowed as the backlog grew.
+    db = await Database.open(database_url, max_size=1)
+    try:
+        async with db.platform_writes() as conn:
+            await conn.execute(
+                "INSERT INTO awooop_run_state (run_id, project_id, channel_type,"
+                " provider_event_id, status, version, attempt_count, max_attempts, input,"
+                " created_at, updated_at) SELECT gen_random_uuid(), $1, 'api', 'backlog-' || g,"
+                " 'PENDING', 1, 0, 3, '{}', now(), now() FROM generate_series(1, 3000) AS g",
+                P,
+            )
+            await conn.execute("ANALYZE awooop_run_state")
+        [run_id] = await create_runs(db, P)
+        async with db.run_pool.acquire() as conn:
+            assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
+            await conn.execute(f"PREPARE claim_probe AS {batches.CLAIM_MANY}")
+            await conn.execute(f"PREPARE complete_probe AS {batches.COMPLETE_MANY}")
+            # EXPLAIN EXECUTE takes no parameters: the run id is a UUID, spelled as a literal.
+            ids = f"ARRAY['{run_id}']::uuid[]"
+            claim = await conn.fetchval(
+                "EXPLAIN (ANALYZE, FORMAT JSON)"
+                f" EXECUTE claim_probe({ids}, ARRAY['{{}}'], 'w1', 30)"
+            )
+            complete = await conn.fetchval(
+                "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE complete_probe("
+                f"{ids}, ARRAY['w1'], ARRAY[1], ARRAY['null'], ARRAY['{{}}'])"
+            )
+            status = await conn.fetchval(
+                "SELECT status FROM awooop_run_state WHERE run_id = $1", run_id
+            )
+            await conn.execute("DEALLOCATE claim_probe; DEALLOCATE complete_probe")
+    finally:
+        await db.close()
+    assert status == "COMPLETED"  # both statements ran, on the run asked for
+    assert run_state_indexes(claim) == {"awooop_run_state_pkey"}, claim
+    assert run_state_indexes(complete) == {"awooop_run_state_pkey"}, complete
