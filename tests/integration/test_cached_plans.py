@@ -5,13 +5,17 @@ as the tables grow; a sequential scan in it would get slower with every row."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import asyncpg
 
 from awooop import producer
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.events import StepCompleted
 from awooop.log import batches
+from awooop.log import runs as runs_log
 from awooop.runs import leases
 from streams.relay import Relay
 from tests.support.runs import create_runs
@@ -152,15 +156,18 @@ async def test_claims_and_completions_find_their_runs_through_the_primary_key_in
     # key walked the whole backlog for every claim, so claims slowed as the backlog grew.
     db = await Database.open(database_url, max_size=1)
     try:
-        async with db.platform_writes() as conn:
-            await conn.execute(
+        admin = await asyncpg.connect(database_url)  # the owner: ANALYZE
+        try:
+            await admin.execute(
                 "INSERT INTO awooop_run_state (run_id, project_id, channel_type,"
                 " provider_event_id, status, version, attempt_count, max_attempts, input,"
                 " created_at, updated_at) SELECT gen_random_uuid(), $1, 'api', 'backlog-' || g,"
                 " 'PENDING', 1, 0, 3, '{}', now(), now() FROM generate_series(1, 3000) AS g",
                 P,
             )
-            await conn.execute("ANALYZE awooop_run_state")
+            await admin.execute("ANALYZE awooop_run_state")
+        finally:
+            await admin.close()
         [run_id] = await create_runs(db, P)
         async with db.run_pool.acquire() as conn:
             assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
@@ -185,3 +192,49 @@ async def test_claims_and_completions_find_their_runs_through_the_primary_key_in
     assert status == "COMPLETED"  # both statements ran, on the run asked for
     assert run_state_indexes(claim) == {"awooop_run_state_pkey"}, claim
     assert run_state_indexes(complete) == {"awooop_run_state_pkey"}, complete
+
+
+async def test_lease_renewals_find_their_runs_through_the_primary_key_after_many_runs_ended(
+    database_url: str,
+) -> None:
+    # The partial index of leased runs keeps an entry for every run that was leased since the
+    # table's last vacuum; statistics taken after those runs ended count none of them.
+    db = await Database.open(database_url, max_size=1)
+    try:
+        admin = await asyncpg.connect(database_url)  # the owner: ALTER TABLE, ANALYZE
+        try:
+            await admin.execute("ALTER TABLE awooop_run_state SET (autovacuum_enabled = false)")
+            await admin.execute(
+                "INSERT INTO awooop_run_state (run_id, project_id, channel_type,"
+                " provider_event_id, status, version, attempt_count, max_attempts, input,"
+                " worker_id, lease_until, created_at, updated_at) SELECT gen_random_uuid(), $1,"
+                " 'api', 'ended-' || g, 'RUNNING', 2, 1, 3, '{}', 'w0', now() + interval '1 h',"
+                " now(), now() FROM generate_series(1, 3000) AS g",
+                P,
+            )
+            await admin.execute(
+                "UPDATE awooop_run_state SET status = 'COMPLETED', lease_until = NULL"
+                " WHERE worker_id = 'w0'"
+            )
+            await admin.execute("ANALYZE awooop_run_state")
+        finally:
+            await admin.close()
+        [run_id] = await create_runs(db, P)
+        await db.in_run_statement(lambda c: leases.claim_many(c, [run_id], "w1", 30))
+        async with db.run_pool.acquire() as conn:
+            assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
+            await conn.execute(f"PREPARE renew_probe AS {runs_log.RENEW_LEASES}")
+            renew = await conn.fetchval(
+                "EXPLAIN (ANALYZE, FORMAT JSON)"
+                f" EXECUTE renew_probe('w1', ARRAY['{run_id}']::uuid[], 30)"
+            )
+            renewed = await conn.fetchval(
+                "SELECT heartbeat_at > now() - interval '1 minute' FROM awooop_run_state"
+                " WHERE run_id = $1",
+                run_id,
+            )
+            await conn.execute("DEALLOCATE renew_probe")
+    finally:
+        await db.close()
+    assert renewed
+    assert run_state_indexes(renew) == {"awooop_run_state_pkey"}, json.dumps(renew, indent=1)
