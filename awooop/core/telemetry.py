@@ -307,6 +307,8 @@ class _Provider(TracerProvider):
         recording = super().get_tracer(
             instrumenting_module_name, instrumenting_library_version, schema_url, attributes
         )
+        if isinstance(recording, trace.NoOpTracer):  # OTEL_SDK_DISABLED: no ids either
+            return recording
         return _QuietTracer(recording, self)
 
 

@@ -68,3 +68,10 @@ def test_the_same_tracer_records_once_something_exports(monkeypatch: pytest.Monk
     with tracer.start_as_current_span("seen", context=Context()) as span:
         assert span.is_recording()
     assert [s.name for s in exporter.get_finished_spans()] == ["seen"]
+
+
+def test_a_disabled_sdk_hands_out_no_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    monkeypatch.setattr(telemetry, "_exporting", False)
+    span = telemetry.build_tracer_provider("quiet-test").get_tracer("t").start_span("x")
+    assert not span.get_span_context().is_valid
