@@ -37,8 +37,9 @@ SHORT_HOLD_RECHECK_S = 0.004
 SHORT_HOLD_S = 1.0
 MAX_RECHECK_S = 0.05
 # Short gaps in a row that make a steady stream (a window opens): a paced producer that catches
-# up after a late wake-up commits two or three at once, which are read at once.
-BUSY_STREAK = 3
+# up after a stall commits a few at once, already late, which are read at once (a stall of
+# 50 ms at 100 runs/s makes four short gaps).
+BUSY_STREAK = 5
 
 
 class Wakeup:
