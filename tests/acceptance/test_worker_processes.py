@@ -435,6 +435,18 @@ def metric(body: str, name: str) -> float:
     raise AssertionError(f"{name} not on the page:\n{body[:3000]}")
 
 
+def projected(page: str) -> list[float]:
+    """The run_timeline projector's event counters on a /metrics page."""
+    return [
+        float(line.rsplit(" ", 1)[1])
+        for line in page.splitlines()
+        if line.startswith(
+            ("awooop_projector_events_total{", "awooop_projector_reconciled_events_total{")
+        )
+        and 'projection="run_timeline"' in line
+    ]
+
+
 async def test_worker_and_projector_processes_serve_their_metrics(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:
@@ -458,19 +470,19 @@ async def test_worker_and_projector_processes_serve_their_metrics(
                 lambda: all_finished(db, run_ids), timeout_s=60, what="5 runs finished"
             )
 
-            async def timeline_built() -> bool:
-                async with db.platform() as conn:
-                    n = await conn.fetchval(
-                        "SELECT count(DISTINCT run_id) FROM awooop_run_timeline"
-                    )
-                return bool(n == 5)
+            pages: dict[str, str] = {}
 
-            await eventually(timeline_built, timeout_s=30, what="the projector applied every run")
-            async with httpx.AsyncClient(timeout=10) as client:
-                pages = {
-                    name: (await client.get(f"http://127.0.0.1:{port}/metrics")).text
-                    for name, port in ports.items()
-                }
+            async def every_event_counted() -> bool:
+                # Claims and completions reach the projector up to AWOOOP_RELAY_LINGER_S after
+                # their commit: wait for its counters, not for the runs' first events.
+                async with httpx.AsyncClient(timeout=10) as client:
+                    for name, port in ports.items():
+                        pages[name] = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+                return sum(projected(pages["projector"])) >= 15  # 3 events per run
+
+            await eventually(
+                every_event_counted, timeout_s=30, what="the projector counted every event"
+            )
     finally:
         projector.stop()
     worker, projection = pages["worker"], pages["projector"]
@@ -484,13 +496,7 @@ async def test_worker_and_projector_processes_serve_their_metrics(
         >= 5
     )
     assert "awooop_background_loop_last_run_timestamp" in worker
-    counted = [
-        float(line.rsplit(" ", 1)[1])
-        for line in projection.splitlines()
-        if line.startswith(
-            ("awooop_projector_events_total{", "awooop_projector_reconciled_events_total{")
-        )
-        and 'projection="run_timeline"' in line
-    ]
-    assert sum(counted) >= 15  # 3 events per run, from the stream or the reconcile pass
+    assert sum(projected(projection)) >= 15  # 3 events per run, from the stream or reconcile
+    async with db.platform() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM awooop_run_timeline") == 15
     assert "awooop_background_loop_last_run_timestamp" in projection
