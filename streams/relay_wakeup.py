@@ -37,9 +37,11 @@ SHORT_HOLD_RECHECK_S = 0.004
 SHORT_HOLD_S = 1.0
 MAX_RECHECK_S = 0.05
 # Short gaps in a row that make a steady stream (a window opens): a paced producer that catches
-# up after a stall commits a few at once, already late, which are read at once (a stall of
-# 50 ms at 100 runs/s makes four short gaps).
-BUSY_STREAK = 5
+# up after a late wake-up commits two or three at once, which are read at once. A longer streak
+# opened the window less often under load, where one gap over the window resets the streak:
+# five gaps took one sequential producer on 2 cores to 230-523 runs/s in three rounds, three
+# gaps to 471-521 (ops/bench/results/cost-ab-streak-2026-12-02.json).
+BUSY_STREAK = 3
 
 
 class Wakeup:
