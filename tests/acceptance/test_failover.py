@@ -89,11 +89,11 @@ async def test_a_killed_primary_loses_no_acknowledged_submit_and_the_pools_follo
 
         await asyncio.to_thread(
             formation.wait_for,
-            lambda: formation.primary() not in (None, first),
+            lambda: formation.writable() not in (None, first),
             180,
             "the standby promoted",
         )
-        second = await asyncio.to_thread(formation.primary)
+        second = await asyncio.to_thread(formation.writable)
         assert second is not None and second != first
         conn = await asyncpg.connect(formation.node_url(second, "awooop"))
         try:

@@ -6,12 +6,14 @@ user in a temporary folder, reached through one multi-host URL
 
 pg_auto_failover keeps ``synchronous_standby_names = 'ANY 1 (...)'`` on the primary while its
 standby is healthy, so a commit is acknowledged only once the standby has it; when the monitor
-finds the primary unhealthy it promotes the standby, and the old primary rejoins as a standby.
+finds the primary unhealthy it promotes the standby (the tests kill the old primary with its
+keeper, so it stays down and the new primary runs alone, in ``wait_primary``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import shutil
@@ -31,6 +33,27 @@ MONITOR_DB = "pg_auto_failover"
 NODES = ("node1", "node2")
 
 
+def descendants(root: int) -> list[int]:
+    """The pids of every process below ``root``, parents before their children (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    queue = [root]
+    while queue:
+        for child in children.get(queue.pop(0), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
 def missing() -> str | None:
     """Why a formation cannot be started here, or None."""
     if shutil.which("pg_autoctl") is None:
@@ -47,6 +70,7 @@ class Formation:
         self.monitor_port = free_port()
         self.ports = {name: free_port() for name in NODES}
         self.processes: list[subprocess.Popen[bytes]] = []
+        self.keepers: dict[str, subprocess.Popen[bytes]] = {}  # by node name
         self.env = {**os.environ, "PATH": f"{postgres_bindir()}:{os.environ['PATH']}"}
 
     # --- the URLs ---------------------------------------------------------------------------
@@ -75,9 +99,9 @@ class Formation:
 
     def _spawn(self, name: str, *args: str) -> None:
         with open(self.dir / f"{name}.log", "ab") as log:  # the child keeps its own copy
-            self.processes.append(
-                subprocess.Popen(self._command(*args), stdout=log, stderr=log, env=self.env)
-            )
+            process = subprocess.Popen(self._command(*args), stdout=log, stderr=log, env=self.env)
+        self.processes.append(process)
+        self.keepers[name] = process
 
     def start(self, within_s: float = 180) -> None:
         if os.geteuid() == 0:
@@ -196,11 +220,24 @@ class Formation:
         ]
 
     def kill_primary(self) -> str:
-        """SIGKILL the primary's postmaster (its backends die with it); return its name."""
+        """SIGKILL the primary's keeper and then its postmaster (its backends die with it), as
+        when its machine dies; return its name. A live keeper restarts Postgres within a second,
+        and the monitor, seeing it healthy again, may never promote the standby: the node stays
+        down, and the monitor fails over once it has been unhealthy for its timeout (20 s)."""
         name = self.primary()
         assert name is not None, self.states()
-        pid = int((self.dir / name / "postmaster.pid").read_text().split()[0])
-        os.kill(pid, signal.SIGKILL)
+        keeper = self.keepers[name]
+        tree = [keeper.pid, *descendants(keeper.pid)]
+        for pid in tree:  # stopped first: none of them starts anything while the rest die
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        postmaster = int((self.dir / name / "postmaster.pid").read_text().split()[0])
+        with contextlib.suppress(ProcessLookupError):  # a child of the keeper, or reparented
+            os.kill(postmaster, signal.SIGKILL)
+        keeper.wait(timeout=30)
         return name
 
     def wait_for(self, condition: Callable[[], bool], within_s: float, what: str) -> None:
