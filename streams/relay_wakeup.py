@@ -3,10 +3,10 @@
 A statement-level trigger NOTIFYs ``awooop_relay`` on insert; the relay LISTENs on its
 connection and polls every ``AWOOOP_RELAY_POLL_INTERVAL_S`` as a fallback. A statement that
 wrote a dispatch event (``DISPATCH_EVENT_TYPES``: a worker waits for it) wakes the relay at
-once, unless it and the ``BUSY_STREAK - 1`` notices before it each came less than
-``AWOOOP_RELAY_DISPATCH_WINDOW_S`` (default 5 ms, 0: always at once) after the previous one:
-commits are then coming faster than one a window, and the relay waits one window, so that the
-dispatch events of that window share one read, one script call and, downstream, one worker
+once, unless it and, on a moving average (``GAP_WEIGHT``), the notices before it came less
+than ``AWOOOP_RELAY_DISPATCH_WINDOW_S`` (default 5 ms, 0: always at once) after the previous
+one: commits are then coming faster than one a window, and the relay waits one window, so that
+the dispatch events of that window share one read, one script call and, downstream, one worker
 read, claim and completion; a commit after a quieter spell (every commit at 100 runs/s, and a
 few that caught up with each other after a late wake-up) is read at once. One that wrote only
 other events (claims, steps, completions: for projectors) waits up to
@@ -36,12 +36,14 @@ MIN_RECHECK_S = 0.001
 SHORT_HOLD_RECHECK_S = 0.004
 SHORT_HOLD_S = 1.0
 MAX_RECHECK_S = 0.05
-# Short gaps in a row that make a steady stream (a window opens): a paced producer that catches
-# up after a late wake-up commits two or three at once, which are read at once. A longer streak
-# opened the window less often under load, where one gap over the window resets the streak:
-# five gaps took one sequential producer on 2 cores to 230-523 runs/s in three rounds, three
-# gaps to 471-521 (ops/bench/results/cost-ab-streak-2026-12-02.json).
-BUSY_STREAK = 3
+# The dispatch rate is judged by a moving average of the gaps between dispatch notices (each gap
+# counted at most GAP_CAP windows, so that a quiet spell or a stall weighs as a few slow
+# commits, not as a lost cause): a window opens when the average and the last gap are both
+# under the window. One long gap in a steady stream moves the average a little, where it
+# reset a count of short gaps in a row and left a busy pipeline unbatched; a paced producer's
+# catch-up after a stall (its commits already late) is read at once for its first few.
+GAP_WEIGHT = 0.25
+GAP_CAP = 4.0
 
 
 class Wakeup:
@@ -64,7 +66,7 @@ class Wakeup:
         self._linger: asyncio.TimerHandle | None = None
         self._window: asyncio.TimerHandle | None = None
         self._last_dispatch = -float("inf")  # monotonic time of the last dispatch notice
-        self._short_streak = 0  # notices in a row that came within the window of the one before
+        self._gap_average = GAP_CAP * dispatch_window_s  # as after a quiet spell
         self._recheck_delay = MIN_RECHECK_S
         self._held_since: float | None = None  # when the current hold-back began
 
@@ -81,9 +83,9 @@ class Wakeup:
         busy = False
         if payload == DISPATCH_PAYLOAD:
             now = time.monotonic()
-            short = now - self._last_dispatch < self.dispatch_window_s
-            self._short_streak = self._short_streak + 1 if short else 0
-            busy = self._short_streak >= BUSY_STREAK
+            gap = min(now - self._last_dispatch, GAP_CAP * self.dispatch_window_s)
+            self._gap_average += GAP_WEIGHT * (gap - self._gap_average)
+            busy = gap < self.dispatch_window_s and self._gap_average < self.dispatch_window_s
             self._last_dispatch = now
         if self.event.is_set():
             return  # a read is due anyway: it takes what this notice announced
