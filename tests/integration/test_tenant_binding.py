@@ -424,6 +424,37 @@ async def test_grant_list_and_revoke(database_url: str, db: Database) -> None:
         await drop_login(database_url, role)
 
 
+async def test_an_open_session_sees_each_grant_and_revoke_at_its_next_call(
+    shop_login: Login, database_url: str
+) -> None:
+    """The binding's functions keep their plans for the session (migrations/0114): the
+    answers are still read afresh on each call."""
+    conn = await shop_login.connect()
+    owner = await asyncpg.connect(database_url)
+    try:
+
+        async def binding() -> tuple[list[str], bool, bool]:
+            row = await conn.fetchrow(
+                "SELECT awooop_my_projects() AS mine, awooop_tenant_bound($1) AS shop, "
+                "awooop_tenant_bound($2) AS other",
+                SHOP,
+                "other",
+            )
+            return list(row["mine"]), row["shop"], row["other"]
+
+        for _ in range(3):  # past the calls after which a session's plans are cached
+            assert await binding() == ([SHOP], True, False)
+        assert await tenants.grant(owner, shop_login.role, ["other"]) == ["other"]
+        assert await binding() == (["other", SHOP], True, True)
+        assert await tenants.revoke(owner, shop_login.role, [SHOP]) == 1
+        assert await binding() == (["other"], False, True)
+        async with owner.transaction():  # the tables' owner is not bound
+            assert await owner.fetchval("SELECT awooop_tenant_bound($1)", "anything")
+    finally:
+        await conn.close()
+        await owner.close()
+
+
 async def test_only_the_owner_binds_logins(database_url: str, db: Database) -> None:
     """The runtime's own login (a member of awooop_app and awooop_platform, no superuser) may
     read the bindings but not make one: E-TENANT-001, nothing written."""
