@@ -15,7 +15,9 @@ publishes. They take either
 - the caller's own asyncpg connection **inside its open transaction**: the event commits or
   rolls back together with the caller's own writes (the point of a transactional outbox).
   The transaction must carry the tenant, i.e. ``awooop.project_id`` set to the event's
-  project, which :func:`set_tenant` does::
+  project, which :func:`set_tenant` does. The channel's configuration is cached per
+  connection for ``AWOOOP_INGEST_CONFIG_CACHE_S`` too, so a submit there is one statement
+  (the ingest statement checks the tenant and the login's binding itself on every call)::
 
       async with conn.transaction():              # READ COMMITTED, the default
           await producer.set_tenant(conn, "shop")
@@ -67,6 +69,7 @@ from awooop.core.events import EVENT_TYPES
 from awooop.core.pools import SET_TENANT
 from awooop.core.telemetry import tracer
 from awooop.ingest import store, submission
+from awooop.ingest.cache import ConfigCache
 from awooop.ingest.common import check_storable
 from awooop.ingest.credentials import check_contract_id, check_project_id
 from awooop.ingest.service import Ingestor
@@ -144,8 +147,9 @@ async def _submit(
     checked = submission.prepare(project_id, contract_id, events)
     if isinstance(target, Database) and on_session:
         return await _ingestor(target, settings).submit(checked, settings)
+    cache = _config_cache(target, settings.ingest_config_cache_s)
     results = await _in_transaction(
-        target, project_id, lambda conn: submission.write(conn, settings, checked)
+        target, project_id, lambda conn: submission.write(conn, settings, checked, cache)
     )
     submission.count(checked, results)
     return results
@@ -155,8 +159,23 @@ async def _submit(
 # keeps what submit() read up to AWOOOP_INGEST_CONFIG_CACHE_S (of the first call's settings),
 # like the HTTP server's (awooop/ingest/cache.py), which saves one of the two round trips of a
 # submit; a changed dedupe TTL or contract max_attempts applies that much later.
-# (submit_many and a caller's transaction read the configuration each time.)
 _ingestors: weakref.WeakKeyDictionary[Database, Ingestor] = weakref.WeakKeyDictionary()
+
+# The same for submit_many and for a caller's transaction, kept per Database and per driver
+# connection (a configuration is its database's; a pool hands out a new proxy at each acquire,
+# but the same connection behind it): a submit in the caller's transaction then costs one
+# statement instead of two. The ingest statement checks the transaction's tenant and the
+# login's binding itself on every call (awooop/log/sql/ingest_new.sql), so a cached
+# configuration skips no check.
+_configs: weakref.WeakKeyDictionary[object, ConfigCache] = weakref.WeakKeyDictionary()
+
+
+def _config_cache(target: Database | Connection, ttl_s: float) -> ConfigCache:
+    owner = target if isinstance(target, Database) else getattr(target, "_con", target)
+    cache = _configs.get(owner)
+    if cache is None or cache.ttl_s != ttl_s:
+        cache = _configs[owner] = ConfigCache(ttl_s)
+    return cache
 
 
 def _ingestor(db: Database, settings: Settings) -> Ingestor:

@@ -301,6 +301,22 @@ class TenantNotGrantedError(AwoooPError):
     http_status = 403
 
 
+def check_transaction_tenant(project_id: str, tenant: str | None, bound: bool) -> None:
+    """Pure: refuse a write for ``project_id`` in a transaction whose ``awooop.project_id``
+    setting is ``tenant`` (None or empty: not set), by a login the binding allows (``bound``:
+    ``awooop_tenant_bound``, migrations/0090) or not."""
+    if tenant != project_id:
+        raise ProducerTransactionError(
+            f"the transaction's awooop.project_id is {tenant or None!r}, not {project_id!r}: "
+            "call set_tenant(conn, project_id) first"
+        )
+    if not bound:
+        raise TenantNotGrantedError(
+            f"this database login is not bound to project {project_id!r}: "
+            f"awooop tenants grant ROLE {project_id} (run by the tables' owner)"
+        )
+
+
 class StaleDeliveryError(AwoooPError):
     """The delivery is authentic but older than the channel accepts (the provider signed a
     time further back than the channel's bound: a late redelivery or a captured request sent

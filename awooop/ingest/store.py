@@ -5,14 +5,19 @@ transaction (``Database.tenant``, or a producer's own transaction after ``set_te
 a connection of :class:`awooop.core.sessions.TenantSessions` outside a transaction. Per
 delivery:
 
-1. :func:`load_config` (the HTTP path caches it briefly, see :mod:`awooop.ingest.cache`):
-   one statement reads the transaction's tenant and isolation level, the channel's secret,
-   dedupe TTL and options (:class:`awooop.ingest.common.ChannelOptions`), the stored hash
-   of the presented bearer token and the active ``agent`` contract's ``max_attempts``.
+1. :func:`load_config` (cached briefly, see :mod:`awooop.ingest.cache`): one statement
+   reads the channel's secret, dedupe TTL and options
+   (:class:`awooop.ingest.common.ChannelOptions`), the stored hash of the presented bearer
+   token and the active ``agent`` contract's ``max_attempts``.
 2. :func:`ingest`: ONE statement (``awooop/log/sql/ingest_new.sql``, run by
    :func:`awooop.log.ingest.insert_new`: the log room holds every statement that writes the
    log), atomic on its own:
 
+   - checks the transaction first: its tenant setting must be the project and the login's
+     binding must allow it, else it writes nothing and :func:`ingest` raises
+     :class:`ProducerTransactionError` (E-INGEST-001) or :class:`TenantNotGrantedError`
+     (E-INGEST-003), the transaction still usable. It does so on every call, so that a cached
+     configuration never stands in for it;
    - claims each key's dedupe rows ``ON CONFLICT DO NOTHING``, in the current dedupe window
      and the next (the table is partitioned by window: migrations/0112_partitioned_dedupe.sql),
      unless a row of the key that has not expired sits in an older window (keys sorted and
@@ -55,7 +60,7 @@ import msgspec
 
 from awooop.core.config import Settings
 from awooop.core.db import Connection
-from awooop.core.errors import DedupeRaceError
+from awooop.core.errors import DedupeRaceError, check_transaction_tenant
 from awooop.core.events import RunCreated
 from awooop.core.ids import new_run_id
 from awooop.core.telemetry import inject
@@ -71,9 +76,7 @@ MAX_CONTRACT_ATTEMPTS = 100
 # --- SQL -------------------------------------------------------------------------------------
 
 LOAD_CONFIG = """
-SELECT current_setting('awooop.project_id', true) AS tenant,
-       current_setting('transaction_isolation') AS isolation,
-       c.secret,
+SELECT c.secret,
        c.dedupe_ttl_s,
        c.gitea_key,
        c.max_event_age_s,
@@ -91,13 +94,9 @@ LEFT JOIN awooop_channels c ON c.project_id = $1 AND c.channel_type = $2
 """
 
 # The producer library's read (awooop.producer): no credentials (a producer role may read neither
-# the channel's secret nor token hashes: migration 0090), and whether the binding of the
-# login allows the project (awooop_tenant_bound: always true for the runtime's own roles).
+# the channel's secret nor token hashes: migration 0090).
 LOAD_PRODUCER_CONFIG = """
-SELECT current_setting('awooop.project_id', true) AS tenant,
-       current_setting('transaction_isolation') AS isolation,
-       awooop_tenant_bound($1) AS bound,
-       (SELECT c.dedupe_ttl_s FROM awooop_channels c
+SELECT (SELECT c.dedupe_ttl_s FROM awooop_channels c
          WHERE c.project_id = $1 AND c.channel_type = $2) AS dedupe_ttl_s,
        (SELECT r.body -> 'max_attempts'
           FROM awooop_active_revisions a
@@ -156,14 +155,9 @@ WHERE d.project_id = $1 AND d.channel_type = $2 AND d.provider_event_id = k.prov
 
 
 class ChannelConfig(msgspec.Struct, frozen=True, kw_only=True):
-    tenant: str | None
-    isolation: str
     credential: StoredCredential
     dedupe_ttl_s: float
     max_attempts: int
-    # Whether the login's tenant binding allows the project (only read by the producer: the
-    # runtime's own roles are not bound, see migrations/0090_tenant_bindings.sql).
-    bound: bool = True
     options: ChannelOptions = msgspec.field(default_factory=ChannelOptions)
 
 
@@ -186,8 +180,6 @@ async def load_config(
     row = await conn.fetchrow(LOAD_CONFIG, project_id, channel_type, contract_id, token_id)
     assert row is not None  # FROM (SELECT 1): always one row
     return ChannelConfig(
-        tenant=row["tenant"] or None,
-        isolation=row["isolation"],
         credential=StoredCredential(secret=row["secret"], token_hash=row["token_hash"]),
         dedupe_ttl_s=float(row["dedupe_ttl_s"] or settings.dedupe_ttl_s),
         max_attempts=contract_max_attempts(row["contract_max_attempts"], settings.max_attempts),
@@ -202,16 +194,13 @@ async def load_producer_config(
     channel_type: str,
     contract_id: str = DEFAULT_CONTRACT,
 ) -> ChannelConfig:
-    """:func:`load_config` without credentials, plus the login's binding (the producer's)."""
+    """:func:`load_config` without credentials (a producer login may read none)."""
     row = await conn.fetchrow(LOAD_PRODUCER_CONFIG, project_id, channel_type, contract_id)
     assert row is not None  # no FROM: always one row
     return ChannelConfig(
-        tenant=row["tenant"] or None,
-        isolation=row["isolation"],
         credential=StoredCredential(secret=None, token_hash=None),
         dedupe_ttl_s=float(row["dedupe_ttl_s"] or settings.dedupe_ttl_s),
         max_attempts=contract_max_attempts(row["contract_max_attempts"], settings.max_attempts),
-        bound=bool(row["bound"]),
     )
 
 
@@ -275,7 +264,7 @@ async def ingest(
             )
             for key in pending
         ]
-        rows = await log_ingest.insert_new(
+        guard, rows = await log_ingest.insert_new(
             conn,
             project_id,
             channel_type,
@@ -283,6 +272,7 @@ async def ingest(
             config.dedupe_ttl_s,
             [first_metadata[k] for k in pending],
         )
+        check_transaction_tenant(project_id, guard.tenant, guard.bound)
         halves = {r["provider_event_id"]: r["run_id"] for r in rows if r["orphan"]}
         if halves:  # lost a race in one window: drop the half claim before looking again
             keys = sorted(halves)
@@ -302,7 +292,7 @@ async def ingest(
         # the expiry of a concurrent delivery deleted it), go round again.
         pending = sorted(k for k in pending if k not in created and k not in existing)
     if pending:
-        raise DedupeRaceError(isolation=config.isolation, keys=len(pending))
+        raise DedupeRaceError(isolation=guard.isolation, keys=len(pending))
 
     outcomes: list[Outcome] = []
     seen: set[str] = set()

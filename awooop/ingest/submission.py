@@ -3,9 +3,10 @@ written in one transaction, channel by channel (:class:`awooop.ingest.service.In
 it on a tenant session; :mod:`awooop.producer` on a transaction).
 
 A producer event names its channel and its own idempotency id; nothing authenticates it (the
-login's tenant binding is the guard): :func:`write` refuses a transaction whose tenant is not
-the event's project (:class:`ProducerTransactionError`) and a login not bound to the project
-(:class:`TenantNotGrantedError`, E-INGEST-003), before anything is written.
+login's tenant binding is the guard): the ingest statement refuses a transaction whose tenant
+is not the event's project (:class:`ProducerTransactionError`) and a login not bound to the
+project (:class:`TenantNotGrantedError`, E-INGEST-003) before it writes anything
+(:func:`awooop.ingest.store.ingest`), on every call, cached configuration or not.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import msgspec
 from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.db import Connection
-from awooop.core.errors import InvalidInputError, ProducerTransactionError, TenantNotGrantedError
+from awooop.core.errors import InvalidInputError
 from awooop.core.telemetry import tracer
 from awooop.ingest import store
 from awooop.ingest.cache import ConfigCache
@@ -90,23 +91,10 @@ async def write(
         metadata = store.trace_metadata("producer")
         for channel_type in sorted(submission.groups):  # one lock order across channels too
             key = (project_id, channel_type, contract_id, None)
-            config = cache.get(key) if cache is not None else None
-            if config is None:
-                config = await store.load_producer_config(
-                    conn, settings, project_id, channel_type, contract_id
-                )
-                if config.tenant != project_id:
-                    raise ProducerTransactionError(
-                        f"the transaction's awooop.project_id is {config.tenant!r}, "
-                        f"not {project_id!r}: call set_tenant(conn, project_id) first"
-                    )
-                if not config.bound:
-                    raise TenantNotGrantedError(
-                        f"this database login is not bound to project {project_id!r}: "
-                        f"awooop tenants grant ROLE {project_id} (run by the tables' owner)"
-                    )
-                if cache is not None:
-                    cache.put(key, config)
+            cached = cache.get(key) if cache is not None else None
+            config = cached or await store.load_producer_config(
+                conn, settings, project_id, channel_type, contract_id
+            )
             group = submission.groups[channel_type]
             outcomes = await store.ingest(
                 conn,
@@ -117,6 +105,11 @@ async def write(
                 contract_id=contract_id,
                 metadata=metadata,
             )
+            # Kept only once the statement's guard let the transaction write: a transaction
+            # of another tenant, or a login not bound to the project, reads the configuration
+            # through row-level security as the defaults.
+            if cache is not None and cached is None:
+                cache.put(key, config)
             for (index, _), outcome in zip(group, outcomes, strict=True):
                 results[index] = Submitted(
                     outcome.provider_event_id, outcome.run_id, outcome.created

@@ -17,10 +17,9 @@ import msgspec
 
 from awooop.core.db import Connection
 from awooop.core.errors import (
-    ProducerTransactionError,
     StreamOrderConflictError,
-    TenantNotGrantedError,
     VersionConflictError,
+    check_transaction_tenant,
 )
 from awooop.core.events import EventBase, decode_event, encode_event, event_type
 from awooop.log import queries
@@ -346,15 +345,5 @@ async def append_at_head(
         return [Appended(r["event_id"], r["version"], r["position"]) for r in rows]
     refused = await conn.fetchrow(EXPLAIN_REFUSED_AT_HEAD, project_id)
     assert refused is not None  # no FROM: always one row
-    tenant = refused["tenant"]
-    if tenant != project_id:
-        raise ProducerTransactionError(
-            f"the transaction's awooop.project_id is {tenant or None!r}, not {project_id!r}: "
-            "call set_tenant(conn, project_id) first"
-        )
-    if not refused["bound"]:
-        raise TenantNotGrantedError(
-            f"this database login is not bound to project {project_id!r}: "
-            f"awooop tenants grant ROLE {project_id} (run by the tables' owner)"
-        )
+    check_transaction_tenant(project_id, refused["tenant"], refused["bound"])
     raise StreamOrderConflictError(stream_id=stream_id)

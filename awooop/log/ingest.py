@@ -49,6 +49,14 @@ def arguments(
     ]
 
 
+class Guard(msgspec.Struct, frozen=True):
+    """What the statement read of its transaction before writing anything."""
+
+    tenant: str | None  # awooop.project_id (None: not set)
+    isolation: str
+    bound: bool  # awooop_tenant_bound: the login's binding allows the project
+
+
 async def insert_new(
     conn: Connection,
     project_id: str,
@@ -56,12 +64,16 @@ async def insert_new(
     runs: Sequence[RunCreated],
     dedupe_ttl_s: float,
     metadata: Sequence[dict[str, Any]],
-) -> list[Any]:
-    """Create the runs whose key is new; return a row per new key (``created``) and per key
-    seen in the snapshot (``expired``: past its TTL), each with ``provider_event_id`` and
-    ``run_id``."""
-    return list(
-        await conn.fetch(
-            INSERT_NEW, *arguments(project_id, channel_type, runs, dedupe_ttl_s, metadata)
-        )
+) -> tuple[Guard, list[Any]]:
+    """Create the runs whose key is new, unless the guard refuses the transaction (then
+    nothing is written and the rows mean nothing). The rows: one per new key (``created``)
+    and per key seen in the snapshot (``expired``: past its TTL), each with
+    ``provider_event_id`` and ``run_id``."""
+    rows = await conn.fetch(
+        INSERT_NEW, *arguments(project_id, channel_type, runs, dedupe_ttl_s, metadata)
+    )
+    [guard] = [r for r in rows if r["provider_event_id"] is None]
+    return (
+        Guard(guard["tenant"] or None, guard["isolation"], bool(guard["bound"])),
+        [r for r in rows if r["provider_event_id"] is not None],
     )

@@ -161,22 +161,35 @@ async def test_a_committed_caller_transaction_keeps_its_rows_and_the_run(
         ) == {"order": 2}
 
 
+@pytest.mark.parametrize("cache_s", [0.0, 60.0])
 async def test_the_callers_connection_must_carry_the_tenant_in_a_transaction(
-    db: Database,
+    db: Database, settings: Settings, cache_s: float
 ) -> None:
-    before = await counts(db)
+    """Refused with E-INGEST-001 and nothing written, the transaction still usable, whether
+    the connection's configuration of the channel was read by this call or cached by the one
+    before (60 s: only the ingest statement's own check stands between)."""
+    config = msgspec.structs.replace(settings, ingest_config_cache_s=cache_s)
     async with db.tenant_pool.acquire() as conn:
+        async with conn.transaction():
+            await producer.set_tenant(conn, PROJECT)
+            await producer.submit(conn, PROJECT, api_event(), settings=config)
+        before = await counts(db)
         with pytest.raises(ProducerTransactionError):
-            await producer.submit(conn, PROJECT, api_event())  # no transaction
+            await producer.submit(conn, PROJECT, api_event(), settings=config)  # no transaction
         with pytest.raises(ProducerTransactionError):
             await producer.set_tenant(conn, PROJECT)
-        async with conn.transaction():
-            with pytest.raises(ProducerTransactionError):
-                await producer.submit(conn, PROJECT, api_event())  # no tenant set
-        async with conn.transaction():
-            await producer.set_tenant(conn, "another")
-            with pytest.raises(ProducerTransactionError):
-                await producer.submit(conn, PROJECT, api_event())
+        for tenant in (None, "another"):
+            async with conn.transaction():
+                if tenant is not None:
+                    await producer.set_tenant(conn, tenant)
+                for call in (
+                    producer.submit(conn, PROJECT, api_event(), settings=config),
+                    producer.submit_many(conn, PROJECT, [api_event()], settings=config),
+                ):
+                    with pytest.raises(ProducerTransactionError) as refusal:
+                        await call
+                    assert refusal.value.code == "E-INGEST-001"
+                    assert await conn.fetchval("SELECT 1") == 1  # still usable
     assert await counts(db) == before
 
 
@@ -218,7 +231,8 @@ async def test_submit_keeps_the_channel_configuration_for_the_cache_age(
     db: Database, settings: Settings
 ) -> None:
     """submit() with a Database reads the configuration once per AWOOOP_INGEST_CONFIG_CACHE_S
-    (as the HTTP server does); submit_many reads it every time; with 0, submit does too."""
+    (as the HTTP server does), and so do submit_many and a caller's transaction, each in a
+    cache of their own (per Database, per connection); with 0, every call reads it."""
 
     async def ttl_of(key: str) -> float:
         async with db.tenant("p1") as conn:
@@ -235,7 +249,18 @@ async def test_submit_keeps_the_channel_configuration_for_the_cache_age(
     await credentials.set_dedupe_ttl(db, "p1", "api", 120)
     await producer.submit(db, "p1", api_event("b"), settings=cached)
     await producer.submit_many(db, "p1", [api_event("c")], settings=cached)
-    assert [await ttl_of(k) for k in "abc"] == [90, 90, 120]
+    async with db.tenant_pool.acquire() as conn:
+
+        async def in_caller_transaction(key: str) -> None:
+            async with conn.transaction():
+                await producer.set_tenant(conn, "p1")
+                await producer.submit(conn, "p1", api_event(key), settings=cached)
+
+        await in_caller_transaction("f")
+        await credentials.set_dedupe_ttl(db, "p1", "api", 130)
+        await producer.submit_many(db, "p1", [api_event("g")], settings=cached)
+        await in_caller_transaction("h")
+    assert [await ttl_of(k) for k in "abcfgh"] == [90, 90, 120, 120, 120, 120]
 
     uncached = msgspec.structs.replace(settings, ingest_config_cache_s=0)
     other = await Database.open(settings.database_url, max_size=1)
@@ -245,4 +270,4 @@ async def test_submit_keeps_the_channel_configuration_for_the_cache_age(
         await producer.submit(other, "p1", api_event("e"), settings=uncached)
     finally:
         await other.close()
-    assert [await ttl_of(k) for k in "de"] == [120, 150]
+    assert [await ttl_of(k) for k in "de"] == [130, 150]

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import msgspec
 import pytest
 
 from awooop import producer
@@ -450,6 +451,35 @@ async def test_an_open_session_sees_each_grant_and_revoke_at_its_next_call(
         assert await binding() == (["other"], False, True)
         async with owner.transaction():  # the tables' owner is not bound
             assert await owner.fetchval("SELECT awooop_tenant_bound($1)", "anything")
+    finally:
+        await conn.close()
+        await owner.close()
+
+
+async def test_a_revoke_refuses_the_next_submit_though_its_configuration_is_cached(
+    shop_login: Login, database_url: str, db: Database, settings: Settings
+) -> None:
+    cached = msgspec.structs.replace(settings, ingest_config_cache_s=60.0)
+    conn = await shop_login.connect()
+    owner = await asyncpg.connect(database_url)
+    try:
+
+        async def submit(key: str) -> None:
+            async with conn.transaction():
+                await producer.set_tenant(conn, SHOP)
+                try:
+                    await producer.submit(conn, SHOP, ChannelEvent("api", key, {}), settings=cached)
+                finally:
+                    assert await conn.fetchval("SELECT 1") == 1  # usable, refused or not
+
+        await submit("before-revoke")
+        assert await tenants.grant(owner, shop_login.role, ["other"]) == ["other"]
+        assert await tenants.revoke(owner, shop_login.role, [SHOP]) == 1
+        before = await counts(db)
+        with pytest.raises(TenantNotGrantedError) as refusal:
+            await submit("after-revoke")
+        assert refusal.value.code == "E-INGEST-003"
+        assert await counts(db) == before
     finally:
         await conn.close()
         await owner.close()

@@ -7,8 +7,6 @@ from awooop.ingest.common import StoredCredential
 from awooop.ingest.store import ChannelConfig
 
 CONFIG = ChannelConfig(
-    tenant="p1",
-    isolation="read committed",
     credential=StoredCredential(secret="s"),
     dedupe_ttl_s=60.0,
     max_attempts=3,
