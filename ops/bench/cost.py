@@ -3,6 +3,7 @@ transactions and statements per run, and the first hop's latency broken down per
 
     .venv/bin/python ops/bench/cost.py [--runs 5000] [--modes own,caller] [--rate 100]
                                        [--seconds 10] [--concurrency 10] [--settle 10.5]
+                                       [--parts throughput,paced,alone]
                                        [--code DIR ...] [--rounds 1] [--out FILE]
 
 Prints one JSON document (a short summary goes to stderr). Every process is real and started
@@ -37,6 +38,9 @@ under test) and key prefix.
   answers with the worker's XREADGROUP), ``worker_to_claim`` (to the start of the claim's
   transaction: the RunClaimed event's time), ``claim_commit`` (to the claim's commit
   timestamp) and ``handler_start``; each hop's p50, p99, mean and share of the mean total.
+- ``alone`` (per mode, not in the default ``--parts``): the same producer and ``--runs`` runs
+  with no relay and no worker: submits/s and CPU per submit of the producer and of Postgres.
+  The pipeline's runs/s cannot exceed this (each run is one of these submits first).
 
 A/B: ``--code DIR`` (repeatable) runs the relay, the worker, the producer and the migrations
 from another checkout, e.g. an older commit's ``git worktree add /tmp/old COMMIT`` with its
@@ -109,7 +113,13 @@ class Stack:
     under test, with its relay and worker running, and the benchmark's own connection."""
 
     def __init__(
-        self, servers: Servers, code: Path, handler: str, concurrency: int, logs: Path
+        self,
+        servers: Servers,
+        code: Path,
+        handler: str,
+        concurrency: int,
+        logs: Path,
+        pipeline: bool = True,
     ) -> None:
         self.servers = servers
         self.code = code
@@ -118,6 +128,7 @@ class Stack:
         self.env = process_env(self.url, servers.redis.url, f"cost{uuid.uuid4().hex[:8]}", code)
         self.handler = handler
         self.concurrency = concurrency
+        self.pipeline = pipeline  # False: no relay and no worker (the producer alone)
         self.procs = Processes(logs, code)
         self.pids: dict[int, str] = {}
         self.conn: asyncpg.Connection | None = None
@@ -133,13 +144,15 @@ class Stack:
         self.conn = await asyncpg.connect(self.url)
         await self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         self.pids[await self.conn.fetchval("SELECT pg_backend_pid()")] = "bench"
+        assert self.servers.redis.process is not None
+        self.pids[self.servers.redis.process.pid] = "redis"
+        if not self.pipeline:
+            return self
         relay = self.procs.start("relay", ["relay"], self.env)
         args = ["worker", "--handler", f"{HANDLERS}:{self.handler}"]
         args += ["--concurrency", str(self.concurrency)]
         worker = self.procs.start("worker", args, self.env)
         self.pids.update({relay.pid: "relay", worker.pid: "worker"})
-        assert self.servers.redis.process is not None
-        self.pids[self.servers.redis.process.pid] = "redis"
         self.procs.wait_started("worker")
         await asyncio.sleep(0.5)  # the relay and the consumer group settle (as worker.py)
         return self
@@ -344,6 +357,30 @@ async def throughput(
     }
 
 
+async def alone(
+    servers: Servers, code: Path, mode: str, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
+    warmup = 50
+    async with Stack(servers, code, "noop", args.concurrency, tmp, pipeline=False) as stack:
+        client = await stack.producer(mode, args.runs, warmup, 0, tmp / "produced.json")
+        try:
+            window = Window(stack)
+            window.start()
+            client.say()
+            await client.expect("done")
+            window.stop()
+        finally:
+            await client.finish()
+    seconds = window.ended - window.began
+    return {
+        "mode": mode,
+        "runs": args.runs,
+        "seconds": round(seconds, 3),
+        "submits_per_s": round(args.runs / seconds, 1),
+        **window.per_run(args.runs),
+    }
+
+
 FIRST_HOP = """/* cost-bench */
 SELECT r.run_id::text AS run_id, r.result::text::float8 AS handler_started,
        extract(epoch FROM (c.data->>'at')::timestamptz)::float8 AS claim_started,
@@ -421,7 +458,7 @@ def describe(code: Path) -> dict[str, Any]:
 async def one_code(
     servers: Servers, code: Path, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"throughput": {}, "paced": {}}
+    out: dict[str, Any] = {"throughput": {}, "paced": {}, "alone": {}}
     parts = args.parts.split(",")
     for mode in args.modes.split(",") if "throughput" in parts else []:
         result = await throughput(servers, code, mode, args, tmp)
@@ -442,6 +479,15 @@ async def one_code(
             file=sys.stderr,
             flush=True,
         )
+    for mode in args.modes.split(",") if "alone" in parts else []:
+        result = await alone(servers, code, mode, args, tmp)
+        out["alone"][mode] = result
+        print(
+            f"{code} {mode} alone: {result['submits_per_s']} submits/s, "
+            f"{result['cpu_ms_per_run']} ms CPU/submit",
+            file=sys.stderr,
+            flush=True,
+        )
     return out
 
 
@@ -452,6 +498,8 @@ SUMMARY = {  # figure: its path in one code's results of one round, after the mo
     "paced_p50_ms": ("paced", "submit_to_handler_ms", "p50"),
     "paced_p99_ms": ("paced", "submit_to_handler_ms", "p99"),
     "paced_stack_cpu_ms_per_run": ("paced", "stack_cpu_ms_per_run"),
+    "alone_submits_per_s": ("alone", "submits_per_s"),
+    "alone_stack_cpu_ms_per_run": ("alone", "stack_cpu_ms_per_run"),
 }
 
 
@@ -523,7 +571,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5000, help="runs per throughput measure")
     parser.add_argument("--modes", default="own,caller", help="own and/or caller")
-    parser.add_argument("--parts", default="throughput,paced", help="throughput and/or paced")
+    parser.add_argument(
+        "--parts", default="throughput,paced", help="throughput, paced and/or alone"
+    )
     parser.add_argument("--rate", type=float, default=100.0, help="paced runs per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="paced seconds")
     parser.add_argument("--concurrency", type=int, default=10, help="the worker's --concurrency")
