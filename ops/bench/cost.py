@@ -455,39 +455,38 @@ def describe(code: Path) -> dict[str, Any]:
     }
 
 
+def _throughput_line(args: argparse.Namespace, r: dict[str, Any]) -> str:
+    return (
+        f"{r['runs_per_s']} runs/s, {r['stack_cpu_ms_per_run']} ms CPU/run "
+        f"{r['cpu_ms_per_run']}, {r['postgres']['xact_commit_per_run']} xact/run"
+    )
+
+
+def _paced_line(args: argparse.Namespace, r: dict[str, Any]) -> str:
+    return f"at {args.rate}/s: {r['submit_to_handler_ms']}, hops {r['first_hop'].get('hops')}"
+
+
+def _alone_line(args: argparse.Namespace, r: dict[str, Any]) -> str:
+    return f"alone: {r['submits_per_s']} submits/s, {r['cpu_ms_per_run']} ms CPU/submit"
+
+
+PARTS = {  # part: how it is measured, and its summary line on stderr
+    "throughput": (throughput, _throughput_line),
+    "paced": (paced, _paced_line),
+    "alone": (alone, _alone_line),
+}
+
+
 async def one_code(
     servers: Servers, code: Path, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"throughput": {}, "paced": {}, "alone": {}}
+    out: dict[str, Any] = {part: {} for part in PARTS}
     parts = args.parts.split(",")
-    for mode in args.modes.split(",") if "throughput" in parts else []:
-        result = await throughput(servers, code, mode, args, tmp)
-        out["throughput"][mode] = result
-        print(
-            f"{code} {mode}: {result['runs_per_s']} runs/s, "
-            f"{result['stack_cpu_ms_per_run']} ms CPU/run {result['cpu_ms_per_run']}, "
-            f"{result['postgres']['xact_commit_per_run']} xact/run",
-            file=sys.stderr,
-            flush=True,
-        )
-    for mode in args.modes.split(",") if "paced" in parts else []:
-        result = await paced(servers, code, mode, args, tmp)
-        out["paced"][mode] = result
-        print(
-            f"{code} {mode} at {args.rate}/s: {result['submit_to_handler_ms']}, "
-            f"hops {result['first_hop'].get('hops')}",
-            file=sys.stderr,
-            flush=True,
-        )
-    for mode in args.modes.split(",") if "alone" in parts else []:
-        result = await alone(servers, code, mode, args, tmp)
-        out["alone"][mode] = result
-        print(
-            f"{code} {mode} alone: {result['submits_per_s']} submits/s, "
-            f"{result['cpu_ms_per_run']} ms CPU/submit",
-            file=sys.stderr,
-            flush=True,
-        )
+    for part, (measure_part, line) in PARTS.items():
+        for mode in args.modes.split(",") if part in parts else []:
+            result = await measure_part(servers, code, mode, args, tmp)
+            out[part][mode] = result
+            print(f"{code} {mode} {line(args, result)}", file=sys.stderr, flush=True)
     return out
 
 
