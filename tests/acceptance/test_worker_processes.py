@@ -475,13 +475,21 @@ async def test_worker_and_projector_processes_serve_their_metrics(
             async def every_event_counted() -> bool:
                 # Claims and completions reach the projector up to AWOOOP_RELAY_LINGER_S after
                 # their commit: wait for its counters, not for the runs' first events.
+                assert projector.process is not None and projector.process.poll() is None, (
+                    f"the projector exited:\n{projector.logs()[-3000:]}"
+                )
                 async with httpx.AsyncClient(timeout=10) as client:
                     for name, port in ports.items():
                         pages[name] = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
                 return sum(projected(pages["projector"])) >= 15  # 3 events per run
 
+            # Nothing above waits for the projector: on a busy machine it may still be opening
+            # its connections, and it serves /metrics only after that.
             await eventually(
-                every_event_counted, timeout_s=30, what="the projector counted every event"
+                every_event_counted,
+                timeout_s=60,
+                ignoring=(httpx.TransportError,),
+                what="the projector counted every event",
             )
     finally:
         projector.stop()
