@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,6 +26,7 @@ import uvicorn
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
+from awooop.core.embedded import free_port
 from awooop.core.errors import DeliveryLimitError
 from awooop.http.app import create_app
 from awooop.http.server import server_config
@@ -49,13 +49,6 @@ pytestmark = [
         reason=f"no Chromium at {CHROMIUM}: apt-get install -y chromium (.ci/run does)",
     ),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @asynccontextmanager
