@@ -42,6 +42,7 @@ from typing import Any
 from awooop.core import metrics
 from awooop.core.db import Connection
 from awooop.core.errors import StreamRebuildInterruptedError
+from awooop.core.leadership import Lease
 from awooop.core.logs import get_logger
 from awooop.log import eventlog
 from awooop.log.eventlog import Cursor, RecordedEvent
@@ -114,6 +115,9 @@ class ShardRebuild:
     upto: Cursor  # the relay cursor: everything up to it was published once
     batch_size: int
     groups: dict[str, set[str]]  # stream -> groups to create there
+    # The relay's lease: checked before each batch goes to Redis, and each batch sent counts
+    # as work done (a long rebuild is not a stuck leader).
+    lease: Lease | None = None
 
     async def run(self) -> str:
         """Rebuild the shard; return the epoch it now has."""
@@ -161,11 +165,15 @@ class ShardRebuild:
     async def _publish(self, token: str, items: list[tuple[str, bytes]]) -> None:
         if not items:
             return
+        if self.lease is not None:
+            self.lease.check()
         written = await publish_shard(
             self.redis, self.keys, self.shard, self.keys.epoch_pending(self.shard), token, items
         )
         if written < 0:
             raise StreamRebuildInterruptedError(shard=self.shard)
+        if self.lease is not None:
+            self.lease.progressed()
 
     async def _replay(self, token: str) -> int:
         row = await self.conn.fetchrow(LOAD_SAFE_POINT, self.keys.shard_count, self.shard)

@@ -158,6 +158,7 @@ class Relay:
             # The renewal found the lease gone: wake the loop so that it steps down now.
             on_lost=self._wakeup.set,
             fault_hook=fault_hook,
+            stall_s=settings.relay_stall_s,
         )
         self._shards = ShardPublisher(
             redis=redis, keys=keys, lease=self.lease, batch_size=settings.relay_batch_size
@@ -226,6 +227,7 @@ class Relay:
         if time.monotonic() >= self._trim_due:
             await self.trim()
             self._trim_due = time.monotonic() + self.settings.relay_trim_interval_s
+        self.lease.progressed()
         return more
 
     async def drain(self, timeout_s: float = 60.0) -> int:

@@ -136,6 +136,7 @@ class ShardPublisher:
             shard=shard,
             upto=upto,
             batch_size=self.batch_size,
+            lease=self.lease,
             groups={
                 self.keys.work_stream(shard): {WORKER_GROUP}
                 | self.groups.get(self.keys.work_stream(shard), set()),

@@ -75,6 +75,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     relay_dispatch_window_s: float = 0.005
     relay_leader_lease_s: float = 8.0
     relay_leader_renew_s: float = 2.0
+    relay_stall_s: float = 30.0
     stream_maxlen: int = 100_000
 
     projector_reconcile_interval_s: float = 60.0
@@ -164,6 +165,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"{env_name('relay_leader_lease_s')} and {env_name('relay_leader_renew_s')}: "
                 f"{problem}"
+            )
+        if self.relay_stall_s < self.redis_socket_timeout_s + self.relay_leader_lease_s:
+            # A step that waited out one Redis socket timeout and one statement timeout (the
+            # leader's connection has statement_timeout at the lease) and then succeeded is
+            # slow, not stuck: it must not cost the leadership.
+            raise ConfigError(
+                f"{env_name('relay_stall_s')} must be at least {env_name('redis_socket_timeout_s')}"
+                f" + {env_name('relay_leader_lease_s')}"
+                f" ({self.redis_socket_timeout_s + self.relay_leader_lease_s:g} s)"
             )
         if self.db_pool_size < 0:
             raise ConfigError(

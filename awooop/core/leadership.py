@@ -27,6 +27,13 @@ How it is kept:
   before the lease runs out in Postgres. ``CLOCK_MONOTONIC`` keeps running while a process is
   stopped: a process resumed from SIGSTOP finds its deadline passed at its first check and
   steps down before it publishes, without asking anyone.
+- Stalls: a renewal proves the process is alive, not that its work moves. A holder stuck in a
+  call that never returns (a socket that takes bytes and answers none, a lock, a bug) would
+  renew forever and no standby would ever lead. So the holder reports each unit of work it
+  finishes (:meth:`Lease.progressed`), and given ``stall_s`` the renewer gives the lease back
+  (RELEASE, so a standby leads at its next try) once no work was reported for that long. When
+  the stuck call returns, the holder's next :meth:`Lease.check` raises and it steps down; a
+  call already on its way is the same one late call as a frozen process's (below).
 - Timeouts: every statement of the lease has a timeout shorter than the renewal interval
   (client and server side); the leader's own working connection gets ``statement_timeout``,
   ``lock_timeout`` and ``idle_in_transaction_session_timeout`` at the lease (see
@@ -35,7 +42,9 @@ How it is kept:
 
 Bounds (defaults ``AWOOOP_RELAY_LEADER_LEASE_S`` = 8, ``AWOOOP_RELAY_LEADER_RENEW_S`` = 2): a
 frozen leader's lease runs out at most ``lease_s`` after it froze; a standby tries every poll
-interval of its loop, so it leads at most ``lease_s + poll interval`` after the freeze.
+interval of its loop, so it leads at most ``lease_s + poll interval`` after the freeze. A
+stuck leader gives the lease back at most ``stall_s + renew_s`` after its last finished work
+(``AWOOOP_RELAY_STALL_S`` = 30), and a standby leads one poll interval later.
 
 What the fence cannot cover: a write to ANOTHER system (an XADD to Redis) made in the instant
 between the holder's last deadline check and the call itself, if the process is frozen right
@@ -123,6 +132,12 @@ def check_timings(lease_s: float, renew_s: float) -> str | None:
     return None
 
 
+def stalled(now: float, progressed_at: float, stall_s: float | None) -> bool:
+    """Whether a holder whose last finished work was at ``progressed_at`` must give its lease
+    back at ``now`` (``stall_s`` None: never)."""
+    return stall_s is not None and now - progressed_at >= stall_s
+
+
 def timeout_ms(seconds: float) -> str:
     """A Postgres timeout setting (milliseconds, at least 1) for ``seconds``."""
     return str(max(1, int(seconds * 1000)))
@@ -150,6 +165,7 @@ class Lease:
         renew_s: float,
         on_lost: Callable[[], None] | None = None,
         fault_hook: FaultHook | None = None,
+        stall_s: float | None = None,
     ) -> None:
         problem = check_timings(lease_s, renew_s)
         if problem is not None:
@@ -161,6 +177,8 @@ class Lease:
         self.renew_s = renew_s
         self.on_lost = on_lost
         self.fault_hook = fault_hook  # tests: called before each renewal ("renew")
+        self.stall_s = stall_s  # None: renew while the process lives, whatever its work does
+        self.progressed_at = 0.0  # monotonic: the holder's last finished unit of work
         self.term: int | None = None  # the term held (None: not the leader)
         self.deadline = 0.0  # monotonic: act as leader only before this
         self.lost_reason: str | None = None
@@ -170,6 +188,10 @@ class Lease:
     @property
     def held(self) -> bool:
         return self.term is not None and self.lost_reason is None
+
+    def progressed(self) -> None:
+        """The holder finished a unit of its work just now (see "Stalls" above)."""
+        self.progressed_at = time.monotonic()
 
     def check(self) -> None:
         """Raise unless this holder may still act as leader (held, local deadline ahead)."""
@@ -200,6 +222,7 @@ class Lease:
         self.term = int(term)
         self.lost_reason = None
         self.deadline = local_deadline(started, self.lease_s)
+        self.progressed_at = started
         self._renewer = asyncio.create_task(self._renew_loop(), name=f"lease-{self.name}")
         log.info("leader_acquired", leadership=self.name, holder=self.holder, term=self.term)
         return True
@@ -209,14 +232,8 @@ class Lease:
         await self._stop_renewer()
         term, self.term = self.term, None
         self.lost_reason = None
-        if term is None or self._conn is None or self._conn.is_closed():
-            return
-        try:
-            await self._conn.execute(RELEASE, self.name, self.holder, term, timeout=self.renew_s)
-        except LEASE_ERRORS as exc:
-            # The lease runs out by itself; only the standby's wait gets longer.
-            log.warning("leader_release_failed", leadership=self.name, error=str(exc))
-            self._drop_connection()
+        if term is not None and self._conn is not None and not self._conn.is_closed():
+            await self._give_back(term)
 
     async def close(self) -> None:
         await self.release()
@@ -252,6 +269,13 @@ class Lease:
             if started >= self.deadline:
                 self._lose("the lease ran out before it could be renewed")
                 return
+            if stalled(started, self.progressed_at, self.stall_s):
+                self._lose(
+                    f"no work finished for {started - self.progressed_at:.1f} s (a call that"
+                    " does not return, or every attempt failing): the lease is given back"
+                )
+                await self._give_back(term)
+                return
             try:
                 conn = await self._connection()
                 renewed = await self._fetch(conn, RENEW, self.name, self.holder, term, self.lease_s)
@@ -264,6 +288,15 @@ class Lease:
                 self._lose("another holder took the lease (or it ran out) before the renewal")
                 return
             self.deadline = local_deadline(started, self.lease_s)
+
+    async def _give_back(self, term: int) -> None:
+        try:
+            conn = await self._connection()
+            await conn.execute(RELEASE, self.name, self.holder, term, timeout=self.renew_s)
+        except LEASE_ERRORS as exc:
+            # The lease runs out by itself (no more renewals); only the standby's wait is longer.
+            log.warning("leader_release_failed", leadership=self.name, error=str(exc))
+            self._drop_connection()
 
     async def _fetch(self, conn: Connection, query: str, *args: object) -> Any:
         return await conn.fetchval(query, *args, timeout=self.renew_s)

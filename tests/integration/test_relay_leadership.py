@@ -23,11 +23,13 @@ from streams.relay import Relay
 from streams.relay_cursor import LEADERSHIP
 from tests.support.streams import (
     Collector,
+    check_published_in_order,
     claim,
     committed_event_ids,
     create_run,
     first_occurrences,
     keys_for,
+    published_envelopes,
     running_consumer,
     running_relay,
     step,
@@ -226,3 +228,71 @@ async def test_a_resumed_leader_publishes_nothing_once_its_local_deadline_passed
     finally:
         await successor.close()
     assert await redis.xlen(keys.events_stream(keys.shard_of("p1"))) == 2
+
+
+async def test_a_leader_stuck_in_a_call_gives_its_lease_back_and_a_standby_publishes(
+    settings: Settings, db: Database, redis: Any
+) -> None:
+    """The leader's loop hangs in a call that does not return (after an XADD, before its cursor
+    moves) while its process keeps renewing the lease. It gives the lease back once no work
+    finished for AWOOOP_RELAY_STALL_S, the standby publishes, and when the call returns the old
+    leader publishes nothing more and steps down. Every committed event is in the streams, each
+    run's first copies in version order."""
+    fast = msgspec.structs.replace(
+        fast_settings(settings), redis_socket_timeout_s=2.0, relay_stall_s=3.5
+    )
+    keys = keys_for(fast)
+    hang = False
+    stuck = asyncio.Event()
+    returns = asyncio.Event()
+
+    async def hanger(point: str) -> None:
+        if hang and point == "published":  # the loop only: renewals go on
+            stuck.set()
+            await returns.wait()
+
+    old = Relay(settings=fast, redis=redis, keys=keys, relay_id="old", fault_hook=hanger)
+    new = Relay(settings=fast, redis=redis, keys=keys, relay_id="new")
+    with capture_logs() as logs:
+        async with running_relay(old, fast):
+            await eventually(lambda: old.is_leader, what="the old relay leads")
+            async with running_relay(new, fast):
+                try:
+                    await create_run(db, "p1")
+                    await eventually(lambda: old.published == 1, what="the old leader publishes")
+                    hang = True
+                    await create_run(db, "p2")
+                    await asyncio.wait_for(stuck.wait(), 20)
+                    stuck_at = time.monotonic()
+                    await eventually(
+                        lambda: new.published > 0,
+                        timeout_s=60,
+                        what="the standby publishes while the leader is stuck",
+                    )
+                    took_over_s = time.monotonic() - stuck_at
+                    assert old.lease.lost_reason is not None
+                    assert "no work finished" in old.lease.lost_reason
+                    await create_run(db, "p3")
+                    published_by_new = new.published
+                    await eventually(
+                        lambda: new.published > published_by_new,
+                        what="the new leader publishes the next run",
+                    )
+                finally:
+                    returns.set()
+                await eventually(
+                    lambda: not old.is_leader,
+                    what="the old leader steps down once its call returns",
+                )
+                # p2's batch went out before the hang (the one late call), nothing after it.
+                assert old.published == 2
+                assert new.is_leader
+
+    # Given back within stall + one renewal interval, led by the standby one poll later; plus
+    # room for a loaded machine.
+    bound = fast.relay_stall_s + fast.relay_leader_renew_s + fast.relay_poll_interval_s
+    assert took_over_s < bound + 5.0, took_over_s
+    assert took_over_s > fast.relay_stall_s - 1.0, took_over_s  # not before the bound
+    lost = [e for e in logs if e["event"] == "relay_leadership_lost"]
+    assert [e["relay_id"] for e in lost] == ["old"], lost
+    check_published_in_order(await published_envelopes(redis, keys), await committed_event_ids(db))

@@ -6,7 +6,13 @@ import pytest
 
 from awooop.core.config import load_settings
 from awooop.core.errors import ConfigError
-from awooop.core.leadership import MARGIN_FRACTION, check_timings, local_deadline, timeout_ms
+from awooop.core.leadership import (
+    MARGIN_FRACTION,
+    check_timings,
+    local_deadline,
+    stalled,
+    timeout_ms,
+)
 
 
 def test_the_local_deadline_ends_before_the_lease_counted_from_before_the_renewal() -> None:
@@ -44,3 +50,27 @@ def test_a_renewal_interval_too_long_for_the_lease_is_refused_naming_both() -> N
         load_settings(
             environ={"AWOOOP_RELAY_LEADER_LEASE_S": "4", "AWOOOP_RELAY_LEADER_RENEW_S": "3"}
         )
+
+
+@pytest.mark.parametrize(
+    ("now", "stall_s", "gives_up"),
+    [(129.9, 30.0, False), (130.0, 30.0, True), (500.0, None, False)],
+)
+def test_a_holder_gives_the_lease_back_once_no_work_finished_for_the_stall_bound(
+    now: float, stall_s: float | None, gives_up: bool
+) -> None:
+    assert stalled(now, 100.0, stall_s) is gives_up
+
+
+def test_the_default_stall_bound_replaces_a_stuck_relay_within_forty_seconds() -> None:
+    """A leader stuck in a call gives the lease back within stall + renewal interval; a
+    standby leads one poll interval later."""
+    s = load_settings(environ={})
+    assert s.relay_stall_s + s.relay_leader_renew_s + s.relay_poll_interval_s <= 40.0
+    assert s.relay_stall_s >= s.redis_socket_timeout_s + s.relay_leader_lease_s
+
+
+def test_a_stall_bound_a_slow_but_working_step_could_reach_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"AWOOOP_RELAY_STALL_S must be at least .* \(18 s\)"):
+        load_settings(environ={"AWOOOP_RELAY_STALL_S": "17"})
+    assert load_settings(environ={"AWOOOP_RELAY_STALL_S": "18"}).relay_stall_s == 18.0
