@@ -8,6 +8,7 @@ decoded with msgspec on every connection.
 
 from __future__ import annotations
 
+import socket
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
@@ -54,8 +55,39 @@ DURABLE = "SELECT pg_logical_emit_message(true, 'awooop', 'connected')"
 DURABLE_TIMEOUT_S = 10.0
 
 
+# A peer that goes silent (its host died, a failover moved the address, a firewall or NAT
+# dropped the flow) sends no reset: without these, a statement on that connection waits for the
+# kernel's retransmissions to give up (tcp_retries2: about 15 minutes) and an idle connection
+# (a LISTEN, a pooled one) is never found dead. A loop or a listener is then stuck that long.
+# With them, data left unacknowledged for TCP_USER_TIMEOUT_S fails the connection, and an idle
+# one is probed after KEEPALIVE_IDLE_S (then every KEEPALIVE_INTERVAL_S; the user timeout also
+# bounds the probes). Only a dead path trips them: a slow statement has nothing unacknowledged
+# on the wire. The worker's lease paths have their own, shorter bounds (awooop.core.db.bounded).
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_COUNT = 3
+TCP_USER_TIMEOUT_S = 30
+
+
+def detect_dead_peer(conn: Connection) -> None:
+    """Keepalive probes and a user timeout on ``conn``'s TCP socket (a Unix socket has none).
+    asyncpg has no option for these (MagicStack/asyncpg#606): they are set on its transport's
+    socket, and tests/integration/test_dead_peer.py fails if that stops working."""
+    transport = getattr(conn, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_USER_TIMEOUT_S * 1000)
+
+
 async def init_connection(conn: Connection) -> None:
-    """The JSON codecs, then the durability barrier (:data:`DURABLE`)."""
+    """Dead-peer detection (:func:`detect_dead_peer`), the JSON codecs, then the durability
+    barrier (:data:`DURABLE`)."""
+    detect_dead_peer(conn)
     for name in ("json", "jsonb"):
         await conn.set_type_codec(
             name,

@@ -47,11 +47,15 @@ class _Link:
 
 
 class FaultProxy:
-    """Listens on a free loopback port and forwards to ``upstream_host:upstream_port``."""
+    """Listens on a free port of ``listen_host`` (loopback unless told) and forwards to
+    ``upstream_host:upstream_port``."""
 
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    def __init__(
+        self, upstream_host: str, upstream_port: int, listen_host: str = "127.0.0.1"
+    ) -> None:
         self.upstream_host = upstream_host
         self.upstream_port = upstream_port
+        self.listen_host = listen_host
         self.port = 0
         self.connections_accepted = 0
         self._faults = _Faults()
@@ -100,7 +104,8 @@ class FaultProxy:
         """``url`` (postgresql:// or redis://) pointed at this proxy instead of its server."""
         parts = urlsplit(url)
         auth = parts.netloc.rpartition("@")[0]
-        netloc = f"{auth}@127.0.0.1:{self.port}" if auth else f"127.0.0.1:{self.port}"
+        where = f"{self.listen_host}:{self.port}"
+        netloc = f"{auth}@{where}" if auth else where
         return urlunsplit(parts._replace(netloc=netloc))
 
     @property
@@ -125,7 +130,7 @@ class FaultProxy:
     async def _listen(self) -> None:
         self._healed = asyncio.Event()
         self._healed.set()
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, self.listen_host, 0)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _shutdown(self) -> None:
@@ -221,11 +226,12 @@ def _abort(writer: asyncio.StreamWriter) -> None:
 
 
 @contextlib.contextmanager
-def fault_proxy(url: str) -> Iterator[FaultProxy]:
+def fault_proxy(url: str, listen_host: str = "127.0.0.1") -> Iterator[FaultProxy]:
     """A running proxy in front of the server of ``url`` (postgresql:// or redis://)."""
     parts = urlsplit(url)
     default_port = 6379 if parts.scheme.startswith("redis") else 5432
-    proxy = FaultProxy(parts.hostname or "127.0.0.1", parts.port or default_port).start()
+    upstream = (parts.hostname or "127.0.0.1", parts.port or default_port)
+    proxy = FaultProxy(*upstream, listen_host=listen_host).start()
     try:
         yield proxy
     finally:
