@@ -1,1 +1,1 @@
-"""CLI subcommands, one module each (see awooop.cli.COMMAND_MODULES)."""
+"""CLI subcommands, one module each (see awooop.cli.COMMANDS)."""

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-from awooop.cli import build_parser
+from awooop.cli import COMMANDS, build_parser, parser_for
 from awooop.commands.doctor_flow import loop_problem
 from awooop.commands.loops import listing, loop_state, render
 from awooop.commands.output import ELLIPSIS, TEXT_LIMIT, clip, table
@@ -31,6 +31,20 @@ def commands(
             for name, sub in action.choices.items():
                 yield (*path, name), sub
                 yield from commands(sub, (*path, name))
+
+
+def test_a_command_alone_parses_as_it_does_among_all_of_them() -> None:
+    """``awooop NAME ...`` imports awooop.commands.NAME only: that module must register NAME
+    and nothing else, with the same options and help as in the full parser."""
+    full = dict(commands(build_parser()))
+    assert {path[0] for path in full} == set(COMMANDS)
+    for name in COMMANDS:
+        alone = dict(commands(parser_for([name, "--help"])))
+        assert {path[0] for path in alone} == {name}, name
+        for path, parser in alone.items():
+            assert parser.format_help() == full[path].format_help(), path
+    for argv in (["--help"], ["no-such-command"], []):
+        assert {path[0] for path, _ in commands(parser_for(argv))} == set(COMMANDS), argv
 
 
 def test_every_command_has_a_help_that_says_what_it_does_and_its_options() -> None:
