@@ -31,6 +31,7 @@ from awooop.core.embedded import free_port, postgres_bindir
 
 MONITOR_DB = "pg_auto_failover"
 NODES = ("node1", "node2")
+DEMOTE_TIMEOUT = "5s"
 
 
 def descendants(root: int) -> list[int]:
@@ -115,6 +116,11 @@ class Formation:
             ),
             check=True, capture_output=True, env=self.env, timeout=120,
         )  # fmt: skip
+        # The monitor waits this long for a primary it found unhealthy to confirm its own
+        # demotion before it promotes the standby (default 30 s). The tests' primary is
+        # killed with its keeper and never answers: the whole wait is dead time.
+        with open(Path(monitor) / "postgresql.conf", "a") as conf:
+            conf.write(f"\npgautofailover.primary_demote_timeout = '{DEMOTE_TIMEOUT}'\n")
         self._spawn("monitor", "run", "--pgdata", monitor)
         for name, port in self.ports.items():
             # One node at a time: the first becomes the primary, the second its standby.
