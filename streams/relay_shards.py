@@ -146,3 +146,4 @@ class ShardPublisher:
             },
         ).run()
         self.epochs[shard] = epoch
+        self.lease.progressed()  # a shard rebuilt (or initialised: nothing to publish) is work done
