@@ -15,6 +15,8 @@ class AwoooPError(Exception):
     code: ClassVar[str] = "E-INTERNAL-001"
     http_status: ClassVar[int] = 500
     retryable: ClassVar[bool] = False
+    # Seconds an HTTP answer tells the client to wait before trying again (Retry-After).
+    retry_after_s: ClassVar[int | None] = None
 
     def __init__(self, message: str | None = None, **details: object) -> None:
         self.message = message or (self.__doc__ or self.code).strip()
@@ -56,6 +58,16 @@ class DatabaseUnavailableError(AwoooPError):
     code = "E-DB-001"
     http_status = 503
     retryable = True
+
+
+class StatementTimeoutError(AwoooPError):
+    """A database statement of this request did not finish within AWOOOP_HTTP_STATEMENT_TIMEOUT_S
+    (it was cancelled and wrote nothing); narrow the filter or try again later."""
+
+    code = "E-DB-002"
+    http_status = 503
+    retryable = True
+    retry_after_s = 5
 
 
 class RedisUnavailableError(AwoooPError):
@@ -272,6 +284,16 @@ class HeadTooLargeError(AwoooPError):
 
     code = "E-HTTP-431"
     http_status = 431
+
+
+class TenantShareExceededError(AwoooPError):
+    """This project already has as many management and console requests in progress as it may
+    (AWOOOP_HTTP_TENANT_REQUESTS): try again in a moment."""
+
+    code = "E-HTTP-429"
+    http_status = 429
+    retryable = True
+    retry_after_s = 1
 
 
 # --- ingest: producer library ---------------------------------------------------------------

@@ -8,7 +8,9 @@ A trailing ``/`` is ignored: ``/healthz/`` is ``/healthz`` (webhook URLs are typ
 providers do not follow redirects). A client that goes away before its request is read
 (Starlette's ``ClientDisconnect``) is one info line, ``http_client_disconnected``, and no
 answer: nobody is there to read it. When the server's body timeout closed the request
-(:mod:`awooop.http.server`), that timeout's own line is the only one.
+(:mod:`awooop.http.server`), that timeout's own line is the only one. A client that goes away
+while its request is being served cancels it, and management and console requests are bounded
+and counted per project (:mod:`awooop.http.capacity`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
 from awooop.core.errors import AwoooPError
 from awooop.core.logs import get_logger
+from awooop.http.capacity import RequestBounds
 from awooop.http.server import READ_TIMEOUT_MARK
 from awooop.services import Services
 
@@ -40,8 +43,13 @@ ROUTE_MODULES = (
 )
 
 
+def retry_after(exc: AwoooPError) -> dict[str, str]:
+    """The ``Retry-After`` header an error asks for (none for most)."""
+    return {} if exc.retry_after_s is None else {"retry-after": str(exc.retry_after_s)}
+
+
 def error_response(exc: AwoooPError) -> JSONResponse:
-    return JSONResponse(exc.to_dict(), status_code=exc.http_status)
+    return JSONResponse(exc.to_dict(), status_code=exc.http_status, headers=retry_after(exc))
 
 
 async def _catalog_error(_request: Request, exc: Exception) -> Response:
@@ -97,7 +105,14 @@ def create_app(services: Services, **starlette_options: Any) -> Starlette:
             ClientDisconnect: cast(ExceptionHandler, _client_gone),
             Exception: _unexpected,
         },
-        middleware=[Middleware(IgnoreTrailingSlash)],
+        middleware=[
+            Middleware(IgnoreTrailingSlash),
+            Middleware(
+                RequestBounds,
+                statement_timeout_s=services.settings.http_statement_timeout_s,
+                tenant_requests=services.settings.http_tenant_requests,
+            ),
+        ],
         **starlette_options,
     )
     app.router.redirect_slashes = False  # served above instead of a 307 without a code

@@ -55,9 +55,11 @@ from awooop.core.errors import (
     OperationNotFoundError,
     PayloadTooLargeError,
     RunNotFoundError,
+    TenantShareExceededError,
 )
 from awooop.core.logs import get_logger
 from awooop.http import console_session as sessions
+from awooop.http.app import retry_after
 from awooop.http.auth import authorize_stored
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE, check_project_id
 from awooop.log.state import RunState, RunStatus
@@ -112,9 +114,11 @@ SECURITY_HEADERS = {
 
 
 def error_page(exc: AwoooPError, session: sessions.Session | None) -> HTMLResponse:
-    return render(
+    page = render(
         "error.html", exc.http_status, code=exc.code, message=exc.message, session=session
     )
+    page.headers.update(retry_after(exc))
+    return page
 
 
 async def form(request: Request) -> dict[str, str]:
@@ -153,7 +157,10 @@ def routes(services: Services) -> list[BaseRoute]:
         )
 
     async def session_or_login(request: Request) -> sessions.Session | Response:
-        session = await sessions.current(services, request)
+        try:
+            session = await sessions.current(services, request)
+        except TenantShareExceededError as exc:
+            return error_page(exc, None)
         if session is None:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse("/ui/login?" + urlencode({"next": target}), 303)
