@@ -66,11 +66,12 @@ LEFT JOIN LATERAL (
 ) ap ON rs.status = 'WAITING_APPROVAL'
 LEFT JOIN LATERAL (
     SELECT e.event_type, e.data FROM awooop_events e
-    WHERE e.stream_id = run_stream.stream_id
+    WHERE rs.status IN ('PENDING', 'RESUMED') AND rs.attempt_count > 0
+      AND e.stream_id = run_stream.stream_id
       AND e.event_type IN ('RunRequeued', 'LeaseReleased', 'RunFailed',
                            'ApprovalRejected', 'ApprovalExpired')
     ORDER BY e.version DESC LIMIT 1
-) ended ON rs.attempt_count > 0
+) ended ON true
 """
 FACTS = _SELECT + "WHERE rs.run_id = ANY($1::uuid[])"
 # Three arms, each with the predicate of one partial index of awooop_run_state (0003).
