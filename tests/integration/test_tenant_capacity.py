@@ -173,7 +173,7 @@ async def test_a_tenants_slow_requests_leave_another_tenants_management_api_answ
 ) -> None:
     """Tenant A sends 20 console list requests whose statements are stuck; A holds at most
     its share of requests (the rest: 429 with Retry-After, on the console and the bearer
-    routes alike), and tenant B's management GETs answer meanwhile."""
+    routes alike), and tenant B's management GETs and ingest answer meanwhile."""
     async with serving(settings, http_tenant_requests=SHARE, http_statement_timeout_s=120.0) as (
         services,
         base,
@@ -182,6 +182,7 @@ async def test_a_tenants_slow_requests_leave_another_tenants_management_api_answ
         [b_run] = await create_runs(services.db, B)
         _, a_read = await credentials.create_management_token(services.db, A, "read")
         _, b_manage = await credentials.create_management_token(services.db, B, "manage")
+        _, b_ingest = await credentials.create_token(services.db, B, "api")
         cookies = await console_session(base, a_read)
         limits = httpx.Limits(max_connections=40, max_keepalive_connections=0)
         async with (
@@ -211,6 +212,18 @@ async def test_a_tenants_slow_requests_leave_another_tenants_management_api_answ
                 b_run_page = await asyncio.wait_for(b.get(f"/v1/projects/{B}/runs/{b_run}"), 30)
                 b_contracts = await asyncio.wait_for(b.get(f"/v1/projects/{B}/contracts"), 30)
                 b_elapsed = time.monotonic() - started
+                # And B's ingest (a pool of its own, no share) takes a delivery meanwhile.
+                delivered = await asyncio.wait_for(
+                    b.post(
+                        f"/v1/projects/{B}/channels/api?contract_id=default",
+                        json={"order": 42},
+                        headers={
+                            "authorization": f"Bearer {b_ingest}",
+                            "idempotency-key": "cap-1",
+                        },
+                    ),
+                    30,
+                )
                 still_held = sum(not p.done() for p in pages)
             held = await asyncio.wait_for(asyncio.gather(*pages), 60)
         # A's share is whole again once its requests ended.
@@ -227,6 +240,7 @@ async def test_a_tenants_slow_requests_leave_another_tenants_management_api_answ
     assert b_run_page.status_code == 200, b_run_page.text
     assert b_contracts.status_code == 200, b_contracts.text
     assert b_elapsed < 30  # well within the 120 s statement timeout A's statements wait out
+    assert delivered.status_code == 202, delivered.text
     # Once the lock is gone A's held requests are served in full.
     assert sorted(r.status_code for r in held) == [200] * SHARE + [429] * (20 - SHARE)
     assert after.status_code == 200
