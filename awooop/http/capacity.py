@@ -27,12 +27,16 @@ request:
   ``AWOOOP_HTTP_DB_POOL_SIZE`` connections, and other tenants' management requests go on.
   Ingest has its own pool (:mod:`awooop.http.ingest`) and no share: management reads never
   wait for it nor it for them.
+
+Ingest requests (``/v1/projects/{p}/channels/...``) pass through untouched: one short statement
+on their own sessions, whose answer (202 or a refusal) a provider that left retries anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -46,6 +50,7 @@ from awooop.http.server import READ_TIMEOUT_MARK
 log = get_logger(__name__)
 
 SHARES = "awooop.shares"  # in the ASGI scope: the request's Held
+INGEST_PATH = re.compile(r"^/v1/projects/[^/]+/channels/")
 
 
 class TenantShare:
@@ -159,7 +164,7 @@ class RequestBounds:
         self.share = TenantShare(tenant_requests)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or INGEST_PATH.match(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
         held = Held(self.share)
