@@ -20,13 +20,16 @@ from typing import Any
 import asyncpg
 import httpx
 import msgspec
+import pytest
 import uvicorn
 
 from awooop.commands.serve import listen_socket
 from awooop.core.config import Settings
 from awooop.http.app import create_app
+from awooop.http.console_session import COOKIE
 from awooop.http.server import server_config
 from awooop.ingest import credentials
+from awooop.loops.framework import PLATFORM_PROJECT
 from awooop.services import Services
 from tests.support.runs import create_runs
 from tests.support.waiting import eventually
@@ -103,28 +106,39 @@ RUN_READ = "FROM awooop_run_state WHERE run_id = $1"  # store.load: GET run
 FACTS_READ = "FROM awooop_approvals a"  # the blocked-on facts: the console's run list
 
 
+@pytest.mark.parametrize(
+    ("scope", "route", "table", "fragment"),
+    [
+        ("read", "bearer GET run", "awooop_run_state", RUN_READ),
+        ("read", "console list", "awooop_approvals", FACTS_READ),  # tenant role
+        ("admin", "console list", "awooop_approvals", FACTS_READ),  # platform role
+    ],
+)
 async def test_a_client_that_leaves_mid_query_frees_its_backend_within_a_second(
-    settings: Settings,
+    settings: Settings, scope: str, route: str, table: str, fragment: str
 ) -> None:
     async with serving(settings) as (services, base):
         [run_id] = await create_runs(services.db, A)
-        _, token = await credentials.create_management_token(services.db, A, "read")
-        request = (
-            f"GET /v1/projects/{A}/runs/{run_id} HTTP/1.1\r\nHost: a\r\n"
-            f"Authorization: Bearer {token}\r\n\r\n"
-        ).encode()
-        async with table_locked(settings.database_url, "awooop_run_state"):
+        owner = PLATFORM_PROJECT if scope == "admin" else A
+        _, token = await credentials.create_management_token(services.db, owner, scope)
+        if route == "bearer GET run":
+            path, credential = f"/v1/projects/{A}/runs/{run_id}", f"Authorization: Bearer {token}"
+        else:
+            cookies = await console_session(base, token)
+            path, credential = "/ui/runs", f"Cookie: {COOKIE}={cookies[COOKIE]}"
+        request = f"GET {path} HTTP/1.1\r\nHost: a\r\n{credential}\r\n\r\n".encode()
+        async with table_locked(settings.database_url, table):
             _, writer = await asyncio.open_connection("127.0.0.1", int(base.rsplit(":", 1)[1]))
             writer.write(request)
             await writer.drain()
             [pid] = await eventually(
-                lambda: waiting_on_lock(settings.database_url, RUN_READ),
+                lambda: waiting_on_lock(settings.database_url, fragment),
                 what="the request's statement waiting on the lock",
             )
             writer.close()
             left = time.monotonic()
             await eventually(
-                lambda: waiting_on_lock(settings.database_url, RUN_READ),
+                lambda: waiting_on_lock(settings.database_url, fragment),
                 equals=[],
                 timeout_s=5,
                 interval_s=0.02,
@@ -141,11 +155,9 @@ async def test_a_client_that_leaves_mid_query_frees_its_backend_within_a_second(
                 await conn.close()
         assert freed_s < 1.0, f"the backend stayed busy {freed_s:.2f} s after the client left"
         assert state in (None, "idle"), state  # back in the pool (or closed), not running
-        # The connection serves the next request: the pool is whole.
+        # The pool is whole and the share given back: the same request is served in full.
         async with httpx.AsyncClient(base_url=base) as http:
-            answer = await http.get(
-                f"/v1/projects/{A}/runs/{run_id}", headers={"authorization": f"Bearer {token}"}
-            )
+            answer = await http.get(path, headers=dict([credential.split(": ", 1)]))
         assert answer.status_code == 200, answer.text
 
 
