@@ -1,7 +1,8 @@
 """The statements behind a tenant's run list, ``blocked_on`` filters, bulk preview and run page
 read the log and the run table through their indexes on EVERY role a request reaches Postgres
 with: the tenant role ``awooop_app`` (read and manage sessions, an admin naming a project;
-row-level security on) and the platform role (an admin's list across projects).
+row-level security on) and the platform role (an admin's list across projects); and a producer
+login's reads of its runs and their streams.
 
 Under row-level security Postgres applies the policy's qual before any condition that is not
 leakproof, so a condition like ``stream_id = 'run-' || run_id::text`` cannot be an index
@@ -16,10 +17,13 @@ import io
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from awooop.core.db import Connection, Database
+from awooop.core.pools import SET_TENANT
+from awooop.ingest import tenants
 from awooop.log import eventlog
 from awooop.runs import blocked_facts, listing, store
 
@@ -146,3 +150,46 @@ async def test_the_blocked_on_facts_probe_the_logs_index_under_row_level_securit
     assert len(tables) >= 2, tables
     assert sequential_scans(tenant, tables) == {}, tenant
     assert sequential_scans(platform, tables) == {}, platform
+
+
+async def producer_plans(conn: Connection) -> dict[str, str]:
+    """What a producer login may read of these (run rows and the log; no approvals)."""
+    now = await conn.fetchval("SELECT now()")
+    f = listing.parse_filter({"project": P}, now)
+    sql, names = listing.statement(f, False)
+    given = listing.values(f, None, listing.PAGE)
+    run_id = await conn.fetchval("SELECT run_id FROM awooop_run_state LIMIT 1")
+    assert run_id is not None
+    return {
+        "list": await plan(conn, sql, [given[n] for n in names]),
+        "the run": await plan(conn, store.SELECT_RUN, [run_id]),
+        "its events": await plan(conn, eventlog.READ_STREAM, [f"run-{run_id}", 0]),
+    }
+
+
+async def test_a_producer_logins_reads_of_runs_and_the_log_are_indexed_too(
+    database_url: str,
+) -> None:
+    """A producer login (bound to P; restrictive policy on top of the tenant one) reading its
+    runs and their streams: the same indexes."""
+    await backlog(database_url)
+    role = f"awooop_t_{uuid.uuid4().hex[:12]}"
+    owner = await asyncpg.connect(database_url)
+    try:
+        await owner.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw-{role}'")
+        assert await tenants.grant(owner, role, [P]) == [P]
+        parts = urlsplit(database_url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        login = urlunsplit(parts._replace(netloc=f"{role}:pw-{role}@{host}"))
+        conn = await asyncpg.connect(login)
+        try:
+            async with conn.transaction():
+                await conn.execute(SET_TENANT, P)
+                plans = await producer_plans(conn)
+        finally:
+            await conn.close()
+    finally:
+        await owner.execute(f"DROP OWNED BY {role}")
+        await owner.execute(f"DROP ROLE {role}")
+        await owner.close()
+    assert sequential_scans(plans, await tables_with_rows(database_url)) == {}, plans
