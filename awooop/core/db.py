@@ -59,23 +59,39 @@ class Database:
         self.run_timeout_s = run_timeout_s
 
     @classmethod
-    async def open(cls, url: str, max_size: int = 10, run_min_size: int = 0) -> Database:
+    async def open(
+        cls,
+        url: str,
+        max_size: int = 10,
+        run_min_size: int = 0,
+        run_timeout_s: float | None = None,
+    ) -> Database:
         """The pools; ``run_min_size`` run-pool connections are opened now and kept open (a
-        worker's claims, completions and fenced writes; other processes open none)."""
+        worker's claims, completions and fenced writes; other processes open none).
+        ``run_timeout_s`` bounds every run-pool statement on the client (:func:`bounded`) AND
+        on the server (statement, lock and idle-in-transaction timeouts), so that a claim,
+        renewal or fenced write the worker gave up on cannot run later."""
         pools: list[Pool] = []
         try:
             pools.append(await create_pool(url, APP_ROLE, max_size=max_size))
             pools.append(await create_pool(url, PLATFORM_ROLE, max_size=max_size))
             pools.append(
                 await create_pool(
-                    url, PLATFORM_ROLE, min_size=run_min_size, max_size=max_size, cached_plans=True
+                    url,
+                    PLATFORM_ROLE,
+                    min_size=run_min_size,
+                    max_size=max_size,
+                    cached_plans=True,
+                    bound_s=run_timeout_s,
                 )
             )
         except BaseException:
             await asyncio.gather(*(pool.close() for pool in pools))
             raise
         tenant_pool, platform_pool, run_pool = pools
-        return cls(tenant_pool, platform_pool, run_pool, TenantSessions(url, max_size))
+        return cls(
+            tenant_pool, platform_pool, run_pool, TenantSessions(url, max_size), run_timeout_s
+        )
 
     async def close(self) -> None:
         await asyncio.gather(

@@ -78,7 +78,9 @@ class Heartbeat:
             return set()
         sent = time.monotonic()
         worker_id = self.executor.worker_id
-        renewed = await self.statements.heartbeat(worker_id, list(held), self.ttl_s)
+        renewed = await self.statements.heartbeat(
+            worker_id, {rid: a.number for rid, a in held.items()}, self.ttl_s
+        )
         self.rounds += 1
         metrics.LEASE_RENEWALS.inc(len(renewed))
         entries = []

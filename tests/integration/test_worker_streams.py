@@ -230,7 +230,7 @@ async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
     left = sample("awooop_reclaims_total", outcome="left")
     for _ in range(held_reclaims):
         renewed = await db.in_platform_writes(
-            lambda c: leases.heartbeat(c, "holder", [run_id], holder_ttl)
+            lambda c: leases.heartbeat(c, "holder", {run_id: 1}, holder_ttl)
         )
         assert renewed == {run_id}  # the long attempt is alive
         await asyncio.sleep(0.6)  # the duplicate idles past the lease TTL

@@ -47,11 +47,9 @@ class RunStatements:
         return await self.db.in_run_statement(lambda conn: complete_many(conn, completions))
 
     async def heartbeat(
-        self, worker_id: str, run_ids: list[uuid.UUID], ttl_s: float
+        self, worker_id: str, held: dict[uuid.UUID, int], ttl_s: float
     ) -> set[uuid.UUID]:
-        return await self.db.in_run_statement(
-            lambda conn: heartbeat(conn, worker_id, run_ids, ttl_s)
-        )
+        return await self.db.in_run_statement(lambda conn: heartbeat(conn, worker_id, held, ttl_s))
 
     async def fences(self, run_ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, Fence], datetime]:
         return await self.db.in_run_statement(lambda conn: fences(conn, run_ids))

@@ -5,7 +5,7 @@ release. Each reads the row under the lock its job needs and writes through the 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -199,10 +199,11 @@ async def reap(
 
 
 async def heartbeat(
-    conn: Connection, worker_id: str, run_ids: list[uuid.UUID], ttl_s: float
+    conn: Connection, worker_id: str, held: Mapping[uuid.UUID, int], ttl_s: float
 ) -> set[uuid.UUID]:
-    """R-12: renew the live leases of ``worker_id`` among ``run_ids``; return those renewed."""
-    return await log_runs.renew_leases(conn, worker_id, run_ids, ttl_s)
+    """R-12: renew the live leases of ``worker_id``'s attempts in ``held`` (run id -> attempt);
+    return the runs renewed."""
+    return await log_runs.renew_leases(conn, worker_id, held, ttl_s)
 
 
 async def fences(
