@@ -29,7 +29,14 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from awooop.core.bounded import bounded
-from awooop.core.pools import APP_ROLE, PLATFORM_ROLE, SET_TENANT, Pool, create_pool
+from awooop.core.pools import (
+    APP_ROLE,
+    PLATFORM_ROLE,
+    SET_TENANT,
+    Pool,
+    create_pool,
+    drop_if_poisoned,
+)
 from awooop.core.pools import Connection as Connection  # the type most callers name with Database
 from awooop.core.retries import RETRYABLE_PG_ERRORS, retry_transaction
 from awooop.core.sessions import TenantSessions
@@ -128,8 +135,10 @@ class Database:
             async with bounded(pool, timeout_s, transaction=True, readonly=readonly) as conn:
                 yield conn
             return
-        async with pool.acquire() as conn, conn.transaction(readonly=readonly):
-            yield conn
+        async with pool.acquire() as conn:
+            with drop_if_poisoned(conn):
+                async with conn.transaction(readonly=readonly):
+                    yield conn
 
     @asynccontextmanager
     async def _run_connection(self) -> AsyncIterator[Connection]:
@@ -138,7 +147,8 @@ class Database:
                 yield conn
             return
         async with self.run_pool.acquire() as conn:
-            yield conn
+            with drop_if_poisoned(conn):
+                yield conn
 
     async def in_tenant(
         self,

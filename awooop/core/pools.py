@@ -8,14 +8,16 @@ decoded with msgspec on every connection.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 import msgspec
 
 from awooop.core.errors import DatabaseUnavailableError
-from awooop.core.retries import CONNECTION_ERRORS
+from awooop.core.retries import CONNECTION_ERRORS, POISONING_ERRORS
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -119,6 +121,18 @@ async def connect(
             raise DatabaseUnavailableError(f"cannot connect to the database: {exc!r}") from exc
         raise
     return conn
+
+
+@contextlib.contextmanager
+def drop_if_poisoned(conn: Connection) -> Iterator[None]:
+    """Close ``conn`` (its pool opens a fresh one) when an error says it can no longer serve
+    (:data:`awooop.core.retries.POISONING_ERRORS`): a session opened during a read-only window
+    stays read-only after it, and nothing else would ever replace it."""
+    try:
+        yield
+    except POISONING_ERRORS:
+        conn.terminate()
+        raise
 
 
 async def _transaction_scoped_reset(_conn: Any) -> None:
