@@ -16,8 +16,10 @@ import asyncpg
 import msgspec
 import pytest
 
+from awooop import producer
 from awooop.core.config import Settings
 from awooop.core.db import Database
+from awooop.core.errors import DatabaseRefusedError
 from awooop.worker.assembly import build_worker
 from tests.support import handlers
 from tests.support.ingest import COUNTED, Ingest, ingest_app
@@ -169,3 +171,27 @@ async def test_a_worker_rides_out_a_read_only_window_without_a_restart(
         stop.set()
         await serving
         await db.close()
+
+
+async def test_the_producer_library_raises_typed_refusals(
+    db: Database, owner: asyncpg.Connection
+) -> None:
+    """With INSERT revoked, submit and emit raise E-DB-002 (retryable), through a Database and
+    in the caller's transaction alike, and write nothing; once granted they work again."""
+    event = producer.ChannelEvent("api", "k-1", {})
+    domain = producer.DomainEvent("orders", "OrderPlaced", {"id": 1})
+    await owner.execute("REVOKE INSERT ON awooop_run_state, awooop_events FROM awooop_app")
+    try:
+        with pytest.raises(DatabaseRefusedError) as refused:
+            await producer.submit(db, P, event)
+        assert refused.value.code == "E-DB-002" and refused.value.retryable
+        with pytest.raises(DatabaseRefusedError):
+            await producer.emit(db, P, domain)
+        async with db.tenant_pool.acquire() as conn, conn.transaction():
+            await producer.set_tenant(conn, P)
+            with pytest.raises(DatabaseRefusedError):
+                await producer.submit(conn, P, event)
+    finally:
+        await owner.execute("GRANT INSERT ON awooop_run_state, awooop_events TO awooop_app")
+    assert await owner.fetchval("SELECT count(*) FROM awooop_run_state") == 0
+    assert (await producer.submit(db, P, event)).created
