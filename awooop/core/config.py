@@ -103,6 +103,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_statement_timeout_s: float = 10.0
     http_tenant_requests: int = 4
     ingest_config_cache_s: float = 2.0
+    # The bound of an ingest's database work (each statement on the server: statement and lock
+    # timeouts; the whole call on the client): past it 503 E-DB-003, nothing left running.
+    ingest_timeout_s: float = 10.0
     # The console (/ui): a trace id links to this URL with {trace_id} replaced ("" no link),
     # and a browser session lasts this long (or until its token is revoked).
     console_trace_url: str = ""
@@ -143,6 +146,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "http_body_timeout_s",
             "http_statement_timeout_s",
             "console_session_s",
+            "ingest_timeout_s",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{env_name(name)} must be a positive number of seconds")

@@ -23,7 +23,7 @@ A request's bound (:func:`request_bound`, set by the HTTP layer for management a
 requests) applies to every role-pool transaction opened under it: a connection must be had
 within the bound, each statement is given ``statement_timeout`` (transaction-local, set with
 the tenant in the same statement), and a statement that the server cancels for it is
-:class:`StatementTimeoutError` (503 ``E-DB-002``) instead of an unexpected error.
+:class:`DatabaseBusyError` (503 ``E-DB-003``, with ``Retry-After``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,15 @@ from typing import Any, TypeVar
 import asyncpg
 
 from awooop.core.bounded import bounded
-from awooop.core.errors import StatementTimeoutError
-from awooop.core.pools import APP_ROLE, PLATFORM_ROLE, SET_TENANT, Pool, create_pool
+from awooop.core.errors import DatabaseBusyError
+from awooop.core.pools import (
+    APP_ROLE,
+    PLATFORM_ROLE,
+    SET_TENANT,
+    Pool,
+    create_pool,
+    drop_if_poisoned,
+)
 from awooop.core.pools import Connection as Connection  # the type most callers name with Database
 from awooop.core.retries import RETRYABLE_PG_ERRORS, retry_transaction
 from awooop.core.sessions import TenantSessions
@@ -90,23 +97,39 @@ class Database:
         self.run_timeout_s = run_timeout_s
 
     @classmethod
-    async def open(cls, url: str, max_size: int = 10, run_min_size: int = 0) -> Database:
+    async def open(
+        cls,
+        url: str,
+        max_size: int = 10,
+        run_min_size: int = 0,
+        run_timeout_s: float | None = None,
+    ) -> Database:
         """The pools; ``run_min_size`` run-pool connections are opened now and kept open (a
-        worker's claims, completions and fenced writes; other processes open none)."""
+        worker's claims, completions and fenced writes; other processes open none).
+        ``run_timeout_s`` bounds every run-pool statement on the client (:func:`bounded`) AND
+        on the server (statement, lock and idle-in-transaction timeouts), so that a claim,
+        renewal or fenced write the worker gave up on cannot run later."""
         pools: list[Pool] = []
         try:
             pools.append(await create_pool(url, APP_ROLE, max_size=max_size))
             pools.append(await create_pool(url, PLATFORM_ROLE, max_size=max_size))
             pools.append(
                 await create_pool(
-                    url, PLATFORM_ROLE, min_size=run_min_size, max_size=max_size, cached_plans=True
+                    url,
+                    PLATFORM_ROLE,
+                    min_size=run_min_size,
+                    max_size=max_size,
+                    cached_plans=True,
+                    bound_s=run_timeout_s,
                 )
             )
         except BaseException:
             await asyncio.gather(*(pool.close() for pool in pools))
             raise
         tenant_pool, platform_pool, run_pool = pools
-        return cls(tenant_pool, platform_pool, run_pool, TenantSessions(url, max_size))
+        return cls(
+            tenant_pool, platform_pool, run_pool, TenantSessions(url, max_size), run_timeout_s
+        )
 
     async def close(self) -> None:
         await asyncio.gather(
@@ -152,26 +175,29 @@ class Database:
             return
         bound = _REQUEST_BOUND_S.get()
         if bound is None:
-            async with pool.acquire() as conn, conn.transaction(readonly=readonly):
-                if project_id is not None:
-                    await conn.execute(SET_TENANT, project_id)
-                yield conn
+            async with pool.acquire() as conn:
+                with drop_if_poisoned(conn):
+                    async with conn.transaction(readonly=readonly):
+                        if project_id is not None:
+                            await conn.execute(SET_TENANT, project_id)
+                        yield conn
             return
         try:
             conn = await pool.acquire(timeout=bound)
         except TimeoutError as exc:
-            raise StatementTimeoutError(
+            raise DatabaseBusyError(
                 f"no database connection within {bound:g} s (AWOOOP_HTTP_STATEMENT_TIMEOUT_S)"
             ) from exc
         try:
-            async with conn.transaction(readonly=readonly):
-                if project_id is not None:
-                    await conn.execute(SET_TENANT_BOUNDED, project_id, _milliseconds(bound))
-                else:
-                    await conn.execute(SET_BOUND, _milliseconds(bound))
-                yield conn
+            with drop_if_poisoned(conn):
+                async with conn.transaction(readonly=readonly):
+                    if project_id is not None:
+                        await conn.execute(SET_TENANT_BOUNDED, project_id, _milliseconds(bound))
+                    else:
+                        await conn.execute(SET_BOUND, _milliseconds(bound))
+                    yield conn
         except asyncpg.QueryCanceledError as exc:
-            raise StatementTimeoutError(
+            raise DatabaseBusyError(
                 f"a database statement did not finish within {bound:g} s "
                 "(AWOOOP_HTTP_STATEMENT_TIMEOUT_S)"
             ) from exc
@@ -185,7 +211,8 @@ class Database:
                 yield conn
             return
         async with self.run_pool.acquire() as conn:
-            yield conn
+            with drop_if_poisoned(conn):
+                yield conn
 
     async def in_tenant(
         self,

@@ -15,7 +15,7 @@ class AwoooPError(Exception):
     code: ClassVar[str] = "E-INTERNAL-001"
     http_status: ClassVar[int] = 500
     retryable: ClassVar[bool] = False
-    # Seconds an HTTP answer tells the client to wait before trying again (Retry-After).
+    # Seconds a client should wait before trying again (HTTP ``Retry-After``); None: no hint.
     retry_after_s: ClassVar[int | None] = None
 
     def __init__(self, message: str | None = None, **details: object) -> None:
@@ -58,16 +58,23 @@ class DatabaseUnavailableError(AwoooPError):
     code = "E-DB-001"
     http_status = 503
     retryable = True
+    retry_after_s = 1
 
 
-class StatementTimeoutError(AwoooPError):
-    """A database statement of this request did not finish within AWOOOP_HTTP_STATEMENT_TIMEOUT_S
-    (it was cancelled and wrote nothing); narrow the filter or try again later."""
+class DatabaseRefusedError(DatabaseUnavailableError):
+    """The database refuses this work for now (read-only, a missing privilege, disk full or out
+    of resources); nothing was written: try again later."""
 
     code = "E-DB-002"
-    http_status = 503
-    retryable = True
     retry_after_s = 5
+
+
+class DatabaseBusyError(DatabaseUnavailableError):
+    """The database did not finish in time (a lock held by another transaction, or the
+    statement bound); nothing is left running: try again later."""
+
+    code = "E-DB-003"
+    retry_after_s = 2
 
 
 class RedisUnavailableError(AwoooPError):

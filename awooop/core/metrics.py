@@ -62,6 +62,11 @@ RUNS_BY_STATE = Gauge(
 LEASE_CLAIMS = Counter("awooop_lease_claims_total", "Run leases taken", ["path"])
 LEASE_RENEWALS = Counter("awooop_lease_renewals_total", "Run leases renewed by heartbeats")
 LEASE_LOSSES = Counter("awooop_lease_losses_total", "Leases a worker found lost (fenced off)")
+CANCEL_NOTICES = Counter(
+    "awooop_cancel_notices_total",
+    "Cancel notices checked against Postgres for runs this worker holds, by what the row said",
+    ["verdict"],
+)
 RECLAIMS = Counter(
     "awooop_reclaims_total",
     "Pending entries reclaimed from idle consumers, by outcome",

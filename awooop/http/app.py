@@ -2,7 +2,9 @@
 
 Each module in ROUTE_MODULES defines ``routes(services) -> list[BaseRoute]``. Every error is
 JSON ``{"code": ..., "message": ...}``: catalog errors with their own status, unknown routes
-404 E-HTTP-404, wrong methods 405 E-HTTP-405, anything unexpected 500 E-INTERNAL-001 (logged).
+404 E-HTTP-404, wrong methods 405 E-HTTP-405, the database away, refusing (read-only, a revoked
+privilege, disk full) or too slow 503 E-DB-001/E-DB-002/E-DB-003 with ``Retry-After``, anything
+unexpected 500 E-INTERNAL-001 (logged).
 
 A trailing ``/`` is ignored: ``/healthz/`` is ``/healthz`` (webhook URLs are typed by people, and
 providers do not follow redirects). A client that goes away before its request is read
@@ -27,6 +29,7 @@ from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
 from awooop.core.errors import AwoooPError
 from awooop.core.logs import get_logger
+from awooop.core.retries import CONNECTION_ERRORS, unavailable
 from awooop.http.capacity import RequestBounds
 from awooop.http.server import READ_TIMEOUT_MARK
 from awooop.services import Services
@@ -45,7 +48,7 @@ ROUTE_MODULES = (
 
 def retry_after(exc: AwoooPError) -> dict[str, str]:
     """The ``Retry-After`` header an error asks for (none for most)."""
-    return {} if exc.retry_after_s is None else {"retry-after": str(exc.retry_after_s)}
+    return {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
 
 
 def error_response(exc: AwoooPError) -> JSONResponse:
@@ -63,6 +66,20 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
         {"code": f"E-HTTP-{exc.status_code}", "message": exc.detail},
         status_code=exc.status_code,
     )
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> Response:
+    """The database away, refusing or too slow, wherever a route met it: a typed 503 with
+    Retry-After and one log line. Registered per class (not under ``Exception``, whose handler
+    Starlette's error middleware follows with a re-raise and a traceback in the server log)."""
+    typed = unavailable(exc, "the database")
+    log.warning(
+        "http_database_unavailable",
+        path=request.url.path[:200],
+        code=typed.code,
+        error=repr(exc)[:500],
+    )
+    return error_response(typed)
 
 
 async def _unexpected(_request: Request, exc: Exception) -> Response:
@@ -103,6 +120,7 @@ def create_app(services: Services, **starlette_options: Any) -> Starlette:
             HTTPException: _http_error,
             # Returns no response: Starlette then sends nothing (typed as a Response handler).
             ClientDisconnect: cast(ExceptionHandler, _client_gone),
+            **dict.fromkeys(CONNECTION_ERRORS, _database_unavailable),
             Exception: _unexpected,
         },
         middleware=[

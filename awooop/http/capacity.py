@@ -6,7 +6,7 @@ request:
 - **bounds its statements**: every role-pool transaction the request opens runs with
   ``statement_timeout`` = ``AWOOOP_HTTP_STATEMENT_TIMEOUT_S`` and must get its connection
   within that time (:func:`awooop.core.db.request_bound`); beyond it the answer is 503
-  ``E-DB-002`` with ``Retry-After``, and the statement is gone from the server. The ingest
+  ``E-DB-003`` with ``Retry-After``, and the statement is gone from the server. The ingest
   route's own sessions are not affected (one short statement each, on their own pool).
 - **cancels it when the client goes away**: the application runs in a task of its own while
   this layer waits for the client's disconnect; a client that leaves before the answer starts

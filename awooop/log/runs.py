@@ -11,7 +11,7 @@ one run-row write without an event (the lease clock, R-12).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from awooop.core.db import Connection
@@ -67,11 +67,13 @@ async def apply_and_store_many(
 
 
 async def renew_leases(
-    conn: Connection, worker_id: str, run_ids: list[uuid.UUID], ttl_s: float
+    conn: Connection, worker_id: str, held: Mapping[uuid.UUID, int], ttl_s: float
 ) -> set[uuid.UUID]:
-    """R-12: renew the live leases of ``worker_id`` among ``run_ids``; return those renewed.
-    Writes no event: the lease clock is the one part of the row that is not folded."""
-    if not run_ids:
+    """R-12: renew the live leases of ``worker_id``'s attempts in ``held`` (run id -> the
+    attempt this worker runs); return the runs renewed. A lease only moves forward, and only
+    for the attempt named. Writes no event: the lease clock is the one part of the row that is
+    not folded."""
+    if not held:
         return set()
-    rows = await conn.fetch(RENEW_LEASES, worker_id, run_ids, ttl_s)
+    rows = await conn.fetch(RENEW_LEASES, worker_id, list(held), ttl_s, list(held.values()))
     return {r["run_id"] for r in rows}

@@ -23,7 +23,10 @@ limit. A run whose lease expired is taken whatever its message's count: the reap
 (:func:`awooop.runs.leases.rules.reap_event`) counts the attempts, requeues and claims it while
 attempts remain, else FAILS it with E-RUN-004 and sends its work to the dead-letter stream.
 Only a dispatchable run whose message keeps being delivered without anyone claiming it (a
-message that kills its consumers before the claim) is failed for its deliveries.
+message that kills its consumers before the claim) is failed for its deliveries. A reclaim
+that Postgres (or Redis) could not serve (away, read-only, a revoked privilege, a lock past
+the bound) killed nobody either: its delivery is taken back the same way, so a database that
+refuses writes for a while never makes healthy runs look like poison.
 
 Dead-lettering moves the message to the shard's dead-letter stream and acknowledges it
 atomically; the run's failure is written first, so a crash between the two leaves a message

@@ -101,7 +101,7 @@ class Worker:
             interval_s=settings.heartbeat_interval_s,
             touch=touch,
         )
-        self.cancel_listener = CancelListener(self.executor, settings.database_url)
+        self.cancel_listener = CancelListener(self.executor, settings.database_url, db)
         self.accepting = True
         self.claims: Batcher[str, tuple[uuid.UUID, dict[str, Any]], Claimed] = Batcher(
             self._flush_claims, parallel=FLUSHES_PER_PROJECT

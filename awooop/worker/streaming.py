@@ -28,9 +28,11 @@ from awooop.core.config import Settings
 from awooop.core.errors import DeliveryLimitError
 from awooop.core.events import run_id_of_stream
 from awooop.core.logs import get_logger
+from awooop.core.retries import CONNECTION_ERRORS
 from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.runs import leases
 from awooop.worker.context import StreamEntry, trace_metadata
+from awooop.worker.outcomes import infrastructure_failure
 from awooop.worker.reclaim import (
     ReclaimAction,
     dead_letter_reason,
@@ -136,10 +138,30 @@ class StreamIntake:
         with consume_span(delivery):
             try:
                 outcome = await self._reconcile(delivery)
-            except Exception:
+            except Exception as exc:
                 outcome = "error"
-                log.exception("reclaim_failed", entry_id=delivery.entry_id)
+                if isinstance(exc, CONNECTION_ERRORS) or infrastructure_failure(exc):
+                    # Postgres (or Redis) could not serve this reclaim: the message did not
+                    # kill a consumer, so this delivery is not one (see reclaim.py).
+                    log.warning("reclaim_failed", entry_id=delivery.entry_id, error=repr(exc))
+                    await self._take_back(delivery)
+                else:
+                    log.exception("reclaim_failed", entry_id=delivery.entry_id)
         metrics.RECLAIMS.labels(outcome).inc()
+
+    async def _take_back(self, delivery: Delivery) -> None:
+        """Set the entry's delivery count back to what it was before this reclaim."""
+        try:
+            await set_deliveries(
+                self.redis,
+                delivery.stream,
+                WORKER_GROUP,
+                self.worker.worker_id,
+                delivery.entry_id,
+                held_delivery_count(delivery.delivery_count),
+            )
+        except Exception as exc:  # Redis away too: the count stays one higher, no more
+            log.warning("delivery_take_back_failed", entry_id=delivery.entry_id, error=repr(exc))
 
     async def _reconcile(self, delivery: Delivery) -> str:
         env = delivery.envelope
@@ -164,14 +186,7 @@ class StreamIntake:
             return "acked"
         if action is ReclaimAction.LEAVE:
             # A live lease elsewhere holds the run: this delivery does not count (reclaim.py).
-            await set_deliveries(
-                self.redis,
-                delivery.stream,
-                WORKER_GROUP,
-                self.worker.worker_id,
-                delivery.entry_id,
-                held_delivery_count(delivery.delivery_count),
-            )
+            await self._take_back(delivery)
             return "left"
         if action is ReclaimAction.DEAD_LETTER:
             await self._dead_letter(delivery, run_id)

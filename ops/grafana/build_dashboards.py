@@ -106,6 +106,16 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "ops",
             ),
             (
+                "Cancel notices checked per second",
+                [
+                    (
+                        "sum by (verdict) (rate(awooop_cancel_notices_total[5m]))",
+                        "{{verdict}}",
+                    ),
+                ],
+                "ops",
+            ),
+            (
                 "Reclaims and reaps per second",
                 [
                     ("sum by (outcome) (rate(awooop_reclaims_total[5m]))", "reclaim {{outcome}}"),

@@ -157,7 +157,9 @@ async def complete_many(db: Database, url: str, settings: Settings) -> Touched:
 async def renew_leases(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 2)
     await db.in_run_statement(logged(lambda c: leases.claim_many(c, runs, "w1", 30)))
-    renewed = await db.in_run_statement(logged(lambda c: leases.heartbeat(c, "w1", runs, 90)))
+    renewed = await db.in_run_statement(
+        logged(lambda c: leases.heartbeat(c, "w1", dict.fromkeys(runs, 1), 90))
+    )
     assert renewed == set(runs)
     return Touched(set(runs), clock_ahead=True)
 

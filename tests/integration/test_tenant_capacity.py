@@ -176,7 +176,7 @@ async def test_a_statement_over_the_timeout_is_503_with_a_code_and_leaves_nothin
             )
             assert await waiting_on_lock(settings.database_url, RUN_READ) == []
     assert answer.status_code == 503, answer.text
-    assert answer.json()["code"] == "E-DB-002"
+    assert answer.json()["code"] == "E-DB-003"
     assert int(answer.headers["retry-after"]) >= 1
 
 

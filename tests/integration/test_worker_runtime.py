@@ -23,6 +23,7 @@ from awooop.worker.executor import Handler
 from awooop.worker.outcomes import Outcome
 from awooop.worker.runtime import Worker
 from tests.support import handlers
+from tests.support.logins import bound_login
 from tests.support.runs import count_events, create_runs, event_types, events_of, load
 from tests.support.waiting import eventually
 
@@ -232,6 +233,49 @@ async def test_cancel_stops_a_running_handler_at_once(db: Database, fast: Settin
     final = await load(db, P, run_id)
     assert (final.status, final.failure_reason) == ("CANCELLED", "stop")
     assert (await event_types(db, P, run_id))[-1] == "RunCancelled"
+
+
+async def test_a_cancel_notice_is_a_doorbell_not_an_order(
+    db: Database, fast: Settings, database_url: str
+) -> None:
+    """Any login can NOTIFY the cancel channel: a producer login bound to the run's own project
+    floods it with the run's id (and with junk); the worker reads the row, finds its attempt
+    still holds the run, and lets the handler go on. A real cancel then stops it."""
+    slow = msgspec.structs.replace(fast, lease_ttl_s=3.0, heartbeat_interval_s=1.0)
+    [run_id] = await create_runs(db, P, payload={"hang_on_attempts": [1]})
+    w = worker(db, slow)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(w.run(stop))
+    await eventually(lambda: _has_effect(run_id, "hang"), what="the handler hanging")
+    await asyncio.wait_for(w.cancel_listener.connected.wait(), 5)
+    ignored = metric("awooop_cancel_notices_total", verdict="ignore")
+    async with bound_login(database_url, [P]) as login:
+        conn = await login.connect()
+        try:
+            for payload in (str(run_id), "not-a-run", str(uuid.uuid4())) * 20:
+                await conn.execute("SELECT pg_notify('awooop_run_cancelled', $1)", payload)
+        finally:
+            await conn.close()
+    await eventually(
+        lambda: (
+            metric("awooop_cancel_notices_total", verdict="ignore") > ignored
+            or bool(effects(run_id, "cancelled"))
+        ),
+        what="the worker checked the notice against Postgres (or obeyed it)",
+    )
+    await asyncio.sleep(2 * slow.heartbeat_interval_s)  # two renewals: still the same attempt
+    assert effects(run_id, "cancelled") == []
+    state = await load(db, P, run_id)
+    assert (state.status, state.attempt_count, state.worker_id) == ("RUNNING", 1, w.worker_id)
+    state = await db.in_tenant(P, lambda c: control.cancel(c, run_id, actor="ops", reason="stop"))
+    await eventually(
+        lambda: _has_effect(run_id, "cancelled"), what="the handler cancelled by a real cancel"
+    )
+    stop.set()
+    await serving
+    assert w.executor.finished[Outcome.CANCELLED] == 1
+    assert w.executor.finished[Outcome.LOST] == 0
+    assert (await event_types(db, P, run_id)).count("RunClaimed") == 1
 
 
 async def test_cancel_works_from_every_non_terminal_state(db: Database) -> None:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 import msgspec
 import pytest
 from prometheus_client import REGISTRY
@@ -230,7 +231,7 @@ async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
     left = sample("awooop_reclaims_total", outcome="left")
     for _ in range(held_reclaims):
         renewed = await db.in_platform_writes(
-            lambda c: leases.heartbeat(c, "holder", [run_id], holder_ttl)
+            lambda c: leases.heartbeat(c, "holder", {run_id: 1}, holder_ttl)
         )
         assert renewed == {run_id}  # the long attempt is alive
         await asyncio.sleep(0.6)  # the duplicate idles past the lease TTL
@@ -266,6 +267,41 @@ async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
 
 async def _reclaim_settled(worker: Worker) -> bool:
     return not worker._tasks
+
+
+async def test_reclaims_the_database_refused_count_no_delivery(
+    db: Database, fast: Settings, redis: Any, database_url: str
+) -> None:
+    """A message whose consumer died is reclaimed while Postgres refuses the claim (a revoked
+    privilege here; a read-only window alike): the message killed nobody, so none of those
+    reclaims counts a delivery, and the run is taken and completed once the database serves
+    again, instead of being failed E-RUN-005 as a poison message."""
+    keys = keys_of(fast)
+    [run_id] = await create_runs(db, P, payload={})
+    stream, _entry = await announce(db, redis, keys, run_id)
+    await ghost_reads(redis, stream)  # delivered once, to a consumer that died
+    worker, intake = streaming_worker(db, fast, redis, concurrency=4)
+    owner = await asyncpg.connect(database_url)
+    try:
+        await owner.execute("REVOKE UPDATE ON awooop_run_state FROM awooop_platform")
+        for _ in range(fast.max_deliveries + 2):
+            await asyncio.sleep(fast.lease_ttl_s + 0.1)  # idle past the TTL: reclaimable
+            assert await intake.reclaim_once() == 1
+            await eventually(
+                lambda: _reclaim_settled(worker), timeout_s=60, what="the reclaim's tasks settled"
+            )
+            [entry_now] = await pending(redis, keys)
+            assert entry_now["times_delivered"] == 1
+        state = await load(db, P, run_id)
+        assert (state.status, state.attempt_count) == ("PENDING", 0)
+    finally:
+        await owner.execute("GRANT UPDATE ON awooop_run_state TO awooop_platform")
+        await owner.close()
+    await asyncio.sleep(fast.lease_ttl_s + 0.1)
+    assert await intake.reclaim_once() == 1
+    await eventually(lambda: finished(db, [run_id]), timeout_s=60, what="the run finished")
+    state = await load(db, P, run_id)
+    assert (state.status, state.attempt_count, state.failure_code) == ("COMPLETED", 1, None)
 
 
 async def test_a_message_delivered_too_often_is_dead_lettered_and_its_run_fails(

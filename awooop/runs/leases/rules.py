@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from awooop.core import storable
 from awooop.core.errors import UnstorableValueError
@@ -106,7 +106,31 @@ def reap_event(state: RunState, now: datetime) -> RunRequeued | RunFailed:
     )
 
 
-def fence_problem(state: RunState, now: datetime, worker_id: str, attempt: int) -> str | None:
+class Holder(Protocol):
+    """The columns of a run's row that say who holds its lease (a :class:`RunState`, or the
+    :class:`Fence` that a notice's check reads)."""
+
+    @property
+    def status(self) -> RunStatus: ...
+    @property
+    def worker_id(self) -> str | None: ...
+    @property
+    def attempt_count(self) -> int: ...
+    @property
+    def lease_until(self) -> datetime | None: ...
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Who holds a run, as its row says (the columns of :class:`Holder`)."""
+
+    status: RunStatus
+    worker_id: str | None
+    attempt_count: int
+    lease_until: datetime | None
+
+
+def fence_problem(state: Holder, now: datetime, worker_id: str, attempt: int) -> str | None:
     """Why ``(worker_id, attempt)`` may not write for this run now; None when it may."""
     if state.status not in LEASED:
         return f"the run is {state.status}"
@@ -118,6 +142,29 @@ def fence_problem(state: RunState, now: datetime, worker_id: str, attempt: int) 
     if state.lease_until is None or state.lease_until <= now:
         return "the lease expired"
     return None
+
+
+class Verdict(enum.StrEnum):
+    """What a cancel notice does to an attempt, once the run's row has been read."""
+
+    IGNORE = "ignore"  # the row says this attempt still holds the run: the notice lied
+    CANCELLED = "cancelled"  # the run was cancelled: stop the handler
+    LOST = "lost"  # the attempt no longer holds the run (reaped, taken, finished)
+
+
+def notice_verdict(
+    fence: Fence | None, now: datetime, worker_id: str, attempt: int
+) -> tuple[Verdict, str]:
+    """Pure: a cancel notice is a doorbell, never an order. Any database login can send one
+    (``pg_notify`` needs no privilege), so the attempt stops only for what the row says."""
+    if fence is None:
+        return Verdict.LOST, "the run is gone"
+    if fence.status is RunStatus.CANCELLED:
+        return Verdict.CANCELLED, "the run was cancelled"
+    problem = fence_problem(fence, now, worker_id, attempt)
+    if problem is not None:
+        return Verdict.LOST, problem
+    return Verdict.IGNORE, "the attempt still holds the run"
 
 
 @dataclass(frozen=True)

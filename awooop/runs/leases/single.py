@@ -5,7 +5,7 @@ release. Each reads the row under the lock its job needs and writes through the 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -13,10 +13,11 @@ from awooop.core.db import Connection
 from awooop.core.errors import LeaseLostError
 from awooop.core.events import Event, LeaseReleased, RunFailed, RunRequeued
 from awooop.log import runs as log_runs
-from awooop.log.state import RunState, row_to_state
+from awooop.log.state import RunState, RunStatus, row_to_state
 from awooop.runs import store
 from awooop.runs.leases.rules import (
     Availability,
+    Fence,
     Taken,
     availability,
     claim_event,
@@ -90,6 +91,12 @@ SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
        approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
 FROM awooop_run_state WHERE run_id = $1
+"""
+
+# Who holds each of the runs in $1 (a cancel notice's check): the primary key, no lock.
+FENCES = """
+SELECT run_id, status, worker_id, attempt_count, lease_until, now() AS db_now
+FROM awooop_run_state WHERE run_id = ANY($1::uuid[])
 """
 
 # --- I/O -----------------------------------------------------------------------------------
@@ -192,10 +199,29 @@ async def reap(
 
 
 async def heartbeat(
-    conn: Connection, worker_id: str, run_ids: list[uuid.UUID], ttl_s: float
+    conn: Connection, worker_id: str, held: Mapping[uuid.UUID, int], ttl_s: float
 ) -> set[uuid.UUID]:
-    """R-12: renew the live leases of ``worker_id`` among ``run_ids``; return those renewed."""
-    return await log_runs.renew_leases(conn, worker_id, run_ids, ttl_s)
+    """R-12: renew the live leases of ``worker_id``'s attempts in ``held`` (run id -> attempt);
+    return the runs renewed."""
+    return await log_runs.renew_leases(conn, worker_id, held, ttl_s)
+
+
+async def fences(
+    conn: Connection, run_ids: list[uuid.UUID]
+) -> tuple[dict[uuid.UUID, Fence], datetime]:
+    """Who holds each of ``run_ids`` as committed (no lock), and the database clock."""
+    rows = await conn.fetch(FENCES, run_ids)
+    found = {
+        row["run_id"]: Fence(
+            status=RunStatus(row["status"]),
+            worker_id=row["worker_id"],
+            attempt_count=row["attempt_count"],
+            lease_until=row["lease_until"],
+        )
+        for row in rows
+    }
+    now: datetime = rows[0]["db_now"] if rows else await conn.fetchval("SELECT now()")
+    return found, now
 
 
 async def peek(conn: Connection, run_id: uuid.UUID) -> tuple[RunState | None, datetime]:
