@@ -14,7 +14,11 @@ HTTP GETs per scope: the run list unfiltered, with every ``blocked_on`` filter, 
 previews (retry and cancel; with ``project`` + ``blocked_on`` too; a read session may not
 preview: 403, recorded), the console's run page of the 200-event run and the bearer route
 ``GET /v1/projects/bench-big/runs/{id}`` of it: median and p95 of --repeat after 2 warm-ups,
-against a 300 ms target. Also records the EXPLAIN (ANALYZE, BUFFERS) plan of the statements
+against a 300 ms target. Then the contention phase (ops/bench/tenant_contention.py,
+--contention-s): 20 clients of the read session ask for the list without pause while each of
+its list statements waits on a lock until the statement timeout, and a ``manage`` token of the
+other project GETs one of its runs every 0.2 s: B's median must stay under 300 ms. Also records
+the EXPLAIN (ANALYZE, BUFFERS) plan of the statements
 behind them as each scope runs them (the tenant role ``awooop_app`` with the project set for
 read and manage sessions and for an admin naming the project; the platform role for an admin's
 list across projects): the blocked-on facts of a page of 50 runs, the list's page statement,
@@ -46,6 +50,7 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 from console import REDIS, SERVER, log_in, start_server, url_for  # noqa: E402 - a plain script
+from tenant_contention import contention  # noqa: E402
 
 from awooop.core.config import load_settings  # noqa: E402
 from awooop.core.db import Database  # noqa: E402
@@ -102,13 +107,15 @@ def events_of(status: str) -> list[str]:
     return ["RunCreated", *claimed, *end]
 
 
-def long_run_events(run_id: uuid.UUID, at: datetime) -> list[tuple[str, str]]:
-    """(type, JSON) of the run page's run: created, claimed, then steps (real event bodies:
-    the page decodes them)."""
+def long_run_events(
+    run_id: uuid.UUID, at: datetime, project: str, count: int
+) -> list[tuple[str, str]]:
+    """(type, JSON) of a run whose page is read: created, claimed, then steps (real event
+    bodies: the page decodes them), ``count`` events in all."""
     created = RunCreated(
         at=at,
         run_id=run_id,
-        project_id=PROJECT,
+        project_id=project,
         channel_type="api",
         provider_event_id="key-0",
         input={},
@@ -117,7 +124,7 @@ def long_run_events(run_id: uuid.UUID, at: datetime) -> list[tuple[str, str]]:
     claimed = RunClaimed(at=at, worker_id="w1", attempt=1, lease_until=at + timedelta(minutes=5))
     steps = [
         StepCompleted(at=at, worker_id="w1", attempt=1, step=f"s{i}", result=i)
-        for i in range(LONG_RUN_EVENTS - 2)
+        for i in range(count - 2)
     ]
     return [(event_type(e), encode_event(e).decode()) for e in (created, claimed, *steps)]
 
@@ -137,7 +144,9 @@ def rows(runs: int, seed: int = 31) -> tuple[io.BytesIO, io.BytesIO, uuid.UUID]:
         created = now - timedelta(seconds=rnd.uniform(0, 3 * 86400))
         running, failed = status == "RUNNING", status == "FAILED"
         if i == 0:
-            events = long_run_events(run_id, created)
+            events = long_run_events(run_id, created, project, LONG_RUN_EVENTS)
+        elif i == runs:  # the other project's run its token reads in the contention phase
+            events = long_run_events(run_id, created, project, 5)
         else:
             events = [(t, "{}") for t in events_of(status)]
         run_csv.writerow(
@@ -315,7 +324,7 @@ async def time_scope(
     return results
 
 
-async def main(runs: int, repeat: int) -> dict[str, Any]:
+async def main(runs: int, repeat: int, contention_s: float) -> dict[str, Any]:
     name = f"awooop_bench_tenant_{uuid.uuid4().hex[:8]}"
     url = url_for(name)
     await migrate(url)
@@ -333,6 +342,14 @@ async def main(runs: int, repeat: int) -> dict[str, Any]:
                 ],
             }
             found_plans = await plans(db, long_run)
+            _, other_token = await credentials.create_management_token(db, OTHER, "manage")
+            other_run = await db.in_tenant(
+                OTHER,
+                lambda conn: conn.fetchval(
+                    "SELECT run_id FROM awooop_run_state WHERE provider_event_id = $1",
+                    f"key-{runs}",
+                ),
+            )
         finally:
             await db.close()
         for role, statements in found_plans.items():
@@ -343,6 +360,9 @@ async def main(runs: int, repeat: int) -> dict[str, Any]:
             scope: await time_scope(base, token, repeat, long_run)
             for scope, token in tokens.items()
         }
+        shared = await contention(
+            url, base, log_in, tokens["read"], OTHER, other_token, other_run, contention_s
+        )
     finally:
         if proc is not None:
             proc.terminate()
@@ -359,8 +379,9 @@ async def main(runs: int, repeat: int) -> dict[str, Any]:
         "runs": runs,
         "events": events,
         "fill_s": round(fill_s, 1),
-        "all_met": all(case["met"] for case in timed),
+        "all_met": all(case["met"] for case in timed) and shared["met"],
         "scopes": scopes,
+        "contention": shared,
         "plans": found_plans,
     }
 
@@ -369,9 +390,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--contention-s", type=float, default=15.0)
     args = parser.parse_args()
     configure_logging("warning")  # stdout is the JSON result
-    result = asyncio.run(main(args.runs, args.repeat))
+    result = asyncio.run(main(args.runs, args.repeat, args.contention_s))
     text = json.dumps(result, indent=2)
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M")
