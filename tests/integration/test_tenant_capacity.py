@@ -223,6 +223,9 @@ async def test_a_tenants_slow_requests_leave_another_tenants_management_api_answ
                 started = time.monotonic()
                 b_run_page = await asyncio.wait_for(b.get(f"/v1/projects/{B}/runs/{b_run}"), 30)
                 b_contracts = await asyncio.wait_for(b.get(f"/v1/projects/{B}/contracts"), 30)
+                b_cancel = await asyncio.wait_for(
+                    b.post(f"/v1/projects/{B}/runs/{b_run}/cancel", json={"reason": "cap"}), 30
+                )
                 b_elapsed = time.monotonic() - started
                 # And B's ingest (a pool of its own, no share) takes a delivery meanwhile.
                 delivered = await asyncio.wait_for(
@@ -251,6 +254,7 @@ async def test_a_tenants_slow_requests_leave_another_tenants_management_api_answ
     assert int(over.headers["retry-after"]) >= 1
     assert b_run_page.status_code == 200, b_run_page.text
     assert b_contracts.status_code == 200, b_contracts.text
+    assert b_cancel.status_code == 200 and b_cancel.json()["status"] == "CANCELLED", b_cancel.text
     assert b_elapsed < 30  # well within the 120 s statement timeout A's statements wait out
     assert delivered.status_code == 202, delivered.text
     # Once the lock is gone A's held requests are served in full.
