@@ -25,7 +25,8 @@ from awooop.core.db import Connection, Database
 from awooop.core.pools import SET_TENANT
 from awooop.ingest import tenants
 from awooop.log import eventlog
-from awooop.runs import blocked_facts, listing, store
+from awooop.revisions import reads as revision_reads
+from awooop.runs import approvals, blocked_facts, bulk, listing, store
 
 P, OTHER = "proj-plans-a", "proj-plans-b"
 RUNS = 30000
@@ -193,3 +194,49 @@ async def test_a_producer_logins_reads_of_runs_and_the_log_are_indexed_too(
         await owner.execute(f"DROP ROLE {role}")
         await owner.close()
     assert sequential_scans(plans, await tables_with_rows(database_url)) == {}, plans
+
+
+def management_statements(run_id: uuid.UUID) -> dict[str, tuple[str, list[Any]]]:
+    """Every other statement a management or console request runs on a tenant's rows, with
+    arguments of the right types (values that match nothing change no plan)."""
+    some = uuid.uuid4()
+    return {
+        "run: load": (store.SELECT_RUN, [run_id]),
+        "run: lock": (store.LOCK_RUN, [run_id]),
+        "run: its events": (eventlog.READ_STREAM, [f"run-{run_id}", 0]),
+        "run: approvals": (listing.APPROVALS, [run_id]),
+        "approve/reject: the approval by token": (approvals.LOCK_BY_HASH, ["0" * 64]),
+        "approve/reject: the latest decision": (approvals.LATEST_DECISION, [run_id, "ship"]),
+        "contracts: list": (revision_reads.LIST_CONTRACTS, [P]),
+        "contracts: revisions": (revision_reads.LIST_REVISIONS, [P, "policy_routing", "c"]),
+        "contracts: a revision": (revision_reads.SELECT_REVISION, [some]),
+        "contracts: the pointer": (revision_reads.SELECT_POINTER, [P, "policy_routing", "c"]),
+        "operations: one": (bulk.SELECT, [some]),
+        "operations: recent": (bulk.RECENT, [P, 20]),
+    }
+
+
+async def test_every_management_statement_can_be_served_by_an_index_under_row_level_security(
+    database_url: str, db: Database
+) -> None:
+    """With sequential scans priced out (as on the connections with cached plans), a plan that
+    still scans a table sequentially has no index it may use there: none is allowed, as the
+    tenant role and as the platform role."""
+    await backlog(database_url)
+    run_id = await db.in_tenant(P, lambda c: c.fetchval("SELECT run_id FROM awooop_run_state"))
+
+    async def plans_of(conn: Connection) -> dict[str, str]:
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        return {
+            name: await plan(conn, sql, args)
+            for name, (sql, args) in management_statements(run_id).items()
+        }
+
+    tenant = await db.in_tenant(P, plans_of)
+    platform = await db.in_platform(plans_of)
+    for plans in (tenant, platform):
+        found = {
+            name: [line.strip() for line in text.splitlines() if "Seq Scan on awooop_" in line]
+            for name, text in plans.items()
+        }
+        assert {name: lines for name, lines in found.items() if lines} == {}, plans
