@@ -100,7 +100,7 @@ def take_share(request: Request, project: str) -> None:
         held.take(project)
 
 
-def _has_body(scope: Scope) -> bool:
+def has_body(scope: Scope) -> bool:
     for name, value in scope.get("headers", ()):
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
             return True
@@ -169,7 +169,7 @@ class RequestBounds:
             return
         held = Held(self.share)
         scope[SHARES] = held
-        watch = DisconnectWatch(receive, has_body=_has_body(scope))
+        watch = DisconnectWatch(receive, has_body=has_body(scope))
         started = False
 
         async def send_on(message: Message) -> None:
