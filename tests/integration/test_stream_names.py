@@ -52,6 +52,8 @@ RAW_WRITES = {
         "VALUES (gen_random_uuid(), $1, 1, $2, $3, '{}')"
     ),
 }
+# Alpha's own domain head renamed to another project's name.
+RENAME_HEAD = "UPDATE awooop_event_streams SET stream_id = $1 WHERE stream_id = $2"
 # What alpha may try to learn or change about an existing head: nothing is visible.
 RAW_READS = {
     "read_head": "SELECT count(*) FROM awooop_event_streams WHERE stream_id = $1",
@@ -149,6 +151,7 @@ async def test_a_producer_cannot_write_or_see_another_projects_streams_used_or_n
     alpha_login: Login, db: Database
 ) -> None:
     names = await beta_uses_names(db)
+    own = await producer.emit(db, ALPHA, DomainEvent("mine", "OrderPlaced", {}))
     before = await counts(db)
     told: dict[tuple[str, str], dict[str, str]] = {}
     conn = await alpha_login.connect()
@@ -172,6 +175,11 @@ async def test_a_producer_cannot_write_or_see_another_projects_streams_used_or_n
                         )
                         assert result != "written", (kind, which, label, project)
                         seen[f"{label}@{project}"] = result
+                result, _ = await try_in_transaction(
+                    conn, name, lambda name=name: conn.execute(RENAME_HEAD, name, own.stream_id)
+                )
+                assert result != "written", (kind, which, "rename_own_head")
+                seen["rename_own_head"] = result
                 for label, sql in RAW_READS.items():
                     args = (name,) if label != "move_head" else (name, ALPHA)
                     result, _ = await try_in_transaction(
@@ -272,3 +280,28 @@ async def test_a_forged_head_is_moved_aside_by_the_migration(
         await databases.drop_database(pg_server_url, name)
     assert heads == [own]
     assert [tuple(r) for r in moved] == [(forged, ALPHA)]
+
+
+async def test_a_producers_own_runs_pass_the_run_check_in_one_statement(
+    alpha_login: Login, db: Database
+) -> None:
+    """The ingest statement writes each run row before its head and RunCreated, so the policy's
+    run check (which must see the run) passes for a whole batch of the login's own runs."""
+    conn = await alpha_login.connect()
+    try:
+        async with conn.transaction():
+            await producer.set_tenant(conn, ALPHA)
+            runs = await producer.submit_many(
+                conn, ALPHA, [ChannelEvent("api", f"batch-{i}", {"i": i}) for i in range(50)]
+            )
+    finally:
+        await conn.close()
+    assert all(r.created for r in runs)
+    async with db.platform() as owner:
+        heads = await owner.fetchval(
+            "SELECT count(*) FROM awooop_event_streams WHERE project_id = $1 "
+            "AND stream_id = ANY($2::text[])",
+            ALPHA,
+            [run_stream_id(r.run_id) for r in runs],
+        )
+    assert heads == 50
