@@ -65,7 +65,7 @@ import msgspec
 from awooop.core.config import Settings, load_settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, PayloadTooLargeError, ProducerTransactionError
-from awooop.core.events import EVENT_TYPES
+from awooop.core.events import DOMAIN_PREFIX, EVENT_TYPES
 from awooop.core.pools import SET_TENANT
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.telemetry import tracer
@@ -188,7 +188,7 @@ def _ingestor(db: Database, settings: Settings) -> Ingestor:
 
 # --- domain events (R-06) ---------------------------------------------------------------------
 
-DOMAIN_STREAM_PREFIX = "domain/"
+DOMAIN_STREAM_PREFIX = DOMAIN_PREFIX
 STREAM_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 DOMAIN_EVENT_TYPE = re.compile(r"[A-Z][A-Za-z0-9_]{0,99}")
 RUNTIME_EVENT_TYPES = frozenset(t.__name__ for t in EVENT_TYPES)

@@ -109,6 +109,15 @@ class UnknownEventTypeError(AwoooPError):
     code = "E-EVENT-003"
 
 
+class StreamNotOfProjectError(AwoooPError):
+    """The stream name is not one of this project's: run-<run id>, domain/<project>/<name> or
+    revision-<project>/<family>/<contract> (migrations/0115_stream_names.sql). Nothing was
+    written."""
+
+    code = "E-EVENT-004"
+    http_status = 403
+
+
 # --- runs -----------------------------------------------------------------------------------
 
 

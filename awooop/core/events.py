@@ -12,6 +12,7 @@ Schema evolution rules (stored events are never rewritten):
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import Any
@@ -251,7 +252,29 @@ def run_stream_id(run_id: uuid.UUID) -> str:
 
 
 def revision_stream_id(project_id: str, family: str, contract_id: str) -> str:
-    return f"revision-{project_id}/{family}/{contract_id}"
+    return f"{REVISION_PREFIX}{project_id}/{family}/{contract_id}"
+
+
+# The stream names the runtime writes, each of which says whose stream it is. The database holds
+# every row of the log to the same rule (awooop_stream_of_project, migrations/0115).
+# A run stream is checked for the shape of a uuid (the database's LIKE
+# 'run-________-____-____-____-____________', cheaper than a regular expression there).
+RUN_STREAM = re.compile(r"run-.{8}-.{4}-.{4}-.{4}-.{12}", re.DOTALL)
+DOMAIN_PREFIX = "domain/"
+REVISION_PREFIX = "revision-"
+
+
+def stream_of_project(stream_id: str, project_id: str) -> bool:
+    """Pure: whether ``stream_id`` may be a stream of ``project_id``: a run's stream (whose
+    project is its run's: the database asks the run row), or a domain or revision stream that
+    names the project."""
+    if stream_id.startswith("run-"):
+        return RUN_STREAM.fullmatch(stream_id) is not None
+    for prefix in (DOMAIN_PREFIX, REVISION_PREFIX):
+        if stream_id.startswith(prefix):
+            own = f"{prefix}{project_id}/"
+            return stream_id.startswith(own) and len(stream_id) > len(own)
+    return False
 
 
 def run_id_of_stream(stream_id: str) -> uuid.UUID | None:

@@ -178,7 +178,7 @@ async def ingest_new(db: Database, url: str, settings: Settings) -> Touched:
 
 @case("append_at_head")
 async def append_at_head(db: Database, url: str, settings: Settings) -> Touched:
-    stream = f"order-{uuid.uuid4()}"
+    stream = f"domain/{P}/order-{uuid.uuid4()}"
     for n in range(2):
         events = [RawEvent("OrderPlaced", f'{{"n": {n}}}')] * 2
         async with db.tenant(P) as conn:
