@@ -68,6 +68,7 @@ from awooop.runs.leases.rules import (
     reap_event,
 )
 from awooop.runs.leases.single import (
+    Undelivered,
     claim,
     fail_undeliverable,
     fenced_record,
@@ -90,6 +91,7 @@ __all__ = (
     "FencedWrite",
     "RunStatements",
     "Taken",
+    "Undelivered",
     "Verdict",
     "availability",
     "claim",
