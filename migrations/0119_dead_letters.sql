@@ -30,12 +30,14 @@ CREATE TABLE awooop_dead_letters (
     CHECK ((run_id IS NULL) = (run_version IS NULL))
 );
 -- The occurrence: duplicates of one dead-lettering (a retried transaction, a give-up
--- repeated after a crash) make one row.
+-- repeated after a crash) make one row. Run ids are unique across projects, so these run-keyed
+-- indexes need no project_id: an equality on run_id is then a probe the planner cannot
+-- misjudge under row-level security (the tenant qual is checked on the one row it finds).
 CREATE UNIQUE INDEX awooop_dead_letters_occurrence_idx
-    ON awooop_dead_letters (project_id, run_id, run_version) WHERE run_id IS NOT NULL;
+    ON awooop_dead_letters (run_id, run_version) WHERE run_id IS NOT NULL;
 -- At most one open dead letter per run; blocked_on and the run page look runs up by it.
 CREATE UNIQUE INDEX awooop_dead_letters_open_run_idx
-    ON awooop_dead_letters (project_id, run_id) WHERE run_id IS NOT NULL AND resolved_at IS NULL;
+    ON awooop_dead_letters (run_id) WHERE run_id IS NOT NULL AND resolved_at IS NULL;
 -- A message without a run: one open row per undecodable entry of a group.
 CREATE UNIQUE INDEX awooop_dead_letters_open_entry_idx
     ON awooop_dead_letters (source, group_name, source_entry_id)
@@ -43,14 +45,12 @@ CREATE UNIQUE INDEX awooop_dead_letters_open_entry_idx
 -- Lists, newest first: a project's open ones (console, CLI, alert), everyone's open ones
 -- (platform CLI, the stats loop), a project's history.
 CREATE INDEX awooop_dead_letters_project_open_idx
-    ON awooop_dead_letters (project_id, dead_lettered_at DESC, dead_letter_id)
+    ON awooop_dead_letters (project_id, dead_lettered_at DESC, dead_letter_id DESC)
     WHERE resolved_at IS NULL;
 CREATE INDEX awooop_dead_letters_open_idx
-    ON awooop_dead_letters (dead_lettered_at DESC, dead_letter_id) WHERE resolved_at IS NULL;
+    ON awooop_dead_letters (dead_lettered_at DESC, dead_letter_id DESC) WHERE resolved_at IS NULL;
 CREATE INDEX awooop_dead_letters_project_idx
-    ON awooop_dead_letters (project_id, dead_lettered_at DESC, dead_letter_id);
-CREATE INDEX awooop_dead_letters_run_idx
-    ON awooop_dead_letters (project_id, run_id, dead_lettered_at DESC) WHERE run_id IS NOT NULL;
+    ON awooop_dead_letters (project_id, dead_lettered_at DESC, dead_letter_id DESC);
 -- The dead letters that lived in Redis until this migration, rebuilt from the log's truth:
 -- every run that is FAILED because its work was dead-lettered (E-RUN-004: its last attempt's
 -- lease expired; E-RUN-005: its message was delivered too often) and not retried since has an

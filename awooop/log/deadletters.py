@@ -153,19 +153,18 @@ async def follow(conn: Connection, changes: Sequence[tuple[RunState, Event]]) ->
     """The dead letters that run events decide, in the transaction appending them: a
     ``RunFailed`` marked ``dead_letter`` records one, a ``RunRetried`` resolves its run's open
     one. Other events cost nothing."""
-    retried: dict[str | None, list[tuple[str, uuid.UUID]]] = {}
+    retried: dict[str | None, list[uuid.UUID]] = {}
     for state, event in changes:
         if isinstance(event, RunFailed) and event.dead_letter:
             await record(conn, record_of_failure(state, event))
         elif isinstance(event, RunRetried):
-            retried.setdefault(event.actor, []).append((state.project_id, state.run_id))
+            retried.setdefault(event.actor, []).append(state.run_id)
     for actor, runs in retried.items():
         await resolve_runs(conn, runs, RETRIED, actor)
 
 
 async def note_delivery(
     conn: Connection,
-    project_id: str,
     run_id: uuid.UUID,
     *,
     group_name: str,
@@ -177,7 +176,6 @@ async def note_delivery(
     """Add what the consumer that gave up knew to the open dead letter of ``run_id``."""
     await conn.execute(
         NOTE_DELIVERY,
-        project_id,
         run_id,
         group_name,
         source_entry_id,
@@ -188,15 +186,12 @@ async def note_delivery(
 
 
 async def resolve_runs(
-    conn: Connection, runs: Sequence[tuple[str, uuid.UUID]], resolution: str, actor: str | None
+    conn: Connection, run_ids: Sequence[uuid.UUID], resolution: str, actor: str | None
 ) -> int:
-    """Resolve the open dead letters of ``runs`` (project, run); how many were open."""
-    if not runs:
+    """Resolve the open dead letters of ``run_ids``; how many were open."""
+    if not run_ids:
         return 0
-    rows = await conn.fetch(
-        RESOLVE_RUNS, [p for p, _ in runs], [r for _, r in runs], resolution, actor
-    )
-    return len(rows)
+    return len(await conn.fetch(RESOLVE_RUNS, list(run_ids), resolution, actor))
 
 
 async def resolve(
@@ -222,14 +217,11 @@ async def list_open(
     return [row_of(r) for r in rows]
 
 
-async def open_of_runs(
-    conn: Connection, runs: Sequence[tuple[str, uuid.UUID]]
-) -> list[DeadLetterRow]:
-    """The open dead letters of ``runs`` (project, run): at most one each."""
-    if not runs:
+async def open_of_runs(conn: Connection, run_ids: Sequence[uuid.UUID]) -> list[DeadLetterRow]:
+    """The open dead letters of ``run_ids`` the connection's role sees: at most one each."""
+    if not run_ids:
         return []
-    rows = await conn.fetch(OF_RUNS, [p for p, _ in runs], [r for _, r in runs])
-    return [row_of(r) for r in rows]
+    return [row_of(r) for r in await conn.fetch(OF_RUNS, list(run_ids))]
 
 
 async def get(conn: Connection, dead_letter_id: uuid.UUID) -> DeadLetterRow | None:

@@ -109,11 +109,7 @@ def facts_of(row: Any) -> RunFacts:
 async def with_dead_letters(conn: Connection, facts: Sequence[RunFacts]) -> list[RunFacts]:
     """``facts`` with ``dead_lettered`` set for the PENDING/RESUMED runs that have an open
     dead letter (only those can be ``pending_dead_lettered``; a FAILED run's code says it)."""
-    waiting = [
-        (f.project_id, f.run_id)
-        for f in facts
-        if f.status in (RunStatus.PENDING, RunStatus.RESUMED)
-    ]
+    waiting = [f.run_id for f in facts if f.status in (RunStatus.PENDING, RunStatus.RESUMED)]
     dead = {d.run_id for d in await deadletters.open_of_runs(conn, waiting)}
     return [
         msgspec.structs.replace(f, dead_lettered=True) if f.run_id in dead else f for f in facts

@@ -141,7 +141,7 @@ async def entries_of_run(
     conn: Connection, project_id: str, run_id: uuid.UUID
 ) -> list[DeadLetterRow]:
     """The open dead letters of ``run_id`` (at most one), in the caller's tenant scope."""
-    return await deadletters.open_of_runs(conn, [(project_id, run_id)])
+    return [d for d in await deadletters.open_of_runs(conn, [run_id]) if d.project_id == project_id]
 
 
 async def redrive(

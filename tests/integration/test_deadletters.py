@@ -134,10 +134,7 @@ async def test_a_project_sees_only_its_own_dead_letters(services: Services) -> N
     # Unfiltered, a tenant connection still sees its own project's only.
     seen = await services.db.in_tenant(P, lambda c: log_deadletters.list_open(c))
     assert [r.run_id for r in seen] == [mine]
-    assert (
-        await services.db.in_tenant(P, lambda c: log_deadletters.open_of_runs(c, [(OTHER, theirs)]))
-        == []
-    )
+    assert await services.db.in_tenant(P, lambda c: log_deadletters.open_of_runs(c, [theirs])) == []
 
 
 async def test_redrive_retries_the_failed_run_and_resolves_the_dead_letter(

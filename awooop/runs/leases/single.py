@@ -309,7 +309,6 @@ async def fail_undeliverable(
     if undelivered is not None:
         await deadletters.note_delivery(
             conn,
-            state.project_id,
             run_id,
             group_name=undelivered.group,
             source_entry_id=undelivered.entry_id,
