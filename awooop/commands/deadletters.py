@@ -2,13 +2,15 @@
 
     awooop deadletters list    [--project P] [--shard N] [--limit N] [--json]
     awooop deadletters redrive ID ... | --all [--project P] [--shard N] [--attempts N] [--json]
+    awooop deadletters discard ID ... [--json]
 
 ``list`` prints the open dead letters, newest first, one line each: its id, run, project,
 event, source stream and group, deliveries, when and why it was dead-lettered. ``redrive`` puts
 each one's run back to work as :mod:`awooop.runs.deadletters` describes (a FAILED run is
 retried, recorded as a ``RunRetried`` event with ``actor`` = ``cli:<OS user>`` in its metadata)
-and resolves the dead letter. It prints one result line per dead letter and exits 1 when any
-was left open (unknown id, no run, unknown run, resolved already).
+and resolves the dead letter. ``discard`` resolves dead letters without touching their runs
+(an undecodable message, a run given up on). Both print one result line per dead letter and
+exit 1 when any was left open (unknown id, no run, unknown run, resolved already).
 """
 
 from __future__ import annotations
@@ -47,6 +49,12 @@ def register(subparsers: Any) -> None:
     redrive.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     add_wide(redrive)
     redrive.set_defaults(run=redrive_dead_letters)
+
+    discard = sub.add_parser("discard", help="resolve dead letters, leaving their runs as they are")
+    discard.add_argument("ids", nargs="+", metavar="ID", help="a dead letter's id as listed")
+    discard.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    add_wide(discard)
+    discard.set_defaults(run=discard_dead_letters)
 
 
 def entry_view(entry: DeadLetterRow) -> dict[str, Any]:
@@ -116,7 +124,6 @@ async def redrive_dead_letters(settings: Settings, args: argparse.Namespace) -> 
     for text in args.ids:
         deadletters.parse_id(text)  # refuse a bad id before any change
     actor = cli_actor()
-    results: list[deadletters.Result] = []
     services = await Services.open(settings, db_pool_size=1)
     try:
         found: list[DeadLetterRow | str] = list(
@@ -124,23 +131,46 @@ async def redrive_dead_letters(settings: Settings, args: argparse.Namespace) -> 
             if args.all
             else await deadletters.find(services, args.ids)
         )
-        for item in found:
-            if isinstance(item, str):
-                results.append(
-                    deadletters.Result(
-                        id=item,
-                        run_id=None,
-                        project_id=None,
-                        outcome=deadletters.Outcome.LEFT,
-                        detail="no such dead letter",
-                    )
-                )
-                continue
-            results.append(
-                await deadletters.redrive(services, item, actor=actor, attempts=args.attempts)
-            )
+        results = [
+            missing(item)
+            if isinstance(item, str)
+            else await deadletters.redrive(services, item, actor=actor, attempts=args.attempts)
+            for item in found
+        ]
     finally:
         await services.close()
+    return report(results, args)
+
+
+async def discard_dead_letters(settings: Settings, args: argparse.Namespace) -> int:
+    for text in args.ids:
+        deadletters.parse_id(text)  # refuse a bad id before any change
+    actor = cli_actor()
+    services = await Services.open(settings, db_pool_size=1)
+    try:
+        found = await deadletters.find(services, args.ids)
+        results = [
+            missing(item)
+            if isinstance(item, str)
+            else await deadletters.discard(services, item, actor=actor)
+            for item in found
+        ]
+    finally:
+        await services.close()
+    return report(results, args)
+
+
+def missing(text: str) -> deadletters.Result:
+    return deadletters.Result(
+        id=text,
+        run_id=None,
+        project_id=None,
+        outcome=deadletters.Outcome.LEFT,
+        detail="no such dead letter",
+    )
+
+
+def report(results: list[deadletters.Result], args: argparse.Namespace) -> int:
     if args.json:
         print(to_json(results))
     else:

@@ -17,7 +17,7 @@ run:
 
 Two re-drives of one dead letter take turns on its row lock; the second finds it resolved and
 changes nothing. A dead letter without a run (an undecodable message) and a dead letter whose
-run is gone are left open and reported.
+run is gone are left open and reported; :func:`discard` resolves one without touching a run.
 """
 
 from __future__ import annotations
@@ -196,6 +196,21 @@ async def redrive(
             done, detail="the shard's Redis data was lost: the relay republishes its runs"
         )
     return done
+
+
+async def discard(services: RedriveClients, entry: DeadLetterRow, *, actor: str) -> Result:
+    """Resolve ``entry`` as ``discarded``, leaving its run as it is (as the platform role: a
+    dead letter without a run belongs to no tenant)."""
+    done = await services.db.in_platform_writes(
+        lambda conn: deadletters.resolve(conn, entry.dead_letter_id, deadletters.DISCARDED, actor)
+    )
+    return Result(
+        id=str(entry.dead_letter_id),
+        run_id=entry.run_id,
+        project_id=entry.project_id,
+        outcome=Outcome.DISCARDED if done else Outcome.LEFT,
+        detail="" if done else "already resolved",
+    )
 
 
 async def ring(services: StreamClients, event: RecordedEvent) -> bool:

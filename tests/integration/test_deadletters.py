@@ -245,6 +245,20 @@ async def test_finished_runs_are_discarded_and_problems_left_open(
     [junk] = [r for r in await all_rows(services.db) if r["resolved_at"] is None]
     assert (junk["message"], junk["source"], junk["group_name"]) == (b"\xc1junk", "work", "workers")
     assert await open_rows(services.db) == []  # the undecodable one is the platform's
+    # An operator who has seen it discards it; discarding it again leaves nothing to do.
+    junk_id = str(junk["dead_letter_id"])
+    discard = build_parser().parse_args(["deadletters", "discard", junk_id, "--json"])
+    assert await discard.run(settings, discard) == 0
+    assert json_out(capsys)[0]["outcome"] == "discarded"
+    assert await discard.run(settings, discard) == 1
+    assert json_out(capsys)[0]["detail"] == "already resolved"
+    [closed] = [
+        r for r in await all_rows(services.db) if r["dead_letter_id"] == junk["dead_letter_id"]
+    ]
+    assert (closed["resolution"], closed["resolved_by"]) == (
+        "discarded",
+        f"cli:{getpass.getuser()}",
+    )
 
     missing = build_parser().parse_args(["deadletters", "redrive", str(uuid.uuid4()), "--json"])
     assert await missing.run(settings, missing) == 1
@@ -437,6 +451,7 @@ async def test_the_migration_records_the_dead_letters_of_existing_failed_runs(
         ["deadletters", "redrive", str(uuid.UUID(int=1)), "--project", P],
         ["deadletters", "list", "--shard", "99"],
         ["deadletters", "list", "--project", "bad project"],
+        ["deadletters", "discard", "1:2-0"],
     ],
 )
 async def test_bad_arguments_are_refused_before_anything_changes(
