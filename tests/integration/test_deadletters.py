@@ -176,6 +176,21 @@ async def test_a_retry_of_the_run_resolves_its_dead_letter(services: Services) -
     assert (closed["resolution"], closed["resolved_by"]) == ("retried", "ops@example")
 
 
+async def test_a_bulk_retry_resolves_the_dead_letters_of_its_runs(
+    settings: Settings, services: Services, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The batched write path (one statement for many runs' RunRetried) resolves them too."""
+    lettered = {await dead_lettered(services) for _ in range(3)}
+    assert {r.run_id for r in await open_rows(services.db)} == lettered
+    argv = ["runs", "retry", "--filter", f"project={P}", "--filter", "status=FAILED"]
+    args = build_parser().parse_args([*argv, "--actor", "Bob"])
+    assert await args.run(settings, args) == 0
+    capsys.readouterr()
+    assert await open_rows(services.db) == []
+    rows = await all_rows(services.db)
+    assert {(r["run_id"], r["resolution"]) for r in rows} == {(r, "retried") for r in lettered}
+
+
 async def test_a_dispatchable_run_gets_its_work_message_again(services: Services) -> None:
     """An open dead letter of a PENDING run (recorded by hand: the runtime fails what it
     dead-letters) is resolved and its dispatch event appended to the work stream; with the
