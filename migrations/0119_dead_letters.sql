@@ -56,7 +56,11 @@ CREATE INDEX awooop_dead_letters_project_idx
 -- lease expired; E-RUN-005: its message was delivered too often) and not retried since has an
 -- open dead letter; its RunFailed is the run's last event (version). The table's owner reads
 -- every project only without FORCE; both ALTERs commit with the migration, so no other session
--- sees the table unforced.
+-- sees the table unforced. The ALTER needs the table's exclusive lock until the commit (the
+-- backfill reads the partial index of FAILED runs, 0110): run writes wait meanwhile. A long
+-- transaction on the table would make them wait behind the ALTER's queued lock, so the
+-- migration fails after 5 s instead (lock timeout, nothing applied): run it again later.
+SET LOCAL lock_timeout = '5s';
 ALTER TABLE awooop_run_state NO FORCE ROW LEVEL SECURITY;
 INSERT INTO awooop_dead_letters (
     project_id, run_id, run_version, source, code, reason, dead_lettered_at
@@ -65,6 +69,7 @@ SELECT project_id, run_id, version, 'work', failure_code, coalesce(failure_reaso
 FROM awooop_run_state
 WHERE status = 'FAILED' AND failure_code IN ('E-RUN-004', 'E-RUN-005');
 ALTER TABLE awooop_run_state FORCE ROW LEVEL SECURITY;
+SET LOCAL lock_timeout = 0;
 -- Tenant isolation, the producer binding and the runtime's grants; producer logins get no
 -- grant (they never dead-letter anything).
 SELECT awooop_enforce_tenant_isolation('awooop_dead_letters');

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import msgspec
 import pytest
 from prometheus_client import REGISTRY
@@ -441,6 +442,16 @@ async def test_the_migration_records_the_dead_letters_of_existing_failed_runs(
                         run_id,
                         code,
                     )
+            # A transaction that holds the run table makes the migration fail after its 5 s
+            # lock timeout rather than queue every run write behind it; later it applies.
+            holder = await asyncpg.connect(url)
+            try:
+                async with holder.transaction():
+                    await holder.execute("SELECT 1 FROM awooop_run_state LIMIT 1")
+                    with pytest.raises(asyncpg.LockNotAvailableError):
+                        await migrate(url)
+            finally:
+                await holder.close()
             assert "0119_dead_letters.sql" in await migrate(url)
             [row] = await open_rows(db)
             assert (row.run_id, row.run_version, row.code, row.reason) == (
