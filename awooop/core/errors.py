@@ -395,7 +395,7 @@ class MaxAttemptsExceededError(AwoooPError):
 
 
 class DeliveryLimitError(AwoooPError):
-    """The run's work message was delivered too often; it went to the dead-letter stream."""
+    """The run's work message was delivered too often; the run was dead-lettered."""
 
     code = "E-RUN-005"
     http_status = 409

@@ -124,9 +124,9 @@ class RunFailed(EventBase, frozen=True, kw_only=True, tag=True):
     (the reaper, or a worker taking the run: worker_id and attempt name that expired attempt,
     ``last_renewal_at`` is when its lease was last taken or renewed).
 
-    ``dead_letter``: the run's work goes to its shard's dead-letter stream; the relay writes
-    the entry when it publishes this event (Postgres holds the decision, so the entry is
-    written even if Redis lost the run's work message)."""
+    ``dead_letter``: the run is dead-lettered: its dead letter is a row of
+    ``awooop_dead_letters`` written in the transaction that appends this event
+    (:mod:`awooop.log.deadletters`)."""
 
     reason: str
     code: str

@@ -73,7 +73,7 @@ RECLAIMS = Counter(
     ["outcome"],
 )
 REAPED = Counter("awooop_reaped_runs_total", "Stale runs handled by the reaper", ["outcome"])
-DEAD_LETTERS = Counter("awooop_dead_letters_total", "Messages moved to the dead-letter stream")
+DEAD_LETTERS = Counter("awooop_dead_letters_total", "Dead letters recorded (awooop_dead_letters)")
 RUNS_OLDEST_AGE = Gauge(
     "awooop_runs_oldest_age_seconds",
     "Age of the longest-unchanged live run by project and state (sampled by the stats loop)",
@@ -119,8 +119,11 @@ CONSUMER_LAG = Gauge(
 CONSUMER_PENDING = Gauge(
     "awooop_consumer_group_pending", "Entries delivered but not acknowledged", ["stream", "group"]
 )
-DEAD_LETTER_LENGTH = Gauge(
-    "awooop_dead_letter_stream_length", "Entries in a dead-letter stream (XLEN)", ["stream"]
+DEAD_LETTERS_OPEN = Gauge(
+    "awooop_dead_letters_open",
+    "Open dead letters by project, read from Postgres by the stats loop (__platform__ always "
+    "present: dead letters without a run)",
+    ["project_id"],
 )
 STREAM_RESETS = Counter(
     "awooop_stream_resets_total", "Times a shard's Redis data was found lost and rebuilt"

@@ -5,7 +5,8 @@ Every generic change of a run goes through :func:`create_run`, :func:`apply_and_
 setting). The row is updated to exactly ``state.apply(old, event)``, the same function the
 replay tool folds, and the event is appended at the row's version, so a concurrent writer that
 slipped past the row lock would still fail on the stream version. :func:`renew_leases` is the
-one run-row write without an event (the lease clock, R-12).
+one run-row write without an event (the lease clock, R-12). In the same transaction they
+record or resolve the dead letters that the events decide (:func:`awooop.log.deadletters.follow`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from awooop.core.db import Connection
 from awooop.core.events import Event, RunCreated, run_stream_id
-from awooop.log import eventlog, queries
+from awooop.log import deadletters, eventlog, queries
 from awooop.log.state import RunState, apply, state_values
 
 INSERT_RUN = queries.load("insert_run")
@@ -42,6 +43,7 @@ async def apply_and_store(
     await eventlog.append(
         conn, run_stream_id(state.run_id), state.project_id, state.version, [event], metadata
     )
+    await deadletters.follow(conn, [(state, event)])
     return new_state
 
 
@@ -63,6 +65,7 @@ async def apply_and_store_many(
         [(run_stream_id(old.run_id), old.project_id, old.version, event) for old, event in changes],
         metadata,
     )
+    await deadletters.follow(conn, changes)
     return new_states
 
 

@@ -3,7 +3,7 @@
 - ``run-reaper`` (platform, every ``AWOOOP_REAPER_INTERVAL_S``): runs whose lease expired go
   back to PENDING (``RunRequeued``, dispatched again by the relay) while attempts remain, else
   FAIL with ``Max retry attempts exceeded`` (E-RUN-004), naming the expired attempt's worker;
-  the relay then puts the run's work on the dead-letter stream (R-19). WAITING_APPROVAL is
+  its dead letter is recorded with the failure (R-19). WAITING_APPROVAL is
   never touched.
 - ``approval-expiry`` (platform, every ``AWOOOP_APPROVAL_RESOLVER_INTERVAL_S``): runs whose
   approval token expired FAIL with E-APPROVAL-002 and their tokens are marked expired.

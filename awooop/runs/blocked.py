@@ -6,7 +6,7 @@ from Redis once per shard) and names a :class:`Reason`:
 
 | status           | facts                                          | reason                 |
 |------------------|------------------------------------------------|------------------------|
-| PENDING, RESUMED | its run id is in the shard's dead letters      | pending_dead_lettered  |
+| PENDING, RESUMED | it has an open dead letter (Postgres)          | pending_dead_lettered  |
 |                  | no consumer of its shard's group read recently | pending_no_worker      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
 |                  | otherwise: readers are there, all busy         | pending_workers_busy   |
@@ -24,8 +24,8 @@ The rows are checked top down: a PENDING run retried after a crash whose shard n
 
 Why derived at read time and not projected into run state: half of the answer is the clock
 (a lease or an approval past its time changes the reason with no event) and the rest lives
-outside the run's event stream (consumers of a Redis group, dead-letter entries, the open
-approval row). A projected field would be stale the moment a lease ran out, would need a write
+outside the run's event stream (consumers of a Redis group, the open dead-letter and approval
+rows). A projected field would be stale the moment a lease ran out, would need a write
 per heartbeat, and could not be rebuilt by replay from the log alone. One indexed query per
 page plus one Redis round trip per shard is cheap, and the CLI, the console, ``awooop doctor``
 and the ``awooop_runs_blocked`` gauge all call this one function, so they cannot disagree.
@@ -97,16 +97,16 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     approval_reason: str | None = None
     last_end_type: str | None = None  # the last RunRequeued/LeaseReleased/RunFailed/Approval*
     last_end_reason: str | None = None
+    dead_lettered: bool = False  # the run has an open dead letter (awooop_dead_letters)
 
 
 class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
     """What Redis says about a shard's work stream. ``known`` False: Redis did not answer
-    (then no PENDING run is called dead-lettered or unread: that would be a guess)."""
+    (then no PENDING run is called unread: that would be a guess)."""
 
     shard: int
     known: bool
     readers: int = 0  # consumers of the workers group that read within the window
-    dead_run_ids: frozenset[uuid.UUID] = frozenset()
 
 
 class BlockedOn(msgspec.Struct, frozen=True, kw_only=True):
@@ -150,12 +150,11 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
         case RunStatus.PENDING | RunStatus.RESUMED:
             next_attempt = f"attempt {f.attempt_count + 1} of {f.max_attempts}"
             waiting = f"{f.status.value.lower()} since {_at(f.updated_at)}, {next_attempt}"
-            if shard.known and f.run_id in shard.dead_run_ids:
+            if f.dead_lettered:
                 return _blocked(
                     f,
                     reason=Reason.PENDING_DEAD_LETTERED,
-                    summary=f"{waiting}; its work message is in the dead-letter stream of "
-                    f"shard {shard.shard}",
+                    summary=f"{waiting}; it has an open dead letter",
                     next_action="awooop deadletters list, then awooop deadletters redrive ID",
                 )
             if shard.known and shard.readers == 0:

@@ -1,4 +1,4 @@
-"""The facts behind ``blocked_on`` (:mod:`awooop.runs.blocked`): one query, one look at Redis.
+"""The facts behind ``blocked_on`` (:mod:`awooop.runs.blocked`): Postgres, one look at Redis.
 
 - :data:`FACTS` reads every fact Postgres holds about a set of runs in one statement: the run
   state row (lease, heartbeat, attempts, failure), the open approval row (who was asked, its
@@ -16,16 +16,17 @@
 - :func:`shard_facts` asks Redis, once per shard, which consumers of the ``workers`` group
   read the shard's work stream within the window (``XINFO CONSUMERS``: a live worker reads
   every second while it has a free slot and touches its pending entries at every heartbeat,
-  so ``AWOOOP_LEASE_TTL_S`` is a safe window) and which runs have a message in the shard's
-  dead-letter stream (the newest :data:`DEAD_LETTER_SCAN` entries: the stream is capped at
-  100,000 and older entries are for runs the log already calls failed).
+  so ``AWOOOP_LEASE_TTL_S`` is a safe window).
+- :func:`with_dead_letters` marks the PENDING and RESUMED runs that have an open dead letter
+  (:func:`awooop.log.deadletters.open_of_runs`: one probe of
+  ``awooop_dead_letters_open_run_idx`` per such run).
 - :func:`count_by_reason` is the gauge's sample: the live runs through :data:`LIVE_FACTS`
   (the partial indexes on live states), FAILED runs counted per failure code through the
   partial index of migration 0110 and classified with :func:`awooop.runs.blocked.failed_reason`.
 
 A Redis that does not answer leaves ``known`` False: PENDING runs are then called
-``pending_workers_busy`` or ``retry_pending`` from Postgres facts alone, never unread or
-dead-lettered on a guess.
+``pending_workers_busy`` or ``retry_pending`` from Postgres facts alone, never unread on a
+guess.
 """
 
 from __future__ import annotations
@@ -35,18 +36,18 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
 from redis.exceptions import ResponseError
 
 from awooop.core.db import Connection
 from awooop.core.logs import get_logger
+from awooop.log import deadletters
 from awooop.log.state import RunStatus
 from awooop.runs.blocked import BlockedOn, Reason, RunFacts, ShardFacts, decide, failed_reason
-from streams.deadletter import dead_letter_of
 from streams.keys import WORKER_GROUP, Keys
 
 log = get_logger(__name__)
 
-DEAD_LETTER_SCAN = 1000
 LIVE = ("PENDING", "RESUMED", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL")
 
 # --- SQL -------------------------------------------------------------------------------------
@@ -114,9 +115,20 @@ def facts_of(row: Any) -> RunFacts:
     )
 
 
+async def with_dead_letters(conn: Connection, facts: Sequence[RunFacts]) -> list[RunFacts]:
+    """``facts`` with ``dead_lettered`` set for the PENDING/RESUMED runs that have an open
+    dead letter (only those can be ``pending_dead_lettered``; a FAILED run's code says it)."""
+    waiting = [f.run_id for f in facts if f.status in (RunStatus.PENDING, RunStatus.RESUMED)]
+    dead = {d.run_id for d in await deadletters.open_of_runs(conn, waiting)}
+    return [
+        msgspec.structs.replace(f, dead_lettered=True) if f.run_id in dead else f for f in facts
+    ]
+
+
 async def run_facts(conn: Connection, run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, RunFacts]:
     rows = await conn.fetch(FACTS, list(run_ids))
-    return {row["run_id"]: facts_of(row) for row in rows}
+    facts = await with_dead_letters(conn, [facts_of(row) for row in rows])
+    return {f.run_id: f for f in facts}
 
 
 def _text(value: bytes | str) -> str:
@@ -133,20 +145,10 @@ async def shard_facts(redis: Any, keys: Keys, shard: int, window_s: float) -> Sh
                 raise
             consumers = []  # no stream or no group yet: nobody has read it
         readers = sum(1 for c in consumers if int(c["idle"]) <= window_s * 1000)
-        rows = await redis.xrevrange(
-            keys.dead_letter_stream(shard), max="+", min="-", count=DEAD_LETTER_SCAN
-        )
     except Exception as exc:  # Redis down or confused: say unknown rather than guess
         log.info("blocked_on_shard_unknown", shard=shard, error=repr(exc)[:200])
         return ShardFacts(shard=shard, known=False)
-    dead: set[uuid.UUID] = set()
-    work = keys.work_stream(shard)
-    for entry_id, fields in rows:
-        entry = dead_letter_of(shard, entry_id, fields)
-        env = entry.envelope()
-        if entry.stream == work and env is not None and env.stream_id.startswith("run-"):
-            dead.add(uuid.UUID(env.stream_id[4:]))
-    return ShardFacts(shard=shard, known=True, readers=readers, dead_run_ids=frozenset(dead))
+    return ShardFacts(shard=shard, known=True, readers=readers)
 
 
 async def shards_facts(
@@ -176,7 +178,7 @@ async def count_by_reason(
     conn: Connection, redis: Any, keys: Keys, window_s: float
 ) -> dict[tuple[str, str], int]:
     """Runs per (project_id, reason): every live run, and FAILED runs (the gauge's sample)."""
-    live = [facts_of(row) for row in await conn.fetch(LIVE_FACTS)]
+    live = await with_dead_letters(conn, [facts_of(row) for row in await conn.fetch(LIVE_FACTS)])
     failed = await conn.fetch(FAILED_COUNTS)
     projects = {f.project_id for f in live} | {row["project_id"] for row in failed}
     shards = await shards_facts(redis, keys, projects, window_s)

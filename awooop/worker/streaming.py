@@ -42,8 +42,8 @@ from awooop.worker.reclaim import (
 from awooop.worker.runtime import Worker
 from streams.consumer import GroupConsumer
 from streams.consumer_groups import is_nogroup
-from streams.deadletter import dead_letter
 from streams.delivery import Delivery
+from streams.envelope import encode
 from streams.keys import WORKER_GROUP, Keys
 from streams.reclaim import autoclaim, set_deliveries, touch
 from streams.tracing import consume_span
@@ -68,6 +68,7 @@ class StreamIntake:
             handler=self.handle,
             max_in_flight=worker.concurrency,
             keys=keys,
+            db=worker.db,
         )
         worker.heartbeat.touch = self.touch
         worker.intake_activity = lambda: self.consumer.stats.handled
@@ -124,6 +125,7 @@ class StreamIntake:
                     min_idle_ms,
                     free,
                     keys=self.keys,
+                    db=self.worker.db,
                 )
             except ResponseError as exc:
                 if not is_nogroup(exc):
@@ -197,18 +199,33 @@ class StreamIntake:
         return "taken"
 
     async def _dead_letter(self, delivery: Delivery, run_id: uuid.UUID) -> None:
+        """Fail the run and record its dead letter in one transaction, then acknowledge; when
+        someone else is on the run by now, the message is a redundant doorbell: acknowledged."""
         reason = dead_letter_reason(delivery.delivery_count, self.settings.max_deliveries)
         meta = trace_metadata()
+        undelivered = leases.Undelivered(
+            group=delivery.group,
+            entry_id=delivery.entry_id,
+            delivery_count=delivery.delivery_count,
+            event_type=delivery.envelope.event_type,
+            message=encode(delivery.envelope),
+        )
         failed = await self.worker.db.in_tenant(
             delivery.envelope.project_id,
             lambda conn: leases.fail_undeliverable(
-                conn, run_id, self.worker.worker_id, reason, DeliveryLimitError.code, meta
+                conn,
+                run_id,
+                self.worker.worker_id,
+                reason,
+                DeliveryLimitError.code,
+                meta,
+                undelivered=undelivered,
             ),
         )
         if failed is not None:
             metrics.RUNS_FINISHED.labels("FAILED").inc()
             log.warning("run_failed_dead_letter", run_id=str(run_id), reason=reason)
-        await dead_letter(self.redis, self.keys, delivery, reason)
+        await self._ack(delivery)
 
     async def _ack(self, delivery: Delivery) -> None:
         await self.redis.xack(delivery.stream, WORKER_GROUP, delivery.entry_id)

@@ -189,8 +189,8 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
             (
                 "Dead letters",
                 [
-                    ("sum(increase(awooop_dead_letters_total[15m]))", "moved in 15m"),
-                    ("sum by (stream) (awooop_dead_letter_stream_length)", "{{stream}} length"),
+                    ("sum(increase(awooop_dead_letters_total[15m]))", "recorded in 15m"),
+                    ("sum by (project_id) (awooop_dead_letters_open)", "{{project_id}} open"),
                 ],
                 "short",
             ),

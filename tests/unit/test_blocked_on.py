@@ -56,10 +56,10 @@ def test_pending_names_what_it_waits_for(status: RunStatus) -> None:
     unread = decide(fresh, UNREAD)
     assert unread is not None and unread.reason is Reason.PENDING_NO_WORKER
     assert "shard 2" in unread.summary and "start an awooop worker" in unread.next_action
-    dead = decide(fresh, msgspec.structs.replace(READ, dead_run_ids=frozenset({RUN})))
+    dead = decide(msgspec.structs.replace(fresh, dead_lettered=True), UNKNOWN)
     assert dead is not None and dead.reason is Reason.PENDING_DEAD_LETTERED
     assert "deadletters redrive" in dead.next_action
-    # Redis did not answer: no guess about readers or dead letters.
+    # Redis did not answer: no guess about readers (dead letters are Postgres facts).
     blind = decide(fresh, UNKNOWN)
     assert blind is not None and blind.reason is Reason.PENDING_WORKERS_BUSY
 
@@ -157,8 +157,9 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"approval_expires_at": NOW - timedelta(seconds=1)},
         {"approval_expires_at": NOW + timedelta(seconds=1)},
         {"failure_code": "E-RUN-005"},
+        {"dead_lettered": True},
     ]
-    shards = [READ, UNREAD, msgspec.structs.replace(READ, dead_run_ids=frozenset({RUN}))]
+    shards = [READ, UNREAD]
     for status in RunStatus:
         for variant in variants:
             for shard in shards:

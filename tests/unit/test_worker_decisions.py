@@ -94,7 +94,7 @@ def test_reap_requeues_while_attempts_remain_then_fails() -> None:
 
 def test_an_expired_lease_is_recorded_with_its_worker_and_last_renewal() -> None:
     """R-19: the requeue and the final failure say whose lease expired and since when nothing
-    renewed it; only the failure sends the run's work to the dead-letter stream."""
+    renewed it; only the failure dead-letters the run."""
     running = replace(state_in(S.RUNNING), heartbeat_at=T0 + timedelta(seconds=4))
     requeued = reap_event(running, LATER)
     assert isinstance(requeued, RunRequeued)

@@ -34,8 +34,8 @@ attempt holds the lease. The rules, in one place:
   (``RunRequeued``) while ``attempt_count < max_attempts``, else it FAILS with
   ``Max retry attempts exceeded`` (E-RUN-004). Both events name the expired attempt, its
   worker and the lease's last renewal (:func:`lease_expiry` says it in words, in the event's
-  reason and in ``failure_reason``); the failure is marked ``dead_letter``, so the relay puts
-  the run's work on the dead-letter stream when it publishes it (R-19). WAITING_APPROVAL holds
+  reason and in ``failure_reason``); the failure is marked ``dead_letter``, so its dead letter
+  is recorded in the same transaction (R-19). WAITING_APPROVAL holds
   no lease and is never reaped. The same decision serves the reaper loop and a worker that
   takes an expired run directly (reclaim, polling), which requeues and claims in one
   transaction.
@@ -68,6 +68,7 @@ from awooop.runs.leases.rules import (
     reap_event,
 )
 from awooop.runs.leases.single import (
+    Undelivered,
     claim,
     fail_undeliverable,
     fenced_record,
@@ -90,6 +91,7 @@ __all__ = (
     "FencedWrite",
     "RunStatements",
     "Taken",
+    "Undelivered",
     "Verdict",
     "availability",
     "claim",

@@ -82,8 +82,8 @@ def lease_expiry(state: RunState) -> str:
 
 def reap_event(state: RunState, now: datetime) -> RunRequeued | RunFailed:
     """R-13, R-19: the event for a run whose lease expired. It names the expired attempt and
-    its worker; the last such attempt FAILS the run with E-RUN-004 and sends its work to the
-    dead-letter stream (``dead_letter``: the relay writes the entry)."""
+    its worker; the last such attempt FAILS the run with E-RUN-004 and dead-letters it
+    (``dead_letter``: recorded with the event, :mod:`awooop.log.deadletters`)."""
     if state.attempt_count < state.max_attempts:
         return RunRequeued(
             at=now,

@@ -9,9 +9,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from awooop.core.db import Connection
 from awooop.core.errors import LeaseLostError
 from awooop.core.events import Event, LeaseReleased, RunFailed, RunRequeued
+from awooop.log import deadletters
 from awooop.log import runs as log_runs
 from awooop.log.state import RunState, RunStatus, row_to_state
 from awooop.runs import store
@@ -270,6 +273,16 @@ async def release(
     )
 
 
+class Undelivered(msgspec.Struct, frozen=True, kw_only=True):
+    """The work message a consumer gives up on, as its dead letter keeps it."""
+
+    group: str
+    entry_id: str
+    delivery_count: int
+    event_type: str
+    message: bytes
+
+
 async def fail_undeliverable(
     conn: Connection,
     run_id: uuid.UUID,
@@ -277,9 +290,13 @@ async def fail_undeliverable(
     reason: str,
     code: str,
     metadata: dict[str, Any] | None = None,
+    *,
+    undelivered: Undelivered | None = None,
 ) -> RunState | None:
     """Fail a run whose work message is being dead-lettered, if nobody is making progress on
-    it (dispatchable, or its lease expired); None (nothing written) otherwise."""
+    it (dispatchable, or its lease expired); None (nothing written) otherwise. The failure is
+    marked ``dead_letter``: its dead letter is recorded with it (:mod:`awooop.log.deadletters`),
+    with what ``undelivered`` says about the message."""
     found = await store.lock_if_present(conn, run_id)
     if found is None:
         return None
@@ -287,5 +304,16 @@ async def fail_undeliverable(
     seen = availability(state, now, worker_id)
     if seen not in (Availability.CLAIMABLE, Availability.EXPIRED):
         return None
-    event = RunFailed(at=now, reason=reason, code=code)
-    return await log_runs.apply_and_store(conn, state, event, metadata)
+    event = RunFailed(at=now, reason=reason, code=code, dead_letter=True)
+    failed = await log_runs.apply_and_store(conn, state, event, metadata)
+    if undelivered is not None:
+        await deadletters.note_delivery(
+            conn,
+            run_id,
+            group_name=undelivered.group,
+            source_entry_id=undelivered.entry_id,
+            delivery_count=undelivered.delivery_count,
+            event_type=undelivered.event_type,
+            message=undelivered.message,
+        )
+    return failed
