@@ -35,7 +35,9 @@ attempt holds the lease. The rules, in one place:
   ``Max retry attempts exceeded`` (E-RUN-004). Both events name the expired attempt, its
   worker and the lease's last renewal (:func:`lease_expiry` says it in words, in the event's
   reason and in ``failure_reason``); the failure is marked ``dead_letter``, so the relay puts
-  the run's work on the dead-letter stream when it publishes it (R-19). WAITING_APPROVAL holds
+  the run's work on the dead-letter stream when it publishes it (R-19). When the expired
+  lease's worker held other runs too, the run is requeued as a suspect instead, uncharged, and
+  runs alone from then on (:mod:`~awooop.runs.leases.suspects`). WAITING_APPROVAL holds
   no lease and is never reaped. The same decision serves the reaper loop and a worker that
   takes an expired run directly (reclaim, polling), which requeues and claims in one
   transaction.
