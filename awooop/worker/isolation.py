@@ -13,8 +13,11 @@ runs each with nothing else in flight, then opens its intake again.
 The cost: while suspects wait, workers stop taking new work until their in-flight runs end;
 suspects run one after another per worker. A drain that does not finish within one lease TTL
 (a long run in flight) is given up: the worker takes work again for ``BACKOFF_POLLS`` poll
-intervals before it tries again, so long runs do not idle it. The runs that wait meanwhile show
-``pending_isolation`` in ``blocked_on``.
+intervals before it tries again, so long runs do not idle it. No new suspect is started once
+the intake has been closed for one lease TTL: the deliveries waiting at the gate go in (a
+delivery left waiting much longer would be reclaimed by other workers, each reclaim counting
+towards ``AWOOOP_MAX_DELIVERIES``), and the next probe closes it again. The runs that wait
+meanwhile show ``pending_isolation`` in ``blocked_on``.
 """
 
 from __future__ import annotations
@@ -95,22 +98,27 @@ class Isolation:
             try:
                 if not await self._waiting():
                     continue
-                if await self.run_suspects(drain_s=self.settings.lease_ttl_s) < 0:
+                ttl = self.settings.lease_ttl_s
+                if await self.run_suspects(drain_s=ttl, for_s=ttl) < 0:
                     await _first(stop, timeout_s=period * BACKOFF_POLLS)
             except Exception as exc:
                 log.warning("isolation_failed", error=repr(exc))
 
-    async def run_suspects(self, drain_s: float) -> int:
+    async def run_suspects(self, drain_s: float, for_s: float | None = None) -> int:
         """Close the intake, wait up to ``drain_s`` for the worker to be empty, then claim and
-        run suspects one at a time while there are any; the number run, -1 when the worker
-        did not empty in time (nothing claimed)."""
+        run suspects one at a time while there are any, starting no new one after ``for_s``
+        seconds closed (None: no limit); the number run, -1 when the worker did not empty in
+        time (nothing claimed)."""
         self._open.clear()
+        closed_at = time.monotonic()
         try:
             if not await self._drained(drain_s):
                 log.info("isolation_drain_gave_up", in_flight=len(self.executor.attempts))
                 return -1
             count = 0
             while not self.stopping():
+                if for_s is not None and time.monotonic() - closed_at > for_s:
+                    break  # deliveries wait at the gate: let them in, look again later
                 state = await self._claim()
                 if state is None:
                     break

@@ -15,6 +15,8 @@ from awooop.loops.runs import reap_once
 from awooop.runs import leases
 from awooop.runs.leases import suspects
 from awooop.worker.runtime import Worker
+from projections.registry import get
+from projections.replay import replay
 from tests.support import handlers
 from tests.support.runs import create_runs, events_of, load
 
@@ -60,6 +62,26 @@ async def test_a_worker_that_died_holding_several_runs_makes_them_suspects_uncha
         assert state.suspect_worker_id == "dead-1"
         [event] = await requeues(db, project, run_id)
         assert event.suspect and event.worker_id == "dead-1"
+
+
+async def test_replay_rebuilds_suspects_and_their_moved_ceilings(
+    db: Database, database_url: str
+) -> None:
+    """The suspect mark and the moved max_attempts are apply() folded over the events: the
+    rebuilt table equals the live one (replay run_state --verify)."""
+    runs = await create_runs(db, P, 2)
+    for run_id in runs:
+        await claim(db, P, run_id, "dead-5")
+    await expire(db)
+    await reap_once(db)
+    got = await db.in_platform_writes(lambda c: suspects.claim_suspect(c, "w-alone", SHORT))
+    assert got is not None
+    await expire(db)
+    await reap_once(db)  # the suspect died alone: charged, still a suspect
+    again = await load(db, P, got.run_id)
+    assert (again.max_attempts, again.suspect_worker_id) == (4, "dead-5")
+    report = await replay(database_url, get("run_state"))
+    assert report.differences == 0, report.lines()
 
 
 async def test_a_worker_that_died_holding_one_run_is_charged_to_it(db: Database) -> None:
