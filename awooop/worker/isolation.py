@@ -63,7 +63,6 @@ class Isolation:
         self._open.set()
         self._wake = asyncio.Event()
         self._claiming = 0  # claims of the other paths between the gate and their attempt
-        self.alone = False  # a suspect runs here now
 
     # --- the gate (the other claim paths) ----------------------------------------------------
 
@@ -106,9 +105,9 @@ class Isolation:
 
     async def run_suspects(self, drain_s: float, for_s: float | None = None) -> int:
         """Close the intake, wait up to ``drain_s`` for the worker to be empty, then claim and
-        run suspects one at a time while there are any, starting no new one after ``for_s``
-        seconds closed (None: no limit); the number run, -1 when the worker did not empty in
-        time (nothing claimed)."""
+        run suspects one at a time while there are any, starting none but the first after
+        ``for_s`` seconds closed (None: no limit); the number run, -1 when the worker did not
+        empty in time (nothing claimed)."""
         self._open.clear()
         closed_at = time.monotonic()
         try:
@@ -117,7 +116,7 @@ class Isolation:
                 return -1
             count = 0
             while not self.stopping():
-                if for_s is not None and time.monotonic() - closed_at > for_s:
+                if count and for_s is not None and time.monotonic() - closed_at > for_s:
                     break  # deliveries wait at the gate: let them in, look again later
                 state = await self._claim()
                 if state is None:
@@ -131,12 +130,8 @@ class Isolation:
                     attempt=state.attempt_count,
                     suspect_of=state.suspect_worker_id,
                 )
-                self.alone = True
-                try:
-                    attempt = self.executor.begin(state, time.monotonic())
-                    await self.executor.run(attempt, state)
-                finally:
-                    self.alone = False
+                attempt = self.executor.begin(state, time.monotonic())
+                await self.executor.run(attempt, state)
             return count
         finally:
             self._open.set()

@@ -19,6 +19,7 @@ from projections.registry import get
 from projections.replay import replay
 from tests.support import handlers
 from tests.support.runs import create_runs, events_of, load
+from tests.support.waiting import eventually
 
 P = "proj-suspects"
 Q = "proj-suspects-2"
@@ -172,3 +173,60 @@ async def test_a_worker_runs_a_suspect_with_nothing_else_in_flight(
         for b in plain
         if a != b
     )
+
+
+async def test_a_serving_worker_drains_then_runs_suspects_alone_then_takes_work_again(
+    db: Database, fast: Settings
+) -> None:
+    """The loop of a serving worker (polling path): plain runs in flight when suspects appear
+    finish first; the suspects run one at a time with nothing else; plain runs created
+    meanwhile wait and then run together again."""
+    handlers.EFFECTS.clear()
+    worker = Worker(db=db, settings=fast, handler=handlers.exits_when_told, concurrency=5)
+    stop = asyncio.Event()
+    serving = asyncio.ensure_future(worker.run(stop))
+    try:
+        before = await create_runs(db, P, 4, payload={"sleep": 1.0})
+        await eventually_status(db, before, {"RUNNING", "COMPLETED"})
+        shared = await create_runs(db, P, 2, payload={"sleep": 0.3})
+        for run_id in shared:
+            await claim(db, P, run_id, "dead-6")
+        await expire(db)
+        await reap_once(db)  # the worker's polling pass may reap one first: the same decision
+        after = await create_runs(db, P, 4, payload={"sleep": 0.3})
+        await eventually_status(db, [*before, *shared, *after], {"COMPLETED"})
+    finally:
+        stop.set()
+        await asyncio.wait_for(serving, timeout=60)
+    spans: dict[str, dict[str, float]] = {}
+    for e in handlers.EFFECTS:
+        spans.setdefault(e["run_id"], {})[e["what"]] = e["t"]
+    for run_id in shared:
+        mine = spans[str(run_id)]
+        overlapping = [
+            other
+            for other, times in spans.items()
+            if other != str(run_id)
+            and times["start"] < mine["done"]
+            and times["done"] > mine["start"]
+        ]
+        assert overlapping == [], (run_id, overlapping)
+    for run_id in shared:
+        assert (await load(db, P, run_id)).suspect_worker_id == "dead-6"
+    # Then the worker took work together again.
+    assert any(
+        spans[str(a)]["start"] < spans[str(b)]["done"]
+        and spans[str(b)]["start"] < spans[str(a)]["done"]
+        for a in after
+        for b in after
+        if a != b
+    )
+    assert max(spans[str(r)]["done"] for r in before) <= min(spans[str(r)]["start"] for r in shared)
+
+
+async def eventually_status(db: Database, run_ids: list[uuid.UUID], wanted: set[str]) -> None:
+    async def reached() -> bool:
+        found = [(await load(db, P, r)).status for r in run_ids]
+        return all(status in wanted for status in found)
+
+    await eventually(reached, timeout_s=60, what=f"runs {sorted(wanted)}")
