@@ -12,7 +12,7 @@ from awooop.core.events import RunClaimed, RunCompleted, RunFailed, RunRequeued,
 from awooop.log.state import MAX_ATTEMPTS_CODE, RunState, RunStatus, apply, decode_state
 from awooop.runs.leases import Availability, availability, claim_event, reap_event
 from awooop.runs.leases.rules import died_sharing
-from awooop.runs.leases.suspects import requeued_for_isolation
+from awooop.runs.leases.suspects import requeued_for_isolation, workers_with_several
 from awooop.worker.reclaim import ReclaimAction, reclaim_action
 from tests.support.factories import T0, WORKER, replace, state_in
 
@@ -158,3 +158,15 @@ def test_a_claim_keeps_the_suspect_mark() -> None:
     claimed = apply(suspect, claim_event(suspect, LATER, WORKER, TTL_S))
     assert isinstance(claim_event(suspect, LATER, WORKER, TTL_S), RunClaimed)
     assert claimed.suspect_worker_id == "worker-x"
+
+
+def test_a_batch_with_several_runs_of_one_worker_knows_its_death_was_shared() -> None:
+    base = state_in(S.RUNNING)
+    batch = [
+        replace(base, worker_id="w-1"),
+        replace(base, worker_id="w-1"),
+        replace(base, worker_id="w-2"),
+        replace(base, worker_id=None),
+    ]
+    assert workers_with_several(batch) == frozenset({"w-1"})
+    assert workers_with_several([]) == frozenset()

@@ -23,7 +23,11 @@ from awooop.runs.leases.rules import (
     claim_event,
     fence_problem,
 )
-from awooop.runs.leases.suspects import reap_decision, requeued_for_isolation
+from awooop.runs.leases.suspects import (
+    reap_decision,
+    requeued_for_isolation,
+    workers_with_several,
+)
 
 # --- SQL (reads; the run row's columns written out, as RunState names them) -----------------
 
@@ -166,7 +170,8 @@ async def take_expired_batch(
     if limit <= 0:
         return []
     rows = await conn.fetch(EXPIRED, limit)
-    return [await _reap_and_claim(conn, row, worker_id, ttl_s, metadata) for row in rows]
+    several = workers_with_several(row_to_state(row) for row in rows)
+    return [await _reap_and_claim(conn, row, worker_id, ttl_s, metadata, several) for row in rows]
 
 
 async def _reap_and_claim(
@@ -175,10 +180,11 @@ async def _reap_and_claim(
     worker_id: str,
     ttl_s: float,
     metadata: dict[str, Any] | None,
+    several: frozenset[str] = frozenset(),
 ) -> Taken:
     now: datetime = row["db_now"]
     state = row_to_state(row)
-    reaped = await reap_decision(conn, state, now)
+    reaped = await reap_decision(conn, state, now, shared=state.worker_id in several)
     state = await log_runs.apply_and_store(conn, state, reaped, metadata)
     if isinstance(reaped, RunFailed) or requeued_for_isolation(reaped, state):
         return Taken(state, reaped, claimed=False)
@@ -193,10 +199,11 @@ async def reap(
 ) -> list[tuple[RunState, RunRequeued | RunFailed]]:
     """R-13: requeue or fail up to ``limit`` runs whose lease expired (platform role)."""
     rows = await conn.fetch(EXPIRED, limit)
+    states = [row_to_state(row) for row in rows]
+    several = workers_with_several(states)
     done = []
-    for row in rows:
-        state = row_to_state(row)
-        event = await reap_decision(conn, state, row["db_now"])
+    for row, state in zip(rows, states, strict=True):
+        event = await reap_decision(conn, state, row["db_now"], shared=state.worker_id in several)
         done.append((await log_runs.apply_and_store(conn, state, event, metadata), event))
     return done
 

@@ -14,6 +14,8 @@ holds runs of several projects, and the question is about the worker, not one pr
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -71,14 +73,23 @@ SELECT EXISTS (
 """
 
 
+def workers_with_several(states: Iterable[RunState]) -> frozenset[str]:
+    """Pure: the workers that hold more than one of these expired runs (a batch the reaper or
+    a polling pass locked): their deaths were shared, no need to ask."""
+    seen = Counter(s.worker_id for s in states if s.worker_id is not None)
+    return frozenset(w for w, n in seen.items() if n > 1)
+
+
 async def reap_decision(
-    conn: Connection, state: RunState, now: datetime
+    conn: Connection, state: RunState, now: datetime, *, shared: bool = False
 ) -> RunRequeued | RunFailed:
     """The reap event for ``state`` (locked by the caller, its lease expired): shared death or
-    the run's own (see the module docstring). The caller writes it."""
-    others = await conn.fetchrow(OTHERS_OF_WORKER, state.worker_id, state.run_id)
-    assert others is not None  # an aggregate answers one row
-    shared = died_sharing(others["leased"], others["suspected"])
+    the run's own (see the module docstring); ``shared`` when the caller already knows. The
+    caller writes it."""
+    if not shared:
+        others = await conn.fetchrow(OTHERS_OF_WORKER, state.worker_id, state.run_id)
+        assert others is not None  # an aggregate answers one row
+        shared = died_sharing(others["leased"], others["suspected"])
     if shared or state.attempt_count < state.max_attempts:
         return reap_event(state, now, shared=shared)
     before: int = await conn.fetchval(LONE_DEATHS, run_stream_id(state.run_id))
