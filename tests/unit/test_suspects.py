@@ -170,3 +170,18 @@ def test_a_batch_with_several_runs_of_one_worker_knows_its_death_was_shared() ->
     ]
     assert workers_with_several(batch) == frozenset({"w-1"})
     assert workers_with_several([]) == frozenset()
+
+
+def test_a_run_that_only_sometimes_kills_is_charged_only_for_its_deaths_alone() -> None:
+    """Shared death (uncharged), a death alone (charged), then an attempt alone that completes:
+    COMPLETED with one charged attempt, the ceiling moved once."""
+    running = state_in(S.RUNNING)
+    suspect = apply(running, reap_event(running, MUCH_LATER, shared=True))
+    alone = apply(suspect, claim_event(suspect, MUCH_LATER, "worker-b", TTL_S))
+    charged = reap_event(alone, MUCH_LATER)
+    assert isinstance(charged, RunRequeued) and not charged.suspect
+    again = apply(alone, charged)
+    assert again.suspect_worker_id == WORKER  # still runs alone
+    last = apply(again, claim_event(again, MUCH_LATER, "worker-c", TTL_S))
+    done = apply(last, RunCompleted(at=MUCH_LATER, worker_id="worker-c", attempt=3, result=1))
+    assert (done.status, done.attempt_count, done.max_attempts) == (S.COMPLETED, 3, 4)
