@@ -140,12 +140,19 @@ class RunRequeued(EventBase, frozen=True, kw_only=True, tag=True):
     """The reaper (or a worker taking the run) found the lease of ``attempt`` expired and put
     the run back to PENDING. ``worker_id``: the worker whose lease expired; ``last_renewal_at``:
     when that lease was last taken or renewed; ``reason``: the same, in words (None and empty
-    in events stored before these fields existed)."""
+    in events stored before these fields existed).
+
+    ``suspect``: that worker held other runs too when its lease expired, so the death is not
+    charged to this run (its ``max_attempts`` moves up by one with the attempt) and the run
+    becomes a suspect that runs alone from now on (``suspect_worker_id`` = ``worker_id``).
+    False: the worker held this run alone, the death is charged (events stored before the
+    field existed were all charged)."""
 
     attempt: int
     worker_id: str | None = None
     last_renewal_at: datetime | None = None
     reason: str = ""
+    suspect: bool = False
 
 
 class LeaseReleased(EventBase, frozen=True, kw_only=True, tag=True):

@@ -187,9 +187,9 @@ PROJECTOR_FAILURES = Counter(
 # tests/unit/test_metrics_labels.py checks that every literal label value used in the code is
 # listed here.
 KNOWN_LABELS: dict[Counter, tuple[tuple[str, ...], ...]] = {
-    LEASE_CLAIMS: (("stream",), ("reclaim",), ("poll",)),
+    LEASE_CLAIMS: (("stream",), ("reclaim",), ("poll",), ("isolated",)),
     RECLAIMS: (("acked",), ("left",), ("dead_lettered",), ("taken",), ("error",)),
-    REAPED: (("requeued",), ("failed",)),
+    REAPED: (("requeued",), ("suspected",), ("failed",)),
     RUNS_FINISHED: (("COMPLETED",), ("FAILED",), ("CANCELLED",)),
     RELAY_PUBLISHED: (("events",), ("contract",)),
     RELAY_ATTEMPTS: (

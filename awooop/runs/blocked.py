@@ -8,6 +8,7 @@ from Redis once per shard) and names a :class:`Reason`:
 |------------------|------------------------------------------------|------------------------|
 | PENDING, RESUMED | it has an open dead letter (Postgres)          | pending_dead_lettered  |
 |                  | no consumer of its shard's group read recently | pending_no_worker      |
+|                  | a suspect: waits to run alone on a worker      | pending_isolation      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
 |                  | otherwise: readers are there, all busy         | pending_workers_busy   |
 | RUNNING          | lease live                                     | running                |
@@ -50,6 +51,7 @@ class Reason(enum.StrEnum):
     PENDING_NO_WORKER = "pending_no_worker"
     PENDING_WORKERS_BUSY = "pending_workers_busy"
     PENDING_DEAD_LETTERED = "pending_dead_lettered"
+    PENDING_ISOLATION = "pending_isolation"
     RETRY_PENDING = "retry_pending"
     RUNNING = "running"
     LEASE_EXPIRED = "lease_expired"
@@ -65,6 +67,7 @@ REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.PENDING_NO_WORKER: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_WORKERS_BUSY: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.PENDING_ISOLATION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RUNNING: frozenset({RunStatus.RUNNING}),
     Reason.LEASE_EXPIRED: frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL}),
@@ -98,6 +101,7 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     last_end_type: str | None = None  # the last RunRequeued/LeaseReleased/RunFailed/Approval*
     last_end_reason: str | None = None
     dead_lettered: bool = False  # the run has an open dead letter (awooop_dead_letters)
+    suspect_worker_id: str | None = None  # a suspect: it runs alone (leases.suspects)
 
 
 class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -163,6 +167,17 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     reason=Reason.PENDING_NO_WORKER,
                     summary=f"{waiting}; no worker has read shard {shard.shard} recently",
                     next_action="start an awooop worker (awooop doctor: consumer groups)",
+                )
+            if f.suspect_worker_id is not None:
+                return _blocked(
+                    f,
+                    reason=Reason.PENDING_ISOLATION,
+                    summary=f"{waiting}; a suspect since worker {f.suspect_worker_id} died "
+                    "holding it and other runs: it waits for a worker with nothing else in "
+                    "flight to run it alone",
+                    next_action="none: a worker finishes its runs and takes it; suspects run "
+                    "one at a time per worker",
+                    worker_id=f.suspect_worker_id,
                 )
             if f.attempt_count > 0:
                 why = f.last_end_reason or f.last_end_type or "unknown"

@@ -55,7 +55,7 @@ LIVE = ("PENDING", "RESUMED", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL")
 _SELECT = """
 SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, rs.worker_id,
        rs.lease_until, rs.heartbeat_at, rs.waiting_for, rs.approval_expires_at,
-       rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now,
+       rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now, rs.suspect_worker_id,
        ap.name AS approval_name, ap.reason AS approval_reason,
        ended.event_type AS last_end_type, ended.data ->> 'reason' AS last_end_reason
 FROM awooop_run_state rs
@@ -112,6 +112,7 @@ def facts_of(row: Any) -> RunFacts:
         approval_reason=row["approval_reason"],
         last_end_type=row["last_end_type"],
         last_end_reason=row["last_end_reason"] or None,
+        suspect_worker_id=row["suspect_worker_id"],
     )
 
 

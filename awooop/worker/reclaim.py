@@ -8,6 +8,7 @@ with Postgres, the authority:
 | the run is                           | deliveries <= max         | deliveries > max            |
 |--------------------------------------|---------------------------|-----------------------------|
 | finished, unknown, awaiting approval | XACK                      | XACK                        |
+| a suspect (runs alone)               | XACK                      | XACK                        |
 | held by a live lease elsewhere       | leave pending, uncounted  | XACK (superseded)           |
 | held by this worker                  | XACK (already running)    | XACK                        |
 | its lease expired                    | take it (reap decision)   | take it (reap decision)     |
@@ -56,6 +57,8 @@ def reclaim_action(seen: Availability, deliveries: int, max_deliveries: int) -> 
         return ReclaimAction.DEAD_LETTER if too_many else ReclaimAction.TAKE
     if seen is Availability.HELD:
         return ReclaimAction.ACK if too_many else ReclaimAction.LEAVE
+    # Finished, unknown, awaiting approval, mine, or a suspect (the isolated claim finds it in
+    # Postgres, awooop.worker.isolation): nothing for this message to do.
     return ReclaimAction.ACK
 
 

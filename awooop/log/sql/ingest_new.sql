@@ -69,13 +69,13 @@ WITH guard AS (
         run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
         attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
         failure_reason, failure_code, saga_steps, input, result, waiting_for,
-        approval_expires_at, created_at, updated_at, finished_at
+        approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id
     )
     SELECT r.run_id, r.project_id, r.channel_type, r.provider_event_id, r.contract_id,
            r.status, r.version, r.attempt_count, r.max_attempts, r.worker_id, r.lease_until,
            r.heartbeat_at, r.reaped_at, r.failure_reason, r.failure_code, r.saga_steps,
            r.input, r.result, r.waiting_for, r.approval_expires_at, now(), now(),
-           r.finished_at
+           r.finished_at, r.suspect_worker_id
     FROM jsonb_populate_recordset(NULL::awooop_run_state, $10::jsonb) AS r
     WHERE r.run_id IN (SELECT run_id FROM new)
     RETURNING run_id

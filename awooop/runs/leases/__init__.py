@@ -35,7 +35,9 @@ attempt holds the lease. The rules, in one place:
   ``Max retry attempts exceeded`` (E-RUN-004). Both events name the expired attempt, its
   worker and the lease's last renewal (:func:`lease_expiry` says it in words, in the event's
   reason and in ``failure_reason``); the failure is marked ``dead_letter``, so its dead letter
-  is recorded in the same transaction (R-19). WAITING_APPROVAL holds
+  is recorded in the same transaction (R-19). When the expired lease's worker held other runs
+  too, the run is requeued as a suspect instead, uncharged, and runs alone from then on
+  (:mod:`~awooop.runs.leases.suspects`). WAITING_APPROVAL holds
   no lease and is never reaped. The same decision serves the reaper loop and a worker that
   takes an expired run directly (reclaim, polling), which requeues and claims in one
   transaction.

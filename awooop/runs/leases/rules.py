@@ -31,6 +31,9 @@ class Availability(enum.StrEnum):
     FINISHED = "finished"  # terminal: nothing left to do
     AWAITING_APPROVAL = "awaiting_approval"  # no lease; ApprovalGranted dispatches it again
     CLAIMABLE = "claimable"  # PENDING or RESUMED, lease empty or expired
+    # PENDING or RESUMED, lease empty or expired, and a suspect: only a worker with nothing
+    # else in flight takes it (the isolated claim, awooop.worker.isolation)
+    SUSPECT = "suspect"
     HELD = "held"  # a live lease of another worker
     HELD_BY_ME = "held_by_me"  # a live lease of this worker
     EXPIRED = "expired"  # RUNNING/WAITING_TOOL with an expired lease: reap, then claim
@@ -45,7 +48,9 @@ def availability(state: RunState | None, now: datetime, worker_id: str) -> Avail
         return Availability.AWAITING_APPROVAL
     live = state.lease_until is not None and state.lease_until > now
     if state.status in DISPATCHABLE:
-        return Availability.HELD if live else Availability.CLAIMABLE
+        if live:
+            return Availability.HELD
+        return Availability.CLAIMABLE if state.suspect_worker_id is None else Availability.SUSPECT
     assert state.status in LEASED
     if not live:
         return Availability.EXPIRED
@@ -80,10 +85,40 @@ def lease_expiry(state: RunState) -> str:
     )
 
 
-def reap_event(state: RunState, now: datetime) -> RunRequeued | RunFailed:
+def died_sharing(others_leased: int, others_suspected: int) -> bool:
+    """Pure: whether a dead worker held other runs besides the one being reaped: runs it still
+    holds (their leases expired with it, or not yet), or runs that its death already made
+    suspects (the runs of one worker are reaped one by one, by whichever process finds each
+    first; a run once suspected keeps the mark, so the last one reaped still sees the first)."""
+    return others_leased > 0 or others_suspected > 0
+
+
+def reap_event(
+    state: RunState, now: datetime, *, shared: bool = False, lone_deaths: int = 1
+) -> RunRequeued | RunFailed:
     """R-13, R-19: the event for a run whose lease expired. It names the expired attempt and
-    its worker; the last such attempt FAILS the run with E-RUN-004 and dead-letters it
-    (``dead_letter``: recorded with the event, :mod:`awooop.log.deadletters`)."""
+    its worker.
+
+    ``shared`` (:func:`died_sharing`): the worker held other runs too, so which of them killed
+    it is unknown: the run is requeued as a suspect and the death is not charged (whatever
+    its attempt count; ``apply`` moves ``max_attempts`` up by one). A suspect runs alone, so
+    its next death is not shared. Otherwise the death is the run's own: requeued while
+    ``attempt_count < max_attempts``, else FAILED with E-RUN-004, naming the run and how many
+    times (``lone_deaths``, this one included) it killed its worker while running alone, and
+    it is dead-lettered (``dead_letter``: recorded with the event,
+    :mod:`awooop.log.deadletters`)."""
+    if shared:
+        return RunRequeued(
+            at=now,
+            attempt=state.attempt_count,
+            worker_id=state.worker_id,
+            last_renewal_at=state.heartbeat_at,
+            reason=(
+                f"{lease_expiry(state)}; the worker held other runs too, so this death is "
+                "not charged to the run: it runs alone from now on"
+            ),
+            suspect=True,
+        )
     if state.attempt_count < state.max_attempts:
         return RunRequeued(
             at=now,
@@ -92,10 +127,12 @@ def reap_event(state: RunState, now: datetime) -> RunRequeued | RunFailed:
             last_renewal_at=state.heartbeat_at,
             reason=lease_expiry(state),
         )
+    times = "once" if lone_deaths == 1 else f"{lone_deaths} times"
     return RunFailed(
         at=now,
         reason=(
             f"{MAX_ATTEMPTS_REASON} ({state.attempt_count} of {state.max_attempts}): "
+            f"run {state.run_id} killed its worker {times} while running alone; "
             f"{lease_expiry(state)}"
         ),
         code=MAX_ATTEMPTS_CODE,
@@ -201,8 +238,9 @@ class FencedWrite:
 
 @dataclass(frozen=True)
 class Taken:
-    """The outcome of taking an expired run: the reap event applied and, if requeued, the
-    claim (``state`` is then RUNNING under the new attempt)."""
+    """The outcome of taking an expired run: the reap event applied and, if requeued and not
+    a suspect, the claim (``state`` is then RUNNING under the new attempt). A suspect is left
+    PENDING for an isolated claim."""
 
     state: RunState
     reaped: RunRequeued | RunFailed

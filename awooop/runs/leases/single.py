@@ -25,7 +25,11 @@ from awooop.runs.leases.rules import (
     availability,
     claim_event,
     fence_problem,
-    reap_event,
+)
+from awooop.runs.leases.suspects import (
+    reap_decision,
+    requeued_for_isolation,
+    workers_with_several,
 )
 
 # --- SQL (reads; the run row's columns written out, as RunState names them) -----------------
@@ -36,25 +40,28 @@ CLAIM = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state
 WHERE run_id = $1
   AND status IN ('PENDING', 'RESUMED')
   AND (lease_until IS NULL OR lease_until < now())
+  AND suspect_worker_id IS NULL
 FOR UPDATE SKIP LOCKED
 """
 
 # The polling path: dispatchable runs that have waited at least $1 seconds (no stream message
-# got them taken), oldest first, through the partial index on dispatchable runs.
+# got them taken), oldest first, through the partial index on dispatchable runs. Suspects are
+# left to the isolated claim (awooop.runs.leases.suspects).
 POLL = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state
 WHERE status IN ('PENDING', 'RESUMED')
   AND (lease_until IS NULL OR lease_until < now())
   AND updated_at <= now() - make_interval(secs => $1)
+  AND suspect_worker_id IS NULL
 ORDER BY created_at
 LIMIT $2
 FOR UPDATE SKIP LOCKED
@@ -65,7 +72,7 @@ LOCK_EXPIRED = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state
 WHERE run_id = $1
   AND status IN ('RUNNING', 'WAITING_TOOL')
@@ -78,7 +85,7 @@ EXPIRED = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state
 WHERE status IN ('RUNNING', 'WAITING_TOOL')
   AND lease_until < now()
@@ -92,7 +99,7 @@ PEEK = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state WHERE run_id = $1
 """
 
@@ -166,7 +173,8 @@ async def take_expired_batch(
     if limit <= 0:
         return []
     rows = await conn.fetch(EXPIRED, limit)
-    return [await _reap_and_claim(conn, row, worker_id, ttl_s, metadata) for row in rows]
+    several = workers_with_several(row_to_state(row) for row in rows)
+    return [await _reap_and_claim(conn, row, worker_id, ttl_s, metadata, several) for row in rows]
 
 
 async def _reap_and_claim(
@@ -175,12 +183,13 @@ async def _reap_and_claim(
     worker_id: str,
     ttl_s: float,
     metadata: dict[str, Any] | None,
+    several: frozenset[str] = frozenset(),
 ) -> Taken:
     now: datetime = row["db_now"]
     state = row_to_state(row)
-    reaped = reap_event(state, now)
+    reaped = await reap_decision(conn, state, now, shared=state.worker_id in several)
     state = await log_runs.apply_and_store(conn, state, reaped, metadata)
-    if isinstance(reaped, RunFailed):
+    if isinstance(reaped, RunFailed) or requeued_for_isolation(reaped, state):
         return Taken(state, reaped, claimed=False)
     state = await log_runs.apply_and_store(
         conn, state, claim_event(state, now, worker_id, ttl_s), metadata
@@ -193,10 +202,11 @@ async def reap(
 ) -> list[tuple[RunState, RunRequeued | RunFailed]]:
     """R-13: requeue or fail up to ``limit`` runs whose lease expired (platform role)."""
     rows = await conn.fetch(EXPIRED, limit)
+    states = [row_to_state(row) for row in rows]
+    several = workers_with_several(states)
     done = []
-    for row in rows:
-        state = row_to_state(row)
-        event = reap_event(state, row["db_now"])
+    for row, state in zip(rows, states, strict=True):
+        event = await reap_decision(conn, state, row["db_now"], shared=state.worker_id in several)
         done.append((await log_runs.apply_and_store(conn, state, event, metadata), event))
     return done
 
