@@ -82,6 +82,16 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 POISONING_ERRORS: tuple[type[BaseException], ...] = (asyncpg.ReadOnlySQLTransactionError,)
 
 
+def refused_by_policy(exc: BaseException) -> bool:
+    """Pure: a row-level security refusal (42501 like a revoked privilege, told apart by its
+    message): a write for a project the session may not touch, never transient, so never
+    "retry later". Postgres words it so in every locale the runtime's logins can get (the
+    server's lc_messages; only a superuser may change it per session)."""
+    return isinstance(exc, asyncpg.InsufficientPrivilegeError) and "row-level security" in str(
+        exc
+    )
+
+
 def unavailable(exc: BaseException, what: str) -> DatabaseUnavailableError:
     """The catalog error for ``exc`` of :data:`CONNECTION_ERRORS`: refused (E-DB-002), no answer
     in time (E-DB-003), or away (E-DB-001)."""
@@ -99,6 +109,8 @@ def unavailable_on_connection_errors(what: str) -> Iterator[None]:
     try:
         yield
     except CONNECTION_ERRORS as exc:
+        if refused_by_policy(exc):
+            raise
         raise unavailable(exc, what) from exc
 
 

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
 from awooop.core.errors import AwoooPError
 from awooop.core.logs import get_logger
-from awooop.core.retries import CONNECTION_ERRORS, unavailable
+from awooop.core.retries import CONNECTION_ERRORS, refused_by_policy, unavailable
 from awooop.http.capacity import RequestBounds
 from awooop.http.server import READ_TIMEOUT_MARK
 from awooop.services import Services
@@ -71,7 +71,10 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
 async def _database_unavailable(request: Request, exc: Exception) -> Response:
     """The database away, refusing or too slow, wherever a route met it: a typed 503 with
     Retry-After and one log line. Registered per class (not under ``Exception``, whose handler
-    Starlette's error middleware follows with a re-raise and a traceback in the server log)."""
+    Starlette's error middleware follows with a re-raise and a traceback in the server log).
+    A row-level security refusal is no outage but a bug: 500, logged with its traceback."""
+    if refused_by_policy(exc):
+        return await _unexpected(request, exc)
     typed = unavailable(exc, "the database")
     log.warning(
         "http_database_unavailable",
