@@ -156,10 +156,18 @@ class RunRequeued(EventBase, frozen=True, kw_only=True, tag=True):
 
 
 class LeaseReleased(EventBase, frozen=True, kw_only=True, tag=True):
-    """A worker gave its lease back (shutdown) so that another worker takes the run at once."""
+    """A worker gave its lease back so that another worker takes the run at once.
+
+    ``charged``: whether the attempt counts against ``max_attempts``. A worker gives a lease
+    back uncharged when the attempt ended through no fault of the run: the worker shut down, or
+    the runtime's own stores were away or refusing (it hands the run back once Postgres answers
+    again); ``apply`` then moves ``max_attempts`` up by one with the attempt, as for a suspect.
+    Events stored before the field existed were all charged. ``reason``: why, in words."""
 
     worker_id: str
     attempt: int
+    charged: bool = True
+    reason: str = ""
 
 
 class RunCancelled(EventBase, frozen=True, kw_only=True, tag=True):

@@ -87,9 +87,7 @@ def refused_by_policy(exc: BaseException) -> bool:
     message): a write for a project the session may not touch, never transient, so never
     "retry later". Postgres words it so in every locale the runtime's logins can get (the
     server's lc_messages; only a superuser may change it per session)."""
-    return isinstance(exc, asyncpg.InsufficientPrivilegeError) and "row-level security" in str(
-        exc
-    )
+    return isinstance(exc, asyncpg.InsufficientPrivilegeError) and "row-level security" in str(exc)
 
 
 def unavailable(exc: BaseException, what: str) -> DatabaseUnavailableError:

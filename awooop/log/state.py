@@ -326,7 +326,14 @@ def _changes(state: RunState, event: Event) -> dict[str, Any]:
                 requeued["suspect_worker_id"] = event.worker_id
             return requeued
         case LeaseReleased():
-            return {**_RELEASED, "status": RunStatus.PENDING, "waiting_for": None}
+            released: dict[str, Any] = {
+                **_RELEASED,
+                "status": RunStatus.PENDING,
+                "waiting_for": None,
+            }
+            if not event.charged:
+                released["max_attempts"] = state.max_attempts + 1
+            return released
         case RunCancelled():
             return {
                 **_finished(event, RunStatus.CANCELLED),

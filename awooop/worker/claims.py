@@ -119,7 +119,13 @@ def release(state: RunState, worker_id: str) -> leases.FencedWrite:
         state.run_id,
         worker_id,
         state.attempt_count,
-        lambda _s, now: LeaseReleased(at=now, worker_id=worker_id, attempt=state.attempt_count),
+        lambda _s, now: LeaseReleased(
+            at=now,
+            worker_id=worker_id,
+            attempt=state.attempt_count,
+            charged=False,
+            reason="the worker stopped before the attempt started",
+        ),
     )
 
 

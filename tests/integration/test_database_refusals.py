@@ -195,3 +195,53 @@ async def test_the_producer_library_raises_typed_refusals(
         await owner.execute("GRANT INSERT ON awooop_run_state, awooop_events TO awooop_app")
     assert await owner.fetchval("SELECT count(*) FROM awooop_run_state") == 0
     assert (await producer.submit(db, P, event)).created
+
+
+async def test_an_attempt_cut_off_by_a_refusing_database_is_handed_back_uncharged(
+    fast: Settings, owner: asyncpg.Connection
+) -> None:
+    """Step two's journal write is refused (UPDATE revoked from the run pool's role) after step
+    one was journaled: the attempt is abandoned, and once the database takes writes again the
+    worker hands the run back uncharged (no restart, no lease left to run out, no reaper), and
+    the next attempt completes without repeating step one, with the run's budget whole."""
+    quick = msgspec.structs.replace(fast, lease_ttl_s=8.0, heartbeat_interval_s=0.5)
+    db = await Database.open(quick.database_url, max_size=4, run_timeout_s=quick.lease_io_timeout_s)
+    [run_id] = await create_runs(db, P, payload={"sleep": 1.0})
+    worker = build_worker(db=db, settings=quick, handler=handlers.journaled, concurrency=2).worker
+    stop = asyncio.Event()
+    serving = asyncio.create_task(worker.run(stop))
+    try:
+        await eventually(lambda: effects(run_id, "one"), what="step one journaled")
+        await owner.execute("REVOKE UPDATE ON awooop_run_state FROM awooop_platform")
+        try:
+            # Step two runs (its side effect comes before its journal write), then its write
+            # is refused and the give-back's tries are refused too, for a while.
+            await eventually(lambda: effects(run_id, "two"), what="step two ran")
+            await asyncio.sleep(1.0)
+        finally:
+            await owner.execute("GRANT UPDATE ON awooop_run_state TO awooop_platform")
+
+        async def completed() -> bool:
+            return (await load(db, P, run_id)).status == "COMPLETED"
+
+        await eventually(completed, what="the run completed in its next attempt")
+    finally:
+        stop.set()
+        await serving
+        await db.close()
+    state = await owner.fetchrow(
+        "SELECT attempt_count, max_attempts FROM awooop_run_state WHERE run_id = $1", run_id
+    )
+    assert (state["attempt_count"], state["max_attempts"]) == (2, quick.max_attempts + 1)
+    rows = await owner.fetch(
+        "SELECT event_type FROM awooop_events WHERE stream_id = $1 ORDER BY version",
+        f"run-{run_id}",
+    )
+    names = [r["event_type"] for r in rows]
+    assert "RunRequeued" not in names and names.count("LeaseReleased") == 1
+    assert len(effects(run_id, "one")) == 1  # journaled, not repeated
+    assert len(effects(run_id, "two")) == 2  # its journal write was refused: run again
+
+
+def effects(run_id: object, what: str) -> list[dict[str, object]]:
+    return [e for e in handlers.EFFECTS if e["run_id"] == str(run_id) and e["what"] == what]

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.events import RunRequeued, StepCompleted
+from awooop.core.events import LeaseReleased, RunRequeued, StepCompleted
 from awooop.loops.runs import reap_once
 from awooop.runs import approvals, control, leases
 from awooop.runs.approvals import Decision
@@ -118,8 +118,8 @@ async def test_postgres_unavailable_under_a_handler_abandons_the_attempt_not_the
 ) -> None:
     """A journal write or pointer check that finds Postgres gone (a restart) must not fail the
     run: whether its RunFailed got written would depend on when Postgres came back. The
-    attempt ends without a last write, the lease runs out, and the next attempt completes
-    without repeating journaled steps."""
+    attempt is handed back uncharged (LeaseReleased once Postgres takes it), and the next
+    attempt completes without repeating journaled steps, with the run's budget whole."""
     [run_id] = await create_runs(db, P, payload={"unavailable_on_attempts": [1]})
     w = worker(db, fast)
     stop = asyncio.Event()
@@ -134,10 +134,13 @@ async def test_postgres_unavailable_under_a_handler_abandons_the_attempt_not_the
         await task
     state = await load(db, P, run_id)
     assert state.attempt_count == 2 and state.failure_code is None
+    assert state.max_attempts == 4  # 3, and the abandoned attempt was not charged
+    [released] = [e for e in await events_of(db, P, run_id) if isinstance(e, LeaseReleased)]
+    assert not released.charged and "connection lost" in released.reason
     assert "RunFailed" not in await event_types(db, P, run_id)
     assert len(effects(run_id, "unavailable")) == 1
     assert len(effects(run_id, "one")) == 1  # journaled in attempt 1, not run again
-    assert w.executor.finished[Outcome.ERROR] == 1
+    assert w.executor.finished[Outcome.RELEASED] == 1
 
 
 async def test_a_step_name_used_twice_fails_the_run(db: Database, fast: Settings) -> None:
