@@ -1,0 +1,133 @@
+"""A table lock under a serving worker: nothing charged, nothing run twice at once (R-19a).
+
+An ACCESS EXCLUSIVE lock on ``awooop_run_state`` is held for a few seconds while a worker runs
+twelve runs: every renewal, claim and completion meets it. The worker's statements give up at
+their bound and the server ends them too (nothing runs late), the attempts that could not
+write their end are handed back uncharged once the lock lifts, and every run completes once.
+Checked with a side-effect recorder (each attempt ticks while its handler runs) and the log:
+no two attempts of a run overlap, no lease moved backwards, no attempt charged, every run
+COMPLETED exactly once, and the run state rebuilt from the log equals the live one.
+
+``AWOOOP_LOCK_SCENARIO_ROUNDS`` repeats it (default 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import uuid
+from collections import defaultdict
+from datetime import datetime
+
+import asyncpg
+import msgspec
+import pytest
+
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.worker.assembly import build_worker
+from projections.registry import get
+from projections.replay import replay
+from tests.support import handlers
+from tests.support.runs import create_runs
+from tests.support.waiting import eventually
+
+P = "proj-lock"
+RUNS = 12
+LOCK_S = 6.0  # twice the worker's statement bound (3 s with this lease)
+ROUNDS = int(os.environ.get("AWOOOP_LOCK_SCENARIO_ROUNDS", "1"))
+
+LEASES = "SELECT run_id, attempt_count, lease_until FROM awooop_run_state WHERE status = 'RUNNING'"
+
+
+def attempt_spans(run_id: uuid.UUID) -> dict[int, tuple[float, float]]:
+    """Each attempt's first and last recorded moment while its handler ran."""
+    times: dict[int, list[float]] = defaultdict(list)
+    for e in handlers.EFFECTS:
+        if e["run_id"] == str(run_id):
+            times[int(e["attempt"])].append(float(e["t"]))
+    return {a: (min(ts), max(ts)) for a, ts in times.items()}
+
+
+async def leases(owner: asyncpg.Connection) -> dict[uuid.UUID, tuple[int, datetime]]:
+    return {r["run_id"]: (r["attempt_count"], r["lease_until"]) for r in await owner.fetch(LEASES)}
+
+
+@pytest.fixture(autouse=True)
+def clean_effects() -> None:
+    handlers.EFFECTS.clear()
+
+
+@pytest.mark.parametrize("round_", range(ROUNDS))
+async def test_a_table_lock_under_a_serving_worker_charges_nothing_and_overlaps_nothing(
+    fast: Settings, database_url: str, round_: int
+) -> None:
+    quick = msgspec.structs.replace(fast, lease_ttl_s=10.0, heartbeat_interval_s=0.5)
+    db = await Database.open(database_url, max_size=6, run_timeout_s=quick.lease_io_timeout_s)
+    owner = await asyncpg.connect(database_url)
+    run_ids = await create_runs(db, P, RUNS, payload={"tick_s": 2.0})
+    worker = build_worker(db=db, settings=quick, handler=handlers.ticking, concurrency=6).worker
+    stop = asyncio.Event()
+    serving = asyncio.create_task(worker.run(stop))
+    try:
+        await eventually(lambda: leases(owner), what="runs leased")
+        before = await leases(owner)
+        locking = owner.transaction()
+        await locking.start()
+        await owner.execute("LOCK TABLE awooop_run_state IN ACCESS EXCLUSIVE MODE")
+        await asyncio.sleep(LOCK_S)
+        await locking.rollback()
+        after = await leases(owner)
+        for run_id, (attempt, until) in after.items():
+            if run_id in before and before[run_id][0] == attempt:
+                assert until >= before[run_id][1], (run_id, before[run_id], until)
+
+        async def all_completed() -> bool:
+            return bool(
+                await owner.fetchval(
+                    "SELECT count(*) = $2 FROM awooop_run_state"
+                    " WHERE project_id = $1 AND status = 'COMPLETED'",
+                    P,
+                    RUNS,
+                )
+            )
+
+        await eventually(all_completed, timeout_s=60, what="every run completed")
+    finally:
+        stop.set()
+        await serving
+        await db.close()
+    try:
+        completions = await owner.fetch(
+            "SELECT stream_id, count(*) AS n FROM awooop_events"
+            " WHERE event_type = 'RunCompleted' GROUP BY stream_id"
+        )
+        assert sorted(r["n"] for r in completions) == [1] * RUNS
+        budgets = await owner.fetch(
+            "SELECT max_attempts - attempt_count AS left FROM awooop_run_state"
+            " WHERE project_id = $1",
+            P,
+        )
+        # Whatever the lock cost an attempt was handed back uncharged: every run has its whole
+        # budget of crashes left (max_attempts - 1 after its one completed attempt).
+        assert {r["left"] for r in budgets} == {quick.max_attempts - 1}
+        reaped = await owner.fetchval(
+            "SELECT count(*) FROM awooop_events WHERE event_type IN ('RunRequeued', 'RunFailed')"
+        )
+        assert reaped == 0
+        # The lock did cut attempts off (their completions waited past the bound), and each
+        # was handed back, uncharged.
+        released = await owner.fetch(
+            "SELECT (data ->> 'charged')::boolean AS charged FROM awooop_events"
+            " WHERE event_type = 'LeaseReleased'"
+        )
+        assert released and not any(r["charged"] for r in released)
+    finally:
+        await owner.close()
+    for run_id in run_ids:
+        spans = sorted(attempt_spans(run_id).items())
+        for (_, (_, end)), (_, (start, _)) in itertools.pairwise(spans):
+            assert end < start, (run_id, spans)  # attempts of a run never overlap
+    report = await replay(database_url, get("run_state"))
+    assert report.differences == 0, report.lines()
