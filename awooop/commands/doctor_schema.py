@@ -4,7 +4,7 @@ login role."""
 from __future__ import annotations
 
 from awooop.commands.doctor_check import FAIL, OK, WARN, Check
-from awooop.core.migrate import discover
+from awooop.core.migrate import discover, unreleased
 from awooop.services import Services
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -29,21 +29,22 @@ async def migrations(services: Services) -> list[Check]:
         applied = {r["name"]: r["checksum"] for r in await conn.fetch(APPLIED)}
     files = discover()
     missing = [m.name for m in files if m.name not in applied]
-    changed = [m.name for m in files if m.name in applied and applied[m.name] != m.checksum]
+    changed = unreleased(files, applied)
     if changed:
         return [
             Check(
                 "migrations",
                 FAIL,
-                f"applied files changed: {', '.join(changed)}",
-                "restore the applied files; put changes in a new migration",
+                f"applied versions this release does not ship: {', '.join(changed)}",
+                "check that this release's migrations/ folder is the released one (reinstall "
+                "it); a database migrated by another build: docs/operations.md, Upgrading",
             )
         ]
     if missing:
         return [
             Check("migrations", FAIL, f"not applied: {', '.join(missing)}", "run `awooop migrate`")
         ]
-    return [Check("migrations", OK, f"{len(files)} applied, checksums unchanged")]
+    return [Check("migrations", OK, f"{len(files)} applied, each a released version")]
 
 
 async def tenancy(services: Services) -> list[Check]:

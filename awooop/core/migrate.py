@@ -4,8 +4,9 @@
 - a session advisory lock makes concurrent migrators take turns: the second one finds
   everything applied and does nothing;
 - each file runs in its own transaction together with its record in
-  ``awooop_schema_migrations`` (name, sha256 checksum, applied_at);
-- an applied file whose checksum changed stops everything with E-MIGRATE-001;
+  ``awooop_schema_migrations`` (name, checksum of its normalised SQL, applied_at);
+- an applied file whose recorded checksum is not that of a released version of it
+  (awooop/core/migration_checksums.py) stops everything with E-MIGRATE-001;
 - nothing pending means no DDL at all, so a role without schema rights (what the runtime's
   processes log in as) can run it as a check; with something pending such a role gets
   E-MIGRATE-002 and nothing is written.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -24,6 +26,13 @@ import asyncpg
 from awooop.core.db import Connection
 from awooop.core.errors import ConfigError, MigrationChecksumError, MigrationPrivilegeError
 from awooop.core.logs import get_logger
+from awooop.core.migration_checksums import (
+    accepted_by_file,
+    load_released,
+    normalised_checksum,
+    recorded_is_released,
+    unreleased_message,
+)
 from awooop.core.pools import connect
 from awooop.core.retries import CONNECTION_ERRORS
 
@@ -54,7 +63,8 @@ class Migration:
 
     @property
     def checksum(self) -> str:
-        return hashlib.sha256(self.sql.encode()).hexdigest()
+        """What a database records for this file: comments and whitespace do not count."""
+        return normalised_checksum(self.sql)
 
 
 def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
@@ -63,6 +73,18 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
         if not FILE_PATTERN.match(path.name):
             raise ConfigError(f"migration file {path.name} is not named NNNN_description.sql")
     return [Migration(p.name, p.read_text()) for p in files]
+
+
+def unreleased(
+    migrations: list[Migration], applied: Mapping[str, str], directory: Path = MIGRATIONS_DIR
+) -> list[str]:
+    """The applied files whose recorded checksum is no released version of the file."""
+    accepted = accepted_by_file(load_released(directory))
+    return [
+        m.name
+        for m in migrations
+        if m.name in applied and not recorded_is_released(m.name, m.sql, applied[m.name], accepted)
+    ]
 
 
 def schema_fingerprint(directory: Path = MIGRATIONS_DIR) -> str:
@@ -105,7 +127,7 @@ async def migrate(url: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
     try:
         await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
         try:
-            return await _apply_pending(conn, migrations)
+            return await _apply_pending(conn, migrations, directory)
         except asyncpg.InsufficientPrivilegeError as exc:
             raise MigrationPrivilegeError(
                 f"this role may not change the schema ({exc}): run `awooop migrate` as the "
@@ -117,17 +139,15 @@ async def migrate(url: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
         await conn.close()
 
 
-async def _apply_pending(conn: Connection, migrations: list[Migration]) -> list[str]:
+async def _apply_pending(
+    conn: Connection, migrations: list[Migration], directory: Path
+) -> list[str]:
     if not await conn.fetchval(TABLE_EXISTS):
         await conn.execute(CREATE_TABLE)
     applied = {r["name"]: r["checksum"] for r in await conn.fetch(SELECT_APPLIED)}
-    for m in migrations:
-        if m.name in applied and applied[m.name] != m.checksum:
-            raise MigrationChecksumError(
-                f"migration {m.name} changed after it was applied "
-                f"(recorded {applied[m.name][:12]}, file {m.checksum[:12]}); "
-                "add a new migration instead of editing an applied one"
-            )
+    changed = unreleased(migrations, applied, directory)
+    if changed:
+        raise MigrationChecksumError(unreleased_message(changed, applied))
     done: list[str] = []
     for m in migrations:
         if m.name in applied:
@@ -140,4 +160,11 @@ async def _apply_pending(conn: Connection, migrations: list[Migration]) -> list[
     return done
 
 
-__all__ = ["CONNECTION_ERRORS", "Migration", "discover", "migrate", "schema_fingerprint"]
+__all__ = [
+    "CONNECTION_ERRORS",
+    "Migration",
+    "discover",
+    "migrate",
+    "schema_fingerprint",
+    "unreleased",
+]

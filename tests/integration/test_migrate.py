@@ -15,6 +15,7 @@ import pytest
 
 from awooop.core.errors import MigrationChecksumError
 from awooop.core.migrate import MIGRATIONS_DIR, discover, migrate
+from awooop.core.migration_checksums import raw_checksum
 from tests.support import databases
 
 
@@ -49,11 +50,43 @@ async def test_a_changed_applied_file_is_refused(fresh_url: str, tmp_path: Path)
     copy = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS_DIR, copy)
     await migrate(fresh_url, copy)
-    target = sorted(copy.iterdir())[1]
-    target.write_text(target.read_text() + "\n-- edited\n")
+    target = sorted(copy.glob("*.sql"))[1]
+    target.write_text(target.read_text() + "\nCREATE TABLE edited (a int);\n")
     with pytest.raises(MigrationChecksumError) as info:
         await migrate(fresh_url, copy)
-    assert target.name in info.value.message
+    assert target.name in info.value.message and "awooop doctor" in info.value.message
+    conn = await asyncpg.connect(fresh_url)
+    try:
+        assert await conn.fetchval("SELECT to_regclass('edited')") is None
+    finally:
+        await conn.close()
+
+
+async def test_comments_and_layout_of_an_applied_file_may_change(
+    fresh_url: str, tmp_path: Path
+) -> None:
+    copy = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS_DIR, copy)
+    await migrate(fresh_url, copy)
+    target = sorted(copy.glob("*.sql"))[1]
+    target.write_text("-- reworded\n" + target.read_text().replace("\n", "\n  ") + "\n")
+    assert await migrate(fresh_url, copy) == []
+
+
+async def test_a_database_an_older_release_migrated_is_accepted(fresh_url: str) -> None:
+    """Releases before normalised checksums recorded the sha256 of the file's text."""
+    await migrate(fresh_url)
+    conn = await asyncpg.connect(fresh_url)
+    try:
+        for m in discover():
+            await conn.execute(
+                "UPDATE awooop_schema_migrations SET checksum = $2 WHERE name = $1",
+                m.name,
+                raw_checksum(m.sql),
+            )
+    finally:
+        await conn.close()
+    assert await migrate(fresh_url) == []
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
