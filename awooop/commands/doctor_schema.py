@@ -4,11 +4,10 @@ login role."""
 from __future__ import annotations
 
 from awooop.commands.doctor_check import FAIL, OK, WARN, Check
-from awooop.core.migrate import discover, unreleased
+from awooop.core.schema_check import read_schema_state, release_files
 from awooop.services import Services
 
 # --- SQL -----------------------------------------------------------------------------------
-APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
 RUNTIME_ROLES = ("awooop_app", "awooop_platform", "awooop_producer")
 ROLES = "SELECT rolname FROM pg_roles WHERE rolname = ANY($1::text[])"
 LOGIN_ROLE = """
@@ -26,23 +25,36 @@ ORDER BY 1
 
 async def migrations(services: Services) -> list[Check]:
     async with services.db.platform() as conn:
-        applied = {r["name"]: r["checksum"] for r in await conn.fetch(APPLIED)}
-    files = discover()
-    missing = [m.name for m in files if m.name not in applied]
-    changed = unreleased(files, applied)
-    if changed:
+        state = await read_schema_state(conn)
+    files = release_files()
+    if state.unreleased:
         return [
             Check(
                 "migrations",
                 FAIL,
-                f"applied versions this release does not ship: {', '.join(changed)}",
+                f"applied versions this release does not ship: {', '.join(state.unreleased)}",
                 "check that this release's migrations/ folder is the released one (reinstall "
                 "it); a database migrated by another build: docs/operations.md, Upgrading",
             )
         ]
-    if missing:
+    if state.missing:
         return [
-            Check("migrations", FAIL, f"not applied: {', '.join(missing)}", "run `awooop migrate`")
+            Check(
+                "migrations",
+                FAIL,
+                f"not applied: {', '.join(state.missing)}",
+                "run this release's `awooop migrate` (its processes refuse to start until then)",
+            )
+        ]
+    if state.newer:
+        return [
+            Check(
+                "migrations",
+                WARN,
+                f"{len(files)} applied; also applied by a newer release: {', '.join(state.newer)}",
+                "finish rolling every process to the release that migrated "
+                "(docs/operations.md, Upgrading)",
+            )
         ]
     return [Check("migrations", OK, f"{len(files)} applied, each a released version")]
 
