@@ -37,6 +37,16 @@ async def migrations(services: Services) -> list[Check]:
                 "it); a database migrated by another build: docs/operations.md, Upgrading",
             )
         ]
+    if state.too_old:
+        return [
+            Check(
+                "migrations",
+                FAIL,
+                f"schema floor {state.floor} is above this release ({state.release})",
+                "run the processes and doctor of the release that migrated "
+                "(docs/operations.md, Upgrading)",
+            )
+        ]
     if state.missing:
         return [
             Check(

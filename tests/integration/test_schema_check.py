@@ -58,6 +58,9 @@ def test_the_verdict_names_what_is_missing_changed_and_newer() -> None:
     assert not state.runnable
     assert last in state.problem() and "awooop migrate" in state.problem()
     assert compare_schema(files, {**applied, "9999_n.sql": ""}).runnable
+    assert compare_schema(files, applied, floor=last).runnable
+    raised = compare_schema(files, applied, floor="9999_n.sql")
+    assert raised.too_old and not raised.runnable and "9999_n.sql" in raised.problem()
 
 
 async def test_a_process_refuses_a_schema_missing_one_of_its_migrations(
@@ -117,3 +120,26 @@ async def test_a_current_schema_passes_every_check(services: Services) -> None:
     assert check.status == OK, check
     body = (await readyz(services)).json()
     assert body["checks"]["schema"] == "ok", body
+
+
+async def test_a_release_below_the_schema_floor_refuses(
+    settings: Settings, services: Services
+) -> None:
+    """A newer release's contract step raises the floor past this release's newest file."""
+    await execute(
+        settings.database_url,
+        "UPDATE awooop_schema_floor SET oldest_release = $1",
+        "9999_contract_step.sql",
+    )
+    with pytest.raises(SchemaMismatchError) as refused:
+        await Services.open_when_reachable(settings, db_pool_size=1, wait_s=5)
+    assert "9999_contract_step.sql" in refused.value.message and NEWEST in refused.value.message
+    assert (await readyz(services)).status_code == 503
+    [check] = await doctor_migrations(services)
+    assert check.status == FAIL and "9999_contract_step.sql" in check.detail
+
+    await execute(
+        settings.database_url, "UPDATE awooop_schema_floor SET oldest_release = $1", NEWEST
+    )
+    opened = await Services.open_when_reachable(settings, db_pool_size=1, wait_s=5)
+    await opened.close()

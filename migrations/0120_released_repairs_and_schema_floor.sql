@@ -1,8 +1,10 @@
--- Brings a database migrated by an earlier release to the schema a fresh database has, where
--- the releases differed (migrations/released.toml; tests/integration/test_migration_history.py
--- compares every release's upgraded schema with a fresh one). Each repair tests for the old
--- shape first, so on a database that already has the current schema this migration changes
--- nothing and takes no lock.
+-- Two things: repairs that bring a database migrated by an earlier release to the schema a
+-- fresh database has (sections 1 and 2), and the schema floor (section 3).
+--
+-- The repairs fix where the releases differed (migrations/released.toml;
+-- tests/integration/test_migration_history.py compares every release's upgraded schema with a
+-- fresh one). Each tests for the old shape first, so on a database that already has the
+-- current schema it changes nothing and takes no lock.
 
 -- 1. Tenant isolation policies without NULLIF. A database created before 0010 landed (at a
 --    release that had 0040, numbered after it) applied 0010 after 0040's sweep over every
@@ -59,3 +61,17 @@ $$;
     WHERE NOT detach_pending;
 END
 $repair$;
+
+-- 3. The schema floor: the oldest release whose processes may run on this schema, named by that
+--    release's newest migration file. Every process compares it with its own newest file at
+--    start (awooop/core/schema_check.py) and refuses (E-MIGRATE-003) when its release is older.
+--    A migration that removes or changes what earlier releases' code uses (a contract step)
+--    raises it in the same transaction:
+--        UPDATE awooop_schema_floor SET oldest_release = 'NNNN_this_contract_step.sql';
+--    Migrations that only add leave it alone, so the previous release keeps running on them.
+CREATE TABLE IF NOT EXISTS awooop_schema_floor (
+    singleton      boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    oldest_release text NOT NULL
+);
+INSERT INTO awooop_schema_floor (oldest_release) VALUES ('0000') ON CONFLICT DO NOTHING;
+GRANT SELECT ON awooop_schema_floor TO awooop_platform;
