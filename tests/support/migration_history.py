@@ -28,8 +28,8 @@ def git(*args: str) -> str:
 
 
 def main_ref() -> str:
-    """The branch whose first-parent history is the list of releases; fails the test with what
-    it needs when the clone cannot tell."""
+    """The commit of main this checkout is built on: its first-parent history is the list of
+    releases. Fails the test with what it needs when the clone cannot tell."""
     try:
         shallow = git("rev-parse", "--is-shallow-repository").strip() == "true"
     except (RuntimeError, FileNotFoundError) as exc:
@@ -44,7 +44,9 @@ def main_ref() -> str:
             git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
         except RuntimeError:
             continue
-        return ref
+        # What this checkout is built on: a branch made before main moved on is held against
+        # the releases it knows, not against migrations main added since.
+        return git("merge-base", "HEAD", ref).strip()
     pytest.fail(f"the migration history needs a branch named one of {MAIN_REFS}: `git fetch`")
 
 
