@@ -27,6 +27,7 @@ import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -139,6 +140,8 @@ def raw_checksum(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()
 
 
+# /readyz and doctor compare the release's files on every call: normalise each text once.
+@lru_cache(maxsize=1024)
 def normalised_checksum(sql: str) -> str:
     return hashlib.sha256(normalise_sql(sql).encode()).hexdigest()
 
