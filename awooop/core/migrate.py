@@ -4,7 +4,7 @@
 - a session advisory lock makes concurrent migrators take turns: the second one finds
   everything applied and does nothing;
 - each file runs in its own transaction together with its record in
-  ``awooop_schema_migrations`` (name, checksum of its normalised SQL, applied_at);
+  ``awooop_schema_migrations`` (name, raw and normalised checksums, applied_at);
 - an applied file whose recorded checksum is not that of a released version of it
   (awooop/core/migration_checksums.py) stops everything with E-MIGRATE-001;
 - nothing pending means no DDL at all, so a role without schema rights (what the runtime's
@@ -27,9 +27,11 @@ from awooop.core.db import Connection
 from awooop.core.errors import ConfigError, MigrationChecksumError, MigrationPrivilegeError
 from awooop.core.logs import get_logger
 from awooop.core.migration_checksums import (
+    Recorded,
     accepted_by_file,
     load_released,
     normalised_checksum,
+    raw_checksum,
     recorded_is_released,
     unreleased_message,
 )
@@ -47,12 +49,27 @@ CREATE_TABLE = """
 CREATE TABLE IF NOT EXISTS awooop_schema_migrations (
     name        text PRIMARY KEY,
     checksum    text NOT NULL,
-    applied_at  timestamptz NOT NULL DEFAULT now()
+    applied_at  timestamptz NOT NULL DEFAULT now(),
+    normalised  text
 )
 """
+# Tables created by releases before normalised checksums get the column before the first
+# migration this release applies (never on a run with nothing pending: no DDL then).
+NORMALISED_EXISTS = """
+SELECT EXISTS (SELECT 1 FROM pg_attribute
+               WHERE attrelid = 'awooop_schema_migrations'::regclass
+                 AND attname = 'normalised' AND NOT attisdropped)
+"""
+ADD_NORMALISED = "ALTER TABLE awooop_schema_migrations ADD COLUMN normalised text"
 TABLE_EXISTS = "SELECT to_regclass('awooop_schema_migrations') IS NOT NULL"
-SELECT_APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
-INSERT_APPLIED = "INSERT INTO awooop_schema_migrations (name, checksum) VALUES ($1, $2)"
+# to_jsonb: reads the column where it exists and NULL where an earlier release made the table.
+SELECT_APPLIED = """
+SELECT m.name, m.checksum, to_jsonb(m) ->> 'normalised' AS normalised
+FROM awooop_schema_migrations m
+"""
+INSERT_APPLIED = """
+INSERT INTO awooop_schema_migrations (name, checksum, normalised) VALUES ($1, $2, $3)
+"""
 DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = $1"
 
 
@@ -63,7 +80,7 @@ class Migration:
 
     @property
     def checksum(self) -> str:
-        """What a database records for this file: comments and whitespace do not count."""
+        """The file's statements: comments and layout do not count."""
         return normalised_checksum(self.sql)
 
 
@@ -75,8 +92,13 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     return [Migration(p.name, p.read_text()) for p in files]
 
 
+async def read_applied(conn: Connection) -> dict[str, Recorded]:
+    rows = await conn.fetch(SELECT_APPLIED)
+    return {r["name"]: Recorded(r["checksum"], r["normalised"]) for r in rows}
+
+
 def unreleased(
-    migrations: list[Migration], applied: Mapping[str, str], directory: Path = MIGRATIONS_DIR
+    migrations: list[Migration], applied: Mapping[str, Recorded], directory: Path = MIGRATIONS_DIR
 ) -> list[str]:
     """The applied files whose recorded checksum is no released version of the file."""
     accepted = accepted_by_file(load_released(directory))
@@ -89,7 +111,9 @@ def unreleased(
 
 def schema_fingerprint(directory: Path = MIGRATIONS_DIR) -> str:
     """A short hash of every migration: names a template database built from them."""
-    digest = hashlib.sha256()
+    # The record's shape too: a template migrated by a migrator that recorded otherwise is
+    # another schema version for the tests that copy it.
+    digest = hashlib.sha256(INSERT_APPLIED.encode())
     for m in discover(directory):
         digest.update(m.name.encode() + b"\0" + m.checksum.encode())
     return digest.hexdigest()[:12]
@@ -144,7 +168,7 @@ async def _apply_pending(
 ) -> list[str]:
     if not await conn.fetchval(TABLE_EXISTS):
         await conn.execute(CREATE_TABLE)
-    applied = {r["name"]: r["checksum"] for r in await conn.fetch(SELECT_APPLIED)}
+    applied = await read_applied(conn)
     changed = unreleased(migrations, applied, directory)
     if changed:
         raise MigrationChecksumError(unreleased_message(changed, applied))
@@ -152,9 +176,11 @@ async def _apply_pending(
     for m in migrations:
         if m.name in applied:
             continue
+        if not done and not await conn.fetchval(NORMALISED_EXISTS):
+            await conn.execute(ADD_NORMALISED)
         async with conn.transaction():
             await conn.execute(m.sql)
-            await conn.execute(INSERT_APPLIED, m.name, m.checksum)
+            await conn.execute(INSERT_APPLIED, m.name, raw_checksum(m.sql), m.checksum)
         log.info("migration_applied", migration=m.name)
         done.append(m.name)
     return done
@@ -165,6 +191,7 @@ __all__ = [
     "Migration",
     "discover",
     "migrate",
+    "read_applied",
     "schema_fingerprint",
     "unreleased",
 ]

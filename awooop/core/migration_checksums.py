@@ -7,11 +7,14 @@ kept byte for byte: a function's body is stored in the catalogue as written, com
 included. Rewording a comment or re-indenting a released file changes nothing a database can
 tell.
 
-Releases before this rule recorded the sha256 of the raw file. A database records one of:
+Each row of ``awooop_schema_migrations`` keeps the raw sha256 of the file's text (``checksum``:
+what every release records and compares, so an earlier release's ``awooop migrate`` and doctor
+still accept a database a later one migrated) and, from this rule on, the normalised checksum
+(``normalised``). A row is accepted when:
 
-- the normalised checksum of the file (what ``awooop migrate`` records);
-- the raw checksum of the file as it is (an older release that shipped the same bytes);
-- the raw checksum of an earlier released version of the file, listed in
+- its normalised checksum is the file's (comments and layout edited since: accepted as is);
+- its raw checksum is the file's (the same bytes);
+- its raw checksum is that of an earlier released version of the file, listed in
   ``migrations/released.toml`` with the reason it is accepted: ``comments`` (the version
   differs from the current file only in comments and whitespace; a test holds this against
   git history) or ``body`` (the statements differed; the entry names the migration that brings
@@ -29,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from awooop.core.errors import ConfigError
 
@@ -183,19 +186,28 @@ def accepted_by_file(versions: Iterable[ReleasedVersion]) -> dict[str, frozenset
     return {name: frozenset(sums) for name, sums in accepted.items()}
 
 
+class Recorded(NamedTuple):
+    """One row of awooop_schema_migrations."""
+
+    checksum: str  # raw sha256 of the text applied
+    normalised: str | None  # None: recorded by a release before normalised checksums
+
+
 def recorded_is_released(
-    name: str, sql: str, recorded: str, accepted: Mapping[str, frozenset[str]]
+    name: str, sql: str, recorded: Recorded, accepted: Mapping[str, frozenset[str]]
 ) -> bool:
     """Whether a database that recorded ``recorded`` for file ``name`` applied a released
     version of it (the current one, or an earlier one listed in released.toml)."""
-    return recorded in (normalised_checksum(sql), raw_checksum(sql)) or recorded in accepted.get(
-        name, frozenset()
+    return (
+        recorded.normalised == normalised_checksum(sql)
+        or recorded.checksum == raw_checksum(sql)
+        or recorded.checksum in accepted.get(name, frozenset())
     )
 
 
-def unreleased_message(changed: list[str], recorded: Mapping[str, str]) -> str:
+def unreleased_message(changed: list[str], recorded: Mapping[str, Recorded]) -> str:
     """E-MIGRATE-001's text, for an operator: what is wrong and what to do."""
-    listed = ", ".join(f"{name} (recorded {recorded[name][:12]})" for name in changed)
+    listed = ", ".join(f"{name} (recorded {recorded[name].checksum[:12]})" for name in changed)
     return (
         f"this database applied versions of {listed} that this release does not ship: it was "
         "migrated from other migration files (a development build, or an edited copy of "

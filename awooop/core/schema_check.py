@@ -19,11 +19,11 @@ from pathlib import Path
 from awooop.core.db import Connection
 from awooop.core.errors import SchemaMismatchError
 from awooop.core.logs import get_logger
-from awooop.core.migrate import MIGRATIONS_DIR, Migration, discover, unreleased
+from awooop.core.migrate import MIGRATIONS_DIR, Migration, discover, read_applied, unreleased
+from awooop.core.migration_checksums import Recorded
 
 log = get_logger(__name__)
 
-APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
 TABLE_EXISTS = "SELECT to_regclass('awooop_schema_migrations') IS NOT NULL"
 # Before 0120 there is no floor: every release may run.
 FLOOR_EXISTS = "SELECT to_regclass('awooop_schema_floor') IS NOT NULL"
@@ -70,7 +70,7 @@ class SchemaState:
 
 def compare_schema(
     files: list[Migration],
-    applied: Mapping[str, str],
+    applied: Mapping[str, Recorded],
     floor: str = NO_FLOOR,
     directory: Path = MIGRATIONS_DIR,
 ) -> SchemaState:
@@ -96,7 +96,7 @@ async def read_schema_state(conn: Connection) -> SchemaState:
     files = list(release_files())
     if not await conn.fetchval(TABLE_EXISTS):
         return SchemaState(missing=[m.name for m in files], unreleased=[], newer=[])
-    applied = {r["name"]: r["checksum"] for r in await conn.fetch(APPLIED)}
+    applied = await read_applied(conn)
     floor = await conn.fetchval(FLOOR) if await conn.fetchval(FLOOR_EXISTS) else None
     return compare_schema(files, applied, floor or NO_FLOOR)
 

@@ -73,20 +73,39 @@ async def test_comments_and_layout_of_an_applied_file_may_change(
     assert await migrate(fresh_url, copy) == []
 
 
-async def test_a_database_an_older_release_migrated_is_accepted(fresh_url: str) -> None:
-    """Releases before normalised checksums recorded the sha256 of the file's text."""
+async def test_rows_keep_the_raw_checksum_every_release_compares(fresh_url: str) -> None:
+    """An earlier release's `awooop migrate` and doctor compare the sha256 of the file's text:
+    a database this release migrated stays one they accept (the way back to them)."""
     await migrate(fresh_url)
     conn = await asyncpg.connect(fresh_url)
     try:
-        for m in discover():
-            await conn.execute(
-                "UPDATE awooop_schema_migrations SET checksum = $2 WHERE name = $1",
-                m.name,
-                raw_checksum(m.sql),
-            )
+        rows = await conn.fetch("SELECT name, checksum, normalised FROM awooop_schema_migrations")
     finally:
         await conn.close()
-    assert await migrate(fresh_url) == []
+    recorded = {r["name"]: (r["checksum"], r["normalised"]) for r in rows}
+    assert recorded == {m.name: (raw_checksum(m.sql), m.checksum) for m in discover()}
+
+
+async def test_a_table_an_older_release_made_gets_the_normalised_column(
+    fresh_url: str, tmp_path: Path
+) -> None:
+    """Releases before normalised checksums made the table without the column."""
+    older = tmp_path / "older"
+    shutil.copytree(MIGRATIONS_DIR, older)
+    newest = sorted(older.glob("*.sql"))[-1]
+    newest.unlink()
+    await migrate(fresh_url, older)
+    conn = await asyncpg.connect(fresh_url)
+    try:
+        await conn.execute("ALTER TABLE awooop_schema_migrations DROP COLUMN normalised")
+        assert await migrate(fresh_url, older) == []  # nothing pending: no DDL, still accepted
+        assert await migrate(fresh_url) == [newest.name]
+        normalised = await conn.fetchval(
+            "SELECT normalised FROM awooop_schema_migrations WHERE name = $1", newest.name
+        )
+    finally:
+        await conn.close()
+    assert normalised == discover()[-1].checksum
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from awooop.core.migrate import CREATE_TABLE, INSERT_APPLIED, discover, ensure_database, migrate
+from awooop.core.migrate import discover, ensure_database, migrate
 from awooop.core.migration_checksums import raw_checksum
 from tests.support import databases
 from tests.support.migration_history import main_ref, materialise, release_commits
@@ -33,15 +33,26 @@ TIMESTAMP = re.compile(r"'\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\+00'")
 PARALLEL_BUILDS = 2
 
 
+# The table and the record as every release before normalised checksums made them.
+RELEASED_TABLE = """
+CREATE TABLE IF NOT EXISTS awooop_schema_migrations (
+    name        text PRIMARY KEY,
+    checksum    text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)
+"""
+RELEASED_INSERT = "INSERT INTO awooop_schema_migrations (name, checksum) VALUES ($1, $2)"
+
+
 async def migrate_as_released(url: str, folder: Path) -> None:
     """What `awooop migrate` of a release before normalised checksums did with its files."""
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute(CREATE_TABLE)
+        await conn.execute(RELEASED_TABLE)
         for m in discover(folder):
             async with conn.transaction():
                 await conn.execute(m.sql)
-                await conn.execute(INSERT_APPLIED, m.name, raw_checksum(m.sql))
+                await conn.execute(RELEASED_INSERT, m.name, raw_checksum(m.sql))
     finally:
         await conn.close()
 

@@ -19,6 +19,7 @@ from awooop.commands.doctor_schema import migrations as doctor_migrations
 from awooop.core.config import Settings
 from awooop.core.errors import SchemaMismatchError
 from awooop.core.migrate import discover
+from awooop.core.migration_checksums import Recorded, raw_checksum
 from awooop.core.schema_check import compare_schema
 from awooop.http.app import create_app
 from awooop.services import Services
@@ -47,17 +48,21 @@ async def readyz(services: Services) -> httpx.Response:
 
 def test_the_verdict_names_what_is_missing_changed_and_newer() -> None:
     files = discover()
-    applied = {m.name: m.checksum for m in files}
+    applied = {m.name: Recorded(raw_checksum(m.sql), m.checksum) for m in files}
     assert compare_schema(files, applied).runnable
     first, last = files[0].name, files[-1].name
     state = compare_schema(
         files,
-        {**{k: v for k, v in applied.items() if k != last}, first: "0" * 64, "9999_n.sql": ""},
+        {
+            **{k: v for k, v in applied.items() if k != last},
+            first: Recorded("0" * 64, None),
+            "9999_n.sql": Recorded("", None),
+        },
     )
     assert (state.missing, state.unreleased, state.newer) == ([last], [first], ["9999_n.sql"])
     assert not state.runnable
     assert last in state.problem() and "awooop migrate" in state.problem()
-    assert compare_schema(files, {**applied, "9999_n.sql": ""}).runnable
+    assert compare_schema(files, {**applied, "9999_n.sql": Recorded("", None)}).runnable
     assert compare_schema(files, applied, floor=last).runnable
     raised = compare_schema(files, applied, floor="9999_n.sql")
     assert raised.too_old and not raised.runnable and "9999_n.sql" in raised.problem()

@@ -8,6 +8,7 @@ import pytest
 
 from awooop.core.errors import ConfigError
 from awooop.core.migration_checksums import (
+    Recorded,
     accepted_by_file,
     load_released,
     normalise_sql,
@@ -66,13 +67,19 @@ def test_nested_block_comments_are_dropped_whole() -> None:
 def test_a_recorded_checksum_is_accepted_if_some_release_shipped_it() -> None:
     old = BODY.replace("the key", "the old key")
     accepted = {"0001_t.sql": frozenset({raw_checksum("listed")})}
-    assert recorded_is_released("0001_t.sql", BODY, normalised_checksum(BODY), accepted)
-    assert recorded_is_released("0001_t.sql", BODY, raw_checksum(BODY), accepted)
-    assert recorded_is_released("0001_t.sql", BODY, raw_checksum("listed"), accepted)
+
+    def released(recorded: Recorded, name: str = "0001_t.sql") -> bool:
+        return recorded_is_released(name, BODY, recorded, accepted)
+
+    assert released(Recorded(raw_checksum(BODY), normalised_checksum(BODY)))
+    assert released(Recorded(raw_checksum(old), normalised_checksum(old)))  # comments edited
+    assert released(Recorded(raw_checksum(BODY), None))  # a release before normalisation
+    assert released(Recorded(raw_checksum("listed"), None))
     # A raw checksum of a version nobody listed is refused, even if only a comment differs:
     # the migrator cannot see that version's text.
-    assert not recorded_is_released("0001_t.sql", BODY, raw_checksum(old), accepted)
-    assert not recorded_is_released("0002_u.sql", BODY, raw_checksum("listed"), accepted)
+    assert not released(Recorded(raw_checksum(old), None))
+    assert not released(Recorded(raw_checksum("listed"), None), name="0002_u.sql")
+    assert not released(Recorded(raw_checksum(BODY + ";"), normalised_checksum(BODY + ";")))
 
 
 def test_released_toml_entries_are_checked(tmp_path: Path) -> None:
@@ -91,6 +98,6 @@ def test_released_toml_entries_are_checked(tmp_path: Path) -> None:
 
 
 def test_the_refusal_tells_an_operator_what_to_do() -> None:
-    message = unreleased_message(["0007_x.sql"], {"0007_x.sql": "59c6f3fe45462f39"})
+    message = unreleased_message(["0007_x.sql"], {"0007_x.sql": Recorded("59c6f3fe45462f39", None)})
     assert "0007_x.sql (recorded 59c6f3fe4546)" in message
     assert "awooop doctor" in message and "Upgrading" in message
