@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +22,7 @@ import pytest
 
 from awooop.core.migrate import discover, ensure_database, migrate
 from awooop.core.migration_checksums import raw_checksum
+from awooop.core.schema_check import read_schema_state
 from tests.support import databases
 from tests.support.migration_history import main_ref, materialise, release_commits
 
@@ -124,6 +124,12 @@ async def test_every_released_schema_upgrades_to_the_current_one(
             await ensure_database(url)
             await migrate_as_released(url, tmp_path / commit[:12])
             await migrate(url)
+            conn = await asyncpg.connect(url)
+            try:
+                state = await read_schema_state(conn)  # what every process checks at start
+            finally:
+                await conn.close()
+            assert state.runnable and not state.newer, (commit, state)
             return commit, await asyncio.to_thread(schema_dump, url)
 
     results = await asyncio.gather(*(upgraded(c) for c in releases.values()))
@@ -135,4 +141,3 @@ async def test_every_released_schema_upgrades_to_the_current_one(
     ]
     assert not differences, "\n".join(differences)
     assert len(results) == len(releases) > 1
-    shutil.rmtree(tmp_path, ignore_errors=True)
