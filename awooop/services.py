@@ -15,6 +15,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.logs import get_logger
+from awooop.core.schema_check import require_runnable_schema
 from streams.keys import Keys
 
 log = get_logger(__name__)
@@ -107,12 +108,13 @@ class Services:
         ``awooop.core.retries.CONNECTION_ERRORS``): a process started during a Postgres restart,
         or while every connection slot is taken, comes up when the database can have it instead
         of exiting. A wrong address still fails, after the wait (E-DB-001). None when ``stop``
-        is set meanwhile."""
+        is set meanwhile. A schema this release cannot run on fails at once (E-MIGRATE-003,
+        awooop/core/schema_check.py): what long-running processes open their services with."""
         deadline = time.monotonic() + wait_s
         delay = 0.5
         while True:
             try:
-                return await cls.open(settings, db_pool_size=db_pool_size, db_run_min=db_run_min)
+                return await cls._open_on_runnable_schema(settings, db_pool_size, db_run_min)
             except DatabaseUnavailableError as exc:
                 if time.monotonic() + delay > deadline:
                     raise
@@ -125,6 +127,19 @@ class Services:
                 if stop.is_set():
                     return None
             delay = min(delay * 2, 5.0)
+
+    @classmethod
+    async def _open_on_runnable_schema(
+        cls, settings: Settings, db_pool_size: int, db_run_min: int
+    ) -> Services:
+        services = await cls.open(settings, db_pool_size=db_pool_size, db_run_min=db_run_min)
+        try:
+            async with services.db.platform() as conn:
+                await require_runnable_schema(conn)
+        except BaseException:
+            await services.close()
+            raise
+        return services
 
     async def close(self) -> None:
         for closer in reversed(self.closers):

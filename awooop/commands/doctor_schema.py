@@ -4,11 +4,10 @@ login role."""
 from __future__ import annotations
 
 from awooop.commands.doctor_check import FAIL, OK, WARN, Check
-from awooop.core.migrate import discover
+from awooop.core.schema_check import read_schema_state, release_files
 from awooop.services import Services
 
 # --- SQL -----------------------------------------------------------------------------------
-APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
 RUNTIME_ROLES = ("awooop_app", "awooop_platform", "awooop_producer")
 ROLES = "SELECT rolname FROM pg_roles WHERE rolname = ANY($1::text[])"
 LOGIN_ROLE = """
@@ -26,24 +25,48 @@ ORDER BY 1
 
 async def migrations(services: Services) -> list[Check]:
     async with services.db.platform() as conn:
-        applied = {r["name"]: r["checksum"] for r in await conn.fetch(APPLIED)}
-    files = discover()
-    missing = [m.name for m in files if m.name not in applied]
-    changed = [m.name for m in files if m.name in applied and applied[m.name] != m.checksum]
-    if changed:
+        state = await read_schema_state(conn)
+    files = release_files()
+    if state.unreleased:
         return [
             Check(
                 "migrations",
                 FAIL,
-                f"applied files changed: {', '.join(changed)}",
-                "restore the applied files; put changes in a new migration",
+                f"applied versions this release does not ship: {', '.join(state.unreleased)}",
+                "check that this release's migrations/ folder is the released one (reinstall "
+                "it); a database migrated by another build: docs/operations.md, Upgrading",
             )
         ]
-    if missing:
+    if state.too_old:
         return [
-            Check("migrations", FAIL, f"not applied: {', '.join(missing)}", "run `awooop migrate`")
+            Check(
+                "migrations",
+                FAIL,
+                f"schema floor {state.floor} is above this release ({state.release})",
+                "run the processes and doctor of the release that migrated "
+                "(docs/operations.md, Upgrading)",
+            )
         ]
-    return [Check("migrations", OK, f"{len(files)} applied, checksums unchanged")]
+    if state.missing:
+        return [
+            Check(
+                "migrations",
+                FAIL,
+                f"not applied: {', '.join(state.missing)}",
+                "run this release's `awooop migrate` (its processes refuse to start until then)",
+            )
+        ]
+    if state.newer:
+        return [
+            Check(
+                "migrations",
+                WARN,
+                f"{len(files)} applied; also applied by a newer release: {', '.join(state.newer)}",
+                "finish rolling every process to the release that migrated "
+                "(docs/operations.md, Upgrading)",
+            )
+        ]
+    return [Check("migrations", OK, f"{len(files)} applied, each a released version")]
 
 
 async def tenancy(services: Services) -> list[Check]:

@@ -18,7 +18,7 @@ from awooop.core.process import EVENT_LOOP, settle_heap
 from awooop.core.telemetry import configure_tracing, serve_metrics, shutdown_tracing
 from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
-from awooop.services import redis_client
+from awooop.services import Services, redis_client
 from streams.keys import Keys
 from streams.relay import Relay
 
@@ -33,6 +33,8 @@ def register(subparsers: Any) -> None:
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
+    # The relay opens its own connections; it checks the schema as every process does.
+    await (await Services.open_when_reachable(settings, db_pool_size=1)).close()
     configure_tracing("awooop-relay")
     serve_metrics(settings.metrics_port)
     redis = redis_client(settings.redis_url, settings.redis_socket_timeout_s)

@@ -52,6 +52,14 @@ class MigrationPrivilegeError(AwoooPError):
     code = "E-MIGRATE-002"
 
 
+class SchemaMismatchError(AwoooPError):
+    """The database's schema is not one this release runs on: a migration of this release is
+    not applied, or was applied as a version no release shipped. Run this release's
+    `awooop migrate` first; `awooop doctor` lists what differs."""
+
+    code = "E-MIGRATE-003"
+
+
 class DatabaseUnavailableError(AwoooPError):
     """The database cannot be reached."""
 

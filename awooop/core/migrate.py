@@ -4,8 +4,9 @@
 - a session advisory lock makes concurrent migrators take turns: the second one finds
   everything applied and does nothing;
 - each file runs in its own transaction together with its record in
-  ``awooop_schema_migrations`` (name, sha256 checksum, applied_at);
-- an applied file whose checksum changed stops everything with E-MIGRATE-001;
+  ``awooop_schema_migrations`` (name, raw and normalised checksums, applied_at);
+- an applied file whose recorded checksum is not that of a released version of it
+  (awooop/core/migration_checksums.py) stops everything with E-MIGRATE-001;
 - nothing pending means no DDL at all, so a role without schema rights (what the runtime's
   processes log in as) can run it as a check; with something pending such a role gets
   E-MIGRATE-002 and nothing is written.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -24,6 +26,15 @@ import asyncpg
 from awooop.core.db import Connection
 from awooop.core.errors import ConfigError, MigrationChecksumError, MigrationPrivilegeError
 from awooop.core.logs import get_logger
+from awooop.core.migration_checksums import (
+    Recorded,
+    accepted_by_file,
+    load_released,
+    normalised_checksum,
+    raw_checksum,
+    recorded_is_released,
+    unreleased_message,
+)
 from awooop.core.pools import connect
 from awooop.core.retries import CONNECTION_ERRORS
 
@@ -38,12 +49,27 @@ CREATE_TABLE = """
 CREATE TABLE IF NOT EXISTS awooop_schema_migrations (
     name        text PRIMARY KEY,
     checksum    text NOT NULL,
-    applied_at  timestamptz NOT NULL DEFAULT now()
+    applied_at  timestamptz NOT NULL DEFAULT now(),
+    normalised  text
 )
 """
+# Tables created by releases before normalised checksums get the column before the first
+# migration this release applies (never on a run with nothing pending: no DDL then).
+NORMALISED_EXISTS = """
+SELECT EXISTS (SELECT 1 FROM pg_attribute
+               WHERE attrelid = 'awooop_schema_migrations'::regclass
+                 AND attname = 'normalised' AND NOT attisdropped)
+"""
+ADD_NORMALISED = "ALTER TABLE awooop_schema_migrations ADD COLUMN normalised text"
 TABLE_EXISTS = "SELECT to_regclass('awooop_schema_migrations') IS NOT NULL"
-SELECT_APPLIED = "SELECT name, checksum FROM awooop_schema_migrations"
-INSERT_APPLIED = "INSERT INTO awooop_schema_migrations (name, checksum) VALUES ($1, $2)"
+# to_jsonb: reads the column where it exists and NULL where an earlier release made the table.
+SELECT_APPLIED = """
+SELECT m.name, m.checksum, to_jsonb(m) ->> 'normalised' AS normalised
+FROM awooop_schema_migrations m
+"""
+INSERT_APPLIED = """
+INSERT INTO awooop_schema_migrations (name, checksum, normalised) VALUES ($1, $2, $3)
+"""
 DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = $1"
 
 
@@ -54,7 +80,8 @@ class Migration:
 
     @property
     def checksum(self) -> str:
-        return hashlib.sha256(self.sql.encode()).hexdigest()
+        """The file's statements: comments and layout do not count."""
+        return normalised_checksum(self.sql)
 
 
 def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
@@ -65,9 +92,28 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     return [Migration(p.name, p.read_text()) for p in files]
 
 
+async def read_applied(conn: Connection) -> dict[str, Recorded]:
+    rows = await conn.fetch(SELECT_APPLIED)
+    return {r["name"]: Recorded(r["checksum"], r["normalised"]) for r in rows}
+
+
+def unreleased(
+    migrations: list[Migration], applied: Mapping[str, Recorded], directory: Path = MIGRATIONS_DIR
+) -> list[str]:
+    """The applied files whose recorded checksum is no released version of the file."""
+    accepted = accepted_by_file(load_released(directory))
+    return [
+        m.name
+        for m in migrations
+        if m.name in applied and not recorded_is_released(m.name, m.sql, applied[m.name], accepted)
+    ]
+
+
 def schema_fingerprint(directory: Path = MIGRATIONS_DIR) -> str:
     """A short hash of every migration: names a template database built from them."""
-    digest = hashlib.sha256()
+    # The record's shape too: a template migrated by a migrator that recorded otherwise is
+    # another schema version for the tests that copy it.
+    digest = hashlib.sha256(INSERT_APPLIED.encode())
     for m in discover(directory):
         digest.update(m.name.encode() + b"\0" + m.checksum.encode())
     return digest.hexdigest()[:12]
@@ -105,7 +151,7 @@ async def migrate(url: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
     try:
         await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
         try:
-            return await _apply_pending(conn, migrations)
+            return await _apply_pending(conn, migrations, directory)
         except asyncpg.InsufficientPrivilegeError as exc:
             raise MigrationPrivilegeError(
                 f"this role may not change the schema ({exc}): run `awooop migrate` as the "
@@ -117,27 +163,35 @@ async def migrate(url: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
         await conn.close()
 
 
-async def _apply_pending(conn: Connection, migrations: list[Migration]) -> list[str]:
+async def _apply_pending(
+    conn: Connection, migrations: list[Migration], directory: Path
+) -> list[str]:
     if not await conn.fetchval(TABLE_EXISTS):
         await conn.execute(CREATE_TABLE)
-    applied = {r["name"]: r["checksum"] for r in await conn.fetch(SELECT_APPLIED)}
-    for m in migrations:
-        if m.name in applied and applied[m.name] != m.checksum:
-            raise MigrationChecksumError(
-                f"migration {m.name} changed after it was applied "
-                f"(recorded {applied[m.name][:12]}, file {m.checksum[:12]}); "
-                "add a new migration instead of editing an applied one"
-            )
+    applied = await read_applied(conn)
+    changed = unreleased(migrations, applied, directory)
+    if changed:
+        raise MigrationChecksumError(unreleased_message(changed, applied))
     done: list[str] = []
     for m in migrations:
         if m.name in applied:
             continue
+        if not done and not await conn.fetchval(NORMALISED_EXISTS):
+            await conn.execute(ADD_NORMALISED)
         async with conn.transaction():
             await conn.execute(m.sql)
-            await conn.execute(INSERT_APPLIED, m.name, m.checksum)
+            await conn.execute(INSERT_APPLIED, m.name, raw_checksum(m.sql), m.checksum)
         log.info("migration_applied", migration=m.name)
         done.append(m.name)
     return done
 
 
-__all__ = ["CONNECTION_ERRORS", "Migration", "discover", "migrate", "schema_fingerprint"]
+__all__ = [
+    "CONNECTION_ERRORS",
+    "Migration",
+    "discover",
+    "migrate",
+    "read_applied",
+    "schema_fingerprint",
+    "unreleased",
+]

@@ -15,6 +15,7 @@ import pytest
 
 from awooop.core.errors import MigrationChecksumError
 from awooop.core.migrate import MIGRATIONS_DIR, discover, migrate
+from awooop.core.migration_checksums import raw_checksum
 from tests.support import databases
 
 
@@ -49,11 +50,62 @@ async def test_a_changed_applied_file_is_refused(fresh_url: str, tmp_path: Path)
     copy = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS_DIR, copy)
     await migrate(fresh_url, copy)
-    target = sorted(copy.iterdir())[1]
-    target.write_text(target.read_text() + "\n-- edited\n")
+    target = sorted(copy.glob("*.sql"))[1]
+    target.write_text(target.read_text() + "\nCREATE TABLE edited (a int);\n")
     with pytest.raises(MigrationChecksumError) as info:
         await migrate(fresh_url, copy)
-    assert target.name in info.value.message
+    assert target.name in info.value.message and "awooop doctor" in info.value.message
+    conn = await asyncpg.connect(fresh_url)
+    try:
+        assert await conn.fetchval("SELECT to_regclass('edited')") is None
+    finally:
+        await conn.close()
+
+
+async def test_comments_and_layout_of_an_applied_file_may_change(
+    fresh_url: str, tmp_path: Path
+) -> None:
+    copy = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS_DIR, copy)
+    await migrate(fresh_url, copy)
+    target = sorted(copy.glob("*.sql"))[1]
+    target.write_text("-- reworded\n" + target.read_text().replace("\n", "\n  ") + "\n")
+    assert await migrate(fresh_url, copy) == []
+
+
+async def test_rows_keep_the_raw_checksum_every_release_compares(fresh_url: str) -> None:
+    """An earlier release's `awooop migrate` and doctor compare the sha256 of the file's text:
+    a database this release migrated stays one they accept (the way back to them)."""
+    await migrate(fresh_url)
+    conn = await asyncpg.connect(fresh_url)
+    try:
+        rows = await conn.fetch("SELECT name, checksum, normalised FROM awooop_schema_migrations")
+    finally:
+        await conn.close()
+    recorded = {r["name"]: (r["checksum"], r["normalised"]) for r in rows}
+    assert recorded == {m.name: (raw_checksum(m.sql), m.checksum) for m in discover()}
+
+
+async def test_a_table_an_older_release_made_gets_the_normalised_column(
+    fresh_url: str, tmp_path: Path
+) -> None:
+    """Releases before normalised checksums made the table without the column."""
+    older = tmp_path / "older"
+    shutil.copytree(MIGRATIONS_DIR, older)
+    newest = sorted(older.glob("*.sql"))[-1]
+    newest.unlink()
+    await migrate(fresh_url, older)
+    conn = await asyncpg.connect(fresh_url)
+    try:
+        await conn.execute("ALTER TABLE awooop_schema_migrations DROP COLUMN normalised")
+        assert await migrate(fresh_url, older) == []  # nothing pending: no DDL, still accepted
+        assert await migrate(fresh_url) == [newest.name]
+        normalised = await conn.fetchval(
+            "SELECT normalised FROM awooop_schema_migrations WHERE name = $1", newest.name
+        )
+    finally:
+        await conn.close()
+    assert normalised == discover()[-1].checksum
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

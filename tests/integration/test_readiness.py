@@ -49,13 +49,13 @@ async def test_with_redis_stopped_readyz_is_200_degraded_while_ingest_accepts(
 
 
 def test_postgres_down_is_not_ready_and_redis_down_is_degraded() -> None:
-    assert readiness({"postgres": "ok", "redis": "ok"}) == (
-        200,
-        {"status": "ok", "checks": {"postgres": "ok", "redis": "ok"}},
-    )
-    status, body = readiness({"postgres": "error: OSError", "redis": "ok"})
+    ok = {"postgres": "ok", "schema": "ok", "redis": "ok"}
+    assert readiness(ok) == (200, {"status": "ok", "checks": ok})
+    status, body = readiness({**ok, "postgres": "error: OSError"})
     assert status == 503 and body["status"] == "unavailable" and body["code"] == "E-HTTP-503"
-    status, body = readiness({"postgres": "error: OSError", "redis": "error: ConnectionError"})
+    status, body = readiness({**ok, "postgres": "error: OSError", "redis": "error: Timeout"})
     assert status == 503
-    status, body = readiness({"postgres": "ok", "redis": "error: ConnectionError"})
+    status, body = readiness({**ok, "schema": "error: E-MIGRATE-003: not applied: 0120_x.sql"})
+    assert status == 503 and body["status"] == "unavailable"
+    status, body = readiness({**ok, "redis": "error: ConnectionError"})
     assert status == 200 and body["status"] == "degraded"
