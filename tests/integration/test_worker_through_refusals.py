@@ -1,14 +1,18 @@
-"""A table lock under a serving worker: nothing charged, nothing run twice at once (R-19a).
+"""A database that stops serving writes under a serving worker: nothing charged, nothing run
+twice at once, no restart (R-19a).
 
-An ACCESS EXCLUSIVE lock on ``awooop_run_state`` is held for a few seconds while a worker runs
-twelve runs: every renewal, claim and completion meets it. The worker's statements give up at
-their bound and the server ends them too (nothing runs late), the attempts that could not
-write their end are handed back uncharged once the lock lifts, and every run completes once.
+Three faults, each for twice the worker's statement bound while a worker runs twelve runs, so
+that renewals and completions meet it: an ACCESS EXCLUSIVE lock on ``awooop_run_state`` (the
+worker's statements give up at their bound and the server ends them too: nothing runs late), a
+read-only window with every session ended (the sessions opened during it stay read-only: the
+pools drop them), and UPDATE revoked from the run pool's role. The attempts that could not
+write their end are handed back uncharged once the database serves, and every run completes
+once.
 Checked with a side-effect recorder (each attempt ticks while its handler runs) and the log:
 no two attempts of a run overlap, no lease moved backwards, no attempt charged, every run
 COMPLETED exactly once, and the run state rebuilt from the log equals the live one.
 
-``AWOOOP_LOCK_SCENARIO_ROUNDS`` repeats it (default 1).
+``AWOOOP_REFUSAL_ROUNDS`` repeats it (default 1).
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ from tests.support.waiting import eventually
 
 P = "proj-lock"
 RUNS = 12
-LOCK_S = 6.0  # twice the worker's statement bound (3 s with this lease)
-ROUNDS = int(os.environ.get("AWOOOP_LOCK_SCENARIO_ROUNDS", "1"))
+LOCK_S = 6.0  # the fault's length: twice the worker's statement bound (3 s with this lease)
+ROUNDS = int(os.environ.get("AWOOOP_REFUSAL_ROUNDS", "1"))
 
 LEASES = "SELECT run_id, attempt_count, lease_until FROM awooop_run_state WHERE status = 'RUNNING'"
 
@@ -59,9 +63,46 @@ def clean_effects() -> None:
     handlers.EFFECTS.clear()
 
 
+class Fault:
+    """Start and end one way of refusing writes, on the owner's own connection."""
+
+    def __init__(self, owner: asyncpg.Connection, kind: str) -> None:
+        self.owner = owner
+        self.kind = kind
+        self.locking: asyncpg.transaction.Transaction | None = None
+
+    async def start(self) -> None:
+        if self.kind == "lock":
+            self.locking = self.owner.transaction()
+            await self.locking.start()
+            await self.owner.execute("LOCK TABLE awooop_run_state IN ACCESS EXCLUSIVE MODE")
+        elif self.kind == "read_only":
+            name = await self.owner.fetchval("SELECT current_database()")
+            await self.owner.execute(
+                f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'
+            )
+            await self.owner.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        else:
+            await self.owner.execute("REVOKE UPDATE ON awooop_run_state FROM awooop_platform")
+
+    async def end(self) -> None:
+        if self.kind == "lock":
+            assert self.locking is not None
+            await self.locking.rollback()
+        elif self.kind == "read_only":
+            name = await self.owner.fetchval("SELECT current_database()")
+            await self.owner.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+        else:
+            await self.owner.execute("GRANT UPDATE ON awooop_run_state TO awooop_platform")
+
+
 @pytest.mark.parametrize("round_", range(ROUNDS))
-async def test_a_table_lock_under_a_serving_worker_charges_nothing_and_overlaps_nothing(
-    fast: Settings, database_url: str, round_: int
+@pytest.mark.parametrize("kind", ["lock", "read_only", "revoked"])
+async def test_a_database_refusing_writes_under_a_serving_worker_charges_nothing(
+    fast: Settings, database_url: str, kind: str, round_: int
 ) -> None:
     quick = msgspec.structs.replace(fast, lease_ttl_s=10.0, heartbeat_interval_s=0.5)
     db = await Database.open(database_url, max_size=6, run_timeout_s=quick.lease_io_timeout_s)
@@ -73,11 +114,10 @@ async def test_a_table_lock_under_a_serving_worker_charges_nothing_and_overlaps_
     try:
         await eventually(lambda: leases(owner), what="runs leased")
         before = await leases(owner)
-        locking = owner.transaction()
-        await locking.start()
-        await owner.execute("LOCK TABLE awooop_run_state IN ACCESS EXCLUSIVE MODE")
+        fault = Fault(owner, kind)
+        await fault.start()
         await asyncio.sleep(LOCK_S)
-        await locking.rollback()
+        await fault.end()
         after = await leases(owner)
         for run_id, (attempt, until) in after.items():
             if run_id in before and before[run_id][0] == attempt:
@@ -116,8 +156,8 @@ async def test_a_table_lock_under_a_serving_worker_charges_nothing_and_overlaps_
             "SELECT count(*) FROM awooop_events WHERE event_type IN ('RunRequeued', 'RunFailed')"
         )
         assert reaped == 0
-        # The lock did cut attempts off (their completions waited past the bound), and each
-        # was handed back, uncharged.
+        # The fault did cut attempts off (their completions were refused or waited past the
+        # bound), and each was handed back, uncharged.
         released = await owner.fetch(
             "SELECT (data ->> 'charged')::boolean AS charged FROM awooop_events"
             " WHERE event_type = 'LeaseReleased'"
