@@ -71,7 +71,7 @@ from streams.consumer import REDIS_ERRORS
 from streams.keys import Keys
 from streams.notices import deliver_notices
 from streams.publish import by_shard
-from streams.relay_ahead import ReadAhead
+from streams.relay_ahead import READ_AHEAD_AFTER_S, ReadAhead
 from streams.relay_cursor import LEADERSHIP, RelayCursor, count_failure
 from streams.relay_shards import ShardPublisher
 from streams.relay_trim import trim
@@ -373,8 +373,10 @@ class Relay:
         if held is None:
             self._ahead.idle()
             self._wakeup.caught_up()
-        else:  # publish what committed above the horizon now (streams/relay_ahead.py)
-            self.published += await self._ahead.publish(self.conn, self.cursor, self._shards, size)
+        else:
+            if held >= READ_AHEAD_AFTER_S:  # not a commit in flight: see streams/relay_ahead.py
+                ahead = self._ahead.publish(self.conn, self.cursor, self._shards, size)
+                self.published += await ahead
             self._wakeup.held_back()
         await self._cursor.save_if_due(self.conn, self.lease.term)
         return False

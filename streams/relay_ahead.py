@@ -3,11 +3,11 @@
 The relay's cursor follows the log below the horizon (the oldest transaction still running,
 :mod:`awooop.log.eventlog`), so a transaction held open by any login would hold every tenant's
 dispatch back for as long as it stays open. When the cursor has caught up with the horizon and
-something committed waits above it, the relay also reads the committed rows after the cursor
-(:func:`awooop.log.read_ahead.read_ahead`) and publishes them at once: per-stream order holds
-(that module's docstring says why). What it published ahead is remembered here
-(:class:`ReadAhead`), so that when the horizon passes those rows the cursor skips them instead
-of publishing them twice. The cursor itself, its fenced save and the crash rule are unchanged:
+something committed has waited above it for ``READ_AHEAD_AFTER_S``, the relay also reads the
+committed rows after the cursor (:func:`awooop.log.read_ahead.read_ahead`) and publishes them
+at once: per-stream order holds (that module's docstring says why). What it published ahead is
+remembered here (:class:`ReadAhead`), so that when the horizon passes those rows the cursor
+skips them instead of publishing them twice. The cursor itself, its fenced save and the crash rule are unchanged:
 a crash republishes everything after the saved cursor (duplicates, never loss).
 
 Each read-ahead after the first reads only rows of the transactions its previous snapshot saw in
@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
+# Read ahead only once a committed event has waited this long above the horizon: most holds
+# are short transactions committing (a few ms), which the cursor's own re-checks cover with one
+# statement per wake-up; a transaction held open is worth the extra read.
+READ_AHEAD_AFTER_S = 0.05
 # Events published ahead of the cursor and remembered until the cursor passes them (about
 # 100 bytes each): a transaction held open for hours behind heavy traffic stops the read-ahead
 # here (the rest waits for the horizon) instead of growing the relay without bound.
