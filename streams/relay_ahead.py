@@ -7,8 +7,9 @@ something committed has waited above it for ``READ_AHEAD_AFTER_S``, the relay al
 committed rows after the cursor (:func:`awooop.log.read_ahead.read_ahead`) and publishes them
 at once: per-stream order holds (that module's docstring says why). What it published ahead is
 remembered here (:class:`ReadAhead`), so that when the horizon passes those rows the cursor
-skips them instead of publishing them twice. The cursor itself, its fenced save and the crash rule are unchanged:
-a crash republishes everything after the saved cursor (duplicates, never loss).
+skips them instead of publishing them twice. The cursor itself, its fenced save and the crash
+rule are unchanged: a crash republishes everything after the saved cursor (duplicates, never
+loss).
 
 Each read-ahead after the first reads only rows of the transactions its previous snapshot saw in
 progress or that started after it. The memory is bounded: at most ``limit`` events published
@@ -160,15 +161,23 @@ class ReadAhead:
                 raise
             spans.end()
             metrics.RELAY_PUBLISHED.labels("events").inc(len(batch))
+            # Remembered batch by batch: a rebuild while the next batch goes out must send
+            # these again before it.
+            self.remember(batch)
         self.record(ahead)
         return len(ahead.events)
 
-    def record(self, ahead: Ahead) -> None:
-        """``ahead.events`` are in Redis: remember them, and read from its snapshot next."""
-        for event in ahead.events:
+    def remember(self, events: Sequence[RecordedEvent]) -> None:
+        """``events`` are in Redis: the cursor skips them, a shard rebuild sends them again."""
+        for event in events:
             if event.position not in self._published:
                 self._published.add(event.position)
                 heapq.heappush(self._order, key(event))
+
+    def record(self, ahead: Ahead) -> None:
+        """All of ``ahead`` is in Redis: remember it, and read from its snapshot next (a read
+        whose publish failed halfway is read again from the previous snapshot)."""
+        self.remember(ahead.events)
         if ahead.complete:
             self.since = ahead.snapshot
         elif not self.full:

@@ -51,12 +51,14 @@ async def read_ahead(
     if since is None:
         rows = await conn.fetch(READ_AHEAD, str(cursor.tx_id), cursor.position, limit)
     else:
+        start = max((cursor.tx_id, cursor.position), (since.xmax, 0))
         rows = await conn.fetch(
             READ_AHEAD_SINCE,
             str(cursor.tx_id),
             cursor.position,
-            [str(x) for x in since.xip],
-            str(since.xmax),
+            [str(x) for x in since.xip if x >= cursor.tx_id],
+            str(start[0]),
+            start[1],
             limit,
         )
     snapshot = parse_snapshot(rows[0]["snapshot"])
