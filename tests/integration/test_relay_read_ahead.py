@@ -212,3 +212,29 @@ async def test_a_redis_loss_while_a_transaction_is_held_open_redispatches_what_w
         assert await redis.get(keys.epoch(shard)) is not None
         assert held.conn.is_in_transaction()
         await held.commit()
+
+
+async def test_past_its_bound_the_read_ahead_publishes_a_prefix_and_the_rest_waits_for_the_commit(
+    db: Database, fast: Settings, redis: Any
+) -> None:
+    keys = keys_for(fast)
+    relay = Relay(settings=fast, redis=redis, keys=keys)
+    relay._ahead.limit = 3  # READ_AHEAD_MAX_EVENTS, made small
+    async with held_open(fast) as held, relay_running(relay, fast):
+        run_ids = await create_runs(db, P, 6, payload={}, per_transaction=1)
+        await eventually(
+            lambda: _work_for(redis, keys, run_ids[:3]), timeout_s=60, what="3 published ahead"
+        )
+        await asyncio.sleep(1.0)  # many re-checks: none may publish past the bound
+        assert len(await work_entries(redis, keys, P)) == 3
+        assert relay._ahead.full
+        await held.commit()
+        logged = await logged_event_ids(db)
+        await eventually(
+            lambda: _all_published(redis, keys, logged), timeout_s=60, what="all after the commit"
+        )
+        await eventually(lambda: not relay._ahead.full, timeout_s=30, what="read-ahead resumed")
+    envelopes = await published_envelopes(redis, keys)
+    check_published_in_order(envelopes, logged)
+    ids = [e.event_id for e in envelopes]
+    assert len(ids) == len(set(ids))
