@@ -40,24 +40,26 @@ pytestmark = pytest.mark.fast("streams")
 class Held:
     """A plain connection that BEGAN, wrote a run of ``alpha`` and keeps its transaction open."""
 
-    def __init__(self, conn: Connection, tx: Any, run_id: uuid.UUID) -> None:
+    def __init__(self, conn: Connection, tx: Any, run_id: uuid.UUID, xid: int) -> None:
         self.conn = conn
         self.tx = tx
         self.run_id = run_id
+        self.xid = xid
 
     async def commit(self) -> None:
         await self.tx.commit()
 
 
 @asynccontextmanager
-async def held_open(settings: Settings) -> AsyncIterator[Held]:
+async def held_open(settings: Settings, project: str = HOLDER) -> AsyncIterator[Held]:
     conn = await connect(settings.database_url)
     try:
         tx = conn.transaction()
         await tx.start()
-        await set_tenant(conn, HOLDER)
-        done = await submit(conn, HOLDER, ChannelEvent("api", uuid.uuid4().hex, {}))
-        yield Held(conn, tx, done.run_id)
+        await set_tenant(conn, project)
+        done = await submit(conn, project, ChannelEvent("api", uuid.uuid4().hex, {}))
+        xid = int(await conn.fetchval("SELECT pg_current_xact_id()::text"))
+        yield Held(conn, tx, done.run_id, xid)
     finally:
         await conn.close()
 
@@ -238,3 +240,44 @@ async def test_past_its_bound_the_read_ahead_publishes_a_prefix_and_the_rest_wai
     check_published_in_order(envelopes, logged)
     ids = [e.event_id for e in envelopes]
     assert len(ids) == len(set(ids))
+
+
+async def test_a_transaction_in_progress_at_one_read_ahead_is_read_by_the_next_once_committed(
+    db: Database, fast: Settings, redis: Any
+) -> None:
+    keys = keys_for(fast)
+    relay = Relay(settings=fast, redis=redis, keys=keys)
+    # A first run of beta committed: the project's registration row is not what they wait on.
+    await create_runs(db, P, 1, payload={})
+    async with held_open(fast) as held, relay_running(relay, fast):
+        async with held_open(fast, P) as late:  # began before the next read-ahead's snapshot
+            [early] = await create_runs(db, P, 1, payload={})
+            await eventually(
+                lambda: _work_for(redis, keys, [early]), timeout_s=60, what="published ahead"
+            )
+            await eventually(
+                lambda: _xid_listed(relay, late),
+                timeout_s=60,
+                what="a read-ahead whose snapshot saw the late transaction in progress",
+            )
+            await late.commit()
+            await eventually(
+                lambda: _work_for(redis, keys, [early, late.run_id]),
+                timeout_s=60,
+                what="the late transaction's run published ahead while alpha's is still open",
+            )
+        assert held.conn.is_in_transaction()
+        await held.commit()
+        logged = await logged_event_ids(db)
+        await eventually(
+            lambda: _all_published(redis, keys, logged), timeout_s=60, what="all after the commit"
+        )
+    envelopes = await published_envelopes(redis, keys)
+    check_published_in_order(envelopes, logged)
+    ids = [e.event_id for e in envelopes]
+    assert len(ids) == len(set(ids))
+
+
+def _xid_listed(relay: Relay, late: Held) -> bool:
+    since = relay._ahead.since
+    return since is not None and late.xid in since.xip
