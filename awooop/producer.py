@@ -65,8 +65,9 @@ import msgspec
 from awooop.core.config import Settings, load_settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, PayloadTooLargeError, ProducerTransactionError
-from awooop.core.events import EVENT_TYPES
+from awooop.core.events import DOMAIN_PREFIX, EVENT_TYPES
 from awooop.core.pools import SET_TENANT
+from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.telemetry import tracer
 from awooop.ingest import store, submission
 from awooop.ingest.cache import ConfigCache
@@ -187,7 +188,7 @@ def _ingestor(db: Database, settings: Settings) -> Ingestor:
 
 # --- domain events (R-06) ---------------------------------------------------------------------
 
-DOMAIN_STREAM_PREFIX = "domain/"
+DOMAIN_STREAM_PREFIX = DOMAIN_PREFIX
 STREAM_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 DOMAIN_EVENT_TYPE = re.compile(r"[A-Z][A-Za-z0-9_]{0,99}")
 RUNTIME_EVENT_TYPES = frozenset(t.__name__ for t in EVENT_TYPES)
@@ -309,14 +310,18 @@ async def _in_transaction(
     target: Database | Connection, project_id: str, run: Callable[[Connection], Awaitable[T]]
 ) -> T:
     """``run`` in a tenant transaction of the Database (retried on transient conflicts), or
-    on the caller's connection inside its open transaction."""
+    on the caller's connection inside its open transaction. The database away, refusing
+    (read-only, a revoked privilege, disk full) or too slow is raised typed: E-DB-001, E-DB-002,
+    E-DB-003 (retryable; the caller's transaction is then aborted and is retried whole)."""
     if isinstance(target, Database):
-        return await target.in_tenant(project_id, run)
+        with unavailable_on_connection_errors("the producer's write"):
+            return await target.in_tenant(project_id, run)
     if not target.is_in_transaction():
         raise ProducerTransactionError(
             "pass a Database, or a connection inside its open transaction"
         )
-    return await run(target)
+    with unavailable_on_connection_errors("the producer's write"):
+        return await run(target)
 
 
 def _settings() -> Settings:

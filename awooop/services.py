@@ -56,7 +56,10 @@ class Services:
         cls, settings: Settings, db_pool_size: int = 10, db_run_min: int = 0
     ) -> Services:
         db = await Database.open(
-            settings.database_url, max_size=db_pool_size, run_min_size=db_run_min
+            settings.database_url,
+            max_size=db_pool_size,
+            run_min_size=db_run_min,
+            run_timeout_s=settings.lease_io_timeout_s,
         )
         return cls(
             settings=settings,

@@ -22,13 +22,14 @@ from typing import Any
 from opentelemetry import trace
 from redis.exceptions import RedisError, ResponseError
 
+from awooop.core.db import Database
 from awooop.core.logs import get_logger
 from streams.backoff import RateLimiter, retry_delay
 from streams.consumer_acks import Acks
 from streams.consumer_groups import GroupEpochs, OnReset, is_nogroup
 from streams.consumer_stats import ConsumerStats
 from streams.consumer_tasks import Slots, finish, sleep_or_stop
-from streams.deadletter import dead_letter_raw
+from streams.deadletter import dead_letter_undecodable
 from streams.delivery import Delivery, UndecodableEntry, text, to_delivery
 from streams.keys import Keys, hash_tag
 from streams.reclaim import autoclaim, touch
@@ -57,10 +58,12 @@ class GroupConsumer:
         touch_interval_ms: int | None = None,
         reclaim_idle_ms: int | None = None,
         epoch_check_ms: int = 1000,
+        db: Database | None = None,
     ) -> None:
         """``touch_interval_ms``: keep in-flight entries fresh (XCLAIM JUSTID) at that period.
         ``reclaim_idle_ms``: also take over other consumers' entries idle that long (and
-        hand them to the handler with their delivery count)."""
+        hand them to the handler with their delivery count). ``db``: where entries that
+        cannot be decoded are recorded as dead letters (without it they stay pending)."""
         if not streams:
             raise ValueError("a GroupConsumer needs at least one stream")
         if max_in_flight < 1 or block_ms < 1:
@@ -73,6 +76,7 @@ class GroupConsumer:
         self.max_in_flight = max_in_flight
         self.block_ms = block_ms
         self.keys = keys
+        self.db = db
         self.touch_interval_ms = touch_interval_ms
         self.reclaim_idle_ms = reclaim_idle_ms
         self.epoch_check_ms = epoch_check_ms
@@ -144,8 +148,8 @@ class GroupConsumer:
         return deliveries
 
     async def _dead_letter_undecodable(self, bad: UndecodableEntry, count: int) -> None:
-        self.stats.dead_lettered += 1
-        await dead_letter_raw(
+        if await dead_letter_undecodable(
+            self.db,
             self.redis,
             self.keys,
             stream=bad.stream,
@@ -154,7 +158,8 @@ class GroupConsumer:
             data=bad.data,
             reason=bad.reason,
             delivery_count=count,
-        )
+        ):
+            self.stats.dead_lettered += 1
 
     async def _process(self, delivery: Delivery) -> bool:
         with consume_span(delivery) as span:
@@ -325,6 +330,7 @@ class GroupConsumer:
                 self.reclaim_idle_ms,
                 self._slots.free,
                 keys=self.keys,
+                db=self.db,
             )
             for delivery in claimed:
                 await self._slots.acquire()

@@ -1,7 +1,7 @@
 """Every Redis key and consumer-group name in one place.
 
 Keys are Redis-Cluster-safe: all keys of one shard share the hash tag ``{sN}``, so a pipeline
-or script that touches the work, events, dead-letter and epoch keys of one shard stays in one
+or script that touches the work, events and epoch keys of one shard stays in one
 slot. Projects map to shards by a stable hash (CRC-32 of the project id, the same in every
 process and Python version), so one project's events, and therefore each run's events, always
 travel through one shard stream in order.
@@ -50,9 +50,6 @@ class Keys(msgspec.Struct, frozen=True):
         """Every event of the shard's projects, read by projector groups."""
         return self._shard_key(shard, "events")
 
-    def dead_letter_stream(self, shard: int) -> str:
-        return self._shard_key(shard, "dead")
-
     def epoch(self, shard: int) -> str:
         """A marker written with the shard's streams; missing means Redis lost its data."""
         return self._shard_key(shard, "epoch")
@@ -70,7 +67,7 @@ class Keys(msgspec.Struct, frozen=True):
         return f"{self.prefix}:{{{NOTICES_TAG}}}:epoch"
 
     def stream_shard(self, stream_key: str) -> int:
-        """The shard of a work/events/dead stream key (inverse of the builders above)."""
+        """The shard of a work or events stream key (inverse of the builders above)."""
         tag = stream_key.split("{", 1)[1].split("}", 1)[0]
         return int(tag[1:])
 

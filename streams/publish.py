@@ -1,12 +1,8 @@
 """Turning log rows into stream entries, and the guarded XADD of one shard's entries.
 
-Routes: dispatch events go to the events and the work stream; a ``RunFailed`` marked
-``dead_letter`` (the run's attempts all ended with an expired lease, R-19) goes to the events
-stream and, as a dead letter for the run's work, to the shard's dead-letter stream; every other
-event to the events stream. The dead letter is written from the log, so it exists even when
-Redis lost the run's work message; like every publication it is at least once (a relay crash
-before its cursor save, or a shard rebuild, can write it again: re-driving the copy finds the
-run no longer FAILED and does no harm).
+Routes: dispatch events go to the events and the work stream; every other event to the events
+stream. (A ``RunFailed`` marked ``dead_letter`` is an ordinary event here: its dead letter was
+recorded in Postgres with it, :mod:`awooop.log.deadletters`.)
 """
 
 from __future__ import annotations
@@ -15,23 +11,15 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgspec
-
-from awooop.core import metrics
 from awooop.core.events import DISPATCH_EVENT_TYPES
-from awooop.core.logs import get_logger
 from awooop.log.eventlog import RecordedEvent
 from streams import scripts
-from streams.deadletter import DEAD_LETTER_MAXLEN
-from streams.envelope import FIELD, Envelope, decode_envelope, encode
-from streams.keys import WORKER_GROUP, Keys
-
-log = get_logger(__name__)
+from streams.envelope import FIELD, Envelope, encode
+from streams.keys import Keys
 
 EVENTS_ONLY = "e"
 WORK_ONLY = "w"
 BOTH = "b"
-DEAD_LETTER = "d"  # the events stream, and the dead-letter stream (see the module docstring)
 
 
 def envelope_of(
@@ -67,21 +55,9 @@ def envelope_of(
     )
 
 
-def route_of(event_type: str, data: str = "") -> str:
-    """The route of an event of ``event_type`` whose JSON is ``data`` (module docstring)."""
-    if event_type in DISPATCH_EVENT_TYPES:
-        return BOTH
-    if event_type == "RunFailed" and _payload(data).get("dead_letter") is True:
-        return DEAD_LETTER
-    return EVENTS_ONLY
-
-
-def _payload(data: str | bytes) -> dict[str, Any]:
-    try:
-        decoded = msgspec.json.decode(data) if data else None
-    except msgspec.DecodeError:
-        return {}
-    return decoded if isinstance(decoded, dict) else {}
+def route_of(event_type: str) -> str:
+    """The route of an event of ``event_type`` (module docstring)."""
+    return BOTH if event_type in DISPATCH_EVENT_TYPES else EVENTS_ONLY
 
 
 def by_shard(
@@ -103,7 +79,7 @@ def by_shard(
             shard = shards[event.project_id] = keys.shard_of(event.project_id)
         context = contexts.get(event.event_id) if contexts else None
         item = (
-            route or route_of(event.event_type, event.data),
+            route or route_of(event.event_type),
             encode(envelope_of(event, attempt, context, ahead_of)),
         )
         grouped.setdefault(shard, []).append(item)
@@ -123,26 +99,9 @@ async def publish_shard(
     routes = "".join(route for route, _ in items)
     sizes = ",".join(str(len(data)) for _, data in items)
     blob = b"".join(data for _, data in items)
-    dead = [decode_envelope(data) for route, data in items if route == DEAD_LETTER]
-    reasons = [str(_payload(env.payload).get("reason", "")) for env in dead]
     result = await scripts.PUBLISH(
         redis,
-        [
-            guard_key,
-            keys.events_stream(shard),
-            keys.work_stream(shard),
-            keys.dead_letter_stream(shard),
-        ],
-        [guard_value, FIELD, routes, sizes, blob, str(DEAD_LETTER_MAXLEN), WORKER_GROUP, *reasons],
+        [guard_key, keys.events_stream(shard), keys.work_stream(shard)],
+        [guard_value, FIELD, routes, sizes, blob],
     )
-    if int(result) >= 0 and dead:
-        metrics.DEAD_LETTERS.inc(len(dead))
-        for env, reason in zip(dead, reasons, strict=True):
-            log.warning(
-                "stream_dead_letter",
-                stream=keys.work_stream(shard),
-                group=WORKER_GROUP,
-                run_id=env.stream_id.removeprefix("run-"),
-                reason=reason,
-            )
     return int(result)

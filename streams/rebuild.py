@@ -14,7 +14,8 @@ flush, or a restart without persistence) or never had it. The relay then, for th
    cursor (:mod:`streams.relay_ahead`), as the first time;
 3. sends a work message for every run of the shard that Postgres says is PENDING or RESUMED (its
    latest event), so that no dispatchable run depends on Redis having kept anything. Runs whose
-   latest event is past the relay cursor are left to the normal publish, which keeps per-run
+   latest event is past the relay cursor (and was not published ahead of it) are left to the
+   normal publish, which keeps per-run
    order on the work stream. Duplicates are fine: workers take the DB lease;
 4. ``RESET_FINISH``: moves the token to the epoch, but only if the token is still there. If
    Redis lost its data again meanwhile, the token is gone, the rebuild fails

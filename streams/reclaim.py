@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from awooop.core.db import Database
 from awooop.core.logs import get_logger
 from streams import scripts
-from streams.deadletter import dead_letter_raw
+from streams.deadletter import dead_letter_undecodable
 from streams.delivery import Delivery, UndecodableEntry, text, to_delivery
 from streams.keys import Keys
 
@@ -33,13 +34,14 @@ async def autoclaim(
     count: int = 100,
     *,
     keys: Keys | None = None,
+    db: Database | None = None,
 ) -> list[Delivery]:
     """Claim up to ``count`` entries idle for ``min_idle_ms`` (one sweep of the PEL).
 
     Each Delivery carries the delivery count including this claim. Entries deleted from the
     stream while pending (trimmed) are dropped from the PEL by Redis and logged. An entry
-    without a decodable envelope is dead-lettered when ``keys`` is given, else skipped and
-    left pending.
+    without a decodable envelope is dead-lettered (recorded in Postgres, then acknowledged)
+    when ``keys`` and ``db`` are given, else skipped and left pending.
     """
     deliveries: list[Delivery] = []
     cursor = "0-0"
@@ -52,8 +54,11 @@ async def autoclaim(
             try:
                 deliveries.append(to_delivery(stream, entry_id, fields, int(delivery_count), group))
             except UndecodableEntry as bad:
-                if keys is not None:
-                    await dead_letter_raw(
+                if keys is None:
+                    log.warning("stream_entry_undecodable", stream=stream, entry_id=bad.entry_id)
+                else:
+                    await dead_letter_undecodable(
+                        db,
                         redis,
                         keys,
                         stream=stream,
@@ -63,8 +68,6 @@ async def autoclaim(
                         reason=bad.reason,
                         delivery_count=int(delivery_count),
                     )
-                else:
-                    log.warning("stream_entry_undecodable", stream=stream, entry_id=bad.entry_id)
         if deleted:
             log.warning(
                 "stream_pending_entries_deleted",

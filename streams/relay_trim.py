@@ -7,7 +7,7 @@ else its last-delivered id). Entries a group has not read or not acknowledged ar
 trimmed; a group that stops consuming therefore holds its stream (watch
 ``awooop_consumer_group_lag``; XGROUP DESTROY a retired group). A stream without groups is
 capped with ``MAXLEN ~ AWOOOP_STREAM_MAXLEN``; so are the notices (read with plain XREAD, no
-groups) and the dead-letter streams. The floor entry also gives the shard's safe replay point
+groups). The floor entry also gives the shard's safe replay point
 (below it every group had acknowledged everything), stored in ``awooop_relay_shards``.
 """
 

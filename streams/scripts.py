@@ -44,15 +44,10 @@ class LuaScript:
             return await redis.eval(self.source, len(keys), *keys, *args)
 
 
-# KEYS: guard, events stream, work stream, dead-letter stream. ARGV: expected guard value, field
-# name, routes (one character per entry: "e" = events stream only, "w" = work stream only,
-# "b" = both, "d" = the events stream and, as a dead letter, the dead-letter stream), entry
-# lengths (comma-separated), the entries concatenated, the dead-letter stream's MAXLEN, the
-# work group's name, then one reason per "d" entry, in order. (Five arguments plus the dead
-# letters' instead of two per entry: packing thousands of arguments was the relay's largest
-# client-side cost.) A dead letter gets the fields that streams.deadletter.dead_letter writes,
-# for the work stream and group it stands for, with no source entry and 0 deliveries: it comes
-# from the event log, not from a delivered message (the run's failure decided it).
+# KEYS: guard, events stream, work stream. ARGV: expected guard value, field name, routes (one
+# character per entry: "e" = events stream only, "w" = work stream only, "b" = both), entry
+# lengths (comma-separated), the entries concatenated. (Five arguments instead of two per
+# entry: packing thousands of arguments was the relay's largest client-side cost.)
 # Returns the number of entries, or -1 (nothing written) when the guard key does not hold the
 # expected value. Race closed: Redis can lose its data between the relay's epoch check and this
 # call; reading the guard in the same atomic script as the XADDs means entries are only ever
@@ -64,7 +59,7 @@ PUBLISH = LuaScript(
     """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local field, routes, blob = ARGV[2], ARGV[3], ARGV[5]
-local pos, i, dead = 1, 0, 7
+local pos, i = 1, 0
 for size in string.gmatch(ARGV[4], '%d+') do
   i = i + 1
   local data = string.sub(blob, pos, pos + tonumber(size) - 1)
@@ -72,11 +67,6 @@ for size in string.gmatch(ARGV[4], '%d+') do
   local route = string.sub(routes, i, i)
   if route ~= 'w' then redis.call('XADD', KEYS[2], '*', field, data) end
   if route == 'w' or route == 'b' then redis.call('XADD', KEYS[3], '*', field, data) end
-  if route == 'd' then
-    dead = dead + 1
-    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', field, data, 'reason', ARGV[dead],
-      'stream', KEYS[3], 'group', ARGV[7], 'entry_id', '', 'delivery_count', '0')
-  end
 end
 return i
 """,
@@ -269,33 +259,5 @@ if p[1] and p[1][2] == ARGV[2] then
   return 1
 end
 return 0
-""",
-)
-
-# KEYS: dead-letter stream, source stream. ARGV: group, entry id, MAXLEN, then field/value pairs.
-# Append to the dead-letter stream and acknowledge the source entry atomically: a crash can
-# neither lose the message (acked, not dead-lettered) nor dead-letter it twice and keep it.
-DEAD_LETTER = LuaScript(
-    "dead_letter",
-    """
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
-return redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
-""",
-)
-
-# KEYS: epoch of the shard, target stream (work or events), dead-letter stream. ARGV: field
-# name, envelope bytes, dead-letter entry id. Re-drive one dead letter: append the message to
-# its stream again and delete the dead-letter entry, atomically. Returns 1; 0 (nothing written)
-# when the entry is no longer in the dead-letter stream (a concurrent re-drive took it: no
-# second copy); -1 (nothing written) when the shard's epoch is gone (Redis lost its data: the
-# relay is rebuilding the shard and republishes unfinished runs itself).
-REDRIVE = LuaScript(
-    "redrive",
-    """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if #redis.call('XRANGE', KEYS[3], ARGV[3], ARGV[3]) == 0 then return 0 end
-redis.call('XADD', KEYS[2], '*', ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[3], ARGV[3])
-return 1
 """,
 )

@@ -118,7 +118,9 @@ async def services(settings: Settings) -> AsyncIterator[Services]:
 
 @pytest.fixture
 async def db(settings: Settings) -> AsyncIterator[Database]:
-    database = await Database.open(settings.database_url, max_size=10)
+    database = await Database.open(
+        settings.database_url, max_size=10, run_timeout_s=settings.lease_io_timeout_s
+    )
     yield database
     await database.close()
 

@@ -1,64 +1,73 @@
-"""``awooop deadletters``: inspect and re-drive the shards' dead-letter streams (R-16).
+"""``awooop deadletters``: list and re-drive the dead letters recorded in Postgres (R-16).
 
-    awooop deadletters list    [--shard N] [--limit N] [--json]
-    awooop deadletters redrive ID ... | --all [--shard N] [--attempts N] [--json]
+    awooop deadletters list    [--project P] [--shard N] [--limit N] [--json]
+    awooop deadletters redrive ID ... | --all [--project P] [--shard N] [--attempts N] [--json]
+    awooop deadletters discard ID ... [--json]
 
-``list`` prints one line per entry: its id (``SHARD:ENTRY_ID``), run, project, event, source
-group, deliveries, when and why it was dead-lettered. ``redrive`` puts each entry's run back to
-work as :mod:`awooop.runs.deadletters` describes (a FAILED run is retried, recorded as a
-``RunRetried`` event with ``actor`` = ``cli:<OS user>`` in its metadata), then republishes the
-message and removes the entry. It prints one result line per entry and exits 1 when any entry
-was left in place (unknown id, undecodable message, unknown run, lost shard).
+``list`` prints the open dead letters, newest first, one line each: its id, run, project,
+event, source stream and group, deliveries, when and why it was dead-lettered. ``redrive`` puts
+each one's run back to work as :mod:`awooop.runs.deadletters` describes (a FAILED run is
+retried, recorded as a ``RunRetried`` event with ``actor`` = ``cli:<OS user>`` in its metadata)
+and resolves the dead letter. ``discard`` resolves dead letters without touching their runs
+(an undecodable message, a run given up on). Both print one result line per dead letter and
+exit 1 when any was left open (unknown id, no run, unknown run, resolved already).
 """
 
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
 from typing import Any
 
 from awooop.commands.output import add_wide, table, to_json, when
 from awooop.commands.runs import cli_actor
 from awooop.core.config import Settings
 from awooop.core.errors import InvalidInputError
+from awooop.ingest.credentials import check_project_id
+from awooop.log.deadletters import DeadLetterRow
 from awooop.runs import deadletters
 from awooop.services import Services
-from streams.deadletter import DeadLetter
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("deadletters", help="list or re-drive dead-letter entries")
     sub = parser.add_subparsers(dest="deadletters_command", required=True, metavar="ACTION")
 
-    listing = sub.add_parser("list", help="the entries of every shard's dead-letter stream")
-    listing.add_argument("--shard", type=int, default=None, help="only this shard")
+    listing = sub.add_parser("list", help="the open dead letters, newest first")
+    listing.add_argument("--project", default=None, help="only this project's")
+    listing.add_argument("--shard", type=int, default=None, help="only the projects of shard N")
     listing.add_argument("--limit", type=int, default=1000, help="at most N entries")
     listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     add_wide(listing)
     listing.set_defaults(run=list_dead_letters)
 
-    redrive = sub.add_parser("redrive", help="put entries' runs back to work and remove them")
-    redrive.add_argument("ids", nargs="*", metavar="ID", help="SHARD:ENTRY_ID as listed")
-    redrive.add_argument("--all", action="store_true", help="every entry (of --shard)")
-    redrive.add_argument("--shard", type=int, default=None, help="with --all: only this shard")
+    redrive = sub.add_parser("redrive", help="put dead letters' runs back to work, resolve them")
+    redrive.add_argument("ids", nargs="*", metavar="ID", help="a dead letter's id as listed")
+    redrive.add_argument("--all", action="store_true", help="every open dead letter")
+    redrive.add_argument("--project", default=None, help="with --all: only this project's")
+    redrive.add_argument("--shard", type=int, default=None, help="with --all: only shard N's")
     redrive.add_argument("--attempts", type=int, default=3, help="extra attempts for FAILED runs")
     redrive.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     add_wide(redrive)
     redrive.set_defaults(run=redrive_dead_letters)
 
+    discard = sub.add_parser("discard", help="resolve dead letters, leaving their runs as they are")
+    discard.add_argument("ids", nargs="+", metavar="ID", help="a dead letter's id as listed")
+    discard.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    add_wide(discard)
+    discard.set_defaults(run=discard_dead_letters)
 
-def entry_view(entry: DeadLetter) -> dict[str, Any]:
-    env = entry.envelope()
+
+def entry_view(entry: DeadLetterRow) -> dict[str, Any]:
     return {
-        "id": entry.id,
-        "shard": entry.shard,
-        "run_id": None if env is None else env.stream_id.removeprefix("run-"),
-        "project_id": None if env is None else env.project_id,
-        "event_type": None if env is None else env.event_type,
-        "stream": entry.stream,
-        "group": entry.group,
+        "id": str(entry.dead_letter_id),
+        "run_id": None if entry.run_id is None else str(entry.run_id),
+        "project_id": entry.project_id,
+        "event_type": entry.event_type or None,
+        "source": entry.source,
+        "group": entry.group_name,
         "delivery_count": entry.delivery_count,
-        "dead_lettered_at": datetime.fromtimestamp(entry.dead_lettered_ms / 1000, UTC),
+        "code": entry.code,
+        "dead_lettered_at": entry.dead_lettered_at,
         "reason": entry.reason,
     }
 
@@ -70,8 +79,8 @@ def render_entries(views: list[dict[str, Any]], *, wide: bool = False) -> str:
             v["id"],
             v["run_id"] or "-",
             v["project_id"] or "-",
-            v["event_type"] or "(undecodable)",
-            v["group"],
+            v["event_type"] or ("-" if v["run_id"] else "(undecodable)"),
+            v["group"] or "-",
             str(v["delivery_count"]),
             when(v["dead_lettered_at"]),
             v["reason"],
@@ -81,14 +90,22 @@ def render_entries(views: list[dict[str, Any]], *, wide: bool = False) -> str:
     return table(header, rows, wide=wide)
 
 
-async def list_dead_letters(settings: Settings, args: argparse.Namespace) -> int:
+def check_filters(settings: Settings, args: argparse.Namespace) -> None:
     if args.shard is not None:
         deadletters.check_shard(args.shard, settings.shard_count)
+    if args.project is not None:
+        check_project_id(args.project)
+
+
+async def list_dead_letters(settings: Settings, args: argparse.Namespace) -> int:
+    check_filters(settings, args)
     if args.limit < 1:
         raise InvalidInputError("--limit must be at least 1")
     services = await Services.open(settings, db_pool_size=1)
     try:
-        entries = await deadletters.list_entries(services, args.shard, args.limit)
+        entries = await deadletters.list_entries(
+            services, args.shard, args.limit, project_id=args.project
+        )
     finally:
         await services.close()
     views = [entry_view(e) for e in entries]
@@ -99,40 +116,61 @@ async def list_dead_letters(settings: Settings, args: argparse.Namespace) -> int
 async def redrive_dead_letters(settings: Settings, args: argparse.Namespace) -> int:
     if bool(args.ids) == bool(args.all):
         raise InvalidInputError("name the entries to re-drive (ID ...) or pass --all")
-    if args.shard is not None:
-        if not args.all:
-            raise InvalidInputError("--shard goes with --all (an ID names its shard)")
-        deadletters.check_shard(args.shard, settings.shard_count)
+    if (args.shard is not None or args.project is not None) and not args.all:
+        raise InvalidInputError("--project and --shard go with --all (an ID names one)")
+    check_filters(settings, args)
     if args.attempts < 1:
         raise InvalidInputError("--attempts must be a positive integer")
     for text in args.ids:
-        deadletters.parse_id(text, settings.shard_count)  # refuse a bad id before any change
+        deadletters.parse_id(text)  # refuse a bad id before any change
     actor = cli_actor()
-    results: list[deadletters.Result] = []
     services = await Services.open(settings, db_pool_size=1)
     try:
-        found: list[DeadLetter | str] = list(
-            await deadletters.list_entries(services, args.shard)
+        found: list[DeadLetterRow | str] = list(
+            await deadletters.list_entries(services, args.shard, project_id=args.project)
             if args.all
             else await deadletters.find(services, args.ids)
         )
-        for item in found:
-            if isinstance(item, str):
-                results.append(
-                    deadletters.Result(
-                        id=item,
-                        run_id=None,
-                        project_id=None,
-                        outcome=deadletters.Outcome.LEFT,
-                        detail="no such dead letter",
-                    )
-                )
-                continue
-            results.append(
-                await deadletters.redrive(services, item, actor=actor, attempts=args.attempts)
-            )
+        results = [
+            missing(item)
+            if isinstance(item, str)
+            else await deadletters.redrive(services, item, actor=actor, attempts=args.attempts)
+            for item in found
+        ]
     finally:
         await services.close()
+    return report(results, args)
+
+
+async def discard_dead_letters(settings: Settings, args: argparse.Namespace) -> int:
+    for text in args.ids:
+        deadletters.parse_id(text)  # refuse a bad id before any change
+    actor = cli_actor()
+    services = await Services.open(settings, db_pool_size=1)
+    try:
+        found = await deadletters.find(services, args.ids)
+        results = [
+            missing(item)
+            if isinstance(item, str)
+            else await deadletters.discard(services, item, actor=actor)
+            for item in found
+        ]
+    finally:
+        await services.close()
+    return report(results, args)
+
+
+def missing(text: str) -> deadletters.Result:
+    return deadletters.Result(
+        id=text,
+        run_id=None,
+        project_id=None,
+        outcome=deadletters.Outcome.LEFT,
+        detail="no such dead letter",
+    )
+
+
+def report(results: list[deadletters.Result], args: argparse.Namespace) -> int:
     if args.json:
         print(to_json(results))
     else:

@@ -9,8 +9,8 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from awooop.commands.doctor_check import FAIL, OK, WARN, Check, one, text
+from awooop.log import deadletters, partitions
 from awooop.log import dedupe_windows as windows
-from awooop.log import partitions
 from awooop.loops.store import LOOP_STALE_INTERVALS, MIN_WRITE_INTERVAL_S, stale_after_s
 from awooop.runs.blocked import Reason
 from awooop.runs.blocked_facts import count_by_reason
@@ -202,15 +202,14 @@ async def blocked(services: Services) -> list[Check]:
 
 
 async def dead_letters(services: Services) -> list[Check]:
-    total = 0
-    for shard in services.keys.shards():
-        total += await services.redis.xlen(services.keys.dead_letter_stream(shard))
+    async with services.db.platform() as conn:
+        total = sum((await deadletters.open_counts(conn)).values())
     if total:
         return [
             Check(
                 "dead letters",
                 WARN,
-                f"{total} entries in dead-letter streams",
+                f"{total} open dead letters",
                 "`awooop deadletters list`, fix the cause, `awooop deadletters redrive` "
                 "(runbook: Dead letters)",
             )

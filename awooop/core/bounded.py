@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 import asyncpg
 
 from awooop.core.errors import DatabaseUnavailableError
-from awooop.core.pools import Connection, Pool
+from awooop.core.pools import Connection, Pool, drop_if_poisoned
 from awooop.core.retries import CONNECTION_ERRORS
 
 
@@ -56,11 +56,12 @@ async def bounded(
 
     conn.add_query_logger(answered)
     try:
-        if transaction:
-            async with conn.transaction(readonly=readonly):
+        with drop_if_poisoned(conn):
+            if transaction:
+                async with conn.transaction(readonly=readonly):
+                    yield conn
+            else:
                 yield conn
-        else:
-            yield conn
     except Exception as exc:
         if expired:
             raise DatabaseUnavailableError(

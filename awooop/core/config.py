@@ -98,7 +98,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_db_pool_size: int = 10
     http_header_timeout_s: float = 5.0
     http_body_timeout_s: float = 10.0
+    # Management and console requests: each statement's time limit, and how many requests one
+    # project (admin tokens: the platform project) may have in progress in a process.
+    http_statement_timeout_s: float = 10.0
+    http_tenant_requests: int = 4
     ingest_config_cache_s: float = 2.0
+    # The bound of an ingest's database work (each statement on the server: statement and lock
+    # timeouts; the whole call on the client): past it 503 E-DB-003, nothing left running.
+    ingest_timeout_s: float = 10.0
     # The console (/ui): a trace id links to this URL with {trace_id} replaced ("" no link),
     # and a browser session lasts this long (or until its token is revoked).
     console_trace_url: str = ""
@@ -137,7 +144,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "redis_socket_timeout_s",
             "http_header_timeout_s",
             "http_body_timeout_s",
+            "http_statement_timeout_s",
             "console_session_s",
+            "ingest_timeout_s",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{env_name(name)} must be a positive number of seconds")
@@ -152,6 +161,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "http_max_body_bytes",
             "http_workers",
             "http_db_pool_size",
+            "http_tenant_requests",
             "ingest_batch_max_deliveries",
             "llm_max_connections",
             "pointer_check_connections",

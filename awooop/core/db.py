@@ -18,23 +18,61 @@ worker (claims, completions, fenced writes: :meth:`Database.in_run_statement`,
 (:data:`awooop.core.pools.CACHED_PLAN_SETTINGS`). The tenant sessions (outside transactions)
 are in :mod:`awooop.core.sessions`, the per-statement bound in :mod:`awooop.core.bounded`,
 the retry rules in :mod:`awooop.core.retries`.
+
+A request's bound (:func:`request_bound`, set by the HTTP layer for management and console
+requests) applies to every role-pool transaction opened under it: a connection must be had
+within the bound, each statement is given ``statement_timeout`` (transaction-local, set with
+the tenant in the same statement), and a statement that the server cancels for it is
+:class:`DatabaseBusyError` (503 ``E-DB-003``, with ``Retry-After``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
+import asyncpg
+
 from awooop.core.bounded import bounded
-from awooop.core.pools import APP_ROLE, PLATFORM_ROLE, SET_TENANT, Pool, create_pool
+from awooop.core.errors import DatabaseBusyError
+from awooop.core.pools import (
+    APP_ROLE,
+    PLATFORM_ROLE,
+    SET_TENANT,
+    Pool,
+    create_pool,
+    drop_if_poisoned,
+)
 from awooop.core.pools import Connection as Connection  # the type most callers name with Database
 from awooop.core.retries import RETRYABLE_PG_ERRORS, retry_transaction
 from awooop.core.sessions import TenantSessions
 
 T = TypeVar("T")
+
+# The statement timeout of the request being served (None: not a bounded request).
+_REQUEST_BOUND_S: ContextVar[float | None] = ContextVar("awooop_request_bound_s", default=None)
+SET_TENANT_BOUNDED = (
+    "SELECT set_config('awooop.project_id', $1, true), set_config('statement_timeout', $2, true)"
+)
+SET_BOUND = "SELECT set_config('statement_timeout', $1, true)"
+
+
+@contextlib.contextmanager
+def request_bound(seconds: float) -> Iterator[None]:
+    """Within this block (and the tasks it starts), role-pool transactions are bounded."""
+    token = _REQUEST_BOUND_S.set(seconds)
+    try:
+        yield
+    finally:
+        _REQUEST_BOUND_S.reset(token)
+
+
+def _milliseconds(seconds: float) -> str:
+    return str(max(1, round(seconds * 1000)))
 
 
 class Database:
@@ -59,23 +97,39 @@ class Database:
         self.run_timeout_s = run_timeout_s
 
     @classmethod
-    async def open(cls, url: str, max_size: int = 10, run_min_size: int = 0) -> Database:
+    async def open(
+        cls,
+        url: str,
+        max_size: int = 10,
+        run_min_size: int = 0,
+        run_timeout_s: float | None = None,
+    ) -> Database:
         """The pools; ``run_min_size`` run-pool connections are opened now and kept open (a
-        worker's claims, completions and fenced writes; other processes open none)."""
+        worker's claims, completions and fenced writes; other processes open none).
+        ``run_timeout_s`` bounds every run-pool statement on the client (:func:`bounded`) AND
+        on the server (statement, lock and idle-in-transaction timeouts), so that a claim,
+        renewal or fenced write the worker gave up on cannot run later."""
         pools: list[Pool] = []
         try:
             pools.append(await create_pool(url, APP_ROLE, max_size=max_size))
             pools.append(await create_pool(url, PLATFORM_ROLE, max_size=max_size))
             pools.append(
                 await create_pool(
-                    url, PLATFORM_ROLE, min_size=run_min_size, max_size=max_size, cached_plans=True
+                    url,
+                    PLATFORM_ROLE,
+                    min_size=run_min_size,
+                    max_size=max_size,
+                    cached_plans=True,
+                    bound_s=run_timeout_s,
                 )
             )
         except BaseException:
             await asyncio.gather(*(pool.close() for pool in pools))
             raise
         tenant_pool, platform_pool, run_pool = pools
-        return cls(tenant_pool, platform_pool, run_pool, TenantSessions(url, max_size))
+        return cls(
+            tenant_pool, platform_pool, run_pool, TenantSessions(url, max_size), run_timeout_s
+        )
 
     async def close(self) -> None:
         await asyncio.gather(
@@ -89,8 +143,7 @@ class Database:
     async def tenant(
         self, project_id: str, *, timeout_s: float | None = None
     ) -> AsyncIterator[Connection]:
-        async with self._transaction(self.tenant_pool, timeout_s) as conn:
-            await conn.execute(SET_TENANT, project_id)
+        async with self._transaction(self.tenant_pool, timeout_s, project_id=project_id) as conn:
             yield conn
 
     @asynccontextmanager
@@ -106,14 +159,50 @@ class Database:
     @staticmethod
     @asynccontextmanager
     async def _transaction(
-        pool: Pool, timeout_s: float | None, *, readonly: bool = False
+        pool: Pool,
+        timeout_s: float | None,
+        *,
+        readonly: bool = False,
+        project_id: str | None = None,
     ) -> AsyncIterator[Connection]:
+        """A transaction on ``pool`` (as ``project_id``'s tenant when given); bounded per
+        statement by ``timeout_s`` (:func:`bounded`) or by the request's bound."""
         if timeout_s is not None:
             async with bounded(pool, timeout_s, transaction=True, readonly=readonly) as conn:
+                if project_id is not None:
+                    await conn.execute(SET_TENANT, project_id)
                 yield conn
             return
-        async with pool.acquire() as conn, conn.transaction(readonly=readonly):
-            yield conn
+        bound = _REQUEST_BOUND_S.get()
+        if bound is None:
+            async with pool.acquire() as conn:
+                with drop_if_poisoned(conn):
+                    async with conn.transaction(readonly=readonly):
+                        if project_id is not None:
+                            await conn.execute(SET_TENANT, project_id)
+                        yield conn
+            return
+        try:
+            conn = await pool.acquire(timeout=bound)
+        except TimeoutError as exc:
+            raise DatabaseBusyError(
+                f"no database connection within {bound:g} s (AWOOOP_HTTP_STATEMENT_TIMEOUT_S)"
+            ) from exc
+        try:
+            with drop_if_poisoned(conn):
+                async with conn.transaction(readonly=readonly):
+                    if project_id is not None:
+                        await conn.execute(SET_TENANT_BOUNDED, project_id, _milliseconds(bound))
+                    else:
+                        await conn.execute(SET_BOUND, _milliseconds(bound))
+                    yield conn
+        except asyncpg.QueryCanceledError as exc:
+            raise DatabaseBusyError(
+                f"a database statement did not finish within {bound:g} s "
+                "(AWOOOP_HTTP_STATEMENT_TIMEOUT_S)"
+            ) from exc
+        finally:
+            await pool.release(conn)
 
     @asynccontextmanager
     async def _run_connection(self) -> AsyncIterator[Connection]:
@@ -122,7 +211,8 @@ class Database:
                 yield conn
             return
         async with self.run_pool.acquire() as conn:
-            yield conn
+            with drop_if_poisoned(conn):
+                yield conn
 
     async def in_tenant(
         self,

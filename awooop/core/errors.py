@@ -15,6 +15,8 @@ class AwoooPError(Exception):
     code: ClassVar[str] = "E-INTERNAL-001"
     http_status: ClassVar[int] = 500
     retryable: ClassVar[bool] = False
+    # Seconds a client should wait before trying again (HTTP ``Retry-After``); None: no hint.
+    retry_after_s: ClassVar[int | None] = None
 
     def __init__(self, message: str | None = None, **details: object) -> None:
         self.message = message or (self.__doc__ or self.code).strip()
@@ -56,6 +58,23 @@ class DatabaseUnavailableError(AwoooPError):
     code = "E-DB-001"
     http_status = 503
     retryable = True
+    retry_after_s = 1
+
+
+class DatabaseRefusedError(DatabaseUnavailableError):
+    """The database refuses this work for now (read-only, a missing privilege, disk full or out
+    of resources); nothing was written: try again later."""
+
+    code = "E-DB-002"
+    retry_after_s = 5
+
+
+class DatabaseBusyError(DatabaseUnavailableError):
+    """The database did not finish in time (a lock held by another transaction, or the
+    statement bound); nothing is left running: try again later."""
+
+    code = "E-DB-003"
+    retry_after_s = 2
 
 
 class RedisUnavailableError(AwoooPError):
@@ -88,6 +107,15 @@ class UnknownEventTypeError(AwoooPError):
     """The event type is not known to this version of the runtime."""
 
     code = "E-EVENT-003"
+
+
+class StreamNotOfProjectError(AwoooPError):
+    """The stream name is not one of this project's: run-<run id>, domain/<project>/<name> or
+    revision-<project>/<family>/<contract> (migrations/0115_stream_names.sql). Nothing was
+    written."""
+
+    code = "E-EVENT-004"
+    http_status = 403
 
 
 # --- runs -----------------------------------------------------------------------------------
@@ -274,6 +302,16 @@ class HeadTooLargeError(AwoooPError):
     http_status = 431
 
 
+class TenantShareExceededError(AwoooPError):
+    """This project already has as many management and console requests in progress as it may
+    (AWOOOP_HTTP_TENANT_REQUESTS): try again in a moment."""
+
+    code = "E-HTTP-429"
+    http_status = 429
+    retryable = True
+    retry_after_s = 1
+
+
 # --- ingest: producer library ---------------------------------------------------------------
 
 
@@ -357,7 +395,7 @@ class MaxAttemptsExceededError(AwoooPError):
 
 
 class DeliveryLimitError(AwoooPError):
-    """The run's work message was delivered too often; it went to the dead-letter stream."""
+    """The run's work message was delivered too often; the run was dead-lettered."""
 
     code = "E-RUN-005"
     http_status = 409

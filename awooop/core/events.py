@@ -12,6 +12,7 @@ Schema evolution rules (stored events are never rewritten):
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import Any
@@ -123,9 +124,9 @@ class RunFailed(EventBase, frozen=True, kw_only=True, tag=True):
     (the reaper, or a worker taking the run: worker_id and attempt name that expired attempt,
     ``last_renewal_at`` is when its lease was last taken or renewed).
 
-    ``dead_letter``: the run's work goes to its shard's dead-letter stream; the relay writes
-    the entry when it publishes this event (Postgres holds the decision, so the entry is
-    written even if Redis lost the run's work message)."""
+    ``dead_letter``: the run is dead-lettered: its dead letter is a row of
+    ``awooop_dead_letters`` written in the transaction that appends this event
+    (:mod:`awooop.log.deadletters`)."""
 
     reason: str
     code: str
@@ -139,19 +140,34 @@ class RunRequeued(EventBase, frozen=True, kw_only=True, tag=True):
     """The reaper (or a worker taking the run) found the lease of ``attempt`` expired and put
     the run back to PENDING. ``worker_id``: the worker whose lease expired; ``last_renewal_at``:
     when that lease was last taken or renewed; ``reason``: the same, in words (None and empty
-    in events stored before these fields existed)."""
+    in events stored before these fields existed).
+
+    ``suspect``: that worker held other runs too when its lease expired, so the death is not
+    charged to this run (its ``max_attempts`` moves up by one with the attempt) and the run
+    becomes a suspect that runs alone from now on (``suspect_worker_id`` = ``worker_id``).
+    False: the worker held this run alone, the death is charged (events stored before the
+    field existed were all charged)."""
 
     attempt: int
     worker_id: str | None = None
     last_renewal_at: datetime | None = None
     reason: str = ""
+    suspect: bool = False
 
 
 class LeaseReleased(EventBase, frozen=True, kw_only=True, tag=True):
-    """A worker gave its lease back (shutdown) so that another worker takes the run at once."""
+    """A worker gave its lease back so that another worker takes the run at once.
+
+    ``charged``: whether the attempt counts against ``max_attempts``. A worker gives a lease
+    back uncharged when the attempt ended through no fault of the run: the worker shut down, or
+    the runtime's own stores were away or refusing (it hands the run back once Postgres answers
+    again); ``apply`` then moves ``max_attempts`` up by one with the attempt, as for a suspect.
+    Events stored before the field existed were all charged. ``reason``: why, in words."""
 
     worker_id: str
     attempt: int
+    charged: bool = True
+    reason: str = ""
 
 
 class RunCancelled(EventBase, frozen=True, kw_only=True, tag=True):
@@ -251,7 +267,29 @@ def run_stream_id(run_id: uuid.UUID) -> str:
 
 
 def revision_stream_id(project_id: str, family: str, contract_id: str) -> str:
-    return f"revision-{project_id}/{family}/{contract_id}"
+    return f"{REVISION_PREFIX}{project_id}/{family}/{contract_id}"
+
+
+# The stream names the runtime writes, each of which says whose stream it is. The database holds
+# every row of the log to the same rule (awooop_stream_of_project, migrations/0115).
+# A run stream is checked for the shape of a uuid (the database's LIKE
+# 'run-________-____-____-____-____________', cheaper than a regular expression there).
+RUN_STREAM = re.compile(r"run-.{8}-.{4}-.{4}-.{4}-.{12}", re.DOTALL)
+DOMAIN_PREFIX = "domain/"
+REVISION_PREFIX = "revision-"
+
+
+def stream_of_project(stream_id: str, project_id: str) -> bool:
+    """Pure: whether ``stream_id`` may be a stream of ``project_id``: a run's stream (whose
+    project is its run's: the database asks the run row), or a domain or revision stream that
+    names the project."""
+    if stream_id.startswith("run-"):
+        return RUN_STREAM.fullmatch(stream_id) is not None
+    for prefix in (DOMAIN_PREFIX, REVISION_PREFIX):
+        if stream_id.startswith(prefix):
+            own = f"{prefix}{project_id}/"
+            return stream_id.startswith(own) and len(stream_id) > len(own)
+    return False
 
 
 def run_id_of_stream(stream_id: str) -> uuid.UUID | None:

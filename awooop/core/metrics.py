@@ -62,13 +62,18 @@ RUNS_BY_STATE = Gauge(
 LEASE_CLAIMS = Counter("awooop_lease_claims_total", "Run leases taken", ["path"])
 LEASE_RENEWALS = Counter("awooop_lease_renewals_total", "Run leases renewed by heartbeats")
 LEASE_LOSSES = Counter("awooop_lease_losses_total", "Leases a worker found lost (fenced off)")
+CANCEL_NOTICES = Counter(
+    "awooop_cancel_notices_total",
+    "Cancel notices checked against Postgres for runs this worker holds, by what the row said",
+    ["verdict"],
+)
 RECLAIMS = Counter(
     "awooop_reclaims_total",
     "Pending entries reclaimed from idle consumers, by outcome",
     ["outcome"],
 )
 REAPED = Counter("awooop_reaped_runs_total", "Stale runs handled by the reaper", ["outcome"])
-DEAD_LETTERS = Counter("awooop_dead_letters_total", "Messages moved to the dead-letter stream")
+DEAD_LETTERS = Counter("awooop_dead_letters_total", "Dead letters recorded (awooop_dead_letters)")
 RUNS_OLDEST_AGE = Gauge(
     "awooop_runs_oldest_age_seconds",
     "Age of the longest-unchanged live run by project and state (sampled by the stats loop)",
@@ -114,8 +119,11 @@ CONSUMER_LAG = Gauge(
 CONSUMER_PENDING = Gauge(
     "awooop_consumer_group_pending", "Entries delivered but not acknowledged", ["stream", "group"]
 )
-DEAD_LETTER_LENGTH = Gauge(
-    "awooop_dead_letter_stream_length", "Entries in a dead-letter stream (XLEN)", ["stream"]
+DEAD_LETTERS_OPEN = Gauge(
+    "awooop_dead_letters_open",
+    "Open dead letters by project, read from Postgres by the stats loop (__platform__ always "
+    "present: dead letters without a run)",
+    ["project_id"],
 )
 STREAM_RESETS = Counter(
     "awooop_stream_resets_total", "Times a shard's Redis data was found lost and rebuilt"
@@ -179,9 +187,9 @@ PROJECTOR_FAILURES = Counter(
 # tests/unit/test_metrics_labels.py checks that every literal label value used in the code is
 # listed here.
 KNOWN_LABELS: dict[Counter, tuple[tuple[str, ...], ...]] = {
-    LEASE_CLAIMS: (("stream",), ("reclaim",), ("poll",)),
+    LEASE_CLAIMS: (("stream",), ("reclaim",), ("poll",), ("isolated",)),
     RECLAIMS: (("acked",), ("left",), ("dead_lettered",), ("taken",), ("error",)),
-    REAPED: (("requeued",), ("failed",)),
+    REAPED: (("requeued",), ("suspected",), ("failed",)),
     RUNS_FINISHED: (("COMPLETED",), ("FAILED",), ("CANCELLED",)),
     RELAY_PUBLISHED: (("events",), ("contract",)),
     RELAY_ATTEMPTS: (

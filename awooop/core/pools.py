@@ -8,14 +8,16 @@ decoded with msgspec on every connection.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 import msgspec
 
 from awooop.core.errors import DatabaseUnavailableError
-from awooop.core.retries import CONNECTION_ERRORS
+from awooop.core.retries import CONNECTION_ERRORS, POISONING_ERRORS
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -104,7 +106,7 @@ async def connect(
 ) -> Connection:
     """One connection (for LISTEN, migrations, advisory-lock owners); ``cached_plans``: see
     :data:`CACHED_PLAN_SETTINGS`."""
-    settings = {"role": role} if role else {}
+    settings = {"role": role, **SERVER_CHECKS} if role else dict(SERVER_CHECKS)
     if cached_plans:
         settings.update(CACHED_PLAN_SETTINGS)
     try:
@@ -119,6 +121,18 @@ async def connect(
             raise DatabaseUnavailableError(f"cannot connect to the database: {exc!r}") from exc
         raise
     return conn
+
+
+@contextlib.contextmanager
+def drop_if_poisoned(conn: Connection) -> Iterator[None]:
+    """Close ``conn`` (its pool opens a fresh one) when an error says it can no longer serve
+    (:data:`awooop.core.retries.POISONING_ERRORS`): a session opened during a read-only window
+    stays read-only after it, and nothing else would ever replace it."""
+    try:
+        yield
+    except POISONING_ERRORS:
+        conn.terminate()
+        raise
 
 
 async def _transaction_scoped_reset(_conn: Any) -> None:
@@ -153,6 +167,14 @@ PLAN_CACHE_MODE = "force_custom_plan"
 # JIT off: these are short statements, and a generic plan's row estimates grow with the tables
 # until its cost passes jit_above_cost; from then on every execution compiled the plan first
 # (the relay's read at 10M events: tens of ms each, for a read that takes well under one).
+# What a client abandons, the server abandons too: every connection asks its backend to check
+# every second, while a statement runs, whether the client is still there, and to end the
+# statement (and the session) when the socket is closed. Without it a statement the client gave
+# up on (a bounded wait that terminated its connection, a request whose client left, a killed
+# process) went on waiting on the server: seen 44-54 s later behind a table lock, then running
+# with its old start time as now(). PostgreSQL 14 or later.
+SERVER_CHECKS = {"client_connection_check_interval": "1000"}
+
 CACHED_PLAN_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
     "enable_seqscan": "off",
@@ -160,13 +182,34 @@ CACHED_PLAN_SETTINGS = {
 }
 
 
+def server_bound(timeout_s: float) -> dict[str, str]:
+    """Session settings that end, on the server, any statement, lock wait or open transaction
+    of the connection that lasts longer than ``timeout_s``: nothing a client gave up on can
+    run later, whatever the network did to the client's own bound."""
+    ms = str(max(1, round(timeout_s * 1000)))
+    return {
+        "statement_timeout": ms,
+        "lock_timeout": ms,
+        "idle_in_transaction_session_timeout": ms,
+    }
+
+
 async def create_pool(
-    url: str, role: str, min_size: int = 1, max_size: int = 10, *, cached_plans: bool = False
+    url: str,
+    role: str,
+    min_size: int = 1,
+    max_size: int = 10,
+    *,
+    cached_plans: bool = False,
+    bound_s: float | None = None,
 ) -> Pool:
+    """A role pool; ``bound_s``: the server-side bound of every statement (:func:`server_bound`)."""
     # The role pools run the runtime's short statements too: never worth compiling.
-    settings = {"role": role, "plan_cache_mode": PLAN_CACHE_MODE, "jit": "off"}
+    settings = {"role": role, "plan_cache_mode": PLAN_CACHE_MODE, "jit": "off", **SERVER_CHECKS}
     if cached_plans:
         settings.update(CACHED_PLAN_SETTINGS)
+    if bound_s is not None:
+        settings.update(server_bound(bound_s))
     try:
         pool = await asyncpg.create_pool(
             url,

@@ -15,7 +15,12 @@ from typing import TypeVar
 
 import asyncpg
 
-from awooop.core.errors import DatabaseUnavailableError, StreamOrderConflictError
+from awooop.core.errors import (
+    DatabaseBusyError,
+    DatabaseRefusedError,
+    DatabaseUnavailableError,
+    StreamOrderConflictError,
+)
 
 T = TypeVar("T")
 
@@ -41,6 +46,22 @@ RETRYABLE_PG_ERRORS: tuple[type[BaseException], ...] = (
 # (ReadOnlySQLTransactionError) for a second or two: ingest answered 500 throughout (seen with
 # a CPU burner on a core). No code here writes in a READ ONLY transaction on purpose; the one
 # guard that relies on the error (Database.platform(), a write by mistake) still raises it.
+# A database that is there but refuses the work for a while is the same family: a window of
+# default_transaction_read_only, a privilege revoked from a runtime role, a full disk or no
+# memory (class 53), a lock held longer than lock_timeout (55P03). Each is waited out and none
+# is a run's failure. Row-level security refusals are 42501 too: the runtime's own roles meet
+# them only through a bug (a write for the wrong project), which is then retried and logged
+# rather than failing a run; producer logins get the ingest guard's coded refusals first.
+REFUSAL_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.ReadOnlySQLTransactionError,
+    asyncpg.InsufficientPrivilegeError,
+    asyncpg.InsufficientResourcesError,
+)
+# No answer in time: a server-side statement or lock bound fired.
+SLOW_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.QueryCanceledError,
+    asyncpg.LockNotAvailableError,
+)
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
@@ -49,11 +70,34 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
-    asyncpg.QueryCanceledError,
     asyncpg.InterfaceError,
     asyncpg.InternalClientError,
-    asyncpg.ReadOnlySQLTransactionError,
+    *SLOW_ERRORS,
+    *REFUSAL_ERRORS,
 )
+# What leaves a connection unable to serve for the rest of its life: a session opened while
+# the database was read-only keeps default_transaction_read_only after the window closes, and a
+# connection to a server that was demoted to a standby stays there. The pools drop such a
+# connection (awooop.core.pools.drop_if_poisoned) so that the next one is opened afresh.
+POISONING_ERRORS: tuple[type[BaseException], ...] = (asyncpg.ReadOnlySQLTransactionError,)
+
+
+def refused_by_policy(exc: BaseException) -> bool:
+    """Pure: a row-level security refusal (42501 like a revoked privilege, told apart by its
+    message): a write for a project the session may not touch, never transient, so never
+    "retry later". Postgres words it so in every locale the runtime's logins can get (the
+    server's lc_messages; only a superuser may change it per session)."""
+    return isinstance(exc, asyncpg.InsufficientPrivilegeError) and "row-level security" in str(exc)
+
+
+def unavailable(exc: BaseException, what: str) -> DatabaseUnavailableError:
+    """The catalog error for ``exc`` of :data:`CONNECTION_ERRORS`: refused (E-DB-002), no answer
+    in time (E-DB-003), or away (E-DB-001)."""
+    if isinstance(exc, REFUSAL_ERRORS) and not isinstance(exc, asyncpg.TooManyConnectionsError):
+        return DatabaseRefusedError(f"{what}: {exc!r}")
+    if isinstance(exc, SLOW_ERRORS):
+        return DatabaseBusyError(f"{what}: {exc!r}")
+    return DatabaseUnavailableError(f"{what}: {exc!r}")
 
 
 @contextlib.contextmanager
@@ -63,7 +107,9 @@ def unavailable_on_connection_errors(what: str) -> Iterator[None]:
     try:
         yield
     except CONNECTION_ERRORS as exc:
-        raise DatabaseUnavailableError(f"{what}: {exc!r}") from exc
+        if refused_by_policy(exc):
+            raise
+        raise unavailable(exc, what) from exc
 
 
 async def retry_transaction(

@@ -12,14 +12,17 @@ from typing import Any, TypeVar, cast
 
 import asyncpg
 
-from awooop.core.errors import DatabaseUnavailableError
+from awooop.core.errors import DatabaseBusyError, DatabaseUnavailableError
 from awooop.core.pools import (
     APP_ROLE,
     CACHED_PLAN_SETTINGS,
+    SERVER_CHECKS,
     SET_SESSION_TENANT,
     Connection,
     Pool,
+    drop_if_poisoned,
     init_connection,
+    server_bound,
 )
 from awooop.core.retries import (
     CONNECTION_ERRORS,
@@ -28,6 +31,8 @@ from awooop.core.retries import (
 )
 
 T = TypeVar("T")
+
+CLIENT_MARGIN_S = 1.0
 
 
 class TenantConnection(asyncpg.Connection):
@@ -64,9 +69,12 @@ class TenantSessions:
     before handing a connection out, and no other code acquires from this pool.
     """
 
-    def __init__(self, url: str, max_size: int) -> None:
+    def __init__(self, url: str, max_size: int, bound_s: float | None = None) -> None:
         self.url = url
         self.max_size = max_size
+        # The bound of each statement on the server (statement and lock timeouts) and of each
+        # call of run() on the client: an ingest behind a lock answers E-DB-003 in time.
+        self.bound_s = bound_s
         self._pool: Pool | None = None
         self._opening = asyncio.Lock()
 
@@ -81,7 +89,12 @@ class TenantSessions:
                         init=init_connection,
                         reset=_keep_session,
                         connection_class=TenantConnection,
-                        server_settings={"role": APP_ROLE, **CACHED_PLAN_SETTINGS},
+                        server_settings={
+                            "role": APP_ROLE,
+                            **CACHED_PLAN_SETTINGS,
+                            **SERVER_CHECKS,
+                            **(server_bound(self.bound_s) if self.bound_s else {}),
+                        },
                         timeout=10.0,
                     )
                 except CONNECTION_ERRORS as exc:
@@ -96,13 +109,14 @@ class TenantSessions:
         pool = self._pool or await self._open()
         with unavailable_on_connection_errors("lost the database connection"):
             async with pool.acquire() as conn:
-                # The pool's proxy forwards attributes to its TenantConnection.
-                tenant = cast(TenantConnection, conn)
-                if tenant.session_project != project_id:
-                    tenant.remember_project(None)
-                    await conn.execute(SET_SESSION_TENANT, project_id)
-                    tenant.remember_project(project_id)
-                yield conn
+                with drop_if_poisoned(conn):
+                    # The pool's proxy forwards attributes to its TenantConnection.
+                    tenant = cast(TenantConnection, conn)
+                    if tenant.session_project != project_id:
+                        tenant.remember_project(None)
+                        await conn.execute(SET_SESSION_TENANT, project_id)
+                        tenant.remember_project(project_id)
+                    yield conn
 
     async def run(
         self, project_id: str, fn: Callable[[Connection], Awaitable[T]], attempts: int = 5
@@ -114,7 +128,16 @@ class TenantSessions:
             async with self.session(project_id) as conn:
                 return await fn(conn)
 
-        return await retry_transaction(once, attempts)
+        if self.bound_s is None:
+            return await retry_transaction(once, attempts)
+        try:
+            # The server's own bound fires first; this one covers a network that hangs.
+            async with asyncio.timeout(self.bound_s + CLIENT_MARGIN_S):
+                return await retry_transaction(once, attempts)
+        except TimeoutError as exc:
+            raise DatabaseBusyError(
+                f"the database did not answer within {self.bound_s:g} s"
+            ) from exc
 
     async def close(self) -> None:
         if self._pool is not None:

@@ -2,13 +2,17 @@
 
 Each module in ROUTE_MODULES defines ``routes(services) -> list[BaseRoute]``. Every error is
 JSON ``{"code": ..., "message": ...}``: catalog errors with their own status, unknown routes
-404 E-HTTP-404, wrong methods 405 E-HTTP-405, anything unexpected 500 E-INTERNAL-001 (logged).
+404 E-HTTP-404, wrong methods 405 E-HTTP-405, the database away, refusing (read-only, a revoked
+privilege, disk full) or too slow 503 E-DB-001/E-DB-002/E-DB-003 with ``Retry-After``, anything
+unexpected 500 E-INTERNAL-001 (logged).
 
 A trailing ``/`` is ignored: ``/healthz/`` is ``/healthz`` (webhook URLs are typed by people, and
 providers do not follow redirects). A client that goes away before its request is read
 (Starlette's ``ClientDisconnect``) is one info line, ``http_client_disconnected``, and no
 answer: nobody is there to read it. When the server's body timeout closed the request
-(:mod:`awooop.http.server`), that timeout's own line is the only one.
+(:mod:`awooop.http.server`), that timeout's own line is the only one. A client that goes away
+while its request is being served cancels it, and management and console requests are bounded
+and counted per project (:mod:`awooop.http.capacity`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
 from awooop.core.errors import AwoooPError
 from awooop.core.logs import get_logger
+from awooop.core.retries import CONNECTION_ERRORS, refused_by_policy, unavailable
+from awooop.http.capacity import RequestBounds
 from awooop.http.server import READ_TIMEOUT_MARK
 from awooop.services import Services
 
@@ -40,8 +46,13 @@ ROUTE_MODULES = (
 )
 
 
+def retry_after(exc: AwoooPError) -> dict[str, str]:
+    """The ``Retry-After`` header an error asks for (none for most)."""
+    return {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+
+
 def error_response(exc: AwoooPError) -> JSONResponse:
-    return JSONResponse(exc.to_dict(), status_code=exc.http_status)
+    return JSONResponse(exc.to_dict(), status_code=exc.http_status, headers=retry_after(exc))
 
 
 async def _catalog_error(_request: Request, exc: Exception) -> Response:
@@ -55,6 +66,23 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
         {"code": f"E-HTTP-{exc.status_code}", "message": exc.detail},
         status_code=exc.status_code,
     )
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> Response:
+    """The database away, refusing or too slow, wherever a route met it: a typed 503 with
+    Retry-After and one log line. Registered per class (not under ``Exception``, whose handler
+    Starlette's error middleware follows with a re-raise and a traceback in the server log).
+    A row-level security refusal is no outage but a bug: 500, logged with its traceback."""
+    if refused_by_policy(exc):
+        return await _unexpected(request, exc)
+    typed = unavailable(exc, "the database")
+    log.warning(
+        "http_database_unavailable",
+        path=request.url.path[:200],
+        code=typed.code,
+        error=repr(exc)[:500],
+    )
+    return error_response(typed)
 
 
 async def _unexpected(_request: Request, exc: Exception) -> Response:
@@ -95,9 +123,17 @@ def create_app(services: Services, **starlette_options: Any) -> Starlette:
             HTTPException: _http_error,
             # Returns no response: Starlette then sends nothing (typed as a Response handler).
             ClientDisconnect: cast(ExceptionHandler, _client_gone),
+            **dict.fromkeys(CONNECTION_ERRORS, _database_unavailable),
             Exception: _unexpected,
         },
-        middleware=[Middleware(IgnoreTrailingSlash)],
+        middleware=[
+            Middleware(IgnoreTrailingSlash),
+            Middleware(
+                RequestBounds,
+                statement_timeout_s=services.settings.http_statement_timeout_s,
+                tenant_requests=services.settings.http_tenant_requests,
+            ),
+        ],
         **starlette_options,
     )
     app.router.redirect_slashes = False  # served above instead of a 307 without a code

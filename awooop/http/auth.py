@@ -11,7 +11,8 @@ Every route under ``/v1/projects/{project_id}/runs/...`` and ``.../contracts...`
 - a ``read`` token of the project on a route that changes something (every POST): 403
   E-AUTH-004; on a GET route: allowed;
 - a ``manage`` token of the project in the path, or an ``admin`` token (they belong to the
-  platform project ``__platform__``): allowed.
+  platform project ``__platform__``): allowed, within the token's project's share of
+  concurrent requests (429 E-HTTP-429 beyond it, :mod:`awooop.http.capacity`).
 
 The console (:mod:`awooop.http.console_session`) authorises its pages with the same
 :func:`authorize_stored`, from the token row its session cookie points to.
@@ -37,6 +38,7 @@ from awooop.core.errors import (
     ReadOnlyError,
     ScopeForbiddenError,
 )
+from awooop.http.capacity import take_share
 from awooop.http.ingest import lowercase_headers
 from awooop.ingest.auth import equal, hash_secret, parse_token, presented_token
 from awooop.ingest.common import Headers
@@ -138,4 +140,6 @@ async def require(services: Services, request: Request, project_id: str) -> Prin
     """Authorise ``request`` for ``project_id`` (see the module docstring) or raise."""
     headers = lowercase_headers(request)
     stored = await services.db.in_platform(lambda conn: lookup(conn, headers))
-    return authorize(headers, stored, project_id, write=request.method not in ("GET", "HEAD"))
+    principal = authorize(headers, stored, project_id, write=request.method not in ("GET", "HEAD"))
+    take_share(request, principal.project_id)
+    return principal

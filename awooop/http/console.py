@@ -55,11 +55,14 @@ from awooop.core.errors import (
     OperationNotFoundError,
     PayloadTooLargeError,
     RunNotFoundError,
+    TenantShareExceededError,
 )
 from awooop.core.logs import get_logger
 from awooop.http import console_session as sessions
+from awooop.http.app import retry_after
 from awooop.http.auth import authorize_stored
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE, check_project_id
+from awooop.log.deadletters import DeadLetterRow
 from awooop.log.state import RunState, RunStatus
 from awooop.runs import approvals, blocked_facts, bulk, control, deadletters, listing, store
 from awooop.runs.blocked import BlockedOn, Reason
@@ -112,9 +115,11 @@ SECURITY_HEADERS = {
 
 
 def error_page(exc: AwoooPError, session: sessions.Session | None) -> HTMLResponse:
-    return render(
+    page = render(
         "error.html", exc.http_status, code=exc.code, message=exc.message, session=session
     )
+    page.headers.update(retry_after(exc))
+    return page
 
 
 async def form(request: Request) -> dict[str, str]:
@@ -153,7 +158,10 @@ def routes(services: Services) -> list[BaseRoute]:
         )
 
     async def session_or_login(request: Request) -> sessions.Session | Response:
-        session = await sessions.current(services, request)
+        try:
+            session = await sessions.current(services, request)
+        except TenantShareExceededError as exc:
+            return error_page(exc, None)
         if session is None:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse("/ui/login?" + urlencode({"next": target}), 303)
@@ -257,16 +265,18 @@ def routes(services: Services) -> list[BaseRoute]:
                 BlockedOn | None,
                 model_calls.RunHistory,
                 list[listing.Approval],
+                list[DeadLetterRow],
             ]:
                 state = await store.load(conn, run_id)
                 if state is None:
                     raise RunNotFoundError(run_id=run_id)
                 blocked = (await decide(conn, [run_id])).get(run_id)
                 history = await model_calls.history_from_log(conn, run_id)
-                return state, blocked, history, await listing.approvals_of(conn, run_id)
+                asked = await listing.approvals_of(conn, run_id)
+                dead = await deadletters.entries_of_run(conn, project_id, run_id)
+                return state, blocked, history, asked, dead
 
-            state, blocked, history, asked = await services.db.in_tenant(project_id, read)
-            dead = await deadletters.entries_of_run(services, project_id, run_id)
+            state, blocked, history, asked, dead = await services.db.in_tenant(project_id, read)
         except AwoooPError as exc:
             return error_page(exc, session)
         return render(
@@ -478,12 +488,14 @@ async def perform(
     person = fields.get("actor", "").strip() or actor
     if action == "redrive":
         wanted = fields.get("entry", "")
-        entries = await deadletters.entries_of_run(services, project_id, run_id)
-        entry = next((e for e in entries if e.id == wanted), None)
+        entries = await services.db.in_tenant(
+            project_id, lambda conn: deadletters.entries_of_run(conn, project_id, run_id)
+        )
+        entry = next((e for e in entries if str(e.dead_letter_id) == wanted), None)
         if entry is None:
             raise InvalidInputError(f"no dead letter {wanted[:40]!r} of this run")
         result = await deadletters.redrive(services, entry, actor=actor)
-        return f"dead letter {entry.id}: {result.outcome.value} {result.detail}".strip()
+        return f"dead letter {result.id}: {result.outcome.value} {result.detail}".strip()
 
     async def change(conn: Connection) -> RunState:
         match action:

@@ -8,7 +8,8 @@
   ``SameSite=Strict`` (no other site's page sends it), ``Path=/ui``, ``Secure`` on https.
 - **Every request** reads the session joined with its token row: an expired session, a
   revoked token or an unknown cookie is no session (the page sends the browser to the login);
-  revoking a token ends its sessions at once.
+  revoking a token ends its sessions at once. A live session's request counts against its
+  token's project's share of concurrent requests (:mod:`awooop.http.capacity`).
 - **CSRF**: every form carries the session's CSRF token (synchronizer-token pattern) and every
   POST compares it in constant time before anything else (403 E-AUTH-005). The login form,
   which has no session yet, uses a double-submit cookie (``awooop_console_login``) instead.
@@ -31,6 +32,7 @@ from starlette.responses import Response
 from awooop.core.db import Connection
 from awooop.core.errors import AuthenticationError, CsrfError
 from awooop.http.auth import LOOKUP, Principal, StoredToken, authorize_stored
+from awooop.http.capacity import take_share
 from awooop.ingest.auth import equal, hash_secret, parse_token
 from awooop.ingest.credentials import MANAGEMENT_SCOPES
 from awooop.services import Services
@@ -123,7 +125,10 @@ async def current(services: Services, request: Request) -> Session | None:
         )
         return Session(principal=principal, csrf_token=row["csrf_token"])
 
-    return await services.db.in_platform(read)
+    session = await services.db.in_platform(read)
+    if session is not None:
+        take_share(request, session.principal.project_id)  # E-HTTP-429 beyond the share
+    return session
 
 
 async def logout(services: Services, request: Request) -> None:

@@ -101,7 +101,9 @@ def answer(outcomes: list[store.Outcome]) -> Response:
 
 def routes(services: Services) -> list[BaseRoute]:
     settings = services.settings
-    sessions = TenantSessions(settings.database_url, settings.http_db_pool_size)
+    sessions = TenantSessions(
+        settings.database_url, settings.http_db_pool_size, bound_s=settings.ingest_timeout_s
+    )
     services.closers.append(sessions.close)
     ingestor = Ingestor(settings, sessions)
 

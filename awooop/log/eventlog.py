@@ -17,11 +17,19 @@ import msgspec
 
 from awooop.core.db import Connection
 from awooop.core.errors import (
+    StreamNotOfProjectError,
     StreamOrderConflictError,
     VersionConflictError,
     check_transaction_tenant,
 )
-from awooop.core.events import EventBase, decode_event, encode_event, event_type
+from awooop.core.events import (
+    DOMAIN_PREFIX,
+    EventBase,
+    decode_event,
+    encode_event,
+    event_type,
+    stream_of_project,
+)
 from awooop.log import queries
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -116,6 +124,19 @@ ORDER BY batch.tx_id, batch.position
 
 # --- API -----------------------------------------------------------------------------------
 
+
+def check_stream(stream_id: str, project_id: str) -> None:
+    """Pure: refuse a stream name that is not one of ``project_id``'s (the rule the database
+    checks on every row, migrations/0115_stream_names.sql), before anything is written."""
+    if not stream_of_project(stream_id, project_id):
+        raise StreamNotOfProjectError(
+            f"{stream_id!r} is not a stream name of project {project_id!r}: run-<run id>, "
+            f"domain/{project_id}/<name> or revision-{project_id}/<family>/<contract>",
+            stream_id=stream_id,
+            project_id=project_id,
+        )
+
+
 _metadata_encoder = msgspec.json.Encoder()
 
 
@@ -150,9 +171,11 @@ async def append(
     events: Sequence[EventBase],
     metadata: dict[str, Any] | None = None,
 ) -> list[int]:
-    """Append ``events`` at ``expected_version``; return their global positions."""
+    """Append ``events`` at ``expected_version``; return their global positions. A name that
+    is not one of the project's is refused before anything is written (E-EVENT-004)."""
     if not events:
         return []
+    check_stream(stream_id, project_id)
     meta = _metadata_encoder.encode(metadata or {}).decode()
     rows = await conn.fetch(
         APPEND,
@@ -240,6 +263,8 @@ async def append_many(
     streams = [a[0] for a in appends]
     if len(set(streams)) != len(streams):
         raise ValueError("append_many takes each stream at most once")
+    for stream_id, project_id, _expected, _event in appends:
+        check_stream(stream_id, project_id)
     if metadata is None or isinstance(metadata, dict):
         metas = [_metadata_encoder.encode(metadata or {}).decode()] * len(appends)
     else:
@@ -329,9 +354,16 @@ async def append_at_head(
     :class:`ProducerTransactionError` when the transaction's tenant is another project, and
     :class:`TenantNotGrantedError` when a producer's login is not bound to the project, and
     :class:`StreamOrderConflictError` (retry the transaction) when a newer transaction wrote
-    the stream last; in each case nothing was written and the transaction can go on."""
+    the stream last, and :class:`StreamNotOfProjectError` when ``stream_id`` is not a domain
+    stream of ``project_id`` (``domain/<project>/<name>``); in each case nothing was written
+    and the transaction can go on."""
     if not events:
         return []
+    if not stream_id.startswith(DOMAIN_PREFIX):
+        raise StreamNotOfProjectError(
+            f"{stream_id!r} is not a domain stream (domain/<project>/<name>)", stream_id=stream_id
+        )
+    check_stream(stream_id, project_id)
     rows = await conn.fetch(
         APPEND_AT_HEAD,
         stream_id,

@@ -5,18 +5,19 @@ Every generic change of a run goes through :func:`create_run`, :func:`apply_and_
 setting). The row is updated to exactly ``state.apply(old, event)``, the same function the
 replay tool folds, and the event is appended at the row's version, so a concurrent writer that
 slipped past the row lock would still fail on the stream version. :func:`renew_leases` is the
-one run-row write without an event (the lease clock, R-12).
+one run-row write without an event (the lease clock, R-12). In the same transaction they
+record or resolve the dead letters that the events decide (:func:`awooop.log.deadletters.follow`).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from awooop.core.db import Connection
 from awooop.core.events import Event, RunCreated, run_stream_id
-from awooop.log import eventlog, queries
+from awooop.log import deadletters, eventlog, queries
 from awooop.log.state import RunState, apply, state_values
 
 INSERT_RUN = queries.load("insert_run")
@@ -42,6 +43,7 @@ async def apply_and_store(
     await eventlog.append(
         conn, run_stream_id(state.run_id), state.project_id, state.version, [event], metadata
     )
+    await deadletters.follow(conn, [(state, event)])
     return new_state
 
 
@@ -63,15 +65,18 @@ async def apply_and_store_many(
         [(run_stream_id(old.run_id), old.project_id, old.version, event) for old, event in changes],
         metadata,
     )
+    await deadletters.follow(conn, changes)
     return new_states
 
 
 async def renew_leases(
-    conn: Connection, worker_id: str, run_ids: list[uuid.UUID], ttl_s: float
+    conn: Connection, worker_id: str, held: Mapping[uuid.UUID, int], ttl_s: float
 ) -> set[uuid.UUID]:
-    """R-12: renew the live leases of ``worker_id`` among ``run_ids``; return those renewed.
-    Writes no event: the lease clock is the one part of the row that is not folded."""
-    if not run_ids:
+    """R-12: renew the live leases of ``worker_id``'s attempts in ``held`` (run id -> the
+    attempt this worker runs); return the runs renewed. A lease only moves forward, and only
+    for the attempt named. Writes no event: the lease clock is the one part of the row that is
+    not folded."""
+    if not held:
         return set()
-    rows = await conn.fetch(RENEW_LEASES, worker_id, run_ids, ttl_s)
+    rows = await conn.fetch(RENEW_LEASES, worker_id, list(held), ttl_s, list(held.values()))
     return {r["run_id"] for r in rows}

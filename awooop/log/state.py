@@ -127,6 +127,10 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    # The worker whose death, while it held other runs too, made this run a suspect: it runs
+    # alone from then on (docs/workers.md, Poison runs). Defaulted: snapshots stored before
+    # the column existed still decode.
+    suspect_worker_id: str | None = None
 
 
 COLUMNS: tuple[str, ...] = RunState.__struct_fields__
@@ -309,14 +313,27 @@ def _changes(state: RunState, event: Event) -> dict[str, Any]:
                 "failure_code": event.code,
             }
         case RunRequeued():
-            return {
+            requeued: dict[str, Any] = {
                 **_RELEASED,
                 "status": RunStatus.PENDING,
                 "reaped_at": event.at,
                 "waiting_for": None,
             }
+            if event.suspect:
+                # Not charged: the ceiling moves with the attempt (attempt_count is the fence
+                # and only grows, as with RunRetried).
+                requeued["max_attempts"] = state.max_attempts + 1
+                requeued["suspect_worker_id"] = event.worker_id
+            return requeued
         case LeaseReleased():
-            return {**_RELEASED, "status": RunStatus.PENDING, "waiting_for": None}
+            released: dict[str, Any] = {
+                **_RELEASED,
+                "status": RunStatus.PENDING,
+                "waiting_for": None,
+            }
+            if not event.charged:
+                released["max_attempts"] = state.max_attempts + 1
+            return released
         case RunCancelled():
             return {
                 **_finished(event, RunStatus.CANCELLED),

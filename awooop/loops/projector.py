@@ -46,6 +46,7 @@ def consumer_for(services: Services, projector: Projector, consumer: str) -> Gro
         on_reset=projector.on_reset,
         touch_interval_ms=TOUCH_INTERVAL_MS,
         reclaim_idle_ms=int(settings.projector_reclaim_idle_s * 1000),
+        db=services.db,
     )
 
 

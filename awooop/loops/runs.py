@@ -3,8 +3,9 @@
 - ``run-reaper`` (platform, every ``AWOOOP_REAPER_INTERVAL_S``): runs whose lease expired go
   back to PENDING (``RunRequeued``, dispatched again by the relay) while attempts remain, else
   FAIL with ``Max retry attempts exceeded`` (E-RUN-004), naming the expired attempt's worker;
-  the relay then puts the run's work on the dead-letter stream (R-19). WAITING_APPROVAL is
-  never touched.
+  its dead letter is recorded with the failure (R-19). A run whose worker held other runs too
+  is requeued as a suspect, uncharged, to run alone (:mod:`awooop.runs.leases.suspects`).
+  WAITING_APPROVAL is never touched.
 - ``approval-expiry`` (platform, every ``AWOOOP_APPROVAL_RESOLVER_INTERVAL_S``): runs whose
   approval token expired FAIL with E-APPROVAL-002 and their tokens are marked expired.
 
@@ -38,9 +39,9 @@ async def reap_once(db: Database, batch: int = BATCH) -> tuple[int, int]:
         for state, event in done:
             if isinstance(event, RunRequeued):
                 requeued += 1
-                metrics.REAPED.labels("requeued").inc()
+                metrics.REAPED.labels("suspected" if event.suspect else "requeued").inc()
                 log.info(
-                    "run_requeued",
+                    "run_suspected" if event.suspect else "run_requeued",
                     run_id=str(state.run_id),
                     attempt=event.attempt,
                     expired_worker_id=event.worker_id,

@@ -10,7 +10,9 @@
   ``awooop_runs_finished_total``. The same loop samples ``awooop_runs_blocked``: live runs
   and FAILED runs by project and ``blocked_on`` reason, decided by the one function the CLI
   and the console use (:func:`awooop.runs.blocked_facts.count_by_reason`: live runs through
-  the partial indexes, FAILED runs an index-only count per failure code).
+  the partial indexes, FAILED runs an index-only count per failure code). It also samples
+  ``awooop_dead_letters_open``: open dead letters per project from ``awooop_dead_letters``
+  (its partial index on open rows; ``__platform__`` always present, 0 when none).
 - ``stats_outbox``: ``awooop_outbox_backlog_seconds`` for both outboxes, read from Postgres
   (0 when everything is delivered): ``events``, the age of the first event after the relay's
   saved cursor (``awooop_relay_cursor``, saved at least every poll interval while the relay
@@ -20,7 +22,7 @@
   hangs; this measure does not depend on the relay, so the outbox alerts use it.
 - ``stats_streams``: for every work and events stream of every shard, each consumer group's
   ``lag`` (entries not yet delivered to the group) and ``pending`` (delivered, not yet
-  acknowledged) from ``XINFO GROUPS``; and each dead-letter stream's length.
+  acknowledged) from ``XINFO GROUPS``.
 
 Each sample replaces the previous one: label sets that disappeared (a project with no live run
 left, a group that no longer exists) are removed, so no series goes stale with an old value.
@@ -35,6 +37,7 @@ from prometheus_client import Gauge
 from redis.exceptions import ResponseError
 
 from awooop.core import metrics
+from awooop.log import deadletters
 from awooop.log.state import RunStatus
 from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.runs.blocked_facts import count_by_reason
@@ -135,7 +138,7 @@ class StatsLoops:
         self._blocked = GaugeSnapshot(metrics.RUNS_BLOCKED)
         self._lag = GaugeSnapshot(metrics.CONSUMER_LAG)
         self._pending = GaugeSnapshot(metrics.CONSUMER_PENDING)
-        self._dead = GaugeSnapshot(metrics.DEAD_LETTER_LENGTH)
+        self._dead = GaugeSnapshot(metrics.DEAD_LETTERS_OPEN)
 
     async def sample_runs(self, _ctx: LoopContext) -> None:
         settings = self.services.settings
@@ -146,11 +149,13 @@ class StatsLoops:
             blocked = await count_by_reason(
                 conn, self.services.redis, self.services.keys, settings.lease_ttl_s
             )
+            dead = await deadletters.open_counts(conn)
         by_state, oldest, overdue = runs_sample(tuple(row.values()) for row in rows)
         self._runs.publish(by_state)
         self._oldest.publish(oldest)
         self._overdue.publish(overdue)
         self._blocked.publish({labels: float(n) for labels, n in blocked.items()})
+        self._dead.publish(dead_letters_sample(dead))
 
     async def sample_outbox(self, _ctx: LoopContext) -> None:
         async with self.services.db.platform() as conn:
@@ -163,7 +168,6 @@ class StatsLoops:
         keys, redis = self.services.keys, self.services.redis
         lag: dict[tuple[str, ...], float] = {}
         pending: dict[tuple[str, ...], float] = {}
-        dead: dict[tuple[str, ...], float] = {}
         for shard in keys.shards():
             for stream in (keys.work_stream(shard), keys.events_stream(shard)):
                 try:
@@ -177,11 +181,16 @@ class StatsLoops:
                     pending[(stream, name)] = float(group["pending"])
                     if group.get("lag") is not None:  # nil when Redis cannot tell (trimmed)
                         lag[(stream, name)] = float(group["lag"])
-            dead_stream = keys.dead_letter_stream(shard)
-            dead[(dead_stream,)] = float(await redis.xlen(dead_stream))
         self._lag.publish(lag)
         self._pending.publish(pending)
-        self._dead.publish(dead)
+
+
+def dead_letters_sample(open_by_project: dict[str, int]) -> dict[tuple[str, ...], float]:
+    """Pure: the gauge's label sets; the platform project always, so the series never goes
+    absent while the loop runs (StatsNotSampled watches it)."""
+    sample: dict[tuple[str, ...], float] = {(deadletters.PLATFORM_PROJECT,): 0.0}
+    sample.update({(project,): float(n) for project, n in open_by_project.items()})
+    return sample
 
 
 def _text(value: bytes | str) -> str:
@@ -197,7 +206,8 @@ def loops(services: Services) -> list[LoopSpec]:
             category=LoopCategory.PLATFORM,
             interval_s=interval,
             body=stats.sample_runs,
-            description="samples live runs by project and state, their age, overdue runs",
+            description="samples live runs by project and state, their age, overdue runs, "
+            "open dead letters",
         ),
         LoopSpec(
             name="stats_outbox",
@@ -211,6 +221,6 @@ def loops(services: Services) -> list[LoopSpec]:
             category=LoopCategory.PLATFORM,
             interval_s=interval,
             body=stats.sample_streams,
-            description="samples consumer-group lag and pending entries, dead-letter lengths",
+            description="samples consumer-group lag and pending entries",
         ),
     ]

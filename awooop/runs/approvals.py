@@ -70,7 +70,7 @@ DUE = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state
 WHERE status = 'WAITING_APPROVAL' AND approval_expires_at <= now()
 ORDER BY approval_expires_at

@@ -6,8 +6,9 @@ from Redis once per shard) and names a :class:`Reason`:
 
 | status           | facts                                          | reason                 |
 |------------------|------------------------------------------------|------------------------|
-| PENDING, RESUMED | its run id is in the shard's dead letters      | pending_dead_lettered  |
+| PENDING, RESUMED | it has an open dead letter (Postgres)          | pending_dead_lettered  |
 |                  | no consumer of its shard's group read recently | pending_no_worker      |
+|                  | a suspect: waits to run alone on a worker      | pending_isolation      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
 |                  | otherwise: readers are there, all busy         | pending_workers_busy   |
 | RUNNING          | lease live                                     | running                |
@@ -24,8 +25,8 @@ The rows are checked top down: a PENDING run retried after a crash whose shard n
 
 Why derived at read time and not projected into run state: half of the answer is the clock
 (a lease or an approval past its time changes the reason with no event) and the rest lives
-outside the run's event stream (consumers of a Redis group, dead-letter entries, the open
-approval row). A projected field would be stale the moment a lease ran out, would need a write
+outside the run's event stream (consumers of a Redis group, the open dead-letter and approval
+rows). A projected field would be stale the moment a lease ran out, would need a write
 per heartbeat, and could not be rebuilt by replay from the log alone. One indexed query per
 page plus one Redis round trip per shard is cheap, and the CLI, the console, ``awooop doctor``
 and the ``awooop_runs_blocked`` gauge all call this one function, so they cannot disagree.
@@ -50,6 +51,7 @@ class Reason(enum.StrEnum):
     PENDING_NO_WORKER = "pending_no_worker"
     PENDING_WORKERS_BUSY = "pending_workers_busy"
     PENDING_DEAD_LETTERED = "pending_dead_lettered"
+    PENDING_ISOLATION = "pending_isolation"
     RETRY_PENDING = "retry_pending"
     RUNNING = "running"
     LEASE_EXPIRED = "lease_expired"
@@ -65,6 +67,7 @@ REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.PENDING_NO_WORKER: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_WORKERS_BUSY: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.PENDING_ISOLATION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RUNNING: frozenset({RunStatus.RUNNING}),
     Reason.LEASE_EXPIRED: frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL}),
@@ -97,16 +100,17 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     approval_reason: str | None = None
     last_end_type: str | None = None  # the last RunRequeued/LeaseReleased/RunFailed/Approval*
     last_end_reason: str | None = None
+    dead_lettered: bool = False  # the run has an open dead letter (awooop_dead_letters)
+    suspect_worker_id: str | None = None  # a suspect: it runs alone (leases.suspects)
 
 
 class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
     """What Redis says about a shard's work stream. ``known`` False: Redis did not answer
-    (then no PENDING run is called dead-lettered or unread: that would be a guess)."""
+    (then no PENDING run is called unread: that would be a guess)."""
 
     shard: int
     known: bool
     readers: int = 0  # consumers of the workers group that read within the window
-    dead_run_ids: frozenset[uuid.UUID] = frozenset()
 
 
 class BlockedOn(msgspec.Struct, frozen=True, kw_only=True):
@@ -150,12 +154,11 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
         case RunStatus.PENDING | RunStatus.RESUMED:
             next_attempt = f"attempt {f.attempt_count + 1} of {f.max_attempts}"
             waiting = f"{f.status.value.lower()} since {_at(f.updated_at)}, {next_attempt}"
-            if shard.known and f.run_id in shard.dead_run_ids:
+            if f.dead_lettered:
                 return _blocked(
                     f,
                     reason=Reason.PENDING_DEAD_LETTERED,
-                    summary=f"{waiting}; its work message is in the dead-letter stream of "
-                    f"shard {shard.shard}",
+                    summary=f"{waiting}; it has an open dead letter",
                     next_action="awooop deadletters list, then awooop deadletters redrive ID",
                 )
             if shard.known and shard.readers == 0:
@@ -164,6 +167,17 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     reason=Reason.PENDING_NO_WORKER,
                     summary=f"{waiting}; no worker has read shard {shard.shard} recently",
                     next_action="start an awooop worker (awooop doctor: consumer groups)",
+                )
+            if f.suspect_worker_id is not None:
+                return _blocked(
+                    f,
+                    reason=Reason.PENDING_ISOLATION,
+                    summary=f"{waiting}; a suspect since worker {f.suspect_worker_id} died "
+                    "holding it and other runs: it waits for a worker with nothing else in "
+                    "flight to run it alone",
+                    next_action="none: a worker finishes its runs and takes it; suspects run "
+                    "one at a time per worker",
+                    worker_id=f.suspect_worker_id,
                 )
             if f.attempt_count > 0:
                 why = f.last_end_reason or f.last_end_type or "unknown"

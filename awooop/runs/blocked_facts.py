@@ -1,4 +1,4 @@
-"""The facts behind ``blocked_on`` (:mod:`awooop.runs.blocked`): one query, one look at Redis.
+"""The facts behind ``blocked_on`` (:mod:`awooop.runs.blocked`): Postgres, one look at Redis.
 
 - :data:`FACTS` reads every fact Postgres holds about a set of runs in one statement: the run
   state row (lease, heartbeat, attempts, failure), the open approval row (who was asked, its
@@ -6,19 +6,27 @@
   approval decision) from the event log. Each lateral join is one probe of an index
   (``awooop_approvals_run_idx``, the log's ``(stream_id, version)`` key, walked backwards over
   a run's few events), so the cost follows the number of runs asked about, not the tables.
+  The run's stream name is computed in a subquery of its own (``run_stream``, kept apart by
+  ``OFFSET 0``) and the log is probed with ``stream_id = run_stream.stream_id``: under the
+  tenant role (row-level security) Postgres applies the policy's qual before any condition
+  that is not leakproof, and ``'run-' || run_id::text`` (``textcat``, ``uuid_out``) is not,
+  so written inline it made every probe a sequential scan of the log's partitions (20 runs:
+  1,000 ms and 106,000 buffers among 100,000 runs as ``awooop_app``, 1 ms and 241 buffers
+  either way with the subquery; ``tests/integration/test_tenant_read_plans.py``).
 - :func:`shard_facts` asks Redis, once per shard, which consumers of the ``workers`` group
   read the shard's work stream within the window (``XINFO CONSUMERS``: a live worker reads
   every second while it has a free slot and touches its pending entries at every heartbeat,
-  so ``AWOOOP_LEASE_TTL_S`` is a safe window) and which runs have a message in the shard's
-  dead-letter stream (the newest :data:`DEAD_LETTER_SCAN` entries: the stream is capped at
-  100,000 and older entries are for runs the log already calls failed).
+  so ``AWOOOP_LEASE_TTL_S`` is a safe window).
+- :func:`with_dead_letters` marks the PENDING and RESUMED runs that have an open dead letter
+  (:func:`awooop.log.deadletters.open_of_runs`: one probe of
+  ``awooop_dead_letters_open_run_idx`` per such run).
 - :func:`count_by_reason` is the gauge's sample: the live runs through :data:`LIVE_FACTS`
   (the partial indexes on live states), FAILED runs counted per failure code through the
   partial index of migration 0110 and classified with :func:`awooop.runs.blocked.failed_reason`.
 
 A Redis that does not answer leaves ``known`` False: PENDING runs are then called
-``pending_workers_busy`` or ``retry_pending`` from Postgres facts alone, never unread or
-dead-lettered on a guess.
+``pending_workers_busy`` or ``retry_pending`` from Postgres facts alone, never unread on a
+guess.
 """
 
 from __future__ import annotations
@@ -28,18 +36,18 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
 from redis.exceptions import ResponseError
 
 from awooop.core.db import Connection
 from awooop.core.logs import get_logger
+from awooop.log import deadletters
 from awooop.log.state import RunStatus
 from awooop.runs.blocked import BlockedOn, Reason, RunFacts, ShardFacts, decide, failed_reason
-from streams.deadletter import dead_letter_of
 from streams.keys import WORKER_GROUP, Keys
 
 log = get_logger(__name__)
 
-DEAD_LETTER_SCAN = 1000
 LIVE = ("PENDING", "RESUMED", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL")
 
 # --- SQL -------------------------------------------------------------------------------------
@@ -47,10 +55,11 @@ LIVE = ("PENDING", "RESUMED", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL")
 _SELECT = """
 SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, rs.worker_id,
        rs.lease_until, rs.heartbeat_at, rs.waiting_for, rs.approval_expires_at,
-       rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now,
+       rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now, rs.suspect_worker_id,
        ap.name AS approval_name, ap.reason AS approval_reason,
        ended.event_type AS last_end_type, ended.data ->> 'reason' AS last_end_reason
 FROM awooop_run_state rs
+CROSS JOIN LATERAL (SELECT 'run-' || rs.run_id::text AS stream_id OFFSET 0) run_stream
 LEFT JOIN LATERAL (
     SELECT a.name, a.reason FROM awooop_approvals a
     WHERE a.run_id = rs.run_id AND a.used_at IS NULL
@@ -58,11 +67,12 @@ LEFT JOIN LATERAL (
 ) ap ON rs.status = 'WAITING_APPROVAL'
 LEFT JOIN LATERAL (
     SELECT e.event_type, e.data FROM awooop_events e
-    WHERE e.stream_id = 'run-' || rs.run_id::text
+    WHERE rs.status IN ('PENDING', 'RESUMED') AND rs.attempt_count > 0
+      AND e.stream_id = run_stream.stream_id
       AND e.event_type IN ('RunRequeued', 'LeaseReleased', 'RunFailed',
                            'ApprovalRejected', 'ApprovalExpired')
     ORDER BY e.version DESC LIMIT 1
-) ended ON rs.attempt_count > 0
+) ended ON true
 """
 FACTS = _SELECT + "WHERE rs.run_id = ANY($1::uuid[])"
 # Three arms, each with the predicate of one partial index of awooop_run_state (0003).
@@ -102,12 +112,24 @@ def facts_of(row: Any) -> RunFacts:
         approval_reason=row["approval_reason"],
         last_end_type=row["last_end_type"],
         last_end_reason=row["last_end_reason"] or None,
+        suspect_worker_id=row["suspect_worker_id"],
     )
+
+
+async def with_dead_letters(conn: Connection, facts: Sequence[RunFacts]) -> list[RunFacts]:
+    """``facts`` with ``dead_lettered`` set for the PENDING/RESUMED runs that have an open
+    dead letter (only those can be ``pending_dead_lettered``; a FAILED run's code says it)."""
+    waiting = [f.run_id for f in facts if f.status in (RunStatus.PENDING, RunStatus.RESUMED)]
+    dead = {d.run_id for d in await deadletters.open_of_runs(conn, waiting)}
+    return [
+        msgspec.structs.replace(f, dead_lettered=True) if f.run_id in dead else f for f in facts
+    ]
 
 
 async def run_facts(conn: Connection, run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, RunFacts]:
     rows = await conn.fetch(FACTS, list(run_ids))
-    return {row["run_id"]: facts_of(row) for row in rows}
+    facts = await with_dead_letters(conn, [facts_of(row) for row in rows])
+    return {f.run_id: f for f in facts}
 
 
 def _text(value: bytes | str) -> str:
@@ -124,20 +146,10 @@ async def shard_facts(redis: Any, keys: Keys, shard: int, window_s: float) -> Sh
                 raise
             consumers = []  # no stream or no group yet: nobody has read it
         readers = sum(1 for c in consumers if int(c["idle"]) <= window_s * 1000)
-        rows = await redis.xrevrange(
-            keys.dead_letter_stream(shard), max="+", min="-", count=DEAD_LETTER_SCAN
-        )
     except Exception as exc:  # Redis down or confused: say unknown rather than guess
         log.info("blocked_on_shard_unknown", shard=shard, error=repr(exc)[:200])
         return ShardFacts(shard=shard, known=False)
-    dead: set[uuid.UUID] = set()
-    work = keys.work_stream(shard)
-    for entry_id, fields in rows:
-        entry = dead_letter_of(shard, entry_id, fields)
-        env = entry.envelope()
-        if entry.stream == work and env is not None and env.stream_id.startswith("run-"):
-            dead.add(uuid.UUID(env.stream_id[4:]))
-    return ShardFacts(shard=shard, known=True, readers=readers, dead_run_ids=frozenset(dead))
+    return ShardFacts(shard=shard, known=True, readers=readers)
 
 
 async def shards_facts(
@@ -167,7 +179,7 @@ async def count_by_reason(
     conn: Connection, redis: Any, keys: Keys, window_s: float
 ) -> dict[tuple[str, str], int]:
     """Runs per (project_id, reason): every live run, and FAILED runs (the gauge's sample)."""
-    live = [facts_of(row) for row in await conn.fetch(LIVE_FACTS)]
+    live = await with_dead_letters(conn, [facts_of(row) for row in await conn.fetch(LIVE_FACTS)])
     failed = await conn.fetch(FAILED_COUNTS)
     projects = {f.project_id for f in live} | {row["project_id"] for row in failed}
     shards = await shards_facts(redis, keys, projects, window_s)

@@ -1,59 +1,55 @@
-"""Re-driving dead letters (``awooop deadletters redrive``): Postgres decides, then Redis.
+"""Listing and re-driving dead letters (``awooop deadletters``, the console): all in Postgres.
 
-For an entry that came from a shard's work stream the run's state decides, in one tenant
-transaction that locks the run:
+Dead letters are rows of ``awooop_dead_letters`` (:mod:`awooop.log.deadletters`). Re-driving
+one decides from its run's state, in one tenant transaction that locks the dead letter and the
+run:
 
-- FAILED (typically E-RUN-005, failed when its message was dead-lettered): reset through the
-  retry path (:func:`awooop.runs.control.retry`: a ``RunRetried`` event, a new budget of
-  attempts, the actor in the event's metadata); the message is then republished;
-- PENDING or RESUMED: nothing to change; the message is republished;
+- FAILED (E-RUN-004 or E-RUN-005: its work was dead-lettered): the dead letter is resolved
+  ``redriven`` and the run reset through the retry path (:func:`awooop.runs.control.retry`: a
+  ``RunRetried`` event, a new budget of attempts, the actor in the event's metadata). The relay
+  publishes ``RunRetried`` to the work stream like every dispatch event: that is the doorbell;
+- PENDING or RESUMED: nothing to change in the run; the dead letter is resolved ``redriven``
+  and, after the commit, the run's last dispatch event is appended to its shard's work stream
+  again (only while the shard's epoch is there: else the relay is rebuilding the shard and
+  republishes unfinished runs itself; the workers' polling finds PENDING runs either way);
 - RUNNING, WAITING_* (a worker or an approver has it) or COMPLETED/CANCELLED: there is nothing
-  to put back to work; the entry is removed (discarded).
+  to put back to work; the dead letter is resolved ``discarded``.
 
-An entry from the events stream (a projector group gave up on it) is republished to the
-events stream; projectors ignore versions they already have. Only after Postgres committed is
-the message appended to its stream again and the dead-letter entry deleted, both in one Redis
-script (:data:`streams.scripts.REDRIVE`). A re-drive that crashes after the commit leaves the
-entry in place: running it again finds the run PENDING and republishes (workers tolerate the
-duplicate that the relay's own ``RunRetried`` message makes anyway). Undecodable entries,
-unknown runs and shards whose Redis data was lost are left alone and reported.
+Two re-drives of one dead letter take turns on its row lock; the second finds it resolved and
+changes nothing. A dead letter without a run (an undecodable message) and a dead letter whose
+run is gone are left open and reported; :func:`discard` resolves one without touching a run.
 """
 
 from __future__ import annotations
 
 import enum
-import re
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import datetime
+from functools import partial
 from typing import Protocol
 
 import msgspec
 
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, RunNotFoundError
-from awooop.core.events import run_id_of_stream
+from awooop.core.events import DISPATCH_EVENT_TYPES, run_stream_id
+from awooop.log import deadletters, eventlog
+from awooop.log.deadletters import DeadLetterRow
+from awooop.log.eventlog import RecordedEvent
 from awooop.log.state import RunStatus
 from awooop.runs import control, store
 from streams.clients import StreamClients
-from streams.deadletter import (
-    DeadLetter,
-    dead_letter_of,
-    read_dead_letter,
-    read_dead_letters,
-    redrive_entry,
-)
-from streams.envelope import encode
+from streams.publish import WORK_ONLY, by_shard, publish_shard
 
-ENTRY_ID = re.compile(r"(?:(\d{1,6}):)?(\d{1,20}-\d{1,20})")
 PAGE = 1000
 
 
 class Outcome(enum.StrEnum):
-    RETRIED = "retried"  # a FAILED run was reset (RunRetried) and its message republished
-    REQUEUED = "requeued"  # the run was dispatchable: its message was republished
-    REPUBLISHED = "republished"  # an events-stream message went back to the events stream
-    DISCARDED = "discarded"  # nothing to put back to work (in progress or finished): removed
-    LEFT = "left"  # not re-driven; the entry stays (detail says why)
+    RETRIED = "retried"  # a FAILED run was reset (RunRetried)
+    REQUEUED = "requeued"  # the run was dispatchable: its work message was published again
+    DISCARDED = "discarded"  # nothing to put back to work (in progress or finished)
+    LEFT = "left"  # not re-driven; the dead letter stays open (detail says why)
 
 
 class Result(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,21 +72,25 @@ def plan_for(status: RunStatus) -> Outcome:
     return Outcome.DISCARDED
 
 
-def parse_id(text: str, shard_count: int) -> tuple[int | None, str]:
-    """``SHARD:ENTRY_ID`` (as ``deadletters list`` prints it) or a bare ``ENTRY_ID``."""
-    match = ENTRY_ID.fullmatch(text.strip())
-    if match is None:
-        raise InvalidInputError(f"dead letter id {text!r}: expected SHARD:ENTRY_ID, e.g. 2:1700-0")
-    shard = None if match.group(1) is None else int(match.group(1))
-    if shard is not None and shard >= shard_count:
-        raise InvalidInputError(f"dead letter id {text!r}: shard outside 0..{shard_count - 1}")
-    return shard, match.group(2)
+def parse_id(text: str) -> uuid.UUID:
+    """A dead letter's id as ``deadletters list`` prints it."""
+    try:
+        return uuid.UUID(text.strip())
+    except ValueError:
+        raise InvalidInputError(
+            f"dead letter id {text[:60]!r}: expected the id `awooop deadletters list` prints"
+        ) from None
 
 
 def check_shard(shard: int, shard_count: int) -> int:
     if not 0 <= shard < shard_count:
         raise InvalidInputError(f"--shard must be between 0 and {shard_count - 1}")
     return shard
+
+
+def last_dispatch(events: list[RecordedEvent]) -> RecordedEvent | None:
+    """The run's newest dispatch event (what its work message carries)."""
+    return next((e for e in reversed(events) if e.event_type in DISPATCH_EVENT_TYPES), None)
 
 
 # --- I/O -------------------------------------------------------------------------------------
@@ -104,122 +104,122 @@ class RedriveClients(StreamClients, Protocol):
 
 
 async def list_entries(
-    services: StreamClients, shard: int | None = None, limit: int | None = None
-) -> list[DeadLetter]:
-    """Dead letters of one shard or all, oldest first per shard (all of them without limit)."""
-    shards = services.keys.shards() if shard is None else [shard]
-    found: list[DeadLetter] = []
-    for s in shards:
-        start = "-"
-        while limit is None or len(found) < limit:
-            page = await read_dead_letters(
-                services.redis, services.keys, s, count=PAGE, start=start
-            )
-            found.extend(page)
-            if len(page) < PAGE:
-                break
-            start = "(" + page[-1].entry_id
+    services: RedriveClients,
+    shard: int | None = None,
+    limit: int | None = None,
+    project_id: str | None = None,
+) -> list[DeadLetterRow]:
+    """Open dead letters of every project (of ``project_id``, of the projects of ``shard``),
+    newest first, as the platform role; all of them without ``limit``."""
+    found: list[DeadLetterRow] = []
+    after: tuple[datetime, uuid.UUID] | None = None
+    while limit is None or len(found) < limit:
+        rows = await services.db.in_platform(
+            partial(deadletters.list_open, project_id=project_id, limit=PAGE, after=after)
+        )
+        found.extend(
+            r for r in rows if shard is None or services.keys.shard_of(r.project_id) == shard
+        )
+        if len(rows) < PAGE:
+            break
+        after = (rows[-1].dead_lettered_at, rows[-1].dead_letter_id)
     return found if limit is None else found[:limit]
 
 
-async def find(services: StreamClients, ids: list[str]) -> list[DeadLetter | str]:
-    """Each id's entry, or the id itself when no shard holds it."""
-    out: list[DeadLetter | str] = []
-    for text in ids:
-        shard, entry_id = parse_id(text, services.keys.shard_count)
-        shards = services.keys.shards() if shard is None else [shard]
-        entry = None
-        for s in shards:
-            entry = await read_dead_letter(services.redis, services.keys, s, entry_id)
-            if entry is not None:
-                break
-        out.append(text if entry is None else entry)
-    return out
+async def find(services: RedriveClients, ids: list[str]) -> list[DeadLetterRow | str]:
+    """Each id's dead letter, or the id itself when there is none."""
+    wanted = [parse_id(text) for text in ids]
+
+    async def read(conn: Connection) -> list[DeadLetterRow | None]:
+        return [await deadletters.get(conn, dead_id) for dead_id in wanted]
+
+    rows = await services.db.in_platform(read)
+    return [text if row is None else row for text, row in zip(ids, rows, strict=True)]
+
+
+async def entries_of_run(
+    conn: Connection, project_id: str, run_id: uuid.UUID
+) -> list[DeadLetterRow]:
+    """The open dead letters of ``run_id`` (at most one), in the caller's tenant scope."""
+    return [d for d in await deadletters.open_of_runs(conn, [run_id]) if d.project_id == project_id]
 
 
 async def redrive(
     services: RedriveClients,
-    entry: DeadLetter,
+    entry: DeadLetterRow,
     *,
     actor: str,
     attempts: int = 3,
     fault: Fault | None = None,
 ) -> Result:
-    """Re-drive one entry (see the module docstring). ``fault`` is a test hook called at
+    """Re-drive one dead letter (see the module docstring). ``fault`` is a test hook called at
     ``after_postgres``."""
-    keys, redis = services.keys, services.redis
-    env = entry.envelope()
-    if env is None:
-        return Result(
-            id=entry.id,
-            run_id=None,
-            project_id=None,
-            outcome=Outcome.LEFT,
-            detail="undecodable message: nothing to re-drive",
-        )
-    run_id = run_id_of_stream(env.stream_id)
+    run_id = entry.run_id
+    ident = str(entry.dead_letter_id)
 
-    def left(detail: str) -> Result:
+    def result(outcome: Outcome, detail: str = "") -> Result:
         return Result(
-            id=entry.id,
-            run_id=run_id,
-            project_id=env.project_id,
-            outcome=Outcome.LEFT,
-            detail=detail,
+            id=ident, run_id=run_id, project_id=entry.project_id, outcome=outcome, detail=detail
         )
 
-    work, events = keys.work_stream(entry.shard), keys.events_stream(entry.shard)
-    if entry.stream == events:
-        outcome = Outcome.REPUBLISHED
-    elif entry.stream != work:
-        return left(f"unknown source stream {entry.stream!r}")
-    elif run_id is None:
-        outcome = Outcome.REQUEUED
-    else:
-        meta = {"actor": actor, "redrive": entry.id}
+    if run_id is None:
+        return result(Outcome.LEFT, "undecodable message: nothing to re-drive")
+    doorbell: list[RecordedEvent] = []
 
-        async def decide(conn: Connection) -> Outcome:
-            assert run_id is not None
-            state, _ = await store.lock(conn, run_id)
-            planned = plan_for(RunStatus(state.status))
-            if planned is Outcome.RETRIED:
-                await control.retry(
-                    conn, run_id, actor=actor, extra_attempts=attempts, metadata=meta
-                )
-            return planned
+    async def decide(conn: Connection) -> Result:
+        assert run_id is not None
+        current = await deadletters.get_for_update(conn, entry.dead_letter_id)
+        if current is None or current.resolution is not None:
+            resolution = "gone" if current is None else current.resolution
+            return result(Outcome.LEFT, f"already resolved ({resolution})")
+        state, _ = await store.lock(conn, run_id)
+        planned = plan_for(RunStatus(state.status))
+        resolution = deadletters.DISCARDED if planned is Outcome.DISCARDED else deadletters.REDRIVEN
+        await deadletters.resolve(conn, entry.dead_letter_id, resolution, actor)
+        if planned is Outcome.RETRIED:
+            meta = {"actor": actor, "redrive": ident}
+            await control.retry(conn, run_id, actor=actor, extra_attempts=attempts, metadata=meta)
+        elif planned is Outcome.REQUEUED:
+            found = last_dispatch(await eventlog.read_stream(conn, run_stream_id(run_id)))
+            doorbell.extend([] if found is None else [found])
+        detail = "the run is in progress or finished" if planned is Outcome.DISCARDED else ""
+        return result(planned, detail)
 
-        try:
-            outcome = await services.db.in_tenant(env.project_id, decide)
-        except RunNotFoundError:
-            return left(f"run {run_id} not found in project {env.project_id}")
+    try:
+        done = await services.db.in_tenant(entry.project_id, decide)
+    except RunNotFoundError:
+        return result(Outcome.LEFT, f"run {run_id} not found in project {entry.project_id}")
     if fault is not None:
         await fault("after_postgres")
-    done = Result(id=entry.id, run_id=run_id, project_id=env.project_id, outcome=outcome)
-    if outcome is Outcome.DISCARDED:
-        await redis.xdel(keys.dead_letter_stream(entry.shard), entry.entry_id)
-        return msgspec.structs.replace(done, detail="the run is in progress or finished")
-    again = encode(msgspec.structs.replace(env, attempt=env.attempt + 1))
-    written = await redrive_entry(redis, keys, entry, entry.stream, again)
-    if written < 0:
-        return left("the shard's Redis data was lost (no epoch): the relay republishes its runs")
-    if written == 0:
-        return msgspec.structs.replace(done, detail="already re-driven by someone else")
+    if doorbell and not await ring(services, doorbell[-1]):
+        return msgspec.structs.replace(
+            done, detail="the shard's Redis data was lost: the relay republishes its runs"
+        )
     return done
 
 
-async def entries_of_run(
-    services: StreamClients, project_id: str, run_id: uuid.UUID, scan: int = PAGE
-) -> list[DeadLetter]:
-    """The work-stream dead letters of ``run_id`` among the newest ``scan`` of its shard."""
-    shard = services.keys.shard_of(project_id)
-    rows = await services.redis.xrevrange(
-        services.keys.dead_letter_stream(shard), max="+", min="-", count=scan
+async def discard(services: RedriveClients, entry: DeadLetterRow, *, actor: str) -> Result:
+    """Resolve ``entry`` as ``discarded``, leaving its run as it is (as the platform role: a
+    dead letter without a run belongs to no tenant)."""
+    done = await services.db.in_platform_writes(
+        lambda conn: deadletters.resolve(conn, entry.dead_letter_id, deadletters.DISCARDED, actor)
     )
-    stream_id = f"run-{run_id}"
-    found = []
-    for entry_id, fields in rows:
-        entry = dead_letter_of(shard, entry_id, fields)
-        env = entry.envelope()
-        if env is not None and env.stream_id == stream_id and env.project_id == project_id:
-            found.append(entry)
-    return found
+    return Result(
+        id=str(entry.dead_letter_id),
+        run_id=entry.run_id,
+        project_id=entry.project_id,
+        outcome=Outcome.DISCARDED if done else Outcome.LEFT,
+        detail="" if done else "already resolved",
+    )
+
+
+async def ring(services: StreamClients, event: RecordedEvent) -> bool:
+    """Append ``event`` to its shard's work stream while the shard's epoch holds; False when
+    the shard has no epoch (nothing written)."""
+    keys, redis = services.keys, services.redis
+    [(shard, items)] = by_shard([event], keys, route=WORK_ONLY).items()
+    epoch = await redis.get(keys.epoch(shard))
+    if epoch is None:
+        return False
+    value = epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+    return await publish_shard(redis, keys, shard, keys.epoch(shard), value, items) >= 0

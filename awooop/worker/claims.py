@@ -71,8 +71,9 @@ async def take_if_expired(
     """The claim found nothing (``seen`` says why); take the run if its lease expired.
     Returns the claimed state, or None and whether the message is done with."""
     if seen is Availability.EXPIRED:
-        taken = await db.in_tenant(
-            project_id,
+        # Platform role, like the polling path: whether the dead worker held other runs
+        # (the reap decision) is a question across projects.
+        taken = await db.in_platform_writes(
             lambda conn: leases.take_expired(conn, run_id, worker_id, settings.lease_ttl_s, meta),
             timeout_s=settings.lease_io_timeout_s,
         )
@@ -81,8 +82,9 @@ async def take_if_expired(
         count_reap(taken.reaped)
         if taken.claimed:
             return taken.state, True
-        return None, True  # failed: max attempts
-    # Finished, waiting for approval, unknown, or already mine: nothing to run here.
+        return None, True  # failed (max attempts), or a suspect left to the isolated claim
+    # Finished, waiting for approval, unknown, or already mine: nothing to run here. A
+    # suspect: the isolated claim finds it in Postgres (awooop.worker.isolation).
     # Held by a live lease elsewhere, or locked by a concurrent claim: leave it pending.
     return None, seen not in (Availability.HELD, Availability.CLAIMABLE)
 
@@ -117,9 +119,22 @@ def release(state: RunState, worker_id: str) -> leases.FencedWrite:
         state.run_id,
         worker_id,
         state.attempt_count,
-        lambda _s, now: LeaseReleased(at=now, worker_id=worker_id, attempt=state.attempt_count),
+        lambda _s, now: LeaseReleased(
+            at=now,
+            worker_id=worker_id,
+            attempt=state.attempt_count,
+            charged=False,
+            reason="the worker stopped before the attempt started",
+        ),
     )
 
 
+def reap_outcome(event: RunRequeued | RunFailed) -> str:
+    """The ``awooop_reaped_runs_total`` label of a reap event."""
+    if isinstance(event, RunFailed):
+        return "failed"
+    return "suspected" if event.suspect else "requeued"
+
+
 def count_reap(event: RunRequeued | RunFailed) -> None:
-    metrics.REAPED.labels("requeued" if isinstance(event, RunRequeued) else "failed").inc()
+    metrics.REAPED.labels(reap_outcome(event)).inc()

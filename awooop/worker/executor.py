@@ -228,7 +228,10 @@ class Executor:
         exc = task.exception()
         if exc is None:
             result = task.result()
-            return self._count(attempt, await self.last_writes.complete(attempt, result))
+            outcome = await self.last_writes.complete(attempt, result)
+            if outcome is Outcome.ERROR:  # the completion could not be written
+                outcome = await self.last_writes.give_back(attempt, "its completion failed")
+            return self._count(attempt, outcome)
         if isinstance(exc, Suspended):
             return self._count(attempt, Outcome.WAITING_APPROVAL)
         if attempt.stop_reason is not None:
@@ -238,7 +241,7 @@ class Executor:
         if infrastructure_failure(exc):
             code, reason = failure_of(exc)
             log.warning("attempt_abandoned", code=code, reason=reason, exc_info=exc)
-            return self._count(attempt, Outcome.ERROR)
+            return self._count(attempt, await self.last_writes.give_back(attempt, reason))
         return self._count(attempt, await self.last_writes.fail(attempt, exc))
 
     async def _stopped(self, attempt: Attempt) -> Outcome:

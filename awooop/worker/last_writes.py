@@ -13,6 +13,8 @@ a last write (a conflict that outlasted its retries) is ERROR; a refused (fenced
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
@@ -36,6 +38,11 @@ log = get_logger("awooop.worker")
 # a time capped a worker at (batch size / transaction time), and with runs finishing one by one
 # the batches stay small (1 worker: ~300 no-op runs/s while its CPU was 80 % idle).
 FLUSHES_PER_PROJECT = 4
+
+
+# The pauses between tries of a give-back (doubling): the database was just away or refusing.
+GIVE_BACK_FIRST_PAUSE_S = 0.2
+GIVE_BACK_MAX_PAUSE_S = 5.0
 
 
 class LastWrites:
@@ -79,14 +86,39 @@ class LastWrites:
         with unavailable_on_connection_errors("a fenced write failed"):
             return await self.writes.submit(project_id, write, unique=write.run_id)
 
-    async def release(self, attempt: Attempt) -> Outcome:
-        """Give the lease back (``LeaseReleased``): the attempt stops without an end."""
+    async def release(self, attempt: Attempt, reason: str = "the worker shut down") -> Outcome:
+        """Give the lease back (``LeaseReleased``, uncharged: the run did nothing wrong): the
+        attempt stops without an end."""
         attempt.finishing = True
         return await self._last_write(
             attempt,
             Outcome.RELEASED,
-            lambda _s, now: LeaseReleased(at=now, worker_id=self.worker_id, attempt=attempt.number),
+            lambda _s, now: LeaseReleased(
+                at=now,
+                worker_id=self.worker_id,
+                attempt=attempt.number,
+                charged=False,
+                reason=reason,
+            ),
         )
+
+    async def give_back(self, attempt: Attempt, why: str) -> Outcome:
+        """The attempt ended because the runtime's own stores were away or refusing: hand the
+        run back uncharged as soon as Postgres takes the write, retried with a growing pause
+        while the lease holds (the heartbeat goes on renewing it meanwhile). RELEASED, LOST
+        when the lease went elsewhere, or ERROR once the lease can no longer be trusted (the
+        reaper then takes the run as for a dead worker)."""
+        pause = GIVE_BACK_FIRST_PAUSE_S
+        reason = f"the attempt was abandoned: {why}"
+        while True:
+            outcome = await self.release(attempt, reason)
+            if outcome is not Outcome.ERROR:
+                return outcome
+            remaining = attempt.lease_deadline - time.monotonic()
+            if attempt.stop_reason is not None or remaining <= 0:
+                return Outcome.ERROR
+            await asyncio.sleep(min(pause, remaining))
+            pause = min(pause * 2, GIVE_BACK_MAX_PAUSE_S)
 
     async def complete(self, attempt: Attempt, result: object) -> Outcome:
         attempt.finishing = True

@@ -4,11 +4,17 @@
 |------------------------------|--------------------|------------------|
 | a return value               | ``RunCompleted``   | COMPLETED        |
 | an exception                 | ``RunFailed``      | FAILED           |
-| Postgres/Redis unavailable   | nothing            | ERROR            |
+| Postgres/Redis unavailable   | ``LeaseReleased``  | RELEASED (ERROR) |
 | ``wait_for_approval``        | (already written)  | WAITING_APPROVAL |
 | cancelled: lease lost        | nothing            | LOST             |
 | cancelled: run cancelled     | nothing            | CANCELLED        |
 | cancelled: shutdown          | ``LeaseReleased``  | RELEASED         |
+
+Both ``LeaseReleased`` are uncharged (``charged=False``: the run did nothing wrong, its
+``max_attempts`` moves up with the attempt). An attempt abandoned because the runtime's own
+stores were away or refusing is handed back once Postgres takes the write (retried while the
+lease holds, :meth:`awooop.worker.last_writes.LastWrites.give_back`); only when the lease ran
+out first is it ERROR, and the reaper then takes the run as for a dead worker.
 
 A refused (fenced) last write is LOST: another attempt or an operator owns the run now. The
 database being unavailable for the last write (a connection-level error) is ERROR: nothing is
@@ -17,9 +23,8 @@ leaves the stream message pending.
 
 The runtime's own stores being unavailable for a moment (a Postgres restart under a journal
 write, the pointer check before a model call: ``DatabaseUnavailableError``,
-``RedisUnavailableError``) is not the run's failure: the attempt ends as ERROR too, and the run
-is taken again once its lease has run out (counted against ``max_attempts`` by the reaper).
-Failing it would depend on whether Postgres was back in time for the ``RunFailed``.
+``RedisUnavailableError``) is not the run's failure: the attempt is handed back uncharged, as
+above. Failing it would depend on whether Postgres was back in time for the ``RunFailed``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ with Postgres, the authority:
 | the run is                           | deliveries <= max         | deliveries > max            |
 |--------------------------------------|---------------------------|-----------------------------|
 | finished, unknown, awaiting approval | XACK                      | XACK                        |
+| a suspect (runs alone)               | XACK                      | XACK                        |
 | held by a live lease elsewhere       | leave pending, uncounted  | XACK (superseded)           |
 | held by this worker                  | XACK (already running)    | XACK                        |
 | its lease expired                    | take it (reap decision)   | take it (reap decision)     |
@@ -21,13 +22,16 @@ deliveries is taken back (the entry's count is set to what it was before the rec
 :func:`held_delivery_count`), so a long attempt elsewhere never brings its run closer to the
 limit. A run whose lease expired is taken whatever its message's count: the reap decision
 (:func:`awooop.runs.leases.rules.reap_event`) counts the attempts, requeues and claims it while
-attempts remain, else FAILS it with E-RUN-004 and sends its work to the dead-letter stream.
+attempts remain, else FAILS it with E-RUN-004 and records its dead letter.
 Only a dispatchable run whose message keeps being delivered without anyone claiming it (a
-message that kills its consumers before the claim) is failed for its deliveries.
+message that kills its consumers before the claim) is failed for its deliveries. A reclaim
+that Postgres (or Redis) could not serve (away, read-only, a revoked privilege, a lock past
+the bound) killed nobody either: its delivery is taken back the same way, so a database that
+refuses writes for a while never makes healthy runs look like poison.
 
-Dead-lettering moves the message to the shard's dead-letter stream and acknowledges it
-atomically; the run's failure is written first, so a crash between the two leaves a message
-whose run is finished (acknowledged at the next pass), never a live run without a message.
+Dead-lettering fails the run and records its dead letter (with the message) in one Postgres
+transaction, then acknowledges the entry: a crash between the two leaves a message whose run
+is finished (acknowledged at the next pass), never a live run without a message.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ def reclaim_action(seen: Availability, deliveries: int, max_deliveries: int) -> 
         return ReclaimAction.DEAD_LETTER if too_many else ReclaimAction.TAKE
     if seen is Availability.HELD:
         return ReclaimAction.ACK if too_many else ReclaimAction.LEAVE
+    # Finished, unknown, awaiting approval, mine, or a suspect (the isolated claim finds it in
+    # Postgres, awooop.worker.isolation): nothing for this message to do.
     return ReclaimAction.ACK
 
 
@@ -65,7 +71,4 @@ def held_delivery_count(deliveries: int) -> int:
 
 
 def dead_letter_reason(deliveries: int, max_deliveries: int) -> str:
-    return (
-        f"work message delivered {deliveries} times (limit {max_deliveries}); "
-        "moved to the dead-letter stream"
-    )
+    return f"work message delivered {deliveries} times (limit {max_deliveries}); dead-lettered"

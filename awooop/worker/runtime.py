@@ -45,11 +45,13 @@ from awooop.core.db import Database
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import tracer
 from awooop.log.state import RunState
+from awooop.runs.leases import Availability
 from awooop.worker import claims
 from awooop.worker.claims import Claimed
 from awooop.worker.context import LLMClient, Notifier, StopReason, StreamEntry, trace_metadata
 from awooop.worker.executor import Executor, Handler
 from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
+from awooop.worker.isolation import Isolation
 from awooop.worker.last_writes import FLUSHES_PER_PROJECT
 from awooop.worker.outcomes import Outcome
 
@@ -101,13 +103,21 @@ class Worker:
             interval_s=settings.heartbeat_interval_s,
             touch=touch,
         )
-        self.cancel_listener = CancelListener(self.executor, settings.database_url)
+        self.cancel_listener = CancelListener(self.executor, settings.database_url, db)
         self.accepting = True
         self.claims: Batcher[str, tuple[uuid.UUID, dict[str, Any]], Claimed] = Batcher(
             self._flush_claims, parallel=FLUSHES_PER_PROJECT
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._slot_freed = asyncio.Event()
+        # Suspects run alone: the gate of the other claim paths, and the loop that runs them.
+        self.isolation = Isolation(
+            db=db,
+            settings=settings,
+            executor=self.executor,
+            worker_id=self.worker_id,
+            stopping=self.stopping,
+        )
         # Deliveries handled so far by the stream intake (set by it): polling backs off while
         # this moves.
         self.intake_activity: Callable[[], int] | None = None
@@ -150,32 +160,37 @@ class Worker:
         (acknowledge), False to leave it pending."""
         if not self.accepting:
             return False
-        sent = time.monotonic()
-        with tracer.start_as_current_span(
-            "lease claim",
-            context=parent,
-            links=links,
-            attributes={"awooop.run_id": str(run_id), "awooop.claim_path": path},
-        ) as span:
-            meta = trace_metadata()
-            got = await self.claims.submit(
-                project_id, (run_id, meta), unique=run_id, on_orphan=self._orphaned_claim
-            )
-            state = got.state
-            if state is None:
-                assert got.seen is not None
-                state, settled = await claims.take_if_expired(
-                    self.db, self.settings, self.worker_id, run_id, project_id, got.seen, meta
+        async with self.isolation.admitted():  # waits while a suspect runs alone here
+            if self.stopping():  # shutdown began while it waited
+                return False
+            sent = time.monotonic()
+            with tracer.start_as_current_span(
+                "lease claim",
+                context=parent,
+                links=links,
+                attributes={"awooop.run_id": str(run_id), "awooop.claim_path": path},
+            ) as span:
+                meta = trace_metadata()
+                got = await self.claims.submit(
+                    project_id, (run_id, meta), unique=run_id, on_orphan=self._orphaned_claim
                 )
+                state = got.state
                 if state is None:
-                    span.set_attribute("awooop.claimed", False)
-                    return settled
-            span.set_attribute("awooop.claimed", True)
-        metrics.LEASE_CLAIMS.labels(path).inc()
-        if self.stopping():  # shut down while the claim was under way: hand it back at once
-            self._orphaned_claim(state)
-            return True
-        attempt = self.executor.begin(state, sent, entry)
+                    assert got.seen is not None
+                    if got.seen in (Availability.SUSPECT, Availability.EXPIRED):
+                        self.isolation.wake()  # a suspect (now, or once reaped) waits
+                    state, settled = await claims.take_if_expired(
+                        self.db, self.settings, self.worker_id, run_id, project_id, got.seen, meta
+                    )
+                    if state is None:
+                        span.set_attribute("awooop.claimed", False)
+                        return settled
+                span.set_attribute("awooop.claimed", True)
+            metrics.LEASE_CLAIMS.labels(path).inc()
+            if self.stopping():  # shut down while the claim was under way: hand it back at once
+                self._orphaned_claim(state)
+                return True
+            attempt = self.executor.begin(state, sent, entry)
         outcome = await self.executor.run(attempt, state, parent=parent, links=links)
         self._slot_freed.set()
         return outcome.ack
@@ -188,27 +203,28 @@ class Worker:
     async def poll_once(self, min_age_s: float | None = None) -> int:
         """Claim what the polling path may take now and start running it; return how many."""
         free = self.free_slots()
-        if free <= 0 or not self.accepting:
+        if free <= 0 or not self.accepting or self.isolation.closed:
             return 0
         min_age = self.settings.poll_interval_s if min_age_s is None else min_age_s
-        sent = time.monotonic()
-        with tracer.start_as_current_span(
-            "lease claim", attributes={"awooop.claim_path": "poll"}
-        ) as span:
-            meta = trace_metadata()
-            states = await claims.claim_polled(
-                self.db, self.settings, self.worker_id, free, min_age, meta
-            )
-            span.set_attribute("awooop.claimed", len(states))
-        if states:
-            metrics.LEASE_CLAIMS.labels("poll").inc(len(states))
-        if self.stopping():  # shut down while the claim was under way: hand them back
+        async with self.isolation.admitted():
+            sent = time.monotonic()
+            with tracer.start_as_current_span(
+                "lease claim", attributes={"awooop.claim_path": "poll"}
+            ) as span:
+                meta = trace_metadata()
+                states = await claims.claim_polled(
+                    self.db, self.settings, self.worker_id, free, min_age, meta
+                )
+                span.set_attribute("awooop.claimed", len(states))
+            if states:
+                metrics.LEASE_CLAIMS.labels("poll").inc(len(states))
+            if self.stopping():  # shut down while the claim was under way: hand them back
+                for state in states:
+                    self._orphaned_claim(state)
+                return 0
             for state in states:
-                self._orphaned_claim(state)
-            return 0
-        for state in states:
-            attempt = self.executor.begin(state, sent)
-            self.spawn(self._run_polled(attempt, state))
+                attempt = self.executor.begin(state, sent)
+                self.spawn(self._run_polled(attempt, state))
         return len(states)
 
     async def _run_polled(self, attempt: Any, state: RunState) -> None:
@@ -271,7 +287,10 @@ class Worker:
         )
         intake_stop = asyncio.Event()
         life_stop = asyncio.Event()
-        intake = [asyncio.ensure_future(self._poll_loop(intake_stop))]
+        intake = [
+            asyncio.ensure_future(self._poll_loop(intake_stop)),
+            asyncio.ensure_future(self.isolation.run(intake_stop)),
+        ]
         intake += [asyncio.ensure_future(fn(intake_stop)) for fn in extra or []]
         life = [
             asyncio.ensure_future(self.heartbeat.run(life_stop)),
@@ -332,7 +351,10 @@ class Worker:
                 claimed = await self.poll_once(0.0)
                 total += claimed
                 if claimed == 0 and not self.executor.attempts:
-                    break
+                    alone = await self.isolation.run_suspects(drain_s=0.0)  # nothing in flight
+                    if alone <= 0:
+                        break
+                    total += alone
                 if claimed == 0 or self.free_slots() == 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._slot_freed.wait(), timeout=0.05)

@@ -28,9 +28,11 @@ from awooop.core.config import Settings
 from awooop.core.errors import DeliveryLimitError
 from awooop.core.events import run_id_of_stream
 from awooop.core.logs import get_logger
+from awooop.core.retries import CONNECTION_ERRORS
 from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.runs import leases
 from awooop.worker.context import StreamEntry, trace_metadata
+from awooop.worker.outcomes import infrastructure_failure
 from awooop.worker.reclaim import (
     ReclaimAction,
     dead_letter_reason,
@@ -40,8 +42,8 @@ from awooop.worker.reclaim import (
 from awooop.worker.runtime import Worker
 from streams.consumer import GroupConsumer
 from streams.consumer_groups import is_nogroup
-from streams.deadletter import dead_letter
 from streams.delivery import Delivery
+from streams.envelope import encode
 from streams.keys import WORKER_GROUP, Keys
 from streams.reclaim import autoclaim, set_deliveries, touch
 from streams.tracing import consume_span
@@ -66,6 +68,7 @@ class StreamIntake:
             handler=self.handle,
             max_in_flight=worker.concurrency,
             keys=keys,
+            db=worker.db,
         )
         worker.heartbeat.touch = self.touch
         worker.intake_activity = lambda: self.consumer.stats.handled
@@ -122,6 +125,7 @@ class StreamIntake:
                     min_idle_ms,
                     free,
                     keys=self.keys,
+                    db=self.worker.db,
                 )
             except ResponseError as exc:
                 if not is_nogroup(exc):
@@ -136,10 +140,30 @@ class StreamIntake:
         with consume_span(delivery):
             try:
                 outcome = await self._reconcile(delivery)
-            except Exception:
+            except Exception as exc:
                 outcome = "error"
-                log.exception("reclaim_failed", entry_id=delivery.entry_id)
+                if isinstance(exc, CONNECTION_ERRORS) or infrastructure_failure(exc):
+                    # Postgres (or Redis) could not serve this reclaim: the message did not
+                    # kill a consumer, so this delivery is not one (see reclaim.py).
+                    log.warning("reclaim_failed", entry_id=delivery.entry_id, error=repr(exc))
+                    await self._take_back(delivery)
+                else:
+                    log.exception("reclaim_failed", entry_id=delivery.entry_id)
         metrics.RECLAIMS.labels(outcome).inc()
+
+    async def _take_back(self, delivery: Delivery) -> None:
+        """Set the entry's delivery count back to what it was before this reclaim."""
+        try:
+            await set_deliveries(
+                self.redis,
+                delivery.stream,
+                WORKER_GROUP,
+                self.worker.worker_id,
+                delivery.entry_id,
+                held_delivery_count(delivery.delivery_count),
+            )
+        except Exception as exc:  # Redis away too: the count stays one higher, no more
+            log.warning("delivery_take_back_failed", entry_id=delivery.entry_id, error=repr(exc))
 
     async def _reconcile(self, delivery: Delivery) -> str:
         env = delivery.envelope
@@ -164,14 +188,7 @@ class StreamIntake:
             return "acked"
         if action is ReclaimAction.LEAVE:
             # A live lease elsewhere holds the run: this delivery does not count (reclaim.py).
-            await set_deliveries(
-                self.redis,
-                delivery.stream,
-                WORKER_GROUP,
-                self.worker.worker_id,
-                delivery.entry_id,
-                held_delivery_count(delivery.delivery_count),
-            )
+            await self._take_back(delivery)
             return "left"
         if action is ReclaimAction.DEAD_LETTER:
             await self._dead_letter(delivery, run_id)
@@ -182,18 +199,33 @@ class StreamIntake:
         return "taken"
 
     async def _dead_letter(self, delivery: Delivery, run_id: uuid.UUID) -> None:
+        """Fail the run and record its dead letter in one transaction, then acknowledge; when
+        someone else is on the run by now, the message is a redundant doorbell: acknowledged."""
         reason = dead_letter_reason(delivery.delivery_count, self.settings.max_deliveries)
         meta = trace_metadata()
+        undelivered = leases.Undelivered(
+            group=delivery.group,
+            entry_id=delivery.entry_id,
+            delivery_count=delivery.delivery_count,
+            event_type=delivery.envelope.event_type,
+            message=encode(delivery.envelope),
+        )
         failed = await self.worker.db.in_tenant(
             delivery.envelope.project_id,
             lambda conn: leases.fail_undeliverable(
-                conn, run_id, self.worker.worker_id, reason, DeliveryLimitError.code, meta
+                conn,
+                run_id,
+                self.worker.worker_id,
+                reason,
+                DeliveryLimitError.code,
+                meta,
+                undelivered=undelivered,
             ),
         )
         if failed is not None:
             metrics.RUNS_FINISHED.labels("FAILED").inc()
             log.warning("run_failed_dead_letter", run_id=str(run_id), reason=reason)
-        await dead_letter(self.redis, self.keys, delivery, reason)
+        await self._ack(delivery)
 
     async def _ack(self, delivery: Delivery) -> None:
         await self.redis.xack(delivery.stream, WORKER_GROUP, delivery.entry_id)

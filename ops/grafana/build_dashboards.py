@@ -106,6 +106,16 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "ops",
             ),
             (
+                "Cancel notices checked per second",
+                [
+                    (
+                        "sum by (verdict) (rate(awooop_cancel_notices_total[5m]))",
+                        "{{verdict}}",
+                    ),
+                ],
+                "ops",
+            ),
+            (
                 "Reclaims and reaps per second",
                 [
                     ("sum by (outcome) (rate(awooop_reclaims_total[5m]))", "reclaim {{outcome}}"),
@@ -179,8 +189,8 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
             (
                 "Dead letters",
                 [
-                    ("sum(increase(awooop_dead_letters_total[15m]))", "moved in 15m"),
-                    ("sum by (stream) (awooop_dead_letter_stream_length)", "{{stream}} length"),
+                    ("sum(increase(awooop_dead_letters_total[15m]))", "recorded in 15m"),
+                    ("sum by (project_id) (awooop_dead_letters_open)", "{{project_id}} open"),
                 ],
                 "short",
             ),

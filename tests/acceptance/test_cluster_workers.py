@@ -103,7 +103,6 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
             shard_keys = [
                 keys.work_stream(shard),
                 keys.events_stream(shard),
-                keys.dead_letter_stream(shard),
                 keys.epoch(shard),
                 keys.epoch_pending(shard),
             ]

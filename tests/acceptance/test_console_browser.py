@@ -80,7 +80,7 @@ async def failed_run(db: Database, project: str) -> uuid.UUID:
             c,
             run_id,
             "host:1:w2",
-            "work message delivered 11 times (limit 10); moved to the dead-letter stream",
+            "work message delivered 11 times (limit 10); dead-lettered",
             DeliveryLimitError.code,
         ),
     )

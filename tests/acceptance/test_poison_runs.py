@@ -1,8 +1,9 @@
 """A poison run with real ``awooop`` processes (R-13, R-16, R-19): a handler that kills its
 worker process on every attempt. After ``max_attempts`` the run is FAILED with a reason that
-names the dead worker, its work is in the dead-letter stream once (written by the relay in the
-loops process, which counts it for the DeadLetters alert), and ``awooop deadletters redrive``
-with a fixed handler completes it."""
+names the dead worker and has one dead letter (recorded by the reaper in the loops process with
+the failure, and counted there); Redis then loses everything, and the dead letter is still
+listed and still behind the DeadLetters alert's gauge; ``awooop deadletters redrive`` with a
+fixed handler completes the run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
+import redis.asyncio as aioredis
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
@@ -43,6 +45,25 @@ def dead_letters_counted(body: str) -> float:
     raise AssertionError(f"awooop_dead_letters_total not on the page:\n{body[:3000]}")
 
 
+def open_dead_letters(body: str, project: str) -> float | None:
+    """The DeadLetters alert's gauge for ``project`` (None: no series)."""
+    for line in body.splitlines():
+        if line.startswith(f'awooop_dead_letters_open{{project_id="{project}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def lose_redis(settings: Settings) -> None:
+    client = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        pattern = f"{settings.redis_key_prefix}:*"
+        doomed = [k async for k in client.scan_iter(match=pattern, count=1000)]
+        assert doomed  # the streams the relay made
+        await client.delete(*doomed)
+    finally:
+        await client.aclose()
+
+
 async def status_is(db: Database, run_id: uuid.UUID, status: str) -> bool:
     return (await load(db, P, run_id)).status == status
 
@@ -58,7 +79,7 @@ async def test_a_handler_that_kills_its_worker_every_time_is_failed_dead_lettere
         fast,
         tmp_path,
         "loops",
-        command=("loops", "run", "relay", "run-reaper"),
+        command=("loops", "run", "relay", "run-reaper", "stats_runs"),
         env={"AWOOOP_METRICS_PORT": str(port)},
     ).start()
     fixed: WorkerProcess | None = None
@@ -106,7 +127,7 @@ async def test_a_handler_that_kills_its_worker_every_time_is_failed_dead_lettere
             if line["event_type"] == "RunRequeued":
                 assert "neither renewed it" in line["detail"]["reason"]
 
-        # One dead letter, written by the relay from the log, counted in the loops process.
+        # One dead letter, recorded with the reaper's failure, counted in the loops process.
         async def one_dead_letter() -> bool:
             return len(cli_json(fast, "deadletters", "list")) >= 1
 
@@ -117,10 +138,21 @@ async def test_a_handler_that_kills_its_worker_every_time_is_failed_dead_lettere
             P,
             "RunFailed",
         )
-        assert (entry["group"], entry["reason"]) == ("workers", state.failure_reason)
+        assert (entry["group"], entry["reason"]) == ("", state.failure_reason)
         async with httpx.AsyncClient(timeout=10) as client:
             page = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
         assert dead_letters_counted(page) == 1.0
+
+        # Redis restarts without persistence: everything of this test's prefix is gone.
+        await lose_redis(fast)
+        assert cli_json(fast, "deadletters", "list") == [entry]
+
+        async def gauge_says(value: float | None) -> bool:
+            async with httpx.AsyncClient(timeout=10) as client:
+                page = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+            return open_dead_letters(page, P) == value
+
+        await eventually(lambda: gauge_says(1.0), timeout_s=30, what="the alert's gauge at 1")
 
         # Fixed: re-drive the entry and let a worker with a working handler take the run.
         [result] = cli_json(fast, "deadletters", "redrive", entry["id"])
@@ -139,6 +171,7 @@ async def test_a_handler_that_kills_its_worker_every_time_is_failed_dead_lettere
         )
         assert [e["worker_id"] for e in read_effects(effects) if e["what"] == "done"] == [fixed_id]
         assert cli_json(fast, "deadletters", "list") == []
+        await eventually(lambda: gauge_says(None), timeout_s=30, what="the alert's gauge cleared")
     finally:
         if fixed is not None:
             fixed.stop()

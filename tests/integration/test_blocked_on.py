@@ -18,14 +18,13 @@ from awooop.cli import build_parser
 from awooop.commands.doctor_flow import blocked as blocked_check
 from awooop.core.config import Settings
 from awooop.core.errors import DeliveryLimitError
-from awooop.core.events import ToolWaitStarted, run_stream_id
+from awooop.core.events import ToolWaitStarted
 from awooop.ingest import credentials
+from awooop.log import deadletters
 from awooop.loops.framework import PLATFORM_PROJECT, LoopContext
 from awooop.loops.stats import StatsLoops
 from awooop.runs import approvals, control, leases
 from awooop.services import Services
-from streams.deadletter import dead_letter_raw
-from streams.envelope import Envelope, encode
 from streams.keys import WORKER_GROUP
 from tests.integration.test_console import log_in
 from tests.support.http import app_client
@@ -71,28 +70,19 @@ async def claimed(services: Services, project: str, ttl_s: float = 30.0) -> uuid
 
 
 async def dead_letter_message(services: Services, project: str, run_id: uuid.UUID) -> None:
-    """The run's work message in its shard's dead-letter stream, as the worker moves it."""
-    shard = services.keys.shard_of(project)
-    env = Envelope(
-        event_id=uuid.uuid4(),
-        position=1,
-        tx_id=1,
-        stream_id=run_stream_id(run_id),
-        version=1,
+    """An open dead letter of a PENDING run, recorded by hand (the runtime fails the runs it
+    dead-letters, and a retry resolves the dead letter: this is the odd case blocked_on
+    still names)."""
+    dead = deadletters.DeadLetterRecord(
         project_id=project,
-        event_type="RunCreated",
-        payload=b"{}",
-    )
-    await dead_letter_raw(
-        services.redis,
-        services.keys,
-        stream=services.keys.work_stream(shard),
-        group=WORKER_GROUP,
-        entry_id="1-1",
-        data=encode(env),
-        reason="work message delivered 11 times (limit 10)",
+        run_id=run_id,
+        run_version=1,
+        source=deadletters.WORK,
+        group_name=WORKER_GROUP,
         delivery_count=11,
+        reason="work message delivered 11 times (limit 10)",
     )
+    await services.db.in_tenant(project, lambda c: deadletters.record(c, dead))
 
 
 async def cli_json(settings: Settings, capsys: pytest.CaptureFixture[str], *argv: str) -> Any:

@@ -195,7 +195,7 @@ async def test_the_loop_keeps_to_the_blocked_on_reason_of_the_filter(
 ) -> None:
     pending = await create_runs(db, P, 20)
     lettered = pending[:5]
-    for run_id in lettered:  # their work message in the dead-letter stream (Redis)
+    for run_id in lettered:  # an open dead letter each
         await dead_letter_message(services, P, run_id)
     f = listing.RunFilter(project=P, reason=Reason.PENDING_DEAD_LETTERED)
 

@@ -22,6 +22,11 @@ from tests.support.factories import T0
 PROJECT = "p1"
 
 
+def stream(name: str) -> str:
+    """A stream name of PROJECT (every name in the log says whose stream it is)."""
+    return f"domain/{PROJECT}/{name}"
+
+
 def payload(tag: str) -> ApprovalGranted:
     return ApprovalGranted(at=T0, actor=tag)
 
@@ -29,25 +34,28 @@ def payload(tag: str) -> ApprovalGranted:
 async def test_append_checks_the_expected_version(db: Database) -> None:
     async with db.tenant(PROJECT) as conn:
         assert (
-            len(await eventlog.append(conn, "s-1", PROJECT, 0, [payload("a"), payload("b")])) == 2
+            len(
+                await eventlog.append(conn, stream("s-1"), PROJECT, 0, [payload("a"), payload("b")])
+            )
+            == 2
         )
     async with db.tenant(PROJECT) as conn:
         with pytest.raises(VersionConflictError) as info:
-            await eventlog.append(conn, "s-1", PROJECT, 1, [payload("c")])
+            await eventlog.append(conn, stream("s-1"), PROJECT, 1, [payload("c")])
     assert info.value.code == "E-EVENT-001"
     async with db.tenant(PROJECT) as conn:
-        await eventlog.append(conn, "s-1", PROJECT, 2, [payload("c")])
-        events = await eventlog.read_stream(conn, "s-1")
+        await eventlog.append(conn, stream("s-1"), PROJECT, 2, [payload("c")])
+        events = await eventlog.read_stream(conn, stream("s-1"))
     assert [e.version for e in events] == [1, 2, 3]
     assert [e.decode().actor for e in events] == ["a", "b", "c"]
 
 
 async def test_a_new_stream_cannot_be_created_twice(db: Database) -> None:
     async with db.tenant(PROJECT) as conn:
-        await eventlog.append(conn, "s-2", PROJECT, 0, [payload("a")])
+        await eventlog.append(conn, stream("s-2"), PROJECT, 0, [payload("a")])
     async with db.tenant(PROJECT) as conn:
         with pytest.raises(VersionConflictError):
-            await eventlog.append(conn, "s-2", PROJECT, 0, [payload("a")])
+            await eventlog.append(conn, stream("s-2"), PROJECT, 0, [payload("a")])
 
 
 async def test_concurrent_writers_and_a_follower_see_every_event_once_in_order(
@@ -59,7 +67,7 @@ async def test_concurrent_writers_and_a_follower_see_every_event_once_in_order(
     is seen exactly once, and each stream's events in version order."""
     committed: set[uuid.UUID] = set()
     seen: list[eventlog.RecordedEvent] = []
-    streams = [f"shared-{i}" for i in range(4)]
+    streams = [stream(f"shared-{i}") for i in range(4)]
     enough = 300  # committed events; the time bound only ends a run that cannot get there
     give_up_at = time.monotonic() + 120.0
     writers_done = asyncio.Event()
@@ -71,19 +79,19 @@ async def test_concurrent_writers_and_a_follower_see_every_event_once_in_order(
             await conn.execute("SELECT pg_current_xact_id()")  # older than every writer's
             laggard_started.set()
             await asyncio.wait_for(writers_ahead.wait(), 60)  # they commit ahead of it
-            await eventlog.append(conn, "laggard", PROJECT, 0, [payload("laggard")])
+            await eventlog.append(conn, stream("laggard"), PROJECT, 0, [payload("laggard")])
             rows = await conn.fetch(
-                "SELECT event_id FROM awooop_events WHERE stream_id = 'laggard'"
+                "SELECT event_id FROM awooop_events WHERE stream_id = $1", stream("laggard")
             )
         committed.update(r["event_id"] for r in rows)
 
     async def writer(n: int) -> None:
         rng = random.Random(n)
         while len(committed) < enough and time.monotonic() < give_up_at:
-            stream = rng.choice([*streams, f"own-{n}-{rng.randrange(50)}"])
+            target = rng.choice([*streams, stream(f"own-{n}-{rng.randrange(50)}")])
             batch = [payload(f"w{n}") for _ in range(rng.randint(1, 3))]
 
-            async def once(stream: str = stream, batch: list[ApprovalGranted] = batch) -> None:
+            async def once(stream: str = target, batch: list[ApprovalGranted] = batch) -> None:
                 async with db.tenant(PROJECT) as conn:
                     version = (
                         await conn.fetchval(
@@ -140,8 +148,8 @@ async def test_concurrent_writers_and_a_follower_see_every_event_once_in_order(
     versions: dict[str, list[int]] = defaultdict(list)
     for e in seen:
         versions[e.stream_id].append(e.version)
-    for stream, seen_versions in versions.items():
-        assert seen_versions == list(range(1, len(seen_versions) + 1)), stream
+    for name, seen_versions in versions.items():
+        assert seen_versions == list(range(1, len(seen_versions) + 1)), name
     # Commits really did land out of position order, or the test proved nothing.
     positions = [e.position for e in seen]
     assert positions != sorted(positions)
@@ -158,10 +166,10 @@ async def test_a_transaction_in_another_database_does_not_hold_followers_back(
         await elsewhere.start()
         await other.fetchval("SELECT pg_current_xact_id()")  # holds an xid, like CREATE DATABASE
         async with db.tenant(PROJECT) as conn:
-            await eventlog.append(conn, "s-elsewhere", PROJECT, 0, [payload("a")])
+            await eventlog.append(conn, stream("s-elsewhere"), PROJECT, 0, [payload("a")])
         async with db.platform() as conn:
             seen = await eventlog.read_forward(conn, eventlog.Cursor())
-        assert [e.stream_id for e in seen] == ["s-elsewhere"]
+        assert [e.stream_id for e in seen] == [stream("s-elsewhere")]
         await elsewhere.rollback()
     finally:
         await other.close()
@@ -172,11 +180,11 @@ async def held_back(db: Database) -> AsyncIterator[None]:
     """s-before committed; s-open written by a transaction that stays open inside the block
     (it commits on leaving); s-after committed by a newer transaction meanwhile."""
     async with db.tenant(PROJECT) as conn:
-        await eventlog.append(conn, "s-before", PROJECT, 0, [payload("a")])
+        await eventlog.append(conn, stream("s-before"), PROJECT, 0, [payload("a")])
     async with db.tenant(PROJECT) as holder:
-        await eventlog.append(holder, "s-open", PROJECT, 0, [payload("b")])
+        await eventlog.append(holder, stream("s-open"), PROJECT, 0, [payload("b")])
         async with db.tenant(PROJECT) as conn:
-            await eventlog.append(conn, "s-after", PROJECT, 0, [payload("c")])
+            await eventlog.append(conn, stream("s-after"), PROJECT, 0, [payload("c")])
         yield
 
 
@@ -186,10 +194,10 @@ async def test_a_transaction_in_this_database_holds_followers_back(db: Database)
             visible = [e.stream_id for e in await eventlog.read_forward(conn, eventlog.Cursor())]
         # s-after committed, but an older transaction of this database is still open: the
         # follower stops before it, so it cannot skip s-open when that commits.
-        assert visible == ["s-before"]
+        assert visible == [stream("s-before")]
     async with db.platform() as conn:
         visible = [e.stream_id for e in await eventlog.read_forward(conn, eventlog.Cursor())]
-    assert visible == ["s-before", "s-open", "s-after"]
+    assert visible == [stream("s-before"), stream("s-open"), stream("s-after")]
 
 
 async def test_the_relay_read_says_how_long_a_committed_event_has_been_held_back(
@@ -205,15 +213,15 @@ async def test_the_relay_read_says_how_long_a_committed_event_has_been_held_back
             plain = await eventlog.read_forward(conn, eventlog.Cursor())
             probed = await eventlog.held_back(conn, eventlog.advance(eventlog.Cursor(), plain))
         assert batch == plain
-        assert [e.stream_id for e in batch] == ["s-before"]
+        assert [e.stream_id for e in batch] == [stream("s-before")]
         assert held is not None and 0.05 <= held < 5  # s-after waits behind s-open
         assert probed is not None and held <= probed < 5
     async with db.platform() as conn:
         batch, held = await eventlog.read_forward_and_held(conn, eventlog.Cursor(), limit=2)
-        assert [e.stream_id for e in batch] == ["s-before", "s-open"]
+        assert [e.stream_id for e in batch] == [stream("s-before"), stream("s-open")]
         rest, held_after = await eventlog.read_forward_and_held(
             conn, eventlog.advance(eventlog.Cursor(), batch)
         )
         assert await eventlog.held_back(conn, eventlog.advance(eventlog.Cursor(), rest)) is None
     assert held is None  # nothing committed is held back any more (the batch was only full)
-    assert ([e.stream_id for e in rest], held_after) == (["s-after"], None)
+    assert ([e.stream_id for e in rest], held_after) == ([stream("s-after")], None)

@@ -157,7 +157,9 @@ async def complete_many(db: Database, url: str, settings: Settings) -> Touched:
 async def renew_leases(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 2)
     await db.in_run_statement(logged(lambda c: leases.claim_many(c, runs, "w1", 30)))
-    renewed = await db.in_run_statement(logged(lambda c: leases.heartbeat(c, "w1", runs, 90)))
+    renewed = await db.in_run_statement(
+        logged(lambda c: leases.heartbeat(c, "w1", dict.fromkeys(runs, 1), 90))
+    )
     assert renewed == set(runs)
     return Touched(set(runs), clock_ahead=True)
 
@@ -176,7 +178,7 @@ async def ingest_new(db: Database, url: str, settings: Settings) -> Touched:
 
 @case("append_at_head")
 async def append_at_head(db: Database, url: str, settings: Settings) -> Touched:
-    stream = f"order-{uuid.uuid4()}"
+    stream = f"domain/{P}/order-{uuid.uuid4()}"
     for n in range(2):
         events = [RawEvent("OrderPlaced", f'{{"n": {n}}}')] * 2
         async with db.tenant(P) as conn:

@@ -167,22 +167,17 @@ async def test_events_outbox_backlog_is_read_from_the_relay_cursor(
     assert sample("awooop_outbox_backlog_seconds", outbox="events") == 0
 
 
-async def test_consumer_group_lag_pending_and_dead_letters(services: Services) -> None:
+async def test_consumer_group_lag_and_pending(services: Services) -> None:
     redis, keys = services.redis, services.keys
     work = keys.work_stream(0)
     for i in range(3):
         await redis.xadd(work, {"e": str(i)})
     await redis.xgroup_create(work, WORKER_GROUP, id="0")
     await redis.xreadgroup(WORKER_GROUP, "c1", {work: ">"}, count=1)
-    dead = keys.dead_letter_stream(1)
-    await redis.xadd(dead, {"e": "x"})
-    await redis.xadd(dead, {"e": "y"})
     stats = StatsLoops(services)
     await stats.sample_streams(CTX)
     assert sample("awooop_consumer_group_pending", stream=work, group=WORKER_GROUP) == 1
     assert sample("awooop_consumer_group_lag", stream=work, group=WORKER_GROUP) == 2
-    assert sample("awooop_dead_letter_stream_length", stream=dead) == 2
-    assert sample("awooop_dead_letter_stream_length", stream=keys.dead_letter_stream(0)) == 0
 
     await redis.delete(work)  # Redis lost the stream: the group's series must not linger
     await stats.sample_streams(CTX)

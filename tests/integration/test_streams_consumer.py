@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from awooop.core.db import Database
+from awooop.log import deadletters
 from streams.consumer import GroupConsumer
 from streams.delivery import Delivery
 from streams.envelope import FIELD, Envelope, encode
@@ -221,18 +223,31 @@ async def test_a_new_epoch_calls_on_reset_and_restarts_at_0(redis: Any, keys: Ke
     assert group.stats.resets == 1
 
 
-async def test_an_undecodable_entry_goes_to_the_dead_letter_stream(redis: Any, keys: Keys) -> None:
-    stream = keys.work_stream(1)
-    await redis.xadd(stream, {FIELD: b"\xff not msgpack"})
+async def test_an_undecodable_entry_is_recorded_as_a_dead_letter(
+    redis: Any, keys: Keys, db: Database
+) -> None:
+    stream, kept = keys.work_stream(1), keys.work_stream(2)
+    first = await redis.xadd(stream, {FIELD: b"\xff not msgpack"})
     await redis.xadd(stream, {"other": "field"})
-    collector = Collector()
-    group = consumer(redis, keys, collector, streams=[stream], group="workers")
+    await redis.xadd(kept, {"other": "field"})
+    blind = consumer(redis, keys, Collector(), streams=[kept], group="workers")
+    assert await blind.run_until_idle() == 0
+    assert await pending(redis, kept, "workers") == 1  # no Postgres to record it: kept pending
+    group = consumer(redis, keys, Collector(), streams=[stream], group="workers", db=db)
     assert await group.run_until_idle() == 0
-    dead = await redis.xrange(keys.dead_letter_stream(1))
-    assert [fields[b"reason"].split(b":")[0] for _, fields in dead] == [
-        b"undecodable envelope",
-        b"no envelope field",
+    async with db.platform() as conn:
+        dead = await deadletters.list_open(conn, deadletters.PLATFORM_PROJECT)
+    assert sorted(d.reason.split(":")[0] for d in dead) == [
+        "no envelope field",
+        "undecodable envelope",
     ]
+    [raw] = [d for d in dead if d.source_entry_id == first.decode()]
+    assert (raw.message, raw.source, raw.group_name, raw.run_id) == (
+        b"\xff not msgpack",
+        "work",
+        "workers",
+        None,
+    )
     assert await pending(redis, stream, "workers") == 0
 
 

@@ -1,4 +1,4 @@
-"""Reclaim, touch and dead letters on a real Redis (R-16)."""
+"""Reclaim, touch and undecodable entries on a real Redis (R-16)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
-from streams.deadletter import dead_letter
-from streams.envelope import FIELD, decode_envelope, encode
+from awooop.core.db import Database
+from awooop.log import deadletters
+from streams.envelope import FIELD, encode
 from streams.keys import WORKER_GROUP, Keys
 from streams.reclaim import autoclaim, touch
 from tests.integration.test_streams_consumer import envelope
@@ -70,18 +71,22 @@ async def test_touch_keeps_own_entries_fresh_and_never_steals(redis: Any, stream
     assert rows[0]["times_delivered"] == 1  # touching counts no delivery
 
 
-async def test_dead_letter_moves_and_acknowledges_atomically(
-    redis: Any, stream: str, redis_prefix: str
+async def test_an_undecodable_entry_is_recorded_then_acknowledged(
+    redis: Any, stream: str, redis_prefix: str, db: Database
 ) -> None:
     keys = Keys(redis_prefix, 4)
+    bad = await redis.xadd(stream, {FIELD: b"\xff junk"})
+    await redis.xreadgroup(WORKER_GROUP, "a", {stream: ">"})
     await asyncio.sleep(0.02)
-    [delivery, *_] = await autoclaim(redis, stream, WORKER_GROUP, "b", min_idle_ms=10)
     before = REGISTRY.get_sample_value("awooop_dead_letters_total") or 0.0
-    await dead_letter(redis, keys, delivery, "delivered too often")
+    claimed = await autoclaim(redis, stream, WORKER_GROUP, "b", min_idle_ms=10, keys=keys, db=db)
+    assert len(claimed) == 3  # the decodable ones go to the caller
     assert REGISTRY.get_sample_value("awooop_dead_letters_total") == before + 1
-    [(_, fields)] = await redis.xrange(keys.dead_letter_stream(1))
-    assert decode_envelope(fields[FIELD]) == delivery.envelope
-    assert fields[b"reason"] == b"delivered too often"
-    assert fields[b"delivery_count"] == b"2"
-    assert fields[b"stream"].decode() == stream
-    assert delivery.entry_id not in await owners(redis, stream)
+    async with db.platform() as conn:
+        [dead] = await deadletters.list_open(conn, deadletters.PLATFORM_PROJECT)
+    assert (dead.source_entry_id, dead.delivery_count, dead.message) == (
+        bad.decode(),
+        2,
+        b"\xff junk",
+    )
+    assert bad.decode() not in await owners(redis, stream)

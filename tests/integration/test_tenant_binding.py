@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import msgspec
@@ -24,13 +22,13 @@ from awooop import producer
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import InvalidInputError, TenantAdminError, TenantNotGrantedError
-from awooop.core.pools import init_connection
 from awooop.ingest import auth, credentials, tenants
 from awooop.loops.framework import PLATFORM_PROJECT
 from awooop.producer import ChannelEvent, DomainEvent
 from tests.support import tenant_rows
 from tests.support.http import app_client
 from tests.support.ingest import counts
+from tests.support.logins import Login, as_role, create_login, drop_login
 
 SHOP, VICTIM = "shop", "victim"
 SETTINGS = ("victim", PLATFORM_PROJECT, "shop", "")
@@ -42,42 +40,6 @@ WHERE c.table_schema = 'public' AND c.column_name = 'project_id' AND t.table_typ
 ORDER BY 1
 """
 SET = "SELECT set_config('awooop.project_id', $1, $2)"
-
-
-@dataclass
-class Login:
-    role: str
-    url: str
-
-    async def connect(self) -> Any:
-        conn = await asyncpg.connect(self.url)
-        await init_connection(conn)
-        return conn
-
-
-def as_role(url: str, role: str) -> str:
-    parts = urlsplit(url)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{role}:pw-{role}@{host}"))
-
-
-async def create_login(owner_url: str, role: str, *attributes: str) -> None:
-    conn = await asyncpg.connect(owner_url)
-    try:
-        login = "" if "NOLOGIN" in attributes else "LOGIN"
-        await conn.execute(
-            f"CREATE ROLE {role} {login} PASSWORD 'pw-{role}' {' '.join(attributes)}"
-        )
-    finally:
-        await conn.close()
-
-
-async def drop_login(owner_url: str, role: str) -> None:
-    conn = await asyncpg.connect(owner_url)
-    try:
-        await conn.execute(f"DROP ROLE IF EXISTS {role}")
-    finally:
-        await conn.close()
 
 
 @pytest.fixture

@@ -68,7 +68,9 @@ async def test_heartbeat_renews_only_the_workers_live_leases_and_writes_no_event
     assert await claim(db, theirs, "w2") is not None
     before = {r: await load(db, P, r) for r in [*mine, theirs]}
     await asyncio.sleep(0.01)  # time moves on: a renewal sets a later lease_until
-    renewed = await db.in_platform_writes(lambda c: leases.heartbeat(c, "w1", [*mine, theirs], 60))
+    renewed = await db.in_platform_writes(
+        lambda c: leases.heartbeat(c, "w1", dict.fromkeys([*mine, theirs], 1), 60)
+    )
     assert renewed == set(mine)
     for run_id in mine:
         after = await load(db, P, run_id)
@@ -84,7 +86,9 @@ async def test_an_expired_lease_is_not_revived_by_a_heartbeat(db: Database) -> N
     [run_id] = await create_runs(db, P)
     assert await claim(db, run_id, "w1", ttl=SHORT) is not None
     await asyncio.sleep(SHORT * 2)
-    assert await db.in_platform_writes(lambda c: leases.heartbeat(c, "w1", [run_id], 30)) == set()
+    assert (
+        await db.in_platform_writes(lambda c: leases.heartbeat(c, "w1", {run_id: 1}, 30)) == set()
+    )
 
 
 async def test_a_stale_attempt_cannot_complete_after_another_took_the_run(db: Database) -> None:

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.events import RunRequeued, StepCompleted
+from awooop.core.events import LeaseReleased, RunRequeued, StepCompleted
 from awooop.loops.runs import reap_once
 from awooop.runs import approvals, control, leases
 from awooop.runs.approvals import Decision
@@ -23,6 +23,7 @@ from awooop.worker.executor import Handler
 from awooop.worker.outcomes import Outcome
 from awooop.worker.runtime import Worker
 from tests.support import handlers
+from tests.support.logins import bound_login
 from tests.support.runs import count_events, create_runs, event_types, events_of, load
 from tests.support.waiting import eventually
 
@@ -117,8 +118,8 @@ async def test_postgres_unavailable_under_a_handler_abandons_the_attempt_not_the
 ) -> None:
     """A journal write or pointer check that finds Postgres gone (a restart) must not fail the
     run: whether its RunFailed got written would depend on when Postgres came back. The
-    attempt ends without a last write, the lease runs out, and the next attempt completes
-    without repeating journaled steps."""
+    attempt is handed back uncharged (LeaseReleased once Postgres takes it), and the next
+    attempt completes without repeating journaled steps, with the run's budget whole."""
     [run_id] = await create_runs(db, P, payload={"unavailable_on_attempts": [1]})
     w = worker(db, fast)
     stop = asyncio.Event()
@@ -133,10 +134,13 @@ async def test_postgres_unavailable_under_a_handler_abandons_the_attempt_not_the
         await task
     state = await load(db, P, run_id)
     assert state.attempt_count == 2 and state.failure_code is None
+    assert state.max_attempts == 4  # 3, and the abandoned attempt was not charged
+    [released] = [e for e in await events_of(db, P, run_id) if isinstance(e, LeaseReleased)]
+    assert not released.charged and "connection lost" in released.reason
     assert "RunFailed" not in await event_types(db, P, run_id)
     assert len(effects(run_id, "unavailable")) == 1
     assert len(effects(run_id, "one")) == 1  # journaled in attempt 1, not run again
-    assert w.executor.finished[Outcome.ERROR] == 1
+    assert w.executor.finished[Outcome.RELEASED] == 1
 
 
 async def test_a_step_name_used_twice_fails_the_run(db: Database, fast: Settings) -> None:
@@ -232,6 +236,49 @@ async def test_cancel_stops_a_running_handler_at_once(db: Database, fast: Settin
     final = await load(db, P, run_id)
     assert (final.status, final.failure_reason) == ("CANCELLED", "stop")
     assert (await event_types(db, P, run_id))[-1] == "RunCancelled"
+
+
+async def test_a_cancel_notice_is_a_doorbell_not_an_order(
+    db: Database, fast: Settings, database_url: str
+) -> None:
+    """Any login can NOTIFY the cancel channel: a producer login bound to the run's own project
+    floods it with the run's id (and with junk); the worker reads the row, finds its attempt
+    still holds the run, and lets the handler go on. A real cancel then stops it."""
+    slow = msgspec.structs.replace(fast, lease_ttl_s=3.0, heartbeat_interval_s=1.0)
+    [run_id] = await create_runs(db, P, payload={"hang_on_attempts": [1]})
+    w = worker(db, slow)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(w.run(stop))
+    await eventually(lambda: _has_effect(run_id, "hang"), what="the handler hanging")
+    await asyncio.wait_for(w.cancel_listener.connected.wait(), 5)
+    ignored = metric("awooop_cancel_notices_total", verdict="ignore")
+    async with bound_login(database_url, [P]) as login:
+        conn = await login.connect()
+        try:
+            for payload in (str(run_id), "not-a-run", str(uuid.uuid4())) * 20:
+                await conn.execute("SELECT pg_notify('awooop_run_cancelled', $1)", payload)
+        finally:
+            await conn.close()
+    await eventually(
+        lambda: (
+            metric("awooop_cancel_notices_total", verdict="ignore") > ignored
+            or bool(effects(run_id, "cancelled"))
+        ),
+        what="the worker checked the notice against Postgres (or obeyed it)",
+    )
+    await asyncio.sleep(2 * slow.heartbeat_interval_s)  # two renewals: still the same attempt
+    assert effects(run_id, "cancelled") == []
+    state = await load(db, P, run_id)
+    assert (state.status, state.attempt_count, state.worker_id) == ("RUNNING", 1, w.worker_id)
+    state = await db.in_tenant(P, lambda c: control.cancel(c, run_id, actor="ops", reason="stop"))
+    await eventually(
+        lambda: _has_effect(run_id, "cancelled"), what="the handler cancelled by a real cancel"
+    )
+    stop.set()
+    await serving
+    assert w.executor.finished[Outcome.CANCELLED] == 1
+    assert w.executor.finished[Outcome.LOST] == 0
+    assert (await event_types(db, P, run_id)).count("RunClaimed") == 1
 
 
 async def test_cancel_works_from_every_non_terminal_state(db: Database) -> None:

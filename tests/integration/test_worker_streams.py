@@ -1,6 +1,6 @@
 """The worker's stream path on real Postgres and Redis (R-16): work stream consumption under the
 DB lease, touches that keep live entries from reclaim, reclaim reconciled with Postgres, and
-the dead-letter stream."""
+dead letters recorded in Postgres."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 import msgspec
 import pytest
 from prometheus_client import REGISTRY
@@ -17,13 +18,13 @@ from prometheus_client import REGISTRY
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id
-from awooop.log import eventlog
+from awooop.log import deadletters, eventlog
 from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.runs import leases
 from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
-from streams.envelope import FIELD, encode
+from streams.envelope import FIELD, decode_envelope, encode
 from streams.keys import WORKER_GROUP, Keys
 from streams.publish import envelope_of
 from streams.relay import Relay
@@ -40,6 +41,10 @@ pytestmark = pytest.mark.fast("streams")
 
 def keys_of(settings: Settings) -> Keys:
     return Keys(settings.redis_key_prefix, settings.shard_count)
+
+
+async def open_dead_letters(db: Database) -> list[deadletters.DeadLetterRow]:
+    return await db.in_tenant(P, lambda c: deadletters.list_open(c, P))
 
 
 def sample(name: str, **labels: str) -> float:
@@ -230,7 +235,7 @@ async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
     left = sample("awooop_reclaims_total", outcome="left")
     for _ in range(held_reclaims):
         renewed = await db.in_platform_writes(
-            lambda c: leases.heartbeat(c, "holder", [run_id], holder_ttl)
+            lambda c: leases.heartbeat(c, "holder", {run_id: 1}, holder_ttl)
         )
         assert renewed == {run_id}  # the long attempt is alive
         await asyncio.sleep(0.6)  # the duplicate idles past the lease TTL
@@ -258,7 +263,7 @@ async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
     await eventually(lambda: _no_pending(redis, keys), timeout_s=60, what="no work entry pending")
     state = await load(db, P, run_id)
     assert (state.status, state.attempt_count, state.failure_code) == ("COMPLETED", 2, None)
-    assert await redis.xlen(keys.dead_letter_stream(keys.shard_of(P))) == 0
+    assert await open_dead_letters(db) == []
     types = [type(e).__name__ for e in await events_of(db, P, run_id)]
     assert types[:4] == ["RunCreated", "RunClaimed", "RunRequeued", "RunClaimed"]
     assert types[-1] == "RunCompleted"
@@ -266,6 +271,41 @@ async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
 
 async def _reclaim_settled(worker: Worker) -> bool:
     return not worker._tasks
+
+
+async def test_reclaims_the_database_refused_count_no_delivery(
+    db: Database, fast: Settings, redis: Any, database_url: str
+) -> None:
+    """A message whose consumer died is reclaimed while Postgres refuses the claim (a revoked
+    privilege here; a read-only window alike): the message killed nobody, so none of those
+    reclaims counts a delivery, and the run is taken and completed once the database serves
+    again, instead of being failed E-RUN-005 as a poison message."""
+    keys = keys_of(fast)
+    [run_id] = await create_runs(db, P, payload={})
+    stream, _entry = await announce(db, redis, keys, run_id)
+    await ghost_reads(redis, stream)  # delivered once, to a consumer that died
+    worker, intake = streaming_worker(db, fast, redis, concurrency=4)
+    owner = await asyncpg.connect(database_url)
+    try:
+        await owner.execute("REVOKE UPDATE ON awooop_run_state FROM awooop_platform")
+        for _ in range(fast.max_deliveries + 2):
+            await asyncio.sleep(fast.lease_ttl_s + 0.1)  # idle past the TTL: reclaimable
+            assert await intake.reclaim_once() == 1
+            await eventually(
+                lambda: _reclaim_settled(worker), timeout_s=60, what="the reclaim's tasks settled"
+            )
+            [entry_now] = await pending(redis, keys)
+            assert entry_now["times_delivered"] == 1
+        state = await load(db, P, run_id)
+        assert (state.status, state.attempt_count) == ("PENDING", 0)
+    finally:
+        await owner.execute("GRANT UPDATE ON awooop_run_state TO awooop_platform")
+        await owner.close()
+    await asyncio.sleep(fast.lease_ttl_s + 0.1)
+    assert await intake.reclaim_once() == 1
+    await eventually(lambda: finished(db, [run_id]), timeout_s=60, what="the run finished")
+    state = await load(db, P, run_id)
+    assert (state.status, state.attempt_count, state.failure_code) == ("COMPLETED", 1, None)
 
 
 async def test_a_message_delivered_too_often_is_dead_lettered_and_its_run_fails(
@@ -284,8 +324,20 @@ async def test_a_message_delivered_too_often_is_dead_lettered_and_its_run_fails(
     state = await load(db, P, run_id)
     assert (state.status, state.failure_code) == ("FAILED", "E-RUN-005")
     assert state.failure_reason is not None and "delivered 4 times" in state.failure_reason
-    [(dead_id, fields)] = await redis.xrange(keys.dead_letter_stream(keys.shard_of(P)))
-    assert fields[b"entry_id"].decode() == entry and fields[b"delivery_count"] == b"4"
+    # Its dead letter, recorded with the failure, says what the consumer that gave up knew.
+    [row] = await open_dead_letters(db)
+    assert (row.project_id, row.run_id, row.source, row.group_name) == (
+        P,
+        run_id,
+        "work",
+        WORKER_GROUP,
+    )
+    assert (row.source_entry_id, row.delivery_count, row.code) == (entry, 4, "E-RUN-005")
+    assert row.event_type == "RunCreated" and row.message is not None
+    assert decode_envelope(row.message).stream_id == run_stream_id(run_id)
+    assert row.reason == state.failure_reason
     assert sample("awooop_dead_letters_total") == dead + 1
-    assert dead_id
+    # A repeat of the same give-up (a second reclaim of the entry) records nothing more.
+    assert await intake.reclaim_once() == 0
+    assert len(await open_dead_letters(db)) == 1
     assert [e for e in handlers.EFFECTS if e["run_id"] == str(run_id)] == []  # it never ran

@@ -12,7 +12,9 @@ and ``block_s`` (attempts that block the event loop for ``block_s`` seconds afte
 then return at once: a stalled worker), ``unavailable_on_attempts`` (attempts that raise
 ``DatabaseUnavailableError`` after step one, as a journal write does while Postgres restarts).
 
-:func:`exits` is a poison handler: it kills its worker process (``os._exit(1)``) every time.
+:func:`exits` is a poison handler: it kills its worker process (``os._exit(1)``) every time;
+:func:`exits_when_told` kills it only for runs whose input says ``exit`` (after ``after_s``
+seconds, so that the worker holds other runs by then) and sleeps ``sleep`` seconds for others.
 """
 
 from __future__ import annotations
@@ -156,6 +158,21 @@ async def ticking(run: RunContext) -> dict[str, Any]:
         raise
     effect(run, "end")
     return {"ticks": True}
+
+
+async def exits_when_told(run: RunContext) -> dict[str, bool]:
+    """A poison run among innocent ones: ``{"exit": true, "after_s": S}`` kills the worker
+    process S seconds into every attempt (``exit`` effect first); any other input records
+    ``start``, sleeps ``sleep`` seconds, records ``done`` and returns."""
+    data = run.input if isinstance(run.input, dict) else {}
+    if data.get("exit"):
+        await asyncio.sleep(float(data.get("after_s", 0)))
+        effect(run, "exit")
+        os._exit(1)
+    effect(run, "start")
+    await asyncio.sleep(float(data.get("sleep", 0)))
+    effect(run, "done")
+    return {"ok": True}
 
 
 async def exits(run: RunContext) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from awooop.core.db import Connection, Database
 from awooop.ingest import auth, credentials
+from awooop.log import deadletters
 from awooop.runs import approvals, bulk, leases, listing, store
 from tests.support import factories
 
@@ -138,6 +139,20 @@ async def _operation(conn: Connection, project_id: str) -> None:
     )
 
 
+async def _dead_letter(conn: Connection, project_id: str) -> None:
+    """A dead letter of a run of the project, through the one function that records them."""
+    now = await conn.fetchval("SELECT now()")
+    run = await store.create_run(conn, factories.created(project_id=project_id, at=now))
+    dead = deadletters.DeadLetterRecord(
+        project_id=project_id,
+        run_id=run.run_id,
+        run_version=run.version + 1,
+        source=deadletters.WORK,
+        reason="rls-probe",
+    )
+    await deadletters.record(conn, dead)
+
+
 BUILDERS = (
     _run,
     _dedupe,
@@ -147,6 +162,7 @@ BUILDERS = (
     _approval,
     _projections,
     _operation,
+    _dead_letter,
 )
 
 

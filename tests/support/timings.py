@@ -42,8 +42,9 @@ FAST: dict[str, dict[str, Any]] = {
         "log_level": "info",
     },
     # Worker processes that crash on a poison run: the recovery loops every 0.5 s, so each
-    # crash's redelivery comes quickly.
+    # crash's redelivery comes quickly; the stats sampled every second.
     "poison": {
+        "stats_interval_s": 1.0,
         "lease_ttl_s": 2.0,
         "heartbeat_interval_s": 0.5,
         "reaper_interval_s": 0.5,

@@ -56,10 +56,10 @@ def test_pending_names_what_it_waits_for(status: RunStatus) -> None:
     unread = decide(fresh, UNREAD)
     assert unread is not None and unread.reason is Reason.PENDING_NO_WORKER
     assert "shard 2" in unread.summary and "start an awooop worker" in unread.next_action
-    dead = decide(fresh, msgspec.structs.replace(READ, dead_run_ids=frozenset({RUN})))
+    dead = decide(msgspec.structs.replace(fresh, dead_lettered=True), UNKNOWN)
     assert dead is not None and dead.reason is Reason.PENDING_DEAD_LETTERED
     assert "deadletters redrive" in dead.next_action
-    # Redis did not answer: no guess about readers or dead letters.
+    # Redis did not answer: no guess about readers (dead letters are Postgres facts).
     blind = decide(fresh, UNKNOWN)
     assert blind is not None and blind.reason is Reason.PENDING_WORKERS_BUSY
 
@@ -140,6 +140,22 @@ def test_failed_says_why_and_that_retry_is_allowed(code: str | None, reason: Rea
     assert ("deadletters redrive" in got.next_action) == (reason is Reason.FAILED_DEAD_LETTERED)
 
 
+def test_a_suspect_waits_to_run_alone_and_says_whose_death_made_it_one() -> None:
+    suspect = {"attempt_count": 1, "suspect_worker_id": "host-1-abc"}
+    got = decide(facts(RunStatus.PENDING, **suspect), READ)
+    assert got is not None and got.reason is Reason.PENDING_ISOLATION
+    assert "worker host-1-abc died" in got.summary and got.worker_id == "host-1-abc"
+    assert "alone" in got.summary
+    # What blocks it more comes first: nobody reads its shard, or its message is dead.
+    unread = decide(facts(RunStatus.PENDING, **suspect), UNREAD)
+    assert unread is not None and unread.reason is Reason.PENDING_NO_WORKER
+    # Once it runs, it is a running run like any other.
+    running = decide(
+        facts(RunStatus.RUNNING, lease_until=NOW + timedelta(seconds=5), **suspect), READ
+    )
+    assert running is not None and running.reason is Reason.RUNNING
+
+
 @pytest.mark.parametrize("status", [RunStatus.COMPLETED, RunStatus.CANCELLED])
 def test_finished_runs_wait_for_nothing(status: RunStatus) -> None:
     assert decide(facts(status), READ) is None
@@ -157,8 +173,10 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"approval_expires_at": NOW - timedelta(seconds=1)},
         {"approval_expires_at": NOW + timedelta(seconds=1)},
         {"failure_code": "E-RUN-005"},
+        {"dead_lettered": True},
+        {"attempt_count": 1, "suspect_worker_id": "host-1-abc"},
     ]
-    shards = [READ, UNREAD, msgspec.structs.replace(READ, dead_run_ids=frozenset({RUN}))]
+    shards = [READ, UNREAD]
     for status in RunStatus:
         for variant in variants:
             for shard in shards:

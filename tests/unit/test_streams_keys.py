@@ -17,7 +17,6 @@ def test_every_key_of_a_shard_shares_its_hash_tag() -> None:
             for key in (
                 KEYS.work_stream(shard),
                 KEYS.events_stream(shard),
-                KEYS.dead_letter_stream(shard),
                 KEYS.epoch(shard),
                 KEYS.epoch_pending(shard),
             )
@@ -31,7 +30,7 @@ def test_epoch_of_names_the_epoch_that_guards_a_stream() -> None:
     assert KEYS.epoch_of(KEYS.work_stream(2)) == KEYS.epoch(2)
     assert KEYS.epoch_of(KEYS.events_stream(3)) == KEYS.epoch(3)
     assert KEYS.epoch_of(KEYS.notices_stream()) == KEYS.notices_epoch()
-    assert KEYS.stream_shard(KEYS.dead_letter_stream(1)) == 1
+    assert KEYS.stream_shard(KEYS.events_stream(1)) == 1
 
 
 def test_shards_are_stable_and_in_range() -> None:

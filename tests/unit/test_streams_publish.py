@@ -7,13 +7,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from awooop.core.events import DISPATCH_EVENT_TYPES, RunFailed, encode_event
+from awooop.core.events import DISPATCH_EVENT_TYPES
 from awooop.log.eventlog import RecordedEvent
 from streams.envelope import decode_envelope
 from streams.keys import Keys
 from streams.publish import (
     BOTH,
-    DEAD_LETTER,
     EVENTS_ONLY,
     WORK_ONLY,
     by_shard,
@@ -46,19 +45,8 @@ def test_dispatch_events_go_to_both_streams_the_rest_to_events_only() -> None:
         assert route_of(event_type) == BOTH
     for event_type in ("RunClaimed", "StepCompleted", "RunCompleted", "RevisionActivated"):
         assert route_of(event_type) == EVENTS_ONLY
-
-
-def test_a_failure_marked_dead_letter_also_goes_to_the_dead_letter_stream() -> None:
-    """R-19: the reaper's last failure (``dead_letter``) is routed to the dead-letter stream;
-    any other failure, and a malformed payload, only to the events stream."""
-    marked = encode_event(RunFailed(at=AT, reason="r", code="E-RUN-004", dead_letter=True))
-    plain = encode_event(RunFailed(at=AT, reason="r", code="E-HANDLER-001"))
-    assert route_of("RunFailed", marked.decode()) == DEAD_LETTER
-    assert route_of("RunFailed", '{"type": "RunFailed", "dead_letter": true}') == DEAD_LETTER
-    assert route_of("RunFailed", plain.decode()) == EVENTS_ONLY
-    assert route_of("RunFailed", "not json") == EVENTS_ONLY
+    # A failure marked dead_letter too: its dead letter is a Postgres row, not a stream entry.
     assert route_of("RunFailed") == EVENTS_ONLY
-    assert route_of("StepCompleted", '{"dead_letter": true}') == EVENTS_ONLY
 
 
 def test_the_envelope_carries_the_row_and_its_trace_context() -> None:
@@ -85,9 +73,7 @@ def test_by_shard_keeps_log_order_within_each_shard() -> None:
         assert all(KEYS.shard_of(e.project_id) == shard for e in envelopes)
         positions = [e.position for e in envelopes]
         assert positions == sorted(positions)
-        assert [route for route, _ in items] == [
-            route_of(e.event_type, e.payload.decode()) for e in envelopes
-        ]
+        assert [route for route, _ in items] == [route_of(e.event_type) for e in envelopes]
     forced = by_shard(rows, KEYS, route=WORK_ONLY)
     assert {route for items in forced.values() for route, _ in items} == {WORK_ONLY}
 

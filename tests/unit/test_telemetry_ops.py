@@ -106,7 +106,7 @@ def test_every_alert_has_a_promtool_case_where_it_fires() -> None:
 def test_staleness_and_dead_letters_do_not_depend_on_the_process_they_judge() -> None:
     """A stopped process's series vanish and a crash-looping worker never shows its counter:
     the loop alerts keep the last value (last_over_time), the outbox alerts read the stats
-    loop's measure from Postgres, dead letters are the streams' length."""
+    loop's measure from Postgres, and so do dead letters (awooop_dead_letters)."""
     alerts = alert_rules()
     assert (
         "last_over_time(awooop_background_loop_last_run_timestamp["
@@ -114,7 +114,7 @@ def test_staleness_and_dead_letters_do_not_depend_on_the_process_they_judge() ->
     )
     for name in ("OutboxLagHigh", "OutboxLagCritical"):
         assert "awooop_outbox_backlog_seconds" in alerts[name]["expr"]
-    assert "awooop_dead_letter_stream_length" in alerts["DeadLetters"]["expr"]
+    assert "awooop_dead_letters_open" in alerts["DeadLetters"]["expr"]
 
 
 def test_every_scraped_awooop_job_has_a_rule_on_its_absence() -> None:

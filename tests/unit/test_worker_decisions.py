@@ -22,10 +22,13 @@ from awooop.log.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, 
 from awooop.runs import approvals
 from awooop.runs.leases import (
     Availability,
+    Fence,
+    Verdict,
     availability,
     claim_event,
     fence_problem,
     lease_expiry,
+    notice_verdict,
     reap_event,
 )
 from awooop.worker.outcomes import Outcome, failure_of, infrastructure_failure
@@ -91,7 +94,7 @@ def test_reap_requeues_while_attempts_remain_then_fails() -> None:
 
 def test_an_expired_lease_is_recorded_with_its_worker_and_last_renewal() -> None:
     """R-19: the requeue and the final failure say whose lease expired and since when nothing
-    renewed it; only the failure sends the run's work to the dead-letter stream."""
+    renewed it; only the failure dead-letters the run."""
     running = replace(state_in(S.RUNNING), heartbeat_at=T0 + timedelta(seconds=4))
     requeued = reap_event(running, LATER)
     assert isinstance(requeued, RunRequeued)
@@ -146,6 +149,43 @@ def test_fence_accepts_only_the_live_holding_attempt() -> None:
     assert fence_problem(running, MUCH_LATER, WORKER, 1) == "the lease expired"
     cancelled = replace(running, status=S.CANCELLED)
     assert fence_problem(cancelled, LATER, WORKER, 1) == "the run is CANCELLED"
+
+
+def fence_of(status: RunStatus, worker: str | None = WORKER, attempt: int = 1) -> Fence:
+    running = state_in(S.RUNNING)
+    return Fence(status, worker, attempt, running.lease_until)
+
+
+@pytest.mark.parametrize(
+    ("fence", "now", "expected"),
+    [
+        (fence_of(S.RUNNING), LATER, Verdict.IGNORE),  # the notice lied: the attempt holds it
+        (fence_of(S.WAITING_TOOL), LATER, Verdict.IGNORE),
+        (fence_of(S.CANCELLED, worker=None), LATER, Verdict.CANCELLED),
+        (fence_of(S.RUNNING, worker="worker-b", attempt=2), LATER, Verdict.LOST),
+        (fence_of(S.RUNNING, attempt=2), LATER, Verdict.LOST),  # a later attempt of this worker
+        (fence_of(S.RUNNING), MUCH_LATER, Verdict.LOST),  # the lease ran out
+        (fence_of(S.PENDING, worker=None), LATER, Verdict.LOST),  # reaped
+        (fence_of(S.COMPLETED, worker=None), LATER, Verdict.LOST),
+        (None, LATER, Verdict.LOST),
+    ],
+)
+def test_a_cancel_notice_stops_an_attempt_only_for_what_the_row_says(
+    fence: Fence | None, now: datetime, expected: Verdict
+) -> None:
+    verdict, why = notice_verdict(fence, now, WORKER, 1)
+    assert verdict is expected and why
+
+
+def test_the_fence_of_a_row_is_judged_like_the_row() -> None:
+    """One rule: the columns a notice's check reads decide as the whole row does."""
+    for state in (state_in(s) for s in S):
+        fence = Fence(state.status, state.worker_id, state.attempt_count, state.lease_until)
+        for now in (LATER, MUCH_LATER):
+            for worker, attempt in ((WORKER, 1), ("worker-b", 1), (WORKER, 2)):
+                assert fence_problem(fence, now, worker, attempt) == fence_problem(
+                    state, now, worker, attempt
+                )
 
 
 def test_handler_exceptions_map_to_a_code_and_a_reason() -> None:

@@ -17,7 +17,7 @@ WITH wanted AS (
     -- partial index of dispatchable runs and walked that index whole: every pending run, and
     -- every entry left by a claim since the table's last vacuum (4 ms a claim with 3,300
     -- pending runs, against 0.1 ms through the key), so claims slowed as a backlog grew.
-    SELECT run_id, version, status, lease_until FROM awooop_run_state
+    SELECT run_id, version, status, lease_until, suspect_worker_id FROM awooop_run_state
     WHERE run_id = ANY($1::uuid[])
     ORDER BY run_id
     FOR UPDATE SKIP LOCKED
@@ -25,6 +25,7 @@ WITH wanted AS (
     SELECT run_id, version FROM asked
     WHERE status IN ('PENDING', 'RESUMED')
       AND (lease_until IS NULL OR lease_until < now())
+      AND suspect_worker_id IS NULL  -- a suspect runs alone: only the isolated claim takes it
 ), heads AS (
     UPDATE awooop_event_streams AS s
     SET version = l.version + 1, last_tx_id = pg_current_xact_id(), updated_at = now()
@@ -55,14 +56,14 @@ WITH wanted AS (
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at,
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id,
        true AS written, false AS conflict, now() AS db_now
 FROM claimed
 UNION ALL
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at,
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id,
        false, run_id IN (SELECT run_id FROM locked), now()
 FROM awooop_run_state
 WHERE run_id = ANY($1::uuid[]) AND run_id NOT IN (SELECT run_id FROM heads)

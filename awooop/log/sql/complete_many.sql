@@ -58,14 +58,14 @@ WITH wanted AS (
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at,
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id,
        true AS written, false AS conflict, now() AS db_now
 FROM written
 UNION ALL
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at,
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id,
        false, run_id IN (SELECT run_id FROM locked), now()
 FROM awooop_run_state
 WHERE run_id = ANY($1::uuid[]) AND run_id NOT IN (SELECT run_id FROM heads)

@@ -26,6 +26,11 @@
 -- nothing is claimed, so nothing is written and no policy raises (a caller's transaction stays
 -- usable); the guard's own row (provider_event_id NULL) says why, and awooop.ingest.store
 -- raises the coded error before it reads any other row.
+--
+-- The heads and the events are selected from the run insert's RETURNING, so each is written
+-- after its run row: a producer login's policies ask awooop_run_of_project (migrations/
+-- 0115_stream_names.sql) whether a run stream is a run of its project, and that function sees
+-- the rows this statement wrote before the call.
 WITH guard AS (
     SELECT current_setting('awooop.project_id', true) AS tenant,
            current_setting('transaction_isolation') AS isolation,
@@ -64,20 +69,21 @@ WITH guard AS (
         run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
         attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
         failure_reason, failure_code, saga_steps, input, result, waiting_for,
-        approval_expires_at, created_at, updated_at, finished_at
+        approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id
     )
     SELECT r.run_id, r.project_id, r.channel_type, r.provider_event_id, r.contract_id,
            r.status, r.version, r.attempt_count, r.max_attempts, r.worker_id, r.lease_until,
            r.heartbeat_at, r.reaped_at, r.failure_reason, r.failure_code, r.saga_steps,
            r.input, r.result, r.waiting_for, r.approval_expires_at, now(), now(),
-           r.finished_at
+           r.finished_at, r.suspect_worker_id
     FROM jsonb_populate_recordset(NULL::awooop_run_state, $10::jsonb) AS r
     WHERE r.run_id IN (SELECT run_id FROM new)
+    RETURNING run_id
 ), heads AS (
     INSERT INTO awooop_event_streams (stream_id, project_id, version, last_tx_id)
     SELECT h.stream_id, $1, 1, pg_current_xact_id()
     FROM unnest($6::text[], $4::uuid[]) AS h(stream_id, run_id)
-    WHERE h.run_id IN (SELECT run_id FROM new)
+    WHERE h.run_id IN (SELECT run_id FROM runs)
 ), events AS (
     INSERT INTO awooop_events
         (event_id, stream_id, version, project_id, event_type, data, metadata)
@@ -85,7 +91,7 @@ WITH guard AS (
            jsonb_set(e.data::jsonb, '{at}', to_jsonb(now())), e.metadata::jsonb
     FROM unnest($6::text[], $4::uuid[], $7::uuid[], $8::text[], $9::text[])
         WITH ORDINALITY AS e(stream_id, run_id, event_id, data, metadata, ord)
-    WHERE e.run_id IN (SELECT run_id FROM new)
+    WHERE e.run_id IN (SELECT run_id FROM runs)
     ORDER BY e.ord
 )
 SELECT provider_event_id, run_id, whole AS created, false AS expired, NOT whole AS orphan,

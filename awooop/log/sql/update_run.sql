@@ -6,5 +6,6 @@ UPDATE awooop_run_state SET
     version = $7, attempt_count = $8, max_attempts = $9, worker_id = $10, lease_until = $11,
     heartbeat_at = $12, reaped_at = $13, failure_reason = $14, failure_code = $15,
     saga_steps = $16, input = $17, result = $18, waiting_for = $19, approval_expires_at = $20,
-    created_at = $21, updated_at = $22, finished_at = $23
+    created_at = $21, updated_at = $22, finished_at = $23,
+    suspect_worker_id = $24
 WHERE run_id = $1

@@ -34,8 +34,10 @@ attempt holds the lease. The rules, in one place:
   (``RunRequeued``) while ``attempt_count < max_attempts``, else it FAILS with
   ``Max retry attempts exceeded`` (E-RUN-004). Both events name the expired attempt, its
   worker and the lease's last renewal (:func:`lease_expiry` says it in words, in the event's
-  reason and in ``failure_reason``); the failure is marked ``dead_letter``, so the relay puts
-  the run's work on the dead-letter stream when it publishes it (R-19). WAITING_APPROVAL holds
+  reason and in ``failure_reason``); the failure is marked ``dead_letter``, so its dead letter
+  is recorded in the same transaction (R-19). When the expired lease's worker held other runs
+  too, the run is requeued as a suspect instead, uncharged, and runs alone from then on
+  (:mod:`~awooop.runs.leases.suspects`). WAITING_APPROVAL holds
   no lease and is never reaped. The same decision serves the reaper loop and a worker that
   takes an expired run directly (reclaim, polling), which requeues and claims in one
   transaction.
@@ -55,19 +57,24 @@ from awooop.runs.leases.rules import (
     Availability,
     ClaimBatch,
     Completion,
+    Fence,
     FencedWrite,
     Taken,
+    Verdict,
     availability,
     claim_event,
     completion_problem,
     fence_problem,
     lease_expiry,
+    notice_verdict,
     reap_event,
 )
 from awooop.runs.leases.single import (
+    Undelivered,
     claim,
     fail_undeliverable,
     fenced_record,
+    fences,
     heartbeat,
     peek,
     poll,
@@ -82,9 +89,12 @@ __all__ = (
     "Availability",
     "ClaimBatch",
     "Completion",
+    "Fence",
     "FencedWrite",
     "RunStatements",
     "Taken",
+    "Undelivered",
+    "Verdict",
     "availability",
     "claim",
     "claim_event",
@@ -95,8 +105,10 @@ __all__ = (
     "fence_problem",
     "fenced_record",
     "fenced_record_many",
+    "fences",
     "heartbeat",
     "lease_expiry",
+    "notice_verdict",
     "peek",
     "poll",
     "prepare_run_statements",

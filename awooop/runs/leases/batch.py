@@ -35,7 +35,7 @@ LOCK_MANY = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state
 WHERE run_id = ANY($1::uuid[])
 ORDER BY run_id

@@ -10,6 +10,7 @@ call site names the statement and cannot pick the mode wrongly.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from awooop.core.db import Database
@@ -21,8 +22,8 @@ from awooop.runs.leases.batch import (
     fenced_record_many,
     prepare_run_statements,
 )
-from awooop.runs.leases.rules import ClaimBatch, Completion, FencedWrite
-from awooop.runs.leases.single import heartbeat
+from awooop.runs.leases.rules import ClaimBatch, Completion, Fence, FencedWrite
+from awooop.runs.leases.single import fences, heartbeat
 
 Written = list[RunState | LeaseLostError | UnstorableValueError]
 
@@ -46,11 +47,12 @@ class RunStatements:
         return await self.db.in_run_statement(lambda conn: complete_many(conn, completions))
 
     async def heartbeat(
-        self, worker_id: str, run_ids: list[uuid.UUID], ttl_s: float
+        self, worker_id: str, held: dict[uuid.UUID, int], ttl_s: float
     ) -> set[uuid.UUID]:
-        return await self.db.in_run_statement(
-            lambda conn: heartbeat(conn, worker_id, run_ids, ttl_s)
-        )
+        return await self.db.in_run_statement(lambda conn: heartbeat(conn, worker_id, held, ttl_s))
+
+    async def fences(self, run_ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, Fence], datetime]:
+        return await self.db.in_run_statement(lambda conn: fences(conn, run_ids))
 
     async def fenced_record_many(self, writes: list[FencedWrite]) -> Written:
         return await self.db.in_run_transaction(lambda conn: fenced_record_many(conn, writes))

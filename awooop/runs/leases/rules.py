@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from awooop.core import storable
 from awooop.core.errors import UnstorableValueError
@@ -31,6 +31,9 @@ class Availability(enum.StrEnum):
     FINISHED = "finished"  # terminal: nothing left to do
     AWAITING_APPROVAL = "awaiting_approval"  # no lease; ApprovalGranted dispatches it again
     CLAIMABLE = "claimable"  # PENDING or RESUMED, lease empty or expired
+    # PENDING or RESUMED, lease empty or expired, and a suspect: only a worker with nothing
+    # else in flight takes it (the isolated claim, awooop.worker.isolation)
+    SUSPECT = "suspect"
     HELD = "held"  # a live lease of another worker
     HELD_BY_ME = "held_by_me"  # a live lease of this worker
     EXPIRED = "expired"  # RUNNING/WAITING_TOOL with an expired lease: reap, then claim
@@ -45,7 +48,9 @@ def availability(state: RunState | None, now: datetime, worker_id: str) -> Avail
         return Availability.AWAITING_APPROVAL
     live = state.lease_until is not None and state.lease_until > now
     if state.status in DISPATCHABLE:
-        return Availability.HELD if live else Availability.CLAIMABLE
+        if live:
+            return Availability.HELD
+        return Availability.CLAIMABLE if state.suspect_worker_id is None else Availability.SUSPECT
     assert state.status in LEASED
     if not live:
         return Availability.EXPIRED
@@ -80,10 +85,40 @@ def lease_expiry(state: RunState) -> str:
     )
 
 
-def reap_event(state: RunState, now: datetime) -> RunRequeued | RunFailed:
+def died_sharing(others_leased: int, others_suspected: int) -> bool:
+    """Pure: whether a dead worker held other runs besides the one being reaped: runs it still
+    holds (their leases expired with it, or not yet), or runs that its death already made
+    suspects (the runs of one worker are reaped one by one, by whichever process finds each
+    first; a run once suspected keeps the mark, so the last one reaped still sees the first)."""
+    return others_leased > 0 or others_suspected > 0
+
+
+def reap_event(
+    state: RunState, now: datetime, *, shared: bool = False, lone_deaths: int = 1
+) -> RunRequeued | RunFailed:
     """R-13, R-19: the event for a run whose lease expired. It names the expired attempt and
-    its worker; the last such attempt FAILS the run with E-RUN-004 and sends its work to the
-    dead-letter stream (``dead_letter``: the relay writes the entry)."""
+    its worker.
+
+    ``shared`` (:func:`died_sharing`): the worker held other runs too, so which of them killed
+    it is unknown: the run is requeued as a suspect and the death is not charged (whatever
+    its attempt count; ``apply`` moves ``max_attempts`` up by one). A suspect runs alone, so
+    its next death is not shared. Otherwise the death is the run's own: requeued while
+    ``attempt_count < max_attempts``, else FAILED with E-RUN-004, naming the run and how many
+    times (``lone_deaths``, this one included) it killed its worker while running alone, and
+    it is dead-lettered (``dead_letter``: recorded with the event,
+    :mod:`awooop.log.deadletters`)."""
+    if shared:
+        return RunRequeued(
+            at=now,
+            attempt=state.attempt_count,
+            worker_id=state.worker_id,
+            last_renewal_at=state.heartbeat_at,
+            reason=(
+                f"{lease_expiry(state)}; the worker held other runs too, so this death is "
+                "not charged to the run: it runs alone from now on"
+            ),
+            suspect=True,
+        )
     if state.attempt_count < state.max_attempts:
         return RunRequeued(
             at=now,
@@ -92,10 +127,12 @@ def reap_event(state: RunState, now: datetime) -> RunRequeued | RunFailed:
             last_renewal_at=state.heartbeat_at,
             reason=lease_expiry(state),
         )
+    times = "once" if lone_deaths == 1 else f"{lone_deaths} times"
     return RunFailed(
         at=now,
         reason=(
             f"{MAX_ATTEMPTS_REASON} ({state.attempt_count} of {state.max_attempts}): "
+            f"run {state.run_id} killed its worker {times} while running alone; "
             f"{lease_expiry(state)}"
         ),
         code=MAX_ATTEMPTS_CODE,
@@ -106,7 +143,31 @@ def reap_event(state: RunState, now: datetime) -> RunRequeued | RunFailed:
     )
 
 
-def fence_problem(state: RunState, now: datetime, worker_id: str, attempt: int) -> str | None:
+class Holder(Protocol):
+    """The columns of a run's row that say who holds its lease (a :class:`RunState`, or the
+    :class:`Fence` that a notice's check reads)."""
+
+    @property
+    def status(self) -> RunStatus: ...
+    @property
+    def worker_id(self) -> str | None: ...
+    @property
+    def attempt_count(self) -> int: ...
+    @property
+    def lease_until(self) -> datetime | None: ...
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Who holds a run, as its row says (the columns of :class:`Holder`)."""
+
+    status: RunStatus
+    worker_id: str | None
+    attempt_count: int
+    lease_until: datetime | None
+
+
+def fence_problem(state: Holder, now: datetime, worker_id: str, attempt: int) -> str | None:
     """Why ``(worker_id, attempt)`` may not write for this run now; None when it may."""
     if state.status not in LEASED:
         return f"the run is {state.status}"
@@ -118,6 +179,29 @@ def fence_problem(state: RunState, now: datetime, worker_id: str, attempt: int) 
     if state.lease_until is None or state.lease_until <= now:
         return "the lease expired"
     return None
+
+
+class Verdict(enum.StrEnum):
+    """What a cancel notice does to an attempt, once the run's row has been read."""
+
+    IGNORE = "ignore"  # the row says this attempt still holds the run: the notice lied
+    CANCELLED = "cancelled"  # the run was cancelled: stop the handler
+    LOST = "lost"  # the attempt no longer holds the run (reaped, taken, finished)
+
+
+def notice_verdict(
+    fence: Fence | None, now: datetime, worker_id: str, attempt: int
+) -> tuple[Verdict, str]:
+    """Pure: a cancel notice is a doorbell, never an order. Any database login can send one
+    (``pg_notify`` needs no privilege), so the attempt stops only for what the row says."""
+    if fence is None:
+        return Verdict.LOST, "the run is gone"
+    if fence.status is RunStatus.CANCELLED:
+        return Verdict.CANCELLED, "the run was cancelled"
+    problem = fence_problem(fence, now, worker_id, attempt)
+    if problem is not None:
+        return Verdict.LOST, problem
+    return Verdict.IGNORE, "the attempt still holds the run"
 
 
 @dataclass(frozen=True)
@@ -154,8 +238,9 @@ class FencedWrite:
 
 @dataclass(frozen=True)
 class Taken:
-    """The outcome of taking an expired run: the reap event applied and, if requeued, the
-    claim (``state`` is then RUNNING under the new attempt)."""
+    """The outcome of taking an expired run: the reap event applied and, if requeued and not
+    a suspect, the claim (``state`` is then RUNNING under the new attempt). A suspect is left
+    PENDING for an isolated claim."""
 
     state: RunState
     reaped: RunRequeued | RunFailed

@@ -5,23 +5,31 @@ release. Each reads the row under the lock its job needs and writes through the 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 from awooop.core.db import Connection
 from awooop.core.errors import LeaseLostError
 from awooop.core.events import Event, LeaseReleased, RunFailed, RunRequeued
+from awooop.log import deadletters
 from awooop.log import runs as log_runs
-from awooop.log.state import RunState, row_to_state
+from awooop.log.state import RunState, RunStatus, row_to_state
 from awooop.runs import store
 from awooop.runs.leases.rules import (
     Availability,
+    Fence,
     Taken,
     availability,
     claim_event,
     fence_problem,
-    reap_event,
+)
+from awooop.runs.leases.suspects import (
+    reap_decision,
+    requeued_for_isolation,
+    workers_with_several,
 )
 
 # --- SQL (reads; the run row's columns written out, as RunState names them) -----------------
@@ -32,25 +40,28 @@ CLAIM = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state
 WHERE run_id = $1
   AND status IN ('PENDING', 'RESUMED')
   AND (lease_until IS NULL OR lease_until < now())
+  AND suspect_worker_id IS NULL
 FOR UPDATE SKIP LOCKED
 """
 
 # The polling path: dispatchable runs that have waited at least $1 seconds (no stream message
-# got them taken), oldest first, through the partial index on dispatchable runs.
+# got them taken), oldest first, through the partial index on dispatchable runs. Suspects are
+# left to the isolated claim (awooop.runs.leases.suspects).
 POLL = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state
 WHERE status IN ('PENDING', 'RESUMED')
   AND (lease_until IS NULL OR lease_until < now())
   AND updated_at <= now() - make_interval(secs => $1)
+  AND suspect_worker_id IS NULL
 ORDER BY created_at
 LIMIT $2
 FOR UPDATE SKIP LOCKED
@@ -61,7 +72,7 @@ LOCK_EXPIRED = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state
 WHERE run_id = $1
   AND status IN ('RUNNING', 'WAITING_TOOL')
@@ -74,7 +85,7 @@ EXPIRED = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state
 WHERE status IN ('RUNNING', 'WAITING_TOOL')
   AND lease_until < now()
@@ -88,8 +99,14 @@ PEEK = """
 SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, now() AS db_now
+       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
 FROM awooop_run_state WHERE run_id = $1
+"""
+
+# Who holds each of the runs in $1 (a cancel notice's check): the primary key, no lock.
+FENCES = """
+SELECT run_id, status, worker_id, attempt_count, lease_until, now() AS db_now
+FROM awooop_run_state WHERE run_id = ANY($1::uuid[])
 """
 
 # --- I/O -----------------------------------------------------------------------------------
@@ -156,7 +173,8 @@ async def take_expired_batch(
     if limit <= 0:
         return []
     rows = await conn.fetch(EXPIRED, limit)
-    return [await _reap_and_claim(conn, row, worker_id, ttl_s, metadata) for row in rows]
+    several = workers_with_several(row_to_state(row) for row in rows)
+    return [await _reap_and_claim(conn, row, worker_id, ttl_s, metadata, several) for row in rows]
 
 
 async def _reap_and_claim(
@@ -165,12 +183,13 @@ async def _reap_and_claim(
     worker_id: str,
     ttl_s: float,
     metadata: dict[str, Any] | None,
+    several: frozenset[str] = frozenset(),
 ) -> Taken:
     now: datetime = row["db_now"]
     state = row_to_state(row)
-    reaped = reap_event(state, now)
+    reaped = await reap_decision(conn, state, now, shared=state.worker_id in several)
     state = await log_runs.apply_and_store(conn, state, reaped, metadata)
-    if isinstance(reaped, RunFailed):
+    if isinstance(reaped, RunFailed) or requeued_for_isolation(reaped, state):
         return Taken(state, reaped, claimed=False)
     state = await log_runs.apply_and_store(
         conn, state, claim_event(state, now, worker_id, ttl_s), metadata
@@ -183,19 +202,39 @@ async def reap(
 ) -> list[tuple[RunState, RunRequeued | RunFailed]]:
     """R-13: requeue or fail up to ``limit`` runs whose lease expired (platform role)."""
     rows = await conn.fetch(EXPIRED, limit)
+    states = [row_to_state(row) for row in rows]
+    several = workers_with_several(states)
     done = []
-    for row in rows:
-        state = row_to_state(row)
-        event = reap_event(state, row["db_now"])
+    for row, state in zip(rows, states, strict=True):
+        event = await reap_decision(conn, state, row["db_now"], shared=state.worker_id in several)
         done.append((await log_runs.apply_and_store(conn, state, event, metadata), event))
     return done
 
 
 async def heartbeat(
-    conn: Connection, worker_id: str, run_ids: list[uuid.UUID], ttl_s: float
+    conn: Connection, worker_id: str, held: Mapping[uuid.UUID, int], ttl_s: float
 ) -> set[uuid.UUID]:
-    """R-12: renew the live leases of ``worker_id`` among ``run_ids``; return those renewed."""
-    return await log_runs.renew_leases(conn, worker_id, run_ids, ttl_s)
+    """R-12: renew the live leases of ``worker_id``'s attempts in ``held`` (run id -> attempt);
+    return the runs renewed."""
+    return await log_runs.renew_leases(conn, worker_id, held, ttl_s)
+
+
+async def fences(
+    conn: Connection, run_ids: list[uuid.UUID]
+) -> tuple[dict[uuid.UUID, Fence], datetime]:
+    """Who holds each of ``run_ids`` as committed (no lock), and the database clock."""
+    rows = await conn.fetch(FENCES, run_ids)
+    found = {
+        row["run_id"]: Fence(
+            status=RunStatus(row["status"]),
+            worker_id=row["worker_id"],
+            attempt_count=row["attempt_count"],
+            lease_until=row["lease_until"],
+        )
+        for row in rows
+    }
+    now: datetime = rows[0]["db_now"] if rows else await conn.fetchval("SELECT now()")
+    return found, now
 
 
 async def peek(conn: Connection, run_id: uuid.UUID) -> tuple[RunState | None, datetime]:
@@ -244,6 +283,16 @@ async def release(
     )
 
 
+class Undelivered(msgspec.Struct, frozen=True, kw_only=True):
+    """The work message a consumer gives up on, as its dead letter keeps it."""
+
+    group: str
+    entry_id: str
+    delivery_count: int
+    event_type: str
+    message: bytes
+
+
 async def fail_undeliverable(
     conn: Connection,
     run_id: uuid.UUID,
@@ -251,9 +300,13 @@ async def fail_undeliverable(
     reason: str,
     code: str,
     metadata: dict[str, Any] | None = None,
+    *,
+    undelivered: Undelivered | None = None,
 ) -> RunState | None:
     """Fail a run whose work message is being dead-lettered, if nobody is making progress on
-    it (dispatchable, or its lease expired); None (nothing written) otherwise."""
+    it (dispatchable, or its lease expired); None (nothing written) otherwise. The failure is
+    marked ``dead_letter``: its dead letter is recorded with it (:mod:`awooop.log.deadletters`),
+    with what ``undelivered`` says about the message."""
     found = await store.lock_if_present(conn, run_id)
     if found is None:
         return None
@@ -261,5 +314,16 @@ async def fail_undeliverable(
     seen = availability(state, now, worker_id)
     if seen not in (Availability.CLAIMABLE, Availability.EXPIRED):
         return None
-    event = RunFailed(at=now, reason=reason, code=code)
-    return await log_runs.apply_and_store(conn, state, event, metadata)
+    event = RunFailed(at=now, reason=reason, code=code, dead_letter=True)
+    failed = await log_runs.apply_and_store(conn, state, event, metadata)
+    if undelivered is not None:
+        await deadletters.note_delivery(
+            conn,
+            run_id,
+            group_name=undelivered.group,
+            source_entry_id=undelivered.entry_id,
+            delivery_count=undelivered.delivery_count,
+            event_type=undelivered.event_type,
+            message=undelivered.message,
+        )
+    return failed
