@@ -27,6 +27,10 @@ class Envelope(msgspec.Struct, frozen=True, array_like=True):
     traceparent: str | None = None
     tracestate: str | None = None
     recorded_at: float = 0.0  # unix seconds of the commit, for latency metrics
+    # Published ahead of the relay's cursor (streams/relay_ahead.py), which stood at this
+    # (tx_id, position): only the log up to there is known to precede this entry in its
+    # stream. None: published in log order (every earlier row of the log came before it).
+    ahead_of: tuple[int, int] | None = None
 
 
 class Notice(msgspec.Struct, frozen=True, array_like=True):

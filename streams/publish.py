@@ -23,11 +23,15 @@ BOTH = "b"
 
 
 def envelope_of(
-    event: RecordedEvent, attempt: int = 0, context: tuple[str | None, str | None] | None = None
+    event: RecordedEvent,
+    attempt: int = 0,
+    context: tuple[str | None, str | None] | None = None,
+    ahead_of: tuple[int, int] | None = None,
 ) -> Envelope:
     """The envelope of a log row; trace context is ``context`` (the relay's publish span) or
     else comes from the row's metadata, where producers put ``traceparent``/``tracestate``
-    (see ``awooop.core.telemetry.inject``)."""
+    (see ``awooop.core.telemetry.inject``); ``ahead_of``: the relay's cursor when the row is
+    published ahead of it (``Envelope.ahead_of``)."""
     if context is not None:
         traceparent, tracestate = context
     else:
@@ -47,6 +51,7 @@ def envelope_of(
         traceparent=traceparent if isinstance(traceparent, str) else None,
         tracestate=tracestate if isinstance(tracestate, str) else None,
         recorded_at=event.recorded_at.timestamp(),
+        ahead_of=ahead_of,
     )
 
 
@@ -61,9 +66,11 @@ def by_shard(
     attempt: int = 0,
     route: str | None = None,
     contexts: Mapping[uuid.UUID, tuple[str | None, str | None]] | None = None,
+    ahead_of: tuple[int, int] | None = None,
 ) -> dict[int, list[tuple[str, bytes]]]:
     """(route, encoded envelope) per shard, in log order within each shard; ``contexts``: the
-    trace context to send instead of the producer's, by event id (the relay's spans)."""
+    trace context to send instead of the producer's, by event id (the relay's spans);
+    ``ahead_of``: see :func:`envelope_of`."""
     grouped: dict[int, list[tuple[str, bytes]]] = {}
     shards: dict[str, int] = {}  # a batch has few projects: hash each once
     for event in events:
@@ -73,7 +80,7 @@ def by_shard(
         context = contexts.get(event.event_id) if contexts else None
         item = (
             route or route_of(event.event_type),
-            encode(envelope_of(event, attempt, context)),
+            encode(envelope_of(event, attempt, context, ahead_of)),
         )
         grouped.setdefault(shard, []).append(item)
     return grouped

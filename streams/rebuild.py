@@ -10,10 +10,12 @@ flush, or a restart without persistence) or never had it. The relay then, for th
 2. replays the shard's events from its safe point (``awooop_relay_shards``: below it every group
    had acknowledged everything) up to the relay cursor, to the events stream and dispatch events
    also to the work stream, exactly as the first time: every event some group might not have
-   finished is delivered again, in log order;
+   finished is delivered again, in log order; then the events the relay published ahead of its
+   cursor (:mod:`streams.relay_ahead`), as the first time;
 3. sends a work message for every run of the shard that Postgres says is PENDING or RESUMED (its
    latest event), so that no dispatchable run depends on Redis having kept anything. Runs whose
-   latest event is past the relay cursor are left to the normal publish, which keeps per-run
+   latest event is past the relay cursor (and was not published ahead of it) are left to the
+   normal publish, which keeps per-run
    order on the work stream. Duplicates are fine: workers take the DB lease;
 4. ``RESET_FINISH``: moves the token to the epoch, but only if the token is still there. If
    Redis lost its data again meanwhile, the token is gone, the rebuild fails
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +49,7 @@ from awooop.core.leadership import Lease
 from awooop.core.logs import get_logger
 from awooop.log import eventlog
 from awooop.log.eventlog import Cursor, RecordedEvent
+from awooop.log.read_ahead import read_positions
 from streams import scripts
 from streams.keys import Keys
 from streams.publish import WORK_ONLY, by_shard, publish_shard
@@ -78,7 +82,7 @@ FROM awooop_run_state r
 JOIN awooop_events e ON e.stream_id = 'run-' || r.run_id::text AND e.version = r.version
 WHERE r.status IN ('PENDING', 'RESUMED')
   AND ($1::timestamptz IS NULL OR (r.created_at, r.run_id) > ($1::timestamptz, $2::uuid))
-  AND (e.tx_id, e.position) <= ($3::text::xid8, $4::bigint)
+  AND ((e.tx_id, e.position) <= ($3::text::xid8, $4::bigint) OR e.position = ANY($6::bigint[]))
 ORDER BY r.created_at, r.run_id
 LIMIT $5
 """
@@ -118,6 +122,8 @@ class ShardRebuild:
     # The relay's lease: checked before each batch goes to Redis, and each batch sent counts
     # as work done (a long rebuild is not a stuck leader).
     lease: Lease | None = None
+    # Positions the relay published ahead of ``upto`` (streams/relay_ahead.py), in log order.
+    ahead: Sequence[int] = ()
 
     async def run(self) -> str:
         """Rebuild the shard; return the epoch it now has."""
@@ -191,6 +197,17 @@ class ShardRebuild:
             await self._publish(token, mine)
             replayed += len(mine)
             cursor = eventlog.advance(cursor, within)
+        # Then what was published ahead of the cursor, after every earlier event of its streams
+        # as the first time (only the log up to the cursor is known to come before it).
+        safe = (row["safe_tx_id"], row["safe_position"])
+        for start in range(0, len(self.ahead), self.batch_size):
+            chunk = await read_positions(self.conn, self.ahead[start : start + self.batch_size])
+            events = [e for e in chunk if (e.tx_id, e.position) > safe]
+            mine = by_shard(events, self.keys, attempt=REPUBLISHED, ahead_of=end).get(
+                self.shard, []
+            )
+            await self._publish(token, mine)
+            replayed += len(mine)
         return replayed
 
     async def _redispatch(self, token: str) -> int:
@@ -204,6 +221,7 @@ class ShardRebuild:
                 str(self.upto.tx_id),
                 self.upto.position,
                 self.batch_size,
+                list(self.ahead),
             )
             if not rows:
                 return redispatched

@@ -10,48 +10,32 @@ notices stream and are marked ``delivered_at``.
 Guarantees and how they are kept:
 - Nothing is skipped: ``read_forward`` only returns rows of transactions older than every
   running one, walking ``(tx_id, position)``; the cursor moves (in memory) after the XADDs
-  succeeded. It is saved to ``awooop_relay_cursor`` at most every ``CURSOR_SAVE_INTERVAL_S``
-  (and when a drain or a clean stop ends), not after every batch: at a steady trickle each
-  commit is its own batch, and that UPDATE was a third of the relay's statements. A crash
-  republishes what was published since the last save (at most that long): duplicates, never
-  loss. Consumers must tolerate duplicates (the envelope's event_id and version identify
-  them).
+  succeeded, and is saved (fenced) at most every ``CURSOR_SAVE_INTERVAL_S``
+  (:mod:`streams.relay_cursor`): a crash republishes what was published since the last save:
+  duplicates, never loss (consumers tolerate them: event_id and version identify them).
+  Committed rows that an older running transaction holds back are published ahead of the
+  cursor, in per-stream order (:mod:`streams.relay_ahead`); the cursor skips them later.
 - Per-run order: each shard's part of a batch goes to Redis in ONE script call, in log order
   (:mod:`streams.relay_shards`).
-- One active relay: several relay processes may run; the one holding the ``relay`` lease
-  (:class:`awooop.core.leadership.Lease`, row ``awooop_leaders.relay``) publishes, the others try
-  to acquire it every poll interval. A leader that stops cleanly releases it (a standby leads
-  within one poll interval); one that dies or is frozen (SIGSTOP, a paused VM) stops renewing,
-  and a standby leads within ``AWOOOP_RELAY_LEADER_LEASE_S`` + ``AWOOOP_RELAY_POLL_INTERVAL_S``
-  (9 s by default). A session advisory lock could not do this: a frozen process keeps its
-  session and its lock forever.
-- Fencing: the cursor save is a compare-and-set on the previously saved position AND checks in
-  the same statement that this relay's term still holds an unexpired lease, so a relay that
-  lost leadership (a resumed frozen one, one cut off from Postgres) cannot move the cursor,
-  let alone backwards; it gets :class:`LeadershipLostError` and steps down. Before each publish
-  to Redis (events, notices, a rebuild) the leader checks its local lease deadline
-  (:meth:`Lease.check`): a process resumed after its lease ran out steps down at that check,
-  before publishing. The one thing no check can stop: a process frozen between that check and
-  its XADD sends that one batch after resuming. That is harmless: its cursor started at or after
-  the saved one the new leader started from, and each relay publishes a shard's events in log
-  order, so every event's FIRST copy in a stream still arrives in log order (the earlier of two
-  copies, each sent in order, is in order) and nothing is skipped (the new leader publishes
-  everything after the saved cursor itself). The late batch can only add duplicates, which
-  consumers already tolerate (at-least-once, R-31). Nothing the relay writes in Postgres as
-  leader outlives its lease: its connection has ``statement_timeout``, ``lock_timeout`` and
-  ``idle_in_transaction_session_timeout`` at the lease (it holds no transaction open anyway).
-- Wake-up: NOTIFY from the events' trigger, a linger for events no worker waits for, re-checks
-  while rows are held back, a poll as the fallback (:mod:`streams.relay_wakeup`). The read that
-  returns a batch also says whether anything is held back: one statement per wake-up.
-- Redis down: the publish raises, the attempt and failure are counted (metric and
-  ``relay_attempts``/``relay_failures`` on the cursor row), and the loop backs off.
+- One active relay: the process holding the ``relay`` lease (:class:`Lease`, row
+  ``awooop_leaders.relay``) publishes; standbys try to acquire it every poll interval. One that
+  dies or is frozen stops renewing, and a standby leads within ``AWOOOP_RELAY_LEADER_LEASE_S`` +
+  ``AWOOOP_RELAY_POLL_INTERVAL_S`` (9 s by default); a session advisory lock could not do this.
+- Fencing: the cursor save is a compare-and-set fenced by this relay's term
+  (:mod:`streams.relay_cursor`). Before each publish to Redis the leader checks its local lease
+  deadline (:meth:`Lease.check`). A process frozen between that check and its XADD sends that
+  one batch after resuming: harmless, as its cursor started at or after the saved one the new
+  leader started from and each relay publishes every stream's events in order, so every
+  event's FIRST copy still arrives in stream order and nothing is skipped; the late batch only
+  adds duplicates (at-least-once, R-31). The leader's connection has ``statement_timeout``,
+  ``lock_timeout`` and ``idle_in_transaction_session_timeout`` at the lease.
+- Wake-up: NOTIFY from the events' trigger, a linger, re-checks while rows are held back, a poll
+  as the fallback (:mod:`streams.relay_wakeup`). Redis down: the publish raises, the attempt and
+  failure are counted (metric, ``relay_failures`` on the cursor row), the loop backs off.
 
-Trimming and the shards' safe replay points: :mod:`streams.relay_trim`. The cursor and its
-fenced save: :mod:`streams.relay_cursor`. Losing Redis (R-33): :mod:`streams.rebuild`.
-
-Trace context: producers put ``traceparent``/``tracestate`` into the event metadata
-(``awooop.core.telemetry.inject()`` inside their span); the relay copies them into the envelope, so
-the consumer's span is a child of the producer's.
+Trimming and the shards' safe replay points: :mod:`streams.relay_trim`. Losing Redis (R-33):
+:mod:`streams.rebuild`. Trace context: the relay copies the producer's ``traceparent`` and
+``tracestate`` from the event metadata into the envelope (:mod:`streams.tracing`).
 """
 
 from __future__ import annotations
@@ -87,6 +71,7 @@ from streams.consumer import REDIS_ERRORS
 from streams.keys import Keys
 from streams.notices import deliver_notices
 from streams.publish import by_shard
+from streams.relay_ahead import READ_AHEAD_AFTER_S, ReadAhead
 from streams.relay_cursor import LEADERSHIP, RelayCursor, count_failure
 from streams.relay_shards import ShardPublisher
 from streams.relay_trim import trim
@@ -143,6 +128,7 @@ class Relay:
         self._notices_due = 0.0
         self._trim_due = 0.0
         self._limiter = RateLimiter(30.0)
+        self._ahead = ReadAhead()  # published ahead of the cursor (streams/relay_ahead.py)
         self._wakeup = Wakeup(
             linger_s=settings.relay_linger_s,
             poll_interval_s=settings.relay_poll_interval_s,
@@ -161,7 +147,11 @@ class Relay:
             stall_s=settings.relay_stall_s,
         )
         self._shards = ShardPublisher(
-            redis=redis, keys=keys, lease=self.lease, batch_size=settings.relay_batch_size
+            redis=redis,
+            keys=keys,
+            lease=self.lease,
+            batch_size=settings.relay_batch_size,
+            published_ahead=self._ahead.positions_after,
         )
 
     @property
@@ -292,6 +282,7 @@ class Relay:
         await self.conn.add_listener(NOTIFY_CHANNEL, self._wakeup.on_notify)
         self.is_leader = True
         self._shards.epochs.clear()
+        self._ahead.reset()  # the term starts from the saved cursor: everything after it is sent
         self._epochs_due = self._notices_due = self._trim_due = 0.0
         log.info(
             "relay_leader",
@@ -340,14 +331,15 @@ class Relay:
         batch, held = await eventlog.read_forward_and_held(self.conn, self.cursor, size)
         known = True  # whether ``held`` describes what follows the last batch read
         while batch:
-            spans = publish_spans(batch, self.keys)
-            grouped = by_shard(batch, self.keys, contexts=spans.contexts)
+            fresh = self._ahead.unpublished(batch)  # the rest was published ahead of the cursor
+            spans = publish_spans(fresh, self.keys)
+            grouped = by_shard(fresh, self.keys, contexts=spans.contexts)
             upcoming: list[RecordedEvent] = []
             try:
                 if len(batch) < size:  # caught up: nothing to read meanwhile (no task to start)
-                    left = await self._publish(batch, grouped, False)
+                    left = await self._publish(fresh, grouped, False)
                 else:  # a backlog: the plain read, probed once at its end
-                    publishing = asyncio.create_task(self._publish(batch, grouped, False))
+                    publishing = asyncio.create_task(self._publish(fresh, grouped, False))
                     try:
                         upcoming = await eventlog.read_forward(
                             self.conn, eventlog.advance(self.cursor, batch), size
@@ -356,14 +348,14 @@ class Relay:
                     finally:
                         left = await publishing
                 if left:
-                    await self._publish(batch, left, True)
+                    await self._publish(fresh, left, True)
             except BaseException as exc:
                 spans.end(exc)
                 raise
             spans.end()
             if self.fault_hook is not None:
                 await self.fault_hook("published")
-            self._advance(batch)
+            self._advance(batch, len(fresh))
             if time.monotonic() >= deadline and upcoming:
                 self.caught_up = False
                 metrics.OUTBOX_LAG.labels("events").set(
@@ -379,8 +371,12 @@ class Relay:
         metrics.OUTBOX_LAG.labels("events").set(held or 0.0)
         self.caught_up = held is None
         if held is None:
+            self._ahead.idle()
             self._wakeup.caught_up()
         else:
+            if held >= READ_AHEAD_AFTER_S:  # not a commit in flight: see streams/relay_ahead.py
+                ahead = self._ahead.publish(self.conn, self.cursor, self._shards, size)
+                self.published += await ahead
             self._wakeup.held_back()
         await self._cursor.save_if_due(self.conn, self.lease.term)
         return False
@@ -394,9 +390,11 @@ class Relay:
         # The cursor the batch starts at: a rebuild republishes the log up to there.
         return await self._shards.publish_batch(self.conn, self.cursor, batch, grouped, may_rebuild)
 
-    def _advance(self, batch: Sequence[RecordedEvent]) -> None:
-        """The batch is in Redis: move the cursor (saved later, see the module docstring)."""
+    def _advance(self, batch: Sequence[RecordedEvent], published: int) -> None:
+        """The batch is in Redis (``published`` of its events: the rest had been published
+        ahead): move the cursor (saved later, see the module docstring)."""
         self._cursor.advance(batch)
-        self.published += len(batch)
+        self._ahead.passed(self.cursor)
+        self.published += published
         metrics.RELAY_ATTEMPTS.labels("events", "ok").inc()
-        metrics.RELAY_PUBLISHED.labels("events").inc(len(batch))
+        metrics.RELAY_PUBLISHED.labels("events").inc(published)

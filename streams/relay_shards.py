@@ -14,7 +14,7 @@ spans.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from awooop.core.db import Connection
@@ -37,11 +37,22 @@ Grouped = dict[int, list[tuple[str, bytes]]]  # shard -> (stream, envelope) in l
 class ShardPublisher:
     """The epoch each shard is published under, and the groups seen on its streams."""
 
-    def __init__(self, *, redis: Any, keys: Keys, lease: Lease, batch_size: int) -> None:
+    def __init__(
+        self,
+        *,
+        redis: Any,
+        keys: Keys,
+        lease: Lease,
+        batch_size: int,
+        published_ahead: Callable[[Cursor], list[int]] = lambda _cursor: [],
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.lease = lease
         self.batch_size = batch_size
+        # The positions the relay published ahead of a cursor, in log order (a rebuild sends
+        # them again after the log up to the cursor: streams/relay_ahead.py).
+        self.published_ahead = published_ahead
         self.epochs: dict[int, str] = {}  # shard -> epoch the relay publishes under
         self.groups: dict[str, set[str]] = {}  # stream -> groups seen there (for rebuilds)
 
@@ -137,6 +148,7 @@ class ShardPublisher:
             upto=upto,
             batch_size=self.batch_size,
             lease=self.lease,
+            ahead=self.published_ahead(upto),
             groups={
                 self.keys.work_stream(shard): {WORKER_GROUP}
                 | self.groups.get(self.keys.work_stream(shard), set()),

@@ -17,7 +17,7 @@ from awooop.core import metrics
 from awooop.core.db import Connection
 from awooop.log.eventlog import Cursor
 from streams import scripts
-from streams.envelope import FIELD, decode_envelope
+from streams.envelope import FIELD, Envelope, decode_envelope
 from streams.relay_shards import ShardPublisher
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -82,6 +82,15 @@ async def _trim_stream(
         return upto
     if not data:
         return None
-    envelope = decode_envelope(data)
-    # Everything before the floor entry was acknowledged by every group (exclusive bound).
-    return Cursor(envelope.tx_id, envelope.position - 1)
+    return safe_point_of(decode_envelope(data))
+
+
+def safe_point_of(floor: Envelope) -> Cursor:
+    """The safe replay point below a stream's floor entry: everything before that entry was
+    acknowledged by every group. An entry published ahead of the cursor
+    (streams/relay_ahead.py) may have older rows of the log after it in the stream: only the
+    log up to the cursor it was published at is known to come before it."""
+    safe = Cursor(floor.tx_id, floor.position - 1)
+    if floor.ahead_of is not None:
+        safe = min(safe, Cursor(*floor.ahead_of), key=cursor_key)
+    return safe
