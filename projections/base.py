@@ -23,7 +23,6 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import msgspec
@@ -240,10 +239,6 @@ def stream_range(prefix: str) -> tuple[str, str]:
 
 def as_uuid(stream_id: str, prefix: str) -> uuid.UUID:
     return uuid.UUID(stream_id[len(prefix) :])
-
-
-def at_of(event: Event) -> datetime:
-    return event.at
 
 
 # --- SQL shared by the projections (identifiers are the projections' constant table names) --

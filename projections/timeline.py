@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from awooop.core.db import Connection
-from awooop.core.events import run_stream_id, to_builtins
+from awooop.core.events import to_builtins
 from awooop.log import eventlog
 from projections.base import (
     BulkOutput,
@@ -207,8 +207,3 @@ def timeline_lines(recorded: list[eventlog.RecordedEvent]) -> list[TimelineLine]
             )
         )
     return lines
-
-
-async def timeline_from_log(conn: Connection, run_id: uuid.UUID) -> list[TimelineLine]:
-    """The run's timeline from its event stream (a tenant transaction sees its own runs)."""
-    return timeline_lines(await eventlog.read_stream(conn, run_stream_id(run_id)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.logs import get_logger
 from awooop.log import deadletters
@@ -45,7 +46,7 @@ async def dead_letter_undecodable(
         log.warning("stream_entry_undecodable", stream=stream, group=group, entry_id=entry_id)
         return False
     dead = deadletters.DeadLetterRecord(
-        project_id=deadletters.PLATFORM_PROJECT,
+        project_id=PLATFORM_PROJECT,
         source=source_of(keys, stream),
         group_name=group,
         source_entry_id=entry_id,

@@ -17,10 +17,10 @@ import sys
 from typing import Any
 
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.errors import InvalidInputError
 from awooop.ingest import credentials
-from awooop.loops.framework import PLATFORM_PROJECT
 
 BEARER_CHANNELS = ("api", "alertmanager")
 

@@ -11,6 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+# The project of the platform's own work (platform loops, admin tokens, undecodable dead
+# letters): a name no tenant can take (project ids are checked against a pattern without it).
+PLATFORM_PROJECT = "__platform__"
+
 project_id_var: ContextVar[str | None] = ContextVar("awooop_project_id", default=None)
 run_id_var: ContextVar[str | None] = ContextVar("awooop_run_id", default=None)
 trace_id_var: ContextVar[str | None] = ContextVar("awooop_trace_id", default=None)

@@ -33,7 +33,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 
@@ -46,6 +46,7 @@ from awooop.core.pools import (
     Pool,
     create_pool,
     drop_if_poisoned,
+    milliseconds,
 )
 from awooop.core.pools import Connection as Connection  # the type most callers name with Database
 from awooop.core.retries import RETRYABLE_PG_ERRORS, retry_transaction
@@ -69,10 +70,6 @@ def request_bound(seconds: float) -> Iterator[None]:
         yield
     finally:
         _REQUEST_BOUND_S.reset(token)
-
-
-def _milliseconds(seconds: float) -> str:
-    return str(max(1, round(seconds * 1000)))
 
 
 class Database:
@@ -192,9 +189,9 @@ class Database:
             with drop_if_poisoned(conn):
                 async with conn.transaction(readonly=readonly):
                     if project_id is not None:
-                        await conn.execute(SET_TENANT_BOUNDED, project_id, _milliseconds(bound))
+                        await conn.execute(SET_TENANT_BOUNDED, project_id, milliseconds(bound))
                     else:
-                        await conn.execute(SET_BOUND, _milliseconds(bound))
+                        await conn.execute(SET_BOUND, milliseconds(bound))
                     yield conn
         except asyncpg.QueryCanceledError as exc:
             raise DatabaseBusyError(
@@ -298,7 +295,3 @@ class Database:
                 return await fn(conn)
 
         return await retry_transaction(once, attempts)
-
-
-def record_to_dict(record: Any) -> dict[str, Any]:
-    return dict(record.items())

@@ -254,14 +254,6 @@ def to_builtins(event: EventBase) -> dict[str, Any]:
     return result
 
 
-def from_builtins(data: dict[str, Any]) -> Event:
-    try:
-        event: Event = msgspec.convert(data, Event)
-        return event
-    except msgspec.ValidationError as exc:
-        raise UnknownEventTypeError(str(exc)) from exc
-
-
 def run_stream_id(run_id: uuid.UUID) -> str:
     return f"run-{run_id}"
 

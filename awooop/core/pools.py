@@ -182,11 +182,17 @@ CACHED_PLAN_SETTINGS = {
 }
 
 
+def milliseconds(seconds: float) -> str:
+    """A duration setting's value (statement_timeout and the like): whole milliseconds, at
+    least 1 (0 would mean no bound at all)."""
+    return str(max(1, round(seconds * 1000)))
+
+
 def server_bound(timeout_s: float) -> dict[str, str]:
     """Session settings that end, on the server, any statement, lock wait or open transaction
     of the connection that lasts longer than ``timeout_s``: nothing a client gave up on can
     run later, whatever the network did to the client's own bound."""
-    ms = str(max(1, round(timeout_s * 1000)))
+    ms = milliseconds(timeout_s)
     return {
         "statement_timeout": ms,
         "lock_timeout": ms,

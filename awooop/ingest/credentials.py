@@ -19,12 +19,12 @@ from datetime import datetime
 
 import msgspec
 
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.errors import InvalidInputError, UnknownChannelError
 from awooop.ingest import ADAPTERS
 from awooop.ingest.auth import new_token
 from awooop.ingest.common import GITEA_KEYS, AuthKind
-from awooop.loops.framework import PLATFORM_PROJECT
 
 PROJECT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 CONTRACT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")

@@ -26,10 +26,10 @@ from collections.abc import Iterator, Sequence
 import asyncpg
 import msgspec
 
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError, TenantAdminError
 from awooop.ingest.credentials import check_project_id
-from awooop.loops.framework import PLATFORM_PROJECT
 
 PRODUCER_ROLE = "awooop_producer"
 

@@ -46,7 +46,6 @@ GET = queries.load("dead_letter_get")
 GET_FOR_UPDATE = queries.load("dead_letter_lock")
 OPEN_COUNTS = queries.load("dead_letter_open_counts")
 
-PLATFORM_PROJECT = "__platform__"  # owner of dead letters without a run (platform role only)
 WORK = "work"  # the shard's work stream
 EVENTS = "events"  # the shard's events stream
 REDRIVEN = "redriven"

@@ -39,13 +39,12 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from awooop.core import metrics
-from awooop.core.context import bound, new_trace_id
+from awooop.core.context import PLATFORM_PROJECT, bound, new_trace_id
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import tracer
 
 log = get_logger(__name__)
 
-PLATFORM_PROJECT = "__platform__"
 DEFAULT_TENANT_PROJECT = "awoooi"
 LEGACY_PROJECT_ENV = "LOOP_PROJECT_ID"
 LEGACY_PROJECT_DEFAULT = "legacy_awoooi_default"

@@ -37,6 +37,7 @@ from prometheus_client import Gauge
 from redis.exceptions import ResponseError
 
 from awooop.core import metrics
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.log import deadletters
 from awooop.log.state import RunStatus
 from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
@@ -188,7 +189,7 @@ class StatsLoops:
 def dead_letters_sample(open_by_project: dict[str, int]) -> dict[tuple[str, ...], float]:
     """Pure: the gauge's label sets; the platform project always, so the series never goes
     absent while the loop runs (StatsNotSampled watches it)."""
-    sample: dict[tuple[str, ...], float] = {(deadletters.PLATFORM_PROJECT,): 0.0}
+    sample: dict[tuple[str, ...], float] = {(PLATFORM_PROJECT,): 0.0}
     sample.update({(project,): float(n) for project, n in open_by_project.items()})
     return sample
 

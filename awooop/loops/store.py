@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
-from awooop.loops.framework import HEARTBEAT_TIMEOUT_S, PLATFORM_PROJECT, Heartbeat, ProjectSource
+from awooop.loops.framework import HEARTBEAT_TIMEOUT_S, Heartbeat, ProjectSource
 
 MIN_WRITE_INTERVAL_S = 1.0
 # A loop is stale (``awooop loops list``: stopped; ``awooop doctor``: FAIL) when its row has not

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.errors import InvalidContractBodyError, InvalidInputError
 
-PLATFORM_PROJECT = "__platform__"
 POLICY_FAMILY = "policy_routing"
 CHANNEL_EVENT_FAMILY = "channel_event"
 TOPOLOGY_FAMILY = "platform_resource"

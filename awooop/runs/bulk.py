@@ -55,6 +55,7 @@ from typing import Any
 import asyncpg
 import msgspec
 
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection, Database
 from awooop.core.errors import AwoooPError, InvalidInputError, OperationNotFoundError
 from awooop.core.events import Event, RunCancelled, RunRetried
@@ -68,7 +69,6 @@ PREVIEW_SCAN = 100_000
 MAX_ERRORS = 100
 KINDS = ("retry", "cancel")
 # An operation across projects belongs to the platform project (as admin tokens do).
-PLATFORM_PROJECT = "__platform__"
 LAST_ID = uuid.UUID(int=(1 << 128) - 1)  # the cursor's start: after every run id
 # A running operation with no batch for this long has lost its executor (a batch of 100 runs
 # takes well under a second): the console offers a resume and the bulk_operations loop

@@ -17,11 +17,12 @@ from prometheus_client import REGISTRY
 from awooop.cli import build_parser
 from awooop.commands.doctor_flow import blocked as blocked_check
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.errors import DeliveryLimitError
 from awooop.core.events import ToolWaitStarted
 from awooop.ingest import credentials
 from awooop.log import deadletters
-from awooop.loops.framework import PLATFORM_PROJECT, LoopContext
+from awooop.loops.framework import LoopContext
 from awooop.loops.stats import StatsLoops
 from awooop.runs import approvals, control, leases
 from awooop.services import Services

@@ -14,10 +14,11 @@ from collections import Counter
 import asyncpg
 
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection, Database
 from awooop.ingest import credentials
 from awooop.loops import bulk_operations
-from awooop.loops.framework import PLATFORM_PROJECT, LoopCategory, LoopContext, LoopSpec
+from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.loops.registry import all_loops
 from awooop.runs import bulk, listing
 from awooop.runs.blocked import Reason

@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.errors import DeliveryLimitError
 from awooop.ingest import credentials
-from awooop.loops.framework import PLATFORM_PROJECT
 from awooop.runs import leases
 from tests.support.http import app_client
 from tests.support.runs import create_runs, events_of, load

@@ -17,13 +17,14 @@ from prometheus_client import REGISTRY
 
 from awooop.cli import build_parser
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.errors import DeliveryLimitError, InvalidInputError
 from awooop.core.events import run_stream_id
 from awooop.core.migrate import MIGRATIONS_DIR, migrate
 from awooop.log import deadletters as log_deadletters
 from awooop.log import eventlog
-from awooop.log.deadletters import PLATFORM_PROJECT, DeadLetterRecord, DeadLetterRow
+from awooop.log.deadletters import DeadLetterRecord, DeadLetterRow
 from awooop.loops.runs import reap_once
 from awooop.loops.stats import StatsLoops
 from awooop.runs import blocked_facts, control, deadletters, leases

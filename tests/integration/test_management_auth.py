@@ -17,12 +17,12 @@ import httpx
 import pytest
 
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.errors import DeliveryLimitError, InvalidInputError
 from awooop.core.events import run_stream_id
 from awooop.ingest import credentials
 from awooop.log import eventlog
-from awooop.loops.framework import PLATFORM_PROJECT
 from awooop.runs import approvals, leases
 from tests.support.http import app_client
 from tests.support.runs import create_runs, load

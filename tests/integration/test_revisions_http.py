@@ -10,9 +10,9 @@ import msgspec
 import pytest
 
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.http.app import create_app
 from awooop.ingest import credentials
-from awooop.loops.framework import PLATFORM_PROJECT
 from awooop.services import Services
 
 BASE = "/v1/projects/p1/contracts"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.log import deadletters
 from streams.consumer import GroupConsumer
@@ -236,7 +237,7 @@ async def test_an_undecodable_entry_is_recorded_as_a_dead_letter(
     group = consumer(redis, keys, Collector(), streams=[stream], group="workers", db=db)
     assert await group.run_until_idle() == 0
     async with db.platform() as conn:
-        dead = await deadletters.list_open(conn, deadletters.PLATFORM_PROJECT)
+        dead = await deadletters.list_open(conn, PLATFORM_PROJECT)
     assert sorted(d.reason.split(":")[0] for d in dead) == [
         "no envelope field",
         "undecodable envelope",

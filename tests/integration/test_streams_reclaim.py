@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.log import deadletters
 from streams.envelope import FIELD, encode
@@ -83,7 +84,7 @@ async def test_an_undecodable_entry_is_recorded_then_acknowledged(
     assert len(claimed) == 3  # the decodable ones go to the caller
     assert REGISTRY.get_sample_value("awooop_dead_letters_total") == before + 1
     async with db.platform() as conn:
-        [dead] = await deadletters.list_open(conn, deadletters.PLATFORM_PROJECT)
+        [dead] = await deadletters.list_open(conn, PLATFORM_PROJECT)
     assert (dead.source_entry_id, dead.delivery_count, dead.message) == (
         bad.decode(),
         2,

@@ -20,10 +20,10 @@ import pytest
 
 from awooop import producer
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.errors import InvalidInputError, TenantAdminError, TenantNotGrantedError
 from awooop.ingest import auth, credentials, tenants
-from awooop.loops.framework import PLATFORM_PROJECT
 from awooop.producer import ChannelEvent, DomainEvent
 from tests.support import tenant_rows
 from tests.support.http import app_client

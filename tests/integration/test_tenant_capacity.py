@@ -25,11 +25,11 @@ import uvicorn
 
 from awooop.commands.serve import listen_socket
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.http.app import create_app
 from awooop.http.console_session import COOKIE
 from awooop.http.server import server_config
 from awooop.ingest import credentials
-from awooop.loops.framework import PLATFORM_PROJECT
 from awooop.services import Services
 from tests.support.runs import create_runs
 from tests.support.waiting import eventually

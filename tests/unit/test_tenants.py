@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.errors import InvalidInputError
 from awooop.ingest.tenants import RoleInfo, check_projects, refusal
-from awooop.loops.framework import PLATFORM_PROJECT
 
 SERVICE = RoleInfo(
     rolname="shop_svc",
