@@ -3,8 +3,10 @@
 A suspect (:mod:`awooop.runs.leases.suspects`) was in flight on a worker that died while it
 held other runs too; it must run alone, so that if it kills its worker again the death is its
 own. The other claim paths leave suspects alone (their statements skip them, a stream delivery
-for one is acknowledged: Postgres is where this loop finds them). Every
-``AWOOOP_POLL_INTERVAL_S``, or at once when a delivery named a suspect, the worker asks Postgres
+for one is acknowledged: Postgres is where this loop finds them). Every ``AWOOOP_POLL_INTERVAL_S``
+or lease TTL, whichever is shorter (a suspect exists because a lease ran out: it is looked for
+at least that often, whatever the polling fallback's pace), or at once when a delivery named a
+suspect, the worker asks Postgres
 whether a suspect waits (one indexed probe); if one does it closes its intake (stream, reclaim
 and polling claims wait at :meth:`Isolation.gate`), lets its in-flight runs finish, then claims
 suspects one at a time (oldest first, ``FOR UPDATE SKIP LOCKED``: another worker may win) and
@@ -12,8 +14,8 @@ runs each with nothing else in flight, then opens its intake again.
 
 The cost: while suspects wait, workers stop taking new work until their in-flight runs end;
 suspects run one after another per worker. A drain that does not finish within one lease TTL
-(a long run in flight) is given up: the worker takes work again for ``BACKOFF_POLLS`` poll
-intervals before it tries again, so long runs do not idle it. No new suspect is started once
+(a long run in flight) is given up: the worker takes work again for ``BACKOFF_POLLS`` of those
+periods before it tries again, so long runs do not idle it. No new suspect is started once
 the intake has been closed for one lease TTL: the deliveries waiting at the gate go in (a
 delivery left waiting much longer would be reclaimed by other workers, each reclaim counting
 towards ``AWOOOP_MAX_DELIVERIES``), and the next probe closes it again. The runs that wait
@@ -88,7 +90,7 @@ class Isolation:
     # --- the loop ------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        period = self.settings.poll_interval_s
+        period = min(self.settings.poll_interval_s, self.settings.lease_ttl_s)
         while not stop.is_set():
             await _first(stop, self._wake, timeout_s=period)
             self._wake.clear()

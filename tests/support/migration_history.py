@@ -92,6 +92,20 @@ def released_versions(ref: str) -> dict[str, list[ReleasedFile]]:
     return versions
 
 
+# The module that made `awooop migrate` record normalised checksums: releases that have it
+# recorded their migrations as the current code does.
+NORMALISING_MIGRATOR = "awooop/core/migration_checksums.py"
+
+
+def records_normalised(commit: str) -> bool:
+    """Whether the release at ``commit`` recorded normalised checksums (the current format)."""
+    try:
+        git("cat-file", "-e", f"{commit}:{NORMALISING_MIGRATOR}")
+    except RuntimeError:
+        return False
+    return True
+
+
 def materialise(commit: str, folder: Path) -> Path:
     """Write the migration files of ``commit`` into ``folder``; return it."""
     folder.mkdir(parents=True, exist_ok=True)
