@@ -204,14 +204,22 @@ async def test_an_attempt_cut_off_by_a_refusing_database_is_handed_back_uncharge
     one was journaled: the attempt is abandoned, and once the database takes writes again the
     worker hands the run back uncharged (no restart, no lease left to run out, no reaper), and
     the next attempt completes without repeating step one, with the run's budget whole."""
-    quick = msgspec.structs.replace(fast, lease_ttl_s=8.0, heartbeat_interval_s=0.5)
+    # A lease long enough that the give-back outlives the refusal on a loaded machine, and a
+    # handler that waits 3 s between its steps: the refusal starts after step one's journal
+    # write committed and before step two's.
+    quick = msgspec.structs.replace(fast, lease_ttl_s=20.0, heartbeat_interval_s=0.5)
     db = await Database.open(quick.database_url, max_size=4, run_timeout_s=quick.lease_io_timeout_s)
-    [run_id] = await create_runs(db, P, payload={"sleep": 1.0})
+    [run_id] = await create_runs(db, P, payload={"sleep": 3.0})
     worker = build_worker(db=db, settings=quick, handler=handlers.journaled, concurrency=2).worker
     stop = asyncio.Event()
     serving = asyncio.create_task(worker.run(stop))
     try:
-        await eventually(lambda: effects(run_id, "one"), what="step one journaled")
+        await eventually(
+            lambda: owner.fetchval(
+                "SELECT saga_steps ? 'one' FROM awooop_run_state WHERE run_id = $1", run_id
+            ),
+            what="step one journaled",
+        )
         await owner.execute("REVOKE UPDATE ON awooop_run_state FROM awooop_platform")
         try:
             # Step two runs (its side effect comes before its journal write), then its write
