@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from redis.exceptions import ResponseError
 
 from awooop.commands.doctor_check import Check
 from awooop.commands.doctor_checks import run_checks
@@ -216,14 +217,28 @@ async def _at_least(count: Any, n: int) -> bool:
 async def _check_streams(settings: Settings, keys: Keys, wave3: Counter[int]) -> None:
     """Every shard has its epoch again, its work stream took wave 3's dispatch events (a lost
     shard's stream was created afresh after the restart, so they went into the rebuilt one),
-    and the workers group has read and acknowledged everything: the stream path is back."""
+    and the workers group has read and acknowledged everything: the stream path is back.
+
+    Waited for, not read once: the runs complete through the polling path while the relay may
+    still be catching up (its leader rebuilding the lost shards, or replaced after a Redis
+    call that hung on the stopped master), so the entries can come after the completions."""
     redis = redis_client(settings.redis_url)
     try:
         for shard in keys.shards():
-            assert await redis.get(keys.epoch(shard)) is not None, shard
             stream = keys.work_stream(shard)
-            info = await redis.xinfo_stream(stream)
-            assert info["entries-added"] >= wave3[shard], (stream, info)
+
+            async def took_wave3(shard: int = shard, stream: str = stream) -> bool:
+                if await redis.get(keys.epoch(shard)) is None:
+                    return False
+                info = await redis.xinfo_stream(stream)
+                return bool(info["entries-added"] >= wave3[shard])
+
+            await eventually(
+                took_wave3,
+                timeout_s=60,
+                ignoring=(ResponseError,),  # no such stream yet
+                what=f"{stream}: its epoch back and wave 3's dispatch events in it",
+            )
 
             async def pending_and_lag(stream: str = stream) -> tuple[int, int]:
                 [group] = [
