@@ -21,15 +21,18 @@ from awooop.core.pools import connect
 from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.producer import ChannelEvent, set_tenant, submit
-from awooop.worker.runtime import Worker
-from awooop.worker.streaming import StreamIntake
 from streams.envelope import FIELD, Envelope, decode_envelope
 from streams.keys import Keys
 from streams.relay import Relay
 from tests.support.runs import create_runs
-from tests.support.streams import check_published_in_order, keys_for, published_envelopes
+from tests.support.streams import (
+    check_published_in_order,
+    keys_for,
+    published_envelopes,
+    running_relay,
+)
 from tests.support.waiting import eventually
-from tests.support.workers import streaming_worker
+from tests.support.workers import serving_worker, streaming_worker
 
 HOLDER = "alpha"
 P = "beta"
@@ -64,29 +67,6 @@ async def held_open(settings: Settings, project: str = HOLDER) -> AsyncIterator[
         await conn.close()
 
 
-@asynccontextmanager
-async def serving(worker: Worker, intake: StreamIntake) -> AsyncIterator[None]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
-
-
-@asynccontextmanager
-async def relay_running(relay: Relay, settings: Settings) -> AsyncIterator[asyncio.Task[None]]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(run_loop(relay_spec(relay, settings), stop))
-    try:
-        yield task
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
-        await relay.close()
-
-
 async def statuses(db: Database, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
     async with db.platform() as conn:
         rows = await conn.fetch(
@@ -116,7 +96,7 @@ async def test_runs_of_another_project_complete_while_a_transaction_is_held_open
     keys = keys_for(fast)
     worker, intake = streaming_worker(db, fast, redis, concurrency=8)
     relay = Relay(settings=fast, redis=redis, keys=keys)
-    async with relay_running(relay, fast), serving(worker, intake), held_open(fast) as held:
+    async with running_relay(relay, fast), serving_worker(worker, intake), held_open(fast) as held:
         run_ids = await create_runs(db, P, 10, payload={}, per_transaction=1)
         await eventually(
             lambda: completed(db, run_ids),
@@ -171,7 +151,7 @@ async def test_a_relay_crash_while_a_transaction_is_held_open_loses_nothing(
             crashed._conn.terminate()
         second = await create_runs(db, P, 5, payload={}, per_transaction=1)
         successor = Relay(settings=fast, redis=redis, keys=keys)
-        async with relay_running(successor, fast):
+        async with running_relay(successor, fast):
             await eventually(
                 lambda: _work_for(redis, keys, first + second),
                 timeout_s=60,
@@ -198,7 +178,7 @@ async def test_a_redis_loss_while_a_transaction_is_held_open_redispatches_what_w
 ) -> None:
     keys = keys_for(fast)
     relay = Relay(settings=fast, redis=redis, keys=keys)
-    async with held_open(fast) as held, relay_running(relay, fast):
+    async with held_open(fast) as held, running_relay(relay, fast):
         run_ids = await create_runs(db, P, 5, payload={}, per_transaction=1)
         await eventually(
             lambda: _work_for(redis, keys, run_ids), timeout_s=60, what="published ahead"
@@ -222,7 +202,7 @@ async def test_past_its_bound_the_read_ahead_publishes_a_prefix_and_the_rest_wai
     keys = keys_for(fast)
     relay = Relay(settings=fast, redis=redis, keys=keys)
     relay._ahead.limit = 3  # READ_AHEAD_MAX_EVENTS, made small
-    async with held_open(fast) as held, relay_running(relay, fast):
+    async with held_open(fast) as held, running_relay(relay, fast):
         run_ids = await create_runs(db, P, 6, payload={}, per_transaction=1)
         await eventually(
             lambda: _work_for(redis, keys, run_ids[:3]), timeout_s=60, what="3 published ahead"
@@ -249,7 +229,7 @@ async def test_a_transaction_in_progress_at_one_read_ahead_is_read_by_the_next_o
     relay = Relay(settings=fast, redis=redis, keys=keys)
     # A first run of beta committed: the project's registration row is not what they wait on.
     await create_runs(db, P, 1, payload={})
-    async with held_open(fast) as held, relay_running(relay, fast):
+    async with held_open(fast) as held, running_relay(relay, fast):
         async with held_open(fast, P) as late:  # began before the next read-ahead's snapshot
             [early] = await create_runs(db, P, 1, payload={})
             await eventually(

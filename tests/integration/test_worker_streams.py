@@ -23,7 +23,6 @@ from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.runs import leases
 from awooop.worker.runtime import Worker
-from awooop.worker.streaming import StreamIntake
 from streams.envelope import FIELD, decode_envelope, encode
 from streams.keys import WORKER_GROUP, Keys
 from streams.publish import envelope_of
@@ -31,7 +30,7 @@ from streams.relay import Relay
 from tests.support import handlers
 from tests.support.runs import count_events, create_runs, events_of, load
 from tests.support.waiting import eventually
-from tests.support.workers import streaming_worker
+from tests.support.workers import serving_worker, streaming_worker
 
 P = "proj-s"
 
@@ -49,17 +48,6 @@ async def open_dead_letters(db: Database) -> list[deadletters.DeadLetterRow]:
 
 def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
-@asynccontextmanager
-async def serving(worker: Worker, intake: StreamIntake) -> AsyncIterator[None]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
 
 
 @asynccontextmanager
@@ -123,7 +111,7 @@ async def test_runs_are_taken_from_the_work_stream_and_acknowledged(
     keys = keys_of(fast)
     worker, intake = streaming_worker(db, fast, redis, concurrency=8)
     claims = sample("awooop_lease_claims_total", path="stream")
-    async with relay_running(fast, redis), serving(worker, intake):
+    async with relay_running(fast, redis), serving_worker(worker, intake):
         run_ids = await create_runs(db, P, 30, payload={})
         await eventually(lambda: finished(db, run_ids), timeout_s=60, what="the 30 runs finished")
         await eventually(
@@ -148,7 +136,7 @@ async def test_a_live_worker_keeps_its_entries_from_looking_idle(
 ) -> None:
     keys = keys_of(fast)
     worker, intake = streaming_worker(db, fast, redis, concurrency=4)
-    async with relay_running(fast, redis), serving(worker, intake):
+    async with relay_running(fast, redis), serving_worker(worker, intake):
         [run_id] = await create_runs(db, P, payload={"sleep": 2.5})
         await eventually(
             lambda: _status(db, run_id, "RUNNING"), timeout_s=60, what="the run RUNNING"

@@ -3,13 +3,14 @@ in-process workers assembled as the CLI assembles them (:func:`streaming_worker`
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +164,15 @@ def streaming_worker(
     )
     assert parts.intake is not None
     return parts.worker, parts.intake
+
+
+@asynccontextmanager
+async def serving_worker(worker: Worker, intake: StreamIntake) -> AsyncIterator[None]:
+    """The worker serving with its stream intake until the block ends; then a clean stop."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
