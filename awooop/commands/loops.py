@@ -220,7 +220,7 @@ def select(specs: list[LoopSpec], names: list[str]) -> list[LoopSpec]:
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    services = await Services.open_when_reachable(settings)
+    services = await Services.open_when_reachable(settings, kind="loops")
     try:
         specs = select(all_loops(services), args.names)
         port = settings.metrics_port if args.metrics_port is None else args.metrics_port

@@ -47,7 +47,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         if registry.get(name).inline:  # E-PROJECTION-001 for unknown names, before anything
             log.warning("projector_inline_projection", projection=name)
     names = [n for n in names if not registry.get(n).inline]
-    services = await Services.open_when_reachable(settings)
+    services = await Services.open_when_reachable(settings, kind="projector")
     observability = start_observability("awooop-projector", settings.metrics_port)
     previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
     stop = asyncio.Event()

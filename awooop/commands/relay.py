@@ -33,8 +33,9 @@ def register(subparsers: Any) -> None:
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    # The relay opens its own connections; it checks the schema as every process does.
-    await (await Services.open_when_reachable(settings, db_pool_size=1)).close()
+    # The relay opens its own connections for its work; these services (one connection) check
+    # the schema at start and while it runs, as every process does.
+    services = await Services.open_when_reachable(settings, db_pool_size=1, kind="relay")
     configure_tracing("awooop-relay")
     serve_metrics(settings.metrics_port)
     redis = redis_client(settings.redis_url, settings.redis_socket_timeout_s)
@@ -56,6 +57,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             loop.remove_signal_handler(sig)
         await relay.close()
         await redis.aclose()
+        await services.close()
         shutdown_tracing()
     log.info("relay_stopped", relay_id=relay.relay_id)
     return 0

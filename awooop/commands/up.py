@@ -53,7 +53,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         raise ValueError("--workers must be 0 or more")
     concurrency = settings.worker_concurrency
     services = await Services.open_when_reachable(
-        settings, db_pool_size=max(settings.http_db_pool_size, pool_size(concurrency) * 2)
+        settings,
+        db_pool_size=max(settings.http_db_pool_size, pool_size(concurrency) * 2),
+        kind="up",
     )
     observability = start_observability("awooop-up", settings.metrics_port)
     stop = asyncio.Event()

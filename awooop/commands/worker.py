@@ -96,7 +96,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     services = await Services.open_when_reachable(
-        settings, db_pool_size=size, db_run_min=flushes, stop=stop
+        settings, db_pool_size=size, db_run_min=flushes, stop=stop, kind="worker"
     )
     if services is None:  # stopped while waiting for the database
         return 0

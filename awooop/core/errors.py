@@ -60,6 +60,14 @@ class SchemaMismatchError(AwoooPError):
     code = "E-MIGRATE-003"
 
 
+class MigrationPhaseError(AwoooPError):
+    """A migration file's phase header is missing or wrong, or a contract migration would stop
+    processes of an older release that are still running: roll them to this release first
+    (`awooop migrate --check` names them)."""
+
+    code = "E-MIGRATE-004"
+
+
 class DatabaseUnavailableError(AwoooPError):
     """The database cannot be reached."""
 

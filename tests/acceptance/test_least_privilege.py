@@ -209,7 +209,7 @@ async def test_migrate_as_the_login_role_checks_and_writes_nothing(
     pending = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS_DIR, pending)
     table = f"awooop_probe_{uuid.uuid4().hex[:8]}"
-    (pending / "9999_probe.sql").write_text(f"CREATE TABLE {table} (id int);\n")
+    (pending / "9999_probe.sql").write_text(f"-- phase: expand\nCREATE TABLE {table} (id int);\n")
     with pytest.raises(MigrationPrivilegeError) as refused:
         await migrate(login.database_url, pending)
     assert refused.value.code == "E-MIGRATE-002"

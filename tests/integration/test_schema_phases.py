@@ -1,0 +1,166 @@
+"""Expand and contract on a live fleet: every long-running process registers with its release
+and checks the schema again while it runs; ``awooop migrate`` holds back a contract step that
+would stop a live process of an older release, and ``--check`` names it."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+
+import asyncpg
+import msgspec
+import pytest
+
+from awooop.core.config import Settings
+from awooop.core.errors import MigrationPhaseError
+from awooop.core.migrate import MIGRATIONS_DIR, migrate_in_phases, plan_pending
+from awooop.core.migration_phases import Phase
+from awooop.core.schema_check import release_name
+from awooop.core.schema_watch import SchemaWatch
+from awooop.services import Services
+from tests.support.workers import cli, relay_process
+
+CONTRACT = """-- phase: contract
+ALTER TABLE awooop_processes DROP COLUMN IF EXISTS probe;
+UPDATE awooop_schema_floor SET oldest_release = '0990_contract_probe.sql';
+"""
+EXPAND_AFTER = "-- phase: expand\nCREATE TABLE probe_after_contract (a int);\n"
+
+
+async def fetchval(url: str, sql: str, *args: object) -> object:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(sql, *args)
+    finally:
+        await conn.close()
+
+
+async def live_row(url: str, release: str, kind: str = "serve") -> None:
+    await fetchval(
+        url,
+        "INSERT INTO awooop_processes (instance, kind, host, pid, release) "
+        "VALUES ($1, $2, 'old-host', 4242, $3)",
+        f"old-host:4242:{kind}",
+        kind,
+        release,
+    )
+
+
+def with_contract(tmp_path: Path) -> Path:
+    copy = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS_DIR, copy)
+    (copy / "0990_contract_probe.sql").write_text(CONTRACT)
+    (copy / "0991_expand_after.sql").write_text(EXPAND_AFTER)
+    return copy
+
+
+async def test_a_contract_step_waits_until_no_live_process_runs_an_older_release(
+    settings: Settings, tmp_path: Path
+) -> None:
+    url = settings.database_url
+    folder = with_contract(tmp_path)
+    await live_row(url, "0120_released_repairs_and_schema_floor.sql")
+
+    check = await plan_pending(url, folder)
+    assert [s.name for s in check.apply] == []
+    assert [(s.name, s.phase) for s in check.held] == [
+        ("0990_contract_probe.sql", Phase.CONTRACT),
+        ("0991_expand_after.sql", Phase.EXPAND),
+    ]
+    assert [p.pid for p in check.stopped_by_held] == [4242]
+
+    held = await migrate_in_phases(url, folder)
+    assert held.applied == [] and held.plan.breaks_fleet
+    assert await fetchval(url, "SELECT oldest_release FROM awooop_schema_floor") != (
+        "0990_contract_probe.sql"
+    )
+
+    # The old process is replaced: its row goes, and the contract step applies.
+    await fetchval(url, "DELETE FROM awooop_processes WHERE pid = 4242")
+    done = await migrate_in_phases(url, folder)
+    assert done.applied == ["0990_contract_probe.sql", "0991_expand_after.sql"]
+    assert await fetchval(url, "SELECT oldest_release FROM awooop_schema_floor") == (
+        "0990_contract_probe.sql"
+    )
+
+
+async def test_the_expand_phase_applies_up_to_the_contract_step_whoever_runs(
+    settings: Settings, tmp_path: Path
+) -> None:
+    folder = with_contract(tmp_path)
+    (folder / "0989_expand_before.sql").write_text("-- phase: expand\nCREATE TABLE e (a int);\n")
+    outcome = await migrate_in_phases(settings.database_url, folder, expand_only=True)
+    assert outcome.applied == ["0989_expand_before.sql"]
+    assert [s.name for s in outcome.plan.held][:1] == ["0990_contract_probe.sql"]
+    assert not outcome.plan.breaks_fleet
+
+
+async def test_a_stale_row_does_not_hold_the_contract_step_back(
+    settings: Settings, tmp_path: Path
+) -> None:
+    url = settings.database_url
+    await live_row(url, "0001_initial.sql")
+    await fetchval(url, "UPDATE awooop_processes SET seen_at = now() - interval '1 hour'")
+    outcome = await migrate_in_phases(url, with_contract(tmp_path), live_within_s=30)
+    assert outcome.applied == ["0990_contract_probe.sql", "0991_expand_after.sql"]
+
+
+def test_a_file_without_its_phase_is_refused_before_anything_is_written(
+    settings: Settings, tmp_path: Path
+) -> None:
+    folder = with_contract(tmp_path)
+    (folder / "0992_undeclared.sql").write_text("CREATE TABLE undeclared (a int);\n")
+    with pytest.raises(MigrationPhaseError) as refused:
+        asyncio.run(migrate_in_phases(settings.database_url, folder))
+    assert "0992_undeclared.sql" in refused.value.message
+    assert asyncio.run(fetchval(settings.database_url, "SELECT to_regclass('e')")) is None
+
+
+async def test_the_watch_registers_and_stops_a_process_whose_schema_moved_on(
+    settings: Settings, services: Services
+) -> None:
+    url = settings.database_url
+    stopped = asyncio.Event()
+    watch = SchemaWatch(services.db, "worker", 0.1, on_unrunnable=stopped.set)
+    await watch.start()
+    try:
+        release = await fetchval(
+            url, "SELECT release FROM awooop_processes WHERE instance = $1", watch.instance
+        )
+        assert release == release_name()
+        await fetchval(url, "UPDATE awooop_schema_floor SET oldest_release = '9999_future.sql'")
+        await asyncio.wait_for(stopped.wait(), timeout=60)
+    finally:
+        await watch.stop()
+    assert await fetchval(url, "SELECT count(*) FROM awooop_processes") == 0
+
+
+async def wait_for(url: str, sql: str, deadline_s: float = 90.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not await fetchval(url, sql):
+        assert time.monotonic() < deadline, f"never true: {sql}"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_running_relay_stops_when_a_contract_step_leaves_its_release_behind(
+    settings: Settings, tmp_path: Path
+) -> None:
+    url = settings.database_url
+    rechecking = msgspec.structs.replace(settings, schema_recheck_s=0.5)
+    relay = relay_process(rechecking, tmp_path).start()
+    try:
+        await wait_for(url, "SELECT count(*) = 1 FROM awooop_processes WHERE kind = 'relay'")
+        check = await asyncio.to_thread(cli, rechecking, "migrate", "--check")
+        assert check.returncode == 0, check.stderr
+        assert check.stdout.startswith("would apply 0 migration(s)"), check.stdout
+
+        await fetchval(url, "UPDATE awooop_schema_floor SET oldest_release = '9999_future.sql'")
+        await asyncio.to_thread(relay.wait, 90)
+    finally:
+        relay.stop()
+    logs = relay.logs()
+    assert "schema_no_longer_runnable" in logs and "9999_future.sql" in logs, logs
+    assert "Traceback" not in logs, logs
+    assert await fetchval(url, "SELECT count(*) FROM awooop_processes") == 0
