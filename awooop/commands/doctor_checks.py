@@ -41,7 +41,7 @@ from awooop.commands.doctor_flow import (
     loops,
     outbox,
 )
-from awooop.commands.doctor_schema import login_role, migrations, tenancy
+from awooop.commands.doctor_schema import fleet, login_role, migrations, tenancy
 from awooop.core.retries import CONNECTION_ERRORS
 from awooop.services import Services
 
@@ -95,6 +95,7 @@ CHECKS: tuple[CheckFn, ...] = (
     postgres,
     redis,
     migrations,
+    fleet,
     tenancy,
     login_role,
     consumer_groups,

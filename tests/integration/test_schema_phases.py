@@ -13,6 +13,8 @@ import asyncpg
 import msgspec
 import pytest
 
+from awooop.commands.doctor_check import OK, WARN
+from awooop.commands.doctor_schema import fleet as doctor_fleet
 from awooop.core.config import Settings
 from awooop.core.errors import MigrationPhaseError
 from awooop.core.migrate import MIGRATIONS_DIR, migrate_in_phases, plan_pending
@@ -164,3 +166,20 @@ async def test_a_running_relay_stops_when_a_contract_step_leaves_its_release_beh
     assert "schema_no_longer_runnable" in logs and "9999_future.sql" in logs, logs
     assert "Traceback" not in logs, logs
     assert await fetchval(url, "SELECT count(*) FROM awooop_processes") == 0
+
+
+async def test_doctor_warns_while_the_fleet_runs_two_releases(
+    settings: Settings, services: Services
+) -> None:
+    [alone] = await doctor_fleet(services)
+    assert alone.status == OK and alone.detail == "0 live process(es)"
+    watch = SchemaWatch(services.db, "worker", 30)
+    await watch.start()
+    try:
+        [current] = await doctor_fleet(services)
+        assert current.status == OK and f"1 on {release_name()}" in current.detail
+        await live_row(settings.database_url, "0120_released_repairs_and_schema_floor.sql")
+        [mixed] = await doctor_fleet(services)
+        assert mixed.status == WARN and "2 release(s)" in mixed.detail, mixed
+    finally:
+        await watch.stop()
