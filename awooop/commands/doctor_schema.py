@@ -74,7 +74,7 @@ async def fleet(services: Services) -> list[Check]:
     """The live processes by release (awooop_processes): more than one release is a rolling
     upgrade in progress, or one left half done."""
     async with services.db.platform() as conn:
-        live = await live_processes(conn, services.settings.schema_recheck_s)
+        live = await live_processes(conn)
     releases: dict[str, int] = {}
     for process in live:
         releases[process.release] = releases.get(process.release, 0) + 1

@@ -74,9 +74,8 @@ def report(chosen: Plan, verb: str) -> list[str]:
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    live_within = settings.schema_recheck_s
     if args.check:
-        chosen = await plan_pending(settings.database_url, live_within_s=live_within)
+        chosen = await plan_pending(settings.database_url)
         print("\n".join(report(chosen, "would apply")))
         print(
             "processes of releases before 0121_process_registry.sql do not register: "
@@ -85,9 +84,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         if chosen.breaks_fleet:
             raise MigrationPhaseError(stopped_message(chosen))
         return 0
-    outcome = await migrate_in_phases(
-        settings.database_url, expand_only=args.phase == "expand", live_within_s=live_within
-    )
+    outcome = await migrate_in_phases(settings.database_url, expand_only=args.phase == "expand")
     chosen = outcome.plan
     print("\n".join(report(chosen, "applied")))
     if chosen.breaks_fleet:

@@ -1,6 +1,7 @@
 """``awooop relay``: publish committed events and contract notices to Redis Streams.
 
-Runs the ``relay`` loop until SIGTERM or SIGINT, then stops cleanly (releases the relay lease so
+Runs the ``relay`` loop (with its heartbeat row in ``awooop_loop_heartbeats``, as in every
+layout) until SIGTERM or SIGINT, then stops cleanly (releases the relay lease so
 that a standby takes over at once) and exits 0. Several may run: one is active, the others
 wait. Serves ``/metrics`` on ``AWOOOP_METRICS_PORT`` when set.
 """
@@ -18,6 +19,7 @@ from awooop.core.process import EVENT_LOOP, settle_heap
 from awooop.core.telemetry import configure_tracing, serve_metrics, shutdown_tracing
 from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
+from awooop.loops.store import DatabaseHeartbeats
 from awooop.services import Services, redis_client
 from streams.keys import Keys
 from streams.relay import Relay
@@ -51,7 +53,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     settle_heap()
     log.info("relay_starting", relay_id=relay.relay_id, metrics_port=settings.metrics_port)
     try:
-        await run_loop(relay_spec(relay, settings), stop)
+        # Its heartbeat row (`awooop loops list`, doctor) as in every other layout.
+        await run_loop(relay_spec(relay, settings), stop, heartbeat=DatabaseHeartbeats(services.db))
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

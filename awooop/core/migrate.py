@@ -157,11 +157,6 @@ class Outcome:
     plan: Plan
 
 
-# Processes whose row is older than this many seconds times fleet.STALE_AFTER_INTERVALS are
-# gone; the default matches the processes' own AWOOOP_SCHEMA_RECHECK_S.
-LIVE_WITHIN_S = 30.0
-
-
 async def migrate(url: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
     """Apply pending migrations (both phases, holding back a contract step that would stop a
     live process); return the names applied by this call."""
@@ -173,7 +168,6 @@ async def migrate_in_phases(
     directory: Path = MIGRATIONS_DIR,
     *,
     expand_only: bool = False,
-    live_within_s: float = LIVE_WITHIN_S,
 ) -> Outcome:
     """Apply what :func:`plan_pending` allows now, under the migrators' lock."""
     migrations = discover(directory)
@@ -188,7 +182,7 @@ async def migrate_in_phases(
             pending = await _pending(conn, migrations, directory)
             chosen = plan(
                 [steps[m.name] for m in pending],
-                await live_processes(conn, live_within_s),
+                await live_processes(conn),
                 expand_only=expand_only,
             )
             allowed = {step.name for step in chosen.apply}
@@ -205,9 +199,7 @@ async def migrate_in_phases(
         await conn.close()
 
 
-async def plan_pending(
-    url: str, directory: Path = MIGRATIONS_DIR, *, live_within_s: float = LIVE_WITHIN_S
-) -> Plan:
+async def plan_pending(url: str, directory: Path = MIGRATIONS_DIR) -> Plan:
     """What ``awooop migrate`` would apply now, and what it would hold back, without writing
     (``awooop migrate --check``). A database that does not exist yet has everything pending."""
     migrations = discover(directory)
@@ -221,7 +213,7 @@ async def plan_pending(
             pending = await _pending(conn, migrations, directory)
         else:
             pending = migrations
-        live = await live_processes(conn, live_within_s)
+        live = await live_processes(conn)
         return plan([steps[m.name] for m in pending], live, expand_only=False)
     finally:
         await conn.close()

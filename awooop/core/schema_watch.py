@@ -54,7 +54,7 @@ class SchemaWatch:
 
     async def start(self) -> None:
         async with self.db.platform_writes(timeout_s=DB_TIMEOUT_S) as conn:
-            await register(conn, self.instance, self.kind, release_name())
+            await register(conn, self.instance, self.kind, release_name(), self.interval_s)
         log.info("process_registered", instance=self.instance, release=release_name())
         self._task = asyncio.create_task(self._watch(), name=f"schema-watch-{self.kind}")
 
@@ -73,7 +73,7 @@ class SchemaWatch:
         async with self.db.platform_writes(timeout_s=DB_TIMEOUT_S) as conn:
             state = await read_schema_state(conn)
             if state.runnable:
-                await register(conn, self.instance, self.kind, release_name())
+                await register(conn, self.instance, self.kind, release_name(), self.interval_s)
         if not state.runnable:
             log.error(
                 "schema_no_longer_runnable", code=SchemaMismatchError.code, problem=state.problem()

@@ -40,7 +40,7 @@ def loops(services: Services) -> list[LoopSpec]:
             log.info("dedupe_windows_created", created=created)
         until = windows.covered_until(parts)
         if until is not None:
-            metrics.DEDUPE_WINDOWS_AHEAD.set((until - now).total_seconds())
+            metrics.owned(metrics.DEDUPE_WINDOWS_AHEAD).set((until - now).total_seconds())
         if windows.candidates(parts, now, longest):
             dropped = await windows.drop_dead(settings.database_url, now, longest, parts)
             if dropped:

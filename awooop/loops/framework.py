@@ -215,6 +215,7 @@ async def run_loop(
     failures = 0
     # Create both series at once: rate() over the error counter works from the first scrape.
     metrics.LOOP_ERRORS.labels(spec.name, ctx.project_id)
+    metrics.LOOP_INTERVAL.labels(spec.name, ctx.project_id).set(spec.cycle_s)
     log.info(
         "loop_started",
         loop=spec.name,

@@ -37,7 +37,7 @@ def loops(services: Services) -> list[LoopSpec]:
             log.info("log_partitions_created", created=created)
         until = partitions.covered_until(parts)
         if until is not None:
-            metrics.LOG_PARTITION_AHEAD.set((until - now).total_seconds())
+            metrics.owned(metrics.LOG_PARTITION_AHEAD).set((until - now).total_seconds())
         if not settings.log_archive_dir:
             return
         try:

@@ -42,8 +42,8 @@ async def fetchval(url: str, sql: str, *args: object) -> object:
 async def live_row(url: str, release: str, kind: str = "serve") -> None:
     await fetchval(
         url,
-        "INSERT INTO awooop_processes (instance, kind, host, pid, release) "
-        "VALUES ($1, $2, 'old-host', 4242, $3)",
+        "INSERT INTO awooop_processes (instance, kind, host, pid, release, recheck_s) "
+        "VALUES ($1, $2, 'old-host', 4242, $3, 30)",
         f"old-host:4242:{kind}",
         kind,
         release,
@@ -105,7 +105,7 @@ async def test_a_stale_row_does_not_hold_the_contract_step_back(
     url = settings.database_url
     await live_row(url, "0001_initial.sql")
     await fetchval(url, "UPDATE awooop_processes SET seen_at = now() - interval '1 hour'")
-    outcome = await migrate_in_phases(url, with_contract(tmp_path), live_within_s=30)
+    outcome = await migrate_in_phases(url, with_contract(tmp_path))
     assert outcome.applied == ["0990_contract_probe.sql", "0991_expand_after.sql"]
 
 
