@@ -16,7 +16,9 @@
 - :func:`shard_facts` asks Redis, once per shard, which consumers of the ``workers`` group
   read the shard's work stream within the window (``XINFO CONSUMERS``: a live worker reads
   every second while it has a free slot and touches its pending entries at every heartbeat,
-  so ``AWOOOP_LEASE_TTL_S`` is a safe window).
+  so ``AWOOOP_LEASE_TTL_S`` is a safe window), and :data:`LIVE_WORKERS` counts the worker
+  processes alive by their own heartbeats in ``awooop_processes``. Either says the shard is
+  read: on Redis 7.0 an idle worker's reads that return nothing do not reset its idle time.
 - :func:`with_dead_letters` marks the PENDING and RESUMED runs that have an open dead letter
   (:func:`awooop.log.deadletters.open_of_runs`: one probe of
   ``awooop_dead_letters_open_run_idx`` per such run).
@@ -49,6 +51,8 @@ from streams.keys import WORKER_GROUP, Keys
 log = get_logger(__name__)
 
 LIVE = ("PENDING", "RESUMED", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL")
+# Worker processes alive by their heartbeats (migration 0121): a count, for every role.
+LIVE_WORKERS = "SELECT awooop_live_workers()"
 
 # --- SQL -------------------------------------------------------------------------------------
 # One statement for all the Postgres facts of the runs in $1 (or of every live run).
@@ -136,8 +140,11 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-async def shard_facts(redis: Any, keys: Keys, shard: int, window_s: float) -> ShardFacts:
-    """What Redis says about ``shard`` (see the module docstring); unknown when it fails."""
+async def shard_facts(
+    redis: Any, keys: Keys, shard: int, window_s: float, workers: int = 0
+) -> ShardFacts:
+    """What Redis says about ``shard`` (see the module docstring), with the ``workers`` alive;
+    unknown when Redis fails."""
     try:
         try:
             consumers = await redis.xinfo_consumers(keys.work_stream(shard), WORKER_GROUP)
@@ -148,20 +155,22 @@ async def shard_facts(redis: Any, keys: Keys, shard: int, window_s: float) -> Sh
         readers = sum(1 for c in consumers if int(c["idle"]) <= window_s * 1000)
     except Exception as exc:  # Redis down or confused: say unknown rather than guess
         log.info("blocked_on_shard_unknown", shard=shard, error=repr(exc)[:200])
-        return ShardFacts(shard=shard, known=False)
-    return ShardFacts(shard=shard, known=True, readers=readers)
+        return ShardFacts(shard=shard, known=False, workers=workers)
+    return ShardFacts(shard=shard, known=True, readers=readers, workers=workers)
 
 
 async def shards_facts(
-    redis: Any, keys: Keys, projects: Iterable[str], window_s: float
+    conn: Connection, redis: Any, keys: Keys, projects: Iterable[str], window_s: float
 ) -> dict[str, ShardFacts]:
     """ShardFacts per project (each shard asked once)."""
     by_shard: dict[int, ShardFacts] = {}
     out: dict[str, ShardFacts] = {}
-    for project in set(projects):
+    wanted = set(projects)
+    workers = int(await conn.fetchval(LIVE_WORKERS)) if wanted else 0
+    for project in wanted:
         shard = keys.shard_of(project)
         if shard not in by_shard:
-            by_shard[shard] = await shard_facts(redis, keys, shard, window_s)
+            by_shard[shard] = await shard_facts(redis, keys, shard, window_s, workers)
         out[project] = by_shard[shard]
     return out
 
@@ -171,7 +180,7 @@ async def blocked_on(
 ) -> dict[uuid.UUID, BlockedOn | None]:
     """``blocked_on`` of each run in ``run_ids`` that ``conn`` can see."""
     facts = await run_facts(conn, run_ids)
-    shards = await shards_facts(redis, keys, (f.project_id for f in facts.values()), window_s)
+    shards = await shards_facts(conn, redis, keys, (f.project_id for f in facts.values()), window_s)
     return {run_id: decide(f, shards[f.project_id]) for run_id, f in facts.items()}
 
 
@@ -182,7 +191,7 @@ async def count_by_reason(
     live = await with_dead_letters(conn, [facts_of(row) for row in await conn.fetch(LIVE_FACTS)])
     failed = await conn.fetch(FAILED_COUNTS)
     projects = {f.project_id for f in live} | {row["project_id"] for row in failed}
-    shards = await shards_facts(redis, keys, projects, window_s)
+    shards = await shards_facts(conn, redis, keys, projects, window_s)
     counts: Counter[tuple[str, str]] = Counter()
     for project in projects:
         for reason in Reason:  # every reason of a project present, 0 when none
