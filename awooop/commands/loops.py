@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -69,6 +70,14 @@ def register(subparsers: Any) -> None:
         "list` and `awooop doctor` read. Several copies are safe (leaders by lease).",
     )
     running.add_argument("names", nargs="*", metavar="NAME", help="loops to run (default: all)")
+    running.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a loop not to run here (repeatable), e.g. --skip relay where `awooop relay` "
+        "processes run apart",
+    )
     running.add_argument(
         "--metrics-port", type=int, default=None, help="override AWOOOP_METRICS_PORT"
     )
@@ -206,23 +215,22 @@ async def list_loops(settings: Settings, args: argparse.Namespace) -> int:
 # --- run --------------------------------------------------------------------------------------
 
 
-def select(specs: list[LoopSpec], names: list[str]) -> list[LoopSpec]:
-    """Pure: the specs named (all when ``names`` is empty); an unknown name is E-LOOP-001."""
-    if not names:
-        return specs
+def select(specs: list[LoopSpec], names: list[str], skip: Sequence[str] = ()) -> list[LoopSpec]:
+    """Pure: the specs named (all when ``names`` is empty) less those in ``skip``; an unknown
+    name in either is E-LOOP-001."""
     known = {s.name for s in specs}
-    unknown = sorted(set(names) - known)
+    unknown = sorted((set(names) | set(skip)) - known)
     if unknown:
         raise UnknownLoopError(
             f"no loop named {', '.join(unknown)}; known loops: {', '.join(sorted(known))}"
         )
-    return [s for s in specs if s.name in set(names)]
+    return [s for s in specs if (not names or s.name in set(names)) and s.name not in set(skip)]
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     services = await Services.open_when_reachable(settings, kind="loops")
     try:
-        specs = select(all_loops(services), args.names)
+        specs = select(all_loops(services), args.names, args.skip)
         port = settings.metrics_port if args.metrics_port is None else args.metrics_port
         observability = start_observability("awooop-loops", port)
         previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))

@@ -166,3 +166,7 @@ def test_ago_and_select() -> None:
     with pytest.raises(UnknownLoopError, match="zzz") as refused:
         select(specs, ["b", "zzz"])
     assert refused.value.code == "E-LOOP-001"
+    assert [s.name for s in select(specs, [], ["a"])] == ["b"]  # `loops run --skip relay`
+    assert select(specs, ["a"], ["a"]) == []
+    with pytest.raises(UnknownLoopError, match="rely"):
+        select(specs, [], ["rely"])

@@ -209,9 +209,13 @@ def test_grafana_reads_prometheus_and_tempo() -> None:
 def test_compose_has_the_stack() -> None:
     compose = yaml.safe_load((OPS / "compose.yaml").read_text())
     services = compose["services"]
-    assert {"postgres", "redis", "tempo", "prometheus", "grafana", "awooop-loops"} <= set(services)
+    expected = {"postgres", "redis", "tempo", "prometheus", "grafana", "awooop-loops"}
+    assert expected | {"awooop-relay"} <= set(services)
     loops = services["awooop-loops"]
-    assert loops["command"] == ["awooop", "loops", "run"]
+    # The relay runs apart, a leader and a standby; the loops process runs everything else.
+    assert loops["command"] == ["awooop", "loops", "run", "--skip", "relay"]
+    relay = services["awooop-relay"]
+    assert relay["command"] == ["awooop", "relay"] and relay["deploy"]["replicas"] == 2
     assert loops["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://tempo:4318"
     assert loops["environment"]["AWOOOP_METRICS_PORT"] == "9100"
     mounts = " ".join(services["grafana"]["volumes"])
