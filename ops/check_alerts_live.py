@@ -71,11 +71,13 @@ def wait_for(what: str, check: Any, timeout_s: float, every_s: float = 0.5) -> A
 
 
 def query(prom: str, expr: str) -> list[dict[str, Any]]:
+    """The instant vector, or nothing while Prometheus does not answer (or is starting: it
+    answers 503 with a text body then)."""
     try:
         answer = httpx.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=5)
-    except httpx.HTTPError:
+        result: list[dict[str, Any]] = answer.json()["data"]["result"]
+    except (httpx.HTTPError, ValueError, KeyError):
         return []
-    result: list[dict[str, Any]] = answer.json()["data"]["result"]
     return result
 
 
