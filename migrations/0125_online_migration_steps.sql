@@ -1,5 +1,5 @@
--- What `awooop migrate` remembers of an online migration it has not finished (a file whose
--- first line is `-- awooop: online`, run as short steps rather than one transaction:
+-- What `awooop migrate` remembers of an online migration it has not finished (a file marked
+-- `-- awooop: online` in its opening comments, run as short steps rather than one transaction:
 -- awooop/core/online_plan.py). One row per completed step, with the checksum of its statement;
 -- a migrator interrupted mid-way skips those steps when it runs again. The rows of a migration
 -- are deleted in the transaction that records it in awooop_schema_migrations.

@@ -4,9 +4,9 @@
 - a session advisory lock makes concurrent migrators take turns: the second one finds
   everything applied and does nothing;
 - each file runs in its own transaction together with its record in
-  ``awooop_schema_migrations`` (name, raw and normalised checksums, applied_at), but for an
-  online migration (first line ``-- awooop: online``), run as short steps and then recorded
-  (awooop/core/online_plan.py);
+  ``awooop_schema_migrations`` (name, raw and normalised checksums, applied_at), but an
+  online migration (marked ``-- awooop: online`` at its top) runs as short steps and is then
+  recorded (awooop/core/online_plan.py);
 - an applied file whose recorded checksum is not that of a released version of it
   (awooop/core/migration_checksums.py) stops everything with E-MIGRATE-001;
 - nothing pending means no DDL at all, so a role without schema rights (what the runtime's

@@ -220,6 +220,11 @@ class _Runner:
                 )
                 done += part["rows"]
                 self._progress(done, total, started, partition=part["name"])
+        if not await self.conn.fetchval(SQL["online_index_state"], step.name):
+            raise ConfigError(
+                f"{self.name}: index {step.name} is not valid with every partition's attached "
+                "(a partition that is partitioned itself is not supported)"
+            )
         return done
 
     async def _build_concurrently(self, step: Step, index: str, table: str) -> None:

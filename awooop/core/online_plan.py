@@ -1,7 +1,8 @@
 """Pure decisions of online migrations (awooop/core/online_migrations.py runs them).
 
-A migration file whose first line is ``-- awooop: online`` is not run as one transaction: its
-statements become steps, each holding its locks only briefly:
+A migration file with the line ``-- awooop: online`` in the comments that open it (before its
+first statement) is not run as one transaction: its statements become steps, each holding its
+locks only briefly:
 
 - ``CREATE [UNIQUE] INDEX CONCURRENTLY name ON table (...)``: built CONCURRENTLY; on a
   partitioned table, an index ON ONLY the parent, then one per partition built CONCURRENTLY
@@ -34,7 +35,7 @@ from awooop.core.migration_checksums import (
     normalise_sql,
 )
 
-ONLINE_HEADER = re.compile(r"\A--\s*awooop:\s*online\b")
+ONLINE_MARK = re.compile(r"^--\s*awooop:.*\bonline\b", re.IGNORECASE)
 NAME = r"[a-z_][a-z0-9_$]*"
 CREATE_INDEX = re.compile(
     rf"^CREATE (?P<unique>UNIQUE )?INDEX CONCURRENTLY (?:IF NOT EXISTS )?(?P<name>{NAME}) "
@@ -53,7 +54,15 @@ CONCURRENTLY = re.compile(r"\bCONCURRENTLY\b", re.IGNORECASE)
 
 
 def is_online(sql: str) -> bool:
-    return ONLINE_HEADER.match(sql) is not None
+    """Whether the comment lines that open the file (before its first statement) include
+    ``-- awooop: online``."""
+    for line in sql.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("--"):
+            return False
+        if ONLINE_MARK.match(stripped):
+            return True
+    return False
 
 
 class Kind(StrEnum):

@@ -21,10 +21,12 @@ from awooop.core.online_plan import (
 POLICY = Policy()
 
 
-def test_only_a_first_line_header_marks_a_file_online() -> None:
+def test_the_mark_counts_only_in_the_comments_that_open_the_file() -> None:
     assert is_online("-- awooop: online\nALTER TABLE t VALIDATE CONSTRAINT c;\n")
     assert is_online("--awooop:online\n")
-    assert not is_online("-- A migration.\n-- awooop: online\n")
+    assert is_online("-- A migration.\n\n-- awooop: online\nSELECT 1;\n")
+    assert not is_online("SELECT 1;\n-- awooop: online\n")
+    assert not is_online("-- not awooop: online\nCREATE TABLE t (a int);\n")
     assert not is_online("CREATE TABLE t (a int);\n")
 
 
