@@ -14,12 +14,13 @@ in ``awooop_schema_migrations`` only once every step completed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -139,7 +140,9 @@ class _Runner:
                 self.report.steps_run += 1
                 self.report.rows += rows
         finally:
-            await self._session_timeouts(None, None)
+            # A lost connection ends the session and its settings: the first error is the one.
+            with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+                await self._session_timeouts(None, None)
             self.report.seconds = time.monotonic() - started
         log.info(
             "online_migration_steps_done",
@@ -159,7 +162,9 @@ class _Runner:
         if step.kind is Kind.AUTOCOMMIT:
             await self._concurrently(step.sql, "statement")
             return 0
-        await self._in_transaction(step.sql, "statement")
+        # Recorded in the statement's own transaction: run again, it would fail or repeat.
+        done = (SQL["online_step_done"], self.name, step.number, _checksum(step), 0)
+        await self._in_transaction(step.sql, "statement", also=done)
         return 0
 
     # --- the kinds of step -------------------------------------------------------------------
@@ -259,8 +264,15 @@ class _Runner:
     # --- how each statement runs -------------------------------------------------------------
 
     async def _in_transaction(
-        self, sql: str, what: str, *, statement_timeout_s: float | None = None
+        self,
+        sql: str,
+        what: str,
+        *,
+        statement_timeout_s: float | None = None,
+        also: tuple[Any, ...] | None = None,
     ) -> None:
+        """``sql`` in its own transaction under lock_timeout (and ``also``, a statement and its
+        arguments), retried."""
         timeout = (
             self.policy.batch_statement_timeout_s
             if statement_timeout_s is None
@@ -271,6 +283,8 @@ class _Runner:
             async with self.conn.transaction():
                 await self._transaction_timeouts(timeout)
                 await self.conn.execute(sql)
+                if also is not None:
+                    await self.conn.execute(*also)
 
         await self._retrying(what, once)
 

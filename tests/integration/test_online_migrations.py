@@ -293,3 +293,31 @@ async def test_the_log_check_is_validated_online_and_a_breaking_row_stops_it(
     assert unvalidated == 0
     sql = (MIGRATIONS_DIR / VALIDATE_FILE).read_text()
     await assert_recorded_complete(db, VALIDATE_FILE, sql)
+
+
+async def test_a_failed_online_migration_resumes_after_its_completed_steps(
+    db: asyncpg.Connection, database_url: str, tmp_path: Path
+) -> None:
+    """Steps that completed are not run again (a second CREATE TABLE would fail); the file is
+    recorded only once the last step is done."""
+    sql = """-- awooop: online
+    CREATE TABLE online_resume (id bigint PRIMARY KEY, note text);
+    INSERT INTO online_resume SELECT g, NULL FROM generate_series(1, 300) g;
+    UPDATE online_resume SET note = (SELECT max(label) FROM online_labels)
+    WHERE id IN (SELECT id FROM online_resume WHERE note IS NULL LIMIT $1);
+    """
+    name = "9003_online_test_resume.sql"
+    directory = migrations_with(tmp_path, name, sql)
+    with pytest.raises(asyncpg.UndefinedTableError):
+        await migrate(database_url, directory)
+    assert await db.fetchval(RECORDED, name) is None
+    assert await db.fetchval(STEPS_LEFT, name) == 2
+    await db.execute(
+        "CREATE TABLE online_labels (label text); INSERT INTO online_labels VALUES ('x')"
+    )
+    with capture_context_logs() as logs:
+        assert await migrate(database_url, directory) == [name]
+    started = next(e for e in logs if e["event"] == "online_migration_started")
+    assert (started["steps"], started["steps_done"]) == (3, 2)
+    assert await db.fetchval("SELECT count(*) FROM online_resume WHERE note = 'x'") == 300
+    await assert_recorded_complete(db, name, sql)
