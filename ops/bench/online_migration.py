@@ -2,7 +2,8 @@
 the same change run the old way (one plain transaction).
 
     .venv/bin/python ops/bench/online_migration.py [--events 10000000] [--days 28]
-        [--changes validate,index] [--rate 50] [--baseline-s 10] [--keep] [--out FILE]
+        [--changes validate,index] [--rate 50] [--baseline-s 10] [--hold-s 5] [--keep]
+        [--out FILE]
 
 In a scratch database on AWOOOP_BENCH_PG_URL (default: the local server), migrated up to but
 not including 0126, it writes ``--events`` events into ``awooop_events`` with INSERT ... SELECT
@@ -21,7 +22,10 @@ the log (eventlog.read_forward), each at ``--rate`` operations per second on a f
   NOT VALID, the old way: the same statement in one transaction;
 - ``index``: ``CREATE INDEX CONCURRENTLY ... ON awooop_events (event_type, position)`` online
   (ON ONLY the parent, one CONCURRENTLY build per partition, attached), then dropped and built
-  the old way: CREATE INDEX in one transaction.
+  the old way: CREATE INDEX in one transaction. Each starts while a long writer (a transaction
+  that appended an event) stays open ``--hold-s`` seconds: the index's lock on the parent
+  conflicts with it, and writers queue behind a waiting request. Online, the request gives up
+  after lock_timeout and is retried; the old way waits, and so does every writer after it.
 
 Reported per change and way: seconds, rows/s, the load's longest operation and p99 latency
 (reads and writes apart), and for the online way the lock_timeout retries and the longest lock
@@ -195,12 +199,36 @@ async def fill(conn: Any, events: int, days: int) -> None:
     await conn.execute("CHECKPOINT")
 
 
-async def measured(load: Load, change: Any) -> dict[str, Any]:
+async def long_writer(url: str, hold_s: float, holding: asyncio.Event) -> None:
+    """A transaction that appends an event and stays open ``hold_s``: a batch import, say."""
+    conn = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            stream = f"run-{uuid.uuid4()}"
+            await conn.fetch(
+                APPEND, stream, "p1", 0, [uuid.uuid4()], ["RunCreated"], ["{}"], ["{}"]
+            )
+            holding.set()
+            await asyncio.sleep(hold_s)
+    finally:
+        await conn.close()
+
+
+async def measured(
+    load: Load, change: Any, hold: tuple[str, float] | None = None
+) -> dict[str, Any]:
     await load.start()
     await asyncio.sleep(1.0)  # the load is on its schedule before the change starts
+    holder = None
+    if hold is not None:
+        holding = asyncio.Event()
+        holder = asyncio.create_task(long_writer(hold[0], hold[1], holding))
+        await holding.wait()
     began = time.monotonic()
     extra = await change()
     seconds = time.monotonic() - began
+    if holder is not None:
+        await holder
     await asyncio.sleep(1.0)
     return {"seconds": round(seconds, 2), **(extra or {}), "load": (await load.finish()).summary()}
 
@@ -266,14 +294,19 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 result["validate"] = {"online": on, "plain_transaction": old}
             if "index" in changes:
+                hold = (url, args.hold_s) if args.hold_s > 0 else None
                 log("index: online")
                 on = await measured(
-                    load, lambda: online(conn, "bench_index.sql", INDEX_ONLINE, rows)
+                    load, lambda: online(conn, "bench_index.sql", INDEX_ONLINE, rows), hold
                 )
                 await conn.execute(f"DROP INDEX {INDEX}")
                 log("index: one plain transaction")
-                old = await measured(load, lambda: plain(conn, INDEX_PLAIN, rows))
-                result["index"] = {"online": on, "plain_transaction": old}
+                old = await measured(load, lambda: plain(conn, INDEX_PLAIN, rows), hold)
+                result["index"] = {
+                    "long_writer_s": args.hold_s,
+                    "online": on,
+                    "plain_transaction": old,
+                }
         finally:
             await conn.close()
     finally:
@@ -296,6 +329,7 @@ def main() -> int:
     parser.add_argument("--changes", default="validate,index")
     parser.add_argument("--rate", type=float, default=50.0, help="operations/s per worker")
     parser.add_argument("--baseline-s", type=float, default=10.0)
+    parser.add_argument("--hold-s", type=float, default=5.0, help="index: long writer's time")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args()
