@@ -17,8 +17,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from awooop.core.errors import OnlineMigrationBlockedError
 from awooop.core.migrate import MIGRATIONS_DIR, migrate
 from awooop.core.migration_checksums import normalised_checksum, raw_checksum
+from awooop.core.online_migrations import apply_online
+from awooop.core.online_plan import Policy
 from awooop.log import eventlog, queries
 from tests.support.logcapture import capture_context_logs
 from tests.support.waiting import eventually
@@ -321,3 +324,26 @@ async def test_a_failed_online_migration_resumes_after_its_completed_steps(
     assert (started["steps"], started["steps_done"]) == (3, 2)
     assert await db.fetchval("SELECT count(*) FROM online_resume WHERE note = 'x'") == 300
     await assert_recorded_complete(db, name, sql)
+
+
+async def test_a_step_that_never_gets_its_lock_stops_with_a_coded_error(
+    db: asyncpg.Connection, database_url: str
+) -> None:
+    await db.execute("CREATE TABLE online_blocked (id int)")
+    holder = await asyncpg.connect(database_url)
+    migrator = await asyncpg.connect(database_url)
+    sql = "-- awooop: online\nALTER TABLE online_blocked ADD COLUMN note text;\n"
+    try:
+        await holder.execute("BEGIN; LOCK TABLE online_blocked IN ACCESS SHARE MODE")
+        with pytest.raises(OnlineMigrationBlockedError) as info:
+            await apply_online(migrator, "9004_blocked.sql", sql, Policy(attempts=2))
+    finally:
+        await holder.close()
+        await migrator.close()
+    assert info.value.code == "E-MIGRATE-006"
+    assert "step 1" in info.value.message and "2 attempts" in info.value.message
+    assert await db.fetchval(STEPS_LEFT, "9004_blocked.sql") == 0
+    assert not await db.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'online_blocked'::regclass "
+        "AND attname = 'note')"
+    )
