@@ -66,6 +66,12 @@ class MigrationPhaseError(AwoooPError):
     (`awooop migrate --check` names them)."""
 
     code = "E-MIGRATE-004"
+class OnlineMigrationBlockedError(AwoooPError):
+    """A step of an online migration could not take its locks within lock_timeout, however
+    often it was retried: a long transaction holds them. What completed stays done; running
+    `awooop migrate` again continues from the step that failed."""
+
+    code = "E-MIGRATE-006"
 
 
 class DatabaseUnavailableError(AwoooPError):

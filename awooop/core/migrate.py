@@ -4,7 +4,9 @@
 - a session advisory lock makes concurrent migrators take turns: the second one finds
   everything applied and does nothing;
 - each file runs in its own transaction together with its record in
-  ``awooop_schema_migrations`` (name, raw and normalised checksums, applied_at);
+  ``awooop_schema_migrations`` (name, raw and normalised checksums, applied_at), but an
+  online migration (marked ``-- awooop: online`` at its top) runs as short steps and is then
+  recorded (awooop/core/online_plan.py);
 - an applied file whose recorded checksum is not that of a released version of it
   (awooop/core/migration_checksums.py) stops everything with E-MIGRATE-001;
 - nothing pending means no DDL at all, so a role without schema rights (what the runtime's
@@ -17,6 +19,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Mapping
@@ -39,6 +42,8 @@ from awooop.core.migration_checksums import (
     unreleased_message,
 )
 from awooop.core.migration_phases import Plan, Step, plan, step_of
+from awooop.core.online_migrations import apply_online, forget_steps
+from awooop.core.online_plan import is_online
 from awooop.core.pools import connect
 from awooop.core.processes import live_processes
 from awooop.core.retries import CONNECTION_ERRORS
@@ -49,6 +54,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 FILE_PATTERN = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 LOCK_KEY = 0x61776F6F6F70  # "awooop": one key for every migrator of this database
+LOCK_POLL_S = 0.2
 
 CREATE_TABLE = """
 CREATE TABLE IF NOT EXISTS awooop_schema_migrations (
@@ -175,7 +181,12 @@ async def migrate_in_phases(
     await ensure_database(url)
     conn = await connect(url)
     try:
-        await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
+        # Polled, not waited for inside a statement: a migrator waiting in one holds a snapshot,
+        # which an online migration's CREATE INDEX CONCURRENTLY would wait for in turn.
+        while True:
+            if await conn.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_KEY):
+                break
+            await asyncio.sleep(LOCK_POLL_S)
         try:
             if not await conn.fetchval(TABLE_EXISTS):
                 await conn.execute(CREATE_TABLE)
@@ -235,8 +246,14 @@ async def _apply(conn: Connection, pending: list[Migration]) -> list[str]:
     for m in pending:
         if not done and not await conn.fetchval(NORMALISED_EXISTS):
             await conn.execute(ADD_NORMALISED)
+        online = is_online(m.sql)
+        if online:  # short steps of their own, before the record (online_migrations.py)
+            await apply_online(conn, m.name, m.sql)
         async with conn.transaction():
-            await conn.execute(m.sql)
+            if online:
+                await forget_steps(conn, m.name)
+            else:
+                await conn.execute(m.sql)
             await conn.execute(INSERT_APPLIED, m.name, raw_checksum(m.sql), m.checksum)
         log.info("migration_applied", migration=m.name)
         done.append(m.name)
