@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -38,9 +37,9 @@ import pytest
 from awooop.core.db import Database
 from awooop.demo.processes import Processes
 from tests.support import releases
-from tests.support.databases import drop_database, with_database
 from tests.support.fleet import Fleet, Load, Member, command, tickets
 from tests.support.runs import all_histories, check_single_holder
+from tests.support.services import private_postgres
 from tests.support.waiting import eventually
 
 PROJECT = "upgrade"
@@ -55,7 +54,11 @@ ACTOR = "upgrade-test"
 ENV = {
     "AWOOOP_LLM_URL": "local:",
     "AWOOOP_SHUTDOWN_GRACE_S": "10",
-    "AWOOOP_HTTP_DB_POOL_SIZE": "4",
+    # Small pools: seven processes at the peak of a roll, on a 2-core machine.
+    "AWOOOP_HTTP_DB_POOL_SIZE": "3",
+    "AWOOOP_DB_POOL_SIZE": "2",
+    "AWOOOP_WORKER_CONCURRENCY": "8",
+    "AWOOOP_POINTER_CHECK_CONNECTIONS": "1",
     "AWOOOP_LOG_LEVEL": "info",  # the handler's side effect is its "acting" line
     "PYTHONPATH": "",  # each build imports its own tree
 }
@@ -91,16 +94,6 @@ class Clock:
     def report(self) -> str:
         total = time.monotonic() - self.start
         return f"{total:.1f} s: " + ", ".join(f"{k} {v}" for k, v in self.phases.items())
-
-
-@asynccontextmanager
-async def fresh_database(pg_server_url: str) -> AsyncIterator[str]:
-    """The URL of a database that does not exist yet (``awooop migrate`` creates it)."""
-    name = f"awooop_upgrade_{uuid.uuid4().hex[:12]}"
-    try:
-        yield with_database(pg_server_url, name)
-    finally:
-        await drop_database(pg_server_url, name)
 
 
 async def cli(build: Processes, *args: str) -> str:
@@ -236,13 +229,17 @@ class Upgrade:
 @pytest.mark.upgrade
 @pytest.mark.timeout(900)
 async def test_fleet_rolls_to_this_release_under_load_and_back(
-    pg_server_url: str, redis_server_url: str, redis_prefix: str, tmp_path: Path
+    redis_server_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
     clock = Clock()
     old = await asyncio.to_thread(releases.previous_release)
     clock.lap("install")
     approvals_file = tmp_path / "approvals.jsonl"
-    async with fresh_database(pg_server_url) as url:
+    # A private Postgres server: seven processes at the peak of a roll, and their connections
+    # must not compete with the rest of the suite's (a refused connection is a 503 here).
+    with private_postgres() as pg:
+        clock.lap("postgres")
+        url = pg.url.rsplit("/", 1)[0] + "/upgrade"  # created by the old `awooop migrate`
         env = {
             **ENV,
             "AWOOOP_DATABASE_URL": url,

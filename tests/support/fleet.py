@@ -254,9 +254,11 @@ class Fleet:
         return [e for m in self.everyone if command(m.role) == "worker" for e in m.events()]
 
     def errors(self) -> list[str]:
-        """Log lines at level error or above, from every process, with the process's name."""
+        """Log lines at level error or above, from every process: its name, the event, the
+        loop and the exception's last line."""
         return [
-            f"{m.name}: {json.dumps(e)[:600]}"
+            f"{m.name}: {e.get('event')} {e.get('loop') or ''} "
+            f"{(e.get('exception') or e.get('error') or '').strip().splitlines()[-1:]}"
             for m in self.everyone
             for e in m.events()
             if e.get("level") in ("error", "critical")
