@@ -63,6 +63,7 @@ ENV = {
     "PYTHONPATH": "",  # each build imports its own tree
 }
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+FLOOR = "SELECT oldest_release FROM awooop_schema_floor"
 SCHEMA_ROWS = "SELECT name, checksum, applied_at FROM awooop_schema_migrations ORDER BY name"
 CLAIMS_BY = (
     "SELECT count(*) FROM awooop_events WHERE event_type = 'RunClaimed' AND data->>'worker_id' = $1"
@@ -267,6 +268,12 @@ async def test_fleet_rolls_to_this_release_under_load_and_back(
                 asked_on_old = await up.ask_approvals()
                 clock.lap(f"load on {old.short}")
                 migrated = await cli(builds[HEAD], "migrate")
+                floor = await conn.fetchval(FLOOR)
+                assert floor <= old.newest_migration, (
+                    f"this release's migrations raise the schema floor to {floor}, above "
+                    f"release {old.short} ({old.newest_migration}): its processes may not run "
+                    "on the new schema, so there is no rolling upgrade from it and no way back"
+                )
                 clock.lap("HEAD migrate")
                 await up.roll_all(HEAD)
                 clock.lap("roll to HEAD")
@@ -295,7 +302,8 @@ async def test_fleet_rolls_to_this_release_under_load_and_back(
             await conn.close()
     assert {k: v for k, v in fleet.exit_codes.items() if v != 0} == {}
     print(
-        f"release {old.short} -> HEAD -> {old.short}: {len(load.accepted)} runs accepted, "
+        f"release {old.short} -> HEAD -> {old.short}: {len(load.accepted)} runs accepted "
+        f"({len(load.accepted) / load.seconds:.1f}/s over {load.seconds:.0f} s of load), "
         f"{dict(load.statuses)}, by serve {dict(load.rotation.answered)}; "
         f"HEAD migrate: {migrated.strip()}; errors logged: {fleet.errors()[:10]}; {clock.report()}"
     )

@@ -122,6 +122,7 @@ class Load:
     accepted: dict[str, str] = field(default_factory=dict)  # idempotency key -> run id
     failures: list[str] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
+    seconds: float = 0.0  # how long it delivered, in all
     http: httpx.AsyncClient = field(
         default_factory=lambda: httpx.AsyncClient(
             timeout=30, limits=httpx.Limits(max_keepalive_connections=0)
@@ -156,7 +157,8 @@ class Load:
     async def run(self, stop: asyncio.Event) -> None:
         """Deliver at the rate until ``stop``; then wait for every answer."""
         sending: set[asyncio.Task[str | None]] = set()
-        start, sent = time.monotonic(), 0
+        began = start = time.monotonic()
+        sent = 0
         while not stop.is_set():
             task = asyncio.create_task(self.submit({"text": f"load {len(self.accepted)}"}))
             sending.add(task)
@@ -168,6 +170,7 @@ class Load:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(0.0, -behind))
         await asyncio.gather(*sending)
+        self.seconds += time.monotonic() - began
 
     async def close(self) -> None:
         await self.http.aclose()

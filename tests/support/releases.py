@@ -83,7 +83,8 @@ def build(commit: str, newest_migration: str) -> Release:
     folder = cache_root() / f"{commit}-py{sys.version_info.major}{sys.version_info.minor}"
     release = Release(commit, newest_migration, folder / "src", folder / "venv" / "bin" / "python")
     with _locked(folder.with_name(folder.name + ".lock")):
-        if not (folder / READY).exists():
+        # A build is kept while its interpreter is there (a venv links to the base one).
+        if not ((folder / READY).exists() and release.python.exists()):
             shutil.rmtree(folder, ignore_errors=True)
             _extract(commit, release.source)
             _install(release)
