@@ -15,8 +15,8 @@ way, without its migrations (``awooop migrate`` of that release finds nothing to
 Held after each direction: no ingest request failed (every 5xx and connection error counts);
 every accepted delivery has exactly one run and every run completed exactly once, no step
 journaled twice, the handler's side effect done once per run, no run held by two workers; the
-approvals across the boundary completed; ``awooop replay run_state --verify`` is clean; every
-replaced process exited 0.
+approvals across the boundary completed; ``awooop replay --verify`` is clean for run state and
+for the projector's read models; every replaced process exited 0.
 """
 
 from __future__ import annotations
@@ -79,6 +79,8 @@ STEPS = (
     "SELECT stream_id, data->>'step' AS step, count(*) AS n FROM awooop_events "
     "WHERE event_type = 'StepCompleted' GROUP BY 1, 2"
 )
+# The read models the projector keeps: equal to their rebuild from the log once it caught up.
+PROJECTIONS = ("run_state_view", "run_timeline")
 HANDLER_STEPS = {"parse", "summarise", "act"}  # and "approval:act" where it asked for one
 
 
@@ -227,6 +229,24 @@ class Upgrade:
         ), approved_by
 
 
+async def replays_clean(build: Processes) -> None:
+    """``replay --verify`` of run state, and of each projection once its projector has caught
+    up with the log (a projector that fails on the schema never does)."""
+    await cli(build, "replay", "run_state", "--verify")
+    for projection in PROJECTIONS:
+        last: list[str] = []
+
+        async def verified(projection: str = projection, last: list[str] = last) -> bool:
+            code, out, err = await build.run("replay", projection, "--verify")
+            last[:] = [out[-1500:], err[-1500:]]
+            return code == 0
+
+        try:
+            await eventually(verified, what=f"{projection} verified", timeout_s=90, interval_s=1)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {last}") from None
+
+
 @pytest.mark.upgrade
 @pytest.mark.timeout(900)
 async def test_fleet_rolls_to_this_release_under_load_and_back(
@@ -280,7 +300,7 @@ async def test_fleet_rolls_to_this_release_under_load_and_back(
                 await up.approve(HEAD, asked_on_old)
                 await up.more_runs(40)
             await up.check_runs(asked_on_old)
-            print(await cli(builds[HEAD], "replay", "run_state", "--verify"))
+            await replays_clean(builds[HEAD])
             clock.lap("HEAD checks")
 
             schema = await conn.fetch(SCHEMA_ROWS)
@@ -293,7 +313,7 @@ async def test_fleet_rolls_to_this_release_under_load_and_back(
                 await up.approve(old.short, asked_on_head)
                 await up.more_runs(40)
             await up.check_runs([*asked_on_old, *asked_on_head])
-            print(await cli(builds[old.short], "replay", "run_state", "--verify"))
+            await replays_clean(builds[old.short])
             clock.lap(f"{old.short} checks")
         finally:
             await fleet.stop_all()
