@@ -70,10 +70,11 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             port = settings.http_port if args.port is None else args.port
             sock = listen_socket(settings.http_host, port, reuse_port=False)
             tasks = [asyncio.create_task(server.serve(sockets=[sock]), name="http")]
+            loops = all_loops(services)
             tasks.append(
                 asyncio.create_task(
                     run_loops(
-                        all_loops(services),
+                        loops,
                         stop,
                         projects=project_source(services.db),
                         grace_s=settings.shutdown_grace_s,
@@ -94,7 +95,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 tasks.append(asyncio.create_task(parts.run(stop), name=f"worker-{n}"))
             print(
                 f"up: http://{settings.http_host}:{sock.getsockname()[1]} with "
-                f"{args.workers} worker(s) and {len(all_loops(services))} loop(s)",
+                f"{args.workers} worker(s) and {len(loops)} loop(s)",
                 flush=True,
             )
             await _until_stopped_or_failed(stop, tasks)

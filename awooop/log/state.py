@@ -20,7 +20,13 @@ from typing import Any
 
 import msgspec
 
-from awooop.core.errors import IllegalTransitionError, LeaseLostError
+from awooop.core.errors import (
+    ApprovalExpiredError,
+    ApprovalRejectedError,
+    IllegalTransitionError,
+    LeaseLostError,
+    MaxAttemptsExceededError,
+)
 from awooop.core.events import (
     ApprovalExpired,
     ApprovalGranted,
@@ -58,10 +64,10 @@ TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED
 DISPATCHABLE = frozenset({RunStatus.PENDING, RunStatus.RESUMED})
 LEASED = frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL})
 
-APPROVAL_EXPIRED_CODE = "E-APPROVAL-002"
-APPROVAL_REJECTED_CODE = "E-APPROVAL-004"
+APPROVAL_EXPIRED_CODE = ApprovalExpiredError.code
+APPROVAL_REJECTED_CODE = ApprovalRejectedError.code
 MAX_ATTEMPTS_REASON = "Max retry attempts exceeded"
-MAX_ATTEMPTS_CODE = "E-RUN-004"
+MAX_ATTEMPTS_CODE = MaxAttemptsExceededError.code
 
 # Which event types each state accepts (None: no run yet). Anything else is E-RUN-001.
 TRANSITIONS: dict[RunStatus | None, frozenset[str]] = {

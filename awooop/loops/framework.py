@@ -80,6 +80,9 @@ class LoopSpec:
     # How long one healthy iteration may run: a projector's consumer window. 0 for bodies that
     # do one pass and return.
     iteration_s: float = 0.0
+    # What the loop holds between iterations (the relay's connection and lease), released by
+    # run_loop when the loop ends: building a spec opens and registers nothing.
+    close: Callable[[], Awaitable[None]] | None = None
 
     @property
     def cycle_s(self) -> float:
@@ -254,6 +257,8 @@ async def run_loop(
                     )
     finally:
         waker.cancel()
+        if spec.close is not None:
+            await spec.close()
     log.info("loop_stopped", loop=spec.name, project_id=ctx.project_id)
 
 

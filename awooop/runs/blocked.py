@@ -41,9 +41,10 @@ from typing import Any
 
 import msgspec
 
+from awooop.core.errors import DeliveryLimitError
 from awooop.log.state import MAX_ATTEMPTS_CODE, RunStatus
 
-DELIVERY_LIMIT_CODE = "E-RUN-005"  # DeliveryLimitError: the worker dead-lettered the message
+DELIVERY_LIMIT_CODE = DeliveryLimitError.code  # the worker dead-lettered the message
 DEAD_LETTER_CODES = frozenset({MAX_ATTEMPTS_CODE, DELIVERY_LIMIT_CODE})
 
 

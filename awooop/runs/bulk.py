@@ -57,7 +57,12 @@ import msgspec
 
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection, Database
-from awooop.core.errors import AwoooPError, InvalidInputError, OperationNotFoundError
+from awooop.core.errors import (
+    AwoooPError,
+    InvalidInputError,
+    OperationNotFoundError,
+    StatementRefusedError,
+)
 from awooop.core.events import Event, RunCancelled, RunRetried
 from awooop.core.retries import CONNECTION_ERRORS, RETRYABLE_PG_ERRORS
 from awooop.log.state import TERMINAL, RunState, RunStatus, apply, row_to_state
@@ -330,7 +335,13 @@ async def _write(
         except TRANSIENT:
             raise
         except asyncpg.PostgresError as exc:
-            errors.append({"run_id": str(state.run_id), "code": "E-DB", "message": str(exc)[:300]})
+            errors.append(
+                {
+                    "run_id": str(state.run_id),
+                    "code": StatementRefusedError.code,
+                    "message": str(exc)[:300],
+                }
+            )
     return written, errors
 
 
