@@ -64,8 +64,8 @@ from awooop.core.events import (  # noqa: E402
 from awooop.core.logs import configure_logging  # noqa: E402
 from awooop.core.migrate import migrate  # noqa: E402
 from awooop.ingest import credentials  # noqa: E402
-from awooop.log import eventlog  # noqa: E402
-from awooop.runs import blocked_facts, listing, store  # noqa: E402
+from awooop.log import eventlog, run_reads  # noqa: E402
+from awooop.runs import blocked_facts, listing  # noqa: E402
 from awooop.runs.blocked import Reason  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -226,7 +226,7 @@ async def plans_as(conn: Any, long_run: uuid.UUID) -> dict[str, str]:
     sql, names = listing.count_statement(f)
     given = listing.values(f, None, 0)
     found["bulk preview count (retry)"] = await explain(conn, sql, [given[n] for n in names])
-    found["run page: the run"] = await explain(conn, store.SELECT_RUN, [long_run])
+    found["run page: the run"] = await explain(conn, run_reads.GET, [long_run])
     found["run page: its 200 events"] = await explain(
         conn, eventlog.READ_STREAM, [f"run-{long_run}", 0]
     )

@@ -24,9 +24,9 @@ import asyncpg
 from awooop.core.db import Connection, Database
 from awooop.core.pools import SET_TENANT
 from awooop.ingest import tenants
-from awooop.log import eventlog
+from awooop.log import eventlog, run_reads
 from awooop.revisions import reads as revision_reads
-from awooop.runs import approvals, blocked_facts, bulk, listing, store
+from awooop.runs import approvals, blocked_facts, bulk, listing
 
 P, OTHER = "proj-plans-a", "proj-plans-b"
 RUNS = 30000
@@ -105,7 +105,7 @@ async def request_plans(conn: Connection) -> dict[str, str]:
     given = listing.values(f, None, 0)
     found["bulk preview count"] = await plan(conn, sql, [given[n] for n in names])
     run_id = await conn.fetchval("SELECT run_id FROM awooop_run_state LIMIT 1")
-    found["run page: the run"] = await plan(conn, store.SELECT_RUN, [run_id])
+    found["run page: the run"] = await plan(conn, run_reads.GET, [run_id])
     found["run page: its events"] = await plan(conn, eventlog.READ_STREAM, [f"run-{run_id}", 0])
     found["run page: approvals"] = await plan(conn, listing.APPROVALS, [run_id])
     return found
@@ -163,7 +163,7 @@ async def producer_plans(conn: Connection) -> dict[str, str]:
     assert run_id is not None
     return {
         "list": await plan(conn, sql, [given[n] for n in names]),
-        "the run": await plan(conn, store.SELECT_RUN, [run_id]),
+        "the run": await plan(conn, run_reads.GET, [run_id]),
         "its events": await plan(conn, eventlog.READ_STREAM, [f"run-{run_id}", 0]),
     }
 
@@ -201,8 +201,8 @@ def management_statements(run_id: uuid.UUID) -> dict[str, tuple[str, list[Any]]]
     arguments of the right types (values that match nothing change no plan)."""
     some = uuid.uuid4()
     return {
-        "run: load": (store.SELECT_RUN, [run_id]),
-        "run: lock": (store.LOCK_RUN, [run_id]),
+        "run: load": (run_reads.GET, [run_id]),
+        "run: lock": (run_reads.LOCK, [run_id]),
         "run: its events": (eventlog.READ_STREAM, [f"run-{run_id}", 0]),
         "run: approvals": (listing.APPROVALS, [run_id]),
         "approve/reject: the approval by token": (approvals.LOCK_BY_HASH, ["0" * 64]),
