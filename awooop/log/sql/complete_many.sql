@@ -13,10 +13,10 @@ WITH wanted AS (
 ), asked AS (
     -- Every row asked for, locked through the primary key (run_id order, as
     -- run_lock_many.sql); the fence is checked in ``locked`` on the version the lock returns
-    -- (the newest, after a wait). With the fence in this WHERE, the planner took the status index on statistics
-    -- that saw no RUNNING row in a large table, and walked every entry the index's RUNNING part
-    -- had gathered since the table's last vacuum: 640 pages a completion at 50M events
-    -- (ops/bench/growth.py), against 3 through the key.
+    -- (the newest, after a wait). With the fence in this WHERE, the planner took the status
+    -- index on statistics that saw no RUNNING row in a large table, and walked every entry the
+    -- index's RUNNING part had gathered since the table's last vacuum: 640 pages a completion
+    -- at 50M events (ops/bench/growth.py), against 3 through the key.
     SELECT r.run_id, r.version, r.status, r.worker_id, r.attempt_count, r.lease_until
     FROM awooop_run_state AS r
     WHERE r.run_id = ANY($1::uuid[])
