@@ -234,7 +234,7 @@ def test_split_range_covers_every_stream_exactly_once() -> None:
         ranges = split_range(low, high, parts)
         assert ranges[0][0] == low and ranges[-1][1] == high
         assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
-        for stream in (f"run-{uuid.uuid4()}" for _ in range(50)):
+        for stream in (run_stream_id(uuid.uuid4()) for _ in range(50)):
             assert sum(1 for lo, hi in ranges if lo <= stream < hi) == 1
     assert len(split_range(low, high, 40)) == 16
 
@@ -242,7 +242,7 @@ def test_split_range_covers_every_stream_exactly_once() -> None:
 def test_split_range_cuts_time_ordered_run_ids_evenly_by_the_histogram() -> None:
     low, high = stream_range("run-")
     start = 1_790_000_000_000
-    streams = sorted(f"run-{uuid7(start + i * 997)}" for i in range(4000))
+    streams = sorted(run_stream_id(uuid7(start + i * 997)) for i in range(4000))
     # Without a histogram the hex cuts put every time-ordered id in one part.
     hex_parts = split_range(low, high, 4)
     assert max(sum(lo <= s < hi for s in streams) for lo, hi in hex_parts) == len(streams)

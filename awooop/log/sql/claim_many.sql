@@ -27,7 +27,7 @@ WITH wanted AS (
       AND (lease_until IS NULL OR lease_until < now())
       AND suspect_worker_id IS NULL  -- a suspect runs alone: only the isolated claim takes it
 ), moves AS (
-    SELECT run_id, 'run-' || run_id AS stream_id, version AS expected FROM locked
+    SELECT run_id, {{run_stream_id}} AS stream_id, version AS expected FROM locked
 ), heads AS (
     {{stream_heads}}
 ), claimed AS (

@@ -29,7 +29,7 @@ WITH wanted AS (
       AND a.attempt_count = w.attempt
       AND a.lease_until > now()
 ), moves AS (
-    SELECT run_id, 'run-' || run_id AS stream_id, version AS expected FROM locked
+    SELECT run_id, {{run_stream_id}} AS stream_id, version AS expected FROM locked
 ), heads AS (
     {{stream_heads}}
 ), written AS (
