@@ -4,7 +4,7 @@
 -- stream-head rule (_stream_heads.sql); a run whose stream a NEWER transaction wrote is left
 -- alone (``conflict``: claiming it would put its event before an earlier version in the
 -- relay's order) and is retried by the caller.
--- ``claimed`` mirrors state.apply(state, RunClaimed): RUNNING, the next attempt, worker_id,
+-- ``written`` mirrors state.apply(state, RunClaimed): RUNNING, the next attempt, worker_id,
 -- lease_until = now() + TTL, heartbeat_at = updated_at = now(), version + 1 (WRITERS.md names
 -- the tests that hold the two equal). The runs not claimed come back as the statement's
 -- snapshot saw them (no lock), for leases.availability().
@@ -30,7 +30,7 @@ WITH wanted AS (
     SELECT run_id, {{run_stream_id}} AS stream_id, version AS expected FROM locked
 ), heads AS (
     {{stream_heads}}
-), claimed AS (
+), written AS (
     UPDATE awooop_run_state AS r
     SET status = 'RUNNING', attempt_count = r.attempt_count + 1, worker_id = $3,
         lease_until = now() + make_interval(secs => $4), heartbeat_at = now(),
@@ -46,14 +46,7 @@ WITH wanted AS (
                               'worker_id', c.worker_id, 'attempt', c.attempt_count,
                               'lease_until', c.lease_until),
            coalesce(w.metadata, '{}')::jsonb
-    FROM claimed AS c JOIN wanted AS w USING (run_id)
+    FROM written AS c JOIN wanted AS w USING (run_id)
     ORDER BY c.run_id
 )
-SELECT {{run_columns}},
-       true AS written, false AS conflict, now() AS db_now
-FROM claimed
-UNION ALL
-SELECT {{run_columns}},
-       false, run_id IN (SELECT run_id FROM locked), now()
-FROM awooop_run_state
-WHERE run_id = ANY($1::uuid[]) AND run_id NOT IN (SELECT run_id FROM heads)
+{{batch_answer}}

@@ -51,11 +51,4 @@ WITH wanted AS (
     FROM written AS x JOIN wanted AS w USING (run_id)
     ORDER BY x.run_id
 )
-SELECT {{run_columns}},
-       true AS written, false AS conflict, now() AS db_now
-FROM written
-UNION ALL
-SELECT {{run_columns}},
-       false, run_id IN (SELECT run_id FROM locked), now()
-FROM awooop_run_state
-WHERE run_id = ANY($1::uuid[]) AND run_id NOT IN (SELECT run_id FROM heads)
+{{batch_answer}}
