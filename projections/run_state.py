@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from awooop.core.db import Connection
-from awooop.core.events import RUN_EVENT_TYPES
+from awooop.core.events import RUN_EVENT_TYPES, RUN_STREAM_PREFIX, run_stream_id
 from awooop.log.state import (
     COLUMNS,
     LEASED,
@@ -38,12 +38,12 @@ from projections.base import (
     LogEvent,
     TableNames,
     TableSpec,
-    as_uuid,
     check_consecutive,
     lagging_sql,
+    run_of,
 )
 
-PREFIX = "run-"
+PREFIX = RUN_STREAM_PREFIX
 RUN_TYPES = frozenset(t.__name__ for t in RUN_EVENT_TYPES)
 CLOCK_COLUMNS = ("lease_until", "heartbeat_at")
 _LEASED_SQL = ", ".join(f"'{s}'" for s in sorted(LEASED))
@@ -164,23 +164,23 @@ class RunStateProjection:
         self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
     ) -> dict[str, int]:
         rows = await conn.fetch(
-            _select_versions(names[self.table]), [as_uuid(s, PREFIX) for s in stream_ids]
+            _select_versions(names[self.table]), [run_of(s) for s in stream_ids]
         )
-        return {PREFIX + str(r["run_id"]): r["version"] for r in rows}
+        return {run_stream_id(r["run_id"]): r["version"] for r in rows}
 
     async def apply(
         self, conn: Connection, names: TableNames, events: Mapping[str, Sequence[LogEvent]]
     ) -> None:
         if not events:
             return
-        run_ids = [as_uuid(s, PREFIX) for s in events]
+        run_ids = [run_of(s) for s in events]
         rows = await conn.fetch(_select_states(names[self.table]), run_ids)
         current: dict[uuid.UUID, RunState] = {r["run_id"]: row_to_state(r) for r in rows}
         changes: list[tuple[RunState | None, RunState]] = []
         for stream_id, stream_events in events.items():
             if not stream_events:
                 continue
-            old = current.get(as_uuid(stream_id, PREFIX))
+            old = current.get(run_of(stream_id))
             changes.append((old, fold_run(old, stream_events)))
         await conn.executemany(
             _upsert(names[self.table]), [state_values(new) for _, new in changes]

@@ -105,30 +105,6 @@ SELECT (SELECT c.dedupe_ttl_s FROM awooop_channels c
            AND a.contract_id = $3) AS contract_max_attempts
 """
 
-# The existing row of each key $3 of project $1 and channel $2 that decides it now: the newest
-# in the current or next dedupe window, or one not expired in an older window back to the TTL
-# $4 (the same probe ends awooop/log/sql/ingest_new.sql; migrations/0112_partitioned_dedupe.sql
-# says why a key has rows in two windows). One backward probe of the primary key per key,
-# pruned to the TTL's windows. LIMIT 1 keeps the lateral subquery from being flattened into a
-# join that the planner, on stale statistics (a table that grew since its last ANALYZE),
-# turns into a scan of the whole project and channel filtered by the keys: O(table) per
-# delivery, O(table x batch) per batch. tests/integration/test_ingest_store.py checks the pages
-# touched.
-LOOKUP_DEDUPE = """
-SELECT d.provider_event_id, d.run_id, d.expires_at <= now() AS expired
-FROM unnest($3::text[]) AS k(provider_event_id)
-CROSS JOIN LATERAL (
-    SELECT e.provider_event_id, e.run_id, e.expires_at
-    FROM awooop_channel_event_dedupe e
-    WHERE e.project_id = $1 AND e.channel_type = $2 AND e.provider_event_id = k.provider_event_id
-      AND e.window_start >= awooop_dedupe_window(now() - make_interval(secs => $4::float8))
-      AND e.window_start <= awooop_dedupe_window(now()) + interval '7 days'
-      AND (e.window_start >= awooop_dedupe_window(now()) OR e.expires_at > now())
-    ORDER BY e.window_start DESC
-    LIMIT 1
-) AS d
-"""
-
 # An expired key's rows in the windows a new claim needs (the current and the next one): rows in
 # older windows no longer decide anything once expired, and go with their partition.
 DELETE_EXPIRED_KEYS = """
@@ -282,8 +258,8 @@ async def ingest(
         expired = _sort_rows([r for r in rows if not r["orphan"]], created, existing)
         unseen = [k for k in pending if k not in created and k not in existing and k not in expired]
         if unseen:  # committed by a concurrent delivery after this statement's snapshot
-            lookup = await conn.fetch(
-                LOOKUP_DEDUPE, project_id, channel_type, unseen, config.dedupe_ttl_s
+            lookup = await log_ingest.look_up(
+                conn, project_id, channel_type, unseen, config.dedupe_ttl_s
             )
             expired |= _sort_rows(lookup, created, existing)
         if expired:

@@ -21,6 +21,7 @@ from awooop.log import queries
 from awooop.log.state import apply
 
 INSERT_NEW = queries.load("ingest_new")
+LOOKUP_DEDUPE = queries.load("dedupe_lookup")
 # Stands in for the clock while Python builds rows; the statement replaces it with now().
 CLOCK_PLACEHOLDER = datetime(1970, 1, 1, tzinfo=UTC)
 CLOCK_COLUMNS = frozenset({"created_at", "updated_at"})  # what apply(None, RunCreated) stamps
@@ -39,8 +40,8 @@ def arguments(
         project_id,
         channel_type,
         [r.provider_event_id for r in runs],
+        dedupe_ttl_s,  # $4, as in the dedupe probe both statements ask (_dedupe_probe.sql)
         [r.run_id for r in runs],
-        dedupe_ttl_s,
         [run_stream_id(r.run_id) for r in runs],
         [uuid.uuid4() for _ in runs],
         [encode_event(r).decode() for r in runs],
@@ -77,3 +78,12 @@ async def insert_new(
         Guard(guard["tenant"] or None, guard["isolation"], bool(guard["bound"])),
         [r for r in rows if r["provider_event_id"] is not None],
     )
+
+
+async def look_up(
+    conn: Connection, project_id: str, channel_type: str, keys: list[str], dedupe_ttl_s: float
+) -> list[Any]:
+    """The dedupe row that decides each of ``keys`` now (``dedupe_lookup.sql``), for keys a
+    concurrent delivery committed after :func:`insert_new`'s snapshot: ``provider_event_id``,
+    ``run_id`` and ``expired``."""
+    return list(await conn.fetch(LOOKUP_DEDUPE, project_id, channel_type, keys, dedupe_ttl_s))

@@ -34,6 +34,7 @@ from awooop.core.errors import (
     InvalidInputError,
 )
 from awooop.core.events import ApprovalExpired, ApprovalGranted, ApprovalRejected, ApprovalRequested
+from awooop.log import run_reads
 from awooop.log.state import RunState
 from awooop.runs import store
 from awooop.runs.leases import fenced_record
@@ -63,19 +64,6 @@ SELECT decision, actor, used_at FROM awooop_approvals
 WHERE run_id = $1 AND name = $2
 ORDER BY requested_at DESC
 LIMIT 1
-"""
-
-# Runs whose approval expired, oldest first, through the partial index on WAITING_APPROVAL.
-DUE = """
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
-FROM awooop_run_state
-WHERE status = 'WAITING_APPROVAL' AND approval_expires_at <= now()
-ORDER BY approval_expires_at
-LIMIT $1
-FOR UPDATE SKIP LOCKED
 """
 
 EXPIRE_TOKENS = """
@@ -229,7 +217,7 @@ async def expire_due(
     conn: Connection, limit: int, metadata: dict[str, Any] | None = None
 ) -> list[RunState]:
     """Fail up to ``limit`` runs whose approval expired (E-APPROVAL-002); platform role."""
-    rows = await conn.fetch(DUE, limit)
+    rows = await conn.fetch(run_reads.LOCK_APPROVAL_DUE, limit)
     failed = []
     for row in rows:
         state = store.row_to_state(row)

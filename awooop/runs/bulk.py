@@ -65,9 +65,9 @@ from awooop.core.errors import (
 )
 from awooop.core.events import Event, RunCancelled, RunRetried
 from awooop.core.retries import CONNECTION_ERRORS, RETRYABLE_PG_ERRORS
+from awooop.log import run_reads
 from awooop.log.state import TERMINAL, RunState, RunStatus, apply, row_to_state
 from awooop.runs import control, listing, store
-from awooop.runs.leases.batch import LOCK_MANY
 
 BATCH = 100
 PREVIEW_SCAN = 100_000
@@ -362,7 +362,7 @@ async def run_batch(
         return _operation(await conn.fetchrow(FINISH, operation_id))
     locked = [
         (row_to_state(r), r["db_now"])
-        for r in await conn.fetch(LOCK_MANY, [c.run_id for c in candidates])
+        for r in await conn.fetch(run_reads.LOCK_MANY, [c.run_id for c in candidates])
     ]
     still = [(s, now) for s, now in locked if matches(f, s)]
     if f.reason is not None and decide is not None and still:

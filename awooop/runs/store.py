@@ -2,8 +2,8 @@
 
 The writes themselves are the log room's (:mod:`awooop.log.runs`: the row is updated to
 exactly ``apply(old, event)`` and the event appended at the row's version, in the caller's
-transaction); this module names them for the run domain and adds the reads and the
-lock-build-write step (:func:`record`) that most writers use.
+transaction); this module names them for the run domain and adds the reads (the log room's
+:mod:`awooop.log.run_reads`) and the lock-build-write step (:func:`record`) that most writers use.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from awooop.core.db import Connection
 from awooop.core.errors import RunNotFoundError
 from awooop.core.events import Event
+from awooop.log import run_reads
 from awooop.log.runs import apply_and_store, apply_and_store_many, create_run
 from awooop.log.state import RunState, row_to_state, state_values
 
@@ -31,32 +32,15 @@ __all__ = (
     "state_values",
 )
 
-# --- SQL (reads; the run row's columns written out, as RunState names them) -----------------
-
-SELECT_RUN = """
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id
-FROM awooop_run_state WHERE run_id = $1
-"""
-LOCK_RUN = """
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
-FROM awooop_run_state WHERE run_id = $1 FOR UPDATE
-"""
-
 
 async def load(conn: Connection, run_id: uuid.UUID) -> RunState | None:
-    row = await conn.fetchrow(SELECT_RUN, run_id)
+    row = await conn.fetchrow(run_reads.GET, run_id)
     return None if row is None else row_to_state(row)
 
 
 async def lock_if_present(conn: Connection, run_id: uuid.UUID) -> tuple[RunState, datetime] | None:
     """Lock the run's row; return its state and the database clock (None: no such run)."""
-    row = await conn.fetchrow(LOCK_RUN, run_id)
+    row = await conn.fetchrow(run_reads.LOCK, run_id)
     return None if row is None else (row_to_state(row), row["db_now"])
 
 

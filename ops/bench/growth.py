@@ -94,6 +94,7 @@ from awooop.core import events as ev  # noqa: E402
 from awooop.core.config import Settings, load_settings  # noqa: E402
 from awooop.core.db import Database  # noqa: E402
 from awooop.core.embedded import PostgresServer  # noqa: E402
+from awooop.core.events import run_stream_id  # noqa: E402
 from awooop.core.logs import configure_logging  # noqa: E402
 from awooop.core.migrate import migrate  # noqa: E402
 from awooop.core.pools import PLATFORM_ROLE, connect  # noqa: E402
@@ -244,7 +245,7 @@ def fast_run(
     completed), its stream head (``last_tx_id`` a placeholder: the COPY's own transaction
     id), its run-state row (COMPLETED) and its dedupe row."""
     run_id = _uuid(rng.getrandbits(128), index)
-    stream = f"run-{run_id}"
+    stream = run_stream_id(run_id)
     project = f"growth-{index % projects}"
     channel = CHANNELS[index % len(CHANNELS)]
     worker = f"worker-{index % 16}"

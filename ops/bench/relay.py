@@ -47,7 +47,7 @@ import redis.asyncio as aioredis
 
 from awooop.core.config import Settings, load_settings
 from awooop.core.db import Database
-from awooop.core.events import RunCreated
+from awooop.core.events import RunCreated, run_stream_id
 from awooop.core.logs import configure_logging
 from awooop.core.migrate import migrate
 from awooop.core.pools import connect
@@ -220,8 +220,8 @@ async def steady_latency(
         while next_at < end:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             run_id, before_commit = await create_run(db, random.choice(PROJECTS))
-            returned[f"run-{run_id}"] = time.time() * 1000
-            committed[f"run-{run_id}"] = before_commit
+            returned[run_stream_id(run_id)] = time.time() * 1000
+            committed[run_stream_id(run_id)] = before_commit
             next_at += interval
 
     counted_from = 0.0
@@ -229,7 +229,7 @@ async def steady_latency(
     read_task = asyncio.create_task(reader())
     try:
         await asyncio.sleep(0.3)
-        warm_up = f"run-{(await create_run(db, PROJECTS[0]))[0]}"  # relay up and leading
+        warm_up = run_stream_id((await create_run(db, PROJECTS[0]))[0])  # relay up and leading
         await until(lambda: warm_up in published, 30)
         workers = 8
         counted_from = time.time() * 1000 + warmup_s * 1000  # client clock, as ``returned``

@@ -60,12 +60,13 @@ from awooop.core.events import (  # noqa: E402
     StepCompleted,
     encode_event,
     event_type,
+    run_stream_id,
 )
 from awooop.core.logs import configure_logging  # noqa: E402
 from awooop.core.migrate import migrate  # noqa: E402
 from awooop.ingest import credentials  # noqa: E402
-from awooop.log import eventlog  # noqa: E402
-from awooop.runs import blocked_facts, listing, store  # noqa: E402
+from awooop.log import eventlog, run_reads  # noqa: E402
+from awooop.runs import blocked_facts, listing  # noqa: E402
 from awooop.runs.blocked import Reason  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -169,7 +170,7 @@ def rows(runs: int, seed: int = 31) -> tuple[io.BytesIO, io.BytesIO, uuid.UUID]:
             ]
         )
         for version, (kind, data) in enumerate(events, 1):
-            event_csv.writerow([uuid.uuid4(), f"run-{run_id}", version, project, kind, data])
+            event_csv.writerow([uuid.uuid4(), run_stream_id(run_id), version, project, kind, data])
     return (
         io.BytesIO(run_out.getvalue().encode()),
         io.BytesIO(event_out.getvalue().encode()),
@@ -226,9 +227,9 @@ async def plans_as(conn: Any, long_run: uuid.UUID) -> dict[str, str]:
     sql, names = listing.count_statement(f)
     given = listing.values(f, None, 0)
     found["bulk preview count (retry)"] = await explain(conn, sql, [given[n] for n in names])
-    found["run page: the run"] = await explain(conn, store.SELECT_RUN, [long_run])
+    found["run page: the run"] = await explain(conn, run_reads.GET, [long_run])
     found["run page: its 200 events"] = await explain(
-        conn, eventlog.READ_STREAM, [f"run-{long_run}", 0]
+        conn, eventlog.READ_STREAM, [run_stream_id(long_run), 0]
     )
     found["run page: approvals"] = await explain(conn, listing.APPROVALS, [long_run])
     return found

@@ -19,6 +19,7 @@ import pytest
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.embedded import free_port
+from awooop.core.events import run_stream_id
 from awooop.core.migrate import migrate
 from tests.support.connections import fit_workers
 from tests.support.handlers import read_effects
@@ -102,8 +103,8 @@ async def test_runs_on_many_worker_processes_each_complete_once(
     ]
     completed = await count_events(db, "RunCompleted")
     claimed = await count_events(db, "RunClaimed")
-    assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * runs
-    assert sorted(claimed[f"run-{r}"] for r in run_ids) == [1] * runs
+    assert sorted(completed[run_stream_id(r)] for r in run_ids) == [1] * runs
+    assert sorted(claimed[run_stream_id(r)] for r in run_ids) == [1] * runs
     lines = read_effects(effects_file)
     begins = Counter(e["run_id"] for e in lines if e["what"] == "begin")
     assert sorted(begins[str(r)] for r in run_ids) == [1] * runs  # each handler ran once
@@ -150,7 +151,7 @@ async def test_kill_9_mid_run_recovers_without_repeating_journaled_steps(
         ("two", 2),
         ("done", 2),
     ]
-    assert (await count_events(db, "RunCompleted"))[f"run-{run_id}"] == 1
+    assert (await count_events(db, "RunCompleted"))[run_stream_id(run_id)] == 1
     check_single_holder(await events_of(db, P, run_id))
 
 
@@ -240,7 +241,7 @@ async def test_sigterm_with_runs_in_flight_loses_none_and_completes_none_twice(
         relay.stop()
     assert sum(released_early.values()) == 6  # handed back before the worker exited
     completed = await count_events(db, "RunCompleted")
-    assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * 12
+    assert sorted(completed[run_stream_id(r)] for r in run_ids) == [1] * 12
     for run_id in run_ids:
         state = await load(db, P, run_id)
         assert state.status == "COMPLETED"

@@ -15,6 +15,7 @@ from awooop.core.config import Settings
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.errors import DeliveryLimitError
+from awooop.core.events import run_stream_id
 from awooop.ingest import credentials
 from awooop.runs import leases
 from tests.support.http import app_client
@@ -96,7 +97,7 @@ async def test_login_list_filter_open_and_retry_with_the_actor(
     async with db.tenant(P) as conn:
         meta = await conn.fetchval(
             "SELECT metadata FROM awooop_events WHERE stream_id = $1 ORDER BY version DESC LIMIT 1",
-            f"run-{failed}",
+            run_stream_id(failed),
         )
     assert meta == {"actor": f"manage-token:{manage_id}", "via": "console"}
 

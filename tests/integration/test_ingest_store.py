@@ -119,7 +119,7 @@ async def test_a_repeat_probes_the_index_per_key_however_stale_the_statistics(
         plans = []
         for sql, args in (
             (log_ingest.INSERT_NEW, arguments),
-            (ingest_store.LOOKUP_DEDUPE, [*arguments[:3], config.dedupe_ttl_s]),
+            (log_ingest.LOOKUP_DEDUPE, arguments[:4]),
         ):
             plan = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args)
             plans.append(_dedupe_pages(plan))  # the connection's json codec decoded it

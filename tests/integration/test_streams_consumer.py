@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
+from awooop.core.events import run_stream_id
 from awooop.log import deadletters
 from streams.consumer import GroupConsumer
 from streams.delivery import Delivery
@@ -35,7 +36,7 @@ def envelope(version: int = 1, stream_id: str | None = None, project: str = "p1"
         event_id=uuid.uuid4(),
         position=version,
         tx_id=1,
-        stream_id=stream_id or f"run-{uuid.uuid4()}",
+        stream_id=stream_id or run_stream_id(uuid.uuid4()),
         version=version,
         project_id=project,
         event_type="RunCreated",
@@ -45,7 +46,7 @@ def envelope(version: int = 1, stream_id: str | None = None, project: str = "p1"
 
 
 async def add(redis: Any, stream: str, count: int, stream_id: str | None = None) -> list[str]:
-    sid = stream_id or f"run-{uuid.uuid4()}"
+    sid = stream_id or run_stream_id(uuid.uuid4())
     ids = []
     for version in range(1, count + 1):
         entry = await redis.xadd(stream, {FIELD: encode(envelope(version, sid))})

@@ -22,11 +22,12 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from awooop.core.db import Connection, Database
+from awooop.core.events import run_stream_id
 from awooop.core.pools import SET_TENANT
 from awooop.ingest import tenants
-from awooop.log import eventlog
+from awooop.log import eventlog, run_reads
 from awooop.revisions import reads as revision_reads
-from awooop.runs import approvals, blocked_facts, bulk, listing, store
+from awooop.runs import approvals, blocked_facts, bulk, listing
 
 P, OTHER = "proj-plans-a", "proj-plans-b"
 RUNS = 30000
@@ -46,7 +47,7 @@ async def backlog(database_url: str) -> None:
             [run_id, project, "api", f"key-{i}", status, 3, 1, 3, "{}", created, created]
         )
         for version, kind in enumerate(("RunCreated", "RunClaimed", "RunFailed"), 1):
-            event_rows.writerow([uuid.uuid4(), f"run-{run_id}", version, project, kind, "{}"])
+            event_rows.writerow([uuid.uuid4(), run_stream_id(run_id), version, project, kind, "{}"])
     conn = await asyncpg.connect(database_url)
     try:
         await conn.copy_to_table(
@@ -105,8 +106,10 @@ async def request_plans(conn: Connection) -> dict[str, str]:
     given = listing.values(f, None, 0)
     found["bulk preview count"] = await plan(conn, sql, [given[n] for n in names])
     run_id = await conn.fetchval("SELECT run_id FROM awooop_run_state LIMIT 1")
-    found["run page: the run"] = await plan(conn, store.SELECT_RUN, [run_id])
-    found["run page: its events"] = await plan(conn, eventlog.READ_STREAM, [f"run-{run_id}", 0])
+    found["run page: the run"] = await plan(conn, run_reads.GET, [run_id])
+    found["run page: its events"] = await plan(
+        conn, eventlog.READ_STREAM, [run_stream_id(run_id), 0]
+    )
     found["run page: approvals"] = await plan(conn, listing.APPROVALS, [run_id])
     return found
 
@@ -163,8 +166,8 @@ async def producer_plans(conn: Connection) -> dict[str, str]:
     assert run_id is not None
     return {
         "list": await plan(conn, sql, [given[n] for n in names]),
-        "the run": await plan(conn, store.SELECT_RUN, [run_id]),
-        "its events": await plan(conn, eventlog.READ_STREAM, [f"run-{run_id}", 0]),
+        "the run": await plan(conn, run_reads.GET, [run_id]),
+        "its events": await plan(conn, eventlog.READ_STREAM, [run_stream_id(run_id), 0]),
     }
 
 
@@ -201,9 +204,9 @@ def management_statements(run_id: uuid.UUID) -> dict[str, tuple[str, list[Any]]]
     arguments of the right types (values that match nothing change no plan)."""
     some = uuid.uuid4()
     return {
-        "run: load": (store.SELECT_RUN, [run_id]),
-        "run: lock": (store.LOCK_RUN, [run_id]),
-        "run: its events": (eventlog.READ_STREAM, [f"run-{run_id}", 0]),
+        "run: load": (run_reads.GET, [run_id]),
+        "run: lock": (run_reads.LOCK, [run_id]),
+        "run: its events": (eventlog.READ_STREAM, [run_stream_id(run_id), 0]),
         "run: approvals": (listing.APPROVALS, [run_id]),
         "approve/reject: the approval by token": (approvals.LOCK_BY_HASH, ["0" * 64]),
         "approve/reject: the latest decision": (approvals.LATEST_DECISION, [run_id, "ship"]),

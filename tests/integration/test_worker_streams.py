@@ -119,7 +119,7 @@ async def test_runs_are_taken_from_the_work_stream_and_acknowledged(
         )
     assert sample("awooop_lease_claims_total", path="stream") == claims + 30
     completed = await count_events(db, "RunCompleted")
-    assert [completed[f"run-{r}"] for r in run_ids] == [1] * 30
+    assert [completed[run_stream_id(r)] for r in run_ids] == [1] * 30
     for shard in keys.shards():  # the consumer left the group after a clean stop
         stream = keys.work_stream(shard)
         if await redis.exists(stream):

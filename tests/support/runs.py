@@ -9,9 +9,9 @@ from typing import Any
 from awooop.core.db import Database
 from awooop.core.events import RunCreated, RunFailed, decode_event, run_stream_id
 from awooop.log import eventlog
+from awooop.log.run_reads import LOCK_MANY
 from awooop.log.state import RunState, row_to_state
 from awooop.runs import store
-from awooop.runs.leases.batch import LOCK_MANY
 
 
 async def create_runs(

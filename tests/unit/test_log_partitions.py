@@ -15,7 +15,7 @@ import pytest
 from awooop.commands.doctor_check import FAIL, OK, WARN
 from awooop.commands.doctor_flow import partition_check
 from awooop.core.errors import ArchiveFileError
-from awooop.core.events import encode_event
+from awooop.core.events import encode_event, run_stream_id
 from awooop.log.partitions import Partition, covered_until, due_for_archive
 from awooop.log.state import RunStatus, apply, encode_state
 from projections import archive
@@ -62,7 +62,7 @@ def test_the_doctor_fails_before_writes_would_be_refused_and_warns_of_a_late_arc
 def test_the_snapshot_fold_continues_a_run_and_names_a_gap() -> None:
     start = created()
     claimed = event_for("RunClaimed", apply(None, start), at=start.at)
-    fold = archive.start_fold("run-" + str(start.run_id), start.project_id, None)
+    fold = archive.start_fold(run_stream_id(start.run_id), start.project_id, None)
     fold.add(1, 10, encode_event(start).decode())
     fold.add(2, 11, encode_event(claimed).decode())
     assert fold.problem is None and fold.state is not None

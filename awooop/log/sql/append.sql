@@ -1,13 +1,13 @@
--- eventlog.append: events at an expected version of one stream (R-30). Moves the stream head
--- only if it is at $3 and was last written by an older transaction (the relay follows the log
--- by transaction id: a newer writer's events must never come before an older one's), then
--- inserts the events; no row back means refused (the caller explains why).
+-- eventlog.append: events at an expected version of one stream (R-30). Creates the stream head,
+-- or moves it only if it is at $3 and was last written by an older transaction
+-- (_older_head.sql), then inserts the events; no row back means refused (the caller explains
+-- why).
 WITH head AS (
     INSERT INTO awooop_event_streams AS s (stream_id, project_id, version, last_tx_id)
     VALUES ($1, $2, $3::int + cardinality($4::uuid[]), pg_current_xact_id())
     ON CONFLICT (stream_id) DO UPDATE
         SET version = EXCLUDED.version, last_tx_id = EXCLUDED.last_tx_id, updated_at = now()
-        WHERE s.version = $3::int AND s.last_tx_id <= EXCLUDED.last_tx_id
+        WHERE s.version = $3::int AND {{older_head}}
     RETURNING s.version
 )
 INSERT INTO awooop_events (event_id, stream_id, version, project_id, event_type, data, metadata)

@@ -1,10 +1,10 @@
 -- batches.claim_many: the claim transaction as one statement (autocommit: one round trip).
--- The run rows are locked first (SKIP LOCKED, in run_id order, through the primary key). ``heads`` moves the stream
--- head of each locked run to the run's next version, only where the head is at the row's
--- version and was last written by an older transaction (append_many.sql's rule); a run whose
--- stream a NEWER transaction wrote is left alone (``conflict``: claiming it would put its event
--- before an earlier version in the relay's order) and is retried by the caller.
--- ``claimed`` mirrors state.apply(state, RunClaimed): RUNNING, the next attempt, worker_id,
+-- The run rows are locked first (SKIP LOCKED, in run_id order, through the primary key).
+-- ``heads`` moves the stream head of each locked run to the run's next version by the
+-- stream-head rule (_stream_heads.sql); a run whose stream a NEWER transaction wrote is left
+-- alone (``conflict``: claiming it would put its event before an earlier version in the
+-- relay's order) and is retried by the caller.
+-- ``written`` mirrors state.apply(state, RunClaimed): RUNNING, the next attempt, worker_id,
 -- lease_until = now() + TTL, heartbeat_at = updated_at = now(), version + 1 (WRITERS.md names
 -- the tests that hold the two equal). The runs not claimed come back as the statement's
 -- snapshot saw them (no lock), for leases.availability().
@@ -26,44 +26,27 @@ WITH wanted AS (
     WHERE status IN ('PENDING', 'RESUMED')
       AND (lease_until IS NULL OR lease_until < now())
       AND suspect_worker_id IS NULL  -- a suspect runs alone: only the isolated claim takes it
+), moves AS (
+    SELECT run_id, {{run_stream_id}} AS stream_id, version AS expected FROM locked
 ), heads AS (
-    UPDATE awooop_event_streams AS s
-    SET version = l.version + 1, last_tx_id = pg_current_xact_id(), updated_at = now()
-    FROM locked AS l
-    WHERE s.stream_id = 'run-' || l.run_id
-      AND s.version = l.version
-      AND s.last_tx_id <= pg_current_xact_id()
-    RETURNING l.run_id
-), claimed AS (
+    {{stream_heads}}
+), written AS (
     UPDATE awooop_run_state AS r
     SET status = 'RUNNING', attempt_count = r.attempt_count + 1, worker_id = $3,
         lease_until = now() + make_interval(secs => $4), heartbeat_at = now(),
         version = r.version + 1, updated_at = now()
     FROM heads AS h
     WHERE r.run_id = h.run_id
-    RETURNING r.*
+    RETURNING r.*, h.stream_id
 ), appended AS (
     INSERT INTO awooop_events
         (event_id, stream_id, version, project_id, event_type, data, metadata)
-    SELECT gen_random_uuid(), 'run-' || c.run_id, c.version, c.project_id, 'RunClaimed',
+    SELECT gen_random_uuid(), c.stream_id, c.version, c.project_id, 'RunClaimed',
            jsonb_build_object('type', 'RunClaimed', 'at', c.updated_at,
                               'worker_id', c.worker_id, 'attempt', c.attempt_count,
                               'lease_until', c.lease_until),
            coalesce(w.metadata, '{}')::jsonb
-    FROM claimed AS c JOIN wanted AS w USING (run_id)
+    FROM written AS c JOIN wanted AS w USING (run_id)
     ORDER BY c.run_id
 )
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id,
-       true AS written, false AS conflict, now() AS db_now
-FROM claimed
-UNION ALL
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id,
-       false, run_id IN (SELECT run_id FROM locked), now()
-FROM awooop_run_state
-WHERE run_id = ANY($1::uuid[]) AND run_id NOT IN (SELECT run_id FROM heads)
+{{batch_answer}}

@@ -1,9 +1,9 @@
 -- batches.complete_many: the fenced RunCompleted as one statement (autocommit: one round trip,
 -- and the transaction id it holds lives for that statement only, so it holds the relay back
--- less). The rows asked for are locked in run_id order (``asked``: the order of leases'
--- LOCK_MANY); the fence is the WHERE clause of ``locked`` (RUNNING, this worker and attempt,
--- lease not expired by the database clock; RunCompleted is allowed only from RUNNING), and
--- ``heads`` is claim_many.sql's.
+-- less). The rows asked for are locked in run_id order (``asked``: the order of
+-- run_lock_many.sql); the fence is the WHERE clause of ``locked`` (RUNNING, this worker and
+-- attempt, lease not expired by the database clock; RunCompleted is allowed only from RUNNING),
+-- and ``heads`` is the stream-head rule (_stream_heads.sql).
 -- ``written`` mirrors state.apply(state, RunCompleted): COMPLETED, the result, lease and waits
 -- cleared, finished_at = updated_at = now(), version + 1 (WRITERS.md names the tests that hold
 -- the two equal). Refused runs come back as the snapshot saw them, to say why.
@@ -11,12 +11,12 @@ WITH wanted AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[])
         AS w(run_id, worker_id, attempt, result, metadata)
 ), asked AS (
-    -- Every row asked for, locked through the primary key (run_id order, as LOCK_MANY); the
-    -- fence is checked in ``locked`` on the version the lock returns (the newest, after a
-    -- wait). With the fence in this WHERE, the planner took the status index on statistics
-    -- that saw no RUNNING row in a large table, and walked every entry the index's RUNNING part
-    -- had gathered since the table's last vacuum: 640 pages a completion at 50M events
-    -- (ops/bench/growth.py), against 3 through the key.
+    -- Every row asked for, locked through the primary key (run_id order, as
+    -- run_lock_many.sql); the fence is checked in ``locked`` on the version the lock returns
+    -- (the newest, after a wait). With the fence in this WHERE, the planner took the status
+    -- index on statistics that saw no RUNNING row in a large table, and walked every entry the
+    -- index's RUNNING part had gathered since the table's last vacuum: 640 pages a completion
+    -- at 50M events (ops/bench/growth.py), against 3 through the key.
     SELECT r.run_id, r.version, r.status, r.worker_id, r.attempt_count, r.lease_until
     FROM awooop_run_state AS r
     WHERE r.run_id = ANY($1::uuid[])
@@ -28,14 +28,10 @@ WITH wanted AS (
       AND a.worker_id = w.worker_id
       AND a.attempt_count = w.attempt
       AND a.lease_until > now()
+), moves AS (
+    SELECT run_id, {{run_stream_id}} AS stream_id, version AS expected FROM locked
 ), heads AS (
-    UPDATE awooop_event_streams AS s
-    SET version = l.version + 1, last_tx_id = pg_current_xact_id(), updated_at = now()
-    FROM locked AS l
-    WHERE s.stream_id = 'run-' || l.run_id
-      AND s.version = l.version
-      AND s.last_tx_id <= pg_current_xact_id()
-    RETURNING l.run_id
+    {{stream_heads}}
 ), written AS (
     UPDATE awooop_run_state AS r
     SET status = 'COMPLETED', result = w.result::jsonb, worker_id = NULL, lease_until = NULL,
@@ -43,11 +39,11 @@ WITH wanted AS (
         approval_expires_at = NULL, version = r.version + 1, updated_at = now()
     FROM heads AS h JOIN wanted AS w USING (run_id)
     WHERE r.run_id = h.run_id
-    RETURNING r.*
+    RETURNING r.*, h.stream_id
 ), appended AS (
     INSERT INTO awooop_events
         (event_id, stream_id, version, project_id, event_type, data, metadata)
-    SELECT gen_random_uuid(), 'run-' || x.run_id, x.version, x.project_id, 'RunCompleted',
+    SELECT gen_random_uuid(), x.stream_id, x.version, x.project_id, 'RunCompleted',
            jsonb_build_object('type', 'RunCompleted', 'at', x.updated_at,
                               'worker_id', w.worker_id, 'attempt', w.attempt,
                               'result', w.result::jsonb),
@@ -55,17 +51,4 @@ WITH wanted AS (
     FROM written AS x JOIN wanted AS w USING (run_id)
     ORDER BY x.run_id
 )
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id,
-       true AS written, false AS conflict, now() AS db_now
-FROM written
-UNION ALL
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id,
-       false, run_id IN (SELECT run_id FROM locked), now()
-FROM awooop_run_state
-WHERE run_id = ANY($1::uuid[]) AND run_id NOT IN (SELECT run_id FROM heads)
+{{batch_answer}}

@@ -16,8 +16,8 @@
 -- or next window, or a live one in an older window), with whether it is past expires_at: one
 -- backward probe of the primary key per key, pruned to the windows the TTL spans (LIMIT 1 keeps
 -- the lateral subquery from being flattened into a join that the planner, on stale
--- statistics, turns into a scan of the whole project and channel;
--- awooop.ingest.store.LOOKUP_DEDUPE is the same probe on its own).
+-- statistics, turns into a scan of the whole project and channel): _dedupe_probe.sql, which
+-- dedupe_lookup.sql asks on its own. $4 is the dedupe TTL in seconds, $5 the run ids.
 --
 -- The guard: the transaction's tenant setting, its isolation and whether the login's binding
 -- allows project $1 (awooop_tenant_bound, migrations/0090). A role outside awooop_producer, as
@@ -38,13 +38,13 @@ WITH guard AS (
                OR awooop_tenant_bound($1) AS bound
 ), fresh AS (
     SELECT k.provider_event_id, k.run_id, k.ord
-    FROM unnest($3::text[], $4::uuid[]) WITH ORDINALITY AS k(provider_event_id, run_id, ord)
+    FROM unnest($3::text[], $5::uuid[]) WITH ORDINALITY AS k(provider_event_id, run_id, ord)
     WHERE (SELECT g.tenant = $1 AND g.bound FROM guard g)
       AND NOT EXISTS (
         SELECT FROM awooop_channel_event_dedupe o
         WHERE o.project_id = $1 AND o.channel_type = $2
           AND o.provider_event_id = k.provider_event_id
-          AND o.window_start >= awooop_dedupe_window(now() - make_interval(secs => $5::float8))
+          AND o.window_start >= awooop_dedupe_window(now() - make_interval(secs => $4::float8))
           AND o.window_start < awooop_dedupe_window(now())
           AND o.expires_at > now())
 ), claimed AS (
@@ -52,7 +52,7 @@ WITH guard AS (
         (project_id, channel_type, provider_event_id, window_start, run_id, created_at,
          expires_at)
     SELECT $1, $2, f.provider_event_id, w.window_start, f.run_id, now(),
-           now() + make_interval(secs => $5::float8)
+           now() + make_interval(secs => $4::float8)
     FROM fresh f
     CROSS JOIN (VALUES (awooop_dedupe_window(now())),
                        (awooop_dedupe_window(now()) + interval '7 days')) AS w(window_start)
@@ -66,30 +66,29 @@ WITH guard AS (
     SELECT provider_event_id, run_id FROM claims WHERE whole
 ), runs AS (
     INSERT INTO awooop_run_state (
-        run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-        attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-        failure_reason, failure_code, saga_steps, input, result, waiting_for,
-        approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id
+        {{run_columns}}
     )
-    SELECT r.run_id, r.project_id, r.channel_type, r.provider_event_id, r.contract_id,
-           r.status, r.version, r.attempt_count, r.max_attempts, r.worker_id, r.lease_until,
-           r.heartbeat_at, r.reaped_at, r.failure_reason, r.failure_code, r.saga_steps,
-           r.input, r.result, r.waiting_for, r.approval_expires_at, now(), now(),
-           r.finished_at, r.suspect_worker_id
-    FROM jsonb_populate_recordset(NULL::awooop_run_state, $10::jsonb) AS r
-    WHERE r.run_id IN (SELECT run_id FROM new)
+    SELECT {{run_columns}}
+    FROM (
+        -- the rows as given, with the database clock over created_at and updated_at
+        SELECT stamped.*
+        FROM jsonb_populate_recordset(NULL::awooop_run_state, $10::jsonb) AS given
+        CROSS JOIN LATERAL jsonb_populate_record(
+            given, jsonb_build_object('created_at', now(), 'updated_at', now())) AS stamped
+        WHERE given.run_id IN (SELECT run_id FROM new)
+    ) AS r
     RETURNING run_id
 ), heads AS (
     INSERT INTO awooop_event_streams (stream_id, project_id, version, last_tx_id)
     SELECT h.stream_id, $1, 1, pg_current_xact_id()
-    FROM unnest($6::text[], $4::uuid[]) AS h(stream_id, run_id)
+    FROM unnest($6::text[], $5::uuid[]) AS h(stream_id, run_id)
     WHERE h.run_id IN (SELECT run_id FROM runs)
 ), events AS (
     INSERT INTO awooop_events
         (event_id, stream_id, version, project_id, event_type, data, metadata)
     SELECT e.event_id, e.stream_id, 1, $1, 'RunCreated',
            jsonb_set(e.data::jsonb, '{at}', to_jsonb(now())), e.metadata::jsonb
-    FROM unnest($6::text[], $4::uuid[], $7::uuid[], $8::text[], $9::text[])
+    FROM unnest($6::text[], $5::uuid[], $7::uuid[], $8::text[], $9::text[])
         WITH ORDINALITY AS e(stream_id, run_id, event_id, data, metadata, ord)
     WHERE e.run_id IN (SELECT run_id FROM runs)
     ORDER BY e.ord
@@ -102,14 +101,4 @@ SELECT NULL, NULL, false, false, false, g.tenant, g.isolation, g.bound
 FROM guard g
 UNION ALL
 SELECT d.provider_event_id, d.run_id, false, d.expires_at <= now(), false, NULL, NULL, NULL
-FROM unnest($3::text[]) AS k(provider_event_id)
-CROSS JOIN LATERAL (
-    SELECT e.provider_event_id, e.run_id, e.expires_at
-    FROM awooop_channel_event_dedupe e
-    WHERE e.project_id = $1 AND e.channel_type = $2 AND e.provider_event_id = k.provider_event_id
-      AND e.window_start >= awooop_dedupe_window(now() - make_interval(secs => $5::float8))
-      AND e.window_start <= awooop_dedupe_window(now()) + interval '7 days'
-      AND (e.window_start >= awooop_dedupe_window(now()) OR e.expires_at > now())
-    ORDER BY e.window_start DESC
-    LIMIT 1
-) AS d
+{{dedupe_probe}}

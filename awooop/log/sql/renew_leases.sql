@@ -2,10 +2,11 @@
 -- lease clock (lease_until, heartbeat_at of a leased run) is the only part of the row that is
 -- not apply() folded over the events.
 WITH asked AS (
-    -- The rows asked for, locked through the primary key alone (run_id order, as LOCK_MANY),
-    -- and judged in ``live`` on the version the lock returns. With the tests in the UPDATE's
-    -- WHERE, the generic plan read the partial index of leased runs (claim_many.sql says why
-    -- that walks every entry it gathered since the table's last vacuum).
+    -- The rows asked for, locked through the primary key alone (run_id order, as
+    -- run_lock_many.sql), and judged in ``live`` on the version the lock returns. With the
+    -- tests in the UPDATE's WHERE, the generic plan read the partial index of leased runs
+    -- (claim_many.sql says why that walks every entry it gathered since the table's last
+    -- vacuum).
     SELECT run_id, worker_id, attempt_count, status, lease_until FROM awooop_run_state
     WHERE run_id = ANY($2::uuid[])
     ORDER BY run_id

@@ -16,7 +16,7 @@ from awooop.core import storable
 from awooop.core.db import Connection
 from awooop.core.errors import LeaseLostError, UnstorableValueError
 from awooop.core.events import Event
-from awooop.log import batches
+from awooop.log import batches, run_reads
 from awooop.log import runs as log_runs
 from awooop.log.state import RunState, RunStatus, row_to_state
 from awooop.runs.leases.rules import (
@@ -28,19 +28,6 @@ from awooop.runs.leases.rules import (
 )
 
 HEAD_CONFLICT_RETRIES = 3  # a newer writer of the run's stream committed: write again
-
-# Ordered, so that two batches locking overlapping runs cannot deadlock (the order of
-# complete_many.sql's lock too).
-LOCK_MANY = """
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
-FROM awooop_run_state
-WHERE run_id = ANY($1::uuid[])
-ORDER BY run_id
-FOR UPDATE
-"""
 
 
 async def claim_many(
@@ -150,7 +137,7 @@ async def prepare_run_statements(conn: Connection) -> None:
     paid for parsing and planning it and for filling the backend's catalog caches (part of
     the slow first second after a worker starts)."""
     await batches.prepare(conn)
-    await conn.fetch(LOCK_MANY, [])
+    await conn.fetch(run_reads.LOCK_MANY, [])
 
 
 async def fenced_record_many(
@@ -162,7 +149,7 @@ async def fenced_record_many(
     it is sent), and the others are written."""
     if not writes:
         return []
-    rows = await conn.fetch(LOCK_MANY, [w.run_id for w in writes])
+    rows = await conn.fetch(run_reads.LOCK_MANY, [w.run_id for w in writes])
     found = {row["run_id"]: row for row in rows}
     results: list[RunState | LeaseLostError | UnstorableValueError] = []
     changes: list[tuple[RunState, Event]] = []
