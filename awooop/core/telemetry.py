@@ -64,7 +64,7 @@ _exporting = False  # whether the installed provider sends spans anywhere
 
 LOOP_RATIO_ENV = "AWOOOP_LOOP_TRACE_SAMPLE_RATIO"
 DEFAULT_LOOP_RATIO = 0.01
-LOOP_ATTRIBUTE = "awooop.loop"  # set on every loop iteration's root span (awooop.loops.framework)
+LOOP_ATTRIBUTE = "awooop.loop"  # set on every loop iteration's root span (awooop.core.loops)
 INSTANCE_ID = str(uuid.uuid4())  # service.instance.id: this process start
 
 

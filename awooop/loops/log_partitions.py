@@ -15,8 +15,8 @@ from pathlib import Path
 from awooop.core import metrics
 from awooop.core.errors import ArchiveRefusedError
 from awooop.core.logs import get_logger
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.log import partitions
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.services import Services
 from projections.archive import archive_due
 

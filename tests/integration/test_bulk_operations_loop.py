@@ -16,9 +16,9 @@ import asyncpg
 from awooop.core.config import Settings
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection, Database
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.ingest import credentials
 from awooop.loops import bulk_operations
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.loops.registry import all_loops
 from awooop.runs import bulk, listing
 from awooop.runs.blocked import Reason

@@ -20,10 +20,10 @@ from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import ArchiveFileError, ArchiveRefusedError
 from awooop.core.events import run_stream_id
+from awooop.core.loops import LoopContext
 from awooop.log import partitions
 from awooop.log.state import TERMINAL, TRANSITIONS
 from awooop.loops import log_partitions
-from awooop.loops.framework import LoopContext
 from awooop.loops.registry import all_loops
 from awooop.runs import store
 from awooop.services import Services

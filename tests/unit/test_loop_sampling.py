@@ -15,6 +15,7 @@ import pytest
 from opentelemetry.context import Context
 
 from awooop.core.context import trace_id_var
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec, run_loop
 from awooop.core.telemetry import (
     DEFAULT_LOOP_RATIO,
     INSTANCE_ID,
@@ -24,7 +25,6 @@ from awooop.core.telemetry import (
     set_loop_sample_ratio,
     tracer,
 )
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec, run_loop
 from tests.support.waiting import eventually
 
 
