@@ -1,6 +1,6 @@
 """The time-partitioned log: an old partition archived to a file and dropped while runs are
 written, then run state rebuilt both from the snapshots and from the archive's files
-(migrations/0100_partitioned_log.sql, projections/archive.py)."""
+(migrations/0100_partitioned_log.sql, awooop/log/archive.py)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from awooop.core.db import Connection, Database
 from awooop.core.errors import ArchiveFileError, ArchiveRefusedError
 from awooop.core.events import run_stream_id
 from awooop.core.loops import LoopContext
-from awooop.log import partitions
+from awooop.log import archive, archive_files, partitions
 from awooop.log.state import TERMINAL, TRANSITIONS
 from awooop.loops import log_partitions
 from awooop.loops.registry import all_loops
 from awooop.runs import store
 from awooop.services import Services
-from projections import archive
+from projections.lag import projector_lag
 from streams.relay import Relay
 from tests.acceptance.test_replay_cli import awooop
 from tests.support.factories import event_for
@@ -70,7 +70,9 @@ async def age(db: Database, stream_id: str, through_version: int) -> int:
 async def archive_all_due(settings: Settings, directory: Path) -> list[archive.ArchiveResult]:
     results = []
     while (
-        result := await archive.archive_due(settings.database_url, directory, retention=RETENTION)
+        result := await archive.archive_due(
+            settings.database_url, directory, retention=RETENTION, projector_lag=projector_lag
+        )
     ) is not None:
         results.append(result)
     return results
@@ -135,12 +137,12 @@ async def test_a_partition_archived_and_dropped_under_traffic_rebuilds_from_snap
     assert {r["partition_name"] for r in catalogue} == {r.partition for r in results}
     assert total_after == total_before - aged + traffic.events
 
-    file = archive_dir / archive.file_name(archived[0].partition)
+    file = archive_dir / archive_files.file_name(archived[0].partition)
     sidecar = file.with_name(file.name + ".sha256")
     digest = hashlib.sha256(file.read_bytes()).hexdigest()
     assert sidecar.read_text() == f"{digest}  {file.name}\n"
     lines = gzip.decompress(file.read_bytes()).splitlines()
-    assert msgspec.json.decode(lines[0])["format"] == archive.FORMAT
+    assert msgspec.json.decode(lines[0])["format"] == archive_files.FORMAT
     assert msgspec.json.decode(lines[-1]) == {"end": True, "events": aged}
     assert len(lines) == aged + 2
 
@@ -223,13 +225,13 @@ async def test_a_changed_or_missing_archive_file_stops_the_replay(
     results = await archive_all_due(settings, tmp_path)
     (done,) = [r for r in results if r.events]
     assert done.events == 8
-    file = tmp_path / archive.file_name(done.partition)
+    file = tmp_path / archive_files.file_name(done.partition)
 
     content = bytearray(gzip.decompress(file.read_bytes()))
     content[content.index(b'"alpha"') + 1] = ord("A")  # one changed byte, recompressed
     file.write_bytes(gzip.compress(bytes(content)))
     with pytest.raises(ArchiveFileError, match="sha256"):
-        archive.read_archive(file)
+        archive_files.read_archive(file)
     code, out, err = await awooop(settings, "replay", "run_state", "--from-archive", str(tmp_path))
     assert code == 1 and "E-ARCHIVE-001" in out + err
 
@@ -275,7 +277,9 @@ async def test_the_loop_extends_the_partitions_and_archives_what_is_due(
     ahead = REGISTRY.get_sample_value("awooop_log_partition_ahead_seconds")
     assert ahead is not None and ahead >= 13 * 86400  # 14 days ahead
     assert sum(r["events"] for r in catalogue) == 4 and left == 0
-    assert (archive_dir / archive.file_name(max(catalogue, key=lambda r: r["events"])[0])).exists()
+    assert (
+        archive_dir / archive_files.file_name(max(catalogue, key=lambda r: r["events"])[0])
+    ).exists()
     assert parts and not {p.name for p in parts} & {r["partition_name"] for r in catalogue}
     done = REGISTRY.get_sample_value("awooop_log_partitions_archived_total") or 0.0
     assert done - archived == len(catalogue)
