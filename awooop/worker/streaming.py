@@ -31,7 +31,7 @@ from awooop.core.logs import get_logger
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.core.retries import CONNECTION_ERRORS
 from awooop.runs import leases
-from awooop.worker.context import StreamEntry, trace_metadata
+from awooop.worker.attempts import StreamEntry, trace_metadata
 from awooop.worker.outcomes import infrastructure_failure
 from awooop.worker.reclaim import (
     ReclaimAction,
