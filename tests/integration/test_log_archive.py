@@ -17,10 +17,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection, Database
 from awooop.core.errors import ArchiveFileError, ArchiveRefusedError
 from awooop.core.events import run_stream_id
-from awooop.core.loops import LoopContext
+from awooop.core.loop_heartbeats import DatabaseHeartbeats
+from awooop.core.loops import Heartbeat, LoopContext
 from awooop.log import archive, archive_files, partitions
 from awooop.log.state import TERMINAL, TRANSITIONS
 from awooop.loops import log_partitions
@@ -45,6 +47,10 @@ WHERE stream_id = $1 AND version <= $2
 """
 COUNT_EVENTS = "SELECT count(*) FROM awooop_events"
 STREAM_VERSIONS = "SELECT stream_id, version FROM awooop_event_streams WHERE stream_id LIKE 'run-%'"
+PUBLISHED = (
+    "UPDATE awooop_relay_cursor SET tx_id = pg_current_xact_id()::text::bigint, "
+    "position = 1 << 62 WHERE name = 'events'"
+)
 
 
 async def finish(db: Database, project: str, run_id: uuid.UUID) -> None:
@@ -183,10 +189,7 @@ async def test_a_live_run_keeps_its_partition(
     (run_id,) = await create_runs(db, "alpha")
     await age(db, run_stream_id(run_id), 1)
     async with db.platform_writes() as conn:  # as if the relay had published it
-        await conn.execute(
-            "UPDATE awooop_relay_cursor SET tx_id = pg_current_xact_id()::text::bigint, "
-            "position = 1 << 62 WHERE name = 'events'"
-        )
+        await conn.execute(PUBLISHED)
     with pytest.raises(ArchiveRefusedError, match=f"run {run_id} is PENDING"):
         await archive_all_due(settings, tmp_path)
     async with db.platform() as conn:
@@ -206,6 +209,39 @@ async def test_an_unpublished_partition_is_not_archived(
     await age(db, run_stream_id(run_id), 2)
     with pytest.raises(ArchiveRefusedError, match="relay has not published"):
         await archive_all_due(settings, tmp_path)
+
+
+async def test_a_projector_behind_the_partition_keeps_it_by_the_check_it_is_handed(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    async with db.platform_writes() as conn:
+        await conn.execute(OLD_PARTITIONS)
+    (run_id,) = await create_runs(db, "alpha")
+    await finish(db, "alpha", run_id)
+    await age(db, run_stream_id(run_id), 2)
+    async with db.platform_writes() as conn:  # as if the relay had published it
+        await conn.execute(PUBLISHED)
+    heartbeats = DatabaseHeartbeats(db)
+    for loop_name in ("projector:run_state_view", "projector:gone"):
+        await heartbeats.record(Heartbeat(loop_name, PLATFORM_PROJECT, "platform", 1.0, True, 0))
+    # No run_state_view projector ever applied the run; "gone" is no projection of this build.
+    behind = f"projector run_state_view has not applied stream {run_stream_id(run_id)} yet"
+    with pytest.raises(ArchiveRefusedError, match=behind):
+        await archive_all_due(settings, tmp_path)
+
+    asked: list[str] = []
+
+    async def caught_up(_conn: Connection, name: str, *_range: object) -> str | None:
+        asked.append(name)
+        return None
+
+    while await archive.archive_due(
+        settings.database_url, tmp_path, retention=RETENTION, projector_lag=caught_up
+    ):
+        pass
+    assert set(asked) == {"run_state_view", "gone"}
+    async with db.platform() as conn:
+        assert await conn.fetchval(COUNT_EVENTS) == 0
 
 
 async def test_a_changed_or_missing_archive_file_stops_the_replay(
