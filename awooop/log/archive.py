@@ -97,7 +97,6 @@ LEFT JOIN awooop_stream_snapshots s ON s.stream_id = e.stream_id AND e.version =
 WHERE e.recorded_at >= $1 AND e.recorded_at < $2
 ORDER BY e.stream_id, e.version
 """
-HAS_SNAPSHOT = "SELECT version FROM awooop_stream_snapshots WHERE stream_id = ANY($1::text[])"
 UPSERT_SNAPSHOTS = """
 INSERT INTO awooop_stream_snapshots (stream_id, project_id, version, position, state)
 SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::text[]::jsonb[])
