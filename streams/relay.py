@@ -61,11 +61,11 @@ from awooop.core.errors import (
 )
 from awooop.core.leadership import Lease, timeout_ms
 from awooop.core.logs import get_logger
+from awooop.core.loops import LoopContext
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.core.retries import CONNECTION_ERRORS
 from awooop.log import eventlog
 from awooop.log.eventlog import Cursor, RecordedEvent
-from awooop.loops.framework import LoopContext
 from streams.backoff import RateLimiter
 from streams.consumer import REDIS_ERRORS
 from streams.keys import Keys

@@ -28,17 +28,17 @@ from awooop.commands.output import add_wide, table
 from awooop.core.config import Settings
 from awooop.core.errors import UnknownLoopError
 from awooop.core.logs import get_logger
-from awooop.core.process import EVENT_LOOP
-from awooop.core.telemetry import start_observability
-from awooop.loops.framework import LoopSpec, run_loops, set_heartbeat_sink
-from awooop.loops.registry import all_loops
-from awooop.loops.store import (
+from awooop.core.loop_heartbeats import (
     DatabaseHeartbeats,
     HeartbeatRow,
     project_source,
     read_heartbeats,
     stale_after_s,
 )
+from awooop.core.loops import LoopSpec, run_loops, set_heartbeat_sink
+from awooop.core.process import EVENT_LOOP
+from awooop.core.telemetry import start_observability
+from awooop.loops.registry import all_loops
 from awooop.services import Services
 
 log = get_logger(__name__)
@@ -116,7 +116,7 @@ def ago(then: datetime | None, now: datetime) -> str:
 def loop_state(beat: HeartbeatRow, now: datetime) -> str:
     """Pure: what the loop is doing now (``doctor`` judges the same way): ``stopped`` when its
     process has not reported for ``LOOP_STALE_INTERVALS`` cycles (plus the heartbeat write
-    throttle: :func:`awooop.loops.store.stale_after_s`), else ``failing`` while its last
+    throttle: :func:`awooop.core.loop_heartbeats.stale_after_s`), else ``failing`` while its last
     iterations raised, else ``ok``. An old ``last_error`` does not make it failing."""
     if (now - beat.updated_at).total_seconds() > stale_after_s(beat.interval_s):
         return "stopped"

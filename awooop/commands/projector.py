@@ -17,11 +17,11 @@ from typing import Any
 
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
+from awooop.core.loop_heartbeats import DatabaseHeartbeats
+from awooop.core.loops import run_loops, set_heartbeat_sink
 from awooop.core.process import EVENT_LOOP
 from awooop.core.telemetry import start_observability
 from awooop.loops import projector as loops
-from awooop.loops.framework import run_loops, set_heartbeat_sink
-from awooop.loops.store import DatabaseHeartbeats
 from awooop.services import Services
 from projections import registry
 

@@ -15,11 +15,11 @@ from typing import Any
 
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
+from awooop.core.loop_heartbeats import DatabaseHeartbeats
+from awooop.core.loops import run_loop
 from awooop.core.process import EVENT_LOOP, settle_heap
 from awooop.core.telemetry import configure_tracing, serve_metrics, shutdown_tracing
-from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
-from awooop.loops.store import DatabaseHeartbeats
 from awooop.services import Services, redis_client
 from streams.keys import Keys
 from streams.relay import Relay

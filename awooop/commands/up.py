@@ -20,11 +20,11 @@ from awooop.commands.serve import listen_socket
 from awooop.commands.worker import load_callable, pool_size
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
+from awooop.core.loop_heartbeats import project_source
+from awooop.core.loops import run_loops
 from awooop.core.process import EVENT_LOOP
 from awooop.core.telemetry import start_observability
-from awooop.loops.framework import run_loops
 from awooop.loops.registry import all_loops
-from awooop.loops.store import project_source
 from awooop.services import Services
 from awooop.worker.assembly import build_worker, worker_process
 

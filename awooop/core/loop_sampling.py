@@ -24,7 +24,7 @@ from opentelemetry.util.types import Attributes
 
 LOOP_RATIO_ENV = "AWOOOP_LOOP_TRACE_SAMPLE_RATIO"
 DEFAULT_LOOP_RATIO = 0.01
-LOOP_ATTRIBUTE = "awooop.loop"  # set on every loop iteration's root span (awooop.loops.framework)
+LOOP_ATTRIBUTE = "awooop.loop"  # set on every loop iteration's root span (awooop.core.loops)
 
 
 def loop_ratio_from_env() -> float:

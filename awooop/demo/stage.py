@@ -18,11 +18,11 @@ from typing import Any
 import asyncpg
 import httpx
 
-from awooop.core.embedded import free_port
 from awooop.core.errors import DuplicateEvent
 from awooop.demo import webhooks
 from awooop.demo.processes import Processes
 from awooop.demo.provision import RUNTIME_ROLE, Provisioned, recreate_database, runtime_login
+from awooop.demo.servers import free_port
 from awooop.demo.summary import Summary
 
 PROJECT = "demo"

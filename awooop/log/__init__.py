@@ -9,7 +9,10 @@ is a file in ``sql/`` (loaded by name, :mod:`awooop.log.queries`) run by one fun
 - :mod:`awooop.log.batches`: the worker's one-statement claim and completion of many runs;
 - :mod:`awooop.log.ingest`: dedupe rows, runs and their first events in one statement;
 - :mod:`awooop.log.state`: the run model and ``apply``, which every writer keeps the rows
-  equal to.
+  equal to;
+- :mod:`awooop.log.archive`: an old partition written to a file
+  (:mod:`awooop.log.archive_files`), its streams' snapshots kept, then dropped; the files read
+  back for a replay from the beginning (:mod:`awooop.log.archive_restore`).
 
 ``WRITERS.md`` (and :mod:`awooop.log.writers`, the same table as data) says for each statement
 what it writes, the ``apply()`` case it mirrors and the tests that hold it equal;

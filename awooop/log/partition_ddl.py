@@ -1,5 +1,5 @@
 """The statements that detach, re-attach and drop one partition of a time-partitioned table: the
-log (``awooop_events``, archived by :mod:`projections.archive`) and the dedupe table
+log (``awooop_events``, archived by :mod:`awooop.log.archive`) and the dedupe table
 (``awooop_channel_event_dedupe``, dropped by :mod:`awooop.log.dedupe_windows`).
 
 DDL takes no parameters, so partition names go into the text: each is checked against its

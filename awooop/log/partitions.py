@@ -4,7 +4,7 @@ them, and decide which one is due for the archive.
 ``awooop_events`` is partitioned by ``recorded_at`` into ranges of ``AWOOOP_LOG_PARTITION_DAYS``
 days. The ``log_partitions`` loop keeps partitions ahead of the clock (a row with no partition
 would be refused) and hands the oldest partition that ended more than
-``AWOOOP_LOG_RETENTION_DAYS`` ago to the archiver (:mod:`projections.archive`).
+``AWOOOP_LOG_RETENTION_DAYS`` ago to the archiver (:mod:`awooop.log.archive`).
 """
 
 from __future__ import annotations

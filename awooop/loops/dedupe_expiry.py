@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from awooop.core import metrics
 from awooop.core.logs import get_logger
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.log import dedupe_windows as windows
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.services import Services
 
 LOOP_NAME = "dedupe_expiry"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from awooop.core.config import Settings
-from awooop.loops.framework import LoopCategory, LoopSpec
+from awooop.core.loops import LoopCategory, LoopSpec
 from awooop.services import Services
 from streams.relay import Relay
 

@@ -30,7 +30,7 @@ from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import unstorable
 from awooop.log.state import RunState
 from awooop.runs import leases
-from awooop.worker.context import Attempt, trace_metadata
+from awooop.worker.attempts import Attempt, trace_metadata
 from awooop.worker.outcomes import Outcome, failure_of
 
 log = get_logger("awooop.worker")

@@ -47,8 +47,9 @@ from awooop.core.telemetry import tracer
 from awooop.log.state import RunState
 from awooop.runs.leases import Availability
 from awooop.worker import claims
+from awooop.worker.attempts import StopReason, StreamEntry, trace_metadata
 from awooop.worker.claims import Claimed
-from awooop.worker.context import LLMClient, Notifier, StopReason, StreamEntry, trace_metadata
+from awooop.worker.context import LLMClient, Notifier
 from awooop.worker.executor import Executor, Handler
 from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
 from awooop.worker.isolation import Isolation

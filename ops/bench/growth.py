@@ -9,7 +9,7 @@
 Prints one JSON document (progress goes to stderr) and writes it to ``--out`` (default
 ``ops/bench/results/growth-<date>.json``).
 
-**Servers.** A private PostgreSQL cluster on a loopback port (``awooop.core.embedded``), fsync
+**Servers.** A private PostgreSQL cluster on a loopback port (``awooop.demo.servers``), fsync
 on, ``shared_buffers`` 2 GB, autovacuum on: nobody else's transactions hold the relay's horizon
 back and every Postgres process is the benchmark's, so its CPU can be read from /proc. Two
 databases, both migrated by ``awooop.core.migrate.migrate``: ``awooop_growth`` (the log that
@@ -93,11 +93,11 @@ sys.path.insert(0, str(ROOT))
 from awooop.core import events as ev  # noqa: E402
 from awooop.core.config import Settings, load_settings  # noqa: E402
 from awooop.core.db import Database  # noqa: E402
-from awooop.core.embedded import PostgresServer  # noqa: E402
 from awooop.core.events import run_stream_id  # noqa: E402
 from awooop.core.logs import configure_logging  # noqa: E402
 from awooop.core.migrate import migrate  # noqa: E402
 from awooop.core.pools import PLATFORM_ROLE, connect  # noqa: E402
+from awooop.demo.servers import PostgresServer  # noqa: E402
 from awooop.log import eventlog  # noqa: E402
 from awooop.log.state import RunState, fold  # noqa: E402
 from awooop.producer import ChannelEvent, submit  # noqa: E402

@@ -370,7 +370,7 @@ def main() -> int:
         finally:
             asyncio.run(cleanup_shared(settings, base.database_url))
     else:
-        from awooop.core.embedded import PostgresServer
+        from awooop.demo.servers import PostgresServer
         from tests.support.databases import with_database
         from tests.support.services import private_redis
 

@@ -9,10 +9,8 @@
 
     python ops/lint/floors.py [ROOT]
 
-Prints each violation and exits 1, or prints nothing and exits 0. Paths listed in
-``ops/lint/oversized.txt`` are let through the size rule while they are being split (the list
-says why); a listed path that is no longer over the limit is reported as a note, so the list
-only shrinks. Standard library only: it runs before anything is installed.
+Prints each violation and exits 1, or prints nothing and exits 0. No path is exempt. Standard
+library only: it runs before anything is installed.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from pathlib import Path
 MAX_LINES = 400
 RUNTIME = ("awooop", "streams", "projections")
 CATALOG = ("awooop/core/errors.py", "awooop/core/error_catalog/")
-ALLOW_LIST = Path("ops/lint/oversized.txt")
 CODE = re.compile(r"E-[A-Z]")
 
 
@@ -78,27 +75,16 @@ def code_literals(source: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def read_allow_list(path: Path) -> set[str]:
-    """The paths of the allow-list file (one a line; ``#`` starts a comment); none without it."""
-    if not path.is_file():
-        return set()
-    lines = (line.split("#", 1)[0].strip() for line in path.read_text("utf-8").splitlines())
-    return {line for line in lines if line}
-
-
-def check(root: Path, allowed: set[str]) -> tuple[list[str], list[str]]:
-    """(violations, notes) of the tree at ``root``, each a line to print."""
+def check(root: Path) -> list[str]:
+    """The violations of the tree at ``root``, each a line to print."""
     oversized: list[str] = []
     literals: list[str] = []
-    fine_now = set(allowed)
     for relative in runtime_modules(root):
         name = relative.as_posix()
         text = (root / relative).read_text("utf-8")
         lines = line_count(text)
         if lines > MAX_LINES:
-            fine_now.discard(name)
-            if name not in allowed:
-                oversized.append(f"  {name}: {lines} lines")
+            oversized.append(f"  {name}: {lines} lines")
         if not in_catalog(relative):
             for lineno, value in code_literals(text):
                 literals.append(f"  {name}:{lineno}: {value[:40]!r}")
@@ -112,18 +98,13 @@ def check(root: Path, allowed: set[str]) -> tuple[list[str], list[str]]:
             "(use the class from awooop.core.errors; add new codes in awooop/core/error_catalog/):"
         )
         violations += literals
-    notes = [
-        f"floors: note: {name} is allow-listed in {ALLOW_LIST} but not over {MAX_LINES} lines "
-        "(or gone): remove it from the list"
-        for name in sorted(fine_now)
-    ]
-    return violations, notes
+    return violations
 
 
 def main(argv: list[str]) -> int:
     root = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[2]
-    violations, notes = check(root, read_allow_list(root / ALLOW_LIST))
-    for line in [*notes, *violations]:
+    violations = check(root)
+    for line in violations:
         print(line)
     return 1 if violations else 0
 

@@ -26,8 +26,8 @@ import uvicorn
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.embedded import free_port
 from awooop.core.errors import DeliveryLimitError
+from awooop.demo.servers import free_port
 from awooop.http.app import create_app
 from awooop.http.server import server_config
 from awooop.ingest import credentials

@@ -20,11 +20,11 @@ import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.embedded import free_port
 from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.migrate import migrate
 from awooop.core.pools import connect
 from awooop.core.retries import CONNECTION_ERRORS
+from awooop.demo.servers import free_port
 from awooop.ingest import credentials
 from awooop.producer import ChannelEvent, submit
 from awooop.runs.control import CANCEL_CHANNEL

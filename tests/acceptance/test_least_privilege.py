@@ -24,10 +24,10 @@ import pytest
 from awooop import producer
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.embedded import free_port
 from awooop.core.errors import MigrationPrivilegeError
 from awooop.core.migrate import MIGRATIONS_DIR, migrate
 from awooop.core.pools import init_connection
+from awooop.demo.servers import free_port
 from tests.support.handlers import read_effects
 from tests.support.waiting import eventually
 from tests.support.workers import WorkerProcess, cli

@@ -18,9 +18,9 @@ import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.embedded import free_port
 from awooop.core.events import run_stream_id
 from awooop.core.migrate import migrate
+from awooop.demo.servers import free_port
 from tests.support.connections import fit_workers
 from tests.support.handlers import read_effects
 from tests.support.runs import (

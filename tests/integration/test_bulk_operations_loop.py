@@ -17,9 +17,9 @@ from awooop.core.config import Settings
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection, Database
 from awooop.core.events import run_stream_id
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.ingest import credentials
 from awooop.loops import bulk_operations
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.loops.registry import all_loops
 from awooop.runs import bulk, listing
 from awooop.runs.blocked import Reason

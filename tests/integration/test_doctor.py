@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from awooop.commands.doctor_check import FAIL, OK
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.embedded import free_port
+from awooop.demo.servers import free_port
 from awooop.runs import leases, store
 from streams.keys import WORKER_GROUP, Keys
 from tests.support import factories

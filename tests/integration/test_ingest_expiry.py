@@ -13,11 +13,11 @@ from prometheus_client import REGISTRY
 
 from awooop import producer
 from awooop.core.config import Settings
+from awooop.core.loops import LoopCategory, LoopContext
 from awooop.ingest import credentials
 from awooop.log import dedupe_windows as windows
 from awooop.log import partition_ddl
 from awooop.loops import dedupe_expiry as expiry
-from awooop.loops.framework import LoopCategory, LoopContext
 from awooop.loops.registry import all_loops
 from awooop.producer import ChannelEvent
 from awooop.services import Services

@@ -9,8 +9,8 @@ import asyncpg
 from prometheus_client import REGISTRY
 
 from awooop.core import events as ev
+from awooop.core.loops import LoopContext
 from awooop.log.state import TERMINAL, RunStatus
-from awooop.loops.framework import LoopContext
 from awooop.loops.stats import LIVE_STATES, StatsLoops, runs_sample
 from awooop.runs import store
 from awooop.services import Services

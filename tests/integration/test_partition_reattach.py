@@ -1,5 +1,5 @@
 """A detached partition that turns out to hold rows it must keep goes back where it was, with its
-row-level security forced again (projections.archive for the log, awooop.log.dedupe_windows for
+row-level security forced again (awooop.log.archive for the log, awooop.log.dedupe_windows for
 the dedupe table)."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ import asyncpg
 import pytest
 
 from awooop.core.errors import ArchiveRefusedError
-from awooop.log import dedupe_windows
+from awooop.log import archive, dedupe_windows
 from awooop.log.partition_ddl import DEDUPE, EVENTS
 from awooop.log.partitions import Partition
-from projections import archive
 
 STATE = """
 SELECT c.relispartition, c.relforcerowsecurity FROM pg_class c WHERE c.relname = $1

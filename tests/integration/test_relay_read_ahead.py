@@ -18,8 +18,8 @@ import pytest
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.events import run_stream_id
+from awooop.core.loops import run_loop
 from awooop.core.pools import connect
-from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.producer import ChannelEvent, set_tenant, submit
 from streams.envelope import FIELD, Envelope, decode_envelope

@@ -25,8 +25,8 @@ import msgspec
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
+from awooop.core.loops import run_loop
 from awooop.llm.gateway import ModelGateway
-from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.revisions.store import Revisions
 from awooop.services import Services

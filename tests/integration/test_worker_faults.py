@@ -26,7 +26,7 @@ from prometheus_client import REGISTRY
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import RunClaimed
-from awooop.loops.framework import run_loop
+from awooop.core.loops import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.services import redis_client
 from awooop.worker.assembly import build_worker

@@ -18,8 +18,8 @@ from prometheus_client import REGISTRY
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id
+from awooop.core.loops import run_loop
 from awooop.log import deadletters, eventlog
-from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.runs import leases
 from awooop.worker.runtime import Worker

@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from awooop.core.embedded import free_port
 from awooop.demo.processes import Child, Processes
+from awooop.demo.servers import free_port
 from tests.support.http import wait_ready
 from tests.support.waiting import eventually
 

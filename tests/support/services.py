@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from awooop.core.embedded import (
+from awooop.demo.servers import (
     PostgresServer,
     RedisCluster,
     RedisServer,

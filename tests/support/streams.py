@@ -14,7 +14,7 @@ from typing import Any
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import RunClaimed, StepCompleted
-from awooop.loops.framework import run_loop
+from awooop.core.loops import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.runs import store
 from streams.consumer import GroupConsumer

@@ -39,31 +39,12 @@ def test_a_runtime_module_over_400_lines_is_named(floors: ModuleType, tmp_path: 
     write(tmp_path, "projections/deep/big.py", lines(450))
     write(tmp_path, "tests/huge.py", lines(900))  # not runtime
     write(tmp_path, "awooop/templates/page.html", lines(900))  # not Python
-    violations, notes = floors.check(tmp_path, set())
+    violations = floors.check(tmp_path)
     assert violations == [
         "floors: runtime modules over 400 lines (split them by job):",
         "  awooop/big.py: 401 lines",
         "  projections/deep/big.py: 450 lines",
     ]
-    assert notes == []
-
-
-def test_the_allow_list_lets_a_path_through_and_says_when_it_is_stale(
-    floors: ModuleType, tmp_path: Path
-) -> None:
-    write(tmp_path, "awooop/big.py", lines(500))
-    write(tmp_path, "awooop/split.py", lines(10))
-    write(
-        tmp_path,
-        "ops/lint/oversized.txt",
-        "# being split elsewhere\nawooop/big.py\nawooop/split.py  # done\n\nawooop/gone.py\n",
-    )
-    allowed = floors.read_allow_list(tmp_path / floors.ALLOW_LIST)
-    assert allowed == {"awooop/big.py", "awooop/split.py", "awooop/gone.py"}
-    violations, notes = floors.check(tmp_path, allowed)
-    assert violations == []
-    assert [n.split()[2] for n in notes] == ["awooop/gone.py", "awooop/split.py"]
-    assert floors.read_allow_list(tmp_path / "missing.txt") == set()
 
 
 def test_a_code_literal_outside_the_catalog_is_named(floors: ModuleType, tmp_path: Path) -> None:
@@ -88,7 +69,7 @@ def test_a_code_literal_outside_the_catalog_is_named(floors: ModuleType, tmp_pat
     write(tmp_path, "awooop/core/errors.py", 'from x import y\nCODE = "E-RUN-003"\n')
     write(tmp_path, "awooop/core/error_catalog/runs.py", 'CODE = "E-RUN-004"\n')
     write(tmp_path, "tests/test_codes.py", 'assert code == "E-RUN-003"\n')
-    violations, _notes = floors.check(tmp_path, set())
+    violations = floors.check(tmp_path)
     assert violations[0].startswith("floors: error code literals outside the catalog")
     assert violations[1:] == [
         "  awooop/http/route.py:4: 'E-RUN-003'",
@@ -114,5 +95,5 @@ def test_line_count_is_wc_l(floors: ModuleType) -> None:
 
 def test_the_tree_itself_passes(floors: ModuleType) -> None:
     root = PATH.parents[2]
-    violations, _notes = floors.check(root, floors.read_allow_list(root / floors.ALLOW_LIST))
+    violations = floors.check(root)
     assert violations == []

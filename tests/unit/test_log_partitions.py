@@ -16,9 +16,9 @@ from awooop.commands.doctor_check import FAIL, OK, WARN
 from awooop.commands.doctor_flow import partition_check
 from awooop.core.errors import ArchiveFileError
 from awooop.core.events import encode_event, run_stream_id
+from awooop.log import archive, archive_files
 from awooop.log.partitions import Partition, covered_until, due_for_archive
 from awooop.log.state import RunStatus, apply, encode_state
-from projections import archive
 from tests.support.factories import created, event_for
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -87,7 +87,10 @@ def write_archive(path: Path, lines: list[bytes]) -> None:
 
 
 def test_an_archive_without_its_trailer_or_with_another_count_is_refused(tmp_path: Path) -> None:
-    header = msgspec.json.encode(archive.Header(archive.FORMAT, "p", NOW, NOW + WEEK)) + b"\n"
+    header = (
+        msgspec.json.encode(archive_files.Header(archive_files.FORMAT, "p", NOW, NOW + WEEK))
+        + b"\n"
+    )
     event = (
         b'{"position":1,"tx_id":9,"event_id":"6f1c2a52-0d2c-4d0e-9a51-2b4c0a6b9e11",'
         b'"stream_id":"s","version":1,"project_id":"p","event_type":"X","data":{},'
@@ -95,19 +98,19 @@ def test_an_archive_without_its_trailer_or_with_another_count_is_refused(tmp_pat
     )
     good = tmp_path / "good.jsonl.gz"
     write_archive(good, [header, event, b'{"end":true,"events":1}\n'])
-    (read,) = archive.read_archive(good)
+    (read,) = archive_files.read_archive(good)
     assert read.stream_id == "s" and bytes(read.data) == b"{}"
 
     cut = tmp_path / "cut.jsonl.gz"
     write_archive(cut, [header, event])
     with pytest.raises(ArchiveFileError, match="truncated"):
-        archive.read_archive(cut)
+        archive_files.read_archive(cut)
     miscounted = tmp_path / "miscounted.jsonl.gz"
     write_archive(miscounted, [header, event, b'{"end":true,"events":2}\n'])
     with pytest.raises(ArchiveFileError, match="truncated"):
-        archive.read_archive(miscounted)
+        archive_files.read_archive(miscounted)
     with pytest.raises(ArchiveFileError, match="catalogue"):
-        archive.read_archive(good, expected_sha256="0" * 64)
+        archive_files.read_archive(good, expected_sha256="0" * 64)
 
 
 def test_the_doctor_fails_a_dedupe_window_before_ingest_would_be_refused() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from awooop.core.context import PLATFORM_PROJECT
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec, run_loop
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec, run_loop
 from awooop.loops.registry import all_loops
 from awooop.services import Services
 from streams.relay import Relay

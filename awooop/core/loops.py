@@ -14,7 +14,7 @@ Categories (R-40): ``platform`` runs as ``__platform__``; ``tenant`` for one fix
 ``legacy_awoooi_default``); ``per-tenant`` runs one instance per project. A per-tenant spec
 without a project is a template: :func:`run_loops` expands it with a :class:`PerTenantSupervisor`
 (itself a platform loop) that starts an instance for each project the ``projects`` source
-returns (``awooop_projects``, see :mod:`awooop.loops.store`) and stops instances of
+returns (``awooop_projects``, see :mod:`awooop.core.loop_heartbeats`) and stops instances of
 projects that disappear or are disabled.
 
 After every iteration a loop reports a :class:`Heartbeat` to the process's heartbeat sink

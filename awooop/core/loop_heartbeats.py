@@ -23,7 +23,7 @@ from datetime import datetime
 
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
-from awooop.loops.framework import HEARTBEAT_TIMEOUT_S, Heartbeat, ProjectSource
+from awooop.core.loops import HEARTBEAT_TIMEOUT_S, Heartbeat, ProjectSource
 
 MIN_WRITE_INTERVAL_S = 1.0
 # A loop is stale (``awooop loops list``: stopped; ``awooop doctor``: FAIL) when its row has not
@@ -71,7 +71,7 @@ ORDER BY project_id
 
 
 class DatabaseHeartbeats:
-    """A :class:`awooop.loops.framework.HeartbeatSink` writing ``awooop_loop_heartbeats``."""
+    """A :class:`awooop.core.loops.HeartbeatSink` writing ``awooop_loop_heartbeats``."""
 
     def __init__(self, db: Database, min_write_interval_s: float = MIN_WRITE_INTERVAL_S) -> None:
         self.db = db

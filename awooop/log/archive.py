@@ -1,20 +1,12 @@
-"""The log's archive: an old partition written to a file, its streams' snapshots kept, then the
-partition dropped; and the files read back for a replay from the beginning.
-
-**File format** (``awooop-log-archive/1``), one file per partition, ``<partition>.jsonl.gz``:
-gzip of JSON lines. The first line is the header ``{"format", "partition", "range_from",
-"range_to"}``; then one line per event, ordered by (stream_id, version), with the columns of
-``awooop_events`` (``position``, ``tx_id``, ``event_id``, ``stream_id``, ``version``,
-``project_id``, ``event_type``, ``data``, ``metadata``, ``recorded_at``); the last line is
-``{"end": true, "events": N}``. Beside it, ``<partition>.jsonl.gz.sha256`` holds the file's
-SHA-256 in ``sha256sum`` format (``sha256sum -c`` checks it), and ``awooop_log_archives``
-keeps the same checksum, so a changed, truncated or missing file is found from either side.
+"""The log's archive: an old partition written to a file (:mod:`awooop.log.archive_files`), its
+streams' snapshots kept, then the partition dropped.
 
 **Archiving a partition** (:func:`archive_partition`), each step safe to repeat after a crash:
 
 1. Refuse (E-ARCHIVE-002, nothing changed) unless the partition ended more than the retention
    ago, no run with an event in it is live (not COMPLETED, FAILED or CANCELLED), the relay has
-   published every event in it, and every projector that runs here has applied them.
+   published every event in it, and every projector that runs here has applied them (which
+   the caller's :data:`ProjectorLag` answers: projections sit above the log).
 2. In one REPEATABLE READ snapshot, read its events in (stream_id, version) order, write the
    file (fsynced, then renamed into place), and fold every run stream from its snapshot (or
    from nothing) over its events: each stream's events must follow its snapshot's version
@@ -27,47 +19,47 @@ keeps the same checksum, so a changed, truncated or missing file is found from e
 A replay without the archive starts each run whose head was archived from its snapshot, and
 skips events a snapshot already covers (a partition may be in the catalogue and still attached,
 between steps 3 and 5). With ``--from-archive DIR`` it reads the files of every dropped
-partition instead (:func:`restore`), checked against their checksums and the catalogue.
+partition instead (:mod:`awooop.log.archive_restore`), checked against their checksums and
+the catalogue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
-import hashlib
-import os
-import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
-
-import msgspec
 
 from awooop.core.db import Connection
-from awooop.core.errors import (
-    ArchiveFileError,
-    ArchiveRefusedError,
-    IllegalTransitionError,
-)
-from awooop.core.events import decode_event
+from awooop.core.errors import ArchiveRefusedError, IllegalTransitionError
+from awooop.core.events import decode_event, run_id_of_stream
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
-from awooop.log.eventlog import RecordedEvent
+from awooop.log.archive_files import (
+    FORMAT,
+    Header,
+    Trailer,
+    encode,
+    event_line,
+    file_name,
+    persist,
+    sha256_of,
+    write_durably,
+)
 from awooop.log.partition_ddl import DETACH_PENDING, EVENTS
 from awooop.log.partitions import Partition, due_for_archive, partitions
 from awooop.log.state import RunState, apply, decode_state, encode_state
-from projections import registry
-from projections.base import Projection, TableNames, stream_range
-from projections.run_state import PREFIX as RUN_PREFIX
 
 log = get_logger(__name__)
 
-FORMAT = "awooop-log-archive/1"
 FETCH_ROWS = 5_000
-# The archive's columns: every column of awooop_events, as a follower reads them.
-EVENT_COLUMNS: tuple[str, ...] = RecordedEvent.__struct_fields__
+
+ProjectorLag = Callable[[Connection, str, datetime, datetime], Awaitable[str | None]]
+"""What the projector named (as its loop heartbeat names it) has not applied yet of the events
+recorded in [range_from, range_to), e.g. ``"stream run-..."``; None when it is caught up or is
+no projector this build knows. Handed in by the caller (the projections sit above the log)."""
 
 # --- SQL -------------------------------------------------------------------------------------
 # Reads run as awooop_platform (BYPASSRLS): the login role may own the tables, and their
@@ -105,7 +97,6 @@ LEFT JOIN awooop_stream_snapshots s ON s.stream_id = e.stream_id AND e.version =
 WHERE e.recorded_at >= $1 AND e.recorded_at < $2
 ORDER BY e.stream_id, e.version
 """
-HAS_SNAPSHOT = "SELECT version FROM awooop_stream_snapshots WHERE stream_id = ANY($1::text[])"
 UPSERT_SNAPSHOTS = """
 INSERT INTO awooop_stream_snapshots (stream_id, project_id, version, position, state)
 SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::text[]::jsonb[])
@@ -134,128 +125,6 @@ SELECT a.partition_name FROM awooop_log_archives a
 JOIN pg_class c ON c.relname = a.partition_name AND NOT c.relispartition
 """
 STATEMENT_TIMEOUT = "SET statement_timeout = '{ms}'"
-
-
-# --- the file --------------------------------------------------------------------------------
-
-_encode = msgspec.json.Encoder().encode
-
-
-class Header(msgspec.Struct, frozen=True):
-    format: str
-    partition: str
-    range_from: datetime
-    range_to: datetime
-
-
-class Trailer(msgspec.Struct, frozen=True):
-    end: bool
-    events: int
-
-
-class ArchivedEvent(msgspec.Struct, frozen=True):
-    position: int
-    tx_id: int
-    event_id: uuid.UUID
-    stream_id: str
-    version: int
-    project_id: str
-    event_type: str
-    data: msgspec.Raw
-    metadata: msgspec.Raw
-    recorded_at: datetime
-
-
-def restored_record(e: ArchivedEvent) -> tuple[Any, ...]:
-    """An archived event as a row of the replay's restore table (EVENT_COLUMNS order)."""
-    return (
-        e.position,
-        e.tx_id,
-        e.event_id,
-        e.stream_id,
-        e.version,
-        e.project_id,
-        e.event_type,
-        bytes(e.data),
-        bytes(e.metadata),
-        e.recorded_at,
-    )
-
-
-async def raw_json_copy(conn: Connection) -> None:
-    """jsonb parameters as JSON bytes, unparsed: the restore copies the archive's text as is."""
-    await conn.set_type_codec(
-        "jsonb",
-        schema="pg_catalog",
-        encoder=lambda value: b"\x01" + value,
-        decoder=lambda data: data[1:],
-        format="binary",
-    )
-
-
-def file_name(partition: str) -> str:
-    return f"{partition}.jsonl.gz"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def event_line(r: Any) -> bytes:
-    """One event row as its archive line (data and metadata are the database's JSON text)."""
-    return (
-        b'{"position":%d,"tx_id":%d,"event_id":"%s","stream_id":%s,"version":%d,'
-        b'"project_id":%s,"event_type":%s,"data":%s,"metadata":%s,"recorded_at":%s}\n'
-        % (
-            r["position"],
-            r["tx_id"],
-            str(r["event_id"]).encode(),
-            _encode(r["stream_id"]),
-            r["version"],
-            _encode(r["project_id"]),
-            _encode(r["event_type"]),
-            r["data"].encode(),
-            r["metadata"].encode(),
-            _encode(r["recorded_at"]),
-        )
-    )
-
-
-def read_archive(path: Path, expected_sha256: str | None = None) -> list[ArchivedEvent]:
-    """The events of an archive file, after checking its checksum (the sidecar's and, when
-    given, the catalogue's), its header and its trailer. Raises ArchiveFileError."""
-    sidecar = path.with_name(path.name + ".sha256")
-    if not path.is_file():
-        raise ArchiveFileError(f"{path}: no such archive file")
-    actual = sha256_of(path)
-    if sidecar.is_file():
-        recorded = sidecar.read_text().split()[0] if sidecar.read_text().split() else ""
-        if recorded != actual:
-            raise ArchiveFileError(f"{path}: sha256 {actual} does not match {sidecar.name}")
-    if expected_sha256 is not None and expected_sha256 != actual:
-        raise ArchiveFileError(f"{path}: sha256 {actual} does not match the catalogue")
-    decode_event_line = msgspec.json.Decoder(ArchivedEvent).decode
-    events: list[ArchivedEvent] = []
-    try:
-        with gzip.open(path, "rb") as f:
-            header = msgspec.json.decode(f.readline(), type=Header)
-            if header.format != FORMAT:
-                raise ArchiveFileError(f"{path}: format {header.format!r}, expected {FORMAT}")
-            trailer: Trailer | None = None
-            for line in f:
-                if line.startswith(b'{"end"'):
-                    trailer = msgspec.json.decode(line, type=Trailer)
-                    break
-                events.append(decode_event_line(line))
-    except (OSError, EOFError, msgspec.DecodeError) as exc:
-        raise ArchiveFileError(f"{path}: not a readable archive: {exc}") from exc
-    if trailer is None or trailer.events != len(events):
-        raise ArchiveFileError(f"{path}: truncated (no trailer, or its count differs)")
-    return events
 
 
 # --- snapshots: the pure fold ----------------------------------------------------------------
@@ -291,7 +160,7 @@ def start_fold(
     stream_id: str, project_id: str, snapshot: tuple[int, str | None] | None
 ) -> StreamFold:
     base, state = snapshot if snapshot is not None else (0, None)
-    is_run = stream_id.startswith(RUN_PREFIX)
+    is_run = run_id_of_stream(stream_id) is not None
     return StreamFold(
         stream_id=stream_id,
         project_id=project_id,
@@ -322,6 +191,7 @@ async def archive_due(
     directory: Path,
     *,
     retention: timedelta,
+    projector_lag: ProjectorLag,
     lock_timeout_s: float = 5.0,
 ) -> ArchiveResult | None:
     """Archive and drop the oldest partition if it is due (None when none is); finishes a
@@ -338,11 +208,18 @@ async def archive_due(
             return None
     finally:
         await conn.close()
-    return await archive_partition(url, part, directory, lock_timeout_s=lock_timeout_s)
+    return await archive_partition(
+        url, part, directory, projector_lag=projector_lag, lock_timeout_s=lock_timeout_s
+    )
 
 
 async def archive_partition(
-    url: str, part: Partition, directory: Path, *, lock_timeout_s: float = 5.0
+    url: str,
+    part: Partition,
+    directory: Path,
+    *,
+    projector_lag: ProjectorLag,
+    lock_timeout_s: float = 5.0,
 ) -> ArchiveResult:
     """Archive ``part`` to ``directory`` and drop it (steps 1-5 of the module docstring)."""
     conn = await connect(url)
@@ -353,7 +230,7 @@ async def archive_partition(
                 "tables' owner (the role that ran `awooop migrate`) or a superuser"
             )
         await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
-        result = await _write(conn, part, directory)
+        result = await _write(conn, part, directory, projector_lag)
         async with conn.transaction():
             await conn.execute(SET_PLATFORM)
             if result.snapshots:
@@ -387,17 +264,19 @@ async def archive_partition(
         await conn.close()
 
 
-async def _write(conn: Connection, part: Partition, directory: Path) -> ArchiveResult:
+async def _write(
+    conn: Connection, part: Partition, directory: Path, projector_lag: ProjectorLag
+) -> ArchiveResult:
     result = ArchiveResult(part.name)
     final = directory / file_name(part.name)
     temporary = final.with_name(final.name + ".tmp")
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         await conn.execute(SET_PLATFORM)
-        await _check_archivable(conn, part)
+        await _check_archivable(conn, part, projector_lag)
         header = Header(FORMAT, part.name, part.range_from, part.range_to)
         gz = await asyncio.to_thread(gzip.open, temporary, "wb", 6)
         try:
-            await asyncio.to_thread(gz.write, _encode(header) + b"\n")
+            await asyncio.to_thread(gz.write, encode(header) + b"\n")
             current: StreamFold | None = None
             cursor = await conn.cursor(READ_PARTITION, part.range_from, part.range_to)
             while rows := await cursor.fetch(FETCH_ROWS):
@@ -424,14 +303,14 @@ async def _write(conn: Connection, part: Partition, directory: Path) -> ArchiveR
                 await asyncio.to_thread(gz.write, b"".join(lines))
             if current is not None:
                 _close_stream(current, result)
-            await asyncio.to_thread(gz.write, _encode(Trailer(True, result.events)) + b"\n")
+            await asyncio.to_thread(gz.write, encode(Trailer(True, result.events)) + b"\n")
         finally:
             await asyncio.to_thread(gz.close)
-    await asyncio.to_thread(_persist, temporary, final)
+    await asyncio.to_thread(persist, temporary, final)
     result.file = final
     result.sha256 = await asyncio.to_thread(sha256_of, final)
     sidecar = final.with_name(final.name + ".sha256")
-    await asyncio.to_thread(_write_durably, sidecar, f"{result.sha256}  {final.name}\n".encode())
+    await asyncio.to_thread(write_durably, sidecar, f"{result.sha256}  {final.name}\n".encode())
     return result
 
 
@@ -451,7 +330,7 @@ def _close_stream(fold: StreamFold, result: ArchiveResult) -> None:
     result.snapshots.append((fold.stream_id, fold.project_id, fold.version, fold.position, state))
 
 
-async def _check_archivable(conn: Connection, part: Partition) -> None:
+async def _check_archivable(conn: Connection, part: Partition, projector_lag: ProjectorLag) -> None:
     live = await conn.fetchrow(LIVE_RUN, part.range_from, part.range_to)
     if live is not None:
         raise ArchiveRefusedError(
@@ -464,53 +343,11 @@ async def _check_archivable(conn: Connection, part: Partition) -> None:
             f"partition {part.name}: the relay has not published position {unpublished} yet"
         )
     for row in await conn.fetch(RUNNING_PROJECTORS):
-        projection = registry.all_projections().get(row["name"])
-        if projection is None:
-            continue
-        behind = await _projector_behind(conn, projection, part)
+        behind = await projector_lag(conn, row["name"], part.range_from, part.range_to)
         if behind is not None:
             raise ArchiveRefusedError(
                 f"partition {part.name}: projector {row['name']} has not applied {behind} yet"
             )
-
-
-async def _projector_behind(
-    conn: Connection, projection: Projection, part: Partition
-) -> str | None:
-    low, high = stream_range(projection.stream_prefix)
-    lagging = projection.lagging_sql(TableNames())
-    query = (
-        f"SELECT l.stream_id FROM ({lagging}) l "  # noqa: S608 - the projection's own SQL
-        "JOIN awooop_events e ON e.stream_id = l.stream_id AND e.version > l.view_version "
-        "WHERE e.recorded_at >= $4 AND e.recorded_at < $5 LIMIT 1"
-    )
-    stream = await conn.fetchval(query, low, high, None, part.range_from, part.range_to)
-    return None if stream is None else f"stream {stream}"
-
-
-def _persist(temporary: Path, final: Path) -> None:
-    with temporary.open("rb") as f:
-        os.fsync(f.fileno())
-    temporary.replace(final)
-    _fsync_dir(final.parent)
-
-
-def _write_durably(path: Path, content: bytes) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("wb") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-    temporary.replace(path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 async def _drop_detached(conn: Connection, part: Partition, archived: int) -> None:
@@ -539,57 +376,4 @@ async def _finish_detached(conn: Connection) -> None:
         await _drop_detached(conn, part, entry["events"])
 
 
-# --- reading the archive back ----------------------------------------------------------------
-
-
-class CatalogueEntry(msgspec.Struct, frozen=True):
-    partition_name: str
-    range_from: datetime
-    range_to: datetime
-    events: int
-    file_name: str
-    sha256: str
-
-
-async def dropped_partitions(conn: Connection) -> list[CatalogueEntry]:
-    """Archived partitions that are no longer in the log (their events exist only in files)."""
-    attached = {p.name for p in await partitions(conn)}
-    return [
-        CatalogueEntry(**dict(r))
-        for r in await conn.fetch(CATALOGUE)
-        if r["partition_name"] not in attached
-    ]
-
-
-def check_files(directory: Path, entries: Sequence[CatalogueEntry]) -> list[Path]:
-    """The archive files of ``entries`` in ``directory``; ArchiveFileError names every file
-    that is missing."""
-    missing = [e.file_name for e in entries if not (directory / e.file_name).is_file()]
-    if missing:
-        raise ArchiveFileError(
-            f"{directory}: missing archive files of dropped partitions: {', '.join(missing)}"
-        )
-    return [directory / e.file_name for e in entries]
-
-
-async def archived_events(
-    directory: Path, entries: Sequence[CatalogueEntry]
-) -> AsyncIterator[list[ArchivedEvent]]:
-    """Each dropped partition's events, file by file, each checked (checksums, trailer)."""
-    for entry, path in zip(entries, check_files(directory, entries), strict=True):
-        events = await asyncio.to_thread(read_archive, path, entry.sha256)
-        if len(events) != entry.events:
-            raise ArchiveFileError(
-                f"{path}: {len(events)} events, the catalogue says {entry.events}"
-            )
-        yield list(events)
-
-
-__all__ = [
-    "ArchiveResult",
-    "archive_due",
-    "archive_partition",
-    "archived_events",
-    "dropped_partitions",
-    "read_archive",
-]
+__all__ = ["ArchiveResult", "ProjectorLag", "archive_due", "archive_partition"]

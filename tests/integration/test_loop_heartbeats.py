@@ -10,8 +10,13 @@ import pytest
 from awooop.commands.loops import ago, listing, select
 from awooop.core.db import Database
 from awooop.core.errors import UnknownLoopError
-from awooop.loops.framework import Heartbeat, LoopCategory, LoopContext, LoopSpec, run_loops
-from awooop.loops.store import DatabaseHeartbeats, HeartbeatRow, project_source, read_heartbeats
+from awooop.core.loop_heartbeats import (
+    DatabaseHeartbeats,
+    HeartbeatRow,
+    project_source,
+    read_heartbeats,
+)
+from awooop.core.loops import Heartbeat, LoopCategory, LoopContext, LoopSpec, run_loops
 from tests.support import tenant_rows
 from tests.support.waiting import eventually
 
@@ -75,7 +80,7 @@ async def test_per_tenant_loops_run_for_registered_projects_and_write_heartbeats
         await tenant_rows.seed_project(db, project)
     stop = asyncio.Event()
     sink = DatabaseHeartbeats(db, min_write_interval_s=0)
-    from awooop.loops import framework as loops
+    from awooop.core import loops
 
     previous = loops.set_heartbeat_sink(sink)
     try:
