@@ -7,6 +7,8 @@
 | ``GET /ui/runs`` | runs, filters in the URL (project, status, channel, blocked_on, since, q) |
 | ``GET /ui/runs/{project_id}/{run_id}`` | one run: blocked_on, state, timeline, steps, approvals |
 | ``POST /ui/runs/{project_id}/{run_id}/{action}`` | retry, cancel, approve, reject, redrive |
+| ``GET /ui/bulk/{kind}``, ``POST /ui/bulk/{kind}`` | preview, then start a bulk retry or cancel |
+| ``GET /ui/operations/{id}``, ``POST .../resume`` | a bulk operation's progress; resume it |
 
 Who sees what is the management API's rule (:func:`awooop.http.auth.authorize_stored`): a
 ``read`` or ``manage`` token its own project, an ``admin`` token every project; a ``read``
