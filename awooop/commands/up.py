@@ -36,9 +36,21 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "up", help="server, relay, loops, projectors and N workers in one process"
     )
-    parser.add_argument("--workers", type=int, default=2, help="workers in this process")
-    parser.add_argument("--handler", default=DEFAULT_HANDLER, help="package.module:function")
-    parser.add_argument("--port", type=int, help="HTTP port (default AWOOOP_HTTP_PORT)")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="workers in this process (default: 2)"
+    )
+    parser.add_argument(
+        "--handler",
+        default=DEFAULT_HANDLER,
+        help=f"the run handler, package.module:function (default: {DEFAULT_HANDLER})",
+    )
+    parser.add_argument("--port", type=int, help="HTTP port (default: AWOOOP_HTTP_PORT, 8080)")
+    parser.add_argument(
+        "--approval-notifier",
+        default=None,
+        help="package.module:function receiving approval tickets (tokens) when the handler "
+        "passes no notifier of its own (default: none; the example handler logs them)",
+    )
     parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
 
 
@@ -49,6 +61,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     from awooop.http.server import server_config
 
     handler = load_callable(args.handler)
+    notifier = load_callable(args.approval_notifier, "notifier") if args.approval_notifier else None
     if args.workers < 0:
         raise ValueError("--workers must be 0 or more")
     concurrency = settings.worker_concurrency
@@ -91,11 +104,16 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     llm=gateway,
                     redis=services.redis,
                     keys=services.keys,
+                    notifier=notifier,
                 )
                 tasks.append(asyncio.create_task(parts.run(stop), name=f"worker-{n}"))
             print(
-                f"up: http://{settings.http_host}:{sock.getsockname()[1]} with "
-                f"{args.workers} worker(s) and {len(loops)} loop(s)",
+                urls(
+                    settings.http_host,
+                    sock.getsockname()[1],
+                    observability.metrics.port if observability.metrics else None,
+                )
+                + f"\nup: {args.workers} worker(s) and {len(loops)} loop(s)",
                 flush=True,
             )
             await _until_stopped_or_failed(stop, tasks)
@@ -109,6 +127,18 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         observability.close()
         await services.close()
+
+
+def urls(host: str, port: int, metrics_port: int | None) -> str:
+    """Pure: where to go, one line each (a wildcard host is reached on localhost)."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104 - compared, not bound
+    base = f"http://{shown}:{port}"
+    metrics = f"http://{shown}:{metrics_port}/metrics" if metrics_port else f"{base}/metrics"
+    return (
+        f"up: console {base}/ui\n"
+        f"up: API     {base}/v1 (routes: docs/reference.md)\n"
+        f"up: metrics {metrics}"
+    )
 
 
 async def _until_stopped_or_failed(stop: asyncio.Event, tasks: list[asyncio.Task[Any]]) -> None:
