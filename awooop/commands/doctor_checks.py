@@ -17,8 +17,8 @@ During an outage the output names the cause once and points the right way:
   **failing** when its process still reports but its iterations raise (read the error; the
   process runs).
 
-The fix texts name the runbook entry (README "Operations runbook", docs/operations.md
-"Alerts") the operator should read next.
+The fix texts name the runbook entry (docs/operations.md, "Runbook" and "Situations that page
+nothing") the operator should read next.
 """
 
 from __future__ import annotations

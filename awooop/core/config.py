@@ -1,12 +1,12 @@
 """Runtime configuration: one Struct, loaded from environment variables, validated at start.
 
-Every field maps to ``AWOOOP_<FIELD_NAME_UPPER>`` (except ``loop_project_id``, which keeps the
-seed's ``LOOP_PROJECT_ID``). An invalid value raises :class:`ConfigError` naming the variable
-and the expected form. The README's configuration table lists each variable.
+Every field maps to ``AWOOOP_<FIELD_NAME_UPPER>`` (except ``loop_project_id``, read from
+``LOOP_PROJECT_ID`` as R-40 names it). An invalid value raises :class:`ConfigError` naming the
+variable and the expected form. docs/reference.md, Settings, lists each variable.
 
-Why the lease defaults differ from the seed (5 min lease, 30 s heartbeat, 1 min reaper): the
-seed's own acceptance asks for recovery within one minute of a crash, which a 5 minute lease
-cannot give. Heartbeats are batched (one statement per worker renews all its leases), so a
+Why the lease defaults are shorter than R-11 to R-13's (5 min lease, 30 s heartbeat, 1 min
+reaper): R-17 asks for recovery within one minute of a crash, which a 5 minute lease cannot
+give. Heartbeats are batched (one statement per worker renews all its leases), so a
 short lease is cheap: lease 30 s, heartbeat 5 s (six renewals per lease: a worker must miss
 six in a row to lose it), reaper and reclaim every 10 s. Worst-case recovery = lease TTL +
 one reclaim interval = 40 s.

@@ -1,4 +1,4 @@
-"""What a run waits for, and the next safe action: ``blocked_on`` (issue 22), a pure decision.
+"""What a run waits for, and the next safe action: ``blocked_on``, a pure decision.
 
 :func:`decide` takes the facts about one run (:class:`RunFacts`, read in one query by
 :mod:`awooop.runs.blocked_facts`) and about its shard's work stream (:class:`ShardFacts`, read

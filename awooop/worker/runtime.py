@@ -14,7 +14,7 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
   whose lease expired, ``FOR UPDATE SKIP LOCKED``. Without streams (``streams=False``) polling
   is the only path and runs continuously.
 
-``run(stop)`` serves until ``stop`` is set, then shuts down (R-9 of the issue): stop taking
+``run(stop)`` serves until ``stop`` is set, then shuts down (docs/workers.md, Shutdown): stop taking
 work, give in-flight runs ``shutdown_grace_s`` to finish, cancel the rest and hand their leases
 back (``LeaseReleased``, a dispatch event: another worker takes them at once). Worker ids are
 unique per process start. ``run_until_idle()`` is the burst mode for tests.

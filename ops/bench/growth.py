@@ -1,4 +1,4 @@
-"""Flat cost as the log grows (issue 21, part 3): the write path, the relay's read and
+"""Flat cost as the log grows: the write path, the relay's read and
 ``replay run_state --verify`` with 0, 10 million and 50 million events already in the log.
 
     .venv/bin/python ops/bench/growth.py [--sizes 0,10M,50M] [--rounds 10] [--ops 200] [--reads N]

@@ -10,7 +10,7 @@ hold back the event log's xmin for every database of the cluster) do not distort
 With --shared it creates a scratch database on the configured server and uses a unique key
 prefix on the configured Redis, and drops/deletes both at the end.
 
-Targets (issue 4): relay >= 20,000 events/s; commit-to-XADD p99 <= 10 ms with NOTIFY.
+Targets: relay >= 20,000 events/s; commit-to-XADD p99 <= 10 ms with NOTIFY.
 Latency runs to the entry id of the XADD (Redis clock) and is reported twice, as bounds of
 commit-to-XADD: from the database clock just before the producer's COMMIT (an upper bound: it
 includes the commit's WAL flush, reported as ``commit_itself_ms``) and from the moment COMMIT

@@ -1,4 +1,4 @@
-"""Ingest -> relay -> worker processes -> COMPLETED on a private 3-master Redis Cluster (issue 10),
+"""Ingest -> relay -> worker processes -> COMPLETED on a private 3-master Redis Cluster,
 with shards spread over all three masters and one master killed mid-run and started again
 without its data.
 

@@ -1,4 +1,4 @@
-"""A primary failover under pg_auto_failover (issue 21, first part): one Database opened on a
+"""A primary failover under pg_auto_failover: one Database opened on a
 multi-host URL keeps submitting through a SIGKILL of the primary, and every submit that
 returned is on the new primary exactly once (the standby is synchronous, so an acknowledged
 commit is on both). The producer retries a failed or hanging submit with the same key, as a

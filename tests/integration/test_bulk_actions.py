@@ -1,4 +1,4 @@
-"""Bulk actions by filter (issue 22): preview, one operation, batches with progress, each run
+"""Bulk actions by filter: preview, one operation, batches with progress, each run
 changed once per operation (also when resumed or run twice at once), the actor and the
 operation id on every event; the console's scopes and CSRF; the CLI's --filter and --dry-run."""
 

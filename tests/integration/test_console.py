@@ -1,4 +1,4 @@
-"""The console under /ui (issue 22) through the ASGI app on real Postgres and Redis: login and
+"""The console under /ui through the ASGI app on real Postgres and Redis: login and
 session cookie, the run list's filters, the run page, actions with CSRF and the actor, the
 read scope, another project's token, revocation; and the read scope on the bearer routes."""
 

@@ -1,4 +1,4 @@
-"""The management routes' bearer tokens and scopes (issue 10), on real Postgres and Redis.
+"""The management routes' bearer tokens and scopes, on real Postgres and Redis.
 
 Every management route refuses a missing, malformed, unknown, revoked, ingest-scoped or other
 project's token with its status and code and writes nothing; the right token (the project's

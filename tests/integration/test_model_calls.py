@@ -1,6 +1,6 @@
 """Every model call of a run is recorded (``ModelCalled`` on the run's stream, fenced) and
 listed with the policy revision that served it on the console's run page and in ``awooop runs
-show`` (issue 22): a real worker, the real gateway with the local model, real Postgres."""
+show``: a real worker, the real gateway with the local model, real Postgres."""
 
 from __future__ import annotations
 

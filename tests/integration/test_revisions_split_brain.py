@@ -1,4 +1,4 @@
-"""The split-brain test of ADR-113 (R-24, R-26): no call that starts after an activation
+"""The split-brain test (R-24, R-26): no call that starts after an activation
 commits uses an older revision, on any worker, with notices, without Redis, without notices.
 
 10 gateways (each its own cache, pointer connection and notice reader, like 10 workers) call

@@ -51,7 +51,7 @@ def clean_effects() -> Iterator[None]:
 
 @pytest.fixture
 def short(settings: Settings) -> Settings:
-    """A 2 s lease renewed every 0.5 s (the issue's setting); polling finds expired runs."""
+    """A 2 s lease renewed every 0.5 s; polling finds expired runs."""
     return msgspec.structs.replace(
         settings,
         lease_ttl_s=2.0,

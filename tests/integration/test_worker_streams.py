@@ -204,7 +204,7 @@ async def test_reclaim_leaves_a_run_that_a_live_lease_holds(
 async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
     db: Database, fast: Settings, redis: Any, held_reclaims: int
 ) -> None:
-    """The issue's scenario: a long attempt holds the run while a duplicate work message for it
+    """A long attempt holds the run while a duplicate work message for it
     is reclaimed once per lease TTL (AWOOOP_MAX_DELIVERIES is 3 here). The attempt then ends
     unfinished (its lease runs out) and the next reclaim takes the run and runs it as the next
     attempt. Before, every held reclaim counted a delivery: after 2 of them the next reclaim

@@ -20,7 +20,7 @@ DOC = ROOT / "docs" / "requirements.md"
 SPEC = Path(__file__).resolve().parents[3] / "shared" / "SPEC.md"
 
 # A requirement line of SPEC.md: "- R-11 `awooop_run_state` carries ...". Two digits only, so
-# that ADR numbers (ADR-113, ADR-114) are never taken for requirement ids.
+# that longer numbers SPEC.md cites are never taken for requirement ids.
 SPEC_ID = re.compile(r"^\s*-\s+(R-\d\d)\b", re.MULTILINE)
 # A requirement section of the doc: "### R-11 Lease columns ..." (or a table row "| R-11 |").
 DOC_ID = re.compile(r"^(?:#+\s+|\|\s*)(R-\d\d)\b", re.MULTILINE)

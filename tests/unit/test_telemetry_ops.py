@@ -147,13 +147,17 @@ def test_every_alert_has_a_runbook_entry_of_the_same_name() -> None:
 def test_the_docs_name_only_alerts_that_exist() -> None:
     alerts = alert_rules()
     seen = 0
-    for path in (ROOT / "README.md", ROOT / "docs" / "operations.md"):
+    for path in (
+        ROOT / "README.md",
+        ROOT / "docs" / "operations.md",
+        ROOT / "docs" / "reference.md",
+    ):
         named = re.findall(r"\balerts? `([^`]+)`", path.read_text())
         named += re.findall(r"\balerts? `[^`]+`\s+(?:and|or|/)\s+`([^`]+)`", path.read_text())
         unknown = [n for n in named if n not in alerts]
         assert not unknown, f"{path.name} names unknown alerts: {unknown}"
         seen += len(named)
-    assert seen >= 3  # the README's runbook names alerts this way
+    assert seen >= 3  # operations.md's situations name alerts this way
 
 
 def test_rules_use_only_metrics_that_exist() -> None:
@@ -190,9 +194,9 @@ def test_dashboards_are_built_from_their_description_and_use_real_metrics() -> N
 def test_every_metric_is_on_a_dashboard_and_documented() -> None:
     boards = " ".join(p.read_text() for p in (OPS / "grafana" / "dashboards").glob("*.json"))
     on_boards = set(METRIC_NAME.findall(boards))
-    doc = (ROOT / "docs" / "operations.md").read_text()
+    doc = (ROOT / "docs" / "reference.md").read_text()
     missing_docs = [name for name in catalog() if f"`{name}`" not in doc]
-    assert not missing_docs, f"document these metrics in docs/operations.md: {missing_docs}"
+    assert not missing_docs, f"document these metrics in docs/reference.md: {missing_docs}"
     missing_boards = [n for n, samples in catalog().items() if not samples & on_boards]
     assert not missing_boards, f"put these metrics on a dashboard: {missing_boards}"
 
