@@ -1,5 +1,5 @@
 """Whether a projector has applied the log's events of a time range: the check the log's
-archive is handed (:data:`awooop.log.archive.ProjectorLag`) before it drops a partition."""
+archive is handed (:data:`awooop.eventlog.archive.ProjectorLag`) before it drops a partition."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ This module runs the phases; the bulk pass over several processes is :mod:`proje
 the tail :mod:`projections.tail`, the locked swap or repair :mod:`projections.replay_swap`, the
 report :mod:`projections.replay_report`, the comparison and the repair :mod:`projections.diff`,
 the shadow tables and the swap :mod:`projections.schema`, the archived events restored
-:mod:`awooop.log.archive_restore`.
+:mod:`awooop.eventlog.archive_restore`.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from awooop.core.db import Connection
 from awooop.core.errors import ReplayBusyError, ReplayPrivilegeError
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
-from awooop.log.archive_restore import drop_restored_sql, restore
-from awooop.log.eventlog import Cursor
+from awooop.eventlog.archive_restore import drop_restored_sql, restore
+from awooop.eventlog.eventlog import Cursor
 from projections import schema
 from projections.base import Projection, TableNames, stream_range
 from projections.bulk import fold_range, raw_jsonb, use_binary_json

@@ -22,7 +22,7 @@ from awooop.core.db import Connection
 from awooop.core.errors import SwapLockTimeoutError
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE
-from awooop.log.eventlog import Cursor
+from awooop.eventlog.eventlog import Cursor
 from projections import schema
 from projections.base import Projection, TableNames
 from projections.diff import carry_clock_sql, repair_project

@@ -1,6 +1,6 @@
 """Run state as a projection: the inline table ``awooop_run_state`` and the projector's copy.
 
-Both fold :func:`awooop.log.state.apply` (imported, never re-implemented) over each run's
+Both fold :func:`awooop.eventlog.state.apply` (imported, never re-implemented) over each run's
 stream, so the write path, the replay tool and the projector cannot drift.
 
 - ``run_state``: the table the write path maintains inline (R-10/R-11). The replay tool
@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from awooop.core.db import Connection
 from awooop.core.events import RUN_EVENT_TYPES, RUN_STREAM_PREFIX, run_stream_id
-from awooop.log.state import (
+from awooop.eventlog.state import (
     COLUMNS,
     LEASED,
     RunState,
@@ -56,7 +56,7 @@ COUNT_COLUMNS = ("project_id", "status", "runs")
 # identifiers are the specs' constant names and their shadow_name(); every value is a
 # parameter. The column list is RunState's fields (COLUMNS), as the replay's COPY writes it.
 # Each S608 suppression below is for that table identifier. (The live awooop_run_state is written
-# only by awooop/log; a replay writes it through the shadow and the swap, see WRITERS.md.)
+# only by awooop/eventlog; a replay writes it through the shadow and the swap, see WRITERS.md.)
 
 
 def _select_states(table: str) -> str:

@@ -26,7 +26,7 @@ import msgspec
 
 from awooop.core.db import Connection
 from awooop.core.events import run_stream_id, to_builtins
-from awooop.log import eventlog
+from awooop.eventlog import eventlog
 from projections.base import (
     BulkOutput,
     LogEvent,

@@ -47,9 +47,9 @@ from awooop.core.db import Connection
 from awooop.core.errors import StreamRebuildInterruptedError
 from awooop.core.leadership import Lease
 from awooop.core.logs import get_logger
-from awooop.log import eventlog
-from awooop.log.eventlog import Cursor, RecordedEvent
-from awooop.log.read_ahead import read_positions
+from awooop.eventlog import eventlog
+from awooop.eventlog.eventlog import Cursor, RecordedEvent
+from awooop.eventlog.read_ahead import read_positions
 from streams import scripts
 from streams.keys import Keys
 from streams.publish import WORK_ONLY, by_shard, publish_shard

@@ -1,7 +1,7 @@
 """``awooop doctor``: what an operator checks at 3 a.m., each line OK, WARN or FAIL with a fix.
 
 Every check is one small function that reads (never writes) Postgres or Redis as the platform
-role and returns :class:`~awooop.commands.doctor_check.Check` results: the stores' reachability
+role and returns :class:`~awooop.commands.doctor_results.Check` results: the stores' reachability
 here, the database's set-up in :mod:`awooop.commands.doctor_schema`, what moves (streams,
 outbox, leases, approvals, loops) in :mod:`awooop.commands.doctor_flow`. ``run_checks`` runs
 them all; a check that raises reports FAIL with the error instead of stopping the others.
@@ -29,7 +29,6 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from awooop.commands.doctor_check import FAIL, OK, WARN, Check, CheckFn, describe
 from awooop.commands.doctor_flow import (
     approvals,
     blocked,
@@ -41,6 +40,7 @@ from awooop.commands.doctor_flow import (
     loops,
     outbox,
 )
+from awooop.commands.doctor_results import FAIL, OK, WARN, Check, CheckFn, describe
 from awooop.commands.doctor_schema import fleet, login_role, migrations, tenancy
 from awooop.core.retries import CONNECTION_ERRORS
 from awooop.services import Services

@@ -3,7 +3,7 @@ login role."""
 
 from __future__ import annotations
 
-from awooop.commands.doctor_check import FAIL, OK, WARN, Check
+from awooop.commands.doctor_results import FAIL, OK, WARN, Check
 from awooop.core.processes import live_processes
 from awooop.core.schema_check import read_schema_state, release_files, release_name
 from awooop.services import Services

@@ -29,9 +29,9 @@ from awooop.commands.runs_render import (
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, RunNotFoundError
+from awooop.eventlog.state import RunState
 from awooop.ingest.credentials import check_project_id
-from awooop.log.state import RunState
-from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads, store
+from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads, run_rows
 from awooop.runs.blocked import BlockedOn, describe
 from awooop.runs.listing import Decide
 from awooop.services import redis_client
@@ -126,7 +126,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             nonlocal blocked
             match args.action:
                 case "show":
-                    state = await store.load(conn, run_id)
+                    state = await run_rows.load(conn, run_id)
                     if state is None:
                         raise RunNotFoundError(run_id=run_id)
                     blocked = (await blocked_of(settings, conn, [run_id])).get(run_id)

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from awooop.commands.output import table, to_json, when
-from awooop.log.state import RunState
+from awooop.eventlog.state import RunState
 from awooop.runs import bulk, reads
 from awooop.runs.blocked import BlockedOn
 from projections import model_calls, timeline

@@ -61,8 +61,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     dedupe_ttl_s: float = 7 * 24 * 3600.0
     dedupe_expiry_interval_s: float = 60.0
     approval_ttl_s: float = 15 * 60.0
-    # The time-partitioned log (awooop.log.partitions, awooop.log.archive): partition length,
-    # how long a partition stays after it ends, where archived partitions go ("" keeps them).
+    # The time-partitioned log (awooop.eventlog.partitions, awooop.eventlog.archive): partition
+    # length, how long a partition stays after it ends, where archived partitions go ("" keeps
+    # them).
     log_partition_days: int = 7
     log_retention_days: float = 28.0
     log_archive_dir: str = ""

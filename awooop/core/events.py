@@ -126,7 +126,7 @@ class RunFailed(EventBase, frozen=True, kw_only=True, tag=True):
 
     ``dead_letter``: the run is dead-lettered: its dead letter is a row of
     ``awooop_dead_letters`` written in the transaction that appends this event
-    (:mod:`awooop.log.deadletters`)."""
+    (:mod:`awooop.eventlog.deadletters`)."""
 
     reason: str
     code: str

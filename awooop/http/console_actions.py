@@ -12,12 +12,12 @@ from starlette.responses import RedirectResponse, Response
 
 from awooop.core.db import Connection
 from awooop.core.errors import AwoooPError, InvalidInputError
+from awooop.eventlog.state import RunState
 from awooop.http import console_session as sessions
 from awooop.http.auth import authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_render import error_page
 from awooop.http.console_requests import form, path_run
-from awooop.log.state import RunState
 from awooop.runs import approvals, control, deadletters
 
 ACTIONS = ("retry", "cancel", "approve", "reject", "redrive")

@@ -14,14 +14,14 @@ from starlette.responses import RedirectResponse, Response
 
 from awooop.core.db import Connection
 from awooop.core.errors import AwoooPError, RunNotFoundError
+from awooop.eventlog.deadletters import DeadLetterRow
+from awooop.eventlog.state import RunState, RunStatus
 from awooop.http.auth import authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_render import error_page, filter_view, render
 from awooop.http.console_requests import path_run, run_filter
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE
-from awooop.log.deadletters import DeadLetterRow
-from awooop.log.state import RunState, RunStatus
-from awooop.runs import deadletters, listing, store
+from awooop.runs import deadletters, listing, run_rows
 from awooop.runs.blocked import BlockedOn, Reason
 from projections import model_calls
 
@@ -105,7 +105,7 @@ class RunPages(ConsoleAccess):
         )
 
     async def read_run(self, conn: Connection, project_id: str, run_id: uuid.UUID) -> RunPage:
-        state = await store.load(conn, run_id)
+        state = await run_rows.load(conn, run_id)
         if state is None:
             raise RunNotFoundError(run_id=run_id)
         return RunPage(

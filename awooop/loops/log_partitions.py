@@ -1,6 +1,6 @@
-"""The log's partitions (awooop.log.partitions): a platform loop that keeps them ahead of the
+"""The log's partitions (awooop.eventlog.partitions): a platform loop that keeps them ahead of the
 clock and, when ``AWOOOP_LOG_ARCHIVE_DIR`` is set, archives and drops the oldest one once it
-ended more than ``AWOOOP_LOG_RETENTION_DAYS`` ago (awooop.log.archive).
+ended more than ``AWOOOP_LOG_RETENTION_DAYS`` ago (awooop.eventlog.archive).
 
 A refused archive (a live run, the relay or a projector behind) is logged and counted and tried
 again at the next iteration; it never fails the loop. Without an archive directory nothing is
@@ -16,8 +16,8 @@ from awooop.core import metrics
 from awooop.core.errors import ArchiveRefusedError
 from awooop.core.logs import get_logger
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
-from awooop.log import partitions
-from awooop.log.archive import archive_due
+from awooop.eventlog import partitions
+from awooop.eventlog.archive import archive_due
 from awooop.services import Services
 from projections.lag import projector_lag
 

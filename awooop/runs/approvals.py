@@ -34,9 +34,9 @@ from awooop.core.errors import (
     InvalidInputError,
 )
 from awooop.core.events import ApprovalExpired, ApprovalGranted, ApprovalRejected, ApprovalRequested
-from awooop.log import run_reads
-from awooop.log.state import RunState
-from awooop.runs import store
+from awooop.eventlog import run_reads
+from awooop.eventlog.state import RunState
+from awooop.runs import run_rows
 from awooop.runs.leases import fenced_record
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ async def decide(
         raise ApprovalExpiredError(run_id=run_id, expired_at=row["expires_at"])
     if row["used_at"] is not None:
         raise ApprovalTokenUsedError(run_id=run_id, used_at=row["used_at"])
-    state, now = await store.lock(conn, run_id)
+    state, now = await run_rows.lock(conn, run_id)
     if state.attempt_count != row["attempt"]:
         raise ApprovalTokenInvalidError(
             "the approval token belongs to an earlier request of this run", run_id=run_id
@@ -198,7 +198,7 @@ async def decide(
         if decision is Decision.APPROVED
         else ApprovalRejected(at=now, actor=actor, reason=reason)
     )
-    new_state = await store.apply_and_store(conn, state, event, metadata)
+    new_state = await run_rows.apply_and_store(conn, state, event, metadata)
     await conn.execute(MARK_USED, row["approval_id"], now, str(decision), actor)
     return new_state
 
@@ -220,8 +220,10 @@ async def expire_due(
     rows = await conn.fetch(run_reads.LOCK_APPROVAL_DUE, limit)
     failed = []
     for row in rows:
-        state = store.row_to_state(row)
+        state = run_rows.row_to_state(row)
         now: datetime = row["db_now"]
-        failed.append(await store.apply_and_store(conn, state, ApprovalExpired(at=now), metadata))
+        failed.append(
+            await run_rows.apply_and_store(conn, state, ApprovalExpired(at=now), metadata)
+        )
         await conn.execute(EXPIRE_TOKENS, state.run_id, now)
     return failed

@@ -42,7 +42,7 @@ from typing import Any
 import msgspec
 
 from awooop.core.errors import DeliveryLimitError
-from awooop.log.state import MAX_ATTEMPTS_CODE, RunStatus
+from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunStatus
 
 DELIVERY_LIMIT_CODE = DeliveryLimitError.code  # the worker dead-lettered the message
 DEAD_LETTER_CODES = frozenset({MAX_ATTEMPTS_CODE, DELIVERY_LIMIT_CODE})

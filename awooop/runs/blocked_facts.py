@@ -20,7 +20,7 @@
   processes alive by their own heartbeats in ``awooop_processes``. Either says the shard is
   read: on Redis 7.0 an idle worker's reads that return nothing do not reset its idle time.
 - :func:`with_dead_letters` marks the PENDING and RESUMED runs that have an open dead letter
-  (:func:`awooop.log.deadletters.open_of_runs`: one probe of
+  (:func:`awooop.eventlog.deadletters.open_of_runs`: one probe of
   ``awooop_dead_letters_open_run_idx`` per such run).
 - :func:`count_by_reason` is the gauge's sample: the live runs through :data:`LIVE_FACTS`
   (the partial indexes on live states), FAILED runs counted per failure code through the
@@ -43,8 +43,8 @@ from redis.exceptions import ResponseError
 
 from awooop.core.db import Connection
 from awooop.core.logs import get_logger
-from awooop.log import deadletters
-from awooop.log.state import RunStatus
+from awooop.eventlog import deadletters
+from awooop.eventlog.state import RunStatus
 from awooop.runs.blocked import BlockedOn, Reason, RunFacts, ShardFacts, decide, failed_reason
 from streams.keys import WORKER_GROUP, Keys
 

@@ -60,8 +60,8 @@ from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection, Database
 from awooop.core.errors import AwoooPError, InvalidInputError, OperationNotFoundError
 from awooop.core.events import Event
-from awooop.log import run_reads
-from awooop.log.state import TERMINAL, RunState, RunStatus, apply, row_to_state
+from awooop.eventlog import run_reads
+from awooop.eventlog.state import TERMINAL, RunState, RunStatus, apply, row_to_state
 from awooop.runs import control, listing
 from awooop.runs.bulk_batch import event_for, matches, refusal, write_batch
 

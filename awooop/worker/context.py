@@ -47,9 +47,9 @@ from awooop.core.logs import get_logger
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import encoded_problem, unstorable
 from awooop.core.telemetry import tracer
+from awooop.eventlog.state import RunState
 from awooop.llm.calls import called_event
 from awooop.llm.gateway import LLMResult, ModelCall
-from awooop.log.state import RunState
 from awooop.runs import approvals, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
 from awooop.worker.attempts import Attempt, trace_metadata

@@ -25,7 +25,7 @@ from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import exporting, tracer
-from awooop.log.state import RunState
+from awooop.eventlog.state import RunState
 from awooop.runs import leases
 from awooop.worker import tracelinks
 from awooop.worker.attempts import Attempt, StopReason, StreamEntry

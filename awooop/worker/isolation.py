@@ -33,7 +33,7 @@ from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.logs import get_logger
-from awooop.log.state import RunState
+from awooop.eventlog.state import RunState
 from awooop.runs.leases import suspects
 from awooop.worker.attempts import trace_metadata
 from awooop.worker.executor import Executor

@@ -44,7 +44,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import tracer
-from awooop.log.state import RunState
+from awooop.eventlog.state import RunState
 from awooop.runs.leases import Availability
 from awooop.worker import claims
 from awooop.worker.attempts import StopReason, StreamEntry, trace_metadata

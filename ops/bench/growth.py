@@ -98,8 +98,8 @@ from awooop.core.logs import configure_logging  # noqa: E402
 from awooop.core.migrate import migrate  # noqa: E402
 from awooop.core.pools import PLATFORM_ROLE, connect  # noqa: E402
 from awooop.demo.servers import PostgresServer  # noqa: E402
-from awooop.log import eventlog  # noqa: E402
-from awooop.log.state import RunState, fold  # noqa: E402
+from awooop.eventlog import eventlog  # noqa: E402
+from awooop.eventlog.state import RunState, fold  # noqa: E402
 from awooop.producer import ChannelEvent, submit  # noqa: E402
 from awooop.runs.leases import RunStatements  # noqa: E402
 from awooop.runs.leases.rules import Completion  # noqa: E402

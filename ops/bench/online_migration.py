@@ -13,7 +13,7 @@ generate_series in chunks of CHUNK_RUNS runs (one transaction each): 4 events pe
 land in several weekly partitions (created first). Then VACUUM ANALYZE and CHECKPOINT.
 
 While each change runs, two writers append new run streams with the log's own append statement
-(``awooop/log/sql/append.sql``) and two readers read a stream (eventlog.read_stream) and follow
+(``awooop/eventlog/sql/append.sql``) and two readers read a stream (eventlog.read_stream) and follow
 the log (eventlog.read_forward), each at ``--rate`` operations per second on a fixed schedule
 (a blocked operation shows as one long latency, not as fewer operations). The changes:
 
@@ -56,7 +56,7 @@ import asyncpg
 from awooop.core.logs import configure_logging
 from awooop.core.migrate import MIGRATIONS_DIR, migrate
 from awooop.core.online_migrations import apply_online
-from awooop.log import eventlog, queries
+from awooop.eventlog import eventlog, queries
 
 SERVER = os.environ.get("AWOOOP_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 ONLINE_FILE = "0126_validate_log_stream_names.sql"

@@ -44,7 +44,7 @@ from awooop.core.pools import APP_ROLE, connect
 from awooop.llm.client import ModelRequest
 from awooop.llm.gateway import ModelGateway
 from awooop.llm.local import LocalModel
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 from awooop.services import Services, redis_client
 from streams.envelope import FIELD, Notice, encode
 

@@ -64,8 +64,8 @@ from awooop.core.events import (  # noqa: E402
 )
 from awooop.core.logs import configure_logging  # noqa: E402
 from awooop.core.migrate import migrate  # noqa: E402
+from awooop.eventlog import eventlog, run_reads  # noqa: E402
 from awooop.ingest import credentials  # noqa: E402
-from awooop.log import eventlog, run_reads  # noqa: E402
 from awooop.runs import blocked_facts, listing  # noqa: E402
 from awooop.runs.blocked import Reason  # noqa: E402
 

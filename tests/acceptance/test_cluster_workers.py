@@ -21,8 +21,8 @@ from typing import Any
 import msgspec
 from redis.exceptions import ResponseError
 
-from awooop.commands.doctor_check import Check
 from awooop.commands.doctor_checks import run_checks
+from awooop.commands.doctor_results import Check
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id

@@ -16,9 +16,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from awooop.commands.doctor_check import FAIL, Check
 from awooop.commands.doctor_flow import blocked as blocked_check
 from awooop.commands.doctor_flow import loops as loops_check
+from awooop.commands.doctor_results import FAIL, Check
 from awooop.core.config import Settings
 from awooop.runs import blocked_facts
 from awooop.runs.blocked import Reason

@@ -1,6 +1,6 @@
 """The time-partitioned log: an old partition archived to a file and dropped while runs are
 written, then run state rebuilt both from the snapshots and from the archive's files
-(migrations/0100_partitioned_log.sql, awooop/log/archive.py)."""
+(migrations/0100_partitioned_log.sql, awooop/eventlog/archive.py)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ from awooop.core.errors import ArchiveFileError, ArchiveRefusedError
 from awooop.core.events import run_stream_id
 from awooop.core.loop_heartbeats import DatabaseHeartbeats
 from awooop.core.loops import Heartbeat, LoopContext
-from awooop.log import archive, archive_files, partitions
-from awooop.log.state import TERMINAL, TRANSITIONS
+from awooop.eventlog import archive, archive_files, partitions
+from awooop.eventlog.state import TERMINAL, TRANSITIONS
 from awooop.loops import log_partitions
 from awooop.loops.registry import all_loops
-from awooop.runs import store
+from awooop.runs import run_rows
 from awooop.services import Services
 from projections.lag import projector_lag
 from streams.relay import Relay
@@ -56,12 +56,12 @@ PUBLISHED = (
 async def finish(db: Database, project: str, run_id: uuid.UUID) -> None:
     """Cancel the run if it is still live (every live state allows RunCancelled)."""
     async with db.tenant(project) as conn:
-        state, _ = await store.lock(conn, run_id)
+        state, _ = await run_rows.lock(conn, run_id)
     if state.status in TERMINAL:
         return
 
     async def tx(conn: Connection) -> None:
-        await store.record(conn, run_id, lambda s, now: event_for("RunCancelled", s, at=now))
+        await run_rows.record(conn, run_id, lambda s, now: event_for("RunCancelled", s, at=now))
 
     assert "RunCancelled" in TRANSITIONS[state.status]
     await db.in_tenant(project, tx)

@@ -22,7 +22,7 @@ from awooop.core.migrate import MIGRATIONS_DIR, migrate
 from awooop.core.migration_checksums import normalised_checksum, raw_checksum
 from awooop.core.online_migrations import apply_online
 from awooop.core.online_plan import Policy
-from awooop.log import eventlog, queries
+from awooop.eventlog import eventlog, queries
 from tests.support.logcapture import capture_context_logs
 from tests.support.waiting import eventually
 

@@ -28,7 +28,7 @@ from awooop.core.db import Database
 from awooop.core.loops import run_loop
 from awooop.llm.gateway import ModelGateway
 from awooop.loops.relay import relay_spec
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 from awooop.services import Services
 from streams.relay import Relay
 from tests.support.revisions import drop_outbox, set_epoch

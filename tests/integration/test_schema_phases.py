@@ -13,7 +13,7 @@ import asyncpg
 import msgspec
 import pytest
 
-from awooop.commands.doctor_check import OK, WARN
+from awooop.commands.doctor_results import OK, WARN
 from awooop.commands.doctor_schema import fleet as doctor_fleet
 from awooop.core.config import Settings
 from awooop.core.errors import MigrationPhaseError

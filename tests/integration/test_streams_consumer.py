@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id
-from awooop.log import deadletters
+from awooop.eventlog import deadletters
 from streams.consumer import GroupConsumer
 from streams.delivery import Delivery
 from streams.envelope import FIELD, Envelope, encode

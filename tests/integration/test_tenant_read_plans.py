@@ -24,8 +24,8 @@ import asyncpg
 from awooop.core.db import Connection, Database
 from awooop.core.events import run_stream_id
 from awooop.core.pools import SET_TENANT
+from awooop.eventlog import eventlog, run_reads
 from awooop.ingest import tenants
-from awooop.log import eventlog, run_reads
 from awooop.revisions import reads as revision_reads
 from awooop.runs import approvals, blocked_facts, bulk, listing
 

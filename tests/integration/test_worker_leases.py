@@ -10,7 +10,7 @@ import pytest
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError
 from awooop.core.events import RunCompleted, RunFailed, RunRequeued, StepCompleted, run_stream_id
-from awooop.log.state import MAX_ATTEMPTS_REASON, RunState
+from awooop.eventlog.state import MAX_ATTEMPTS_REASON, RunState
 from awooop.loops.runs import reap_once
 from awooop.runs import approvals, leases
 from tests.support.runs import count_events, create_runs, event_types, events_of, load

@@ -19,7 +19,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id
 from awooop.core.loops import run_loop
-from awooop.log import deadletters, eventlog
+from awooop.eventlog import deadletters, eventlog
 from awooop.loops.relay import relay_spec
 from awooop.runs import leases
 from awooop.worker.runtime import Worker

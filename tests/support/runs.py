@@ -8,10 +8,10 @@ from typing import Any
 
 from awooop.core.db import Database
 from awooop.core.events import RunCreated, RunFailed, decode_event, run_stream_id
-from awooop.log import eventlog
-from awooop.log.run_reads import LOCK_MANY
-from awooop.log.state import RunState, row_to_state
-from awooop.runs import store
+from awooop.eventlog import eventlog
+from awooop.eventlog.run_reads import LOCK_MANY
+from awooop.eventlog.state import RunState, row_to_state
+from awooop.runs import run_rows
 
 
 async def create_runs(
@@ -28,7 +28,7 @@ async def create_runs(
         async with db.tenant(project) as conn:
             now = await conn.fetchval("SELECT now()")
             for run_id in run_ids[start : start + per_transaction]:
-                await store.create_run(
+                await run_rows.create_run(
                     conn,
                     RunCreated(
                         at=now,
@@ -52,7 +52,7 @@ async def create_failed_runs(
     for start in range(0, count, per_transaction):
         async with db.tenant(project) as conn:
             rows = await conn.fetch(LOCK_MANY, run_ids[start : start + per_transaction])
-            await store.apply_and_store_many(
+            await run_rows.apply_and_store_many(
                 conn,
                 [
                     (
@@ -67,7 +67,7 @@ async def create_failed_runs(
 
 async def load(db: Database, project: str, run_id: uuid.UUID) -> RunState:
     async with db.tenant(project) as conn:
-        state = await store.load(conn, run_id)
+        state = await run_rows.load(conn, run_id)
     assert state is not None
     return state
 

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from awooop.log.state import RunStatus
+from awooop.eventlog.state import RunStatus
 from awooop.runs.blocked import (
     REASON_STATUSES,
     Reason,

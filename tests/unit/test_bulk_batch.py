@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from awooop.core.errors import IllegalTransitionError
 from awooop.core.events import RunCancelled, RunRetried
-from awooop.log.state import RunStatus
+from awooop.eventlog.state import RunStatus
 from awooop.runs import listing
 from awooop.runs.bulk import for_action
 from awooop.runs.bulk_batch import event_for, matches, refusal

@@ -12,13 +12,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from awooop.commands.doctor_check import FAIL, OK, WARN
 from awooop.commands.doctor_flow import partition_check
+from awooop.commands.doctor_results import FAIL, OK, WARN
 from awooop.core.errors import ArchiveFileError
 from awooop.core.events import encode_event, run_stream_id
-from awooop.log import archive, archive_files
-from awooop.log.partitions import Partition, covered_until, due_for_archive
-from awooop.log.state import RunStatus, apply, encode_state
+from awooop.eventlog import archive, archive_files
+from awooop.eventlog.partitions import Partition, covered_until, due_for_archive
+from awooop.eventlog.state import RunStatus, apply, encode_state
 from tests.support.factories import created, event_for
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -115,7 +115,7 @@ def test_an_archive_without_its_trailer_or_with_another_count_is_refused(tmp_pat
 
 def test_the_doctor_fails_a_dedupe_window_before_ingest_would_be_refused() -> None:
     from awooop.commands.doctor_flow import dedupe_window_check
-    from awooop.log.dedupe_windows import window_of
+    from awooop.eventlog.dedupe_windows import window_of
 
     def windows_from(first: str, count: int) -> list[Any]:
         start = window_of(f"awooop_channel_event_dedupe_p{first}").range_from

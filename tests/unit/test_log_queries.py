@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from awooop.core.errors import AwoooPError
-from awooop.log import queries, writers
-from awooop.log.state import COLUMNS
+from awooop.eventlog import queries, writers
+from awooop.eventlog.state import COLUMNS
 
 SQL = Path(queries.__file__).parent / "sql"
 

@@ -19,7 +19,7 @@ from awooop.core.events import (
     run_stream_id,
 )
 from awooop.core.ids import new_run_id, uuid7
-from awooop.log.state import apply, fold
+from awooop.eventlog.state import apply, fold
 from projections import progress, revisions, timeline
 from projections.base import LogEvent, check_consecutive, plan, stream_range, trace_id_of
 from projections.bulk import split_range

@@ -26,7 +26,8 @@ SPEC_ID = re.compile(r"^\s*-\s+(R-\d\d)\b", re.MULTILINE)
 DOC_ID = re.compile(r"^(?:#+\s+|\|\s*)(R-\d\d)\b", re.MULTILINE)
 SECTION = re.compile(r"^###\s+(R-\d\d)\b", re.MULTILINE)
 TEST_REF = re.compile(r"\b(tests/[\w./-]+?\.py)::(\w+)")
-# A module or migration path in backticks: `awooop/runs/store.py`, `migrations/0003_run_state.sql`.
+# A module or migration path in backticks: `awooop/runs/run_rows.py`,
+# `migrations/0003_run_state.sql`.
 MODULE_PATH = re.compile(r"`((?:[\w.-]+/)*[\w-]+\.(?:py|sql))`")
 
 

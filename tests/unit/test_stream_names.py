@@ -14,7 +14,7 @@ from awooop.core.events import (
     run_stream_id,
     stream_of_project,
 )
-from awooop.log.eventlog import check_stream
+from awooop.eventlog.eventlog import check_stream
 from awooop.producer import domain_stream_id
 
 RUN = run_stream_id(uuid.UUID("0190f0e2-7b1a-7c3d-8e4f-5a6b7c8d9e0f"))

@@ -18,7 +18,7 @@ from awooop.core.errors import (
     RedisUnavailableError,
 )
 from awooop.core.events import RunFailed, RunRequeued
-from awooop.log.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, apply
+from awooop.eventlog.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, apply
 from awooop.runs import approvals
 from awooop.runs.leases import (
     Availability,

@@ -1,6 +1,6 @@
 """One run at a time: claim, poll, take or reap expired runs, heartbeat, the fenced write,
 release. Each reads the row under the lock its job needs and writes through the log room
-(:mod:`awooop.log.runs`)."""
+(:mod:`awooop.eventlog.runs`)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import msgspec
 from awooop.core.db import Connection
 from awooop.core.errors import LeaseLostError
 from awooop.core.events import Event, LeaseReleased, RunFailed, RunRequeued
-from awooop.log import deadletters, run_reads
-from awooop.log import runs as log_runs
-from awooop.log.state import RunState, RunStatus, row_to_state
-from awooop.runs import store
+from awooop.eventlog import deadletters, run_reads
+from awooop.eventlog import runs as log_runs
+from awooop.eventlog.state import RunState, RunStatus, row_to_state
+from awooop.runs import run_rows
 from awooop.runs.leases.rules import (
     Availability,
     Fence,
@@ -179,7 +179,7 @@ async def fenced_record(
 ) -> RunState:
     """Write an event on behalf of ``(worker_id, attempt)``: refused with E-RUN-002 unless the
     attempt still holds a live lease (see :mod:`awooop.runs.leases`)."""
-    state, now = await store.lock(conn, run_id)
+    state, now = await run_rows.lock(conn, run_id)
     problem = fence_problem(state, now, worker_id, attempt)
     if problem is not None:
         raise LeaseLostError(
@@ -228,9 +228,9 @@ async def fail_undeliverable(
 ) -> RunState | None:
     """Fail a run whose work message is being dead-lettered, if nobody is making progress on
     it (dispatchable, or its lease expired); None (nothing written) otherwise. The failure is
-    marked ``dead_letter``: its dead letter is recorded with it (:mod:`awooop.log.deadletters`),
-    with what ``undelivered`` says about the message."""
-    found = await store.lock_if_present(conn, run_id)
+    marked ``dead_letter``: its dead letter is recorded with it
+    (:mod:`awooop.eventlog.deadletters`), with what ``undelivered`` says about the message."""
+    found = await run_rows.lock_if_present(conn, run_id)
     if found is None:
         return None
     state, now = found

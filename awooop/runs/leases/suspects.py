@@ -21,9 +21,9 @@ from typing import Any
 
 from awooop.core.db import Connection
 from awooop.core.events import RunFailed, RunRequeued, run_stream_id
-from awooop.log import run_reads
-from awooop.log import runs as log_runs
-from awooop.log.state import MAX_ATTEMPTS_CODE, RunState, row_to_state
+from awooop.eventlog import run_reads
+from awooop.eventlog import runs as log_runs
+from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunState, row_to_state
 from awooop.runs.leases.rules import claim_event, died_sharing, reap_event
 
 # What else the dead worker held: runs it still holds (leased, through the partial index of
