@@ -14,6 +14,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import RunClaimed, RunCompleted, RunCreated, StepCompleted, run_stream_id
 from awooop.eventlog import eventlog
+from awooop.eventlog.runs import create_run
 from awooop.runs import run_rows
 
 PROJECT = "smoke"
@@ -31,7 +32,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     try:
         async with db.tenant(PROJECT) as conn:
             now = await conn.fetchval("SELECT now()")
-            await run_rows.create_run(
+            await create_run(
                 conn,
                 RunCreated(
                     at=now,

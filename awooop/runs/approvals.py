@@ -35,7 +35,8 @@ from awooop.core.errors import (
 )
 from awooop.core.events import ApprovalExpired, ApprovalGranted, ApprovalRejected, ApprovalRequested
 from awooop.eventlog import run_reads
-from awooop.eventlog.state import RunState
+from awooop.eventlog.runs import apply_and_store
+from awooop.eventlog.state import RunState, row_to_state
 from awooop.runs import run_rows
 from awooop.runs.leases import fenced_record
 
@@ -198,7 +199,7 @@ async def decide(
         if decision is Decision.APPROVED
         else ApprovalRejected(at=now, actor=actor, reason=reason)
     )
-    new_state = await run_rows.apply_and_store(conn, state, event, metadata)
+    new_state = await apply_and_store(conn, state, event, metadata)
     await conn.execute(MARK_USED, row["approval_id"], now, str(decision), actor)
     return new_state
 
@@ -220,10 +221,8 @@ async def expire_due(
     rows = await conn.fetch(run_reads.LOCK_APPROVAL_DUE, limit)
     failed = []
     for row in rows:
-        state = run_rows.row_to_state(row)
+        state = row_to_state(row)
         now: datetime = row["db_now"]
-        failed.append(
-            await run_rows.apply_and_store(conn, state, ApprovalExpired(at=now), metadata)
-        )
+        failed.append(await apply_and_store(conn, state, ApprovalExpired(at=now), metadata))
         await conn.execute(EXPIRE_TOKENS, state.run_id, now)
     return failed

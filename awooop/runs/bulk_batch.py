@@ -18,8 +18,9 @@ from awooop.core.db import Connection
 from awooop.core.errors import AwoooPError, StatementRefusedError
 from awooop.core.events import Event, RunCancelled, RunRetried
 from awooop.core.retries import CONNECTION_ERRORS, RETRYABLE_PG_ERRORS
+from awooop.eventlog.runs import apply_and_store, apply_and_store_many
 from awooop.eventlog.state import RunState
-from awooop.runs import listing, run_rows
+from awooop.runs import listing
 
 # Failures that are not a run's own: Postgres away, or a conflict the whole transaction is
 # retried for. write_batch raises them rather than refusing a run the next attempt would change.
@@ -68,7 +69,7 @@ async def write_batch(
     row and its event)."""
     try:
         async with conn.transaction():
-            return await run_rows.apply_and_store_many(conn, changes, metadata), []
+            return await apply_and_store_many(conn, changes, metadata), []
     except TRANSIENT:
         raise
     except asyncpg.PostgresError:
@@ -78,7 +79,7 @@ async def write_batch(
     for state, event in changes:
         try:
             async with conn.transaction():
-                written.append(await run_rows.apply_and_store(conn, state, event, metadata))
+                written.append(await apply_and_store(conn, state, event, metadata))
         except TRANSIENT:
             raise
         except asyncpg.PostgresError as exc:

@@ -1,10 +1,10 @@
 """A run's row: read it, lock it, and record an event on it.
 
-The writes themselves are the log room's (:mod:`awooop.eventlog.runs`: the row is updated to
-exactly ``apply(old, event)`` and the event appended at the row's version, in the caller's
-transaction); this module names them for the run domain and adds the reads (the log room's
-:mod:`awooop.eventlog.run_reads`) and the lock-build-write step (:func:`record`) that most writers
-use.
+The writes themselves are the log room's, imported from there by every caller
+(:mod:`awooop.eventlog.runs`: the row is updated to exactly ``apply(old, event)`` and the event
+appended at the row's version, in the caller's transaction); this module adds the reads (the
+log room's :mod:`awooop.eventlog.run_reads`) and the lock-build-write step (:func:`record`) that
+most writers use.
 """
 
 from __future__ import annotations
@@ -18,20 +18,10 @@ from awooop.core.db import Connection
 from awooop.core.errors import RunNotFoundError
 from awooop.core.events import Event
 from awooop.eventlog import run_reads
-from awooop.eventlog.runs import apply_and_store, apply_and_store_many, create_run
-from awooop.eventlog.state import RunState, row_to_state, state_values
+from awooop.eventlog.runs import apply_and_store
+from awooop.eventlog.state import RunState, row_to_state
 
-__all__ = (
-    "apply_and_store",
-    "apply_and_store_many",
-    "create_run",
-    "load",
-    "lock",
-    "lock_if_present",
-    "record",
-    "row_to_state",
-    "state_values",
-)
+__all__ = ("load", "lock", "lock_if_present", "record")
 
 
 async def load(conn: Connection, run_id: uuid.UUID) -> RunState | None:

@@ -51,7 +51,7 @@ from awooop.core.events import RunCreated, run_stream_id
 from awooop.core.logs import configure_logging
 from awooop.core.migrate import migrate
 from awooop.core.pools import connect
-from awooop.runs import run_rows
+from awooop.eventlog import runs as log_runs
 from streams.envelope import FIELD, decode_envelope
 from streams.keys import Keys
 from streams.relay import Relay
@@ -113,7 +113,7 @@ async def create_run(db: Database, project: str) -> tuple[uuid.UUID, float]:
             input={"text": "x" * 120},
             max_attempts=3,
         )
-        await run_rows.create_run(conn, event, {"traceparent": f"00-{run_id.hex}-{'1' * 16}-01"})
+        await log_runs.create_run(conn, event, {"traceparent": f"00-{run_id.hex}-{'1' * 16}-01"})
         before_commit: float = await conn.fetchval(
             "SELECT extract(epoch FROM clock_timestamp())::float8 * 1000"
         )

@@ -27,6 +27,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.events import decode_event, run_stream_id
 from awooop.eventlog import eventlog, queries
+from awooop.eventlog import runs as log_runs
 from awooop.eventlog.eventlog import RawEvent
 from awooop.eventlog.state import LEASED, RunState, fold
 from awooop.eventlog.writers import BY_NAME, EVENTS, RUNS, STREAMS
@@ -97,7 +98,7 @@ async def create_run(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 1)  # the helper every test uses to make runs
     async with db.tenant(P) as conn:
         now = await conn.fetchval("SELECT now()")
-        made = await logged(lambda c: run_rows.create_run(c, created(at=now, project_id=P)))(conn)
+        made = await logged(lambda c: log_runs.create_run(c, created(at=now, project_id=P)))(conn)
     return Touched({*runs, made.run_id})
 
 

@@ -10,6 +10,7 @@ from prometheus_client import REGISTRY
 
 from awooop.core import events as ev
 from awooop.core.loops import LoopContext
+from awooop.eventlog.runs import create_run
 from awooop.eventlog.state import TERMINAL, RunStatus
 from awooop.loops.stats import LIVE_STATES, StatsLoops, runs_sample
 from awooop.runs import run_rows
@@ -42,7 +43,7 @@ async def make_run(services: Services, project: str, *, to: str) -> uuid.UUID:
     run_id = uuid.uuid4()
     async with services.db.tenant(project) as conn:
         now = await conn.fetchval("SELECT now()")
-        await run_rows.create_run(conn, factories.created(run_id, project_id=project, at=now))
+        await create_run(conn, factories.created(run_id, project_id=project, at=now))
         if to == "PENDING":
             return run_id
         await run_rows.record(

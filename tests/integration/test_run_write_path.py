@@ -12,6 +12,7 @@ from awooop.core.db import Database
 from awooop.core.errors import IllegalTransitionError
 from awooop.core.events import RunCompleted, decode_event, run_stream_id
 from awooop.eventlog import eventlog
+from awooop.eventlog.runs import create_run
 from awooop.eventlog.state import TERMINAL, TRANSITIONS, RunState, apply, fold
 from awooop.runs import run_rows
 from tests.support.factories import created, event_for
@@ -44,7 +45,7 @@ async def test_the_row_equals_apply_folded_over_the_events(
     run_id = uuid.uuid4()
     first = created(run_id=run_id, project_id=PROJECT)
     async with db.tenant(PROJECT) as conn:
-        await run_rows.create_run(conn, first)
+        await create_run(conn, first)
     for name in history[1:]:
         async with db.tenant(PROJECT) as conn:
             await run_rows.record(conn, run_id, lambda s, now, name=name: event_for(name, s))
@@ -58,7 +59,7 @@ async def test_the_row_equals_apply_folded_over_the_events(
 async def test_an_illegal_event_writes_nothing(db: Database) -> None:
     run_id = uuid.uuid4()
     async with db.tenant(PROJECT) as conn:
-        await run_rows.create_run(conn, created(run_id=run_id, project_id=PROJECT))
+        await create_run(conn, created(run_id=run_id, project_id=PROJECT))
     with pytest.raises(IllegalTransitionError):
         async with db.tenant(PROJECT) as conn:
             await run_rows.record(

@@ -19,6 +19,7 @@ from awooop.core.events import (
     run_stream_id,
 )
 from awooop.eventlog import eventlog
+from awooop.eventlog.runs import apply_and_store_many
 from awooop.eventlog.state import RunState, fold
 from awooop.runs import leases, run_rows
 from awooop.runs.leases import Availability
@@ -260,6 +261,6 @@ async def test_apply_and_store_many_equals_the_single_version(db: Database) -> N
     async with db.tenant(P) as conn:
         locked = [await run_rows.lock(conn, r) for r in run_ids]
         changes = [(s, leases.claim_event(s, now, "w1", 30)) for s, now in locked]
-        new = await run_rows.apply_and_store_many(conn, changes, [None, {"a": 1}, None, None])
+        new = await apply_and_store_many(conn, changes, [None, {"a": 1}, None, None])
     for state in new:
         assert await load(db, P, state.run_id) == state == await replayed(db, state.run_id)

@@ -17,6 +17,7 @@ from typing import Any
 from awooop.core.db import Connection, Database
 from awooop.core.events import RevisionActivated, RevisionCreated, revision_stream_id
 from awooop.eventlog import eventlog
+from awooop.eventlog.runs import create_run
 from awooop.eventlog.state import TRANSITIONS
 from awooop.runs import run_rows
 from tests.support.factories import created, event_for
@@ -44,7 +45,7 @@ class Workload:
 
         async def tx(conn: Connection) -> None:
             now = await conn.fetchval("SELECT now()")
-            await run_rows.create_run(
+            await create_run(
                 conn, created(run_id=run_id, project_id=project, at=now), metadata=_trace()
             )
 

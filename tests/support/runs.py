@@ -10,6 +10,7 @@ from awooop.core.db import Database
 from awooop.core.events import RunCreated, RunFailed, decode_event, run_stream_id
 from awooop.eventlog import eventlog
 from awooop.eventlog.run_reads import LOCK_MANY
+from awooop.eventlog.runs import apply_and_store_many, create_run
 from awooop.eventlog.state import RunState, row_to_state
 from awooop.runs import run_rows
 
@@ -28,7 +29,7 @@ async def create_runs(
         async with db.tenant(project) as conn:
             now = await conn.fetchval("SELECT now()")
             for run_id in run_ids[start : start + per_transaction]:
-                await run_rows.create_run(
+                await create_run(
                     conn,
                     RunCreated(
                         at=now,
@@ -52,7 +53,7 @@ async def create_failed_runs(
     for start in range(0, count, per_transaction):
         async with db.tenant(project) as conn:
             rows = await conn.fetch(LOCK_MANY, run_ids[start : start + per_transaction])
-            await run_rows.apply_and_store_many(
+            await apply_and_store_many(
                 conn,
                 [
                     (

@@ -15,6 +15,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import RunClaimed, StepCompleted
 from awooop.core.loops import run_loop
+from awooop.eventlog import runs as log_runs
 from awooop.loops.relay import relay_spec
 from awooop.runs import run_rows
 from streams.consumer import GroupConsumer
@@ -33,7 +34,7 @@ async def create_run(
 
     async def once(conn: Any) -> None:
         now = await conn.fetchval("SELECT now()")
-        await run_rows.create_run(conn, created(run_id, project_id=project, at=now), metadata)
+        await log_runs.create_run(conn, created(run_id, project_id=project, at=now), metadata)
 
     await db.in_tenant(project, once)
     return run_id
