@@ -92,7 +92,7 @@ INDEX_ONLINE = (
 INDEX_PLAIN = f"CREATE INDEX {INDEX} ON awooop_events (event_type, position)"
 TAIL = """
 SELECT tx_id::text::bigint AS tx_id, position FROM awooop_events
-ORDER BY tx_id DESC, position DESC LIMIT 1
+ORDER BY awooop_events.tx_id DESC, position DESC LIMIT 1  -- the column: index order
 """
 APPEND = queries.load("append")
 
@@ -166,7 +166,9 @@ class Load:
         await self._scheduled(op, self.latencies.writes)
 
     async def _reader(self, conn: Any) -> None:
+        began = time.monotonic()
         tail = await conn.fetchrow(TAIL)
+        self.latencies.reads.append(time.monotonic() - began)
         cursor = eventlog.Cursor(tail["tx_id"], tail["position"])
 
         async def op() -> None:
