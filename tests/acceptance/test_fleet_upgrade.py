@@ -271,7 +271,7 @@ async def test_fleet_rolls_to_this_release_under_load_and_back(
         }
         builds = {
             old.short: Processes(env, tmp_path / "logs", python=str(old.python), cwd=old.source),
-            HEAD: Processes(env, tmp_path / "logs"),
+            HEAD: Processes(env, tmp_path / "logs", cwd=releases.ROOT),  # this checkout
         }
         fleet = Fleet(builds)
         await cli(builds[old.short], "migrate")  # the previous release's own migrations
