@@ -256,6 +256,7 @@ async def test_fleet_rolls_to_this_release_under_load_and_back(
     old = await asyncio.to_thread(releases.previous_release)
     clock.lap("install")
     approvals_file = tmp_path / "approvals.jsonl"
+    print(f"process logs: {tmp_path / 'logs'}")
     # A private Postgres server: seven processes at the peak of a roll, and their connections
     # must not compete with the rest of the suite's (a refused connection is a 503 here).
     with private_postgres() as pg:
@@ -270,7 +271,7 @@ async def test_fleet_rolls_to_this_release_under_load_and_back(
         }
         builds = {
             old.short: Processes(env, tmp_path / "logs", python=str(old.python), cwd=old.source),
-            HEAD: Processes(env, tmp_path / "logs"),
+            HEAD: Processes(env, tmp_path / "logs", cwd=releases.ROOT),  # this checkout
         }
         fleet = Fleet(builds)
         await cli(builds[old.short], "migrate")  # the previous release's own migrations

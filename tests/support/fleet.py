@@ -249,7 +249,9 @@ class Fleet:
         return code
 
     async def stop_all(self) -> None:
-        await asyncio.gather(*(self.stop(m) for m in self.members.values()))
+        """Stop every process still running, also one that a failed roll left behind."""
+        running = [m for m in self.everyone if m.child.process.returncode is None]
+        await asyncio.gather(*(self.stop(m) for m in running))
         self.members.clear()
 
     def worker_logs(self) -> list[dict[str, Any]]:
