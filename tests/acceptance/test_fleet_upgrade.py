@@ -45,9 +45,10 @@ from tests.support.waiting import eventually
 PROJECT = "upgrade"
 HEAD = "HEAD"
 ROLES = ("serve", "relay", "loops", "projector", "worker-1", "worker-2")
-# The order processes are replaced in: the HTTP edge first, so that runs the new serve
-# accepts are dispatched and executed by the old release's processes for a while.
-ROLL_ORDER = ("serve", "relay", "projector", "loops", "worker-1", "worker-2")
+# The order docs/operations.md (Upgrading) gives operators: loops first (the reaper decides
+# dead letters and suspects), serve last, so runs the old serve accepts are dispatched and
+# executed by the new release's processes for a while.
+ROLL_ORDER = ("loops", "relay", "projector", "worker-1", "worker-2", "serve")
 RATE = 20.0  # deliveries per second
 APPROVALS = 4  # runs per direction that wait for an approval across the boundary
 ACTOR = "upgrade-test"
