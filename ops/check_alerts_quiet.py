@@ -22,20 +22,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
-import redis
-from check_alerts_live import RULES, free_port, query, wait_for
+from prometheus_live import CLI, Scratch, alerts, free_port, query, wait_for
 
 from awooop import producer
 from awooop.core.db import Database
@@ -49,23 +44,6 @@ LAYOUT: list[tuple[str, list[str], int]] = [
     ("awooop-loops", ["loops", "run", "--skip", "relay"], 1),
     ("awooop-projector", ["projector"], 1),
 ]
-
-
-def alerts(prom: str) -> list[dict[str, Any]]:
-    """Pending and firing alerts."""
-    try:
-        answer = httpx.get(f"{prom}/api/v1/alerts", timeout=5)
-        found: list[dict[str, Any]] = answer.json()["data"]["alerts"]
-    except (httpx.HTTPError, ValueError, KeyError):
-        return []
-    return found
-
-
-def start(
-    command: list[str], env: dict[str, str], log: Path, processes: list[subprocess.Popen[bytes]]
-) -> None:
-    with log.open("w") as out:
-        processes.append(subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT))
 
 
 async def submit_for(database_url: str, seconds: float) -> list[str]:
@@ -84,11 +62,11 @@ async def submit_for(database_url: str, seconds: float) -> list[str]:
     return keys
 
 
-def unfinished(pg: str, database: str) -> int:
+def unfinished(database_url: str) -> int:
     out = subprocess.run(
         [
             "psql",
-            f"{pg}/{database}",
+            database_url,
             "-Atqc",
             "SELECT count(*) FROM awooop_run_state WHERE status <> 'COMPLETED'",
         ],
@@ -98,6 +76,21 @@ def unfinished(pg: str, database: str) -> int:
         timeout=60,
     )
     return int(out.stdout.strip())
+
+
+def start_fleet(scratch: Scratch) -> dict[str, list[str]]:
+    """The scale-out layout; the scrape targets by job."""
+    http_port = free_port()
+    scratch.start([*CLI, "serve", "--port", str(http_port)], "serve.log")
+    targets: dict[str, list[str]] = {"awooop-serve": [f"127.0.0.1:{http_port}"]}
+    for job, command, count in LAYOUT:
+        for index in range(count):
+            port = free_port()
+            scratch.start(
+                [*CLI, *command], f"{job}-{index}.log", {"AWOOOP_METRICS_PORT": str(port)}
+            )
+            targets.setdefault(job, []).append(f"127.0.0.1:{port}")
+    return targets
 
 
 def main() -> int:
@@ -112,63 +105,16 @@ def main() -> int:
         print("check_alerts_quiet: prometheus missing: run ops/install-prometheus.sh")
         return 2
     interval = args.scrape_s
-    work = Path(tempfile.mkdtemp(prefix="awooop-quiet-"))
-    name = f"awooop_quiet_{uuid.uuid4().hex[:8]}"
-    database_url = f"{args.pg}/{name}"
-    env = {
-        **os.environ,
-        "AWOOOP_DATABASE_URL": database_url,
-        "AWOOOP_REDIS_URL": args.redis,
-        "AWOOOP_REDIS_KEY_PREFIX": name,
-        "AWOOOP_SHUTDOWN_GRACE_S": "3",
-    }
-    cli = [sys.executable, "-m", "awooop.cli"]
-    processes: list[subprocess.Popen[bytes]] = []
+    scratch = Scratch(args.pg, args.redis, Path(tempfile.mkdtemp(prefix="awooop-quiet-")))
+    database_url = scratch.env["AWOOOP_DATABASE_URL"]
     try:
-        subprocess.run([*cli, "migrate"], env=env, check=True, timeout=300, capture_output=True)
-        targets: dict[str, list[str]] = {}
-        http_port = free_port()
-        start([*cli, "serve", "--port", str(http_port)], env, work / "serve.log", processes)
-        targets["awooop-serve"] = [f"127.0.0.1:{http_port}"]
-        for job, command, count in LAYOUT:
-            for index in range(count):
-                port = free_port()
-                start(
-                    [*cli, *command],
-                    {**env, "AWOOOP_METRICS_PORT": str(port)},
-                    work / f"{job}-{index}.log",
-                    processes,
-                )
-                targets.setdefault(job, []).append(f"127.0.0.1:{port}")
-        config = {
-            "global": {
-                "scrape_interval": f"{interval:g}s",
-                "evaluation_interval": f"{interval:g}s",
-            },
-            "rule_files": [str(path) for path in sorted(RULES.glob("*.yml"))],
-            "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": addresses}]}
-                for job, addresses in targets.items()
-            ],
-        }
-        (work / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-        prom_port = free_port()
-        start(
-            [
-                prometheus,
-                f"--config.file={work / 'prometheus.yml'}",
-                f"--storage.tsdb.path={work / 'data'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-            ],
-            env,
-            work / "prometheus.log",
-            processes,
-        )
-        prom = f"http://127.0.0.1:{prom_port}"
+        scratch.migrate()
+        targets = start_fleet(scratch)
+        prom = scratch.prometheus(prometheus, interval, targets)
         wanted = sum(len(a) for a in targets.values())
         wait_for(
             f"Prometheus to find all {wanted} targets up",
-            lambda: len([r for r in query(prom, 'up{job=~"awooop-.*"} == 1')]) == wanted,
+            lambda: len(query(prom, 'up{job=~"awooop-.*"} == 1')) == wanted,
             timeout_s=180,
         )
         # Rules evaluated before the first scrapes (no target yet, no stats sample yet) are
@@ -201,11 +147,11 @@ def main() -> int:
         keys = asyncio.run(watch_and_load())
         wait_for(
             "every submitted run to complete",
-            lambda: unfinished(args.pg, name) == 0,
+            lambda: unfinished(database_url) == 0,
             timeout_s=120,
             every_s=1.0,
         )
-        left = unfinished(args.pg, name)
+        left = unfinished(database_url)
         ok = settled and not seen and left == 0 and bool(keys)
         print(
             json.dumps(
@@ -218,29 +164,14 @@ def main() -> int:
                     "runs_submitted": len(keys),
                     "runs_unfinished": left,
                     "alerts_pending_or_firing": list(seen.values()),
-                    "logs": str(work),
+                    "logs": str(scratch.work),
                 },
                 indent=2,
             )
         )
         return 0 if ok else 1
     finally:
-        for process in reversed(processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-        subprocess.run(
-            ["psql", f"{args.pg}/postgres", "-qc", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"],
-            check=False,
-            timeout=60,
-        )
-        client = redis.Redis.from_url(args.redis)
-        for key in client.scan_iter(match=f"{name}*", count=1000):
-            client.delete(key)
-        client.close()
+        scratch.close()
 
 
 if __name__ == "__main__":

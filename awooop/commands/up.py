@@ -17,7 +17,12 @@ import signal
 from typing import Any
 
 from awooop.commands.serve import listen_socket
-from awooop.commands.worker import load_callable, pool_size
+from awooop.commands.worker import (
+    add_approval_notifier,
+    approval_notifier,
+    load_callable,
+    pool_size,
+)
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
 from awooop.core.loop_heartbeats import project_source
@@ -45,12 +50,7 @@ def register(subparsers: Any) -> None:
         help=f"the run handler, package.module:function (default: {DEFAULT_HANDLER})",
     )
     parser.add_argument("--port", type=int, help="HTTP port (default: AWOOOP_HTTP_PORT, 8080)")
-    parser.add_argument(
-        "--approval-notifier",
-        default=None,
-        help="package.module:function receiving approval tickets (tokens) when the handler "
-        "passes no notifier of its own (default: none; the example handler logs them)",
-    )
+    add_approval_notifier(parser)
     parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
 
 
@@ -61,7 +61,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     from awooop.http.server import server_config
 
     handler = load_callable(args.handler)
-    notifier = load_callable(args.approval_notifier, "notifier") if args.approval_notifier else None
+    notifier = approval_notifier(args)
     if args.workers < 0:
         raise ValueError("--workers must be 0 or more")
     concurrency = settings.worker_concurrency

@@ -5,10 +5,8 @@ that are running. Once the relay thaws, the waiting run completes."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import socket
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,6 +22,7 @@ from awooop.runs import blocked_facts
 from awooop.runs.blocked import Reason
 from awooop.services import Services
 from tests.support.runs import create_runs
+from tests.support.waiting import eventually
 from tests.support.workers import relay_process, workers
 
 pytestmark = pytest.mark.fast("processes")
@@ -50,13 +49,6 @@ async def status_of(services: Services, project: str, run_id: uuid.UUID) -> str:
     return await services.db.in_tenant(project, read)
 
 
-async def until(condition: object, what: str, deadline_s: float = 90.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not await condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
-
-
 async def test_doctor_names_the_frozen_relay_and_not_the_running_workers(
     quiet: Services, tmp_path: Path
 ) -> None:
@@ -70,13 +62,13 @@ async def test_doctor_names_the_frozen_relay_and_not_the_running_workers(
                 async with quiet.db.platform() as conn:
                     return bool(await conn.fetchval("SELECT awooop_live_workers() = 2"))
 
-            await until(two_workers, "two live workers")
+            await eventually(two_workers, what="two live workers", timeout_s=90)
             [first] = await create_runs(quiet.db, project)
 
             async def first_done() -> bool:
                 return await status_of(quiet, project, first) == "COMPLETED"
 
-            await until(first_done, "the first run to complete")
+            await eventually(first_done, what="the first run to complete", timeout_s=90)
 
             relay.signal(signal.SIGSTOP)
             [waiting] = await create_runs(quiet.db, project)
@@ -87,7 +79,7 @@ async def test_doctor_names_the_frozen_relay_and_not_the_running_workers(
             async def named() -> bool:
                 return bool(await relay_stale())
 
-            await until(named, "doctor to find the relay stale")
+            await eventually(named, what="doctor to find the relay stale", timeout_s=90)
             [line] = await relay_stale()
             assert line.status == FAIL
             assert f"pid {relay.pid}" in line.detail and socket.gethostname() in line.detail
@@ -107,7 +99,11 @@ async def test_doctor_names_the_frozen_relay_and_not_the_running_workers(
             async def waiting_done() -> bool:
                 return await status_of(quiet, project, waiting) == "COMPLETED"
 
-            await until(waiting_done, "the waiting run to complete after the relay thawed")
+            await eventually(
+                waiting_done,
+                what="the waiting run to complete after the relay thawed",
+                timeout_s=90,
+            )
     finally:
         relay.signal(signal.SIGCONT)
         relay.stop()

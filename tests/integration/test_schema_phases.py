@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 from pathlib import Path
 
 import asyncpg
@@ -22,6 +21,7 @@ from awooop.core.migration_phases import Phase
 from awooop.core.schema_check import release_name
 from awooop.core.schema_watch import SchemaWatch
 from awooop.services import Services
+from tests.support.waiting import eventually
 from tests.support.workers import cli, relay_process
 
 CONTRACT = """-- phase: contract
@@ -139,13 +139,6 @@ async def test_the_watch_registers_and_stops_a_process_whose_schema_moved_on(
     assert await fetchval(url, "SELECT count(*) FROM awooop_processes") == 0
 
 
-async def wait_for(url: str, sql: str, deadline_s: float = 90.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not await fetchval(url, sql):
-        assert time.monotonic() < deadline, f"never true: {sql}"
-        await asyncio.sleep(0.2)
-
-
 async def test_a_running_relay_stops_when_a_contract_step_leaves_its_release_behind(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -153,7 +146,8 @@ async def test_a_running_relay_stops_when_a_contract_step_leaves_its_release_beh
     rechecking = msgspec.structs.replace(settings, schema_recheck_s=0.5)
     relay = relay_process(rechecking, tmp_path).start()
     try:
-        await wait_for(url, "SELECT count(*) = 1 FROM awooop_processes WHERE kind = 'relay'")
+        registered = "SELECT count(*) = 1 FROM awooop_processes WHERE kind = 'relay'"
+        await eventually(lambda: fetchval(url, registered), what="the relay's row", timeout_s=90)
         check = await asyncio.to_thread(cli, rechecking, "migrate", "--check")
         assert check.returncode == 0, check.stderr
         assert check.stdout.startswith("would apply 0 migration(s)"), check.stdout

@@ -3,24 +3,19 @@ temporary directory (no services needed)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.support.scripts import load_script
 
 PATH = Path(__file__).resolve().parents[2] / "ops" / "lint" / "floors.py"
 
 
 @pytest.fixture(scope="module")
 def floors() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("floors", PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["floors"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ops/lint/floors.py", "floors")
 
 
 def write(root: Path, relative: str, text: str) -> None:

@@ -7,7 +7,6 @@ in CI a missing promtool fails the test, elsewhere it is skipped with the comman
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -21,6 +20,7 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from awooop.core import metrics
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "ops"
@@ -167,13 +167,7 @@ def test_rules_use_only_metrics_that_exist() -> None:
 
 
 def load_builder() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "build_dashboards", OPS / "grafana" / "build_dashboards.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ops/grafana/build_dashboards.py", "build_dashboards")
 
 
 def test_dashboards_are_built_from_their_description_and_use_real_metrics() -> None:
