@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
 import os
 import random
@@ -47,36 +46,13 @@ from awooop.loops.stats import SAMPLE_RUNS
 from awooop.runs import listing, reads
 from awooop.runs.blocked_facts import FAILED_COUNTS
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run_fill
+
 SERVER = os.environ.get("AWOOOP_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS = os.environ.get("AWOOOP_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_MS = 200.0
-STATUSES = (
-    ("COMPLETED", 0.90),
-    ("FAILED", 0.05),
-    ("PENDING", 0.02),
-    ("RUNNING", 0.02),
-    ("WAITING_APPROVAL", 0.005),
-    ("CANCELLED", 0.005),
-)
-COLUMNS = (
-    "run_id",
-    "project_id",
-    "channel_type",
-    "provider_event_id",
-    "status",
-    "version",
-    "attempt_count",
-    "max_attempts",
-    "worker_id",
-    "lease_until",
-    "failure_reason",
-    "failure_code",
-    "input",
-    "created_at",
-    "updated_at",
-    "finished_at",
-)
 CASES: list[tuple[str, dict[str, str]]] = [
     ("unfiltered", {}),
     ("status=FAILED", {"status": "FAILED"}),
@@ -100,57 +76,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def rows_csv(count: int, seed: int = 22) -> io.BytesIO:
-    """The runs as CSV for COPY (generated here: a deterministic mix, see the docstring)."""
+def tables(count: int, seed: int = 22) -> run_fill.Tables:
+    """The runs (a deterministic mix, see the docstring), no events."""
     rnd = random.Random(seed)
     now = datetime.now(UTC)
-    out = io.StringIO()
-    weights = [w for _, w in STATUSES]
-    names = [s for s, _ in STATUSES]
+    out = run_fill.Tables()
     for i in range(count):
         project = "bench-small" if i % 2000 == 0 else f"bench-{rnd.randrange(20)}"
-        status = rnd.choices(names, weights)[0]
+        run_id = uuid.UUID(int=rnd.getrandbits(128), version=4)
         created = now - timedelta(seconds=rnd.uniform(0, 30 * 86400))
-        done = status in ("COMPLETED", "FAILED", "CANCELLED")
-        running = status == "RUNNING"
-        fields = [
-            str(uuid.UUID(int=rnd.getrandbits(128), version=4)),
-            project,
-            "api",
-            f"key-{i}",
-            status,
-            "3",
-            "0" if status == "PENDING" else "1",
-            "3",
-            "bench-host:1:w1" if running else "",
-            (now + timedelta(minutes=5)).isoformat() if running else "",
-            "the handler raised" if status == "FAILED" else "",
-            "E-HANDLER-001" if status == "FAILED" else "",
-            "{}",
-            created.isoformat(),
-            (created + timedelta(seconds=2)).isoformat(),
-            (created + timedelta(seconds=2)).isoformat() if done else "",
-        ]
-        out.write(",".join(fields) + "\n")
-    return io.BytesIO(out.getvalue().encode())
+        status = run_fill.pick_status(rnd)
+        out.run(
+            run_fill.run_fields(
+                run_id, project, f"key-{i}", status, version=3, created=created, now=now
+            )
+        )
+    return out
 
 
 async def fill(url: str, count: int) -> float:
     conn = await asyncpg.connect(url)
     try:
         started = time.perf_counter()
-        await conn.copy_to_table(
-            "awooop_run_state", source=rows_csv(count), columns=COLUMNS, format="csv", null=""
-        )
-        await conn.execute("VACUUM ANALYZE awooop_run_state")
+        await tables(count).copy(conn)
         return time.perf_counter() - started
     finally:
         await conn.close()
-
-
-async def explain(conn: Any, sql: str, args: list[Any]) -> str:
-    rows = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, *args)
-    return "\n".join(r[0] for r in rows)
 
 
 async def plans(url: str) -> dict[str, str]:
@@ -163,7 +114,7 @@ async def plans(url: str) -> dict[str, str]:
             f = listing.parse_filter(params, now)
             sql, names = listing.statement(f, False)
             given = listing.values(f, None, listing.PAGE if f.reason is None else 200)
-            found[f"page {name}"] = await explain(conn, sql, [given[n] for n in names])
+            found[f"page {name}"] = await run_fill.explain(conn, sql, [given[n] for n in names])
             cursor = await conn.fetchrow(
                 "SELECT created_at, run_id FROM awooop_run_state "
                 "ORDER BY created_at DESC, run_id DESC OFFSET 5000 LIMIT 1"
@@ -171,19 +122,19 @@ async def plans(url: str) -> dict[str, str]:
         f = listing.parse_filter({}, now)
         sql, names = listing.statement(f, True)
         given = listing.values(f, listing.Cursor(cursor[0], cursor[1]), listing.PAGE)
-        found["page unfiltered, after 100 pages (before=...)"] = await explain(
+        found["page unfiltered, after 100 pages (before=...)"] = await run_fill.explain(
             conn, sql, [given[n] for n in names]
         )
         sql, names = listing.count_statement(listing.parse_filter({"status": "FAILED"}, now))
         given = listing.values(listing.parse_filter({"status": "FAILED"}, now), None, 0)
-        found["bulk preview count status=FAILED"] = await explain(
+        found["bulk preview count status=FAILED"] = await run_fill.explain(
             conn, sql, [given[n] for n in names]
         )
-        found["runs list --project --status"] = await explain(
+        found["runs list --project --status"] = await run_fill.explain(
             conn, reads.LIST_RUNS, ["bench-3", "FAILED", None, 50]
         )
-        found["stats sample"] = await explain(conn, SAMPLE_RUNS, [30.0, 0.0])
-        found["blocked_on gauge FAILED counts"] = await explain(conn, FAILED_COUNTS, [])
+        found["stats sample"] = await run_fill.explain(conn, SAMPLE_RUNS, [30.0, 0.0])
+        found["blocked_on gauge FAILED counts"] = await run_fill.explain(conn, FAILED_COUNTS, [])
     finally:
         await conn.close()
     return found

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
-import io
 import json
 import random
 import statistics
@@ -49,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT), str(HERE)]
 
+import run_fill  # noqa: E402 - a plain script beside this one
 from console import REDIS, SERVER, log_in, start_server, url_for  # noqa: E402 - a plain script
 from tenant_contention import contention  # noqa: E402
 
@@ -73,32 +72,6 @@ RESULTS = HERE / "results"
 TARGET_MS = 300.0
 PROJECT = "bench-big"
 OTHER = "bench-other"
-STATUSES = (
-    ("COMPLETED", 0.90),
-    ("FAILED", 0.05),
-    ("PENDING", 0.02),
-    ("RUNNING", 0.02),
-    ("WAITING_APPROVAL", 0.005),
-    ("CANCELLED", 0.005),
-)
-RUN_COLUMNS = (
-    "run_id",
-    "project_id",
-    "channel_type",
-    "provider_event_id",
-    "status",
-    "version",
-    "attempt_count",
-    "max_attempts",
-    "worker_id",
-    "lease_until",
-    "failure_reason",
-    "failure_code",
-    "input",
-    "created_at",
-    "updated_at",
-)
-EVENT_COLUMNS = ("event_id", "stream_id", "version", "project_id", "event_type", "data")
 LONG_RUN_EVENTS = 200
 
 
@@ -130,67 +103,39 @@ def long_run_events(
     return [(event_type(e), encode_event(e).decode()) for e in (created, claimed, *steps)]
 
 
-def rows(runs: int, seed: int = 31) -> tuple[io.BytesIO, io.BytesIO, uuid.UUID]:
-    """The runs and their events as CSV for COPY, and the run with 200 events."""
+def tables(runs: int, seed: int = 31) -> tuple[run_fill.Tables, uuid.UUID]:
+    """The runs and their events, and the run with 200 events."""
     rnd = random.Random(seed)
     now = datetime.now(UTC)
-    run_out, event_out = io.StringIO(), io.StringIO()
-    run_csv, event_csv = csv.writer(run_out), csv.writer(event_out)
-    names, weights = [s for s, _ in STATUSES], [w for _, w in STATUSES]
+    out = run_fill.Tables()
     long_run = uuid.UUID(int=rnd.getrandbits(128), version=4)
     for i in range(runs + 1000):
         project = PROJECT if i < runs else OTHER
         run_id = long_run if i == 0 else uuid.UUID(int=rnd.getrandbits(128), version=4)
-        status = "RUNNING" if i == 0 else rnd.choices(names, weights)[0]
+        status = "RUNNING" if i == 0 else run_fill.pick_status(rnd)
         created = now - timedelta(seconds=rnd.uniform(0, 3 * 86400))
-        running, failed = status == "RUNNING", status == "FAILED"
         if i == 0:
             events = long_run_events(run_id, created, project, LONG_RUN_EVENTS)
         elif i == runs:  # the other project's run its token reads in the contention phase
             events = long_run_events(run_id, created, project, 5)
         else:
             events = [(t, "{}") for t in events_of(status)]
-        run_csv.writerow(
-            [
-                run_id,
-                project,
-                "api",
-                f"key-{i}",
-                status,
-                len(events),
-                0 if status == "PENDING" else 1,
-                3,
-                "bench-host:1:w1" if running else "",
-                (now + timedelta(minutes=5)).isoformat() if running else "",
-                "the handler raised" if failed else "",
-                "E-HANDLER-001" if failed else "",
-                "{}",
-                created.isoformat(),
-                created.isoformat(),
-            ]
+        out.run(
+            run_fill.run_fields(
+                run_id, project, f"key-{i}", status, version=len(events), created=created, now=now
+            )
         )
         for version, (kind, data) in enumerate(events, 1):
-            event_csv.writerow([uuid.uuid4(), run_stream_id(run_id), version, project, kind, data])
-    return (
-        io.BytesIO(run_out.getvalue().encode()),
-        io.BytesIO(event_out.getvalue().encode()),
-        long_run,
-    )
+            out.event(run_stream_id(run_id), version, project, kind, data)
+    return out, long_run
 
 
 async def fill(url: str, runs: int) -> tuple[float, uuid.UUID, int]:
     conn = await asyncpg.connect(url)
     try:
         started = time.perf_counter()
-        run_csv, event_csv, long_run = rows(runs)
-        await conn.copy_to_table(
-            "awooop_run_state", source=run_csv, columns=RUN_COLUMNS, format="csv", null=""
-        )
-        await conn.copy_to_table(
-            "awooop_events", source=event_csv, columns=EVENT_COLUMNS, format="csv"
-        )
-        await conn.execute("VACUUM ANALYZE awooop_run_state")
-        await conn.execute("VACUUM ANALYZE awooop_events")
+        written, long_run = tables(runs)
+        await written.copy(conn)
         events = await conn.fetchval("SELECT count(*) FROM awooop_events")
         return time.perf_counter() - started, long_run, int(events)
     finally:
@@ -200,11 +145,6 @@ async def fill(url: str, runs: int) -> tuple[float, uuid.UUID, int]:
 # --- plans ------------------------------------------------------------------------------------
 
 
-async def explain(conn: Any, sql: str, args: list[Any]) -> str:
-    found = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, *args)
-    return "\n".join(r[0] for r in found)
-
-
 async def plans_as(conn: Any, long_run: uuid.UUID) -> dict[str, str]:
     """The plans of the statements behind the timed pages, on ``conn``'s role."""
     found: dict[str, str] = {}
@@ -212,26 +152,28 @@ async def plans_as(conn: Any, long_run: uuid.UUID) -> dict[str, str]:
     f = listing.parse_filter({"project": PROJECT}, now)
     sql, names = listing.statement(f, False)
     given = listing.values(f, None, listing.PAGE)
-    found["list page"] = await explain(conn, sql, [given[n] for n in names])
+    found["list page"] = await run_fill.explain(conn, sql, [given[n] for n in names])
     page = await conn.fetch(sql, *(given[n] for n in names))
-    found["blocked-on facts of the page (50 runs)"] = await explain(
+    found["blocked-on facts of the page (50 runs)"] = await run_fill.explain(
         conn, blocked_facts.FACTS, [[r["run_id"] for r in page]]
     )
     f = listing.parse_filter({"project": PROJECT, "blocked_on": "failed"}, now)
     sql, names = listing.statement(f, False)
     given = listing.values(f, None, listing.SCAN_BATCH)
-    found["list page blocked_on=failed (a batch of 200)"] = await explain(
+    found["list page blocked_on=failed (a batch of 200)"] = await run_fill.explain(
         conn, sql, [given[n] for n in names]
     )
     f = listing.parse_filter({"project": PROJECT, "status": "FAILED"}, now)
     sql, names = listing.count_statement(f)
     given = listing.values(f, None, 0)
-    found["bulk preview count (retry)"] = await explain(conn, sql, [given[n] for n in names])
-    found["run page: the run"] = await explain(conn, run_reads.GET, [long_run])
-    found["run page: its 200 events"] = await explain(
+    found["bulk preview count (retry)"] = await run_fill.explain(
+        conn, sql, [given[n] for n in names]
+    )
+    found["run page: the run"] = await run_fill.explain(conn, run_reads.GET, [long_run])
+    found["run page: its 200 events"] = await run_fill.explain(
         conn, eventlog.READ_STREAM, [run_stream_id(long_run), 0]
     )
-    found["run page: approvals"] = await explain(conn, listing.APPROVALS, [long_run])
+    found["run page: approvals"] = await run_fill.explain(conn, listing.APPROVALS, [long_run])
     return found
 
 
