@@ -26,7 +26,7 @@ from awooop.core.errors import MigrationPhaseError
 
 # Files before this one were released before phase headers existed.
 FIRST_DECLARED = "0121"
-PHASE_LINE = re.compile(r"^--\s*phase:\s*(\S+)\s*$", re.MULTILINE)
+PHASE_LINE = re.compile(r"^\s*--\s*phase:\s*(\S+)\s*$", re.MULTILINE)
 FLOOR_RAISE = re.compile(
     r"UPDATE\s+awooop_schema_floor\s+SET\s+oldest_release\s*=\s*'([^']+)'", re.IGNORECASE
 )

@@ -29,11 +29,13 @@ from tests.support.waiting import eventually
 INDEX = "awooop_events_test_type_idx"
 INDEX_FILE = "9001_online_test_index.sql"
 INDEX_SQL = f"""-- awooop: online
+-- phase: expand
 -- A test index on the log, built online.
 CREATE INDEX CONCURRENTLY {INDEX} ON awooop_events (event_type, position);
 """
 BATCH_FILE = "9002_online_test_backfill.sql"
 BATCH_SQL = """-- awooop: online
+-- phase: expand
 UPDATE online_probe SET note = 'done'
 WHERE id IN (SELECT id FROM online_probe WHERE note IS NULL ORDER BY id LIMIT $1);
 """
@@ -304,6 +306,7 @@ async def test_a_failed_online_migration_resumes_after_its_completed_steps(
     """Steps that completed are not run again (a second CREATE TABLE would fail); the file is
     recorded only once the last step is done."""
     sql = """-- awooop: online
+    -- phase: expand
     CREATE TABLE online_resume (id bigint PRIMARY KEY, note text);
     INSERT INTO online_resume SELECT g, NULL FROM generate_series(1, 300) g;
     UPDATE online_resume SET note = (SELECT max(label) FROM online_labels)
