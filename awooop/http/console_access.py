@@ -12,9 +12,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from awooop.core.db import Connection
-from awooop.core.errors import AuthenticationError, TenantShareExceededError
+from awooop.core.errors import AuthenticationError, AwoooPError, TenantShareExceededError
 from awooop.http import console_session as sessions
 from awooop.http.console_render import error_page
+from awooop.http.console_requests import form
 from awooop.ingest.credentials import ADMIN_SCOPE
 from awooop.runs import blocked_facts
 from awooop.runs.blocked import BlockedOn
@@ -48,13 +49,18 @@ class ConsoleAccess:
             return RedirectResponse("/ui/login?" + urlencode({"next": target}), 303)
         return session
 
-    async def session_or_refusal(self, request: Request) -> sessions.Session | Response:
-        """A POST's session, or the error page that refuses it (a form is not replayed after a
-        login)."""
+    async def posted(self, request: Request) -> tuple[sessions.Session, dict[str, str]] | Response:
+        """A POST's session and its form, the CSRF token checked; or the error page that
+        refuses it (a form is not replayed after a login)."""
         session = await sessions.current(self.services, request)
         if session is None:
             return error_page(AuthenticationError("log in first (/ui/login)"), None)
-        return session
+        try:
+            fields = await form(request)
+            sessions.check_csrf(fields.get("csrf"), session.csrf_token)
+        except AwoooPError as exc:
+            return error_page(exc, session)
+        return session, fields
 
     async def read_in(
         self,

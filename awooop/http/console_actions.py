@@ -13,11 +13,10 @@ from starlette.responses import RedirectResponse, Response
 from awooop.core.db import Connection
 from awooop.core.errors import AwoooPError, InvalidInputError
 from awooop.eventlog.state import RunState
-from awooop.http import console_session as sessions
 from awooop.http.auth import authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_render import error_page
-from awooop.http.console_requests import form, path_run
+from awooop.http.console_requests import path_run
 from awooop.runs import approvals, control, deadletters
 
 ACTIONS = ("retry", "cancel", "approve", "reject", "redrive")
@@ -33,13 +32,11 @@ def extra_attempts(fields: dict[str, str]) -> int:
 
 class RunActions(ConsoleAccess):
     async def act(self, request: Request) -> Response:
-        found = await self.session_or_refusal(request)
-        if isinstance(found, Response):
-            return found
-        session = found
+        posted = await self.posted(request)
+        if isinstance(posted, Response):
+            return posted
+        session, fields = posted
         try:
-            fields = await form(request)
-            sessions.check_csrf(fields.get("csrf"), session.csrf_token)
             project_id, run_id = path_run(request)
             action = request.path_params["action"]
             if action not in ACTIONS:

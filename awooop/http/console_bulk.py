@@ -21,7 +21,7 @@ from awooop.http.auth import Principal, authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_actions import extra_attempts
 from awooop.http.console_render import error_page, filter_view, render
-from awooop.http.console_requests import form, run_filter
+from awooop.http.console_requests import run_filter
 from awooop.ingest.credentials import READ_SCOPE
 from awooop.runs import bulk, listing
 
@@ -58,13 +58,11 @@ class BulkOperations(ConsoleAccess):
         )
 
     async def bulk_confirm(self, request: Request) -> Response:
-        found = await self.session_or_refusal(request)
-        if isinstance(found, Response):
-            return found
-        session = found
+        posted = await self.posted(request)
+        if isinstance(posted, Response):
+            return posted
+        session, fields = posted
         try:
-            fields = await form(request)
-            sessions.check_csrf(fields.get("csrf"), session.csrf_token)
             kind = bulk.check_kind(request.path_params["kind"])
             f = run_filter(fields, session, datetime.now().astimezone())
             principal = authorize_stored(session.principal, f.project, write=True)
@@ -123,13 +121,11 @@ class BulkOperations(ConsoleAccess):
         )
 
     async def operation_resume(self, request: Request) -> Response:
-        found = await self.session_or_refusal(request)
-        if isinstance(found, Response):
-            return found
-        session = found
+        posted = await self.posted(request)
+        if isinstance(posted, Response):
+            return posted
+        session, _fields = posted
         try:
-            fields = await form(request)
-            sessions.check_csrf(fields.get("csrf"), session.csrf_token)
             op = await self.read_operation(session, request.path_params["operation_id"])
             authorize_stored(session.principal, op.filter.get("project"), write=True)
         except AwoooPError as exc:
