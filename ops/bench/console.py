@@ -46,8 +46,11 @@ from awooop.loops.stats import SAMPLE_RUNS
 from awooop.runs import listing, reads
 from awooop.runs.blocked_facts import FAILED_COUNTS
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run_fill
+# Beside this script, and the tests' way into the console (a plain script: not a package).
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
+import run_fill  # noqa: E402
+
+from tests.support.console import log_in  # noqa: E402
 
 SERVER = os.environ.get("AWOOOP_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS = os.environ.get("AWOOOP_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -63,7 +66,6 @@ CASES: list[tuple[str, dict[str, str]]] = [
     ("blocked_on=running", {"blocked_on": "running"}),
 ]
 ROW = re.compile(r'<td class="mono"><a href="/ui/runs/')
-CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 def url_for(name: str) -> str:
@@ -165,16 +167,6 @@ async def start_server(url: str, prefix: str) -> tuple[subprocess.Popen[bytes], 
                 proc.kill()
                 raise RuntimeError("awooop serve did not become ready")
             await asyncio.sleep(0.2)
-
-
-async def log_in(http: httpx.AsyncClient, token: str) -> None:
-    page = await http.get("/ui/login")
-    found = CSRF.search(page.text)
-    assert found is not None
-    answer = await http.post(
-        "/ui/login", data={"csrf": found.group(1), "token": token, "next": "/ui/runs"}
-    )
-    assert answer.status_code == 303, answer.text
 
 
 async def time_pages(base: str, token: str, repeat: int) -> list[dict[str, Any]]:

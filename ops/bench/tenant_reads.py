@@ -48,7 +48,7 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 import run_fill  # noqa: E402 - a plain script beside this one
-from console import REDIS, SERVER, log_in, start_server, url_for  # noqa: E402 - a plain script
+from console import REDIS, SERVER, start_server, url_for  # noqa: E402 - a plain script
 from tenant_contention import contention  # noqa: E402
 
 from awooop.core.config import load_settings  # noqa: E402
@@ -67,6 +67,7 @@ from awooop.eventlog import eventlog, run_reads  # noqa: E402
 from awooop.ingest import credentials  # noqa: E402
 from awooop.runs import blocked_facts, listing  # noqa: E402
 from awooop.runs.blocked import Reason  # noqa: E402
+from tests.support.console import log_in  # noqa: E402
 
 RESULTS = HERE / "results"
 TARGET_MS = 300.0

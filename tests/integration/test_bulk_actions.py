@@ -22,7 +22,8 @@ from awooop.core.errors import InvalidInputError
 from awooop.core.events import run_stream_id
 from awooop.ingest import credentials
 from awooop.runs import bulk, listing
-from tests.integration.test_console import CSRF, log_in
+from tests.integration.test_console import log_in
+from tests.support.console import csrf_of
 from tests.support.http import app_client
 from tests.support.runs import create_failed_runs, create_runs, event_types, load
 from tests.support.waiting import eventually
@@ -65,13 +66,12 @@ async def test_bulk_retry_of_1000_failed_runs_from_the_console(
         assert preview.status_code == 200
         assert re.search(r'id="total">1000<', preview.text)
         assert f"<td>{P}</td><td>1000</td>" in preview.text and Q not in preview.text
-        csrf = CSRF.search(preview.text)
-        assert csrf is not None
+        csrf = csrf_of(preview)
 
         started = time.monotonic()
         confirmed = await http.post(
             "/ui/bulk/retry",
-            data={"csrf": csrf.group(1), "status": "FAILED", "attempts": "2", "actor": "Ann"},
+            data={"csrf": csrf, "status": "FAILED", "attempts": "2", "actor": "Ann"},
         )
         assert confirmed.status_code == 303
         target = confirmed.headers["location"]
