@@ -142,6 +142,35 @@ async def plans(url: str) -> dict[str, str]:
     return found
 
 
+class Scratch:
+    """A migrated scratch database of the benchmark, and the ``awooop serve`` it starts on it;
+    both gone when the ``async with`` block ends."""
+
+    def __init__(self, kind: str) -> None:
+        self.name = f"awooop_bench_{kind}_{uuid.uuid4().hex[:8]}"
+        self.url = url_for(self.name)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def __aenter__(self) -> Scratch:
+        await migrate(self.url)
+        return self
+
+    async def serve(self) -> str:
+        """Start ``awooop serve`` on the database; its base URL."""
+        self.proc, base = await start_server(self.url, self.name)
+        return base
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        server = await asyncpg.connect(SERVER)
+        try:
+            await server.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        finally:
+            await server.close()
+
+
 async def start_server(url: str, prefix: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {
@@ -200,11 +229,8 @@ async def time_pages(base: str, token: str, repeat: int) -> list[dict[str, Any]]
 
 
 async def main(runs: int, repeat: int) -> dict[str, Any]:
-    name = f"awooop_bench_console_{uuid.uuid4().hex[:8]}"
-    url = url_for(name)
-    await migrate(url)
-    proc = None
-    try:
+    async with Scratch("console") as scratch:
+        url = scratch.url
         fill_s = await fill(url, runs)
         settings = load_settings(environ={}, database_url=url, redis_url=REDIS)
         db = await Database.open(settings.database_url, max_size=2)
@@ -215,17 +241,7 @@ async def main(runs: int, repeat: int) -> dict[str, Any]:
         found_plans = await plans(url)
         for title, plan in found_plans.items():
             print(f"--- {title}\n{plan}\n", file=sys.stderr)
-        proc, base = await start_server(url, name)
-        pages = await time_pages(base, token, repeat)
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
-        server = await asyncpg.connect(SERVER)
-        try:
-            await server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await server.close()
+        pages = await time_pages(await scratch.serve(), token, repeat)
     return {
         "benchmark": "console",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -48,7 +48,7 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 import run_fill  # noqa: E402 - a plain script beside this one
-from console import REDIS, SERVER, start_server, url_for  # noqa: E402 - a plain script
+from console import REDIS, Scratch  # noqa: E402 - a plain script
 from tenant_contention import contention  # noqa: E402
 
 from awooop.core.config import load_settings  # noqa: E402
@@ -62,7 +62,6 @@ from awooop.core.events import (  # noqa: E402
     run_stream_id,
 )
 from awooop.core.logs import configure_logging  # noqa: E402
-from awooop.core.migrate import migrate  # noqa: E402
 from awooop.eventlog import eventlog, run_reads  # noqa: E402
 from awooop.ingest import credentials  # noqa: E402
 from awooop.runs import blocked_facts, listing  # noqa: E402
@@ -269,11 +268,8 @@ async def time_scope(
 
 
 async def main(runs: int, repeat: int, contention_s: float) -> dict[str, Any]:
-    name = f"awooop_bench_tenant_{uuid.uuid4().hex[:8]}"
-    url = url_for(name)
-    await migrate(url)
-    proc = None
-    try:
+    async with Scratch("tenant") as scratch:
+        url = scratch.url
         fill_s, long_run, events = await fill(url, runs)
         settings = load_settings(environ={}, database_url=url, redis_url=REDIS)
         db = await Database.open(settings.database_url, max_size=2)
@@ -299,7 +295,7 @@ async def main(runs: int, repeat: int, contention_s: float) -> dict[str, Any]:
         for role, statements in found_plans.items():
             for title, plan in statements.items():
                 print(f"--- {role}: {title}\n{plan}\n", file=sys.stderr)
-        proc, base = await start_server(url, name)
+        base = await scratch.serve()
         scopes = {
             scope: await time_scope(base, token, repeat, long_run)
             for scope, token in tokens.items()
@@ -307,15 +303,6 @@ async def main(runs: int, repeat: int, contention_s: float) -> dict[str, Any]:
         shared = await contention(
             url, base, log_in, tokens["read"], OTHER, other_token, other_run, contention_s
         )
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
-        server = await asyncpg.connect(SERVER)
-        try:
-            await server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await server.close()
     timed = [case for cases_ in scopes.values() for case in cases_ if "median_ms" in case]
     return {
         "benchmark": "tenant_reads",
