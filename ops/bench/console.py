@@ -142,6 +142,15 @@ async def plans(url: str) -> dict[str, str]:
     return found
 
 
+def report(result: dict[str, Any], name: str) -> None:
+    """Print ``result`` as JSON and keep it in ``results/<name>-<time>.json``."""
+    text = json.dumps(result, indent=2)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M")
+    (RESULTS / f"{name}-{stamp}.json").write_text(text + "\n")
+    print(text)
+
+
 class Scratch:
     """A migrated scratch database of the benchmark, and the ``awooop serve`` it starts on it;
     both gone when the ``async with`` block ends."""
@@ -258,9 +267,4 @@ if __name__ == "__main__":
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
     configure_logging("warning")  # stdout is the JSON result
-    result = asyncio.run(main(args.runs, args.repeat))
-    text = json.dumps(result, indent=2)
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M")
-    (RESULTS / f"console-{stamp}.json").write_text(text + "\n")
-    print(text)
+    report(asyncio.run(main(args.runs, args.repeat)), "console")

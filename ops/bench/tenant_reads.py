@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
@@ -48,7 +47,7 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 import run_fill  # noqa: E402 - a plain script beside this one
-from console import REDIS, Scratch  # noqa: E402 - a plain script
+from console import REDIS, Scratch, report  # noqa: E402 - a plain script
 from tenant_contention import contention  # noqa: E402
 
 from awooop.core.config import load_settings  # noqa: E402
@@ -68,7 +67,6 @@ from awooop.runs import blocked_facts, listing  # noqa: E402
 from awooop.runs.blocked import Reason  # noqa: E402
 from tests.support.console import log_in  # noqa: E402
 
-RESULTS = HERE / "results"
 TARGET_MS = 300.0
 PROJECT = "bench-big"
 OTHER = "bench-other"
@@ -324,9 +322,4 @@ if __name__ == "__main__":
     parser.add_argument("--contention-s", type=float, default=15.0)
     args = parser.parse_args()
     configure_logging("warning")  # stdout is the JSON result
-    result = asyncio.run(main(args.runs, args.repeat, args.contention_s))
-    text = json.dumps(result, indent=2)
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M")
-    (RESULTS / f"tenant-reads-{stamp}.json").write_text(text + "\n")
-    print(text)
+    report(asyncio.run(main(args.runs, args.repeat, args.contention_s)), "tenant-reads")
