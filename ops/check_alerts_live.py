@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from prometheus_live import CLI, Scratch, firing, free_port, query, wait_for
+from prometheus_live import CLI, Scratch, firing, free_port, query, report, wait_for
 
 STALE_S = 300.0  # the threshold of BackgroundLoopStale
 DOWN_S = 60.0  # ProcessDown: no scrape answered for a minute
@@ -59,9 +59,7 @@ def main() -> int:
         print("check_alerts_live: prometheus missing: run ops/install-prometheus.sh")
         return 2
     interval = args.scrape_s
-    scratch = Scratch(args.pg, args.redis, Path(tempfile.mkdtemp(prefix="awooop-alerts-")))
-    work = scratch.work
-    try:
+    with Scratch(args.pg, args.redis, Path(tempfile.mkdtemp(prefix="awooop-alerts-"))) as scratch:
         scratch.migrate()
         metrics_port, http_port = free_port(), free_port()
         up = scratch.start(
@@ -128,32 +126,26 @@ def main() -> int:
             and down_after is not None
             and down_bound[0] <= down_after <= down_bound[1]
         )
-        print(
-            json.dumps(
-                {
-                    "ok": ok,
-                    "signal": f"SIG{args.signal}",
-                    "scrape_and_evaluation_interval_s": interval,
-                    "loops_scraped": loops,
-                    "loop_alerts_before_the_stop": before,
-                    "process_down_fired_after_s": down_after,
-                    "process_down_bound_s": list(down_bound),
-                    "stale_fired_after_s": stale_after,
-                    "stale_bound_s": list(stale_bound),
-                    "stale_loops_at_first_firing": stale_loops,
-                    "runbook_check_loops_list_relay": relay_line,
-                    "other_alerts_firing": sorted(
-                        {a["labels"]["alertname"] for a in firing(prom)}
-                        - {"BackgroundLoopStale", "ProcessDown"}
-                    ),
-                    "logs": str(work),
-                },
-                indent=2,
-            )
+        return report(
+            {
+                "ok": ok,
+                "signal": f"SIG{args.signal}",
+                "scrape_and_evaluation_interval_s": interval,
+                "loops_scraped": loops,
+                "loop_alerts_before_the_stop": before,
+                "process_down_fired_after_s": down_after,
+                "process_down_bound_s": list(down_bound),
+                "stale_fired_after_s": stale_after,
+                "stale_bound_s": list(stale_bound),
+                "stale_loops_at_first_firing": stale_loops,
+                "runbook_check_loops_list_relay": relay_line,
+                "other_alerts_firing": sorted(
+                    {a["labels"]["alertname"] for a in firing(prom)}
+                    - {"BackgroundLoopStale", "ProcessDown"}
+                ),
+                "logs": str(scratch.work),
+            }
         )
-        return 0 if ok else 1
-    finally:
-        scratch.close()
 
 
 if __name__ == "__main__":

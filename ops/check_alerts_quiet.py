@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prometheus_live import CLI, Scratch, alerts, free_port, query, wait_for
+from prometheus_live import CLI, Scratch, alerts, free_port, query, report, wait_for
 
 from awooop import producer
 from awooop.core.db import Database
@@ -105,9 +105,8 @@ def main() -> int:
         print("check_alerts_quiet: prometheus missing: run ops/install-prometheus.sh")
         return 2
     interval = args.scrape_s
-    scratch = Scratch(args.pg, args.redis, Path(tempfile.mkdtemp(prefix="awooop-quiet-")))
-    database_url = scratch.env["AWOOOP_DATABASE_URL"]
-    try:
+    with Scratch(args.pg, args.redis, Path(tempfile.mkdtemp(prefix="awooop-quiet-"))) as scratch:
+        database_url = scratch.env["AWOOOP_DATABASE_URL"]
         scratch.migrate()
         targets = start_fleet(scratch)
         prom = scratch.prometheus(prometheus, interval, targets)
@@ -153,25 +152,19 @@ def main() -> int:
         )
         left = unfinished(database_url)
         ok = settled and not seen and left == 0 and bool(keys)
-        print(
-            json.dumps(
-                {
-                    "ok": ok,
-                    "minutes": args.minutes,
-                    "scrape_and_evaluation_interval_s": interval,
-                    "targets": targets,
-                    "settled_after_start": settled,
-                    "runs_submitted": len(keys),
-                    "runs_unfinished": left,
-                    "alerts_pending_or_firing": list(seen.values()),
-                    "logs": str(scratch.work),
-                },
-                indent=2,
-            )
+        return report(
+            {
+                "ok": ok,
+                "minutes": args.minutes,
+                "scrape_and_evaluation_interval_s": interval,
+                "targets": targets,
+                "settled_after_start": settled,
+                "runs_submitted": len(keys),
+                "runs_unfinished": left,
+                "alerts_pending_or_firing": list(seen.values()),
+                "logs": str(scratch.work),
+            }
         )
-        return 0 if ok else 1
-    finally:
-        scratch.close()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,12 @@ RULES = ROOT / "ops" / "prometheus" / "rules"
 CLI = [sys.executable, "-m", "awooop.cli"]
 
 
+def report(result: dict[str, Any]) -> int:
+    """Print the check's JSON result; its exit code (0 when ``ok``)."""
+    print(json.dumps(result, indent=2))
+    return 0 if result["ok"] else 1
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -128,6 +134,12 @@ class Scratch:
             "prometheus.log",
         )
         return f"http://127.0.0.1:{port}"
+
+    def __enter__(self) -> Scratch:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         for process in reversed(self.processes):

@@ -28,10 +28,10 @@ from enum import StrEnum
 
 from awooop.core.errors import ConfigError
 from awooop.core.migration_checksums import (
-    DOLLAR_TAG,
     _block_comment_end,
     _continues_identifier,
     _quoted_end,
+    dollar_quote_end,
     normalise_sql,
 )
 
@@ -115,13 +115,9 @@ def split_statements(sql: str) -> list[tuple[str, bool]]:
             end = _quoted_end(sql, i, ch, backslash=escapes)
             current.append(sql[i:end])
             i = end
-        elif ch == "$" and not _continues_identifier(sql, i) and DOLLAR_TAG.match(sql, i):
-            tag = DOLLAR_TAG.match(sql, i)
-            assert tag is not None
-            close = sql.find(tag.group(0), tag.end())
-            end = n if close < 0 else close + len(tag.group(0))
-            current.append(sql[i:end])
-            i = end
+        elif ch == "$" and (dollar_end := dollar_quote_end(sql, i)) is not None:
+            current.append(sql[i:dollar_end])
+            i = dollar_end
         elif ch == "$" and re.match(r"\$1(?![0-9])", sql[i:]):
             batch = True
             current.append("$1")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from awooop.demo.servers import free_port
 from tests.support.connections import fit_workers
 from tests.support.handlers import read_effects
 from tests.support.runs import (
+    all_finished,
     all_histories,
     check_single_holder,
     count_events,
@@ -45,16 +45,6 @@ pytestmark = pytest.mark.fast("processes")
 @pytest.fixture
 def effects_file(tmp_path: Path) -> str:
     return str(tmp_path / "effects.jsonl")
-
-
-async def all_finished(db: Database, run_ids: list[uuid.UUID]) -> bool:
-    async with db.platform() as conn:
-        n = await conn.fetchval(
-            "SELECT count(*) FROM awooop_run_state WHERE run_id = ANY($1) "
-            "AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')",
-            run_ids,
-        )
-    return bool(n == len(run_ids))
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,17 @@ async def create_failed_runs(
     return run_ids
 
 
+async def all_finished(db: Database, run_ids: list[uuid.UUID]) -> bool:
+    """Whether every run of ``run_ids`` is COMPLETED, FAILED or CANCELLED."""
+    async with db.platform() as conn:
+        n = await conn.fetchval(
+            "SELECT count(*) FROM awooop_run_state WHERE run_id = ANY($1) "
+            "AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+            run_ids,
+        )
+    return bool(n == len(run_ids))
+
+
 async def load(db: Database, project: str, run_id: uuid.UUID) -> RunState:
     async with db.tenant(project) as conn:
         state = await run_rows.load(conn, run_id)
