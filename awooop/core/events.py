@@ -273,6 +273,12 @@ DOMAIN_PREFIX = "domain/"
 REVISION_PREFIX = "revision-"
 
 
+def run_stream_sql(column: str) -> str:
+    """:func:`run_stream_id` in SQL, over the uuid in ``column`` (a constant column reference of
+    the statement it goes in, never input), for statements that live in Python."""
+    return f"'{RUN_STREAM_PREFIX}' || {column}::text"
+
+
 def stream_of_project(stream_id: str, project_id: str) -> bool:
     """Pure: whether ``stream_id`` may be a stream of ``project_id``: a run's stream (whose
     project is its run's: the database asks the run row), or a domain or revision stream that

@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from awooop.core.events import run_stream_id
+from awooop.core.events import run_stream_id, run_stream_sql
 from awooop.demo import webhooks
 from awooop.demo.stage import COUNT_BY_STATE, PROJECT, Stage, say
 from awooop.demo.summary import report
@@ -44,12 +44,12 @@ COMPLETIONS_PER_RUN = """
 SELECT max(n) FROM (SELECT count(*) AS n FROM awooop_events
                     WHERE event_type = 'RunCompleted' GROUP BY stream_id) AS c
 """
-TRACE_IDS = """
+TRACE_IDS = f"""
 SELECT DISTINCT ON (r.channel_type) e.metadata->>'traceparent' AS traceparent, r.channel_type
-FROM awooop_events e JOIN awooop_run_state r ON e.stream_id = 'run-' || r.run_id
+FROM awooop_events e JOIN awooop_run_state r ON e.stream_id = {run_stream_sql("r.run_id")}
 WHERE e.event_type = 'RunCreated' AND e.metadata ? 'traceparent'
 ORDER BY r.channel_type, e.position
-"""
+"""  # noqa: S608 - constant identifiers
 
 
 class Demo(Stage):

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from awooop.core.db import Connection
 from awooop.core.errors import ArchiveRefusedError, IllegalTransitionError
-from awooop.core.events import decode_event, run_id_of_stream
+from awooop.core.events import decode_event, run_id_of_stream, run_stream_sql
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.eventlog.archive_files import (
@@ -69,14 +69,14 @@ MAY_ARCHIVE = """
 SELECT pg_has_role(c.relowner, 'USAGE') FROM pg_class c WHERE c.oid = 'awooop_events'::regclass
 """
 # Live: not in awooop.eventlog.state.TERMINAL.
-LIVE_RUN = """
+LIVE_RUN = f"""
 SELECT r.run_id, r.status
 FROM awooop_events e
-JOIN awooop_run_state r ON e.stream_id = 'run-' || r.run_id::text
+JOIN awooop_run_state r ON e.stream_id = {run_stream_sql("r.run_id")}
 WHERE e.recorded_at >= $1 AND e.recorded_at < $2
   AND r.status NOT IN ('CANCELLED', 'COMPLETED', 'FAILED')
 LIMIT 1
-"""
+"""  # noqa: S608 - constant identifiers
 UNPUBLISHED = """
 SELECT e.position FROM awooop_events e, awooop_relay_cursor c
 WHERE c.name = 'events' AND e.recorded_at >= $1 AND e.recorded_at < $2

@@ -42,6 +42,7 @@ import msgspec
 from redis.exceptions import ResponseError
 
 from awooop.core.db import Connection
+from awooop.core.events import run_stream_sql
 from awooop.core.logs import get_logger
 from awooop.eventlog import deadletters
 from awooop.eventlog.state import RunStatus
@@ -56,14 +57,14 @@ LIVE_WORKERS = "SELECT awooop_live_workers()"
 
 # --- SQL -------------------------------------------------------------------------------------
 # One statement for all the Postgres facts of the runs in $1 (or of every live run).
-_SELECT = """
+_SELECT = f"""
 SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, rs.worker_id,
        rs.lease_until, rs.heartbeat_at, rs.waiting_for, rs.approval_expires_at,
        rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now, rs.suspect_worker_id,
        ap.name AS approval_name, ap.reason AS approval_reason,
        ended.event_type AS last_end_type, ended.data ->> 'reason' AS last_end_reason
 FROM awooop_run_state rs
-CROSS JOIN LATERAL (SELECT 'run-' || rs.run_id::text AS stream_id OFFSET 0) run_stream
+CROSS JOIN LATERAL (SELECT {run_stream_sql("rs.run_id")} AS stream_id OFFSET 0) run_stream
 LEFT JOIN LATERAL (
     SELECT a.name, a.reason FROM awooop_approvals a
     WHERE a.run_id = rs.run_id AND a.used_at IS NULL
@@ -77,7 +78,7 @@ LEFT JOIN LATERAL (
                            'ApprovalRejected', 'ApprovalExpired')
     ORDER BY e.version DESC LIMIT 1
 ) ended ON true
-"""
+"""  # noqa: S608 - constant identifiers
 FACTS = _SELECT + "WHERE rs.run_id = ANY($1::uuid[])"
 # Three arms, each with the predicate of one partial index of awooop_run_state (0003).
 LIVE_FACTS = (
