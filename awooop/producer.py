@@ -1,7 +1,7 @@
 """The producer library (R-06): channel events from Python services, without HTTP.
 
 :func:`submit` (one event) and :func:`submit_many` (a batch) run the same ingest transaction
-as the HTTP server (:class:`awooop.ingest.service.Ingestor`, :mod:`awooop.ingest.store`):
+as the HTTP server (:class:`awooop.ingest.service.Ingestor`, :mod:`awooop.ingest.ingest_write`):
 dedupe row, run (PENDING) and ``RunCreated`` event, which is the outbox entry the relay
 publishes. They take either
 
@@ -69,14 +69,14 @@ from awooop.core.events import DOMAIN_PREFIX, EVENT_TYPES
 from awooop.core.pools import SET_TENANT
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.telemetry import tracer
-from awooop.ingest import store, submission
+from awooop.eventlog import eventlog
+from awooop.eventlog.eventlog import RawEvent
+from awooop.ingest import ingest_write, submission
 from awooop.ingest.cache import ConfigCache
 from awooop.ingest.common import check_storable
 from awooop.ingest.credentials import check_contract_id, check_project_id
 from awooop.ingest.service import Ingestor
 from awooop.ingest.submission import ChannelEvent, Submitted
-from awooop.log import eventlog
-from awooop.log.eventlog import RawEvent
 
 __all__ = [
     "ChannelEvent",
@@ -110,7 +110,7 @@ async def submit(
     project_id: str,
     event: ChannelEvent,
     *,
-    contract_id: str = store.DEFAULT_CONTRACT,
+    contract_id: str = ingest_write.DEFAULT_CONTRACT,
     settings: Settings | None = None,
 ) -> Submitted:
     """Submit one event; see the module docstring for ``target``."""
@@ -125,7 +125,7 @@ async def submit_many(
     project_id: str,
     events: Sequence[ChannelEvent],
     *,
-    contract_id: str = store.DEFAULT_CONTRACT,
+    contract_id: str = ingest_write.DEFAULT_CONTRACT,
     settings: Settings | None = None,
 ) -> list[Submitted]:
     """Submit a batch in one transaction; one result per event, in order. Everything is
@@ -166,7 +166,7 @@ _ingestors: weakref.WeakKeyDictionary[Database, Ingestor] = weakref.WeakKeyDicti
 # connection (a configuration is its database's; a pool hands out a new proxy at each acquire,
 # but the same connection behind it): a submit in the caller's transaction then costs one
 # statement instead of two. The ingest statement checks the transaction's tenant and the
-# login's binding itself on every call (awooop/log/sql/ingest_new.sql), so a cached
+# login's binding itself on every call (awooop/eventlog/sql/ingest_new.sql), so a cached
 # configuration skips no check.
 _configs: weakref.WeakKeyDictionary[object, ConfigCache] = weakref.WeakKeyDictionary()
 
@@ -291,7 +291,7 @@ async def emit_many(
         with tracer.start_as_current_span(
             "emit", attributes={"awooop.project_id": project_id, "awooop.source": "producer"}
         ):
-            metadata = store.trace_metadata("producer")
+            metadata = ingest_write.trace_metadata("producer")
             await eventlog.lock_heads(conn, [domain_stream_id(project_id, s) for s in streams])
             for stream in sorted(streams):  # one row-lock order for concurrent callers
                 stream_id = domain_stream_id(project_id, stream)

@@ -16,6 +16,7 @@ from awooop.core.db import Database
 from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.logs import get_logger
 from awooop.core.schema_check import require_runnable_schema
+from awooop.core.schema_watch import SchemaWatch
 from streams.keys import Keys
 
 log = get_logger(__name__)
@@ -51,6 +52,8 @@ class Services:
     # Resources a component opened on these services (for example the ingest route's pool),
     # closed first by close().
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # The process's row in awooop_processes and its schema re-check (long-running processes).
+    watch: SchemaWatch | None = None
 
     @classmethod
     async def open(
@@ -79,6 +82,7 @@ class Services:
         *,
         stop: None = ...,
         wait_s: float = ...,
+        kind: str | None = ...,
     ) -> Services: ...
 
     @overload
@@ -91,6 +95,7 @@ class Services:
         *,
         stop: asyncio.Event,
         wait_s: float = ...,
+        kind: str | None = ...,
     ) -> Services | None: ...
 
     @classmethod
@@ -102,6 +107,7 @@ class Services:
         *,
         stop: asyncio.Event | None = None,
         wait_s: float = DATABASE_WAIT_S,
+        kind: str | None = None,
     ) -> Services | None:
         """:meth:`open`, waiting up to ``wait_s`` with backoff while the database is away in any
         form (refused, reset, no answer, no free connection slot, starting up or shutting down:
@@ -109,12 +115,17 @@ class Services:
         or while every connection slot is taken, comes up when the database can have it instead
         of exiting. A wrong address still fails, after the wait (E-DB-001). None when ``stop``
         is set meanwhile. A schema this release cannot run on fails at once (E-MIGRATE-003,
-        awooop/core/schema_check.py): what long-running processes open their services with."""
+        awooop/core/schema_check.py): what long-running processes open their services with.
+        With ``kind`` (the process's command), the process registers in the fleet and keeps
+        checking the schema while it runs (:class:`awooop.core.schema_watch.SchemaWatch`)."""
         deadline = time.monotonic() + wait_s
         delay = 0.5
         while True:
             try:
-                return await cls._open_on_runnable_schema(settings, db_pool_size, db_run_min)
+                services = await cls._open_on_runnable_schema(settings, db_pool_size, db_run_min)
+                if kind is not None:
+                    await services.watch_schema(kind)
+                return services
             except DatabaseUnavailableError as exc:
                 if time.monotonic() + delay > deadline:
                     raise
@@ -141,7 +152,19 @@ class Services:
             raise
         return services
 
+    async def watch_schema(self, kind: str) -> None:
+        watch = SchemaWatch(self.db, kind, self.settings.schema_recheck_s)
+        try:
+            await watch.start()
+        except BaseException:
+            await self.close()
+            raise
+        self.watch = watch
+
     async def close(self) -> None:
+        if self.watch is not None:
+            await self.watch.stop()
+            self.watch = None
         for closer in reversed(self.closers):
             await closer()
         self.closers.clear()

@@ -32,60 +32,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
-from typing import Any
 
-import httpx
-import redis
+from prometheus_live import CLI, Scratch, firing, free_port, query, report, wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
-RULES = ROOT / "ops" / "prometheus" / "rules"
 STALE_S = 300.0  # the threshold of BackgroundLoopStale
 DOWN_S = 60.0  # ProcessDown: no scrape answered for a minute
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_for(what: str, check: Any, timeout_s: float, every_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise SystemExit(f"check_alerts_live: timed out after {timeout_s:g} s waiting for {what}")
-
-
-def query(prom: str, expr: str) -> list[dict[str, Any]]:
-    try:
-        answer = httpx.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=5)
-    except httpx.HTTPError:
-        return []
-    result: list[dict[str, Any]] = answer.json()["data"]["result"]
-    return result
-
-
-def firing(prom: str) -> list[dict[str, Any]]:
-    try:
-        answer = httpx.get(f"{prom}/api/v1/alerts", timeout=5)
-    except httpx.HTTPError:
-        return []
-    alerts: list[dict[str, Any]] = answer.json()["data"]["alerts"]
-    return [a for a in alerts if a["state"] == "firing"]
 
 
 def main() -> int:
@@ -101,61 +59,17 @@ def main() -> int:
         print("check_alerts_live: prometheus missing: run ops/install-prometheus.sh")
         return 2
     interval = args.scrape_s
-    work = Path(tempfile.mkdtemp(prefix="awooop-alerts-"))
-    name = f"awooop_alerts_{uuid.uuid4().hex[:8]}"
-    database_url = f"{args.pg}/{name}"
-    env = {
-        **os.environ,
-        "AWOOOP_DATABASE_URL": database_url,
-        "AWOOOP_REDIS_URL": args.redis,
-        "AWOOOP_REDIS_KEY_PREFIX": name,
-        "AWOOOP_SHUTDOWN_GRACE_S": "3",
-    }
-    cli = [sys.executable, "-m", "awooop.cli"]
-    subprocess.run(
-        ["psql", f"{args.pg}/postgres", "-qc", f"CREATE DATABASE {name}"], check=True, timeout=60
-    )
-    processes: list[subprocess.Popen[bytes]] = []
-    up: subprocess.Popen[bytes] | None = None
-    try:
-        subprocess.run([*cli, "migrate"], env=env, check=True, timeout=300, capture_output=True)
-        metrics_port, http_port, prom_port = free_port(), free_port(), free_port()
-        with (work / "up.log").open("w") as log:
-            up = subprocess.Popen(
-                [*cli, "up", "--workers", "1", "--port", str(http_port)],
-                env={**env, "AWOOOP_METRICS_PORT": str(metrics_port)},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        processes.append(up)
-        config = {
-            "global": {
-                "scrape_interval": f"{interval:g}s",
-                "evaluation_interval": f"{interval:g}s",
-            },
-            "rule_files": [str(path) for path in sorted(RULES.glob("*.yml"))],
-            "scrape_configs": [
-                {
-                    "job_name": "awooop-up",
-                    "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
-                }
-            ],
-        }
-        (work / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-        with (work / "prometheus.log").open("w") as log:
-            processes.append(
-                subprocess.Popen(
-                    [
-                        prometheus,
-                        f"--config.file={work / 'prometheus.yml'}",
-                        f"--storage.tsdb.path={work / 'data'}",
-                        f"--web.listen-address=127.0.0.1:{prom_port}",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-        prom = f"http://127.0.0.1:{prom_port}"
+    with Scratch(args.pg, args.redis, Path(tempfile.mkdtemp(prefix="awooop-alerts-"))) as scratch:
+        scratch.migrate()
+        metrics_port, http_port = free_port(), free_port()
+        up = scratch.start(
+            [*CLI, "up", "--workers", "1", "--port", str(http_port)],
+            "up.log",
+            {"AWOOOP_METRICS_PORT": str(metrics_port)},
+        )
+        prom = scratch.prometheus(
+            prometheus, interval, {"awooop-up": [f"127.0.0.1:{metrics_port}"]}
+        )
         loop_series = 'awooop_background_loop_last_run_timestamp{job="awooop-up"}'
         relay_series = (
             'awooop_background_loop_last_run_timestamp{job="awooop-up",loop_name="relay"}'
@@ -189,7 +103,11 @@ def main() -> int:
         # The runbook's first check for BackgroundLoopStale: `awooop loops list` names the loop's
         # last run and the process that ran it.
         listing = subprocess.run(
-            [*cli, "loops", "list", "--json"], env=env, capture_output=True, text=True, timeout=60
+            [*CLI, "loops", "list", "--json"],
+            env=scratch.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         relay_line = next(
             (
@@ -208,49 +126,26 @@ def main() -> int:
             and down_after is not None
             and down_bound[0] <= down_after <= down_bound[1]
         )
-        print(
-            json.dumps(
-                {
-                    "ok": ok,
-                    "signal": f"SIG{args.signal}",
-                    "scrape_and_evaluation_interval_s": interval,
-                    "loops_scraped": loops,
-                    "loop_alerts_before_the_stop": before,
-                    "process_down_fired_after_s": down_after,
-                    "process_down_bound_s": list(down_bound),
-                    "stale_fired_after_s": stale_after,
-                    "stale_bound_s": list(stale_bound),
-                    "stale_loops_at_first_firing": stale_loops,
-                    "runbook_check_loops_list_relay": relay_line,
-                    "other_alerts_firing": sorted(
-                        {a["labels"]["alertname"] for a in firing(prom)}
-                        - {"BackgroundLoopStale", "ProcessDown"}
-                    ),
-                    "logs": str(work),
-                },
-                indent=2,
-            )
+        return report(
+            {
+                "ok": ok,
+                "signal": f"SIG{args.signal}",
+                "scrape_and_evaluation_interval_s": interval,
+                "loops_scraped": loops,
+                "loop_alerts_before_the_stop": before,
+                "process_down_fired_after_s": down_after,
+                "process_down_bound_s": list(down_bound),
+                "stale_fired_after_s": stale_after,
+                "stale_bound_s": list(stale_bound),
+                "stale_loops_at_first_firing": stale_loops,
+                "runbook_check_loops_list_relay": relay_line,
+                "other_alerts_firing": sorted(
+                    {a["labels"]["alertname"] for a in firing(prom)}
+                    - {"BackgroundLoopStale", "ProcessDown"}
+                ),
+                "logs": str(scratch.work),
+            }
         )
-        return 0 if ok else 1
-    finally:
-        for process in reversed(processes):
-            if process.poll() is None:
-                if process is up and args.signal == "STOP":
-                    process.send_signal(signal.SIGCONT)
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-        subprocess.run(
-            ["psql", f"{args.pg}/postgres", "-qc", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"],
-            check=False,
-            timeout=60,
-        )
-        client = redis.Redis.from_url(args.redis)
-        for key in client.scan_iter(match=f"{name}*", count=1000):
-            client.delete(key)
-        client.close()
 
 
 if __name__ == "__main__":

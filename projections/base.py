@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import msgspec
 
 from awooop.core.errors import ProjectionStreamError
-from awooop.core.events import Event, decode_event
+from awooop.core.events import Event, decode_event, run_id_of_stream
 
 if TYPE_CHECKING:
     from awooop.core.db import Connection
-    from awooop.log.eventlog import RecordedEvent
+    from awooop.eventlog.eventlog import RecordedEvent
     from streams.envelope import Envelope
 
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -237,8 +237,12 @@ def stream_range(prefix: str) -> tuple[str, str]:
     return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
-def as_uuid(stream_id: str, prefix: str) -> uuid.UUID:
-    return uuid.UUID(stream_id[len(prefix) :])
+def run_of(stream_id: str) -> uuid.UUID:
+    """The run of a run's stream that a projection follows (E-PROJECTION-002 for another)."""
+    run_id = run_id_of_stream(stream_id)
+    if run_id is None:
+        raise ProjectionStreamError(f"not a run's stream: {stream_id}", stream_id=stream_id)
+    return run_id
 
 
 # --- SQL shared by the projections (identifiers are the projections' constant table names) --

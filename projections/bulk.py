@@ -285,85 +285,63 @@ async def fold_range(
 # --- worker processes ------------------------------------------------------------------------
 
 
-def run_worker(
-    url: str,
-    projection_name: str,
-    project: str | None,
-    low: str,
-    high: str,
-    snapshot_id: str,
-    shadows: dict[str, str],
-    batch_rows: int,
-    fetch_rows: int,
-    queue: Any,
-    index: int,
-    archive_table: str | None = None,
-) -> None:
+@dataclass(frozen=True)
+class RangeTask:
+    """What one bulk worker process folds: a stream range of a projection, in the snapshot the
+    parent exported, into the shadow tables (picklable: it crosses the spawn)."""
+
+    url: str
+    projection_name: str
+    project: str | None
+    low: str
+    high: str
+    snapshot_id: str
+    shadows: dict[str, str]
+    batch_rows: int
+    fetch_rows: int
+    archive_table: str | None = None
+
+
+def run_worker(task: RangeTask, queue: Any, index: int) -> None:
     """Entry point of a bulk worker process: reports ("progress", n), then ("done", index,
     events, rows, finish) or ("error", index, error class name, message) on ``queue``."""
     from awooop.core.logs import configure_logging
 
     configure_logging("warning")
     try:
-        result = asyncio.run(
-            _worker(
-                url,
-                projection_name,
-                project,
-                low,
-                high,
-                snapshot_id,
-                shadows,
-                batch_rows,
-                fetch_rows,
-                queue,
-                archive_table,
-            )
-        )
+        result = asyncio.run(_worker(task, queue))
         queue.put(("done", index, result.events, result.rows, result.finish))
     except BaseException as exc:  # reported to the parent, which raises it
         queue.put(("error", index, type(exc).__name__, str(getattr(exc, "message", exc))))
 
 
-async def _worker(
-    url: str,
-    projection_name: str,
-    project: str | None,
-    low: str,
-    high: str,
-    snapshot_id: str,
-    shadows: dict[str, str],
-    batch_rows: int,
-    fetch_rows: int,
-    queue: Any,
-    archive_table: str | None,
-) -> BulkResult:
+async def _worker(task: RangeTask, queue: Any) -> BulkResult:
     from projections import registry
 
-    if not SNAPSHOT_ID.match(snapshot_id):
-        raise ValueError(f"not a snapshot id: {snapshot_id!r}")
-    projection = registry.get(projection_name)
-    reader = await connect(url, PLATFORM_ROLE)
-    writer = await connect(url, PLATFORM_ROLE)
+    if not SNAPSHOT_ID.match(task.snapshot_id):
+        raise ValueError(f"not a snapshot id: {task.snapshot_id!r}")
+    projection = registry.get(task.projection_name)
+    reader = await connect(task.url, PLATFORM_ROLE)
+    writer = await connect(task.url, PLATFORM_ROLE)
     try:
         await raw_jsonb(reader)
         await use_binary_json(writer)
         async with reader.transaction(isolation="repeatable_read", readonly=True):
             # Checked against SNAPSHOT_ID above; SET TRANSACTION takes no parameters.
-            await reader.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_id}'")
+            await reader.execute(f"SET TRANSACTION SNAPSHOT '{task.snapshot_id}'")
             return await fold_range(
                 reader,
                 writer,
                 projection,
-                TableNames(shadows),
-                low,
-                high,
-                project,
-                batch_rows=batch_rows,
-                fetch_rows=fetch_rows,
+                TableNames(task.shadows),
+                task.low,
+                task.high,
+                task.project,
+                batch_rows=task.batch_rows,
+                fetch_rows=task.fetch_rows,
                 on_batch=lambda n: queue.put(("progress", n)),
                 write_finish=False,
-                archive_table=archive_table,
+                archive_table=task.archive_table,
             )
     finally:
         await reader.close()

@@ -14,7 +14,7 @@ from typing import Any
 from awooop.core import errors
 from awooop.core.db import Connection
 from projections.base import Projection, TableNames
-from projections.bulk import run_worker, split_range
+from projections.bulk import RangeTask, run_worker, split_range
 
 
 @dataclass(frozen=True)
@@ -48,18 +48,20 @@ async def fold_in_workers(
         context.Process(
             target=run_worker,
             args=(
-                job.url,
-                job.projection.name,
-                job.project,
-                low,
-                high,
-                exported,
-                shadows,
-                job.batch_rows,
-                job.fetch_rows,
+                RangeTask(
+                    url=job.url,
+                    projection_name=job.projection.name,
+                    project=job.project,
+                    low=low,
+                    high=high,
+                    snapshot_id=exported,
+                    shadows=shadows,
+                    batch_rows=job.batch_rows,
+                    fetch_rows=job.fetch_rows,
+                    archive_table=job.archive_table,
+                ),
                 messages,
                 index,
-                job.archive_table,
             ),
             daemon=True,
         )

@@ -18,7 +18,7 @@ import msgspec
 
 from awooop.core.db import Connection
 from awooop.core.events import ModelCalled, run_stream_id
-from awooop.log import eventlog
+from awooop.eventlog import eventlog
 from projections.base import trace_id_of
 from projections.timeline import TimelineLine, timeline_lines
 

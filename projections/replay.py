@@ -34,34 +34,35 @@ Interrupting leaves the live tables untouched (they change only in the swap tran
 rerun drops leftover shadows. An advisory lock lets one replay of a projection run at a time.
 
 This module runs the phases; the bulk pass over several processes is :mod:`projections.fanout`,
-the tail :mod:`projections.tail`, the report :mod:`projections.replay_report`, the comparison
-and the repair :mod:`projections.diff`, the shadow tables and the swap :mod:`projections.schema`.
+the tail :mod:`projections.tail`, the locked swap or repair :mod:`projections.replay_swap`, the
+report :mod:`projections.replay_report`, the comparison and the repair :mod:`projections.diff`,
+the shadow tables and the swap :mod:`projections.schema`, the archived events restored
+:mod:`awooop.eventlog.archive_restore`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import asyncpg
 
 from awooop.core.db import Connection
-from awooop.core.errors import ReplayBusyError, ReplayPrivilegeError, SwapLockTimeoutError
+from awooop.core.errors import ReplayBusyError, ReplayPrivilegeError
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
-from awooop.log.eventlog import Cursor
-from projections import archive, schema
-from projections.archive import raw_json_copy
+from awooop.eventlog.archive_restore import drop_restored_sql, restore
+from awooop.eventlog.eventlog import Cursor
+from projections import schema
 from projections.base import Projection, TableNames, stream_range
 from projections.bulk import fold_range, raw_jsonb, use_binary_json
-from projections.diff import carry_clock_sql, diff_table, repair_project
+from projections.diff import diff_table
 from projections.fanout import WorkerJob, fold_in_workers
 from projections.progress import Progress
 from projections.replay_report import ReplayReport
+from projections.replay_swap import LiveTableChange
 from projections.tail import Tail
 
 log = get_logger(__name__)
@@ -96,24 +97,6 @@ STREAM_HISTOGRAM = """
 SELECT histogram_bounds::text::text[] FROM pg_stats
 WHERE schemaname = 'public' AND tablename = 'awooop_event_streams' AND attname = 'stream_id'
 """
-# The restore table (--from-archive): the archive's columns, tx_id as a plain number. Its name
-# is awooop_restored_<projection> (a registered projection's name, never user input).
-
-
-def create_restored_sql(table: str) -> str:
-    return (
-        f"CREATE UNLOGGED TABLE {table} (position bigint, tx_id bigint, event_id uuid, "
-        "stream_id text, version integer, project_id text, event_type text, data jsonb, "
-        "metadata jsonb, recorded_at timestamptz)"
-    )
-
-
-def index_restored_sql(table: str) -> str:
-    return f"CREATE INDEX ON {table} (stream_id, version); ANALYZE {table}"
-
-
-def drop_restored_sql(table: str) -> str:
-    return f"DROP TABLE IF EXISTS {table}"
 
 
 class Replay:
@@ -147,7 +130,8 @@ class Replay:
         self.lock_attempts = lock_attempts
         self.on_events = on_events  # called after each bulk batch (tests interrupt through it)
         self.archive_dir = archive_dir
-        # The archived events restored for the bulk pass (--from-archive), dropped at the end.
+        # The archived events restored for the bulk pass (--from-archive), dropped at the end;
+        # a registered projection's name, never user input.
         self.archive_table = (
             f"awooop_restored_{projection.name}" if archive_dir is not None else None
         )
@@ -185,10 +169,11 @@ class Replay:
             if verify or swap:
                 await self._verify(control, cursor, report)
             if swap:
+                change = self._live_table_change()
                 if self.project is None:
-                    await self._swap(control, cursor, report)
+                    await change.swap(control, cursor, report)
                 else:
-                    await self._repair(control, cursor, report)
+                    await change.repair(control, cursor, report)
                 swapped = True
             return report
         finally:
@@ -300,21 +285,8 @@ class Replay:
         (checked against the catalogue and the checksums first); return how many."""
         assert self.archive_table is not None
         conn = await self._connect(None)
-        await conn.execute(drop_restored_sql(self.archive_table))
-        await conn.execute(create_restored_sql(self.archive_table))
-        await raw_json_copy(conn)
-        entries = await archive.dropped_partitions(conn)
-        restored = 0
-        async for events in archive.archived_events(directory, entries):
-            await conn.copy_records_to_table(
-                self.archive_table,
-                records=[archive.restored_record(e) for e in events],
-                columns=archive.EVENT_COLUMNS,
-            )
-            restored += len(events)
-        await conn.execute(index_restored_sql(self.archive_table))
-        await conn.execute(f"GRANT SELECT ON {self.archive_table} TO {PLATFORM_ROLE}")
-        log.info("replay_archive_restored", partitions=len(entries), events=restored)
+        partitions, restored = await restore(conn, directory, self.archive_table)
+        log.info("replay_archive_restored", partitions=partitions, events=restored)
         return restored
 
     # --- tail ------------------------------------------------------------------------------------
@@ -359,76 +331,21 @@ class Replay:
         finally:
             await tx.rollback()  # the snapshot read past the commit-safe cursor: keep nothing
 
-    # --- swap ------------------------------------------------------------------------------
+    # --- swap or repair ------------------------------------------------------------------
 
-    async def _locked(
-        self,
-        control: Connection,
-        cursor: Cursor,
-        report: ReplayReport,
-        mode: str,
-        body: Callable[[Connection], Any],
-    ) -> Any:
-        """Run ``body`` in a transaction holding ``mode`` locks on the live tables, after
-        applying every committed event; retry (catching up again) when the lock times out."""
-        for attempt in range(1, self.lock_attempts + 1):
-            try:
-                async with control.transaction():
-                    await control.execute(
-                        f"SET LOCAL lock_timeout = {int(self.lock_timeout_s * 1000)}"
-                    )
-                    for spec in sorted(self.projection.tables, key=lambda t: t.name):
-                        await control.execute(f"LOCK TABLE {schema.q(spec.name)} IN {mode} MODE")
-                    started = time.perf_counter()
-                    await control.execute(f"SET LOCAL ROLE {PLATFORM_ROLE}")
-                    _, applied = await self._follow(control, cursor, safe=False)
-                    result = await body(control)
-                report.lock_ms = (time.perf_counter() - started) * 1000
-                report.lock_events += applied
-                return result
-            except asyncpg.LockNotAvailableError:
-                log.warning("replay_lock_timeout", projection=self.projection.name, attempt=attempt)
-                cursor = await self._catch_up(cursor, report)
-                await asyncio.sleep(min(1.0, 0.05 * attempt))
-        raise SwapLockTimeoutError(
-            f"could not lock {', '.join(t.name for t in self.projection.tables)} "
-            f"within {self.lock_timeout_s}s in {self.lock_attempts} attempts"
+    def _live_table_change(self) -> LiveTableChange:
+        async def apply_committed(conn: Connection, cursor: Cursor) -> tuple[Cursor, int]:
+            return await self._follow(conn, cursor, safe=False)
+
+        return LiveTableChange(
+            self.projection,
+            self.shadows,
+            self.project,
+            self.lock_timeout_s,
+            self.lock_attempts,
+            apply_committed,
+            self._catch_up,
         )
-
-    async def _swap(self, control: Connection, cursor: Cursor, report: ReplayReport) -> None:
-        async def body(conn: Connection) -> list[schema.SwapPlan]:
-            for spec in self.projection.tables:
-                carry = carry_clock_sql(spec, spec.name, self.shadows[spec.name])
-                if carry is not None:
-                    await conn.execute(carry)
-            await conn.execute("RESET ROLE")
-            plans = [await schema.swap_plan(conn, spec.name) for spec in self.projection.tables]
-            for plan in plans:
-                await schema.swap(conn, plan)
-            return plans
-
-        plans: list[schema.SwapPlan] = await self._locked(
-            control, cursor, report, "ACCESS EXCLUSIVE", body
-        )
-        report.swapped = True
-        for plan in plans:
-            await schema.validate_foreign_keys(control, plan)
-        log.info("replay_swapped", projection=self.projection.name, lock_ms=report.lock_ms)
-
-    async def _repair(self, control: Connection, cursor: Cursor, report: ReplayReport) -> None:
-        assert self.project is not None
-        project = self.project
-
-        async def body(conn: Connection) -> int:
-            changed = 0
-            for spec in self.projection.tables:
-                changed += await repair_project(
-                    conn, spec, spec.name, self.shadows[spec.name], project
-                )
-            return changed
-
-        report.repaired_rows = await self._locked(control, cursor, report, "EXCLUSIVE", body)
-        log.info("replay_repaired", projection=self.projection.name, project=project)
 
 
 def default_workers() -> int:

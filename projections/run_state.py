@@ -1,6 +1,6 @@
 """Run state as a projection: the inline table ``awooop_run_state`` and the projector's copy.
 
-Both fold :func:`awooop.log.state.apply` (imported, never re-implemented) over each run's
+Both fold :func:`awooop.eventlog.state.apply` (imported, never re-implemented) over each run's
 stream, so the write path, the replay tool and the projector cannot drift.
 
 - ``run_state``: the table the write path maintains inline (R-10/R-11). The replay tool
@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from awooop.core.db import Connection
-from awooop.core.events import RUN_EVENT_TYPES
-from awooop.log.state import (
+from awooop.core.events import RUN_EVENT_TYPES, RUN_STREAM_PREFIX, run_stream_id
+from awooop.eventlog.state import (
     COLUMNS,
     LEASED,
     RunState,
@@ -38,12 +38,12 @@ from projections.base import (
     LogEvent,
     TableNames,
     TableSpec,
-    as_uuid,
     check_consecutive,
     lagging_sql,
+    run_of,
 )
 
-PREFIX = "run-"
+PREFIX = RUN_STREAM_PREFIX
 RUN_TYPES = frozenset(t.__name__ for t in RUN_EVENT_TYPES)
 CLOCK_COLUMNS = ("lease_until", "heartbeat_at")
 _LEASED_SQL = ", ".join(f"'{s}'" for s in sorted(LEASED))
@@ -56,7 +56,7 @@ COUNT_COLUMNS = ("project_id", "status", "runs")
 # identifiers are the specs' constant names and their shadow_name(); every value is a
 # parameter. The column list is RunState's fields (COLUMNS), as the replay's COPY writes it.
 # Each S608 suppression below is for that table identifier. (The live awooop_run_state is written
-# only by awooop/log; a replay writes it through the shadow and the swap, see WRITERS.md.)
+# only by awooop/eventlog; a replay writes it through the shadow and the swap, see WRITERS.md.)
 
 
 def _select_states(table: str) -> str:
@@ -164,23 +164,23 @@ class RunStateProjection:
         self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
     ) -> dict[str, int]:
         rows = await conn.fetch(
-            _select_versions(names[self.table]), [as_uuid(s, PREFIX) for s in stream_ids]
+            _select_versions(names[self.table]), [run_of(s) for s in stream_ids]
         )
-        return {PREFIX + str(r["run_id"]): r["version"] for r in rows}
+        return {run_stream_id(r["run_id"]): r["version"] for r in rows}
 
     async def apply(
         self, conn: Connection, names: TableNames, events: Mapping[str, Sequence[LogEvent]]
     ) -> None:
         if not events:
             return
-        run_ids = [as_uuid(s, PREFIX) for s in events]
+        run_ids = [run_of(s) for s in events]
         rows = await conn.fetch(_select_states(names[self.table]), run_ids)
         current: dict[uuid.UUID, RunState] = {r["run_id"]: row_to_state(r) for r in rows}
         changes: list[tuple[RunState | None, RunState]] = []
         for stream_id, stream_events in events.items():
             if not stream_events:
                 continue
-            old = current.get(as_uuid(stream_id, PREFIX))
+            old = current.get(run_of(stream_id))
             changes.append((old, fold_run(old, stream_events)))
         await conn.executemany(
             _upsert(names[self.table]), [state_values(new) for _, new in changes]

@@ -94,6 +94,12 @@ class Projector:
         self.low, self.high = stream_range(projection.stream_prefix)
         self._pending: list[tuple[LogEvent, asyncio.Future[bool]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        # Every series of the projection exists from its start: rate() and increase() panels
+        # and rules read 0 on a healthy system, not "No data".
+        for outcome in ("applied", "filled", "duplicate"):
+            metrics.PROJECTOR_EVENTS.labels(self.name, outcome)
+        metrics.PROJECTOR_RECONCILED.labels(self.name)
+        metrics.PROJECTOR_FAILURES.labels(self.name)
 
     @property
     def name(self) -> str:

@@ -2,7 +2,7 @@
 
 Two reads of the log, filtered to the projection's streams ($1..$3) and to the events the bulk
 pass's snapshot ($7) did not see: ``TAIL_SAFE`` is commit-safe (as
-``awooop.log.eventlog.READ_FORWARD``, with the same ``FOLLOWER_HORIZON``), ``TAIL_ALL`` reads
+``awooop.eventlog.eventlog.READ_FORWARD``, with the same ``FOLLOWER_HORIZON``), ``TAIL_ALL`` reads
 everything committed and is used only inside the verify snapshot or the swap lock, where
 nothing newer can commit in between.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from awooop.core.db import Connection
-from awooop.log.eventlog import FOLLOWER_HORIZON, Cursor
+from awooop.eventlog.eventlog import FOLLOWER_HORIZON, Cursor
 from projections.base import LogEvent, Projection, TableNames
 from projections.bulk import to_log_event
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from awooop.core.pools import PLATFORM_ROLE, connect
-from awooop.log.state import COLUMNS
+from awooop.eventlog.state import COLUMNS
 from projections.base import BulkOutput, stream_range
 from projections.bulk import SNAPSHOTS_OF_STREAMS, StreamFolder, raw_jsonb
 from projections.diff import TableDiff, diff_table

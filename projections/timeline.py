@@ -25,18 +25,18 @@ from typing import Any, ClassVar
 import msgspec
 
 from awooop.core.db import Connection
-from awooop.core.events import to_builtins
-from awooop.log import eventlog
+from awooop.core.events import run_stream_id, to_builtins
+from awooop.eventlog import eventlog
 from projections.base import (
     BulkOutput,
     LogEvent,
     PerStreamRows,
     TableNames,
     TableSpec,
-    as_uuid,
     check_consecutive,
     insert_sql,
     lagging_sql,
+    run_of,
     trace_id_of,
 )
 from projections.run_state import PREFIX, RUN_TYPES
@@ -102,7 +102,7 @@ def entry(previous_attempt: int, event: LogEvent) -> TimelineEntry:
     attempt = getattr(body, "attempt", None)
     worker = getattr(body, "worker_id", None)
     return TimelineEntry(
-        run_id=as_uuid(event.stream_id, PREFIX),
+        run_id=run_of(event.stream_id),
         version=event.version,
         project_id=event.project_id,
         position=event.position,
@@ -142,8 +142,8 @@ class TimelineProjection(PerStreamRows):
     async def _heads(
         self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
     ) -> dict[str, tuple[int, int]]:
-        rows = await conn.fetch(_heads(names[TABLE]), [as_uuid(s, PREFIX) for s in stream_ids])
-        return {PREFIX + str(r["run_id"]): (r["version"], r["attempt"]) for r in rows}
+        rows = await conn.fetch(_heads(names[TABLE]), [run_of(s) for s in stream_ids])
+        return {run_stream_id(r["run_id"]): (r["version"], r["attempt"]) for r in rows}
 
     async def load_versions(
         self, conn: Connection, names: TableNames, stream_ids: Sequence[str]

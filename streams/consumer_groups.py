@@ -122,14 +122,27 @@ class GroupEpochs:
     async def _observe_epoch(self, epoch_key: str, value: str | None) -> None:
         if value is None:
             suppressed = self._limiter.allow("epoch-missing:" + epoch_key)
-            if suppressed is not None:
-                log.warning(
-                    "stream_epoch_missing",
+            if suppressed is None:
+                return
+            if epoch_key not in self._epochs:
+                # Never seen one: a first start on an empty Redis (the relay writes the epoch
+                # when it first initialises the shard), or a loss before this process came.
+                # Nothing this process knew is gone: not a warning.
+                log.info(
+                    "stream_epoch_not_yet_written",
                     epoch_key=epoch_key,
                     group=self.group,
                     suppressed=suppressed,
-                    hint="Redis lost its data; the relay rebuilds the shard from Postgres",
+                    hint="a first start: the relay writes it when it initialises the shard",
                 )
+                return
+            log.warning(
+                "stream_epoch_missing",
+                epoch_key=epoch_key,
+                group=self.group,
+                suppressed=suppressed,
+                hint="Redis lost its data; the relay rebuilds the shard from Postgres",
+            )
             return
         known = self._epochs.get(epoch_key)
         self._epochs[epoch_key] = value

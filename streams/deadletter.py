@@ -1,6 +1,6 @@
 """Giving up on an entry no consumer can decode (R-16): record it in Postgres, then XACK.
 
-Dead letters live in Postgres (:mod:`awooop.log.deadletters`); Redis keeps no dead-letter
+Dead letters live in Postgres (:mod:`awooop.eventlog.deadletters`); Redis keeps no dead-letter
 stream. An entry without a decodable envelope has no run and no project: it is recorded under
 the platform project with its bytes, its group and entry id (one open row per entry, so a give
 up repeated after a crash between the two steps records nothing new), and only then
@@ -16,7 +16,7 @@ from typing import Any
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.logs import get_logger
-from awooop.log import deadletters
+from awooop.eventlog import deadletters
 from streams.keys import Keys
 
 log = get_logger(__name__)

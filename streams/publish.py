@@ -2,7 +2,7 @@
 
 Routes: dispatch events go to the events and the work stream; every other event to the events
 stream. (A ``RunFailed`` marked ``dead_letter`` is an ordinary event here: its dead letter was
-recorded in Postgres with it, :mod:`awooop.log.deadletters`.)
+recorded in Postgres with it, :mod:`awooop.eventlog.deadletters`.)
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from awooop.core.events import DISPATCH_EVENT_TYPES
-from awooop.log.eventlog import RecordedEvent
+from awooop.eventlog.eventlog import RecordedEvent
 from streams import scripts
 from streams.envelope import FIELD, Envelope, encode
 from streams.keys import Keys

@@ -45,11 +45,12 @@ from typing import Any
 from awooop.core import metrics
 from awooop.core.db import Connection
 from awooop.core.errors import StreamRebuildInterruptedError
+from awooop.core.events import run_stream_sql
 from awooop.core.leadership import Lease
 from awooop.core.logs import get_logger
-from awooop.log import eventlog
-from awooop.log.eventlog import Cursor, RecordedEvent
-from awooop.log.read_ahead import read_positions
+from awooop.eventlog import eventlog
+from awooop.eventlog.eventlog import Cursor, RecordedEvent
+from awooop.eventlog.read_ahead import read_positions
 from streams import scripts
 from streams.keys import Keys
 from streams.publish import WORK_ONLY, by_shard, publish_shard
@@ -74,18 +75,18 @@ ON CONFLICT (shard_count, shard) DO UPDATE
 """
 # The latest event of every dispatchable run (it is the event that made the run dispatchable)
 # that the relay has already published once, by keyset pages on the dispatchable index.
-DISPATCHABLE_RUNS = """
+DISPATCHABLE_RUNS = f"""
 SELECT e.position, e.tx_id::text::bigint AS tx_id, e.event_id, e.stream_id, e.version,
        e.project_id, e.event_type, e.data::text AS data, e.metadata, e.recorded_at,
        r.created_at AS run_created_at, r.run_id
 FROM awooop_run_state r
-JOIN awooop_events e ON e.stream_id = 'run-' || r.run_id::text AND e.version = r.version
+JOIN awooop_events e ON e.stream_id = {run_stream_sql("r.run_id")} AND e.version = r.version
 WHERE r.status IN ('PENDING', 'RESUMED')
   AND ($1::timestamptz IS NULL OR (r.created_at, r.run_id) > ($1::timestamptz, $2::uuid))
   AND ((e.tx_id, e.position) <= ($3::text::xid8, $4::bigint) OR e.position = ANY($6::bigint[]))
 ORDER BY r.created_at, r.run_id
 LIMIT $5
-"""
+"""  # noqa: S608 - constant identifiers
 
 _EVENT_FIELDS = (
     "position",

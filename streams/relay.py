@@ -1,8 +1,8 @@
 """The outbox relay: committed events and contract notices from Postgres into Redis Streams.
 
 The event log is the outbox (R-30, R-31). The relay follows ``awooop_events`` with
-:func:`awooop.log.eventlog.read_forward` from a cursor kept in ``awooop_relay_cursor``, and sends
-each event to ``events_stream(shard)`` (every event, for projectors) and, when its type is in
+:func:`awooop.eventlog.eventlog.read_forward` from a cursor kept in ``awooop_relay_cursor``, and
+sends each event to ``events_stream(shard)`` (every event, for projectors) and, when its type is in
 ``DISPATCH_EVENT_TYPES``, also to ``work_stream(shard)`` (for the ``workers`` group); the shard
 is ``shard_of(project_id)``. Contract notices (``awooop_contract_outbox``, R-21, R-22) go to the
 notices stream and are marked ``delivered_at``.
@@ -61,11 +61,11 @@ from awooop.core.errors import (
 )
 from awooop.core.leadership import Lease, timeout_ms
 from awooop.core.logs import get_logger
+from awooop.core.loops import LoopContext
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.core.retries import CONNECTION_ERRORS
-from awooop.log import eventlog
-from awooop.log.eventlog import Cursor, RecordedEvent
-from awooop.loops.framework import LoopContext
+from awooop.eventlog import eventlog
+from awooop.eventlog.eventlog import Cursor, RecordedEvent
 from streams.backoff import RateLimiter
 from streams.consumer import REDIS_ERRORS
 from streams.keys import Keys

@@ -1,10 +1,10 @@
 """The relay's read-ahead: publishing committed events that the follower horizon holds back.
 
 The relay's cursor follows the log below the horizon (the oldest transaction still running,
-:mod:`awooop.log.eventlog`), so a transaction held open by any login would hold every tenant's
+:mod:`awooop.eventlog.eventlog`), so a transaction held open by any login would hold every tenant's
 dispatch back for as long as it stays open. When the cursor has caught up with the horizon and
 something committed has waited above it for ``READ_AHEAD_AFTER_S``, the relay also reads the
-committed rows after the cursor (:func:`awooop.log.read_ahead.read_ahead`) and publishes them
+committed rows after the cursor (:func:`awooop.eventlog.read_ahead.read_ahead`) and publishes them
 at once: per-stream order holds (that module's docstring says why). What it published ahead is
 remembered here (:class:`ReadAhead`), so that when the horizon passes those rows the cursor
 skips them instead of publishing them twice. The cursor itself, its fenced save and the crash
@@ -33,8 +33,8 @@ import msgspec
 from awooop.core import metrics
 from awooop.core.db import Connection
 from awooop.core.logs import get_logger
-from awooop.log.eventlog import Cursor, RecordedEvent
-from awooop.log.read_ahead import Snapshot, read_ahead
+from awooop.eventlog.eventlog import Cursor, RecordedEvent
+from awooop.eventlog.read_ahead import Snapshot, read_ahead
 from streams.publish import by_shard
 from streams.tracing import publish_spans
 

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 from awooop.core.db import Connection
 from awooop.core.errors import LeadershipLostError
-from awooop.log import eventlog
-from awooop.log.eventlog import Cursor, RecordedEvent
+from awooop.eventlog import eventlog
+from awooop.eventlog.eventlog import Cursor, RecordedEvent
 
 LEADERSHIP = "relay"  # the awooop_leaders row: one relay leader per database
 CURSOR_NAME = "events"

@@ -22,7 +22,7 @@ from awooop.core.errors import StreamRebuildInterruptedError
 from awooop.core.leadership import Lease
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import span_link, tracer
-from awooop.log.eventlog import Cursor, RecordedEvent
+from awooop.eventlog.eventlog import Cursor, RecordedEvent
 from streams.keys import WORKER_GROUP, Keys
 from streams.publish import publish_shard
 from streams.rebuild import ShardRebuild, new_epoch

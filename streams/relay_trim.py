@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from awooop.core import metrics
 from awooop.core.db import Connection
-from awooop.log.eventlog import Cursor
+from awooop.eventlog.eventlog import Cursor
 from streams import scripts
 from streams.envelope import FIELD, Envelope, decode_envelope
 from streams.relay_shards import ShardPublisher

@@ -23,7 +23,7 @@ from opentelemetry.context import Context
 from awooop.core.context import bound
 from awooop.core.events import run_id_of_stream
 from awooop.core.telemetry import exporting, extract, inject, span_link, tracer
-from awooop.log.eventlog import RecordedEvent
+from awooop.eventlog.eventlog import RecordedEvent
 from streams.delivery import Delivery
 from streams.keys import Keys
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -23,28 +23,28 @@ configure_logging("warning")
 hypothesis_settings.load_profile(properties.PROFILE)
 
 
-@pytest.fixture(scope="session")
-def pg_server_url() -> Iterator[str]:
+def served(resolve: Callable[[list[Any]], str]) -> Iterator[str]:
+    """The server ``resolve`` finds (URL from the environment, the local service, else a
+    container it starts onto the stack), stopped again at the end; pytest exits with code 3 when
+    there is none, so CI fails rather than skips."""
     stack: list[Any] = []
     try:
-        url = servers.resolve_postgres(stack)
+        url = resolve(stack)
     except RuntimeError as exc:
         pytest.exit(str(exc), returncode=3)
     yield url
     for container in stack:
         container.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    yield from served(servers.resolve_postgres)
 
 
 @pytest.fixture(scope="session")
 def redis_server_url() -> Iterator[str]:
-    stack: list[Any] = []
-    try:
-        url = servers.resolve_redis(stack)
-    except RuntimeError as exc:
-        pytest.exit(str(exc), returncode=3)
-    yield url
-    for container in stack:
-        container.stop()
+    yield from served(servers.resolve_redis)
 
 
 @pytest.fixture(scope="session")

@@ -19,11 +19,11 @@ import argparse
 from typing import Any
 
 from awooop.commands.output import add_wide, table, to_json, when
-from awooop.commands.runs import cli_actor
+from awooop.commands.runs_parsing import cli_actor
 from awooop.core.config import Settings
 from awooop.core.errors import InvalidInputError
+from awooop.eventlog.deadletters import DeadLetterRow
 from awooop.ingest.credentials import check_project_id
-from awooop.log.deadletters import DeadLetterRow
 from awooop.runs import deadletters
 from awooop.services import Services
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import msgspec
 
-from awooop.commands.doctor_check import Check
 from awooop.commands.doctor_checks import exit_code, run_checks, without_postgres
+from awooop.commands.doctor_results import Check
 from awooop.core.config import Settings
 from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.retries import CONNECTION_ERRORS

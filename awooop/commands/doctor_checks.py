@@ -1,7 +1,7 @@
 """``awooop doctor``: what an operator checks at 3 a.m., each line OK, WARN or FAIL with a fix.
 
 Every check is one small function that reads (never writes) Postgres or Redis as the platform
-role and returns :class:`~awooop.commands.doctor_check.Check` results: the stores' reachability
+role and returns :class:`~awooop.commands.doctor_results.Check` results: the stores' reachability
 here, the database's set-up in :mod:`awooop.commands.doctor_schema`, what moves (streams,
 outbox, leases, approvals, loops) in :mod:`awooop.commands.doctor_flow`. ``run_checks`` runs
 them all; a check that raises reports FAIL with the error instead of stopping the others.
@@ -17,8 +17,8 @@ During an outage the output names the cause once and points the right way:
   **failing** when its process still reports but its iterations raise (read the error; the
   process runs).
 
-The fix texts name the runbook entry (README "Operations runbook", docs/operations.md
-"Alerts") the operator should read next.
+The fix texts name the runbook entry (docs/operations.md, "Runbook" and "Situations that page
+nothing") the operator should read next.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from awooop.commands.doctor_check import FAIL, OK, WARN, Check, CheckFn, describe
 from awooop.commands.doctor_flow import (
     approvals,
     blocked,
@@ -41,7 +40,8 @@ from awooop.commands.doctor_flow import (
     loops,
     outbox,
 )
-from awooop.commands.doctor_schema import login_role, migrations, tenancy
+from awooop.commands.doctor_results import FAIL, OK, WARN, Check, CheckFn, describe
+from awooop.commands.doctor_schema import fleet, login_role, migrations, tenancy
 from awooop.core.retries import CONNECTION_ERRORS
 from awooop.services import Services
 
@@ -95,6 +95,7 @@ CHECKS: tuple[CheckFn, ...] = (
     postgres,
     redis,
     migrations,
+    fleet,
     tenancy,
     login_role,
     consumer_groups,

@@ -8,10 +8,10 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from awooop.commands.doctor_check import FAIL, OK, WARN, Check, one, text
-from awooop.log import deadletters, partitions
-from awooop.log import dedupe_windows as windows
-from awooop.loops.store import LOOP_STALE_INTERVALS, MIN_WRITE_INTERVAL_S, stale_after_s
+from awooop.commands.doctor_results import FAIL, OK, WARN, Check, one, text
+from awooop.core.loop_heartbeats import LOOP_STALE_INTERVALS, MIN_WRITE_INTERVAL_S, stale_after_s
+from awooop.eventlog import deadletters, partitions
+from awooop.eventlog import dedupe_windows as windows
 from awooop.runs.blocked import Reason
 from awooop.runs.blocked_facts import count_by_reason
 from awooop.services import Services

@@ -3,8 +3,9 @@ login role."""
 
 from __future__ import annotations
 
-from awooop.commands.doctor_check import FAIL, OK, WARN, Check
-from awooop.core.schema_check import read_schema_state, release_files
+from awooop.commands.doctor_results import FAIL, OK, WARN, Check
+from awooop.core.processes import live_processes
+from awooop.core.schema_check import read_schema_state, release_files, release_name
 from awooop.services import Services
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -67,6 +68,28 @@ async def migrations(services: Services) -> list[Check]:
             )
         ]
     return [Check("migrations", OK, f"{len(files)} applied, each a released version")]
+
+
+async def fleet(services: Services) -> list[Check]:
+    """The live processes by release (awooop_processes): more than one release is a rolling
+    upgrade in progress, or one left half done."""
+    async with services.db.platform() as conn:
+        live = await live_processes(conn)
+    releases: dict[str, int] = {}
+    for process in live:
+        releases[process.release] = releases.get(process.release, 0) + 1
+    summary = ", ".join(f"{count} on {release}" for release, count in sorted(releases.items()))
+    if len(releases) > 1 or (releases and release_name() not in releases):
+        return [
+            Check(
+                "fleet",
+                WARN,
+                f"live processes of {len(releases)} release(s): {summary}",
+                "finish rolling every process to one release before the contract phase "
+                "(`awooop migrate --check`; docs/operations.md, Upgrading)",
+            )
+        ]
+    return [Check("fleet", OK, f"{len(live)} live process(es)" + (f": {summary}" if live else ""))]
 
 
 async def tenancy(services: Services) -> list[Check]:

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,17 +28,17 @@ from awooop.commands.output import add_wide, table
 from awooop.core.config import Settings
 from awooop.core.errors import UnknownLoopError
 from awooop.core.logs import get_logger
-from awooop.core.process import EVENT_LOOP
-from awooop.core.telemetry import start_observability
-from awooop.loops.framework import LoopSpec, run_loops, set_heartbeat_sink
-from awooop.loops.registry import all_loops
-from awooop.loops.store import (
+from awooop.core.loop_heartbeats import (
     DatabaseHeartbeats,
     HeartbeatRow,
     project_source,
     read_heartbeats,
     stale_after_s,
 )
+from awooop.core.loops import LoopSpec, run_loops, set_heartbeat_sink
+from awooop.core.process import EVENT_LOOP
+from awooop.core.telemetry import start_observability
+from awooop.loops.registry import all_loops
 from awooop.services import Services
 
 log = get_logger(__name__)
@@ -69,6 +70,14 @@ def register(subparsers: Any) -> None:
         "list` and `awooop doctor` read. Several copies are safe (leaders by lease).",
     )
     running.add_argument("names", nargs="*", metavar="NAME", help="loops to run (default: all)")
+    running.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a loop not to run here (repeatable), e.g. --skip relay where `awooop relay` "
+        "processes run apart",
+    )
     running.add_argument(
         "--metrics-port", type=int, default=None, help="override AWOOOP_METRICS_PORT"
     )
@@ -107,7 +116,7 @@ def ago(then: datetime | None, now: datetime) -> str:
 def loop_state(beat: HeartbeatRow, now: datetime) -> str:
     """Pure: what the loop is doing now (``doctor`` judges the same way): ``stopped`` when its
     process has not reported for ``LOOP_STALE_INTERVALS`` cycles (plus the heartbeat write
-    throttle: :func:`awooop.loops.store.stale_after_s`), else ``failing`` while its last
+    throttle: :func:`awooop.core.loop_heartbeats.stale_after_s`), else ``failing`` while its last
     iterations raised, else ``ok``. An old ``last_error`` does not make it failing."""
     if (now - beat.updated_at).total_seconds() > stale_after_s(beat.interval_s):
         return "stopped"
@@ -206,23 +215,22 @@ async def list_loops(settings: Settings, args: argparse.Namespace) -> int:
 # --- run --------------------------------------------------------------------------------------
 
 
-def select(specs: list[LoopSpec], names: list[str]) -> list[LoopSpec]:
-    """Pure: the specs named (all when ``names`` is empty); an unknown name is E-LOOP-001."""
-    if not names:
-        return specs
+def select(specs: list[LoopSpec], names: list[str], skip: Sequence[str] = ()) -> list[LoopSpec]:
+    """Pure: the specs named (all when ``names`` is empty) less those in ``skip``; an unknown
+    name in either is E-LOOP-001."""
     known = {s.name for s in specs}
-    unknown = sorted(set(names) - known)
+    unknown = sorted((set(names) | set(skip)) - known)
     if unknown:
         raise UnknownLoopError(
             f"no loop named {', '.join(unknown)}; known loops: {', '.join(sorted(known))}"
         )
-    return [s for s in specs if s.name in set(names)]
+    return [s for s in specs if (not names or s.name in set(names)) and s.name not in set(skip)]
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    services = await Services.open_when_reachable(settings)
+    services = await Services.open_when_reachable(settings, kind="loops")
     try:
-        specs = select(all_loops(services), args.names)
+        specs = select(all_loops(services), args.names, args.skip)
         port = settings.metrics_port if args.metrics_port is None else args.metrics_port
         observability = start_observability("awooop-loops", port)
         previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))

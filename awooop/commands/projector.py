@@ -17,11 +17,11 @@ from typing import Any
 
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
+from awooop.core.loop_heartbeats import DatabaseHeartbeats
+from awooop.core.loops import run_loops, set_heartbeat_sink
 from awooop.core.process import EVENT_LOOP
 from awooop.core.telemetry import start_observability
 from awooop.loops import projector as loops
-from awooop.loops.framework import run_loops, set_heartbeat_sink
-from awooop.loops.store import DatabaseHeartbeats
 from awooop.services import Services
 from projections import registry
 
@@ -47,7 +47,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         if registry.get(name).inline:  # E-PROJECTION-001 for unknown names, before anything
             log.warning("projector_inline_projection", projection=name)
     names = [n for n in names if not registry.get(n).inline]
-    services = await Services.open_when_reachable(settings)
+    services = await Services.open_when_reachable(settings, kind="projector")
     observability = start_observability("awooop-projector", settings.metrics_port)
     previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
     stop = asyncio.Event()

@@ -22,7 +22,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import InvalidInputError, RevisionContractMismatchError
 from awooop.revisions.records import ANY, Activation, Expected
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 
 ACTOR = "cli"
 

@@ -79,7 +79,9 @@ async def serve_one(
     from awooop.services import Services
 
     configure_tracing(SERVICE_NAME)
-    services = await Services.open_when_reachable(settings, db_pool_size=settings.http_db_pool_size)
+    services = await Services.open_when_reachable(
+        settings, db_pool_size=settings.http_db_pool_size, kind="serve"
+    )
     try:
         app = create_app(services)
         config = server_config(

@@ -13,8 +13,9 @@ from typing import Any
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import RunClaimed, RunCompleted, RunCreated, StepCompleted, run_stream_id
-from awooop.log import eventlog
-from awooop.runs import store
+from awooop.eventlog import eventlog
+from awooop.eventlog.runs import create_run
+from awooop.runs import run_rows
 
 PROJECT = "smoke"
 
@@ -31,7 +32,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     try:
         async with db.tenant(PROJECT) as conn:
             now = await conn.fetchval("SELECT now()")
-            await store.create_run(
+            await create_run(
                 conn,
                 RunCreated(
                     at=now,
@@ -44,7 +45,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 ),
             )
         async with db.tenant(PROJECT) as conn:
-            await store.record(
+            await run_rows.record(
                 conn,
                 run_id,
                 lambda s, now: RunClaimed(
@@ -55,14 +56,14 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 ),
             )
         async with db.tenant(PROJECT) as conn:
-            await store.record(
+            await run_rows.record(
                 conn,
                 run_id,
                 lambda s, now: StepCompleted(
                     at=now, worker_id=worker, attempt=s.attempt_count, step="greet", result="hi"
                 ),
             )
-            state = await store.record(
+            state = await run_rows.record(
                 conn,
                 run_id,
                 lambda s, now: RunCompleted(

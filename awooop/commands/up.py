@@ -17,14 +17,19 @@ import signal
 from typing import Any
 
 from awooop.commands.serve import listen_socket
-from awooop.commands.worker import load_callable, pool_size
+from awooop.commands.worker import (
+    add_approval_notifier,
+    approval_notifier,
+    load_callable,
+    pool_size,
+)
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
+from awooop.core.loop_heartbeats import project_source
+from awooop.core.loops import run_loops
 from awooop.core.process import EVENT_LOOP
 from awooop.core.telemetry import start_observability
-from awooop.loops.framework import run_loops
 from awooop.loops.registry import all_loops
-from awooop.loops.store import project_source
 from awooop.services import Services
 from awooop.worker.assembly import build_worker, worker_process
 
@@ -36,9 +41,16 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "up", help="server, relay, loops, projectors and N workers in one process"
     )
-    parser.add_argument("--workers", type=int, default=2, help="workers in this process")
-    parser.add_argument("--handler", default=DEFAULT_HANDLER, help="package.module:function")
-    parser.add_argument("--port", type=int, help="HTTP port (default AWOOOP_HTTP_PORT)")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="workers in this process (default: 2)"
+    )
+    parser.add_argument(
+        "--handler",
+        default=DEFAULT_HANDLER,
+        help=f"the run handler, package.module:function (default: {DEFAULT_HANDLER})",
+    )
+    parser.add_argument("--port", type=int, help="HTTP port (default: AWOOOP_HTTP_PORT, 8080)")
+    add_approval_notifier(parser)
     parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
 
 
@@ -49,11 +61,14 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     from awooop.http.server import server_config
 
     handler = load_callable(args.handler)
+    notifier = approval_notifier(args)
     if args.workers < 0:
         raise ValueError("--workers must be 0 or more")
     concurrency = settings.worker_concurrency
     services = await Services.open_when_reachable(
-        settings, db_pool_size=max(settings.http_db_pool_size, pool_size(concurrency) * 2)
+        settings,
+        db_pool_size=max(settings.http_db_pool_size, pool_size(concurrency) * 2),
+        kind="up",
     )
     observability = start_observability("awooop-up", settings.metrics_port)
     stop = asyncio.Event()
@@ -68,10 +83,11 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             port = settings.http_port if args.port is None else args.port
             sock = listen_socket(settings.http_host, port, reuse_port=False)
             tasks = [asyncio.create_task(server.serve(sockets=[sock]), name="http")]
+            loops = all_loops(services)
             tasks.append(
                 asyncio.create_task(
                     run_loops(
-                        all_loops(services),
+                        loops,
                         stop,
                         projects=project_source(services.db),
                         grace_s=settings.shutdown_grace_s,
@@ -88,11 +104,16 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     llm=gateway,
                     redis=services.redis,
                     keys=services.keys,
+                    notifier=notifier,
                 )
                 tasks.append(asyncio.create_task(parts.run(stop), name=f"worker-{n}"))
             print(
-                f"up: http://{settings.http_host}:{sock.getsockname()[1]} with "
-                f"{args.workers} worker(s) and {len(all_loops(services))} loop(s)",
+                urls(
+                    settings.http_host,
+                    sock.getsockname()[1],
+                    observability.metrics.port if observability.metrics else None,
+                )
+                + f"\nup: {args.workers} worker(s) and {len(loops)} loop(s)",
                 flush=True,
             )
             await _until_stopped_or_failed(stop, tasks)
@@ -106,6 +127,18 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         observability.close()
         await services.close()
+
+
+def urls(host: str, port: int, metrics_port: int | None) -> str:
+    """Pure: where to go, one line each (a wildcard host is reached on localhost)."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104 - compared, not bound
+    base = f"http://{shown}:{port}"
+    metrics = f"http://{shown}:{metrics_port}/metrics" if metrics_port else f"{base}/metrics"
+    return (
+        f"up: console {base}/ui\n"
+        f"up: API     {base}/v1 (routes: docs/reference.md)\n"
+        f"up: metrics {metrics}"
+    )
 
 
 async def _until_stopped_or_failed(stop: asyncio.Event, tasks: list[asyncio.Task[Any]]) -> None:

@@ -52,13 +52,23 @@ def register(subparsers: Any) -> None:
         "--with-loops", action="store_true", help="also run the registered background loops"
     )
     parser.add_argument("--burst", action="store_true", help="run what is runnable now, exit")
+    add_approval_notifier(parser)
+    parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
+
+
+def add_approval_notifier(parser: argparse.ArgumentParser) -> None:
+    """``--approval-notifier``, the same for ``awooop worker`` and ``awooop up``."""
     parser.add_argument(
         "--approval-notifier",
         default=None,
         help="package.module:function receiving approval tickets (tokens) when the handler "
-        "passes no notifier of its own",
+        "passes no notifier of its own (default: none; the example handler logs them)",
     )
-    parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
+
+
+def approval_notifier(args: argparse.Namespace) -> Any:
+    """The callable ``--approval-notifier`` names, or None."""
+    return load_callable(args.approval_notifier, "notifier") if args.approval_notifier else None
 
 
 def load_callable(spec: str, what: str = "handler") -> Any:
@@ -82,7 +92,7 @@ def load_callable(spec: str, what: str = "handler") -> Any:
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     handler = load_callable(args.handler)
-    notifier = load_callable(args.approval_notifier, "notifier") if args.approval_notifier else None
+    notifier = approval_notifier(args)
     if args.concurrency is not None and args.concurrency < 1:
         raise HandlerNotFoundError("--concurrency must be a positive integer")
     concurrency = args.concurrency or settings.worker_concurrency
@@ -96,7 +106,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     services = await Services.open_when_reachable(
-        settings, db_pool_size=size, db_run_min=flushes, stop=stop
+        settings, db_pool_size=size, db_run_min=flushes, stop=stop, kind="worker"
     )
     if services is None:  # stopped while waiting for the database
         return 0

@@ -1,12 +1,12 @@
 """Runtime configuration: one Struct, loaded from environment variables, validated at start.
 
-Every field maps to ``AWOOOP_<FIELD_NAME_UPPER>`` (except ``loop_project_id``, which keeps the
-seed's ``LOOP_PROJECT_ID``). An invalid value raises :class:`ConfigError` naming the variable
-and the expected form. The README's configuration table lists each variable.
+Every field maps to ``AWOOOP_<FIELD_NAME_UPPER>`` (except ``loop_project_id``, read from
+``LOOP_PROJECT_ID`` as R-40 names it). An invalid value raises :class:`ConfigError` naming the
+variable and the expected form. docs/reference.md, Settings, lists each variable.
 
-Why the lease defaults differ from the seed (5 min lease, 30 s heartbeat, 1 min reaper): the
-seed's own acceptance asks for recovery within one minute of a crash, which a 5 minute lease
-cannot give. Heartbeats are batched (one statement per worker renews all its leases), so a
+Why the lease defaults are shorter than R-11 to R-13's (5 min lease, 30 s heartbeat, 1 min
+reaper): R-17 asks for recovery within one minute of a crash, which a 5 minute lease cannot
+give. Heartbeats are batched (one statement per worker renews all its leases), so a
 short lease is cheap: lease 30 s, heartbeat 5 s (six renewals per lease: a worker must miss
 six in a row to lose it), reaper and reclaim every 10 s. Worst-case recovery = lease TTL +
 one reclaim interval = 40 s.
@@ -54,12 +54,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # (awooop.commands.worker.pool_size). See worker_connections for the process's total.
     db_pool_size: int = 0
     poll_interval_s: float = 5.0
+    # How often a long-running process refreshes its row in awooop_processes and checks the
+    # schema again (awooop/core/fleet.py).
+    schema_recheck_s: float = 30.0
 
     dedupe_ttl_s: float = 7 * 24 * 3600.0
     dedupe_expiry_interval_s: float = 60.0
     approval_ttl_s: float = 15 * 60.0
-    # The time-partitioned log (awooop.log.partitions, awooop.log.archive): partition length,
-    # how long a partition stays after it ends, where archived partitions go ("" keeps them).
+    # The time-partitioned log (awooop.eventlog.partitions, awooop.eventlog.archive): partition
+    # length, how long a partition stays after it ends, where archived partitions go ("" keeps
+    # them).
     log_partition_days: int = 7
     log_retention_days: float = 28.0
     log_archive_dir: str = ""

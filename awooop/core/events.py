@@ -126,7 +126,7 @@ class RunFailed(EventBase, frozen=True, kw_only=True, tag=True):
 
     ``dead_letter``: the run is dead-lettered: its dead letter is a row of
     ``awooop_dead_letters`` written in the transaction that appends this event
-    (:mod:`awooop.log.deadletters`)."""
+    (:mod:`awooop.eventlog.deadletters`)."""
 
     reason: str
     code: str
@@ -255,7 +255,8 @@ def to_builtins(event: EventBase) -> dict[str, Any]:
 
 
 def run_stream_id(run_id: uuid.UUID) -> str:
-    return f"run-{run_id}"
+    """The id of ``run_id``'s stream; :func:`run_id_of_stream` reads it back."""
+    return f"{RUN_STREAM_PREFIX}{run_id}"
 
 
 def revision_stream_id(project_id: str, family: str, contract_id: str) -> str:
@@ -266,16 +267,23 @@ def revision_stream_id(project_id: str, family: str, contract_id: str) -> str:
 # every row of the log to the same rule (awooop_stream_of_project, migrations/0115).
 # A run stream is checked for the shape of a uuid (the database's LIKE
 # 'run-________-____-____-____-____________', cheaper than a regular expression there).
-RUN_STREAM = re.compile(r"run-.{8}-.{4}-.{4}-.{4}-.{12}", re.DOTALL)
+RUN_STREAM_PREFIX = "run-"
+RUN_STREAM = re.compile(re.escape(RUN_STREAM_PREFIX) + r".{8}-.{4}-.{4}-.{4}-.{12}", re.DOTALL)
 DOMAIN_PREFIX = "domain/"
 REVISION_PREFIX = "revision-"
+
+
+def run_stream_sql(column: str) -> str:
+    """:func:`run_stream_id` in SQL, over the uuid in ``column`` (a constant column reference of
+    the statement it goes in, never input), for statements that live in Python."""
+    return f"'{RUN_STREAM_PREFIX}' || {column}::text"
 
 
 def stream_of_project(stream_id: str, project_id: str) -> bool:
     """Pure: whether ``stream_id`` may be a stream of ``project_id``: a run's stream (whose
     project is its run's: the database asks the run row), or a domain or revision stream that
     names the project."""
-    if stream_id.startswith("run-"):
+    if stream_id.startswith(RUN_STREAM_PREFIX):
         return RUN_STREAM.fullmatch(stream_id) is not None
     for prefix in (DOMAIN_PREFIX, REVISION_PREFIX):
         if stream_id.startswith(prefix):
@@ -285,6 +293,8 @@ def stream_of_project(stream_id: str, project_id: str) -> bool:
 
 
 def run_id_of_stream(stream_id: str) -> uuid.UUID | None:
-    if stream_id.startswith("run-"):
-        return uuid.UUID(stream_id[4:])
+    """The inverse of :func:`run_stream_id`: the run whose stream ``stream_id`` is; None for a
+    stream that is not a run's."""
+    if stream_id.startswith(RUN_STREAM_PREFIX):
+        return uuid.UUID(stream_id.removeprefix(RUN_STREAM_PREFIX))
     return None

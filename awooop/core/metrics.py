@@ -6,7 +6,25 @@ part of the operator contract (alerts and dashboards in ``ops/`` use them): keep
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import threading
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+_owned_lock = threading.Lock()
+_owned: set[int] = set()
+
+
+def owned(gauge: Gauge) -> Gauge:
+    """``gauge`` (made with ``registry=None``), exported from the first time this process sets
+    it. For an unlabelled gauge that only the process running one loop knows: registered at
+    import, every other process would export it as 0, and a rule over the fleet (min, or a
+    threshold) would read that 0 as the truth."""
+    with _owned_lock:
+        if id(gauge) not in _owned:
+            REGISTRY.register(gauge)
+            _owned.add(id(gauge))
+    return gauge
+
 
 # --- ingest ---------------------------------------------------------------------------------
 INGEST_EVENTS = Counter(
@@ -32,12 +50,16 @@ DEDUPE_EXPIRED = Counter(
 DEDUPE_WINDOWS_AHEAD = Gauge(
     "awooop_dedupe_windows_ahead_seconds",
     "Time until the newest window of the dedupe table ends (ingest claims the next window too, "
-    "so it is refused a week before that; the dedupe_expiry loop keeps it 2-3 weeks ahead)",
+    "so it is refused a week before that; the dedupe_expiry loop keeps it 2-3 weeks ahead); "
+    "exported only by processes that run that loop",
+    registry=None,
 )
 LOG_PARTITION_AHEAD = Gauge(
     "awooop_log_partition_ahead_seconds",
     "Time until the newest partition of the event log ends (writes after that are refused; the "
-    "log_partitions loop keeps it about 14 days ahead)",
+    "log_partitions loop keeps it about 14 days ahead); exported only by processes that run "
+    "that loop",
+    registry=None,
 )
 LOG_PARTITIONS_ARCHIVED = Counter(
     "awooop_log_partitions_archived_total",
@@ -149,6 +171,12 @@ LLM_SECONDS = Histogram("awooop_llm_call_seconds", "Model call latency")
 LOOP_LAST_RUN = Gauge(
     "awooop_background_loop_last_run_timestamp",
     "Unix time of the loop's last successful iteration",
+    ["loop_name", "project_id"],
+)
+LOOP_INTERVAL = Gauge(
+    "awooop_background_loop_interval_seconds",
+    "The loop's cycle: its interval plus the longest healthy iteration (the staleness alert's "
+    "threshold grows with it)",
     ["loop_name", "project_id"],
 )
 LOOP_ERRORS = Counter(

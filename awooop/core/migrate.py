@@ -4,16 +4,22 @@
 - a session advisory lock makes concurrent migrators take turns: the second one finds
   everything applied and does nothing;
 - each file runs in its own transaction together with its record in
-  ``awooop_schema_migrations`` (name, raw and normalised checksums, applied_at);
+  ``awooop_schema_migrations`` (name, raw and normalised checksums, applied_at), but an
+  online migration (marked ``-- awooop: online`` at its top) runs as short steps and is then
+  recorded (awooop/core/online_plan.py);
 - an applied file whose recorded checksum is not that of a released version of it
   (awooop/core/migration_checksums.py) stops everything with E-MIGRATE-001;
 - nothing pending means no DDL at all, so a role without schema rights (what the runtime's
   processes log in as) can run it as a check; with something pending such a role gets
-  E-MIGRATE-002 and nothing is written.
+  E-MIGRATE-002 and nothing is written;
+- each file is an expand or a contract step (awooop/core/migration_phases.py): a contract
+  step, and every file after it, is held back while a live process (awooop/core/processes.py)
+  runs a release it would stop, or when only the expand phase is asked for.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Mapping
@@ -35,7 +41,11 @@ from awooop.core.migration_checksums import (
     recorded_is_released,
     unreleased_message,
 )
+from awooop.core.migration_phases import Plan, Step, plan, step_of
+from awooop.core.online_migrations import apply_online, forget_steps
+from awooop.core.online_plan import is_online
 from awooop.core.pools import connect
+from awooop.core.processes import live_processes
 from awooop.core.retries import CONNECTION_ERRORS
 
 log = get_logger(__name__)
@@ -44,6 +54,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 FILE_PATTERN = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 LOCK_KEY = 0x61776F6F6F70  # "awooop": one key for every migrator of this database
+LOCK_POLL_S = 0.2
 
 CREATE_TABLE = """
 CREATE TABLE IF NOT EXISTS awooop_schema_migrations (
@@ -143,15 +154,51 @@ async def ensure_database(url: str) -> None:
         await conn.close()
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What one ``awooop migrate`` did: the files it applied, and the plan it followed (the
+    steps it held back and the live processes they would have stopped)."""
+
+    applied: list[str]
+    plan: Plan
+
+
 async def migrate(url: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
-    """Apply pending migrations; return the names applied by this call."""
+    """Apply pending migrations (both phases, holding back a contract step that would stop a
+    live process); return the names applied by this call."""
+    return (await migrate_in_phases(url, directory)).applied
+
+
+async def migrate_in_phases(
+    url: str,
+    directory: Path = MIGRATIONS_DIR,
+    *,
+    expand_only: bool = False,
+) -> Outcome:
+    """Apply what :func:`plan_pending` allows now, under the migrators' lock."""
     migrations = discover(directory)
+    steps = {m.name: step_of(m.name, m.sql) for m in migrations}  # E-MIGRATE-004 before DDL
     await ensure_database(url)
     conn = await connect(url)
     try:
-        await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
+        # Polled, not waited for inside a statement: a migrator waiting in one holds a snapshot,
+        # which an online migration's CREATE INDEX CONCURRENTLY would wait for in turn.
+        while True:
+            if await conn.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_KEY):
+                break
+            await asyncio.sleep(LOCK_POLL_S)
         try:
-            return await _apply_pending(conn, migrations, directory)
+            if not await conn.fetchval(TABLE_EXISTS):
+                await conn.execute(CREATE_TABLE)
+            pending = await _pending(conn, migrations, directory)
+            chosen = plan(
+                [steps[m.name] for m in pending],
+                await live_processes(conn),
+                expand_only=expand_only,
+            )
+            allowed = {step.name for step in chosen.apply}
+            applied = await _apply(conn, [m for m in pending if m.name in allowed])
+            return Outcome(applied, chosen)
         except asyncpg.InsufficientPrivilegeError as exc:
             raise MigrationPrivilegeError(
                 f"this role may not change the schema ({exc}): run `awooop migrate` as the "
@@ -163,23 +210,50 @@ async def migrate(url: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
         await conn.close()
 
 
-async def _apply_pending(
+async def plan_pending(url: str, directory: Path = MIGRATIONS_DIR) -> Plan:
+    """What ``awooop migrate`` would apply now, and what it would hold back, without writing
+    (``awooop migrate --check``). A database that does not exist yet has everything pending."""
+    migrations = discover(directory)
+    steps = {m.name: step_of(m.name, m.sql) for m in migrations}
+    try:
+        conn = await connect(url)
+    except asyncpg.InvalidCatalogNameError:
+        return plan(list(steps.values()), [], expand_only=False)
+    try:
+        if await conn.fetchval(TABLE_EXISTS):
+            pending = await _pending(conn, migrations, directory)
+        else:
+            pending = migrations
+        live = await live_processes(conn)
+        return plan([steps[m.name] for m in pending], live, expand_only=False)
+    finally:
+        await conn.close()
+
+
+async def _pending(
     conn: Connection, migrations: list[Migration], directory: Path
-) -> list[str]:
-    if not await conn.fetchval(TABLE_EXISTS):
-        await conn.execute(CREATE_TABLE)
+) -> list[Migration]:
+    """The files not applied yet; E-MIGRATE-001 when an applied one is no released version."""
     applied = await read_applied(conn)
     changed = unreleased(migrations, applied, directory)
     if changed:
         raise MigrationChecksumError(unreleased_message(changed, applied))
+    return [m for m in migrations if m.name not in applied]
+
+
+async def _apply(conn: Connection, pending: list[Migration]) -> list[str]:
     done: list[str] = []
-    for m in migrations:
-        if m.name in applied:
-            continue
+    for m in pending:
         if not done and not await conn.fetchval(NORMALISED_EXISTS):
             await conn.execute(ADD_NORMALISED)
+        online = is_online(m.sql)
+        if online:  # short steps of their own, before the record (online_migrations.py)
+            await apply_online(conn, m.name, m.sql)
         async with conn.transaction():
-            await conn.execute(m.sql)
+            if online:
+                await forget_steps(conn, m.name)
+            else:
+                await conn.execute(m.sql)
             await conn.execute(INSERT_APPLIED, m.name, raw_checksum(m.sql), m.checksum)
         log.info("migration_applied", migration=m.name)
         done.append(m.name)
@@ -189,8 +263,12 @@ async def _apply_pending(
 __all__ = [
     "CONNECTION_ERRORS",
     "Migration",
+    "Outcome",
+    "Step",
     "discover",
     "migrate",
+    "migrate_in_phases",
+    "plan_pending",
     "read_applied",
     "schema_fingerprint",
     "unreleased",

@@ -77,13 +77,9 @@ def normalise_sql(sql: str) -> str:
             end = _quoted_end(sql, i, '"', backslash=False)
             emit(sql[i:end])
             i = end
-        elif ch == "$" and not _continues_identifier(sql, i) and DOLLAR_TAG.match(sql, i):
-            tag = DOLLAR_TAG.match(sql, i)
-            assert tag is not None
-            close = sql.find(tag.group(0), tag.end())
-            end = n if close < 0 else close + len(tag.group(0))
-            emit(sql[i:end])
-            i = end
+        elif ch == "$" and (dollar_end := dollar_quote_end(sql, i)) is not None:
+            emit(sql[i:dollar_end])
+            i = dollar_end
         else:
             start = i
             while i < n and not sql[i].isspace() and sql[i] not in "'\"$-/":
@@ -105,6 +101,18 @@ def _continues_identifier(sql: str, i: int) -> bool:
     """Whether the character before position i belongs to an identifier or a number (so a
     ``$`` there is part of a name like ``a$b`` and an ``e`` there is not a string prefix)."""
     return i > 0 and IDENTIFIER_CHAR.match(sql[i - 1]) is not None
+
+
+def dollar_quote_end(sql: str, i: int) -> int | None:
+    """Index just past the dollar-quoted literal opening at ``i`` (the end of the text when it
+    never closes), or None when no dollar quote opens there."""
+    if _continues_identifier(sql, i):
+        return None
+    tag = DOLLAR_TAG.match(sql, i)
+    if tag is None:
+        return None
+    close = sql.find(tag.group(0), tag.end())
+    return len(sql) if close < 0 else close + len(tag.group(0))
 
 
 def _quoted_end(sql: str, start: int, quote: str, *, backslash: bool) -> int:

@@ -33,7 +33,7 @@ RETRYABLE_PG_ERRORS: tuple[type[BaseException], ...] = (
 # in time (TimeoutError, a cancelled statement), a lost or rejected connection (class 08), no
 # free connection slot (53300), the server starting up or shutting down (57P01-57P03), and
 # asyncpg's own "connection is closed". One family: every process waits these out with
-# backoff (awooop.loops.framework, the worker's start) and none of them is a run's failure.
+# backoff (awooop.core.loops, the worker's start) and none of them is a run's failure.
 # Across a primary failover two more show (tests/acceptance/test_failover.py): no host of a
 # multi-host URL is read-write yet (TargetServerAttributeNotMatched), and a pooled connection
 # whose server died while it was idle fails its next statement with "cannot switch to state

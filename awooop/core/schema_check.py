@@ -92,6 +92,11 @@ def release_files() -> tuple[Migration, ...]:
     return tuple(discover())
 
 
+def release_name() -> str:
+    """This release's name: its newest migration file."""
+    return max((m.name for m in release_files()), default=NO_FLOOR)
+
+
 async def read_schema_state(conn: Connection) -> SchemaState:
     files = list(release_files())
     if not await conn.fetchval(TABLE_EXISTS):

@@ -20,19 +20,26 @@ class Child:
 
 @dataclass
 class Processes:
+    """Children of one build of the runtime: by default this one (``python -m awooop.cli``
+    with this interpreter); ``python`` and ``cwd`` name another installation's (the upgrade
+    test runs an earlier release's processes from its own tree and virtual environment)."""
+
     env: dict[str, str]
     log_dir: Path
     children: dict[str, Child] = field(default_factory=dict)
+    python: str = sys.executable
+    cwd: Path | None = None
 
     async def start(self, name: str, *args: str) -> Child:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         log = log_path.open("ab")
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
+            self.python,
             "-m",
             "awooop.cli",
             *args,
+            cwd=self.cwd,
             env={**os.environ, **self.env},
             stdout=log,
             stderr=log,
@@ -47,10 +54,11 @@ class Processes:
         """Run one ``awooop`` command to completion; (exit code, stdout, stderr). ``env``
         overrides entries of the processes' environment for this command."""
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
+            self.python,
             "-m",
             "awooop.cli",
             *args,
+            cwd=self.cwd,
             env={**os.environ, **self.env, **(env or {})},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -63,6 +71,16 @@ class Processes:
 
     def kill(self, child: Child) -> None:
         child.process.send_signal(signal.SIGKILL)
+
+    async def stop(self, child: Child, grace_s: float = 15.0) -> int:
+        """SIGTERM ``child`` and wait for it to exit (SIGKILL after ``grace_s``); its code."""
+        if child.process.returncode is None:
+            child.process.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(child.process.wait(), grace_s)
+        except TimeoutError:
+            child.process.kill()
+            return await child.process.wait()
 
     def alive(self) -> list[Child]:
         return [c for c in self.children.values() if c.process.returncode is None]

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from awooop.core import embedded
+from awooop.demo import servers
 
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 LOCAL_REDIS = "redis://127.0.0.1:6379/0"
@@ -117,7 +117,7 @@ def provision(stack: ExitStack, project_dir: Path, services: str = "auto") -> Pr
     for pg, rd, how in candidates if services in ("auto", "local") else []:
         assert pg is not None and rd is not None
         server = _server_url(pg)
-        if _pg_answers(server) and embedded.redis_answers(rd):
+        if _pg_answers(server) and servers.redis_answers(rd):
             return Provisioned(_database_url(server), rd, prefix, how)
     if services == "local":
         raise RuntimeError("no configured or local PostgreSQL and Redis answer")
@@ -134,10 +134,10 @@ def provision(stack: ExitStack, project_dir: Path, services: str = "auto") -> Pr
     if services == "docker":
         raise RuntimeError("no Docker engine answers")
     base = project_dir / ".awooop" / "embedded"
-    pg_server = embedded.PostgresServer(base / "postgres")
+    pg_server = servers.PostgresServer(base / "postgres")
     pg_server.start()
     stack.callback(pg_server.stop)
-    redis_server = embedded.RedisServer(base / "redis")
+    redis_server = servers.RedisServer(base / "redis")
     redis_server.start()
     stack.callback(redis_server.stop)
     return Provisioned(

@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 
+from awooop.core.events import run_stream_id, run_stream_sql
 from awooop.demo import webhooks
 from awooop.demo.stage import COUNT_BY_STATE, PROJECT, Stage, say
 from awooop.demo.summary import report
@@ -43,12 +44,12 @@ COMPLETIONS_PER_RUN = """
 SELECT max(n) FROM (SELECT count(*) AS n FROM awooop_events
                     WHERE event_type = 'RunCompleted' GROUP BY stream_id) AS c
 """
-TRACE_IDS = """
+TRACE_IDS = f"""
 SELECT DISTINCT ON (r.channel_type) e.metadata->>'traceparent' AS traceparent, r.channel_type
-FROM awooop_events e JOIN awooop_run_state r ON e.stream_id = 'run-' || r.run_id
+FROM awooop_events e JOIN awooop_run_state r ON e.stream_id = {run_stream_sql("r.run_id")}
 WHERE e.event_type = 'RunCreated' AND e.metadata ? 'traceparent'
 ORDER BY r.channel_type, e.position
-"""
+"""  # noqa: S608 - constant identifiers
 
 
 class Demo(Stage):
@@ -77,12 +78,13 @@ class Demo(Stage):
 
     async def crash_phase(self) -> None:
         say("phase 2: a worker is killed with SIGKILL in the middle of a run")
-        [run_id] = await self.deliver(
+        [delivered] = await self.deliver(
             webhooks.api(self.tokens["api"], {"text": "slow rollout check", "work_s": 4})
         )
+        run_id = uuid.UUID(delivered)
 
         async def running() -> Any:
-            rows = await self.fetch(RUN_ROW, uuid.UUID(run_id))
+            rows = await self.fetch(RUN_ROW, run_id)
             return rows[0] if rows and rows[0]["status"] == "RUNNING" else None
 
         row = await self.wait_for("the slow run to start", running)
@@ -98,18 +100,18 @@ class Demo(Stage):
         await self.start_worker()
 
         async def reclaimed() -> Any:
-            claims = await self.fetch(CLAIMS, f"run-{run_id}")
+            claims = await self.fetch(CLAIMS, run_stream_id(run_id))
             return claims[-1] if len(claims) > 1 else None
 
         claim = await self.wait_for("another worker to take the run", reclaimed, limit_s=90)
         self.summary.recovery_s = claim["recorded_at"].timestamp() - killed_at
 
         async def finished() -> Any:
-            rows = await self.fetch(RUN_ROW, uuid.UUID(run_id))
+            rows = await self.fetch(RUN_ROW, run_id)
             return rows[0]["status"] if rows[0]["status"] in ("COMPLETED", "FAILED") else None
 
         status = await self.wait_for("the recovered run to finish", finished, limit_s=60)
-        steps = dict(await self.fetch(STEP_COUNTS, f"run-{run_id}"))
+        steps = dict(await self.fetch(STEP_COUNTS, run_stream_id(run_id)))
         self.summary.journal_ok = status == "COMPLETED" and all(v == 1 for v in steps.values())
         say(
             f"run {run_id} taken by {claim['worker_id']} (attempt {claim['attempt']}) "

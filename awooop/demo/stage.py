@@ -18,10 +18,11 @@ from typing import Any
 import asyncpg
 import httpx
 
-from awooop.core.embedded import free_port
+from awooop.core.errors import DuplicateEvent
 from awooop.demo import webhooks
 from awooop.demo.processes import Processes
 from awooop.demo.provision import RUNTIME_ROLE, Provisioned, recreate_database, runtime_login
+from awooop.demo.servers import free_port
 from awooop.demo.summary import Summary
 
 PROJECT = "demo"
@@ -103,7 +104,7 @@ class Stage:
         body = response.json()
         if response.status_code == 202:
             self.summary.accepted += 1
-        elif response.status_code == 200 and body.get("code") == "E-IDEMPOTENT-001":
+        elif response.status_code == 200 and body.get("code") == DuplicateEvent.code:
             self.summary.duplicates += 1
         else:
             self.summary.problems.append(f"{d.channel}: HTTP {response.status_code} {body}")

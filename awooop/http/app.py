@@ -27,7 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
-from awooop.core.errors import AwoooPError
+from awooop.core.errors import AwoooPError, http_error_code
 from awooop.core.logs import get_logger
 from awooop.core.retries import CONNECTION_ERRORS, refused_by_policy, unavailable
 from awooop.http.capacity import RequestBounds
@@ -63,7 +63,7 @@ async def _catalog_error(_request: Request, exc: Exception) -> Response:
 async def _http_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return JSONResponse(
-        {"code": f"E-HTTP-{exc.status_code}", "message": exc.detail},
+        {"code": http_error_code(exc.status_code), "message": exc.detail},
         status_code=exc.status_code,
     )
 
@@ -87,7 +87,7 @@ async def _database_unavailable(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(_request: Request, exc: Exception) -> Response:
     log.error("http_unexpected_error", exc_info=exc)
-    return JSONResponse({"code": "E-INTERNAL-001", "message": "internal error"}, status_code=500)
+    return JSONResponse({"code": AwoooPError.code, "message": "internal error"}, status_code=500)
 
 
 async def _client_gone(request: Request, _exc: Exception) -> None:

@@ -34,10 +34,10 @@ from starlette.routing import BaseRoute, Route
 
 from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError, RunNotFoundError
+from awooop.eventlog.state import RunState
 from awooop.http.auth import Principal, require
 from awooop.http.ingest import read_body
 from awooop.ingest.credentials import check_project_id
-from awooop.log.state import RunState
 from awooop.runs import approvals, control
 from awooop.runs.approvals import Decision
 from awooop.services import Services

@@ -12,7 +12,7 @@
 ``expected_revision_id`` is the optimistic check: present (a revision id, or null for "no
 active revision yet"), a different current revision answers 409 E-REVISION-002; absent, the
 activation applies to whatever is current. Handlers are thin (authorise, parse, call
-:class:`awooop.revisions.store.Revisions`, render); each is a plain ``async (Request) ->
+:class:`awooop.revisions.service.Revisions`, render); each is a plain ``async (Request) ->
 Response``.
 
 Every route is a management route (:mod:`awooop.http.auth`): a bearer token with scope
@@ -34,7 +34,7 @@ from starlette.routing import BaseRoute, Route
 from awooop.core.errors import InvalidInputError, PayloadTooLargeError, RevisionNotFoundError
 from awooop.http.auth import Principal, require
 from awooop.revisions.records import ANY, Activation, Expected
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 from awooop.services import Services
 
 PREFIX = "/v1/projects/{project_id}/contracts"

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.core.errors import AwoooPError, SchemaMismatchError
+from awooop.core.errors import AwoooPError, SchemaMismatchError, http_error_code
 from awooop.core.metrics import READINESS_DEGRADED
 from awooop.core.schema_check import read_schema_state
 from awooop.services import Services
@@ -37,7 +37,7 @@ def readiness(checks: dict[str, str]) -> tuple[int, dict[str, object]]:
     """Pure: the status code and body of ``/readyz`` from each dependency's check result
     (``"ok"`` or ``"error: ..."``)."""
     if any(checks[name] != "ok" for name in REQUIRED):
-        return 503, {"status": "unavailable", "checks": checks, "code": "E-HTTP-503"}
+        return 503, {"status": "unavailable", "checks": checks, "code": http_error_code(503)}
     degraded = [name for name in OPTIONAL if checks[name] != "ok"]
     if degraded:
         return 200, {"status": "degraded", "degraded": degraded, "checks": checks}

@@ -7,8 +7,8 @@ shortcut); then, in :class:`awooop.ingest.service.Ingestor` (the flow, its metri
 lines), on a connection whose session carries the project
 (:class:`awooop.core.sessions.TenantSessions`): authentication 401 E-AUTH-001, parsing 400
 E-INPUT-001 / 422 E-INPUT-002 / 403 E-INGEST-004 (an event older than the channel's bound,
-LINE), and the ingest itself, one atomic statement (:mod:`awooop.ingest.store`) shared with the
-deliveries for the same project, channel and contract that arrive while the previous statement
+LINE), and the ingest itself, one atomic statement (:mod:`awooop.ingest.ingest_write`) shared with
+the deliveries for the same project, channel and contract that arrive while the previous statement
 runs (group commit, :mod:`awooop.core.batching`; docs/ingest.md). When that statement fails for
 anything but the database being away, each delivery of the batch is written alone: one
 delivery's data that Postgres refuses is 422 E-DATA-001 for that delivery only, and nothing of
@@ -32,7 +32,7 @@ from starlette.routing import BaseRoute, Route
 
 from awooop.core.errors import DuplicateEvent, PayloadTooLargeError
 from awooop.core.sessions import TenantSessions
-from awooop.ingest import store
+from awooop.ingest import ingest_write
 from awooop.ingest.service import Ingestor
 from awooop.services import Services
 
@@ -69,7 +69,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def answer(outcomes: list[store.Outcome]) -> Response:
+def answer(outcomes: list[ingest_write.Outcome]) -> Response:
     results = [
         {"provider_event_id": o.provider_event_id, "run_id": o.run_id, "status": "created"}
         if o.created
@@ -111,7 +111,7 @@ def routes(services: Services) -> list[BaseRoute]:
         outcomes = await ingestor.receive(
             request.path_params["channel_type"],
             request.path_params["project_id"],
-            request.query_params.get("contract_id", store.DEFAULT_CONTRACT),
+            request.query_params.get("contract_id", ingest_write.DEFAULT_CONTRACT),
             lowercase_headers(request),
             lambda: read_body(request, settings.http_max_body_bytes),
             gone=(ClientDisconnect,),

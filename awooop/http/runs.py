@@ -22,11 +22,11 @@ from starlette.routing import BaseRoute, Route
 
 from awooop.core.db import Connection
 from awooop.core.errors import RunNotFoundError
+from awooop.eventlog.state import RunState
 from awooop.http.auth import require
 from awooop.http.ingest import json_response
 from awooop.ingest.credentials import check_project_id
-from awooop.log.state import RunState
-from awooop.runs import store
+from awooop.runs import run_rows
 from awooop.services import Services
 from projections import model_calls
 
@@ -46,7 +46,7 @@ def routes(services: Services) -> list[BaseRoute]:
             raise RunNotFoundError(run_id=request.path_params["run_id"][:64]) from None
 
         async def read(conn: Connection) -> tuple[RunState | None, list[model_calls.ModelCallLine]]:
-            state = await store.load(conn, run_id)
+            state = await run_rows.load(conn, run_id)
             if state is None:
                 return None, []
             return state, (await model_calls.history_from_log(conn, run_id)).model_calls

@@ -5,7 +5,8 @@
 - :mod:`awooop.ingest.service`: the :class:`~awooop.ingest.service.Ingestor`, the one flow behind
   the HTTP route and the producer library (configuration cache, authentication, group commit,
   metrics); :mod:`awooop.ingest.submission`: the producer's events, checked, then written;
-- :mod:`awooop.ingest.store`: the one transaction per delivery (dedupe row, run, first event);
+- :mod:`awooop.ingest.ingest_write`: the one transaction per delivery (dedupe row, run, first
+  event);
 - :mod:`awooop.ingest.credentials`: channel secrets, dedupe TTLs and bearer tokens in Postgres;
 - :mod:`awooop.loops.dedupe_expiry`: the platform loop deleting expired dedupe rows in batches.
 """

@@ -1,7 +1,7 @@
 """A short-lived cache of channel configurations for the HTTP ingest path (and for
 :func:`awooop.producer.submit` with a Database).
 
-The configuration read (:func:`awooop.ingest.store.load_config`: secret, token hash, dedupe
+The configuration read (:func:`awooop.ingest.ingest_write.load_config`: secret, token hash, dedupe
 TTL, the contract's max_attempts) is one of the two round trips of a delivery, and it
 changes rarely. A delivery whose credential checks out against a cached entry younger than
 AWOOOP_INGEST_CONFIG_CACHE_S skips it. Only entries that authenticated a request are kept,
@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from awooop.ingest.store import ChannelConfig
+from awooop.ingest.ingest_write import ChannelConfig
 
 CacheKey = tuple[str, str, str, str | None]  # project, channel, contract, token id
 MAX_ENTRIES = 4096

@@ -10,7 +10,7 @@ configurations read lately (:class:`awooop.ingest.cache.ConfigCache`) and the gr
   answer with the error's code and status). Order of checks: unknown channel E-CHANNEL-001,
   bad project or contract id E-INPUT-001, the body (its reader refuses one too large,
   E-INPUT-003), authentication E-AUTH-001, parsing E-INPUT-001 / E-INPUT-002 / E-INGEST-004,
-  then the ingest statement (:mod:`awooop.ingest.store`) shared with the deliveries for the
+  then the ingest statement (:mod:`awooop.ingest.ingest_write`) shared with the deliveries for the
   same project, channel and contract that arrive while the previous statement runs. When that
   statement fails for anything but the database being away, each delivery of the batch is
   written alone: one delivery's data that Postgres refuses is E-DATA-001 for it only.
@@ -35,7 +35,7 @@ from awooop.core.logs import get_logger
 from awooop.core.sessions import TenantSessions
 from awooop.core.storable import unstorable
 from awooop.core.telemetry import extract, tracer
-from awooop.ingest import ADAPTERS, store, submission
+from awooop.ingest import ADAPTERS, ingest_write, submission
 from awooop.ingest.auth import bearer_token_id
 from awooop.ingest.cache import ConfigCache
 from awooop.ingest.common import Adapter, AuthKind, Headers, ParsedEvent
@@ -49,7 +49,7 @@ class Delivery(msgspec.Struct, frozen=True):
 
     events: list[ParsedEvent]
     metadata: dict[str, Any]  # its own trace context, recorded on its events
-    config: store.ChannelConfig
+    config: ingest_write.ChannelConfig
 
 
 # Deliveries that may share a statement: one tenant, channel and contract, one configuration.
@@ -66,7 +66,7 @@ class Ingestor:
         self.settings = settings
         self.sessions = sessions
         self.cache = ConfigCache(settings.ingest_config_cache_s)
-        self.batcher: Batcher[BatchKey, Delivery, list[store.Outcome]] = Batcher(
+        self.batcher: Batcher[BatchKey, Delivery, list[ingest_write.Outcome]] = Batcher(
             self._write, max_batch=settings.ingest_batch_max_deliveries
         )
         self._counters: dict[tuple[str, str], Any] = {}
@@ -93,7 +93,7 @@ class Ingestor:
         body: Callable[[], Awaitable[bytes]],
         *,
         gone: tuple[type[BaseException], ...] = (),
-    ) -> list[store.Outcome]:
+    ) -> list[ingest_write.Outcome]:
         """One delivery as it arrived (``headers`` lowercase, ``body`` read only once the
         ids passed); ``gone``: the caller's exceptions for a client that went away, which
         are marked on the span and re-raised, neither counted nor logged here."""
@@ -164,7 +164,7 @@ class Ingestor:
 
     async def deliver(
         self, adapter: Adapter, project_id: str, contract_id: str, headers: Headers, body: bytes
-    ) -> list[store.Outcome]:
+    ) -> list[ingest_write.Outcome]:
         """Authenticate, parse and write one delivery whose ids were checked."""
         config = await self.channel_config(adapter, project_id, contract_id, headers, body)
         events = adapter.parse(headers, body, config.options, time.time())
@@ -177,7 +177,7 @@ class Ingestor:
             config.dedupe_ttl_s,
             config.max_attempts,
         )
-        delivery = Delivery(events, store.trace_metadata("http"), config)
+        delivery = Delivery(events, ingest_write.trace_metadata("http"), config)
         try:
             return await self.batcher.submit(key, delivery)
         except Exception as exc:
@@ -187,7 +187,7 @@ class Ingestor:
 
     async def channel_config(
         self, adapter: Adapter, project_id: str, contract_id: str, headers: Headers, body: bytes
-    ) -> store.ChannelConfig:
+    ) -> ingest_write.ChannelConfig:
         """The channel's configuration, once the request authenticated against it."""
         token_id = bearer_token_id(headers) if adapter.auth is AuthKind.BEARER else None
         key = (project_id, adapter.channel_type, contract_id, token_id)
@@ -201,7 +201,7 @@ class Ingestor:
         settings = self.settings
         config = await self.sessions.run(
             project_id,
-            lambda conn: store.load_config(
+            lambda conn: ingest_write.load_config(
                 conn, settings, project_id, adapter.channel_type, contract_id, token_id
             ),
         )
@@ -211,8 +211,8 @@ class Ingestor:
 
     async def _write(
         self, key: BatchKey, deliveries: list[Delivery]
-    ) -> list[list[store.Outcome] | BaseException]:
-        """One statement for every delivery of the batch (store.ingest keeps each event
+    ) -> list[list[ingest_write.Outcome] | BaseException]:
+        """One statement for every delivery of the batch (ingest_write.ingest keeps each event
         atomic with its run and first event, and a key repeated across deliveries is created
         once: the later delivery gets the duplicate answer, as if it came second)."""
         project_id, channel_type, contract_id = key[:3]
@@ -223,7 +223,7 @@ class Ingestor:
         # (unless the database is away), so that one delivery's data fails only that one.
         outcomes = await self.sessions.run(
             project_id,
-            lambda conn: store.ingest(
+            lambda conn: ingest_write.ingest(
                 conn,
                 project_id,
                 channel_type,
@@ -233,7 +233,7 @@ class Ingestor:
                 metadata=metadata,
             ),
         )
-        results: list[list[store.Outcome] | BaseException] = []
+        results: list[list[ingest_write.Outcome] | BaseException] = []
         start = 0
         for delivery in deliveries:
             results.append(outcomes[start : start + len(delivery.events)])

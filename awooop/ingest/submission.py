@@ -6,7 +6,7 @@ A producer event names its channel and its own idempotency id; nothing authentic
 login's tenant binding is the guard): the ingest statement refuses a transaction whose tenant
 is not the event's project (:class:`ProducerTransactionError`) and a login not bound to the
 project (:class:`TenantNotGrantedError`, E-INGEST-003) before it writes anything
-(:func:`awooop.ingest.store.ingest`), on every call, cached configuration or not.
+(:func:`awooop.ingest.ingest_write.ingest`), on every call, cached configuration or not.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError
 from awooop.core.telemetry import tracer
-from awooop.ingest import store
+from awooop.ingest import ingest_write
 from awooop.ingest.cache import ConfigCache
 from awooop.ingest.common import ParsedEvent, check_storable, event_id
 from awooop.ingest.credentials import check_channel
@@ -88,15 +88,15 @@ async def write(
         "ingest",
         attributes={"awooop.project_id": project_id, "awooop.source": "producer"},
     ):
-        metadata = store.trace_metadata("producer")
+        metadata = ingest_write.trace_metadata("producer")
         for channel_type in sorted(submission.groups):  # one lock order across channels too
             key = (project_id, channel_type, contract_id, None)
             cached = cache.get(key) if cache is not None else None
-            config = cached or await store.load_producer_config(
+            config = cached or await ingest_write.load_producer_config(
                 conn, settings, project_id, channel_type, contract_id
             )
             group = submission.groups[channel_type]
-            outcomes = await store.ingest(
+            outcomes = await ingest_write.ingest(
                 conn,
                 project_id,
                 channel_type,

@@ -38,10 +38,10 @@ from opentelemetry.trace import Status, StatusCode
 from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec, run_loop
 from awooop.core.telemetry import extract, tracer
 from awooop.llm.client import ModelClient, ModelRequest, ModelResponse
 from awooop.llm.models import build_client
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec, run_loop
 from awooop.revisions.body import TOPOLOGY_KEY
 from awooop.revisions.cache import RevisionCache
 from awooop.revisions.effective import EffectivePolicy, PolicyResolver

@@ -1,1 +1,2 @@
-"""The background-loop framework and the registration of every loop."""
+"""The registration of every background loop; the framework that runs them is
+:mod:`awooop.core.loops`."""

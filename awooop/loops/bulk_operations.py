@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from awooop.core.db import Connection, Database
 from awooop.core.logs import get_logger
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.runs import blocked_facts, bulk
 from awooop.runs.blocked import BlockedOn
 from awooop.runs.listing import Decide

@@ -1,6 +1,6 @@
 """Dedupe expiry (R-04): a platform loop that keeps the dedupe table's windows ahead of the
 clock and drops a window's partition once every row in it has expired
-(:mod:`awooop.log.dedupe_windows`, migrations/0112_partitioned_dedupe.sql).
+(:mod:`awooop.eventlog.dedupe_windows`, migrations/0112_partitioned_dedupe.sql).
 
 Each iteration, in one short platform transaction, creates the missing windows up to two weeks
 ahead (``awooop_ensure_dedupe_partitions``) and reads the windows and the longest TTL; then,
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from awooop.core import metrics
 from awooop.core.logs import get_logger
-from awooop.log import dedupe_windows as windows
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.eventlog import dedupe_windows as windows
 from awooop.services import Services
 
 LOOP_NAME = "dedupe_expiry"
@@ -40,7 +40,7 @@ def loops(services: Services) -> list[LoopSpec]:
             log.info("dedupe_windows_created", created=created)
         until = windows.covered_until(parts)
         if until is not None:
-            metrics.DEDUPE_WINDOWS_AHEAD.set((until - now).total_seconds())
+            metrics.owned(metrics.DEDUPE_WINDOWS_AHEAD).set((until - now).total_seconds())
         if windows.candidates(parts, now, longest):
             dropped = await windows.drop_dead(settings.database_url, now, longest, parts)
             if dropped:

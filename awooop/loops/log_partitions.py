@@ -1,6 +1,6 @@
-"""The log's partitions (awooop.log.partitions): a platform loop that keeps them ahead of the
+"""The log's partitions (awooop.eventlog.partitions): a platform loop that keeps them ahead of the
 clock and, when ``AWOOOP_LOG_ARCHIVE_DIR`` is set, archives and drops the oldest one once it
-ended more than ``AWOOOP_LOG_RETENTION_DAYS`` ago (projections.archive).
+ended more than ``AWOOOP_LOG_RETENTION_DAYS`` ago (awooop.eventlog.archive).
 
 A refused archive (a live run, the relay or a projector behind) is logged and counted and tried
 again at the next iteration; it never fails the loop. Without an archive directory nothing is
@@ -15,10 +15,11 @@ from pathlib import Path
 from awooop.core import metrics
 from awooop.core.errors import ArchiveRefusedError
 from awooop.core.logs import get_logger
-from awooop.log import partitions
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.eventlog import partitions
+from awooop.eventlog.archive import archive_due
 from awooop.services import Services
-from projections.archive import archive_due
+from projections.lag import projector_lag
 
 LOOP_NAME = "log_partitions"
 
@@ -37,7 +38,7 @@ def loops(services: Services) -> list[LoopSpec]:
             log.info("log_partitions_created", created=created)
         until = partitions.covered_until(parts)
         if until is not None:
-            metrics.LOG_PARTITION_AHEAD.set((until - now).total_seconds())
+            metrics.owned(metrics.LOG_PARTITION_AHEAD).set((until - now).total_seconds())
         if not settings.log_archive_dir:
             return
         try:
@@ -45,6 +46,7 @@ def loops(services: Services) -> list[LoopSpec]:
                 settings.database_url,
                 Path(settings.log_archive_dir),
                 retention=timedelta(days=settings.log_retention_days),
+                projector_lag=projector_lag,
             )
         except ArchiveRefusedError as exc:
             metrics.LOG_ARCHIVE_REFUSED.inc()

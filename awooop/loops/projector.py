@@ -21,7 +21,7 @@ import asyncio
 import os
 import socket
 
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.services import Services
 from projections import registry
 from projections.runner import Projector

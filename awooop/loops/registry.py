@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from awooop.loops.framework import LoopSpec
+from awooop.core.loops import LoopSpec
 from awooop.services import Services
 
 LOOP_MODULES: tuple[str, ...] = (

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from awooop.core.config import Settings
-from awooop.loops.framework import LoopCategory, LoopSpec
+from awooop.core.loops import LoopCategory, LoopSpec
 from awooop.services import Services
 from streams.relay import Relay
 
@@ -21,7 +23,7 @@ def relay_spec(relay: Relay, settings: Settings) -> LoopSpec:
 
 def loops(services: Services) -> list[LoopSpec]:
     relay = Relay(settings=services.settings, redis=services.redis, keys=services.keys)
-    # On a clean stop: save the cursor and release the lease, so a standby leads at once
-    # instead of after AWOOOP_RELAY_LEADER_LEASE_S.
-    services.closers.append(relay.close)
-    return [relay_spec(relay, services.settings)]
+    # When the loop stops: save the cursor and release the lease, so a standby leads at once
+    # instead of after AWOOOP_RELAY_LEADER_LEASE_S. (Closed by the loop that ran it, not
+    # registered on the services: building the spec has no effect.)
+    return [replace(relay_spec(relay, services.settings), close=relay.close)]

@@ -21,7 +21,7 @@ from awooop.core import metrics
 from awooop.core.db import Database
 from awooop.core.events import RunRequeued
 from awooop.core.logs import get_logger
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.runs import approvals, leases
 from awooop.services import Services
 

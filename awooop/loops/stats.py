@@ -38,9 +38,9 @@ from redis.exceptions import ResponseError
 
 from awooop.core import metrics
 from awooop.core.context import PLATFORM_PROJECT
-from awooop.log import deadletters
-from awooop.log.state import RunStatus
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.eventlog import deadletters
+from awooop.eventlog.state import RunStatus
 from awooop.runs.blocked_facts import count_by_reason
 from awooop.services import Services
 

@@ -1,4 +1,4 @@
-"""Contract revisions (R-20 to R-26, ADR-113).
+"""Contract revisions (R-20 to R-26).
 
 - :mod:`.body`: canonical JSON, ``body_hash``, names and per-family body validation (pure);
 - :mod:`.store`: create, list, show, activate and roll back, each in one transaction with its

@@ -1,8 +1,9 @@
 """``get_effective_policy``: the cache checked against the DB pointer before every use (R-24).
 
-The split-brain defence of ADR-113 D4, made cheap: one query per call carries the cached
-revision ids of every contract the call needs and returns the active pointers, plus the body
-of each active revision that differs from the cached one. So:
+The split-brain defence (no call that starts after an activation uses the old revision), made
+cheap: one query per call carries the cached revision ids of every contract the call needs and
+returns the active pointers, plus the body of each active revision that differs from the
+cached one. So:
 - a hit (cache == pointer) costs exactly one round trip;
 - a miss or a stale entry costs the same single round trip (the body comes back with it);
 - because the check starts after the caller starts, a call that starts after an activation

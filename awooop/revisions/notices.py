@@ -16,7 +16,7 @@ loaded after the drop reads the pointer after that commit.
 
 The reader is driven by :meth:`NoticeReader.poll` (one GET/XINFO pipeline, then one blocking
 XREAD); the gateway runs it as a loop of the loop framework
-(:mod:`awooop.loops.framework`), so Redis errors are logged, counted and retried with
+(:mod:`awooop.core.loops`), so Redis errors are logged, counted and retried with
 back-off while the pointer check keeps workers correct without notices.
 """
 

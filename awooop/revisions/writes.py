@@ -2,7 +2,7 @@
 
 These run inside the caller's tenant transaction (R-43: row-level security hides other
 projects' revisions, so "another project's revision" is simply not found);
-:class:`awooop.revisions.store.Revisions` runs each in its own transaction with retries.
+:class:`awooop.revisions.service.Revisions` runs each in its own transaction with retries.
 
 Activation (R-21, R-30), in one transaction:
 1. lock the pointer row (``FOR UPDATE``) and read the current revision;
@@ -41,7 +41,7 @@ from awooop.core.errors import (
 )
 from awooop.core.events import RevisionActivated, RevisionCreated, revision_stream_id
 from awooop.core.telemetry import inject
-from awooop.log import eventlog
+from awooop.eventlog import eventlog
 from awooop.revisions.body import body_hash, check_names, validate_body
 from awooop.revisions.reads import SELECT_POINTER
 from awooop.revisions.records import ANY, Activation, Expected, Revision

@@ -34,8 +34,10 @@ from awooop.core.errors import (
     InvalidInputError,
 )
 from awooop.core.events import ApprovalExpired, ApprovalGranted, ApprovalRejected, ApprovalRequested
-from awooop.log.state import RunState
-from awooop.runs import store
+from awooop.eventlog import run_reads
+from awooop.eventlog.runs import apply_and_store
+from awooop.eventlog.state import RunState, row_to_state
+from awooop.runs import run_rows
 from awooop.runs.leases import fenced_record
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -63,19 +65,6 @@ SELECT decision, actor, used_at FROM awooop_approvals
 WHERE run_id = $1 AND name = $2
 ORDER BY requested_at DESC
 LIMIT 1
-"""
-
-# Runs whose approval expired, oldest first, through the partial index on WAITING_APPROVAL.
-DUE = """
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
-FROM awooop_run_state
-WHERE status = 'WAITING_APPROVAL' AND approval_expires_at <= now()
-ORDER BY approval_expires_at
-LIMIT $1
-FOR UPDATE SKIP LOCKED
 """
 
 EXPIRE_TOKENS = """
@@ -200,7 +189,7 @@ async def decide(
         raise ApprovalExpiredError(run_id=run_id, expired_at=row["expires_at"])
     if row["used_at"] is not None:
         raise ApprovalTokenUsedError(run_id=run_id, used_at=row["used_at"])
-    state, now = await store.lock(conn, run_id)
+    state, now = await run_rows.lock(conn, run_id)
     if state.attempt_count != row["attempt"]:
         raise ApprovalTokenInvalidError(
             "the approval token belongs to an earlier request of this run", run_id=run_id
@@ -210,7 +199,7 @@ async def decide(
         if decision is Decision.APPROVED
         else ApprovalRejected(at=now, actor=actor, reason=reason)
     )
-    new_state = await store.apply_and_store(conn, state, event, metadata)
+    new_state = await apply_and_store(conn, state, event, metadata)
     await conn.execute(MARK_USED, row["approval_id"], now, str(decision), actor)
     return new_state
 
@@ -229,11 +218,11 @@ async def expire_due(
     conn: Connection, limit: int, metadata: dict[str, Any] | None = None
 ) -> list[RunState]:
     """Fail up to ``limit`` runs whose approval expired (E-APPROVAL-002); platform role."""
-    rows = await conn.fetch(DUE, limit)
+    rows = await conn.fetch(run_reads.LOCK_APPROVAL_DUE, limit)
     failed = []
     for row in rows:
-        state = store.row_to_state(row)
+        state = row_to_state(row)
         now: datetime = row["db_now"]
-        failed.append(await store.apply_and_store(conn, state, ApprovalExpired(at=now), metadata))
+        failed.append(await apply_and_store(conn, state, ApprovalExpired(at=now), metadata))
         await conn.execute(EXPIRE_TOKENS, state.run_id, now)
     return failed

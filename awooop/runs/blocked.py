@@ -1,4 +1,4 @@
-"""What a run waits for, and the next safe action: ``blocked_on`` (issue 22), a pure decision.
+"""What a run waits for, and the next safe action: ``blocked_on``, a pure decision.
 
 :func:`decide` takes the facts about one run (:class:`RunFacts`, read in one query by
 :mod:`awooop.runs.blocked_facts`) and about its shard's work stream (:class:`ShardFacts`, read
@@ -7,7 +7,7 @@ from Redis once per shard) and names a :class:`Reason`:
 | status           | facts                                          | reason                 |
 |------------------|------------------------------------------------|------------------------|
 | PENDING, RESUMED | it has an open dead letter (Postgres)          | pending_dead_lettered  |
-|                  | no consumer of its shard's group read recently | pending_no_worker      |
+|                  | no worker alive, none read its shard recently  | pending_no_worker      |
 |                  | a suspect: waits to run alone on a worker      | pending_isolation      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
 |                  | otherwise: readers are there, all busy         | pending_workers_busy   |
@@ -41,9 +41,10 @@ from typing import Any
 
 import msgspec
 
-from awooop.log.state import MAX_ATTEMPTS_CODE, RunStatus
+from awooop.core.errors import DeliveryLimitError
+from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunStatus
 
-DELIVERY_LIMIT_CODE = "E-RUN-005"  # DeliveryLimitError: the worker dead-lettered the message
+DELIVERY_LIMIT_CODE = DeliveryLimitError.code  # the worker dead-lettered the message
 DEAD_LETTER_CODES = frozenset({MAX_ATTEMPTS_CODE, DELIVERY_LIMIT_CODE})
 
 
@@ -105,12 +106,24 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
-    """What Redis says about a shard's work stream. ``known`` False: Redis did not answer
-    (then no PENDING run is called unread: that would be a guess)."""
+    """Who reads a shard's work stream. ``known`` False: Redis did not answer (then no PENDING
+    run is called unread: that would be a guess). ``workers``: the worker processes alive by
+    their own heartbeats (``awooop_live_workers()``); each reads every shard, and it is the
+    truth where ``XINFO CONSUMERS`` is not (on Redis 7.0 a read that returns nothing does not
+    reset a consumer's idle time, so idle workers on a quiet stream look gone)."""
 
     shard: int
     known: bool
     readers: int = 0  # consumers of the workers group that read within the window
+    workers: int = 0
+
+    @property
+    def unread(self) -> bool:
+        return self.known and self.readers == 0 and self.workers == 0
+
+    @property
+    def reading(self) -> int:
+        return max(self.readers, self.workers)
 
 
 class BlockedOn(msgspec.Struct, frozen=True, kw_only=True):
@@ -161,7 +174,7 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     summary=f"{waiting}; it has an open dead letter",
                     next_action="awooop deadletters list, then awooop deadletters redrive ID",
                 )
-            if shard.known and shard.readers == 0:
+            if shard.unread:
                 return _blocked(
                     f,
                     reason=Reason.PENDING_NO_WORKER,
@@ -187,7 +200,7 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     summary=f"{waiting}; the last attempt ended: {why}",
                     next_action=f"none: a worker takes it; awooop runs cancel {ref} to stop it",
                 )
-            readers = f"{shard.readers} worker(s) read shard {shard.shard}" if shard.known else ""
+            readers = f"{shard.reading} worker(s) read shard {shard.shard}" if shard.known else ""
             return _blocked(
                 f,
                 reason=Reason.PENDING_WORKERS_BUSY,

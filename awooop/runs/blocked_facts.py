@@ -16,9 +16,11 @@
 - :func:`shard_facts` asks Redis, once per shard, which consumers of the ``workers`` group
   read the shard's work stream within the window (``XINFO CONSUMERS``: a live worker reads
   every second while it has a free slot and touches its pending entries at every heartbeat,
-  so ``AWOOOP_LEASE_TTL_S`` is a safe window).
+  so ``AWOOOP_LEASE_TTL_S`` is a safe window), and :data:`LIVE_WORKERS` counts the worker
+  processes alive by their own heartbeats in ``awooop_processes``. Either says the shard is
+  read: on Redis 7.0 an idle worker's reads that return nothing do not reset its idle time.
 - :func:`with_dead_letters` marks the PENDING and RESUMED runs that have an open dead letter
-  (:func:`awooop.log.deadletters.open_of_runs`: one probe of
+  (:func:`awooop.eventlog.deadletters.open_of_runs`: one probe of
   ``awooop_dead_letters_open_run_idx`` per such run).
 - :func:`count_by_reason` is the gauge's sample: the live runs through :data:`LIVE_FACTS`
   (the partial indexes on live states), FAILED runs counted per failure code through the
@@ -40,26 +42,29 @@ import msgspec
 from redis.exceptions import ResponseError
 
 from awooop.core.db import Connection
+from awooop.core.events import run_stream_sql
 from awooop.core.logs import get_logger
-from awooop.log import deadletters
-from awooop.log.state import RunStatus
+from awooop.eventlog import deadletters
+from awooop.eventlog.state import RunStatus
 from awooop.runs.blocked import BlockedOn, Reason, RunFacts, ShardFacts, decide, failed_reason
 from streams.keys import WORKER_GROUP, Keys
 
 log = get_logger(__name__)
 
 LIVE = ("PENDING", "RESUMED", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL")
+# Worker processes alive by their heartbeats (migration 0121): a count, for every role.
+LIVE_WORKERS = "SELECT awooop_live_workers()"
 
 # --- SQL -------------------------------------------------------------------------------------
 # One statement for all the Postgres facts of the runs in $1 (or of every live run).
-_SELECT = """
+_SELECT = f"""
 SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, rs.worker_id,
        rs.lease_until, rs.heartbeat_at, rs.waiting_for, rs.approval_expires_at,
        rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now, rs.suspect_worker_id,
        ap.name AS approval_name, ap.reason AS approval_reason,
        ended.event_type AS last_end_type, ended.data ->> 'reason' AS last_end_reason
 FROM awooop_run_state rs
-CROSS JOIN LATERAL (SELECT 'run-' || rs.run_id::text AS stream_id OFFSET 0) run_stream
+CROSS JOIN LATERAL (SELECT {run_stream_sql("rs.run_id")} AS stream_id OFFSET 0) run_stream
 LEFT JOIN LATERAL (
     SELECT a.name, a.reason FROM awooop_approvals a
     WHERE a.run_id = rs.run_id AND a.used_at IS NULL
@@ -73,7 +78,7 @@ LEFT JOIN LATERAL (
                            'ApprovalRejected', 'ApprovalExpired')
     ORDER BY e.version DESC LIMIT 1
 ) ended ON true
-"""
+"""  # noqa: S608 - constant identifiers
 FACTS = _SELECT + "WHERE rs.run_id = ANY($1::uuid[])"
 # Three arms, each with the predicate of one partial index of awooop_run_state (0003).
 LIVE_FACTS = (
@@ -136,8 +141,11 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-async def shard_facts(redis: Any, keys: Keys, shard: int, window_s: float) -> ShardFacts:
-    """What Redis says about ``shard`` (see the module docstring); unknown when it fails."""
+async def shard_facts(
+    redis: Any, keys: Keys, shard: int, window_s: float, workers: int = 0
+) -> ShardFacts:
+    """What Redis says about ``shard`` (see the module docstring), with the ``workers`` alive;
+    unknown when Redis fails."""
     try:
         try:
             consumers = await redis.xinfo_consumers(keys.work_stream(shard), WORKER_GROUP)
@@ -148,20 +156,22 @@ async def shard_facts(redis: Any, keys: Keys, shard: int, window_s: float) -> Sh
         readers = sum(1 for c in consumers if int(c["idle"]) <= window_s * 1000)
     except Exception as exc:  # Redis down or confused: say unknown rather than guess
         log.info("blocked_on_shard_unknown", shard=shard, error=repr(exc)[:200])
-        return ShardFacts(shard=shard, known=False)
-    return ShardFacts(shard=shard, known=True, readers=readers)
+        return ShardFacts(shard=shard, known=False, workers=workers)
+    return ShardFacts(shard=shard, known=True, readers=readers, workers=workers)
 
 
 async def shards_facts(
-    redis: Any, keys: Keys, projects: Iterable[str], window_s: float
+    conn: Connection, redis: Any, keys: Keys, projects: Iterable[str], window_s: float
 ) -> dict[str, ShardFacts]:
     """ShardFacts per project (each shard asked once)."""
     by_shard: dict[int, ShardFacts] = {}
     out: dict[str, ShardFacts] = {}
-    for project in set(projects):
+    wanted = set(projects)
+    workers = int(await conn.fetchval(LIVE_WORKERS)) if wanted else 0
+    for project in wanted:
         shard = keys.shard_of(project)
         if shard not in by_shard:
-            by_shard[shard] = await shard_facts(redis, keys, shard, window_s)
+            by_shard[shard] = await shard_facts(redis, keys, shard, window_s, workers)
         out[project] = by_shard[shard]
     return out
 
@@ -171,7 +181,7 @@ async def blocked_on(
 ) -> dict[uuid.UUID, BlockedOn | None]:
     """``blocked_on`` of each run in ``run_ids`` that ``conn`` can see."""
     facts = await run_facts(conn, run_ids)
-    shards = await shards_facts(redis, keys, (f.project_id for f in facts.values()), window_s)
+    shards = await shards_facts(conn, redis, keys, (f.project_id for f in facts.values()), window_s)
     return {run_id: decide(f, shards[f.project_id]) for run_id, f in facts.items()}
 
 
@@ -182,7 +192,7 @@ async def count_by_reason(
     live = await with_dead_letters(conn, [facts_of(row) for row in await conn.fetch(LIVE_FACTS)])
     failed = await conn.fetch(FAILED_COUNTS)
     projects = {f.project_id for f in live} | {row["project_id"] for row in failed}
-    shards = await shards_facts(redis, keys, projects, window_s)
+    shards = await shards_facts(conn, redis, keys, projects, window_s)
     counts: Counter[tuple[str, str]] = Counter()
     for project in projects:
         for reason in Reason:  # every reason of a project present, 0 when none

@@ -14,8 +14,9 @@
    next :data:`BATCH` runs the filter's SQL matches older than the cursor (the list's
    statement, newest first, in a snapshot taken after the lock), lock them in run_id order
    (the worker's order: no deadlock between the two), keep those that still match
-   (:func:`matches`, and the ``blocked_on`` reason), build each run's event from its locked
-   state and write them all at once (``apply_and_store_many``), each event's metadata
+   (:func:`awooop.runs.bulk_batch.matches`, and the ``blocked_on`` reason), build each run's
+   event from its locked state and write them all at once
+   (:func:`awooop.runs.bulk_batch.write_batch`), each event's metadata
    carrying ``actor``, ``operation_id`` and ``via``; then move the cursor past the batch and
    add to the counts.
    Because the run changes, the cursor and the counts commit together, an executor that
@@ -26,8 +27,9 @@
    each in a savepoint, so one bad run fails only itself (counted ``refused``, its error
    kept, nothing of its change left: the savepoint takes back its row and its event).
    A refusal is the run's own: errors that say Postgres is away or two transactions got in
-   each other's way (:data:`TRANSIENT`) are raised instead, so the whole batch is tried again
-   (the transaction's retries, or the next executor) and no run is refused for them.
+   each other's way (:data:`awooop.runs.bulk_batch.TRANSIENT`) are raised instead, so the whole
+   batch is tried again (the transaction's retries, or the next executor) and no run is
+   refused for them.
 4. :func:`execute`: batches until the cursor reaches the end, then ``done`` (or until
    ``max_batches``, leaving it ``running``). Cancelled runs are announced on
    ``awooop_run_cancelled`` as a single cancel does.
@@ -52,17 +54,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-import asyncpg
 import msgspec
 
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection, Database
 from awooop.core.errors import AwoooPError, InvalidInputError, OperationNotFoundError
-from awooop.core.events import Event, RunCancelled, RunRetried
-from awooop.core.retries import CONNECTION_ERRORS, RETRYABLE_PG_ERRORS
-from awooop.log.state import TERMINAL, RunState, RunStatus, apply, row_to_state
-from awooop.runs import control, listing, store
-from awooop.runs.leases.batch import LOCK_MANY
+from awooop.core.events import Event
+from awooop.eventlog import run_reads
+from awooop.eventlog.state import TERMINAL, RunState, RunStatus, apply, row_to_state
+from awooop.runs import control, listing
+from awooop.runs.bulk_batch import event_for, matches, refusal, write_batch
 
 BATCH = 100
 PREVIEW_SCAN = 100_000
@@ -74,9 +75,6 @@ LAST_ID = uuid.UUID(int=(1 << 128) - 1)  # the cursor's start: after every run i
 # takes well under a second): the console offers a resume and the bulk_operations loop
 # resumes it. Taking it over early is safe (executors take turns), only wasted work.
 STALLED_S = 30.0
-# Failures that are not a run's own: Postgres away, or a conflict the whole transaction is
-# retried for. _write raises them rather than refusing a run the next attempt would change.
-TRANSIENT: tuple[type[BaseException], ...] = RETRYABLE_PG_ERRORS + CONNECTION_ERRORS
 
 # --- SQL -------------------------------------------------------------------------------------
 INSERT = """
@@ -182,31 +180,6 @@ def filter_json(f: listing.RunFilter) -> dict[str, Any]:
     return {k: v for k, v in stored.items() if v is not None}
 
 
-def matches(f: listing.RunFilter, state: RunState) -> bool:
-    """Pure: whether a locked run still matches the filter's SQL part (the reason aside)."""
-    allowed = listing.statuses(f)
-    key = f.q
-    return (
-        (allowed is None or state.status.value in allowed)
-        and (f.project is None or state.project_id == f.project)
-        and (f.channel is None or state.channel_type == f.channel)
-        and (f.since is None or state.created_at >= f.since)
-        and (key is None or key in (str(state.run_id), state.provider_event_id))
-    )
-
-
-def event_for(op: Operation, state: RunState, now: datetime) -> Event:
-    if op.kind == "retry":
-        return RunRetried(
-            at=now, actor=op.person, max_attempts=state.attempt_count + (op.extra_attempts or 3)
-        )
-    return RunCancelled(at=now, actor=op.person, reason=op.reason)
-
-
-def refusal(run_id: uuid.UUID, exc: AwoooPError) -> dict[str, Any]:
-    return {"run_id": str(run_id), "code": exc.code, "message": exc.message[:300]}
-
-
 def scope_of(f: listing.RunFilter) -> str:
     """The project an operation belongs to: the filter's, or the platform project."""
     return f.project or PLATFORM_PROJECT
@@ -309,31 +282,6 @@ async def stalled(
     return [_operation(r) for r in rows]
 
 
-async def _write(
-    conn: Connection, op: Operation, changes: list[tuple[RunState, Event]]
-) -> tuple[list[RunState], list[dict[str, Any]]]:
-    """The batch's events at once, or run by run in savepoints when Postgres refuses it."""
-    metadata = {"actor": op.actor, "operation_id": str(op.operation_id), "via": op.via}
-    try:
-        async with conn.transaction():
-            return await store.apply_and_store_many(conn, changes, metadata), []
-    except TRANSIENT:
-        raise
-    except asyncpg.PostgresError:
-        pass
-    written: list[RunState] = []
-    errors: list[dict[str, Any]] = []
-    for state, event in changes:
-        try:
-            async with conn.transaction():
-                written.append(await store.apply_and_store(conn, state, event, metadata))
-        except TRANSIENT:
-            raise
-        except asyncpg.PostgresError as exc:
-            errors.append({"run_id": str(state.run_id), "code": "E-DB", "message": str(exc)[:300]})
-    return written, errors
-
-
 async def run_batch(
     conn: Connection, operation_id: uuid.UUID, decide: Decide | None = None, size: int = BATCH
 ) -> Operation:
@@ -351,7 +299,7 @@ async def run_batch(
         return _operation(await conn.fetchrow(FINISH, operation_id))
     locked = [
         (row_to_state(r), r["db_now"])
-        for r in await conn.fetch(LOCK_MANY, [c.run_id for c in candidates])
+        for r in await conn.fetch(run_reads.LOCK_MANY, [c.run_id for c in candidates])
     ]
     still = [(s, now) for s, now in locked if matches(f, s)]
     if f.reason is not None and decide is not None and still:
@@ -364,14 +312,17 @@ async def run_batch(
     changes: list[tuple[RunState, Event]] = []
     errors: list[dict[str, Any]] = []
     for state, now in still:
-        event = event_for(op, state, now)
+        event = event_for(
+            op.kind, op.person, state, now, extra_attempts=op.extra_attempts, reason=op.reason
+        )
         try:
             apply(state, event)  # the state machine's answer before anything is written
         except AwoooPError as exc:
             errors.append(refusal(state.run_id, exc))
             continue
         changes.append((state, event))
-    written, failed = await _write(conn, op, changes) if changes else ([], [])
+    metadata = {"actor": op.actor, "operation_id": str(op.operation_id), "via": op.via}
+    written, failed = await write_batch(conn, changes, metadata) if changes else ([], [])
     errors += failed
     if op.kind == "cancel" and written:
         await conn.execute(NOTIFY_MANY, control.CANCEL_CHANNEL, [str(s.run_id) for s in written])

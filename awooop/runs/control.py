@@ -15,8 +15,8 @@ from typing import Any
 from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError
 from awooop.core.events import RunCancelled, RunRetried
-from awooop.log.state import RunState
-from awooop.runs import store
+from awooop.eventlog.state import RunState
+from awooop.runs import run_rows
 
 CANCEL_CHANNEL = "awooop_run_cancelled"
 
@@ -43,7 +43,7 @@ async def cancel(
     """Cancel ``run_id`` (E-RUN-001 when it is already terminal, E-RUN-003 when unknown)."""
     check_text("actor", actor, 200)
     check_text("reason", reason, MAX_REASON)
-    state = await store.record(
+    state = await run_rows.record(
         conn, run_id, lambda _s, now: RunCancelled(at=now, actor=actor, reason=reason), metadata
     )
     await conn.execute(NOTIFY_CANCEL, CANCEL_CHANNEL, str(run_id))
@@ -62,7 +62,7 @@ async def retry(
     check_text("actor", actor, 200)
     if not 1 <= extra_attempts <= MAX_EXTRA_ATTEMPTS:
         raise InvalidInputError(f"extra attempts must be between 1 and {MAX_EXTRA_ATTEMPTS}")
-    return await store.record(
+    return await run_rows.record(
         conn,
         run_id,
         lambda s, now: RunRetried(

@@ -1,6 +1,6 @@
 """Listing and re-driving dead letters (``awooop deadletters``, the console): all in Postgres.
 
-Dead letters are rows of ``awooop_dead_letters`` (:mod:`awooop.log.deadletters`). Re-driving
+Dead letters are rows of ``awooop_dead_letters`` (:mod:`awooop.eventlog.deadletters`). Re-driving
 one decides from its run's state, in one tenant transaction that locks the dead letter and the
 run:
 
@@ -34,11 +34,11 @@ import msgspec
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, RunNotFoundError
 from awooop.core.events import DISPATCH_EVENT_TYPES, run_stream_id
-from awooop.log import deadletters, eventlog
-from awooop.log.deadletters import DeadLetterRow
-from awooop.log.eventlog import RecordedEvent
-from awooop.log.state import RunStatus
-from awooop.runs import control, store
+from awooop.eventlog import deadletters, eventlog
+from awooop.eventlog.deadletters import DeadLetterRow
+from awooop.eventlog.eventlog import RecordedEvent
+from awooop.eventlog.state import RunStatus
+from awooop.runs import control, run_rows
 from streams.clients import StreamClients
 from streams.publish import WORK_ONLY, by_shard, publish_shard
 
@@ -172,7 +172,7 @@ async def redrive(
         if current is None or current.resolution is not None:
             resolution = "gone" if current is None else current.resolution
             return result(Outcome.LEFT, f"already resolved ({resolution})")
-        state, _ = await store.lock(conn, run_id)
+        state, _ = await run_rows.lock(conn, run_id)
         planned = plan_for(RunStatus(state.status))
         resolution = deadletters.DISCARDED if planned is Outcome.DISCARDED else deadletters.REDRIVEN
         await deadletters.resolve(conn, entry.dead_letter_id, resolution, actor)

@@ -45,7 +45,7 @@ import msgspec
 
 from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError
-from awooop.log.state import RunStatus
+from awooop.eventlog.state import RunStatus
 from awooop.runs.blocked import DEAD_LETTER_CODES, REASON_STATUSES, BlockedOn, Reason
 from awooop.runs.reads import check_status, parse_since
 

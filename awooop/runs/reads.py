@@ -20,7 +20,7 @@ import msgspec
 
 from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError
-from awooop.log.state import RunStatus
+from awooop.eventlog.state import RunStatus
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 10_000

@@ -19,9 +19,9 @@ from typing import Any
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
+from awooop.core.loop_heartbeats import DatabaseHeartbeats, project_source
+from awooop.core.loops import LoopSpec, run_loop, run_loops, set_heartbeat_sink
 from awooop.llm.gateway import ModelGateway
-from awooop.loops.framework import LoopSpec, run_loop, run_loops, set_heartbeat_sink
-from awooop.loops.store import DatabaseHeartbeats, project_source
 from awooop.services import Services
 from awooop.worker.context import LLMClient, Notifier
 from awooop.worker.executor import Handler

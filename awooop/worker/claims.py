@@ -21,7 +21,7 @@ from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import LeaseReleased, RunFailed, RunRequeued
-from awooop.log.state import RunState
+from awooop.eventlog.state import RunState
 from awooop.runs import leases
 from awooop.runs.leases import Availability
 

@@ -32,12 +32,8 @@ the attempt no longer holds its lease, for handlers that compute without awaitin
 
 from __future__ import annotations
 
-import asyncio
-import enum
-import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, cast
 
@@ -50,12 +46,13 @@ from awooop.core.events import Event, StepCompleted, ToolResultReceived, ToolWai
 from awooop.core.logs import get_logger
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import encoded_problem, unstorable
-from awooop.core.telemetry import inject, tracer
+from awooop.core.telemetry import tracer
+from awooop.eventlog.state import RunState
 from awooop.llm.calls import called_event
 from awooop.llm.gateway import LLMResult, ModelCall
-from awooop.log.state import RunState
 from awooop.runs import approvals, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
+from awooop.worker.attempts import Attempt, trace_metadata
 
 T = TypeVar("T")
 log = get_logger("awooop.worker")
@@ -80,68 +77,10 @@ class LLMClient(Protocol):
 Notifier = Callable[[ApprovalTicket], Awaitable[None]]
 
 
-class StopReason(enum.StrEnum):
-    LOST = "lost"  # the lease is gone (heartbeat found it missing, or it ran out)
-    CANCELLED = "cancelled"  # an operator cancelled the run
-    SHUTDOWN = "shutdown"  # the worker is stopping; the lease is handed back
-
-
 class Suspended(BaseException):
     """The attempt ended by waiting for approval (raised out of ``wait_for_approval``).
 
     A BaseException so that a handler's ``except Exception`` does not swallow it."""
-
-
-@dataclass(frozen=True)
-class StreamEntry:
-    stream: str
-    entry_id: str
-
-
-@dataclass(eq=False)
-class Attempt:
-    """A lease this process holds: one attempt of one run."""
-
-    run_id: uuid.UUID
-    project_id: str
-    worker_id: str
-    number: int
-    lease_deadline: float  # time.monotonic(): the lease is surely valid before this
-    entry: StreamEntry | None = None
-    task: asyncio.Task[Any] | None = None
-    stop_reason: StopReason | None = None
-    finishing: bool = False  # writing its last event: a missing lease is expected now
-    started: float = field(default_factory=time.monotonic)
-    _deadline_timer: asyncio.TimerHandle | None = None
-
-    def live(self) -> bool:
-        return self.stop_reason is None and time.monotonic() < self.lease_deadline
-
-    def hold_until(self, deadline: float, on_deadline: Callable[[Attempt], None]) -> None:
-        """Move the local lease deadline (monotonic clock) to ``deadline`` if later, and arm a
-        timer on the event loop that calls ``on_deadline`` when it passes. The timer, not any
-        I/O call returning, is what stops an attempt that can no longer renew."""
-        if self._deadline_timer is not None and deadline <= self.lease_deadline:
-            return
-        self.lease_deadline = max(self.lease_deadline, deadline)
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-        delay = max(0.0, self.lease_deadline - time.monotonic())
-        self._deadline_timer = asyncio.get_running_loop().call_later(delay, on_deadline, self)
-
-    def disarm(self) -> None:
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-            self._deadline_timer = None
-
-    def stop(self, reason: StopReason) -> bool:
-        """Cancel the handler for ``reason``; False if it was already stopping or finishing."""
-        if self.stop_reason is not None or self.finishing:
-            return False
-        self.stop_reason = reason
-        if self.task is not None and not self.task.done():
-            self.task.cancel(f"attempt stopped: {reason}")
-        return True
 
 
 @dataclass(frozen=True)
@@ -151,16 +90,6 @@ class ApprovalGrant:
     name: str
     actor: str | None
     decided_at: datetime | None
-
-
-def trace_metadata() -> dict[str, Any]:
-    traceparent, tracestate = inject()
-    meta: dict[str, Any] = {}
-    if traceparent:
-        meta["traceparent"] = traceparent
-    if tracestate:
-        meta["tracestate"] = tracestate
-    return meta
 
 
 class RunContext:

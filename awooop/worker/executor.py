@@ -25,18 +25,11 @@ from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import exporting, tracer
-from awooop.log.state import RunState
+from awooop.eventlog.state import RunState
 from awooop.runs import leases
 from awooop.worker import tracelinks
-from awooop.worker.context import (
-    Attempt,
-    LLMClient,
-    Notifier,
-    RunContext,
-    StopReason,
-    StreamEntry,
-    Suspended,
-)
+from awooop.worker.attempts import Attempt, StopReason, StreamEntry
+from awooop.worker.context import LLMClient, Notifier, RunContext, Suspended
 from awooop.worker.last_writes import LastWrites
 from awooop.worker.outcomes import (
     Outcome,

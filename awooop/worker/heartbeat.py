@@ -7,7 +7,7 @@ runs, whatever the network does.** Three parts hold it:
   renewal that Postgres confirmed was *sent* (or the claim, for the first) + the lease TTL - a
   safety margin (``AWOOOP_LEASE_SAFETY_FRACTION`` of the TTL). Postgres computed its own
   ``lease_until`` from its clock *after* that send, so the local deadline comes first. A timer
-  on the event loop (:meth:`awooop.worker.context.Attempt.hold_until`), not the return of any
+  on the event loop (:meth:`awooop.worker.attempts.Attempt.hold_until`), not the return of any
   I/O call, cancels the handler when the deadline passes; its writes stop with it (each is also
   fenced by the database).
 - Every ``heartbeat_interval_s`` one statement renews every lease this process holds, bounded
@@ -38,7 +38,7 @@ from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.runs import leases
 from awooop.runs.control import CANCEL_CHANNEL
-from awooop.worker.context import StopReason, StreamEntry
+from awooop.worker.attempts import StopReason, StreamEntry
 from awooop.worker.executor import Executor
 from awooop.worker.outcomes import lease_lost
 

@@ -33,9 +33,9 @@ from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.logs import get_logger
-from awooop.log.state import RunState
+from awooop.eventlog.state import RunState
 from awooop.runs.leases import suspects
-from awooop.worker.context import trace_metadata
+from awooop.worker.attempts import trace_metadata
 from awooop.worker.executor import Executor
 
 log = get_logger("awooop.worker.isolation")

@@ -28,9 +28,9 @@ from awooop.core.events import Event, LeaseReleased, RunFailed
 from awooop.core.logs import get_logger
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import unstorable
-from awooop.log.state import RunState
+from awooop.eventlog.state import RunState
 from awooop.runs import leases
-from awooop.worker.context import Attempt, trace_metadata
+from awooop.worker.attempts import Attempt, trace_metadata
 from awooop.worker.outcomes import Outcome, failure_of
 
 log = get_logger("awooop.worker")

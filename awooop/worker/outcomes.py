@@ -43,7 +43,7 @@ from awooop.core.errors import (
 )
 from awooop.core.logs import get_logger
 from awooop.core.storable import sanitized
-from awooop.worker.context import Attempt, StopReason
+from awooop.worker.attempts import Attempt, StopReason
 
 log = get_logger("awooop.worker")
 

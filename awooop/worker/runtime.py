@@ -14,7 +14,7 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
   whose lease expired, ``FOR UPDATE SKIP LOCKED``. Without streams (``streams=False``) polling
   is the only path and runs continuously.
 
-``run(stop)`` serves until ``stop`` is set, then shuts down (R-9 of the issue): stop taking
+``run(stop)`` serves until ``stop`` is set, then shuts down (docs/workers.md, Shutdown): stop taking
 work, give in-flight runs ``shutdown_grace_s`` to finish, cancel the rest and hand their leases
 back (``LeaseReleased``, a dispatch event: another worker takes them at once). Worker ids are
 unique per process start. ``run_until_idle()`` is the burst mode for tests.
@@ -44,11 +44,12 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import tracer
-from awooop.log.state import RunState
+from awooop.eventlog.state import RunState
 from awooop.runs.leases import Availability
 from awooop.worker import claims
+from awooop.worker.attempts import StopReason, StreamEntry, trace_metadata
 from awooop.worker.claims import Claimed
-from awooop.worker.context import LLMClient, Notifier, StopReason, StreamEntry, trace_metadata
+from awooop.worker.context import LLMClient, Notifier
 from awooop.worker.executor import Executor, Handler
 from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
 from awooop.worker.isolation import Isolation

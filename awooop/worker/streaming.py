@@ -28,10 +28,10 @@ from awooop.core.config import Settings
 from awooop.core.errors import DeliveryLimitError
 from awooop.core.events import run_id_of_stream
 from awooop.core.logs import get_logger
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.core.retries import CONNECTION_ERRORS
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.runs import leases
-from awooop.worker.context import StreamEntry, trace_metadata
+from awooop.worker.attempts import StreamEntry, trace_metadata
 from awooop.worker.outcomes import infrastructure_failure
 from awooop.worker.reclaim import (
     ReclaimAction,

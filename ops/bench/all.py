@@ -5,7 +5,8 @@
 (``make bench`` runs it.) Each benchmark is a script in this folder that prints one JSON
 document on stdout; they run sequentially so that they do not compete for the two cores.
 The file records the machine (CPU count, model, load before the run) beside the figures.
-``growth`` runs small here (``ARGUMENTS``: 0 and 250k events); its full run is by hand.
+``growth`` and ``online_migration`` run small here (``ARGUMENTS``: 250k events); their full
+runs are by hand.
 """
 
 from __future__ import annotations
@@ -22,12 +23,24 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("ingest", "relay", "worker", "cost", "revisions", "replay", "loops", "growth")
+BENCHMARKS = (
+    "ingest",
+    "relay",
+    "worker",
+    "cost",
+    "revisions",
+    "replay",
+    "loops",
+    "growth",
+    "online_migration",
+)
 # Arguments of the benchmarks that ``make bench`` runs small: growth.py's full run (0, 10M and
 # 50M events) takes an hour and 60 GB; this variant (0 and 250k events) takes under a minute.
 GROWTH_OUT = Path(tempfile.gettempdir()) / "awooop-bench-growth.json"
 ARGUMENTS: dict[str, list[str]] = {
     "growth": ["--sizes", "0,250k", "--rounds", "4", "--ops", "100", "--out", str(GROWTH_OUT)],
+    # Its full run (10M events, the default) takes about half an hour; 250k events, a minute.
+    "online_migration": ["--events", "250000", "--baseline-s", "3"],
 }
 
 

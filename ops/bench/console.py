@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
 import os
 import random
@@ -47,36 +46,16 @@ from awooop.loops.stats import SAMPLE_RUNS
 from awooop.runs import listing, reads
 from awooop.runs.blocked_facts import FAILED_COUNTS
 
+# Beside this script, and the tests' way into the console (a plain script: not a package).
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
+import run_fill  # noqa: E402
+
+from tests.support.console import log_in  # noqa: E402
+
 SERVER = os.environ.get("AWOOOP_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS = os.environ.get("AWOOOP_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_MS = 200.0
-STATUSES = (
-    ("COMPLETED", 0.90),
-    ("FAILED", 0.05),
-    ("PENDING", 0.02),
-    ("RUNNING", 0.02),
-    ("WAITING_APPROVAL", 0.005),
-    ("CANCELLED", 0.005),
-)
-COLUMNS = (
-    "run_id",
-    "project_id",
-    "channel_type",
-    "provider_event_id",
-    "status",
-    "version",
-    "attempt_count",
-    "max_attempts",
-    "worker_id",
-    "lease_until",
-    "failure_reason",
-    "failure_code",
-    "input",
-    "created_at",
-    "updated_at",
-    "finished_at",
-)
 CASES: list[tuple[str, dict[str, str]]] = [
     ("unfiltered", {}),
     ("status=FAILED", {"status": "FAILED"}),
@@ -87,7 +66,6 @@ CASES: list[tuple[str, dict[str, str]]] = [
     ("blocked_on=running", {"blocked_on": "running"}),
 ]
 ROW = re.compile(r'<td class="mono"><a href="/ui/runs/')
-CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 def url_for(name: str) -> str:
@@ -100,57 +78,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def rows_csv(count: int, seed: int = 22) -> io.BytesIO:
-    """The runs as CSV for COPY (generated here: a deterministic mix, see the docstring)."""
+def tables(count: int, seed: int = 22) -> run_fill.Tables:
+    """The runs (a deterministic mix, see the docstring), no events."""
     rnd = random.Random(seed)
     now = datetime.now(UTC)
-    out = io.StringIO()
-    weights = [w for _, w in STATUSES]
-    names = [s for s, _ in STATUSES]
+    out = run_fill.Tables()
     for i in range(count):
         project = "bench-small" if i % 2000 == 0 else f"bench-{rnd.randrange(20)}"
-        status = rnd.choices(names, weights)[0]
+        run_id = uuid.UUID(int=rnd.getrandbits(128), version=4)
         created = now - timedelta(seconds=rnd.uniform(0, 30 * 86400))
-        done = status in ("COMPLETED", "FAILED", "CANCELLED")
-        running = status == "RUNNING"
-        fields = [
-            str(uuid.UUID(int=rnd.getrandbits(128), version=4)),
-            project,
-            "api",
-            f"key-{i}",
-            status,
-            "3",
-            "0" if status == "PENDING" else "1",
-            "3",
-            "bench-host:1:w1" if running else "",
-            (now + timedelta(minutes=5)).isoformat() if running else "",
-            "the handler raised" if status == "FAILED" else "",
-            "E-HANDLER-001" if status == "FAILED" else "",
-            "{}",
-            created.isoformat(),
-            (created + timedelta(seconds=2)).isoformat(),
-            (created + timedelta(seconds=2)).isoformat() if done else "",
-        ]
-        out.write(",".join(fields) + "\n")
-    return io.BytesIO(out.getvalue().encode())
+        status = run_fill.pick_status(rnd)
+        out.run(
+            run_fill.run_fields(
+                run_id, project, f"key-{i}", status, version=3, created=created, now=now
+            )
+        )
+    return out
 
 
 async def fill(url: str, count: int) -> float:
     conn = await asyncpg.connect(url)
     try:
         started = time.perf_counter()
-        await conn.copy_to_table(
-            "awooop_run_state", source=rows_csv(count), columns=COLUMNS, format="csv", null=""
-        )
-        await conn.execute("VACUUM ANALYZE awooop_run_state")
+        await tables(count).copy(conn)
         return time.perf_counter() - started
     finally:
         await conn.close()
-
-
-async def explain(conn: Any, sql: str, args: list[Any]) -> str:
-    rows = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, *args)
-    return "\n".join(r[0] for r in rows)
 
 
 async def plans(url: str) -> dict[str, str]:
@@ -163,7 +116,7 @@ async def plans(url: str) -> dict[str, str]:
             f = listing.parse_filter(params, now)
             sql, names = listing.statement(f, False)
             given = listing.values(f, None, listing.PAGE if f.reason is None else 200)
-            found[f"page {name}"] = await explain(conn, sql, [given[n] for n in names])
+            found[f"page {name}"] = await run_fill.explain(conn, sql, [given[n] for n in names])
             cursor = await conn.fetchrow(
                 "SELECT created_at, run_id FROM awooop_run_state "
                 "ORDER BY created_at DESC, run_id DESC OFFSET 5000 LIMIT 1"
@@ -171,22 +124,60 @@ async def plans(url: str) -> dict[str, str]:
         f = listing.parse_filter({}, now)
         sql, names = listing.statement(f, True)
         given = listing.values(f, listing.Cursor(cursor[0], cursor[1]), listing.PAGE)
-        found["page unfiltered, after 100 pages (before=...)"] = await explain(
+        found["page unfiltered, after 100 pages (before=...)"] = await run_fill.explain(
             conn, sql, [given[n] for n in names]
         )
         sql, names = listing.count_statement(listing.parse_filter({"status": "FAILED"}, now))
         given = listing.values(listing.parse_filter({"status": "FAILED"}, now), None, 0)
-        found["bulk preview count status=FAILED"] = await explain(
+        found["bulk preview count status=FAILED"] = await run_fill.explain(
             conn, sql, [given[n] for n in names]
         )
-        found["runs list --project --status"] = await explain(
+        found["runs list --project --status"] = await run_fill.explain(
             conn, reads.LIST_RUNS, ["bench-3", "FAILED", None, 50]
         )
-        found["stats sample"] = await explain(conn, SAMPLE_RUNS, [30.0, 0.0])
-        found["blocked_on gauge FAILED counts"] = await explain(conn, FAILED_COUNTS, [])
+        found["stats sample"] = await run_fill.explain(conn, SAMPLE_RUNS, [30.0, 0.0])
+        found["blocked_on gauge FAILED counts"] = await run_fill.explain(conn, FAILED_COUNTS, [])
     finally:
         await conn.close()
     return found
+
+
+def report(result: dict[str, Any], name: str) -> None:
+    """Print ``result`` as JSON and keep it in ``results/<name>-<time>.json``."""
+    text = json.dumps(result, indent=2)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M")
+    (RESULTS / f"{name}-{stamp}.json").write_text(text + "\n")
+    print(text)
+
+
+class Scratch:
+    """A migrated scratch database of the benchmark, and the ``awooop serve`` it starts on it;
+    both gone when the ``async with`` block ends."""
+
+    def __init__(self, kind: str) -> None:
+        self.name = f"awooop_bench_{kind}_{uuid.uuid4().hex[:8]}"
+        self.url = url_for(self.name)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def __aenter__(self) -> Scratch:
+        await migrate(self.url)
+        return self
+
+    async def serve(self) -> str:
+        """Start ``awooop serve`` on the database; its base URL."""
+        self.proc, base = await start_server(self.url, self.name)
+        return base
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        server = await asyncpg.connect(SERVER)
+        try:
+            await server.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        finally:
+            await server.close()
 
 
 async def start_server(url: str, prefix: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -214,16 +205,6 @@ async def start_server(url: str, prefix: str) -> tuple[subprocess.Popen[bytes], 
                 proc.kill()
                 raise RuntimeError("awooop serve did not become ready")
             await asyncio.sleep(0.2)
-
-
-async def log_in(http: httpx.AsyncClient, token: str) -> None:
-    page = await http.get("/ui/login")
-    found = CSRF.search(page.text)
-    assert found is not None
-    answer = await http.post(
-        "/ui/login", data={"csrf": found.group(1), "token": token, "next": "/ui/runs"}
-    )
-    assert answer.status_code == 303, answer.text
 
 
 async def time_pages(base: str, token: str, repeat: int) -> list[dict[str, Any]]:
@@ -257,11 +238,8 @@ async def time_pages(base: str, token: str, repeat: int) -> list[dict[str, Any]]
 
 
 async def main(runs: int, repeat: int) -> dict[str, Any]:
-    name = f"awooop_bench_console_{uuid.uuid4().hex[:8]}"
-    url = url_for(name)
-    await migrate(url)
-    proc = None
-    try:
+    async with Scratch("console") as scratch:
+        url = scratch.url
         fill_s = await fill(url, runs)
         settings = load_settings(environ={}, database_url=url, redis_url=REDIS)
         db = await Database.open(settings.database_url, max_size=2)
@@ -272,17 +250,7 @@ async def main(runs: int, repeat: int) -> dict[str, Any]:
         found_plans = await plans(url)
         for title, plan in found_plans.items():
             print(f"--- {title}\n{plan}\n", file=sys.stderr)
-        proc, base = await start_server(url, name)
-        pages = await time_pages(base, token, repeat)
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
-        server = await asyncpg.connect(SERVER)
-        try:
-            await server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await server.close()
+        pages = await time_pages(await scratch.serve(), token, repeat)
     return {
         "benchmark": "console",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -299,9 +267,4 @@ if __name__ == "__main__":
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
     configure_logging("warning")  # stdout is the JSON result
-    result = asyncio.run(main(args.runs, args.repeat))
-    text = json.dumps(result, indent=2)
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M")
-    (RESULTS / f"console-{stamp}.json").write_text(text + "\n")
-    print(text)
+    report(asyncio.run(main(args.runs, args.repeat)), "console")

@@ -74,7 +74,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 import cost_measure as measure  # noqa: E402 - after the sys.path line, for a plain script
 from worker import HANDLERS, Processes, process_env, python_of  # noqa: E402
 
-from awooop.core.embedded import PostgresServer, RedisServer  # noqa: E402
+from awooop.demo.servers import PostgresServer, RedisServer  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 PG_OPTIONS = (

@@ -1,4 +1,4 @@
-"""Flat cost as the log grows (issue 21, part 3): the write path, the relay's read and
+"""Flat cost as the log grows: the write path, the relay's read and
 ``replay run_state --verify`` with 0, 10 million and 50 million events already in the log.
 
     .venv/bin/python ops/bench/growth.py [--sizes 0,10M,50M] [--rounds 10] [--ops 200] [--reads N]
@@ -9,7 +9,7 @@
 Prints one JSON document (progress goes to stderr) and writes it to ``--out`` (default
 ``ops/bench/results/growth-<date>.json``).
 
-**Servers.** A private PostgreSQL cluster on a loopback port (``awooop.core.embedded``), fsync
+**Servers.** A private PostgreSQL cluster on a loopback port (``awooop.demo.servers``), fsync
 on, ``shared_buffers`` 2 GB, autovacuum on: nobody else's transactions hold the relay's horizon
 back and every Postgres process is the benchmark's, so its CPU can be read from /proc. Two
 databases, both migrated by ``awooop.core.migrate.migrate``: ``awooop_growth`` (the log that
@@ -93,12 +93,13 @@ sys.path.insert(0, str(ROOT))
 from awooop.core import events as ev  # noqa: E402
 from awooop.core.config import Settings, load_settings  # noqa: E402
 from awooop.core.db import Database  # noqa: E402
-from awooop.core.embedded import PostgresServer  # noqa: E402
+from awooop.core.events import run_stream_id  # noqa: E402
 from awooop.core.logs import configure_logging  # noqa: E402
 from awooop.core.migrate import migrate  # noqa: E402
 from awooop.core.pools import PLATFORM_ROLE, connect  # noqa: E402
-from awooop.log import eventlog  # noqa: E402
-from awooop.log.state import RunState, fold  # noqa: E402
+from awooop.demo.servers import PostgresServer  # noqa: E402
+from awooop.eventlog import eventlog  # noqa: E402
+from awooop.eventlog.state import RunState, fold  # noqa: E402
 from awooop.producer import ChannelEvent, submit  # noqa: E402
 from awooop.runs.leases import RunStatements  # noqa: E402
 from awooop.runs.leases.rules import Completion  # noqa: E402
@@ -244,7 +245,7 @@ def fast_run(
     completed), its stream head (``last_tx_id`` a placeholder: the COPY's own transaction
     id), its run-state row (COMPLETED) and its dedupe row."""
     run_id = _uuid(rng.getrandbits(128), index)
-    stream = f"run-{run_id}"
+    stream = run_stream_id(run_id)
     project = f"growth-{index % projects}"
     channel = CHANNELS[index % len(CHANNELS)]
     worker = f"worker-{index % 16}"

@@ -14,7 +14,8 @@ Prints one JSON document (and a short table on stderr):
 - ``duplicates``: repeats of keys already ingested at 32 clients: rejections/s and latency.
 - ``submit_many``: events/s through ``producer.submit_many`` in batches of 1,000 on one
   connection (target >= 10,000/s), and with 2 submitters at once.
-- ``expiry``: one pass of the ``dedupe_expiry`` loop's drop (awooop.log.dedupe_windows.drop_dead)
+- ``expiry``: one pass of the ``dedupe_expiry`` loop's drop
+(awooop.eventlog.dedupe_windows.drop_dead)
   over a dead window of 10k, 100k and 1M expired rows, beside half as many live rows: its
   time and the WAL it writes. The window goes with DETACH CONCURRENTLY and DROP TABLE: no row
   is deleted one by one, so the WAL stays the same whatever the window holds; the time grows
@@ -52,8 +53,8 @@ sys.path.insert(0, str(ROOT))
 
 from awooop.core.db import Database  # noqa: E402 - after the sys.path line, for a plain script
 from awooop.core.migrate import migrate  # noqa: E402
+from awooop.eventlog import dedupe_windows as windows  # noqa: E402
 from awooop.ingest import credentials  # noqa: E402
-from awooop.log import dedupe_windows as windows  # noqa: E402
 from awooop.producer import ChannelEvent, submit_many  # noqa: E402
 
 PROJECT = "bench"

@@ -22,10 +22,10 @@ import asyncpg
 
 from awooop.core.config import load_settings
 from awooop.core.logs import configure_logging
+from awooop.core.loop_heartbeats import DatabaseHeartbeats
+from awooop.core.loops import Heartbeat, LoopContext
 from awooop.core.migrate import migrate
-from awooop.loops.framework import Heartbeat, LoopContext
 from awooop.loops.stats import StatsLoops
-from awooop.loops.store import DatabaseHeartbeats
 from awooop.services import Services
 
 SERVER = os.environ.get("AWOOOP_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")

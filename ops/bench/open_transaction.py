@@ -57,6 +57,7 @@ from worker import (  # noqa: E402 - after the sys.path lines, for a plain scrip
 )
 
 from awooop.core.db import Connection, Database  # noqa: E402
+from awooop.core.events import run_id_of_stream  # noqa: E402
 from awooop.core.pools import connect  # noqa: E402
 from awooop.ingest import tenants  # noqa: E402
 from awooop.producer import set_tenant, submit  # noqa: E402
@@ -131,7 +132,7 @@ async def order_check(scratch: Scratch) -> dict[str, int]:
     violations = sum(
         1
         for stream, got in versions.items()
-        if stream.startswith("run-") and got != list(range(1, len(got) + 1))
+        if run_id_of_stream(stream) is not None and got != list(range(1, len(got) + 1))
     )
     return {"streams": len(versions), "order_violations": violations, "duplicates": duplicates}
 

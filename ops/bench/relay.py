@@ -10,7 +10,7 @@ hold back the event log's xmin for every database of the cluster) do not distort
 With --shared it creates a scratch database on the configured server and uses a unique key
 prefix on the configured Redis, and drops/deletes both at the end.
 
-Targets (issue 4): relay >= 20,000 events/s; commit-to-XADD p99 <= 10 ms with NOTIFY.
+Targets: relay >= 20,000 events/s; commit-to-XADD p99 <= 10 ms with NOTIFY.
 Latency runs to the entry id of the XADD (Redis clock) and is reported twice, as bounds of
 commit-to-XADD: from the database clock just before the producer's COMMIT (an upper bound: it
 includes the commit's WAL flush, reported as ``commit_itself_ms``) and from the moment COMMIT
@@ -47,11 +47,11 @@ import redis.asyncio as aioredis
 
 from awooop.core.config import Settings, load_settings
 from awooop.core.db import Database
-from awooop.core.events import RunCreated
+from awooop.core.events import RunCreated, run_stream_id
 from awooop.core.logs import configure_logging
 from awooop.core.migrate import migrate
 from awooop.core.pools import connect
-from awooop.runs import store
+from awooop.eventlog import runs as log_runs
 from streams.envelope import FIELD, decode_envelope
 from streams.keys import Keys
 from streams.relay import Relay
@@ -113,7 +113,7 @@ async def create_run(db: Database, project: str) -> tuple[uuid.UUID, float]:
             input={"text": "x" * 120},
             max_attempts=3,
         )
-        await store.create_run(conn, event, {"traceparent": f"00-{run_id.hex}-{'1' * 16}-01"})
+        await log_runs.create_run(conn, event, {"traceparent": f"00-{run_id.hex}-{'1' * 16}-01"})
         before_commit: float = await conn.fetchval(
             "SELECT extract(epoch FROM clock_timestamp())::float8 * 1000"
         )
@@ -220,8 +220,8 @@ async def steady_latency(
         while next_at < end:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             run_id, before_commit = await create_run(db, random.choice(PROJECTS))
-            returned[f"run-{run_id}"] = time.time() * 1000
-            committed[f"run-{run_id}"] = before_commit
+            returned[run_stream_id(run_id)] = time.time() * 1000
+            committed[run_stream_id(run_id)] = before_commit
             next_at += interval
 
     counted_from = 0.0
@@ -229,7 +229,7 @@ async def steady_latency(
     read_task = asyncio.create_task(reader())
     try:
         await asyncio.sleep(0.3)
-        warm_up = f"run-{(await create_run(db, PROJECTS[0]))[0]}"  # relay up and leading
+        warm_up = run_stream_id((await create_run(db, PROJECTS[0]))[0])  # relay up and leading
         await until(lambda: warm_up in published, 30)
         workers = 8
         counted_from = time.time() * 1000 + warmup_s * 1000  # client clock, as ``returned``
@@ -370,7 +370,7 @@ def main() -> int:
         finally:
             asyncio.run(cleanup_shared(settings, base.database_url))
     else:
-        from awooop.core.embedded import PostgresServer
+        from awooop.demo.servers import PostgresServer
         from tests.support.databases import with_database
         from tests.support.services import private_redis
 

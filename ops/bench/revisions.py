@@ -38,13 +38,13 @@ import asyncpg
 
 from awooop.core.config import load_settings
 from awooop.core.logs import configure_logging
+from awooop.core.loops import run_loop
 from awooop.core.migrate import migrate
 from awooop.core.pools import APP_ROLE, connect
 from awooop.llm.client import ModelRequest
 from awooop.llm.gateway import ModelGateway
 from awooop.llm.local import LocalModel
-from awooop.loops.framework import run_loop
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 from awooop.services import Services, redis_client
 from streams.envelope import FIELD, Notice, encode
 

@@ -30,9 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
-import io
-import json
 import random
 import statistics
 import sys
@@ -49,7 +46,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-from console import REDIS, SERVER, log_in, start_server, url_for  # noqa: E402 - a plain script
+import run_fill  # noqa: E402 - a plain script beside this one
+from console import REDIS, Scratch, report  # noqa: E402 - a plain script
 from tenant_contention import contention  # noqa: E402
 
 from awooop.core.config import load_settings  # noqa: E402
@@ -60,44 +58,18 @@ from awooop.core.events import (  # noqa: E402
     StepCompleted,
     encode_event,
     event_type,
+    run_stream_id,
 )
 from awooop.core.logs import configure_logging  # noqa: E402
-from awooop.core.migrate import migrate  # noqa: E402
+from awooop.eventlog import eventlog, run_reads  # noqa: E402
 from awooop.ingest import credentials  # noqa: E402
-from awooop.log import eventlog  # noqa: E402
-from awooop.runs import blocked_facts, listing, store  # noqa: E402
+from awooop.runs import blocked_facts, listing  # noqa: E402
 from awooop.runs.blocked import Reason  # noqa: E402
+from tests.support.console import log_in  # noqa: E402
 
-RESULTS = HERE / "results"
 TARGET_MS = 300.0
 PROJECT = "bench-big"
 OTHER = "bench-other"
-STATUSES = (
-    ("COMPLETED", 0.90),
-    ("FAILED", 0.05),
-    ("PENDING", 0.02),
-    ("RUNNING", 0.02),
-    ("WAITING_APPROVAL", 0.005),
-    ("CANCELLED", 0.005),
-)
-RUN_COLUMNS = (
-    "run_id",
-    "project_id",
-    "channel_type",
-    "provider_event_id",
-    "status",
-    "version",
-    "attempt_count",
-    "max_attempts",
-    "worker_id",
-    "lease_until",
-    "failure_reason",
-    "failure_code",
-    "input",
-    "created_at",
-    "updated_at",
-)
-EVENT_COLUMNS = ("event_id", "stream_id", "version", "project_id", "event_type", "data")
 LONG_RUN_EVENTS = 200
 
 
@@ -129,67 +101,39 @@ def long_run_events(
     return [(event_type(e), encode_event(e).decode()) for e in (created, claimed, *steps)]
 
 
-def rows(runs: int, seed: int = 31) -> tuple[io.BytesIO, io.BytesIO, uuid.UUID]:
-    """The runs and their events as CSV for COPY, and the run with 200 events."""
+def tables(runs: int, seed: int = 31) -> tuple[run_fill.Tables, uuid.UUID]:
+    """The runs and their events, and the run with 200 events."""
     rnd = random.Random(seed)
     now = datetime.now(UTC)
-    run_out, event_out = io.StringIO(), io.StringIO()
-    run_csv, event_csv = csv.writer(run_out), csv.writer(event_out)
-    names, weights = [s for s, _ in STATUSES], [w for _, w in STATUSES]
+    out = run_fill.Tables()
     long_run = uuid.UUID(int=rnd.getrandbits(128), version=4)
     for i in range(runs + 1000):
         project = PROJECT if i < runs else OTHER
         run_id = long_run if i == 0 else uuid.UUID(int=rnd.getrandbits(128), version=4)
-        status = "RUNNING" if i == 0 else rnd.choices(names, weights)[0]
+        status = "RUNNING" if i == 0 else run_fill.pick_status(rnd)
         created = now - timedelta(seconds=rnd.uniform(0, 3 * 86400))
-        running, failed = status == "RUNNING", status == "FAILED"
         if i == 0:
             events = long_run_events(run_id, created, project, LONG_RUN_EVENTS)
         elif i == runs:  # the other project's run its token reads in the contention phase
             events = long_run_events(run_id, created, project, 5)
         else:
             events = [(t, "{}") for t in events_of(status)]
-        run_csv.writerow(
-            [
-                run_id,
-                project,
-                "api",
-                f"key-{i}",
-                status,
-                len(events),
-                0 if status == "PENDING" else 1,
-                3,
-                "bench-host:1:w1" if running else "",
-                (now + timedelta(minutes=5)).isoformat() if running else "",
-                "the handler raised" if failed else "",
-                "E-HANDLER-001" if failed else "",
-                "{}",
-                created.isoformat(),
-                created.isoformat(),
-            ]
+        out.run(
+            run_fill.run_fields(
+                run_id, project, f"key-{i}", status, version=len(events), created=created, now=now
+            )
         )
         for version, (kind, data) in enumerate(events, 1):
-            event_csv.writerow([uuid.uuid4(), f"run-{run_id}", version, project, kind, data])
-    return (
-        io.BytesIO(run_out.getvalue().encode()),
-        io.BytesIO(event_out.getvalue().encode()),
-        long_run,
-    )
+            out.event(run_stream_id(run_id), version, project, kind, data)
+    return out, long_run
 
 
 async def fill(url: str, runs: int) -> tuple[float, uuid.UUID, int]:
     conn = await asyncpg.connect(url)
     try:
         started = time.perf_counter()
-        run_csv, event_csv, long_run = rows(runs)
-        await conn.copy_to_table(
-            "awooop_run_state", source=run_csv, columns=RUN_COLUMNS, format="csv", null=""
-        )
-        await conn.copy_to_table(
-            "awooop_events", source=event_csv, columns=EVENT_COLUMNS, format="csv"
-        )
-        await conn.execute("VACUUM ANALYZE awooop_run_state")
-        await conn.execute("VACUUM ANALYZE awooop_events")
+        written, long_run = tables(runs)
+        await written.copy(conn)
         events = await conn.fetchval("SELECT count(*) FROM awooop_events")
         return time.perf_counter() - started, long_run, int(events)
     finally:
@@ -199,11 +143,6 @@ async def fill(url: str, runs: int) -> tuple[float, uuid.UUID, int]:
 # --- plans ------------------------------------------------------------------------------------
 
 
-async def explain(conn: Any, sql: str, args: list[Any]) -> str:
-    found = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, *args)
-    return "\n".join(r[0] for r in found)
-
-
 async def plans_as(conn: Any, long_run: uuid.UUID) -> dict[str, str]:
     """The plans of the statements behind the timed pages, on ``conn``'s role."""
     found: dict[str, str] = {}
@@ -211,26 +150,28 @@ async def plans_as(conn: Any, long_run: uuid.UUID) -> dict[str, str]:
     f = listing.parse_filter({"project": PROJECT}, now)
     sql, names = listing.statement(f, False)
     given = listing.values(f, None, listing.PAGE)
-    found["list page"] = await explain(conn, sql, [given[n] for n in names])
+    found["list page"] = await run_fill.explain(conn, sql, [given[n] for n in names])
     page = await conn.fetch(sql, *(given[n] for n in names))
-    found["blocked-on facts of the page (50 runs)"] = await explain(
+    found["blocked-on facts of the page (50 runs)"] = await run_fill.explain(
         conn, blocked_facts.FACTS, [[r["run_id"] for r in page]]
     )
     f = listing.parse_filter({"project": PROJECT, "blocked_on": "failed"}, now)
     sql, names = listing.statement(f, False)
     given = listing.values(f, None, listing.SCAN_BATCH)
-    found["list page blocked_on=failed (a batch of 200)"] = await explain(
+    found["list page blocked_on=failed (a batch of 200)"] = await run_fill.explain(
         conn, sql, [given[n] for n in names]
     )
     f = listing.parse_filter({"project": PROJECT, "status": "FAILED"}, now)
     sql, names = listing.count_statement(f)
     given = listing.values(f, None, 0)
-    found["bulk preview count (retry)"] = await explain(conn, sql, [given[n] for n in names])
-    found["run page: the run"] = await explain(conn, store.SELECT_RUN, [long_run])
-    found["run page: its 200 events"] = await explain(
-        conn, eventlog.READ_STREAM, [f"run-{long_run}", 0]
+    found["bulk preview count (retry)"] = await run_fill.explain(
+        conn, sql, [given[n] for n in names]
     )
-    found["run page: approvals"] = await explain(conn, listing.APPROVALS, [long_run])
+    found["run page: the run"] = await run_fill.explain(conn, run_reads.GET, [long_run])
+    found["run page: its 200 events"] = await run_fill.explain(
+        conn, eventlog.READ_STREAM, [run_stream_id(long_run), 0]
+    )
+    found["run page: approvals"] = await run_fill.explain(conn, listing.APPROVALS, [long_run])
     return found
 
 
@@ -325,11 +266,8 @@ async def time_scope(
 
 
 async def main(runs: int, repeat: int, contention_s: float) -> dict[str, Any]:
-    name = f"awooop_bench_tenant_{uuid.uuid4().hex[:8]}"
-    url = url_for(name)
-    await migrate(url)
-    proc = None
-    try:
+    async with Scratch("tenant") as scratch:
+        url = scratch.url
         fill_s, long_run, events = await fill(url, runs)
         settings = load_settings(environ={}, database_url=url, redis_url=REDIS)
         db = await Database.open(settings.database_url, max_size=2)
@@ -355,7 +293,7 @@ async def main(runs: int, repeat: int, contention_s: float) -> dict[str, Any]:
         for role, statements in found_plans.items():
             for title, plan in statements.items():
                 print(f"--- {role}: {title}\n{plan}\n", file=sys.stderr)
-        proc, base = await start_server(url, name)
+        base = await scratch.serve()
         scopes = {
             scope: await time_scope(base, token, repeat, long_run)
             for scope, token in tokens.items()
@@ -363,15 +301,6 @@ async def main(runs: int, repeat: int, contention_s: float) -> dict[str, Any]:
         shared = await contention(
             url, base, log_in, tokens["read"], OTHER, other_token, other_run, contention_s
         )
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
-        server = await asyncpg.connect(SERVER)
-        try:
-            await server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await server.close()
     timed = [case for cases_ in scopes.values() for case in cases_ if "median_ms" in case]
     return {
         "benchmark": "tenant_reads",
@@ -393,9 +322,4 @@ if __name__ == "__main__":
     parser.add_argument("--contention-s", type=float, default=15.0)
     args = parser.parse_args()
     configure_logging("warning")  # stdout is the JSON result
-    result = asyncio.run(main(args.runs, args.repeat, args.contention_s))
-    text = json.dumps(result, indent=2)
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M")
-    (RESULTS / f"tenant-reads-{stamp}.json").write_text(text + "\n")
-    print(text)
+    report(asyncio.run(main(args.runs, args.repeat, args.contention_s)), "tenant-reads")

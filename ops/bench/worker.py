@@ -32,7 +32,7 @@ run, ``RunCreated``).
 databases are created and dropped on ``AWOOOP_BENCH_DATABASE_URL`` /
 ``AWOOOP_TEST_DATABASE_URL`` (default the local server); Redis keys use a scratch prefix on
 ``AWOOOP_REDIS_URL`` and are deleted afterwards. ``--redis-cluster`` starts a private Redis
-Cluster of three masters on loopback ports instead (``awooop.core.embedded.RedisCluster``; no
+Cluster of three masters on loopback ports instead (``awooop.demo.servers.RedisCluster``; no
 replicas, no persistence) and points every process at it (``redis+cluster://``).
 """
 
@@ -60,9 +60,9 @@ sys.path.insert(0, str(ROOT))
 
 from awooop.core.config import Settings, load_settings  # noqa: E402
 from awooop.core.db import Database  # noqa: E402 - after the sys.path line, for a plain script
-from awooop.core.embedded import RedisCluster  # noqa: E402
 from awooop.core.events import run_id_of_stream  # noqa: E402
 from awooop.core.migrate import migrate  # noqa: E402
+from awooop.demo.servers import RedisCluster  # noqa: E402
 from awooop.producer import ChannelEvent, submit, submit_many  # noqa: E402
 from awooop.services import redis_client  # noqa: E402
 from streams.envelope import FIELD, decode_envelope  # noqa: E402

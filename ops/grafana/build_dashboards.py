@@ -233,12 +233,16 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
         "AwoooP / Background loops",
         [
             (
-                "Seconds since last successful iteration (alert at 300)",
+                "Seconds since last successful iteration (alert at 2 cycles, at least 300)",
                 [
                     (
                         "time() - awooop_background_loop_last_run_timestamp",
                         "{{loop_name}} {{project_id}}",
-                    )
+                    ),
+                    (
+                        "clamp_min(2 * awooop_background_loop_interval_seconds, 300)",
+                        "threshold {{loop_name}} {{project_id}}",
+                    ),
                 ],
                 "s",
             ),

@@ -1,7 +1,7 @@
 """The chaos soak: deliveries with duplicates while workers are SIGKILLed, Redis is flushed and
 restarted, and Postgres is restarted once; then the invariants.
 
-Everything runs against PRIVATE Postgres and Redis servers (awooop.core.embedded), never the shared
+Everything runs against PRIVATE Postgres and Redis servers (awooop.demo.servers), never the shared
 ones. The short variant runs in CI; ``-m slow`` with AWOOOP_SOAK_EVENTS=2000 (and optionally
 AWOOOP_SOAK_SECONDS) is the long manual variant. Invariants checked at the end:
 every accepted key has exactly one run; every run is terminal and none FAILED; exactly one
@@ -25,8 +25,8 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from awooop.core.embedded import free_port
 from awooop.demo.processes import Processes
+from awooop.demo.servers import free_port
 from tests.support.http import wait_ready
 from tests.support.services import private_postgres, private_redis
 

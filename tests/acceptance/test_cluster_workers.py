@@ -1,4 +1,4 @@
-"""Ingest -> relay -> worker processes -> COMPLETED on a private 3-master Redis Cluster (issue 10),
+"""Ingest -> relay -> worker processes -> COMPLETED on a private 3-master Redis Cluster,
 with shards spread over all three masters and one master killed mid-run and started again
 without its data.
 
@@ -21,10 +21,11 @@ from typing import Any
 import msgspec
 from redis.exceptions import ResponseError
 
-from awooop.commands.doctor_check import Check
 from awooop.commands.doctor_checks import run_checks
+from awooop.commands.doctor_results import Check
 from awooop.core.config import Settings
 from awooop.core.db import Database
+from awooop.core.events import run_stream_id
 from awooop.producer import ChannelEvent, submit_many
 from awooop.services import Services, redis_client
 from streams.keys import WORKER_GROUP, Keys
@@ -171,14 +172,14 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
     assert {resets[s] for s in keys.shards() if s not in lost_shards} == {0}
     # Nothing lost, nothing done twice.
     completed = await count_events(db, "RunCompleted")
-    assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * len(run_ids)
+    assert sorted(completed[run_stream_id(r)] for r in run_ids) == [1] * len(run_ids)
     effects = read_effects(effects_file)
     begins = Counter(e["run_id"] for e in effects if e["what"] == "begin")
     assert sorted(begins[str(r)] for r in run_ids) == [1] * len(run_ids)
     assert {e["worker_id"] for e in effects} <= set(ids)
     histories = await all_histories(db)
     for run_id in run_ids:
-        check_single_holder(histories[f"run-{run_id}"])
+        check_single_holder(histories[run_stream_id(run_id)])
     # awooop doctor reads the cluster too: Redis reachable, every shard's group in place.
     assert doctor["redis"].status == "OK", doctor["redis"]
     for shard in keys.shards():

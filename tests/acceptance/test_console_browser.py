@@ -1,4 +1,4 @@
-"""The run console in a real browser (issue 22): headless Chromium from Debian's packages
+"""The run console in a real browser: headless Chromium from Debian's packages
 (``/usr/bin/chromium``; ``.ci/run`` installs it) driven by Playwright for Python, against the
 console served by uvicorn on a free port, with a real worker process and relay.
 
@@ -6,7 +6,7 @@ A manage token logs in, filters the list to FAILED, opens the failed run, sees i
 blocked_on, retries it and sees it complete; a read token sees the pages without action buttons
 and is refused on a forged POST; another project's token sees nothing of the project. The list
 and run pages are saved as console-runs.png and console-run.png (in the test's folder, or in
-``$AWOOOP_TEST_SCREENSHOTS``: ``AWOOOP_TEST_SCREENSHOTS=docs`` renews the README's pictures).
+``$AWOOOP_TEST_SCREENSHOTS``: ``AWOOOP_TEST_SCREENSHOTS=docs`` renews docs/console.md's pictures).
 
 Skipped, saying so, only where no Chromium is installed (``apt-get install -y chromium``).
 """
@@ -26,8 +26,8 @@ import uvicorn
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.embedded import free_port
 from awooop.core.errors import DeliveryLimitError
+from awooop.demo.servers import free_port
 from awooop.http.app import create_app
 from awooop.http.server import server_config
 from awooop.ingest import credentials
@@ -38,7 +38,7 @@ from tests.support.waiting import eventually
 from tests.support.workers import workers
 
 CHROMIUM = os.environ.get("AWOOOP_TEST_CHROMIUM", "/usr/bin/chromium")
-# Where the list and run screenshots go: docs/ when asked (they are the README's pictures).
+# Where the list and run screenshots go: docs/ when asked (they are docs/console.md's pictures).
 SHOTS_ENV = "AWOOOP_TEST_SCREENSHOTS"
 P, Q = "shop-orders", "billing"
 

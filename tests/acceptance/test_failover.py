@@ -1,4 +1,4 @@
-"""A primary failover under pg_auto_failover (issue 21, first part): one Database opened on a
+"""A primary failover under pg_auto_failover: one Database opened on a
 multi-host URL keeps submitting through a SIGKILL of the primary, and every submit that
 returned is on the new primary exactly once (the standby is synchronous, so an acknowledged
 commit is on both). The producer retries a failed or hanging submit with the same key, as a
@@ -20,11 +20,11 @@ import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.embedded import free_port
 from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.migrate import migrate
 from awooop.core.pools import connect
 from awooop.core.retries import CONNECTION_ERRORS
+from awooop.demo.servers import free_port
 from awooop.ingest import credentials
 from awooop.producer import ChannelEvent, submit
 from awooop.runs.control import CANCEL_CHANNEL

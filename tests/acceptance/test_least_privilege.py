@@ -24,10 +24,10 @@ import pytest
 from awooop import producer
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.embedded import free_port
 from awooop.core.errors import MigrationPrivilegeError
 from awooop.core.migrate import MIGRATIONS_DIR, migrate
 from awooop.core.pools import init_connection
+from awooop.demo.servers import free_port
 from tests.support.handlers import read_effects
 from tests.support.waiting import eventually
 from tests.support.workers import WorkerProcess, cli
@@ -209,7 +209,7 @@ async def test_migrate_as_the_login_role_checks_and_writes_nothing(
     pending = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS_DIR, pending)
     table = f"awooop_probe_{uuid.uuid4().hex[:8]}"
-    (pending / "9999_probe.sql").write_text(f"CREATE TABLE {table} (id int);\n")
+    (pending / "9999_probe.sql").write_text(f"-- phase: expand\nCREATE TABLE {table} (id int);\n")
     with pytest.raises(MigrationPrivilegeError) as refused:
         await migrate(login.database_url, pending)
     assert refused.value.code == "E-MIGRATE-002"

@@ -17,7 +17,7 @@ import urllib.request
 from typing import Any
 
 from awooop.core.config import Settings
-from awooop.core.embedded import free_port
+from awooop.demo.servers import free_port
 
 LOOPS = ("stats_runs", "stats_outbox", "stats_streams", "relay", "dedupe_expiry")
 

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.embedded import free_port
+from awooop.demo.servers import free_port
 from tests.support.handlers import read_effects
 from tests.support.runs import create_runs, load
 from tests.support.waiting import eventually

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -18,11 +17,13 @@ import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.embedded import free_port
+from awooop.core.events import run_stream_id
 from awooop.core.migrate import migrate
+from awooop.demo.servers import free_port
 from tests.support.connections import fit_workers
 from tests.support.handlers import read_effects
 from tests.support.runs import (
+    all_finished,
     all_histories,
     check_single_holder,
     count_events,
@@ -44,16 +45,6 @@ pytestmark = pytest.mark.fast("processes")
 @pytest.fixture
 def effects_file(tmp_path: Path) -> str:
     return str(tmp_path / "effects.jsonl")
-
-
-async def all_finished(db: Database, run_ids: list[uuid.UUID]) -> bool:
-    async with db.platform() as conn:
-        n = await conn.fetchval(
-            "SELECT count(*) FROM awooop_run_state WHERE run_id = ANY($1) "
-            "AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')",
-            run_ids,
-        )
-    return bool(n == len(run_ids))
 
 
 @pytest.mark.parametrize(
@@ -102,8 +93,8 @@ async def test_runs_on_many_worker_processes_each_complete_once(
     ]
     completed = await count_events(db, "RunCompleted")
     claimed = await count_events(db, "RunClaimed")
-    assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * runs
-    assert sorted(claimed[f"run-{r}"] for r in run_ids) == [1] * runs
+    assert sorted(completed[run_stream_id(r)] for r in run_ids) == [1] * runs
+    assert sorted(claimed[run_stream_id(r)] for r in run_ids) == [1] * runs
     lines = read_effects(effects_file)
     begins = Counter(e["run_id"] for e in lines if e["what"] == "begin")
     assert sorted(begins[str(r)] for r in run_ids) == [1] * runs  # each handler ran once
@@ -150,7 +141,7 @@ async def test_kill_9_mid_run_recovers_without_repeating_journaled_steps(
         ("two", 2),
         ("done", 2),
     ]
-    assert (await count_events(db, "RunCompleted"))[f"run-{run_id}"] == 1
+    assert (await count_events(db, "RunCompleted"))[run_stream_id(run_id)] == 1
     check_single_holder(await events_of(db, P, run_id))
 
 
@@ -240,7 +231,7 @@ async def test_sigterm_with_runs_in_flight_loses_none_and_completes_none_twice(
         relay.stop()
     assert sum(released_early.values()) == 6  # handed back before the worker exited
     completed = await count_events(db, "RunCompleted")
-    assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * 12
+    assert sorted(completed[run_stream_id(r)] for r in run_ids) == [1] * 12
     for run_id in run_ids:
         state = await load(db, P, run_id)
         assert state.status == "COMPLETED"

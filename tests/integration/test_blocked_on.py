@@ -20,9 +20,9 @@ from awooop.core.config import Settings
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.errors import DeliveryLimitError
 from awooop.core.events import ToolWaitStarted
+from awooop.core.loops import LoopContext
+from awooop.eventlog import deadletters
 from awooop.ingest import credentials
-from awooop.log import deadletters
-from awooop.loops.framework import LoopContext
 from awooop.loops.stats import StatsLoops
 from awooop.runs import approvals, control, leases
 from awooop.services import Services

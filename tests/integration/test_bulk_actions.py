@@ -1,4 +1,4 @@
-"""Bulk actions by filter (issue 22): preview, one operation, batches with progress, each run
+"""Bulk actions by filter: preview, one operation, batches with progress, each run
 changed once per operation (also when resumed or run twice at once), the actor and the
 operation id on every event; the console's scopes and CSRF; the CLI's --filter and --dry-run."""
 
@@ -19,9 +19,11 @@ from awooop.cli import build_parser
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import InvalidInputError
+from awooop.core.events import run_stream_id
 from awooop.ingest import credentials
 from awooop.runs import bulk, listing
-from tests.integration.test_console import CSRF, log_in
+from tests.integration.test_console import log_in
+from tests.support.console import csrf_of
 from tests.support.http import app_client
 from tests.support.runs import create_failed_runs, create_runs, event_types, load
 from tests.support.waiting import eventually
@@ -64,13 +66,12 @@ async def test_bulk_retry_of_1000_failed_runs_from_the_console(
         assert preview.status_code == 200
         assert re.search(r'id="total">1000<', preview.text)
         assert f"<td>{P}</td><td>1000</td>" in preview.text and Q not in preview.text
-        csrf = CSRF.search(preview.text)
-        assert csrf is not None
+        csrf = csrf_of(preview)
 
         started = time.monotonic()
         confirmed = await http.post(
             "/ui/bulk/retry",
-            data={"csrf": csrf.group(1), "status": "FAILED", "attempts": "2", "actor": "Ann"},
+            data={"csrf": csrf, "status": "FAILED", "attempts": "2", "actor": "Ann"},
         )
         assert confirmed.status_code == 303
         target = confirmed.headers["location"]
@@ -96,7 +97,7 @@ async def test_bulk_retry_of_1000_failed_runs_from_the_console(
     assert op["actor"] == f"manage-token:{token_id}" and op["person"] == "Ann"
 
     events = await events_by_run(db, P, "RunRetried")
-    assert set(events) == {f"run-{r}" for r in failed}
+    assert set(events) == {run_stream_id(r) for r in failed}
     assert all(len(metas) == 1 for metas in events.values())
     assert {
         (m["actor"], m["operation_id"], m["via"]) for metas in events.values() for m in metas
@@ -141,7 +142,7 @@ async def test_each_run_changes_once_when_resumed_after_a_crash_or_run_twice(
     assert (final.scanned, final.changed, final.refused) == (45, 45, 0)
     events = await events_by_run(db, P, "RunRetried")
     assert Counter(len(m) for m in events.values()) == Counter({1: 45})
-    assert set(events) == {f"run-{r}" for r in failed}
+    assert set(events) == {run_stream_id(r) for r in failed}
     # Resuming a finished operation changes nothing.
     again = await bulk.execute(db, P, op.operation_id)
     assert again.changed == 45
@@ -223,7 +224,7 @@ async def test_cli_retry_by_filter_with_dry_run(
     [op] = await operations(db)
     assert f"operation {op['operation_id']} done: 3 retried, 0 refused" in printed.out
     events = await events_by_run(db, P, "RunRetried")
-    assert set(events) == {f"run-{r}" for r in failed}
+    assert set(events) == {run_stream_id(r) for r in failed}
     assert all(m[0]["operation_id"] == str(op["operation_id"]) for m in events.values())
     assert all(m[0]["actor"] == f"cli:{getpass.getuser()}" for m in events.values())
 
@@ -257,7 +258,7 @@ async def test_a_run_postgres_refuses_fails_only_itself(
     poisoned = failed[137]  # somewhere in the middle batch of three
     owner = await asyncpg.connect(database_url)
     try:
-        await owner.execute(POISON.format(stream_id=f"run-{poisoned}"))
+        await owner.execute(POISON.format(stream_id=run_stream_id(poisoned)))
     finally:
         await owner.close()
 
@@ -283,7 +284,7 @@ async def test_a_run_postgres_refuses_fails_only_itself(
     # Every other run once, with the operation on its event; the batch around the poisoned
     # run was written run by run, and its other 99 runs are among them.
     events = await events_by_run(db, P, "RunRetried")
-    assert set(events) == {f"run-{r}" for r in failed if r != poisoned}
+    assert set(events) == {run_stream_id(r) for r in failed if r != poisoned}
     assert all(len(metas) == 1 for metas in events.values())
     assert {
         (m["actor"], m["operation_id"], m["via"]) for metas in events.values() for m in metas
@@ -296,7 +297,7 @@ async def test_a_run_postgres_refuses_fails_only_itself(
     assert (state.status.value, state.version, state.max_attempts) == ("FAILED", 2, 3)
     assert await event_types(db, P, poisoned) == ["RunCreated", "RunFailed"]
     async with db.platform() as conn:
-        assert await conn.fetchval(STREAM_HEAD, f"run-{poisoned}") == 2
+        assert await conn.fetchval(STREAM_HEAD, run_stream_id(poisoned)) == 2
 
 
 # The run's event meets a serialization failure twice (a sequence counts across the rolled
@@ -324,7 +325,7 @@ async def test_a_transient_conflict_retries_the_batch_and_refuses_no_run(
     failed = await create_failed_runs(db, P, 10)
     owner = await asyncpg.connect(database_url)
     try:
-        await owner.execute(CONFLICT_TWICE.format(stream_id=f"run-{failed[3]}"))
+        await owner.execute(CONFLICT_TWICE.format(stream_id=run_stream_id(failed[3])))
         f = listing.RunFilter(project=P)
         op = await db.in_tenant(
             P, lambda c: bulk.create(c, "retry", f, actor="cli:test", via="cli", expected=10)

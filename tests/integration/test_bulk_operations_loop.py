@@ -16,9 +16,10 @@ import asyncpg
 from awooop.core.config import Settings
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection, Database
+from awooop.core.events import run_stream_id
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.ingest import credentials
 from awooop.loops import bulk_operations
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec
 from awooop.loops.registry import all_loops
 from awooop.runs import bulk, listing
 from awooop.runs.blocked import Reason
@@ -82,7 +83,7 @@ async def check_each_run_changed_once(
     assert final.state == "done" and final.finished_at is not None
     assert (final.scanned, final.changed, final.refused, final.skipped) == (n, n, 0, 0)
     events = await events_by_run(db, P, "RunRetried")
-    assert set(events) == {f"run-{r}" for r in failed}
+    assert set(events) == {run_stream_id(r) for r in failed}
     assert Counter(len(metas) for metas in events.values()) == Counter({1: len(failed)})
     assert {
         (m["actor"], m["operation_id"], m["via"]) for metas in events.values() for m in metas
@@ -212,4 +213,4 @@ async def test_the_loop_keeps_to_the_blocked_on_reason_of_the_filter(
     # The SQL takes every PENDING run; the loop's blocked_on decision keeps the dead-lettered.
     assert (final.state, final.scanned, final.changed, final.skipped) == ("done", 20, 5, 15)
     events = await events_by_run(db, P, "RunCancelled")
-    assert set(events) == {f"run-{r}" for r in lettered}
+    assert set(events) == {run_stream_id(r) for r in lettered}

@@ -14,8 +14,8 @@ from awooop import producer
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.events import StepCompleted
-from awooop.log import batches
-from awooop.log import runs as runs_log
+from awooop.eventlog import batches
+from awooop.eventlog import runs as runs_log
 from awooop.runs import leases
 from streams.relay import Relay
 from tests.support.runs import create_runs

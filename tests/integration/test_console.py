@@ -1,11 +1,10 @@
-"""The console under /ui (issue 22) through the ASGI app on real Postgres and Redis: login and
+"""The console under /ui through the ASGI app on real Postgres and Redis: login and
 session cookie, the run list's filters, the run page, actions with CSRF and the actor, the
 read scope, another project's token, revocation; and the read scope on the bearer routes."""
 
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 
 import httpx
@@ -15,13 +14,14 @@ from awooop.core.config import Settings
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.errors import DeliveryLimitError
+from awooop.core.events import run_stream_id
 from awooop.ingest import credentials
 from awooop.runs import leases
+from tests.support import console
 from tests.support.http import app_client
 from tests.support.runs import create_runs, events_of, load
 
 P, Q = "proj-console", "proj-console-other"
-CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 async def failed_run(db: Database, project: str) -> uuid.UUID:
@@ -39,21 +39,14 @@ async def failed_run(db: Database, project: str) -> uuid.UUID:
 
 
 async def log_in(http: httpx.AsyncClient, token: str) -> str:
-    """Log in through the form; the page's CSRF token."""
-    page = await http.get("/ui/login")
-    login_csrf = CSRF.search(page.text)
-    assert login_csrf is not None
-    answer = await http.post(
-        "/ui/login", data={"csrf": login_csrf.group(1), "token": token, "next": "/ui/runs"}
-    )
-    assert answer.status_code == 303 and answer.headers["location"] == "/ui/runs"
+    """Log in through the form; the run list's CSRF token."""
+    answer = await console.log_in(http, token)
+    assert answer.headers["location"] == "/ui/runs"
     cookie = answer.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
     runs = await http.get("/ui/runs")
     assert runs.status_code == 200
-    found = CSRF.search(runs.text)
-    assert found is not None
-    return found.group(1)
+    return console.csrf_of(runs)
 
 
 async def test_login_list_filter_open_and_retry_with_the_actor(
@@ -96,7 +89,7 @@ async def test_login_list_filter_open_and_retry_with_the_actor(
     async with db.tenant(P) as conn:
         meta = await conn.fetchval(
             "SELECT metadata FROM awooop_events WHERE stream_id = $1 ORDER BY version DESC LIMIT 1",
-            f"run-{failed}",
+            run_stream_id(failed),
         )
     assert meta == {"actor": f"manage-token:{manage_id}", "via": "console"}
 
@@ -159,9 +152,7 @@ async def test_admin_sees_every_project_and_revocation_ends_sessions(
 async def test_a_bad_token_does_not_log_in(settings: Settings, db: Database, token: str) -> None:
     async with app_client(settings, db) as http:
         page = await http.get("/ui/login")
-        found = CSRF.search(page.text)
-        assert found is not None
-        answer = await http.post("/ui/login", data={"csrf": found.group(1), "token": token})
+        answer = await http.post("/ui/login", data={"csrf": console.csrf_of(page), "token": token})
         assert answer.status_code == 401 and "awooop_console=" not in answer.headers.get(
             "set-cookie", ""
         )

@@ -20,6 +20,7 @@ from awooop import producer
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import DatabaseRefusedError
+from awooop.core.events import run_stream_id
 from awooop.worker.assembly import build_worker
 from tests.support import handlers
 from tests.support.ingest import COUNTED, Ingest, ingest_app
@@ -243,7 +244,7 @@ async def test_an_attempt_cut_off_by_a_refusing_database_is_handed_back_uncharge
     assert (state["attempt_count"], state["max_attempts"]) == (2, quick.max_attempts + 1)
     rows = await owner.fetch(
         "SELECT event_type FROM awooop_events WHERE stream_id = $1 ORDER BY version",
-        f"run-{run_id}",
+        run_stream_id(run_id),
     )
     names = [r["event_type"] for r in rows]
     assert "RunRequeued" not in names and names.count("LeaseReleased") == 1

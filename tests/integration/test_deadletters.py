@@ -22,9 +22,9 @@ from awooop.core.db import Database
 from awooop.core.errors import DeliveryLimitError, InvalidInputError
 from awooop.core.events import run_stream_id
 from awooop.core.migrate import MIGRATIONS_DIR, migrate
-from awooop.log import deadletters as log_deadletters
-from awooop.log import eventlog
-from awooop.log.deadletters import DeadLetterRecord, DeadLetterRow
+from awooop.eventlog import deadletters as log_deadletters
+from awooop.eventlog import eventlog
+from awooop.eventlog.deadletters import DeadLetterRecord, DeadLetterRow
 from awooop.loops.runs import reap_once
 from awooop.loops.stats import StatsLoops
 from awooop.runs import blocked_facts, control, deadletters, leases

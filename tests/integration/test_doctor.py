@@ -12,11 +12,12 @@ import uuid
 import msgspec
 import redis.asyncio as aioredis
 
-from awooop.commands.doctor_check import FAIL, OK
+from awooop.commands.doctor_results import FAIL, OK
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.embedded import free_port
-from awooop.runs import leases, store
+from awooop.demo.servers import free_port
+from awooop.eventlog.runs import create_run
+from awooop.runs import leases
 from streams.keys import WORKER_GROUP, Keys
 from tests.support import factories
 from tests.support.services import private_redis
@@ -86,7 +87,7 @@ async def test_each_seeded_problem_is_named_and_fails(settings: Settings, db: Da
     run_id = uuid.uuid4()  # a RUNNING run whose lease expired long ago (no reaper running)
     async with db.tenant("p1") as conn:
         now = await conn.fetchval("SELECT now()")
-        await store.create_run(conn, factories.created(run_id=run_id, project_id="p1", at=now))
+        await create_run(conn, factories.created(run_id=run_id, project_id="p1", at=now))
         await leases.claim(conn, run_id, "w-gone", 30)
     async with db.platform_writes() as conn:
         await conn.execute(

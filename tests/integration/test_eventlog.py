@@ -16,7 +16,7 @@ from awooop.core.db import Database
 from awooop.core.errors import VersionConflictError
 from awooop.core.events import ApprovalGranted
 from awooop.core.retries import retry_transaction
-from awooop.log import eventlog
+from awooop.eventlog import eventlog
 from tests.support.factories import T0
 
 PROJECT = "p1"

@@ -1,5 +1,5 @@
 """Dedupe expiry (R-04): the platform loop keeps the dedupe table's windows ahead of the clock and
-drops a window once every row in it has expired (awooop.log.dedupe_windows)."""
+drops a window once every row in it has expired (awooop.eventlog.dedupe_windows)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from prometheus_client import REGISTRY
 
 from awooop import producer
 from awooop.core.config import Settings
+from awooop.core.loops import LoopCategory, LoopContext
+from awooop.eventlog import dedupe_windows as windows
+from awooop.eventlog import partition_ddl
 from awooop.ingest import credentials
-from awooop.log import dedupe_windows as windows
-from awooop.log import partition_ddl
 from awooop.loops import dedupe_expiry as expiry
-from awooop.loops.framework import LoopCategory, LoopContext
 from awooop.loops.registry import all_loops
 from awooop.producer import ChannelEvent
 from awooop.services import Services

@@ -16,8 +16,8 @@ from structlog.testing import capture_logs
 from awooop.core.config import Settings
 from awooop.core.events import RunCreated, decode_event, run_stream_id
 from awooop.core.telemetry import configure_tracing
+from awooop.eventlog import eventlog
 from awooop.ingest import credentials
-from awooop.log import eventlog
 from tests.support.ingest import Ingest, counts, ingest, ingest_app
 from tests.support.webhooks import (
     CHANNELS,

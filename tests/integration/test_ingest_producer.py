@@ -20,8 +20,8 @@ from awooop.core.errors import (
 )
 from awooop.core.events import run_stream_id
 from awooop.core.telemetry import configure_tracing
+from awooop.eventlog import eventlog
 from awooop.ingest import credentials
-from awooop.log import eventlog
 from awooop.producer import ChannelEvent
 from tests.support.ingest import counts
 

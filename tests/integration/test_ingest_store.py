@@ -11,13 +11,13 @@ from awooop.core.config import load_settings
 from awooop.core.db import Database
 from awooop.core.events import RunCreated, decode_event, run_stream_id
 from awooop.core.sessions import TenantSessions
-from awooop.ingest import store as ingest_store
+from awooop.eventlog import eventlog
+from awooop.eventlog import ingest as log_ingest
+from awooop.eventlog.state import fold
+from awooop.ingest import ingest_write as ingest_store
 from awooop.ingest.common import ParsedEvent
-from awooop.log import eventlog
-from awooop.log import ingest as log_ingest
-from awooop.log.state import fold
 from awooop.producer import ChannelEvent
-from awooop.runs import store
+from awooop.runs import run_rows
 from tests.support.waiting import eventually
 
 PROJECT = "p1"
@@ -30,7 +30,7 @@ async def test_each_run_row_equals_the_replay_of_its_event_on_one_clock(db: Data
     results = await producer.submit_many(db, PROJECT, events, contract_id="triage")
     async with db.tenant(PROJECT) as conn:
         for result, event in zip(results, events, strict=True):
-            row = await store.load(conn, result.run_id)
+            row = await run_rows.load(conn, result.run_id)
             recorded = await eventlog.read_stream(conn, run_stream_id(result.run_id))
             dedupe_created = await conn.fetchval(
                 "SELECT created_at FROM awooop_channel_event_dedupe WHERE run_id = $1",
@@ -119,7 +119,7 @@ async def test_a_repeat_probes_the_index_per_key_however_stale_the_statistics(
         plans = []
         for sql, args in (
             (log_ingest.INSERT_NEW, arguments),
-            (ingest_store.LOOKUP_DEDUPE, [*arguments[:3], config.dedupe_ttl_s]),
+            (log_ingest.LOOKUP_DEDUPE, arguments[:4]),
         ):
             plan = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args)
             plans.append(_dedupe_pages(plan))  # the connection's json codec decoded it

@@ -13,7 +13,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import AuthenticationError, UnknownChannelError
 from awooop.core.sessions import TenantSessions
-from awooop.ingest import credentials, store, submission
+from awooop.ingest import credentials, ingest_write, submission
 from awooop.ingest.service import Ingestor
 from awooop.ingest.submission import ChannelEvent
 from tests.support.ingest import counts
@@ -33,7 +33,7 @@ def metric(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-async def receive(ingestor: Ingestor, delivery: Delivery) -> list[store.Outcome]:
+async def receive(ingestor: Ingestor, delivery: Delivery) -> list[ingest_write.Outcome]:
     async def body() -> bytes:
         return delivery.body
 

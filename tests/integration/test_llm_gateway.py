@@ -14,10 +14,10 @@ from prometheus_client import Histogram
 
 from awooop.core import metrics
 from awooop.core.config import Settings
+from awooop.core.loops import Heartbeat, set_heartbeat_sink
 from awooop.llm.gateway import READER_LOOP, ModelGateway
 from awooop.llm.local import LocalModel, local_completion
-from awooop.loops.framework import Heartbeat, set_heartbeat_sink
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 from awooop.services import Services
 from streams.envelope import Notice
 from tests.support.revisions import publish_outbox, set_epoch

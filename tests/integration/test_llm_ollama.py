@@ -20,7 +20,7 @@ from awooop.core.errors import ModelResponseError, ModelUnavailableError
 from awooop.llm.client import ModelRequest
 from awooop.llm.gateway import ModelGateway
 from awooop.llm.ollama import OllamaClient
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 from awooop.services import Services
 from tests.support.revisions import publish_outbox, set_epoch
 from tests.support.services import free_port

@@ -1,6 +1,6 @@
 """The time-partitioned log: an old partition archived to a file and dropped while runs are
 written, then run state rebuilt both from the snapshots and from the archive's files
-(migrations/0100_partitioned_log.sql, projections/archive.py)."""
+(migrations/0100_partitioned_log.sql, awooop/eventlog/archive.py)."""
 
 from __future__ import annotations
 
@@ -17,17 +17,19 @@ import pytest
 from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection, Database
 from awooop.core.errors import ArchiveFileError, ArchiveRefusedError
 from awooop.core.events import run_stream_id
-from awooop.log import partitions
-from awooop.log.state import TERMINAL, TRANSITIONS
+from awooop.core.loop_heartbeats import DatabaseHeartbeats
+from awooop.core.loops import Heartbeat, LoopContext
+from awooop.eventlog import archive, archive_files, partitions
+from awooop.eventlog.state import TERMINAL, TRANSITIONS
 from awooop.loops import log_partitions
-from awooop.loops.framework import LoopContext
 from awooop.loops.registry import all_loops
-from awooop.runs import store
+from awooop.runs import run_rows
 from awooop.services import Services
-from projections import archive
+from projections.lag import projector_lag
 from streams.relay import Relay
 from tests.acceptance.test_replay_cli import awooop
 from tests.support.factories import event_for
@@ -45,17 +47,21 @@ WHERE stream_id = $1 AND version <= $2
 """
 COUNT_EVENTS = "SELECT count(*) FROM awooop_events"
 STREAM_VERSIONS = "SELECT stream_id, version FROM awooop_event_streams WHERE stream_id LIKE 'run-%'"
+PUBLISHED = (
+    "UPDATE awooop_relay_cursor SET tx_id = pg_current_xact_id()::text::bigint, "
+    "position = 1 << 62 WHERE name = 'events'"
+)
 
 
 async def finish(db: Database, project: str, run_id: uuid.UUID) -> None:
     """Cancel the run if it is still live (every live state allows RunCancelled)."""
     async with db.tenant(project) as conn:
-        state, _ = await store.lock(conn, run_id)
+        state, _ = await run_rows.lock(conn, run_id)
     if state.status in TERMINAL:
         return
 
     async def tx(conn: Connection) -> None:
-        await store.record(conn, run_id, lambda s, now: event_for("RunCancelled", s, at=now))
+        await run_rows.record(conn, run_id, lambda s, now: event_for("RunCancelled", s, at=now))
 
     assert "RunCancelled" in TRANSITIONS[state.status]
     await db.in_tenant(project, tx)
@@ -70,7 +76,9 @@ async def age(db: Database, stream_id: str, through_version: int) -> int:
 async def archive_all_due(settings: Settings, directory: Path) -> list[archive.ArchiveResult]:
     results = []
     while (
-        result := await archive.archive_due(settings.database_url, directory, retention=RETENTION)
+        result := await archive.archive_due(
+            settings.database_url, directory, retention=RETENTION, projector_lag=projector_lag
+        )
     ) is not None:
         results.append(result)
     return results
@@ -135,12 +143,12 @@ async def test_a_partition_archived_and_dropped_under_traffic_rebuilds_from_snap
     assert {r["partition_name"] for r in catalogue} == {r.partition for r in results}
     assert total_after == total_before - aged + traffic.events
 
-    file = archive_dir / archive.file_name(archived[0].partition)
+    file = archive_dir / archive_files.file_name(archived[0].partition)
     sidecar = file.with_name(file.name + ".sha256")
     digest = hashlib.sha256(file.read_bytes()).hexdigest()
     assert sidecar.read_text() == f"{digest}  {file.name}\n"
     lines = gzip.decompress(file.read_bytes()).splitlines()
-    assert msgspec.json.decode(lines[0])["format"] == archive.FORMAT
+    assert msgspec.json.decode(lines[0])["format"] == archive_files.FORMAT
     assert msgspec.json.decode(lines[-1]) == {"end": True, "events": aged}
     assert len(lines) == aged + 2
 
@@ -181,10 +189,7 @@ async def test_a_live_run_keeps_its_partition(
     (run_id,) = await create_runs(db, "alpha")
     await age(db, run_stream_id(run_id), 1)
     async with db.platform_writes() as conn:  # as if the relay had published it
-        await conn.execute(
-            "UPDATE awooop_relay_cursor SET tx_id = pg_current_xact_id()::text::bigint, "
-            "position = 1 << 62 WHERE name = 'events'"
-        )
+        await conn.execute(PUBLISHED)
     with pytest.raises(ArchiveRefusedError, match=f"run {run_id} is PENDING"):
         await archive_all_due(settings, tmp_path)
     async with db.platform() as conn:
@@ -206,6 +211,39 @@ async def test_an_unpublished_partition_is_not_archived(
         await archive_all_due(settings, tmp_path)
 
 
+async def test_a_projector_behind_the_partition_keeps_it_by_the_check_it_is_handed(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    async with db.platform_writes() as conn:
+        await conn.execute(OLD_PARTITIONS)
+    (run_id,) = await create_runs(db, "alpha")
+    await finish(db, "alpha", run_id)
+    await age(db, run_stream_id(run_id), 2)
+    async with db.platform_writes() as conn:  # as if the relay had published it
+        await conn.execute(PUBLISHED)
+    heartbeats = DatabaseHeartbeats(db)
+    for loop_name in ("projector:run_state_view", "projector:gone"):
+        await heartbeats.record(Heartbeat(loop_name, PLATFORM_PROJECT, "platform", 1.0, True, 0))
+    # No run_state_view projector ever applied the run; "gone" is no projection of this build.
+    behind = f"projector run_state_view has not applied stream {run_stream_id(run_id)} yet"
+    with pytest.raises(ArchiveRefusedError, match=behind):
+        await archive_all_due(settings, tmp_path)
+
+    asked: list[str] = []
+
+    async def caught_up(_conn: Connection, name: str, *_range: object) -> str | None:
+        asked.append(name)
+        return None
+
+    while await archive.archive_due(
+        settings.database_url, tmp_path, retention=RETENTION, projector_lag=caught_up
+    ):
+        pass
+    assert set(asked) == {"run_state_view", "gone"}
+    async with db.platform() as conn:
+        assert await conn.fetchval(COUNT_EVENTS) == 0
+
+
 async def test_a_changed_or_missing_archive_file_stops_the_replay(
     settings: Settings, db: Database, redis: Any, tmp_path: Path
 ) -> None:
@@ -223,13 +261,13 @@ async def test_a_changed_or_missing_archive_file_stops_the_replay(
     results = await archive_all_due(settings, tmp_path)
     (done,) = [r for r in results if r.events]
     assert done.events == 8
-    file = tmp_path / archive.file_name(done.partition)
+    file = tmp_path / archive_files.file_name(done.partition)
 
     content = bytearray(gzip.decompress(file.read_bytes()))
     content[content.index(b'"alpha"') + 1] = ord("A")  # one changed byte, recompressed
     file.write_bytes(gzip.compress(bytes(content)))
     with pytest.raises(ArchiveFileError, match="sha256"):
-        archive.read_archive(file)
+        archive_files.read_archive(file)
     code, out, err = await awooop(settings, "replay", "run_state", "--from-archive", str(tmp_path))
     assert code == 1 and "E-ARCHIVE-001" in out + err
 
@@ -275,7 +313,9 @@ async def test_the_loop_extends_the_partitions_and_archives_what_is_due(
     ahead = REGISTRY.get_sample_value("awooop_log_partition_ahead_seconds")
     assert ahead is not None and ahead >= 13 * 86400  # 14 days ahead
     assert sum(r["events"] for r in catalogue) == 4 and left == 0
-    assert (archive_dir / archive.file_name(max(catalogue, key=lambda r: r["events"])[0])).exists()
+    assert (
+        archive_dir / archive_files.file_name(max(catalogue, key=lambda r: r["events"])[0])
+    ).exists()
     assert parts and not {p.name for p in parts} & {r["partition_name"] for r in catalogue}
     done = REGISTRY.get_sample_value("awooop_log_partitions_archived_total") or 0.0
     assert done - archived == len(catalogue)

@@ -1,12 +1,12 @@
 """The log room's contract: every writer of ``awooop_events``, ``awooop_event_streams`` and
-``awooop_run_state`` (the table in ``awooop/log/writers.py``) leaves each run row equal to
+``awooop_run_state`` (the table in ``awooop/eventlog/writers.py``) leaves each run row equal to
 ``apply`` folded over the run's events, and each stream head equal to its last event.
 
 One case per writer runs it against real Postgres, with asyncpg's query logger on the
 connections it writes through, and the test checks that the statements the case names were
 sent. The checks below the cases fail when a writer of the table has no case, when a
 ``sql/*.sql`` file writes a log table without a row in the table, or when a module outside
-``awooop/log/`` writes a log table.
+``awooop/eventlog/`` writes a log table.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ import pytest
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.events import decode_event, run_stream_id
-from awooop.ingest import store as ingest_store
+from awooop.eventlog import eventlog, queries
+from awooop.eventlog import runs as log_runs
+from awooop.eventlog.eventlog import RawEvent
+from awooop.eventlog.state import LEASED, RunState, fold
+from awooop.eventlog.writers import BY_NAME, EVENTS, RUNS, STREAMS
+from awooop.ingest import ingest_write as ingest_store
 from awooop.ingest.common import ParsedEvent
-from awooop.log import eventlog, queries
-from awooop.log.eventlog import RawEvent
-from awooop.log.state import LEASED, RunState, fold
-from awooop.log.writers import BY_NAME, EVENTS, RUNS, STREAMS
-from awooop.runs import leases, store
+from awooop.runs import leases, run_rows
 from projections.registry import get
 from projections.replay import Replay
 from tests.support.factories import created, event_for
@@ -80,7 +81,7 @@ def logged(fn: Callable[[Connection], Awaitable[T]]) -> Callable[[Connection], A
 
 
 def case(*writers: str) -> Callable[[Case], Case]:
-    """Register a case that runs ``writers`` (names of awooop.log.writers.WRITERS)."""
+    """Register a case that runs ``writers`` (names of awooop.eventlog.writers.WRITERS)."""
 
     def register(run: Case) -> Case:
         CASES[run.__name__] = (writers, run)
@@ -97,7 +98,7 @@ async def create_run(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 1)  # the helper every test uses to make runs
     async with db.tenant(P) as conn:
         now = await conn.fetchval("SELECT now()")
-        made = await logged(lambda c: store.create_run(c, created(at=now, project_id=P)))(conn)
+        made = await logged(lambda c: log_runs.create_run(c, created(at=now, project_id=P)))(conn)
     return Touched({*runs, made.run_id})
 
 
@@ -119,7 +120,7 @@ async def _record(db: Database, run_id: uuid.UUID, name: str) -> None:
         return event_for(name, state, at=now)
 
     async with db.tenant(P) as conn:
-        await logged(lambda c: store.record(c, run_id, make))(conn)
+        await logged(lambda c: run_rows.record(c, run_id, make))(conn)
 
 
 @case("update_run", "append_many")
@@ -197,7 +198,7 @@ def _append_at_head(
 async def replay_repair(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 2)
     async with db.tenant(P) as conn:
-        await store.record(conn, runs[0], lambda s, now: event_for("RunClaimed", s, at=now))
+        await run_rows.record(conn, runs[0], lambda s, now: event_for("RunClaimed", s, at=now))
     async with db.platform_writes() as conn:  # a row that no longer equals its fold
         await conn.execute(
             "UPDATE awooop_run_state SET attempt_count = attempt_count + 7 WHERE run_id = $1",
@@ -214,7 +215,7 @@ async def replay_repair(db: Database, url: str, settings: Settings) -> Touched:
 async def assert_log_equals_fold(db: Database, touched: Touched) -> None:
     async with db.platform_writes() as conn:
         for run_id in touched.runs:
-            row = await store.load(conn, run_id)
+            row = await run_rows.load(conn, run_id)
             recorded = await eventlog.read_stream(conn, run_stream_id(run_id))
             folded = fold([decode_event(e.data) for e in recorded])
             assert row is not None and folded is not None
@@ -271,7 +272,7 @@ def test_no_module_outside_the_log_room_writes_the_log() -> None:
     for package in ("awooop", "streams", "projections"):
         for path in sorted((ROOT / package).rglob("*.py")):
             relative = path.relative_to(ROOT).as_posix()
-            if relative.startswith("awooop/log/"):
+            if relative.startswith("awooop/eventlog/"):
                 continue
             for match in WRITES.finditer(path.read_text(encoding="utf-8")):
                 found.append(f"{relative}: {match.group(0)}")

@@ -9,10 +9,11 @@ import asyncpg
 from prometheus_client import REGISTRY
 
 from awooop.core import events as ev
-from awooop.log.state import TERMINAL, RunStatus
-from awooop.loops.framework import LoopContext
+from awooop.core.loops import LoopContext
+from awooop.eventlog.runs import create_run
+from awooop.eventlog.state import TERMINAL, RunStatus
 from awooop.loops.stats import LIVE_STATES, StatsLoops, runs_sample
-from awooop.runs import store
+from awooop.runs import run_rows
 from awooop.services import Services
 from streams.keys import WORKER_GROUP
 from tests.support import factories
@@ -42,10 +43,10 @@ async def make_run(services: Services, project: str, *, to: str) -> uuid.UUID:
     run_id = uuid.uuid4()
     async with services.db.tenant(project) as conn:
         now = await conn.fetchval("SELECT now()")
-        await store.create_run(conn, factories.created(run_id, project_id=project, at=now))
+        await create_run(conn, factories.created(run_id, project_id=project, at=now))
         if to == "PENDING":
             return run_id
-        await store.record(
+        await run_rows.record(
             conn,
             run_id,
             lambda s, now: ev.RunClaimed(
@@ -53,7 +54,7 @@ async def make_run(services: Services, project: str, *, to: str) -> uuid.UUID:
             ),
         )
         if to == "WAITING_APPROVAL":
-            await store.record(
+            await run_rows.record(
                 conn,
                 run_id,
                 lambda s, now: ev.ApprovalRequested(
@@ -61,7 +62,7 @@ async def make_run(services: Services, project: str, *, to: str) -> uuid.UUID:
                 ),
             )
         elif to == "COMPLETED":
-            await store.record(
+            await run_rows.record(
                 conn,
                 run_id,
                 lambda s, now: ev.RunCompleted(at=now, worker_id="w", attempt=1, result=None),

@@ -1,4 +1,4 @@
-"""The management routes' bearer tokens and scopes (issue 10), on real Postgres and Redis.
+"""The management routes' bearer tokens and scopes, on real Postgres and Redis.
 
 Every management route refuses a missing, malformed, unknown, revoked, ingest-scoped or other
 project's token with its status and code and writes nothing; the right token (the project's
@@ -21,8 +21,8 @@ from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.errors import DeliveryLimitError, InvalidInputError
 from awooop.core.events import run_stream_id
+from awooop.eventlog import eventlog
 from awooop.ingest import credentials
-from awooop.log import eventlog
 from awooop.runs import approvals, leases
 from tests.support.http import app_client
 from tests.support.runs import create_runs, load

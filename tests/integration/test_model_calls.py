@@ -1,6 +1,6 @@
 """Every model call of a run is recorded (``ModelCalled`` on the run's stream, fenced) and
 listed with the policy revision that served it on the console's run page and in ``awooop runs
-show`` (issue 22): a real worker, the real gateway with the local model, real Postgres."""
+show``: a real worker, the real gateway with the local model, real Postgres."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import ModelUnavailableError
 from awooop.core.events import ModelCalled, decode_event, run_stream_id
+from awooop.eventlog import eventlog
+from awooop.eventlog.state import fold
 from awooop.ingest import credentials
 from awooop.llm.gateway import DEFAULT_CONTRACT, LLMResult, ModelCall, ModelGateway
-from awooop.log import eventlog
-from awooop.log.state import fold
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 from awooop.runs import leases
 from awooop.services import Services, redis_client
 from awooop.worker.context import RunContext

@@ -1,6 +1,6 @@
 """A detached partition that turns out to hold rows it must keep goes back where it was, with its
-row-level security forced again (projections.archive for the log, awooop.log.dedupe_windows for
-the dedupe table)."""
+row-level security forced again (awooop.eventlog.archive for the log,
+awooop.eventlog.dedupe_windows for the dedupe table)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import asyncpg
 import pytest
 
 from awooop.core.errors import ArchiveRefusedError
-from awooop.log import dedupe_windows
-from awooop.log.partition_ddl import DEDUPE, EVENTS
-from awooop.log.partitions import Partition
-from projections import archive
+from awooop.eventlog import archive, dedupe_windows
+from awooop.eventlog.partition_ddl import DEDUPE, EVENTS
+from awooop.eventlog.partitions import Partition
 
 STATE = """
 SELECT c.relispartition, c.relforcerowsecurity FROM pg_class c WHERE c.relname = $1

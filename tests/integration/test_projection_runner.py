@@ -10,6 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from awooop.core.db import Database
+from awooop.core.events import run_id_of_stream
 from projections.diff import diff_table
 from projections.registry import get, projector_names
 from projections.replay import replay
@@ -128,11 +129,13 @@ async def test_a_gap_is_filled_from_the_log_never_skipped(db: Database) -> None:
         last[e.stream_id] = e
     projector = Projector(db, get("run_timeline"))
     result = await projector.apply_events(
-        [await _as_log_event(e) for e in last.values() if e.stream_id.startswith("run-")]
+        [await _as_log_event(e) for e in last.values() if run_id_of_stream(e.stream_id) is not None]
     )
-    run_events = [e for e in envelopes if e.stream_id.startswith("run-")]
+    run_events = [e for e in envelopes if run_id_of_stream(e.stream_id) is not None]
     assert result.applied == len(run_events)
-    single = sum(1 for e in last.values() if e.stream_id.startswith("run-") and e.version == 1)
+    single = sum(
+        1 for e in last.values() if run_id_of_stream(e.stream_id) is not None and e.version == 1
+    )
     assert result.filled == len(run_events) - single  # all but the directly applied v1s
     async with db.platform() as conn:
         gaps = await conn.fetchval(

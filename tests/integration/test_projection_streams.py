@@ -9,9 +9,9 @@ import pytest
 
 from awooop.commands import doctor_flow as doctor
 from awooop.core.db import Database
-from awooop.loops.framework import run_loop
+from awooop.core.loop_heartbeats import DatabaseHeartbeats
+from awooop.core.loops import run_loop
 from awooop.loops.projector import consumer_for, consumer_loop
-from awooop.loops.store import DatabaseHeartbeats
 from awooop.services import Services
 from projections.registry import get, projector_names
 from projections.replay import replay

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.events import decode_event
+from awooop.core.events import decode_event, run_stream_id
 from streams.envelope import FIELD, decode_envelope, decode_notice
 from streams.keys import Keys
 from streams.relay import Relay
@@ -61,7 +61,7 @@ async def test_events_go_to_their_shard_and_dispatch_events_also_to_work(
         assert [e.version for e in events] == list(range(1, len(expected) + 1))
         assert work[0] == events[0]
         first = events[0]
-        assert first.stream_id == f"run-{runs[shard]}"
+        assert first.stream_id == run_stream_id(runs[shard])
         assert first.attempt == 0
         assert decode_event(first.payload).run_id == runs[shard]  # type: ignore[union-attr]  # RunCreated
         assert abs(first.recorded_at - time.time()) < 60

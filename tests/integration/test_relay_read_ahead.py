@@ -17,8 +17,9 @@ import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
+from awooop.core.events import run_stream_id
+from awooop.core.loops import run_loop
 from awooop.core.pools import connect
-from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.producer import ChannelEvent, set_tenant, submit
 from streams.envelope import FIELD, Envelope, decode_envelope
@@ -122,7 +123,7 @@ async def test_runs_of_another_project_complete_while_a_transaction_is_held_open
     ids = [e.event_id for e in envelopes]
     assert len(ids) == len(set(ids)), "an event was published twice without a crash"
     assert any(e.ahead_of is not None for e in envelopes)  # published ahead of the cursor
-    held_events = [e for e in envelopes if e.stream_id == f"run-{held.run_id}"]
+    held_events = [e for e in envelopes if e.stream_id == run_stream_id(held.run_id)]
     assert [e.version for e in held_events] == list(range(1, len(held_events) + 1))
 
 
@@ -170,7 +171,7 @@ async def test_a_relay_crash_while_a_transaction_is_held_open_loses_nothing(
 
 async def _work_for(redis: Any, keys: Keys, run_ids: list[uuid.UUID]) -> bool:
     announced = {e.stream_id for e in await work_entries(redis, keys, P)}
-    return {f"run-{r}" for r in run_ids} <= announced
+    return {run_stream_id(r) for r in run_ids} <= announced
 
 
 async def test_a_redis_loss_while_a_transaction_is_held_open_redispatches_what_was_ahead(

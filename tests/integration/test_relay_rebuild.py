@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
+from awooop.core.events import run_stream_id
 from streams.consumer import GroupConsumer
 from streams.keys import WORKER_GROUP, Keys, projector_group
 from streams.relay import Relay
@@ -115,11 +116,11 @@ async def test_a_lost_shard_is_rebuilt_from_the_safe_point_and_dispatchable_runs
         await worker.run_until_idle()
         # Exactly what no group had acknowledged when the safe point was taken, again.
         replayed = [d.envelope.stream_id for d in projected.deliveries]
-        assert sorted(replayed) == sorted(f"run-{r}" for r in new_runs)
+        assert sorted(replayed) == sorted(run_stream_id(r) for r in new_runs)
         assert all(d.envelope.attempt == 1 for d in projected.deliveries)
         # Workers get every PENDING run (old and new), not the RUNNING one.
         dispatched = {d.envelope.stream_id for d in worked.deliveries}
-        assert dispatched == {f"run-{r}" for r in [*old_runs[1:], *new_runs]}
+        assert dispatched == {run_stream_id(r) for r in [*old_runs[1:], *new_runs]}
         async with db.platform() as conn:
             row = await conn.fetchrow(
                 "SELECT epoch, resets FROM awooop_relay_shards WHERE shard_count = $1 "

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from awooop.core.db import Database
-from awooop.log.state import COLUMNS
-from awooop.runs import store
+from awooop.eventlog.state import COLUMNS
+from awooop.runs import run_rows
 from projections.registry import get
 from projections.replay import Replay, replay
 from tests.support.factories import event_for
@@ -115,7 +115,7 @@ async def test_a_lease_clock_behind_the_log_is_a_difference(
     work = Workload(db, seed=5)
     run_id = await work.create("alpha")
     async with db.tenant("alpha") as conn:
-        await store.record(conn, run_id, lambda s, now: event_for("RunClaimed", s, at=now))
+        await run_rows.record(conn, run_id, lambda s, now: event_for("RunClaimed", s, at=now))
     await work.heartbeat()
     assert (await replay(database_url, get("run_state"))).differences == 0
     async with db.platform_writes() as conn:

@@ -16,7 +16,7 @@ from awooop.core.pools import SET_SESSION_TENANT
 from awooop.revisions.cache import RevisionCache
 from awooop.revisions.effective import PolicyResolver
 from awooop.revisions.pointer import POINTER_CHECK_MANY, POINTER_CHECK_ONE, PointerChecker
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 
 P, FAMILY = "p1", "policy_routing"
 

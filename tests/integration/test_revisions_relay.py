@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from awooop.core.config import Settings
+from awooop.core.loops import run_loop
 from awooop.llm.gateway import ModelGateway
-from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 from awooop.services import Services
 from streams.envelope import Notice
 from streams.relay import Relay

@@ -1,4 +1,4 @@
-"""The split-brain test of ADR-113 (R-24, R-26): no call that starts after an activation
+"""The split-brain test (R-24, R-26): no call that starts after an activation
 commits uses an older revision, on any worker, with notices, without Redis, without notices.
 
 10 gateways (each its own cache, pointer connection and notice reader, like 10 workers) call
@@ -25,10 +25,10 @@ import msgspec
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
+from awooop.core.loops import run_loop
 from awooop.llm.gateway import ModelGateway
-from awooop.loops.framework import run_loop
 from awooop.loops.relay import relay_spec
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 from awooop.services import Services
 from streams.relay import Relay
 from tests.support.revisions import drop_outbox, set_epoch

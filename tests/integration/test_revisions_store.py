@@ -22,9 +22,9 @@ from awooop.core.errors import (
     RevisionNotFoundError,
 )
 from awooop.core.events import RevisionActivated, RevisionCreated, decode_event, revision_stream_id
-from awooop.log import eventlog
+from awooop.eventlog import eventlog
 from awooop.revisions.body import body_hash
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 from awooop.revisions.writes import Stage
 from tests.support.properties import ON_DATABASE
 

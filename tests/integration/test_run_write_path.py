@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from awooop.core.db import Database
 from awooop.core.errors import IllegalTransitionError
 from awooop.core.events import RunCompleted, decode_event, run_stream_id
-from awooop.log import eventlog
-from awooop.log.state import TERMINAL, TRANSITIONS, RunState, apply, fold
-from awooop.runs import store
+from awooop.eventlog import eventlog
+from awooop.eventlog.runs import create_run
+from awooop.eventlog.state import TERMINAL, TRANSITIONS, RunState, apply, fold
+from awooop.runs import run_rows
 from tests.support.factories import created, event_for
 from tests.support.properties import ON_DATABASE
 
@@ -44,12 +45,12 @@ async def test_the_row_equals_apply_folded_over_the_events(
     run_id = uuid.uuid4()
     first = created(run_id=run_id, project_id=PROJECT)
     async with db.tenant(PROJECT) as conn:
-        await store.create_run(conn, first)
+        await create_run(conn, first)
     for name in history[1:]:
         async with db.tenant(PROJECT) as conn:
-            await store.record(conn, run_id, lambda s, now, name=name: event_for(name, s))
+            await run_rows.record(conn, run_id, lambda s, now, name=name: event_for(name, s))
     async with db.tenant(PROJECT) as conn:
-        row = await store.load(conn, run_id)
+        row = await run_rows.load(conn, run_id)
         recorded = await eventlog.read_stream(conn, run_stream_id(run_id))
     assert [e.event_type for e in recorded] == history
     assert row == fold([decode_event(e.data) for e in recorded])
@@ -58,14 +59,14 @@ async def test_the_row_equals_apply_folded_over_the_events(
 async def test_an_illegal_event_writes_nothing(db: Database) -> None:
     run_id = uuid.uuid4()
     async with db.tenant(PROJECT) as conn:
-        await store.create_run(conn, created(run_id=run_id, project_id=PROJECT))
+        await create_run(conn, created(run_id=run_id, project_id=PROJECT))
     with pytest.raises(IllegalTransitionError):
         async with db.tenant(PROJECT) as conn:
-            await store.record(
+            await run_rows.record(
                 conn, run_id, lambda s, now: RunCompleted(at=now, worker_id="w", attempt=0)
             )
     async with db.tenant(PROJECT) as conn:
-        row = await store.load(conn, run_id)
+        row = await run_rows.load(conn, run_id)
         recorded = await eventlog.read_stream(conn, run_stream_id(run_id))
     assert row is not None and row.status == "PENDING" and row.version == 1
     assert len(recorded) == 1

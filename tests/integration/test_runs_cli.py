@@ -14,7 +14,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import DeliveryLimitError, InvalidInputError, RunNotFoundError
 from awooop.core.events import run_stream_id
-from awooop.log import eventlog
+from awooop.eventlog import eventlog
 from awooop.runs import leases
 from tests.support.runs import create_runs, load
 

@@ -14,7 +14,7 @@ import asyncpg
 import httpx
 import pytest
 
-from awooop.commands.doctor_check import FAIL, OK, WARN
+from awooop.commands.doctor_results import FAIL, OK, WARN
 from awooop.commands.doctor_schema import migrations as doctor_migrations
 from awooop.core.config import Settings
 from awooop.core.errors import SchemaMismatchError

@@ -26,10 +26,10 @@ from awooop.core.db import Database
 from awooop.core.errors import AwoooPError
 from awooop.core.events import ApprovalGranted, revision_stream_id, run_stream_id
 from awooop.core.migrate import MIGRATIONS_DIR, migrate
-from awooop.log import eventlog
-from awooop.log.eventlog import RawEvent
+from awooop.eventlog import eventlog
+from awooop.eventlog.eventlog import RawEvent
 from awooop.producer import ChannelEvent, DomainEvent
-from awooop.revisions.store import Revisions
+from awooop.revisions.service import Revisions
 from tests.support import databases, tenant_rows
 from tests.support.ingest import counts
 from tests.support.logins import Login, bound_login

@@ -12,12 +12,14 @@ from structlog.testing import capture_logs
 
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
-from awooop.log import deadletters
+from awooop.core.events import run_stream_id
+from awooop.eventlog import deadletters
 from streams.consumer import GroupConsumer
 from streams.delivery import Delivery
 from streams.envelope import FIELD, Envelope, encode
 from streams.keys import Keys
 from streams.reclaim import autoclaim
+from tests.support.logcapture import capture_context_logs
 from tests.support.streams import Collector, running_consumer
 from tests.support.waiting import eventually
 
@@ -34,7 +36,7 @@ def envelope(version: int = 1, stream_id: str | None = None, project: str = "p1"
         event_id=uuid.uuid4(),
         position=version,
         tx_id=1,
-        stream_id=stream_id or f"run-{uuid.uuid4()}",
+        stream_id=stream_id or run_stream_id(uuid.uuid4()),
         version=version,
         project_id=project,
         event_type="RunCreated",
@@ -44,7 +46,7 @@ def envelope(version: int = 1, stream_id: str | None = None, project: str = "p1"
 
 
 async def add(redis: Any, stream: str, count: int, stream_id: str | None = None) -> list[str]:
-    sid = stream_id or f"run-{uuid.uuid4()}"
+    sid = stream_id or run_stream_id(uuid.uuid4())
     ids = []
     for version in range(1, count + 1):
         entry = await redis.xadd(stream, {FIELD: encode(envelope(version, sid))})
@@ -195,6 +197,25 @@ async def test_nogroup_without_an_epoch_recreates_at_0_and_does_not_spin(
     assert group.stats.nogroup <= 2
     assert [e["event"] for e in logs].count("stream_group_missing") <= 2
     assert any(e["event"] == "stream_epoch_missing" for e in logs)
+
+
+async def test_a_first_start_on_an_empty_redis_is_not_reported_as_data_loss(
+    redis: Any, keys: Keys
+) -> None:
+    """No epoch was ever written (a new install: the relay has not initialised the shard yet):
+    an info line, no warning. Once the consumer has seen an epoch, its loss is a warning."""
+    stream = keys.events_stream(0)
+    collector = Collector()
+    group = consumer(redis, keys, collector, block_ms=50)
+    with capture_context_logs() as logs:
+        async with running_consumer(group):
+            await add(redis, stream, 2)
+            await eventually(lambda: len(collector.deliveries) == 2, what="the deliveries")
+            await group.check_epochs()
+    events = [e["event"] for e in logs]
+    assert "stream_epoch_not_yet_written" in events
+    assert "stream_epoch_missing" not in events
+    assert not [e for e in logs if e["log_level"] == "warning"], logs
 
 
 async def test_a_new_epoch_calls_on_reset_and_restarts_at_0(redis: Any, keys: Keys) -> None:

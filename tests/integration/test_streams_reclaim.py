@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
-from awooop.log import deadletters
+from awooop.eventlog import deadletters
 from streams.envelope import FIELD, encode
 from streams.keys import WORKER_GROUP, Keys
 from streams.reclaim import autoclaim, touch

@@ -69,7 +69,7 @@ def test_without_an_endpoint_nothing_is_exported(monkeypatch: pytest.MonkeyPatch
 
 
 def test_serve_metrics_serves_the_registry() -> None:
-    from awooop.core.embedded import free_port
+    from awooop.demo.servers import free_port
 
     metrics.DEAD_LETTERS.inc(0)
     server = serve_metrics(free_port(), addr="127.0.0.1")

@@ -23,6 +23,7 @@ from awooop.core.config import Settings
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.errors import InvalidInputError, TenantAdminError, TenantNotGrantedError
+from awooop.core.events import run_stream_id
 from awooop.ingest import auth, credentials, tenants
 from awooop.producer import ChannelEvent, DomainEvent
 from tests.support import tenant_rows
@@ -481,7 +482,7 @@ async def test_a_producer_cannot_move_its_own_runs_on_by_hand(
         async with conn.transaction():
             await producer.set_tenant(conn, SHOP)
             run = await producer.submit(conn, SHOP, ChannelEvent("api", "mine-1", {}))
-        stream = f"run-{run.run_id}"
+        stream = run_stream_id(run.run_id)
         async with db.platform_writes() as owner:
             row = await owner.fetchval(
                 "SELECT to_jsonb(s) FROM awooop_run_state s WHERE run_id = $1", run.run_id

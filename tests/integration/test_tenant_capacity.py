@@ -10,7 +10,6 @@ shows it active) for as long as the test wants, whatever the machine's load.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -31,11 +30,11 @@ from awooop.http.console_session import COOKIE
 from awooop.http.server import server_config
 from awooop.ingest import credentials
 from awooop.services import Services
+from tests.support.console import log_in
 from tests.support.runs import create_runs
 from tests.support.waiting import eventually
 
 A, B = "proj-cap-a", "proj-cap-b"
-CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 SHARE = 3
 
 
@@ -92,13 +91,7 @@ async def waiting_on_lock(database_url: str, fragment: str) -> list[int]:
 async def console_session(base: str, token: str) -> httpx.Cookies:
     """Log in to the console with ``token``; the session's cookies."""
     async with httpx.AsyncClient(base_url=base) as http:
-        page = await http.get("/ui/login")
-        found = CSRF.search(page.text)
-        assert found is not None
-        answer = await http.post(
-            "/ui/login", data={"csrf": found.group(1), "token": token, "next": "/ui/runs"}
-        )
-        assert answer.status_code == 303, answer.text
+        await log_in(http, token)
         return http.cookies
 
 

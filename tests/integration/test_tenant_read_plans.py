@@ -12,8 +12,6 @@ analyzed), so the planner chooses by cost as it would in production."""
 
 from __future__ import annotations
 
-import csv
-import io
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,59 +20,38 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from awooop.core.db import Connection, Database
+from awooop.core.events import run_stream_id
 from awooop.core.pools import SET_TENANT
+from awooop.eventlog import eventlog, run_reads
 from awooop.ingest import tenants
-from awooop.log import eventlog
 from awooop.revisions import reads as revision_reads
-from awooop.runs import approvals, blocked_facts, bulk, listing, store
+from awooop.runs import approvals, blocked_facts, bulk, listing
+from tests.support.scripts import load_script
 
 P, OTHER = "proj-plans-a", "proj-plans-b"
 RUNS = 30000
+run_fill = load_script("ops/bench/run_fill.py", "run_fill")
 STATUSES = ("COMPLETED",) * 16 + ("FAILED", "PENDING", "RUNNING", "WAITING_APPROVAL")
 
 
 async def backlog(database_url: str) -> None:
     """RUNS runs (most of them P's) with three events each, then ANALYZE."""
     now = datetime.now(UTC)
-    runs, events = io.StringIO(), io.StringIO()
-    run_rows, event_rows = csv.writer(runs), csv.writer(events)
+    tables = run_fill.Tables()
     for i in range(RUNS):
         run_id, project = uuid.uuid4(), P if i % 10 else OTHER
         status = STATUSES[i % len(STATUSES)]
         created = now - timedelta(seconds=i)
-        run_rows.writerow(
-            [run_id, project, "api", f"key-{i}", status, 3, 1, 3, "{}", created, created]
+        tables.run(
+            run_fill.run_fields(
+                run_id, project, f"key-{i}", status, version=3, created=created, now=now
+            )
         )
         for version, kind in enumerate(("RunCreated", "RunClaimed", "RunFailed"), 1):
-            event_rows.writerow([uuid.uuid4(), f"run-{run_id}", version, project, kind, "{}"])
+            tables.event(run_stream_id(run_id), version, project, kind, "{}")
     conn = await asyncpg.connect(database_url)
     try:
-        await conn.copy_to_table(
-            "awooop_run_state",
-            source=io.BytesIO(runs.getvalue().encode()),
-            columns=(
-                "run_id",
-                "project_id",
-                "channel_type",
-                "provider_event_id",
-                "status",
-                "version",
-                "attempt_count",
-                "max_attempts",
-                "input",
-                "created_at",
-                "updated_at",
-            ),
-            format="csv",
-        )
-        await conn.copy_to_table(
-            "awooop_events",
-            source=io.BytesIO(events.getvalue().encode()),
-            columns=("event_id", "stream_id", "version", "project_id", "event_type", "data"),
-            format="csv",
-        )
-        await conn.execute("ANALYZE awooop_run_state")
-        await conn.execute("ANALYZE awooop_events")
+        await tables.copy(conn)
     finally:
         await conn.close()
 
@@ -105,8 +82,10 @@ async def request_plans(conn: Connection) -> dict[str, str]:
     given = listing.values(f, None, 0)
     found["bulk preview count"] = await plan(conn, sql, [given[n] for n in names])
     run_id = await conn.fetchval("SELECT run_id FROM awooop_run_state LIMIT 1")
-    found["run page: the run"] = await plan(conn, store.SELECT_RUN, [run_id])
-    found["run page: its events"] = await plan(conn, eventlog.READ_STREAM, [f"run-{run_id}", 0])
+    found["run page: the run"] = await plan(conn, run_reads.GET, [run_id])
+    found["run page: its events"] = await plan(
+        conn, eventlog.READ_STREAM, [run_stream_id(run_id), 0]
+    )
     found["run page: approvals"] = await plan(conn, listing.APPROVALS, [run_id])
     return found
 
@@ -163,8 +142,8 @@ async def producer_plans(conn: Connection) -> dict[str, str]:
     assert run_id is not None
     return {
         "list": await plan(conn, sql, [given[n] for n in names]),
-        "the run": await plan(conn, store.SELECT_RUN, [run_id]),
-        "its events": await plan(conn, eventlog.READ_STREAM, [f"run-{run_id}", 0]),
+        "the run": await plan(conn, run_reads.GET, [run_id]),
+        "its events": await plan(conn, eventlog.READ_STREAM, [run_stream_id(run_id), 0]),
     }
 
 
@@ -201,9 +180,9 @@ def management_statements(run_id: uuid.UUID) -> dict[str, tuple[str, list[Any]]]
     arguments of the right types (values that match nothing change no plan)."""
     some = uuid.uuid4()
     return {
-        "run: load": (store.SELECT_RUN, [run_id]),
-        "run: lock": (store.LOCK_RUN, [run_id]),
-        "run: its events": (eventlog.READ_STREAM, [f"run-{run_id}", 0]),
+        "run: load": (run_reads.GET, [run_id]),
+        "run: lock": (run_reads.LOCK, [run_id]),
+        "run: its events": (eventlog.READ_STREAM, [run_stream_id(run_id), 0]),
         "run: approvals": (listing.APPROVALS, [run_id]),
         "approve/reject: the approval by token": (approvals.LOCK_BY_HASH, ["0" * 64]),
         "approve/reject: the latest decision": (approvals.LATEST_DECISION, [run_id, "ship"]),

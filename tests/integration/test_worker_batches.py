@@ -18,9 +18,10 @@ from awooop.core.events import (
     decode_event,
     run_stream_id,
 )
-from awooop.log import eventlog
-from awooop.log.state import RunState, fold
-from awooop.runs import leases, store
+from awooop.eventlog import eventlog
+from awooop.eventlog.runs import apply_and_store_many
+from awooop.eventlog.state import RunState, fold
+from awooop.runs import leases, run_rows
 from awooop.runs.leases import Availability
 from tests.support.runs import count_events, create_runs, load
 
@@ -258,8 +259,8 @@ async def test_append_many_refuses_a_writer_older_than_the_streams_last(db: Data
 async def test_apply_and_store_many_equals_the_single_version(db: Database) -> None:
     run_ids = await create_runs(db, P, 4)
     async with db.tenant(P) as conn:
-        locked = [await store.lock(conn, r) for r in run_ids]
+        locked = [await run_rows.lock(conn, r) for r in run_ids]
         changes = [(s, leases.claim_event(s, now, "w1", 30)) for s, now in locked]
-        new = await store.apply_and_store_many(conn, changes, [None, {"a": 1}, None, None])
+        new = await apply_and_store_many(conn, changes, [None, {"a": 1}, None, None])
     for state in new:
         assert await load(db, P, state.run_id) == state == await replayed(db, state.run_id)

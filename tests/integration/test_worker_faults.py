@@ -26,7 +26,7 @@ from prometheus_client import REGISTRY
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import RunClaimed
-from awooop.loops.framework import run_loop
+from awooop.core.loops import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.services import redis_client
 from awooop.worker.assembly import build_worker
@@ -51,7 +51,7 @@ def clean_effects() -> Iterator[None]:
 
 @pytest.fixture
 def short(settings: Settings) -> Settings:
-    """A 2 s lease renewed every 0.5 s (the issue's setting); polling finds expired runs."""
+    """A 2 s lease renewed every 0.5 s; polling finds expired runs."""
     return msgspec.structs.replace(
         settings,
         lease_ttl_s=2.0,

@@ -9,8 +9,8 @@ import pytest
 
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError
-from awooop.core.events import RunCompleted, RunFailed, RunRequeued, StepCompleted
-from awooop.log.state import MAX_ATTEMPTS_REASON, RunState
+from awooop.core.events import RunCompleted, RunFailed, RunRequeued, StepCompleted, run_stream_id
+from awooop.eventlog.state import MAX_ATTEMPTS_REASON, RunState
 from awooop.loops.runs import reap_once
 from awooop.runs import approvals, leases
 from tests.support.runs import count_events, create_runs, event_types, events_of, load
@@ -105,7 +105,7 @@ async def test_a_stale_attempt_cannot_complete_after_another_took_the_run(db: Da
     assert "no longer holds" in refused.value.message
     done = await complete(db, run_id, "fresh", 2)
     assert done.status == "COMPLETED"
-    assert (await count_events(db, "RunCompleted"))[f"run-{run_id}"] == 1
+    assert (await count_events(db, "RunCompleted"))[run_stream_id(run_id)] == 1
 
 
 async def test_an_expired_lease_refuses_writes_before_the_reaper_runs(db: Database) -> None:

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.events import LeaseReleased, RunRequeued, StepCompleted
+from awooop.core.events import LeaseReleased, RunRequeued, StepCompleted, run_stream_id
 from awooop.loops.runs import reap_once
 from awooop.runs import approvals, control, leases
 from awooop.runs.approvals import Decision
@@ -64,7 +64,7 @@ async def test_burst_mode_runs_every_run_once(db: Database, fast: Settings) -> N
     w = worker(db, fast)
     assert await w.run_until_idle() == 40
     completed = await count_events(db, "RunCompleted")
-    assert sorted(completed[f"run-{r}"] for r in run_ids) == [1] * 40
+    assert sorted(completed[run_stream_id(r)] for r in run_ids) == [1] * 40
     state = await load(db, P, run_ids[0])
     assert state.status == "COMPLETED" and state.result == {"one": 41, "two": 42}
     assert state.saga_steps["one"] == {"attempt": 1, "result": 41}
@@ -324,7 +324,7 @@ async def test_shutdown_releases_unfinished_runs_for_another_worker(
             )
     assert await w2.run_until_idle() == 3
     completed = await count_events(db, "RunCompleted")
-    assert [completed[f"run-{r}"] for r in [*quick, *slow]] == [1] * 6
+    assert [completed[run_stream_id(r)] for r in [*quick, *slow]] == [1] * 6
     assert all(len(effects(r, "one")) == 1 for r in slow)
 
 

@@ -18,8 +18,8 @@ from prometheus_client import REGISTRY
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id
-from awooop.log import deadletters, eventlog
-from awooop.loops.framework import run_loop
+from awooop.core.loops import run_loop
+from awooop.eventlog import deadletters, eventlog
 from awooop.loops.relay import relay_spec
 from awooop.runs import leases
 from awooop.worker.runtime import Worker
@@ -28,7 +28,7 @@ from streams.keys import WORKER_GROUP, Keys
 from streams.publish import envelope_of
 from streams.relay import Relay
 from tests.support import handlers
-from tests.support.runs import count_events, create_runs, events_of, load
+from tests.support.runs import all_finished, count_events, create_runs, events_of, load
 from tests.support.waiting import eventually
 from tests.support.workers import serving_worker, streaming_worker
 
@@ -61,16 +61,6 @@ async def relay_running(settings: Settings, redis: Any) -> AsyncIterator[None]:
         stop.set()
         await asyncio.wait_for(task, 30)
         await relay.close()
-
-
-async def finished(db: Database, run_ids: list[uuid.UUID]) -> bool:
-    async with db.platform() as conn:
-        n = await conn.fetchval(
-            "SELECT count(*) FROM awooop_run_state WHERE run_id = ANY($1) "
-            "AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')",
-            run_ids,
-        )
-    return bool(n == len(run_ids))
 
 
 async def pending(redis: Any, keys: Keys) -> list[dict[str, Any]]:
@@ -113,13 +103,15 @@ async def test_runs_are_taken_from_the_work_stream_and_acknowledged(
     claims = sample("awooop_lease_claims_total", path="stream")
     async with relay_running(fast, redis), serving_worker(worker, intake):
         run_ids = await create_runs(db, P, 30, payload={})
-        await eventually(lambda: finished(db, run_ids), timeout_s=60, what="the 30 runs finished")
+        await eventually(
+            lambda: all_finished(db, run_ids), timeout_s=60, what="the 30 runs finished"
+        )
         await eventually(
             lambda: _no_pending(redis, keys), timeout_s=60, what="no work entry pending"
         )
     assert sample("awooop_lease_claims_total", path="stream") == claims + 30
     completed = await count_events(db, "RunCompleted")
-    assert [completed[f"run-{r}"] for r in run_ids] == [1] * 30
+    assert [completed[run_stream_id(r)] for r in run_ids] == [1] * 30
     for shard in keys.shards():  # the consumer left the group after a clean stop
         stream = keys.work_stream(shard)
         if await redis.exists(stream):
@@ -148,7 +140,7 @@ async def test_a_live_worker_keeps_its_entries_from_looking_idle(
         stream = keys.work_stream(keys.shard_of(P))
         stolen = await redis.xautoclaim(stream, WORKER_GROUP, "thief", 1000, "0-0", count=10)
         assert stolen[1] == []
-        await eventually(lambda: finished(db, [run_id]), timeout_s=60, what="the run finished")
+        await eventually(lambda: all_finished(db, [run_id]), timeout_s=60, what="the run finished")
     assert (await load(db, P, run_id)).attempt_count == 1
 
 
@@ -169,7 +161,7 @@ async def test_reclaim_takes_a_dead_consumers_run_and_runs_it(
     taken = sample("awooop_reclaims_total", outcome="taken")
     assert await intake.reclaim_once() == 1
     await eventually(
-        lambda: finished(db, [run_id]), timeout_s=60, what="the reclaimed run finished"
+        lambda: all_finished(db, [run_id]), timeout_s=60, what="the reclaimed run finished"
     )
     await eventually(lambda: _no_pending(redis, keys), timeout_s=60, what="no work entry pending")
     state = await load(db, P, run_id)
@@ -204,7 +196,7 @@ async def test_reclaim_leaves_a_run_that_a_live_lease_holds(
 async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
     db: Database, fast: Settings, redis: Any, held_reclaims: int
 ) -> None:
-    """The issue's scenario: a long attempt holds the run while a duplicate work message for it
+    """A long attempt holds the run while a duplicate work message for it
     is reclaimed once per lease TTL (AWOOOP_MAX_DELIVERIES is 3 here). The attempt then ends
     unfinished (its lease runs out) and the next reclaim takes the run and runs it as the next
     attempt. Before, every held reclaim counted a delivery: after 2 of them the next reclaim
@@ -246,7 +238,7 @@ async def test_a_duplicate_reclaimed_while_held_does_not_fail_the_run(
     await asyncio.sleep(0.6)  # the duplicate idles past the 0.5 s TTL again
     assert await intake.reclaim_once() == 1
     await eventually(
-        lambda: finished(db, [run_id]), timeout_s=60, what="the run finished in attempt 2"
+        lambda: all_finished(db, [run_id]), timeout_s=60, what="the run finished in attempt 2"
     )
     await eventually(lambda: _no_pending(redis, keys), timeout_s=60, what="no work entry pending")
     state = await load(db, P, run_id)
@@ -291,7 +283,7 @@ async def test_reclaims_the_database_refused_count_no_delivery(
         await owner.close()
     await asyncio.sleep(fast.lease_ttl_s + 0.1)
     assert await intake.reclaim_once() == 1
-    await eventually(lambda: finished(db, [run_id]), timeout_s=60, what="the run finished")
+    await eventually(lambda: all_finished(db, [run_id]), timeout_s=60, what="the run finished")
     state = await load(db, P, run_id)
     assert (state.status, state.attempt_count, state.failure_code) == ("COMPLETED", 1, None)
 
@@ -307,7 +299,7 @@ async def test_a_message_delivered_too_often_is_dead_lettered_and_its_run_fails(
     _worker, intake = streaming_worker(db, fast, redis, concurrency=4)
     dead = sample("awooop_dead_letters_total")
     assert await intake.reclaim_once() == 1  # the 4th delivery: over the limit of 3
-    await eventually(lambda: finished(db, [run_id]), timeout_s=60, what="the run failed")
+    await eventually(lambda: all_finished(db, [run_id]), timeout_s=60, what="the run failed")
     await eventually(lambda: _no_pending(redis, keys), timeout_s=60, what="no work entry pending")
     state = await load(db, P, run_id)
     assert (state.status, state.failure_code) == ("FAILED", "E-RUN-005")

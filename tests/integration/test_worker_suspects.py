@@ -10,7 +10,7 @@ import uuid
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import RunCompleted, RunRequeued
-from awooop.log.state import RunState
+from awooop.eventlog.state import RunState
 from awooop.loops.runs import reap_once
 from awooop.runs import leases
 from awooop.runs.leases import suspects

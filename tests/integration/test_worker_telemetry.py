@@ -13,7 +13,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id
 from awooop.core.telemetry import extract, inject, tracer
-from awooop.log import eventlog
+from awooop.eventlog import eventlog
 from awooop.worker.runtime import Worker
 from tests.support import handlers
 from tests.support.logcapture import capture_context_logs

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from awooop.core import events as ev
-from awooop.log.state import RunState, RunStatus, apply
+from awooop.eventlog.state import RunState, RunStatus, apply
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 WORKER = "worker-a"

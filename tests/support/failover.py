@@ -27,7 +27,7 @@ from pathlib import Path
 
 import asyncpg
 
-from awooop.core.embedded import free_port, postgres_bindir
+from awooop.demo.servers import free_port, postgres_bindir
 
 MONITOR_DB = "pg_auto_failover"
 NODES = ("node1", "node2")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from awooop.core.db import Database
-from awooop.log.eventlog import RecordedEvent
+from awooop.eventlog.eventlog import RecordedEvent
 from streams.envelope import Envelope
 
 

@@ -1,7 +1,7 @@
 """A randomised run workload through the real write path, for projection and replay tests.
 
 Runs are created, claimed, stepped, completed, failed, sent to approval, approved, cancelled,
-requeued and retried by random legal walks (``awooop.runs.store``), several at once so that
+requeued and retried by random legal walks (``awooop.runs.run_rows``), several at once so that
 their events interleave in the log; heartbeats renew the lease clock with the one-statement
 UPDATE the workers use (no event).
 """
@@ -16,9 +16,10 @@ from typing import Any
 
 from awooop.core.db import Connection, Database
 from awooop.core.events import RevisionActivated, RevisionCreated, revision_stream_id
-from awooop.log import eventlog
-from awooop.log.state import TRANSITIONS
-from awooop.runs import store
+from awooop.eventlog import eventlog
+from awooop.eventlog.runs import create_run
+from awooop.eventlog.state import TRANSITIONS
+from awooop.runs import run_rows
 from tests.support.factories import created, event_for
 
 HEARTBEAT = """
@@ -44,7 +45,7 @@ class Workload:
 
         async def tx(conn: Connection) -> None:
             now = await conn.fetchval("SELECT now()")
-            await store.create_run(
+            await create_run(
                 conn, created(run_id=run_id, project_id=project, at=now), metadata=_trace()
             )
 
@@ -56,14 +57,14 @@ class Workload:
     async def step(self, project: str, run_id: uuid.UUID) -> bool:
         """One random legal event for the run; False when it is finished."""
         async with self.db.tenant(project) as conn:
-            state, _ = await store.lock(conn, run_id)
+            state, _ = await run_rows.lock(conn, run_id)
             options = sorted(TRANSITIONS[state.status])
         if not options:
             return False
         name = self.random.choice(options)
 
         async def tx(conn: Connection) -> None:
-            await store.record(
+            await run_rows.record(
                 conn, run_id, lambda s, now: event_for(name, s, at=now), metadata=_trace()
             )
 

@@ -8,10 +8,11 @@ from typing import Any
 
 from awooop.core.db import Database
 from awooop.core.events import RunCreated, RunFailed, decode_event, run_stream_id
-from awooop.log import eventlog
-from awooop.log.state import RunState, row_to_state
-from awooop.runs import store
-from awooop.runs.leases.batch import LOCK_MANY
+from awooop.eventlog import eventlog
+from awooop.eventlog.run_reads import LOCK_MANY
+from awooop.eventlog.runs import apply_and_store_many, create_run
+from awooop.eventlog.state import RunState, row_to_state
+from awooop.runs import run_rows
 
 
 async def create_runs(
@@ -28,7 +29,7 @@ async def create_runs(
         async with db.tenant(project) as conn:
             now = await conn.fetchval("SELECT now()")
             for run_id in run_ids[start : start + per_transaction]:
-                await store.create_run(
+                await create_run(
                     conn,
                     RunCreated(
                         at=now,
@@ -52,7 +53,7 @@ async def create_failed_runs(
     for start in range(0, count, per_transaction):
         async with db.tenant(project) as conn:
             rows = await conn.fetch(LOCK_MANY, run_ids[start : start + per_transaction])
-            await store.apply_and_store_many(
+            await apply_and_store_many(
                 conn,
                 [
                     (
@@ -65,9 +66,20 @@ async def create_failed_runs(
     return run_ids
 
 
+async def all_finished(db: Database, run_ids: list[uuid.UUID]) -> bool:
+    """Whether every run of ``run_ids`` is COMPLETED, FAILED or CANCELLED."""
+    async with db.platform() as conn:
+        n = await conn.fetchval(
+            "SELECT count(*) FROM awooop_run_state WHERE run_id = ANY($1) "
+            "AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+            run_ids,
+        )
+    return bool(n == len(run_ids))
+
+
 async def load(db: Database, project: str, run_id: uuid.UUID) -> RunState:
     async with db.tenant(project) as conn:
-        state = await store.load(conn, run_id)
+        state = await run_rows.load(conn, run_id)
     assert state is not None
     return state
 

@@ -12,14 +12,14 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
-from awooop.core.embedded import (
+from awooop.demo.servers import (
     PostgresServer,
     RedisCluster,
     RedisServer,
@@ -96,41 +96,56 @@ def private_redis_cluster(masters: int = 3) -> Iterator[RedisCluster]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def resolve_postgres(stack: list[Any]) -> str:
-    url = os.environ.get("AWOOOP_TEST_DATABASE_URL")
+def resolve(
+    what: str,
+    env: str,
+    local: str,
+    answers: Callable[[str], bool],
+    container: Callable[[list[Any]], str],
+    stack: list[Any],
+) -> str:
+    """The URL in ``env`` (which must answer), else ``local`` when it answers, else a container
+    (started onto ``stack``) when Docker answers; RuntimeError saying what to do otherwise."""
+    url = os.environ.get(env)
     if url:
-        if not pg_answers(url):
-            raise RuntimeError(f"AWOOOP_TEST_DATABASE_URL={url} does not answer")
+        if not answers(url):
+            raise RuntimeError(f"{env}={url} does not answer")
         return url
-    if pg_answers(LOCAL_PG):
-        return LOCAL_PG
+    if answers(local):
+        return local
     if docker_engine_answers():
-        from testcontainers.postgres import PostgresContainer
+        return container(stack)
+    raise RuntimeError(f"no {what} for the tests: set {env} or " + START_HINT)
 
-        container = PostgresContainer("postgres:16", driver=None)
-        container.start()
-        stack.append(container)
-        return str(container.get_connection_url())
-    raise RuntimeError("no PostgreSQL for the tests: set AWOOOP_TEST_DATABASE_URL or " + START_HINT)
+
+def postgres_container(stack: list[Any]) -> str:
+    from testcontainers.postgres import PostgresContainer
+
+    container = PostgresContainer("postgres:16", driver=None)
+    container.start()
+    stack.append(container)
+    return str(container.get_connection_url())
+
+
+def redis_container(stack: list[Any]) -> str:
+    from testcontainers.redis import RedisContainer
+
+    container = RedisContainer("redis:7")
+    container.start()
+    stack.append(container)
+    return f"redis://{container.get_container_host_ip()}:{container.get_exposed_port(6379)}/0"
+
+
+def resolve_postgres(stack: list[Any]) -> str:
+    return resolve(
+        "PostgreSQL", "AWOOOP_TEST_DATABASE_URL", LOCAL_PG, pg_answers, postgres_container, stack
+    )
 
 
 def resolve_redis(stack: list[Any]) -> str:
-    url = os.environ.get("AWOOOP_TEST_REDIS_URL")
-    if url:
-        if not redis_answers(url):
-            raise RuntimeError(f"AWOOOP_TEST_REDIS_URL={url} does not answer")
-        return url
-    if redis_answers(LOCAL_REDIS):
-        return LOCAL_REDIS
-    if docker_engine_answers():
-        from testcontainers.redis import RedisContainer
-
-        container = RedisContainer("redis:7")
-        container.start()
-        stack.append(container)
-        host = container.get_container_host_ip()
-        return f"redis://{host}:{container.get_exposed_port(6379)}/0"
-    raise RuntimeError("no Redis for the tests: set AWOOOP_TEST_REDIS_URL or " + START_HINT)
+    return resolve(
+        "Redis", "AWOOOP_TEST_REDIS_URL", LOCAL_REDIS, redis_answers, redis_container, stack
+    )
 
 
 def main() -> int:

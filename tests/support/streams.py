@@ -14,9 +14,10 @@ from typing import Any
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import RunClaimed, StepCompleted
-from awooop.loops.framework import run_loop
+from awooop.core.loops import run_loop
+from awooop.eventlog import runs as log_runs
 from awooop.loops.relay import relay_spec
-from awooop.runs import store
+from awooop.runs import run_rows
 from streams.consumer import GroupConsumer
 from streams.delivery import Delivery
 from streams.envelope import FIELD, Envelope, decode_envelope
@@ -33,7 +34,7 @@ async def create_run(
 
     async def once(conn: Any) -> None:
         now = await conn.fetchval("SELECT now()")
-        await store.create_run(conn, created(run_id, project_id=project, at=now), metadata)
+        await log_runs.create_run(conn, created(run_id, project_id=project, at=now), metadata)
 
     await db.in_tenant(project, once)
     return run_id
@@ -42,7 +43,7 @@ async def create_run(
 async def claim(db: Database, project: str, run_id: uuid.UUID, worker: str = "w1") -> None:
     await db.in_tenant(
         project,
-        lambda conn: store.record(
+        lambda conn: run_rows.record(
             conn,
             run_id,
             lambda s, now: RunClaimed(
@@ -58,7 +59,7 @@ async def claim(db: Database, project: str, run_id: uuid.UUID, worker: str = "w1
 async def step(db: Database, project: str, run_id: uuid.UUID, name: str) -> None:
     await db.in_tenant(
         project,
-        lambda conn: store.record(
+        lambda conn: run_rows.record(
             conn,
             run_id,
             lambda s, now: StepCompleted(

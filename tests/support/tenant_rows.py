@@ -1,7 +1,7 @@
 """Rows of one project in every tenant table, for the row-level security tests (R-43).
 
 :func:`seed_project` writes one project's rows through the real write paths where they exist
-(a run through ``awooop.runs.store``) and plain inserts elsewhere. A table that has a
+(a run through ``awooop.runs.run_rows``) and plain inserts elsewhere. A table that has a
 ``project_id`` column and none of these rows gets a generic row built from its column types;
 a table whose constraints refuse that row needs a builder here (the RLS test says which).
 """
@@ -13,9 +13,10 @@ import uuid
 from typing import Any
 
 from awooop.core.db import Connection, Database
+from awooop.eventlog import deadletters
+from awooop.eventlog.runs import create_run
 from awooop.ingest import auth, credentials
-from awooop.log import deadletters
-from awooop.runs import approvals, bulk, leases, listing, store
+from awooop.runs import approvals, bulk, leases, listing
 from tests.support import factories
 
 # --- builders: one project's rows, through the write paths --------------------------------------
@@ -23,7 +24,7 @@ from tests.support import factories
 
 async def _run(conn: Connection, project_id: str) -> None:
     now = await conn.fetchval("SELECT now()")
-    await store.create_run(conn, factories.created(project_id=project_id, at=now))
+    await create_run(conn, factories.created(project_id=project_id, at=now))
 
 
 async def _dedupe(conn: Connection, project_id: str) -> None:
@@ -90,7 +91,7 @@ async def _channel_credentials(conn: Connection, project_id: str) -> None:
 async def _approval(conn: Connection, project_id: str) -> None:
     """A run waiting for approval, through the worker's write path (claim, then request)."""
     now = await conn.fetchval("SELECT now()")
-    state = await store.create_run(conn, factories.created(project_id=project_id, at=now))
+    state = await create_run(conn, factories.created(project_id=project_id, at=now))
     await leases.claim(conn, state.run_id, "rls-probe", 30)
     await approvals.request(conn, state.run_id, "rls-probe", 1, name="probe", reason="", ttl_s=60)
 
@@ -142,7 +143,7 @@ async def _operation(conn: Connection, project_id: str) -> None:
 async def _dead_letter(conn: Connection, project_id: str) -> None:
     """A dead letter of a run of the project, through the one function that records them."""
     now = await conn.fetchval("SELECT now()")
-    run = await store.create_run(conn, factories.created(project_id=project_id, at=now))
+    run = await create_run(conn, factories.created(project_id=project_id, at=now))
     dead = deadletters.DeadLetterRecord(
         project_id=project_id,
         run_id=run.run_id,

@@ -4,25 +4,17 @@ split per process role, and the first hop's breakdown. The benchmark itself is a
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "ops" / "bench" / "cost_measure.py"
+from tests.support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def m() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cost_measure", PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ops/bench/cost_measure.py", "cost_measure")
 
 
 def test_parse_stat_splits_after_the_last_parenthesis_of_the_command_name(m: ModuleType) -> None:

@@ -4,26 +4,18 @@ benchmark itself is a manual run, not a test."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "ops" / "bench" / "growth.py"
+from tests.support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def m() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("growth_bench", PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ops/bench/growth.py", "growth_bench")
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from awooop.log.state import RunStatus
+from awooop.eventlog.state import RunStatus
 from awooop.runs.blocked import (
     REASON_STATUSES,
     Reason,
@@ -62,6 +62,18 @@ def test_pending_names_what_it_waits_for(status: RunStatus) -> None:
     # Redis did not answer: no guess about readers (dead letters are Postgres facts).
     blind = decide(fresh, UNKNOWN)
     assert blind is not None and blind.reason is Reason.PENDING_WORKERS_BUSY
+
+
+def test_a_live_worker_by_its_heartbeat_reads_the_shard_whatever_xinfo_says() -> None:
+    """Redis 7.0: idle workers on a quiet stream look gone to XINFO CONSUMERS (their empty
+    reads do not reset idle); their heartbeats in Postgres say they are there."""
+    quiet = ShardFacts(shard=2, known=True, readers=0, workers=2)
+    got = decide(facts(RunStatus.PENDING), quiet)
+    assert got is not None and got.reason is Reason.PENDING_WORKERS_BUSY
+    assert "2 worker(s) read shard 2" in got.summary
+    gone = ShardFacts(shard=2, known=True, readers=0, workers=0)
+    unread = decide(facts(RunStatus.PENDING), gone)
+    assert unread is not None and unread.reason is Reason.PENDING_NO_WORKER
 
 
 def test_retry_pending_says_which_attempt_and_why_the_last_ended() -> None:

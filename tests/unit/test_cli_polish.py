@@ -13,8 +13,8 @@ from awooop.cli import COMMANDS, build_parser, parser_for
 from awooop.commands.doctor_flow import loop_problem
 from awooop.commands.loops import listing, loop_state, render
 from awooop.commands.output import ELLIPSIS, TEXT_LIMIT, clip, table
-from awooop.commands.runs import detail_text, render_timeline
-from awooop.loops.store import (
+from awooop.commands.runs_render import detail_text, render_timeline
+from awooop.core.loop_heartbeats import (
     LOOP_STALE_INTERVALS,
     MIN_WRITE_INTERVAL_S,
     HeartbeatRow,

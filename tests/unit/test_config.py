@@ -15,7 +15,7 @@ def test_defaults_point_at_the_local_services() -> None:
 
 
 def test_default_lease_figures_recover_a_crashed_run_within_a_minute() -> None:
-    """R-11..R-13, R-17: the seed's 5 min lease cannot meet its own "recovered within 1
+    """R-11..R-13, R-17: a 5 min lease (R-11's figure) cannot meet R-17's "recovered within 1
     minute"; the defaults (docs/workers.md, Defaults) recover within lease TTL + one reclaim
     interval, and a live worker may miss several heartbeats before it loses a lease."""
     settings = load_settings(environ={})

@@ -11,8 +11,8 @@ import pytest
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.errors import InvalidInputError
 from awooop.core.events import RunCreated, RunFailed
-from awooop.log.deadletters import WORK, record_of_failure
-from awooop.log.state import RunStatus, apply
+from awooop.eventlog.deadletters import WORK, record_of_failure
+from awooop.eventlog.state import RunStatus, apply
 from awooop.loops.stats import dead_letters_sample
 from awooop.runs.deadletters import Outcome, check_shard, parse_id, plan_for
 

@@ -6,7 +6,7 @@ import pytest
 
 from awooop.core.errors import InvalidInputError
 from awooop.core.events import EVENT_TYPES
-from awooop.log.eventlog import RawEvent
+from awooop.eventlog.eventlog import RawEvent
 from awooop.producer import DomainEvent, check_domain_event, domain_stream_id
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from awooop.ingest.cache import ConfigCache
 from awooop.ingest.common import StoredCredential
-from awooop.ingest.store import ChannelConfig
+from awooop.ingest.ingest_write import ChannelConfig
 
 CONFIG = ChannelConfig(
     credential=StoredCredential(secret="s"),

@@ -12,13 +12,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from awooop.commands.doctor_check import FAIL, OK, WARN
 from awooop.commands.doctor_flow import partition_check
+from awooop.commands.doctor_results import FAIL, OK, WARN
 from awooop.core.errors import ArchiveFileError
-from awooop.core.events import encode_event
-from awooop.log.partitions import Partition, covered_until, due_for_archive
-from awooop.log.state import RunStatus, apply, encode_state
-from projections import archive
+from awooop.core.events import encode_event, run_stream_id
+from awooop.eventlog import archive, archive_files
+from awooop.eventlog.partitions import Partition, covered_until, due_for_archive
+from awooop.eventlog.state import RunStatus, apply, encode_state
 from tests.support.factories import created, event_for
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -62,7 +62,7 @@ def test_the_doctor_fails_before_writes_would_be_refused_and_warns_of_a_late_arc
 def test_the_snapshot_fold_continues_a_run_and_names_a_gap() -> None:
     start = created()
     claimed = event_for("RunClaimed", apply(None, start), at=start.at)
-    fold = archive.start_fold("run-" + str(start.run_id), start.project_id, None)
+    fold = archive.start_fold(run_stream_id(start.run_id), start.project_id, None)
     fold.add(1, 10, encode_event(start).decode())
     fold.add(2, 11, encode_event(claimed).decode())
     assert fold.problem is None and fold.state is not None
@@ -87,7 +87,10 @@ def write_archive(path: Path, lines: list[bytes]) -> None:
 
 
 def test_an_archive_without_its_trailer_or_with_another_count_is_refused(tmp_path: Path) -> None:
-    header = msgspec.json.encode(archive.Header(archive.FORMAT, "p", NOW, NOW + WEEK)) + b"\n"
+    header = (
+        msgspec.json.encode(archive_files.Header(archive_files.FORMAT, "p", NOW, NOW + WEEK))
+        + b"\n"
+    )
     event = (
         b'{"position":1,"tx_id":9,"event_id":"6f1c2a52-0d2c-4d0e-9a51-2b4c0a6b9e11",'
         b'"stream_id":"s","version":1,"project_id":"p","event_type":"X","data":{},'
@@ -95,24 +98,24 @@ def test_an_archive_without_its_trailer_or_with_another_count_is_refused(tmp_pat
     )
     good = tmp_path / "good.jsonl.gz"
     write_archive(good, [header, event, b'{"end":true,"events":1}\n'])
-    (read,) = archive.read_archive(good)
+    (read,) = archive_files.read_archive(good)
     assert read.stream_id == "s" and bytes(read.data) == b"{}"
 
     cut = tmp_path / "cut.jsonl.gz"
     write_archive(cut, [header, event])
     with pytest.raises(ArchiveFileError, match="truncated"):
-        archive.read_archive(cut)
+        archive_files.read_archive(cut)
     miscounted = tmp_path / "miscounted.jsonl.gz"
     write_archive(miscounted, [header, event, b'{"end":true,"events":2}\n'])
     with pytest.raises(ArchiveFileError, match="truncated"):
-        archive.read_archive(miscounted)
+        archive_files.read_archive(miscounted)
     with pytest.raises(ArchiveFileError, match="catalogue"):
-        archive.read_archive(good, expected_sha256="0" * 64)
+        archive_files.read_archive(good, expected_sha256="0" * 64)
 
 
 def test_the_doctor_fails_a_dedupe_window_before_ingest_would_be_refused() -> None:
     from awooop.commands.doctor_flow import dedupe_window_check
-    from awooop.log.dedupe_windows import window_of
+    from awooop.eventlog.dedupe_windows import window_of
 
     def windows_from(first: str, count: int) -> list[Any]:
         start = window_of(f"awooop_channel_event_dedupe_p{first}").range_from

@@ -15,16 +15,9 @@ import pytest
 from opentelemetry.context import Context
 
 from awooop.core.context import trace_id_var
-from awooop.core.telemetry import (
-    DEFAULT_LOOP_RATIO,
-    INSTANCE_ID,
-    LOOP_RATIO_ENV,
-    loop_ratio_from_env,
-    resource,
-    set_loop_sample_ratio,
-    tracer,
-)
-from awooop.loops.framework import LoopCategory, LoopContext, LoopSpec, run_loop
+from awooop.core.loop_sampling import DEFAULT_LOOP_RATIO, LOOP_RATIO_ENV, loop_ratio_from_env
+from awooop.core.loops import LoopCategory, LoopContext, LoopSpec, run_loop
+from awooop.core.telemetry import INSTANCE_ID, resource, set_loop_sample_ratio, tracer
 from tests.support.waiting import eventually
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from awooop.core import loops
 from awooop.core.context import project_id_var, trace_id_var
 from awooop.core.logs import get_logger
-from awooop.loops import framework as loops
-from awooop.loops.framework import (
+from awooop.core.loops import (
     Heartbeat,
     LoopCategory,
     LoopContext,

@@ -12,9 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from awooop.core.errors import ProjectionStreamError
-from awooop.core.events import RevisionActivated, RevisionCreated, run_stream_id
+from awooop.core.events import (
+    RUN_STREAM_PREFIX,
+    RevisionActivated,
+    RevisionCreated,
+    run_stream_id,
+)
 from awooop.core.ids import new_run_id, uuid7
-from awooop.log.state import apply, fold
+from awooop.eventlog.state import apply, fold
 from projections import progress, revisions, timeline
 from projections.base import LogEvent, check_consecutive, plan, stream_range, trace_id_of
 from projections.bulk import split_range
@@ -178,7 +183,7 @@ def test_revision_rows_name_the_revision_and_its_predecessor() -> None:
 
 
 def test_stream_ranges_and_derived_names() -> None:
-    low, high = stream_range("run-")
+    low, high = stream_range(RUN_STREAM_PREFIX)
     assert low <= "run-0" < high and not low <= "runz" < high and not low <= "revision-x" < high
     long = "x" * 60
     assert len(shadow_name(long)) <= MAX_IDENTIFIER and shadow_name(long) != shadow_name(long + "y")
@@ -229,20 +234,20 @@ def test_progress_draws_a_bar_on_a_terminal_and_logs_otherwise() -> None:
 
 
 def test_split_range_covers_every_stream_exactly_once() -> None:
-    low, high = stream_range("run-")
+    low, high = stream_range(RUN_STREAM_PREFIX)
     for parts in (1, 2, 3, 5, 16, 40):
         ranges = split_range(low, high, parts)
         assert ranges[0][0] == low and ranges[-1][1] == high
         assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
-        for stream in (f"run-{uuid.uuid4()}" for _ in range(50)):
+        for stream in (run_stream_id(uuid.uuid4()) for _ in range(50)):
             assert sum(1 for lo, hi in ranges if lo <= stream < hi) == 1
     assert len(split_range(low, high, 40)) == 16
 
 
 def test_split_range_cuts_time_ordered_run_ids_evenly_by_the_histogram() -> None:
-    low, high = stream_range("run-")
+    low, high = stream_range(RUN_STREAM_PREFIX)
     start = 1_790_000_000_000
-    streams = sorted(f"run-{uuid7(start + i * 997)}" for i in range(4000))
+    streams = sorted(run_stream_id(uuid7(start + i * 997)) for i in range(4000))
     # Without a histogram the hex cuts put every time-ordered id in one part.
     hex_parts = split_range(low, high, 4)
     assert max(sum(lo <= s < hi for s in streams) for lo, hi in hex_parts) == len(streams)

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from awooop.log.eventlog import Cursor, RecordedEvent
-from awooop.log.read_ahead import Snapshot, parse_snapshot
+from awooop.eventlog.eventlog import Cursor, RecordedEvent
+from awooop.eventlog.read_ahead import Snapshot, parse_snapshot
 from streams.envelope import Envelope, decode_envelope, encode
 from streams.keys import Keys
 from streams.publish import by_shard

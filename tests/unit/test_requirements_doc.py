@@ -20,13 +20,14 @@ DOC = ROOT / "docs" / "requirements.md"
 SPEC = Path(__file__).resolve().parents[3] / "shared" / "SPEC.md"
 
 # A requirement line of SPEC.md: "- R-11 `awooop_run_state` carries ...". Two digits only, so
-# that ADR numbers (ADR-113, ADR-114) are never taken for requirement ids.
+# that longer numbers SPEC.md cites are never taken for requirement ids.
 SPEC_ID = re.compile(r"^\s*-\s+(R-\d\d)\b", re.MULTILINE)
 # A requirement section of the doc: "### R-11 Lease columns ..." (or a table row "| R-11 |").
 DOC_ID = re.compile(r"^(?:#+\s+|\|\s*)(R-\d\d)\b", re.MULTILINE)
 SECTION = re.compile(r"^###\s+(R-\d\d)\b", re.MULTILINE)
 TEST_REF = re.compile(r"\b(tests/[\w./-]+?\.py)::(\w+)")
-# A module or migration path in backticks: `awooop/runs/store.py`, `migrations/0003_run_state.sql`.
+# A module or migration path in backticks: `awooop/runs/run_rows.py`,
+# `migrations/0003_run_state.sql`.
 MODULE_PATH = re.compile(r"`((?:[\w.-]+/)*[\w-]+\.(?:py|sql))`")
 
 

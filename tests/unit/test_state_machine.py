@@ -6,11 +6,11 @@ import pytest
 
 from awooop.core.errors import IllegalTransitionError, LeaseLostError
 from awooop.core.events import RUN_EVENT_TYPES
-from awooop.log.state import RunStatus, apply
+from awooop.eventlog.state import RunStatus, apply
 from tests.support.factories import created, event_for, replace, state_in
 
 S = RunStatus
-# The specification, written out independently of awooop.log.state.TRANSITIONS:
+# The specification, written out independently of awooop.eventlog.state.TRANSITIONS:
 # (state, event type) -> resulting status. Every pair not listed must be refused.
 EXPECTED: dict[tuple[RunStatus | None, str], RunStatus] = {
     (None, "RunCreated"): S.PENDING,

@@ -8,8 +8,13 @@ import uuid
 import pytest
 
 from awooop.core.errors import StreamNotOfProjectError
-from awooop.core.events import revision_stream_id, run_stream_id, stream_of_project
-from awooop.log.eventlog import check_stream
+from awooop.core.events import (
+    revision_stream_id,
+    run_id_of_stream,
+    run_stream_id,
+    stream_of_project,
+)
+from awooop.eventlog.eventlog import check_stream
 from awooop.producer import domain_stream_id
 
 RUN = run_stream_id(uuid.UUID("0190f0e2-7b1a-7c3d-8e4f-5a6b7c8d9e0f"))
@@ -50,3 +55,10 @@ def test_a_stream_name_says_whose_stream_it_is(
             check_stream(stream_id, project_id)
         assert refusal.value.code == "E-EVENT-004"
         assert refusal.value.http_status == 403
+
+
+def test_a_run_streams_id_reads_back_as_its_run_and_no_other_stream_does() -> None:
+    run_id = uuid.uuid4()
+    assert run_id_of_stream(run_stream_id(run_id)) == run_id
+    for other in (domain_stream_id("alpha", "order-42"), revision_stream_id("a", "b", "c"), "s-1"):
+        assert run_id_of_stream(other) is None

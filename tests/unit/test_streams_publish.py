@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from awooop.core.events import DISPATCH_EVENT_TYPES
-from awooop.log.eventlog import RecordedEvent
+from awooop.eventlog.eventlog import RecordedEvent
 from streams.envelope import decode_envelope
 from streams.keys import Keys
 from streams.publish import (

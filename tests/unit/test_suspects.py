@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from awooop.core.events import RunClaimed, RunCompleted, RunFailed, RunRequeued, decode_event
-from awooop.log.state import MAX_ATTEMPTS_CODE, RunState, RunStatus, apply, decode_state
+from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunState, RunStatus, apply, decode_state
 from awooop.runs.leases import Availability, availability, claim_event, reap_event
 from awooop.runs.leases.rules import died_sharing
 from awooop.runs.leases.suspects import requeued_for_isolation, workers_with_several

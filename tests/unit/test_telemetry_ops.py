@@ -7,7 +7,6 @@ in CI a missing promtool fails the test, elsewhere it is skipped with the comman
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -21,6 +20,7 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from awooop.core import metrics
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "ops"
@@ -147,13 +147,17 @@ def test_every_alert_has_a_runbook_entry_of_the_same_name() -> None:
 def test_the_docs_name_only_alerts_that_exist() -> None:
     alerts = alert_rules()
     seen = 0
-    for path in (ROOT / "README.md", ROOT / "docs" / "operations.md"):
+    for path in (
+        ROOT / "README.md",
+        ROOT / "docs" / "operations.md",
+        ROOT / "docs" / "reference.md",
+    ):
         named = re.findall(r"\balerts? `([^`]+)`", path.read_text())
         named += re.findall(r"\balerts? `[^`]+`\s+(?:and|or|/)\s+`([^`]+)`", path.read_text())
         unknown = [n for n in named if n not in alerts]
         assert not unknown, f"{path.name} names unknown alerts: {unknown}"
         seen += len(named)
-    assert seen >= 3  # the README's runbook names alerts this way
+    assert seen >= 3  # operations.md's situations name alerts this way
 
 
 def test_rules_use_only_metrics_that_exist() -> None:
@@ -163,13 +167,7 @@ def test_rules_use_only_metrics_that_exist() -> None:
 
 
 def load_builder() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "build_dashboards", OPS / "grafana" / "build_dashboards.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ops/grafana/build_dashboards.py", "build_dashboards")
 
 
 def test_dashboards_are_built_from_their_description_and_use_real_metrics() -> None:
@@ -190,9 +188,9 @@ def test_dashboards_are_built_from_their_description_and_use_real_metrics() -> N
 def test_every_metric_is_on_a_dashboard_and_documented() -> None:
     boards = " ".join(p.read_text() for p in (OPS / "grafana" / "dashboards").glob("*.json"))
     on_boards = set(METRIC_NAME.findall(boards))
-    doc = (ROOT / "docs" / "operations.md").read_text()
+    doc = (ROOT / "docs" / "reference.md").read_text()
     missing_docs = [name for name in catalog() if f"`{name}`" not in doc]
-    assert not missing_docs, f"document these metrics in docs/operations.md: {missing_docs}"
+    assert not missing_docs, f"document these metrics in docs/reference.md: {missing_docs}"
     missing_boards = [n for n, samples in catalog().items() if not samples & on_boards]
     assert not missing_boards, f"put these metrics on a dashboard: {missing_boards}"
 
@@ -209,9 +207,13 @@ def test_grafana_reads_prometheus_and_tempo() -> None:
 def test_compose_has_the_stack() -> None:
     compose = yaml.safe_load((OPS / "compose.yaml").read_text())
     services = compose["services"]
-    assert {"postgres", "redis", "tempo", "prometheus", "grafana", "awooop-loops"} <= set(services)
+    expected = {"postgres", "redis", "tempo", "prometheus", "grafana", "awooop-loops"}
+    assert expected | {"awooop-relay"} <= set(services)
     loops = services["awooop-loops"]
-    assert loops["command"] == ["awooop", "loops", "run"]
+    # The relay runs apart, a leader and a standby; the loops process runs everything else.
+    assert loops["command"] == ["awooop", "loops", "run", "--skip", "relay"]
+    relay = services["awooop-relay"]
+    assert relay["command"] == ["awooop", "relay"] and relay["deploy"]["replicas"] == 2
     assert loops["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://tempo:4318"
     assert loops["environment"]["AWOOOP_METRICS_PORT"] == "9100"
     mounts = " ".join(services["grafana"]["volumes"])

@@ -18,7 +18,7 @@ from awooop.core.errors import (
     RedisUnavailableError,
 )
 from awooop.core.events import RunFailed, RunRequeued
-from awooop.log.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, apply
+from awooop.eventlog.state import MAX_ATTEMPTS_CODE, MAX_ATTEMPTS_REASON, RunStatus, apply
 from awooop.runs import approvals
 from awooop.runs.leases import (
     Availability,
@@ -277,7 +277,7 @@ def test_every_availability_has_a_reclaim_action() -> None:
 
 
 def test_deliveries_while_a_live_lease_elsewhere_holds_the_run_are_taken_back() -> None:
-    """The issue's scenario, as decisions: a duplicate message for a run held by a long attempt
+    """As decisions: a duplicate message for a run held by a long attempt
     is reclaimed once per lease TTL, many more times than the limit. Each of those reclaims
     leaves it pending and sets its count back, so when the attempt then ends unfinished the
     next reclaim takes the run (its attempts decide) instead of dead-lettering it."""

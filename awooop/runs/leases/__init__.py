@@ -4,7 +4,7 @@ Three modules, one job each, named here as one API (``from awooop.runs import le
 :mod:`~awooop.runs.leases.rules` (pure decisions: availability, the claim and reap events, the
 fence), :mod:`~awooop.runs.leases.single` (one run at a time) and
 :mod:`~awooop.runs.leases.batch` (many runs at once, the worker's hot path). Every write goes
-through the log room (:mod:`awooop.log`).
+through the log room (:mod:`awooop.eventlog`).
 
 Postgres is the truth: a worker runs a run only while ``awooop_run_state`` says that its
 attempt holds the lease. The rules, in one place:
@@ -14,9 +14,9 @@ attempt holds the lease. The rules, in one place:
   the same transaction (RUNNING, ``attempt_count + 1``, ``worker_id``, ``lease_until`` = the
   database clock + the lease TTL). The polling path does the same over many rows at once.
   Claims of announced runs (:func:`claim_many`) are that whole transaction in ONE statement
-  (``awooop/log/sql/claim_many.sql``: lock, stream head, row, event), so that a claim costs
+  (``awooop/eventlog/sql/claim_many.sql``: lock, stream head, row, event), so that a claim costs
   one round trip; its row update is ``apply(state, RunClaimed)`` written in SQL, and tests
-  hold the two equal (``awooop/log/WRITERS.md``).
+  hold the two equal (``awooop/eventlog/WRITERS.md``).
   The commonest fenced write, ``RunCompleted``, is one statement too (:func:`complete_many`,
   ``complete_many.sql``): the fence is its WHERE clause.
 - **fence**: every write on behalf of an attempt (step results, tool waits, approval requests,
@@ -52,7 +52,6 @@ from awooop.runs.leases.batch import (
     fenced_record_many,
     prepare_run_statements,
 )
-from awooop.runs.leases.pool import RunStatements
 from awooop.runs.leases.rules import (
     Availability,
     ClaimBatch,
@@ -83,6 +82,7 @@ from awooop.runs.leases.single import (
     take_expired,
     take_expired_batch,
 )
+from awooop.runs.leases.statements import RunStatements
 
 __all__ = (
     "HEAD_CONFLICT_RETRIES",

@@ -1,7 +1,7 @@
 """Many runs at once (the worker's hot path): claim many, complete many, fenced writes of many.
 
 The claim and the completion are one statement each in the log room
-(:mod:`awooop.log.batches`); here is what the worker does with the answer: retry a run whose
+(:mod:`awooop.eventlog.batches`); here is what the worker does with the answer: retry a run whose
 stream head a newer transaction wrote (as the transactional path would), and turn a refusal
 into the LeaseLostError the fence would have raised.
 """
@@ -16,9 +16,9 @@ from awooop.core import storable
 from awooop.core.db import Connection
 from awooop.core.errors import LeaseLostError, UnstorableValueError
 from awooop.core.events import Event
-from awooop.log import batches
-from awooop.log import runs as log_runs
-from awooop.log.state import RunState, RunStatus, row_to_state
+from awooop.eventlog import batches, run_reads
+from awooop.eventlog import runs as log_runs
+from awooop.eventlog.state import RunState, RunStatus, row_to_state
 from awooop.runs.leases.rules import (
     ClaimBatch,
     Completion,
@@ -29,19 +29,6 @@ from awooop.runs.leases.rules import (
 
 HEAD_CONFLICT_RETRIES = 3  # a newer writer of the run's stream committed: write again
 
-# Ordered, so that two batches locking overlapping runs cannot deadlock (the order of
-# complete_many.sql's lock too).
-LOCK_MANY = """
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
-FROM awooop_run_state
-WHERE run_id = ANY($1::uuid[])
-ORDER BY run_id
-FOR UPDATE
-"""
-
 
 async def claim_many(
     conn: Connection,
@@ -50,7 +37,7 @@ async def claim_many(
     ttl_s: float,
     metadata: dict[str, Any] | list[dict[str, Any] | None] | None = None,
 ) -> ClaimBatch:
-    """``claim`` for many runs in one statement (``awooop/log/sql/claim_many.sql``): outside a
+    """``claim`` for many runs in one statement (``awooop/eventlog/sql/claim_many.sql``): outside a
     transaction it is its own; inside one it is part of it. ``metadata`` is one dict, or one
     per run id (aligned with ``run_ids``). A run whose stream head a newer transaction wrote
     is claimed again (a few times), as the transactional path would retry it."""
@@ -88,7 +75,7 @@ async def complete_many(
     conn: Connection, completions: list[Completion]
 ) -> list[RunState | LeaseLostError | UnstorableValueError]:
     """Write ``RunCompleted`` for each completion (each run at most once) in one statement
-    (``awooop/log/sql/complete_many.sql``; outside a transaction it is its own): the new
+    (``awooop/eventlog/sql/complete_many.sql``; outside a transaction it is its own): the new
     state, the LeaseLostError of an attempt that no longer holds a live lease, or the
     UnstorableValueError of a completion whose result Postgres would refuse (not sent, so
     that it cannot fail the statement of the others), in order."""
@@ -150,7 +137,7 @@ async def prepare_run_statements(conn: Connection) -> None:
     paid for parsing and planning it and for filling the backend's catalog caches (part of
     the slow first second after a worker starts)."""
     await batches.prepare(conn)
-    await conn.fetch(LOCK_MANY, [])
+    await conn.fetch(run_reads.LOCK_MANY, [])
 
 
 async def fenced_record_many(
@@ -162,7 +149,7 @@ async def fenced_record_many(
     it is sent), and the others are written."""
     if not writes:
         return []
-    rows = await conn.fetch(LOCK_MANY, [w.run_id for w in writes])
+    rows = await conn.fetch(run_reads.LOCK_MANY, [w.run_id for w in writes])
     found = {row["run_id"]: row for row in rows}
     results: list[RunState | LeaseLostError | UnstorableValueError] = []
     changes: list[tuple[RunState, Event]] = []

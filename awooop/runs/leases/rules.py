@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from awooop.core import storable
 from awooop.core.errors import UnstorableValueError
 from awooop.core.events import Event, RunClaimed, RunFailed, RunRequeued
-from awooop.log.state import (
+from awooop.eventlog.state import (
     DISPATCHABLE,
     LEASED,
     MAX_ATTEMPTS_CODE,
@@ -106,7 +106,7 @@ def reap_event(
     ``attempt_count < max_attempts``, else FAILED with E-RUN-004, naming the run and how many
     times (``lone_deaths``, this one included) it killed its worker while running alone, and
     it is dead-lettered (``dead_letter``: recorded with the event,
-    :mod:`awooop.log.deadletters`)."""
+    :mod:`awooop.eventlog.deadletters`)."""
     if shared:
         return RunRequeued(
             at=now,

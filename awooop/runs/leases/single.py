@@ -1,6 +1,6 @@
 """One run at a time: claim, poll, take or reap expired runs, heartbeat, the fenced write,
 release. Each reads the row under the lock its job needs and writes through the log room
-(:mod:`awooop.log.runs`)."""
+(:mod:`awooop.eventlog.runs`)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import msgspec
 from awooop.core.db import Connection
 from awooop.core.errors import LeaseLostError
 from awooop.core.events import Event, LeaseReleased, RunFailed, RunRequeued
-from awooop.log import deadletters
-from awooop.log import runs as log_runs
-from awooop.log.state import RunState, RunStatus, row_to_state
-from awooop.runs import store
+from awooop.eventlog import deadletters, run_reads
+from awooop.eventlog import runs as log_runs
+from awooop.eventlog.state import RunState, RunStatus, row_to_state
+from awooop.runs import run_rows
 from awooop.runs.leases.rules import (
     Availability,
     Fence,
@@ -32,83 +32,6 @@ from awooop.runs.leases.suspects import (
     workers_with_several,
 )
 
-# --- SQL (reads; the run row's columns written out, as RunState names them) -----------------
-
-# R-11: the claim. Locks the row only if it can be claimed right now; a row another
-# transaction holds is skipped, never waited for.
-CLAIM = """
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
-FROM awooop_run_state
-WHERE run_id = $1
-  AND status IN ('PENDING', 'RESUMED')
-  AND (lease_until IS NULL OR lease_until < now())
-  AND suspect_worker_id IS NULL
-FOR UPDATE SKIP LOCKED
-"""
-
-# The polling path: dispatchable runs that have waited at least $1 seconds (no stream message
-# got them taken), oldest first, through the partial index on dispatchable runs. Suspects are
-# left to the isolated claim (awooop.runs.leases.suspects).
-POLL = """
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
-FROM awooop_run_state
-WHERE status IN ('PENDING', 'RESUMED')
-  AND (lease_until IS NULL OR lease_until < now())
-  AND updated_at <= now() - make_interval(secs => $1)
-  AND suspect_worker_id IS NULL
-ORDER BY created_at
-LIMIT $2
-FOR UPDATE SKIP LOCKED
-"""
-
-# One run whose lease expired (a worker takes it: requeue and claim in one transaction).
-LOCK_EXPIRED = """
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
-FROM awooop_run_state
-WHERE run_id = $1
-  AND status IN ('RUNNING', 'WAITING_TOOL')
-  AND lease_until < now()
-FOR UPDATE SKIP LOCKED
-"""
-
-# The reaper and the polling path: expired leases, oldest first (partial index on leased runs).
-EXPIRED = """
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
-FROM awooop_run_state
-WHERE status IN ('RUNNING', 'WAITING_TOOL')
-  AND lease_until < now()
-ORDER BY lease_until
-LIMIT $1
-FOR UPDATE SKIP LOCKED
-"""
-
-# The committed state, no lock.
-PEEK = """
-SELECT run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id, now() AS db_now
-FROM awooop_run_state WHERE run_id = $1
-"""
-
-# Who holds each of the runs in $1 (a cancel notice's check): the primary key, no lock.
-FENCES = """
-SELECT run_id, status, worker_id, attempt_count, lease_until, now() AS db_now
-FROM awooop_run_state WHERE run_id = ANY($1::uuid[])
-"""
-
 # --- I/O -----------------------------------------------------------------------------------
 
 
@@ -120,7 +43,7 @@ async def claim(
     metadata: dict[str, Any] | None = None,
 ) -> RunState | None:
     """Take the lease of ``run_id`` if it can be taken now; None if not (nothing written)."""
-    row = await conn.fetchrow(CLAIM, run_id)
+    row = await conn.fetchrow(run_reads.LOCK_CLAIMABLE, run_id)
     if row is None:
         return None
     state = row_to_state(row)
@@ -140,7 +63,7 @@ async def poll(
     """Claim up to ``limit`` dispatchable runs older than ``min_age_s`` (platform role)."""
     if limit <= 0:
         return []
-    rows = await conn.fetch(POLL, min_age_s, limit)
+    rows = await conn.fetch(run_reads.LOCK_DISPATCHABLE, min_age_s, limit)
     changes = []
     for row in rows:
         state = row_to_state(row)
@@ -156,7 +79,7 @@ async def take_expired(
     metadata: dict[str, Any] | None = None,
 ) -> Taken | None:
     """Reap ``run_id`` if its lease expired and, when it may run again, claim it."""
-    row = await conn.fetchrow(LOCK_EXPIRED, run_id)
+    row = await conn.fetchrow(run_reads.LOCK_EXPIRED, run_id)
     if row is None:
         return None
     return await _reap_and_claim(conn, row, worker_id, ttl_s, metadata)
@@ -172,7 +95,7 @@ async def take_expired_batch(
     """The polling path's share of recovery: up to ``limit`` expired runs, reaped and claimed."""
     if limit <= 0:
         return []
-    rows = await conn.fetch(EXPIRED, limit)
+    rows = await conn.fetch(run_reads.LOCK_EXPIRED_OLDEST, limit)
     several = workers_with_several(row_to_state(row) for row in rows)
     return [await _reap_and_claim(conn, row, worker_id, ttl_s, metadata, several) for row in rows]
 
@@ -201,7 +124,7 @@ async def reap(
     conn: Connection, limit: int, metadata: dict[str, Any] | None = None
 ) -> list[tuple[RunState, RunRequeued | RunFailed]]:
     """R-13: requeue or fail up to ``limit`` runs whose lease expired (platform role)."""
-    rows = await conn.fetch(EXPIRED, limit)
+    rows = await conn.fetch(run_reads.LOCK_EXPIRED_OLDEST, limit)
     states = [row_to_state(row) for row in rows]
     several = workers_with_several(states)
     done = []
@@ -223,7 +146,7 @@ async def fences(
     conn: Connection, run_ids: list[uuid.UUID]
 ) -> tuple[dict[uuid.UUID, Fence], datetime]:
     """Who holds each of ``run_ids`` as committed (no lock), and the database clock."""
-    rows = await conn.fetch(FENCES, run_ids)
+    rows = await conn.fetch(run_reads.FENCES, run_ids)
     found = {
         row["run_id"]: Fence(
             status=RunStatus(row["status"]),
@@ -239,7 +162,7 @@ async def fences(
 
 async def peek(conn: Connection, run_id: uuid.UUID) -> tuple[RunState | None, datetime]:
     """The run's committed state (no lock) and the database clock."""
-    row = await conn.fetchrow(PEEK, run_id)
+    row = await conn.fetchrow(run_reads.PEEK, run_id)
     if row is None:
         now: datetime = await conn.fetchval("SELECT now()")
         return None, now
@@ -256,7 +179,7 @@ async def fenced_record(
 ) -> RunState:
     """Write an event on behalf of ``(worker_id, attempt)``: refused with E-RUN-002 unless the
     attempt still holds a live lease (see :mod:`awooop.runs.leases`)."""
-    state, now = await store.lock(conn, run_id)
+    state, now = await run_rows.lock(conn, run_id)
     problem = fence_problem(state, now, worker_id, attempt)
     if problem is not None:
         raise LeaseLostError(
@@ -305,9 +228,9 @@ async def fail_undeliverable(
 ) -> RunState | None:
     """Fail a run whose work message is being dead-lettered, if nobody is making progress on
     it (dispatchable, or its lease expired); None (nothing written) otherwise. The failure is
-    marked ``dead_letter``: its dead letter is recorded with it (:mod:`awooop.log.deadletters`),
-    with what ``undelivered`` says about the message."""
-    found = await store.lock_if_present(conn, run_id)
+    marked ``dead_letter``: its dead letter is recorded with it
+    (:mod:`awooop.eventlog.deadletters`), with what ``undelivered`` says about the message."""
+    found = await run_rows.lock_if_present(conn, run_id)
     if found is None:
         return None
     state, now = found

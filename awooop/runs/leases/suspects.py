@@ -21,8 +21,9 @@ from typing import Any
 
 from awooop.core.db import Connection
 from awooop.core.events import RunFailed, RunRequeued, run_stream_id
-from awooop.log import runs as log_runs
-from awooop.log.state import MAX_ATTEMPTS_CODE, RunState, row_to_state
+from awooop.eventlog import run_reads
+from awooop.eventlog import runs as log_runs
+from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunState, row_to_state
 from awooop.runs.leases.rules import claim_event, died_sharing, reap_event
 
 # What else the dead worker held: runs it still holds (leased, through the partial index of
@@ -45,23 +46,6 @@ WHERE stream_id = $1
   AND ((event_type = 'RunRequeued' AND NOT coalesce((data->>'suspect')::boolean, false))
        OR (event_type = 'RunFailed' AND data->>'code' = '{MAX_ATTEMPTS_CODE}'))
 """  # noqa: S608 - a constant error code
-
-_ROW = """run_id, project_id, channel_type, provider_event_id, contract_id, status, version,
-       attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
-       failure_reason, failure_code, saga_steps, input, result, waiting_for,
-       approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id"""
-
-# The oldest dispatchable suspect (partial index of dispatchable suspects), locked.
-CLAIM_SUSPECT = f"""
-SELECT {_ROW}, now() AS db_now
-FROM awooop_run_state
-WHERE suspect_worker_id IS NOT NULL
-  AND status IN ('PENDING', 'RESUMED')
-  AND (lease_until IS NULL OR lease_until < now())
-ORDER BY created_at
-LIMIT 1
-FOR UPDATE SKIP LOCKED
-"""  # noqa: S608 - _ROW is a constant column list
 
 SUSPECTS_WAITING = """
 SELECT EXISTS (
@@ -101,7 +85,7 @@ async def claim_suspect(
 ) -> RunState | None:
     """Claim the oldest dispatchable suspect (platform role); None when there is none free.
     Only for a worker that holds nothing else and takes nothing else while it runs it."""
-    row = await conn.fetchrow(CLAIM_SUSPECT)
+    row = await conn.fetchrow(run_reads.LOCK_SUSPECT)
     if row is None:
         return None
     state = row_to_state(row)

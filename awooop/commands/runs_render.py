@@ -1,0 +1,174 @@
+"""``awooop runs``: what it prints (pure: tables and JSON views of runs, timelines, model
+calls and bulk operations)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgspec
+
+from awooop.commands.output import table, to_json, when
+from awooop.eventlog.state import RunState
+from awooop.runs import bulk, reads
+from awooop.runs.blocked import BlockedOn
+from projections import model_calls, timeline
+
+
+def state_view(state: RunState) -> dict[str, Any]:
+    return {
+        k: v
+        for k, v in msgspec.to_builtins(state).items()
+        if k not in ("input", "saga_steps", "result") or v
+    }
+
+
+def state_json(state: RunState) -> str:
+    return to_json(state_view(state))
+
+
+def render_state(state: RunState) -> str:
+    view = state_view(state)
+    return table(
+        ("FIELD", "VALUE"),
+        [
+            (k, "-" if v is None else v if isinstance(v, str) else to_json(v))
+            for k, v in view.items()
+        ],
+    )
+
+
+def detail_text(detail: dict[str, Any]) -> str:
+    """Pure: an event's detail for the timeline, its ``reason`` first (a requeue, a failure,
+    a cancel: why, before the rest)."""
+    reason = detail.get("reason")
+    rest = {k: v for k, v in detail.items() if k != "reason"}
+    parts = [str(reason)] if reason else []
+    if rest:
+        parts.append(to_json(rest))
+    return " ".join(parts)
+
+
+def render_timeline(lines: list[timeline.TimelineLine], *, wide: bool = False) -> str:
+    header = ("VERSION", "AT", "EVENT", "ATTEMPT", "WORKER", "TRACE_ID", "ACTOR", "DETAIL")
+    rows = [
+        (
+            str(ln.version),
+            when(ln.at),
+            ln.event_type,
+            str(ln.attempt),
+            ln.worker_id or "-",
+            ln.trace_id or "-",
+            ln.actor or "-",
+            detail_text(ln.detail) if ln.detail else "",
+        )
+        for ln in lines
+    ]
+    return table(header, rows, wide=wide)
+
+
+def hash_cell(body_hash: str | None, *, wide: bool) -> str:
+    if body_hash is None:
+        return "-"
+    return body_hash if wide else model_calls.short_hash(body_hash)
+
+
+def render_model_calls(calls: list[model_calls.ModelCallLine], *, wide: bool = False) -> str:
+    """Pure: a run's model calls as a table (revision ``default``: the default policy; the
+    body hash cut to 12 hex digits unless ``wide``)."""
+    header = (
+        "VERSION",
+        "STARTED",
+        "ATTEMPT",
+        "MODEL",
+        "CONTRACT",
+        "REVISION",
+        "BODY_HASH",
+        "DURATION_MS",
+        "OUTCOME",
+        "TRACE_ID",
+        "REASON",
+    )
+    rows = [
+        (
+            str(c.version),
+            when(c.started_at),
+            str(c.attempt),
+            c.model or "-",
+            f"{c.contract_family}/{c.contract_id}",
+            "default" if c.revision_id is None else str(c.revision_id),
+            hash_cell(c.body_hash, wide=wide),
+            f"{c.duration_ms:.1f}",
+            c.outcome,
+            c.trace_id or "-",
+            c.reason,
+        )
+        for c in calls
+    ]
+    return table(header, rows, wide=wide)
+
+
+def render_runs(
+    runs: list[reads.RunSummary],
+    blocked: dict[uuid.UUID, BlockedOn | None] | None = None,
+    *,
+    wide: bool = False,
+) -> str:
+    header = (
+        "RUN_ID",
+        "PROJECT",
+        "STATUS",
+        "BLOCKED_ON",
+        "ATTEMPTS",
+        "WORKER",
+        "FAILURE",
+        "CREATED",
+        "UPDATED",
+    )
+    found = blocked or {}
+    rows = [
+        (
+            str(r.run_id),
+            r.project_id,
+            r.status,
+            reason_of(found.get(r.run_id)),
+            f"{r.attempt_count}/{r.max_attempts}",
+            r.worker_id or "-",
+            r.failure_code or "-",
+            when(r.created_at),
+            when(r.updated_at),
+        )
+        for r in runs
+    ]
+    return table(header, rows, wide=wide)
+
+
+def reason_of(blocked: BlockedOn | None) -> str:
+    return "-" if blocked is None else blocked.reason.value
+
+
+def runs_json(
+    runs: list[reads.RunSummary], blocked: dict[uuid.UUID, BlockedOn | None]
+) -> list[dict[str, Any]]:
+    """Pure: the rows of ``runs list --json``, each with its ``blocked_on`` object."""
+    return [
+        {**msgspec.to_builtins(r), "blocked_on": msgspec.to_builtins(blocked.get(r.run_id))}
+        for r in runs
+    ]
+
+
+def render_operation(op: bulk.Operation) -> str:
+    view = {k: v for k, v in msgspec.to_builtins(op).items() if k not in ("errors",)}
+    rows = [
+        (k, "-" if v is None else v if isinstance(v, str) else to_json(v)) for k, v in view.items()
+    ]
+    rows += [("refused run", f"{e['run_id']} {e['code']} {e['message']}") for e in op.errors]
+    return table(("FIELD", "VALUE"), rows)
+
+
+def progress_line(op: bulk.Operation) -> str:
+    done = "retried" if op.kind == "retry" else "cancelled"
+    return (
+        f"batch {op.batches}: {op.scanned} of {op.expected} looked at, "
+        f"{op.changed} {done}, {op.refused} refused"
+    )

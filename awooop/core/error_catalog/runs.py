@@ -1,0 +1,135 @@
+"""Errors of the event log, runs, approvals and the worker runtime."""
+
+from __future__ import annotations
+
+from awooop.core.error_catalog.base import AwoooPError
+
+# --- event log ------------------------------------------------------------------------------
+
+
+class VersionConflictError(AwoooPError):
+    """The event stream is not at the expected version (a concurrent writer appended first)."""
+
+    code = "E-EVENT-001"
+    http_status = 409
+
+
+class StreamOrderConflictError(AwoooPError):
+    """This transaction started before the stream's last writer committed; retry it."""
+
+    code = "E-EVENT-002"
+    http_status = 409
+    retryable = True
+
+
+class UnknownEventTypeError(AwoooPError):
+    """The event type is not known to this version of the runtime."""
+
+    code = "E-EVENT-003"
+
+
+class StreamNotOfProjectError(AwoooPError):
+    """The stream name is not one of this project's: run-<run id>, domain/<project>/<name> or
+    revision-<project>/<family>/<contract> (migrations/0115_stream_names.sql). Nothing was
+    written."""
+
+    code = "E-EVENT-004"
+    http_status = 403
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+
+class IllegalTransitionError(AwoooPError):
+    """This event is not allowed in the run's current state."""
+
+    code = "E-RUN-001"
+    http_status = 409
+
+
+class LeaseLostError(AwoooPError):
+    """The attempt no longer holds the run's lease; the write was fenced off."""
+
+    code = "E-RUN-002"
+    http_status = 409
+
+
+class RunNotFoundError(AwoooPError):
+    """No such run."""
+
+    code = "E-RUN-003"
+    http_status = 404
+
+
+class OperationNotFoundError(AwoooPError):
+    """No such operation."""
+
+    code = "E-OPERATION-001"
+    http_status = 404
+
+
+# --- approvals ------------------------------------------------------------------------------
+
+
+class ApprovalTokenInvalidError(AwoooPError):
+    """The approval token is not valid for this run."""
+
+    code = "E-APPROVAL-001"
+    http_status = 403
+
+
+class ApprovalExpiredError(AwoooPError):
+    """The approval token expired before a decision was made."""
+
+    code = "E-APPROVAL-002"
+    http_status = 410
+
+
+class ApprovalTokenUsedError(AwoooPError):
+    """The approval token was already used."""
+
+    code = "E-APPROVAL-003"
+    http_status = 409
+
+
+# --- workers, leases and approvals (worker runtime) ------------------------------------------
+
+
+class MaxAttemptsExceededError(AwoooPError):
+    """Max retry attempts exceeded"""
+
+    code = "E-RUN-004"
+    http_status = 409
+
+
+class DeliveryLimitError(AwoooPError):
+    """The run's work message was delivered too often; the run was dead-lettered."""
+
+    code = "E-RUN-005"
+    http_status = 409
+
+
+class ApprovalRejectedError(AwoooPError):
+    """The approval was rejected."""
+
+    code = "E-APPROVAL-004"
+    http_status = 409
+
+
+class HandlerError(AwoooPError):
+    """The run handler raised an exception."""
+
+    code = "E-HANDLER-001"
+    http_status = 500
+
+
+class HandlerNotFoundError(AwoooPError):
+    """The handler must name an async function as package.module:function."""
+
+    code = "E-HANDLER-002"
+
+
+class DuplicateStepError(AwoooPError):
+    """A step name may be used once per run; this one was used twice."""
+
+    code = "E-HANDLER-003"

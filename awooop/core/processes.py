@@ -1,0 +1,63 @@
+"""The fleet's processes by release: ``awooop_processes`` (migration 0121).
+
+A long-running process writes its row once it has passed the start check, refreshes it while it
+runs and deletes it when it stops (awooop/core/schema_watch.py). ``awooop migrate`` reads the
+live rows to hold back a contract step that would stop one of them (awooop/core/migrate.py).
+A process is live while its row was refreshed within :data:`STALE_AFTER_INTERVALS` of its own
+re-check interval (``recheck_s``, in the row); rows of processes that died without
+deregistering are pruned after :data:`PRUNE_AFTER_S`. Releases before the registry do not
+register.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from awooop.core.db import Connection
+from awooop.core.migration_phases import LiveProcess
+
+STALE_AFTER_INTERVALS = 3  # written into migration 0121's awooop_live_workers() too
+PRUNE_AFTER_S = 24 * 3600.0
+
+REGISTER = """
+INSERT INTO awooop_processes AS p (instance, kind, host, pid, release, recheck_s)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (instance) DO UPDATE
+SET seen_at = now(), release = EXCLUDED.release, recheck_s = EXCLUDED.recheck_s
+"""
+PRUNE = "DELETE FROM awooop_processes WHERE seen_at < now() - make_interval(secs => $1)"
+DEREGISTER = "DELETE FROM awooop_processes WHERE instance = $1"
+# Only the live ones: a bounded read of a small table.
+LIVE = """
+SELECT instance, kind, host, pid, release FROM awooop_processes
+WHERE seen_at >= now() - make_interval(secs => $1 * recheck_s)
+ORDER BY release, kind, instance
+"""
+REGISTRY_EXISTS = "SELECT to_regclass('awooop_processes') IS NOT NULL"
+
+
+async def live_processes(conn: Connection) -> list[LiveProcess]:
+    """The processes seen within :data:`STALE_AFTER_INTERVALS` of their own re-check interval;
+    none on a database without the registry."""
+    if not await conn.fetchval(REGISTRY_EXISTS):
+        return []
+    rows = await conn.fetch(LIVE, STALE_AFTER_INTERVALS)
+    return [LiveProcess(r["instance"], r["kind"], r["host"], r["pid"], r["release"]) for r in rows]
+
+
+async def register(
+    conn: Connection, instance: str, kind: str, release: str, recheck_s: float
+) -> None:
+    """Write or refresh this process's row (where the registry exists) and prune dead ones."""
+    if not await conn.fetchval(REGISTRY_EXISTS):
+        return
+    await conn.execute(
+        REGISTER, instance, kind, socket.gethostname(), os.getpid(), release, recheck_s
+    )
+    await conn.execute(PRUNE, PRUNE_AFTER_S)
+
+
+async def deregister(conn: Connection, instance: str) -> None:
+    if await conn.fetchval(REGISTRY_EXISTS):
+        await conn.execute(DEREGISTER, instance)

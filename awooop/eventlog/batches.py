@@ -1,0 +1,89 @@
+"""The worker's one-statement writes: claim many runs, complete many runs (``claim_many.sql``,
+``complete_many.sql``). Each moves the stream heads, updates the rows as ``apply`` would and
+appends the events in ONE statement, so that a claim or a completion costs one round trip.
+
+The caller (:mod:`awooop.runs.leases.batch`) decides what to do with what comes back: each
+:class:`BatchRow` is a run the statement wrote, or one it left as its snapshot saw it, with
+whether a newer transaction's stream head was the reason (try again).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from awooop.core.db import Connection
+from awooop.eventlog import eventlog, queries
+from awooop.eventlog.state import RunState, row_to_state
+
+CLAIM_MANY = queries.load("claim_many")
+COMPLETE_MANY = queries.load("complete_many")
+
+_json_encoder = msgspec.json.Encoder()
+
+
+class BatchRow(msgspec.Struct, frozen=True):
+    """One run of a batch statement's answer: its state (new if ``written``, else as the
+    statement's snapshot saw it), ``conflict`` (locked but a newer transaction wrote its
+    stream), and the database clock."""
+
+    state: RunState
+    written: bool
+    conflict: bool
+    now: datetime
+
+
+def _json(value: Any) -> str | None:
+    """None stays SQL NULL (as the generic write stores it); JSON otherwise."""
+    return None if value is None else _json_encoder.encode(value).decode()
+
+
+def _rows(rows: Sequence[Any]) -> list[BatchRow]:
+    return [BatchRow(row_to_state(r), r["written"], r["conflict"], r["db_now"]) for r in rows]
+
+
+async def claim_many(
+    conn: Connection,
+    run_ids: Sequence[uuid.UUID],
+    metadata: Sequence[dict[str, Any] | None],
+    worker_id: str,
+    ttl_s: float,
+) -> list[BatchRow]:
+    """RunClaimed for each of ``run_ids`` that can be claimed now (``metadata`` aligned with
+    them); the others as they are."""
+    rows = await conn.fetch(
+        CLAIM_MANY, list(run_ids), [_json(m) for m in metadata], worker_id, ttl_s
+    )
+    return _rows(rows)
+
+
+async def complete_many(
+    conn: Connection,
+    run_ids: Sequence[uuid.UUID],
+    worker_ids: Sequence[str],
+    attempts: Sequence[int],
+    results: Sequence[Any],
+    metadata: Sequence[dict[str, Any] | None],
+) -> list[BatchRow]:
+    """RunCompleted for each run whose ``(worker_id, attempt)`` holds a live lease (the fence is
+    the statement's WHERE clause); the others as they are. ``results`` are JSON builtins."""
+    rows = await conn.fetch(
+        COMPLETE_MANY,
+        list(run_ids),
+        list(worker_ids),
+        list(attempts),
+        [_json(r) for r in results],
+        [_json(m) for m in metadata],
+    )
+    return _rows(rows)
+
+
+async def prepare(conn: Connection) -> None:
+    """Parse and plan the batch writes on ``conn`` with empty arrays (they write nothing)."""
+    await conn.fetch(CLAIM_MANY, [], [], "", 1.0)
+    await conn.fetch(COMPLETE_MANY, [], [], [], [], [])
+    await conn.fetch(eventlog.APPEND_MANY, [], [], [], [], [], [], [])

@@ -1,0 +1,83 @@
+"""The run write path: append an event and apply it to ``awooop_run_state`` in one transaction.
+
+Every generic change of a run goes through :func:`create_run`, :func:`apply_and_store` or
+:func:`apply_and_store_many`; they run in the caller's transaction (which carries the tenant
+setting). The row is updated to exactly ``state.apply(old, event)``, the same function the
+replay tool folds, and the event is appended at the row's version, so a concurrent writer that
+slipped past the row lock would still fail on the stream version. :func:`renew_leases` is the
+one run-row write without an event (the lease clock, R-12). In the same transaction they
+record or resolve the dead letters that the events decide
+(:func:`awooop.eventlog.deadletters.follow`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from awooop.core.db import Connection
+from awooop.core.events import Event, RunCreated, run_stream_id
+from awooop.eventlog import deadletters, eventlog, queries
+from awooop.eventlog.state import RunState, apply, state_values
+
+INSERT_RUN = queries.load("insert_run")
+UPDATE_RUN = queries.load("update_run")
+RENEW_LEASES = queries.load("renew_leases")
+
+
+async def create_run(
+    conn: Connection, event: RunCreated, metadata: dict[str, Any] | None = None
+) -> RunState:
+    state = apply(None, event)
+    await conn.execute(INSERT_RUN, *state_values(state))
+    await eventlog.append(conn, run_stream_id(state.run_id), state.project_id, 0, [event], metadata)
+    return state
+
+
+async def apply_and_store(
+    conn: Connection, state: RunState, event: Event, metadata: dict[str, Any] | None = None
+) -> RunState:
+    """Apply ``event`` to ``state`` (a row this transaction holds locked) and persist both."""
+    new_state = apply(state, event)
+    await conn.execute(UPDATE_RUN, *state_values(new_state))
+    await eventlog.append(
+        conn, run_stream_id(state.run_id), state.project_id, state.version, [event], metadata
+    )
+    await deadletters.follow(conn, [(state, event)])
+    return new_state
+
+
+async def apply_and_store_many(
+    conn: Connection,
+    changes: Sequence[tuple[RunState, Event]],
+    metadata: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+) -> list[RunState]:
+    """:func:`apply_and_store` for many runs (rows this transaction holds locked, each run at
+    most once) in two round trips: the rows in one pipelined ``executemany``, the events in
+    one statement. Raises (and the transaction must roll back) like the single version.
+    ``metadata``: one dict for every event, or one per change."""
+    if not changes:
+        return []
+    new_states = [apply(state, event) for state, event in changes]
+    await conn.executemany(UPDATE_RUN, [state_values(s) for s in new_states])
+    await eventlog.append_many(
+        conn,
+        [(run_stream_id(old.run_id), old.project_id, old.version, event) for old, event in changes],
+        metadata,
+    )
+    await deadletters.follow(conn, changes)
+    return new_states
+
+
+async def renew_leases(
+    conn: Connection, worker_id: str, held: Mapping[uuid.UUID, int], ttl_s: float
+) -> set[uuid.UUID]:
+    """R-12: renew the live leases of ``worker_id``'s attempts in ``held`` (run id -> the
+    attempt this worker runs); return the runs renewed. A lease only moves forward, and only
+    for the attempt named. Writes no event: the lease clock is the one part of the row that is
+    not folded."""
+    if not held:
+        return set()
+    rows = await conn.fetch(RENEW_LEASES, worker_id, list(held), ttl_s, list(held.values()))
+    return {r["run_id"] for r in rows}

@@ -1,0 +1,12 @@
+-- run_reads.LOCK_DISPATCHABLE (leases.poll): dispatchable runs that have waited at least $1
+-- seconds (no stream message got them taken), oldest first, at most $2, through the partial
+-- index on dispatchable runs. Suspects are left to the isolated claim (run_lock_suspect.sql).
+SELECT {{run_columns}}, now() AS db_now
+FROM awooop_run_state
+WHERE status IN ('PENDING', 'RESUMED')
+  AND (lease_until IS NULL OR lease_until < now())
+  AND updated_at <= now() - make_interval(secs => $1)
+  AND suspect_worker_id IS NULL
+ORDER BY created_at
+LIMIT $2
+FOR UPDATE SKIP LOCKED

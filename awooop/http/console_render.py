@@ -1,0 +1,78 @@
+"""The console's HTML: Jinja2 templates (``awooop/http/templates``), the security headers every
+page carries, and the error page a refusal shows.
+
+Why Jinja2 and not f-strings: pages of tables and forms with many user-controlled strings
+(inputs, reasons, step outputs) need HTML escaping everywhere; Jinja2 escapes by default
+(``autoescape``), keeps the markup out of the Python, and is small, typed and well kept
+(Pallets). No JavaScript: plain forms and links keep the pages testable and the URLs sharable.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.responses import HTMLResponse
+
+from awooop.core.errors import AwoooPError
+from awooop.http import console_session as sessions
+from awooop.http.app import retry_after
+from awooop.runs import listing
+from projections import model_calls
+
+TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+
+# The pages load nothing from elsewhere and are never framed (clickjacking).
+SECURITY_HEADERS = {
+    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "x-frame-options": "DENY",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
+
+
+def when(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def tojson(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=1, default=str)
+
+
+def detail(value: dict[str, Any]) -> str:
+    return "" if not value else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    context.setdefault("session", None)
+    page = TEMPLATES.get_template(name).render(
+        when=when, tojson=tojson, detail=detail, short_hash=model_calls.short_hash, **context
+    )
+    return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
+
+
+def error_page(exc: AwoooPError, session: sessions.Session | None) -> HTMLResponse:
+    page = render(
+        "error.html", exc.http_status, code=exc.code, message=exc.message, session=session
+    )
+    page.headers.update(retry_after(exc))
+    return page
+
+
+def filter_view(f: listing.RunFilter) -> dict[str, Any]:
+    """Pure: a run filter as the templates show it (enums as their values)."""
+    return {
+        "project": f.project,
+        "status": None if f.status is None else f.status.value,
+        "channel": f.channel,
+        "reason": None if f.reason is None else f.reason.value,
+        "q": f.q,
+    }

@@ -1,0 +1,58 @@
+"""What a console request carries: its form, the run in its path, the list's filters, and
+where to go after the login."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from urllib.parse import parse_qs
+
+import msgspec
+from starlette.requests import Request
+
+from awooop.core.errors import PayloadTooLargeError, RunNotFoundError
+from awooop.http import console_session as sessions
+from awooop.http.auth import authorize_stored
+from awooop.ingest.credentials import ADMIN_SCOPE, check_project_id
+from awooop.runs import listing
+
+FORM_LIMIT = 16 * 1024
+
+
+async def form(request: Request) -> dict[str, str]:
+    """The url-encoded form of a POST (first value of each field)."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > FORM_LIMIT:
+            raise PayloadTooLargeError(f"a console form is at most {FORM_LIMIT} bytes")
+    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {k: v[0] for k, v in fields.items()}
+
+
+def run_filter(
+    fields: Mapping[str, str], session: sessions.Session, now: datetime
+) -> listing.RunFilter:
+    """The list's filters from the URL (or a form); a project token is held to its project."""
+    f = listing.parse_filter(fields, now)
+    principal = session.principal
+    if principal.scope != ADMIN_SCOPE:
+        authorize_stored(principal, f.project, write=False)
+        return msgspec.structs.replace(f, project=principal.project_id)
+    if f.project is not None:
+        check_project_id(f.project)
+    return f
+
+
+def safe_next(target: str) -> str:
+    """Pure: only a console path is a place to go after login (no open redirect)."""
+    return target if target.startswith("/ui") and "//" not in target else "/ui/runs"
+
+
+def path_run(request: Request) -> tuple[str, uuid.UUID]:
+    project_id = check_project_id(request.path_params["project_id"])
+    try:
+        return project_id, uuid.UUID(request.path_params["run_id"])
+    except ValueError:
+        raise RunNotFoundError(run_id=request.path_params["run_id"][:64]) from None

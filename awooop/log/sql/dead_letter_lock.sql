@@ -1,2 +1,0 @@
--- awooop.log.deadletters.get_for_update: one dead letter, locked (a re-drive holds it).
-SELECT * FROM awooop_dead_letters WHERE dead_letter_id = $1 FOR UPDATE

@@ -1,0 +1,62 @@
+"""The worker's statements on every run's path, on the run pool: the one door to that pool.
+
+The run pool (:meth:`awooop.core.db.Database.in_run_statement`) keeps cached generic plans
+and, in a worker, a per-statement bound; a claim, a completion or a heartbeat sent there is
+one statement that commits on its own (no BEGIN/COMMIT: one round trip), and the fenced
+writes are one transaction. Which of the two a statement needs is decided here, once, so a
+call site names the statement and cannot pick the mode wrongly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from awooop.core.db import Database
+from awooop.core.errors import LeaseLostError, UnstorableValueError
+from awooop.eventlog.state import RunState
+from awooop.runs.leases.batch import (
+    claim_many,
+    complete_many,
+    fenced_record_many,
+    prepare_run_statements,
+)
+from awooop.runs.leases.rules import ClaimBatch, Completion, Fence, FencedWrite
+from awooop.runs.leases.single import fences, heartbeat
+
+Written = list[RunState | LeaseLostError | UnstorableValueError]
+
+
+class RunStatements:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def claim_many(
+        self,
+        run_ids: list[uuid.UUID],
+        worker_id: str,
+        ttl_s: float,
+        metadata: list[dict[str, Any] | None] | None = None,
+    ) -> ClaimBatch:
+        return await self.db.in_run_statement(
+            lambda conn: claim_many(conn, run_ids, worker_id, ttl_s, metadata)
+        )
+
+    async def complete_many(self, completions: list[Completion]) -> Written:
+        return await self.db.in_run_statement(lambda conn: complete_many(conn, completions))
+
+    async def heartbeat(
+        self, worker_id: str, held: dict[uuid.UUID, int], ttl_s: float
+    ) -> set[uuid.UUID]:
+        return await self.db.in_run_statement(lambda conn: heartbeat(conn, worker_id, held, ttl_s))
+
+    async def fences(self, run_ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, Fence], datetime]:
+        return await self.db.in_run_statement(lambda conn: fences(conn, run_ids))
+
+    async def fenced_record_many(self, writes: list[FencedWrite]) -> Written:
+        return await self.db.in_run_transaction(lambda conn: fenced_record_many(conn, writes))
+
+    async def prepare(self, connections: int) -> None:
+        """Parse and plan every statement above on ``connections`` run-pool connections."""
+        await self.db.on_run_connections(connections, prepare_run_statements)

@@ -1,0 +1,18 @@
+-- awooop: online
+-- phase: expand
+--
+-- Checks the events written before 0115 against the stream-name rule (R-43): 0115 added the
+-- CHECK awooop_events_stream_of_project to the log NOT VALID, so that only rows written since
+-- were checked. Once this migration is applied, every row of the log is known to follow the
+-- rule and Postgres treats the constraint as proven.
+--
+-- Online (awooop/core/online_plan.py): the log is validated partition by partition, each in
+-- its own transaction, then the parent (which then scans nothing). VALIDATE CONSTRAINT takes a
+-- SHARE UPDATE EXCLUSIVE lock on the partition it scans: readers and writers of the log go on
+-- (what it excludes is VACUUM of that partition, another VALIDATE, and DDL on it; the
+-- log_partitions loop's ATTACH, which locks the parent, waits only for the last, short step).
+-- Each lock is waited for at most lock_timeout (1 s) and retried. A partition that holds a row
+-- breaking the rule stops the migration with a check violation naming that partition: nothing
+-- is recorded, the partitions validated before stay validated, and `awooop migrate` reports it
+-- until the row is dealt with (docs/operations.md, Upgrading).
+ALTER TABLE awooop_events VALIDATE CONSTRAINT awooop_events_stream_of_project;

@@ -1,0 +1,30 @@
+"""Whether a projector has applied the log's events of a time range: the check the log's
+archive is handed (:data:`awooop.eventlog.archive.ProjectorLag`) before it drops a partition."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from awooop.core.db import Connection
+from projections import registry
+from projections.base import TableNames, stream_range
+
+
+async def projector_lag(
+    conn: Connection, name: str, range_from: datetime, range_to: datetime
+) -> str | None:
+    """A stream whose events recorded in [range_from, range_to) projection ``name`` has not
+    applied yet (``"stream <id>"``); None when it has applied them all or is no projection
+    this build knows."""
+    projection = registry.all_projections().get(name)
+    if projection is None:
+        return None
+    low, high = stream_range(projection.stream_prefix)
+    lagging = projection.lagging_sql(TableNames())
+    query = (
+        f"SELECT l.stream_id FROM ({lagging}) l "  # noqa: S608 - the projection's own SQL
+        "JOIN awooop_events e ON e.stream_id = l.stream_id AND e.version > l.view_version "
+        "WHERE e.recorded_at >= $4 AND e.recorded_at < $5 LIMIT 1"
+    )
+    stream = await conn.fetchval(query, low, high, None, range_from, range_to)
+    return None if stream is None else f"stream {stream}"
