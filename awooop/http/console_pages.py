@@ -23,7 +23,7 @@ from awooop.http.console_requests import path_run, run_filter
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE
 from awooop.runs import deadletters, listing, run_rows
 from awooop.runs.blocked import BlockedOn, Reason
-from projections import model_calls
+from projections import model_calls, timeline
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,7 @@ class RunPages(ConsoleAccess):
             blocked=shown.blocked,
             timeline=shown.history.timeline,
             model_calls=shown.history.model_calls,
+            steps=timeline.steps_in_run_order(shown.state.saga_steps, shown.history.timeline),
             approvals=shown.approvals,
             dead_letters=shown.dead_letters,
             can_act=session.principal.scope != READ_SCOPE,
