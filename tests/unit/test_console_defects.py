@@ -1,10 +1,12 @@
-"""The console's and ``awooop runs``' small pure rules: steps in the order they ran."""
+"""The console's and ``awooop runs``' small pure rules: steps in the order they ran,
+attempts past the limit, unknown deliveries, times labelled UTC."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+from awooop.http.console_render import attempts, deliveries, when
 from projections.timeline import TimelineLine, steps_in_run_order
 
 AT = datetime(2026, 12, 4, 12, 0, 1, tzinfo=UTC)
@@ -44,3 +46,23 @@ def test_a_step_done_again_counts_where_it_last_ran_and_unknown_steps_go_last() 
     ]
     assert list(steps_in_run_order(stored, lines)) == ["b", "a", "ghost"]
     assert steps_in_run_order(stored, lines)["a"] == 2
+
+
+def test_attempts_past_the_limit_say_by_how_many_and_why() -> None:
+    assert attempts(2, 3) == ("2 of 3", "")
+    assert attempts(3, 3) == ("3 of 3", "")
+    shown, why = attempts(4, 3)
+    assert shown == "4 of 3 (+1)"
+    assert "1 claim(s) past the limit of 3" in why and "charged" in why
+
+
+def test_deliveries_unknown_is_a_dash_not_zero() -> None:
+    assert deliveries(0) == "-"
+    assert deliveries(7) == "7"
+
+
+def test_times_are_labelled_utc() -> None:
+    assert when(AT) == "2026-12-04 12:00:01 UTC"
+    plus_two = AT.astimezone(timezone(timedelta(hours=2)))
+    assert when(plus_two) == "2026-12-04 12:00:01 UTC"
+    assert when(None) == "-"
