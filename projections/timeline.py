@@ -207,3 +207,18 @@ def timeline_lines(recorded: list[eventlog.RecordedEvent]) -> list[TimelineLine]
             )
         )
     return lines
+
+
+def steps_in_run_order(
+    saga_steps: Mapping[str, Any], lines: Sequence[TimelineLine]
+) -> dict[str, Any]:
+    """Pure: a run's journaled steps in the order they ran (by the version of each step's
+    last ``StepCompleted``), not the stored object's key order; a step the lines do not name
+    comes last."""
+    ran: dict[str, int] = {}
+    for ln in lines:
+        step = ln.detail.get("step")
+        if ln.event_type == "StepCompleted" and isinstance(step, str):
+            ran[step] = ln.version
+    order = sorted(saga_steps, key=lambda name: (name not in ran, ran.get(name, 0)))
+    return {name: saga_steps[name] for name in order}

@@ -81,7 +81,7 @@ def render_entries(views: list[dict[str, Any]], *, wide: bool = False) -> str:
             v["project_id"] or "-",
             v["event_type"] or ("-" if v["run_id"] else "(undecodable)"),
             v["group"] or "-",
-            str(v["delivery_count"]),
+            str(v["delivery_count"]) if v["delivery_count"] > 0 else "-",  # attempts gave up
             when(v["dead_lettered_at"]),
             v["reason"],
         )

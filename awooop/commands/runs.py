@@ -26,6 +26,8 @@ E-INPUT-001 for a bad ``--since``). The approval token may also come from
 Every change records who made it: the event's metadata carries ``actor`` = ``cli:<OS user>``
 (``--actor`` names the person in the event itself, default the same).
 
+``--since`` (as ``since`` in ``--filter`` and the console) keeps runs created since then.
+
 With ``--filter`` (the console list's filters: project, status, channel, blocked_on, since, q;
 repeat the option, all must match) ``retry`` and ``cancel`` act on every matching run as one
 operation (:mod:`awooop.runs.bulk`): the preview first (how many runs, per project), then,
@@ -55,7 +57,11 @@ def register(subparsers: Any) -> None:
     listing = actions.add_parser("list", help="runs, most recently changed first")
     listing.add_argument("--project", default=None, help="only this project")
     listing.add_argument("--status", default=None, help="only runs in this state (FAILED, ...)")
-    listing.add_argument("--since", default=None, help=f"changed since: {reads.SINCE_HELP}")
+    listing.add_argument(
+        "--since",
+        default=None,
+        help=f"created since (as in --filter and the console): {reads.SINCE_HELP}",
+    )
     listing.add_argument("--limit", type=int, default=reads.DEFAULT_LIMIT, help="at most N rows")
     listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     add_wide(listing)

@@ -13,6 +13,8 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime
 
+import msgspec
+
 from awooop.commands.output import table, to_json
 from awooop.commands.runs_parsing import TOKEN_ENV, cli_actor, filter_fields, split_ids
 from awooop.commands.runs_render import (
@@ -35,7 +37,7 @@ from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads,
 from awooop.runs.blocked import BlockedOn, describe
 from awooop.runs.listing import Decide
 from awooop.services import redis_client
-from projections import model_calls
+from projections import model_calls, timeline
 from streams.keys import Keys
 
 REDIS_TIMEOUT_S = 3.0  # blocked_on asks Redis about readers and dead letters; never hang on it
@@ -167,6 +169,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         await db.close()
     if history is not None:
+        steps = timeline.steps_in_run_order(state.saga_steps, history.timeline)
+        state = msgspec.structs.replace(state, saga_steps=steps)
         if args.json:
             view = {
                 "state": state_view(state),

@@ -43,7 +43,7 @@ class ConsoleAccess:
         try:
             session = await sessions.current(self.services, request)
         except TenantShareExceededError as exc:
-            return error_page(exc, None)
+            return error_page(exc, None, request)
         if session is None:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse("/ui/login?" + urlencode({"next": target}), 303)
@@ -54,12 +54,12 @@ class ConsoleAccess:
         refuses it (a form is not replayed after a login)."""
         session = await sessions.current(self.services, request)
         if session is None:
-            return error_page(AuthenticationError("log in first (/ui/login)"), None)
+            return error_page(AuthenticationError("log in first (/ui/login)"), None, request)
         try:
             fields = await form(request)
             sessions.check_csrf(fields.get("csrf"), session.csrf_token)
         except AwoooPError as exc:
-            return error_page(exc, session)
+            return error_page(exc, session, request)
         return session, fields
 
     async def read_in(

@@ -5,7 +5,7 @@ approve, reject, redrive), done through the same functions as the CLI
 from __future__ import annotations
 
 import uuid
-from urllib.parse import urlencode
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -13,6 +13,7 @@ from starlette.responses import RedirectResponse, Response
 from awooop.core.db import Connection
 from awooop.core.errors import AwoooPError, InvalidInputError
 from awooop.eventlog.state import RunState
+from awooop.http import console_session as sessions
 from awooop.http.auth import authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_render import error_page
@@ -44,9 +45,12 @@ class RunActions(ConsoleAccess):
             principal = authorize_stored(session.principal, project_id, write=True)
             done = await self.perform(principal.actor, project_id, run_id, action, fields)
         except AwoooPError as exc:
-            return error_page(exc, session)
-        target = f"/ui/runs/{project_id}/{run_id}?" + urlencode({"done": done})
-        return RedirectResponse(target, 303)
+            return error_page(exc, session, request)
+        response = RedirectResponse(f"/ui/runs/{project_id}/{run_id}", 303)
+        sessions.set_cookie(
+            response, request, sessions.NOTICE_COOKIE, quote(done[:200]), sessions.NOTICE_S
+        )
+        return response
 
     async def perform(
         self, actor: str, project_id: str, run_id: uuid.UUID, action: str, fields: dict[str, str]

@@ -46,7 +46,7 @@ class BulkOperations(ConsoleAccess):
                 session, f.project, lambda conn: bulk.preview(conn, kind, f, self.decide)
             )
         except AwoooPError as exc:
-            return error_page(exc, session)
+            return error_page(exc, session, request)
         return render(
             "bulk.html",
             session=session,
@@ -73,7 +73,7 @@ class BulkOperations(ConsoleAccess):
                 lambda conn: self.record(conn, kind, f, principal, attempts, fields),
             )
         except AwoooPError as exc:
-            return error_page(exc, session)
+            return error_page(exc, session, request)
         self.start(op)
         return RedirectResponse(f"/ui/operations/{op.operation_id}", 303)
 
@@ -108,7 +108,7 @@ class BulkOperations(ConsoleAccess):
         try:
             op = await self.read_operation(session, request.path_params["operation_id"])
         except AwoooPError as exc:
-            return error_page(exc, session)
+            return error_page(exc, session, request)
         age = (datetime.now().astimezone() - op.updated_at).total_seconds()
         return render(
             "operation.html",
@@ -129,7 +129,7 @@ class BulkOperations(ConsoleAccess):
             op = await self.read_operation(session, request.path_params["operation_id"])
             authorize_stored(session.principal, op.filter.get("project"), write=True)
         except AwoooPError as exc:
-            return error_page(exc, session)
+            return error_page(exc, session, request)
         if op.state == "running":
             self.start(op)
         return RedirectResponse(f"/ui/operations/{op.operation_id}", 303)

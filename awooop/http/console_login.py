@@ -50,7 +50,7 @@ class LoginRoutes(ConsoleAccess):
             try:
                 sessions.check_csrf(fields.get("csrf"), session.csrf_token)
             except CsrfError as exc:
-                return error_page(exc, session)
+                return error_page(exc, session, request)
             await sessions.logout(self.services, request)
         response = RedirectResponse("/ui/login", 303)
         response.delete_cookie(sessions.COOKIE, path=sessions.COOKIE_PATH)

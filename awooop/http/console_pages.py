@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -16,6 +16,7 @@ from awooop.core.db import Connection
 from awooop.core.errors import AwoooPError, RunNotFoundError
 from awooop.eventlog.deadletters import DeadLetterRow
 from awooop.eventlog.state import RunState, RunStatus
+from awooop.http import console_session as sessions
 from awooop.http.auth import authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_render import error_page, filter_view, render
@@ -23,7 +24,7 @@ from awooop.http.console_requests import path_run, run_filter
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE
 from awooop.runs import deadletters, listing, run_rows
 from awooop.runs.blocked import BlockedOn, Reason
-from projections import model_calls
+from projections import model_calls, timeline
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class RunPages(ConsoleAccess):
                 lambda conn: listing.page(conn, f, self.decide, before=before),
             )
         except AwoooPError as exc:
-            return error_page(exc, session)
+            return error_page(exc, session, request)
         params = {k: v for k, v in request.query_params.items() if k != "before" and v}
         next_url = ""
         if page.next is not None:
@@ -75,6 +76,8 @@ class RunPages(ConsoleAccess):
             channels=listing.CHANNELS,
             reasons=[r.value for r in Reason],
             next_url=next_url,
+            filtered=any(v for k, v in params.items() if k != "project"),
+            base_url=str(request.base_url),
         )
 
     async def run_page(self, request: Request) -> Response:
@@ -89,20 +92,24 @@ class RunPages(ConsoleAccess):
                 project_id, lambda conn: self.read_run(conn, project_id, run_id)
             )
         except AwoooPError as exc:
-            return error_page(exc, session)
-        return render(
+            return error_page(exc, session, request)
+        page = render(
             "run.html",
             session=session,
             state=shown.state,
             blocked=shown.blocked,
             timeline=shown.history.timeline,
             model_calls=shown.history.model_calls,
+            steps=timeline.steps_in_run_order(shown.state.saga_steps, shown.history.timeline),
             approvals=shown.approvals,
             dead_letters=shown.dead_letters,
             can_act=session.principal.scope != READ_SCOPE,
             trace_url=self.settings.console_trace_url,
-            done=request.query_params.get("done", "")[:200],
+            done=unquote(request.cookies.get(sessions.NOTICE_COOKIE, ""))[:200],
         )
+        if sessions.NOTICE_COOKIE in request.cookies:  # shown once
+            page.delete_cookie(sessions.NOTICE_COOKIE, path=sessions.COOKIE_PATH)
+        return page
 
     async def read_run(self, conn: Connection, project_id: str, run_id: uuid.UUID) -> RunPage:
         state = await run_rows.load(conn, run_id)

@@ -10,16 +10,18 @@ Why Jinja2 and not f-strings: pages of tables and forms with many user-controlle
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import jinja2
+from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from awooop.core.errors import AwoooPError
 from awooop.http import console_session as sessions
 from awooop.http.app import retry_after
+from awooop.http.console_requests import came_from
 from awooop.runs import listing
 from projections import model_calls
 
@@ -40,7 +42,31 @@ SECURITY_HEADERS = {
 
 
 def when(moment: datetime | None) -> str:
-    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
+    """Pure: a time as every page shows it, in UTC and saying so."""
+    if moment is None:
+        return "-"
+    shown = moment if moment.tzinfo is None else moment.astimezone(UTC)
+    return shown.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def attempts(count: int, limit: int) -> tuple[str, str]:
+    """Pure: a run's attempts as shown, and why, when the count is past the limit. The count
+    numbers every claim and only grows (it fences workers); the limit counts the attempts
+    charged to the run: a claim that was not charged (a suspect requeued, a lease given back
+    uncharged) moves the limit up, and one given back charged at the limit does not."""
+    if count <= limit:
+        return f"{count} of {limit}", ""
+    why = (
+        f"{count - limit} claim(s) past the limit of {limit}: every claim is numbered, "
+        "the limit counts only the attempts charged to the run"
+    )
+    return f"{count} of {limit} (+{count - limit})", why
+
+
+def deliveries(count: int) -> str:
+    """Pure: a dead letter's deliveries; "-" when no stream delivery gave up (the run's
+    attempts did, so there is no count)."""
+    return "-" if count <= 0 else str(count)
 
 
 def tojson(value: Any) -> str:
@@ -54,14 +80,28 @@ def detail(value: dict[str, Any]) -> str:
 def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
     context.setdefault("session", None)
     page = TEMPLATES.get_template(name).render(
-        when=when, tojson=tojson, detail=detail, short_hash=model_calls.short_hash, **context
+        when=when,
+        tojson=tojson,
+        detail=detail,
+        short_hash=model_calls.short_hash,
+        attempts=attempts,
+        deliveries=deliveries,
+        **context,
     )
     return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
 
 
-def error_page(exc: AwoooPError, session: sessions.Session | None) -> HTMLResponse:
+def error_page(
+    exc: AwoooPError, session: sessions.Session | None, request: Request | None = None
+) -> HTMLResponse:
+    """The page of a refusal, with a way back (:func:`console_requests.came_from`)."""
     page = render(
-        "error.html", exc.http_status, code=exc.code, message=exc.message, session=session
+        "error.html",
+        exc.http_status,
+        code=exc.code,
+        message=exc.message,
+        session=session,
+        back="/ui/runs" if request is None else came_from(request),
     )
     page.headers.update(retry_after(exc))
     return page

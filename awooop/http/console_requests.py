@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 import msgspec
 from starlette.requests import Request
@@ -48,6 +48,18 @@ def run_filter(
 def safe_next(target: str) -> str:
     """Pure: only a console path is a place to go after login (no open redirect)."""
     return target if target.startswith("/ui") and "//" not in target else "/ui/runs"
+
+
+def came_from(request: Request) -> str:
+    """Where an error page's link goes back to: the console page the browser came from (its
+    ``Referer``, same host, through :func:`safe_next`), else the run list; never the page that
+    failed itself."""
+    referer = urlsplit(request.headers.get("referer", ""))
+    if referer.netloc != request.url.netloc:
+        return "/ui/runs"
+    target = safe_next(referer.path + (f"?{referer.query}" if referer.query else ""))
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return "/ui/runs" if target == here and request.method == "GET" else target
 
 
 def path_run(request: Request) -> tuple[str, uuid.UUID]:

@@ -40,6 +40,9 @@ from awooop.services import Services
 COOKIE = "awooop_console"
 LOGIN_COOKIE = "awooop_console_login"
 COOKIE_PATH = "/ui"
+# What an action did, shown once on the page it redirects to (so no notice stays in a URL).
+NOTICE_COOKIE = "awooop_console_notice"
+NOTICE_S = 60
 
 # --- SQL -------------------------------------------------------------------------------------
 SESSION = """

@@ -184,7 +184,7 @@ def parse_filter(fields: Mapping[str, str], now: datetime) -> RunFilter:
         status=None if status is None else check_status(status),
         channel=None if channel is None else check_channel(channel),
         reason=None if reason is None else check_reason(reason),
-        since=None if since is None else parse_since(since, now),
+        since=None if since is None else parse_since(since, now, field="since"),
         q=None if text is None else text[:256],
     )
 

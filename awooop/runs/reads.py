@@ -3,11 +3,11 @@
 The listing reads ``awooop_run_state`` (the inline projection, always current) on the
 platform role so that it can span projects; ``--project`` narrows it (the
 ``(project_id, status)`` index serves both filters). Rows come most recently changed first,
-at most ``limit`` of them. ``--since`` keeps runs changed at or after a moment (``updated_at``
-moves with every event of the run, so ``--status FAILED --since 2h`` is "failed in the last two
-hours"). There is no index on ``updated_at`` on purpose: it changes on every write of the
-hottest table and would cost every run update its HOT path; an unfiltered listing is a scan
-with a top-N sort, fine for an operator's command.
+at most ``limit`` of them. ``--since`` keeps runs created at or after a moment: the one meaning
+of ``since`` everywhere (the console's list, ``--filter since=...``), so the three give the same
+runs. There is no index on ``updated_at`` on purpose: it changes on every write of the hottest
+table and would cost every run update its HOT path; an unfiltered listing is a scan with a
+top-N sort, fine for an operator's command.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ SELECT run_id, project_id, status, channel_type, attempt_count, max_attempts, wo
 FROM awooop_run_state
 WHERE ($1::text IS NULL OR project_id = $1)
   AND ($2::text IS NULL OR status = $2)
-  AND ($3::timestamptz IS NULL OR updated_at >= $3)
+  AND ($3::timestamptz IS NULL OR created_at >= $3)
 ORDER BY updated_at DESC, run_id
 LIMIT $4
 """
@@ -46,8 +46,9 @@ UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 SINCE_HELP = "an ISO timestamp (2026-01-31T12:00:00Z; without a zone: UTC) or 15m, 2h, 3d, 30s"
 
 
-def parse_since(text: str, now: datetime) -> datetime:
-    """``text`` as a moment: an ISO-8601 timestamp, or a duration before ``now``."""
+def parse_since(text: str, now: datetime, *, field: str = "--since") -> datetime:
+    """``text`` as a moment: an ISO-8601 timestamp, or a duration before ``now``; ``field``
+    names where it came from in the error (the CLI flag, or the console's form field)."""
     value = text.strip()
     match = DURATION.fullmatch(value)
     if match is not None:
@@ -55,7 +56,7 @@ def parse_since(text: str, now: datetime) -> datetime:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise InvalidInputError(f"--since {text!r}: expected {SINCE_HELP}") from None
+        raise InvalidInputError(f"{field} {text!r}: expected {SINCE_HELP}") from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
