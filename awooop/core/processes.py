@@ -49,9 +49,8 @@ async def live_processes(conn: Connection) -> list[LiveProcess]:
 async def register(
     conn: Connection, instance: str, kind: str, release: str, recheck_s: float
 ) -> None:
-    """Write or refresh this process's row (where the registry exists) and prune dead ones."""
-    if not await conn.fetchval(REGISTRY_EXISTS):
-        return
+    """Write or refresh this process's row and prune dead ones. The registry exists: a process
+    registers only after the start check found its release's migrations, 0121 among them."""
     await conn.execute(
         REGISTER, instance, kind, socket.gethostname(), os.getpid(), release, recheck_s
     )
@@ -59,5 +58,4 @@ async def register(
 
 
 async def deregister(conn: Connection, instance: str) -> None:
-    if await conn.fetchval(REGISTRY_EXISTS):
-        await conn.execute(DEREGISTER, instance)
+    await conn.execute(DEREGISTER, instance)
