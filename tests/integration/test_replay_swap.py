@@ -44,7 +44,7 @@ async def test_swap_keeps_indexes_constraints_policies_grants_and_dependents(
 ) -> None:
     work = Workload(db, seed=3)
     await work.run(walkers=2, runs_each=5, max_steps=5)
-    project, run_id = work.run_ids[0]
+    _, run_id = work.run_ids[0]
     conn = await connect(database_url)  # the owner, as a migration would
     try:
         await conn.execute(
@@ -86,10 +86,14 @@ async def test_swap_keeps_indexes_constraints_policies_grants_and_dependents(
         assert not await conn.fetchval("SELECT to_regclass('awooop_run_state__old') IS NOT NULL")
     finally:
         await conn.close()
-    # row-level security still isolates tenants
-    async with db.tenant(project) as conn:
-        projects = await conn.fetch("SELECT DISTINCT project_id FROM awooop_run_state")
-    assert [r["project_id"] for r in projects] == [project]
+    # row-level security still isolates tenants: each project that still has runs sees its own
+    # (the walkers interleave, so which projects those are depends on timing)
+    kept = sorted({p for p, r in work.run_ids if r != run_id})
+    assert kept
+    for tenant in kept:
+        async with db.tenant(tenant) as conn:
+            projects = await conn.fetch("SELECT DISTINCT project_id FROM awooop_run_state")
+        assert [r["project_id"] for r in projects] == [tenant]
 
 
 async def test_interrupting_leaves_the_live_table_untouched_and_a_rerun_starts_clean(
