@@ -12,6 +12,7 @@ from awooop.eventlog import queries
 
 GET = queries.load("run_get")
 PEEK = queries.load("run_peek")
+VERSION = queries.load("run_version")
 FENCES = queries.load("run_fences")
 LOCK = queries.load("run_lock")
 LOCK_MANY = queries.load("run_lock_many")

@@ -5,10 +5,11 @@
 | ``GET /ui/login``, ``POST /ui/login`` | log in with a token (scope read, manage or admin) |
 | ``POST /ui/logout`` | end the session |
 | ``GET /ui/runs`` | runs, filters in the URL (project, status, channel, blocked_on, since, q) |
-| ``GET /ui/runs/{project_id}/{run_id}`` | one run: blocked_on, state, timeline, steps, approvals |
+| ``GET /ui/runs/{project_id}/{run_id}`` | one run: blocked_on, state, waterfall, timeline (``?events=``), steps, approvals |
 | ``POST /ui/runs/{project_id}/{run_id}/{action}`` | retry, cancel, approve, reject, redrive |
 | ``GET /ui/bulk/{kind}``, ``POST /ui/bulk/{kind}`` | preview, then start a bulk retry or cancel |
 | ``GET /ui/operations/{id}``, ``POST .../resume`` | a bulk operation's progress; resume it |
+| ``GET /ui/static/console-live.js`` | the live pages' script (:mod:`awooop.http.console_live`) |
 
 Who sees what is the management API's rule (:func:`awooop.http.auth.authorize_stored`): a
 ``read`` or ``manage`` token its own project, an ``admin`` token every project; a ``read``
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute, Route
 
+from awooop.http import console_live as live
 from awooop.http.console_actions import RunActions
 from awooop.http.console_bulk import BulkOperations
 from awooop.http.console_login import LoginRoutes
@@ -60,6 +62,7 @@ class Console(LoginRoutes, RunPages, RunActions, BulkOperations):
             Route("/ui/bulk/{kind}", self.bulk_confirm, methods=["POST"]),
             Route("/ui/operations/{operation_id}", self.operation_page, methods=["GET"]),
             Route("/ui/operations/{operation_id}/resume", self.operation_resume, methods=["POST"]),
+            Route(live.SCRIPT_PATH, live.script, methods=["GET"]),
         ]
 
 
