@@ -5,7 +5,7 @@
 | ``GET /ui/login``, ``POST /ui/login`` | log in with a token (scope read, manage or admin) |
 | ``POST /ui/logout`` | end the session |
 | ``GET /ui/runs`` | runs, filters in the URL (project, status, channel, blocked_on, since, q) |
-| ``GET /ui/runs/{project_id}/{run_id}`` | one run: blocked_on, state, waterfall, timeline (``?events=``), steps, approvals |
+| ``GET /ui/runs/{project_id}/{run_id}`` | one run: blocked_on, state, waterfall, timeline, steps |
 | ``POST /ui/runs/{project_id}/{run_id}/{action}`` | retry, cancel, approve, reject, redrive |
 | ``GET /ui/bulk/{kind}``, ``POST /ui/bulk/{kind}`` | preview, then start a bulk retry or cancel |
 | ``GET /ui/operations/{id}``, ``POST .../resume`` | a bulk operation's progress; resume it |

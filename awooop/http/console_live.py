@@ -33,9 +33,7 @@ LIST_FACTOR = 2.5  # the list polls this many times less often than a run page
 CLOCK_SLICE_S = 10
 
 
-def run_etag(
-    version: int, status: str, now: datetime, *, final: bool, context: str
-) -> str:
+def run_etag(version: int, status: str, now: datetime, *, final: bool, context: str) -> str:
     """Pure: the tag of a run page: the run's version and status, the clock slice while the
     run is not final, and ``context`` (who looks, and how: :func:`page_context`)."""
     slice_ = "final" if final else str(int(now.timestamp() // CLOCK_SLICE_S))

@@ -22,8 +22,8 @@ from awooop.http import console_timeline
 from awooop.http.auth import authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_render import SECURITY_HEADERS, error_page, filter_view, render
-from awooop.http.console_waterfall import duration_text, waterfall
 from awooop.http.console_requests import path_run, run_filter
+from awooop.http.console_waterfall import duration_text, waterfall
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE
 from awooop.runs import deadletters, listing, run_rows
 from awooop.runs.blocked import BlockedOn, Reason
@@ -75,7 +75,7 @@ class RunPages(ConsoleAccess):
         next_url = ""
         if page.next is not None:
             next_url = "/ui/runs?" + urlencode({**params, "before": page.next.text()})
-        page = render(
+        answer = render(
             "runs.html",
             session=session,
             page=page,
@@ -93,11 +93,11 @@ class RunPages(ConsoleAccess):
             live_ms=int(self.settings.console_live_s * live.LIST_FACTOR * 1000),
             live_script=live.SCRIPT_PATH,
         )
-        etag = live.body_etag(page.body)
+        etag = live.body_etag(bytes(answer.body))
         if live.matches(request, etag):
             return live.not_modified(etag, SECURITY_HEADERS)
-        page.headers["etag"] = etag
-        return page
+        answer.headers["etag"] = etag
+        return answer
 
     async def run_page(self, request: Request) -> Response:
         found = await self.session_or_login(request)

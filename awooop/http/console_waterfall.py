@@ -90,7 +90,8 @@ class Waterfall:
 
 
 def duration_text(ms: float) -> str:
-    """Pure: a duration as people read it: ``850 ms``, ``12.3 s``, ``4 min 05 s``, ``2 h 03 min``."""
+    """Pure: a duration as people read it: ``850 ms``, ``12.3 s``, ``4 min 05 s``,
+    ``2 h 03 min``."""
     if ms < 1000:
         return f"{ms:.0f} ms"
     seconds = ms / 1000
@@ -136,7 +137,9 @@ def bars_of(lines: Sequence[TimelineLine], open_end: datetime, running: bool) ->
                 bars.append(replace(attempt, end=ln.at, outcome=kind))
                 attempt = None
             if kind == "RunClaimed":
-                attempt = Bar("attempt", f"attempt {ln.attempt}", ln.attempt, ln.version, ln.at, ln.at)
+                attempt = Bar(
+                    "attempt", f"attempt {ln.attempt}", ln.attempt, ln.version, ln.at, ln.at
+                )
         if kind == "StepCompleted":
             started = instant(ln.detail.get("started_at")) or previous_in_attempt or ln.at
             step = str(ln.detail.get("step", "step"))

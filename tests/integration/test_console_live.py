@@ -26,8 +26,10 @@ from tests.support.waiting import eventually
 
 P = "proj-console-live"
 WORKER = "host:1:w1"
-SCRIPT = re.compile(r'<script src="/ui/static/console-live.js" defer data-live="([^"]+)" '
-                    r'data-every-ms="(\d+)" data-etag="([^"]*)" data-final="([01])">')
+SCRIPT = re.compile(
+    r'<script src="/ui/static/console-live.js" defer data-live="([^"]+)" '
+    r'data-every-ms="(\d+)" data-etag="([^"]*)" data-final="([01])">'
+)
 BAR = re.compile(r'<tr class="bar kind-(\w+)[^"]*"')
 
 

@@ -35,8 +35,15 @@ def completed_run() -> list[TimelineLine]:
         line(1, 0, "RunCreated", attempt=0),
         line(2, 100, "RunClaimed"),
         line(3, 300, "StepCompleted", step="reserve"),
-        line(4, 900, "ModelCalled", started_at=at(400).isoformat(), duration_ms=450.0,
-             model="m1", outcome="ok"),
+        line(
+            4,
+            900,
+            "ModelCalled",
+            started_at=at(400).isoformat(),
+            duration_ms=450.0,
+            model="m1",
+            outcome="ok",
+        ),
         line(5, 1000, "StepCompleted", step="charge", started_at=at(950).isoformat()),
         line(6, 1100, "ToolWaitStarted", tool="shipping"),
         line(7, 1600, "ToolResultReceived", tool="shipping"),
@@ -82,8 +89,11 @@ def test_open_bars_reach_now_and_are_running() -> None:
     assert bars["approval"].end == at(10_200) and bars["approval"].running
     assert shown.end == at(10_200)
 
-    granted = [*lines, line(4, 5000, "ApprovalGranted", actor="ann"),
-               line(5, 5100, "RunClaimed", attempt=2)]
+    granted = [
+        *lines,
+        line(4, 5000, "ApprovalGranted", actor="ann"),
+        line(5, 5100, "RunClaimed", attempt=2),
+    ]
     shown = waterfall(granted, at(10_000), finished=False)
     assert shown is not None
     bars = by_label(shown.bars)
@@ -146,12 +156,17 @@ def test_durations_read_as_people_read_them() -> None:
 def test_the_timeline_is_one_section_per_attempt_with_runs_of_one_type_grouped() -> None:
     lines = [line(1, 0, "RunCreated", attempt=0), line(2, 100, "RunClaimed")]
     lines += [line(3 + i, 200 + i * 10, "StepCompleted", step=f"s{i}") for i in range(4)]
-    lines += [line(7, 400, "RunRequeued"), line(8, 500, "RunClaimed", attempt=2),
-              line(9, 750, "RunCompleted", attempt=2)]
+    lines += [
+        line(7, 400, "RunRequeued"),
+        line(8, 500, "RunClaimed", attempt=2),
+        line(9, 750, "RunCompleted", attempt=2),
+    ]
     shown = view(lines)
     assert [s.attempt for s in shown.sections] == [0, 1, 2]
     assert [(g.event_type, len(g.rows)) for g in shown.sections[1].groups] == [
-        ("RunClaimed", 1), ("StepCompleted", 4), ("RunRequeued", 1)
+        ("RunClaimed", 1),
+        ("StepCompleted", 4),
+        ("RunRequeued", 1),
     ]
     assert shown.sections[1].groups[1].span_ms == 30
     rows = [r for s in shown.sections for g in s.groups for r in g.rows]
@@ -188,5 +203,7 @@ def test_a_run_page_tag_names_the_version_status_clock_slice_and_who_looks() -> 
     assert tag != console_live.run_etag(5, "RUNNING", at(1), final=False, context="read|c|")
     assert tag != console_live.run_etag(5, "RUNNING", at(60_000), final=False, context="manage|c|")
     done = console_live.run_etag(9, "COMPLETED", at(0), final=True, context="manage|c|")
-    assert done == console_live.run_etag(9, "COMPLETED", at(600_000), final=True, context="manage|c|")
+    assert done == console_live.run_etag(
+        9, "COMPLETED", at(600_000), final=True, context="manage|c|"
+    )
     assert tag.startswith('"') and tag.endswith('"')
