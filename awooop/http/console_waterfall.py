@@ -18,7 +18,7 @@ is marked running; on a finished run it stops at the run's last event. Positions
 percentages of the axis (the template sets ``left`` and ``width``; no script). The work is
 bounded for runs of thousands of events: one pass over the lines, the steps, model calls and
 tool waits of an attempt beyond :data:`PER_ATTEMPT` are drawn as groups of consecutive ones,
-and at most :data:`MAX_BARS` bars are drawn (the others are counted, never drawn).
+and at most :data:`MAX_BARS` bars are drawn, the newest (the others are counted).
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ def waterfall(
     open_end = lines[-1].at if finished else max(now, lines[-1].at)
     bars = grouped(bars_of(lines, open_end, running=not finished))
     omitted = max(len(bars) - max_bars, 0)
-    bars = bars[:max_bars]
+    bars = bars[-max_bars:] if max_bars > 0 else []
     start = min([lines[0].at, *(b.start for b in bars)])
     end = max([open_end, *(b.end for b in bars)])
     total = max((end - start).total_seconds() * 1000, 1.0)

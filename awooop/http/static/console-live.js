@@ -53,14 +53,25 @@
 
   function apply(html) {
     var doc = new DOMParser().parseFromString(html, "text/html");
+    var next = doc.querySelector("script[data-live]");
+    var final = !next || next.getAttribute("data-final") === "1";
+    var main = document.querySelector("main");
+    var fresh = doc.querySelector("main");
+    // The run is over: the whole page changes (its result, its end), shown once, unless a
+    // form on it is in use.
+    if (final && main && fresh && !inUse(main)) {
+      swap(main, fresh);
+      root.setAttribute("data-live-updated", String(polls));
+      stop("final");
+      return;
+    }
     for (var i = 0; i < ids.length; i++) {
       var old = document.getElementById(ids[i]);
-      var fresh = doc.getElementById(ids[i]);
-      if (old && fresh && !inUse(old)) { swap(old, fresh); }
+      var region = doc.getElementById(ids[i]);
+      if (old && region && !inUse(old)) { swap(old, region); }
     }
-    var next = doc.querySelector("script[data-live]");
     root.setAttribute("data-live-updated", String(polls));
-    if (!next || next.getAttribute("data-final") === "1") { stop("final"); }
+    if (final) { stop("final"); }
   }
 
   function later(ms) {
