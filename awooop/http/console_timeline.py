@@ -19,7 +19,7 @@ from projections.run_state import RUN_TYPES
 from projections.timeline import TimelineLine
 
 FOLD_AT = 3
-MAX_ROWS = 2000
+MAX_ROWS = 1000
 UNFOLD_ALL_BELOW = 60  # a timeline this short shows every section open
 
 

@@ -5,6 +5,7 @@ the live script served from the app under a strict policy, and live updates turn
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 import uuid
@@ -20,6 +21,7 @@ from awooop.http import console_session as sessions
 from awooop.ingest import credentials
 from awooop.runs import leases, run_rows
 from tests.integration.test_console import log_in
+from tests.integration.test_tenant_capacity import RUN_READ, table_locked, waiting_on_lock
 from tests.support.http import app_client
 from tests.support.runs import create_runs
 from tests.support.waiting import eventually
@@ -212,3 +214,31 @@ async def test_live_updates_turned_off_leave_no_script(settings: Settings, db: D
         for url in ("/ui/runs", f"/ui/runs/{P}/{run_id}"):
             page = await http.get(url)
             assert page.status_code == 200 and "console-live.js" not in page.text
+
+
+async def test_polls_count_against_the_projects_share(settings: Settings, db: Database) -> None:
+    """Polls are console requests: past the project's share (here 2) one is refused with 429
+    (the script then waits longer), and the held ones end in 304 once their read is done."""
+    _, read = await credentials.create_management_token(db, P, "read")
+    run_id = await claimed_run(db)
+    await complete(db, run_id)  # final: its tag does not move with the clock
+    url = f"/ui/runs/{P}/{run_id}"
+    shared = msgspec.structs.replace(settings, http_tenant_requests=2)
+    async with app_client(shared, db) as http:
+        await log_in(http, read)
+        tag = {"if-none-match": (await http.get(url)).headers["etag"]}
+        async with table_locked(settings.database_url, "awooop_run_state"):
+            held = [asyncio.create_task(http.get(url, headers=tag)) for _ in range(2)]
+            await eventually(
+                lambda: polls_waiting(settings.database_url),
+                equals=2,
+                what="two polls reading the run's version, held by the lock",
+            )
+            refused = await http.get(url, headers=tag)
+        answers = await asyncio.wait_for(asyncio.gather(*held), 60)
+    assert refused.status_code == 429 and "E-HTTP-429" in refused.text
+    assert [a.status_code for a in answers] == [304, 304]
+
+
+async def polls_waiting(database_url: str) -> int:
+    return len(await waiting_on_lock(database_url, RUN_READ))
