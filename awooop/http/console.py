@@ -22,6 +22,10 @@ acts through the same functions as the CLI (:mod:`awooop.runs.control`,
 ``actor`` in the event's metadata (with ``via: console``) and the person's name, when the form
 gives one, in the event itself.
 
+A run page draws a waterfall of where the run's time went (:mod:`awooop.http.console_waterfall`)
+and its timeline by attempt, filterable by event type (:mod:`awooop.http.console_timeline`);
+the list and run pages keep themselves up to date (:mod:`awooop.http.console_live`).
+
 A run page also lists the run's model calls (each ``run.llm`` call: attempt, model, contract,
 the policy revision and body hash that served it, duration, outcome, trace), folded from the
 same read of the run's stream as its timeline (:mod:`projections.model_calls`).

@@ -192,6 +192,8 @@ async def test_the_list_is_tagged_by_its_content_and_the_script_is_served(
         assert found.group(2) == "5000" and str(first) in page.text
         same = await http.get("/ui/runs", headers={"if-none-match": page.headers["etag"]})
         assert same.status_code == 304 and same.content == b""
+        pending = await http.get(f"/ui/runs/{P}/{first}")
+        assert "No bar yet" in pending.text and BAR.findall(pending.text) == []
         [second] = await create_runs(db, P)
         newer = await http.get("/ui/runs", headers={"if-none-match": page.headers["etag"]})
         assert newer.status_code == 200 and str(second) in newer.text

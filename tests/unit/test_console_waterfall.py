@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from starlette.requests import Request
+
 from awooop.http import console_live
+from awooop.http import console_session as sessions
 from awooop.http.console_timeline import event_filter, view, when_ms
 from awooop.http.console_waterfall import Bar, duration_text, grouped, waterfall
 from projections.timeline import TimelineLine
@@ -207,3 +210,21 @@ def test_a_run_page_tag_names_the_version_status_clock_slice_and_who_looks() -> 
         9, "COMPLETED", at(600_000), final=True, context="manage|c|"
     )
     assert tag.startswith('"') and tag.endswith('"')
+
+
+def asking(headers: dict[str, str], cookie: str = "") -> Request:
+    raw = [(k.encode(), v.encode()) for k, v in headers.items()]
+    if cookie:
+        raw.append((b"cookie", cookie.encode()))
+    return Request({"type": "http", "method": "GET", "path": "/ui/runs", "headers": raw})
+
+
+def test_a_page_is_unchanged_when_the_browser_names_its_tag() -> None:
+    tag = console_live.body_etag(b"<p>page</p>")
+    assert console_live.matches(asking({"if-none-match": tag}), tag)
+    assert console_live.matches(asking({"if-none-match": f'"other", W/{tag}'}), tag)
+    assert not console_live.matches(asking({"if-none-match": '"other"'}), tag)
+    assert not console_live.matches(asking({}), tag)
+    # A notice to show once is always served.
+    notice = f"{sessions.NOTICE_COOKIE}=done"
+    assert not console_live.matches(asking({"if-none-match": tag}, notice), tag)
