@@ -95,27 +95,27 @@ async def explain(conn: Any, sql: str, args: list[Any]) -> str:
     return await run_fill.explain(conn, sql, args)
 
 
-async def facts_plan(conn: Any, run_ids: list[uuid.UUID]) -> Plans:
-    if not run_ids:
-        return {}
-    return {
-        f"blocked-on facts ({len(run_ids)} runs)": await explain(
-            conn, blocked_facts.FACTS, [run_ids]
-        )
-    }
-
-
 async def rows_plans(conn: Any, f: listing.RunFilter, limit: int) -> Plans:
-    """A page statement (``limit`` rows: a page, or the first batch of a ``blocked_on``
-    filter) and the blocked-on facts of the rows it returns."""
+    """A page statement: ``limit`` rows (a page, or a batch of a ``blocked_on`` filter). The
+    blocked-on facts of the rows are one statement whatever the filter: :func:`facts_plans`."""
     if listing.statuses(f) == []:
         return {"page": "no statement: the filter matches no status"}
     sql, names = listing.statement(f, False)
     given = listing.values(f, None, limit)
-    args = [given[n] for n in names]
-    found = {f"page statement (limit {limit})": await explain(conn, sql, args)}
-    run_ids = [r["run_id"] for r in await conn.fetch(sql, *args)]
-    return found | await facts_plan(conn, run_ids)
+    return {f"page statement (limit {limit})": await explain(conn, sql, [given[n] for n in names])}
+
+
+async def facts_plans(conn: Any, _data: Data, _f: listing.RunFilter) -> Plans:
+    """The blocked-on facts of the newest runs, as many as a page, a list's first batch and a
+    preview's batch decide."""
+    newest = await conn.fetch(
+        "SELECT run_id FROM awooop_run_state ORDER BY created_at DESC LIMIT 1000"
+    )
+    found: Plans = {}
+    for count in (listing.PAGE, listing.SCAN_BATCH, 1000):
+        run_ids = [r["run_id"] for r in newest[:count]]
+        found[f"{count} runs"] = await explain(conn, blocked_facts.FACTS, [run_ids])
+    return found
 
 
 async def list_plans(conn: Any, _data: Data, f: listing.RunFilter) -> Plans:
@@ -142,7 +142,8 @@ async def run_plans(conn: Any, data: Data, _f: listing.RunFilter) -> Plans:
         "the run": await explain(conn, run_reads.GET, [run]),
         "its events": await explain(conn, eventlog.READ_STREAM, [run_stream_id(run), 0]),
         "approvals": await explain(conn, listing.APPROVALS, [run]),
-    } | await facts_plan(conn, [run])
+        "its blocked-on facts": await explain(conn, blocked_facts.FACTS, [[run]]),
+    }
 
 
 KINDS: dict[str, Kind] = {
@@ -202,6 +203,11 @@ async def plans(db: Database, data: Data, pages: list[Page]) -> dict[str, dict[s
             per_role["read, manage"] = await plans_as(db, PROJECT, kind, data, held)
         per_role["admin"] = await plans_as(db, f.project, kind, data, f)
         found[page.name] = per_role
+    facts = Kind(path=lambda _d: "", plans=facts_plans)
+    found["(every list and preview) blocked-on facts"] = {
+        "read, manage": await plans_as(db, PROJECT, facts, data, listing.RunFilter()),
+        "admin": await plans_as(db, None, facts, data, listing.RunFilter()),
+    }
     return found
 
 
