@@ -12,10 +12,16 @@ import enum
 import time
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from awooop.core.telemetry import inject
+
+# The ``traceparent`` of the running attempt's ``run`` span while that span is exported
+# (recorded and sampled): every event the attempt writes carries it as ``run_span``, and the
+# next attempt links to it (:mod:`awooop.worker.tracelinks`).
+RUN_SPAN: ContextVar[str | None] = ContextVar("awooop_run_span", default=None)
 
 
 class StopReason(enum.StrEnum):
@@ -83,4 +89,7 @@ def trace_metadata() -> dict[str, Any]:
         meta["traceparent"] = traceparent
     if tracestate:
         meta["tracestate"] = tracestate
+    run_span = RUN_SPAN.get()
+    if run_span:
+        meta["run_span"] = run_span
     return meta
