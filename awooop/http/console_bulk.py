@@ -54,6 +54,7 @@ class BulkOperations(ConsoleAccess):
             preview=preview,
             f=filter_view(f),
             since=None if f.since is None else f.since.isoformat(),
+            excluded=list(f.exclude_codes or ()),
             back="/ui/runs?" + urlencode({k: v for k, v in request.query_params.items() if v}),
         )
 
