@@ -15,7 +15,8 @@
 --   the ILIKE as the function's owner (the migrator, which bypasses row-level security:
 --   docs/operations.md) and confines itself to what the caller's own policies let it see:
 --   the project set for the transaction (awooop.project_id, as tenant_isolation) for a role
---   under row-level security, every project (or the one named) for one that bypasses it.
+--   under row-level security, every project (or the one named) for one that bypasses it; and
+--   to the statuses asked for (a bulk retry's FAILED runs), before its limit.
 --   The caller is the session's role (SET ROLE, or the login without one): inside a SECURITY
 --   DEFINER function current_user is the owner. It returns at most p_limit run ids; the page
 --   is then read under row-level security as usual. Producer logins get no grant.
@@ -34,7 +35,9 @@ CREATE INDEX CONCURRENTLY awooop_run_state_search_idx ON awooop_run_state USING 
     gin_trgm_ops
 );
 
-CREATE FUNCTION awooop_search_runs(p_project text, p_pattern text, p_limit integer)
+CREATE FUNCTION awooop_search_runs(
+    p_project text, p_statuses text[], p_pattern text, p_limit integer
+)
 RETURNS SETOF uuid
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -50,27 +53,20 @@ BEGIN
         END IF;
         p_project := tenant;
     END IF;
-    -- EXECUTE: planned for this pattern (a trigram index scan, or the table for a pattern
+    -- EXECUTE: planned for these values (a trigram index scan, or the table for a pattern
     -- that nearly every run contains), never a generic plan.
-    IF p_project IS NULL THEN
-        RETURN QUERY EXECUTE
-            'SELECT r.run_id FROM public.awooop_run_state r
-             WHERE (r.input::text || '' '' || coalesce(r.result::text, '''') || '' ''
-                    || coalesce(r.failure_reason, '''')) ILIKE $1
-             LIMIT $2'
-            USING p_pattern, least(p_limit, 10000);
-    ELSE
-        RETURN QUERY EXECUTE
-            'SELECT r.run_id FROM public.awooop_run_state r
-             WHERE r.project_id = $3
-               AND (r.input::text || '' '' || coalesce(r.result::text, '''') || '' ''
-                    || coalesce(r.failure_reason, '''')) ILIKE $1
-             LIMIT $2'
-            USING p_pattern, least(p_limit, 10000), p_project;
-    END IF;
+    RETURN QUERY EXECUTE
+        'SELECT r.run_id FROM public.awooop_run_state r
+         WHERE ($3::text IS NULL OR r.project_id = $3)
+           AND ($4::text[] IS NULL OR r.status = ANY ($4))
+           AND (r.input::text || '' '' || coalesce(r.result::text, '''') || '' ''
+                || coalesce(r.failure_reason, '''')) ILIKE $1
+         LIMIT $2'
+        USING p_pattern, least(p_limit, 10000), p_project, p_statuses;
 END
 $$;
 
-REVOKE ALL ON FUNCTION awooop_search_runs(text, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION awooop_search_runs(text, text[], text, integer) FROM PUBLIC;
 
-GRANT EXECUTE ON FUNCTION awooop_search_runs(text, text, integer) TO awooop_app, awooop_platform;
+GRANT EXECUTE ON FUNCTION awooop_search_runs(text, text[], text, integer)
+    TO awooop_app, awooop_platform;

@@ -277,6 +277,7 @@ async def _bulk_action(
         print("the search matches more runs than it looks at: narrow it to reach the others")
     if args.dry_run or preview.total == 0:
         return 0
+    bulk.check_bounded(preview)
 
     async def create(conn: Connection) -> bulk.Operation:
         return await bulk.create(

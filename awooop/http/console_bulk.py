@@ -88,7 +88,7 @@ class BulkOperations(ConsoleAccess):
         fields: dict[str, str],
     ) -> bulk.Operation:
         """The operation, expecting as many runs as its preview counts now."""
-        preview = await bulk.preview(conn, kind, f, self.decide)
+        preview = bulk.check_bounded(await bulk.preview(conn, kind, f, self.decide))
         return await bulk.create(
             conn,
             kind,

@@ -66,10 +66,17 @@ from awooop.eventlog import run_reads
 from awooop.eventlog.state import RunState, apply, row_to_state
 from awooop.runs import control, listing
 from awooop.runs.bulk_batch import event_for, matches, refusal, write_batch
-from awooop.runs.bulk_preview import KINDS, Preview, check_kind, for_action, preview
+from awooop.runs.bulk_preview import (
+    KINDS,
+    Preview,
+    check_bounded,
+    check_kind,
+    for_action,
+    preview,
+)
 
 # The preview and the action's narrowing live in bulk_preview; callers use them from here.
-__all__ = ["KINDS", "Preview", "check_kind", "for_action", "preview"]
+__all__ = ["KINDS", "Preview", "check_bounded", "check_kind", "for_action", "preview"]
 
 BATCH = 100
 MAX_ERRORS = 100

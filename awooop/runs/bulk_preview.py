@@ -10,7 +10,7 @@ import msgspec
 from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError
 from awooop.eventlog.state import TERMINAL, RunStatus
-from awooop.runs import listing
+from awooop.runs import listing, search
 
 KINDS = ("retry", "cancel")
 PREVIEW_SCAN = 100_000
@@ -82,6 +82,17 @@ async def preview(
             return _preview(counts, codes, shown, capped=capped)
         cursor = listing.Cursor(rows[-1].created_at, rows[-1].run_id)
     return _preview(counts, codes, shown, capped=capped, exact=False)
+
+
+def check_bounded(found: Preview) -> Preview:
+    """An operation is recorded only for a search that found every run it matches: batches
+    search again, and of more than search.LIMIT matches each would see another part."""
+    if found.capped:
+        raise InvalidInputError(
+            f"the search matches more than {search.LIMIT} runs: narrow it (or add filters) "
+            "before acting on them"
+        )
+    return found
 
 
 def _preview(

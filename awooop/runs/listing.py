@@ -316,7 +316,7 @@ def values(
 
 async def searched(conn: Connection, f: RunFilter) -> Found | None:
     """What the filter's search finds (None: no search)."""
-    return None if f.search is None else await find(conn, f.search, f.project)
+    return None if f.search is None else await find(conn, f.search, f.project, statuses(f))
 
 
 async def rows(

@@ -38,12 +38,18 @@ MAX_CODE = 20
 CODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 
 # --- SQL -------------------------------------------------------------------------------------
-BY_ID_PREFIX = "SELECT run_id FROM awooop_run_state WHERE run_id BETWEEN $1 AND $2 LIMIT $3"
+# $4: the statuses the filter allows (NULL: any), so that the limit counts only those.
+BY_ID_PREFIX = """
+SELECT run_id FROM awooop_run_state
+WHERE run_id BETWEEN $1 AND $2 AND ($4::text[] IS NULL OR status = ANY($4)) LIMIT $3
+"""
 BY_KEY_PREFIX = """
 SELECT run_id FROM awooop_run_state
-WHERE provider_event_id ~>=~ $1 AND provider_event_id ~<~ $2 LIMIT $3
+WHERE provider_event_id ~>=~ $1 AND provider_event_id ~<~ $2
+  AND ($4::text[] IS NULL OR status = ANY($4))
+LIMIT $3
 """
-BY_TEXT = "SELECT awooop_search_runs($1, $2, $3) AS run_id"
+BY_TEXT = "SELECT awooop_search_runs($1, $4, $2, $3) AS run_id"
 # ---------------------------------------------------------------------------------------------
 
 
@@ -129,22 +135,25 @@ def check_codes(text: str) -> tuple[str, ...]:
 # --- I/O -------------------------------------------------------------------------------------
 
 
-async def find(conn: Connection, text: str, project: str | None) -> Found:
+async def find(
+    conn: Connection, text: str, project: str | None, statuses: list[str] | None = None
+) -> Found:
     """The runs ``text`` matches (see the module docstring), at most LIMIT of each kind, on
     ``conn``'s role: a tenant finds its project's runs only. ``project``: the filter's project
-    (None: the caller's whole scope)."""
+    (None: the caller's whole scope); ``statuses``: those the filter allows (None: any)."""
     term = classify(text)
     found: dict[uuid.UUID, None] = {}
     capped = False
     batches: list[list[uuid.UUID]] = []
     if term.id_range is not None:
         low, high = term.id_range
-        batches.append([r[0] for r in await conn.fetch(BY_ID_PREFIX, low, high, LIMIT + 1)])
+        rows = await conn.fetch(BY_ID_PREFIX, low, high, LIMIT + 1, statuses)
+        batches.append([r[0] for r in rows])
     if term.key_range is not None:
         low_key, high_key = term.key_range
-        rows = await conn.fetch(BY_KEY_PREFIX, low_key, high_key, LIMIT + 1)
+        rows = await conn.fetch(BY_KEY_PREFIX, low_key, high_key, LIMIT + 1, statuses)
         batches.append([r[0] for r in rows])
-    rows = await conn.fetch(BY_TEXT, project, term.pattern, LIMIT + 1)
+    rows = await conn.fetch(BY_TEXT, project, term.pattern, LIMIT + 1, statuses)
     batches.append([r[0] for r in rows])
     for batch in batches:
         capped = capped or len(batch) > LIMIT

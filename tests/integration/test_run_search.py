@@ -25,6 +25,8 @@ from awooop.eventlog.runs import apply_and_store_many, create_run
 from awooop.eventlog.state import row_to_state
 from awooop.ingest import credentials
 from awooop.runs import bulk, listing, search
+from projections.registry import get
+from projections.replay import replay
 from tests.integration.test_console import log_in
 from tests.support.console import csrf_of
 from tests.support.http import app_client
@@ -75,7 +77,7 @@ async def found_ids(db: Database, project: str | None, fields: dict[str, str]) -
     return {row.run_id for row, _ in page.rows}
 
 
-def NOW() -> datetime:  # noqa: N802 - reads as the constant it stands for
+def NOW() -> datetime:
     return datetime.now(UTC)
 
 
@@ -123,7 +125,7 @@ async def test_pages_of_a_search_go_newest_first_without_repeats(
     before = None
     while True:
         page = await db.in_tenant(
-            A, lambda conn: listing.page(conn, f, never, before=before, size=10)
+            A, lambda conn, before=before: listing.page(conn, f, never, before=before, size=10)
         )
         seen += [row.run_id for row, _ in page.rows]
         created = [row.created_at for row, _ in page.rows]
@@ -144,7 +146,7 @@ async def test_the_function_called_directly_never_crosses_the_tenant(
     pattern = search.classify("secret").pattern
 
     async def direct(conn: Connection, project: str | None) -> int:
-        return len(await conn.fetch(search.BY_TEXT, project, pattern, 100))
+        return len(await conn.fetch(search.BY_TEXT, project, pattern, 100, None))
 
     async with db.tenant(A) as conn:
         assert await conn.fetchval("SELECT current_user") == "awooop_app"
@@ -255,8 +257,8 @@ async def test_the_preview_lists_runs_and_codes_and_an_excluded_code_stays_faile
         assert re.search(r'id="total">3<', preview.text)
         for run_id in (ok1, ok2, killer):
             assert str(run_id) in preview.text
-        assert re.search(r'E-RUN-004</td><td>1<', preview.text)
-        assert re.search(r'E-HANDLER-001</td><td>2<', preview.text)
+        assert re.search(r"E-RUN-004</td><td>1<", preview.text)
+        assert re.search(r"E-HANDLER-001</td><td>2<", preview.text)
         without = await http.get(
             "/ui/bulk/retry", params={"status": "FAILED", "exclude_codes": "E-RUN-004"}
         )
@@ -286,3 +288,60 @@ async def test_the_preview_lists_runs_and_codes_and_an_excluded_code_stays_faile
     assert (await load(db, A, killer)).status.value == "FAILED"
     assert (await load(db, A, ok1)).status.value == "PENDING"
     assert (await load(db, A, ok2)).status.value == "PENDING"
+
+
+async def test_a_search_past_its_limit_says_so_and_no_operation_is_recorded_for_it(
+    settings: Settings, db: Database, database_url: str
+) -> None:
+    many = search.LIMIT + 5
+    await seed(
+        database_url,
+        [{"input": {"text": "grape"}, "status": "FAILED", "reason": "x"}] * many,
+    )
+    page = await db.in_tenant(
+        A,
+        lambda conn: listing.page(
+            conn, listing.parse_filter({"project": A, "search": "grape"}, NOW()), never
+        ),
+    )
+    assert page.capped and len(page.rows) == listing.PAGE
+    _, token = await credentials.create_management_token(db, A, "manage")
+    async with app_client(settings, db) as http:
+        await log_in(http, token)
+        preview = await http.get("/ui/bulk/retry", params={"search": "grape"})
+        assert 'id="capped"' in preview.text and 'id="confirm"' not in preview.text
+        refused = await http.post(
+            "/ui/bulk/retry", data={"csrf": csrf_of(preview), "search": "grape"}
+        )
+        assert "E-INPUT-001" in refused.text
+    async with db.platform() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM awooop_operations") == 0
+        assert (
+            await conn.fetchval("SELECT count(*) FROM awooop_run_state WHERE status = 'FAILED'")
+            == many
+        )
+
+
+async def test_search_works_the_same_after_a_replay_swaps_the_run_table(
+    db: Database, database_url: str
+) -> None:
+    """`awooop replay` rebuilds awooop_run_state and swaps it in: the search's indexes come
+    along (the swap recreates every index) and the function finds the table by name."""
+    [run_id] = await fail_with(db, A, ["E-HANDLER-001"])
+    [elsewhere] = await fail_with(db, B, ["E-HANDLER-001"])
+    term = {"search": "boom"}  # the failure reason
+    assert await found_ids(db, A, term) == {run_id}
+    report = await replay(database_url, get("run_state"), swap=True)
+    assert report.swapped
+    owner = await asyncpg.connect(database_url)
+    try:
+        indexes = await owner.fetch(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'awooop_run_state'"
+        )
+    finally:
+        await owner.close()
+    names = {r["indexname"] for r in indexes}
+    assert {"awooop_run_state_search_idx", "awooop_run_state_key_pattern_idx"} <= names
+    assert await found_ids(db, A, term) == {run_id}
+    assert await found_ids(db, None, term) == {run_id, elsewhere}
+    assert await found_ids(db, A, {"search": str(run_id)[:8]}) == {run_id}
