@@ -320,11 +320,7 @@ async def searched(conn: Connection, f: RunFilter) -> Found | None:
 
 
 async def rows(
-    conn: Connection,
-    f: RunFilter,
-    before: Cursor | None,
-    limit: int,
-    found: Found | None = None,
+    conn: Connection, f: RunFilter, before: Cursor | None, limit: int, found: Found | None = None
 ) -> list[RunRow]:
     """At most ``limit`` rows matching ``f`` (statuses and SQL filters; not the reason),
     newest first, older than ``before``; ``found``: the search's runs when already known."""
