@@ -20,6 +20,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError
 from awooop.core.events import RunCreated, RunFailed
+from awooop.core.migrate import migrate
 from awooop.eventlog.run_reads import LOCK_MANY
 from awooop.eventlog.runs import apply_and_store_many, create_run
 from awooop.eventlog.state import row_to_state
@@ -345,3 +346,33 @@ async def test_search_works_the_same_after_a_replay_swaps_the_run_table(
     assert await found_ids(db, A, term) == {run_id}
     assert await found_ids(db, None, term) == {run_id, elsewhere}
     assert await found_ids(db, A, {"search": str(run_id)[:8]}) == {run_id}
+
+
+async def test_0128_builds_online_on_a_table_with_runs_and_can_run_again(
+    database_url: str, db: Database
+) -> None:
+    """Undo 0128 on a database with runs, then `awooop migrate`: the online runner builds the
+    indexes CONCURRENTLY and creates the function; the search works as before."""
+    name = "0128_run_search.sql"
+    await seed(database_url, [{"input": {"text": f"otter {i}"}} for i in range(200)])
+    owner = await asyncpg.connect(database_url)
+    try:
+        await owner.execute(
+            "DROP FUNCTION awooop_search_runs(text, text[], text, integer);"
+            "DROP INDEX awooop_run_state_search_idx; DROP INDEX awooop_run_state_key_pattern_idx;"
+        )
+        await owner.execute("DELETE FROM awooop_schema_migrations WHERE name = $1", name)
+        assert await migrate(database_url) == [name]
+        valid = await owner.fetch(
+            "SELECT c.relname, x.indisvalid FROM pg_index x JOIN pg_class c "
+            "ON c.oid = x.indexrelid WHERE c.relname = ANY($1::text[])",
+            ["awooop_run_state_search_idx", "awooop_run_state_key_pattern_idx"],
+        )
+        assert sorted(tuple(r) for r in valid) == [
+            ("awooop_run_state_key_pattern_idx", True),
+            ("awooop_run_state_search_idx", True),
+        ]
+        assert await migrate(database_url) == []
+    finally:
+        await owner.close()
+    assert len(await found_ids(db, A, {"search": "otter"})) == 200
