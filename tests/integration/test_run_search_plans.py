@@ -21,7 +21,7 @@ from typing import Any
 import asyncpg
 
 from awooop.core.db import Connection, Database
-from awooop.runs import listing, search
+from awooop.runs import bulk, bulk_preview, listing, search
 
 P, OTHER = "proj-search-a", "proj-search-b"
 RUNS = 30000
@@ -161,3 +161,34 @@ async def test_search_reads_use_their_indexes_as_the_tenant_and_the_platform_rol
     finally:
         await owner.close()
     assert "awooop_run_state_search_idx" in inner, inner
+
+
+async def preview_plans(conn: Connection, project: str | None) -> dict[str, str]:
+    """The statements of a bulk retry's preview that leaves a failure code out: the counts
+    per project and failure code, and the first page of runs."""
+    fields = {"exclude_codes": "E-RUN-004"} | ({"project": project} if project else {})
+    f = bulk.for_action("retry", listing.parse_filter(fields, datetime.now(UTC)))
+    count_sql, count_names = listing.count_statement(f)
+    given = listing.values(f, None, 0)
+    page_sql, page_names = listing.statement(f, False)
+    page_given = listing.values(f, None, bulk_preview.PREVIEW_ROWS)
+    return {
+        "counts": await explain(conn, count_sql, [given[n] for n in count_names]),
+        "first page": await explain(conn, page_sql, [page_given[n] for n in page_names]),
+    }
+
+
+async def test_a_bulk_previews_counts_and_first_page_are_indexed_reads(
+    database_url: str, db: Database
+) -> None:
+    await backlog(database_url)
+    async with db.tenant(P) as conn:
+        tenant = await preview_plans(conn, P)
+    async with db.platform() as conn:
+        platform = await preview_plans(conn, None)
+    for plans in (tenant, platform):
+        assert all("Seq Scan" not in text for text in plans.values()), plans
+        assert "awooop_run_state_failed_idx" in plans["counts"] or (
+            "status_created_idx" in plans["counts"]
+        ), plans["counts"]
+        assert "status_created_idx" in plans["first page"], plans["first page"]
