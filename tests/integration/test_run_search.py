@@ -265,6 +265,10 @@ async def test_the_preview_lists_runs_and_codes_and_an_excluded_code_stays_faile
         )
         assert re.search(r'id="total">2<', without.text) and str(killer) not in without.text
         assert 'name="exclude_codes" value="E-RUN-004"' in without.text
+        ticked = await http.get(  # two ticked checkboxes: the parameter twice
+            "/ui/bulk/retry?status=FAILED&exclude_codes=E-RUN-004&exclude_codes=E-HANDLER-001"
+        )
+        assert re.search(r'id="total">0<', ticked.text), ticked.text
         confirmed = await http.post(
             "/ui/bulk/retry",
             data={

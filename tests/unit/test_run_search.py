@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from awooop.core.errors import InvalidInputError
+from awooop.http import runs as runs_api
 from awooop.runs import listing, search
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
@@ -70,3 +71,11 @@ def test_the_filter_carries_search_and_exclusions_and_the_statement_reads_found_
     with pytest.raises(InvalidInputError):
         listing.parse_filter({"search": "hi"}, NOW)
     assert listing.parse_filter({"exclude_codes": " , "}, NOW).exclude_codes is None
+
+
+def test_the_api_lists_page_size_is_bounded() -> None:
+    assert runs_api.page_size("") == listing.PAGE
+    assert runs_api.page_size("200") == 200
+    for bad in ("0", "201", "-1", "ten"):
+        with pytest.raises(InvalidInputError):
+            runs_api.page_size(bad)
