@@ -1,6 +1,7 @@
 """``awooop runs``: list runs, and operate on one run from the command line.
 
-    awooop runs list    [--project P] [--status S] [--since 2h|ISO] [--limit N] [--json]
+    awooop runs list    [--project P] [--status S] [--since 2h|ISO] [--search TEXT] [--limit N]
+                        [--json]
     awooop runs show    [PROJECT] RUN_ID [--json]
     awooop runs cancel  [PROJECT] RUN_ID [--actor NAME] [--reason TEXT] [--json]
     awooop runs approve [PROJECT] RUN_ID --token TOKEN [--actor NAME] [--json]
@@ -27,10 +28,14 @@ Every change records who made it: the event's metadata carries ``actor`` = ``cli
 (``--actor`` names the person in the event itself, default the same).
 
 ``--since`` (as ``since`` in ``--filter`` and the console) keeps runs created since then.
+``--search`` (as ``search`` in ``--filter`` and the console, :mod:`awooop.runs.search`) keeps
+runs whose id or idempotency key starts with TEXT or whose input, result or failure reason
+contains it (at least 3 characters; newest created first).
 
-With ``--filter`` (the console list's filters: project, status, channel, blocked_on, since, q;
-repeat the option, all must match) ``retry`` and ``cancel`` act on every matching run as one
-operation (:mod:`awooop.runs.bulk`): the preview first (how many runs, per project), then,
+With ``--filter`` (the console list's filters: project, status, channel, blocked_on, since, q,
+search, exclude_codes; repeat the option, all must match) ``retry`` and ``cancel`` act on every
+matching run as one operation (:mod:`awooop.runs.bulk`): the preview first (how many runs, per
+project and per failure code; ``exclude_codes=E-A,E-B`` leaves those codes out), then,
 unless ``--dry-run``, the operation is recorded and run in batches here, one progress line per
 batch on stderr; each event's metadata also carries ``operation_id``. ``runs operation`` shows
 an operation, and ``--resume`` continues one whose process stopped (no run is changed twice;
@@ -61,6 +66,12 @@ def register(subparsers: Any) -> None:
         "--since",
         default=None,
         help=f"created since (as in --filter and the console): {reads.SINCE_HELP}",
+    )
+    listing.add_argument(
+        "--search",
+        default=None,
+        metavar="TEXT",
+        help="runs whose id or key starts with TEXT, or whose input, result or error contains it",
     )
     listing.add_argument("--limit", type=int, default=reads.DEFAULT_LIMIT, help="at most N rows")
     listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")

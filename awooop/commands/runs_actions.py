@@ -31,9 +31,9 @@ from awooop.commands.runs_render import (
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, RunNotFoundError
-from awooop.eventlog.state import RunState
+from awooop.eventlog.state import RunState, RunStatus
 from awooop.ingest.credentials import check_project_id
-from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads, run_rows
+from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads, run_rows, search
 from awooop.runs.blocked import BlockedOn, describe
 from awooop.runs.listing import Decide
 from awooop.services import redis_client
@@ -76,6 +76,8 @@ async def blocked_of(
 async def list_runs(settings: Settings, args: argparse.Namespace) -> int:
     status = None if args.status is None else reads.check_status(args.status)
     reads.check_limit(args.limit)
+    if args.search is not None:
+        search.check_search(args.search)
     db = await Database.open(settings.database_url, max_size=1)
     try:
 
@@ -84,9 +86,14 @@ async def list_runs(settings: Settings, args: argparse.Namespace) -> int:
         ) -> tuple[list[reads.RunSummary], dict[uuid.UUID, BlockedOn | None]]:
             now: datetime = await conn.fetchval("SELECT now()")
             since = None if args.since is None else reads.parse_since(args.since, now)
-            runs = await reads.list_runs(
-                conn, project_id=args.project, status=status, since=since, limit=args.limit
-            )
+            if args.search is not None:
+                runs = await searched_runs(
+                    conn, args.project, status, since, args.search, args.limit
+                )
+            else:
+                runs = await reads.list_runs(
+                    conn, project_id=args.project, status=status, since=since, limit=args.limit
+                )
             return runs, await blocked_of(settings, conn, [r.run_id for r in runs])
 
         runs, blocked = await db.in_platform(read)
@@ -98,6 +105,25 @@ async def list_runs(settings: Settings, args: argparse.Namespace) -> int:
         else render_runs(runs, blocked, wide=args.wide)
     )
     return 0
+
+
+async def searched_runs(
+    conn: Connection,
+    project: str | None,
+    status: RunStatus | None,
+    since: datetime | None,
+    text: str,
+    limit: int,
+) -> list[reads.RunSummary]:
+    """The runs ``--search`` finds with the other filters, newest created first."""
+    f = listing.RunFilter(
+        project=project, status=status, since=since, search=search.check_search(text)
+    )
+    fields = reads.RunSummary.__struct_fields__
+    return [
+        reads.RunSummary(**{k: getattr(r, k) for k in fields})
+        for r in await listing.rows(conn, f, None, limit)
+    ]
 
 
 # --- one run ------------------------------------------------------------------------------------
@@ -244,8 +270,14 @@ async def _bulk_action(
     print(f"{preview.total} run(s) to {args.action}{'' if preview.exact else ' at least'}")
     if preview.by_project:
         print(table(("PROJECT", "RUNS"), [(p, str(n)) for p, n in preview.by_project.items()]))
+    if preview.by_code:
+        codes = [(c or "-", str(n)) for c, n in preview.by_code.items()]
+        print(table(("FAILURE CODE", "RUNS"), codes))
+    if preview.capped:
+        print("the search matches more runs than it looks at: narrow it to reach the others")
     if args.dry_run or preview.total == 0:
         return 0
+    bulk.check_bounded(preview)
 
     async def create(conn: Connection) -> bulk.Operation:
         return await bulk.create(

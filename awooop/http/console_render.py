@@ -118,4 +118,6 @@ def filter_view(f: listing.RunFilter) -> dict[str, Any]:
         "channel": f.channel,
         "reason": None if f.reason is None else f.reason.value,
         "q": f.q,
+        "search": f.search,
+        "exclude_codes": ",".join(f.exclude_codes or ()),
     }
