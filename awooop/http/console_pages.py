@@ -106,6 +106,7 @@ class RunPages(ConsoleAccess):
             can_act=session.principal.scope != READ_SCOPE,
             trace_url=self.settings.console_trace_url,
             done=unquote(request.cookies.get(sessions.NOTICE_COOKIE, ""))[:200],
+            by_name=unquote(request.cookies.get(sessions.NAME_COOKIE, ""))[:200],
         )
         if sessions.NOTICE_COOKIE in request.cookies:  # shown once
             page.delete_cookie(sessions.NOTICE_COOKIE, path=sessions.COOKIE_PATH)
