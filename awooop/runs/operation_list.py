@@ -4,8 +4,8 @@ project's (a tenant transaction) or, for an admin, every project's and those acr
 
 Keyset pagination by ``(created_at, operation_id)`` (``before``: the last row of the previous
 page, the run list's cursor text, :func:`awooop.runs.listing.parse_cursor`). A project's page
-reads ``awooop_operations_project_idx`` (project, created_at), every project's
-``awooop_operations_created_idx`` (migration 0129); a page is at most :data:`PAGE` rows and
+reads ``awooop_operations_project_created_idx``, every project's
+``awooop_operations_created_idx`` (migration 0129), one range in the index's order; a page is at most :data:`PAGE` rows and
 leaves the refusals (up to 100 per operation) to the operation's own page.
 """
 
@@ -33,7 +33,7 @@ FROM awooop_operations"""
 ALL: LiteralString = (
     COLUMNS
     + """
-WHERE created_at <= $1 AND (created_at, operation_id) < ($1, $2)
+WHERE (created_at, operation_id) < ($1, $2)
 ORDER BY created_at DESC, operation_id DESC
 LIMIT $3
 """
@@ -41,7 +41,7 @@ LIMIT $3
 OF_PROJECT: LiteralString = (
     COLUMNS
     + """
-WHERE project_id = $4 AND created_at <= $1 AND (created_at, operation_id) < ($1, $2)
+WHERE project_id = $4 AND (created_at, operation_id) < ($1, $2)
 ORDER BY created_at DESC, operation_id DESC
 LIMIT $3
 """
