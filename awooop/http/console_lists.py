@@ -58,8 +58,9 @@ class ListPages(ConsoleAccess):
             f = deadletter_list.parse_filter(request.query_params, datetime.now().astimezone())
             f = msgspec.structs.replace(f, project=held_project(session, f.project))
             before = cursor_of(request)
+            size = deadletter_list.PAGE
             page = await self.read_in(
-                session, f.project, lambda conn: deadletter_list.page(conn, f, before, deadletter_list.PAGE)
+                session, f.project, lambda conn: deadletter_list.page(conn, f, before, size)
             )
         except AwoooPError as exc:
             return error_page(exc, session, request)
@@ -85,8 +86,9 @@ class ListPages(ConsoleAccess):
         try:
             project = held_project(session, request.query_params.get("project") or None)
             before = cursor_of(request)
+            size = operation_list.PAGE
             page = await self.read_in(
-                session, project, lambda conn: operation_list.page(conn, project, before, operation_list.PAGE)
+                session, project, lambda conn: operation_list.page(conn, project, before, size)
             )
         except AwoooPError as exc:
             return error_page(exc, session, request)

@@ -5,8 +5,9 @@ project's (a tenant transaction) or, for an admin, every project's and those acr
 Keyset pagination by ``(created_at, operation_id)`` (``before``: the last row of the previous
 page, the run list's cursor text, :func:`awooop.runs.listing.parse_cursor`). A project's page
 reads ``awooop_operations_project_created_idx``, every project's
-``awooop_operations_created_idx`` (migration 0129), one range in the index's order; a page is at most :data:`PAGE` rows and
-leaves the refusals (up to 100 per operation) to the operation's own page.
+``awooop_operations_created_idx`` (migration 0129), one range in the index's order; a page is
+at most :data:`PAGE` rows and leaves the refusals (up to 100 per operation) to the operation's
+own page.
 """
 
 from __future__ import annotations

@@ -67,8 +67,8 @@ async def approval_row(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
 async def last_metadata(db: Database, project: str, run_id: uuid.UUID) -> Any:
     async with db.tenant(project) as conn:
         return await conn.fetchval(
-            "SELECT metadata FROM awooop_events WHERE stream_id = $1 AND event_type LIKE 'Approval%'"
-            " ORDER BY version DESC LIMIT 1",
+            "SELECT metadata FROM awooop_events"
+            " WHERE stream_id = $1 AND event_type LIKE 'Approval%' ORDER BY version DESC LIMIT 1",
             run_stream_id(run_id),
         )
 
