@@ -21,7 +21,9 @@ the session's CSRF token first (:mod:`awooop.http.console_session`), then the sc
 acts through the same functions as the CLI (:mod:`awooop.runs.control`,
 :mod:`awooop.runs.approvals`, :mod:`awooop.runs.deadletters`), recording the token as
 ``actor`` in the event's metadata (with ``via: console``) and the person's name, when the form
-gives one, in the event itself.
+gives one, in the event itself. Approve and reject need no approval token: the session's token
+decides (the event's ``actor``) for the person the form must name (its ``by``), closing the
+run's open request as the token would (:func:`awooop.runs.approvals.decide_as`).
 
 A run page also lists the run's model calls (each ``run.llm`` call: attempt, model, contract,
 the policy revision and body hash that served it, duration, outcome, trace), folded from the
