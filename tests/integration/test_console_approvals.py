@@ -123,6 +123,8 @@ async def test_a_manage_session_approves_with_a_name_and_the_run_completes(
     assert await run_worker(db, fast) == 1
     done_state = await load(db, P, run_id)
     assert done_state.status == "COMPLETED" and done_state.result == {"one": 41, "two": 42}
+    grant = done_state.saga_steps["approval:go"]["result"]
+    assert (grant["actor"], grant["by"]) == (f"manage-token:{manage_id}", "Alice Ng")
 
     args = build_parser().parse_args(["runs", "show", P, str(run_id)])
     assert await args.run(settings, args) == 0
