@@ -215,11 +215,12 @@ async def decide_as(
     """Approve or reject the run's open request without its token: ``actor`` is the
     management token (or console session's token) that may act on the project, ``by`` the
     person. Refusals raise (with the codes a token decision gets) and write nothing."""
+    person = check_person(by)
     row = await conn.fetchrow(LOCK_LATEST, run_id)
     if row is None:
         await run_rows.lock(conn, run_id)  # a run the tenant does not see: E-RUN-003 (404)
         raise ApprovalTokenInvalidError("no approval was asked of this run", run_id=run_id)
-    return await _close(conn, row, decision, actor, check_person(by), reason, metadata)
+    return await _close(conn, row, decision, actor, person, reason, metadata)
 
 
 def check_person(by: str) -> str:
