@@ -100,12 +100,17 @@ class ApprovalRequested(EventBase, frozen=True, kw_only=True, tag=True):
 
 
 class ApprovalGranted(EventBase, frozen=True, kw_only=True, tag=True):
+    """``actor``: who decided (the person the approval token's bearer named, or the token of
+    a decision without it); ``by``: the person, for a decision without the approval token."""
+
     actor: str
+    by: str | None = None
 
 
 class ApprovalRejected(EventBase, frozen=True, kw_only=True, tag=True):
     actor: str
     reason: str = ""
+    by: str | None = None
 
 
 class ApprovalExpired(EventBase, frozen=True, kw_only=True, tag=True):

@@ -142,6 +142,7 @@ class RunPages(ConsoleAccess):
             live_ms=int(self.settings.console_live_s * 1000),
             live_script=live.SCRIPT_PATH,
             path=request.url.path,
+            by_name=unquote(request.cookies.get(sessions.NAME_COOKIE, ""))[:200],
         )
         page.headers["etag"] = shown.etag
         if sessions.NOTICE_COOKIE in request.cookies:  # shown once

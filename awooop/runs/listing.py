@@ -91,7 +91,7 @@ WHERE_OTHER_CODE: LiteralString = "(rs.failure_code IS NULL OR rs.failure_code <
 INNER_ORDER: LiteralString = " ORDER BY rs.created_at DESC, rs.run_id DESC LIMIT "
 ORDER: LiteralString = " ORDER BY created_at DESC, run_id DESC LIMIT "
 APPROVALS: LiteralString = """
-SELECT name, attempt, reason, requested_at, expires_at, used_at, decision, actor
+SELECT name, attempt, reason, requested_at, expires_at, used_at, decision, actor, decided_by
 FROM awooop_approvals WHERE run_id = $1 ORDER BY requested_at
 """
 # ---------------------------------------------------------------------------------------------
@@ -148,6 +148,7 @@ class Approval(msgspec.Struct, frozen=True, kw_only=True):
     used_at: datetime | None
     decision: str | None
     actor: str | None
+    decided_by: str | None = None  # the person, for a decision without the approval token
 
 
 # --- pure ------------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ class ApprovalGrant:
     name: str
     actor: str | None
     decided_at: datetime | None
+    by: str | None = None  # the person, when a management token or console session decided
 
 
 class RunContext:
@@ -212,7 +213,9 @@ class RunContext:
         self._use(step_name)
         if step_name in self._steps:
             recorded = self._steps[step_name] or {}
-            return ApprovalGrant(name=name, actor=recorded.get("actor"), decided_at=None)
+            return ApprovalGrant(
+                name=name, actor=recorded.get("actor"), decided_at=None, by=recorded.get("by")
+            )
         self.check()
         attempt = self._attempt
 
@@ -220,6 +223,8 @@ class RunContext:
             found = await approvals.find_decision(conn, self.run_id, name)
             if found is not None and found.decision is Decision.APPROVED:
                 grant = {"actor": found.actor, "decided_at": found.decided_at.isoformat()}
+                if found.by is not None:
+                    grant["by"] = found.by
                 await leases.fenced_record(
                     conn,
                     self.run_id,
@@ -234,7 +239,9 @@ class RunContext:
                     ),
                     trace_metadata(),
                 )
-                return ApprovalGrant(name=name, actor=found.actor, decided_at=found.decided_at)
+                return ApprovalGrant(
+                    name=name, actor=found.actor, decided_at=found.decided_at, by=found.by
+                )
             attempt.finishing = True
             return await approvals.request(
                 conn,
