@@ -4,8 +4,9 @@
                         [--json]
     awooop runs show    [PROJECT] RUN_ID [--json]
     awooop runs cancel  [PROJECT] RUN_ID [--actor NAME] [--reason TEXT] [--json]
-    awooop runs approve [PROJECT] RUN_ID --token TOKEN [--actor NAME] [--json]
-    awooop runs reject  [PROJECT] RUN_ID --token TOKEN [--actor NAME] [--reason TEXT] [--json]
+    awooop runs approve [PROJECT] RUN_ID (--token TOKEN | --by NAME) [--actor NAME] [--json]
+    awooop runs reject  [PROJECT] RUN_ID (--token TOKEN | --by NAME) [--actor NAME]
+                        [--reason TEXT] [--json]
     awooop runs retry   [PROJECT] RUN_ID [--attempts N] [--actor NAME] [--json]
     awooop runs retry   --filter KEY=VALUE ... [--dry-run] [--attempts N] [--actor NAME] [--json]
     awooop runs cancel  --filter KEY=VALUE ... [--dry-run] [--reason TEXT] [--actor NAME] [--json]
@@ -22,7 +23,9 @@ actions the run's new state. Without PROJECT
 the run's project is looked up. Refusals print ``error E-XXX: message`` and exit 1 (for
 example E-APPROVAL-003 for a token used twice, E-RUN-001 for cancelling a finished run,
 E-INPUT-001 for a bad ``--since``). The approval token may also come from
-``AWOOOP_APPROVAL_TOKEN`` (keeps it out of process listings).
+``AWOOOP_APPROVAL_TOKEN`` (keeps it out of process listings). ``--by NAME`` decides without the
+token, as whoever holds the database's credentials may: for the person NAME (recorded as the
+decision's ``by``), closing the run's open request as the token would.
 
 Every change records who made it: the event's metadata carries ``actor`` = ``cli:<OS user>``
 (``--actor`` names the person in the event itself, default the same).
@@ -95,8 +98,8 @@ def register(subparsers: Any) -> None:
     cancel = add(
         "cancel", "cancel a run that has not finished (or every match of --filter)", by_filter=True
     )
-    approve = add("approve", "approve a run waiting for approval (single-use token)")
-    reject = add("reject", "reject a run waiting for approval (single-use token)")
+    approve = add("approve", "approve a run waiting for approval (its token, or --by a person)")
+    reject = add("reject", "reject a run waiting for approval (its token, or --by a person)")
     retry = add(
         "retry", "send a FAILED run (or every match of --filter) back to PENDING", by_filter=True
     )
@@ -106,6 +109,9 @@ def register(subparsers: Any) -> None:
         sub.add_argument("--reason", default="", help="why (recorded in the event)")
     for sub in (approve, reject):
         sub.add_argument("--token", default=None, help=f"the approval token (or ${TOKEN_ENV})")
+        sub.add_argument(
+            "--by", default=None, help="decide without the token, for this person (their name)"
+        )
     retry.add_argument("--attempts", type=int, default=None, help="extra attempts (default: 3)")
     for sub in (cancel, retry):
         sub.add_argument(

@@ -137,10 +137,15 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     actor = getattr(args, "actor", None) or who
     metadata = {"actor": who}
     token = None
+    person = getattr(args, "by", None)
     if args.action in ("approve", "reject"):
         token = args.token or os.environ.get(TOKEN_ENV)
-        if not token:
-            raise InvalidInputError(f"an approval token is needed: --token or ${TOKEN_ENV}")
+        if person is not None and args.token:
+            raise InvalidInputError("give either --token or --by, not both")
+        if person is None and not token:
+            raise InvalidInputError(
+                f"an approval token is needed: --token or ${TOKEN_ENV}, or --by NAME"
+            )
     db = await Database.open(settings.database_url, max_size=1)
     try:
         if project is None:
@@ -164,12 +169,23 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                         conn, run_id, actor=actor, reason=args.reason, metadata=metadata
                     )
                 case "approve" | "reject":
-                    assert token is not None
                     decision = (
                         approvals.Decision.APPROVED
                         if args.action == "approve"
                         else approvals.Decision.REJECTED
                     )
+                    if person is not None:
+                        state = await approvals.decide_as(
+                            conn,
+                            run_id,
+                            decision,
+                            actor=actor,
+                            by=person,
+                            reason=getattr(args, "reason", ""),
+                            metadata=metadata,
+                        )
+                        return state, None
+                    assert token is not None
                     state = await approvals.decide(
                         conn,
                         run_id,

@@ -252,7 +252,8 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                 f,
                 reason=Reason.WAITING_APPROVAL,
                 summary=f"waits for approval {asked}, expires at {expires}",
-                next_action=f"awooop runs approve|reject {ref} --token TOKEN",
+                next_action=f"awooop runs approve|reject {ref} --by NAME (or --token TOKEN), "
+                "or approve it in the console",
             )
         case RunStatus.FAILED:
             reason = failed_reason(f.failure_code)

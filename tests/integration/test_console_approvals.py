@@ -17,7 +17,7 @@ from awooop.cli import build_parser
 from awooop.core.config import Settings
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
-from awooop.core.errors import ApprovalTokenUsedError
+from awooop.core.errors import ApprovalTokenUsedError, InvalidInputError
 from awooop.core.events import ApprovalGranted, ApprovalRejected, run_stream_id
 from awooop.ingest import credentials
 from awooop.runs import approvals
@@ -338,3 +338,31 @@ async def test_the_management_api_decides_with_by_instead_of_the_token(
     granted = (await events_of(db, P, ticket.run_id))[-1]
     assert (granted.actor, granted.by) == (f"manage-token:{manage_id}", "carol")
     assert await last_metadata(db, P, ticket.run_id) == {"actor": f"manage-token:{manage_id}"}
+
+
+async def test_the_cli_decides_for_a_person_without_the_token(
+    settings: Settings, fast: Settings, db: Database, capsys: pytest.CaptureFixture[str]
+) -> None:
+    approve, reject = await waiting_run(db, fast), await waiting_run(db, fast)
+    parser = build_parser()
+    both = parser.parse_args(
+        ["runs", "approve", str(approve.run_id), "--by", "Ann", "--token", "x"]
+    )
+    with pytest.raises(InvalidInputError, match="not both"):
+        await both.run(settings, both)
+    args = parser.parse_args(["runs", "approve", str(approve.run_id), "--by", "Ann Lee"])
+    assert await args.run(settings, args) == 0
+    args = parser.parse_args(
+        ["runs", "reject", P, str(reject.run_id), "--by", "Bo", "--reason", "wrong draft"]
+    )
+    assert await args.run(settings, args) == 0
+    assert (await approval_row(db, approve.run_id))["decided_by"] == "Ann Lee"
+    assert (await load(db, P, reject.run_id)).status == "FAILED"
+    [granted] = [
+        e for e in await events_of(db, P, approve.run_id) if isinstance(e, ApprovalGranted)
+    ]
+    assert granted.by == "Ann Lee" and granted.actor.startswith("cli:")
+    # The token the notifier holds is spent by the decision: single use either way.
+    late = parser.parse_args(["runs", "approve", str(approve.run_id), "--token", approve.token])
+    with pytest.raises(ApprovalTokenUsedError):
+        await late.run(settings, late)
