@@ -27,7 +27,7 @@ from awooop.worker.runtime import Worker
 from streams.keys import WORKER_GROUP, Keys
 from streams.relay import Relay
 from tests.support import handlers
-from tests.support.ingest import Ingest, ingest  # noqa: F401 - the fixture
+from tests.support.ingest import Ingest, ingest_app
 from tests.support.runs import count_events, load
 from tests.support.waiting import eventually
 from tests.support.webhooks import PROJECT, fresh
@@ -35,6 +35,13 @@ from tests.support.workers import serving_worker, streaming_worker
 
 P = PROJECT
 pytestmark = pytest.mark.fast("streams")
+
+
+@pytest.fixture
+async def intake(settings: Settings) -> AsyncIterator[Ingest]:
+    """The ingest app (the api channel's intake, deduplicating) on real services."""
+    async with ingest_app(settings) as opened:
+        yield opened
 
 
 def keys_of(settings: Settings) -> Keys:
@@ -105,16 +112,16 @@ async def wait_for_listener(worker: Worker) -> None:
 
 
 async def test_a_pause_holds_new_attempts_lets_running_ones_finish_and_resume_starts_them_in_order(
-    db: Database, fast: Settings, redis: Any, ingest: Ingest
+    db: Database, fast: Settings, redis: Any, intake: Ingest
 ) -> None:
     keys = keys_of(fast)
     worker, intake = streaming_worker(db, fast, redis, concurrency=1)
     async with relay_running(fast, redis), serving_worker(worker, intake):
         await wait_for_listener(worker)
-        running = await submit(ingest)
+        running = await submit(intake)
         await eventually(lambda: status(db, running), equals="RUNNING", what="first run taken")
         await pause(db, P)
-        waiting = [await submit(ingest) for _ in range(3)]
+        waiting = [await submit(intake) for _ in range(3)]
         # Delivered and acknowledged, yet never claimed: the claim statement said paused.
         await eventually(lambda: settled_stream(redis, keys), what="every entry acknowledged")
         await eventually(lambda: status(db, running), equals="COMPLETED", what="running finished")
