@@ -139,6 +139,9 @@ class CancelListener:
     next one, and checks are at least :data:`CHECK_GAP_S` apart, so a flood of notices costs at
     most one primary-key read per gap.
 
+    The same connection listens for resumed pauses (:data:`awooop.runs.pauses.RESUME_CHANNEL`),
+    another doorbell: ``on_resume`` makes the polling path look at once (resume_bell.py).
+
     Reconnects with a pause when the connection drops; meanwhile the heartbeat still finds
     cancelled runs (their leases are no longer renewed)."""
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from awooop.commands.doctor_flow import blocked_check
 from awooop.core.errors import InvalidInputError
 from awooop.eventlog.state import RunStatus
 from awooop.runs.blocked import Reason, RunFacts, ShardFacts, decide
@@ -150,3 +151,10 @@ def test_the_resume_bell_lowers_the_polling_age_until_a_poll_with_room_finds_not
     assert bell.draining
     bell.polled(0, had_room=True)
     assert not bell.draining and bell.min_age(60.0) == 60.0
+
+
+def test_doctor_names_the_projects_with_paused_runs() -> None:
+    found = blocked_check({("shop", "paused"): 3, ("shop", "running"): 1, ("crm", "running"): 2})
+    assert found.status == "OK"
+    assert found.detail == "3 paused, 3 running; paused: shop (awooop projects pauses)"
+    assert "paused" not in blocked_check({("crm", "running"): 2}).detail
