@@ -22,6 +22,7 @@ from awooop.loops.relay import relay_spec
 from awooop.runs import leases, pauses
 from awooop.runs.blocked import Reason
 from awooop.runs.blocked_facts import blocked_on
+from awooop.runs.leases import suspects
 from awooop.runs.pause_rules import Scope
 from awooop.worker.runtime import Worker
 from streams.keys import WORKER_GROUP, Keys
@@ -255,3 +256,23 @@ async def test_pauses_are_tenant_rows(db: Database) -> None:
     history = await db.in_tenant(P, lambda c: pauses.listing(c, P, history=True))
     assert [(p.active, p.resumed_by) for p in history] == [(False, "test")]
     assert await db.in_tenant(P, lambda c: pauses.listing(c, P)) == []
+
+
+@pytest.mark.fast("worker")
+async def test_a_paused_suspect_neither_counts_as_waiting_nor_is_claimed_alone(
+    db: Database,
+) -> None:
+    [run_id] = await create_runs_of(db, P, 1)
+    # A suspect as the reaper leaves one (the mark is all the probes read).
+    await db.in_platform_writes(
+        lambda c: c.execute(
+            "UPDATE awooop_run_state SET suspect_worker_id = 'dead' WHERE run_id = $1", run_id
+        )
+    )
+    await pause(db, P)
+    assert not await db.in_platform(suspects.suspects_waiting)
+    assert await db.in_platform_writes(lambda c: suspects.claim_suspect(c, "me", 5.0)) is None
+    await resume(db, P)
+    assert await db.in_platform(suspects.suspects_waiting)
+    taken = await db.in_platform_writes(lambda c: suspects.claim_suspect(c, "me", 5.0))
+    assert taken is not None and taken.run_id == run_id
