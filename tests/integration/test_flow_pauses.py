@@ -15,6 +15,7 @@ import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
+from awooop.core.errors import DeliveryLimitError
 from awooop.core.events import RunCreated, run_stream_id
 from awooop.core.loops import run_loop
 from awooop.eventlog.runs import create_run
@@ -276,3 +277,20 @@ async def test_a_paused_suspect_neither_counts_as_waiting_nor_is_claimed_alone(
     assert await db.in_platform(suspects.suspects_waiting)
     taken = await db.in_platform_writes(lambda c: suspects.claim_suspect(c, "me", 5.0))
     assert taken is not None and taken.run_id == run_id
+
+
+@pytest.mark.fast("worker")
+async def test_a_paused_run_is_not_failed_for_its_messages_deliveries(db: Database) -> None:
+    [run_id] = await create_runs_of(db, P, 1)
+    await pause(db, P)
+
+    def give_up(c: Any) -> Any:
+        return leases.fail_undeliverable(
+            c, run_id, "me", "delivered too often", DeliveryLimitError.code
+        )
+
+    assert await db.in_tenant(P, give_up) is None
+    assert await status(db, run_id) == "PENDING"
+    await resume(db, P)
+    failed = await db.in_tenant(P, give_up)
+    assert failed is not None and str(failed.status) == "FAILED"
