@@ -5,8 +5,9 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
 - **the work stream** (R-16): the relay announces every dispatch event; a delivery names the
   run, the worker takes the lease with one conditional statement
   (:func:`awooop.worker.claims.claim_announced`) and runs it. No lease, no execution: the
-  message is acknowledged when the run is finished, cancelled or waiting for approval, and left
-  pending while a live lease elsewhere holds it.
+  message is acknowledged when the run is finished, cancelled, waiting for approval or paused
+  (a resume rings the polling path: resume_bell.py), and left pending while a live lease
+  elsewhere holds it.
 - **reclaim** (R-16): pending entries idle longer than the lease are claimed from dead
   consumers and reconciled with Postgres (:mod:`awooop.worker.reclaim`).
 - **polling** (R-11, R-33): every ``poll_interval_s`` the worker claims dispatchable runs that
