@@ -9,6 +9,7 @@
 | ``POST /ui/runs/{project_id}/{run_id}/{action}`` | retry, cancel, approve, reject, redrive |
 | ``GET /ui/bulk/{kind}``, ``POST /ui/bulk/{kind}`` | preview, then start a bulk retry or cancel |
 | ``GET /ui/operations/{id}``, ``POST .../resume`` | a bulk operation's progress; resume it |
+| ``GET /ui/pauses``, ``POST /ui/pauses/{action}`` | pauses; pause or resume (console_pauses.py) |
 
 Who sees what is the management API's rule (:func:`awooop.http.auth.authorize_stored`): a
 ``read`` or ``manage`` token its own project, an ``admin`` token every project; a ``read``
@@ -41,10 +42,11 @@ from awooop.http.console_actions import RunActions
 from awooop.http.console_bulk import BulkOperations
 from awooop.http.console_login import LoginRoutes
 from awooop.http.console_pages import RunPages
+from awooop.http.console_pauses import PausePages
 from awooop.services import Services
 
 
-class Console(LoginRoutes, RunPages, RunActions, BulkOperations):
+class Console(LoginRoutes, RunPages, RunActions, BulkOperations, PausePages):
     """The console over ``services``: each route a method of one of its parts."""
 
     def routes(self) -> list[BaseRoute]:
@@ -60,6 +62,8 @@ class Console(LoginRoutes, RunPages, RunActions, BulkOperations):
             Route("/ui/bulk/{kind}", self.bulk_confirm, methods=["POST"]),
             Route("/ui/operations/{operation_id}", self.operation_page, methods=["GET"]),
             Route("/ui/operations/{operation_id}/resume", self.operation_resume, methods=["POST"]),
+            Route("/ui/pauses", self.pauses_page, methods=["GET"]),
+            Route("/ui/pauses/{action}", self.pause_action, methods=["POST"]),
         ]
 
 
