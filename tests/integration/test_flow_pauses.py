@@ -40,7 +40,7 @@ pytestmark = pytest.mark.fast("streams")
 
 
 @pytest.fixture
-async def intake(settings: Settings) -> AsyncIterator[Ingest]:
+async def api(settings: Settings) -> AsyncIterator[Ingest]:
     """The ingest app (the api channel's intake, deduplicating) on real services."""
     async with ingest_app(settings) as opened:
         yield opened
@@ -114,16 +114,17 @@ async def wait_for_listener(worker: Worker) -> None:
 
 
 async def test_a_pause_holds_new_attempts_lets_running_ones_finish_and_resume_starts_them_in_order(
-    db: Database, fast: Settings, redis: Any, intake: Ingest
+    db: Database, fast: Settings, redis: Any, api: Ingest
 ) -> None:
     keys = keys_of(fast)
     worker, intake = streaming_worker(db, fast, redis, concurrency=1)
     async with relay_running(fast, redis), serving_worker(worker, intake):
         await wait_for_listener(worker)
-        running = await submit(intake)
+        # A run that takes a while (3 s between its steps): it is RUNNING when the pause comes.
+        [running] = await create_runs_of(db, P, 1, payload={"sleep": 3.0})
         await eventually(lambda: status(db, running), equals="RUNNING", what="first run taken")
         await pause(db, P)
-        waiting = [await submit(intake) for _ in range(3)]
+        waiting = [await submit(api) for _ in range(3)]
         # Delivered and acknowledged, yet never claimed: the claim statement said paused.
         await eventually(lambda: settled_stream(redis, keys), what="every entry acknowledged")
         await eventually(lambda: status(db, running), equals="COMPLETED", what="running finished")
@@ -166,7 +167,12 @@ async def test_a_run_announced_before_the_pause_is_not_claimed_after_it(
 
 
 async def create_runs_of(
-    db: Database, project: str, count: int, channel: str = "api", contract: str | None = None
+    db: Database,
+    project: str,
+    count: int,
+    channel: str = "api",
+    contract: str | None = None,
+    payload: Any = None,
 ) -> list[uuid.UUID]:
     run_ids = [uuid.uuid4() for _ in range(count)]
     async with db.tenant(project) as conn:
@@ -178,7 +184,7 @@ async def create_runs_of(
                 project_id=project,
                 channel_type=channel,
                 provider_event_id=str(run_id),
-                input={},
+                input={} if payload is None else payload,
                 max_attempts=3,
                 contract_id=contract,
             )
