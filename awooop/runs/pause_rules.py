@@ -9,7 +9,6 @@ stores it. Everything here is pure, for the CLI, the routes and ``blocked_on``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from datetime import datetime
 
 import msgspec
@@ -76,7 +75,7 @@ def resume_command(project_id: str, scope: Scope, key: str) -> str:
 
 def holds(pause: Pause, channel_type: str, contract_id: str | None) -> bool:
     """Pure: whether an active ``pause`` of the run's project holds a run of this channel and
-    contract (the rule of ``_run_paused.sql``, for tests and readers)."""
+    contract: the rule of ``_run_paused.sql`` in words (tests hold the two equal)."""
     if not pause.active:
         return False
     if pause.scope is Scope.PROJECT:
@@ -84,14 +83,3 @@ def holds(pause: Pause, channel_type: str, contract_id: str | None) -> bool:
     if pause.scope is Scope.CHANNEL:
         return pause.scope_key == channel_type
     return contract_id is not None and pause.scope_key == contract_id
-
-
-def holding(
-    pauses: Iterable[Pause], project_id: str, channel_type: str, contract_id: str | None
-) -> list[Pause]:
-    """Pure: the active pauses that hold a run of ``project_id``, widest scope first."""
-    order = {Scope.PROJECT: 0, Scope.CHANNEL: 1, Scope.CONTRACT: 2}
-    found = [
-        p for p in pauses if p.project_id == project_id and holds(p, channel_type, contract_id)
-    ]
-    return sorted(found, key=lambda p: (order[p.scope], p.paused_at))

@@ -24,7 +24,7 @@ from awooop.runs import leases, pauses
 from awooop.runs.blocked import Reason
 from awooop.runs.blocked_facts import blocked_on
 from awooop.runs.leases import suspects
-from awooop.runs.pause_rules import Scope
+from awooop.runs.pause_rules import Scope, holds
 from awooop.worker.runtime import Worker
 from streams.keys import WORKER_GROUP, Keys
 from streams.relay import Relay
@@ -206,6 +206,16 @@ async def test_a_channel_or_contract_pause_holds_only_its_runs_on_the_polling_pa
     await worker.run_until_idle(max_s=30)
     assert [await status(db, r) for r in free] == ["COMPLETED"] * 3
     assert [await status(db, r) for r in by_channel + by_contract] == ["PENDING"] * 4
+    # The claim statements' rule (_run_paused.sql) is pause_rules.holds, run by run.
+    active = await db.in_platform(lambda c: pauses.listing(c, None))
+    for run_id in free + by_channel + by_contract:
+        state = await load(db, P, run_id)
+        held = any(
+            holds(p, state.channel_type, state.contract_id)
+            for p in active
+            if p.project_id == state.project_id
+        )
+        assert held == (str(state.status) == "PENDING"), (run_id, held, state.status)
 
     await resume(db, P, Scope.CHANNEL, "telegram")
     await worker.run_until_idle(max_s=30)

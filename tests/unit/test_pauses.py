@@ -18,7 +18,6 @@ from awooop.runs.pause_rules import (
     Pause,
     Scope,
     describe_scope,
-    holding,
     holds,
     resume_command,
     scope_of,
@@ -66,22 +65,6 @@ def test_a_pause_holds_the_runs_of_its_scope_while_active() -> None:
     assert not holds(contract, "triage", "other")  # a channel named like the contract
     ended = a_pause(Scope.PROJECT, resumed_at=NOW, resumed_by="cli:ops")
     assert not ended.active and not holds(ended, "api", None)
-
-
-def test_the_widest_pause_of_the_runs_project_is_named_first() -> None:
-    found = [
-        a_pause(Scope.CONTRACT, "triage"),
-        a_pause(Scope.PROJECT, project="other"),
-        a_pause(Scope.PROJECT),
-        a_pause(Scope.CHANNEL, "api"),
-    ]
-    named = holding(found, "p", "api", "triage")
-    assert [(p.project_id, p.scope) for p in named] == [
-        ("p", Scope.PROJECT),
-        ("p", Scope.CHANNEL),
-        ("p", Scope.CONTRACT),
-    ]
-    assert holding(found, "q", "api", None) == []
 
 
 def test_the_resume_command_names_the_scope() -> None:
