@@ -12,6 +12,7 @@
 | ``GET /ui/operations/{id}``, ``POST .../resume`` | a bulk operation's progress; resume it |
 | ``GET /ui/static/console-live.js`` | the live pages' script (:mod:`awooop.http.console_live`) |
 | ``GET /ui/dead-letters`` | open dead letters (project, channel, code, since), each to redrive |
+| ``GET /ui/pauses``, ``POST /ui/pauses/{action}`` | pauses; pause or resume (console_pauses.py) |
 
 Who sees what is the management API's rule (:func:`awooop.http.auth.authorize_stored`): a
 ``read`` or ``manage`` token its own project, an ``admin`` token every project; a ``read``
@@ -53,10 +54,11 @@ from awooop.http.console_bulk import BulkOperations
 from awooop.http.console_lists import ListPages
 from awooop.http.console_login import LoginRoutes
 from awooop.http.console_pages import RunPages
+from awooop.http.console_pauses import PausePages
 from awooop.services import Services
 
 
-class Console(LoginRoutes, RunPages, RunActions, BulkOperations, ListPages):
+class Console(LoginRoutes, RunPages, RunActions, BulkOperations, ListPages, PausePages):
     """The console over ``services``: each route a method of one of its parts."""
 
     def routes(self) -> list[BaseRoute]:
@@ -75,6 +77,8 @@ class Console(LoginRoutes, RunPages, RunActions, BulkOperations, ListPages):
             Route("/ui/operations/{operation_id}", self.operation_page, methods=["GET"]),
             Route("/ui/operations/{operation_id}/resume", self.operation_resume, methods=["POST"]),
             Route(live.SCRIPT_PATH, live.script, methods=["GET"]),
+            Route("/ui/pauses", self.pauses_page, methods=["GET"]),
+            Route("/ui/pauses/{action}", self.pause_action, methods=["POST"]),
         ]
 
 

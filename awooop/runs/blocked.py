@@ -7,6 +7,7 @@ from Redis once per shard) and names a :class:`Reason`:
 | status           | facts                                          | reason                 |
 |------------------|------------------------------------------------|------------------------|
 | PENDING, RESUMED | it has an open dead letter (Postgres)          | pending_dead_lettered  |
+|                  | its project, channel or contract is paused     | paused                 |
 |                  | no worker alive, none read its shard recently  | pending_no_worker      |
 |                  | a suspect: waits to run alone on a worker      | pending_isolation      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
@@ -43,6 +44,7 @@ import msgspec
 
 from awooop.core.errors import DeliveryLimitError
 from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunStatus
+from awooop.runs.pause_rules import Scope, describe_scope, resume_command
 
 DELIVERY_LIMIT_CODE = DeliveryLimitError.code  # the worker dead-lettered the message
 DEAD_LETTER_CODES = frozenset({MAX_ATTEMPTS_CODE, DELIVERY_LIMIT_CODE})
@@ -53,6 +55,7 @@ class Reason(enum.StrEnum):
     PENDING_WORKERS_BUSY = "pending_workers_busy"
     PENDING_DEAD_LETTERED = "pending_dead_lettered"
     PENDING_ISOLATION = "pending_isolation"
+    PAUSED = "paused"
     RETRY_PENDING = "retry_pending"
     RUNNING = "running"
     LEASE_EXPIRED = "lease_expired"
@@ -69,6 +72,7 @@ REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.PENDING_WORKERS_BUSY: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_ISOLATION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.PAUSED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RUNNING: frozenset({RunStatus.RUNNING}),
     Reason.LEASE_EXPIRED: frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL}),
@@ -103,6 +107,11 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     last_end_reason: str | None = None
     dead_lettered: bool = False  # the run has an open dead letter (awooop_dead_letters)
     suspect_worker_id: str | None = None  # a suspect: it runs alone (leases.suspects)
+    # The widest active pause that holds it (awooop.runs.pauses): scope, key, who, why
+    paused_scope: Scope | None = None
+    paused_key: str = ""
+    paused_by: str | None = None
+    paused_reason: str = ""
 
 
 class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -173,6 +182,15 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     reason=Reason.PENDING_DEAD_LETTERED,
                     summary=f"{waiting}; it has an open dead letter",
                     next_action="awooop deadletters list, then awooop deadletters redrive ID",
+                )
+            if f.paused_scope is not None:
+                scope = describe_scope(f.paused_scope, f.paused_key)
+                why = f": {f.paused_reason}" if f.paused_reason else ""
+                return _blocked(
+                    f,
+                    reason=Reason.PAUSED,
+                    summary=f"{waiting}; {scope} of {f.project_id} paused by {f.paused_by}{why}",
+                    next_action=resume_command(f.project_id, f.paused_scope, f.paused_key),
                 )
             if shard.unread:
                 return _blocked(

@@ -38,6 +38,7 @@ from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.runs import leases
 from awooop.runs.control import CANCEL_CHANNEL
+from awooop.runs.pauses import RESUME_CHANNEL
 from awooop.worker.attempts import StopReason, StreamEntry
 from awooop.worker.executor import Executor
 from awooop.worker.outcomes import lease_lost
@@ -138,11 +139,21 @@ class CancelListener:
     next one, and checks are at least :data:`CHECK_GAP_S` apart, so a flood of notices costs at
     most one primary-key read per gap.
 
+    The same connection listens for resumed pauses (:data:`awooop.runs.pauses.RESUME_CHANNEL`),
+    another doorbell: ``on_resume`` makes the polling path look at once (resume_bell.py).
+
     Reconnects with a pause when the connection drops; meanwhile the heartbeat still finds
     cancelled runs (their leases are no longer renewed)."""
 
-    def __init__(self, executor: Executor, database_url: str, db: Database) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        database_url: str,
+        db: Database,
+        on_resume: Callable[[], None] | None = None,
+    ) -> None:
         self.executor = executor
+        self.on_resume = on_resume
         self.database_url = database_url
         self.statements = leases.RunStatements(db)
         self.connected = asyncio.Event()
@@ -160,6 +171,11 @@ class CancelListener:
             return  # not ours (or already stopping): nothing to check
         self._asked.add(run_id)
         self._ring.set()
+
+    def _resumed(self, _conn: object, _pid: int, _channel: str, _payload: object) -> None:
+        """A pause was resumed (awooop.runs.pauses): the polling path looks at once."""
+        if self.on_resume is not None:
+            self.on_resume()
 
     async def check(self) -> None:
         """Read who holds the runs the notices named, and stop the attempts the rows condemn."""
@@ -223,6 +239,8 @@ class CancelListener:
                 conn = await connect(self.database_url, PLATFORM_ROLE)
                 conn.add_termination_listener(lambda _c, closed=closed: closed.set())
                 await conn.add_listener(CANCEL_CHANNEL, self._notified)
+                if self.on_resume is not None:
+                    await conn.add_listener(RESUME_CHANNEL, self._resumed)
                 self.connected.set()
                 stopper = asyncio.ensure_future(stop.wait())
                 dropped = asyncio.ensure_future(closed.wait())

@@ -19,6 +19,7 @@ from awooop.runs.blocked import (
     describe,
     failed_reason,
 )
+from awooop.runs.pause_rules import Scope
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RUN = uuid.UUID("00000000-0000-4000-8000-000000000001")
@@ -187,6 +188,7 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"failure_code": "E-RUN-005"},
         {"dead_lettered": True},
         {"attempt_count": 1, "suspect_worker_id": "host-1-abc"},
+        {"paused_scope": Scope.PROJECT},
     ]
     shards = [READ, UNREAD]
     for status in RunStatus:
