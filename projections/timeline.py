@@ -3,8 +3,9 @@
 Each row carries the event's time (the database clock recorded in the event), the attempt it
 belongs to, the worker that wrote it, the trace id (from the event's ``traceparent``
 metadata, so a timeline row links to its trace in Tempo), its global log position and a small
-detail object (step, tool, reason, actor ...; bulky fields like input and result are left
-out: they are in the log and in run state).
+detail object (step, tool, reason, actor, a step's ``started_at``, a model call's token counts
+...; bulky fields like input, result, a traceback, a prompt and an answer are left out: they
+are in the log and in run state).
 
 The attempt of an event that names none (approvals, cancels) is the attempt of the run's
 previous event; the per-stream version is the highest version stored for the run.
@@ -54,7 +55,11 @@ COLUMNS = (
     "trace_id",
     "detail",
 )
-LEFT_OUT = frozenset({"type", "at", "attempt", "worker_id", "input", "result"})
+# Bulky fields stay in the log: a failure's traceback and a model call's prompt and answer are
+# shown from their events (projections.model_calls, projections.failures).
+LEFT_OUT = frozenset(
+    {"type", "at", "attempt", "worker_id", "input", "result", "traceback", "prompt", "answer"}
+)
 
 # --- SQL ------------------------------------------------------------------------------------
 
