@@ -38,11 +38,15 @@ def capped(text: str, limit: int, *, keep_tail: bool = False) -> str:
     room = limit - len(marker(len(text)))
     if room <= 0:
         return text[:limit]
+    # The marker names the count cut, whose digits depend on the room left: settle it.
+    while room + len(marker(len(text) - room)) < limit:
+        room += 1
+    cut = marker(len(text) - room)
     if not keep_tail:
-        return text[:room] + marker(len(text) - room)
+        return text[:room] + cut
     head = room - room // 2
     tail = room // 2
-    return text[:head] + marker(len(text) - room) + text[len(text) - tail :]
+    return text[:head] + cut + (text[len(text) - tail :] if tail else "")
 
 
 # Secrets as code and libraries print them. Each pattern keeps what says where the secret was
