@@ -8,6 +8,7 @@ import asyncio
 import html
 import re
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -23,10 +24,12 @@ from awooop.ingest import credentials
 from awooop.llm.calls import TEXT_CHARS
 from awooop.llm.gateway import ModelGateway
 from awooop.llm.local import local_tokens
+from awooop.runs import leases, run_rows
 from awooop.worker.context import RunContext
 from awooop.worker.runtime import Worker
 from tests.integration.test_console import log_in
 from tests.integration.test_model_calls import gateway  # noqa: F401 - the fixture
+from tests.support.factories import event_for
 from tests.support.http import app_client
 from tests.support.runs import create_runs, load
 from tests.support.waiting import eventually
@@ -59,9 +62,8 @@ async def shown(settings: Settings, capsys: pytest.CaptureFixture[str], *argv: s
 
 
 def reserve(sku: str) -> None:
-    stock: dict[str, int] = {}
     # A message that quotes a secret, as a driver's error would.
-    raise KeyError(f"{sku} (cannot reach {SECRET_URL})") if sku not in stock else None
+    raise KeyError(f"{sku} (cannot reach {SECRET_URL})")
 
 
 async def test_a_failure_keeps_its_step_and_traceback_and_the_run_page_shows_them(
@@ -245,3 +247,33 @@ async def test_model_calls_keep_capped_prompts_answers_and_tokens_with_totals(
     text = await shown(settings, capsys, P, str(run_id))
     assert f"tokens: {total_in} in, {total_out} out" in text
     assert "why is the disk full?" in text and state.result[0] in text
+
+
+async def test_the_renewal_writes_the_step_clears_it_between_steps_and_drops_a_journaled_one(
+    db: Database,
+) -> None:
+    [run_id] = await create_runs(db, P)
+    async with db.tenant(P) as conn:
+        await run_rows.record(conn, run_id, lambda s, now: event_for("RunClaimed", s, at=now))
+        state = await run_rows.record(
+            conn, run_id, lambda s, now: event_for("StepCompleted", s, at=now)
+        )
+    worker, attempt = state.worker_id or "", state.attempt_count
+    started = datetime.now(UTC)
+
+    async def renew(steps: dict[uuid.UUID, tuple[str, datetime]]) -> Any:
+        assert await db.in_platform_writes(
+            lambda c: leases.heartbeat(c, worker, {run_id: attempt}, 600, steps)
+        ) == {run_id}
+        async with db.platform() as conn:
+            row = await conn.fetchrow(
+                "SELECT current_step, current_step_started_at, current_step_attempt "
+                "FROM awooop_run_state WHERE run_id = $1",
+                run_id,
+            )
+        return tuple(row.values())
+
+    assert await renew({run_id: ("s2", started)}) == ("s2", started, attempt)
+    assert await renew({}) == (None, None, attempt)  # between steps
+    # "s1" is journaled already (its StepCompleted committed before this renewal arrived)
+    assert await renew({run_id: ("s1", started)}) == (None, None, attempt)
