@@ -9,12 +9,20 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from awooop.core.events import LeaseReleased, RunCompleted, RunFailed, encode_event
+from awooop.core.events import (
+    LeaseReleased,
+    RunCompleted,
+    RunFailed,
+    StepCompleted,
+    encode_event,
+)
 from awooop.eventlog.eventlog import RecordedEvent
 from awooop.eventlog.state import RunState, RunStatus
 from awooop.worker.attempts import Attempt, causes
 from awooop.worker.heartbeat import STEP_NAME_CHARS, current_steps
+from projections.base import LogEvent
 from projections.failures import failed_by, failures
+from projections.timeline import entries, timeline_lines
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RUN = uuid.UUID("00000000-0000-4000-8000-000000000001")
@@ -149,3 +157,16 @@ def test_failures_list_the_given_back_attempts_with_a_traceback_and_the_failure(
     # failed otherwise since (an approval rejected after a retry), or not failed now: none
     assert failed_by(msgspec.structs.replace(failed, failure_code="E-APPROVAL-001"), lines) is None
     assert failed_by(state(RunStatus.RUNNING, None, None), lines) is None
+
+
+def test_the_projectors_timeline_leaves_out_fields_an_older_release_cannot_fold() -> None:
+    step = StepCompleted(at=T0, worker_id="w1", attempt=1, step="fetch", result=[1], started_at=T0)
+    failed = RunFailed(at=T0, reason="boom", code="E-HANDLER-001", traceback="TB", step="fetch")
+    rows = [recorded(1, step), recorded(2, failed)]
+    projected, _ = entries(None, [LogEvent.from_recorded(r) for r in rows])
+    assert projected[0].detail == {"step": "fetch"}
+    assert projected[1].detail == {"reason": "boom", "code": "E-HANDLER-001", "dead_letter": False}
+    # the run page's lines, folded from the stream, have them (never the traceback)
+    lines = timeline_lines(rows)
+    assert lines[0].detail == {"step": "fetch", "started_at": T0.isoformat().replace("+00:00", "Z")}
+    assert lines[1].detail["step"] == "fetch" and "traceback" not in lines[1].detail
