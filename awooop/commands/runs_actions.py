@@ -19,6 +19,8 @@ from awooop.commands.output import table, to_json
 from awooop.commands.runs_parsing import TOKEN_ENV, cli_actor, filter_fields, split_ids
 from awooop.commands.runs_render import (
     progress_line,
+    render_call_texts,
+    render_failures,
     render_model_calls,
     render_operation,
     render_runs,
@@ -27,6 +29,7 @@ from awooop.commands.runs_render import (
     runs_json,
     state_json,
     state_view,
+    tokens_line,
 )
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
@@ -219,18 +222,28 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 "blocked_on": blocked,
                 "timeline": history.timeline,
                 "model_calls": history.model_calls,
+                "tokens": history.tokens,
+                "failures": history.failures,
             }
             print(to_json(view))
         else:
             print(f"blocked_on: {describe(blocked)}")
             print()
             print(render_state(state))
+            if history.failures:
+                print()
+                print(f"failures: {len(history.failures)}")
+                print(render_failures(history.failures))
             print()
             print(render_timeline(history.timeline, wide=args.wide))
             print()
             print(f"model calls: {len(history.model_calls)}")
             if history.model_calls:
+                print(tokens_line(history.tokens))
                 print(render_model_calls(history.model_calls, wide=args.wide))
+                texts = render_call_texts(history.model_calls)
+                if texts:
+                    print(texts)
     else:
         print(state_json(state) if args.json else render_state(state))
     return 0

@@ -1,12 +1,13 @@
 """The console's run pages: ``/ui`` (to the list), ``/ui/runs`` (runs, filters in the URL) and
-``/ui/runs/{project_id}/{run_id}`` (one run: blocked_on, state, timeline, model calls,
-approvals, dead letters)."""
+``/ui/runs/{project_id}/{run_id}`` (one run: blocked_on, state, the step it is in, its failure
+with the failing step and traceback, timeline, model calls with their tokens, approvals, dead
+letters)."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from urllib.parse import unquote, urlencode
 
 from starlette.requests import Request
@@ -26,8 +27,8 @@ from awooop.http.console_requests import path_run, run_filter
 from awooop.http.console_waterfall import duration_text, waterfall
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE
 from awooop.runs import deadletters, listing, run_rows
-from awooop.runs.blocked import BlockedOn, Reason
-from projections import model_calls, timeline
+from awooop.runs.blocked import BlockedOn, Reason, elapsed
+from projections import failures, model_calls, timeline
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,14 @@ class Unchanged:
     """The run page the browser has is still the page (``If-None-Match``)."""
 
     etag: str
+
+
+def in_step(blocked: BlockedOn | None, now: datetime) -> tuple[str, datetime, str] | None:
+    """Pure: the step a running run is in, since when and for how long, as its header shows
+    it; None when no step is known."""
+    if blocked is None or blocked.step is None or blocked.step_started_at is None:
+        return None
+    return blocked.step, blocked.step_started_at, elapsed(now, blocked.step_started_at)
 
 
 class RunPages(ConsoleAccess):
@@ -129,6 +138,10 @@ class RunPages(ConsoleAccess):
             steps=timeline.steps_in_run_order(shown.state.saga_steps, lines),
             approvals=shown.approvals,
             dead_letters=shown.dead_letters,
+            in_step=in_step(shown.blocked, datetime.now(UTC)),
+            failure=failures.failed_by(shown.state, shown.history.failures),
+            failures=shown.history.failures,
+            tokens=shown.history.tokens,
             can_act=session.principal.scope != READ_SCOPE,
             trace_url=self.settings.console_trace_url,
             done=unquote(request.cookies.get(sessions.NOTICE_COOKIE, ""))[:200],

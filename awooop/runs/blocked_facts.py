@@ -1,7 +1,8 @@
 """The facts behind ``blocked_on`` (:mod:`awooop.runs.blocked`): Postgres, one look at Redis.
 
 - :data:`FACTS` reads every fact Postgres holds about a set of runs in one statement: the run
-  state row (lease, heartbeat, attempts, failure), the open approval row (who was asked, its
+  state row (lease, heartbeat, attempts, failure, the step its worker last reported), the
+  open approval row (who was asked, its
   reason) and the run's last "an attempt ended" event (requeue, lease release, failure,
   approval decision) from the event log. Each lateral join is one probe of an index
   (``awooop_approvals_run_idx``, the log's ``(stream_id, version)`` key, walked backwards over
@@ -64,6 +65,7 @@ _SELECT = f"""
 SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, rs.worker_id,
        rs.lease_until, rs.heartbeat_at, rs.waiting_for, rs.approval_expires_at,
        rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now, rs.suspect_worker_id,
+       rs.current_step, rs.current_step_started_at, rs.current_step_attempt,
        ap.name AS approval_name, ap.reason AS approval_reason,
        ended.event_type AS last_end_type, ended.data ->> 'reason' AS last_end_reason,
        pz.scope AS paused_scope, pz.scope_key AS paused_key, pz.paused_by,
@@ -137,6 +139,9 @@ def facts_of(row: Any) -> RunFacts:
         paused_key=row["paused_key"] or "",
         paused_by=row["paused_by"],
         paused_reason=row["paused_reason"] or "",
+        current_step=row["current_step"],
+        current_step_started_at=row["current_step_started_at"],
+        current_step_attempt=row["current_step_attempt"],
     )
 
 

@@ -238,7 +238,7 @@ class Executor:
         if infrastructure_failure(exc):
             code, reason = failure_of(exc)
             log.warning("attempt_abandoned", code=code, reason=reason, exc_info=exc)
-            return self._count(attempt, await self.last_writes.give_back(attempt, reason))
+            return self._count(attempt, await self.last_writes.give_back(attempt, reason, exc))
         return self._count(attempt, await self.last_writes.fail(attempt, exc))
 
     async def _stopped(self, attempt: Attempt) -> Outcome:

@@ -14,7 +14,9 @@ runs, whatever the network does.** Three parts hold it:
   by ``AWOOOP_DB_STATEMENT_TIMEOUT_S`` (shorter than the local lease): a renewal that hangs
   on a black-holed connection fails in time and the next round tries again on a fresh one. A
   run missing from the answer lost its lease (reaped, taken, cancelled): its handler is
-  cancelled at once.
+  cancelled at once. The same statement writes the step each attempt is in and since when
+  (:func:`current_steps`), so the run page shows a long step while it runs without a write per
+  step; it is at most one interval old.
 - Redis is never on the renewal's path. After a renewal the worker touches its own pending
   stream entries (``XCLAIM ... JUSTID`` to itself, R-16) so that reclaimers leave live work
   alone; that touch runs in its own task, bounded by the heartbeat interval, and a hung or
@@ -30,16 +32,18 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from awooop.core import metrics
 from awooop.core.db import Connection, Database
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
+from awooop.core.storable import sanitized
+from awooop.eventlog.runs import CurrentStep
 from awooop.runs import leases
 from awooop.runs.control import CANCEL_CHANNEL
 from awooop.runs.pauses import RESUME_CHANNEL
-from awooop.worker.attempts import StopReason, StreamEntry
+from awooop.worker.attempts import Attempt, StopReason, StreamEntry
 from awooop.worker.executor import Executor
 from awooop.worker.outcomes import lease_lost
 
@@ -51,6 +55,19 @@ Toucher = Callable[[list[StreamEntry]], Awaitable[None]]
 # process holds costs at most one read per gap, and a real cancel still stops its handler
 # within a gap and a read.
 CHECK_GAP_S = 0.1
+# The longest step name a renewal writes (a step name has no bound of its own).
+STEP_NAME_CHARS = 200
+
+
+def current_steps(held: Mapping[uuid.UUID, Attempt]) -> dict[uuid.UUID, CurrentStep]:
+    """Pure: the step each attempt is in now, as the renewal writes it (``current_step``,
+    migration 0127): storable (NUL and lone surrogates escaped: one bad name must not fail the
+    renewal of every lease) and cut to :data:`STEP_NAME_CHARS`."""
+    return {
+        rid: (sanitized(a.step)[:STEP_NAME_CHARS], a.step_started_at)
+        for rid, a in held.items()
+        if a.step is not None and a.step_started_at is not None
+    }
 
 
 class Heartbeat:
@@ -80,7 +97,7 @@ class Heartbeat:
         sent = time.monotonic()
         worker_id = self.executor.worker_id
         renewed = await self.statements.heartbeat(
-            worker_id, {rid: a.number for rid, a in held.items()}, self.ttl_s
+            worker_id, {rid: a.number for rid, a in held.items()}, self.ttl_s, current_steps(held)
         )
         self.rounds += 1
         metrics.LEASE_RENEWALS.inc(len(renewed))

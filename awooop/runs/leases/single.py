@@ -135,11 +135,16 @@ async def reap(
 
 
 async def heartbeat(
-    conn: Connection, worker_id: str, held: Mapping[uuid.UUID, int], ttl_s: float
+    conn: Connection,
+    worker_id: str,
+    held: Mapping[uuid.UUID, int],
+    ttl_s: float,
+    steps: Mapping[uuid.UUID, log_runs.CurrentStep] | None = None,
 ) -> set[uuid.UUID]:
     """R-12: renew the live leases of ``worker_id``'s attempts in ``held`` (run id -> attempt);
-    return the runs renewed."""
-    return await log_runs.renew_leases(conn, worker_id, held, ttl_s)
+    return the runs renewed. ``steps``: the step each attempt is in now (see
+    :func:`awooop.eventlog.runs.renew_leases`)."""
+    return await log_runs.renew_leases(conn, worker_id, held, ttl_s, steps)
 
 
 async def fences(
