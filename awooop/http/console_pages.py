@@ -54,9 +54,17 @@ class Unchanged:
 def in_step(blocked: BlockedOn | None, now: datetime) -> tuple[str, datetime, str] | None:
     """Pure: the step a running run is in, since when and for how long, as its header shows
     it; None when no step is known."""
+    found = running_step(blocked)
+    if found is None:
+        return None
+    return found[0], found[1], elapsed(now, found[1])
+
+
+def running_step(blocked: BlockedOn | None) -> tuple[str, datetime] | None:
+    """Pure: the step a running run reported and its start, for the waterfall."""
     if blocked is None or blocked.step is None or blocked.step_started_at is None:
         return None
-    return blocked.step, blocked.step_started_at, elapsed(now, blocked.step_started_at)
+    return blocked.step, blocked.step_started_at
 
 
 class RunPages(ConsoleAccess):
@@ -146,7 +154,9 @@ class RunPages(ConsoleAccess):
             trace_url=self.settings.console_trace_url,
             done=unquote(request.cookies.get(sessions.NOTICE_COOKIE, ""))[:200],
             view=console_timeline.view(lines, selected),
-            waterfall=waterfall(lines, shown.now, finished=final),
+            waterfall=waterfall(
+                lines, shown.now, finished=final, in_step=running_step(shown.blocked)
+            ),
             when_ms=console_timeline.when_ms,
             fold_at=console_timeline.FOLD_AT,
             duration_text=duration_text,

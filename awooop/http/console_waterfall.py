@@ -215,14 +215,26 @@ def ticks(total_ms: float, count: int = 4) -> list[tuple[float, str]]:
 
 
 def waterfall(
-    lines: Sequence[TimelineLine], now: datetime, *, finished: bool, max_bars: int = MAX_BARS
+    lines: Sequence[TimelineLine],
+    now: datetime,
+    *,
+    finished: bool,
+    in_step: tuple[str, datetime] | None = None,
+    max_bars: int = MAX_BARS,
 ) -> Waterfall | None:
     """Pure: the waterfall of a run's lines at the database clock ``now``; ``finished``: the
-    run is in a final state (open bars stop at its last event). None for a run with no line."""
+    run is in a final state (open bars stop at its last event); ``in_step``: the step the
+    running attempt reported and its start, drawn as a running bar. None for a run with no
+    line."""
     if not lines:
         return None
     open_end = lines[-1].at if finished else max(now, lines[-1].at)
     bars = grouped(bars_of(lines, open_end, running=not finished))
+    if in_step is not None and not finished:
+        name, started = in_step
+        attempt = max((ln.attempt or 0 for ln in lines), default=0)
+        current = Bar("step", name, attempt, lines[-1].version, min(started, open_end), open_end)
+        bars.append(replace(current, running=True))
     omitted = max(len(bars) - max_bars, 0)
     bars = bars[-max_bars:] if max_bars > 0 else []
     start = min([lines[0].at, *(b.start for b in bars)])

@@ -14,6 +14,7 @@ Each flow saves a screenshot (``operator-*.png``) in the test's folder, or in
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from datetime import timedelta
@@ -76,11 +77,15 @@ async def submit(
 async def dead_lettered(db: Database) -> uuid.UUID:
     """A FAILED run of channel api whose work message a consumer gave up on (E-RUN-005)."""
     run_id = await submit(db, {"order": 7001}, max_attempts=3)
-    async with db.tenant(P) as conn:
-        assert await leases.claim(conn, run_id, "host:1:gone", 30) is not None
-        failed = await leases.fail_undeliverable(
-            conn, run_id, "host:1:gone", "delivered 11 times (limit 10)", DeliveryLimitError.code
-        )
+    # Its holder died: the lease ran out, then a consumer gave up on the message.
+    assert await db.in_tenant(P, lambda c: leases.claim(c, run_id, "host:1:gone", 0.01))
+    await asyncio.sleep(0.05)
+    failed = await db.in_tenant(
+        P,
+        lambda c: leases.fail_undeliverable(
+            c, run_id, "host:1:w2", "delivered 11 times (limit 10)", DeliveryLimitError.code
+        ),
+    )
     assert failed is not None
     return run_id
 
@@ -198,13 +203,9 @@ async def test_an_operators_day(fast: Settings, db: Database, tmp_path: Path) ->
             live = await submit(db, {"order": 5001, "step_s": 0.5, "packs": 4})
             await page.goto(f"{base}/ui/runs/{P}/{live}")
             await page.evaluate("window.__sameDocument = true")
-            await page.wait_for_function(
-                "document.querySelector('#status').innerText.includes('COMPLETED')",
-                timeout=60_000,
-            )
-            await page.wait_for_function(
-                "document.documentElement.dataset.live === 'final'", timeout=30_000
-            )
+            # Selectors, not wait_for_function: the console's CSP forbids eval.
+            await page.wait_for_selector("#status:has-text('COMPLETED')", timeout=60_000)
+            await page.wait_for_selector("html[data-live=final]", state="attached", timeout=30_000)
             assert await page.evaluate("window.__sameDocument === true")  # never reloaded
             assert "pack_3" in await page.inner_text("#steps")
             await page.screenshot(path=str(shots / "operator-live.png"), full_page=True)

@@ -228,3 +228,20 @@ def test_a_page_is_unchanged_when_the_browser_names_its_tag() -> None:
     # A notice to show once is always served.
     notice = f"{sessions.NOTICE_COOKIE}=done"
     assert not console_live.matches(asking({"if-none-match": tag}, notice), tag)
+
+
+def test_the_step_a_running_attempt_reported_is_a_running_bar_to_now() -> None:
+    lines = [
+        line(1, 0, "RunCreated", attempt=0),
+        line(2, 100, "RunClaimed"),
+        line(3, 300, "StepCompleted", step="reserve"),
+    ]
+    shown = waterfall(lines, at(60_300), finished=False, in_step=("charge", at(400)))
+    assert shown is not None
+    bars = by_label(shown.bars)
+    assert bars["charge"].running and bars["charge"].kind == "step"
+    assert (bars["charge"].start, bars["charge"].end) == (at(400), at(60_300))
+    assert bars["charge"].attempt == 1
+    # A finished run draws no reported step: the attempt that reported it is over.
+    done = waterfall(lines, at(60_300), finished=True, in_step=("charge", at(400)))
+    assert done is not None and "charge" not in by_label(done.bars)
