@@ -51,7 +51,7 @@ from awooop.core.events import run_stream_id  # noqa: E402
 from awooop.core.logs import configure_logging  # noqa: E402
 from awooop.eventlog import eventlog, run_reads  # noqa: E402
 from awooop.ingest import credentials  # noqa: E402
-from awooop.runs import blocked_facts, bulk, listing  # noqa: E402
+from awooop.runs import blocked_facts, bulk, listing, search  # noqa: E402
 from awooop.runs.blocked import Reason  # noqa: E402
 from tests.support.console import log_in  # noqa: E402
 
@@ -146,7 +146,25 @@ async def run_plans(conn: Any, data: Data, _f: listing.RunFilter) -> Plans:
     }
 
 
+async def search_plans(conn: Any, data: Data, f: listing.RunFilter) -> Plans:
+    """The search's reads (ids, keys, text: at most search.LIMIT + 1 each), then the page among
+    the ids found."""
+    assert f.search is not None
+    term = search.classify(f.search)
+    limit, statuses = search.LIMIT + 1, listing.statuses(f)
+    found: Plans = {}
+    if term.id_range is not None:
+        found["ids"] = await explain(conn, search.BY_ID_PREFIX, [*term.id_range, limit, statuses])
+    if term.key_range is not None:
+        found["keys"] = await explain(
+            conn, search.BY_KEY_PREFIX, [*term.key_range, limit, statuses]
+        )
+    found["text"] = await explain(conn, search.BY_TEXT, [f.project, term.pattern, limit, statuses])
+    return found | await list_plans(conn, data, f)
+
+
 KINDS: dict[str, Kind] = {
+    "search": Kind(path=lambda _d: "/ui/runs", plans=search_plans, rows=True),
     "list": Kind(path=lambda _d: "/ui/runs", plans=list_plans, rows=True),
     "preview retry": Kind(path=lambda _d: "/ui/bulk/retry", plans=preview_plans("retry")),
     "preview cancel": Kind(path=lambda _d: "/ui/bulk/cancel", plans=preview_plans("cancel")),
@@ -168,7 +186,19 @@ PAGES: list[Page] = [
     Page("list since=1h", "list", {"since": "1h"}),
     Page("list since=1h&status=FAILED", "list", {"since": "1h", "status": "FAILED"}),
     *(Page(f"list blocked_on={r.value}", "list", {"blocked_on": r.value}) for r in Reason),
+    Page("search text 'order 4242' (11 runs)", "search", {"search": "order 4242"}),
+    Page("search text 'customer' (every run)", "search", {"search": "customer"}),
+    Page("search failure 'handler raised'", "search", {"search": "handler raised"}),
+    Page("search text 'c0042'&status=FAILED", "search", {"search": "c0042", "status": "FAILED"}),
+    Page("search key prefix 'key-4242'", "search", {"search": "key-4242"}),
+    Page("search id prefix 'abcdef'", "search", {"search": "abcdef"}),
     Page("preview retry", "preview retry"),
+    Page("preview retry search='handler raised'", "preview retry", {"search": "handler raised"}),
+    Page(
+        "preview retry exclude_codes=E-HANDLER-001",
+        "preview retry",
+        {"exclude_codes": "E-HANDLER-001"},
+    ),
     Page("preview cancel", "preview cancel"),
     Page("preview retry channel=line", "preview retry", {"channel": "line"}),
     Page("preview cancel since=1h", "preview cancel", {"since": "1h"}),

@@ -74,6 +74,13 @@ EVENT_COLUMNS = ("event_id", "stream_id", "version", "project_id", "event_type",
 FINISHED = ("COMPLETED", "FAILED", "CANCELLED")
 
 
+def order_input(i: int) -> str:
+    """A run's input as a shop's orders have them, for the console's text search: ``order N``
+    is rare (N and the ten to hundred orders whose number starts with it), ``customer`` is in
+    every run."""
+    return f'{{"order": {i}, "customer": "c{i % 2000:04d}", "note": "order {i} for customer"}}'
+
+
 def pick_status(rnd: random.Random) -> str:
     return rnd.choices([s for s, _ in STATUSES], [w for _, w in STATUSES])[0]
 
@@ -92,6 +99,7 @@ def run_fields(
     created: datetime,
     now: datetime,
     channel: str = "api",
+    input_json: str = "{}",
 ) -> list[Any]:
     """One run row in :data:`RUN_COLUMNS` order, as its writers leave a run in ``status``."""
     running, failed = status == "RUNNING", status == "FAILED"
@@ -109,7 +117,7 @@ def run_fields(
         (now + timedelta(minutes=5)).isoformat() if running else "",
         "the handler raised" if failed else "",
         "E-HANDLER-001" if failed else "",
-        "{}",
+        input_json,
         created.isoformat(),
         updated.isoformat(),
         updated.isoformat() if status in FINISHED else "",
@@ -210,6 +218,7 @@ def project_tables(runs: int, seed: int = 31) -> tuple[Tables, uuid.UUID]:
                 created=created,
                 now=now,
                 channel=pick_channel(rnd),
+                input_json=order_input(i),
             )
         )
         for version, (kind, data) in enumerate(events, 1):
