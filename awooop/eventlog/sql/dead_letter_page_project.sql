@@ -1,23 +1,10 @@
 -- awooop.runs.deadletter_list.page of one project $7 (a tenant transaction: a read or manage
 -- session, an admin naming the project): dead_letter_page.sql through
 -- awooop_dead_letters_project_open_idx.
-SELECT d.dead_letter_id, d.project_id, d.run_id, d.source, d.group_name, d.delivery_count,
-       d.event_type, d.code, d.reason, d.dead_lettered_at, rs.channel_type,
-       rs.status AS run_status,
-       ($5::text IS NULL OR d.code = $5)
-           AND ($6::text IS NULL OR coalesce(rs.channel_type = $6, false)) AS matches
+SELECT {{dead_letter_row}}
 FROM (
     SELECT * FROM awooop_dead_letters
     WHERE project_id = $7
-      AND resolved_at IS NULL
-      AND dead_lettered_at >= $1
-      AND (dead_lettered_at, dead_letter_id) < ($2, $3)
-    ORDER BY dead_lettered_at DESC, dead_letter_id DESC
-    LIMIT $4
+      AND {{dead_letter_window}}
 ) d
-LEFT JOIN LATERAL (
-    -- One probe of the run's primary key per dead letter (LIMIT keeps it a probe, never a
-    -- join that reads the run table).
-    SELECT r.channel_type, r.status FROM awooop_run_state r WHERE r.run_id = d.run_id LIMIT 1
-) rs ON true
-ORDER BY d.dead_lettered_at DESC, d.dead_letter_id DESC
+{{dead_letter_run_probe}}
