@@ -32,6 +32,7 @@ COMMANDS = (
     "worker",
     "runs",
     "deadletters",
+    "projects",
     "replay",
     "projector",
     "demo",

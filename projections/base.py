@@ -134,6 +134,9 @@ class TableSpec:
     # the rebuilt row, alias ``s``) holds: the live value must be >= the rebuilt one.
     clock_columns: tuple[str, ...] = ()
     clock_condition: str = "false"
+    # Columns of the live table outside ``columns`` (not folded from the log, not compared):
+    # a swap copies them from the live row with the clock columns.
+    carried_columns: tuple[str, ...] = ()
     # A short description of a row for reports (SQL over alias ``x``).
     label: str = ""
 

@@ -104,10 +104,14 @@ def repair_sql(spec: TableSpec, live: str, shadow: str) -> list[str]:
 
 def carry_clock_sql(spec: TableSpec, live: str, shadow: str) -> str | None:
     """Copy the live clock columns into the shadow where they are legitimately ahead
-    (the run is still in the same leased attempt): run inside the swap lock."""
+    (the run is still in the same leased attempt), with the spec's carried columns: run
+    inside the swap lock."""
     if not spec.clock_columns:
         return None
-    sets = ", ".join(f"{c} = greatest(s.{c}, l.{c})" for c in spec.clock_columns)
+    sets = ", ".join(
+        [f"{c} = greatest(s.{c}, l.{c})" for c in spec.clock_columns]
+        + [f"{c} = l.{c}" for c in spec.carried_columns]
+    )
     same = " AND ".join(
         f"l.{c} IS NOT DISTINCT FROM s.{c}"
         for c in ("status", "version", "worker_id", "attempt_count")

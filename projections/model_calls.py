@@ -5,7 +5,10 @@ Each ``run.llm`` call is a ``ModelCalled`` event on the run's stream (why an eve
 table: :mod:`awooop.llm.calls`). Those pages already read the run's stream for the timeline,
 so :func:`history_from_log` reads it once and folds both views from it with pure functions;
 no projector table is needed and the list is exact even when projectors are behind. A call's
-trace id is the one in its event's ``traceparent`` metadata, as in the timeline.
+trace id is the one in its event's ``traceparent`` metadata, as in the timeline. A call's
+prompt and answer (capped when recorded) and token counts are listed with it, and
+:func:`token_totals` sums a run's tokens. The same read gives the run's failures
+(:mod:`projections.failures`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from awooop.core.db import Connection
 from awooop.core.events import ModelCalled, run_stream_id
 from awooop.eventlog import eventlog
 from projections.base import trace_id_of
+from projections.failures import FailureLine, failures
 from projections.timeline import TimelineLine, timeline_lines
 
 EVENT_TYPE = "ModelCalled"
@@ -44,11 +48,41 @@ class ModelCallLine(msgspec.Struct, frozen=True, kw_only=True):
     outcome: str
     reason: str
     trace_id: str | None
+    prompt: str = ""
+    answer: str = ""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class TokenTotals(msgspec.Struct, frozen=True, kw_only=True):
+    """A run's model tokens: the sums over the calls that reported them (``counted`` of
+    ``calls``; a call whose client reported no count adds nothing)."""
+
+    input_tokens: int
+    output_tokens: int
+    counted: int
+    calls: int
 
 
 class RunHistory(msgspec.Struct, frozen=True, kw_only=True):
     timeline: list[TimelineLine]
     model_calls: list[ModelCallLine]
+    failures: list[FailureLine] = msgspec.field(default_factory=list)
+
+    @property
+    def tokens(self) -> TokenTotals:
+        return token_totals(self.model_calls)
+
+
+def token_totals(calls: Sequence[ModelCallLine]) -> TokenTotals:
+    """Pure: the token totals of a run's model calls."""
+    counted = [c for c in calls if c.input_tokens is not None or c.output_tokens is not None]
+    return TokenTotals(
+        input_tokens=sum(c.input_tokens or 0 for c in counted),
+        output_tokens=sum(c.output_tokens or 0 for c in counted),
+        counted=len(counted),
+        calls=len(calls),
+    )
 
 
 def short_hash(body_hash: str) -> str:
@@ -81,13 +115,21 @@ def model_calls(recorded: Sequence[eventlog.RecordedEvent]) -> list[ModelCallLin
                 outcome=event.outcome,
                 reason=event.reason,
                 trace_id=trace_id_of(traceparent if isinstance(traceparent, str) else None),
+                prompt=event.prompt,
+                answer=event.answer,
+                input_tokens=event.input_tokens,
+                output_tokens=event.output_tokens,
             )
         )
     return lines
 
 
 async def history_from_log(conn: Connection, run_id: uuid.UUID) -> RunHistory:
-    """The run's timeline and model calls from one read of its event stream (a tenant
-    transaction sees its own project's runs)."""
+    """The run's timeline, model calls and failures from one read of its event stream (a
+    tenant transaction sees its own project's runs)."""
     recorded = await eventlog.read_stream(conn, run_stream_id(run_id))
-    return RunHistory(timeline=timeline_lines(recorded), model_calls=model_calls(recorded))
+    return RunHistory(
+        timeline=timeline_lines(recorded),
+        model_calls=model_calls(recorded),
+        failures=failures(recorded),
+    )

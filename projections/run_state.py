@@ -13,6 +13,8 @@ The lease clock: workers renew ``lease_until``/``heartbeat_at`` with one stateme
 event (R-12), so while a run is RUNNING or WAITING_TOOL the live table's lease clock is newer
 than the log's. Verification accepts a live value at or after the rebuilt one for those runs
 (never earlier), and a swap carries the live lease clock over (see :mod:`projections.replay`).
+The same renewal writes the step a running attempt is in (``current_step*``, migration 0127):
+columns of the live table only, outside RunState, never compared, carried over by a swap.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ from projections.base import (
 PREFIX = RUN_STREAM_PREFIX
 RUN_TYPES = frozenset(t.__name__ for t in RUN_EVENT_TYPES)
 CLOCK_COLUMNS = ("lease_until", "heartbeat_at")
+# The step a running attempt is in (migration 0127): written by the renewal with the lease
+# clock, not folded, not compared; a swap carries it over. Only the live table has them.
+STEP_COLUMNS = ("current_step", "current_step_started_at", "current_step_attempt")
+LIVE_TABLE = "awooop_run_state"
 _LEASED_SQL = ", ".join(f"'{s}'" for s in sorted(LEASED))
 COUNT_COLUMNS = ("project_id", "status", "runs")
 
@@ -133,6 +139,7 @@ def run_state_spec(name: str) -> TableSpec:
         columns=COLUMNS,
         clock_columns=CLOCK_COLUMNS,
         clock_condition=f"s.status IN ({_LEASED_SQL})",
+        carried_columns=STEP_COLUMNS if name == LIVE_TABLE else (),
         label="run_id",
     )
 

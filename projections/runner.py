@@ -12,6 +12,8 @@ Per batch, in ONE transaction (platform role):
    duplicates and old events are no-ops, the next versions are applied, a gap is filled from
    the Postgres log (``eventlog.read_stream``), never skipped;
 3. write the view rows and their new versions (the checkpoint) together; commit; then ack.
+A batch is one span, ``project <name>`` (the stream consumer makes no span per message for a
+projector), sampled as an iteration of the projector's loop.
 A crash before the commit leaves the messages pending (redelivered, applied once); a crash
 between the commit and the ack redelivers them as duplicates (no-ops).
 
@@ -24,8 +26,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from opentelemetry import trace
+from opentelemetry.context import Context
 
 from awooop.core import metrics
 from awooop.core.batching import shared_failure
@@ -33,6 +39,8 @@ from awooop.core.db import Connection, Database
 from awooop.core.errors import ProjectionStreamError
 from awooop.core.events import decode_event
 from awooop.core.logs import get_logger
+from awooop.core.loop_sampling import LOOP_ATTRIBUTE
+from awooop.core.telemetry import tracer
 from projections.base import LIVE, LogEvent, Projection, TableNames, plan, stream_range
 from streams.envelope import Envelope
 
@@ -130,17 +138,42 @@ class Projector:
         await asyncio.sleep(0)  # let the concurrent handlers of this read join the batch
         while self._pending:
             batch, self._pending = self._pending, []
-            try:
-                await self.apply_events([event for event, _ in batch])
-            except Exception as exc:
-                metrics.PROJECTOR_FAILURES.labels(self.name).inc()
-                log.exception("projector_batch_failed", projection=self.name, events=len(batch))
-                if shared_failure(exc):
-                    _settle(batch, False)
+            with self._batch_span(len(batch)) as span:
+                try:
+                    result = await self.apply_events([event for event, _ in batch])
+                except Exception as exc:
+                    span.record_exception(exc)
+                    span.set_status(trace.StatusCode.ERROR)
+                    metrics.PROJECTOR_FAILURES.labels(self.name).inc()
+                    log.exception("projector_batch_failed", projection=self.name, events=len(batch))
+                    if shared_failure(exc):
+                        _settle(batch, False)
+                    else:
+                        await self._apply_each_stream(batch)
                 else:
-                    await self._apply_each_stream(batch)
-            else:
-                _settle(batch, True)
+                    span.set_attributes(
+                        {
+                            "awooop.applied": result.applied,
+                            "awooop.duplicates": result.duplicates,
+                            "awooop.filled": result.filled,
+                        }
+                    )
+                    _settle(batch, True)
+
+    def _batch_span(self, events: int) -> AbstractContextManager[trace.Span]:
+        """The one span of a batch: a root span sampled as an iteration of the projector's loop
+        (``AWOOOP_LOOP_TRACE_SAMPLE_RATIO``; a failed batch always kept), not one span per
+        event in each event's trace."""
+        return tracer.start_as_current_span(
+            f"project {self.name}",
+            context=Context(),
+            kind=trace.SpanKind.CONSUMER,
+            attributes={
+                LOOP_ATTRIBUTE: f"projector:{self.name}",
+                "awooop.projection": self.name,
+                "awooop.events": events,
+            },
+        )
 
     async def _apply_each_stream(self, batch: list[tuple[LogEvent, asyncio.Future[bool]]]) -> None:
         """A batch failed for a reason that one stream's events may have caused (a bad value in

@@ -3,8 +3,9 @@
 Each row carries the event's time (the database clock recorded in the event), the attempt it
 belongs to, the worker that wrote it, the trace id (from the event's ``traceparent``
 metadata, so a timeline row links to its trace in Tempo), its global log position and a small
-detail object (step, tool, reason, actor ...; bulky fields like input and result are left
-out: they are in the log and in run state).
+detail object (step, tool, reason, actor, a step's ``started_at``, a model call's token counts
+...; bulky fields like input, result, a traceback, a prompt and an answer are left out: they
+are in the log and in run state).
 
 The attempt of an event that names none (approvals, cancels) is the attempt of the run's
 previous event; the per-stream version is the highest version stored for the run.
@@ -54,7 +55,23 @@ COLUMNS = (
     "trace_id",
     "detail",
 )
-LEFT_OUT = frozenset({"type", "at", "attempt", "worker_id", "input", "result"})
+# Bulky fields stay in the log: a failure's traceback and a model call's prompt and answer are
+# shown from their events (projections.model_calls, projections.failures).
+LEFT_OUT = frozenset(
+    {"type", "at", "attempt", "worker_id", "input", "result", "traceback", "prompt", "answer"}
+)
+# Event fields newer than the oldest release that may run beside this one (docs/releases.md),
+# by event type. The projector's table leaves them out of ``detail``: that release's projector
+# and its ``replay run_timeline --verify`` (after a rollback) fold the same events without
+# them, and would call every row written here with them different. The timeline folded from a
+# run's own stream for the run page and ``awooop runs show`` (:func:`timeline_lines`) has
+# them. A field leaves this table once every release that may run beside knows it.
+NEWER_FIELDS: dict[str, frozenset[str]] = {
+    "StepCompleted": frozenset({"started_at"}),
+    "RunFailed": frozenset({"step"}),
+    "LeaseReleased": frozenset({"step"}),
+    "ModelCalled": frozenset({"input_tokens", "output_tokens"}),
+}
 
 # --- SQL ------------------------------------------------------------------------------------
 
@@ -95,12 +112,14 @@ class TimelineEntry(msgspec.Struct, frozen=True, kw_only=True):
     detail: dict[str, Any]
 
 
-def entry(previous_attempt: int, event: LogEvent) -> TimelineEntry:
+def entry(previous_attempt: int, event: LogEvent, *, newer: bool = False) -> TimelineEntry:
     """The timeline row of ``event``; ``previous_attempt`` is the attempt of the run's
-    previous event (0 before the first claim)."""
+    previous event (0 before the first claim). ``newer``: keep the fields of
+    :data:`NEWER_FIELDS` in ``detail`` (not for the projector's table)."""
     body = event.event
     attempt = getattr(body, "attempt", None)
     worker = getattr(body, "worker_id", None)
+    left_out = LEFT_OUT if newer else LEFT_OUT | NEWER_FIELDS.get(event.event_type, frozenset())
     return TimelineEntry(
         run_id=run_of(event.stream_id),
         version=event.version,
@@ -111,19 +130,20 @@ def entry(previous_attempt: int, event: LogEvent) -> TimelineEntry:
         attempt=previous_attempt if attempt is None else attempt,
         worker_id=worker,
         trace_id=trace_id_of(event.traceparent),
-        detail={k: v for k, v in to_builtins(body).items() if k not in LEFT_OUT and v is not None},
+        detail={k: v for k, v in to_builtins(body).items() if k not in left_out and v is not None},
     )
 
 
 def entries(
-    head: tuple[int, int] | None, events: Sequence[LogEvent]
+    head: tuple[int, int] | None, events: Sequence[LogEvent], *, newer: bool = False
 ) -> tuple[list[TimelineEntry], tuple[int, int]]:
-    """Rows for ``events`` after ``head`` = (version, attempt); returns them and the new head."""
+    """Rows for ``events`` after ``head`` = (version, attempt); returns them and the new head.
+    ``newer``: as for :func:`entry`."""
     version, attempt = head or (0, 0)
     check_consecutive(version, events)
     rows = []
     for e in events:
-        row = entry(attempt, e)
+        row = entry(attempt, e, newer=newer)
         attempt = row.attempt
         rows.append(row)
     return rows, (rows[-1].version if rows else version, attempt)
@@ -190,7 +210,7 @@ class TimelineLine(msgspec.Struct, frozen=True, kw_only=True):
 
 def timeline_lines(recorded: list[eventlog.RecordedEvent]) -> list[TimelineLine]:
     """The timeline of one run's events (oldest first), with each event's metadata actor."""
-    rows, _ = entries(None, [LogEvent.from_recorded(r) for r in recorded])
+    rows, _ = entries(None, [LogEvent.from_recorded(r) for r in recorded], newer=True)
     lines = []
     for row, event in zip(rows, recorded, strict=True):
         actor = event.metadata.get("actor") if event.metadata else None

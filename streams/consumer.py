@@ -4,7 +4,8 @@
 each with at most ``max_in_flight`` at once, and acknowledges (XACK, batched) when the handler
 returns True; False or an exception leaves the entry pending for reclaim (duplicates are
 normal: handlers must be idempotent). Each message runs in a span ``consume <event_type>``
-that continues the producer's trace; a redelivery starts a new trace linked to it.
+that continues the producer's trace; a redelivery starts a new trace linked to it (unless the
+handler traces batches of its own: ``span_each=False``).
 
 Losing Redis (R-33): groups recreated on NOGROUP, the shard epochs and what a changed one
 means are in :mod:`streams.consumer_groups`; acknowledgements in :mod:`streams.consumer_acks`.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from opentelemetry import trace
@@ -59,11 +61,14 @@ class GroupConsumer:
         reclaim_idle_ms: int | None = None,
         epoch_check_ms: int = 1000,
         db: Database | None = None,
+        span_each: bool = True,
     ) -> None:
         """``touch_interval_ms``: keep in-flight entries fresh (XCLAIM JUSTID) at that period.
         ``reclaim_idle_ms``: also take over other consumers' entries idle that long (and
         hand them to the handler with their delivery count). ``db``: where entries that
-        cannot be decoded are recorded as dead letters (without it they stay pending)."""
+        cannot be decoded are recorded as dead letters (without it they stay pending).
+        ``span_each``: a ``consume`` span per message; False when the handler traces batches
+        of its own (the projectors: one span per batch, not one per event)."""
         if not streams:
             raise ValueError("a GroupConsumer needs at least one stream")
         if max_in_flight < 1 or block_ms < 1:
@@ -80,6 +85,7 @@ class GroupConsumer:
         self.touch_interval_ms = touch_interval_ms
         self.reclaim_idle_ms = reclaim_idle_ms
         self.epoch_check_ms = epoch_check_ms
+        self.span_each = span_each
         self.stats = ConsumerStats()
         self._read_sets = self._plan_reads(redis, self.streams)
         self._in_flight: dict[asyncio.Task[None], Delivery] = {}
@@ -162,7 +168,8 @@ class GroupConsumer:
             self.stats.dead_lettered += 1
 
     async def _process(self, delivery: Delivery) -> bool:
-        with consume_span(delivery) as span:
+        spanned = consume_span(delivery) if self.span_each else nullcontext(trace.INVALID_SPAN)
+        with spanned as span:
             try:
                 ok = bool(await self.handler(delivery))
             except asyncio.CancelledError:

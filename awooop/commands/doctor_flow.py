@@ -159,7 +159,7 @@ async def approvals(services: Services) -> list[Check]:
 def blocked_check(counts: dict[tuple[str, str], int]) -> Check:
     """Pure: the ``blocked runs`` line from runs per (project, blocked_on reason): FAIL when
     runs wait on a shard that no worker reads, WARN when a live run's message is
-    dead-lettered, else OK with the live reasons counted."""
+    dead-lettered, else OK with the live reasons counted (and the projects with paused runs)."""
     by_reason: dict[str, int] = {}
     projects: dict[str, set[str]] = {}
     for (project, reason), n in counts.items():
@@ -190,7 +190,9 @@ def blocked_check(counts: dict[tuple[str, str], int]) -> Check:
             "`awooop deadletters list`, then `awooop deadletters redrive ID` (runbook: Dead "
             "letters)",
         )
-    return Check("blocked runs", OK, live or "no live run")
+    paused = projects.get(Reason.PAUSED)
+    held = f"; paused: {', '.join(sorted(paused))} (awooop projects pauses)" if paused else ""
+    return Check("blocked runs", OK, (live or "no live run") + held)
 
 
 async def blocked(services: Services) -> list[Check]:

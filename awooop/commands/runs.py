@@ -1,10 +1,12 @@
 """``awooop runs``: list runs, and operate on one run from the command line.
 
-    awooop runs list    [--project P] [--status S] [--since 2h|ISO] [--limit N] [--json]
+    awooop runs list    [--project P] [--status S] [--since 2h|ISO] [--search TEXT] [--limit N]
+                        [--json]
     awooop runs show    [PROJECT] RUN_ID [--json]
     awooop runs cancel  [PROJECT] RUN_ID [--actor NAME] [--reason TEXT] [--json]
-    awooop runs approve [PROJECT] RUN_ID --token TOKEN [--actor NAME] [--json]
-    awooop runs reject  [PROJECT] RUN_ID --token TOKEN [--actor NAME] [--reason TEXT] [--json]
+    awooop runs approve [PROJECT] RUN_ID (--token TOKEN | --by NAME) [--actor NAME] [--json]
+    awooop runs reject  [PROJECT] RUN_ID (--token TOKEN | --by NAME) [--actor NAME]
+                        [--reason TEXT] [--json]
     awooop runs retry   [PROJECT] RUN_ID [--attempts N] [--actor NAME] [--json]
     awooop runs retry   --filter KEY=VALUE ... [--dry-run] [--attempts N] [--actor NAME] [--json]
     awooop runs cancel  --filter KEY=VALUE ... [--dry-run] [--reason TEXT] [--actor NAME] [--json]
@@ -12,25 +14,34 @@
 
 Output is an aligned table (``list``, with each run's ``blocked_on`` reason; ``show`` starts
 with the ``blocked_on`` line, what the run waits for and the next safe action
-(:mod:`awooop.runs.blocked`), then adds the run's timeline: every event with its attempt,
-worker, trace id and actor, and its model calls: each ``run.llm`` call with its attempt, model,
-contract, the policy revision and body hash that served it, duration, outcome and trace id),
-or JSON with ``--json``: ``list`` one array (each row with its ``blocked_on`` object), ``show``
-one object ``{"state": ..., "blocked_on": ..., "timeline": [...], "model_calls": [...]}``, the
+(:mod:`awooop.runs.blocked`; a running run's names the step it is in), then adds its failures
+(each failed or retried attempt's step and traceback), the run's timeline: every event with
+its attempt, worker, trace id and actor, and its model calls: each ``run.llm`` call with its
+attempt, model, contract, the policy revision and body hash that served it, duration, outcome,
+tokens and trace id, then its prompt and answer, and the run's token totals), or JSON with
+``--json``: ``list`` one array (each row with its ``blocked_on`` object), ``show`` one object
+``{"state": ..., "blocked_on": ..., "timeline": [...], "model_calls": [...], "tokens": ...,
+"failures": [...]}``, the
 actions the run's new state. Without PROJECT
 the run's project is looked up. Refusals print ``error E-XXX: message`` and exit 1 (for
 example E-APPROVAL-003 for a token used twice, E-RUN-001 for cancelling a finished run,
 E-INPUT-001 for a bad ``--since``). The approval token may also come from
-``AWOOOP_APPROVAL_TOKEN`` (keeps it out of process listings).
+``AWOOOP_APPROVAL_TOKEN`` (keeps it out of process listings). ``--by NAME`` decides without the
+token, as whoever holds the database's credentials may: for the person NAME (recorded as the
+decision's ``by``), closing the run's open request as the token would.
 
 Every change records who made it: the event's metadata carries ``actor`` = ``cli:<OS user>``
 (``--actor`` names the person in the event itself, default the same).
 
 ``--since`` (as ``since`` in ``--filter`` and the console) keeps runs created since then.
+``--search`` (as ``search`` in ``--filter`` and the console, :mod:`awooop.runs.search`) keeps
+runs whose id or idempotency key starts with TEXT or whose input, result or failure reason
+contains it (at least 3 characters; newest created first).
 
-With ``--filter`` (the console list's filters: project, status, channel, blocked_on, since, q;
-repeat the option, all must match) ``retry`` and ``cancel`` act on every matching run as one
-operation (:mod:`awooop.runs.bulk`): the preview first (how many runs, per project), then,
+With ``--filter`` (the console list's filters: project, status, channel, blocked_on, since, q,
+search, exclude_codes; repeat the option, all must match) ``retry`` and ``cancel`` act on every
+matching run as one operation (:mod:`awooop.runs.bulk`): the preview first (how many runs, per
+project and per failure code; ``exclude_codes=E-A,E-B`` leaves those codes out), then,
 unless ``--dry-run``, the operation is recorded and run in batches here, one progress line per
 batch on stderr; each event's metadata also carries ``operation_id``. ``runs operation`` shows
 an operation, and ``--resume`` continues one whose process stopped (no run is changed twice;
@@ -62,6 +73,12 @@ def register(subparsers: Any) -> None:
         default=None,
         help=f"created since (as in --filter and the console): {reads.SINCE_HELP}",
     )
+    listing.add_argument(
+        "--search",
+        default=None,
+        metavar="TEXT",
+        help="runs whose id or key starts with TEXT, or whose input, result or error contains it",
+    )
     listing.add_argument("--limit", type=int, default=reads.DEFAULT_LIMIT, help="at most N rows")
     listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     add_wide(listing)
@@ -84,8 +101,8 @@ def register(subparsers: Any) -> None:
     cancel = add(
         "cancel", "cancel a run that has not finished (or every match of --filter)", by_filter=True
     )
-    approve = add("approve", "approve a run waiting for approval (single-use token)")
-    reject = add("reject", "reject a run waiting for approval (single-use token)")
+    approve = add("approve", "approve a run waiting for approval (its token, or --by a person)")
+    reject = add("reject", "reject a run waiting for approval (its token, or --by a person)")
     retry = add(
         "retry", "send a FAILED run (or every match of --filter) back to PENDING", by_filter=True
     )
@@ -95,6 +112,9 @@ def register(subparsers: Any) -> None:
         sub.add_argument("--reason", default="", help="why (recorded in the event)")
     for sub in (approve, reject):
         sub.add_argument("--token", default=None, help=f"the approval token (or ${TOKEN_ENV})")
+        sub.add_argument(
+            "--by", default=None, help="decide without the token, for this person (their name)"
+        )
     retry.add_argument("--attempts", type=int, default=None, help="extra attempts (default: 3)")
     for sub in (cancel, retry):
         sub.add_argument(

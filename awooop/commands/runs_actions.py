@@ -19,6 +19,8 @@ from awooop.commands.output import table, to_json
 from awooop.commands.runs_parsing import TOKEN_ENV, cli_actor, filter_fields, split_ids
 from awooop.commands.runs_render import (
     progress_line,
+    render_call_texts,
+    render_failures,
     render_model_calls,
     render_operation,
     render_runs,
@@ -27,13 +29,14 @@ from awooop.commands.runs_render import (
     runs_json,
     state_json,
     state_view,
+    tokens_line,
 )
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, RunNotFoundError
-from awooop.eventlog.state import RunState
+from awooop.eventlog.state import RunState, RunStatus
 from awooop.ingest.credentials import check_project_id
-from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads, run_rows
+from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads, run_rows, search
 from awooop.runs.blocked import BlockedOn, describe
 from awooop.runs.listing import Decide
 from awooop.services import redis_client
@@ -76,6 +79,8 @@ async def blocked_of(
 async def list_runs(settings: Settings, args: argparse.Namespace) -> int:
     status = None if args.status is None else reads.check_status(args.status)
     reads.check_limit(args.limit)
+    if args.search is not None:
+        search.check_search(args.search)
     db = await Database.open(settings.database_url, max_size=1)
     try:
 
@@ -84,9 +89,14 @@ async def list_runs(settings: Settings, args: argparse.Namespace) -> int:
         ) -> tuple[list[reads.RunSummary], dict[uuid.UUID, BlockedOn | None]]:
             now: datetime = await conn.fetchval("SELECT now()")
             since = None if args.since is None else reads.parse_since(args.since, now)
-            runs = await reads.list_runs(
-                conn, project_id=args.project, status=status, since=since, limit=args.limit
-            )
+            if args.search is not None:
+                runs = await searched_runs(
+                    conn, args.project, status, since, args.search, args.limit
+                )
+            else:
+                runs = await reads.list_runs(
+                    conn, project_id=args.project, status=status, since=since, limit=args.limit
+                )
             return runs, await blocked_of(settings, conn, [r.run_id for r in runs])
 
         runs, blocked = await db.in_platform(read)
@@ -100,6 +110,25 @@ async def list_runs(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def searched_runs(
+    conn: Connection,
+    project: str | None,
+    status: RunStatus | None,
+    since: datetime | None,
+    text: str,
+    limit: int,
+) -> list[reads.RunSummary]:
+    """The runs ``--search`` finds with the other filters, newest created first."""
+    f = listing.RunFilter(
+        project=project, status=status, since=since, search=search.check_search(text)
+    )
+    fields = reads.RunSummary.__struct_fields__
+    return [
+        reads.RunSummary(**{k: getattr(r, k) for k in fields})
+        for r in await listing.rows(conn, f, None, limit)
+    ]
+
+
 # --- one run ------------------------------------------------------------------------------------
 
 
@@ -111,10 +140,15 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     actor = getattr(args, "actor", None) or who
     metadata = {"actor": who}
     token = None
+    person = getattr(args, "by", None)
     if args.action in ("approve", "reject"):
         token = args.token or os.environ.get(TOKEN_ENV)
-        if not token:
-            raise InvalidInputError(f"an approval token is needed: --token or ${TOKEN_ENV}")
+        if person is not None and args.token:
+            raise InvalidInputError("give either --token or --by, not both")
+        if person is None and not token:
+            raise InvalidInputError(
+                f"an approval token is needed: --token or ${TOKEN_ENV}, or --by NAME"
+            )
     db = await Database.open(settings.database_url, max_size=1)
     try:
         if project is None:
@@ -138,12 +172,23 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                         conn, run_id, actor=actor, reason=args.reason, metadata=metadata
                     )
                 case "approve" | "reject":
-                    assert token is not None
                     decision = (
                         approvals.Decision.APPROVED
                         if args.action == "approve"
                         else approvals.Decision.REJECTED
                     )
+                    if person is not None:
+                        state = await approvals.decide_as(
+                            conn,
+                            run_id,
+                            decision,
+                            actor=actor,
+                            by=person,
+                            reason=getattr(args, "reason", ""),
+                            metadata=metadata,
+                        )
+                        return state, None
+                    assert token is not None
                     state = await approvals.decide(
                         conn,
                         run_id,
@@ -177,18 +222,28 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 "blocked_on": blocked,
                 "timeline": history.timeline,
                 "model_calls": history.model_calls,
+                "tokens": history.tokens,
+                "failures": history.failures,
             }
             print(to_json(view))
         else:
             print(f"blocked_on: {describe(blocked)}")
             print()
             print(render_state(state))
+            if history.failures:
+                print()
+                print(f"failures: {len(history.failures)}")
+                print(render_failures(history.failures))
             print()
             print(render_timeline(history.timeline, wide=args.wide))
             print()
             print(f"model calls: {len(history.model_calls)}")
             if history.model_calls:
+                print(tokens_line(history.tokens))
                 print(render_model_calls(history.model_calls, wide=args.wide))
+                texts = render_call_texts(history.model_calls)
+                if texts:
+                    print(texts)
     else:
         print(state_json(state) if args.json else render_state(state))
     return 0
@@ -244,8 +299,14 @@ async def _bulk_action(
     print(f"{preview.total} run(s) to {args.action}{'' if preview.exact else ' at least'}")
     if preview.by_project:
         print(table(("PROJECT", "RUNS"), [(p, str(n)) for p, n in preview.by_project.items()]))
+    if preview.by_code:
+        codes = [(c or "-", str(n)) for c, n in preview.by_code.items()]
+        print(table(("FAILURE CODE", "RUNS"), codes))
+    if preview.capped:
+        print("the search matches more runs than it looks at: narrow it to reach the others")
     if args.dry_run or preview.total == 0:
         return 0
+    bulk.check_bounded(preview)
 
     async def create(conn: Connection) -> bulk.Operation:
         return await bulk.create(

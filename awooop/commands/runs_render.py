@@ -12,7 +12,7 @@ from awooop.commands.output import table, to_json, when
 from awooop.eventlog.state import RunState
 from awooop.runs import bulk, reads
 from awooop.runs.blocked import BlockedOn
-from projections import model_calls, timeline
+from projections import failures, model_calls, timeline
 
 
 def state_view(state: RunState) -> dict[str, Any]:
@@ -86,6 +86,8 @@ def render_model_calls(calls: list[model_calls.ModelCallLine], *, wide: bool = F
         "BODY_HASH",
         "DURATION_MS",
         "OUTCOME",
+        "TOKENS_IN",
+        "TOKENS_OUT",
         "TRACE_ID",
         "REASON",
     )
@@ -100,12 +102,51 @@ def render_model_calls(calls: list[model_calls.ModelCallLine], *, wide: bool = F
             hash_cell(c.body_hash, wide=wide),
             f"{c.duration_ms:.1f}",
             c.outcome,
+            "-" if c.input_tokens is None else str(c.input_tokens),
+            "-" if c.output_tokens is None else str(c.output_tokens),
             c.trace_id or "-",
             c.reason,
         )
         for c in calls
     ]
     return table(header, rows, wide=wide)
+
+
+def render_call_texts(calls: list[model_calls.ModelCallLine]) -> str:
+    """Pure: each call's prompt and answer (as recorded: capped), under its version."""
+    blocks = []
+    for c in calls:
+        if not (c.prompt or c.answer):
+            continue
+        blocks.append(
+            f"call {c.version} prompt:\n{_indented(c.prompt)}\n"
+            f"call {c.version} answer:\n{_indented(c.answer or '-')}"
+        )
+    return "\n".join(blocks)
+
+
+def tokens_line(totals: model_calls.TokenTotals) -> str:
+    """Pure: a run's token totals in words."""
+    line = f"tokens: {totals.input_tokens} in, {totals.output_tokens} out"
+    if totals.counted < totals.calls:
+        line += f" ({totals.counted} of {totals.calls} calls reported counts)"
+    return line
+
+
+def render_failures(lines: list[failures.FailureLine]) -> str:
+    """Pure: a run's failed attempts, oldest first, each with its step and traceback."""
+    blocks = []
+    for f in lines:
+        who = f"attempt {f.attempt}" if f.attempt else "the platform"
+        how = "was given back (retried)" if f.retried else "failed"
+        where = f" in step {f.step}" if f.step else ""
+        head = f"{who} {how} at {when(f.at)}{where}: {f.code or ''} {f.reason}".replace("  ", " ")
+        blocks.append(head + (f"\n{_indented(f.traceback.rstrip())}" if f.traceback else ""))
+    return "\n".join(blocks)
+
+
+def _indented(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines()) or "  "
 
 
 def render_runs(

@@ -114,6 +114,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # and a browser session lasts this long (or until its token is revoked).
     console_trace_url: str = ""
     console_session_s: float = 8 * 3600.0
+    # How often a run page fetches itself again (the list 2.5 times less often); 0: never.
+    console_live_s: float = 2.0
     ingest_batch_max_deliveries: int = 64
     metrics_port: int = 0
     stats_interval_s: float = 15.0
@@ -200,6 +202,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"{env_name('log_retention_days')} must be a positive number of days")
         if self.ingest_config_cache_s < 0:
             raise ConfigError(f"{env_name('ingest_config_cache_s')} must be 0 (off) or more")
+        if self.console_live_s < 0:
+            raise ConfigError(f"{env_name('console_live_s')} must be 0 (off) or more")
         for name in ("http_port", "metrics_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ConfigError(f"{env_name(name)} must be a TCP port (0-65535)")

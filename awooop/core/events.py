@@ -48,10 +48,16 @@ class RunClaimed(EventBase, frozen=True, kw_only=True, tag=True):
 
 
 class StepCompleted(EventBase, frozen=True, kw_only=True, tag=True):
+    """A step of ``run.step`` (or a tool's ``tool:<name>``, an approval's ``approval:<name>``)
+    journaled with its result. ``at`` is when it was written (the database clock),
+    ``started_at`` when its function started (the worker's clock; None for an approval's
+    step, and in events stored before the field existed)."""
+
     worker_id: str
     attempt: int
     step: str
     result: JSON = None
+    started_at: datetime | None = None
 
 
 class ToolWaitStarted(EventBase, frozen=True, kw_only=True, tag=True):
@@ -77,7 +83,10 @@ class ModelCalled(EventBase, frozen=True, kw_only=True, tag=True):
     for; ``model``, ``revision_id`` and ``body_hash`` what served it (``revision_id`` and
     ``body_hash`` None: the default policy; ``model`` None: the call failed before it was
     routed). ``outcome`` is ``ok`` or the error's code (E-LLM-001 ...), ``reason`` the error in
-    words. Neither the prompt nor the answer is kept: a step journals an answer."""
+    words. ``prompt`` and ``answer`` are the call's, each capped (:mod:`awooop.llm.calls`:
+    a long prompt keeps its head and a marker); ``input_tokens``/``output_tokens`` what the
+    model client reported (None: it reported none, or the call failed, and in events stored
+    before these fields existed, which hold no prompt or answer either)."""
 
     worker_id: str
     attempt: int
@@ -90,6 +99,10 @@ class ModelCalled(EventBase, frozen=True, kw_only=True, tag=True):
     duration_ms: float
     outcome: str
     reason: str = ""
+    prompt: str = ""
+    answer: str = ""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 class ApprovalRequested(EventBase, frozen=True, kw_only=True, tag=True):
@@ -100,12 +113,17 @@ class ApprovalRequested(EventBase, frozen=True, kw_only=True, tag=True):
 
 
 class ApprovalGranted(EventBase, frozen=True, kw_only=True, tag=True):
+    """``actor``: who decided (the person the approval token's bearer named, or the token of
+    a decision without it); ``by``: the person, for a decision without the approval token."""
+
     actor: str
+    by: str | None = None
 
 
 class ApprovalRejected(EventBase, frozen=True, kw_only=True, tag=True):
     actor: str
     reason: str = ""
+    by: str | None = None
 
 
 class ApprovalExpired(EventBase, frozen=True, kw_only=True, tag=True):
@@ -126,7 +144,12 @@ class RunFailed(EventBase, frozen=True, kw_only=True, tag=True):
 
     ``dead_letter``: the run is dead-lettered: its dead letter is a row of
     ``awooop_dead_letters`` written in the transaction that appends this event
-    (:mod:`awooop.eventlog.deadletters`)."""
+    (:mod:`awooop.eventlog.deadletters`).
+
+    A handler's exception: ``traceback`` is its traceback (frames, no local variables, secrets
+    redacted, capped: :func:`awooop.core.excerpts.failure_traceback`), ``step`` the step the
+    handler was in when it raised (None: outside every step). Empty and None for a failure
+    that is not a handler's exception, and in events stored before the fields existed."""
 
     reason: str
     code: str
@@ -134,6 +157,8 @@ class RunFailed(EventBase, frozen=True, kw_only=True, tag=True):
     attempt: int | None = None
     last_renewal_at: datetime | None = None
     dead_letter: bool = False
+    traceback: str = ""
+    step: str | None = None
 
 
 class RunRequeued(EventBase, frozen=True, kw_only=True, tag=True):
@@ -162,12 +187,16 @@ class LeaseReleased(EventBase, frozen=True, kw_only=True, tag=True):
     back uncharged when the attempt ended through no fault of the run: the worker shut down, or
     the runtime's own stores were away or refusing (it hands the run back once Postgres answers
     again); ``apply`` then moves ``max_attempts`` up by one with the attempt, as for a suspect.
-    Events stored before the field existed were all charged. ``reason``: why, in words."""
+    Events stored before the field existed were all charged. ``reason``: why, in words.
+    ``traceback`` and ``step``: as in :class:`RunFailed`, when the attempt ended with an
+    exception (its stores were away) that sends the run to another attempt."""
 
     worker_id: str
     attempt: int
     charged: bool = True
     reason: str = ""
+    traceback: str = ""
+    step: str | None = None
 
 
 class RunCancelled(EventBase, frozen=True, kw_only=True, tag=True):

@@ -107,6 +107,12 @@ RUNS_OVERDUE = Gauge(
     "approval_expired: the approval resolver), sampled by the stats loop",
     ["project_id", "reason"],
 )
+PAUSED_SCOPES = Gauge(
+    "awooop_paused_scopes",
+    "Active pauses by scope (project, channel, contract), sampled by the stats loop; the runs "
+    'they hold back are awooop_runs_blocked{reason="paused"}',
+    ["scope"],
+)
 RUNS_BLOCKED = Gauge(
     "awooop_runs_blocked",
     "Live and FAILED runs by project and blocked_on reason (what each waits for: "

@@ -269,9 +269,12 @@ def extract(traceparent: str | None, tracestate: str | None = None) -> Context:
 
 
 def span_link(traceparent: str | None, tracestate: str | None = None) -> list[trace.Link]:
-    """A link to the span named by ``traceparent`` (for redeliveries), or none."""
+    """A link to the span named by ``traceparent`` (for redeliveries), or none: none either
+    when that span was not sampled (it was never exported, and a link to it leads nowhere)."""
     span_context = trace.get_current_span(extract(traceparent, tracestate)).get_span_context()
-    return [trace.Link(span_context)] if span_context.is_valid else []
+    if not (span_context.is_valid and span_context.trace_flags.sampled):
+        return []
+    return [trace.Link(span_context)]
 
 
 def current_trace_id() -> str | None:

@@ -29,12 +29,13 @@ _json_encoder = msgspec.json.Encoder()
 class BatchRow(msgspec.Struct, frozen=True):
     """One run of a batch statement's answer: its state (new if ``written``, else as the
     statement's snapshot saw it), ``conflict`` (locked but a newer transaction wrote its
-    stream), and the database clock."""
+    stream), the database clock, and ``paused`` (claimable, but a pause held it back)."""
 
     state: RunState
     written: bool
     conflict: bool
     now: datetime
+    paused: bool = False
 
 
 def _json(value: Any) -> str | None:
@@ -43,7 +44,10 @@ def _json(value: Any) -> str | None:
 
 
 def _rows(rows: Sequence[Any]) -> list[BatchRow]:
-    return [BatchRow(row_to_state(r), r["written"], r["conflict"], r["db_now"]) for r in rows]
+    return [
+        BatchRow(row_to_state(r), r["written"], r["conflict"], r["db_now"], r["paused"])
+        for r in rows
+    ]
 
 
 async def claim_many(

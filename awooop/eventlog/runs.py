@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from awooop.core.db import Connection
@@ -24,6 +25,8 @@ from awooop.eventlog.state import RunState, apply, state_values
 INSERT_RUN = queries.load("insert_run")
 UPDATE_RUN = queries.load("update_run")
 RENEW_LEASES = queries.load("renew_leases")
+# The step an attempt is in and when it started (the worker's clock), as a renewal writes it.
+CurrentStep = tuple[str, datetime]
 
 
 async def create_run(
@@ -71,13 +74,28 @@ async def apply_and_store_many(
 
 
 async def renew_leases(
-    conn: Connection, worker_id: str, held: Mapping[uuid.UUID, int], ttl_s: float
+    conn: Connection,
+    worker_id: str,
+    held: Mapping[uuid.UUID, int],
+    ttl_s: float,
+    steps: Mapping[uuid.UUID, CurrentStep] | None = None,
 ) -> set[uuid.UUID]:
     """R-12: renew the live leases of ``worker_id``'s attempts in ``held`` (run id -> the
     attempt this worker runs); return the runs renewed. A lease only moves forward, and only
     for the attempt named. Writes no event: the lease clock is the one part of the row that is
-    not folded."""
+    not folded. ``steps``: the step each attempt is in now, with its start (a run missing: in
+    no step), written with the lease (``current_step*``, migration 0127)."""
     if not held:
         return set()
-    rows = await conn.fetch(RENEW_LEASES, worker_id, list(held), ttl_s, list(held.values()))
+    runs = list(held)
+    now_in = [(steps or {}).get(r) for r in runs]
+    rows = await conn.fetch(
+        RENEW_LEASES,
+        worker_id,
+        runs,
+        ttl_s,
+        list(held.values()),
+        [None if s is None else s[0] for s in now_in],
+        [None if s is None else s[1] for s in now_in],
+    )
     return {r["run_id"] for r in rows}

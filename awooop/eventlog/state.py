@@ -255,6 +255,12 @@ def _check_fence(state: RunState, event: Event) -> None:
 _RELEASED: dict[str, Any] = {"worker_id": None, "lease_until": None, "heartbeat_at": None}
 
 
+def decider(event: ApprovalGranted | ApprovalRejected) -> str:
+    """Pure: who decided, as a run's failure says it: the person and the token they acted
+    with for a decision without the approval token, else the actor."""
+    return event.actor if not event.by else f"{event.by} ({event.actor})"
+
+
 def _finished(event: Event, status: RunStatus) -> dict[str, Any]:
     return {
         **_RELEASED,
@@ -299,7 +305,7 @@ def _changes(state: RunState, event: Event) -> dict[str, Any]:
         case ApprovalRejected():
             return {
                 **_finished(event, RunStatus.FAILED),
-                "failure_reason": f"Approval rejected by {event.actor}: {event.reason}".rstrip(
+                "failure_reason": f"Approval rejected by {decider(event)}: {event.reason}".rstrip(
                     ": "
                 ),
                 "failure_code": APPROVAL_REJECTED_CODE,

@@ -91,7 +91,8 @@ WRITERS: tuple[Writer, ...] = (
         "awooop.eventlog.runs.renew_leases",
         (RUNS,),
         "none: the lease clock (lease_until, heartbeat_at of a leased run, R-12) moves forward "
-        "without an event; the rest of the row stays the fold",
+        "without an event, with the step the attempt is in (current_step*, outside the fold); "
+        "the rest of the row stays the fold",
         (
             "tests/integration/test_replay_run_state.py::test_a_lease_clock_behind_the_log_is_a_difference",
         ),

@@ -80,7 +80,7 @@ async def handle(run: RunContext) -> dict[str, Any]:
         grant = await run.wait_for_approval(
             "act", reason=f"act on: {parsed['text'][:200]}", notify=notify_approval
         )
-        approved_by = grant.actor
+        approved_by = grant.by or grant.actor  # the person, else who held the token
 
     async def act() -> dict[str, Any]:
         run.log.info("acting", summary=answer["text"][:200])

@@ -1,17 +1,23 @@
 """Run control routes: approve, reject (R-14), cancel and retry.
 
     POST /v1/projects/{project_id}/runs/{run_id}/approve  {"token": "...", "actor"?: "alice"}
+                                                          or {"by": "alice"}
     POST /v1/projects/{project_id}/runs/{run_id}/reject   {"token": "...", "reason"?: "..."}
+                                                          or {"by": "alice", "reason"?: "..."}
     POST /v1/projects/{project_id}/runs/{run_id}/cancel   {"actor"?: "ops", "reason"?: "..."}
     POST /v1/projects/{project_id}/runs/{run_id}/retry    {"attempts"?: 3, "actor"?: "ops"}
 
 Every route is a management route: ``Authorization: Bearer`` with a token of scope ``manage``
 for the project or ``admin`` (:mod:`awooop.http.auth`), checked before the body is read.
-Approve and reject also need the run's single-use approval token in the body (R-14: the
-approval token names the one request it answers and can be spent once; the bearer token says
-who may act on the project at all). The event records who acted: ``actor`` in the body (a
-person's name; default the token's identity) goes into the event, and the authenticated token
-(``<scope>-token:<token_id>``) into the event's metadata as ``actor``.
+Approve and reject take either the run's single-use approval token (R-14: the approval token
+names the one request it answers and can be spent once; what a notifier hands the approver)
+or, without it, ``by``: the name of the person deciding as the bearer token, which may act on
+the project anyway (as a console session does, :func:`awooop.runs.approvals.decide_as`). Either
+way the run's open request is closed once: a second decision, with or without the token, is
+E-APPROVAL-003. The event records who acted: with the token, ``actor`` in the body (a
+person's name; default the token's identity) goes into the event; without it, the token's
+identity is the event's ``actor`` and the name its ``by``. The authenticated token
+(``<scope>-token:<token_id>``) is in the event's metadata as ``actor``.
 
 Every answer is the run's state as JSON (200), or a catalog error: E-AUTH-001 (401, missing or
 unknown bearer token), E-AUTH-002 (403, another project's token), E-AUTH-003 (403, not a
@@ -48,9 +54,10 @@ DEFAULT_RETRY_ATTEMPTS = 3
 
 
 class DecisionBody(msgspec.Struct, forbid_unknown_fields=True):
-    token: str
+    token: str | None = None
     actor: str | None = None
     reason: str = ""
+    by: str | None = None  # without the token: who decides as the bearer token
 
 
 class CancelBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -118,6 +125,22 @@ def routes(services: Services) -> list[BaseRoute]:
             body: DecisionBody = _decode(raw, DecisionBody)
             if len(body.reason) > control.MAX_REASON:
                 raise InvalidInputError("reason too long")
+            if body.token is None:
+                if body.by is None or body.actor is not None:
+                    raise InvalidInputError(
+                        'give the approval token ("token"), or who decides ("by") without it'
+                    )
+                return await approvals.decide_as(
+                    conn,
+                    run_id,
+                    decision,
+                    actor=who.actor,
+                    by=body.by,
+                    reason=body.reason,
+                    metadata=who.metadata(),
+                )
+            if body.by is not None:
+                raise InvalidInputError('"by" is for a decision without the approval token')
             return await approvals.decide(
                 conn,
                 run_id,

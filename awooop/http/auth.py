@@ -1,6 +1,7 @@
 """Authorisation of the management routes: a bearer token with a management scope.
 
-Every route under ``/v1/projects/{project_id}/runs/...`` and ``.../contracts...`` calls
+Every route under ``/v1/projects/{project_id}/runs/...``, ``.../contracts...`` and the
+pause routes (``.../pause``, ``.../resume``, ``.../pauses``) calls
 :func:`require` before it reads the body or touches a row:
 
 - no ``Authorization: Bearer awp_...`` header, a malformed token, an unknown or revoked one:

@@ -50,6 +50,9 @@ class RunActions(ConsoleAccess):
         sessions.set_cookie(
             response, request, sessions.NOTICE_COOKIE, quote(done[:200]), sessions.NOTICE_S
         )
+        if action in ("approve", "reject"):  # the form's name field, filled in next time
+            name = quote(fields.get("by", "").strip()[: approvals.MAX_NAME_LENGTH])
+            sessions.set_cookie(response, request, sessions.NAME_COOKIE, name, sessions.NAME_S)
         return response
 
     async def perform(
@@ -82,7 +85,9 @@ class RunActions(ConsoleAccess):
         fields: dict[str, str],
     ) -> RunState:
         """Retry, cancel, approve or reject: the token as ``actor`` in the event's metadata,
-        the person the form names (else the token) in the event."""
+        the person the form names (else the token) in the event. Approve and reject need no
+        approval token: the session's token decides (the event's ``actor``) for the person
+        the form must name (its ``by``, :func:`awooop.runs.approvals.decide_as`)."""
         metadata = {"actor": actor, "via": "console"}
         person = fields.get("actor", "").strip() or actor
         match action:
@@ -99,20 +104,19 @@ class RunActions(ConsoleAccess):
                     conn, run_id, actor=person, reason=fields.get("reason", ""), metadata=metadata
                 )
             case _:
-                token = fields.get("token", "").strip()
-                if not token:
-                    raise InvalidInputError("the approval token is needed")
                 decision = (
                     approvals.Decision.APPROVED
                     if action == "approve"
                     else approvals.Decision.REJECTED
                 )
-                return await approvals.decide(
+                return await approvals.decide_as(
                     conn,
                     run_id,
-                    token,
                     decision,
-                    actor=person,
-                    reason=fields.get("reason", ""),
+                    actor=actor,
+                    by=fields.get("by", ""),
+                    reason=control.check_text(
+                        "reason", fields.get("reason", ""), control.MAX_REASON
+                    ),
                     metadata=metadata,
                 )

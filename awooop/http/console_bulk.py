@@ -54,6 +54,7 @@ class BulkOperations(ConsoleAccess):
             preview=preview,
             f=filter_view(f),
             since=None if f.since is None else f.since.isoformat(),
+            excluded=list(f.exclude_codes or ()),
             back="/ui/runs?" + urlencode({k: v for k, v in request.query_params.items() if v}),
         )
 
@@ -87,7 +88,7 @@ class BulkOperations(ConsoleAccess):
         fields: dict[str, str],
     ) -> bulk.Operation:
         """The operation, expecting as many runs as its preview counts now."""
-        preview = await bulk.preview(conn, kind, f, self.decide)
+        preview = bulk.check_bounded(await bulk.preview(conn, kind, f, self.decide))
         return await bulk.create(
             conn,
             kind,

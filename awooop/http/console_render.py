@@ -4,7 +4,8 @@ page carries, and the error page a refusal shows.
 Why Jinja2 and not f-strings: pages of tables and forms with many user-controlled strings
 (inputs, reasons, step outputs) need HTML escaping everywhere; Jinja2 escapes by default
 (``autoescape``), keeps the markup out of the Python, and is small, typed and well kept
-(Pallets). No JavaScript: plain forms and links keep the pages testable and the URLs sharable.
+(Pallets). Plain forms and links keep the pages testable and the URLs sharable; the one script
+(:mod:`awooop.http.console_live`) only refreshes what a page shows.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ TEMPLATES = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
 )
 
-# The pages load nothing from elsewhere and are never framed (clickjacking).
+# The pages load nothing from elsewhere and are never framed (clickjacking); their one script
+# is the console's own file (no inline script), which fetches only the console's own pages.
 SECURITY_HEADERS = {
     "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "script-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "x-frame-options": "DENY",
     "referrer-policy": "same-origin",
@@ -115,4 +118,6 @@ def filter_view(f: listing.RunFilter) -> dict[str, Any]:
         "channel": f.channel,
         "reason": None if f.reason is None else f.reason.value,
         "q": f.q,
+        "search": f.search,
+        "exclude_codes": ",".join(f.exclude_codes or ()),
     }

@@ -9,6 +9,7 @@ from datetime import datetime
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
 from awooop.core.errors import PayloadTooLargeError, RunNotFoundError
@@ -34,7 +35,10 @@ async def form(request: Request) -> dict[str, str]:
 def run_filter(
     fields: Mapping[str, str], session: sessions.Session, now: datetime
 ) -> listing.RunFilter:
-    """The list's filters from the URL (or a form); a project token is held to its project."""
+    """The list's filters from the URL (or a form); a project token is held to its project.
+    Failure codes to leave out come as one comma-separated field or as one per checkbox."""
+    if isinstance(fields, QueryParams) and len(fields.getlist("exclude_codes")) > 1:
+        fields = {**fields, "exclude_codes": ",".join(fields.getlist("exclude_codes"))}
     f = listing.parse_filter(fields, now)
     principal = session.principal
     if principal.scope != ADMIN_SCOPE:

@@ -43,6 +43,9 @@ COOKIE_PATH = "/ui"
 # What an action did, shown once on the page it redirects to (so no notice stays in a URL).
 NOTICE_COOKIE = "awooop_console_notice"
 NOTICE_S = 60
+# The name a person last decided an approval under: the approval forms start with it.
+NAME_COOKIE = "awooop_console_name"
+NAME_S = 90 * 24 * 3600
 
 # --- SQL -------------------------------------------------------------------------------------
 SESSION = """

@@ -26,8 +26,11 @@ What follows from it: the handler gets an answer only after its record is writte
 answer is acted on without its record; a record refused because the lease was lost raises
 E-RUN-002 to the handler (which is being stopped anyway), and the call, made but not recorded,
 is only in the trace. A call cancelled while it runs (the attempt stopped) writes nothing.
-The prompt and the answer are not recorded (wrap the call in ``run.step`` to journal the
-answer); the attempt's trace context is in the event's metadata, like every event's.
+The prompt and the answer are recorded for people to read, each capped to
+:data:`TEXT_CHARS` characters (its head and a marker naming how much was cut: a long chat must
+not bloat the log), with the token counts the model client reported. They are a record, not a
+journal: a retried attempt calls the model again; wrap the call in ``run.step`` to journal the
+answer. The attempt's trace context is in the event's metadata, like every event's.
 """
 
 from __future__ import annotations
@@ -36,11 +39,13 @@ from datetime import datetime
 
 from awooop.core.errors import AwoooPError
 from awooop.core.events import ModelCalled
+from awooop.core.excerpts import kept
 from awooop.core.storable import sanitized
 from awooop.llm.gateway import ModelCall
 
 OK = "ok"
 MAX_REASON_CHARS = 500
+TEXT_CHARS = 4096  # the most of a prompt, and of an answer, that a ModelCalled keeps
 
 
 def outcome_of(error: Exception | None) -> tuple[str, str]:
@@ -67,6 +72,7 @@ def called_event(call: ModelCall, *, worker_id: str, attempt: int, at: datetime)
         else None
     )
     routed = call.result or call.request
+    prompt = call.request.prompt if call.request is not None else call.prompt
     return ModelCalled(
         at=at,
         worker_id=worker_id,
@@ -81,4 +87,8 @@ def called_event(call: ModelCall, *, worker_id: str, attempt: int, at: datetime)
         duration_ms=round(call.duration_s * 1000, 3),
         outcome=outcome,
         reason=reason,
+        prompt=kept(prompt, TEXT_CHARS),
+        answer="" if call.result is None else kept(call.result.text, TEXT_CHARS),
+        input_tokens=None if call.result is None else call.result.input_tokens,
+        output_tokens=None if call.result is None else call.result.output_tokens,
     )

@@ -21,8 +21,12 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ModelResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """A model's answer; the token counts are the model server's own (None: it gave none)."""
+
     text: str
     model: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 class ModelClient(Protocol):

@@ -62,6 +62,8 @@ class LLMResult(msgspec.Struct):
     model: str
     revision_id: uuid.UUID | None
     body_hash: str | None
+    input_tokens: int | None = None  # as the model client reported them (None: not reported)
+    output_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class ModelCall:
     request: ModelRequest | None
     result: LLMResult | None
     error: Exception | None
+    prompt: str = ""  # the caller's prompt (the request's, when the call was routed)
 
     def unwrap(self) -> LLMResult:
         """The result, or the call's own error raised again."""
@@ -234,15 +237,19 @@ class ModelGateway:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 return ModelCall(
-                    contract, started_at, time.perf_counter() - started, request, None, exc
+                    contract, started_at, time.perf_counter() - started, request, None, exc, prompt
                 )
         result = LLMResult(
             text=response.text,
             model=response.model,
             revision_id=policy.revision_id,
             body_hash=policy.body_hash,
+            input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens,
         )
-        return ModelCall(contract, started_at, time.perf_counter() - started, request, result, None)
+        return ModelCall(
+            contract, started_at, time.perf_counter() - started, request, result, None, prompt
+        )
 
     async def _generate(self, slot: _ClientSlot, request: ModelRequest) -> ModelResponse:
         """The model client's answer, counted and timed; a retired client closes after its

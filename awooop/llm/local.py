@@ -1,7 +1,8 @@
 """The deterministic local model: for tests, the demo and benchmarks (``AWOOOP_LLM_URL=local:``).
 
 The answer is a pure function of (model, system, prompt, revision): ``local:<model>@<revision>
-<16 hex digits of SHA-256>``, so a test can tell which policy revision served a call.
+<16 hex digits of SHA-256>``, so a test can tell which policy revision served a call. Its token
+counts are as deterministic (:func:`local_tokens`: whitespace-separated words).
 ``local:?delay_ms=N`` sleeps N ms per call to stand in for model latency.
 """
 
@@ -23,6 +24,11 @@ def local_completion(
         "\x1f".join((model, system or "", prompt, str(revision_id))).encode()
     ).hexdigest()
     return f"local:{model}@{revision_id or 'none'} {digest[:16]}"
+
+
+def local_tokens(*texts: str | None) -> int:
+    """Pure: the local model's token count of ``texts``: their whitespace-separated words."""
+    return sum(len(t.split()) for t in texts if t)
 
 
 def parse_delay_ms(url: str) -> float:
@@ -49,7 +55,12 @@ class LocalModel:
             await asyncio.sleep(self.delay_s)
         self.calls += 1
         text = local_completion(request.model, request.system, request.prompt, request.revision_id)
-        return ModelResponse(text=text, model=request.model)
+        return ModelResponse(
+            text=text,
+            model=request.model,
+            input_tokens=local_tokens(request.system, request.prompt),
+            output_tokens=local_tokens(text),
+        )
 
     async def aclose(self) -> None:
         self.closed = True

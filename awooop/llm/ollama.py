@@ -4,7 +4,8 @@ One ``httpx.AsyncClient`` per client instance: keep-alive connection pooling bou
 ``max_connections``, a connect timeout of at most 5 s and an overall per-request timeout of
 ``AWOOOP_LLM_TIMEOUT_S``. Non-streaming requests (``"stream": false``). Errors map to the
 catalog: unreachable or timed out is E-LLM-001 (503, retryable), an error status or a
-malformed answer is E-LLM-002 (502).
+malformed answer is E-LLM-002 (502). The answer's token counts are the server's
+``prompt_eval_count`` and ``eval_count`` (None when it leaves them out).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from awooop.llm.client import ModelRequest, ModelResponse
 class _Generated(msgspec.Struct):
     response: str
     model: str = ""
+    prompt_eval_count: int | None = None  # tokens of the prompt
+    eval_count: int | None = None  # tokens of the answer
 
 
 class _Message(msgspec.Struct):
@@ -31,6 +34,8 @@ class _Message(msgspec.Struct):
 class _Chatted(msgspec.Struct):
     message: _Message
     model: str = ""
+    prompt_eval_count: int | None = None
+    eval_count: int | None = None
 
 
 _generated = msgspec.json.Decoder(_Generated)
@@ -95,10 +100,18 @@ class OllamaClient:
             if chat:
                 chatted = _chatted.decode(response.content)
                 return ModelResponse(
-                    text=chatted.message.content, model=chatted.model or request.model
+                    text=chatted.message.content,
+                    model=chatted.model or request.model,
+                    input_tokens=chatted.prompt_eval_count,
+                    output_tokens=chatted.eval_count,
                 )
             generated = _generated.decode(response.content)
-            return ModelResponse(text=generated.response, model=generated.model or request.model)
+            return ModelResponse(
+                text=generated.response,
+                model=generated.model or request.model,
+                input_tokens=generated.prompt_eval_count,
+                output_tokens=generated.eval_count,
+            )
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise ModelResponseError(f"malformed model answer: {exc}", url=self.url) from exc
 

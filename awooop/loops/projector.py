@@ -47,6 +47,7 @@ def consumer_for(services: Services, projector: Projector, consumer: str) -> Gro
         touch_interval_ms=TOUCH_INTERVAL_MS,
         reclaim_idle_ms=int(settings.projector_reclaim_idle_s * 1000),
         db=services.db,
+        span_each=False,  # the projector spans each batch (projections.runner)
     )
 
 

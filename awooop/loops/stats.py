@@ -12,7 +12,8 @@
   and the console use (:func:`awooop.runs.blocked_facts.count_by_reason`: live runs through
   the partial indexes, FAILED runs an index-only count per failure code). It also samples
   ``awooop_dead_letters_open``: open dead letters per project from ``awooop_dead_letters``
-  (its partial index on open rows; ``__platform__`` always present, 0 when none).
+  (its partial index on open rows; ``__platform__`` always present, 0 when none), and
+  ``awooop_paused_scopes``: active pauses per scope (``awooop_flow_pauses``).
 - ``stats_outbox``: ``awooop_outbox_backlog_seconds`` for both outboxes, read from Postgres
   (0 when everything is delivered): ``events``, the age of the first event after the relay's
   saved cursor (``awooop_relay_cursor``, saved at least every poll interval while the relay
@@ -42,6 +43,7 @@ from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.eventlog import deadletters
 from awooop.eventlog.state import RunStatus
 from awooop.runs.blocked_facts import count_by_reason
+from awooop.runs.pause_rules import Scope
 from awooop.services import Services
 
 LIVE_STATES: tuple[str, ...] = (
@@ -53,6 +55,11 @@ LIVE_STATES: tuple[str, ...] = (
 )
 
 # --- SQL ----------------------------------------------------------------------------------------
+# The active pauses (awooop_flow_pauses' partial unique index), per scope.
+PAUSED_SCOPES = """
+SELECT scope, count(*) AS pauses FROM awooop_flow_pauses
+WHERE resumed_at IS NULL GROUP BY scope
+"""
 # Three branches, each with exactly the predicate of one partial index of awooop_run_state
 # (migrations/0003), so each is an index scan over live runs only.
 SAMPLE_RUNS = """
@@ -151,12 +158,16 @@ class StatsLoops:
                 conn, self.services.redis, self.services.keys, settings.lease_ttl_s
             )
             dead = await deadletters.open_counts(conn)
+            paused = await conn.fetch(PAUSED_SCOPES)
         by_state, oldest, overdue = runs_sample(tuple(row.values()) for row in rows)
         self._runs.publish(by_state)
         self._oldest.publish(oldest)
         self._overdue.publish(overdue)
         self._blocked.publish({labels: float(n) for labels, n in blocked.items()})
         self._dead.publish(dead_letters_sample(dead))
+        by_scope = {row["scope"]: row["pauses"] for row in paused}
+        for scope in Scope:  # three label sets, 0 when none
+            metrics.PAUSED_SCOPES.labels(scope.value).set(by_scope.get(scope.value, 0))
 
     async def sample_outbox(self, _ctx: LoopContext) -> None:
         async with self.services.db.platform() as conn:

@@ -9,6 +9,12 @@
   used, and ``ApprovalGranted`` (RESUMED: the relay dispatches the run again) or
   ``ApprovalRejected`` (FAILED, E-APPROVAL-004) is applied to the run. Any refusal writes
   nothing.
+- :func:`decide_as` decides without the token, for a management token or a console session of
+  the project (``manage`` or ``admin``, checked by the caller): the run's latest request is
+  locked and checked as a token's row is, and closed the same way, recording the token as
+  ``actor`` and the person as ``by`` (``decided_by`` in the row). Both lock the same row, so of
+  a token decision and a decision without it made at once exactly one wins; the other finds
+  the row used (E-APPROVAL-003).
 - :func:`expire_due` (the approval-timeout loop) fails runs whose approval expired with
   ``ApprovalExpired`` (FAILED, E-APPROVAL-002) and marks their open tokens expired.
 - A resumed attempt finds the decision with :func:`find_decision` (by run and approval name),
@@ -56,12 +62,22 @@ FROM awooop_approvals WHERE token_hash = $1
 FOR UPDATE
 """
 
+LOCK_LATEST = """
+SELECT approval_id, project_id, run_id, name, attempt, expires_at, used_at, decision,
+       now() AS db_now
+FROM awooop_approvals WHERE run_id = $1
+ORDER BY requested_at DESC
+LIMIT 1
+FOR UPDATE
+"""
+
 MARK_USED = """
-UPDATE awooop_approvals SET used_at = $2, decision = $3, actor = $4 WHERE approval_id = $1
+UPDATE awooop_approvals SET used_at = $2, decision = $3, actor = $4, decided_by = $5
+WHERE approval_id = $1
 """
 
 LATEST_DECISION = """
-SELECT decision, actor, used_at FROM awooop_approvals
+SELECT decision, actor, decided_by, used_at FROM awooop_approvals
 WHERE run_id = $1 AND name = $2
 ORDER BY requested_at DESC
 LIMIT 1
@@ -102,6 +118,7 @@ class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True):
     decision: Decision
     actor: str | None
     decided_at: datetime
+    by: str | None = None  # the person, for a decision without the token
 
 
 def new_token() -> str:
@@ -179,11 +196,56 @@ async def decide(
     metadata: dict[str, Any] | None = None,
 ) -> RunState:
     """Spend ``token`` on ``run_id``: approve or reject. Refusals raise and write nothing."""
-    if decision is Decision.EXPIRED:
-        raise ValueError("expiry is decided by the approval-timeout loop, not by a token")
     row = await conn.fetchrow(LOCK_BY_HASH, hash_token(token))
     if row is None or row["run_id"] != run_id:
         raise ApprovalTokenInvalidError(run_id=run_id)
+    return await _close(conn, row, decision, actor, None, reason, metadata)
+
+
+async def decide_as(
+    conn: Connection,
+    run_id: uuid.UUID,
+    decision: Decision,
+    *,
+    actor: str,
+    by: str,
+    reason: str = "",
+    metadata: dict[str, Any] | None = None,
+) -> RunState:
+    """Approve or reject the run's open request without its token: ``actor`` is the
+    management token (or console session's token) that may act on the project, ``by`` the
+    person. Refusals raise (with the codes a token decision gets) and write nothing."""
+    person = check_person(by)
+    row = await conn.fetchrow(LOCK_LATEST, run_id)
+    if row is None:
+        await run_rows.lock(conn, run_id)  # a run the tenant does not see: E-RUN-003 (404)
+        raise ApprovalTokenInvalidError("no approval was asked of this run", run_id=run_id)
+    return await _close(conn, row, decision, actor, person, reason, metadata)
+
+
+def check_person(by: str) -> str:
+    """Pure: the name of the person who decides (1 to :data:`MAX_NAME_LENGTH` characters)."""
+    name = by.strip()
+    if not 1 <= len(name) <= MAX_NAME_LENGTH:
+        raise InvalidInputError(
+            f"the name of who decides must have 1 to {MAX_NAME_LENGTH} characters"
+        )
+    return name
+
+
+async def _close(
+    conn: Connection,
+    row: Any,
+    decision: Decision,
+    actor: str,
+    by: str | None,
+    reason: str,
+    metadata: dict[str, Any] | None,
+) -> RunState:
+    """Check the locked request ``row`` and decide it: the event, then the row marked used."""
+    if decision is Decision.EXPIRED:
+        raise ValueError("expiry is decided by the approval-timeout loop, not by a person")
+    run_id: uuid.UUID = row["run_id"]
     now: datetime = row["db_now"]
     if row["decision"] == Decision.EXPIRED or (row["used_at"] is None and row["expires_at"] <= now):
         raise ApprovalExpiredError(run_id=run_id, expired_at=row["expires_at"])
@@ -195,12 +257,12 @@ async def decide(
             "the approval token belongs to an earlier request of this run", run_id=run_id
         )
     event: ApprovalGranted | ApprovalRejected = (
-        ApprovalGranted(at=now, actor=actor)
+        ApprovalGranted(at=now, actor=actor, by=by)
         if decision is Decision.APPROVED
-        else ApprovalRejected(at=now, actor=actor, reason=reason)
+        else ApprovalRejected(at=now, actor=actor, reason=reason, by=by)
     )
     new_state = await apply_and_store(conn, state, event, metadata)
-    await conn.execute(MARK_USED, row["approval_id"], now, str(decision), actor)
+    await conn.execute(MARK_USED, row["approval_id"], now, str(decision), actor, by)
     return new_state
 
 
@@ -210,7 +272,10 @@ async def find_decision(conn: Connection, run_id: uuid.UUID, name: str) -> Decis
     if row is None or row["decision"] is None:
         return None
     return DecisionRecord(
-        decision=Decision(row["decision"]), actor=row["actor"], decided_at=row["used_at"]
+        decision=Decision(row["decision"]),
+        actor=row["actor"],
+        decided_at=row["used_at"],
+        by=row["decided_by"],
     )
 
 

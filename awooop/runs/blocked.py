@@ -7,6 +7,7 @@ from Redis once per shard) and names a :class:`Reason`:
 | status           | facts                                          | reason                 |
 |------------------|------------------------------------------------|------------------------|
 | PENDING, RESUMED | it has an open dead letter (Postgres)          | pending_dead_lettered  |
+|                  | its project, channel or contract is paused     | paused                 |
 |                  | no worker alive, none read its shard recently  | pending_no_worker      |
 |                  | a suspect: waits to run alone on a worker      | pending_isolation      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
@@ -19,6 +20,9 @@ from Redis once per shard) and names a :class:`Reason`:
 | FAILED           | E-RUN-004 or E-RUN-005 (work dead-lettered)    | failed_dead_lettered   |
 |                  | otherwise                                      | failed                 |
 | COMPLETED, CANCELLED | -                                          | None (nothing blocks)  |
+
+A running run's summary (and its ``step``, ``step_started_at``) names the step its attempt is
+in and since when, as its worker reported it with its last lease renewal.
 
 The rows are checked top down: a PENDING run retried after a crash whose shard nobody reads is
 ``pending_no_worker`` (that is what blocks it); its attempt is in the summary either way.
@@ -43,6 +47,7 @@ import msgspec
 
 from awooop.core.errors import DeliveryLimitError
 from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunStatus
+from awooop.runs.pause_rules import Scope, describe_scope, resume_command
 
 DELIVERY_LIMIT_CODE = DeliveryLimitError.code  # the worker dead-lettered the message
 DEAD_LETTER_CODES = frozenset({MAX_ATTEMPTS_CODE, DELIVERY_LIMIT_CODE})
@@ -53,6 +58,7 @@ class Reason(enum.StrEnum):
     PENDING_WORKERS_BUSY = "pending_workers_busy"
     PENDING_DEAD_LETTERED = "pending_dead_lettered"
     PENDING_ISOLATION = "pending_isolation"
+    PAUSED = "paused"
     RETRY_PENDING = "retry_pending"
     RUNNING = "running"
     LEASE_EXPIRED = "lease_expired"
@@ -69,6 +75,7 @@ REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.PENDING_WORKERS_BUSY: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_ISOLATION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.PAUSED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RUNNING: frozenset({RunStatus.RUNNING}),
     Reason.LEASE_EXPIRED: frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL}),
@@ -103,6 +110,15 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     last_end_reason: str | None = None
     dead_lettered: bool = False  # the run has an open dead letter (awooop_dead_letters)
     suspect_worker_id: str | None = None  # a suspect: it runs alone (leases.suspects)
+    # The widest active pause that holds it (awooop.runs.pauses): scope, key, who, why
+    paused_scope: Scope | None = None
+    paused_key: str = ""
+    paused_by: str | None = None
+    paused_reason: str = ""
+    # The step an attempt reported with its last renewal (migration 0127), and which attempt.
+    current_step: str | None = None
+    current_step_started_at: datetime | None = None
+    current_step_attempt: int | None = None
 
 
 class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,6 +151,44 @@ class BlockedOn(msgspec.Struct, frozen=True, kw_only=True):
     max_attempts: int
     worker_id: str | None = None
     retry_allowed: bool | None = None  # FAILED only: may `awooop runs retry` send it back
+    # RUNNING, WAITING_TOOL: the step the attempt is in and when it started (None: in none, or
+    # its worker has not renewed since it entered it).
+    step: str | None = None
+    step_started_at: datetime | None = None
+
+
+def current_step(f: RunFacts) -> tuple[str, datetime] | None:
+    """Pure: the step the run's attempt is in and since when, as its worker last reported it;
+    None when it is in none, or when what the row holds is another attempt's (a report is
+    only the current attempt's while it holds the run)."""
+    if (
+        f.status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL)
+        and f.current_step is not None
+        and f.current_step_started_at is not None
+        and f.current_step_attempt == f.attempt_count
+    ):
+        return f.current_step, f.current_step_started_at
+    return None
+
+
+def elapsed(now: datetime, then: datetime) -> str:
+    """Pure: how long from ``then`` to ``now``, as people say it: 45 s, 31 min, 2 h 5 min."""
+    seconds = max(0, int((now - then).total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
+def step_text(f: RunFacts) -> str:
+    """Pure: ``in step `name` since <time> (31 min)``, or empty when no step is known."""
+    found = current_step(f)
+    if found is None:
+        return ""
+    name, started_at = found
+    return f"in step `{name}` since {_at(started_at)} ({elapsed(f.now, started_at)})"
 
 
 def failed_reason(failure_code: str | None) -> Reason:
@@ -174,6 +228,15 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     summary=f"{waiting}; it has an open dead letter",
                     next_action="awooop deadletters list, then awooop deadletters redrive ID",
                 )
+            if f.paused_scope is not None:
+                scope = describe_scope(f.paused_scope, f.paused_key)
+                why = f": {f.paused_reason}" if f.paused_reason else ""
+                return _blocked(
+                    f,
+                    reason=Reason.PAUSED,
+                    summary=f"{waiting}; {scope} of {f.project_id} paused by {f.paused_by}{why}",
+                    next_action=resume_command(f.project_id, f.paused_scope, f.paused_key),
+                )
             if shard.unread:
                 return _blocked(
                     f,
@@ -212,13 +275,18 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                 f"worker {f.worker_id}, last heartbeat {_ago(f.now, f.heartbeat_at)}, "
                 f"lease until {_at(f.lease_until)}"
             )
+            found = current_step(f)
+            step = {"step": found[0], "step_started_at": found[1]} if found else {}
+            in_step = step_text(f)
             if f.lease_until is not None and f.lease_until < f.now:
                 return _blocked(
                     f,
                     reason=Reason.LEASE_EXPIRED,
-                    summary=f"the lease of attempt {f.attempt_count} expired: {lease}",
+                    summary=f"the lease of attempt {f.attempt_count} expired"
+                    f"{' ' + in_step if in_step else ''}: {lease}",
                     next_action="none: the reaper requeues it (check awooop loops list: reaper)",
                     worker_id=f.worker_id,
+                    **step,
                 )
             if f.status is RunStatus.WAITING_TOOL:
                 return _blocked(
@@ -227,13 +295,16 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     summary=f"waits for tool {f.waiting_for} since {_at(f.updated_at)}; {lease}",
                     next_action=f"none: the tool answers; awooop runs cancel {ref} to stop it",
                     worker_id=f.worker_id,
+                    **step,
                 )
+            running = f"running attempt {f.attempt_count} of {f.max_attempts}"
             return _blocked(
                 f,
                 reason=Reason.RUNNING,
-                summary=f"running attempt {f.attempt_count} of {f.max_attempts}: {lease}",
+                summary=f"{running}{', ' + in_step if in_step else ''}: {lease}",
                 next_action=f"none: it runs; awooop runs cancel {ref} to stop it",
                 worker_id=f.worker_id,
+                **step,
             )
         case RunStatus.WAITING_APPROVAL:
             asked = f.approval_name or "approval"
@@ -252,7 +323,8 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                 f,
                 reason=Reason.WAITING_APPROVAL,
                 summary=f"waits for approval {asked}, expires at {expires}",
-                next_action=f"awooop runs approve|reject {ref} --token TOKEN",
+                next_action=f"awooop runs approve|reject {ref} --by NAME (or --token TOKEN), "
+                "or approve it in the console",
             )
         case RunStatus.FAILED:
             reason = failed_reason(f.failure_code)

@@ -1,7 +1,8 @@
 """The facts behind ``blocked_on`` (:mod:`awooop.runs.blocked`): Postgres, one look at Redis.
 
 - :data:`FACTS` reads every fact Postgres holds about a set of runs in one statement: the run
-  state row (lease, heartbeat, attempts, failure), the open approval row (who was asked, its
+  state row (lease, heartbeat, attempts, failure, the step its worker last reported), the
+  open approval row (who was asked, its
   reason) and the run's last "an attempt ended" event (requeue, lease release, failure,
   approval decision) from the event log. Each lateral join is one probe of an index
   (``awooop_approvals_run_idx``, the log's ``(stream_id, version)`` key, walked backwards over
@@ -19,6 +20,8 @@
   so ``AWOOOP_LEASE_TTL_S`` is a safe window), and :data:`LIVE_WORKERS` counts the worker
   processes alive by their own heartbeats in ``awooop_processes``. Either says the shard is
   read: on Redis 7.0 an idle worker's reads that return nothing do not reset its idle time.
+- the widest active pause that holds a PENDING or RESUMED run (``awooop_flow_pauses``, one
+  probe of its active index by project): ``blocked_on`` then says ``paused``.
 - :func:`with_dead_letters` marks the PENDING and RESUMED runs that have an open dead letter
   (:func:`awooop.eventlog.deadletters.open_of_runs`: one probe of
   ``awooop_dead_letters_open_run_idx`` per such run).
@@ -47,6 +50,7 @@ from awooop.core.logs import get_logger
 from awooop.eventlog import deadletters
 from awooop.eventlog.state import RunStatus
 from awooop.runs.blocked import BlockedOn, Reason, RunFacts, ShardFacts, decide, failed_reason
+from awooop.runs.pause_rules import Scope
 from streams.keys import WORKER_GROUP, Keys
 
 log = get_logger(__name__)
@@ -61,8 +65,11 @@ _SELECT = f"""
 SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, rs.worker_id,
        rs.lease_until, rs.heartbeat_at, rs.waiting_for, rs.approval_expires_at,
        rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now, rs.suspect_worker_id,
+       rs.current_step, rs.current_step_started_at, rs.current_step_attempt,
        ap.name AS approval_name, ap.reason AS approval_reason,
-       ended.event_type AS last_end_type, ended.data ->> 'reason' AS last_end_reason
+       ended.event_type AS last_end_type, ended.data ->> 'reason' AS last_end_reason,
+       pz.scope AS paused_scope, pz.scope_key AS paused_key, pz.paused_by,
+       pz.reason AS paused_reason
 FROM awooop_run_state rs
 CROSS JOIN LATERAL (SELECT {run_stream_sql("rs.run_id")} AS stream_id OFFSET 0) run_stream
 LEFT JOIN LATERAL (
@@ -78,6 +85,16 @@ LEFT JOIN LATERAL (
                            'ApprovalRejected', 'ApprovalExpired')
     ORDER BY e.version DESC LIMIT 1
 ) ended ON true
+LEFT JOIN LATERAL (
+    SELECT p.scope, p.scope_key, p.paused_by, p.reason FROM awooop_flow_pauses p
+    WHERE rs.status IN ('PENDING', 'RESUMED')
+      AND p.project_id = rs.project_id AND p.resumed_at IS NULL
+      AND (p.scope = 'project'
+           OR (p.scope = 'channel' AND p.scope_key = rs.channel_type)
+           OR (p.scope = 'contract' AND p.scope_key = rs.contract_id))
+    ORDER BY array_position(ARRAY['project', 'channel', 'contract'], p.scope), p.paused_at
+    LIMIT 1
+) pz ON true
 """  # noqa: S608 - constant identifiers
 FACTS = _SELECT + "WHERE rs.run_id = ANY($1::uuid[])"
 # Three arms, each with the predicate of one partial index of awooop_run_state (0003).
@@ -118,6 +135,13 @@ def facts_of(row: Any) -> RunFacts:
         last_end_type=row["last_end_type"],
         last_end_reason=row["last_end_reason"] or None,
         suspect_worker_id=row["suspect_worker_id"],
+        paused_scope=None if row["paused_scope"] is None else Scope(row["paused_scope"]),
+        paused_key=row["paused_key"] or "",
+        paused_by=row["paused_by"],
+        paused_reason=row["paused_reason"] or "",
+        current_step=row["current_step"],
+        current_step_started_at=row["current_step_started_at"],
+        current_step_attempt=row["current_step_attempt"],
     )
 
 

@@ -1,10 +1,13 @@
 """Bulk actions by filter: retry or cancel every run a console filter matches, as one operation.
 
-1. :func:`preview`: how many runs the filter matches for the action, per project (a retry
-   applies to FAILED runs only, a cancel to runs that have not finished: the filter is
-   narrowed to those statuses, :func:`for_action`). One ``count(*) ... GROUP BY project_id``
-   through the list's indexes; with a ``blocked_on`` reason the candidates are decided in
-   batches, up to :data:`PREVIEW_SCAN` of them (beyond that the count says "at least").
+1. :func:`preview`: how many runs the filter matches for the action, per project and per
+   failure code, and the first :data:`PREVIEW_ROWS` of them (a retry applies to FAILED runs
+   only, a cancel to runs that have not finished: the filter is narrowed to those statuses,
+   :func:`for_action`), so a person sees what the action would touch and can leave failure
+   codes out (the filter's ``exclude_codes``, stored with the operation). One ``count(*) ...
+   GROUP BY project_id, failure_code`` and one page through the list's indexes; with a
+   ``blocked_on`` reason the candidates are decided in batches, up to :data:`PREVIEW_SCAN` of
+   them (beyond that the count says "at least").
 2. :func:`create`: one row of ``awooop_operations`` (migration 0111) with the filter (``since``
    absolute), the actor, the preview's count and a keyset cursor at the confirmation time:
    runs created after it are not part of the operation.
@@ -49,7 +52,6 @@ ever locked for one statement or one short transaction, so the wait is short.
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -61,14 +63,23 @@ from awooop.core.db import Connection, Database
 from awooop.core.errors import AwoooPError, InvalidInputError, OperationNotFoundError
 from awooop.core.events import Event
 from awooop.eventlog import run_reads
-from awooop.eventlog.state import TERMINAL, RunState, RunStatus, apply, row_to_state
+from awooop.eventlog.state import RunState, apply, row_to_state
 from awooop.runs import control, listing
 from awooop.runs.bulk_batch import event_for, matches, refusal, write_batch
+from awooop.runs.bulk_preview import (
+    KINDS,
+    Preview,
+    check_bounded,
+    check_kind,
+    for_action,
+    preview,
+)
+
+# The preview and the action's narrowing live in bulk_preview; callers use them from here.
+__all__ = ["KINDS", "Preview", "check_bounded", "check_kind", "for_action", "preview"]
 
 BATCH = 100
-PREVIEW_SCAN = 100_000
 MAX_ERRORS = 100
-KINDS = ("retry", "cancel")
 # An operation across projects belongs to the platform project (as admin tokens do).
 LAST_ID = uuid.UUID(int=(1 << 128) - 1)  # the cursor's start: after every run id
 # A running operation with no batch for this long has lost its executor (a batch of 100 runs
@@ -117,12 +128,6 @@ NOTIFY_MANY = "SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id"
 # ---------------------------------------------------------------------------------------------
 
 
-class Preview(msgspec.Struct, frozen=True, kw_only=True):
-    total: int
-    by_project: dict[str, int]
-    exact: bool = True  # False: a blocked_on filter looked at PREVIEW_SCAN runs and stopped
-
-
 class Operation(msgspec.Struct, frozen=True, kw_only=True):
     operation_id: uuid.UUID
     project_id: str
@@ -158,22 +163,6 @@ Progress = Callable[[Operation], Awaitable[None] | None]
 # --- pure ------------------------------------------------------------------------------------
 
 
-def check_kind(kind: str) -> str:
-    if kind not in KINDS:
-        raise InvalidInputError(f"bulk action {kind[:40]!r}: expected retry or cancel")
-    return kind
-
-
-def for_action(kind: str, f: listing.RunFilter) -> listing.RunFilter:
-    """Pure: ``f`` narrowed to the statuses ``kind`` applies to."""
-    among = (
-        frozenset({RunStatus.FAILED})
-        if kind == "retry"
-        else frozenset(s for s in RunStatus if s not in TERMINAL)
-    )
-    return msgspec.structs.replace(f, among=among)
-
-
 def filter_json(f: listing.RunFilter) -> dict[str, Any]:
     """Pure: the filter as stored (without the action's narrowing, which the kind gives)."""
     stored: dict[str, Any] = msgspec.to_builtins(msgspec.structs.replace(f, among=None))
@@ -190,36 +179,6 @@ def _operation(row: Any) -> Operation:
 
 
 # --- I/O -------------------------------------------------------------------------------------
-
-
-async def preview(
-    conn: Connection, kind: str, f: listing.RunFilter, decide: Decide | None = None
-) -> Preview:
-    """How many runs ``kind`` would change under ``f``, per project (on ``conn``'s role)."""
-    narrowed = for_action(check_kind(kind), f)
-    if listing.statuses(narrowed) == []:
-        return Preview(total=0, by_project={})
-    if narrowed.reason is None or decide is None:
-        sql, names = listing.count_statement(narrowed)
-        given = listing.values(narrowed, None, 0)
-        found = await conn.fetch(sql, *(given[n] for n in names))
-        by_project = {r["project_id"]: int(r["runs"]) for r in found}
-        return Preview(total=sum(by_project.values()), by_project=by_project)
-    counts: Counter[str] = Counter()
-    cursor: listing.Cursor | None = None
-    scanned = 0
-    while scanned < PREVIEW_SCAN:
-        rows = await listing.rows(conn, narrowed, cursor, 1000)
-        scanned += len(rows)
-        blocked = await decide(conn, [r.run_id for r in rows]) if rows else {}
-        for row in rows:
-            b = blocked.get(row.run_id)
-            if b is not None and b.reason is narrowed.reason:
-                counts[row.project_id] += 1
-        if len(rows) < 1000:
-            return Preview(total=sum(counts.values()), by_project=dict(sorted(counts.items())))
-        cursor = listing.Cursor(rows[-1].created_at, rows[-1].run_id)
-    return Preview(total=sum(counts.values()), by_project=dict(sorted(counts.items())), exact=False)
 
 
 async def create(

@@ -28,7 +28,9 @@ TRANSIENT: tuple[type[BaseException], ...] = RETRYABLE_PG_ERRORS + CONNECTION_ER
 
 
 def matches(f: listing.RunFilter, state: RunState) -> bool:
-    """Pure: whether a locked run still matches the filter's SQL part (the reason aside)."""
+    """Pure: whether a locked run still matches the filter's SQL part (the reason aside; the
+    search is decided by the batch's own read, in its transaction: what it looks at, the
+    input, result and failure reason, changes only with the status checked here)."""
     allowed = listing.statuses(f)
     key = f.q
     return (
@@ -37,6 +39,7 @@ def matches(f: listing.RunFilter, state: RunState) -> bool:
         and (f.channel is None or state.channel_type == f.channel)
         and (f.since is None or state.created_at >= f.since)
         and (key is None or key in (str(state.run_id), state.provider_event_id))
+        and (not f.exclude_codes or state.failure_code not in f.exclude_codes)
     )
 
 

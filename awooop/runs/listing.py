@@ -1,7 +1,10 @@
 """The console's run list: filters kept in the URL, newest first, one indexed page at a time.
 
 Filters (:class:`RunFilter`): project, status, channel, ``blocked_on`` reason, created since,
-and ``q``: a run id or an idempotency key (the provider's event id). Rows come newest first
+``q``: a run id or an idempotency key (the provider's event id), ``search``: the start of a run
+id or key, or text in the input, result or failure reason (:mod:`awooop.runs.search`: at most a
+bounded set of run ids, read here by primary key), and ``exclude_codes``: failure codes left
+out (a bulk retry that must not touch runs failing one way). Rows come newest first
 by ``(created_at, run_id)`` with keyset pagination (``before``: the last row of the previous
 page). A page is read one status at a time: the statement unnests the statuses the filter
 allows (all eight without one) and, for each, takes at most a page of rows from a backward
@@ -14,6 +17,7 @@ every filter, among a million runs as among ten:
 | none, status, channel, since, blocked_on | ``awooop_run_state_status_created_idx``         |
 | project (+ any of the above)             | ``awooop_run_state_project_status_created_idx`` |
 | q                                        | the primary key, or ``..._provider_event_idx``  |
+| search (+ any of the above)              | the primary key (the ids the search found)      |
 
 Each status is a separate descent, so a page costs at most eight short index scans whatever
 the mix of statuses (a single index on ``created_at`` would serve the unfiltered list alone,
@@ -48,6 +52,7 @@ from awooop.core.errors import InvalidInputError
 from awooop.eventlog.state import RunStatus
 from awooop.runs.blocked import DEAD_LETTER_CODES, REASON_STATUSES, BlockedOn, Reason
 from awooop.runs.reads import check_status, parse_since
+from awooop.runs.search import Found, check_codes, check_search, find
 
 PAGE = 50
 SCAN_BATCH = 200  # the first batch of a blocked_on filter; each next one twice as large
@@ -69,8 +74,8 @@ SELECT rs.run_id, rs.project_id, rs.status, rs.channel_type, rs.provider_event_i
        rs.attempt_count, rs.max_attempts, rs.worker_id, rs.failure_code, rs.created_at,
        rs.updated_at
 FROM awooop_run_state rs"""
-COUNT: LiteralString = "SELECT project_id, count(*) AS runs FROM awooop_run_state rs"
-COUNT_END: LiteralString = " GROUP BY project_id ORDER BY project_id"
+COUNT: LiteralString = "SELECT project_id, failure_code, count(*) AS runs FROM awooop_run_state rs"
+COUNT_END: LiteralString = " GROUP BY project_id, failure_code ORDER BY project_id, failure_code"
 # Each fragment with the parameter it reads; numbered when the statement is put together.
 WHERE_PROJECT: LiteralString = "rs.project_id = $"
 WHERE_STATUS: LiteralString = "rs.status = ANY($::text[])"
@@ -78,6 +83,7 @@ WHERE_CHANNEL: LiteralString = "rs.channel_type = $"
 WHERE_SINCE: LiteralString = "rs.created_at >= $"
 WHERE_RUN_ID: LiteralString = "rs.run_id = $"
 WHERE_KEY: LiteralString = "rs.provider_event_id = $"
+WHERE_FOUND: LiteralString = "rs.run_id = ANY($::uuid[])"
 WHERE_BEFORE: LiteralString = "(rs.created_at, rs.run_id) < ($, $)"
 # A FAILED run's reason is its failure code's (blocked.failed_reason): decided in SQL.
 WHERE_DEAD_LETTER_CODE: LiteralString = "rs.failure_code = ANY($::text[])"
@@ -85,7 +91,7 @@ WHERE_OTHER_CODE: LiteralString = "(rs.failure_code IS NULL OR rs.failure_code <
 INNER_ORDER: LiteralString = " ORDER BY rs.created_at DESC, rs.run_id DESC LIMIT "
 ORDER: LiteralString = " ORDER BY created_at DESC, run_id DESC LIMIT "
 APPROVALS: LiteralString = """
-SELECT name, attempt, reason, requested_at, expires_at, used_at, decision, actor
+SELECT name, attempt, reason, requested_at, expires_at, used_at, decision, actor, decided_by
 FROM awooop_approvals WHERE run_id = $1 ORDER BY requested_at
 """
 # ---------------------------------------------------------------------------------------------
@@ -98,6 +104,8 @@ class RunFilter(msgspec.Struct, frozen=True, kw_only=True):
     reason: Reason | None = None
     since: datetime | None = None
     q: str | None = None
+    search: str | None = None
+    exclude_codes: tuple[str, ...] | None = None
     # The statuses an action applies to (a bulk retry: FAILED only); None: any.
     among: frozenset[RunStatus] | None = None
 
@@ -128,6 +136,7 @@ class Page(msgspec.Struct, frozen=True, kw_only=True):
     rows: list[tuple[RunRow, BlockedOn | None]]
     next: Cursor | None  # where the next page starts; None: no more rows
     scanned: int
+    capped: bool = False  # the search found more runs than it looks at (search.LIMIT)
 
 
 class Approval(msgspec.Struct, frozen=True, kw_only=True):
@@ -139,6 +148,7 @@ class Approval(msgspec.Struct, frozen=True, kw_only=True):
     used_at: datetime | None
     decision: str | None
     actor: str | None
+    decided_by: str | None = None  # the person, for a decision without the approval token
 
 
 # --- pure ------------------------------------------------------------------------------------
@@ -166,7 +176,16 @@ def check_reason(text: str) -> Reason:
         raise InvalidInputError(f"blocked_on {text[:40]!r}: expected one of {known}") from None
 
 
-FILTER_KEYS = ("project", "status", "channel", "blocked_on", "since", "q")
+FILTER_KEYS = (
+    "project",
+    "status",
+    "channel",
+    "blocked_on",
+    "since",
+    "q",
+    "search",
+    "exclude_codes",
+)
 
 
 def parse_filter(fields: Mapping[str, str], now: datetime) -> RunFilter:
@@ -179,6 +198,7 @@ def parse_filter(fields: Mapping[str, str], now: datetime) -> RunFilter:
 
     since, status, channel = get("since"), get("status"), get("channel")
     reason, text, project = get("blocked_on"), get("q"), get("project")
+    term, codes = get("search"), get("exclude_codes")
     return RunFilter(
         project=project,  # the caller checks it against who asks
         status=None if status is None else check_status(status),
@@ -186,6 +206,8 @@ def parse_filter(fields: Mapping[str, str], now: datetime) -> RunFilter:
         reason=None if reason is None else check_reason(reason),
         since=None if since is None else parse_since(since, now, field="since"),
         q=None if text is None else text[:256],
+        search=None if term is None else check_search(term),
+        exclude_codes=(check_codes(codes) or None) if codes is not None else None,
     )
 
 
@@ -214,6 +236,10 @@ def _conditions(
         parts.append((WHERE_SINCE, ("since",)))
     if f.q is not None:
         parts.append((WHERE_RUN_ID, ("run_id",)) if _as_uuid(f.q) else (WHERE_KEY, ("q",)))
+    if f.search is not None:
+        parts.append((WHERE_FOUND, ("found",)))
+    if f.exclude_codes:
+        parts.append((WHERE_OTHER_CODE, ("exclude_codes",)))
     if f.reason is Reason.FAILED_DEAD_LETTERED:
         parts.append((WHERE_DEAD_LETTER_CODE, ("dead_letter_codes",)))
     elif f.reason is Reason.FAILED:
@@ -242,7 +268,7 @@ def statement(f: RunFilter, before: bool) -> tuple[LiteralString, list[str]]:
     """Pure: the SQL of a page for the filters present and the names of its parameters in
     order (see the module docstring). Only constant fragments go into the text."""
     names: list[str] = []
-    if f.q is not None:  # one run or a few: no need to walk the statuses
+    if f.q is not None or f.search is not None:  # a few runs: no need to walk the statuses
         clauses = _number(_conditions(f, before, by_status=False), names)
         names.append("limit")
         where: LiteralString = " WHERE " + " AND ".join(clauses)
@@ -258,15 +284,19 @@ def statement(f: RunFilter, before: bool) -> tuple[LiteralString, list[str]]:
 
 
 def count_statement(f: RunFilter) -> tuple[LiteralString, list[str]]:
-    """Pure: runs matching ``f`` per project (the bulk preview), with its parameter names."""
+    """Pure: runs matching ``f`` per project and failure code (the bulk preview), with its
+    parameter names."""
     names: list[str] = []
     clauses = _number(_conditions(f, False, by_status=False), names)
     where: LiteralString = (" WHERE " + " AND ".join(clauses)) if clauses else ""
     return COUNT + where + COUNT_END, names
 
 
-def values(f: RunFilter, before: Cursor | None, limit: int) -> dict[str, Any]:
-    """The parameters :func:`statement` and :func:`count_statement` name."""
+def values(
+    f: RunFilter, before: Cursor | None, limit: int, found: Found | None = None
+) -> dict[str, Any]:
+    """The parameters :func:`statement` and :func:`count_statement` name (``found``: what
+    the filter's search found)."""
     allowed = statuses(f)
     return {
         "all_statuses": [s.value for s in RunStatus] if allowed is None else allowed,
@@ -280,22 +310,33 @@ def values(f: RunFilter, before: Cursor | None, limit: int) -> dict[str, Any]:
         "before_id": None if before is None else before.run_id,
         "limit": limit,
         "dead_letter_codes": sorted(DEAD_LETTER_CODES),
+        "found": [] if found is None else found.run_ids,
+        "exclude_codes": list(f.exclude_codes or ()),
     }
 
 
-async def rows(conn: Connection, f: RunFilter, before: Cursor | None, limit: int) -> list[RunRow]:
+async def searched(conn: Connection, f: RunFilter) -> Found | None:
+    """What the filter's search finds (None: no search)."""
+    return None if f.search is None else await find(conn, f.search, f.project, statuses(f))
+
+
+async def rows(
+    conn: Connection, f: RunFilter, before: Cursor | None, limit: int, found: Found | None = None
+) -> list[RunRow]:
     """At most ``limit`` rows matching ``f`` (statuses and SQL filters; not the reason),
-    newest first, older than ``before``."""
+    newest first, older than ``before``; ``found``: the search's runs when already known."""
     if statuses(f) == []:
         return []
+    if found is None:
+        found = await searched(conn, f)
     sql, names = statement(f, before is not None)
-    given = values(f, before, limit)
+    given = values(f, before, limit, found)
     return [RunRow(**dict(r.items())) for r in await conn.fetch(sql, *(given[n] for n in names))]
 
 
 # Parameter numbers as constant strings, so the statement stays a LiteralString.
 _NUMBERS: tuple[LiteralString, ...] = tuple(
-    ("$" + n) for n in ("0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10")
+    ("$" + n) for n in ("0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13")
 )
 
 
@@ -324,26 +365,31 @@ async def page(
     if statuses(f) == []:
         return Page(rows=[], next=None, scanned=0)
     found_rows: list[tuple[RunRow, BlockedOn | None]] = []
+    found = await searched(conn, f)
+    capped = found is not None and found.capped
     scanned = 0
     cursor = before
     batch = size if f.reason is None else SCAN_BATCH
     while True:
-        found = await rows(conn, f, cursor, batch)
-        scanned += len(found)
-        blocked = await decide(conn, [r.run_id for r in found]) if found else {}
-        for row in found:
+        batch_rows = await rows(conn, f, cursor, batch, found)
+        scanned += len(batch_rows)
+        blocked = await decide(conn, [r.run_id for r in batch_rows]) if batch_rows else {}
+        for row in batch_rows:
             b = blocked.get(row.run_id)
             if f.reason is None or (b is not None and b.reason is f.reason):
                 found_rows.append((row, b))
                 if len(found_rows) == size:
                     return Page(
-                        rows=found_rows, next=Cursor(row.created_at, row.run_id), scanned=scanned
+                        rows=found_rows,
+                        next=Cursor(row.created_at, row.run_id),
+                        scanned=scanned,
+                        capped=capped,
                     )
-        if len(found) < batch:
-            return Page(rows=found_rows, next=None, scanned=scanned)
-        cursor = Cursor(found[-1].created_at, found[-1].run_id)
+        if len(batch_rows) < batch:
+            return Page(rows=found_rows, next=None, scanned=scanned, capped=capped)
+        cursor = Cursor(batch_rows[-1].created_at, batch_rows[-1].run_id)
         if scanned >= SCAN_LIMIT:
-            return Page(rows=found_rows, next=cursor, scanned=scanned)
+            return Page(rows=found_rows, next=cursor, scanned=scanned, capped=capped)
         # A filter that matches little: fewer, larger batches (each costs a statement, the
         # facts query and a look at Redis), never past the scan limit.
         batch = min(batch * 2, SCAN_BATCH_MAX, SCAN_LIMIT - scanned)

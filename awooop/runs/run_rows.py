@@ -21,12 +21,19 @@ from awooop.eventlog import run_reads
 from awooop.eventlog.runs import apply_and_store
 from awooop.eventlog.state import RunState, row_to_state
 
-__all__ = ("load", "lock", "lock_if_present", "record")
+__all__ = ("load", "lock", "lock_if_present", "record", "version_of")
 
 
 async def load(conn: Connection, run_id: uuid.UUID) -> RunState | None:
     row = await conn.fetchrow(run_reads.GET, run_id)
     return None if row is None else row_to_state(row)
+
+
+async def version_of(conn: Connection, run_id: uuid.UUID) -> tuple[int, str, datetime] | None:
+    """The run's version and status, and the database clock (None: no such run): what a live
+    page compares before it reads the run's stream."""
+    row = await conn.fetchrow(run_reads.VERSION, run_id)
+    return None if row is None else (row["version"], row["status"], row["db_now"])
 
 
 async def lock_if_present(conn: Connection, run_id: uuid.UUID) -> tuple[RunState, datetime] | None:

@@ -12,10 +12,17 @@ import enum
 import time
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from awooop.core.telemetry import inject
+
+# The ``traceparent`` of the running attempt's ``run`` span while that span is exported
+# (recorded and sampled): every event the attempt writes carries it as ``run_span``, and the
+# next attempt links to it (:mod:`awooop.worker.tracelinks`).
+RUN_SPAN: ContextVar[str | None] = ContextVar("awooop_run_span", default=None)
 
 
 class StopReason(enum.StrEnum):
@@ -44,7 +51,37 @@ class Attempt:
     stop_reason: StopReason | None = None
     finishing: bool = False  # writing its last event: a missing lease is expected now
     started: float = field(default_factory=time.monotonic)
+    # The step the handler is in now and when it started (the worker's clock): the heartbeat
+    # writes it with each renewal, so that a long step shows while it runs.
+    step: str | None = None
+    step_started_at: datetime | None = None
+    # The innermost step an exception left, to name the failing step (see step_of).
+    raised_in: tuple[BaseException, str] | None = None
     _deadline_timer: asyncio.TimerHandle | None = None
+
+    def enter_step(self, name: str) -> tuple[str | None, datetime | None]:
+        """The handler starts step ``name`` now; returns the step it was in (a step may run
+        inside another), for :meth:`leave_step`."""
+        outer = (self.step, self.step_started_at)
+        self.step, self.step_started_at = name, datetime.now(UTC)
+        return outer
+
+    def leave_step(self, outer: tuple[str | None, datetime | None]) -> None:
+        self.step, self.step_started_at = outer
+
+    def step_raised(self, exc: BaseException, name: str) -> None:
+        """``exc`` left step ``name``. An exception that an inner step already noted (itself,
+        or one raised from it) keeps the inner step's name."""
+        if self.raised_in is not None and any(e is self.raised_in[0] for e in causes(exc)):
+            return
+        self.raised_in = (exc, name)
+
+    def step_of(self, exc: BaseException) -> str | None:
+        """The step the handler was in when ``exc`` (or the exception it was raised from)
+        was raised; None when it was raised outside every step."""
+        if self.raised_in is not None and any(e is self.raised_in[0] for e in causes(exc)):
+            return self.raised_in[1]
+        return None
 
     def live(self) -> bool:
         return self.stop_reason is None and time.monotonic() < self.lease_deadline
@@ -76,6 +113,17 @@ class Attempt:
         return True
 
 
+def causes(exc: BaseException) -> list[BaseException]:
+    """Pure: ``exc`` and the exceptions it was raised from or while handling, newest first
+    (each once: a chain may loop)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and not any(current is seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
 def trace_metadata() -> dict[str, Any]:
     traceparent, tracestate = inject()
     meta: dict[str, Any] = {}
@@ -83,4 +131,7 @@ def trace_metadata() -> dict[str, Any]:
         meta["traceparent"] = traceparent
     if tracestate:
         meta["tracestate"] = tracestate
+    run_span = RUN_SPAN.get()
+    if run_span:
+        meta["run_span"] = run_span
     return meta

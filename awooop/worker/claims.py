@@ -53,6 +53,8 @@ async def claim_announced(
         state = batch.claimed.get(run_id)
         if state is not None:
             results.append(Claimed(state, None))
+        elif run_id in batch.paused:
+            results.append(Claimed(None, Availability.PAUSED))
         else:
             seen = leases.availability(batch.others.get(run_id), batch.now, worker_id)
             results.append(Claimed(None, seen))
@@ -82,9 +84,11 @@ async def take_if_expired(
         count_reap(taken.reaped)
         if taken.claimed:
             return taken.state, True
-        return None, True  # failed (max attempts), or a suspect left to the isolated claim
+        # failed (max attempts), a suspect left to the isolated claim, or paused
+        return None, True
     # Finished, waiting for approval, unknown, or already mine: nothing to run here. A
-    # suspect: the isolated claim finds it in Postgres (awooop.worker.isolation).
+    # suspect: the isolated claim finds it in Postgres (awooop.worker.isolation). Paused: the
+    # resume wakes the polling path, which finds it in Postgres (awooop.runs.pauses).
     # Held by a live lease elsewhere, or locked by a concurrent claim: leave it pending.
     return None, seen not in (Availability.HELD, Availability.CLAIMABLE)
 

@@ -15,7 +15,11 @@ becomes the run's result. ``run`` offers:
 - ``await run.llm(prompt, contract=..., **options)``: the model gateway (revision pointer check
   before every call). Each call, answered or failed, is recorded as ``ModelCalled`` (fenced,
   before the answer is returned: :mod:`awooop.llm.calls`) with the model and the policy
-  revision that served it; the answer itself is not journaled: wrap the call in a step.
+  revision that served it, the prompt and the answer (capped) and the token counts, for
+  people to read; the answer is not journaled (a retry calls again): wrap the call in a step.
+- while ``run.step`` (or ``run.wait_for_tool``) runs, the heartbeat reports that step and
+  when it started (the run page shows it); an exception that leaves a step and fails the
+  run names that step in ``RunFailed`` with its traceback.
 - ``await run.wait_for_approval(name, reason=...)``: the first time, the run enters
   WAITING_APPROVAL (the lease is released, the attempt ends here; the token goes to the
   notifier). After an approval the run is dispatched again, the handler runs from the top,
@@ -32,7 +36,8 @@ the attempt no longer holds its lease, for handlers that compute without awaitin
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, cast
@@ -90,6 +95,7 @@ class ApprovalGrant:
     name: str
     actor: str | None
     decided_at: datetime | None
+    by: str | None = None  # the person, when a management token or console session decided
 
 
 class RunContext:
@@ -158,22 +164,24 @@ class RunContext:
                 return self._recorded(name, type)
             span.set_attribute("awooop.step.replayed", False)
             self.check()
-            result = await fn()
-            encoded = msgspec.to_builtins(result)
-            try:
-                await self._write(
-                    lambda _s, now: StepCompleted(
-                        at=now,
-                        worker_id=self.worker_id,
-                        attempt=self.attempt,
-                        step=name,
-                        result=encoded,
+            with self._in_step(name) as started_at:
+                result = await fn()
+                encoded = msgspec.to_builtins(result)
+                try:
+                    await self._write(
+                        lambda _s, now: StepCompleted(
+                            at=now,
+                            worker_id=self.worker_id,
+                            attempt=self.attempt,
+                            step=name,
+                            result=encoded,
+                            started_at=started_at,
+                        )
                     )
-                )
-            except Exception as exc:
-                if data_error(exc):
-                    raise unstorable(f"step {name!r} result", exc) from exc
-                raise
+                except Exception as exc:
+                    if data_error(exc):
+                        raise unstorable(f"step {name!r} result", exc) from exc
+                    raise
             self._steps[name] = encoded
             return result
 
@@ -212,7 +220,9 @@ class RunContext:
         self._use(step_name)
         if step_name in self._steps:
             recorded = self._steps[step_name] or {}
-            return ApprovalGrant(name=name, actor=recorded.get("actor"), decided_at=None)
+            return ApprovalGrant(
+                name=name, actor=recorded.get("actor"), decided_at=None, by=recorded.get("by")
+            )
         self.check()
         attempt = self._attempt
 
@@ -220,6 +230,8 @@ class RunContext:
             found = await approvals.find_decision(conn, self.run_id, name)
             if found is not None and found.decision is Decision.APPROVED:
                 grant = {"actor": found.actor, "decided_at": found.decided_at.isoformat()}
+                if found.by is not None:
+                    grant["by"] = found.by
                 await leases.fenced_record(
                     conn,
                     self.run_id,
@@ -234,7 +246,9 @@ class RunContext:
                     ),
                     trace_metadata(),
                 )
-                return ApprovalGrant(name=name, actor=found.actor, decided_at=found.decided_at)
+                return ApprovalGrant(
+                    name=name, actor=found.actor, decided_at=found.decided_at, by=found.by
+                )
             attempt.finishing = True
             return await approvals.request(
                 conn,
@@ -278,8 +292,12 @@ class RunContext:
                 at=now, worker_id=self.worker_id, attempt=self.attempt, tool=tool
             )
         )
-        with tracer.start_as_current_span(
-            f"tool {tool}", attributes={"awooop.run_id": str(self.run_id), "awooop.tool": tool}
+        with (
+            tracer.start_as_current_span(
+                f"tool {tool}",
+                attributes={"awooop.run_id": str(self.run_id), "awooop.tool": tool},
+            ),
+            self._in_step(step_name) as started_at,
         ):
             result = await call()
         encoded = msgspec.to_builtins(result)
@@ -302,6 +320,7 @@ class RunContext:
                     attempt=self.attempt,
                     step=step_name,
                     result=encoded,
+                    started_at=started_at,
                 ),
             ):
                 await leases.fenced_record(
@@ -314,6 +333,21 @@ class RunContext:
         return result
 
     # --- internals ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _in_step(self, name: str) -> Iterator[datetime]:
+        """The handler is in step ``name`` (the heartbeat reports it; an exception that leaves
+        it names it as the failing step); yields when the step started."""
+        outer = self._attempt.enter_step(name)
+        started_at = self._attempt.step_started_at
+        assert started_at is not None
+        try:
+            yield started_at
+        except BaseException as exc:
+            self._attempt.step_raised(exc, name)
+            raise
+        finally:
+            self._attempt.leave_step(outer)
 
     def _use(self, name: str) -> None:
         if name in self._used:

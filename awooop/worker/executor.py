@@ -28,7 +28,7 @@ from awooop.core.telemetry import exporting, tracer
 from awooop.eventlog.state import RunState
 from awooop.runs import leases
 from awooop.worker import tracelinks
-from awooop.worker.attempts import Attempt, StopReason, StreamEntry
+from awooop.worker.attempts import RUN_SPAN, Attempt, StopReason, StreamEntry
 from awooop.worker.context import LLMClient, Notifier, RunContext, Suspended
 from awooop.worker.last_writes import LastWrites
 from awooop.worker.outcomes import (
@@ -134,7 +134,11 @@ class Executor:
                     },
                 ) as span,
             ):
-                outcome = await self._run(attempt, state)
+                stored = RUN_SPAN.set(tracelinks.exported_traceparent(span))
+                try:
+                    outcome = await self._run(attempt, state)
+                finally:
+                    RUN_SPAN.reset(stored)
                 span.set_attribute("awooop.outcome", str(outcome))
                 return outcome
         finally:
@@ -234,7 +238,7 @@ class Executor:
         if infrastructure_failure(exc):
             code, reason = failure_of(exc)
             log.warning("attempt_abandoned", code=code, reason=reason, exc_info=exc)
-            return self._count(attempt, await self.last_writes.give_back(attempt, reason))
+            return self._count(attempt, await self.last_writes.give_back(attempt, reason, exc))
         return self._count(attempt, await self.last_writes.fail(attempt, exc))
 
     async def _stopped(self, attempt: Attempt) -> Outcome:

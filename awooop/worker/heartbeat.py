@@ -14,7 +14,9 @@ runs, whatever the network does.** Three parts hold it:
   by ``AWOOOP_DB_STATEMENT_TIMEOUT_S`` (shorter than the local lease): a renewal that hangs
   on a black-holed connection fails in time and the next round tries again on a fresh one. A
   run missing from the answer lost its lease (reaped, taken, cancelled): its handler is
-  cancelled at once.
+  cancelled at once. The same statement writes the step each attempt is in and since when
+  (:func:`current_steps`), so the run page shows a long step while it runs without a write per
+  step; it is at most one interval old.
 - Redis is never on the renewal's path. After a renewal the worker touches its own pending
   stream entries (``XCLAIM ... JUSTID`` to itself, R-16) so that reclaimers leave live work
   alone; that touch runs in its own task, bounded by the heartbeat interval, and a hung or
@@ -30,15 +32,18 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from awooop.core import metrics
 from awooop.core.db import Connection, Database
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
+from awooop.core.storable import sanitized
+from awooop.eventlog.runs import CurrentStep
 from awooop.runs import leases
 from awooop.runs.control import CANCEL_CHANNEL
-from awooop.worker.attempts import StopReason, StreamEntry
+from awooop.runs.pauses import RESUME_CHANNEL
+from awooop.worker.attempts import Attempt, StopReason, StreamEntry
 from awooop.worker.executor import Executor
 from awooop.worker.outcomes import lease_lost
 
@@ -50,6 +55,19 @@ Toucher = Callable[[list[StreamEntry]], Awaitable[None]]
 # process holds costs at most one read per gap, and a real cancel still stops its handler
 # within a gap and a read.
 CHECK_GAP_S = 0.1
+# The longest step name a renewal writes (a step name has no bound of its own).
+STEP_NAME_CHARS = 200
+
+
+def current_steps(held: Mapping[uuid.UUID, Attempt]) -> dict[uuid.UUID, CurrentStep]:
+    """Pure: the step each attempt is in now, as the renewal writes it (``current_step``,
+    migration 0127): storable (NUL and lone surrogates escaped: one bad name must not fail the
+    renewal of every lease) and cut to :data:`STEP_NAME_CHARS`."""
+    return {
+        rid: (sanitized(a.step)[:STEP_NAME_CHARS], a.step_started_at)
+        for rid, a in held.items()
+        if a.step is not None and a.step_started_at is not None
+    }
 
 
 class Heartbeat:
@@ -79,7 +97,7 @@ class Heartbeat:
         sent = time.monotonic()
         worker_id = self.executor.worker_id
         renewed = await self.statements.heartbeat(
-            worker_id, {rid: a.number for rid, a in held.items()}, self.ttl_s
+            worker_id, {rid: a.number for rid, a in held.items()}, self.ttl_s, current_steps(held)
         )
         self.rounds += 1
         metrics.LEASE_RENEWALS.inc(len(renewed))
@@ -138,11 +156,21 @@ class CancelListener:
     next one, and checks are at least :data:`CHECK_GAP_S` apart, so a flood of notices costs at
     most one primary-key read per gap.
 
+    The same connection listens for resumed pauses (:data:`awooop.runs.pauses.RESUME_CHANNEL`),
+    another doorbell: ``on_resume`` makes the polling path look at once (resume_bell.py).
+
     Reconnects with a pause when the connection drops; meanwhile the heartbeat still finds
     cancelled runs (their leases are no longer renewed)."""
 
-    def __init__(self, executor: Executor, database_url: str, db: Database) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        database_url: str,
+        db: Database,
+        on_resume: Callable[[], None] | None = None,
+    ) -> None:
         self.executor = executor
+        self.on_resume = on_resume
         self.database_url = database_url
         self.statements = leases.RunStatements(db)
         self.connected = asyncio.Event()
@@ -160,6 +188,11 @@ class CancelListener:
             return  # not ours (or already stopping): nothing to check
         self._asked.add(run_id)
         self._ring.set()
+
+    def _resumed(self, _conn: object, _pid: int, _channel: str, _payload: object) -> None:
+        """A pause was resumed (awooop.runs.pauses): the polling path looks at once."""
+        if self.on_resume is not None:
+            self.on_resume()
 
     async def check(self) -> None:
         """Read who holds the runs the notices named, and stop the attempts the rows condemn."""
@@ -223,6 +256,8 @@ class CancelListener:
                 conn = await connect(self.database_url, PLATFORM_ROLE)
                 conn.add_termination_listener(lambda _c, closed=closed: closed.set())
                 await conn.add_listener(CANCEL_CHANNEL, self._notified)
+                if self.on_resume is not None:
+                    await conn.add_listener(RESUME_CHANNEL, self._resumed)
                 self.connected.set()
                 stopper = asyncio.ensure_future(stop.wait())
                 dropped = asyncio.ensure_future(closed.wait())

@@ -9,6 +9,11 @@ with E-DATA-001 and a reason naming the value's place; its neighbours complete. 
 whose own reason cannot be stored is written again with a reason that can. Any other error of
 a last write (a conflict that outlasted its retries) is ERROR; a refused (fenced) one is LOST
 (:mod:`awooop.worker.outcomes`).
+
+An attempt that ends with an exception (``RunFailed``, or ``LeaseReleased`` when its stores
+were away) keeps the exception's traceback (:func:`awooop.core.excerpts.failure_traceback`)
+and the step the handler was in when it raised (:meth:`Attempt.step_of
+<awooop.worker.attempts.Attempt.step_of>`) in that event.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from awooop.core.batching import Batcher, data_error
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError, UnstorableValueError
 from awooop.core.events import Event, LeaseReleased, RunFailed
+from awooop.core.excerpts import failure_traceback
 from awooop.core.logs import get_logger
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import unstorable
@@ -86,10 +92,18 @@ class LastWrites:
         with unavailable_on_connection_errors("a fenced write failed"):
             return await self.writes.submit(project_id, write, unique=write.run_id)
 
-    async def release(self, attempt: Attempt, reason: str = "the worker shut down") -> Outcome:
+    async def release(
+        self,
+        attempt: Attempt,
+        reason: str = "the worker shut down",
+        exc: BaseException | None = None,
+    ) -> Outcome:
         """Give the lease back (``LeaseReleased``, uncharged: the run did nothing wrong): the
-        attempt stops without an end."""
+        attempt stops without an end. ``exc``: the exception that ended the attempt (its
+        traceback and step are kept with the event)."""
         attempt.finishing = True
+        traceback = "" if exc is None else failure_traceback(exc)
+        step = None if exc is None else attempt.step_of(exc)
         return await self._last_write(
             attempt,
             Outcome.RELEASED,
@@ -99,10 +113,14 @@ class LastWrites:
                 attempt=attempt.number,
                 charged=False,
                 reason=reason,
+                traceback=traceback,
+                step=step,
             ),
         )
 
-    async def give_back(self, attempt: Attempt, why: str) -> Outcome:
+    async def give_back(
+        self, attempt: Attempt, why: str, exc: BaseException | None = None
+    ) -> Outcome:
         """The attempt ended because the runtime's own stores were away or refusing: hand the
         run back uncharged as soon as Postgres takes the write, retried with a growing pause
         while the lease holds (the heartbeat goes on renewing it meanwhile). RELEASED, LOST
@@ -111,7 +129,7 @@ class LastWrites:
         pause = GIVE_BACK_FIRST_PAUSE_S
         reason = f"the attempt was abandoned: {why}"
         while True:
-            outcome = await self.release(attempt, reason)
+            outcome = await self.release(attempt, reason, exc)
             if outcome is not Outcome.ERROR:
                 return outcome
             remaining = attempt.lease_deadline - time.monotonic()
@@ -138,12 +156,20 @@ class LastWrites:
     async def fail(self, attempt: Attempt, exc: BaseException) -> Outcome:
         attempt.finishing = True
         code, reason = failure_of(exc)
-        log.warning("handler_failed", code=code, reason=reason, exc_info=exc)
+        step = attempt.step_of(exc)
+        log.warning("handler_failed", code=code, reason=reason, step=step, exc_info=exc)
+        traceback = failure_traceback(exc)
         return await self._last_write(
             attempt,
             Outcome.FAILED,
             lambda _s, now: RunFailed(
-                at=now, reason=reason, code=code, worker_id=self.worker_id, attempt=attempt.number
+                at=now,
+                reason=reason,
+                code=code,
+                worker_id=self.worker_id,
+                attempt=attempt.number,
+                traceback=traceback,
+                step=step,
             ),
         )
 

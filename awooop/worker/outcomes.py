@@ -41,6 +41,7 @@ from awooop.core.errors import (
     HandlerError,
     RedisUnavailableError,
 )
+from awooop.core.excerpts import redacted
 from awooop.core.logs import get_logger
 from awooop.core.storable import sanitized
 from awooop.worker.attempts import Attempt, StopReason
@@ -94,8 +95,10 @@ def infrastructure_failure(exc: BaseException) -> bool:
 
 def failure_of(exc: BaseException) -> tuple[str, str]:
     """Pure: the (code, reason) a handler exception fails the run with. The reason is
-    storable whatever the exception says (NUL and lone surrogates escaped)."""
+    storable whatever the exception says (NUL and lone surrogates escaped), and what looks
+    like a secret in it is redacted, as in the traceback kept with it
+    (:mod:`awooop.core.excerpts`)."""
     code = exc.code if isinstance(exc, AwoooPError) else HandlerError.code
     text = str(exc)
     reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return code, sanitized(reason[:MAX_REASON_CHARS])
+    return code, sanitized(redacted(reason)[:MAX_REASON_CHARS])

@@ -5,8 +5,9 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
 - **the work stream** (R-16): the relay announces every dispatch event; a delivery names the
   run, the worker takes the lease with one conditional statement
   (:func:`awooop.worker.claims.claim_announced`) and runs it. No lease, no execution: the
-  message is acknowledged when the run is finished, cancelled or waiting for approval, and left
-  pending while a live lease elsewhere holds it.
+  message is acknowledged when the run is finished, cancelled, waiting for approval or paused
+  (a resume rings the polling path: resume_bell.py), and left pending while a live lease
+  elsewhere holds it.
 - **reclaim** (R-16): pending entries idle longer than the lease are claimed from dead
   consumers and reconciled with Postgres (:mod:`awooop.worker.reclaim`).
 - **polling** (R-11, R-33): every ``poll_interval_s`` the worker claims dispatchable runs that
@@ -55,6 +56,7 @@ from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
 from awooop.worker.isolation import Isolation
 from awooop.worker.last_writes import FLUSHES_PER_PROJECT
 from awooop.worker.outcomes import Outcome
+from awooop.worker.resume_bell import ResumeBell
 
 log = get_logger("awooop.worker")
 
@@ -104,7 +106,10 @@ class Worker:
             interval_s=settings.heartbeat_interval_s,
             touch=touch,
         )
-        self.cancel_listener = CancelListener(self.executor, settings.database_url, db)
+        self.resume_bell = ResumeBell()  # a resumed pause: poll at once (resume_bell.py)
+        self.cancel_listener = CancelListener(
+            self.executor, settings.database_url, db, on_resume=self.resume_bell.ring
+        )
         self.accepting = True
         self.claims: Batcher[str, tuple[uuid.UUID, dict[str, Any]], Claimed] = Batcher(
             self._flush_claims, parallel=FLUSHES_PER_PROJECT
@@ -243,20 +248,27 @@ class Worker:
             return 0.0
         seen = self.intake_activity() if self.intake_activity is not None else 0
         busy, self._last_activity = seen != self._last_activity, seen
-        return self.settings.poll_interval_s * (BUSY_POLL_AGE_FACTOR if busy else 1)
+        normal = self.settings.poll_interval_s * (BUSY_POLL_AGE_FACTOR if busy else 1)
+        return self.resume_bell.min_age(normal)
 
     async def _poll_loop(self, stop: asyncio.Event) -> None:
         period = self.settings.poll_interval_s if self.streams else NO_STREAM_POLL_S
         while not stop.is_set():
             self._slot_freed.clear()
+            self.resume_bell.rung.clear()
+            had_room = self.free_slots() > 0
             try:
                 claimed = await self.poll_once(self.poll_min_age())
             except Exception as exc:
                 log.warning("poll_failed", error=repr(exc))
                 claimed = 0
+            self.resume_bell.polled(claimed, had_room)
             if claimed and self.free_slots() > 0:
                 continue  # there may be more
-            waiters = [asyncio.ensure_future(stop.wait())]
+            waiters = [
+                asyncio.ensure_future(stop.wait()),
+                asyncio.ensure_future(self.resume_bell.rung.wait()),
+            ]
             if claimed or not self.streams:
                 waiters.append(asyncio.ensure_future(self._slot_freed.wait()))
             try:

@@ -8,14 +8,17 @@ over minutes and does not hang under the trace of the loop that requeued it (sam
 ``AWOOOP_LOOP_TRACE_SAMPLE_RATIO``). Such a ``run`` span links to:
 
 - the **ingest**: the span named by the ``RunCreated`` event's ``traceparent`` (metadata);
-- the **previous attempt**: the span named by the ``traceparent`` of the last event that
-  attempt wrote (a step, ``RunFailed``, ``LeaseReleased``: written inside its ``run`` span;
-  ``RunClaimed`` when it wrote nothing else, which names its ``lease claim`` span).
+- the **previous attempt**: that attempt's ``run`` span, named by the ``run_span`` metadata
+  of the events it wrote. An attempt stores it only while its ``run`` span is exported
+  (recorded and sampled: :func:`exported_traceparent`).
 
-Both are read from the event log, durable and already written: one indexed read of the run's
-stream, made only for such a root span and only while spans are exported, so the hot path (a
-first attempt from the stream) pays nothing. From any attempt, Tempo follows the links back
-to the previous one and to the ingest.
+A link names only a sampled span (:func:`awooop.core.telemetry.span_link`): an attempt whose
+``run`` span was not exported (not sampled, or in a process that exports nothing), or that
+wrote nothing after its claim, gets no previous-attempt link rather than one to a span no
+backend has. Both are read from the event log, durable and already written: one indexed read
+of the run's stream, made only for such a root span and only while spans are exported, so the
+hot path (a first attempt from the stream) pays nothing. From any attempt, Tempo follows the
+links back to the previous one and to the ingest.
 """
 
 from __future__ import annotations
@@ -26,28 +29,35 @@ from typing import Any
 from opentelemetry import trace
 
 from awooop.core.events import run_stream_id
-from awooop.core.telemetry import span_link
+from awooop.core.telemetry import inject, span_link
 
 # --- SQL -----------------------------------------------------------------------------------
 HISTORY = """
 SELECT
   (SELECT metadata FROM awooop_events WHERE stream_id = $1 AND version = 1) AS created,
-  (SELECT metadata FROM awooop_events
-   WHERE stream_id = $1 AND metadata ? 'traceparent'
-     AND event_type NOT IN ('RunCreated', 'RunRequeued')
-     AND data->>'attempt' = $2
+  (SELECT metadata->>'run_span' FROM awooop_events
+   WHERE stream_id = $1 AND metadata ? 'run_span' AND data->>'attempt' = $2
    ORDER BY version DESC LIMIT 1) AS previous
 """
 
 
+def exported_traceparent(span: trace.Span) -> str | None:
+    """The ``traceparent`` naming ``span`` if it is exported (recorded and sampled), else None."""
+    if not (span.is_recording() and span.get_span_context().trace_flags.sampled):
+        return None
+    return inject(trace.set_span_in_context(span))[0]
+
+
 def links_from(created: Any, previous: Any) -> list[trace.Link]:
-    """Pure: the links named by the metadata of the ``RunCreated`` event and of the previous
-    attempt's last event (either may be missing or carry no trace context)."""
+    """Pure: the links named by the ``RunCreated`` event's metadata and by the previous
+    attempt's ``run_span`` (either may be missing, or name a span that was not sampled)."""
+    meta = created if isinstance(created, dict) else {}
+    named = (
+        (meta.get("traceparent"), meta.get("tracestate"), "ingest"),
+        (previous, None, "previous_attempt"),
+    )
     links: list[trace.Link] = []
-    for meta, kind in ((created, "ingest"), (previous, "previous_attempt")):
-        if not isinstance(meta, dict):
-            continue
-        traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
+    for traceparent, tracestate, kind in named:
         for link in span_link(
             traceparent if isinstance(traceparent, str) else None,
             tracestate if isinstance(tracestate, str) else None,

@@ -31,6 +31,7 @@ BENCHMARKS = (
     "revisions",
     "replay",
     "loops",
+    "console",
     "growth",
     "online_migration",
 )

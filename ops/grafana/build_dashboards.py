@@ -143,6 +143,17 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 [("sum by (reason) (awooop_runs_blocked)", "{{reason}}")],
                 "short",
             ),
+            (
+                "Pauses: active pauses by scope, and the runs they hold back",
+                [
+                    ("sum by (scope) (awooop_paused_scopes)", "{{scope}} pauses"),
+                    (
+                        'sum by (project_id) (awooop_runs_blocked{reason="paused"})',
+                        "{{project_id}} runs held",
+                    ),
+                ],
+                "short",
+            ),
         ],
     ),
     "awooop-lag": (

@@ -28,6 +28,7 @@ from awooop.demo.servers import free_port
 from awooop.ingest import credentials
 from awooop.producer import ChannelEvent, submit
 from awooop.runs.control import CANCEL_CHANNEL
+from awooop.runs.pauses import RESUME_CHANNEL
 from tests.support import failover
 from tests.support.http import wait_ready
 from tests.support.runs import all_histories, check_single_holder, count_events
@@ -301,14 +302,15 @@ async def test_producers_relay_and_workers_ride_through_a_killed_primary(
         # to give back were taken again, under one holder at a time (above).
         retried = sum(1 for n in (await count_events(db, "RunClaimed")).values() if n > 1)
 
-        # Each worker's cancel listener LISTENs again, on the new primary.
+        # Each worker's cancel listener LISTENs again, on the new primary (its last statement is
+        # the LISTEN of one of its two channels: cancels, then resumed pauses).
         async def listening() -> int:
             conn = await asyncpg.connect(url)  # the superuser: every session's query text
             try:
                 return int(
                     await conn.fetchval(
-                        "SELECT count(*) FROM pg_stat_activity WHERE query = $1",
-                        f'LISTEN "{CANCEL_CHANNEL}"',
+                        "SELECT count(*) FROM pg_stat_activity WHERE query = ANY($1)",
+                        [f'LISTEN "{c}"' for c in (CANCEL_CHANNEL, RESUME_CHANNEL)],
                     )
                 )
             finally:

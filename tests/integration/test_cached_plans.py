@@ -226,7 +226,8 @@ async def test_lease_renewals_find_their_runs_through_the_primary_key_after_many
             await conn.execute(f"PREPARE renew_probe AS {runs_log.RENEW_LEASES}")
             renew = await conn.fetchval(
                 "EXPLAIN (ANALYZE, FORMAT JSON)"
-                f" EXECUTE renew_probe('w1', ARRAY['{run_id}']::uuid[], 30, ARRAY[1])"
+                f" EXECUTE renew_probe('w1', ARRAY['{run_id}']::uuid[], 30, ARRAY[1],"
+                " ARRAY['a step'], ARRAY[now()])"
             )
             renewed = await conn.fetchval(
                 "SELECT heartbeat_at > now() - interval '1 minute' FROM awooop_run_state"

@@ -67,7 +67,13 @@ class FakeOllama:
             return bad
         await asyncio.sleep(0.01)  # a call takes a moment, so concurrent calls overlap
         return JSONResponse(
-            {"model": payload["model"], "response": f"gen:{payload['prompt']}", "done": True}
+            {
+                "model": payload["model"],
+                "response": f"gen:{payload['prompt']}",
+                "done": True,
+                "prompt_eval_count": 26,
+                "eval_count": 290,
+            }
         )
 
     async def chat(self, request: Request) -> Response:
@@ -115,6 +121,9 @@ async def test_generate_and_chat(ollama: FakeOllama) -> None:
         await client.aclose()
     assert (generated.text, generated.model) == ("gen:hello", "m")
     assert (chatted.text, chatted.model) == ("chat:hey", "c")
+    # The server's own token counts; an answer without them has none.
+    assert (generated.input_tokens, generated.output_tokens) == (26, 290)
+    assert (chatted.input_tokens, chatted.output_tokens) == (None, None)
     assert ollama.requests[0] == {
         "model": "m",
         "prompt": "hello",

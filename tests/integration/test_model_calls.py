@@ -161,7 +161,8 @@ async def test_each_call_is_listed_with_the_revision_that_served_it(
         page = await http.get(f"/ui/runs/{P}/{run_id}")
     assert page.status_code == 200 and "<h2>Model calls</h2>" in page.text
     rows = [CELL.findall(row) for row in ROW.findall(page.text)]
-    # Columns: #, started, attempt, model, contract, revision, body hash, duration, outcome, trace
+    # Columns: #, started, attempt, model, contract, revision, body hash, duration, outcome,
+    # tokens in/out, trace
     assert [(row[3], row[4], row[8]) for row in rows] == [
         ("model-a", "policy_routing/default", "ok"),
         ("model-a", "policy_routing/default", "ok"),
@@ -174,7 +175,7 @@ async def test_each_call_is_listed_with_the_revision_that_served_it(
     ]
     (trace_id,) = trace_ids
     link = html.escape(TRACE_URL.replace("{trace_id}", trace_id))
-    assert all(f'<a href="{link}">{trace_id}</a>' == row[9] for row in rows)
+    assert all(f'<a href="{link}">{trace_id}</a>' == row[10] for row in rows)
 
     # The management API's run route lists them too.
     _, manage = await credentials.create_management_token(db, P, "manage")

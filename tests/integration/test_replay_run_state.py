@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from awooop.core.db import Database
 from awooop.eventlog.state import COLUMNS
-from awooop.runs import run_rows
+from awooop.runs import leases, run_rows
 from projections.registry import get
 from projections.replay import Replay, replay
 from tests.support.factories import event_for
@@ -126,6 +127,47 @@ async def test_a_lease_clock_behind_the_log_is_a_difference(
         )
     report = await replay(database_url, get("run_state"))
     assert report.diffs[0].examples["different"] == [f"{run_id} (lease_until)"]
+
+
+async def test_the_reported_step_is_not_compared_and_a_swap_keeps_it(
+    db: Database, database_url: str
+) -> None:
+    """The step a running attempt is in (written by the renewal, migration 0127) is outside
+    the fold, like the lease clock: verify ignores it and a swap carries it over."""
+    work = Workload(db, seed=7)
+    run_id = await work.create("alpha")
+    async with db.tenant("alpha") as conn:
+        state = await run_rows.record(
+            conn, run_id, lambda s, now: event_for("RunClaimed", s, at=now)
+        )
+    assert state.worker_id is not None
+    started = datetime.now(UTC)
+    renewed = await db.in_platform_writes(
+        lambda c: leases.heartbeat(
+            c,
+            state.worker_id or "",
+            {run_id: state.attempt_count},
+            600,
+            {run_id: ("slow", started)},
+        )
+    )
+    assert renewed == {run_id}
+    step_sql = (
+        "SELECT current_step, current_step_started_at, current_step_attempt "
+        "FROM awooop_run_state WHERE run_id = $1"
+    )
+    async with db.platform() as conn:
+        before = dict((await conn.fetchrow(step_sql, run_id)).items())
+    assert before == {
+        "current_step": "slow",
+        "current_step_started_at": started,
+        "current_step_attempt": state.attempt_count,
+    }
+    assert (await replay(database_url, get("run_state"))).differences == 0
+    swapped = await replay(database_url, get("run_state"), swap=True)
+    assert swapped.swapped and swapped.differences == 0
+    async with db.platform() as conn:
+        assert dict((await conn.fetchrow(step_sql, run_id)).items()) == before
 
 
 @pytest.mark.parametrize("name", ["run_state", "run_state_view"])

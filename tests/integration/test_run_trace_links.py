@@ -1,12 +1,14 @@
 """A retried run's attempts are linked (R-50): the first attempt is in the ingest trace, every
 later one starts a trace of its own whose ``run`` span links to the ingest span and to the
-previous attempt, so Tempo leads from any attempt to the history. Real Postgres, Redis, relay
-and worker (streams and polling), an in-memory span exporter."""
+previous attempt's ``run`` span, so Tempo leads from any attempt to the history; no link names a
+span that was not exported. Real Postgres, Redis, relay and worker (streams and polling), an
+in-memory span exporter."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -14,13 +16,18 @@ import msgspec
 from opentelemetry.sdk.trace import ReadableSpan
 
 from awooop.core.config import Settings
+from awooop.core.db import Database
 from awooop.core.errors import DatabaseUnavailableError
+from awooop.core.events import RunClaimed, StepCompleted
 from awooop.http.app import create_app
 from awooop.ingest import credentials
+from awooop.runs import run_rows
 from awooop.services import Services
 from awooop.worker.context import RunContext
 from awooop.worker.outcomes import own_trace
+from awooop.worker.tracelinks import history_links
 from streams.relay import Relay
+from tests.support.streams import create_run
 from tests.support.waiting import eventually
 from tests.support.workers import streaming_worker
 
@@ -123,10 +130,59 @@ async def test_each_attempt_of_a_retried_run_links_to_the_ingest_and_the_previou
         assert span.parent is None, f"attempt {number} starts a trace of its own"
         assert span.context.trace_id != ingest_at[0]
         assert links_of(span, "ingest") == [ingest_at], span.links
-        [(trace_id, _span_id)] = links_of(span, "previous_attempt")
-        assert trace_id == previous.context.trace_id, (number, span.links)
+        # the previous attempt's own run span (its context stored with its events)
+        assert links_of(span, "previous_attempt") == [
+            (previous.context.trace_id, previous.context.span_id)
+        ], (number, span.links)
+    # No link anywhere names a span that was not exported.
+    exported = {(s.context.trace_id, s.context.span_id) for s in finished if s.context}
+    for span in finished:
+        for link in span.links:
+            assert (link.context.trace_id, link.context.span_id) in exported, (span.name, link)
 
 
 def test_which_attempts_start_their_own_trace() -> None:
     assert own_trace(2, None)  # a retry, whatever the context
     assert own_trace(1, None)  # nothing current: the polling path
+
+
+INGEST = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+CLAIM_IN_UNSAMPLED_LOOP = "00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-00"
+RUN_SPAN = "00-6bf92f3577b34da6a3ce929d0e0e4736-20f067aa0ba902b7-01"
+STEP_SPAN = "00-6bf92f3577b34da6a3ce929d0e0e4736-30f067aa0ba902b7-01"
+
+
+async def test_the_previous_attempt_link_names_its_run_span_or_nothing(db: Database) -> None:
+    """An attempt that wrote nothing but its claim (made in a polling loop iteration that was
+    not sampled) gives no link; one whose events carry its exported ``run`` span, a link to
+    that span, not to the step span its last event was written in."""
+    run_id = await create_run(db, PROJECT, {"traceparent": INGEST})
+
+    async def write(event: Any, metadata: dict[str, str]) -> None:
+        await db.in_tenant(PROJECT, lambda conn: run_rows.record(conn, run_id, event, metadata))
+
+    def claimed(s: Any, now: Any) -> RunClaimed:
+        return RunClaimed(
+            at=now,
+            worker_id="w1",
+            attempt=s.attempt_count + 1,
+            lease_until=now + timedelta(minutes=1),
+        )
+
+    def stepped(s: Any, now: Any) -> StepCompleted:
+        return StepCompleted(at=now, worker_id="w1", attempt=s.attempt_count, step="s")
+
+    async def links(attempt: int) -> list[tuple[str, str]]:
+        found = await db.in_tenant(PROJECT, lambda conn: history_links(conn, run_id, attempt))
+        return [
+            (str((link.attributes or {})["awooop.link"]), format(link.context.span_id, "016x"))
+            for link in found
+        ]
+
+    await write(claimed, {"traceparent": CLAIM_IN_UNSAMPLED_LOOP})
+    assert await links(2) == [("ingest", "00f067aa0ba902b7")]
+    await write(stepped, {"traceparent": STEP_SPAN, "run_span": RUN_SPAN})
+    assert await links(2) == [
+        ("ingest", "00f067aa0ba902b7"),
+        ("previous_attempt", "20f067aa0ba902b7"),
+    ]

@@ -25,7 +25,7 @@ from awooop.core.pools import SET_TENANT
 from awooop.eventlog import eventlog, run_reads
 from awooop.ingest import tenants
 from awooop.revisions import reads as revision_reads
-from awooop.runs import approvals, blocked_facts, bulk, listing
+from awooop.runs import approvals, blocked_facts, bulk, deadletter_list, listing, operation_list
 from tests.support.scripts import load_script
 
 P, OTHER = "proj-plans-a", "proj-plans-b"
@@ -192,7 +192,28 @@ def management_statements(run_id: uuid.UUID) -> dict[str, tuple[str, list[Any]]]
         "contracts: the pointer": (revision_reads.SELECT_POINTER, [P, "policy_routing", "c"]),
         "operations: one": (bulk.SELECT, [some]),
         "operations: recent": (bulk.RECENT, [P, 20]),
+        "approve/reject without the token: the latest request": (approvals.LOCK_LATEST, [run_id]),
+        "operations list: a project's page": (
+            operation_list.OF_PROJECT,
+            [operation_list.LATEST, operation_list.LAST_ID, 51, P],
+        ),
+        "operations list: every project's page": (
+            operation_list.ALL,
+            [operation_list.LATEST, operation_list.LAST_ID, 51],
+        ),
+        "dead letters: a project's page": (
+            deadletter_list.PAGE_PROJECT,
+            [*dead_letter_page_args(), P],
+        ),
+        "dead letters: every project's page": (deadletter_list.PAGE_ALL, dead_letter_page_args()),
     }
+
+
+def dead_letter_page_args() -> list[Any]:
+    """A filtered batch (code and channel), since a moment, after a cursor."""
+    since = datetime.now(UTC) - timedelta(days=1)
+    last = (deadletter_list.LATEST, deadletter_list.LAST_ID)
+    return [since, *last, deadletter_list.SCAN_BATCH, "E-RUN-005", "api"]
 
 
 async def test_every_management_statement_can_be_served_by_an_index_under_row_level_security(

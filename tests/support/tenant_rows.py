@@ -16,7 +16,8 @@ from awooop.core.db import Connection, Database
 from awooop.eventlog import deadletters
 from awooop.eventlog.runs import create_run
 from awooop.ingest import auth, credentials
-from awooop.runs import approvals, bulk, leases, listing
+from awooop.runs import approvals, bulk, leases, listing, pauses
+from awooop.runs.pause_rules import Scope
 from tests.support import factories
 
 # --- builders: one project's rows, through the write paths --------------------------------------
@@ -154,6 +155,12 @@ async def _dead_letter(conn: Connection, project_id: str) -> None:
     await deadletters.record(conn, dead)
 
 
+async def _pause(conn: Connection, project_id: str) -> None:
+    await pauses.pause(
+        conn, project_id, Scope.CHANNEL, "telegram", reason="rls-probe", actor="rls-probe"
+    )
+
+
 BUILDERS = (
     _run,
     _dedupe,
@@ -164,6 +171,7 @@ BUILDERS = (
     _projections,
     _operation,
     _dead_letter,
+    _pause,
 )
 
 

@@ -15,10 +15,13 @@ from awooop.runs.blocked import (
     Reason,
     RunFacts,
     ShardFacts,
+    current_step,
     decide,
     describe,
+    elapsed,
     failed_reason,
 )
+from awooop.runs.pause_rules import Scope
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RUN = uuid.UUID("00000000-0000-4000-8000-000000000001")
@@ -118,6 +121,44 @@ def test_running_and_waiting_tool_name_the_worker_and_the_lease() -> None:
         )
 
 
+def test_a_running_run_names_the_step_its_attempt_reported() -> None:
+    leased: dict[str, Any] = {
+        "attempt_count": 2,
+        "worker_id": "host:1:abc",
+        "heartbeat_at": NOW - timedelta(seconds=4),
+        "lease_until": NOW + timedelta(seconds=26),
+        "current_step": "reserve_stock",
+        "current_step_started_at": NOW - timedelta(minutes=31, seconds=5),
+        "current_step_attempt": 2,
+    }
+    running = decide(facts(RunStatus.RUNNING, **leased), READ)
+    assert running is not None and running.reason is Reason.RUNNING
+    assert "in step `reserve_stock` since 2026-12-01 11:28:55Z (31 min)" in running.summary
+    assert (running.step, running.step_started_at) == (
+        "reserve_stock",
+        NOW - timedelta(minutes=31, seconds=5),
+    )
+    expired = decide(
+        facts(RunStatus.RUNNING, **dict(leased, lease_until=NOW - timedelta(seconds=1))), READ
+    )
+    assert expired is not None and expired.reason is Reason.LEASE_EXPIRED
+    assert "expired in step `reserve_stock`" in expired.summary
+    # What an earlier attempt reported is not this attempt's step; nor is a finished run's.
+    stale = decide(facts(RunStatus.RUNNING, **dict(leased, current_step_attempt=1)), READ)
+    assert stale is not None and stale.step is None and "in step" not in stale.summary
+    done = facts(RunStatus.PENDING, **dict(leased, worker_id=None, lease_until=None))
+    assert current_step(done) is None
+    between = decide(facts(RunStatus.RUNNING, **dict(leased, current_step=None)), READ)
+    assert between is not None and between.step is None
+
+
+def test_elapsed_reads_as_people_say_it() -> None:
+    assert elapsed(NOW, NOW - timedelta(seconds=45)) == "45 s"
+    assert elapsed(NOW, NOW - timedelta(minutes=31, seconds=59)) == "31 min"
+    assert elapsed(NOW, NOW - timedelta(hours=2, minutes=5)) == "2 h 5 min"
+    assert elapsed(NOW, NOW + timedelta(seconds=3)) == "0 s"  # a worker's clock ahead
+
+
 def test_waiting_approval_names_who_was_asked_and_when_it_expires() -> None:
     asked: dict[str, Any] = {
         "approval_name": "deploy",
@@ -187,6 +228,7 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"failure_code": "E-RUN-005"},
         {"dead_lettered": True},
         {"attempt_count": 1, "suspect_worker_id": "host-1-abc"},
+        {"paused_scope": Scope.PROJECT},
     ]
     shards = [READ, UNREAD]
     for status in RunStatus:

@@ -54,6 +54,20 @@ STORED_LATER = [
     '{"type":"RunFailed","at":"2026-01-01T00:01:40Z","reason":"Max retry attempts exceeded",'
     '"code":"E-RUN-004","worker_id":"w1","attempt":3,'
     '"last_renewal_at":"2026-01-01T00:01:10Z","dead_letter":true}',
+    '{"type":"RunFailed","at":"2026-01-01T00:01:40Z","reason":"KeyError: \'sku\'",'
+    '"code":"E-RUN-003","worker_id":"w1","attempt":1,"traceback":"Traceback (most recent '
+    'call last):\\n  File \\"h.py\\", line 3, in reserve\\nKeyError: \'sku\'\\n",'
+    '"step":"reserve_stock"}',
+    '{"type":"LeaseReleased","at":"2026-01-01T00:00:05Z","worker_id":"w1","attempt":1,'
+    '"charged":false,"reason":"the attempt was abandoned: DatabaseUnavailableError",'
+    '"traceback":"Traceback (most recent call last):\\n","step":null}',
+    '{"type":"StepCompleted","at":"2026-01-01T00:00:31Z","worker_id":"w1","attempt":1,'
+    '"step":"fetch","result":[1,2],"started_at":"2026-01-01T00:00:01.25Z"}',
+    '{"type":"ModelCalled","at":"2026-01-01T00:00:02Z","worker_id":"w1","attempt":1,'
+    '"contract_family":"policy_routing","contract_id":"default","model":"qwen",'
+    '"revision_id":null,"body_hash":null,"started_at":"2026-01-01T00:00:01.5Z",'
+    '"duration_ms":480.25,"outcome":"ok","reason":"","prompt":"Summarise the alert",'
+    '"answer":"Disk full on db-1","input_tokens":12,"output_tokens":7}',
 ]
 
 
@@ -82,6 +96,27 @@ def test_older_versions_get_the_defaults_of_later_fields() -> None:
     failed = ev.decode_event(STORED["RunFailed"])
     assert isinstance(failed, ev.RunFailed)
     assert (failed.last_renewal_at, failed.dead_letter) == (None, False)
+    assert (failed.traceback, failed.step) == ("", None)
+    step = ev.decode_event(STORED["StepCompleted"])
+    assert isinstance(step, ev.StepCompleted) and step.started_at is None
+    called = ev.decode_event(STORED["ModelCalled"])
+    assert isinstance(called, ev.ModelCalled)
+    assert (called.prompt, called.answer, called.input_tokens, called.output_tokens) == (
+        "",
+        "",
+        None,
+        None,
+    )
+
+
+def test_the_later_fields_decode_as_stored() -> None:
+    failed = ev.decode_event(STORED_LATER[2])
+    assert isinstance(failed, ev.RunFailed)
+    assert failed.step == "reserve_stock"
+    assert failed.traceback.endswith("KeyError: 'sku'\n")
+    called = ev.decode_event(STORED_LATER[5])
+    assert isinstance(called, ev.ModelCalled)
+    assert (called.input_tokens, called.output_tokens) == (12, 7)
 
 
 def test_an_unknown_type_is_a_clear_error() -> None:

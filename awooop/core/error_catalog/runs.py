@@ -68,6 +68,13 @@ class OperationNotFoundError(AwoooPError):
     http_status = 404
 
 
+class PauseNotFoundError(AwoooPError):
+    """No active pause of that scope (project, channel or contract) to resume."""
+
+    code = "E-PAUSE-001"
+    http_status = 404
+
+
 # --- approvals ------------------------------------------------------------------------------
 
 

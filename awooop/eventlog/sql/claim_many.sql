@@ -7,7 +7,8 @@
 -- ``written`` mirrors state.apply(state, RunClaimed): RUNNING, the next attempt, worker_id,
 -- lease_until = now() + TTL, heartbeat_at = updated_at = now(), version + 1 (WRITERS.md names
 -- the tests that hold the two equal). The runs not claimed come back as the statement's
--- snapshot saw them (no lock), for leases.availability().
+-- snapshot saw them (no lock), for leases.availability(), with ``paused`` where a pause held
+-- back a run that could otherwise be claimed (``held_back``).
 WITH wanted AS (
     SELECT * FROM unnest($1::uuid[], $2::text[]) AS w(run_id, metadata)
 ), asked AS (
@@ -17,15 +18,23 @@ WITH wanted AS (
     -- partial index of dispatchable runs and walked that index whole: every pending run, and
     -- every entry left by a claim since the table's last vacuum (4 ms a claim with 3,300
     -- pending runs, against 0.1 ms through the key), so claims slowed as a backlog grew.
-    SELECT run_id, version, status, lease_until, suspect_worker_id FROM awooop_run_state
-    WHERE run_id = ANY($1::uuid[])
-    ORDER BY run_id
+    SELECT r.run_id, r.version, r.status, r.lease_until, r.suspect_worker_id,
+           {{run_paused}} AS paused
+    FROM awooop_run_state AS r
+    WHERE r.run_id = ANY($1::uuid[])
+    ORDER BY r.run_id
     FOR UPDATE SKIP LOCKED
-), locked AS (
-    SELECT run_id, version FROM asked
+), ready AS (
+    SELECT run_id, version, paused FROM asked
     WHERE status IN ('PENDING', 'RESUMED')
       AND (lease_until IS NULL OR lease_until < now())
       AND suspect_worker_id IS NULL  -- a suspect runs alone: only the isolated claim takes it
+), held_back AS (
+    -- Claimable but paused (its project, channel or contract): left PENDING, and answered
+    -- ``paused`` so that the worker acknowledges its message; resuming dispatches it again.
+    SELECT run_id FROM ready WHERE paused
+), locked AS (
+    SELECT run_id, version FROM ready WHERE NOT paused
 ), moves AS (
     SELECT run_id, {{run_stream_id}} AS stream_id, version AS expected FROM locked
 ), heads AS (

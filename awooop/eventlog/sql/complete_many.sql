@@ -22,6 +22,8 @@ WITH wanted AS (
     WHERE r.run_id = ANY($1::uuid[])
     ORDER BY r.run_id
     FOR UPDATE
+), held_back AS (
+    SELECT run_id FROM asked WHERE false  -- a completion is never held back by a pause
 ), locked AS (
     SELECT a.run_id, a.version FROM asked AS a JOIN wanted AS w USING (run_id)
     WHERE a.status = 'RUNNING'

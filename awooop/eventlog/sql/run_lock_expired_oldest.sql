@@ -1,7 +1,7 @@
 -- run_reads.LOCK_EXPIRED_OLDEST (the reaper and the polling path): expired leases, oldest
 -- first, at most $1, through the partial index on leased runs.
-SELECT {{run_columns}}, now() AS db_now
-FROM awooop_run_state
+SELECT {{run_columns}}, now() AS db_now, {{run_paused}} AS paused
+FROM awooop_run_state AS r
 WHERE status IN ('RUNNING', 'WAITING_TOOL')
   AND lease_until < now()
 ORDER BY lease_until

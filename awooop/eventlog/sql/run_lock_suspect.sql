@@ -1,10 +1,11 @@
 -- run_reads.LOCK_SUSPECT (leases.claim_suspect): the oldest dispatchable suspect, through the
 -- partial index of dispatchable suspects, locked.
 SELECT {{run_columns}}, now() AS db_now
-FROM awooop_run_state
+FROM awooop_run_state AS r
 WHERE suspect_worker_id IS NOT NULL
   AND status IN ('PENDING', 'RESUMED')
   AND (lease_until IS NULL OR lease_until < now())
+  AND NOT {{run_paused}}
 ORDER BY created_at
 LIMIT 1
 FOR UPDATE SKIP LOCKED

@@ -48,6 +48,7 @@ async def claim_many(
     )
     claimed: dict[uuid.UUID, RunState] = {}
     others: dict[uuid.UUID, RunState] = {}
+    paused: set[uuid.UUID] = set()
     now: datetime | None = None
     wanted = list(run_ids)
     for attempt in range(HEAD_CONFLICT_RETRIES + 1):
@@ -63,12 +64,14 @@ async def claim_many(
                 conflicts.append(row.state.run_id)
             else:
                 others[row.state.run_id] = row.state
+                if row.paused:
+                    paused.add(row.state.run_id)
         if not conflicts:
             break
         wanted = conflicts
     if now is None:
         now = await conn.fetchval("SELECT now()")
-    return ClaimBatch(claimed, others, now)
+    return ClaimBatch(claimed, others, now, frozenset(paused))
 
 
 async def complete_many(

@@ -37,6 +37,9 @@ class Availability(enum.StrEnum):
     HELD = "held"  # a live lease of another worker
     HELD_BY_ME = "held_by_me"  # a live lease of this worker
     EXPIRED = "expired"  # RUNNING/WAITING_TOOL with an expired lease: reap, then claim
+    # claimable, but its project, channel or contract is paused (awooop.runs.pauses): the
+    # claim statement said so; resuming dispatches it again, so its message is done with
+    PAUSED = "paused"
 
 
 def availability(state: RunState | None, now: datetime, worker_id: str) -> Availability:
@@ -238,9 +241,9 @@ class FencedWrite:
 
 @dataclass(frozen=True)
 class Taken:
-    """The outcome of taking an expired run: the reap event applied and, if requeued and not
-    a suspect, the claim (``state`` is then RUNNING under the new attempt). A suspect is left
-    PENDING for an isolated claim."""
+    """The outcome of taking an expired run: the reap event applied and, if requeued, not a
+    suspect and not paused, the claim (``state`` is then RUNNING under the new attempt). A
+    suspect is left PENDING for an isolated claim, a paused run until it is resumed."""
 
     state: RunState
     reaped: RunRequeued | RunFailed
@@ -250,9 +253,10 @@ class Taken:
 @dataclass(frozen=True)
 class ClaimBatch:
     """What ``claim_many`` found: the runs it claimed, the committed state of the others
-    (read without a lock, so that the caller can tell finished from held from unknown), and
-    the database clock."""
+    (read without a lock, so that the caller can tell finished from held from unknown), the
+    database clock, and the runs a pause held back (claimable otherwise)."""
 
     claimed: dict[uuid.UUID, RunState]
     others: dict[uuid.UUID, RunState]
     now: datetime
+    paused: frozenset[uuid.UUID] = frozenset()

@@ -112,7 +112,7 @@ async def _reap_and_claim(
     state = row_to_state(row)
     reaped = await reap_decision(conn, state, now, shared=state.worker_id in several)
     state = await log_runs.apply_and_store(conn, state, reaped, metadata)
-    if isinstance(reaped, RunFailed) or requeued_for_isolation(reaped, state):
+    if isinstance(reaped, RunFailed) or requeued_for_isolation(reaped, state) or row["paused"]:
         return Taken(state, reaped, claimed=False)
     state = await log_runs.apply_and_store(
         conn, state, claim_event(state, now, worker_id, ttl_s), metadata
@@ -135,11 +135,16 @@ async def reap(
 
 
 async def heartbeat(
-    conn: Connection, worker_id: str, held: Mapping[uuid.UUID, int], ttl_s: float
+    conn: Connection,
+    worker_id: str,
+    held: Mapping[uuid.UUID, int],
+    ttl_s: float,
+    steps: Mapping[uuid.UUID, log_runs.CurrentStep] | None = None,
 ) -> set[uuid.UUID]:
     """R-12: renew the live leases of ``worker_id``'s attempts in ``held`` (run id -> attempt);
-    return the runs renewed."""
-    return await log_runs.renew_leases(conn, worker_id, held, ttl_s)
+    return the runs renewed. ``steps``: the step each attempt is in now (see
+    :func:`awooop.eventlog.runs.renew_leases`)."""
+    return await log_runs.renew_leases(conn, worker_id, held, ttl_s, steps)
 
 
 async def fences(
@@ -227,8 +232,8 @@ async def fail_undeliverable(
     undelivered: Undelivered | None = None,
 ) -> RunState | None:
     """Fail a run whose work message is being dead-lettered, if nobody is making progress on
-    it (dispatchable, or its lease expired); None (nothing written) otherwise. The failure is
-    marked ``dead_letter``: its dead letter is recorded with it
+    it (dispatchable and not paused, or its lease expired); None (nothing written) otherwise.
+    The failure is marked ``dead_letter``: its dead letter is recorded with it
     (:mod:`awooop.eventlog.deadletters`), with what ``undelivered`` says about the message."""
     found = await run_rows.lock_if_present(conn, run_id)
     if found is None:
@@ -237,6 +242,8 @@ async def fail_undeliverable(
     seen = availability(state, now, worker_id)
     if seen not in (Availability.CLAIMABLE, Availability.EXPIRED):
         return None
+    if seen is Availability.CLAIMABLE and await conn.fetchval(run_reads.PAUSED, run_id):
+        return None  # nobody may take it: its deliveries say nothing about the run
     event = RunFailed(at=now, reason=reason, code=code, dead_letter=True)
     failed = await log_runs.apply_and_store(conn, state, event, metadata)
     if undelivered is not None:

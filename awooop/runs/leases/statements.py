@@ -10,11 +10,13 @@ call site names the statement and cannot pick the mode wrongly.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError, UnstorableValueError
+from awooop.eventlog.runs import CurrentStep
 from awooop.eventlog.state import RunState
 from awooop.runs.leases.batch import (
     claim_many,
@@ -47,9 +49,15 @@ class RunStatements:
         return await self.db.in_run_statement(lambda conn: complete_many(conn, completions))
 
     async def heartbeat(
-        self, worker_id: str, held: dict[uuid.UUID, int], ttl_s: float
+        self,
+        worker_id: str,
+        held: dict[uuid.UUID, int],
+        ttl_s: float,
+        steps: Mapping[uuid.UUID, CurrentStep] | None = None,
     ) -> set[uuid.UUID]:
-        return await self.db.in_run_statement(lambda conn: heartbeat(conn, worker_id, held, ttl_s))
+        return await self.db.in_run_statement(
+            lambda conn: heartbeat(conn, worker_id, held, ttl_s, steps)
+        )
 
     async def fences(self, run_ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, Fence], datetime]:
         return await self.db.in_run_statement(lambda conn: fences(conn, run_ids))

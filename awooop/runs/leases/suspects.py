@@ -47,15 +47,6 @@ WHERE stream_id = $1
        OR (event_type = 'RunFailed' AND data->>'code' = '{MAX_ATTEMPTS_CODE}'))
 """  # noqa: S608 - a constant error code
 
-SUSPECTS_WAITING = """
-SELECT EXISTS (
-    SELECT 1 FROM awooop_run_state
-    WHERE suspect_worker_id IS NOT NULL
-      AND status IN ('PENDING', 'RESUMED')
-      AND (lease_until IS NULL OR lease_until < now())
-)
-"""
-
 
 def workers_with_several(states: Iterable[RunState]) -> frozenset[str]:
     """Pure: the workers that hold more than one of these expired runs (a batch the reaper or
@@ -96,7 +87,7 @@ async def claim_suspect(
 
 async def suspects_waiting(conn: Connection) -> bool:
     """Whether any suspect waits for a worker to run it alone (one indexed probe)."""
-    return bool(await conn.fetchval(SUSPECTS_WAITING))
+    return bool(await conn.fetchval(run_reads.SUSPECTS_WAITING))
 
 
 def requeued_for_isolation(reaped: RunRequeued | RunFailed, state: RunState) -> bool:
