@@ -112,7 +112,8 @@ async def _reap_and_claim(
     state = row_to_state(row)
     reaped = await reap_decision(conn, state, now, shared=state.worker_id in several)
     state = await log_runs.apply_and_store(conn, state, reaped, metadata)
-    if isinstance(reaped, RunFailed) or requeued_for_isolation(reaped, state) or row["paused"]:
+    held = row["paused"] or row["over_limit"]  # left PENDING: a resume, a freed slot
+    if isinstance(reaped, RunFailed) or requeued_for_isolation(reaped, state) or held:
         return Taken(state, reaped, claimed=False)
     state = await log_runs.apply_and_store(
         conn, state, claim_event(state, now, worker_id, ttl_s), metadata
