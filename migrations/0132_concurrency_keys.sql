@@ -49,6 +49,8 @@ CREATE TABLE awooop_concurrency_limits (
     PRIMARY KEY (project_id, scope, scope_key)
 );
 SELECT awooop_enforce_tenant_isolation('awooop_concurrency_limits');
+-- A producer's intake reads its limit (row-level security and its binding still apply).
+GRANT SELECT ON awooop_concurrency_limits TO awooop_producer;
 
 -- Whether one more run of key p_key (scope p_scope of project p_project, at most p_max of the
 -- key executing) may start in this transaction. Volatile: each query below takes its own

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from awooop.core.errors import ConfigError
+from awooop.core.errors import InvalidInputError
 
 NO_KEY = "(none)"
 MAX_LIMIT = 10_000
@@ -71,7 +71,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if match is None or match.end() == pos:
-            raise ConfigError(f"concurrency expression: unexpected {text[pos:pos + 10]!r}")
+            raise InvalidInputError(f"concurrency expression: unexpected {text[pos : pos + 10]!r}")
         kind = match.lastgroup or ""
         out.append((kind, match.group(kind)))
         pos = match.end()
@@ -97,12 +97,12 @@ class _Parser:
 
     def expect(self, op: str) -> None:
         if not self.take(op):
-            raise ConfigError(f"concurrency expression: expected {op!r}")
+            raise InvalidInputError(f"concurrency expression: expected {op!r}")
 
     def parse(self) -> Node:
         node = self.ternary()
         if self.pos != len(self.tokens):
-            raise ConfigError("concurrency expression: unexpected text after the expression")
+            raise InvalidInputError("concurrency expression: unexpected text after the expression")
         return node
 
     def ternary(self) -> Node:
@@ -140,7 +140,7 @@ class _Parser:
             self.expect(")")
             return node
         if self.pos >= len(self.tokens):
-            raise ConfigError("concurrency expression: ends too early")
+            raise InvalidInputError("concurrency expression: ends too early")
         kind, value = self.tokens[self.pos]
         self.pos += 1
         if kind == "num":
@@ -152,16 +152,16 @@ class _Parser:
             if value in literals:
                 return ("lit", literals[value])
             if value not in NAMES:
-                raise ConfigError(f"concurrency expression: unknown name {value!r}")
+                raise InvalidInputError(f"concurrency expression: unknown name {value!r}")
             return self.fields(("var", value))
-        raise ConfigError(f"concurrency expression: unexpected {value!r}")
+        raise InvalidInputError(f"concurrency expression: unexpected {value!r}")
 
     def fields(self, node: Node) -> Node:
         while True:
             if self.take("."):
                 kind, value = self.tokens[self.pos] if self.pos < len(self.tokens) else ("", "")
                 if kind != "name":
-                    raise ConfigError("concurrency expression: a field name after '.'")
+                    raise InvalidInputError("concurrency expression: a field name after '.'")
                 self.pos += 1
                 node = ("get", node, value)
             elif self.take("["):
@@ -180,7 +180,7 @@ def _as_json_string(token: str) -> bytes:
 
 
 def parse(text: str) -> Node:
-    """The expression's tree; ConfigError (E-CONFIG-001) naming what is wrong."""
+    """The expression's tree; InvalidInputError (E-INPUT-001) naming what is wrong."""
     return _Parser(text).parse()
 
 
@@ -201,7 +201,7 @@ def _compare(op: str, a: Any, b: Any) -> bool:
     if not (both_numbers or (isinstance(a, str) and isinstance(b, str))):
         return False
     results = {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}
-    return results[op]
+    return bool(results[op])
 
 
 def evaluate(node: Node, names: dict[str, Any]) -> Any:
@@ -252,13 +252,13 @@ def limit_value(value: Any) -> int:
 
 
 def check_limit(limit: Limit) -> Limit:
-    """The limit if both expressions parse and the numbers are sane, else ConfigError."""
+    """The limit if both expressions parse and the numbers are sane, else InvalidInputError."""
     parse(limit.key_expr)
     parse(limit.max_expr)
     for name in ("global_max", "depth_cap"):
         value = getattr(limit, name)
         if value is not None and not 1 <= value <= 1_000_000:
-            raise ConfigError(f"{name} must be from 1 to 1000000")
+            raise InvalidInputError(f"{name} must be from 1 to 1000000")
     return limit
 
 
@@ -266,5 +266,6 @@ def run_key(limit: Limit, project_id: str, channel_type: str, input_: Any) -> Ru
     """The run's key and the key's maximum under ``limit`` (computed once, at intake)."""
     names = {"project": project_id, "channel": channel_type, "input": input_}
     key = key_text(evaluate(parse(limit.key_expr), names))
-    return RunKey(limit.scope, f"{limit.scope}/{key}", limit_value(
-        evaluate(parse(limit.max_expr), names)))
+    return RunKey(
+        limit.scope, f"{limit.scope}/{key}", limit_value(evaluate(parse(limit.max_expr), names))
+    )

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from awooop.core.errors import ConfigError
+from awooop.core.errors import InvalidInputError
 from awooop.runs.concurrency_rules import (
     MAX_KEY_CHARS,
     NO_KEY,
@@ -60,7 +60,7 @@ def test_evaluate(text: str, value: Any) -> None:
     ["", "input.", "nope", "1 +", "input.a ? 1", "(1", "input[", "__import__('os')", "1 2", "x.y"],
 )
 def test_bad_expressions_are_config_errors(text: str) -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(InvalidInputError):
         parse(text)
 
 
@@ -95,7 +95,7 @@ def test_run_key_scopes_the_key_and_computes_the_max() -> None:
 def test_check_limit() -> None:
     good = Limit("channel:api", "input.a", "2", global_max=5, depth_cap=100)
     assert check_limit(good) is good
-    with pytest.raises(ConfigError):
+    with pytest.raises(InvalidInputError):
         check_limit(Limit("channel:api", "input.", "2"))
-    with pytest.raises(ConfigError):
+    with pytest.raises(InvalidInputError):
         check_limit(Limit("channel:api", "input.a", "2", depth_cap=0))
