@@ -7,8 +7,10 @@ left PENDING and taken by the polling path once a slot frees; blocked_on says wh
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -17,11 +19,13 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import ConcurrencyDepthError
 from awooop.core.events import run_stream_id
+from awooop.ingest import depth
 from awooop.runs import concurrency, leases
 from awooop.runs.blocked import Reason, ShardFacts, decide
 from awooop.runs.blocked_facts import run_facts
 from awooop.runs.pause_rules import Scope
 from tests.support.ingest import Ingest, ingest_app
+from tests.support.runs import create_runs
 from tests.support.webhooks import PROJECT, fresh
 
 P = PROJECT
@@ -176,3 +180,59 @@ async def test_a_global_maximum_bounds_every_key_of_the_scope(
     assert sum(len(b.claimed) for b in batches) == 3
     polled = await db.in_platform_writes(lambda c: leases.poll(c, "poller", 30.0, 20, 0.0))
     assert polled == []
+
+
+# The statements of awooop_concurrency_admit (migration 0132), as its body writes them.
+ADMIT_KEY_COUNT = """
+SELECT count(*) FROM awooop_run_state AS r
+WHERE r.project_id = $1 AND r.concurrency_key = $2
+  AND r.status IN ('RUNNING', 'WAITING_TOOL') AND r.lease_until > now()
+"""
+
+
+def indexes(plan: object) -> set[str]:
+    found: set[str] = set()
+    nodes = [plan]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, list):
+            nodes.extend(node)
+        elif isinstance(node, dict):
+            if isinstance(node.get("Index Name"), str):
+                found.add(node["Index Name"])
+            if node.get("Node Type") == "Seq Scan":
+                found.add("seq:" + str(node.get("Relation Name")))
+            nodes.extend(node.values())
+    return found
+
+
+async def test_admission_and_the_depth_cap_read_the_keyed_runs_index_in_a_backlog(
+    db: Database, settings: Settings
+) -> None:
+    await create_runs(db, P, 3000)  # unkeyed runs: a table where a scan would be costly
+    await limit(db, "input.customer", "2")
+    events = [
+        producer.ChannelEvent("api", f"k{i}", {"customer": f"c-{i % 50}"}) for i in range(500)
+    ]
+    await producer.submit_many(db, P, events, settings=settings)
+
+    async def plans(conn: Any) -> list[object]:
+        await conn.execute("ANALYZE awooop_run_state")
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        found = []
+        for name, sql, args in (
+            ("admit", ADMIT_KEY_COUNT, "('p', 'k')"),
+            ("queued", depth.QUEUED_PER_KEY, "('p', ARRAY['k'])"),
+            ("usage", concurrency.USAGE, "('p', 20)"),
+        ):
+            await conn.execute(f"PREPARE {name} AS {sql}")
+            plan = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE {name}{args}")
+            found.append(json.loads(plan) if isinstance(plan, str) else plan)
+        return found
+
+    admit, queued, usage = await db.in_platform_writes(plans)
+    assert indexes(admit) == {"awooop_run_state_concurrency_idx"}, admit
+    # the depth cap's count and the gauge's sample: through an index of the project's or the
+    # keyed runs (the planner picks by its estimates), never a scan of the table
+    for plan in (queued, usage):
+        assert indexes(plan) and not any(i.startswith("seq:") for i in indexes(plan)), plan
