@@ -123,7 +123,8 @@ async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
 
     key_runs: list[uuid.UUID] = []
     other_runs: list[uuid.UUID] = []
-    samples: list[int] = []
+    samples: list[int] = []  # the key's runs holding a slot (a live lease), every 0.1 s
+    approving: list[int] = []  # the key's runs waiting for an approval, at the same moments
     dead_slots: list[tuple[str, float, float]] = []  # worker, killed at, lease_until
     done = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
@@ -165,14 +166,17 @@ async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
             while not done.is_set():
                 rows = await db.in_platform(
                     lambda c: c.fetch(
-                        "SELECT worker_id, lease_until, extract(epoch FROM lease_until) AS until"
-                        " FROM awooop_run_state WHERE concurrency_key = $1"
-                        " AND status IN ('RUNNING', 'WAITING_TOOL') AND lease_until > now()",
+                        "SELECT worker_id, status, extract(epoch FROM lease_until) AS until,"
+                        " lease_until > now() AS live FROM awooop_run_state"
+                        " WHERE concurrency_key = $1"
+                        " AND status IN ('RUNNING', 'WAITING_TOOL', 'WAITING_APPROVAL')",
                         KEY,
                     )
                 )
-                samples.append(len(rows))
-                for r in rows:
+                holding = [r for r in rows if r["status"] != "WAITING_APPROVAL" and r["live"]]
+                samples.append(len(holding))
+                approving.append(sum(1 for r in rows if r["status"] == "WAITING_APPROVAL"))
+                for r in holding:
                     if r["worker_id"] in killed_ids:
                         dead_slots.append((r["worker_id"], killed_ids[r["worker_id"]], r["until"]))
                 await asyncio.sleep(0.1)
@@ -230,6 +234,8 @@ async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
     print({"stretches": len(stretches), "cut_by_kills": len(cut)})
     assert max_overlap(stretches) == LIMIT, stretches
     assert max(samples) <= LIMIT and LIMIT in samples
+    # runs waiting for an approval hold no slot: both slots were in use beside them
+    assert any(n == LIMIT and a > 0 for n, a in zip(samples, approving, strict=True))
     assert len(killed_at) == KILLS
     assert cut, "no kill caught an attempt of the key mid-run"
     ttl = fast.lease_ttl_s

@@ -152,6 +152,11 @@ async def test_racing_claims_never_admit_more_than_the_key_allows(
     said = decide(facts[waiting], ShardFacts(shard=0, known=False))
     assert said is not None and said.reason is Reason.OVER_CONCURRENCY_LIMIT
     assert f"{KEY} is at its limit: 2 of 2 executing" in said.summary
+    # its deliveries say nothing about it: a dead-lettered message does not fail it
+    kept = await db.in_platform_writes(
+        lambda c: leases.fail_undeliverable(c, waiting, "w9", "undeliverable", "E-RUN-005")
+    )
+    assert kept is None
 
     # A holder dies: its slot comes back when its lease expires, not before.
     holder = next(r for r in claimed if r in keyed)
