@@ -8,7 +8,10 @@ delivery:
 1. :func:`load_config` (cached briefly, see :mod:`awooop.ingest.cache`): one statement
    reads the channel's secret, dedupe TTL and options
    (:class:`awooop.ingest.common.ChannelOptions`), the stored hash of the presented bearer
-   token and the active ``agent`` contract's ``max_attempts``.
+   token, the active ``agent`` contract's ``max_attempts`` and the concurrency limit of the
+   contract or channel (:mod:`awooop.runs.concurrency`): each new run gets its key and the
+   key's maximum from it, and a key with its depth cap of runs queued refuses the submission
+   before anything is written (:mod:`awooop.ingest.depth`, 429 E-CONCURRENCY-001).
 2. :func:`ingest`: ONE statement (``awooop/eventlog/sql/ingest_new.sql``, run by
    :func:`awooop.eventlog.ingest.insert_new`: the log room holds every statement that writes the
    log), atomic on its own:
@@ -77,7 +80,23 @@ MAX_CONTRACT_ATTEMPTS = 100
 
 # --- SQL -------------------------------------------------------------------------------------
 
-LOAD_CONFIG = """
+# Both configuration reads join the concurrency limit of the contract ($3), else of the channel
+# ($2), of project $1 (migration 0132): its columns are NULL when there is none.
+LIMIT_OF_SCOPE = """
+LEFT JOIN LATERAL (
+    SELECT l.scope || ':' || l.scope_key AS limit_scope, l.key_expr, l.max_expr,
+           l.global_max, l.depth_cap
+    FROM awooop_concurrency_limits l
+    WHERE l.project_id = $1
+      AND ((l.scope = 'contract' AND l.scope_key = $3)
+           OR (l.scope = 'channel' AND l.scope_key = $2))
+    ORDER BY l.scope DESC
+    LIMIT 1
+) AS lim ON true
+"""
+
+LOAD_CONFIG = (
+    """
 SELECT c.secret,
        c.dedupe_ttl_s,
        c.gitea_key,
@@ -94,22 +113,14 @@ SELECT c.secret,
        lim.*
 FROM (SELECT 1) AS one
 LEFT JOIN awooop_channels c ON c.project_id = $1 AND c.channel_type = $2
-LEFT JOIN LATERAL (
-    -- the concurrency limit of the contract, else of the channel (migration 0132)
-    SELECT l.scope || ':' || l.scope_key AS limit_scope, l.key_expr, l.max_expr,
-           l.global_max, l.depth_cap
-    FROM awooop_concurrency_limits l
-    WHERE l.project_id = $1
-      AND ((l.scope = 'contract' AND l.scope_key = $3)
-           OR (l.scope = 'channel' AND l.scope_key = $2))
-    ORDER BY l.scope DESC
-    LIMIT 1
-) AS lim ON true
-"""
+"""  # noqa: S608 - constant text
+    + LIMIT_OF_SCOPE
+)
 
 # The producer library's read (awooop.producer): no credentials (a producer role may read neither
 # the channel's secret nor token hashes: migration 0090).
-LOAD_PRODUCER_CONFIG = """
+LOAD_PRODUCER_CONFIG = (
+    """
 SELECT (SELECT c.dedupe_ttl_s FROM awooop_channels c
          WHERE c.project_id = $1 AND c.channel_type = $2) AS dedupe_ttl_s,
        (SELECT r.body -> 'max_attempts'
@@ -119,18 +130,9 @@ SELECT (SELECT c.dedupe_ttl_s FROM awooop_channels c
            AND a.contract_id = $3) AS contract_max_attempts,
        lim.*
 FROM (SELECT 1) AS one
-LEFT JOIN LATERAL (
-    -- the concurrency limit of the contract, else of the channel (migration 0132)
-    SELECT l.scope || ':' || l.scope_key AS limit_scope, l.key_expr, l.max_expr,
-           l.global_max, l.depth_cap
-    FROM awooop_concurrency_limits l
-    WHERE l.project_id = $1
-      AND ((l.scope = 'contract' AND l.scope_key = $3)
-           OR (l.scope = 'channel' AND l.scope_key = $2))
-    ORDER BY l.scope DESC
-    LIMIT 1
-) AS lim ON true
-"""
+"""  # noqa: S608 - constant text
+    + LIMIT_OF_SCOPE
+)
 
 # An expired key's rows in the windows a new claim needs (the current and the next one): rows in
 # older windows no longer decide anything once expired, and go with their partition.

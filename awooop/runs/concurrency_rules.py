@@ -18,6 +18,7 @@ as 1. Examples: key ``input.customer_id``, maximum ``input.tier == "premium" ? 1
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -179,6 +180,7 @@ def _as_json_string(token: str) -> bytes:
     return ('"' + body + '"').encode()
 
 
+@functools.lru_cache(maxsize=256)
 def parse(text: str) -> Node:
     """The expression's tree; InvalidInputError (E-INPUT-001) naming what is wrong."""
     return _Parser(text).parse()
