@@ -113,6 +113,13 @@ PAUSED_SCOPES = Gauge(
     'they hold back are awooop_runs_blocked{reason="paused"}',
     ["scope"],
 )
+CONCURRENCY_KEY_RUNS = Gauge(
+    "awooop_concurrency_key_runs",
+    "Runs per concurrency key: executing (holding a slot: a live lease) and waiting (PENDING, "
+    "RESUMED); only the keys with the most runs waiting, then executing (the top 20), so "
+    "that the label sets stay bounded; sampled by the stats loop",
+    ["project_id", "key", "state"],
+)
 RUNS_BLOCKED = Gauge(
     "awooop_runs_blocked",
     "Live and FAILED runs by project and blocked_on reason (what each waits for: "

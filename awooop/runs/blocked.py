@@ -8,6 +8,7 @@ from Redis once per shard) and names a :class:`Reason`:
 |------------------|------------------------------------------------|------------------------|
 | PENDING, RESUMED | it has an open dead letter (Postgres)          | pending_dead_lettered  |
 |                  | its project, channel or contract is paused     | paused                 |
+|                  | its concurrency key has no free slot           | over_concurrency_limit |
 |                  | no worker alive, none read its shard recently  | pending_no_worker      |
 |                  | a suspect: waits to run alone on a worker      | pending_isolation      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
@@ -59,6 +60,7 @@ class Reason(enum.StrEnum):
     PENDING_DEAD_LETTERED = "pending_dead_lettered"
     PENDING_ISOLATION = "pending_isolation"
     PAUSED = "paused"
+    OVER_CONCURRENCY_LIMIT = "over_concurrency_limit"
     RETRY_PENDING = "retry_pending"
     RUNNING = "running"
     LEASE_EXPIRED = "lease_expired"
@@ -76,6 +78,7 @@ REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_ISOLATION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PAUSED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.OVER_CONCURRENCY_LIMIT: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RUNNING: frozenset({RunStatus.RUNNING}),
     Reason.LEASE_EXPIRED: frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL}),
@@ -115,6 +118,10 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     paused_key: str = ""
     paused_by: str | None = None
     paused_reason: str = ""
+    # Its concurrency key (migration 0132), the key's maximum and the runs holding its slots
+    concurrency_key: str | None = None
+    concurrency_max: int | None = None
+    concurrency_executing: int | None = None
     # The step an attempt reported with its last renewal (migration 0127), and which attempt.
     current_step: str | None = None
     current_step_started_at: datetime | None = None
@@ -169,6 +176,15 @@ def current_step(f: RunFacts) -> tuple[str, datetime] | None:
     ):
         return f.current_step, f.current_step_started_at
     return None
+
+
+def over_limit(f: RunFacts) -> bool:
+    """Pure: a keyed run whose key's slots are all held (live leases)."""
+    return (
+        f.concurrency_key is not None
+        and f.concurrency_max is not None
+        and (f.concurrency_executing or 0) >= f.concurrency_max
+    )
 
 
 def elapsed(now: datetime, then: datetime) -> str:
@@ -236,6 +252,15 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     reason=Reason.PAUSED,
                     summary=f"{waiting}; {scope} of {f.project_id} paused by {f.paused_by}{why}",
                     next_action=resume_command(f.project_id, f.paused_scope, f.paused_key),
+                )
+            if over_limit(f):
+                return _blocked(
+                    f,
+                    reason=Reason.OVER_CONCURRENCY_LIMIT,
+                    summary=f"{waiting}; concurrency key {f.concurrency_key} is at its limit: "
+                    f"{f.concurrency_executing} of {f.concurrency_max} executing",
+                    next_action="none: it starts when a run of its key ends; awooop projects "
+                    f"limits --project {f.project_id}",
                 )
             if shard.unread:
                 return _blocked(

@@ -154,6 +154,20 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 ],
                 "short",
             ),
+            (
+                "Concurrency keys: runs executing and waiting per key (the busiest keys only)",
+                [
+                    (
+                        'sum by (project_id, key) (awooop_concurrency_key_runs{state="executing"})',
+                        "{{project_id}} {{key}} executing",
+                    ),
+                    (
+                        'sum by (project_id, key) (awooop_concurrency_key_runs{state="waiting"})',
+                        "{{project_id}} {{key}} waiting",
+                    ),
+                ],
+                "short",
+            ),
         ],
     ),
     "awooop-lag": (

@@ -180,3 +180,31 @@ async def exits(run: RunContext) -> None:
     lease simply stops being renewed (a handler that segfaults or runs out of memory)."""
     effect(run, "exit")
     os._exit(1)
+
+
+async def keyed(run: RunContext) -> dict[str, Any]:
+    """For concurrency keys: records "begin" and "end" around each stretch that holds a slot
+    ("end" also when the attempt is cancelled; a SIGKILL leaves a "begin" alone). ``sleep``
+    seconds of work; ``tool``: a tool call of ``sleep`` seconds in the middle (the attempt
+    keeps its lease); ``approval``: waits for approval ``go`` in the middle (the attempt
+    ends, its slot with it; after the approval the handler runs again from the top)."""
+    options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
+    sleep = float(options.get("sleep", 0.2))
+    effect(run, "begin")
+    try:
+        await asyncio.sleep(sleep)
+        if options.get("tool"):
+
+            async def call_tool() -> dict[str, int]:
+                await asyncio.sleep(sleep)
+                return {"hits": 1}
+
+            await run.wait_for_tool("search", call_tool)
+        if options.get("approval"):
+            effect(run, "end")
+            await run.wait_for_approval("go", reason="keyed", notify=remember_ticket)
+            effect(run, "begin")
+            await asyncio.sleep(sleep)
+    finally:
+        effect(run, "end")
+    return {"pid": os.getpid()}

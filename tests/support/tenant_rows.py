@@ -16,7 +16,7 @@ from awooop.core.db import Connection, Database
 from awooop.eventlog import deadletters
 from awooop.eventlog.runs import create_run
 from awooop.ingest import auth, credentials
-from awooop.runs import approvals, bulk, leases, listing, pauses
+from awooop.runs import approvals, bulk, concurrency, leases, listing, pauses
 from awooop.runs.pause_rules import Scope
 from tests.support import factories
 
@@ -161,6 +161,20 @@ async def _pause(conn: Connection, project_id: str) -> None:
     )
 
 
+async def _concurrency_limit(conn: Connection, project_id: str) -> None:
+    await concurrency.set_limit(
+        conn,
+        project_id,
+        Scope.CONTRACT,
+        "rls-probe",
+        key_expr="input.customer",
+        max_expr="2",
+        global_max=None,
+        depth_cap=None,
+        actor="rls-probe",
+    )
+
+
 BUILDERS = (
     _run,
     _dedupe,
@@ -172,6 +186,7 @@ BUILDERS = (
     _operation,
     _dead_letter,
     _pause,
+    _concurrency_limit,
 )
 
 

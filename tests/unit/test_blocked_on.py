@@ -229,6 +229,7 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"dead_lettered": True},
         {"attempt_count": 1, "suspect_worker_id": "host-1-abc"},
         {"paused_scope": Scope.PROJECT},
+        {"concurrency_key": "channel:api/k", "concurrency_max": 1, "concurrency_executing": 1},
     ]
     shards = [READ, UNREAD]
     for status in RunStatus:
@@ -241,3 +242,16 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
     assert set(seen) == set(Reason)
     for reason, statuses in seen.items():
         assert statuses <= REASON_STATUSES[reason]
+
+
+def test_a_run_whose_key_is_full_is_over_its_concurrency_limit() -> None:
+    key = {"concurrency_key": "contract:orders/c-1", "concurrency_max": 2}
+    full = decide(facts(RunStatus.PENDING, **key, concurrency_executing=2), READ)
+    assert full is not None and full.reason is Reason.OVER_CONCURRENCY_LIMIT
+    assert "contract:orders/c-1 is at its limit: 2 of 2 executing" in full.summary
+    assert "awooop projects limits --project p" in full.next_action
+    room = decide(facts(RunStatus.PENDING, **key, concurrency_executing=1), READ)
+    assert room is not None and room.reason is Reason.PENDING_WORKERS_BUSY
+    paused = facts(RunStatus.PENDING, **key, concurrency_executing=2, paused_scope=Scope.PROJECT)
+    said = decide(paused, READ)
+    assert said is not None and said.reason is Reason.PAUSED  # a pause is what holds it first

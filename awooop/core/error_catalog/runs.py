@@ -75,6 +75,22 @@ class PauseNotFoundError(AwoooPError):
     http_status = 404
 
 
+class ConcurrencyDepthError(AwoooPError):
+    """The concurrency key of a submission already has as many runs queued as its limit's depth
+    cap allows: nothing was written; submit again later."""
+
+    code = "E-CONCURRENCY-001"
+    http_status = 429
+    retry_after_s = 5
+
+
+class ConcurrencyLimitNotFoundError(AwoooPError):
+    """No concurrency limit on that channel or contract."""
+
+    code = "E-CONCURRENCY-002"
+    http_status = 404
+
+
 # --- approvals ------------------------------------------------------------------------------
 
 
