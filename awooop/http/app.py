@@ -43,6 +43,7 @@ ROUTE_MODULES = (
     "awooop.http.contracts",
     "awooop.http.approvals",
     "awooop.http.pauses",
+    "awooop.http.llm_flow",
     "awooop.http.console",
 )
 

@@ -15,9 +15,11 @@ from awooop.core.db import Database
 from awooop.core.events import ModelCalled, run_stream_id
 from awooop.eventlog import eventlog
 from awooop.llm import flow_store
+from awooop.llm.admission import FlowGate
+from awooop.llm.client import ModelRequest
 from awooop.llm.flow_rules import OnExceed
 from awooop.llm.gateway import ModelGateway
-from awooop.runs import approvals, blocked_facts
+from awooop.runs import approvals, blocked_facts, leases
 from awooop.runs.approvals import Decision
 from awooop.services import Services
 from awooop.worker.runtime import Worker
@@ -41,8 +43,14 @@ async def gateway(settings: Settings, db: Database) -> AsyncIterator[ModelGatewa
 async def set_budget(db: Database, tokens: int, on_exceed: OnExceed, period_s: int = 86400) -> None:
     async with db.tenant(P) as conn:
         await flow_store.set_budget(
-            conn, P, "", tokens=tokens, period_s=period_s, reserve_tokens=50,
-            on_exceed=on_exceed, actor="test",
+            conn,
+            P,
+            "",
+            tokens=tokens,
+            period_s=period_s,
+            reserve_tokens=50,
+            on_exceed=on_exceed,
+            actor="test",
         )
 
 
@@ -50,11 +58,9 @@ async def usage(db: Database) -> dict[str, Any]:
     async with db.tenant(P) as conn:
         [budget] = await flow_store.budgets(conn, P)
         states = dict(
-            await conn.fetch(
-                "SELECT state, count(*) FROM awooop_llm_reservations GROUP BY state"
-            )
+            await conn.fetch("SELECT state, count(*) FROM awooop_llm_reservations GROUP BY state")
         )
-    return {"used": budget.used, "reserved": budget.reserved, "calls": budget.calls, **states}
+    return {"used": budget.used, "reserved": budget.reserved, "calls": budget.calls, "rows": states}
 
 
 async def model_calls(db: Database, run_ids: list[Any]) -> list[ModelCalled]:
@@ -87,7 +93,7 @@ async def test_exactly_the_calls_that_fit_run_under_50_concurrent_runs(
     assert sum((c.input_tokens or 0) + (c.output_tokens or 0) for c in ok) == budget
     # The refused calls are recorded too, with their code and no tokens.
     assert sorted(c.outcome for c in calls if c.outcome != "ok") == ["E-BUDGET-001"] * 30
-    assert await usage(db) == {"used": budget, "reserved": 0, "calls": 20, "settled": 20}
+    assert await usage(db) == {"used": budget, "reserved": 0, "calls": 20, "rows": {"settled": 20}}
 
 
 async def test_a_call_replayed_from_the_journal_is_not_charged_again(
@@ -107,7 +113,7 @@ async def test_a_call_replayed_from_the_journal_is_not_charged_again(
     )
     await worker.run_until_idle(max_s=60)
     assert (await load(db, P, run_id)).status == "WAITING_APPROVAL"
-    assert await usage(db) == {"used": 10, "reserved": 0, "calls": 2, "settled": 2}
+    assert await usage(db) == {"used": 10, "reserved": 0, "calls": 2, "rows": {"settled": 2}}
     [ticket] = [t for t in handlers.TICKETS if t.run_id == run_id]
     async with db.tenant(P) as conn:
         await approvals.decide(conn, run_id, ticket.token, Decision.APPROVED, actor="test")
@@ -117,7 +123,7 @@ async def test_a_call_replayed_from_the_journal_is_not_charged_again(
     assert state.attempt_count == 2
     # The second attempt ran the handler from the top: both steps came from the journal.
     assert len(await model_calls(db, [run_id])) == 2
-    assert await usage(db) == {"used": 10, "reserved": 0, "calls": 2, "settled": 2}
+    assert await usage(db) == {"used": 10, "reserved": 0, "calls": 2, "rows": {"settled": 2}}
 
 
 async def test_over_budget_waits_visibly_and_goes_when_the_budget_is_raised(
@@ -155,7 +161,7 @@ async def test_over_budget_waits_visibly_and_goes_when_the_budget_is_raised(
     for run_id in run_ids:
         state = await load(db, P, run_id)
         assert state.status == "COMPLETED" and "refused" not in state.result
-    assert await usage(db) == {"used": 10, "reserved": 0, "calls": 2, "settled": 2}
+    assert await usage(db) == {"used": 10, "reserved": 0, "calls": 2, "rows": {"settled": 2}}
     async with db.tenant(P) as conn:
         waits = await conn.fetch("SELECT reason, wait_key, ended_at FROM awooop_llm_waits")
         history = await flow_store.budgets(conn, P, history=True)
@@ -163,3 +169,48 @@ async def test_over_budget_waits_visibly_and_goes_when_the_budget_is_raised(
     assert waits[0]["ended_at"] is not None
     # Configuration with history: the first budget ended when the second was set.
     assert [(b.tokens, b.valid_to is None) for b in history] == [(10, True), (5, False)]
+
+
+async def test_the_reservation_of_an_attempt_that_lost_its_lease_is_released_not_charged(
+    db: Database, settings: Settings, gateway: ModelGateway
+) -> None:
+    await set_budget(db, 2 * PER_CALL, OnExceed.FAIL)
+    [ghost] = await create_runs(db, P)
+    async with db.tenant(P) as conn:
+        await leases.claim(conn, ghost, "ghost", 30)
+    gate = FlowGate(
+        db,
+        project_id=P,
+        run_id=ghost,
+        attempt=1,
+        worker_id="ghost",
+        check=lambda: None,
+        max_wait_s=5,
+    )
+    request = ModelRequest(model="m", prompt="a b c", options={"max_tokens": 2 * PER_CALL})
+    await gate.admit(1, request)  # the whole budget reserved, then the worker "dies"
+    assert (await usage(db))["reserved"] == 2 * PER_CALL
+    run_ids = await create_runs(db, P, 1, payload={"max_tokens": PER_CALL})
+    worker = Worker(
+        db=db, settings=settings, handler=handlers.model_calls, llm=gateway, concurrency=1
+    )
+    assert await worker.run_until_idle(max_s=60) == 1
+    # While the ghost's lease is live its reservation stands: the call does not fit.
+    assert (await load(db, P, run_ids[0])).result["refused"] == "E-BUDGET-001"
+    async with db.platform_writes() as conn:
+        await conn.execute(
+            "UPDATE awooop_run_state SET lease_until = now() - interval '1 second' "
+            "WHERE run_id = $1",
+            ghost,
+        )
+    run_ids = await create_runs(db, P, 1, payload={"max_tokens": PER_CALL})
+    # The ghost's run is retried too (its lease expired): two calls of 5, the whole budget.
+    assert await worker.run_until_idle(max_s=60) == 2
+    for run_id in (ghost, run_ids[0]):
+        assert "refused" not in (await load(db, P, run_id)).result
+    assert await usage(db) == {
+        "used": 2 * PER_CALL,
+        "reserved": 0,
+        "calls": 2,
+        "rows": {"settled": 2, "released": 1},
+    }

@@ -199,7 +199,9 @@ async def model_calls(run: RunContext) -> dict[str, Any]:
             return result.text
 
         try:
-            answers.append(await run.step(f"ask:{i}", ask) if options.get("journal") else await ask())
+            answers.append(
+                await run.step(f"ask:{i}", ask) if options.get("journal") else await ask()
+            )
         except (OverBudgetError, FlowWaitTooLongError) as exc:
             effect(run, f"refused:{exc.code}")
             return {"refused": exc.code, "answers": answers}

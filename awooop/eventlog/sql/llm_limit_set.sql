@@ -9,6 +9,7 @@ WITH ended AS (
 )
 INSERT INTO awooop_llm_rate_limits
     (project_id, model, limit_count, period_s, burst, tokens, set_by)
-SELECT $1, $2, $3, $4, $5, least($5::double precision, coalesce((SELECT tokens FROM ended), $5)), $6
+SELECT $1, $2, $3, $4, $5::integer,
+       least($5::integer, coalesce((SELECT tokens FROM ended), $5::integer)), $6
 RETURNING limit_id, project_id, model, limit_count, period_s, burst, granted, set_by,
           valid_from, valid_to, ended_by
