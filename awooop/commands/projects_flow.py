@@ -49,7 +49,11 @@ T = TypeVar("T")
 def register(sub: Any) -> None:
     budget = sub.add_parser("budget", help="token budgets of a project's model calls")
     bsub = budget.add_subparsers(dest="budget_command", required=True, metavar="ACTION")
-    bset = bsub.add_parser("set", help="set the budget (replaces the one in force)")
+    bset = bsub.add_parser(
+        "set",
+        help="set the budget (replaces the one in force)",
+        description="set the budget (replaces the one in force)",
+    )
     _target(bset)
     bset.add_argument("--tokens", type=int, required=True, help="tokens per period")
     bset.add_argument("--period", default="day", help="second|minute|hour|day|week or Nh...")
@@ -63,25 +67,37 @@ def register(sub: Any) -> None:
         help="wait for the next period (blocked_on over_budget) or fail (E-BUDGET-001)",
     )
     bset.set_defaults(run=set_budget)
-    bclear = bsub.add_parser("clear", help="end the budget in force")
+    bclear = bsub.add_parser(
+        "clear", help="end the budget in force", description="end the budget in force"
+    )
     _target(bclear)
     bclear.set_defaults(run=clear_budget)
-    blist = bsub.add_parser("list", help="budgets in force and this period's use")
+    blist = bsub.add_parser(
+        "list",
+        help="budgets in force and this period's use",
+        description="budgets in force and this period's use",
+    )
     _listing(blist)
     blist.set_defaults(run=list_budgets)
 
     limit = sub.add_parser("rate-limit", help="rate limits of a project's model calls")
     lsub = limit.add_subparsers(dest="limit_command", required=True, metavar="ACTION")
-    lset = lsub.add_parser("set", help="set the rate limit (replaces the one in force)")
+    lset = lsub.add_parser(
+        "set",
+        help="set the rate limit (replaces the one in force)",
+        description="set the rate limit (replaces the one in force)",
+    )
     _target(lset)
     lset.add_argument("--limit", type=int, required=True, help="calls per period")
     lset.add_argument("--period", default="second", help="second|minute|hour or Ns...")
     lset.add_argument("--burst", type=int, default=None, help="calls at once (default --limit)")
     lset.set_defaults(run=set_limit)
-    lclear = lsub.add_parser("clear", help="end the rate limit in force")
+    lclear = lsub.add_parser(
+        "clear", help="end the rate limit in force", description="end the rate limit in force"
+    )
     _target(lclear)
     lclear.set_defaults(run=clear_limit)
-    llist = lsub.add_parser("list", help="rate limits in force")
+    llist = lsub.add_parser("list", help="rate limits in force", description="rate limits in force")
     _listing(llist)
     llist.set_defaults(run=list_limits)
 
