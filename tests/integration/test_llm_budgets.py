@@ -27,6 +27,7 @@ from tests.integration.test_model_calls import open_gateway
 from tests.support import handlers
 from tests.support.runs import create_runs, load
 from tests.support.waiting import eventually
+from tests.support.workers import cli
 
 P = "proj-llm-budget"
 PER_CALL = 5  # "a b c": 3 input words, and the local model's answer is 2 words
@@ -123,6 +124,12 @@ async def test_a_call_replayed_from_the_journal_is_not_charged_again(
     assert state.attempt_count == 2
     # The second attempt ran the handler from the top: both steps came from the journal.
     assert len(await model_calls(db, [run_id])) == 2
+    assert await usage(db) == {"used": 10, "reserved": 0, "calls": 2, "rows": {"settled": 2}}
+    # Rebuilding run_state from the log agrees with it and charges nothing: run state does not
+    # depend on the budget rows.
+    replayed = cli(settings, "replay", "run_state", "--verify")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "verify: no difference" in replayed.stdout
     assert await usage(db) == {"used": 10, "reserved": 0, "calls": 2, "rows": {"settled": 2}}
 
 
