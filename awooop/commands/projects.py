@@ -4,6 +4,7 @@
     awooop projects resume PROJECT [--channel C | --contract K] [--json]
     awooop projects pauses [--project P] [--history] [--limit N] [--json] [--wide]
     awooop projects limit|unlimit|limits ...   (concurrency keys: awooop.commands.limits)
+    awooop projects budget|rate-limit set|clear|list ...   (awooop.commands.projects_flow)
 
 ``pause`` stops new attempts of the scope on every worker from the moment it commits: intake
 still accepts and deduplicates submissions, running attempts finish, waiting runs stay PENDING
@@ -19,6 +20,7 @@ import argparse
 from typing import Any
 
 from awooop.commands import limits
+from awooop.commands import projects_flow
 from awooop.commands.output import add_wide, table, to_json, when
 from awooop.commands.runs_parsing import cli_actor
 from awooop.core.config import Settings
@@ -39,7 +41,9 @@ def _scope_options(parser: Any) -> None:
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "projects", help="pause or resume a project's runs; limit them per concurrency key"
+        "projects",
+        help="pause or resume a project's runs; limit them per concurrency key; its model-call "
+        "budgets and rate limits",
     )
     sub = parser.add_subparsers(dest="projects_command", required=True, metavar="ACTION")
 
@@ -60,6 +64,7 @@ def register(subparsers: Any) -> None:
     add_wide(listing)
     listing.set_defaults(run=list_pauses)
     limits.register_actions(sub)
+    projects_flow.register(sub)
 
 
 def pause_view(p: Pause) -> dict[str, Any]:

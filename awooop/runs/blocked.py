@@ -13,7 +13,9 @@ from Redis once per shard) and names a :class:`Reason`:
 |                  | a suspect: waits to run alone on a worker      | pending_isolation      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
 |                  | otherwise: readers are there, all busy         | pending_workers_busy   |
-| RUNNING          | lease live                                     | running                |
+| RUNNING          | lease live, a model call waits for a token     | rate_limited           |
+|                  | lease live, a model call waits for a budget    | over_budget            |
+|                  | lease live                                     | running                |
 | WAITING_TOOL     | lease live                                     | waiting_tool           |
 | either           | lease expired (the reaper's turn)              | lease_expired          |
 | WAITING_APPROVAL | approval open / past its expiry                | waiting_approval /     |
@@ -63,6 +65,8 @@ class Reason(enum.StrEnum):
     OVER_CONCURRENCY_LIMIT = "over_concurrency_limit"
     RETRY_PENDING = "retry_pending"
     RUNNING = "running"
+    RATE_LIMITED = "rate_limited"
+    OVER_BUDGET = "over_budget"
     LEASE_EXPIRED = "lease_expired"
     WAITING_TOOL = "waiting_tool"
     WAITING_APPROVAL = "waiting_approval"
@@ -81,6 +85,8 @@ REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.OVER_CONCURRENCY_LIMIT: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RUNNING: frozenset({RunStatus.RUNNING}),
+    Reason.RATE_LIMITED: frozenset({RunStatus.RUNNING}),
+    Reason.OVER_BUDGET: frozenset({RunStatus.RUNNING}),
     Reason.LEASE_EXPIRED: frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL}),
     Reason.WAITING_TOOL: frozenset({RunStatus.WAITING_TOOL}),
     Reason.WAITING_APPROVAL: frozenset({RunStatus.WAITING_APPROVAL}),
@@ -126,6 +132,12 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     current_step: str | None = None
     current_step_started_at: datetime | None = None
     current_step_attempt: int | None = None
+    # A model call of the running attempt waits (awooop.llm.admission): why, on which key
+    # (awooop_llm:<project>[:<model>]), what the budget says, and until when.
+    flow_reason: str | None = None
+    flow_key: str = ""
+    flow_detail: str = ""
+    flow_until: datetime | None = None
 
 
 class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -323,6 +335,18 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     **step,
                 )
             running = f"running attempt {f.attempt_count} of {f.max_attempts}"
+            if f.status is RunStatus.RUNNING and f.flow_reason is not None:
+                detail = f" ({f.flow_detail})" if f.flow_detail else ""
+                return _blocked(
+                    f,
+                    reason=Reason(f.flow_reason),
+                    summary=f"{running}: a model call waits, {f.flow_reason} on {f.flow_key}"
+                    f"{detail}, until {_at(f.flow_until)}; {lease}",
+                    next_action="none: the call goes when its token is due or the budget's "
+                    "next period starts; awooop projects budget|rate-limit to change the limit",
+                    worker_id=f.worker_id,
+                    **step,
+                )
             return _blocked(
                 f,
                 reason=Reason.RUNNING,

@@ -350,6 +350,26 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "ops",
             ),
             (
+                "Model calls held back by flow control per second (rate limits, budgets)",
+                [("sum by (reason) (rate(awooop_llm_throttled_total[5m]))", "{{reason}}")],
+                "ops",
+            ),
+            (
+                "Model-call budget tokens this period (top projects)",
+                [
+                    (
+                        "sum by (project_id, state) (awooop_llm_budget_tokens)",
+                        "{{project_id}} {{state}}",
+                    ),
+                ],
+                "short",
+            ),
+            (
+                "Tokens charged to budgets per second",
+                [("sum(rate(awooop_llm_budget_tokens_charged_total[5m]))", "tokens")],
+                "short",
+            ),
+            (
                 "Model call latency p95",
                 [
                     (

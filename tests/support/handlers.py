@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from awooop.core.errors import DatabaseUnavailableError
+from awooop.core.errors import DatabaseUnavailableError, FlowWaitTooLongError, OverBudgetError
 from awooop.runs.approvals import ApprovalTicket
 from awooop.worker.context import RunContext
 
@@ -208,3 +208,31 @@ async def keyed(run: RunContext) -> dict[str, Any]:
     finally:
         effect(run, "end")
     return {"pid": os.getpid()}
+
+
+async def model_calls(run: RunContext) -> dict[str, Any]:
+    """Model calls under flow control: ``calls`` (1) calls of ``prompt`` ("a b c": the local
+    model counts 3 input and 2 output tokens) with ``max_tokens`` (5) as the reservation, each
+    wrapped in a step when ``journal``; ``approval`` waits for approval ``go`` after them (a
+    second attempt then replays the steps). An ``llm`` side effect per answered call; a call
+    refused by a budget or a wait bound ends the run with ``refused`` (its code)."""
+    options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
+    prompt = str(options.get("prompt", "a b c"))
+    answers: list[str] = []
+    for i in range(int(options.get("calls", 1))):
+
+        async def ask(i: int = i) -> str:
+            result = await run.llm(prompt, max_tokens=int(options.get("max_tokens", 5)))
+            effect(run, f"llm:{i}")
+            return result.text
+
+        try:
+            answers.append(
+                await run.step(f"ask:{i}", ask) if options.get("journal") else await ask()
+            )
+        except (OverBudgetError, FlowWaitTooLongError) as exc:
+            effect(run, f"refused:{exc.code}")
+            return {"refused": exc.code, "answers": answers}
+    if options.get("approval"):
+        await run.wait_for_approval("go", reason="flow test", notify=remember_ticket)
+    return {"answers": answers}
