@@ -19,8 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from awooop.commands import limits
-from awooop.commands import projects_flow
+from awooop.commands import limits, projects_flow
 from awooop.commands.output import add_wide, table, to_json, when
 from awooop.commands.runs_parsing import cli_actor
 from awooop.core.config import Settings

@@ -48,6 +48,7 @@ from typing import Any
 
 import msgspec
 
+from awooop.core.durations import elapsed
 from awooop.core.errors import DeliveryLimitError
 from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunStatus
 from awooop.runs.pause_rules import Scope, describe_scope, resume_command
@@ -197,17 +198,6 @@ def over_limit(f: RunFacts) -> bool:
         and f.concurrency_max is not None
         and (f.concurrency_executing or 0) >= f.concurrency_max
     )
-
-
-def elapsed(now: datetime, then: datetime) -> str:
-    """Pure: how long from ``then`` to ``now``, as people say it: 45 s, 31 min, 2 h 5 min."""
-    seconds = max(0, int((now - then).total_seconds()))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60} min"
 
 
 def step_text(f: RunFacts) -> str:
