@@ -42,6 +42,11 @@ publishes. They take either
   anyway, the call raises :class:`~awooop.core.errors.DedupeRaceError` (E-INGEST-002, retryable)
   rather than answer without a run_id.
 
+A submission whose channel or contract has a concurrency limit with a depth cap, and whose key
+already has that many runs queued, raises :class:`~awooop.core.errors.ConcurrencyDepthError`
+(E-CONCURRENCY-001, retryable later) before anything is written (docs/workers.md, Concurrency
+keys).
+
 The result says whether this call created the run; a repeat returns the existing run_id
 (the producer's equivalent of HTTP's 200 E-IDEMPOTENT-001). Metrics count a created event
 when the call returns, before the caller's transaction commits.

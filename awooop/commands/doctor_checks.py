@@ -40,6 +40,7 @@ from awooop.commands.doctor_flow import (
     loops,
     outbox,
 )
+from awooop.commands.doctor_keys import concurrency_keys
 from awooop.commands.doctor_results import FAIL, OK, WARN, Check, CheckFn, describe
 from awooop.commands.doctor_schema import fleet, login_role, migrations, tenancy
 from awooop.core.retries import CONNECTION_ERRORS
@@ -101,6 +102,7 @@ CHECKS: tuple[CheckFn, ...] = (
     consumer_groups,
     outbox,
     leases,
+    concurrency_keys,
     approvals,
     blocked,
     dead_letters,

@@ -3,6 +3,8 @@
     awooop projects pause  PROJECT [--channel C | --contract K] [--reason TEXT] [--json]
     awooop projects resume PROJECT [--channel C | --contract K] [--json]
     awooop projects pauses [--project P] [--history] [--limit N] [--json] [--wide]
+    awooop projects limit|unlimit|limits ...   (concurrency keys: awooop.commands.limits)
+    awooop projects budget|rate-limit set|clear|list ...   (awooop.commands.projects_flow)
 
 ``pause`` stops new attempts of the scope on every worker from the moment it commits: intake
 still accepts and deduplicates submissions, running attempts finish, waiting runs stay PENDING
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from awooop.commands import limits, projects_flow
 from awooop.commands.output import add_wide, table, to_json, when
 from awooop.commands.runs_parsing import cli_actor
 from awooop.core.config import Settings
@@ -36,7 +39,11 @@ def _scope_options(parser: Any) -> None:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("projects", help="pause or resume a project's runs")
+    parser = subparsers.add_parser(
+        "projects",
+        help="pause or resume a project's runs; limit them per concurrency key; its model-call "
+        "budgets and rate limits",
+    )
     sub = parser.add_subparsers(dest="projects_command", required=True, metavar="ACTION")
 
     stop = sub.add_parser("pause", help="no new attempts for a project, channel or contract")
@@ -55,6 +62,8 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     add_wide(listing)
     listing.set_defaults(run=list_pauses)
+    limits.register_actions(sub)
+    projects_flow.register(sub)
 
 
 def pause_view(p: Pause) -> dict[str, Any]:

@@ -93,6 +93,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     llm_timeout_s: float = 60.0
     llm_max_connections: int = 16
     llm_default_model: str = "llama3.2"
+    # The longest a model call waits for a rate-limit token or a budget (E-BUDGET-002 after).
+    llm_flow_max_wait_s: float = 3600.0
     pointer_check_connections: int = 2
 
     http_host: str = "127.0.0.1"
@@ -146,6 +148,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "projector_reclaim_idle_s",
             "channel_event_revalidate_s",
             "llm_timeout_s",
+            "llm_flow_max_wait_s",
             "stats_interval_s",
             "redis_socket_timeout_s",
             "http_header_timeout_s",

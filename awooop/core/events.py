@@ -39,6 +39,11 @@ class RunCreated(EventBase, frozen=True, kw_only=True, tag=True):
     input: JSON
     max_attempts: int
     contract_id: str | None = None
+    # The run's concurrency key as intake computed it from its contract's or channel's limit
+    # (awooop.runs.concurrency_rules): the limit's scope, the key and the key's maximum.
+    concurrency_scope: str | None = None
+    concurrency_key: str | None = None
+    concurrency_max: int | None = None
 
 
 class RunClaimed(EventBase, frozen=True, kw_only=True, tag=True):

@@ -113,6 +113,13 @@ PAUSED_SCOPES = Gauge(
     'they hold back are awooop_runs_blocked{reason="paused"}',
     ["scope"],
 )
+CONCURRENCY_KEY_RUNS = Gauge(
+    "awooop_concurrency_key_runs",
+    "Runs per concurrency key: executing (holding a slot: a live lease) and waiting (PENDING, "
+    "RESUMED); only the keys with the most runs waiting, then executing (the top 20), so "
+    "that the label sets stay bounded; sampled by the stats loop",
+    ["project_id", "key", "state"],
+)
 RUNS_BLOCKED = Gauge(
     "awooop_runs_blocked",
     "Live and FAILED runs by project and blocked_on reason (what each waits for: "
@@ -172,6 +179,22 @@ POINTER_CHECK_SECONDS = Histogram(
 )
 LLM_CALLS = Counter("awooop_llm_calls_total", "Model calls, by result", ["result"])
 LLM_SECONDS = Histogram("awooop_llm_call_seconds", "Model call latency")
+LLM_THROTTLED = Counter(
+    "awooop_llm_throttled_total",
+    "Model calls held back by flow control: waited for a rate-limit token (rate_limited) or a "
+    "budget (over_budget), or refused (refused: E-BUDGET-001/002); a call counts once per reason",
+    ["reason"],
+)
+LLM_BUDGET_TOKENS = Counter(
+    "awooop_llm_budget_tokens_charged_total",
+    "Tokens charged to model-call budgets when calls settle (input plus output as reported)",
+)
+LLM_BUDGET_USAGE = Gauge(
+    "awooop_llm_budget_tokens",
+    "Tokens of the current budget period per project (the top projects by use, bounded) and "
+    "state (used: settled, reserved: calls in flight, limit), sampled by the stats loop",
+    ["project_id", "state"],
+)
 
 # --- background loops (R-42) ----------------------------------------------------------------
 LOOP_LAST_RUN = Gauge(
@@ -233,6 +256,7 @@ KNOWN_LABELS: dict[Counter, tuple[tuple[str, ...], ...]] = {
         ("contract", "error"),
     ),
     LLM_CALLS: (("ok",), ("error",)),
+    LLM_THROTTLED: (("rate_limited",), ("over_budget",), ("refused",)),
     REVISION_CACHE_STALE: (("pointer_check",), ("notice",), ("revalidation",)),
 }
 

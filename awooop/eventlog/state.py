@@ -137,6 +137,11 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     # alone from then on (docs/workers.md, Poison runs). Defaulted: snapshots stored before
     # the column existed still decode.
     suspect_worker_id: str | None = None
+    # The concurrency key intake gave the run (RunCreated; migration 0132): its limit's scope,
+    # the key and the key's maximum. A run holds a slot of its key while its lease is live.
+    concurrency_scope: str | None = None
+    concurrency_key: str | None = None
+    concurrency_max: int | None = None
 
 
 COLUMNS: tuple[str, ...] = RunState.__struct_fields__
@@ -220,6 +225,9 @@ def _created(event: RunCreated) -> RunState:
         created_at=event.at,
         updated_at=event.at,
         finished_at=None,
+        concurrency_scope=event.concurrency_scope,
+        concurrency_key=event.concurrency_key,
+        concurrency_max=event.concurrency_max,
     )
 
 

@@ -43,6 +43,8 @@ ROUTE_MODULES = (
     "awooop.http.contracts",
     "awooop.http.approvals",
     "awooop.http.pauses",
+    "awooop.http.limits",
+    "awooop.http.llm_flow",
     "awooop.http.console",
 )
 

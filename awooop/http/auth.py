@@ -1,7 +1,8 @@
 """Authorisation of the management routes: a bearer token with a management scope.
 
 Every route under ``/v1/projects/{project_id}/runs/...``, ``.../contracts...`` and the
-pause routes (``.../pause``, ``.../resume``, ``.../pauses``) calls
+pause routes (``.../pause``, ``.../resume``, ``.../pauses``) and the concurrency limit
+routes (``.../limits``) call
 :func:`require` before it reads the body or touches a row:
 
 - no ``Authorization: Bearer awp_...`` header, a malformed token, an unknown or revoked one:

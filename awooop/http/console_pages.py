@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from awooop.core.db import Connection
+from awooop.core.durations import elapsed
 from awooop.core.errors import AwoooPError, RunNotFoundError
 from awooop.eventlog.deadletters import DeadLetterRow
 from awooop.eventlog.state import TERMINAL, RunState, RunStatus
@@ -27,7 +28,7 @@ from awooop.http.console_requests import path_run, run_filter
 from awooop.http.console_waterfall import duration_text, waterfall
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE
 from awooop.runs import deadletters, listing, run_rows
-from awooop.runs.blocked import BlockedOn, Reason, elapsed
+from awooop.runs.blocked import BlockedOn, Reason
 from projections import failures, model_calls, timeline
 
 

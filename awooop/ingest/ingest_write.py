@@ -8,7 +8,10 @@ delivery:
 1. :func:`load_config` (cached briefly, see :mod:`awooop.ingest.cache`): one statement
    reads the channel's secret, dedupe TTL and options
    (:class:`awooop.ingest.common.ChannelOptions`), the stored hash of the presented bearer
-   token and the active ``agent`` contract's ``max_attempts``.
+   token, the active ``agent`` contract's ``max_attempts`` and the concurrency limit of the
+   contract or channel (:mod:`awooop.runs.concurrency`): each new run gets its key and the
+   key's maximum from it, and a key with its depth cap of runs queued refuses the submission
+   before anything is written (:mod:`awooop.ingest.depth`, 429 E-CONCURRENCY-001).
 2. :func:`ingest`: ONE statement (``awooop/eventlog/sql/ingest_new.sql``, run by
    :func:`awooop.eventlog.ingest.insert_new`: the log room holds every statement that writes the
    log), atomic on its own:
@@ -67,6 +70,8 @@ from awooop.core.telemetry import inject
 from awooop.eventlog import ingest as log_ingest
 from awooop.eventlog.ingest import CLOCK_PLACEHOLDER
 from awooop.ingest.common import ChannelOptions, ParsedEvent, StoredCredential
+from awooop.ingest.depth import check_depth
+from awooop.runs.concurrency_rules import Limit, RunKey, run_key
 
 DEFAULT_CONTRACT = "default"
 AGENT_FAMILY = "agent"
@@ -75,7 +80,23 @@ MAX_CONTRACT_ATTEMPTS = 100
 
 # --- SQL -------------------------------------------------------------------------------------
 
-LOAD_CONFIG = """
+# Both configuration reads join the concurrency limit of the contract ($3), else of the channel
+# ($2), of project $1 (migration 0132): its columns are NULL when there is none.
+LIMIT_OF_SCOPE = """
+LEFT JOIN LATERAL (
+    SELECT l.scope || ':' || l.scope_key AS limit_scope, l.key_expr, l.max_expr,
+           l.global_max, l.depth_cap
+    FROM awooop_concurrency_limits l
+    WHERE l.project_id = $1
+      AND ((l.scope = 'contract' AND l.scope_key = $3)
+           OR (l.scope = 'channel' AND l.scope_key = $2))
+    ORDER BY l.scope DESC
+    LIMIT 1
+) AS lim ON true
+"""
+
+LOAD_CONFIG = (
+    """
 SELECT c.secret,
        c.dedupe_ttl_s,
        c.gitea_key,
@@ -88,22 +109,30 @@ SELECT c.secret,
           FROM awooop_active_revisions a
           JOIN awooop_contract_revisions r ON r.revision_id = a.active_revision_id
          WHERE a.project_id = $1 AND a.contract_family = 'agent'
-           AND a.contract_id = $3) AS contract_max_attempts
+           AND a.contract_id = $3) AS contract_max_attempts,
+       lim.*
 FROM (SELECT 1) AS one
 LEFT JOIN awooop_channels c ON c.project_id = $1 AND c.channel_type = $2
-"""
+"""  # noqa: S608 - constant text
+    + LIMIT_OF_SCOPE
+)
 
 # The producer library's read (awooop.producer): no credentials (a producer role may read neither
 # the channel's secret nor token hashes: migration 0090).
-LOAD_PRODUCER_CONFIG = """
+LOAD_PRODUCER_CONFIG = (
+    """
 SELECT (SELECT c.dedupe_ttl_s FROM awooop_channels c
          WHERE c.project_id = $1 AND c.channel_type = $2) AS dedupe_ttl_s,
        (SELECT r.body -> 'max_attempts'
           FROM awooop_active_revisions a
           JOIN awooop_contract_revisions r ON r.revision_id = a.active_revision_id
          WHERE a.project_id = $1 AND a.contract_family = 'agent'
-           AND a.contract_id = $3) AS contract_max_attempts
-"""
+           AND a.contract_id = $3) AS contract_max_attempts,
+       lim.*
+FROM (SELECT 1) AS one
+"""  # noqa: S608 - constant text
+    + LIMIT_OF_SCOPE
+)
 
 # An expired key's rows in the windows a new claim needs (the current and the next one): rows in
 # older windows no longer decide anything once expired, and go with their partition.
@@ -135,6 +164,7 @@ class ChannelConfig(msgspec.Struct, frozen=True, kw_only=True):
     dedupe_ttl_s: float
     max_attempts: int
     options: ChannelOptions = msgspec.field(default_factory=ChannelOptions)
+    limit: Limit | None = None  # the contract's or channel's concurrency limit
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -160,6 +190,7 @@ async def load_config(
         dedupe_ttl_s=float(row["dedupe_ttl_s"] or settings.dedupe_ttl_s),
         max_attempts=contract_max_attempts(row["contract_max_attempts"], settings.max_attempts),
         options=channel_options(row),
+        limit=concurrency_limit(row),
     )
 
 
@@ -177,6 +208,16 @@ async def load_producer_config(
         credential=StoredCredential(secret=None, token_hash=None),
         dedupe_ttl_s=float(row["dedupe_ttl_s"] or settings.dedupe_ttl_s),
         max_attempts=contract_max_attempts(row["contract_max_attempts"], settings.max_attempts),
+        limit=concurrency_limit(row),
+    )
+
+
+def concurrency_limit(row: Any) -> Limit | None:
+    """The concurrency limit the configuration row carries, if any."""
+    if row["limit_scope"] is None:
+        return None
+    return Limit(
+        row["limit_scope"], row["key_expr"], row["max_expr"], row["global_max"], row["depth_cap"]
     )
 
 
@@ -221,6 +262,11 @@ async def ingest(
         if event.provider_event_id not in first:
             first[event.provider_event_id] = event
             first_metadata[event.provider_event_id] = event_metadata
+    run_keys: dict[str, RunKey] = {}
+    if config.limit is not None:
+        limit = config.limit
+        run_keys = {k: run_key(limit, project_id, channel_type, e.input) for k, e in first.items()}
+        await check_depth(conn, project_id, limit, list(run_keys.values()))
     created: dict[str, uuid.UUID] = {}
     existing: dict[str, uuid.UUID] = {}
     pending = sorted(first)  # one lock order for every transaction
@@ -237,6 +283,9 @@ async def ingest(
                 input=first[key].input,
                 max_attempts=config.max_attempts,
                 contract_id=contract_id,
+                concurrency_scope=run_keys[key].scope if key in run_keys else None,
+                concurrency_key=run_keys[key].key if key in run_keys else None,
+                concurrency_max=run_keys[key].max if key in run_keys else None,
             )
             for key in pending
         ]

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -211,9 +211,13 @@ class ModelGateway:
         *,
         contract: tuple[str, str] = DEFAULT_CONTRACT,
         options: Mapping[str, Any] | None = None,
+        admit: Callable[[ModelRequest], Awaitable[None]] | None = None,
     ) -> ModelCall:
         """:meth:`complete`, answering what happened instead of raising (an ``Exception`` of
-        the pointer check or the model is the call's ``error``; cancellation propagates)."""
+        the pointer check, of ``admit`` or of the model is the call's ``error``; cancellation
+        propagates). ``admit`` (flow control: :mod:`awooop.llm.admission`) sees the routed
+        request before the model is called and may wait or refuse; the call's start and
+        duration are counted from when it returns."""
         family, contract_id = contract
         started_at = datetime.now(UTC)
         started = time.perf_counter()
@@ -231,6 +235,10 @@ class ModelGateway:
                 request = build_request(policy, prompt, options or {}, slot.default_model)
                 span.set_attribute("awooop.revision_id", str(policy.revision_id))
                 span.set_attribute("gen_ai.request.model", request.model)
+                if admit is not None:
+                    await admit(request)
+                    started_at = datetime.now(UTC)
+                    started = time.perf_counter()
                 response = await self._generate(slot, request)
             except Exception as exc:
                 # Kept, not raised: the span says what the context manager would have said.

@@ -13,7 +13,11 @@
   the partial indexes, FAILED runs an index-only count per failure code). It also samples
   ``awooop_dead_letters_open``: open dead letters per project from ``awooop_dead_letters``
   (its partial index on open rows; ``__platform__`` always present, 0 when none), and
-  ``awooop_paused_scopes``: active pauses per scope (``awooop_flow_pauses``).
+  ``awooop_paused_scopes``: active pauses per scope (``awooop_flow_pauses``), and
+  ``awooop_concurrency_key_runs``: runs executing and waiting of the ``TOP_KEYS`` keys with
+  the most runs waiting (:func:`awooop.runs.concurrency.usage`, through the keyed runs' index).
+  ``awooop_llm_budget_tokens``: the current period's tokens used, reserved and allowed by the
+  project-wide model-call budgets, for the 20 projects that use the most (bounded labels).
 - ``stats_outbox``: ``awooop_outbox_backlog_seconds`` for both outboxes, read from Postgres
   (0 when everything is delivered): ``events``, the age of the first event after the relay's
   saved cursor (``awooop_relay_cursor``, saved at least every poll interval while the relay
@@ -42,7 +46,9 @@ from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.eventlog import deadletters
 from awooop.eventlog.state import RunStatus
+from awooop.runs import concurrency
 from awooop.runs.blocked_facts import count_by_reason
+from awooop.runs.concurrency import KeyUsage
 from awooop.runs.pause_rules import Scope
 from awooop.services import Services
 
@@ -54,11 +60,28 @@ LIVE_STATES: tuple[str, ...] = (
     RunStatus.WAITING_APPROVAL,
 )
 
+TOP_KEYS = 20  # the concurrency key gauge's keys: bounded label cardinality
+
 # --- SQL ----------------------------------------------------------------------------------------
 # The active pauses (awooop_flow_pauses' partial unique index), per scope.
 PAUSED_SCOPES = """
 SELECT scope, count(*) AS pauses FROM awooop_flow_pauses
 WHERE resumed_at IS NULL GROUP BY scope
+"""
+# The project-wide model-call budgets in force and their current period, the most used first
+# (awooop_llm_budgets' active index; one counter row each): awooop_llm_budget_tokens.
+BUDGET_TOP = 20
+LLM_BUDGETS = """
+SELECT b.project_id, b.tokens AS budget, coalesce(u.used, 0) AS used,
+       coalesce(u.reserved, 0) AS reserved
+FROM awooop_llm_budgets b
+LEFT JOIN awooop_llm_budget_usage u
+    ON u.project_id = b.project_id AND u.model = b.model AND u.period_s = b.period_s
+   AND u.period_start = date_bin(make_interval(secs => b.period_s), now(),
+                                 timestamptz '2000-01-01 00:00:00+00')
+WHERE b.valid_to IS NULL AND b.model = ''
+ORDER BY coalesce(u.used, 0) + coalesce(u.reserved, 0) DESC, b.project_id
+LIMIT $1
 """
 # Three branches, each with exactly the predicate of one partial index of awooop_run_state
 # (migrations/0003), so each is an index scan over live runs only.
@@ -135,6 +158,15 @@ def runs_sample(
     return by_state, oldest, overdue
 
 
+def keys_sample(usage: Iterable[KeyUsage]) -> dict[tuple[str, ...], float]:
+    """Pure: the concurrency key gauge's label sets (project, key, executing|waiting)."""
+    out: dict[tuple[str, ...], float] = {}
+    for u in usage:
+        out[(u.project_id, u.key, "executing")] = float(u.executing)
+        out[(u.project_id, u.key, "waiting")] = float(u.waiting)
+    return out
+
+
 class StatsLoops:
     """The state (published label sets) behind the three stats loops of one process."""
 
@@ -147,6 +179,8 @@ class StatsLoops:
         self._lag = GaugeSnapshot(metrics.CONSUMER_LAG)
         self._pending = GaugeSnapshot(metrics.CONSUMER_PENDING)
         self._dead = GaugeSnapshot(metrics.DEAD_LETTERS_OPEN)
+        self._keys = GaugeSnapshot(metrics.CONCURRENCY_KEY_RUNS)
+        self._budgets = GaugeSnapshot(metrics.LLM_BUDGET_USAGE)
 
     async def sample_runs(self, _ctx: LoopContext) -> None:
         settings = self.services.settings
@@ -159,12 +193,26 @@ class StatsLoops:
             )
             dead = await deadletters.open_counts(conn)
             paused = await conn.fetch(PAUSED_SCOPES)
+            busiest = await concurrency.usage(conn, None, TOP_KEYS)
+            budgets = await conn.fetch(LLM_BUDGETS, BUDGET_TOP)
         by_state, oldest, overdue = runs_sample(tuple(row.values()) for row in rows)
         self._runs.publish(by_state)
         self._oldest.publish(oldest)
         self._overdue.publish(overdue)
         self._blocked.publish({labels: float(n) for labels, n in blocked.items()})
         self._dead.publish(dead_letters_sample(dead))
+        self._keys.publish(keys_sample(busiest))
+        self._budgets.publish(
+            {
+                (row["project_id"], state): float(row[column])
+                for row in budgets
+                for state, column in (
+                    ("used", "used"),
+                    ("reserved", "reserved"),
+                    ("limit", "budget"),
+                )
+            }
+        )
         by_scope = {row["scope"]: row["pauses"] for row in paused}
         for scope in Scope:  # three label sets, 0 when none
             metrics.PAUSED_SCOPES.labels(scope.value).set(by_scope.get(scope.value, 0))

@@ -8,11 +8,14 @@ from Redis once per shard) and names a :class:`Reason`:
 |------------------|------------------------------------------------|------------------------|
 | PENDING, RESUMED | it has an open dead letter (Postgres)          | pending_dead_lettered  |
 |                  | its project, channel or contract is paused     | paused                 |
+|                  | its concurrency key has no free slot           | over_concurrency_limit |
 |                  | no worker alive, none read its shard recently  | pending_no_worker      |
 |                  | a suspect: waits to run alone on a worker      | pending_isolation      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
 |                  | otherwise: readers are there, all busy         | pending_workers_busy   |
-| RUNNING          | lease live                                     | running                |
+| RUNNING          | lease live, a model call waits for a token     | rate_limited           |
+|                  | lease live, a model call waits for a budget    | over_budget            |
+|                  | lease live                                     | running                |
 | WAITING_TOOL     | lease live                                     | waiting_tool           |
 | either           | lease expired (the reaper's turn)              | lease_expired          |
 | WAITING_APPROVAL | approval open / past its expiry                | waiting_approval /     |
@@ -45,6 +48,7 @@ from typing import Any
 
 import msgspec
 
+from awooop.core.durations import elapsed
 from awooop.core.errors import DeliveryLimitError
 from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunStatus
 from awooop.runs.pause_rules import Scope, describe_scope, resume_command
@@ -59,8 +63,11 @@ class Reason(enum.StrEnum):
     PENDING_DEAD_LETTERED = "pending_dead_lettered"
     PENDING_ISOLATION = "pending_isolation"
     PAUSED = "paused"
+    OVER_CONCURRENCY_LIMIT = "over_concurrency_limit"
     RETRY_PENDING = "retry_pending"
     RUNNING = "running"
+    RATE_LIMITED = "rate_limited"
+    OVER_BUDGET = "over_budget"
     LEASE_EXPIRED = "lease_expired"
     WAITING_TOOL = "waiting_tool"
     WAITING_APPROVAL = "waiting_approval"
@@ -76,8 +83,11 @@ REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_ISOLATION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PAUSED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.OVER_CONCURRENCY_LIMIT: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RUNNING: frozenset({RunStatus.RUNNING}),
+    Reason.RATE_LIMITED: frozenset({RunStatus.RUNNING}),
+    Reason.OVER_BUDGET: frozenset({RunStatus.RUNNING}),
     Reason.LEASE_EXPIRED: frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL}),
     Reason.WAITING_TOOL: frozenset({RunStatus.WAITING_TOOL}),
     Reason.WAITING_APPROVAL: frozenset({RunStatus.WAITING_APPROVAL}),
@@ -115,10 +125,20 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     paused_key: str = ""
     paused_by: str | None = None
     paused_reason: str = ""
+    # Its concurrency key (migration 0132), the key's maximum and the runs holding its slots
+    concurrency_key: str | None = None
+    concurrency_max: int | None = None
+    concurrency_executing: int | None = None
     # The step an attempt reported with its last renewal (migration 0127), and which attempt.
     current_step: str | None = None
     current_step_started_at: datetime | None = None
     current_step_attempt: int | None = None
+    # A model call of the running attempt waits (awooop.llm.admission): why, on which key
+    # (awooop_llm:<project>[:<model>]), what the budget says, and until when.
+    flow_reason: str | None = None
+    flow_key: str = ""
+    flow_detail: str = ""
+    flow_until: datetime | None = None
 
 
 class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,15 +191,13 @@ def current_step(f: RunFacts) -> tuple[str, datetime] | None:
     return None
 
 
-def elapsed(now: datetime, then: datetime) -> str:
-    """Pure: how long from ``then`` to ``now``, as people say it: 45 s, 31 min, 2 h 5 min."""
-    seconds = max(0, int((now - then).total_seconds()))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60} min"
+def over_limit(f: RunFacts) -> bool:
+    """Pure: a keyed run whose key's slots are all held (live leases)."""
+    return (
+        f.concurrency_key is not None
+        and f.concurrency_max is not None
+        and (f.concurrency_executing or 0) >= f.concurrency_max
+    )
 
 
 def step_text(f: RunFacts) -> str:
@@ -236,6 +254,15 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     reason=Reason.PAUSED,
                     summary=f"{waiting}; {scope} of {f.project_id} paused by {f.paused_by}{why}",
                     next_action=resume_command(f.project_id, f.paused_scope, f.paused_key),
+                )
+            if over_limit(f):
+                return _blocked(
+                    f,
+                    reason=Reason.OVER_CONCURRENCY_LIMIT,
+                    summary=f"{waiting}; concurrency key {f.concurrency_key} is at its limit: "
+                    f"{f.concurrency_executing} of {f.concurrency_max} executing",
+                    next_action="none: it starts when a run of its key ends; awooop projects "
+                    f"limits --project {f.project_id}",
                 )
             if shard.unread:
                 return _blocked(
@@ -298,6 +325,18 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     **step,
                 )
             running = f"running attempt {f.attempt_count} of {f.max_attempts}"
+            if f.status is RunStatus.RUNNING and f.flow_reason is not None:
+                detail = f" ({f.flow_detail})" if f.flow_detail else ""
+                return _blocked(
+                    f,
+                    reason=Reason(f.flow_reason),
+                    summary=f"{running}: a model call waits, {f.flow_reason} on {f.flow_key}"
+                    f"{detail}, until {_at(f.flow_until)}; {lease}",
+                    next_action="none: the call goes when its token is due or the budget's "
+                    "next period starts; awooop projects budget|rate-limit to change the limit",
+                    worker_id=f.worker_id,
+                    **step,
+                )
             return _blocked(
                 f,
                 reason=Reason.RUNNING,

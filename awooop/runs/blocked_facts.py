@@ -20,8 +20,13 @@
   so ``AWOOOP_LEASE_TTL_S`` is a safe window), and :data:`LIVE_WORKERS` counts the worker
   processes alive by their own heartbeats in ``awooop_processes``. Either says the shard is
   read: on Redis 7.0 an idle worker's reads that return nothing do not reset its idle time.
+- the model-call wait of a RUNNING run's attempt (``awooop_llm_waits``, by its primary key):
+  ``blocked_on`` then says ``rate_limited`` or ``over_budget``, the key and until when.
 - the widest active pause that holds a PENDING or RESUMED run (``awooop_flow_pauses``, one
   probe of its active index by project): ``blocked_on`` then says ``paused``.
+- a keyed PENDING or RESUMED run's key, its maximum and how many of the key's runs hold a
+  live lease (one probe of ``awooop_run_state_concurrency_idx``): ``blocked_on`` then says
+  ``over_concurrency_limit`` when the key is full.
 - :func:`with_dead_letters` marks the PENDING and RESUMED runs that have an open dead letter
   (:func:`awooop.eventlog.deadletters.open_of_runs`: one probe of
   ``awooop_dead_letters_open_run_idx`` per such run).
@@ -69,7 +74,10 @@ SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, r
        ap.name AS approval_name, ap.reason AS approval_reason,
        ended.event_type AS last_end_type, ended.data ->> 'reason' AS last_end_reason,
        pz.scope AS paused_scope, pz.scope_key AS paused_key, pz.paused_by,
-       pz.reason AS paused_reason
+       pz.reason AS paused_reason,
+       rs.concurrency_key, rs.concurrency_max, ck.executing AS concurrency_executing,
+       fw.reason AS flow_reason, fw.wait_key AS flow_key, fw.detail AS flow_detail,
+       fw.until AS flow_until
 FROM awooop_run_state rs
 CROSS JOIN LATERAL (SELECT {run_stream_sql("rs.run_id")} AS stream_id OFFSET 0) run_stream
 LEFT JOIN LATERAL (
@@ -95,6 +103,15 @@ LEFT JOIN LATERAL (
     ORDER BY array_position(ARRAY['project', 'channel', 'contract'], p.scope), p.paused_at
     LIMIT 1
 ) pz ON true
+LEFT JOIN LATERAL (
+    SELECT count(*)::int AS executing FROM awooop_run_state k
+    WHERE rs.status IN ('PENDING', 'RESUMED') AND rs.concurrency_key IS NOT NULL
+      AND k.project_id = rs.project_id AND k.concurrency_key = rs.concurrency_key
+      AND k.status IN ('RUNNING', 'WAITING_TOOL') AND k.lease_until > now()
+) ck ON rs.concurrency_key IS NOT NULL
+LEFT JOIN awooop_llm_waits fw
+    ON fw.run_id = rs.run_id AND rs.status = 'RUNNING' AND fw.attempt = rs.attempt_count
+   AND fw.ended_at IS NULL
 """  # noqa: S608 - constant identifiers
 FACTS = _SELECT + "WHERE rs.run_id = ANY($1::uuid[])"
 # Three arms, each with the predicate of one partial index of awooop_run_state (0003).
@@ -138,10 +155,17 @@ def facts_of(row: Any) -> RunFacts:
         paused_scope=None if row["paused_scope"] is None else Scope(row["paused_scope"]),
         paused_key=row["paused_key"] or "",
         paused_by=row["paused_by"],
+        concurrency_key=row["concurrency_key"],
+        concurrency_max=row["concurrency_max"],
+        concurrency_executing=row["concurrency_executing"],
         paused_reason=row["paused_reason"] or "",
         current_step=row["current_step"],
         current_step_started_at=row["current_step_started_at"],
         current_step_attempt=row["current_step_attempt"],
+        flow_reason=row["flow_reason"],
+        flow_key=row["flow_key"] or "",
+        flow_detail=row["flow_detail"] or "",
+        flow_until=row["flow_until"],
     )
 
 

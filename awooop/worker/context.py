@@ -53,6 +53,7 @@ from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import encoded_problem, unstorable
 from awooop.core.telemetry import tracer
 from awooop.eventlog.state import RunState
+from awooop.llm.admission import Admit, FlowGate
 from awooop.llm.calls import called_event
 from awooop.llm.gateway import LLMResult, ModelCall
 from awooop.runs import approvals, leases
@@ -76,6 +77,7 @@ class LLMClient(Protocol):
         *,
         contract: tuple[str, str] = ...,
         options: Mapping[str, Any] | None = ...,
+        admit: Admit | None = ...,
     ) -> ModelCall: ...
 
 
@@ -110,6 +112,7 @@ class RunContext:
         notifier: Notifier | None,
         approval_ttl_s: float,
         io_timeout_s: float | None = None,
+        flow_max_wait_s: float = 3600.0,
     ) -> None:
         self._attempt = attempt
         self._io_timeout_s = io_timeout_s
@@ -132,6 +135,16 @@ class RunContext:
         self.attempt = attempt.number
         self.worker_id = attempt.worker_id
         self.log = log.bind(run_id=str(self.run_id), attempt=self.attempt)
+        self._flow = FlowGate(
+            db,
+            project_id=self.project_id,
+            run_id=self.run_id,
+            attempt=self.attempt,
+            worker_id=self.worker_id,
+            check=self.check,
+            max_wait_s=flow_max_wait_s,
+            io_timeout_s=io_timeout_s,
+        )
 
     @property
     def steps(self) -> Mapping[str, Any]:
@@ -192,18 +205,31 @@ class RunContext:
         contract: tuple[str, str] = ("policy_routing", "default"),
         **options: Any,
     ) -> LLMResult:
-        """The model, through the gateway's revision pointer check (R-24); the call is recorded
-        on the run's stream before its answer is returned or its error raised."""
+        """The model, through the revision pointer check (R-24) and flow control
+        (:mod:`awooop.llm.admission`); the call is recorded (its budget reservation settled
+        with the record) before its answer is returned or its error raised."""
         if self._llm is None:
             raise RuntimeError("this worker has no model gateway")
         self.check()
-        call = await self._llm.call(self.project_id, prompt, contract=contract, options=options)
+        seq = self._flow.next_call()
+        call = await self._llm.call(
+            self.project_id,
+            prompt,
+            contract=contract,
+            options=options,
+            admit=self._flow.admitter(seq),
+        )
+        ticket = self._flow.ticket(seq)
         try:
-            await self._write(
-                lambda _s, now: called_event(
-                    call, worker_id=self.worker_id, attempt=self.attempt, at=now
+            if ticket is not None:
+                self.check()
+                await self._flow.record(ticket, call, trace_metadata())
+            else:
+                await self._write(
+                    lambda _s, now: called_event(
+                        call, worker_id=self.worker_id, attempt=self.attempt, at=now
+                    )
                 )
-            )
         except Exception as exc:
             # Not recorded (the lease is lost, or Postgres is away): the handler gets that
             # error, never an answer without its record. A model error stays its cause.

@@ -171,6 +171,7 @@ class Executor:
             notifier=self.notifier,
             approval_ttl_s=self.settings.approval_ttl_s,
             io_timeout_s=self.settings.lease_io_timeout_s,
+            flow_max_wait_s=self.settings.llm_flow_max_wait_s,
         )
         if not await self._predecessor_ended(attempt):
             if attempt.stop_reason is not None:

@@ -198,7 +198,7 @@ class Worker:
                 return True
             attempt = self.executor.begin(state, sent, entry)
         outcome = await self.executor.run(attempt, state, parent=parent, links=links)
-        self._slot_freed.set()
+        self._freed(state)
         return outcome.ack
 
     # --- the polling path -------------------------------------------------------------------
@@ -235,7 +235,12 @@ class Worker:
 
     async def _run_polled(self, attempt: Any, state: RunState) -> None:
         await self.executor.run(attempt, state)
-        self._slot_freed.set()
+        self._freed(state)
+
+    def _freed(self, state: RunState) -> None:
+        self._slot_freed.set()  # a keyed run freed its key's slot: poll for the refused ones
+        if state.concurrency_key is not None:
+            self.resume_bell.ring()
 
     def poll_min_age(self) -> float:
         """How long a dispatchable run must have waited before polling takes it.

@@ -306,7 +306,8 @@ def fast_run(
     state = (
         f"{run_id}\t{project}\t{channel}\t{key}\tdefault\tCOMPLETED\t{len(data)}\t1\t3"
         f"\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t{{{','.join(saga)}}}\t{payload}"
-        f'\t{{"ok":true}}\t\\N\t\\N\t{at_c}\t{done_c}\t{done_c}\t\\N\n'
+        f'\t{{"ok":true}}\t\\N\t\\N\t{at_c}\t{done_c}\t{done_c}\t\\N'
+        "\t\\N\t\\N\t\\N\n"  # no concurrency key
     )
     window = dedupe_window_us(at_us)
     dedupe = "".join(

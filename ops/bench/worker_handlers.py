@@ -23,3 +23,12 @@ async def hang_first_attempt(run: RunContext) -> str:
     if run.attempt == 1:
         await asyncio.sleep(3600)
     return "recovered"
+
+
+async def model_calls(run: RunContext) -> int:
+    """``calls`` model calls (the input's, default 10) one after another: the rate-limit
+    benchmark's demand."""
+    calls = int(run.input.get("calls", 10)) if isinstance(run.input, dict) else 10
+    for _ in range(calls):
+        await run.llm("a b c", max_tokens=5)
+    return calls

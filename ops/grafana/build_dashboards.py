@@ -154,6 +154,20 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 ],
                 "short",
             ),
+            (
+                "Concurrency keys: runs executing and waiting per key (the busiest keys only)",
+                [
+                    (
+                        'sum by (project_id, key) (awooop_concurrency_key_runs{state="executing"})',
+                        "{{project_id}} {{key}} executing",
+                    ),
+                    (
+                        'sum by (project_id, key) (awooop_concurrency_key_runs{state="waiting"})',
+                        "{{project_id}} {{key}} waiting",
+                    ),
+                ],
+                "short",
+            ),
         ],
     ),
     "awooop-lag": (
@@ -334,6 +348,26 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "Model calls per second",
                 [("sum by (result) (rate(awooop_llm_calls_total[5m]))", "{{result}}")],
                 "ops",
+            ),
+            (
+                "Model calls held back by flow control per second (rate limits, budgets)",
+                [("sum by (reason) (rate(awooop_llm_throttled_total[5m]))", "{{reason}}")],
+                "ops",
+            ),
+            (
+                "Model-call budget tokens this period (top projects)",
+                [
+                    (
+                        "sum by (project_id, state) (awooop_llm_budget_tokens)",
+                        "{{project_id}} {{state}}",
+                    ),
+                ],
+                "short",
+            ),
+            (
+                "Tokens charged to budgets per second",
+                [("sum(rate(awooop_llm_budget_tokens_charged_total[5m]))", "tokens")],
+                "short",
             ),
             (
                 "Model call latency p95",

@@ -22,6 +22,7 @@ from awooop.core.events import ModelCalled, decode_event, run_stream_id
 from awooop.eventlog import eventlog
 from awooop.eventlog.state import fold
 from awooop.ingest import credentials
+from awooop.llm.admission import Admit
 from awooop.llm.gateway import DEFAULT_CONTRACT, LLMResult, ModelCall, ModelGateway
 from awooop.revisions.service import Revisions
 from awooop.runs import leases
@@ -241,6 +242,7 @@ class StealsTheLeaseFirst:
         *,
         contract: tuple[str, str] = DEFAULT_CONTRACT,
         options: Mapping[str, Any] | None = None,
+        admit: Admit | None = None,
     ) -> ModelCall:
         if not self.stolen:
             self.stolen = True
@@ -254,7 +256,9 @@ class StealsTheLeaseFirst:
                 return await leases.reap(conn, 10)
 
             assert len(await self.db.in_platform_writes(stall_and_reap)) == 1
-        return await self.gateway.call(project_id, prompt, contract=contract, options=options)
+        return await self.gateway.call(
+            project_id, prompt, contract=contract, options=options, admit=admit
+        )
 
 
 async def test_an_attempt_that_lost_its_lease_records_no_call(

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from awooop.core.errors import DatabaseUnavailableError
+from awooop.core.errors import DatabaseUnavailableError, FlowWaitTooLongError, OverBudgetError
 from awooop.runs.approvals import ApprovalTicket
 from awooop.worker.context import RunContext
 
@@ -180,3 +180,59 @@ async def exits(run: RunContext) -> None:
     lease simply stops being renewed (a handler that segfaults or runs out of memory)."""
     effect(run, "exit")
     os._exit(1)
+
+
+async def keyed(run: RunContext) -> dict[str, Any]:
+    """For concurrency keys: records "begin" and "end" around each stretch that holds a slot
+    ("end" also when the attempt is cancelled; a SIGKILL leaves a "begin" alone). ``sleep``
+    seconds of work; ``tool``: a tool call of ``sleep`` seconds in the middle (the attempt
+    keeps its lease); ``approval``: waits for approval ``go`` in the middle (the attempt
+    ends, its slot with it; after the approval the handler runs again from the top)."""
+    options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
+    sleep = float(options.get("sleep", 0.2))
+    effect(run, "begin")
+    try:
+        await asyncio.sleep(sleep)
+        if options.get("tool"):
+
+            async def call_tool() -> dict[str, int]:
+                await asyncio.sleep(sleep)
+                return {"hits": 1}
+
+            await run.wait_for_tool("search", call_tool)
+        if options.get("approval"):
+            effect(run, "end")
+            await run.wait_for_approval("go", reason="keyed", notify=remember_ticket)
+            effect(run, "begin")
+            await asyncio.sleep(sleep)
+    finally:
+        effect(run, "end")
+    return {"pid": os.getpid()}
+
+
+async def model_calls(run: RunContext) -> dict[str, Any]:
+    """Model calls under flow control: ``calls`` (1) calls of ``prompt`` ("a b c": the local
+    model counts 3 input and 2 output tokens) with ``max_tokens`` (5) as the reservation, each
+    wrapped in a step when ``journal``; ``approval`` waits for approval ``go`` after them (a
+    second attempt then replays the steps). An ``llm`` side effect per answered call; a call
+    refused by a budget or a wait bound ends the run with ``refused`` (its code)."""
+    options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
+    prompt = str(options.get("prompt", "a b c"))
+    answers: list[str] = []
+    for i in range(int(options.get("calls", 1))):
+
+        async def ask(i: int = i) -> str:
+            result = await run.llm(prompt, max_tokens=int(options.get("max_tokens", 5)))
+            effect(run, f"llm:{i}")
+            return result.text
+
+        try:
+            answers.append(
+                await run.step(f"ask:{i}", ask) if options.get("journal") else await ask()
+            )
+        except (OverBudgetError, FlowWaitTooLongError) as exc:
+            effect(run, f"refused:{exc.code}")
+            return {"refused": exc.code, "answers": answers}
+    if options.get("approval"):
+        await run.wait_for_approval("go", reason="flow test", notify=remember_ticket)
+    return {"answers": answers}

@@ -16,7 +16,8 @@ from awooop.core.db import Connection, Database
 from awooop.eventlog import deadletters
 from awooop.eventlog.runs import create_run
 from awooop.ingest import auth, credentials
-from awooop.runs import approvals, bulk, leases, listing, pauses
+from awooop.llm import flow_store
+from awooop.runs import approvals, bulk, concurrency, leases, listing, pauses
 from awooop.runs.pause_rules import Scope
 from tests.support import factories
 
@@ -161,6 +162,49 @@ async def _pause(conn: Connection, project_id: str) -> None:
     )
 
 
+async def _concurrency_limit(conn: Connection, project_id: str) -> None:
+    await concurrency.set_limit(
+        conn,
+        project_id,
+        Scope.CONTRACT,
+        "rls-probe",
+        key_expr="input.customer",
+        max_expr="2",
+        global_max=None,
+        depth_cap=None,
+        actor="rls-probe",
+    )
+
+
+async def _llm_flow(conn: Connection, project_id: str) -> None:
+    """A rate limit and a budget, a call's reservation on the budget's counter and a wait,
+    through the flow-control write paths (awooop.llm.flow_store, awooop.llm.admission)."""
+    from awooop.llm.admission import ADD, ENSURE, RESERVE, WAIT_SET
+    from awooop.llm.flow_rules import OnExceed
+
+    await flow_store.set_limit(
+        conn, project_id, "", limit=10, period_s=1.0, burst=None, actor="rls-probe"
+    )
+    await flow_store.set_budget(
+        conn,
+        project_id,
+        "",
+        tokens=100,
+        period_s=3600,
+        reserve_tokens=5,
+        on_exceed=OnExceed.WAIT,
+        actor="rls-probe",
+    )
+    now = await conn.fetchval("SELECT now()")
+    run = await create_run(conn, factories.created(project_id=project_id, at=now))
+    period = await conn.fetchrow(ENSURE, project_id, "", 3600)
+    await conn.fetchrow(RESERVE, project_id, "", 3600, period["start"], 5, 100)
+    await conn.execute(ADD, run.run_id, 1, 1, "", project_id, 3600, period["start"], 5)
+    await conn.execute(
+        WAIT_SET, run.run_id, project_id, 1, "over_budget", "awooop_llm:p", "", period["period_end"]
+    )
+
+
 BUILDERS = (
     _run,
     _dedupe,
@@ -172,6 +216,8 @@ BUILDERS = (
     _operation,
     _dead_letter,
     _pause,
+    _concurrency_limit,
+    _llm_flow,
 )
 
 

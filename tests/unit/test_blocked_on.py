@@ -229,6 +229,9 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"dead_lettered": True},
         {"attempt_count": 1, "suspect_worker_id": "host-1-abc"},
         {"paused_scope": Scope.PROJECT},
+        {"concurrency_key": "channel:api/k", "concurrency_max": 1, "concurrency_executing": 1},
+        {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "rate_limited"},
+        {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "over_budget"},
     ]
     shards = [READ, UNREAD]
     for status in RunStatus:
@@ -241,3 +244,46 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
     assert set(seen) == set(Reason)
     for reason, statuses in seen.items():
         assert statuses <= REASON_STATUSES[reason]
+
+
+def test_a_run_whose_key_is_full_is_over_its_concurrency_limit() -> None:
+    key = {"concurrency_key": "contract:orders/c-1", "concurrency_max": 2}
+    full = decide(facts(RunStatus.PENDING, **key, concurrency_executing=2), READ)
+    assert full is not None and full.reason is Reason.OVER_CONCURRENCY_LIMIT
+    assert "contract:orders/c-1 is at its limit: 2 of 2 executing" in full.summary
+    assert "awooop projects limits --project p" in full.next_action
+    room = decide(facts(RunStatus.PENDING, **key, concurrency_executing=1), READ)
+    assert room is not None and room.reason is Reason.PENDING_WORKERS_BUSY
+    paused = facts(RunStatus.PENDING, **key, concurrency_executing=2, paused_scope=Scope.PROJECT)
+    said = decide(paused, READ)
+    assert said is not None and said.reason is Reason.PAUSED  # a pause is what holds it first
+
+
+@pytest.mark.parametrize(
+    ("reason", "key"),
+    [(Reason.RATE_LIMITED, "awooop_llm:p:llama3.2"), (Reason.OVER_BUDGET, "awooop_llm:p")],
+)
+def test_a_model_call_waiting_for_flow_control_says_on_which_key_and_until_when(
+    reason: Reason, key: str
+) -> None:
+    until = NOW + timedelta(minutes=3)
+    waiting = facts(
+        RunStatus.RUNNING,
+        attempt_count=1,
+        worker_id="w1",
+        lease_until=NOW + timedelta(seconds=20),
+        flow_reason=reason.value,
+        flow_key=key,
+        flow_detail="100 of 100 tokens used",
+        flow_until=until,
+    )
+    got = decide(waiting, READ)
+    assert got is not None and got.reason is reason
+    assert f"{reason.value} on {key} (100 of 100 tokens used), until 2026-12-01 12:03:00Z" in (
+        got.summary
+    )
+    assert "awooop projects budget|rate-limit" in got.next_action
+    # Past its lease the wait says nothing more: the reaper's turn.
+    expired = msgspec.structs.replace(waiting, lease_until=NOW - timedelta(seconds=1))
+    lapsed = decide(expired, READ)
+    assert lapsed is not None and lapsed.reason is Reason.LEASE_EXPIRED

@@ -75,6 +75,45 @@ class PauseNotFoundError(AwoooPError):
     http_status = 404
 
 
+class ConcurrencyDepthError(AwoooPError):
+    """The concurrency key of a submission already has as many runs queued as its limit's depth
+    cap allows: nothing was written; submit again later."""
+
+    code = "E-CONCURRENCY-001"
+    http_status = 429
+    retry_after_s = 5
+
+
+class ConcurrencyLimitNotFoundError(AwoooPError):
+    """No concurrency limit on that channel or contract."""
+
+    code = "E-CONCURRENCY-002"
+
+
+class OverBudgetError(AwoooPError):
+    """The model call would take the project's token budget for the period past its limit, and
+    the budget says fail (``on_exceed`` fail); nothing was called."""
+
+    code = "E-BUDGET-001"
+    http_status = 429
+
+
+class FlowWaitTooLongError(AwoooPError):
+    """A model call waited for a rate-limit token or a budget longer than
+    AWOOOP_LLM_FLOW_MAX_WAIT_S allows; nothing was called."""
+
+    code = "E-BUDGET-002"
+    http_status = 429
+    retryable = True
+
+
+class LimitNotFoundError(AwoooPError):
+    """No rate limit or budget of that scope is in force."""
+
+    code = "E-BUDGET-003"
+    http_status = 404
+
+
 # --- approvals ------------------------------------------------------------------------------
 
 

@@ -7,8 +7,9 @@
 -- ``written`` mirrors state.apply(state, RunClaimed): RUNNING, the next attempt, worker_id,
 -- lease_until = now() + TTL, heartbeat_at = updated_at = now(), version + 1 (WRITERS.md names
 -- the tests that hold the two equal). The runs not claimed come back as the statement's
--- snapshot saw them (no lock), for leases.availability(), with ``paused`` where a pause held
--- back a run that could otherwise be claimed (``held_back``).
+-- snapshot saw them (no lock), for leases.availability(), with ``paused`` where a pause, or
+-- its concurrency key at its limit, held back a run that could otherwise be claimed
+-- (``held_back``).
 WITH wanted AS (
     SELECT * FROM unnest($1::uuid[], $2::text[]) AS w(run_id, metadata)
 ), asked AS (
@@ -19,22 +20,37 @@ WITH wanted AS (
     -- every entry left by a claim since the table's last vacuum (4 ms a claim with 3,300
     -- pending runs, against 0.1 ms through the key), so claims slowed as a backlog grew.
     SELECT r.run_id, r.version, r.status, r.lease_until, r.suspect_worker_id,
+           r.project_id, r.concurrency_scope, r.concurrency_key, r.concurrency_max,
            {{run_paused}} AS paused
     FROM awooop_run_state AS r
     WHERE r.run_id = ANY($1::uuid[])
     ORDER BY r.run_id
     FOR UPDATE SKIP LOCKED
-), ready AS (
-    SELECT run_id, version, paused FROM asked
+), ready AS MATERIALIZED (
+    SELECT * FROM asked
     WHERE status IN ('PENDING', 'RESUMED')
       AND (lease_until IS NULL OR lease_until < now())
       AND suspect_worker_id IS NULL  -- a suspect runs alone: only the isolated claim takes it
+), refused AS (
+    -- Concurrency keys (_run_admitted.sql says how): here the keyed runs are admitted in
+    -- (project, scope, key) order, waiting for each key's lock, so that two batches lock their
+    -- keys in one order and cannot deadlock.
+    SELECT k.run_id FROM (
+        SELECT run_id, project_id, concurrency_scope, concurrency_key, concurrency_max
+        FROM ready WHERE NOT paused AND concurrency_key IS NOT NULL
+        ORDER BY project_id, concurrency_scope, concurrency_key, run_id
+        OFFSET 0
+    ) AS k
+    WHERE NOT awooop_concurrency_admit(k.project_id, k.concurrency_scope, k.concurrency_key,
+                                       k.concurrency_max, true)
 ), held_back AS (
-    -- Claimable but paused (its project, channel or contract): left PENDING, and answered
-    -- ``paused`` so that the worker acknowledges its message; resuming dispatches it again.
-    SELECT run_id FROM ready WHERE paused
+    -- Claimable but paused (its project, channel or contract) or over its concurrency limit:
+    -- left PENDING, and answered ``paused`` so that the worker acknowledges its message;
+    -- resuming dispatches it again, a freed slot lets the polling path take it.
+    SELECT run_id FROM ready WHERE paused OR run_id IN (SELECT run_id FROM refused)
 ), locked AS (
-    SELECT run_id, version FROM ready WHERE NOT paused
+    SELECT run_id, version FROM ready
+    WHERE NOT paused AND run_id NOT IN (SELECT run_id FROM refused)
 ), moves AS (
     SELECT run_id, {{run_stream_id}} AS stream_id, version AS expected FROM locked
 ), heads AS (

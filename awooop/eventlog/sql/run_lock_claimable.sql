@@ -7,4 +7,5 @@ WHERE run_id = $1
   AND (lease_until IS NULL OR lease_until < now())
   AND suspect_worker_id IS NULL
   AND NOT {{run_paused}}
+  AND {{run_admitted}}
 FOR UPDATE SKIP LOCKED

@@ -1,7 +1,8 @@
 -- run_reads.LOCK_DISPATCHABLE (leases.poll): dispatchable runs that have waited at least $1
 -- seconds (no stream message got them taken), oldest first, at most $2, through the partial
 -- index on dispatchable runs. Suspects are left to the isolated claim (run_lock_suspect.sql);
--- paused runs are skipped (_run_paused.sql): once resumed, this is the path that takes them.
+-- paused runs are skipped (_run_paused.sql): once resumed, this is the path that takes them;
+-- so are runs whose concurrency key is at its limit (_run_admitted.sql), until a slot frees.
 SELECT {{run_columns}}, now() AS db_now
 FROM awooop_run_state AS r
 WHERE status IN ('PENDING', 'RESUMED')
@@ -9,6 +10,7 @@ WHERE status IN ('PENDING', 'RESUMED')
   AND updated_at <= now() - make_interval(secs => $1)
   AND suspect_worker_id IS NULL
   AND NOT {{run_paused}}
+  AND {{run_admitted}}
 ORDER BY created_at
 LIMIT $2
 FOR UPDATE SKIP LOCKED

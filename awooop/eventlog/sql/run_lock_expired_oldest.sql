@@ -1,6 +1,7 @@
 -- run_reads.LOCK_EXPIRED_OLDEST (the reaper and the polling path): expired leases, oldest
 -- first, at most $1, through the partial index on leased runs.
-SELECT {{run_columns}}, now() AS db_now, {{run_paused}} AS paused
+SELECT {{run_columns}}, now() AS db_now, {{run_paused}} AS paused,
+       NOT {{run_admitted}} AS over_limit
 FROM awooop_run_state AS r
 WHERE status IN ('RUNNING', 'WAITING_TOOL')
   AND lease_until < now()

@@ -6,6 +6,7 @@ WHERE suspect_worker_id IS NOT NULL
   AND status IN ('PENDING', 'RESUMED')
   AND (lease_until IS NULL OR lease_until < now())
   AND NOT {{run_paused}}
+  AND {{run_admitted}}
 ORDER BY created_at
 LIMIT 1
 FOR UPDATE SKIP LOCKED

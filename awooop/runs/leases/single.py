@@ -112,7 +112,8 @@ async def _reap_and_claim(
     state = row_to_state(row)
     reaped = await reap_decision(conn, state, now, shared=state.worker_id in several)
     state = await log_runs.apply_and_store(conn, state, reaped, metadata)
-    if isinstance(reaped, RunFailed) or requeued_for_isolation(reaped, state) or row["paused"]:
+    held = row["paused"] or row["over_limit"]  # left PENDING: a resume, a freed slot
+    if isinstance(reaped, RunFailed) or requeued_for_isolation(reaped, state) or held:
         return Taken(state, reaped, claimed=False)
     state = await log_runs.apply_and_store(
         conn, state, claim_event(state, now, worker_id, ttl_s), metadata
@@ -232,7 +233,8 @@ async def fail_undeliverable(
     undelivered: Undelivered | None = None,
 ) -> RunState | None:
     """Fail a run whose work message is being dead-lettered, if nobody is making progress on
-    it (dispatchable and not paused, or its lease expired); None (nothing written) otherwise.
+    it (dispatchable, neither paused nor held by its full concurrency key, or its lease
+    expired); None (nothing written) otherwise.
     The failure is marked ``dead_letter``: its dead letter is recorded with it
     (:mod:`awooop.eventlog.deadletters`), with what ``undelivered`` says about the message."""
     found = await run_rows.lock_if_present(conn, run_id)
@@ -243,7 +245,7 @@ async def fail_undeliverable(
     if seen not in (Availability.CLAIMABLE, Availability.EXPIRED):
         return None
     if seen is Availability.CLAIMABLE and await conn.fetchval(run_reads.PAUSED, run_id):
-        return None  # nobody may take it: its deliveries say nothing about the run
+        return None  # paused or its key full: its deliveries say nothing about the run
     event = RunFailed(at=now, reason=reason, code=code, dead_letter=True)
     failed = await log_runs.apply_and_store(conn, state, event, metadata)
     if undelivered is not None:

@@ -1,0 +1,5 @@
+-- llm flow: the reservation of call $3 of attempt $2 of run $1 on model scope $4.
+INSERT INTO awooop_llm_reservations
+    (run_id, attempt, seq, model, project_id, period_s, period_start, reserved)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT DO NOTHING

@@ -1,0 +1,135 @@
+"""The rows of rate limits and budgets (migration 0133): set, end and list them.
+
+Configuration with history: setting a limit or a budget ends the row in force (``valid_to``,
+``ended_by``) and inserts its successor in one statement; ending one sets ``valid_to``. No row
+is deleted, so what was enforced at any time can be read back. Run state does not depend on
+them: a run's events (``ModelCalled`` with its outcome and token counts) are what replay
+folds, so a replayed ``run_state`` agrees with what was enforced whatever the rows say now.
+
+Each function runs on a connection in a tenant transaction of the project (row-level
+security: a project's token neither sees nor changes another's) or on the platform role.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from awooop.core.db import Connection
+from awooop.core.errors import LimitNotFoundError
+from awooop.core.logs import get_logger
+from awooop.eventlog import queries
+from awooop.llm.flow_rules import (
+    Budget,
+    OnExceed,
+    RateLimit,
+    check_budget,
+    check_limit,
+    key_text,
+)
+from awooop.runs.pause_rules import MAX_ACTOR, check_text
+
+log = get_logger(__name__)
+
+LIMIT_SET = queries.load("llm_limit_set")
+LIMIT_END = queries.load("llm_limit_end")
+LIMIT_LIST = queries.load("llm_limit_list")
+BUDGET_SET = queries.load("llm_budget_set")
+BUDGET_END = queries.load("llm_budget_end")
+BUDGET_LIST = queries.load("llm_budget_list")
+
+
+def _limit(row: Any) -> RateLimit:
+    return msgspec.convert(dict(row), RateLimit)
+
+
+def _budget(row: Any) -> Budget:
+    return msgspec.convert(dict(row), Budget)
+
+
+async def set_limit(
+    conn: Connection,
+    project_id: str,
+    model: str,
+    *,
+    limit: int,
+    period_s: float,
+    burst: int | None,
+    actor: str,
+) -> RateLimit:
+    check_text("actor", actor, MAX_ACTOR, empty=False)
+    burst = check_limit(limit, period_s, burst)
+    row = await conn.fetchrow(LIMIT_SET, project_id, model, limit, period_s, burst, actor)
+    made = _limit(row)
+    log.info(
+        "llm_rate_limit_set",
+        key=key_text(project_id, model),
+        limit=limit,
+        period_s=period_s,
+        burst=burst,
+        actor=actor,
+    )
+    return made
+
+
+async def end_limit(conn: Connection, project_id: str, model: str, *, actor: str) -> RateLimit:
+    check_text("actor", actor, MAX_ACTOR, empty=False)
+    row = await conn.fetchrow(LIMIT_END, project_id, model, actor)
+    if row is None:
+        raise LimitNotFoundError(
+            f"no rate limit of {key_text(project_id, model)} is in force", project_id=project_id
+        )
+    log.info("llm_rate_limit_ended", key=key_text(project_id, model), actor=actor)
+    return _limit(row)
+
+
+async def limits(
+    conn: Connection, project_id: str | None, *, history: bool = False, limit: int = 1000
+) -> list[RateLimit]:
+    return [_limit(row) for row in await conn.fetch(LIMIT_LIST, project_id, history, limit)]
+
+
+async def set_budget(
+    conn: Connection,
+    project_id: str,
+    model: str,
+    *,
+    tokens: int,
+    period_s: int,
+    reserve_tokens: int,
+    on_exceed: OnExceed,
+    actor: str,
+) -> Budget:
+    check_text("actor", actor, MAX_ACTOR, empty=False)
+    check_budget(tokens, reserve_tokens)
+    row = await conn.fetchrow(
+        BUDGET_SET, project_id, model, tokens, period_s, reserve_tokens, on_exceed.value, actor
+    )
+    log.info(
+        "llm_budget_set",
+        key=key_text(project_id, model),
+        tokens=tokens,
+        period_s=period_s,
+        on_exceed=on_exceed.value,
+        actor=actor,
+    )
+    return _budget(row)
+
+
+async def end_budget(conn: Connection, project_id: str, model: str, *, actor: str) -> Budget:
+    check_text("actor", actor, MAX_ACTOR, empty=False)
+    row = await conn.fetchrow(BUDGET_END, project_id, model, actor)
+    if row is None:
+        raise LimitNotFoundError(
+            f"no budget of {key_text(project_id, model)} is in force", project_id=project_id
+        )
+    log.info("llm_budget_ended", key=key_text(project_id, model), actor=actor)
+    return _budget(row)
+
+
+async def budgets(
+    conn: Connection, project_id: str | None, *, history: bool = False, limit: int = 1000
+) -> list[Budget]:
+    """The budgets (with their current period's usage), newest first."""
+    return [_budget(row) for row in await conn.fetch(BUDGET_LIST, project_id, history, limit)]
