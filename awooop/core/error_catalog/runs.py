@@ -88,6 +88,7 @@ class ConcurrencyLimitNotFoundError(AwoooPError):
     """No concurrency limit on that channel or contract."""
 
     code = "E-CONCURRENCY-002"
+    http_status = 404
 
 
 class OverBudgetError(AwoooPError):
