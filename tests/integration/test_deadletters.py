@@ -439,8 +439,7 @@ async def runs_of_that_schema(db: Database, project: str, count: int) -> list[uu
             kept = [(name, value) for name, value in named if name in columns]
             places = ", ".join(f"${i}" for i in range(1, len(kept) + 1))
             await conn.execute(
-                f"INSERT INTO awooop_run_state ({', '.join(n for n, _ in kept)}) "
-                f"VALUES ({places})",
+                f"INSERT INTO awooop_run_state ({', '.join(n for n, _ in kept)}) VALUES ({places})",
                 *[value for _, value in kept],
             )
             await eventlog.append(conn, run_stream_id(state.run_id), project, 0, [event], None)
