@@ -54,6 +54,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # (awooop.commands.worker.pool_size). See worker_connections for the process's total.
     db_pool_size: int = 0
     poll_interval_s: float = 5.0
+    # Fair share between projects (awooop.runs.fairness): a worker takes waiting runs in the
+    # weighted fair order of their projects, not in arrival order. False: arrival order.
+    fair_share: bool = True
     # How often a long-running process refreshes its row in awooop_processes and checks the
     # schema again (awooop/core/fleet.py).
     schema_recheck_s: float = 30.0

@@ -46,13 +46,15 @@ async def claim_announced(
     # One statement on the run pool (platform role, like the polling path): no tenant to
     # set and no BEGIN/COMMIT, the claim is one round trip. Batches stay per project.
     batch = await leases.RunStatements(db).claim_many(
-        run_ids, worker_id, settings.lease_ttl_s, metas
+        run_ids, worker_id, settings.lease_ttl_s, metas, fair=settings.fair_share
     )
     results: list[Claimed | BaseException] = []
     for run_id in run_ids:
         state = batch.claimed.get(run_id)
         if state is not None:
             results.append(Claimed(state, None))
+        elif run_id in batch.deferred:
+            results.append(Claimed(None, Availability.DEFERRED))
         elif run_id in batch.paused:
             results.append(Claimed(None, Availability.PAUSED))
         else:
@@ -89,6 +91,7 @@ async def take_if_expired(
     # Finished, waiting for approval, unknown, or already mine: nothing to run here. A
     # suspect: the isolated claim finds it in Postgres (awooop.worker.isolation). Paused: the
     # resume wakes the polling path, which finds it in Postgres (awooop.runs.pauses).
+    # Deferred: the worker rings its polling path, which takes runs in the fair order.
     # Held by a live lease elsewhere, or locked by a concurrent claim: leave it pending.
     return None, seen not in (Availability.HELD, Availability.CLAIMABLE)
 
@@ -108,7 +111,9 @@ async def claim_polled(
     async def claim_batch(conn: Any) -> tuple[list[leases.Taken], list[RunState]]:
         taken = await leases.take_expired_batch(conn, worker_id, ttl, free, meta)
         room = free - sum(1 for t in taken if t.claimed)
-        polled = await leases.poll(conn, worker_id, ttl, room, min_age_s, meta)
+        polled = await leases.poll(
+            conn, worker_id, ttl, room, min_age_s, meta, fair=settings.fair_share
+        )
         return taken, polled
 
     taken, polled = await db.in_platform_writes(claim_batch, timeout_s=settings.lease_io_timeout_s)

@@ -5,9 +5,9 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
 - **the work stream** (R-16): the relay announces every dispatch event; a delivery names the
   run, the worker takes the lease with one conditional statement
   (:func:`awooop.worker.claims.claim_announced`) and runs it. No lease, no execution: the
-  message is acknowledged when the run is finished, cancelled, waiting for approval or paused
-  (a resume rings the polling path: resume_bell.py), and left pending while a live lease
-  elsewhere holds it.
+  message is acknowledged when the run is finished, cancelled, waiting for approval, paused (a
+  resume rings the polling path: resume_bell.py) or deferred by the fair order between
+  projects (the deferral rings it), and left pending while a live lease elsewhere holds it.
 - **reclaim** (R-16): pending entries idle longer than the lease are claimed from dead
   consumers and reconciled with Postgres (:mod:`awooop.worker.reclaim`).
 - **polling** (R-11, R-33): every ``poll_interval_s`` the worker claims dispatchable runs that
@@ -112,7 +112,8 @@ class Worker:
         )
         self.accepting = True
         self.claims: Batcher[str, tuple[uuid.UUID, dict[str, Any]], Claimed] = Batcher(
-            self._flush_claims, parallel=FLUSHES_PER_PROJECT
+            lambda _project, items: claims.claim_announced(db, settings, self.worker_id, items),
+            parallel=FLUSHES_PER_PROJECT,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._slot_freed = asyncio.Event()
@@ -130,11 +131,6 @@ class Worker:
         self._last_activity = 0
 
     # --- taking one announced run (stream delivery, reclaim) -----------------------------------
-
-    async def _flush_claims(
-        self, project_id: str, items: list[tuple[uuid.UUID, dict[str, Any]]]
-    ) -> list[Claimed | BaseException]:
-        return await claims.claim_announced(self.db, self.settings, self.worker_id, items)
 
     def _orphaned_claim(self, got: Claimed | RunState) -> None:
         """A claim whose requester was cancelled (shutdown) before it returned: hand the lease
@@ -185,6 +181,8 @@ class Worker:
                     assert got.seen is not None
                     if got.seen in (Availability.SUSPECT, Availability.EXPIRED):
                         self.isolation.wake()  # a suspect (now, or once reaped) waits
+                    elif got.seen is Availability.DEFERRED:
+                        self.resume_bell.ring()  # polling takes the fair order's head now
                     state, settled = await claims.take_if_expired(
                         self.db, self.settings, self.worker_id, run_id, project_id, got.seen, meta
                     )

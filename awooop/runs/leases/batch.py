@@ -36,6 +36,8 @@ async def claim_many(
     worker_id: str,
     ttl_s: float,
     metadata: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+    *,
+    fair: bool = True,
 ) -> ClaimBatch:
     """``claim`` for many runs in one statement (``awooop/eventlog/sql/claim_many.sql``): outside a
     transaction it is its own; inside one it is part of it. ``metadata`` is one dict, or one
@@ -49,11 +51,12 @@ async def claim_many(
     claimed: dict[uuid.UUID, RunState] = {}
     others: dict[uuid.UUID, RunState] = {}
     paused: set[uuid.UUID] = set()
+    deferred: set[uuid.UUID] = set()
     now: datetime | None = None
     wanted = list(run_ids)
     for attempt in range(HEAD_CONFLICT_RETRIES + 1):
         rows = await batches.claim_many(
-            conn, wanted, [per_run[r] for r in wanted], worker_id, ttl_s
+            conn, wanted, [per_run[r] for r in wanted], worker_id, ttl_s, fair
         )
         conflicts = []
         for row in rows:
@@ -66,12 +69,14 @@ async def claim_many(
                 others[row.state.run_id] = row.state
                 if row.paused:
                     paused.add(row.state.run_id)
+                if row.deferred:
+                    deferred.add(row.state.run_id)
         if not conflicts:
             break
         wanted = conflicts
     if now is None:
         now = await conn.fetchval("SELECT now()")
-    return ClaimBatch(claimed, others, now, frozenset(paused))
+    return ClaimBatch(claimed, others, now, frozenset(paused), frozenset(deferred))
 
 
 async def complete_many(

@@ -32,6 +32,10 @@ from awooop.runs.leases.suspects import (
     workers_with_several,
 )
 
+# The polling path's fair pass looks at this many waiting runs from the head of the fair order
+# (run_lock_fair.sql): bounded work per poll, however long the paused or full-key backlogs are.
+FAIR_WINDOW = 64
+
 # --- I/O -----------------------------------------------------------------------------------
 
 
@@ -59,11 +63,20 @@ async def poll(
     limit: int,
     min_age_s: float,
     metadata: dict[str, Any] | None = None,
+    *,
+    fair: bool = True,
 ) -> list[RunState]:
-    """Claim up to ``limit`` dispatchable runs older than ``min_age_s`` (platform role)."""
+    """Claim up to ``limit`` dispatchable runs older than ``min_age_s`` (platform role): in the
+    fair order between projects first (``fair``; within its bounded window), then oldest
+    first."""
     if limit <= 0:
         return []
-    rows = await conn.fetch(run_reads.LOCK_DISPATCHABLE, min_age_s, limit)
+    rows = []
+    if fair:
+        rows = list(await conn.fetch(run_reads.LOCK_FAIR, min_age_s, limit, FAIR_WINDOW))
+    if len(rows) < limit:
+        taken = [row["run_id"] for row in rows]
+        rows += await conn.fetch(run_reads.LOCK_DISPATCHABLE, min_age_s, limit - len(rows), taken)
     changes = []
     for row in rows:
         state = row_to_state(row)

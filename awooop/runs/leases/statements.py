@@ -40,9 +40,11 @@ class RunStatements:
         worker_id: str,
         ttl_s: float,
         metadata: list[dict[str, Any] | None] | None = None,
+        *,
+        fair: bool = True,
     ) -> ClaimBatch:
         return await self.db.in_run_statement(
-            lambda conn: claim_many(conn, run_ids, worker_id, ttl_s, metadata)
+            lambda conn: claim_many(conn, run_ids, worker_id, ttl_s, metadata, fair=fair)
         )
 
     async def complete_many(self, completions: list[Completion]) -> Written:
