@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from awooop import producer
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Connection, Database
 from awooop.eventlog import queries
 from awooop.ingest import credentials
@@ -231,3 +232,25 @@ async def test_another_projects_session_neither_sees_nor_acts(
         assert paused.status_code == 403 and "E-AUTH-002" in paused.text
     [still] = await active(db, P)
     assert still.reason == "secret-reason" and await active(db, Q) == []
+
+
+async def test_an_admin_session_sees_and_resumes_any_project(
+    settings: Settings, db: Database
+) -> None:
+    await db.in_tenant(
+        Q, lambda c: pauses.pause(c, Q, Scope.CONTRACT, "triage", reason="bad", actor="ops")
+    )
+    _, admin = await credentials.create_management_token(db, PLATFORM_PROJECT, "admin")
+    async with app_client(settings, db) as http:
+        await console.log_in(http, admin)
+        page = f"/ui/projects/{Q}/flow"
+        shown = await http.get(page)
+        assert shown.status_code == 200 and rows(shown.text, "pause")[0][0] == "contract triage"
+        listed = await http.get("/ui/pauses")
+        assert f'href="{page}"' in listed.text
+        resumed = await http.post(
+            page + "/resume",
+            data={"csrf": console.csrf_of(shown), "scope": "contract", "key": "triage"},
+        )
+        assert resumed.status_code == 303 and resumed.headers["location"] == page
+    assert await active(db, Q) == []
