@@ -51,6 +51,7 @@ class RateLimit(msgspec.Struct, frozen=True, kw_only=True):
     granted: int = 0
     valid_to: datetime | None = None
     ended_by: str | None = None
+    available: float | None = None  # the tokens its bucket holds now (a row in force)
 
 
 class Budget(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,6 +12,8 @@ security: a project's token neither sees nor changes another's) or on the platfo
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -24,6 +26,7 @@ from awooop.llm.flow_rules import (
     Budget,
     OnExceed,
     RateLimit,
+    WaitReason,
     check_budget,
     check_limit,
     key_text,
@@ -38,6 +41,28 @@ LIMIT_LIST = queries.load("llm_limit_list")
 BUDGET_SET = queries.load("llm_budget_set")
 BUDGET_END = queries.load("llm_budget_end")
 BUDGET_LIST = queries.load("llm_budget_list")
+WAIT_COUNTS = queries.load("llm_wait_counts")
+WAIT_FIRST = queries.load("llm_wait_first")
+
+
+class WaitCount(msgspec.Struct, frozen=True, kw_only=True):
+    """How many runs of a project wait now for one limit's or budget's key, and since when."""
+
+    reason: WaitReason
+    wait_key: str
+    runs: int
+    oldest: datetime
+
+
+class Waiting(msgspec.Struct, frozen=True, kw_only=True):
+    """A run whose current attempt waits now for a model call's token or budget."""
+
+    run_id: uuid.UUID
+    reason: WaitReason
+    wait_key: str
+    detail: str
+    since: datetime
+    until: datetime
 
 
 def _limit(row: Any) -> RateLimit:
@@ -133,3 +158,17 @@ async def budgets(
 ) -> list[Budget]:
     """The budgets (with their current period's usage), newest first."""
     return [_budget(row) for row in await conn.fetch(BUDGET_LIST, project_id, history, limit)]
+
+
+async def waits(
+    conn: Connection, project_id: str, first: int
+) -> tuple[list[WaitCount], list[Waiting]]:
+    """The runs of ``project_id`` waiting now for a model call: how many per reason and key,
+    and the ``first`` that have waited longest (from its RUNNING runs, as ``blocked_on``)."""
+    counts = [
+        msgspec.convert(dict(r), WaitCount) for r in await conn.fetch(WAIT_COUNTS, project_id)
+    ]
+    rows = [
+        msgspec.convert(dict(r), Waiting) for r in await conn.fetch(WAIT_FIRST, project_id, first)
+    ]
+    return counts, rows

@@ -33,6 +33,7 @@ SET = queries.load("concurrency_limit_set")
 REMOVE = queries.load("concurrency_limit_remove")
 LIST = queries.load("concurrency_limit_list")
 USAGE = queries.load("concurrency_usage")
+SCOPE_USAGE = queries.load("concurrency_scope_usage")
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,14 @@ class KeyUsage:
     waiting: int
     max: int | None
     oldest_waiting_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ScopeUsage:
+    scope: str | None  # how runs name the limit's scope: channel:<type>, contract:<id>
+    keys: int
+    executing: int
+    waiting: int
 
 
 def _stored(row: Any) -> StoredLimit:
@@ -130,4 +139,17 @@ async def usage(conn: Connection, project_id: str | None, top: int = 20) -> list
             oldest_waiting_at=row["oldest_waiting_at"],
         )
         for row in await conn.fetch(USAGE, project_id, top)
+    ]
+
+
+async def scope_usage(conn: Connection, project_id: str) -> list[ScopeUsage]:
+    """Per scope of ``project_id``: its keys with live runs, runs executing and waiting."""
+    return [
+        ScopeUsage(
+            scope=row["concurrency_scope"],
+            keys=row["keys"],
+            executing=row["executing"],
+            waiting=row["waiting"],
+        )
+        for row in await conn.fetch(SCOPE_USAGE, project_id)
     ]

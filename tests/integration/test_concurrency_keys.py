@@ -229,15 +229,17 @@ async def test_admission_and_the_depth_cap_read_the_keyed_runs_index_in_a_backlo
             ("admit", ADMIT_KEY_COUNT, "('p', 'k')"),
             ("queued", depth.QUEUED_PER_KEY, "('p', ARRAY['k'])"),
             ("usage", concurrency.USAGE, "('p', 20)"),
+            ("scopes", concurrency.SCOPE_USAGE, "('p')"),
         ):
             await conn.execute(f"PREPARE {name} AS {sql}")
             plan = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE {name}{args}")
             found.append(json.loads(plan) if isinstance(plan, str) else plan)
         return found
 
-    admit, queued, usage = await db.in_platform_writes(plans)
+    admit, queued, usage, scopes = await db.in_platform_writes(plans)
     assert indexes(admit) == {"awooop_run_state_concurrency_idx"}, admit
-    # the depth cap's count and the gauge's sample: through an index of the project's or the
-    # keyed runs (the planner picks by its estimates), never a scan of the table
-    for plan in (queued, usage):
+    # the depth cap's count, the gauge's sample and the flow page's totals per scope: through
+    # an index of the project's or the keyed runs (the planner picks by its estimates), never
+    # a scan of the table
+    for plan in (queued, usage, scopes):
         assert indexes(plan) and not any(i.startswith("seq:") for i in indexes(plan)), plan
