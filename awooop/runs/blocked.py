@@ -332,7 +332,7 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     **step,
                 )
             running = f"running attempt {f.attempt_count} of {f.max_attempts}"
-            if f.status is RunStatus.RUNNING and f.flow_reason is not None:
+            if f.status is RunStatus.RUNNING and f.flow_reason is not None and not slot_wait:
                 detail = f" ({f.flow_detail})" if f.flow_detail else ""
                 return _blocked(
                     f,
