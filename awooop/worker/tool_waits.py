@@ -42,7 +42,8 @@ from typing import Any
 
 from awooop.core.db import Connection, Database
 from awooop.core.events import Event, StepCompleted, ToolResultReceived, ToolWaitStarted
-from awooop.core.retries import unavailable_on_connection_errors
+from awooop.core.retries import retry_transaction, unavailable_on_connection_errors
+from awooop.eventlog.state import RunState
 from awooop.runs import concurrency, leases
 from awooop.worker.attempts import trace_metadata
 
@@ -138,7 +139,7 @@ class ToolWaits:
         self,
         *,
         db: Database,
-        state: Any,  # the RunState the attempt began with
+        state: RunState,  # as the attempt began
         worker_id: str,
         attempt: int,
         write: Callable[[Maker], Awaitable[Any]],
@@ -239,8 +240,12 @@ class ToolWaits:
 
         try:
             with unavailable_on_connection_errors("the tool result write failed"):
-                admitted = await self._db.in_tenant(
-                    self._project_id, readmit_and_write, timeout_s=self._io_timeout_s
+                # A deadlock (a reaper's claim holding the key's lock while it waits for this
+                # row, in the instant the lease runs out) rolls back and is tried again.
+                admitted = await retry_transaction(
+                    lambda: self._db.in_tenant(
+                        self._project_id, readmit_and_write, timeout_s=self._io_timeout_s
+                    )
                 )
         except Exception as exc:  # every held call gets the error (the lease is lost, ...)
             del self._held[: len(held)]
