@@ -66,16 +66,25 @@ class StepCompleted(EventBase, frozen=True, kw_only=True, tag=True):
 
 
 class ToolWaitStarted(EventBase, frozen=True, kw_only=True, tag=True):
+    """A tool call of the attempt started (``run.wait_for_tool``): the run is WAITING_TOOL
+    (written again, with the run already WAITING_TOOL, for each call made beside it)."""
+
     worker_id: str
     attempt: int
     tool: str
 
 
 class ToolResultReceived(EventBase, frozen=True, kw_only=True, tag=True):
+    """A tool call's answer, written when the attempt continues (its run re-admitted under
+    its concurrency key in the same transaction). ``others``: how many of the attempt's tool
+    answers are written after this one in that transaction (parallel calls); the last one
+    (``others`` 0, and every event stored before the field existed) makes the run RUNNING."""
+
     worker_id: str
     attempt: int
     tool: str
     result: JSON = None
+    others: int = 0
 
 
 class ModelCalled(EventBase, frozen=True, kw_only=True, tag=True):

@@ -16,7 +16,8 @@ from Redis once per shard) and names a :class:`Reason`:
 | RUNNING          | lease live, a model call waits for a token     | rate_limited           |
 |                  | lease live, a model call waits for a budget    | over_budget            |
 |                  | lease live                                     | running                |
-| WAITING_TOOL     | lease live                                     | waiting_tool           |
+| WAITING_TOOL     | lease live, its tools answered, its key full   | over_concurrency_limit |
+|                  | lease live                                     | waiting_tool           |
 | either           | lease expired (the reaper's turn)              | lease_expired          |
 | WAITING_APPROVAL | approval open / past its expiry                | waiting_approval /     |
 |                  |                                                | approval_expired       |
@@ -30,13 +31,12 @@ in and since when, as its worker reported it with its last lease renewal.
 The rows are checked top down: a PENDING run retried after a crash whose shard nobody reads is
 ``pending_no_worker`` (that is what blocks it); its attempt is in the summary either way.
 
-Why derived at read time and not projected into run state: half of the answer is the clock
-(a lease or an approval past its time changes the reason with no event) and the rest lives
-outside the run's event stream (consumers of a Redis group, the open dead-letter and approval
-rows). A projected field would be stale the moment a lease ran out, would need a write
-per heartbeat, and could not be rebuilt by replay from the log alone. One indexed query per
-page plus one Redis round trip per shard is cheap, and the CLI, the console, ``awooop doctor``
-and the ``awooop_runs_blocked`` gauge all call this one function, so they cannot disagree.
+Derived at read time, not projected into run state: half of the answer is the clock (a lease
+or an approval past its time changes the reason with no event), the rest lives outside the
+run's stream (a Redis group's consumers, dead-letter, approval and wait rows); a projected
+field would be stale, need a write per heartbeat and could not be rebuilt by replay. The CLI,
+the console, ``awooop doctor`` and the ``awooop_runs_blocked`` gauge all call this one
+function, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import msgspec
 
 from awooop.core.durations import elapsed
 from awooop.core.errors import DeliveryLimitError
-from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunStatus
+from awooop.eventlog.state import DISPATCHABLE, MAX_ATTEMPTS_CODE, RunStatus
 from awooop.runs.pause_rules import Scope, describe_scope, resume_command
 
 DELIVERY_LIMIT_CODE = DeliveryLimitError.code  # the worker dead-lettered the message
@@ -83,7 +83,7 @@ REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_ISOLATION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PAUSED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.OVER_CONCURRENCY_LIMIT: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.OVER_CONCURRENCY_LIMIT: frozenset({*DISPATCHABLE, RunStatus.WAITING_TOOL}),
     Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.RUNNING: frozenset({RunStatus.RUNNING}),
     Reason.RATE_LIMITED: frozenset({RunStatus.RUNNING}),
@@ -133,8 +133,8 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     current_step: str | None = None
     current_step_started_at: datetime | None = None
     current_step_attempt: int | None = None
-    # A model call of the running attempt waits (awooop.llm.admission): why, on which key
-    # (awooop_llm:<project>[:<model>]), what the budget says, and until when.
+    # A flow-control wait of the attempt: why, on which key, what, until when: a model call's
+    # (awooop.llm.admission), or a re-admission's after its tools (awooop.worker.tool_waits).
     flow_reason: str | None = None
     flow_key: str = ""
     flow_detail: str = ""
@@ -142,11 +142,10 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
-    """Who reads a shard's work stream. ``known`` False: Redis did not answer (then no PENDING
-    run is called unread: that would be a guess). ``workers``: the worker processes alive by
-    their own heartbeats (``awooop_live_workers()``); each reads every shard, and it is the
-    truth where ``XINFO CONSUMERS`` is not (on Redis 7.0 a read that returns nothing does not
-    reset a consumer's idle time, so idle workers on a quiet stream look gone)."""
+    """Who reads a shard's work stream. ``known`` False: Redis did not answer (no PENDING run
+    is then called unread on a guess). ``workers``: worker processes alive by their heartbeats
+    (``awooop_live_workers()``), each reading every shard: the truth where ``XINFO CONSUMERS``
+    is not (on Redis 7.0 empty reads do not reset an idle consumer's idle time)."""
 
     shard: int
     known: bool
@@ -181,18 +180,14 @@ def current_step(f: RunFacts) -> tuple[str, datetime] | None:
     """Pure: the step the run's attempt is in and since when, as its worker last reported it;
     None when it is in none, or when what the row holds is another attempt's (a report is
     only the current attempt's while it holds the run)."""
-    if (
-        f.status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL)
-        and f.current_step is not None
-        and f.current_step_started_at is not None
-        and f.current_step_attempt == f.attempt_count
-    ):
-        return f.current_step, f.current_step_started_at
-    return None
+    step, started_at = f.current_step, f.current_step_started_at
+    if step is None or started_at is None or f.current_step_attempt != f.attempt_count:
+        return None
+    return (step, started_at) if f.status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL) else None
 
 
 def over_limit(f: RunFacts) -> bool:
-    """Pure: a keyed run whose key's slots are all held (live leases)."""
+    """Pure: a keyed run whose key's slots are all held (RUNNING runs with a live lease)."""
     return (
         f.concurrency_key is not None
         and f.concurrency_max is not None
@@ -315,6 +310,18 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     worker_id=f.worker_id,
                     **step,
                 )
+            slot_wait = f.flow_reason == Reason.OVER_CONCURRENCY_LIMIT  # tool_waits.py
+            if f.status is RunStatus.WAITING_TOOL and slot_wait:
+                return _blocked(
+                    f,
+                    reason=Reason.OVER_CONCURRENCY_LIMIT,
+                    summary=f"{f.flow_detail}: waits for a slot of concurrency key "
+                    f"{f.concurrency_key} to continue ({f.concurrency_executing} of "
+                    f"{f.concurrency_max} executing); {lease}",
+                    next_action="none: it continues when a run of its key ends; awooop "
+                    f"projects limits --project {f.project_id}",
+                    worker_id=f.worker_id,
+                )
             if f.status is RunStatus.WAITING_TOOL:
                 return _blocked(
                     f,
@@ -325,7 +332,7 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     **step,
                 )
             running = f"running attempt {f.attempt_count} of {f.max_attempts}"
-            if f.status is RunStatus.RUNNING and f.flow_reason is not None:
+            if f.status is RunStatus.RUNNING and f.flow_reason is not None and not slot_wait:
                 detail = f" ({f.flow_detail})" if f.flow_detail else ""
                 return _blocked(
                     f,

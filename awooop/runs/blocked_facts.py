@@ -20,13 +20,16 @@
   so ``AWOOOP_LEASE_TTL_S`` is a safe window), and :data:`LIVE_WORKERS` counts the worker
   processes alive by their own heartbeats in ``awooop_processes``. Either says the shard is
   read: on Redis 7.0 an idle worker's reads that return nothing do not reset its idle time.
-- the model-call wait of a RUNNING run's attempt (``awooop_llm_waits``, by its primary key):
-  ``blocked_on`` then says ``rate_limited`` or ``over_budget``, the key and until when.
+- the flow-control wait of a RUNNING or WAITING_TOOL run's attempt (``awooop_llm_waits``, by
+  its primary key): ``blocked_on`` then says ``rate_limited`` or ``over_budget`` (a model
+  call), the key and until when, or ``over_concurrency_limit`` (its tool call answered and it
+  waits for a slot of its key to continue: :mod:`awooop.worker.tool_waits`).
+- a keyed PENDING, RESUMED or WAITING_TOOL run's key, its maximum and how many of the key's
+  runs hold a slot (RUNNING with a live lease; one probe of
+  ``awooop_run_state_concurrency_idx``): ``blocked_on`` then says ``over_concurrency_limit``
+  when the key is full.
 - the widest active pause that holds a PENDING or RESUMED run (``awooop_flow_pauses``, one
   probe of its active index by project): ``blocked_on`` then says ``paused``.
-- a keyed PENDING or RESUMED run's key, its maximum and how many of the key's runs hold a
-  live lease (one probe of ``awooop_run_state_concurrency_idx``): ``blocked_on`` then says
-  ``over_concurrency_limit`` when the key is full.
 - :func:`with_dead_letters` marks the PENDING and RESUMED runs that have an open dead letter
   (:func:`awooop.eventlog.deadletters.open_of_runs`: one probe of
   ``awooop_dead_letters_open_run_idx`` per such run).
@@ -105,12 +108,13 @@ LEFT JOIN LATERAL (
 ) pz ON true
 LEFT JOIN LATERAL (
     SELECT count(*)::int AS executing FROM awooop_run_state k
-    WHERE rs.status IN ('PENDING', 'RESUMED') AND rs.concurrency_key IS NOT NULL
+    WHERE rs.status IN ('PENDING', 'RESUMED', 'WAITING_TOOL') AND rs.concurrency_key IS NOT NULL
       AND k.project_id = rs.project_id AND k.concurrency_key = rs.concurrency_key
-      AND k.status IN ('RUNNING', 'WAITING_TOOL') AND k.lease_until > now()
+      AND k.status = 'RUNNING' AND k.lease_until > now()
 ) ck ON rs.concurrency_key IS NOT NULL
 LEFT JOIN awooop_llm_waits fw
-    ON fw.run_id = rs.run_id AND rs.status = 'RUNNING' AND fw.attempt = rs.attempt_count
+    ON fw.run_id = rs.run_id AND rs.status IN ('RUNNING', 'WAITING_TOOL')
+   AND fw.attempt = rs.attempt_count
    AND fw.ended_at IS NULL
 """  # noqa: S608 - constant identifiers
 FACTS = _SELECT + "WHERE rs.run_id = ANY($1::uuid[])"

@@ -25,7 +25,9 @@ becomes the run's result. ``run`` offers:
   notifier). After an approval the run is dispatched again, the handler runs from the top,
   and this call returns the recorded approval.
 - ``await run.wait_for_tool(tool, call)``: WAITING_TOOL while ``call()`` runs (the lease is
-  kept and renewed), the result is journaled like a step (name ``tool:<tool>``).
+  kept and renewed; the run holds no slot of its concurrency key), the result is journaled
+  like a step (name ``tool:<tool>``) once the run is admitted under its key again
+  (:mod:`awooop.worker.tool_waits`; calls made in parallel are one wait of the run).
 - ``run.run_id``, ``run.project_id``, ``run.input`` (the payload), ``run.attempt``,
   ``run.steps`` (results recorded so far), ``run.log``.
 
@@ -47,7 +49,7 @@ import msgspec
 from awooop.core.batching import data_error
 from awooop.core.db import Database
 from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
-from awooop.core.events import Event, StepCompleted, ToolResultReceived, ToolWaitStarted
+from awooop.core.events import Event, StepCompleted
 from awooop.core.logs import get_logger
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import encoded_problem, unstorable
@@ -59,12 +61,12 @@ from awooop.llm.gateway import LLMResult, ModelCall
 from awooop.runs import approvals, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
 from awooop.worker.attempts import Attempt, trace_metadata
+from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
 
 T = TypeVar("T")
 log = get_logger("awooop.worker")
 
 APPROVAL_STEP_PREFIX = "approval:"
-TOOL_STEP_PREFIX = "tool:"
 
 
 class LLMClient(Protocol):
@@ -113,6 +115,7 @@ class RunContext:
         approval_ttl_s: float,
         io_timeout_s: float | None = None,
         flow_max_wait_s: float = 3600.0,
+        slots: SlotBell | None = None,
     ) -> None:
         self._attempt = attempt
         self._io_timeout_s = io_timeout_s
@@ -143,6 +146,16 @@ class RunContext:
             worker_id=self.worker_id,
             check=self.check,
             max_wait_s=flow_max_wait_s,
+            io_timeout_s=io_timeout_s,
+        )
+        self._tools = ToolWaits(
+            db=db,
+            state=state,
+            worker_id=self.worker_id,
+            attempt=self.attempt,
+            write=self._write,
+            check=self.check,
+            slots=slots,
             io_timeout_s=io_timeout_s,
         )
 
@@ -313,48 +326,25 @@ class RunContext:
         if step_name in self._steps:
             return cast(T, self._steps[step_name])
         self.check()
-        await self._write(
-            lambda _s, now: ToolWaitStarted(
-                at=now, worker_id=self.worker_id, attempt=self.attempt, tool=tool
-            )
-        )
-        with (
-            tracer.start_as_current_span(
-                f"tool {tool}",
-                attributes={"awooop.run_id": str(self.run_id), "awooop.tool": tool},
-            ),
-            self._in_step(step_name) as started_at,
-        ):
-            result = await call()
-        encoded = msgspec.to_builtins(result)
-        refused = encoded_problem(encoded, "result")
-        if refused is not None:
-            raise unstorable(f"tool {tool!r} result", UnstorableValueError(refused))
-
-        async def finish(conn: Any) -> None:
-            for make in (
-                lambda _s, now: ToolResultReceived(
-                    at=now,
-                    worker_id=self.worker_id,
-                    attempt=self.attempt,
-                    tool=tool,
-                    result=encoded,
+        await self._tools.start(tool)  # the run is WAITING_TOOL: it holds no slot of its key
+        try:
+            with (
+                tracer.start_as_current_span(
+                    f"tool {tool}",
+                    attributes={"awooop.run_id": str(self.run_id), "awooop.tool": tool},
                 ),
-                lambda _s, now: StepCompleted(
-                    at=now,
-                    worker_id=self.worker_id,
-                    attempt=self.attempt,
-                    step=step_name,
-                    result=encoded,
-                    started_at=started_at,
-                ),
+                self._in_step(step_name) as started_at,
             ):
-                await leases.fenced_record(
-                    conn, self.run_id, self.worker_id, self.attempt, make, trace_metadata()
-                )
-
-        with unavailable_on_connection_errors("the tool result write failed"):
-            await self._db.in_tenant(self.project_id, finish, timeout_s=self._io_timeout_s)
+                result = await call()
+            encoded = msgspec.to_builtins(result)
+            refused = encoded_problem(encoded, "result")
+            if refused is not None:
+                raise unstorable(f"tool {tool!r} result", UnstorableValueError(refused))
+        except BaseException:
+            self._tools.gave_up()
+            raise
+        # Written once the run is re-admitted under its concurrency key (tool_waits.py).
+        await self._tools.answered(tool, encoded, started_at)
         self._steps[step_name] = encoded
         return result
 

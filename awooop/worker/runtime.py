@@ -18,10 +18,9 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
 ``run(stop)`` serves until ``stop`` is set, then shuts down (docs/workers.md, Shutdown): stop taking
 work, give in-flight runs ``shutdown_grace_s`` to finish, cancel the rest and hand their leases
 back (``LeaseReleased``, a dispatch event: another worker takes them at once). Worker ids are
-unique per process start. ``run_until_idle()`` is the burst mode for tests.
-
-The statements of each claim path are in :mod:`awooop.worker.claims`; putting a worker
-together with its stream intake and loops is :func:`awooop.worker.assembly.build_worker`.
+unique per process start. ``run_until_idle()`` is the burst mode for tests. The claim paths'
+statements: :mod:`awooop.worker.claims`; a worker with its stream intake and loops:
+:func:`awooop.worker.assembly.build_worker`.
 """
 
 from __future__ import annotations
@@ -107,6 +106,7 @@ class Worker:
             touch=touch,
         )
         self.resume_bell = ResumeBell()  # a resumed pause: poll at once (resume_bell.py)
+        self.executor.slots.on_ring = self.resume_bell.ring  # so does a key's freed slot
         self.cancel_listener = CancelListener(
             self.executor, settings.database_url, db, on_resume=self.resume_bell.ring
         )
@@ -238,7 +238,7 @@ class Worker:
     def _freed(self, state: RunState) -> None:
         self._slot_freed.set()  # a keyed run freed its key's slot: poll for the refused ones
         if state.concurrency_key is not None:
-            self.resume_bell.ring()
+            self.executor.slots.ring()  # (resume_bell.ring) and tool waits here try again
 
     def poll_min_age(self) -> float:
         """How long a dispatchable run must have waited before polling takes it.

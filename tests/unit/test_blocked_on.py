@@ -232,6 +232,7 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"concurrency_key": "channel:api/k", "concurrency_max": 1, "concurrency_executing": 1},
         {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "rate_limited"},
         {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "over_budget"},
+        {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "over_concurrency_limit"},
     ]
     shards = [READ, UNREAD]
     for status in RunStatus:
@@ -284,6 +285,36 @@ def test_a_model_call_waiting_for_flow_control_says_on_which_key_and_until_when(
     )
     assert "awooop projects budget|rate-limit" in got.next_action
     # Past its lease the wait says nothing more: the reaper's turn.
+    expired = msgspec.structs.replace(waiting, lease_until=NOW - timedelta(seconds=1))
+    lapsed = decide(expired, READ)
+    assert lapsed is not None and lapsed.reason is Reason.LEASE_EXPIRED
+
+
+def test_a_tool_wait_whose_tools_answered_waits_for_a_slot_of_its_key() -> None:
+    waiting = facts(
+        RunStatus.WAITING_TOOL,
+        attempt_count=1,
+        worker_id="w1",
+        lease_until=NOW + timedelta(seconds=20),
+        waiting_for="search",
+        concurrency_key="channel:api/c-1",
+        concurrency_max=1,
+        concurrency_executing=1,
+        flow_reason="over_concurrency_limit",
+        flow_key="channel:api/c-1",
+        flow_detail="tool search answered",
+    )
+    got = decide(waiting, READ)
+    assert got is not None and got.reason is Reason.OVER_CONCURRENCY_LIMIT
+    assert got.summary.startswith(
+        "tool search answered: waits for a slot of concurrency key channel:api/c-1 to "
+        "continue (1 of 1 executing); worker w1"
+    )
+    assert "awooop projects limits --project p" in got.next_action
+    # while its tool runs, it waits for the tool (and holds no slot)
+    calling = msgspec.structs.replace(waiting, flow_reason=None)
+    said = decide(calling, READ)
+    assert said is not None and said.reason is Reason.WAITING_TOOL
     expired = msgspec.structs.replace(waiting, lease_until=NOW - timedelta(seconds=1))
     lapsed = decide(expired, READ)
     assert lapsed is not None and lapsed.reason is Reason.LEASE_EXPIRED
