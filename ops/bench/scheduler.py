@@ -27,7 +27,8 @@ database migrated by its side's ``awooop migrate`` and a fresh key prefix:
 A/B: the sides are ``new`` (this checkout, uncommitted changes included: ``dirty``) and
 ``old``, a temporary ``git worktree`` of ``--baseline`` (default: the merge-base of HEAD and
 ``main``; ``--baseline HEAD`` measures the same code twice, where every ratio should be about
-1), removed at the end. The old side runs on this interpreter with its worktree as the
+1), removed at the end; both revisions need concurrency limits (``awooop projects limit``)
+for a shape other than 0. The old side runs on this interpreter with its worktree as the
 working directory and first on ``PYTHONPATH`` (ahead of this checkout's editable install);
 ``revisions`` records each side's commit and the files its ``awooop`` and ``streams`` were
 imported from, and the benchmark stops when a side's are not under its own tree. The no-op
