@@ -28,6 +28,7 @@ BENCHMARKS = (
     "relay",
     "worker",
     "cost",
+    "scheduler",
     "revisions",
     "replay",
     "loops",
