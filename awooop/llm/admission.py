@@ -4,8 +4,8 @@ settled (the rules: :mod:`awooop.llm.flow_rules`; their rows: migration 0133).
 ``run.llm`` numbers its calls within the attempt and hands the gateway :meth:`FlowGate.admit`
 for each; the gateway calls it once the policy has chosen the model, before the model is
 called. ``admit`` reads the budgets, rate limits and the model's price in force for the
-project and the model (one query, :mod:`awooop.llm.flow_cache`; nothing more when there are
-none) and then:
+project and the model (one query, kept by the process for a second:
+:mod:`awooop.llm.flow_cache`; nothing more when there are none) and then:
 
 1. **Budgets** (project-wide and the model's own), in one transaction in a fixed order: each
    counter of the current period takes the call's reservation with one conditional UPDATE

@@ -22,6 +22,7 @@ from awooop.core.db import Connection
 from awooop.core.errors import LimitNotFoundError, PriceNotFoundError
 from awooop.core.logs import get_logger
 from awooop.eventlog import queries
+from awooop.llm import flow_cache
 from awooop.llm.flow_rules import (
     Budget,
     BudgetUnit,
@@ -72,6 +73,7 @@ async def set_limit(
 ) -> RateLimit:
     check_text("actor", actor, MAX_ACTOR, empty=False)
     burst = check_limit(limit, period_s, burst)
+    flow_cache.changed()
     row = await conn.fetchrow(LIMIT_SET, project_id, model, limit, period_s, burst, actor)
     made = _limit(row)
     log.info(
@@ -87,6 +89,7 @@ async def set_limit(
 
 async def end_limit(conn: Connection, project_id: str, model: str, *, actor: str) -> RateLimit:
     check_text("actor", actor, MAX_ACTOR, empty=False)
+    flow_cache.changed()
     row = await conn.fetchrow(LIMIT_END, project_id, model, actor)
     if row is None:
         raise LimitNotFoundError(
@@ -125,6 +128,7 @@ async def set_budget(
             "before a budget in cost",
             project_id=project_id,
         )
+    flow_cache.changed()
     row = await conn.fetchrow(
         BUDGET_SET,
         project_id,
@@ -151,6 +155,7 @@ async def set_budget(
 
 async def end_budget(conn: Connection, project_id: str, model: str, *, actor: str) -> Budget:
     check_text("actor", actor, MAX_ACTOR, empty=False)
+    flow_cache.changed()
     row = await conn.fetchrow(BUDGET_END, project_id, model, actor)
     if row is None:
         raise LimitNotFoundError(
@@ -179,6 +184,7 @@ async def set_price(
     """Set the project's price of ``model``: credits per 1,000 input and output tokens."""
     check_text("actor", actor, MAX_ACTOR, empty=False)
     model, pin, pout = check_price(model, input_price, output_price)
+    flow_cache.changed()
     row = await conn.fetchrow(PRICE_SET, project_id, model, pin, pout, actor)
     log.info(
         "llm_price_set",
@@ -192,6 +198,7 @@ async def set_price(
 
 async def end_price(conn: Connection, project_id: str, model: str, *, actor: str) -> Price:
     check_text("actor", actor, MAX_ACTOR, empty=False)
+    flow_cache.changed()
     row = await conn.fetchrow(PRICE_END, project_id, model, actor)
     if row is None:
         raise LimitNotFoundError(
