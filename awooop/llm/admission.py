@@ -88,6 +88,10 @@ VISIBLE_WAIT_S = 1.0  # a shorter wait is not recorded for blocked_on (nobody wo
 Admit = Callable[[ModelRequest], Awaitable[None]]
 
 
+class _NoToken(Exception):
+    pass
+
+
 class _Refused(Exception):
     def __init__(self, budget: Budget, used: int, reserved: int, end: datetime, now: datetime):
         super().__init__(budget.model)
@@ -291,13 +295,16 @@ class FlowGate:
 
         async def take(conn: Connection) -> tuple[datetime, datetime, str] | None:
             latest: tuple[datetime, datetime, str] | None = None
-            async with conn.transaction():
-                for limit_id, model in limits:
-                    row = await conn.fetchrow(TAKE, limit_id, left)
-                    if row is None:
-                        return None
-                    if latest is None or row["due"] > latest[0]:
-                        latest = (row["due"], row["now"], model)
+            try:
+                async with conn.transaction():  # a refused token gives the others back
+                    for limit_id, model in limits:
+                        row = await conn.fetchrow(TAKE, limit_id, left)
+                        if row is None:
+                            raise _NoToken
+                        if latest is None or row["due"] > latest[0]:
+                            latest = (row["due"], row["now"], model)
+            except _NoToken:
+                return None
             return latest
 
         got = await self._tx(take)

@@ -11,7 +11,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from awooop.core.db import Connection, Database
+from awooop.core.errors import FlowWaitTooLongError
 from awooop.llm import flow_cache, flow_store
 from awooop.llm.admission import FlowGate
 from awooop.llm.client import ModelRequest
@@ -105,3 +108,23 @@ async def test_a_token_of_a_cached_limit_replaced_elsewhere_is_asked_again(db: D
             "SELECT granted FROM awooop_llm_rate_limits WHERE limit_id = $1", new_id
         )
     assert granted == 1
+
+
+async def test_a_token_refused_by_one_limit_gives_the_others_back(db: Database) -> None:
+    async with db.tenant(P) as conn:
+        await flow_store.set_limit(conn, P, "", limit=100, period_s=1.0, burst=100, actor="t")
+        # The model's own limit: its next token after this one is due in an hour.
+        await flow_store.set_limit(conn, P, "m", limit=1, period_s=3600.0, burst=1, actor="t")
+    [run_id] = await create_runs(db, P)
+    async with db.tenant(P) as conn:
+        await leases.claim(conn, run_id, "w", 30)
+    gate = FlowGate(
+        db, project_id=P, run_id=run_id, attempt=1, worker_id="w", check=lambda: None, max_wait_s=5
+    )
+    request = ModelRequest(model="m", prompt="a", options={})
+    await gate.admit(1, request)
+    with pytest.raises(FlowWaitTooLongError):
+        await gate.admit(2, request)
+    async with db.tenant(P) as conn:
+        granted = dict(await conn.fetch("SELECT model, granted FROM awooop_llm_rate_limits"))
+    assert granted == {"": 1, "m": 1}
