@@ -98,6 +98,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     llm_default_model: str = "llama3.2"
     # The longest a model call waits for a rate-limit token or a budget (E-BUDGET-002 after).
     llm_flow_max_wait_s: float = 3600.0
+    # How long the reservations of finished model calls and ended waits are kept (the
+    # dedupe_expiry loop deletes older ones: awooop.llm.flow_retention).
+    llm_flow_retention_s: float = 7 * 86400.0
     pointer_check_connections: int = 2
 
     http_host: str = "127.0.0.1"
@@ -152,6 +155,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "channel_event_revalidate_s",
             "llm_timeout_s",
             "llm_flow_max_wait_s",
+            "llm_flow_retention_s",
             "stats_interval_s",
             "redis_socket_timeout_s",
             "http_header_timeout_s",

@@ -27,7 +27,12 @@ from typing import Any
 
 import msgspec
 
-from awooop.core.errors import DatabaseUnavailableError, FlowWaitTooLongError, OverBudgetError
+from awooop.core.errors import (
+    DatabaseUnavailableError,
+    FlowWaitTooLongError,
+    OverBudgetError,
+    PriceNotFoundError,
+)
 from awooop.runs.approvals import ApprovalTicket
 from awooop.worker.context import RunContext
 
@@ -277,7 +282,7 @@ async def model_calls(run: RunContext) -> dict[str, Any]:
             answers.append(
                 await run.step(f"ask:{i}", ask) if options.get("journal") else await ask()
             )
-        except (OverBudgetError, FlowWaitTooLongError) as exc:
+        except (OverBudgetError, FlowWaitTooLongError, PriceNotFoundError) as exc:
             effect(run, f"refused:{exc.code}")
             return {"refused": exc.code, "answers": answers}
     if options.get("approval"):

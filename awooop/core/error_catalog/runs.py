@@ -109,10 +109,19 @@ class FlowWaitTooLongError(AwoooPError):
 
 
 class LimitNotFoundError(AwoooPError):
-    """No rate limit or budget of that scope is in force."""
+    """No rate limit, budget or price of that scope is in force."""
 
     code = "E-BUDGET-003"
     http_status = 404
+
+
+class PriceNotFoundError(AwoooPError):
+    """A budget in cost counts calls to a model that has no price (``awooop projects price
+    set``): setting such a budget writes nothing, and such a call is not made (nothing is
+    reserved or charged)."""
+
+    code = "E-BUDGET-004"
+    http_status = 409
 
 
 # --- approvals ------------------------------------------------------------------------------
