@@ -99,7 +99,7 @@ async def flow_set_up(db: Database, settings: Settings) -> dict[str, list[uuid.U
             actor="ops",
         )
         assert await c.fetchrow(queries.load("llm_take_token"), made.limit_id, 60.0)
-        await c.fetchrow(queries.load("llm_usage_ensure"), P, "", 86400)
+        await c.fetchrow(queries.load("llm_usage_ensure"), P, "", 86400, "tokens")
         await c.execute(
             "UPDATE awooop_llm_budget_usage SET used = 300, reserved = 50, calls = 7"
             " WHERE project_id = $1 AND model = '' AND period_s = 86400"
@@ -144,7 +144,7 @@ async def test_the_page_shows_the_numbers_that_were_set_up(
     assert rate[0:3] == ["m-x", "5 per 1 h", "5"]
     assert 4.0 <= float(rate[3]) < 4.9 and rate[4:6] == ["1", "2"]
     [budget] = rows(text, "budget")
-    assert budget[:6] == ["every model", "1000 per 1 d", "300", "50", "650", "7"]
+    assert budget[:6] == ["every model", "1000 tokens per 1 d", "300", "50", "650", "7"]
     assert budget[7:9] == ["wait", "1"]
     assert '<p id="waiting-count">3 run(s) waiting now' in text
     linked = set(re.findall(rf'href="/ui/runs/{P}/([0-9a-f-]{{36}})"', text))
