@@ -31,6 +31,8 @@ from awooop.core.leadership import check_timings
 
 ENV_PREFIX = "AWOOOP_"
 SPECIAL_ENV_NAMES = {"loop_project_id": "LOOP_PROJECT_ID"}
+# The largest step result a handler may journal, as JSON (awooop.worker.step_values).
+STEP_RESULT_MAX_BYTES = 256 * 1024
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,6 +59,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Fair share between projects (awooop.runs.fairness): a worker takes waiting runs in the
     # weighted fair order of their projects, not in arrival order. False: arrival order.
     fair_share: bool = True
+    # The largest result a step (or a tool wait) may journal, as JSON bytes (E-DATA-002 above).
+    step_result_max_bytes: int = STEP_RESULT_MAX_BYTES
     # How often a long-running process refreshes its row in awooop_processes and checks the
     # schema again (awooop/core/fleet.py).
     schema_recheck_s: float = 30.0
@@ -182,6 +186,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "llm_max_connections",
             "pointer_check_connections",
             "log_partition_days",
+            "step_result_max_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")

@@ -6,8 +6,10 @@ becomes the run's result. ``run`` offers:
 - ``await run.step(name, fn)``: journaled work. If a step of that name completed in an earlier
   attempt, its recorded result is returned and ``fn`` is not called again; otherwise ``fn()``
   runs and ``StepCompleted`` is written fenced (only while this attempt holds the lease). A
-  step name is used once per run. Results are stored as JSON: pass ``type=`` to get the same
-  type back from a recorded result (``msgspec.convert``). A result Postgres cannot store (text
+  step name is used once per run. Results are stored as JSON; the first attempt gets what a
+  replay gets (``type=T``: a ``T``, else JSON builtins); a value JSON cannot hold, or larger
+  than AWOOOP_STEP_RESULT_MAX_BYTES, is refused (:mod:`awooop.worker.step_values`).
+  A result Postgres cannot store (text
   holding ``\\u0000`` or a lone surrogate) raises E-DATA-001 (``UnstorableValueError``,
   naming the step and the value's place) to the handler, and nothing is recorded; left
   uncaught, it fails the run with that reason. Other runs whose steps were written in the same
@@ -42,11 +44,10 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeVar, cast
-
-import msgspec
+from typing import Any, Protocol, TypeVar
 
 from awooop.core.batching import data_error
+from awooop.core.config import STEP_RESULT_MAX_BYTES
 from awooop.core.db import Database
 from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
 from awooop.core.events import Event, StepCompleted
@@ -61,6 +62,7 @@ from awooop.llm.gateway import LLMResult, ModelCall
 from awooop.runs import approvals, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
 from awooop.worker.attempts import Attempt, trace_metadata
+from awooop.worker.step_values import journal, recorded
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
 
 T = TypeVar("T")
@@ -116,8 +118,10 @@ class RunContext:
         io_timeout_s: float | None = None,
         flow_max_wait_s: float = 3600.0,
         slots: SlotBell | None = None,
+        step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
     ) -> None:
         self._attempt = attempt
+        self._result_max_bytes = step_result_max_bytes
         self._io_timeout_s = io_timeout_s
         self._db = db
         self._writer = writer
@@ -192,7 +196,7 @@ class RunContext:
             self.check()
             with self._in_step(name) as started_at:
                 result = await fn()
-                encoded = msgspec.to_builtins(result)
+                encoded, result = journal(f"step {name!r}", result, type, self._result_max_bytes)
                 try:
                     await self._write(
                         lambda _s, now: StepCompleted(
@@ -320,11 +324,13 @@ class RunContext:
                 self.log.exception("approval_notify_failed", name=name)
         raise Suspended(name)
 
-    async def wait_for_tool(self, tool: str, call: Callable[[], Awaitable[T]]) -> T:
+    async def wait_for_tool(
+        self, tool: str, call: Callable[[], Awaitable[T]], *, type: type[T] | None = None
+    ) -> T:
         step_name = TOOL_STEP_PREFIX + tool
         self._use(step_name)
         if step_name in self._steps:
-            return cast(T, self._steps[step_name])
+            return self._recorded(step_name, type)
         self.check()
         await self._tools.start(tool)  # the run is WAITING_TOOL: it holds no slot of its key
         try:
@@ -336,7 +342,7 @@ class RunContext:
                 self._in_step(step_name) as started_at,
             ):
                 result = await call()
-            encoded = msgspec.to_builtins(result)
+            encoded, result = journal(f"step {step_name!r}", result, type, self._result_max_bytes)
             refused = encoded_problem(encoded, "result")
             if refused is not None:
                 raise unstorable(f"tool {tool!r} result", UnstorableValueError(refused))
@@ -371,10 +377,7 @@ class RunContext:
         self._used.add(name)
 
     def _recorded(self, name: str, type_: type[T] | None) -> T:
-        value = self._steps[name]
-        if type_ is None:
-            return cast(T, value)
-        return msgspec.convert(value, type_)
+        return recorded(f"step {name!r}", self._steps[name], type_)
 
     async def _write(self, make: Callable[[RunState, datetime], Event]) -> RunState:
         self.check()  # a stopped attempt writes nothing more, even where the fence would allow

@@ -175,6 +175,7 @@ class Executor:
             io_timeout_s=self.settings.lease_io_timeout_s,
             flow_max_wait_s=self.settings.llm_flow_max_wait_s,
             slots=self.slots,
+            step_result_max_bytes=self.settings.step_result_max_bytes,
         )
         if not await self._predecessor_ended(attempt):
             if attempt.stop_reason is not None:

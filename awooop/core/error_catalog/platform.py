@@ -115,6 +115,14 @@ class UnstorableValueError(AwoooPError):
     http_status = 422
 
 
+class StepResultTooLargeError(AwoooPError):
+    """A step's result is larger than AWOOOP_STEP_RESULT_MAX_BYTES allows (as JSON); nothing was
+    recorded. Keep large values elsewhere and journal a reference to them."""
+
+    code = "E-DATA-002"
+    http_status = 422
+
+
 class StatementRefusedError(AwoooPError):
     """Postgres refused the statement that changes this item (a constraint, a trigger, a value
     it cannot store); only this item was not changed (a bulk operation's per-run error)."""

@@ -189,3 +189,11 @@ class DuplicateStepError(AwoooPError):
     """A step name may be used once per run; this one was used twice."""
 
     code = "E-HANDLER-003"
+
+
+class StepResultTypeError(AwoooPError):
+    """A step's result does not fit the type the handler asked for (``type=``): the value the
+    step returned, or the result an earlier attempt recorded. The message names the step and
+    the field; nothing was recorded."""
+
+    code = "E-HANDLER-004"
