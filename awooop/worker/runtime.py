@@ -182,7 +182,7 @@ class Worker:
                     if got.seen in (Availability.SUSPECT, Availability.EXPIRED):
                         self.isolation.wake()  # a suspect (now, or once reaped) waits
                     elif got.seen is Availability.DEFERRED:
-                        self.resume_bell.ring()  # polling takes the fair order's head now
+                        self.resume_bell.owe()  # polling takes the fair order's head now
                     state, settled = await claims.take_if_expired(
                         self.db, self.settings, self.worker_id, run_id, project_id, got.seen, meta
                     )
@@ -272,7 +272,7 @@ class Worker:
                 asyncio.ensure_future(stop.wait()),
                 asyncio.ensure_future(self.resume_bell.rung.wait()),
             ]
-            if claimed or not self.streams:
+            if claimed or not self.streams or self.resume_bell.draining:
                 waiters.append(asyncio.ensure_future(self._slot_freed.wait()))
             try:
                 await asyncio.wait(waiters, timeout=period, return_when=asyncio.FIRST_COMPLETED)
