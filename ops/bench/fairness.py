@@ -36,12 +36,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
 import sys
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +49,14 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 
 import scheduler_stats as stats  # noqa: E402 - after the sys.path line, for a plain script
 from cost import PG_OPTIONS, Client, Servers, Stack, Window  # noqa: E402
+from fairness_stats import (  # noqa: E402
+    FIGURES,
+    MEASURES,
+    WAITING,
+    same_shard_pair,
+    start_figures,
+    targets,
+)
 from scheduler import (  # noqa: E402
     BATCH,
     WARMUP,
@@ -64,63 +70,6 @@ from scratch import report  # noqa: E402
 
 from awooop.core.config import load_settings  # noqa: E402
 from streams.keys import shard_of  # noqa: E402
-
-MEASURES = ("contended", "alone")
-TARGET_B_P99_MS = 2000.0
-TARGET_RUNS_PER_S_RATIO = 0.9  # new at least 90 % of old, project A alone
-FIGURES = (
-    "runs_per_s",
-    "seconds",
-    "scheduler_cpu_ms_per_run",
-    "worker_cpu_ms_per_run",
-    "relay_cpu_ms_per_run",
-    "postgres_backends_cpu_ms_per_run",
-    "b_start_p50_ms",
-    "b_start_p99_ms",
-    "b_start_max_ms",
-    "a_start_p50_ms",
-    "a_start_p99_ms",
-    "a_start_max_ms",
-    "waiting_at_b_submit",
-)
-WAITING = "SELECT count(*) FROM awooop_run_state WHERE status IN ('PENDING', 'RESUMED')"
-
-
-def same_shard_pair(shard_count: int, a: str = "bench-a", b: str = "bench-b") -> tuple[str, str]:
-    """Project ``a`` and the first of ``b``, ``b1``, ``b2``, ... in the same shard as ``a``."""
-    if shard_count < 1:
-        raise ValueError(f"shard count {shard_count} < 1")
-    shard = shard_of(a, shard_count)
-    for n in itertools.count():
-        candidate = f"{b}{n or ''}"
-        if candidate != a and shard_of(candidate, shard_count) == shard:
-            return a, candidate
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def start_figures(prefix: str, ms: list[float]) -> dict[str, Any]:
-    """``<prefix>_start_p50_ms``, ``_p99_ms``, ``_max_ms`` and ``_runs`` of latencies in ms."""
-    lat = stats.latency(ms)
-    return {f"{prefix}_start_{k}": v for k, v in lat.items()}
-
-
-def targets(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The two targets from the summary: B's p99 with fair share (``new``, contended) under
-    TARGET_B_P99_MS, and A alone at least TARGET_RUNS_PER_S_RATIO of ``old``'s runs/s."""
-    b_p99 = summary["medians"]["new"]["contended"]["b_start_p99_ms"]
-    ratio = summary["ratio_new_to_old"]["alone"]["runs_per_s"]
-    return {
-        "b_start_p99_ms_new": b_p99,
-        "b_start_p99_ms_old": summary["medians"]["old"]["contended"]["b_start_p99_ms"],
-        "b_start_p99_under_ms": TARGET_B_P99_MS,
-        "b_start_p99_met": b_p99 is not None and b_p99 < TARGET_B_P99_MS,
-        "alone_runs_per_s_ratio": ratio,
-        "alone_cpu_ms_per_run_ratio": summary["ratio_new_to_old"]["alone"][
-            "scheduler_cpu_ms_per_run"
-        ],
-        "alone_runs_per_s_ratio_at_least": TARGET_RUNS_PER_S_RATIO,
-        "alone_runs_per_s_met": ratio is not None and ratio >= TARGET_RUNS_PER_S_RATIO,
-    }
 
 
 async def measure(
@@ -163,8 +112,8 @@ async def measure(
         "runs_per_s": round(runs / seconds, 1),
         "seconds": round(seconds, 3),
         "waiting_at_b_submit": waiting,
-        **start_figures("b", by_project.get(b, [])),
-        **start_figures("a", by_project.get(a, [])),
+        **start_figures("b", stats.latency(by_project.get(b, []))),
+        **start_figures("a", stats.latency(by_project.get(a, []))),
         **cpu_figures(cpu),
         "cpu": cpu,
     }
