@@ -29,6 +29,7 @@ BENCHMARKS = (
     "worker",
     "cost",
     "scheduler",
+    "fairness",
     "revisions",
     "replay",
     "loops",

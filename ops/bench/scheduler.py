@@ -33,7 +33,8 @@ working directory and first on ``PYTHONPATH`` (ahead of this checkout's editable
 ``revisions`` records each side's commit and the files its ``awooop`` and ``streams`` were
 imported from, and the benchmark stops when a side's are not under its own tree. The no-op
 handler (``worker_handlers.py``) and the producer script are this checkout's on both sides.
-Measurements go round by round, shape by shape, ``new`` then ``old`` (A, B, A, B, ...):
+Measurements go round by round, shape by shape, ``new`` then ``old`` in even rounds and
+``old`` then ``new`` in odd ones (A, B, then B, A: ``scheduler_stats.schedule``):
 ``summary`` has each side's median per shape over the rounds and the ratio new/old;
 ``claim_latency_vs_keys``, the paced claim latency of the fewest keys (1) against the most
 (10,000) and their ratio (1.0: flat in the number of keys).
@@ -65,7 +66,7 @@ WARMUP = 50
 BATCH = 500
 # Each run's claim latency: its first RunClaimed after its RunCreated, by the log's timestamps.
 CLAIM_MS = """/* cost-bench */
-SELECT extract(epoch FROM c.at - e.recorded_at)::float8 * 1000 AS ms
+SELECT e.project_id, extract(epoch FROM c.at - e.recorded_at)::float8 * 1000 AS ms
 FROM awooop_events e
 CROSS JOIN LATERAL (
     SELECT min(recorded_at) AS at FROM awooop_events c
@@ -148,8 +149,38 @@ async def declare_limit(stack: Stack, maximum: int) -> None:
 
 
 async def claim_ms(stack: Stack, after: int) -> list[float]:
+    return [ms for mine in (await claim_ms_by_project(stack, after)).values() for ms in mine]
+
+
+async def claim_ms_by_project(stack: Stack, after: int) -> dict[str, list[float]]:
+    """The claim latency of each run created after the log position ``after``, per project."""
     assert stack.conn is not None
-    return [r["ms"] for r in await stack.conn.fetch(CLAIM_MS, after)]
+    out: dict[str, list[float]] = {}
+    for row in await stack.conn.fetch(CLAIM_MS, after):
+        out.setdefault(row["project_id"], []).append(row["ms"])
+    return out
+
+
+def cpu_figures(cpu: dict[str, Any]) -> dict[str, Any]:
+    """From ``Window.per_run``: the CPU per run of the worker, the relay and the Postgres
+    client backends, and their sum (``scheduler_cpu_ms_per_run``)."""
+    split = cpu["cpu_ms_per_run"]
+    mine = {role: split.get(role) for role in ("worker", "relay", "postgres_backends")}
+    return {
+        "scheduler_cpu_ms_per_run": round(sum(v or 0.0 for v in mine.values()), 3),
+        **{f"{role}_cpu_ms_per_run": v for role, v in mine.items()},
+    }
+
+
+def revisions(servers: Servers, codes: dict[str, Path], ref: str, logs: Path) -> dict[str, Any]:
+    """:func:`revision` of each side (``old``: the checkout of ``ref``), in the environment of
+    its processes (an unstarted Stack's)."""
+    return {
+        side: revision(
+            code, ref if side == "old" else None, Stack(servers, code, "noop", 1, logs).env
+        )
+        for side, code in codes.items()
+    }
 
 
 async def measure(
@@ -183,15 +214,12 @@ async def measure(
             await producer.finish()
     seconds = window.ended - window.began
     cpu = window.per_run(args.runs)
-    split = cpu["cpu_ms_per_run"]
-    mine = {role: split.get(role) for role in ("worker", "relay", "postgres_backends")}
     claim, burst = stats.latency(paced_ms), stats.latency(burst_ms)
     return {
         "keys": keys,
         "runs_per_s": round(args.runs / seconds, 1),
         "seconds": round(seconds, 3),
-        "scheduler_cpu_ms_per_run": round(sum(v or 0.0 for v in mine.values()), 3),
-        **{f"{role}_cpu_ms_per_run": v for role, v in mine.items()},
+        **cpu_figures(cpu),
         "claim_p50_ms": claim["p50_ms"],
         "claim_p99_ms": claim["p99_ms"],
         "burst_claim_p50_ms": burst["p50_ms"],
@@ -223,10 +251,7 @@ async def run_all(args: argparse.Namespace, shapes: list[int]) -> dict[str, Any]
         codes = {"new": ROOT, "old": old.dir}
         servers.start()
         try:
-            result["revisions"] = {}
-            for side, code in codes.items():
-                env = Stack(servers, code, "noop", 1, logs).env  # as its processes' (unstarted)
-                result["revisions"][side] = revision(code, ref if side == "old" else None, env)
+            result["revisions"] = revisions(servers, codes, ref, logs)
             measurements: list[dict[str, Any]] = []
             for n, keys, side in stats.schedule(args.rounds, shapes):
                 done = await measure(servers, codes[side], keys, args, logs)

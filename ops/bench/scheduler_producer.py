@@ -8,7 +8,8 @@ by that side's intake (its concurrency key computed by its code). It prints ``re
 answers each line of stdin:
 
 - ``paced COUNT RATE``: COUNT runs, one ``submit_many`` call of one run every 1/RATE s;
-- ``burst COUNT BATCH``: COUNT runs in ``submit_many`` calls of BATCH runs, as fast as they go;
+- ``burst COUNT BATCH [PROJECT]``: COUNT runs in ``submit_many`` calls of BATCH runs, as fast
+  as they go, of PROJECT (default ``bench``; ``fairness.py`` submits for two projects);
 - any other line (``cost.Client.finish`` says ``go``): exits;
 
 with ``done`` once the runs are committed. Run number n has the input
@@ -37,14 +38,14 @@ async def main(keys: int) -> None:
     loop = asyncio.get_running_loop()
     n = 0
 
-    async def batch(count: int) -> None:
+    async def batch(count: int, project: str = PROJECT) -> None:
         nonlocal n
         events = [
             ChannelEvent("api", uuid.uuid4().hex, {"customer_id": customer_id(n + i, keys)})
             for i in range(count)
         ]
         n += count
-        await submit_many(db, PROJECT, events, settings=settings)
+        await submit_many(db, project, events, settings=settings)
 
     try:
         print("ready", flush=True)
@@ -62,9 +63,9 @@ async def main(keys: int) -> None:
                         await asyncio.sleep(delay)
                     await batch(1)
             else:
-                size = int(words[2])
+                size, project = int(words[2]), (words[3:] or [PROJECT])[0]
                 for start in range(0, count, size):
-                    await batch(min(size, count - start))
+                    await batch(min(size, count - start), project)
             print("done", flush=True)
     finally:
         await db.close()

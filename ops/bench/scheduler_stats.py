@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 SIDES = ("new", "old")  # the checkout under test, then the baseline revision
 # The figures of one measurement that the summary takes medians of (see scheduler.measure).
@@ -40,10 +42,19 @@ def customer_id(n: int, keys: int) -> str:
     return f"c{n % keys if keys else n}"
 
 
-def schedule(rounds: int, shapes: Sequence[int], sides: Sequence[str] = SIDES) -> list[Any]:
+def schedule(
+    rounds: int, shapes: Sequence[T], sides: Sequence[str] = SIDES
+) -> list[tuple[int, T, str]]:
     """The order of the measurements: ``(round, shape, side)``, each shape's sides next to
-    each other (A, B, A, B, ...), so that a drift of the machine hits both sides alike."""
-    return [(r, shape, side) for r in range(rounds) for shape in shapes for side in sides]
+    each other, in the order given in even rounds and reversed in odd ones (A, B in round 0,
+    B, A in round 1, ...), so that a drift of the machine, or an advantage of going first or
+    second, hits both sides alike."""
+    return [
+        (r, shape, side)
+        for r in range(rounds)
+        for shape in shapes
+        for side in (sides if r % 2 == 0 else sides[::-1])
+    ]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -77,17 +88,21 @@ def ratio(new: float | None, old: float | None) -> float | None:
 
 
 def summarize(
-    measurements: Sequence[Mapping[str, Any]], shapes: Sequence[int], sides: Sequence[str] = SIDES
+    measurements: Sequence[Mapping[str, Any]],
+    shapes: Sequence[Any],
+    sides: Sequence[str] = SIDES,
+    figures: Sequence[str] = FIGURES,
+    by: str = "keys",
 ) -> dict[str, Any]:
     """Each side's median of each figure per shape over the rounds, and the ratio of the first
-    side to the second (new / old) per shape. ``measurements``: dicts with ``side``,
-    ``keys`` and the FIGURES."""
+    side to the second (new / old) per shape. ``measurements``: dicts with ``side``, the
+    shape under ``by`` and the ``figures``."""
     medians: dict[str, dict[str, dict[str, float | None]]] = {}
     for side in sides:
         medians[side] = {}
         for shape in shapes:
-            mine = [m for m in measurements if m["side"] == side and m["keys"] == shape]
-            medians[side][str(shape)] = {f: median([m.get(f) for m in mine]) for f in FIGURES} | {
+            mine = [m for m in measurements if m["side"] == side and m[by] == shape]
+            medians[side][str(shape)] = {f: median([m.get(f) for m in mine]) for f in figures} | {
                 "rounds": len(mine)
             }
     out: dict[str, Any] = {"medians": medians}
@@ -95,7 +110,7 @@ def summarize(
         a, b = sides
         out[f"ratio_{a}_to_{b}"] = {
             str(shape): {
-                f: ratio(medians[a][str(shape)][f], medians[b][str(shape)][f]) for f in FIGURES
+                f: ratio(medians[a][str(shape)][f], medians[b][str(shape)][f]) for f in figures
             }
             for shape in shapes
         }

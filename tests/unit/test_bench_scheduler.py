@@ -36,19 +36,30 @@ def test_customer_ids_go_round_the_keys(m: ModuleType) -> None:
     assert len({m.customer_id(n, 0) for n in range(300)}) == 300  # no limit: each its own
 
 
-def test_schedule_interleaves_sides_shape_by_shape(m: ModuleType) -> None:
-    order = m.schedule(2, [0, 10])
+def test_schedule_interleaves_sides_shape_by_shape_alternating_per_round(m: ModuleType) -> None:
+    order = m.schedule(3, [0, 10])
     assert order == [
         (0, 0, "new"),
         (0, 0, "old"),
         (0, 10, "new"),
         (0, 10, "old"),
-        (1, 0, "new"),
         (1, 0, "old"),
-        (1, 10, "new"),
+        (1, 0, "new"),
         (1, 10, "old"),
+        (1, 10, "new"),
+        (2, 0, "new"),
+        (2, 0, "old"),
+        (2, 10, "new"),
+        (2, 10, "old"),
     ]
-    assert [side for *_, side in order] == ["new", "old"] * 4
+    firsts = [side for i, (*_, side) in enumerate(order) if i % 2 == 0]
+    assert firsts.count("new") == 4 and firsts.count("old") == 2  # 2 rounds of 3 go new first
+    assert m.schedule(2, ["contended"]) == [
+        (0, "contended", "new"),
+        (0, "contended", "old"),
+        (1, "contended", "old"),
+        (1, "contended", "new"),
+    ]
 
 
 def test_percentile_and_latency(m: ModuleType) -> None:
@@ -90,6 +101,18 @@ def test_summarize_medians_and_ratio_new_to_old(m: ModuleType) -> None:
     assert out["ratio_new_to_old"]["1"]["runs_per_s"] == 2.0
     assert out["ratio_new_to_old"]["5"]["claim_p50_ms"] == 2.0
     assert out["ratio_new_to_old"]["5"]["claim_p99_ms"] is None
+
+
+def test_summarize_other_figures_by_another_field(m: ModuleType) -> None:
+    rows = [
+        {"side": "new", "measure": "alone", "x": 3.0, "runs_per_s": 1.0},
+        {"side": "old", "measure": "alone", "x": 2.0},
+        {"side": "new", "measure": "contended", "x": 9.0},
+    ]
+    out = m.summarize(rows, ["alone", "contended"], figures=("x",), by="measure")
+    assert out["medians"]["new"]["alone"] == {"x": 3.0, "rounds": 1}  # only the figures asked
+    assert out["medians"]["old"]["contended"] == {"x": None, "rounds": 0}
+    assert out["ratio_new_to_old"]["alone"] == {"x": 1.5}
 
 
 def test_flatness_compares_fewest_and_most_keys(m: ModuleType) -> None:
