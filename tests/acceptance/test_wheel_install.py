@@ -62,3 +62,24 @@ async def test_an_installed_wheel_migrates_a_new_database(
         assert again.returncode == 0, again.stderr  # nothing pending: the released checksums
     finally:
         await drop_database(pg_server_url, name)
+
+
+def test_the_demo_of_an_installed_wheel_does_not_need_testcontainers(tmp_path: Path) -> None:
+    """testcontainers is a dev dependency: where a Docker engine answers, an install from the
+    wheel still takes the embedded servers instead of failing to import it."""
+    bin_dir = installed_wheel()
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "docker").write_text("#!/bin/sh\nexit 0\n")  # `docker info` answers
+    (fake / "docker").chmod(0o755)
+    probe = subprocess.run(
+        [str(bin_dir / "python"), "-c", "from awooop.demo import provision as p; "
+         "import shutil; print(shutil.which('docker'), p._docker_engine())"],
+        cwd=tmp_path,
+        env=clean_env(PATH=f"{fake}:/usr/bin:/bin"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )  # fmt: skip
+    assert probe.stdout.split() == [str(fake / "docker"), "False"]
