@@ -8,6 +8,9 @@ Runs until SIGTERM or SIGINT, then shuts down gracefully (in-flight runs get
 ``--with-loops`` also runs the registered background loops in this process (reaper, approval
 expiry, ...; handy for a single-process demo; several copies are safe). ``--burst`` runs
 what is runnable now through the polling path and exits (tests, one-shot jobs).
+The handler's module is imported with the current directory first on ``sys.path`` (as
+``python -m`` does): ``--handler triage:handle`` finds ``triage.py`` in the folder the worker
+starts in; elsewhere, the module's folder must be on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import argparse
 import asyncio
 import importlib
 import inspect
+import os
 import signal
+import sys
 from typing import Any
 
 from awooop.core.config import Settings
@@ -76,18 +81,42 @@ def load_callable(spec: str, what: str = "handler") -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise HandlerNotFoundError(f"{what} {spec!r} must be given as package.module:function")
+    search_current_directory()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise HandlerNotFoundError(
-            f"{what} module {module_name!r} cannot be imported: {exc}"
-        ) from None
+        raise HandlerNotFoundError(cannot_import(module_name, what, exc)) from None
     fn = getattr(module, attr, None)
     if fn is None:
         raise HandlerNotFoundError(f"{what} {spec!r}: {module_name} has no {attr!r}")
     if not inspect.iscoroutinefunction(fn):
         raise HandlerNotFoundError(f"{what} {spec!r} must be an async function")
     return fn
+
+
+def search_current_directory() -> None:
+    """Put the current directory first on ``sys.path``, as ``python -m`` does: the ``awooop``
+    script's own ``sys.path`` starts with its ``bin`` folder, so without this a handler module
+    next to where the worker was started (``--handler triage:handle``) is not found."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+
+
+def cannot_import(module_name: str, what: str, exc: ImportError) -> str:
+    """The message for a handler module that cannot be imported: where Python looked, and
+    what to do, when it is the module itself that is missing (not one it imports)."""
+    message = f"{what} module {module_name!r} cannot be imported: {exc}"
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if missing is None or not (module_name + ".").startswith(missing + "."):
+        return message
+    top = module_name.split(".")[0]
+    return (
+        f"{message}. The module must be importable by the worker's Python: start the worker"
+        f" in the folder that holds {top}.py (or the package folder {top}/), or add that folder"
+        f" to PYTHONPATH. Current directory: {os.getcwd()}; sys.path starts with"
+        f" {sys.path[:4]}"
+    )
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:

@@ -61,6 +61,7 @@ from awooop.llm.calls import called_event
 from awooop.llm.gateway import LLMResult, ModelCall
 from awooop.runs import approvals, leases
 from awooop.runs.approvals import ApprovalTicket, Decision
+from awooop.worker import approval_grants
 from awooop.worker.attempts import Attempt, trace_metadata
 from awooop.worker.step_values import journal, recorded
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
@@ -262,9 +263,9 @@ class RunContext:
         step_name = APPROVAL_STEP_PREFIX + name
         self._use(step_name)
         if step_name in self._steps:
-            recorded = self._steps[step_name] or {}
+            decided = approval_grants.replayed(self._steps[step_name])
             return ApprovalGrant(
-                name=name, actor=recorded.get("actor"), decided_at=None, by=recorded.get("by")
+                name=name, actor=decided.actor, decided_at=decided.decided_at, by=decided.by
             )
         self.check()
         attempt = self._attempt
@@ -272,9 +273,7 @@ class RunContext:
         async def decide_or_ask(conn: Any) -> ApprovalGrant | ApprovalTicket:
             found = await approvals.find_decision(conn, self.run_id, name)
             if found is not None and found.decision is Decision.APPROVED:
-                grant = {"actor": found.actor, "decided_at": found.decided_at.isoformat()}
-                if found.by is not None:
-                    grant["by"] = found.by
+                grant = approval_grants.recorded(found)
                 await leases.fenced_record(
                     conn,
                     self.run_id,
@@ -313,7 +312,7 @@ class RunContext:
             attempt.finishing = False
             raise
         if isinstance(outcome, ApprovalGrant):
-            self._steps[step_name] = {"actor": outcome.actor}
+            self._steps[step_name] = approval_grants.recorded(outcome)
             return outcome
         self.log.info("approval_requested", name=name, expires_at=outcome.expires_at.isoformat())
         sender = notify or self._notifier

@@ -51,6 +51,14 @@ class OnlineMigrationBlockedError(AwoooPError):
     code = "E-MIGRATE-006"
 
 
+class MigrationsNotFoundError(AwoooPError):
+    """The migration files that belong to this installation are missing (a checkout's
+    migrations/ folder, an installed package's awooop/migrations): install the package again
+    from its wheel, or run from a complete checkout."""
+
+    code = "E-MIGRATE-007"
+
+
 class DatabaseUnavailableError(AwoooPError):
     """The database cannot be reached."""
 

@@ -190,6 +190,15 @@ class DuplicateStepError(AwoooPError):
 
     code = "E-HANDLER-003"
 
+    def __init__(self, message: str | None = None, **details: object) -> None:
+        step = details.get("step")
+        if message is None and step is not None:
+            message = (
+                f"step {step!r} was used twice in this attempt: a step name may be used once"
+                " per run (give each call of run.step or run.wait_for_* its own name)"
+            )
+        super().__init__(message, **details)
+
 
 class StepResultTypeError(AwoooPError):
     """A step's result does not fit the type the handler asked for (``type=``): the value the
