@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from awooop.commands.doctor_flow import blocked_check
+from awooop.commands.doctor_results import FAIL, OK
 from awooop.core.errors import ConfigError
 from awooop.eventlog.state import RunStatus
 from awooop.runs.blocked import Reason, RunFacts, ShardFacts, decide
@@ -102,3 +104,13 @@ def test_a_waiting_run_whose_contract_no_live_worker_serves_says_so() -> None:
         READ,
     )
     assert running is not None and running.reason is Reason.RUNNING
+
+
+def test_doctor_fails_while_runs_wait_for_a_contract_no_worker_serves() -> None:
+    waiting = {("p", "no_worker_for_contract"): 2, ("q", "pending_workers_busy"): 1}
+    line = blocked_check(waiting)
+    assert (
+        line.status == FAIL and "2 run(s) wait for a contract no live worker serves" in line.detail
+    )
+    assert "projects p" in line.detail and "--contract" in line.fix
+    assert blocked_check({("q", "pending_workers_busy"): 1}).status == OK
