@@ -21,10 +21,13 @@ from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import LeaseReleased, RunFailed, RunRequeued
+from awooop.core.logs import get_logger
 from awooop.eventlog.state import RunState
 from awooop.runs import leases
 from awooop.runs.leases import Availability
 from awooop.runs.routing import ROUTE_CHANNEL, Routes, notice
+
+log = get_logger("awooop.worker")
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,10 @@ async def claim_announced(
             seen = leases.availability(batch.others.get(run_id), batch.now, worker_id)
             results.append(Claimed(None, seen))
     if unserved:
-        await statements.notify(ROUTE_CHANNEL, sorted(unserved))
+        try:  # after the claims committed: a lost ring costs the serving workers one poll period
+            await statements.notify(ROUTE_CHANNEL, sorted(unserved))
+        except Exception as exc:
+            log.warning("route_notice_failed", error=repr(exc))
     return results
 
 

@@ -8,7 +8,7 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
   message is acknowledged when the run is finished, cancelled, waiting for approval, paused (a
   resume rings the polling path: resume_bell.py) or deferred by the fair order between
   projects (the deferral rings it), and left pending while a live lease elsewhere holds it.
-- **reclaim** (R-16): entries idle longer than the lease, reconciled (:mod:`~.reclaim`).
+- **reclaim** (R-16): entries idle past the lease, reconciled (:mod:`awooop.worker.reclaim`).
 - **polling** (R-11, R-33): every ``poll_interval_s``, dispatchable runs that waited that long
   (Redis lost their message) and runs whose lease expired, ``FOR UPDATE SKIP LOCKED``; without
   streams polling is the only path and runs continuously.
