@@ -10,8 +10,9 @@ one), so a run is never claimed, on any path, by a worker that does not serve it
 A stream delivery is one consumer's in the ``workers`` group: a worker that receives a
 message for a run it does not serve acknowledges it and rings the polling path of the workers
 that do (``pg_notify`` on :data:`ROUTE_CHANNEL`, payload :func:`notice`); the run waits in
-Postgres, where their polling path takes it at once (``awooop.worker.resume_bell``). A notice
-is a doorbell, never an order: a false ring costs one poll.
+Postgres, and each of them owes its polling path one start, at any age, now
+(``awooop.worker.resume_bell``, as for a deferral of the fair share). A notice is a doorbell,
+never an order: a false one costs one poll.
 
 Each worker process records its routes in its ``awooop_processes`` row (migration 0137), so
 that ``blocked_on`` can name a waiting run whose contract no live worker serves
@@ -86,12 +87,14 @@ def routes_of(contracts: Sequence[str] | None, projects: Sequence[str] | None) -
     return Routes(contracts=_names(contracts, "--contract"), projects=_names(projects, "--project"))
 
 
-def notice(project_id: str, contract_id: str | None) -> str:
-    """The payload of a routing notice: the run's project and contract."""
-    return f"{project_id}\n{contract_id or ''}"
+def notice(project_id: str, contract_id: str | None, run_id: object = "") -> str:
+    """The payload of a routing notice: the run's project, contract and id (one notice per
+    run: Postgres folds identical payloads of one transaction into one)."""
+    return f"{project_id}\n{contract_id or ''}\n{run_id}"
 
 
 def notice_served(routes: Routes, payload: str) -> bool:
     """Pure: whether a routing notice names runs that ``routes`` serves (a malformed one: no)."""
-    project_id, sep, contract = payload.partition("\n")
+    project_id, sep, rest = payload.partition("\n")
+    contract = rest.partition("\n")[0]
     return bool(sep) and routes.serves(project_id, contract or None)

@@ -70,7 +70,7 @@ async def claim_announced(
             results.append(Claimed(state, None))
         elif other is not None and not routes.serves(other.project_id, other.contract_id):
             results.append(Claimed(None, Availability.UNSERVED))
-            unserved.add(notice(other.project_id, other.contract_id))
+            unserved.add(notice(other.project_id, other.contract_id, run_id))
         elif run_id in batch.deferred:
             results.append(Claimed(None, Availability.DEFERRED))
         elif run_id in batch.paused:

@@ -12,7 +12,6 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
 - **polling** (R-11, R-33): every ``poll_interval_s``, dispatchable runs that waited that long
   (Redis lost their message) and runs whose lease expired, ``FOR UPDATE SKIP LOCKED``; without
   streams polling is the only path and runs continuously.
-
 Every path claims only runs the worker serves (``routes``: awooop.runs.routing).
 ``run(stop)`` serves until ``stop`` is set, then shuts down (docs/workers.md, Shutdown): stop
 taking work, give in-flight runs ``shutdown_grace_s`` to finish, cancel the rest and hand their
@@ -114,6 +113,7 @@ class Worker:
             db,
             on_resume=self.resume_bell.ring,
             routes=routes,
+            on_route=self.resume_bell.owe,  # a start owed to each run routed here (routing.py)
         )
         self.accepting = True
         self.claims: Batcher[str, tuple[uuid.UUID, dict[str, Any]], Claimed] = Batcher(

@@ -85,7 +85,7 @@ async def test_a_delivery_of_another_contracts_run_is_acknowledged_and_rings_its
             await eventually(
                 lambda: all_finished(db, [one, two]), timeout_s=20, what="both runs finished"
             )
-            assert await asyncio.wait_for(heard.get(), 5) == notice(P, "c2")
+            assert await asyncio.wait_for(heard.get(), 5) == notice(P, "c2", two)
             await eventually(lambda: _no_pending(redis, keys), timeout_s=20, what="all acked")
     finally:
         c2_stop.set()

@@ -56,6 +56,11 @@ def test_a_routing_notice_rings_only_workers_that_serve_its_runs() -> None:
     assert not notice_served(c2, notice("q", "c2"))
     assert notice_served(ALL, notice("p", None)) and not notice_served(c1, notice("p", None))
     assert not notice_served(ALL, "garbage without a separator")
+    run_id = uuid.UUID(int=7)
+    assert notice("p", "c2", run_id) == f"p\nc2\n{run_id}"
+    assert notice_served(c2, notice("p", "c2", run_id)) and not notice_served(
+        c1, notice("p", "c2", run_id)
+    )
 
 
 def facts(**changes: object) -> RunFacts:
