@@ -2,6 +2,7 @@
 
     awooop worker --handler package.module:function [--concurrency N] [--no-streams]
                   [--with-loops] [--burst] [--approval-notifier package.module:function]
+                  [--contract C ...] [--project P ...]
 
 Runs until SIGTERM or SIGINT, then shuts down gracefully (in-flight runs get
 ``AWOOOP_SHUTDOWN_GRACE_S`` to finish, the rest hand their leases back) and exits 0.
@@ -11,6 +12,8 @@ what is runnable now through the polling path and exits (tests, one-shot jobs).
 The handler's module is imported with the current directory first on ``sys.path`` (as
 ``python -m`` does): ``--handler triage:handle`` finds ``triage.py`` in the folder the worker
 starts in; elsewhere, the module's folder must be on ``PYTHONPATH``.
+``--contract`` (repeated) takes only runs of those contracts, ``--project`` (repeated) only runs
+of those projects (awooop.runs.routing); without them the worker serves every run.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from awooop.core.process import EVENT_LOOP, settle_heap
 from awooop.core.telemetry import start_observability
 from awooop.loops.registry import all_loops
 from awooop.runs import leases
+from awooop.runs.routing import routes_of
 from awooop.services import Services
 from awooop.worker.assembly import build_worker, worker_process
 from awooop.worker.last_writes import FLUSHES_PER_PROJECT
@@ -57,6 +61,18 @@ def register(subparsers: Any) -> None:
         "--with-loops", action="store_true", help="also run the registered background loops"
     )
     parser.add_argument("--burst", action="store_true", help="run what is runnable now, exit")
+    parser.add_argument(
+        "--contract",
+        action="append",
+        default=None,
+        help="serve only runs of this contract (repeat for several; default: every contract)",
+    )
+    parser.add_argument(
+        "--project",
+        action="append",
+        default=None,
+        help="serve only runs of this project (repeat for several; default: every project)",
+    )
     add_approval_notifier(parser)
     parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
 
@@ -122,6 +138,7 @@ def cannot_import(module_name: str, what: str, exc: ImportError) -> str:
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     handler = load_callable(args.handler)
     notifier = approval_notifier(args)
+    routes = routes_of(args.contract, args.project)
     if args.concurrency is not None and args.concurrency < 1:
         raise HandlerNotFoundError("--concurrency must be a positive integer")
     concurrency = args.concurrency or settings.worker_concurrency
@@ -135,7 +152,12 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     services = await Services.open_when_reachable(
-        settings, db_pool_size=size, db_run_min=flushes, stop=stop, kind="worker"
+        settings,
+        db_pool_size=size,
+        db_run_min=flushes,
+        stop=stop,
+        kind="worker",
+        serves=routes.params,
     )
     if services is None:  # stopped while waiting for the database
         return 0
@@ -156,6 +178,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 redis=None if args.burst else services.redis,
                 keys=services.keys,
                 loops=all_loops(services) if args.with_loops and not args.burst else (),
+                routes=routes,
             )
             worker = parts.worker
             if args.burst:
@@ -166,6 +189,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 return 0
             settle_heap()
             print(f"worker {worker.worker_id} started", flush=True)
+            log.info("worker_routes", worker_id=worker.worker_id, serves=routes.describe())
             await parts.run(stop)
             return 0
     finally:

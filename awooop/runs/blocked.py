@@ -10,6 +10,7 @@ from Redis once per shard) and names a :class:`Reason`:
 |                  | its project, channel or contract is paused     | paused                 |
 |                  | its concurrency key has no free slot           | over_concurrency_limit |
 |                  | no worker alive, none read its shard recently  | pending_no_worker      |
+|                  | live workers, none serves its contract/project | no_worker_for_contract |
 |                  | a suspect: waits to run alone on a worker      | pending_isolation      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
 |                  | otherwise: readers are there, all busy         | pending_workers_busy   |
@@ -41,7 +42,6 @@ function, so they cannot disagree.
 
 from __future__ import annotations
 
-import enum
 import uuid
 from datetime import datetime
 from typing import Any
@@ -50,51 +50,13 @@ import msgspec
 
 from awooop.core.durations import elapsed
 from awooop.core.errors import DeliveryLimitError
-from awooop.eventlog.state import DISPATCHABLE, MAX_ATTEMPTS_CODE, RunStatus
+from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunStatus
+from awooop.runs.blocked_reasons import REASON_STATUSES as REASON_STATUSES
+from awooop.runs.blocked_reasons import Reason as Reason
 from awooop.runs.pause_rules import Scope, describe_scope, resume_command
 
 DELIVERY_LIMIT_CODE = DeliveryLimitError.code  # the worker dead-lettered the message
 DEAD_LETTER_CODES = frozenset({MAX_ATTEMPTS_CODE, DELIVERY_LIMIT_CODE})
-
-
-class Reason(enum.StrEnum):
-    PENDING_NO_WORKER = "pending_no_worker"
-    PENDING_WORKERS_BUSY = "pending_workers_busy"
-    PENDING_DEAD_LETTERED = "pending_dead_lettered"
-    PENDING_ISOLATION = "pending_isolation"
-    PAUSED = "paused"
-    OVER_CONCURRENCY_LIMIT = "over_concurrency_limit"
-    RETRY_PENDING = "retry_pending"
-    RUNNING = "running"
-    RATE_LIMITED = "rate_limited"
-    OVER_BUDGET = "over_budget"
-    LEASE_EXPIRED = "lease_expired"
-    WAITING_TOOL = "waiting_tool"
-    WAITING_APPROVAL = "waiting_approval"
-    APPROVAL_EXPIRED = "approval_expired"
-    FAILED = "failed"
-    FAILED_DEAD_LETTERED = "failed_dead_lettered"
-
-
-# The statuses each reason can come from: a console filter on a reason narrows the SQL by these.
-REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
-    Reason.PENDING_NO_WORKER: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.PENDING_WORKERS_BUSY: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.PENDING_ISOLATION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.PAUSED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.OVER_CONCURRENCY_LIMIT: frozenset({*DISPATCHABLE, RunStatus.WAITING_TOOL}),
-    Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.RUNNING: frozenset({RunStatus.RUNNING}),
-    Reason.RATE_LIMITED: frozenset({RunStatus.RUNNING}),
-    Reason.OVER_BUDGET: frozenset({RunStatus.RUNNING}),
-    Reason.LEASE_EXPIRED: frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL}),
-    Reason.WAITING_TOOL: frozenset({RunStatus.WAITING_TOOL}),
-    Reason.WAITING_APPROVAL: frozenset({RunStatus.WAITING_APPROVAL}),
-    Reason.APPROVAL_EXPIRED: frozenset({RunStatus.WAITING_APPROVAL}),
-    Reason.FAILED: frozenset({RunStatus.FAILED}),
-    Reason.FAILED_DEAD_LETTERED: frozenset({RunStatus.FAILED}),
-}
 
 
 class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -139,6 +101,10 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     flow_key: str = ""
     flow_detail: str = ""
     flow_until: datetime | None = None
+    # Its contract, and whether a live worker serves it (awooop.runs.routing; migration 0137):
+    # None when unknown (no live worker process, or not a PENDING/RESUMED run).
+    contract_id: str | None = None
+    served: bool | None = None
 
 
 class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -265,6 +231,16 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     reason=Reason.PENDING_NO_WORKER,
                     summary=f"{waiting}; no worker has read shard {shard.shard} recently",
                     next_action="start an awooop worker (awooop doctor: consumer groups)",
+                )
+            if f.served is False:
+                contract = f.contract_id or "(none)"
+                return _blocked(
+                    f,
+                    reason=Reason.NO_WORKER_FOR_CONTRACT,
+                    summary=f"{waiting}; no live worker serves contract {contract} of "
+                    f"{f.project_id}",
+                    next_action="start a worker that serves it: awooop worker --handler H "
+                    + (f"--contract {f.contract_id}" if f.contract_id else "(no --contract)"),
                 )
             if f.suspect_worker_id is not None:
                 return _blocked(

@@ -30,6 +30,9 @@
   when the key is full.
 - the widest active pause that holds a PENDING or RESUMED run (``awooop_flow_pauses``, one
   probe of its active index by project): ``blocked_on`` then says ``paused``.
+- :func:`with_routes` marks whether a live worker serves each PENDING or RESUMED run's
+  contract in its project (``awooop_contract_served``, migration 0137: once per distinct pair):
+  ``blocked_on`` then says ``no_worker_for_contract`` when none does.
 - :func:`with_dead_letters` marks the PENDING and RESUMED runs that have an open dead letter
   (:func:`awooop.eventlog.deadletters.open_of_runs`: one probe of
   ``awooop_dead_letters_open_run_idx`` per such run).
@@ -66,6 +69,12 @@ log = get_logger(__name__)
 LIVE = ("PENDING", "RESUMED", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL")
 # Worker processes alive by their heartbeats (migration 0121): a count, for every role.
 LIVE_WORKERS = "SELECT awooop_live_workers()"
+# Whether a live worker serves each (project, contract) pair (migration 0137), for every role.
+SERVED = """
+SELECT u.project_id, u.contract_id, awooop_contract_served(u.project_id, u.contract_id) AS served
+FROM unnest($1::text[], $2::text[]) AS u(project_id, contract_id)
+"""
+WAITING = (RunStatus.PENDING, RunStatus.RESUMED)
 
 # --- SQL -------------------------------------------------------------------------------------
 # One statement for all the Postgres facts of the runs in $1 (or of every live run).
@@ -73,7 +82,7 @@ _SELECT = f"""
 SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, rs.worker_id,
        rs.lease_until, rs.heartbeat_at, rs.waiting_for, rs.approval_expires_at,
        rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now, rs.suspect_worker_id,
-       rs.current_step, rs.current_step_started_at, rs.current_step_attempt,
+       rs.current_step, rs.current_step_started_at, rs.current_step_attempt, rs.contract_id,
        ap.name AS approval_name, ap.reason AS approval_reason,
        ended.event_type AS last_end_type, ended.data ->> 'reason' AS last_end_reason,
        pz.scope AS paused_scope, pz.scope_key AS paused_key, pz.paused_by,
@@ -170,6 +179,7 @@ def facts_of(row: Any) -> RunFacts:
         flow_key=row["flow_key"] or "",
         flow_detail=row["flow_detail"] or "",
         flow_until=row["flow_until"],
+        contract_id=row["contract_id"],
     )
 
 
@@ -183,9 +193,30 @@ async def with_dead_letters(conn: Connection, facts: Sequence[RunFacts]) -> list
     ]
 
 
+async def with_routes(conn: Connection, facts: Sequence[RunFacts]) -> list[RunFacts]:
+    """``facts`` with ``served`` set for the PENDING/RESUMED runs: whether a live worker serves
+    the run's contract in its project (one call per distinct pair; None: no worker is live)."""
+    pairs = sorted({(f.project_id, f.contract_id or "") for f in facts if f.status in WAITING})
+    if not pairs:
+        return list(facts)
+    rows = await conn.fetch(SERVED, [p for p, _ in pairs], [c or None for _, c in pairs])
+    served = {(r["project_id"], r["contract_id"] or ""): r["served"] for r in rows}
+    return [
+        msgspec.structs.replace(f, served=served[(f.project_id, f.contract_id or "")])
+        if f.status in WAITING
+        else f
+        for f in facts
+    ]
+
+
+async def gathered(conn: Connection, rows: Sequence[Any]) -> list[RunFacts]:
+    """The facts of ``rows`` (of :data:`FACTS` or :data:`LIVE_FACTS`) with what other tables
+    say: open dead letters and the workers' routes."""
+    return await with_routes(conn, await with_dead_letters(conn, [facts_of(r) for r in rows]))
+
+
 async def run_facts(conn: Connection, run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, RunFacts]:
-    rows = await conn.fetch(FACTS, list(run_ids))
-    facts = await with_dead_letters(conn, [facts_of(row) for row in rows])
+    facts = await gathered(conn, await conn.fetch(FACTS, list(run_ids)))
     return {f.run_id: f for f in facts}
 
 
@@ -241,7 +272,7 @@ async def count_by_reason(
     conn: Connection, redis: Any, keys: Keys, window_s: float
 ) -> dict[tuple[str, str], int]:
     """Runs per (project_id, reason): every live run, and FAILED runs (the gauge's sample)."""
-    live = await with_dead_letters(conn, [facts_of(row) for row in await conn.fetch(LIVE_FACTS)])
+    live = await gathered(conn, await conn.fetch(LIVE_FACTS))
     failed = await conn.fetch(FAILED_COUNTS)
     projects = {f.project_id for f in live} | {row["project_id"] for row in failed}
     shards = await shards_facts(conn, redis, keys, projects, window_s)

@@ -288,3 +288,23 @@ async def model_calls(run: RunContext) -> dict[str, Any]:
     if options.get("approval"):
         await run.wait_for_approval("go", reason="flow test", notify=remember_ticket)
     return {"answers": answers}
+
+
+async def _named(run: RunContext, name: str) -> dict[str, Any]:
+    """A handler that records its own name with each execution ("handler:<name>" at the start,
+    "done:<name>" at the end), sleeping ``sleep`` seconds between: which handler ran each run."""
+    options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
+    effect(run, f"handler:{name}")
+    await asyncio.sleep(float(options.get("sleep", 0.0)))
+    effect(run, f"done:{name}")
+    return {"handler": name}
+
+
+async def handler_one(run: RunContext) -> dict[str, Any]:
+    """Routing tests: the handler of contract ``c1`` (``awooop worker --contract c1``)."""
+    return await _named(run, "one")
+
+
+async def handler_two(run: RunContext) -> dict[str, Any]:
+    """Routing tests: the handler of contract ``c2``."""
+    return await _named(run, "two")

@@ -227,6 +227,7 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"approval_expires_at": NOW + timedelta(seconds=1)},
         {"failure_code": "E-RUN-005"},
         {"dead_lettered": True},
+        {"served": False, "contract_id": "c2"},
         {"attempt_count": 1, "suspect_worker_id": "host-1-abc"},
         {"paused_scope": Scope.PROJECT},
         {"concurrency_key": "channel:api/k", "concurrency_max": 1, "concurrency_executing": 1},

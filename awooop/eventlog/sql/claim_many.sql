@@ -9,8 +9,11 @@
 -- the tests that hold the two equal). The runs not claimed come back as the statement's
 -- snapshot saw them (no lock), for leases.availability(), with ``paused`` where a pause, its
 -- concurrency key at its limit, or its place in the fair order ($5) held back a run that could
--- otherwise be claimed (``held_back``), and ``deferred`` for the last.
-WITH wanted AS (
+-- otherwise be claimed (``held_back``), and ``deferred`` for the last. $6 and $7: the worker's
+-- routes (_run_served.sql): a run it does not serve is answered as the snapshot saw it.
+WITH served AS (
+    SELECT $6::text[] AS contracts, $7::text[] AS projects  -- the worker's routes
+), wanted AS (
     SELECT * FROM unnest($1::uuid[], $2::text[]) AS w(run_id, metadata)
 ), asked AS (
     -- The rows asked for, locked through the primary key (SKIP LOCKED, run_id order); whether
@@ -24,6 +27,7 @@ WITH wanted AS (
            r.fair_tag, {{run_paused}} AS paused
     FROM awooop_run_state AS r
     WHERE r.run_id = ANY($1::uuid[])
+      AND {{run_served}}  -- a run this worker does not serve is neither locked nor claimed
     ORDER BY r.run_id
     FOR UPDATE SKIP LOCKED
 ), ready AS MATERIALIZED (
@@ -54,6 +58,7 @@ WITH wanted AS (
           WHERE r.project_id <> a.project_id
             AND (r.lease_until IS NULL OR r.lease_until < now())
             AND r.suspect_worker_id IS NULL
+            AND {{run_served}}  -- only runs this worker could take instead
             AND NOT {{run_paused}}
             AND NOT {{run_key_full}})
 ), refused AS (

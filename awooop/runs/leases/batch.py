@@ -38,11 +38,13 @@ async def claim_many(
     metadata: dict[str, Any] | list[dict[str, Any] | None] | None = None,
     *,
     fair: bool = True,
+    served: batches.Served = batches.EVERY,
 ) -> ClaimBatch:
     """``claim`` for many runs in one statement (``awooop/eventlog/sql/claim_many.sql``): outside a
     transaction it is its own; inside one it is part of it. ``metadata`` is one dict, or one
     per run id (aligned with ``run_ids``). A run whose stream head a newer transaction wrote
-    is claimed again (a few times), as the transactional path would retry it."""
+    is claimed again (a few times), as the transactional path would retry it. ``served``: the
+    worker's routes (awooop.runs.routing); a run it does not serve comes back unclaimed."""
     per_run: dict[uuid.UUID, dict[str, Any] | None] = (
         dict(zip(run_ids, metadata, strict=True))
         if isinstance(metadata, list)
@@ -56,7 +58,7 @@ async def claim_many(
     wanted = list(run_ids)
     for attempt in range(HEAD_CONFLICT_RETRIES + 1):
         rows = await batches.claim_many(
-            conn, wanted, [per_run[r] for r in wanted], worker_id, ttl_s, fair
+            conn, wanted, [per_run[r] for r in wanted], worker_id, ttl_s, fair, served
         )
         conflicts = []
         for row in rows:

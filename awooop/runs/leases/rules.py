@@ -45,6 +45,10 @@ class Availability(enum.StrEnum):
     # statement said so; its message is done with and polling takes the waiting runs in that
     # order (awooop.runs.fairness)
     DEFERRED = "deferred"
+    # not of a contract (or project) this worker serves (awooop.runs.routing): the claim
+    # statements never lock it here; its message is done with and the workers that serve it
+    # are rung
+    UNSERVED = "unserved"
 
 
 def availability(state: RunState | None, now: datetime, worker_id: str) -> Availability:
