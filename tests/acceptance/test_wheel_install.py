@@ -5,6 +5,7 @@ carries as package data, and ``awooop --help`` runs."""
 from __future__ import annotations
 
 import subprocess
+import sysconfig
 import uuid
 from pathlib import Path
 
@@ -72,9 +73,14 @@ def test_the_demo_of_an_installed_wheel_does_not_need_testcontainers(tmp_path: P
     fake.mkdir()
     (fake / "docker").write_text("#!/bin/sh\nexit 0\n")  # `docker info` answers
     (fake / "docker").chmod(0o755)
+    # The wheel's environment borrows this suite's packages (tests/support/wheels.py), dev ones
+    # too: once the provisioning module is imported, the probe drops that folder from its path,
+    # so that testcontainers is missing as it is from an operator's install.
+    borrowed = sysconfig.get_paths()["purelib"]
     probe = subprocess.run(
         [str(bin_dir / "python"), "-c", "from awooop.demo import provision as p; "
-         "import shutil; print(shutil.which('docker'), p._docker_engine())"],
+         f"import shutil, sys; sys.path.remove({borrowed!r}); "
+         "print(shutil.which('docker'), p._docker_engine())"],
         cwd=tmp_path,
         env=clean_env(PATH=f"{fake}:/usr/bin:/bin"),
         capture_output=True,

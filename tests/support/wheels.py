@@ -1,12 +1,16 @@
 """This checkout as its operators install it from a wheel: ``pip wheel`` of the tree, installed
-in a virtual environment of its own (not this suite's packages, not the checkout).
+in a virtual environment of its own (not the checkout: ``import awooop`` is the wheel's).
 
-Cached under ``~/.cache/awooop-wheels`` (``AWOOOP_WHEEL_CACHE`` moves it) in two levels, so a
-run of the suite pays for pip only when something changed: the environment with the wheel's
-dependencies is kept per ``pyproject.toml`` (its dependencies), and the wheel is built and put
-in it again (``--no-deps``) only when a packaged file changed (a hash of the packages' files,
-the migrations and ``pyproject.toml``). The first build on a machine takes about a minute
-(pip resolves the dependencies from its configured index); after a source change about 15 s.
+The environment borrows its dependencies from this suite's environment, as the releases under
+test do (tests/support/releases.py): a venv without pip whose path file adds this suite's
+site-packages as a plain folder after its own (so none of that folder's ``.pth`` files run, and
+this checkout's editable install is not seen); the wheel goes in with ``--no-deps``. What the
+wheel must carry itself (its packages, its SQL, its migrations) is tested, not pip's
+resolution of public packages, which would cost a minute of pip on each fresh machine.
+
+Cached under ``~/.cache/awooop-wheels`` (``AWOOOP_WHEEL_CACHE`` moves it): the wheel is built
+and put in again only when a packaged file changed (a hash of the packages' files, the
+migrations and ``pyproject.toml``), in about 10 s.
 """
 
 from __future__ import annotations
@@ -16,14 +20,16 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
-from tests.support.releases import READY, _locked
+from tests.support.releases import BORROWED, READY, _borrowed_ok, _locked
 from tests.support.scripts import ROOT
 
 CACHE_ENV = "AWOOOP_WHEEL_CACHE"
 PACKAGED = ("awooop", "streams", "projections", "migrations")
 TIMEOUT_S = 900
+PURELIB = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
 
 
 def cache_root() -> Path:
@@ -56,20 +62,24 @@ def installed_wheel() -> Path:
     deps = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
     venv = cache_root() / f"venv-{deps}-{version}"
     with _locked(venv.with_name(venv.name + ".lock")):
-        if not ((venv / READY).exists() and (venv / "bin" / "python").exists()):
+        if not (
+            (venv / READY).exists() and (venv / "bin" / "python").exists() and _borrowed_ok(venv)
+        ):
             shutil.rmtree(venv, ignore_errors=True)
-            wheel = _build(venv / "dist")
             base = getattr(sys, "_base_executable", sys.executable)
-            _run([base, "-m", "venv", str(venv)])
-            _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)])
-            (venv / "installed").write_text(sources_hash())
+            _run([base, "-m", "venv", "--without-pip", str(venv)])
+            purelib = _run([str(venv / "bin" / "python"), "-c", PURELIB]).strip()
+            ours = sysconfig.get_paths()["purelib"]
+            (Path(purelib) / "awooop-dependencies.pth").write_text(f"{ours}\n")
+            (venv / BORROWED).write_text(f"{ours}\n")
             (venv / READY).write_text(f"{sys.version}\n")
-        elif (venv / "installed").read_text() != sources_hash():
-            shutil.rmtree(venv / "dist", ignore_errors=True)
-            wheel = _build(venv / "dist")
-            pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-            _run([*pip, "--no-deps", "--force-reinstall", str(wheel)])
-            (venv / "installed").write_text(sources_hash())
+        if (venv / "installed").exists() and (venv / "installed").read_text() == sources_hash():
+            return venv / "bin"
+        shutil.rmtree(venv / "dist", ignore_errors=True)
+        wheel = _build(venv / "dist")
+        pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
+        _run([*pip, "-q", "--no-deps", "--force-reinstall", str(wheel)])
+        (venv / "installed").write_text(sources_hash())
     return venv / "bin"
 
 
@@ -79,7 +89,7 @@ def _build(into: Path) -> Path:
     return wheel
 
 
-def _run(argv: list[str]) -> None:
+def _run(argv: list[str]) -> str:
     result = subprocess.run(
         argv,
         capture_output=True,
@@ -93,3 +103,4 @@ def _run(argv: list[str]) -> None:
         raise RuntimeError(
             f"{' '.join(argv[:5])} failed ({result.returncode}):\n{result.stderr[-3000:]}"
         )
+    return result.stdout
