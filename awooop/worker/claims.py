@@ -151,6 +151,13 @@ async def claim_polled(
     return [t.state for t in taken if t.claimed] + polled
 
 
+# A delivery whose claim took nothing owes the polling path one start (resume_bell.owe) when its
+# run was deferred by the fair order (acknowledged: polling must take it), or when its run was
+# already taken here or finished: a polling turn took it ahead of its message, most often the
+# turn of a deferred run, which has no message left; this message hands that turn on.
+OWES_A_TURN = frozenset({Availability.DEFERRED, Availability.FINISHED, Availability.HELD_BY_ME})
+
+
 def release(state: RunState, worker_id: str) -> leases.FencedWrite:
     """The fenced write that hands a claimed run's lease back (``LeaseReleased``)."""
     return leases.FencedWrite(

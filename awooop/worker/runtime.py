@@ -189,7 +189,7 @@ class Worker:
                     assert got.seen is not None
                     if got.seen in (Availability.SUSPECT, Availability.EXPIRED):
                         self.isolation.wake()  # a suspect (now, or once reaped) waits
-                    elif got.seen is Availability.DEFERRED:
+                    elif got.seen in claims.OWES_A_TURN:
                         self.resume_bell.owe()  # polling takes the fair order's head now
                     state, settled = await claims.take_if_expired(
                         self.db,
