@@ -91,6 +91,9 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     concurrency_key: str | None = None
     concurrency_max: int | None = None
     concurrency_executing: int | None = None
+    # Its limit's global maximum over every key of the scope, and the scope's runs holding slots
+    concurrency_global_max: int | None = None
+    concurrency_scope_executing: int | None = None
     # The step an attempt reported with its last renewal (migration 0127), and which attempt.
     current_step: str | None = None
     current_step_started_at: datetime | None = None
@@ -152,13 +155,25 @@ def current_step(f: RunFacts) -> tuple[str, datetime] | None:
     return (step, started_at) if f.status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL) else None
 
 
-def over_limit(f: RunFacts) -> bool:
-    """Pure: a keyed run whose key's slots are all held (RUNNING runs with a live lease)."""
-    return (
-        f.concurrency_key is not None
-        and f.concurrency_max is not None
-        and (f.concurrency_executing or 0) >= f.concurrency_max
-    )
+def limit_text(f: RunFacts) -> str | None:
+    """Pure: which limit holds a keyed run back, with its count, or None: every slot of its key
+    held (RUNNING runs with a live lease), or every slot of its scope under the limit's global
+    maximum."""
+    if f.concurrency_key is None:
+        return None
+    if f.concurrency_max is not None and (f.concurrency_executing or 0) >= f.concurrency_max:
+        return (
+            f"concurrency key {f.concurrency_key} is at its limit: "
+            f"{f.concurrency_executing} of {f.concurrency_max} executing"
+        )
+    top = f.concurrency_global_max
+    if top is not None and (f.concurrency_scope_executing or 0) >= top:
+        scope = f.concurrency_key.split("/", 1)[0]
+        return (
+            f"the global maximum of {scope} is reached: {f.concurrency_scope_executing} of "
+            f"{top} executing over all its keys"
+        )
+    return None
 
 
 def step_text(f: RunFacts) -> str:
@@ -216,12 +231,12 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     summary=f"{waiting}; {scope} of {f.project_id} paused by {f.paused_by}{why}",
                     next_action=resume_command(f.project_id, f.paused_scope, f.paused_key),
                 )
-            if over_limit(f):
+            held = limit_text(f)
+            if held is not None:
                 return _blocked(
                     f,
                     reason=Reason.OVER_CONCURRENCY_LIMIT,
-                    summary=f"{waiting}; concurrency key {f.concurrency_key} is at its limit: "
-                    f"{f.concurrency_executing} of {f.concurrency_max} executing",
+                    summary=f"{waiting}; {held}",
                     next_action="none: it starts when a run of its key ends; awooop projects "
                     f"limits --project {f.project_id}",
                 )

@@ -88,6 +88,7 @@ SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, r
        pz.scope AS paused_scope, pz.scope_key AS paused_key, pz.paused_by,
        pz.reason AS paused_reason,
        rs.concurrency_key, rs.concurrency_max, ck.executing AS concurrency_executing,
+       gm.global_max AS concurrency_global_max, gm.executing AS concurrency_scope_executing,
        fw.reason AS flow_reason, fw.wait_key AS flow_key, fw.detail AS flow_detail,
        fw.until AS flow_until
 FROM awooop_run_state rs
@@ -121,6 +122,18 @@ LEFT JOIN LATERAL (
       AND k.project_id = rs.project_id AND k.concurrency_key = rs.concurrency_key
       AND k.status = 'RUNNING' AND k.lease_until > now()
 ) ck ON rs.concurrency_key IS NOT NULL
+LEFT JOIN LATERAL (
+    -- the global maximum of its limit's scope, if any, and the scope's runs holding slots
+    SELECT l.global_max,
+           (SELECT count(*)::int FROM awooop_run_state g
+            WHERE g.project_id = rs.project_id AND g.concurrency_key IS NOT NULL
+              AND g.concurrency_scope = rs.concurrency_scope
+              AND g.status = 'RUNNING' AND g.lease_until > now()) AS executing
+    FROM awooop_concurrency_limits l
+    WHERE rs.status IN ('PENDING', 'RESUMED', 'WAITING_TOOL') AND rs.concurrency_key IS NOT NULL
+      AND l.project_id = rs.project_id AND l.global_max IS NOT NULL
+      AND l.scope || ':' || l.scope_key = rs.concurrency_scope
+) gm ON true
 LEFT JOIN awooop_llm_waits fw
     ON fw.run_id = rs.run_id AND rs.status IN ('RUNNING', 'WAITING_TOOL')
    AND fw.attempt = rs.attempt_count
@@ -171,6 +184,8 @@ def facts_of(row: Any) -> RunFacts:
         concurrency_key=row["concurrency_key"],
         concurrency_max=row["concurrency_max"],
         concurrency_executing=row["concurrency_executing"],
+        concurrency_global_max=row["concurrency_global_max"],
+        concurrency_scope_executing=row["concurrency_scope_executing"],
         paused_reason=row["paused_reason"] or "",
         current_step=row["current_step"],
         current_step_started_at=row["current_step_started_at"],

@@ -185,6 +185,12 @@ async def test_a_global_maximum_bounds_every_key_of_the_scope(
     assert sum(len(b.claimed) for b in batches) == 3
     polled = await db.in_platform_writes(lambda c: leases.poll(c, "poller", 30.0, 20, 0.0))
     assert polled == []
+    claimed = {r for b in batches for r in b.claimed}
+    waiting = next(r for r in runs if r not in claimed)
+    facts = await db.in_platform(lambda c: run_facts(c, [waiting]))
+    said = decide(facts[waiting], ShardFacts(shard=0, known=False))
+    assert said is not None and said.reason is Reason.OVER_CONCURRENCY_LIMIT, said
+    assert "the global maximum of channel:api is reached: 3 of 3 executing" in said.summary
 
 
 # The statements of awooop_concurrency_admit (migration 0132), as its body writes them.

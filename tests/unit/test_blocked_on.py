@@ -261,6 +261,16 @@ def test_a_run_whose_key_is_full_is_over_its_concurrency_limit() -> None:
     assert said is not None and said.reason is Reason.PAUSED  # a pause is what holds it first
 
 
+def test_a_run_held_by_its_scopes_global_maximum_is_over_its_concurrency_limit() -> None:
+    key = {"concurrency_key": "contract:orders/c-1", "concurrency_max": 2}
+    scope = {"concurrency_global_max": 5, "concurrency_executing": 1}
+    full = decide(facts(RunStatus.PENDING, **key, **scope, concurrency_scope_executing=5), READ)
+    assert full is not None and full.reason is Reason.OVER_CONCURRENCY_LIMIT
+    assert "the global maximum of contract:orders is reached: 5 of 5 executing" in full.summary
+    room = decide(facts(RunStatus.PENDING, **key, **scope, concurrency_scope_executing=4), READ)
+    assert room is not None and room.reason is Reason.PENDING_WORKERS_BUSY
+
+
 @pytest.mark.parametrize(
     ("reason", "key"),
     [(Reason.RATE_LIMITED, "awooop_llm:p:llama3.2"), (Reason.OVER_BUDGET, "awooop_llm:p")],
