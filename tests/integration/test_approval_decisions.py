@@ -22,6 +22,8 @@ from awooop.loops.runs import expire_approvals_once
 from awooop.runs import approvals
 from awooop.runs.approvals import Decision
 from awooop.worker.assembly import build_worker
+from projections.registry import get
+from projections.replay import replay
 from tests.support import reviewed
 from tests.support.http import app_client
 from tests.support.runs import create_runs, events_of, load
@@ -149,7 +151,7 @@ async def test_a_requests_own_expiry_expires_it_and_the_handler_sees_it(
 
 
 async def test_the_decision_replayed_after_a_crash_is_the_same(
-    db: Database, fast: Settings
+    db: Database, fast: Settings, database_url: str
 ) -> None:
     run_id = await asking(db, fast, crash=True, on_reject="return")
     await db.in_tenant(
@@ -171,6 +173,10 @@ async def test_the_decision_replayed_after_a_crash_is_the_same(
     assert {k: replayed[k] for k in same} == {k: live[k] for k in same}
     assert isinstance(live["decided_at"], datetime)
     assert (live["reason"], live["payload"], live["by"]) == ("later", EDITED, "Cy")
+    # The run's state rebuilt from its events (the rejection that resumed it, the journaled
+    # decision) is the state the runtime wrote.
+    report = await replay(database_url, get("run_state"))
+    assert report.differences == 0, report.lines()
 
 
 async def test_bounds_are_refused_with_a_code_and_write_nothing(
