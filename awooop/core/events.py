@@ -124,6 +124,13 @@ class ApprovalRequested(EventBase, frozen=True, kw_only=True, tag=True):
     attempt: int
     expires_at: datetime
     reason: str = ""
+    # The draft shown to the reviewer; what a rejection and an expiry do ("fail": the run
+    # fails, "return": it resumes and the handler gets the decision); the request's own expiry
+    # in seconds (None: the worker's AWOOOP_APPROVAL_TTL_S made expires_at).
+    payload: JSON = None
+    on_reject: str = "fail"
+    on_expire: str = "fail"
+    expires_in_s: float | None = None
 
 
 class ApprovalGranted(EventBase, frozen=True, kw_only=True, tag=True):
@@ -132,16 +139,26 @@ class ApprovalGranted(EventBase, frozen=True, kw_only=True, tag=True):
 
     actor: str
     by: str | None = None
+    reason: str = ""  # the reviewer's reason
+    payload: JSON = None  # the payload as the reviewer edited it (None: not edited)
 
 
 class ApprovalRejected(EventBase, frozen=True, kw_only=True, tag=True):
+    """``resumed``: the request said "return": the run resumes and the handler gets the
+    rejection (else the run fails, E-APPROVAL-004)."""
+
     actor: str
     reason: str = ""
     by: str | None = None
+    payload: JSON = None
+    resumed: bool = False
 
 
 class ApprovalExpired(EventBase, frozen=True, kw_only=True, tag=True):
-    pass
+    """``resumed``: the request said "return": the run resumes and the handler gets the
+    expiry (else the run fails, E-APPROVAL-002)."""
+
+    resumed: bool = False
 
 
 class RunCompleted(EventBase, frozen=True, kw_only=True, tag=True):

@@ -314,7 +314,7 @@ def _changes(state: RunState, event: Event) -> dict[str, Any]:
                 "waiting_for": "approval",
                 "approval_expires_at": event.expires_at,
             }
-        case ApprovalGranted():
+        case ApprovalGranted() | ApprovalRejected(resumed=True) | ApprovalExpired(resumed=True):
             return {"status": RunStatus.RESUMED, "waiting_for": None, "approval_expires_at": None}
         case ApprovalRejected():
             return {

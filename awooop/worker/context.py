@@ -42,8 +42,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from awooop.core.batching import data_error
@@ -59,8 +58,8 @@ from awooop.eventlog.state import RunState
 from awooop.llm.admission import Admit, FlowGate
 from awooop.llm.calls import called_event
 from awooop.llm.gateway import LLMResult, ModelCall
-from awooop.runs import approvals, leases
-from awooop.runs.approvals import ApprovalTicket, Decision
+from awooop.runs import approval_options, approvals, leases
+from awooop.runs.approvals import ApprovalTicket
 from awooop.worker import approval_grants
 from awooop.worker.attempts import Attempt, trace_metadata
 from awooop.worker.step_values import journal, recorded
@@ -95,14 +94,7 @@ class Suspended(BaseException):
     A BaseException so that a handler's ``except Exception`` does not swallow it."""
 
 
-@dataclass(frozen=True)
-class ApprovalGrant:
-    """What ``wait_for_approval`` returns once the approval was granted."""
-
-    name: str
-    actor: str | None
-    decided_at: datetime | None
-    by: str | None = None  # the person, when a management token or console session decided
+ApprovalGrant = approval_grants.ApprovalDecision  # what ``wait_for_approval`` returns
 
 
 class RunContext:
@@ -257,22 +249,28 @@ class RunContext:
         return call.unwrap()
 
     async def wait_for_approval(
-        self, name: str = "approval", *, reason: str = "", notify: Notifier | None = None
+        self,
+        name: str = "approval",
+        *,
+        reason: str = "",
+        notify: Notifier | None = None,
+        payload: Any = None,
+        expires_in: timedelta | None = None,
+        on_reject: approval_options.Policy = "fail",
+        on_expire: approval_options.Policy = "fail",
     ) -> ApprovalGrant:
         approvals.check_name(name)
+        ask = approval_grants.ask(payload, expires_in, on_reject, on_expire, self._result_max_bytes)
         step_name = APPROVAL_STEP_PREFIX + name
         self._use(step_name)
         if step_name in self._steps:
-            decided = approval_grants.replayed(self._steps[step_name])
-            return ApprovalGrant(
-                name=name, actor=decided.actor, decided_at=decided.decided_at, by=decided.by
-            )
+            return approval_grants.replayed(name, self._steps[step_name])
         self.check()
         attempt = self._attempt
 
         async def decide_or_ask(conn: Any) -> ApprovalGrant | ApprovalTicket:
             found = await approvals.find_decision(conn, self.run_id, name)
-            if found is not None and found.decision is Decision.APPROVED:
+            if found is not None and approval_grants.answers(found):
                 grant = approval_grants.recorded(found)
                 await leases.fenced_record(
                     conn,
@@ -288,9 +286,7 @@ class RunContext:
                     ),
                     trace_metadata(),
                 )
-                return ApprovalGrant(
-                    name=name, actor=found.actor, decided_at=found.decided_at, by=found.by
-                )
+                return approval_grants.replayed(name, grant)
             attempt.finishing = True
             return await approvals.request(
                 conn,
@@ -301,6 +297,7 @@ class RunContext:
                 reason=reason,
                 ttl_s=self._approval_ttl_s,
                 metadata=trace_metadata(),
+                **vars(ask),
             )
 
         try:
