@@ -58,7 +58,18 @@ COLUMNS = (
 # Bulky fields stay in the log: a failure's traceback and a model call's prompt and answer are
 # shown from their events (projections.model_calls, projections.failures).
 LEFT_OUT = frozenset(
-    {"type", "at", "attempt", "worker_id", "input", "result", "traceback", "prompt", "answer"}
+    {
+        "type",
+        "at",
+        "attempt",
+        "worker_id",
+        "input",
+        "result",
+        "traceback",
+        "prompt",
+        "answer",
+        "payload",
+    }
 )
 # Event fields newer than the oldest release that may run beside this one (docs/releases.md),
 # by event type. The projector's table leaves them out of ``detail``: that release's projector
@@ -71,6 +82,11 @@ NEWER_FIELDS: dict[str, frozenset[str]] = {
     "RunFailed": frozenset({"step"}),
     "LeaseReleased": frozenset({"step"}),
     "ModelCalled": frozenset({"input_tokens", "output_tokens"}),
+    "ToolResultReceived": frozenset({"others"}),
+    "ApprovalRequested": frozenset({"on_reject", "on_expire", "expires_in_s"}),
+    "ApprovalGranted": frozenset({"reason"}),
+    "ApprovalRejected": frozenset({"resumed"}),
+    "ApprovalExpired": frozenset({"resumed"}),
 }
 
 # --- SQL ------------------------------------------------------------------------------------
