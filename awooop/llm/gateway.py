@@ -111,6 +111,7 @@ def build_request(
         options=merged,
         revision_id=policy.revision_id,
         body_hash=policy.body_hash,
+        retry=body.get("retry") if isinstance(body.get("retry"), dict) else None,
     )
 
 

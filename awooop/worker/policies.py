@@ -17,10 +17,12 @@ Defaults (docs/workers.md, Retries and timeouts):
 | ``run.step``      | 1     | none: a handler's exception is not retried unless told     |
 
 with a backoff of 0.5 s, doubling, at most 30 s, each wait drawn within +-10 % (jitter).
-No timeout unless one is given. Every try is journaled: a model call's tries are each a
-``ModelCalled`` (``try_number``, ``next_try_in_s``); a step's or tool's failed tries are
-listed on its ``StepCompleted`` (``tries``, ``try_errors``) once it succeeds, and the last
-try's error fails the run (a note on its traceback counts the tries).
+No timeout unless one is given. A model call's policy contract may carry a ``retry`` section
+(:func:`with_contract`): its fields replace the code's for the calls its revision routes.
+Every try is journaled: a model call's tries are each a ``ModelCalled`` (``try_number``,
+``next_try_in_s``); a step's or tool's failed tries are listed on its ``StepCompleted``
+(``tries``, ``try_errors``) once it succeeds, and the last try's error fails the run (a note
+on its traceback counts the tries).
 
 Errors of the runtime itself are never retried here (the lease lost, Postgres or Redis
 away, a step name used twice, a value Postgres cannot store): they end the attempt as
@@ -54,12 +56,12 @@ from awooop.core.errors import (
     UnstorableValueError,
 )
 from awooop.core.excerpts import redacted
+from awooop.core.retry_rules import RETRY_FIELDS, RETRYABLE, retry_problem
 from awooop.core.storable import sanitized
 from awooop.llm.gateway import LLMResult, ModelCall
 
 T = TypeVar("T")
 
-RETRYABLE: Final = "retryable"  # in ``Retry.on``: every error the catalog marks retryable
 # Statuses of a model server's error answer that say "try again" (its E-LLM-002 is retried).
 TRANSIENT_STATUSES: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
 NEVER_RETRIED: Final = (
@@ -114,21 +116,29 @@ class Retry:
 
 def policy_problem(policy: Retry) -> str | None:
     """Pure: what is wrong with ``policy`` (None: nothing)."""
-    if policy.max_attempts < 1:
-        return "max_attempts must be at least 1"
-    if policy.initial_s < 0 or policy.max_s < 0:
-        return "initial_s and max_s must not be negative"
-    if policy.multiplier < 1:
-        return "multiplier must be at least 1"
-    if not 0 <= policy.jitter <= 1:
-        return "jitter must be between 0 and 1"
     for kind in policy.on:
-        if isinstance(kind, str) and kind != RETRYABLE and not kind.startswith("E-"):
-            return f"on: {kind!r} is neither an error code nor {RETRYABLE!r}"
         exception_type = isinstance(kind, type) and issubclass(kind, BaseException)
         if not isinstance(kind, str) and not exception_type:
             return f"on: {kind!r} is not an exception type"
-    return None
+    return retry_problem(
+        max_attempts=policy.max_attempts,
+        initial_s=policy.initial_s,
+        multiplier=policy.multiplier,
+        max_s=policy.max_s,
+        jitter=policy.jitter,
+        codes=[kind for kind in policy.on if isinstance(kind, str)],
+    )
+
+
+def with_contract(policy: Retry, section: dict[str, Any] | None) -> Retry:
+    """``policy`` with the fields a policy contract's ``retry`` section sets (validated when
+    the revision was created: :func:`awooop.revisions.body.validate_body`)."""
+    if not section:
+        return policy
+    fields: dict[str, Any] = {
+        k: tuple(v) if k == "on" else v for k, v in section.items() if k in RETRY_FIELDS
+    }
+    return replace(policy, **fields)
 
 
 def retryable(exc: BaseException) -> bool:
@@ -174,6 +184,8 @@ class Tries:
     def mark(self, call: ModelCall) -> ModelCall:
         """A model call of this try, its failure noted, with its try number and the wait before
         the next try (None: none follows) as its record keeps them."""
+        if call.request is not None:  # routed: its policy contract may set the policy
+            self.policy = with_contract(self.policy, call.request.retry)
         if call.error is not None:
             self.failed(call.error)
         else:

@@ -24,7 +24,8 @@ from awooop.core.events import (
     StepCompleted,
     ToolWaitStarted,
 )
-from awooop.llm.gateway import ModelGateway
+from awooop.llm.gateway import DEFAULT_CONTRACT, ModelGateway
+from awooop.revisions.service import Revisions
 from awooop.runs import control
 from awooop.worker.context import RunContext
 from awooop.worker.policies import Retry
@@ -269,3 +270,38 @@ async def test_a_shutdown_during_a_backoff_hands_the_run_back_and_the_step_start
     assert tried == {1: 1, 2: 1}  # attempt 2 started the step over, and it answered at once
     [step] = [e for e in await events_of(db, P, run_id) if isinstance(e, StepCompleted)]
     assert (step.attempt, step.tries, step.try_errors) == (2, 1, ())
+
+
+async def test_a_policy_contracts_retry_section_overrides_the_codes_policy(
+    db: Database, fast: Settings
+) -> None:
+    revisions = Revisions(db)
+    body = {"model": "m", "retry": {"max_attempts": 4, "initial_s": 0.01, "max_s": 0.05}}
+    created = await revisions.create(P, *DEFAULT_CONTRACT, body)
+    await revisions.activate(P, *DEFAULT_CONTRACT, created.revision_id)
+    gw, services = await open_gateway(
+        msgspec.structs.replace(fast, llm_url="local:?fail_first=3"), db
+    )
+
+    async def handle(run: RunContext) -> str:
+        # The code asks for 2 tries; the contract's section says 4 (and a shorter backoff).
+        return (await run.llm(f"retry {run.run_id}", retry=Retry(max_attempts=2))).text
+
+    try:
+        [run_id] = await create_runs(db, P, payload={})
+        worker = Worker(db=db, settings=fast, handler=handle, llm=gw, concurrency=1)
+        assert await worker.run_until_idle(max_s=60) == 1
+    finally:
+        await gw.close()
+        await services.redis.aclose()
+    state = await load(db, P, run_id)
+    assert state.status == "COMPLETED", state.failure_reason
+    calls = [e for e in await events_of(db, P, run_id) if isinstance(e, ModelCalled)]
+    assert [(c.try_number, c.outcome) for c in calls] == [
+        (1, "E-LLM-002"),
+        (2, "E-LLM-002"),
+        (3, "E-LLM-002"),
+        (4, "ok"),
+    ]
+    assert all(c.revision_id == created.revision_id for c in calls)
+    assert all(c.next_try_in_s is not None and c.next_try_in_s <= 0.055 for c in calls[:3])
