@@ -63,6 +63,10 @@ class StepCompleted(EventBase, frozen=True, kw_only=True, tag=True):
     step: str
     result: JSON = None
     started_at: datetime | None = None
+    # Its tries under its retry policy (awooop.worker.policies): how many, and each failed
+    # try's error (``code: message``, capped); 1 and empty in events stored before.
+    tries: int = 1
+    try_errors: tuple[str, ...] = ()
 
 
 class ToolWaitStarted(EventBase, frozen=True, kw_only=True, tag=True):
@@ -100,7 +104,8 @@ class ModelCalled(EventBase, frozen=True, kw_only=True, tag=True):
     words. ``prompt`` and ``answer`` are the call's, each capped (:mod:`awooop.llm.calls`:
     a long prompt keeps its head and a marker); ``input_tokens``/``output_tokens`` what the
     model client reported (None: it reported none, or the call failed, and in events stored
-    before these fields existed, which hold no prompt or answer either)."""
+    before these fields existed, which hold no prompt or answer either). ``try_number`` and
+    ``next_try_in_s``: which try of the call this was, and the wait before the next one."""
 
     worker_id: str
     attempt: int
@@ -117,6 +122,10 @@ class ModelCalled(EventBase, frozen=True, kw_only=True, tag=True):
     answer: str = ""
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # The call's try under its retry policy (awooop.worker.policies) and, when it failed and
+    # another try follows, the wait before it in seconds (None: no try follows).
+    try_number: int = 1
+    next_try_in_s: float | None = None
 
 
 class ApprovalRequested(EventBase, frozen=True, kw_only=True, tag=True):

@@ -376,7 +376,10 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
             return _blocked(
                 f,
                 reason=reason,
-                summary=f"failed after attempt {f.attempt_count} of {f.max_attempts}: {why}",
+                # FAILED is final: no attempt of the run follows on its own (a handler's
+                # exception fails the run; its max_attempts are for crashes and lost leases).
+                summary=f"failed in attempt {f.attempt_count} of {f.max_attempts}, no attempt "
+                f"follows: {why}",
                 next_action=action,
                 retry_allowed=True,  # RunRetried is legal from every FAILED run (log.state)
             )

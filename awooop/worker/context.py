@@ -43,7 +43,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, Unpack
 
 from awooop.core.batching import data_error
 from awooop.core.config import STEP_RESULT_MAX_BYTES
@@ -60,7 +60,7 @@ from awooop.llm.calls import called_event
 from awooop.llm.gateway import LLMResult, ModelCall
 from awooop.runs import approval_options, approvals, leases
 from awooop.runs.approvals import ApprovalTicket
-from awooop.worker import approval_grants
+from awooop.worker import approval_grants, policies
 from awooop.worker.attempts import Attempt, trace_metadata
 from awooop.worker.step_values import journal, recorded
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
@@ -171,7 +171,12 @@ class RunContext:
             raise LeaseLostError(f"attempt stopped: {reason}", run_id=self.run_id)
 
     async def step(
-        self, name: str, fn: Callable[[], Awaitable[T]], *, type: type[T] | None = None
+        self,
+        name: str,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        type: type[T] | None = None,
+        **how: Unpack[policies.How],
     ) -> T:
         self._use(name)
         with tracer.start_as_current_span(
@@ -188,7 +193,7 @@ class RunContext:
             span.set_attribute("awooop.step.replayed", False)
             self.check()
             with self._in_step(name) as started_at:
-                result = await fn()
+                result, tries = await policies.step_tries(fn, how, name, self.check)
                 encoded, result = journal(f"step {name!r}", result, type, self._result_max_bytes)
                 try:
                     await self._write(
@@ -199,6 +204,7 @@ class RunContext:
                             step=name,
                             result=encoded,
                             started_at=started_at,
+                            **tries.fields(),
                         )
                     )
                 except Exception as exc:
@@ -221,8 +227,9 @@ class RunContext:
         if self._llm is None:
             raise RuntimeError("this worker has no model gateway")
         self.check()
+        tries = policies.ModelTries.of(options)  # retry=, timeout= (awooop.worker.policies)
         seq = self._flow.next_call()
-        call = await self._llm.call(
+        call = await tries.client(self._llm).call(
             self.project_id,
             prompt,
             contract=contract,
@@ -246,7 +253,7 @@ class RunContext:
             if call.error is not None and exc.__cause__ is None:
                 raise exc from call.error
             raise
-        return call.unwrap()
+        return await tries.after(call, self.llm, prompt, contract, options)
 
     async def wait_for_approval(
         self,
@@ -321,7 +328,12 @@ class RunContext:
         raise Suspended(name)
 
     async def wait_for_tool(
-        self, tool: str, call: Callable[[], Awaitable[T]], *, type: type[T] | None = None
+        self,
+        tool: str,
+        call: Callable[[], Awaitable[T]],
+        *,
+        type: type[T] | None = None,
+        **how: Unpack[policies.How],
     ) -> T:
         step_name = TOOL_STEP_PREFIX + tool
         self._use(step_name)
@@ -337,7 +349,7 @@ class RunContext:
                 ),
                 self._in_step(step_name) as started_at,
             ):
-                result = await call()
+                result, tries = await policies.tool_tries(call, how, tool, self.check)
             encoded, result = journal(f"step {step_name!r}", result, type, self._result_max_bytes)
             refused = encoded_problem(encoded, "result")
             if refused is not None:
@@ -346,7 +358,7 @@ class RunContext:
             self._tools.gave_up()
             raise
         # Written once the run is re-admitted under its concurrency key (tool_waits.py).
-        await self._tools.answered(tool, encoded, started_at)
+        await self._tools.answered(tool, encoded, started_at, **tries.fields())
         self._steps[step_name] = encoded
         return result
 

@@ -76,6 +76,8 @@ class Answer:
     written: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    tries: int = 1  # under its retry policy (awooop.worker.policies), and the failed ones' errors
+    try_errors: tuple[str, ...] = ()
 
 
 def answer_events(answers: list[Answer], worker_id: str, attempt: int) -> list[Maker]:
@@ -101,6 +103,8 @@ def answer_events(answers: list[Answer], worker_id: str, attempt: int) -> list[M
             step=TOOL_STEP_PREFIX + a.tool,
             result=a.result,
             started_at=a.started_at,
+            tries=a.tries,
+            try_errors=a.try_errors,
         )
 
     last = len(answers) - 1
@@ -182,10 +186,18 @@ class ToolWaits:
         self._out -= 1
         self._changed.set()
 
-    async def answered(self, tool: str, result: Any, started_at: datetime) -> None:
-        """Hold the answer; return once it is written with the run RUNNING again (re-admitted
-        under its key), or raise what stopped that (E-RUN-002: the lease is lost)."""
-        answer = Answer(tool, result, started_at)
+    async def answered(
+        self,
+        tool: str,
+        result: Any,
+        started_at: datetime,
+        tries: int = 1,
+        try_errors: tuple[str, ...] = (),
+    ) -> None:
+        """Hold the answer (its ``tries``, and the failed ones' errors); return once it is
+        written with the run RUNNING again (re-admitted under its key), or raise what stopped
+        that (E-RUN-002: the lease is lost)."""
+        answer = Answer(tool, result, started_at, tries=tries, try_errors=try_errors)
         self._out -= 1
         self._held.append(answer)
         self._changed.set()

@@ -189,6 +189,9 @@ def test_failed_says_why_and_that_retry_is_allowed(code: str | None, reason: Rea
     )
     assert got is not None and got.reason is reason and got.retry_allowed is True
     assert f"{code or '-'}: boom" in got.summary
+    # A failed run is final: the summary does not suggest that another attempt comes.
+    assert got.summary.startswith("failed in attempt 3 of ")
+    assert "no attempt follows" in got.summary
     assert failed_reason(code) is reason
     assert ("deadletters redrive" in got.next_action) == (reason is Reason.FAILED_DEAD_LETTERED)
 

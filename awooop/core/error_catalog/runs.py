@@ -206,3 +206,19 @@ class StepResultTypeError(AwoooPError):
     the field; nothing was recorded."""
 
     code = "E-HANDLER-004"
+
+
+class StepTimeoutError(AwoooPError):
+    """A step did not finish within its timeout (``run.step(..., timeout=...)``)."""
+
+    code = "E-HANDLER-005"
+    http_status = 504
+    retryable = True
+
+
+class ToolTimeoutError(AwoooPError):
+    """A tool call did not answer within its timeout (``run.wait_for_tool(..., timeout=...)``)."""
+
+    code = "E-TOOL-001"
+    http_status = 504
+    retryable = True
