@@ -7,11 +7,9 @@ from __future__ import annotations
 from awooop.eventlog.state import RunStatus
 from awooop.examples import handlers as example
 from awooop.testing import FakeModel, HandlerKit
-from awooop.testing.pytest_plugin import (  # the fixtures, as pytest_plugins would load them
-    PostgresKit,
-    awooop_postgres,  # noqa: F401
-    awooop_template_database,  # noqa: F401
-)
+from awooop.testing.postgres import PostgresKit
+
+pytest_plugins = ["awooop.testing.pytest_plugin"]  # as a project's root conftest.py loads it
 
 
 async def test_the_demo_handler_on_postgres_writes_what_the_kit_writes(
