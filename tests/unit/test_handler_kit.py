@@ -18,6 +18,7 @@ from awooop.core.errors import (
     DatabaseUnavailableError,
     DuplicateStepError,
     HandlerError,
+    InvalidInputError,
     StepResultTypeError,
     UnstorableValueError,
 )
@@ -272,3 +273,9 @@ async def test_replay_reports_changed_steps_and_a_type_that_no_longer_fits() -> 
     same = await triage_kit().replay(recorded)  # the same code: everything replays
     assert same.ran == [] and same.model_calls == [] and SENT == ["Dear Ada"]
     assert same.result.value["approver"] == "test"
+
+
+async def test_a_journal_that_waits_for_an_approval_is_not_replayed() -> None:
+    waiting = (await triage_kit().run(INPUT)).journal
+    with pytest.raises(InvalidInputError, match="waits for an approval"):
+        await triage_kit().replay(waiting)
