@@ -23,15 +23,8 @@ For a test that wants the real database, :mod:`awooop.testing.pytest_plugin` has
 database, through the worker's polling path (no Redis).
 """
 
-from awooop.testing.fakes import (
-    Approve,
-    Clock,
-    FakeModel,
-    FakeTools,
-    ModelCallRecord,
-    Reject,
-    ToolCall,
-)
+from awooop.testing.approvals import Approve, Reject
+from awooop.testing.fakes import Clock, FakeModel, FakeTools, ModelCallRecord, ToolCall
 from awooop.testing.journal import Journal
 from awooop.testing.kit import HandlerKit
 from awooop.testing.results import KitResult, ReplayReport

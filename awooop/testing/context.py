@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from awooop.core.events import StepCompleted
 from awooop.eventlog.state import RunState
-from awooop.runs import approvals, leases
+from awooop.runs import approval_options, approvals, leases
 from awooop.runs.approvals import ApprovalTicket, DecisionRecord
 from awooop.testing.fakes import FakeModel, FakeTools
 from awooop.worker import approval_grants
@@ -40,8 +40,10 @@ class Driver(Protocol):
 
     async def write(self, write: leases.FencedWrite) -> RunState: ...
     def asked(self, step: str, replayed: bool) -> None: ...
-    def granted(self, name: str) -> DecisionRecord | None: ...
-    async def request_approval(self, ctx: KitContext, name: str, reason: str) -> ApprovalTicket: ...
+    def decision(self, name: str) -> DecisionRecord | None: ...
+    async def request_approval(
+        self, ctx: KitContext, name: str, reason: str, ask: approval_grants.Ask
+    ) -> ApprovalTicket: ...
 
 
 class NoDatabase:
@@ -130,17 +132,35 @@ class KitContext(RunContext):
         return await super().wait_for_tool(tool, wrapped, type=type)
 
     async def wait_for_approval(
-        self, name: str = "approval", *, reason: str = "", notify: Notifier | None = None
+        self,
+        name: str = "approval",
+        *,
+        reason: str = "",
+        notify: Notifier | None = None,
+        payload: Any = None,
+        expires_in: timedelta | None = None,
+        on_reject: approval_options.Policy = "fail",
+        on_expire: approval_options.Policy = "fail",
     ) -> ApprovalGrant:
         step_name = APPROVAL_STEP_PREFIX + name
         self._kit.asked(step_name, step_name in self._steps)
-        if step_name in self._steps:  # the real replay of a journaled grant
-            return await super().wait_for_approval(name, reason=reason, notify=notify)
+        if step_name in self._steps:  # the real replay of a journaled decision
+            return await super().wait_for_approval(
+                name,
+                reason=reason,
+                notify=notify,
+                payload=payload,
+                expires_in=expires_in,
+                on_reject=on_reject,
+                on_expire=on_expire,
+            )
+        # What the real one does in its transaction, on the kit's approvals instead.
         approvals.check_name(name)
+        ask = approval_grants.ask(payload, expires_in, on_reject, on_expire, self._result_max_bytes)
         self._use(step_name)
         self.check()
-        found = self._kit.granted(name)
-        if found is not None:  # decided since the request: journal the grant, as the worker
+        found = self._kit.decision(name)
+        if found is not None and approval_grants.answers(found):
             grant = approval_grants.recorded(found)
             await self._write(
                 lambda _s, now: StepCompleted(
@@ -152,11 +172,9 @@ class KitContext(RunContext):
                 )
             )
             self._steps[step_name] = grant
-            return ApprovalGrant(
-                name=name, actor=found.actor, decided_at=found.decided_at, by=found.by
-            )
+            return approval_grants.replayed(name, grant)
         self._attempt.finishing = True
-        ticket = await self._kit.request_approval(self, name, reason)
+        ticket = await self._kit.request_approval(self, name, reason, ask)
         if notify is not None:
             try:
                 await notify(ticket)

@@ -239,27 +239,3 @@ class FakeTools:
             if inspect.isawaitable(answer):
                 answer = await answer
         return answer
-
-
-# --- approvals ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Approve:
-    """A scripted decision: the approval is granted by ``actor`` (``by``: the person, for a
-    decision made without the approval token)."""
-
-    actor: str = "test"
-    by: str | None = None
-
-
-@dataclass(frozen=True)
-class Reject:
-    """A scripted decision: the approval is rejected (the run FAILS with E-APPROVAL-004)."""
-
-    actor: str = "test"
-    reason: str = ""
-    by: str | None = None
-
-
-Decision = Approve | Reject

@@ -14,16 +14,11 @@ import msgspec
 
 from awooop.core.config import STEP_RESULT_MAX_BYTES
 from awooop.core.errors import (
-    ApprovalExpiredError,
-    ApprovalTokenUsedError,
     InvalidInputError,
     LeaseLostError,
     UnstorableValueError,
 )
 from awooop.core.events import (
-    ApprovalExpired,
-    ApprovalGranted,
-    ApprovalRejected,
     ApprovalRequested,
     Event,
     LeaseReleased,
@@ -39,11 +34,13 @@ from awooop.core.excerpts import failure_traceback
 from awooop.core.storable import encoded_problem, unstorable
 from awooop.eventlog.state import RunState, RunStatus, apply, fold
 from awooop.runs import leases
-from awooop.runs.approvals import ApprovalTicket, Decision, DecisionRecord, new_token
+from awooop.runs.approvals import ApprovalTicket, DecisionRecord
+from awooop.testing.approvals import Approvals, Approve, Reject
 from awooop.testing.context import KitAttempt, KitContext
-from awooop.testing.fakes import Approve, Clock, FakeModel, FakeTools, Reject
+from awooop.testing.fakes import Clock, FakeModel, FakeTools
 from awooop.testing.journal import Journal
 from awooop.testing.results import KitResult, ReplayReport
+from awooop.worker import approval_grants
 from awooop.worker.context import RunContext, Suspended
 from awooop.worker.outcomes import failure_of, infrastructure_failure
 
@@ -55,8 +52,7 @@ LEASED = (RunStatus.RUNNING, RunStatus.WAITING_TOOL)
 @dataclass
 class _Run:
     events: list[Event] = field(default_factory=list)
-    ticket: ApprovalTicket | None = None
-    decisions: dict[str, DecisionRecord] = field(default_factory=dict)
+    approvals: Approvals = field(default_factory=Approvals)
     asked: list[tuple[str, bool]] = field(default_factory=list)
     error: BaseException | None = None
 
@@ -116,8 +112,8 @@ class HandlerKit:
     async def run(
         self, input: Any = None, *, run_id: uuid.UUID | None = None, contract_id: str | None = None
     ) -> KitResult:
-        """A new run of ``input`` (JSON), driven until it completes, fails or waits for an
-        approval without a scripted decision."""
+        """A new run of ``input`` (JSON; None: ``{}``, as a run always has one), driven until
+        it completes, fails or waits for an approval without a scripted decision."""
         run_id = run_id or uuid.uuid4()
         self._run = _Run()
         self._append(
@@ -127,7 +123,7 @@ class HandlerKit:
                 project_id=self.project_id,
                 channel_type="api",
                 provider_event_id=str(run_id),
-                input=msgspec.to_builtins(input),
+                input={} if input is None else msgspec.to_builtins(input),
                 max_attempts=self.max_attempts,
                 contract_id=contract_id,
             )
@@ -139,10 +135,17 @@ class HandlerKit:
         return await self._drive(handler or self.handler)
 
     def approve(
-        self, name: str = "approval", *, actor: str = "test", by: str | None = None
+        self,
+        name: str = "approval",
+        *,
+        actor: str = "test",
+        by: str | None = None,
+        reason: str = "",
+        payload: Any = None,
     ) -> None:
-        """Grant the approval the run waits for, as ``awooop runs approve`` does."""
-        self._decide(name, Approve(actor=actor, by=by))
+        """Grant the approval the run waits for, as ``awooop runs approve`` does (``payload``:
+        the draft as the reviewer edited it)."""
+        self._decide(name, Approve(actor=actor, by=by, reason=reason, payload=payload))
 
     def reject(
         self,
@@ -151,18 +154,18 @@ class HandlerKit:
         actor: str = "test",
         reason: str = "",
         by: str | None = None,
+        payload: Any = None,
     ) -> None:
-        """Reject it, as ``awooop runs reject`` does: the run FAILS with E-APPROVAL-004."""
-        self._decide(name, Reject(actor=actor, reason=reason, by=by))
+        """Reject it, as ``awooop runs reject`` does: the run FAILS with E-APPROVAL-004, or
+        resumes when the request said ``on_reject="return"``."""
+        self._decide(name, Reject(actor=actor, reason=reason, by=by, payload=payload))
 
     def advance(self, seconds: float) -> None:
-        """Move the clock; an approval whose time ran out expires (the run FAILS with
-        E-APPROVAL-002), as the approval-expiry loop does."""
-        now = self.clock.advance(seconds)
-        state = self.state
-        expires = state.approval_expires_at
-        if state.status is RunStatus.WAITING_APPROVAL and expires is not None and expires <= now:
-            self._append(ApprovalExpired(at=now))
+        """Move the clock; an approval whose time ran out expires, as the approval-expiry loop
+        does (the run FAILS with E-APPROVAL-002, or resumes with ``on_expire="return"``)."""
+        expiry = self._run.approvals.expired(self.clock.advance(seconds))
+        if expiry is not None:
+            self._append(expiry)
 
     async def replay(self, journal: Journal, handler: Handler | None = None) -> ReplayReport:
         """Run ``handler`` (new code) on a recorded journal, as a worker of a new release takes
@@ -220,13 +223,15 @@ class HandlerKit:
     def asked(self, step: str, replayed: bool) -> None:
         self._run.asked.append((step, replayed))
 
-    def granted(self, name: str) -> DecisionRecord | None:
-        found = self._run.decisions.get(name)
-        return found if found is not None and found.decision is Decision.APPROVED else None
+    def decision(self, name: str) -> DecisionRecord | None:
+        return self._run.approvals.decisions.get(name)
 
-    async def request_approval(self, ctx: KitContext, name: str, reason: str) -> ApprovalTicket:
-        expires_at = self.clock.now() + timedelta(seconds=self.approval_ttl_s)
-        await self.write(
+    async def request_approval(
+        self, ctx: KitContext, name: str, reason: str, ask: approval_grants.Ask
+    ) -> ApprovalTicket:
+        """What :func:`awooop.runs.approvals.request` writes, and its ticket."""
+        ttl_s = ask.expires_in_s or self.approval_ttl_s
+        state = await self.write(
             leases.FencedWrite(
                 ctx.run_id,
                 ctx.worker_id,
@@ -235,22 +240,18 @@ class HandlerKit:
                     at=now,
                     worker_id=ctx.worker_id,
                     attempt=ctx.attempt,
-                    expires_at=expires_at,
+                    expires_at=now + timedelta(seconds=ttl_s),
                     reason=reason,
+                    payload=ask.payload,
+                    on_reject=ask.on_reject,
+                    on_expire=ask.on_expire,
+                    expires_in_s=ask.expires_in_s,
                 ),
             )
         )
-        ticket = ApprovalTicket(
-            approval_id=uuid.uuid4(),
-            run_id=ctx.run_id,
-            project_id=ctx.project_id,
-            name=name,
-            token=new_token(),
-            reason=reason,
-            expires_at=expires_at,
+        return self._run.approvals.opened(
+            state.run_id, state.project_id, name, self._run.events[-1]
         )
-        self._run.ticket = ticket
-        return ticket
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -260,43 +261,25 @@ class HandlerKit:
         events.append(event)
 
     def _decide(self, name: str, decision: Approve | Reject) -> None:
-        ticket, state, now = self._run.ticket, self.state, self.clock.now()
-        if ticket is None or ticket.name != name or name in self._run.decisions:
-            if name in self._run.decisions:
-                raise ApprovalTokenUsedError(run_id=state.run_id)
-            raise InvalidInputError(f"the run waits for no approval named {name!r}")
-        if state.status is not RunStatus.WAITING_APPROVAL or ticket.expires_at <= now:
-            raise ApprovalExpiredError(run_id=state.run_id, expired_at=ticket.expires_at)
-        if isinstance(decision, Approve):
-            self._append(ApprovalGranted(at=now, actor=decision.actor, by=decision.by))
-            verdict = Decision.APPROVED
-        else:
-            self._append(
-                ApprovalRejected(
-                    at=now, actor=decision.actor, reason=decision.reason, by=decision.by
-                )
-            )
-            verdict = Decision.REJECTED
-        self._run.decisions[name] = DecisionRecord(
-            decision=verdict, actor=decision.actor, decided_at=now, by=decision.by
-        )
-        self._run.ticket = None
+        run_id = self.state.run_id
+        self._append(self._run.approvals.decide(name, decision, self.clock.now(), run_id))
 
     async def _drive(self, handler: Handler) -> KitResult:
         for _ in range(MAX_ATTEMPTS_PER_CALL):
             status = self.state.status
             if status in (RunStatus.PENDING, RunStatus.RESUMED):
                 await self._attempt(handler)
-            elif status is RunStatus.WAITING_APPROVAL and self._run.ticket is not None:
-                decision = self.approvals.get(self._run.ticket.name)
+            elif status is RunStatus.WAITING_APPROVAL and self._run.approvals.ticket:
+                name = self._run.approvals.ticket.name
+                decision = self.approvals.get(name)
                 if decision is None:
                     break
-                self._decide(self._run.ticket.name, decision)
+                self._decide(name, decision)
             else:
                 break
         else:
             raise RuntimeError(f"the run took more than {MAX_ATTEMPTS_PER_CALL} attempts")
-        return KitResult(self.journal, self._run.error, self._run.ticket)
+        return KitResult(self.journal, self._run.error, self._run.approvals.ticket)
 
     async def _attempt(self, handler: Handler) -> None:
         number = self.state.attempt_count + 1

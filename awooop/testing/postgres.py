@@ -50,7 +50,7 @@ class PostgresKit:
                     project_id=self.project_id,
                     channel_type="api",
                     provider_event_id=str(run_id),
-                    input=msgspec.to_builtins(input),
+                    input={} if input is None else msgspec.to_builtins(input),
                     max_attempts=max_attempts,
                 ),
             )
@@ -77,23 +77,39 @@ class PostgresKit:
         await self.work(handler)
         return await self.state(run_id)
 
-    async def approve(self, run_id: uuid.UUID, *, by: str = "test", actor: str = "kit") -> RunState:
+    async def approve(
+        self,
+        run_id: uuid.UUID,
+        *,
+        by: str = "test",
+        actor: str = "kit",
+        reason: str = "",
+        payload: Any = None,
+    ) -> RunState:
         """Approve the run's open request for the person ``by``, as ``awooop runs approve
-        --by`` does (the grant's ``by``; ``actor`` stands for the management token); then
+        --by`` does (the decision's ``by``; ``actor`` stands for the management token); then
         :meth:`work` again."""
-        return await self._decide(run_id, Decision.APPROVED, by, actor, "")
+        return await self._decide(run_id, Decision.APPROVED, by, actor, reason, payload)
 
     async def reject(
-        self, run_id: uuid.UUID, *, by: str = "test", actor: str = "kit", reason: str = ""
+        self,
+        run_id: uuid.UUID,
+        *,
+        by: str = "test",
+        actor: str = "kit",
+        reason: str = "",
+        payload: Any = None,
     ) -> RunState:
-        return await self._decide(run_id, Decision.REJECTED, by, actor, reason)
+        return await self._decide(run_id, Decision.REJECTED, by, actor, reason, payload)
 
     async def _decide(
-        self, run_id: uuid.UUID, decision: Decision, by: str, actor: str, reason: str
+        self, run_id: uuid.UUID, verdict: Decision, by: str, actor: str, reason: str, payload: Any
     ) -> RunState:
         return await self.db.in_tenant(
             self.project_id,
-            lambda c: approvals.decide_as(c, run_id, decision, actor=actor, by=by, reason=reason),
+            lambda c: approvals.decide_as(
+                c, run_id, verdict, actor=actor, by=by, reason=reason, payload=payload
+            ),
         )
 
     async def state(self, run_id: uuid.UUID) -> RunState:

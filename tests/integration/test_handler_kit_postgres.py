@@ -39,3 +39,25 @@ async def test_the_demo_handler_on_postgres_writes_what_the_kit_writes(
     assert report.ran == [] and report.model_calls == []
     assert report.replayed == ["parse", "summarise", "approval:act", "act"]
     assert report.result.value == state.result
+
+
+async def test_a_reviewed_approval_on_postgres_and_in_the_kit(
+    awooop_postgres: PostgresKit,
+) -> None:
+    from tests.unit.test_handler_kit import review
+
+    pg = awooop_postgres
+    run_id = await pg.create()
+    await pg.work(review)
+    await pg.reject(run_id, by="lead", reason="too curt", payload={"body": "Hi"})
+    await pg.work(review)
+    state = await pg.state(run_id)
+    recorded = await pg.journal(run_id)
+
+    kit = HandlerKit(review)
+    await kit.run()
+    kit.reject("send", actor="kit", by="lead", reason="too curt", payload={"body": "Hi"})
+    result = await kit.resume()
+    assert result.journal.types == recorded.types
+    assert result.value == state.result
+    assert state.result["approved"] is False and state.result["payload"] == {"body": "Hi"}

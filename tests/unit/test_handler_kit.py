@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -22,7 +23,7 @@ from awooop.core.errors import (
     StepResultTypeError,
     UnstorableValueError,
 )
-from awooop.core.events import LeaseReleased, StepCompleted, ToolResultReceived
+from awooop.core.events import ApprovalRejected, LeaseReleased, StepCompleted, ToolResultReceived
 from awooop.eventlog.state import RunStatus
 from awooop.testing import Approve, Clock, FakeModel, FakeTools, HandlerKit, Reject
 from awooop.worker.context import RunContext
@@ -279,3 +280,54 @@ async def test_a_journal_that_waits_for_an_approval_is_not_replayed() -> None:
     waiting = (await triage_kit().run(INPUT)).journal
     with pytest.raises(InvalidInputError, match="waits for an approval"):
         await triage_kit().replay(waiting)
+
+
+async def review(run: RunContext) -> dict[str, Any]:
+    decision = await run.wait_for_approval(
+        "send",
+        reason="check the draft",
+        payload={"body": "Dear Ada"},
+        expires_in=timedelta(minutes=10),
+        on_reject="return",
+        on_expire="return",
+    )
+    return {
+        "approved": decision.approved,
+        "expired": decision.expired,
+        "reason": decision.reason,
+        "payload": decision.payload,
+        "actor": decision.actor,
+    }
+
+
+async def test_the_reviewer_edits_the_draft_and_gives_a_reason() -> None:
+    kit = HandlerKit(review)
+    waiting = await kit.run()
+    assert waiting.ticket is not None and waiting.ticket.payload == {"body": "Dear Ada"}
+    assert waiting.ticket.expires_at == kit.clock.now() + timedelta(minutes=10)  # its own expiry
+    kit.approve("send", actor="lead", reason="kinder", payload={"body": "Dear Ada, sorry"})
+    result = await kit.resume()
+    assert result.value == {
+        "approved": True,
+        "expired": False,
+        "reason": "kinder",
+        "payload": {"body": "Dear Ada, sorry"},
+        "actor": "lead",
+    }
+    unchanged = HandlerKit(review, approvals={"send": Approve(payload={"body": "Dear Ada"})})
+    assert (await unchanged.run()).value["payload"] is None  # the draft itself: no edit
+
+
+async def test_a_request_that_returns_gets_its_rejection_and_its_expiry() -> None:
+    kit = HandlerKit(review, approvals={"send": Reject(actor="lead", reason="too curt")})
+    result = await kit.run()
+    assert result.value["approved"] is False and result.value["reason"] == "too curt"
+    assert result.journal.of_type(ApprovalRejected)[0].resumed is True
+    kit = HandlerKit(review)
+    await kit.run()
+    kit.advance(600)
+    assert kit.state.status is RunStatus.RESUMED
+    result = await kit.resume()
+    assert result.value["expired"] is True and result.value["actor"] is None
+    with pytest.raises(ApprovalExpiredError):
+        kit.approve("send")
