@@ -117,19 +117,30 @@ class KitContext(RunContext):
             io_timeout_s=None,
         )
 
+    # ``how``: whatever else the runtime's own takes (passed on as it is).
     async def step(
-        self, name: str, fn: Callable[[], Awaitable[T]], *, type: type[T] | None = None
+        self,
+        name: str,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        type: type[T] | None = None,
+        **how: Any,
     ) -> T:
         self._kit.asked(name, name in self._steps)
-        return await super().step(name, fn, type=type)
+        return await super().step(name, fn, type=type, **how)
 
     async def wait_for_tool(
-        self, tool: str, call: Callable[[], Awaitable[T]], *, type: type[T] | None = None
+        self,
+        tool: str,
+        call: Callable[[], Awaitable[T]],
+        *,
+        type: type[T] | None = None,
+        **how: Any,
     ) -> T:
         step_name = TOOL_STEP_PREFIX + tool
         self._kit.asked(step_name, step_name in self._steps)
         wrapped = self._kit.tools.wrap(tool, self.attempt, call)
-        return await super().wait_for_tool(tool, wrapped, type=type)
+        return await super().wait_for_tool(tool, wrapped, type=type, **how)
 
     async def wait_for_approval(
         self,
