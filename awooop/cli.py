@@ -1,14 +1,19 @@
 """The ``awooop`` command line: one subcommand module per concern under awooop/commands/.
 
 Errors from the catalog print one line (``error E-XXX-NNN: message``) and exit 1, never a
-traceback; interrupting with Ctrl-C exits 130.
+traceback; interrupting with Ctrl-C exits 130. Output into a pipe closed early
+(``awooop runs show ... | head -1``) stops the command quietly with exit status 141 (128 +
+SIGPIPE), the status a shell reports for ``git log | head -1`` or ``ls | head -1``, whose
+processes SIGPIPE ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -82,8 +87,31 @@ def _plain(doc: str) -> str:
     return text.replace("``", "").strip()
 
 
+# The exit status of a command whose standard output was closed by its reader: 128 + SIGPIPE.
+CLOSED_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = sys.argv[1:] if argv is None else list(argv)
+    try:
+        try:
+            return command(sys.argv[1:] if argv is None else list(argv))
+        finally:
+            sys.stdout.flush()  # what is still buffered, here (where a closed pipe is caught)
+    except BrokenPipeError:
+        return closed_pipe()
+
+
+def closed_pipe() -> int:
+    """Standard output's reader is gone: nothing more can be said there, and Python's flush of
+    it at exit would print a traceback; the rest goes to /dev/null and the command stops."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return CLOSED_PIPE
+
+
+def command(arguments: list[str]) -> int:
     args = parser_for(arguments).parse_args(arguments)
     try:
         settings: Settings = load_settings()

@@ -15,6 +15,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.logs import get_logger
+from awooop.core.processes import Serves
 from awooop.core.schema_check import require_runnable_schema
 from awooop.core.schema_watch import SchemaWatch
 from streams.keys import Keys
@@ -83,6 +84,7 @@ class Services:
         stop: None = ...,
         wait_s: float = ...,
         kind: str | None = ...,
+        serves: Serves = ...,
     ) -> Services: ...
 
     @overload
@@ -96,6 +98,7 @@ class Services:
         stop: asyncio.Event,
         wait_s: float = ...,
         kind: str | None = ...,
+        serves: Serves = ...,
     ) -> Services | None: ...
 
     @classmethod
@@ -108,6 +111,7 @@ class Services:
         stop: asyncio.Event | None = None,
         wait_s: float = DATABASE_WAIT_S,
         kind: str | None = None,
+        serves: Serves = (None, None),
     ) -> Services | None:
         """:meth:`open`, waiting up to ``wait_s`` with backoff while the database is away in any
         form (refused, reset, no answer, no free connection slot, starting up or shutting down:
@@ -117,14 +121,15 @@ class Services:
         is set meanwhile. A schema this release cannot run on fails at once (E-MIGRATE-003,
         awooop/core/schema_check.py): what long-running processes open their services with.
         With ``kind`` (the process's command), the process registers in the fleet and keeps
-        checking the schema while it runs (:class:`awooop.core.schema_watch.SchemaWatch`)."""
+        checking the schema while it runs (:class:`awooop.core.schema_watch.SchemaWatch`); a
+        worker process records there what it ``serves`` (its routes, awooop.runs.routing)."""
         deadline = time.monotonic() + wait_s
         delay = 0.5
         while True:
             try:
                 services = await cls._open_on_runnable_schema(settings, db_pool_size, db_run_min)
                 if kind is not None:
-                    await services.watch_schema(kind)
+                    await services.watch_schema(kind, serves)
                 return services
             except DatabaseUnavailableError as exc:
                 if time.monotonic() + delay > deadline:
@@ -152,8 +157,8 @@ class Services:
             raise
         return services
 
-    async def watch_schema(self, kind: str) -> None:
-        watch = SchemaWatch(self.db, kind, self.settings.schema_recheck_s)
+    async def watch_schema(self, kind: str, serves: Serves = (None, None)) -> None:
+        watch = SchemaWatch(self.db, kind, self.settings.schema_recheck_s, serves=serves)
         try:
             await watch.start()
         except BaseException:

@@ -52,6 +52,8 @@ class ModelCallLine(msgspec.Struct, frozen=True, kw_only=True):
     answer: str = ""
     input_tokens: int | None = None
     output_tokens: int | None = None
+    try_number: int = 1  # of the call's tries (awooop.worker.policies)
+    next_try_in_s: float | None = None  # failed, and tried again after this wait
 
 
 class TokenTotals(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,6 +121,8 @@ def model_calls(recorded: Sequence[eventlog.RecordedEvent]) -> list[ModelCallLin
                 answer=event.answer,
                 input_tokens=event.input_tokens,
                 output_tokens=event.output_tokens,
+                try_number=event.try_number,
+                next_try_in_s=event.next_try_in_s,
             )
         )
     return lines

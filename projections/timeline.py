@@ -58,7 +58,18 @@ COLUMNS = (
 # Bulky fields stay in the log: a failure's traceback and a model call's prompt and answer are
 # shown from their events (projections.model_calls, projections.failures).
 LEFT_OUT = frozenset(
-    {"type", "at", "attempt", "worker_id", "input", "result", "traceback", "prompt", "answer"}
+    {
+        "type",
+        "at",
+        "attempt",
+        "worker_id",
+        "input",
+        "result",
+        "traceback",
+        "prompt",
+        "answer",
+        "payload",
+    }
 )
 # Event fields newer than the oldest release that may run beside this one (docs/releases.md),
 # by event type. The projector's table leaves them out of ``detail``: that release's projector
@@ -67,10 +78,15 @@ LEFT_OUT = frozenset(
 # run's own stream for the run page and ``awooop runs show`` (:func:`timeline_lines`) has
 # them. A field leaves this table once every release that may run beside knows it.
 NEWER_FIELDS: dict[str, frozenset[str]] = {
-    "StepCompleted": frozenset({"started_at"}),
+    "StepCompleted": frozenset({"started_at", "tries", "try_errors"}),
     "RunFailed": frozenset({"step"}),
     "LeaseReleased": frozenset({"step"}),
-    "ModelCalled": frozenset({"input_tokens", "output_tokens"}),
+    "ModelCalled": frozenset({"input_tokens", "output_tokens", "try_number", "next_try_in_s"}),
+    "ToolResultReceived": frozenset({"others"}),
+    "ApprovalRequested": frozenset({"on_reject", "on_expire", "expires_in_s"}),
+    "ApprovalGranted": frozenset({"reason"}),
+    "ApprovalRejected": frozenset({"resumed"}),
+    "ApprovalExpired": frozenset({"resumed"}),
 }
 
 # --- SQL ------------------------------------------------------------------------------------
@@ -130,8 +146,20 @@ def entry(previous_attempt: int, event: LogEvent, *, newer: bool = False) -> Tim
         attempt=previous_attempt if attempt is None else attempt,
         worker_id=worker,
         trace_id=trace_id_of(event.traceparent),
-        detail={k: v for k, v in to_builtins(body).items() if k not in left_out and v is not None},
+        detail={k: v for k, v in to_builtins(body).items() if k not in left_out and telling(k, v)},
     )
+
+
+# Retry fields (awooop.worker.policies) at the value of a single try say nothing more than an
+# absent field: left out, as None values are.
+ONE_TRY: dict[str, Any] = {"tries": 1, "try_number": 1}
+
+
+def telling(field: str, value: Any) -> bool:
+    """Pure: whether an event's field says something in a timeline's ``detail``."""
+    if field == "try_errors":
+        return bool(value)
+    return value is not None and not (field in ONE_TRY and ONE_TRY[field] == value)
 
 
 def entries(

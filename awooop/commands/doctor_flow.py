@@ -158,7 +158,8 @@ async def approvals(services: Services) -> list[Check]:
 
 def blocked_check(counts: dict[tuple[str, str], int]) -> Check:
     """Pure: the ``blocked runs`` line from runs per (project, blocked_on reason): FAIL when
-    runs wait on a shard that no worker reads, WARN when a live run's message is
+    runs wait on a shard that no worker reads or for a contract that no live worker serves,
+    WARN when a live run's message is
     dead-lettered, else OK with the live reasons counted (and the projects with paused runs)."""
     by_reason: dict[str, int] = {}
     projects: dict[str, set[str]] = {}
@@ -180,6 +181,17 @@ def blocked_check(counts: dict[tuple[str, str], int]) -> Check:
             f"{unread} run(s) wait on a shard no worker reads (projects {names}); {live}",
             "start `awooop worker` processes; `awooop runs list --project P` shows each run's "
             "blocked_on (runbook: A run waits)",
+        )
+    unserved = by_reason.get(Reason.NO_WORKER_FOR_CONTRACT, 0)
+    if unserved:
+        names = ", ".join(sorted(projects[Reason.NO_WORKER_FOR_CONTRACT]))
+        return Check(
+            "blocked runs",
+            FAIL,
+            f"{unserved} run(s) wait for a contract no live worker serves (projects {names}); "
+            f"{live}",
+            "start `awooop worker --contract C` for it; `awooop runs list --project P` shows "
+            "each run's contract in its blocked_on (workers: Routing runs to workers)",
         )
     stranded = by_reason.get(Reason.PENDING_DEAD_LETTERED, 0)
     if stranded:

@@ -5,6 +5,8 @@
     awooop projects pauses [--project P] [--history] [--limit N] [--json] [--wide]
     awooop projects limit|unlimit|limits ...   (concurrency keys: awooop.commands.limits)
     awooop projects budget|rate-limit set|clear|list ...   (awooop.commands.projects_flow)
+    awooop projects set|shares ...   (weights of the fair share: awooop.commands.shares)
+    awooop projects price set|clear|list ...   (awooop.commands.projects_prices)
 
 ``pause`` stops new attempts of the scope on every worker from the moment it commits: intake
 still accepts and deduplicates submissions, running attempts finish, waiting runs stay PENDING
@@ -19,7 +21,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from awooop.commands import limits, projects_flow
+from awooop.commands import limits, projects_flow, projects_prices, shares
 from awooop.commands.output import add_wide, table, to_json, when
 from awooop.commands.runs_parsing import cli_actor
 from awooop.core.config import Settings
@@ -42,7 +44,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "projects",
         help="pause or resume a project's runs; limit them per concurrency key; its model-call "
-        "budgets and rate limits",
+        "budgets, prices and rate limits; its weight in the fair share",
     )
     sub = parser.add_subparsers(dest="projects_command", required=True, metavar="ACTION")
 
@@ -64,6 +66,8 @@ def register(subparsers: Any) -> None:
     listing.set_defaults(run=list_pauses)
     limits.register_actions(sub)
     projects_flow.register(sub)
+    shares.register_actions(sub)
+    projects_prices.register(sub)
 
 
 def pause_view(p: Pause) -> dict[str, Any]:

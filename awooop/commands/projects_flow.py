@@ -1,8 +1,9 @@
-"""``awooop projects budget|rate-limit``: token budgets and rate limits of a project's model
-calls (flow control, scope ``awooop_llm``).
+"""``awooop projects budget|rate-limit``: budgets (in tokens or in cost) and rate limits of a
+project's model calls (flow control, scope ``awooop_llm``; the prices a budget in cost needs:
+:mod:`awooop.commands.projects_prices`).
 
-    awooop projects budget set PROJECT --tokens N [--period day] [--model M] [--reserve N]
-                                       [--on-exceed wait|fail] [--json]
+    awooop projects budget set PROJECT (--tokens N | --cost N) [--period day] [--model M]
+                                       [--reserve N] [--on-exceed wait|fail] [--json]
     awooop projects budget clear PROJECT [--model M] [--json]
     awooop projects budget list [--project P] [--history] [--limit N] [--json] [--wide]
     awooop projects rate-limit set PROJECT --limit N [--period second] [--burst B] [--model M]
@@ -13,7 +14,9 @@ calls (flow control, scope ``awooop_llm``).
 ``--model`` scopes the row to one model (the one the policy routes the call to); without it the
 row holds every model call of the project. ``set`` replaces the row in force (the old one is
 kept as history, ``list --history``); ``clear`` ends it (exit 1, E-BUDGET-003, when there is
-none). A budget's period is ``second|minute|hour|day|week`` or ``N`` followed by ``s|m|h|d|w``;
+none). ``--cost N`` is N credits per period (the unit of the project's prices, ``awooop
+projects price``): a budget in cost of one model needs that model's price (E-BUDGET-004).
+A budget's period is ``second|minute|hour|day|week`` or ``N`` followed by ``s|m|h|d|w``;
 ``list`` shows the current period's use. Who acted is recorded as ``cli:<OS user>``.
 """
 
@@ -47,7 +50,7 @@ T = TypeVar("T")
 
 
 def register(sub: Any) -> None:
-    budget = sub.add_parser("budget", help="token budgets of a project's model calls")
+    budget = sub.add_parser("budget", help="budgets (tokens or cost) of a project's model calls")
     bsub = budget.add_subparsers(dest="budget_command", required=True, metavar="ACTION")
     bset = bsub.add_parser(
         "set",
@@ -55,7 +58,11 @@ def register(sub: Any) -> None:
         description="set the budget (replaces the one in force)",
     )
     _target(bset)
-    bset.add_argument("--tokens", type=int, required=True, help="tokens per period")
+    amount = bset.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--tokens", type=int, default=None, help="tokens per period")
+    amount.add_argument(
+        "--cost", type=int, default=None, help="credits per period (at the model's price)"
+    )
     bset.add_argument("--period", default="day", help="second|minute|hour|day|week or Nh...")
     bset.add_argument(
         "--reserve", type=int, default=1024, help="tokens a call without max_tokens reserves"
@@ -151,6 +158,7 @@ async def set_budget(settings: Settings, args: argparse.Namespace) -> int:
             project_id,
             model,
             tokens=args.tokens,
+            cost=args.cost,
             period_s=period_s,
             reserve_tokens=args.reserve,
             on_exceed=OnExceed(args.on_exceed),
@@ -161,7 +169,7 @@ async def set_budget(settings: Settings, args: argparse.Namespace) -> int:
         to_json(view(made))
         if args.json
         else f"budget of {key_text(project_id, model)}: "
-        f"{made.tokens} tokens per {made.period_s} s, on exceed {made.on_exceed.value}"
+        f"{made.amount} {made.unit_word} per {made.period_s} s, on exceed {made.on_exceed.value}"
     )
     return 0
 
@@ -232,7 +240,7 @@ async def list_budgets(settings: Settings, args: argparse.Namespace) -> int:
     rows = [
         [
             key_text(b.project_id, b.model),
-            str(b.tokens),
+            f"{b.amount} {b.unit_word}",
             f"{b.period_s}s",
             b.on_exceed.value,
             describe_budget(b) if b.valid_to is None else "-",
@@ -242,7 +250,7 @@ async def list_budgets(settings: Settings, args: argparse.Namespace) -> int:
         ]
         for b in found
     ]
-    header = ["KEY", "TOKENS", "PERIOD", "ON_EXCEED", "DETAIL", "SET_BY", "FROM", "TO"]
+    header = ["KEY", "BUDGET", "PERIOD", "ON_EXCEED", "DETAIL", "SET_BY", "FROM", "TO"]
     print(table(header, rows, wide=args.wide))
     return 0
 

@@ -4,9 +4,10 @@
                         [--json]
     awooop runs show    [PROJECT] RUN_ID [--json]
     awooop runs cancel  [PROJECT] RUN_ID [--actor NAME] [--reason TEXT] [--json]
-    awooop runs approve [PROJECT] RUN_ID (--token TOKEN | --by NAME) [--actor NAME] [--json]
+    awooop runs approve [PROJECT] RUN_ID (--token TOKEN | --by NAME) [--actor NAME]
+                        [--reason TEXT] [--payload-file FILE.json] [--json]
     awooop runs reject  [PROJECT] RUN_ID (--token TOKEN | --by NAME) [--actor NAME]
-                        [--reason TEXT] [--json]
+                        [--reason TEXT] [--payload-file FILE.json] [--json]
     awooop runs retry   [PROJECT] RUN_ID [--attempts N] [--actor NAME] [--json]
     awooop runs retry   --filter KEY=VALUE ... [--dry-run] [--attempts N] [--actor NAME] [--json]
     awooop runs cancel  --filter KEY=VALUE ... [--dry-run] [--reason TEXT] [--actor NAME] [--json]
@@ -28,7 +29,10 @@ example E-APPROVAL-003 for a token used twice, E-RUN-001 for cancelling a finish
 E-INPUT-001 for a bad ``--since``). The approval token may also come from
 ``AWOOOP_APPROVAL_TOKEN`` (keeps it out of process listings). ``--by NAME`` decides without the
 token, as whoever holds the database's credentials may: for the person NAME (recorded as the
-decision's ``by``), closing the run's open request as the token would.
+decision's ``by``), closing the run's open request as the token would. ``--reason`` and
+``--payload-file`` (the handler's draft as the reviewer edited it, JSON) reach the handler
+(``run.wait_for_approval``); bad JSON is E-INPUT-001, a payload over
+AWOOOP_STEP_RESULT_MAX_BYTES E-DATA-002, and nothing is written.
 
 Every change records who made it: the event's metadata carries ``actor`` = ``cli:<OS user>``
 (``--actor`` names the person in the event itself, default the same).
@@ -108,9 +112,12 @@ def register(subparsers: Any) -> None:
     )
     for sub in (cancel, approve, reject, retry):
         sub.add_argument("--actor", default=None, help="who acts (default: cli:<OS user>)")
-    for sub in (cancel, reject):
+    for sub in (cancel, approve, reject):
         sub.add_argument("--reason", default="", help="why (recorded in the event)")
     for sub in (approve, reject):
+        sub.add_argument(
+            "--payload-file", default=None, help="the edited payload, JSON (reaches the handler)"
+        )
         sub.add_argument("--token", default=None, help=f"the approval token (or ${TOKEN_ENV})")
         sub.add_argument(
             "--by", default=None, help="decide without the token, for this person (their name)"

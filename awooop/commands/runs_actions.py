@@ -16,7 +16,13 @@ from datetime import datetime
 import msgspec
 
 from awooop.commands.output import table, to_json
-from awooop.commands.runs_parsing import TOKEN_ENV, cli_actor, filter_fields, split_ids
+from awooop.commands.runs_parsing import (
+    TOKEN_ENV,
+    cli_actor,
+    edited_payload,
+    filter_fields,
+    split_ids,
+)
 from awooop.commands.runs_render import (
     progress_line,
     render_call_texts,
@@ -141,6 +147,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     metadata = {"actor": who}
     token = None
     person = getattr(args, "by", None)
+    limit = settings.step_result_max_bytes
+    edited = edited_payload(getattr(args, "payload_file", None), limit)
     if args.action in ("approve", "reject"):
         token = args.token or os.environ.get(TOKEN_ENV)
         if person is not None and args.token:
@@ -186,6 +194,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                             by=person,
                             reason=getattr(args, "reason", ""),
                             metadata=metadata,
+                            payload=edited,
+                            payload_max_bytes=limit,
                         )
                         return state, None
                     assert token is not None
@@ -197,6 +207,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                         actor=actor,
                         reason=getattr(args, "reason", ""),
                         metadata=metadata,
+                        payload=edited,
+                        payload_max_bytes=limit,
                     )
                 case "retry":
                     state = await control.retry(

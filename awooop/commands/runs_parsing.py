@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import getpass
 import uuid
+from pathlib import Path
+from typing import Any
 
 from awooop.core.errors import InvalidInputError
-from awooop.runs import listing
+from awooop.runs import approval_options, listing
 
 TOKEN_ENV = "AWOOOP_APPROVAL_TOKEN"  # noqa: S105 - the name of a variable, not a secret
 
@@ -41,3 +43,15 @@ def filter_fields(pairs: list[str]) -> dict[str, str]:
             )
         fields[key] = value
     return fields
+
+
+def edited_payload(path: str | None, max_bytes: int) -> Any:
+    """``--payload-file``: the edited payload of an approval decision, as JSON in that file
+    (None: no file, or an empty one). A missing file or bad JSON is E-INPUT-001."""
+    if path is None:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"cannot read --payload-file {path!r}: {exc}") from None
+    return approval_options.parse_payload(f"--payload-file {path!r}", text, max_bytes)

@@ -101,7 +101,7 @@ def render_model_calls(calls: list[model_calls.ModelCallLine], *, wide: bool = F
             "default" if c.revision_id is None else str(c.revision_id),
             hash_cell(c.body_hash, wide=wide),
             f"{c.duration_ms:.1f}",
-            c.outcome,
+            outcome_cell(c),
             "-" if c.input_tokens is None else str(c.input_tokens),
             "-" if c.output_tokens is None else str(c.output_tokens),
             c.trace_id or "-",
@@ -110,6 +110,14 @@ def render_model_calls(calls: list[model_calls.ModelCallLine], *, wide: bool = F
         for c in calls
     ]
     return table(header, rows, wide=wide)
+
+
+def outcome_cell(c: model_calls.ModelCallLine) -> str:
+    """Pure: a call's outcome, with its try when it was tried again or is a retry."""
+    if c.try_number == 1 and c.next_try_in_s is None:
+        return c.outcome
+    then = "" if c.next_try_in_s is None else f", next in {c.next_try_in_s:.2f} s"
+    return f"{c.outcome} (try {c.try_number}{then})"
 
 
 def render_call_texts(calls: list[model_calls.ModelCallLine]) -> str:

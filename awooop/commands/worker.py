@@ -2,12 +2,18 @@
 
     awooop worker --handler package.module:function [--concurrency N] [--no-streams]
                   [--with-loops] [--burst] [--approval-notifier package.module:function]
+                  [--contract C ...] [--project P ...]
 
 Runs until SIGTERM or SIGINT, then shuts down gracefully (in-flight runs get
 ``AWOOOP_SHUTDOWN_GRACE_S`` to finish, the rest hand their leases back) and exits 0.
 ``--with-loops`` also runs the registered background loops in this process (reaper, approval
 expiry, ...; handy for a single-process demo; several copies are safe). ``--burst`` runs
 what is runnable now through the polling path and exits (tests, one-shot jobs).
+The handler's module is imported with the current directory first on ``sys.path`` (as
+``python -m`` does): ``--handler triage:handle`` finds ``triage.py`` in the folder the worker
+starts in; elsewhere, the module's folder must be on ``PYTHONPATH``.
+``--contract`` (repeated) takes only runs of those contracts, ``--project`` (repeated) only runs
+of those projects (awooop.runs.routing); without them the worker serves every run.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ import argparse
 import asyncio
 import importlib
 import inspect
+import os
 import signal
+import sys
 from typing import Any
 
 from awooop.core.config import Settings
@@ -26,6 +34,7 @@ from awooop.core.process import EVENT_LOOP, settle_heap
 from awooop.core.telemetry import start_observability
 from awooop.loops.registry import all_loops
 from awooop.runs import leases
+from awooop.runs.routing import routes_of
 from awooop.services import Services
 from awooop.worker.assembly import build_worker, worker_process
 from awooop.worker.last_writes import FLUSHES_PER_PROJECT
@@ -52,6 +61,18 @@ def register(subparsers: Any) -> None:
         "--with-loops", action="store_true", help="also run the registered background loops"
     )
     parser.add_argument("--burst", action="store_true", help="run what is runnable now, exit")
+    parser.add_argument(
+        "--contract",
+        action="append",
+        default=None,
+        help="serve only runs of this contract (repeat for several; default: every contract)",
+    )
+    parser.add_argument(
+        "--project",
+        action="append",
+        default=None,
+        help="serve only runs of this project (repeat for several; default: every project)",
+    )
     add_approval_notifier(parser)
     parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
 
@@ -76,12 +97,11 @@ def load_callable(spec: str, what: str = "handler") -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise HandlerNotFoundError(f"{what} {spec!r} must be given as package.module:function")
+    search_current_directory()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise HandlerNotFoundError(
-            f"{what} module {module_name!r} cannot be imported: {exc}"
-        ) from None
+        raise HandlerNotFoundError(cannot_import(module_name, what, exc)) from None
     fn = getattr(module, attr, None)
     if fn is None:
         raise HandlerNotFoundError(f"{what} {spec!r}: {module_name} has no {attr!r}")
@@ -90,9 +110,35 @@ def load_callable(spec: str, what: str = "handler") -> Any:
     return fn
 
 
+def search_current_directory() -> None:
+    """Put the current directory first on ``sys.path``, as ``python -m`` does: the ``awooop``
+    script's own ``sys.path`` starts with its ``bin`` folder, so without this a handler module
+    next to where the worker was started (``--handler triage:handle``) is not found."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+
+
+def cannot_import(module_name: str, what: str, exc: ImportError) -> str:
+    """The message for a handler module that cannot be imported: where Python looked, and
+    what to do, when it is the module itself that is missing (not one it imports)."""
+    message = f"{what} module {module_name!r} cannot be imported: {exc}"
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if missing is None or not (module_name + ".").startswith(missing + "."):
+        return message
+    top = module_name.split(".")[0]
+    return (
+        f"{message}. The module must be importable by the worker's Python: start the worker"
+        f" in the folder that holds {top}.py (or the package folder {top}/), or add that folder"
+        f" to PYTHONPATH. Current directory: {os.getcwd()}; sys.path starts with"
+        f" {sys.path[:4]}"
+    )
+
+
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     handler = load_callable(args.handler)
     notifier = approval_notifier(args)
+    routes = routes_of(args.contract, args.project)
     if args.concurrency is not None and args.concurrency < 1:
         raise HandlerNotFoundError("--concurrency must be a positive integer")
     concurrency = args.concurrency or settings.worker_concurrency
@@ -106,7 +152,12 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     services = await Services.open_when_reachable(
-        settings, db_pool_size=size, db_run_min=flushes, stop=stop, kind="worker"
+        settings,
+        db_pool_size=size,
+        db_run_min=flushes,
+        stop=stop,
+        kind="worker",
+        serves=routes.params,
     )
     if services is None:  # stopped while waiting for the database
         return 0
@@ -127,6 +178,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 redis=None if args.burst else services.redis,
                 keys=services.keys,
                 loops=all_loops(services) if args.with_loops and not args.burst else (),
+                routes=routes,
             )
             worker = parts.worker
             if args.burst:
@@ -137,6 +189,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 return 0
             settle_heap()
             print(f"worker {worker.worker_id} started", flush=True)
+            log.info("worker_routes", worker_id=worker.worker_id, serves=routes.describe())
             await parts.run(stop)
             return 0
     finally:

@@ -31,6 +31,8 @@ from awooop.core.leadership import check_timings
 
 ENV_PREFIX = "AWOOOP_"
 SPECIAL_ENV_NAMES = {"loop_project_id": "LOOP_PROJECT_ID"}
+# The largest step result a handler may journal, as JSON (awooop.worker.step_values).
+STEP_RESULT_MAX_BYTES = 256 * 1024
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,6 +56,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # (awooop.commands.worker.pool_size). See worker_connections for the process's total.
     db_pool_size: int = 0
     poll_interval_s: float = 5.0
+    # Fair share between projects (awooop.runs.fairness): a worker takes waiting runs in the
+    # weighted fair order of their projects, not in arrival order. False: arrival order.
+    fair_share: bool = True
+    # The largest result a step (or a tool wait) may journal, as JSON bytes (E-DATA-002 above).
+    step_result_max_bytes: int = STEP_RESULT_MAX_BYTES
     # How often a long-running process refreshes its row in awooop_processes and checks the
     # schema again (awooop/core/fleet.py).
     schema_recheck_s: float = 30.0
@@ -95,6 +102,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     llm_default_model: str = "llama3.2"
     # The longest a model call waits for a rate-limit token or a budget (E-BUDGET-002 after).
     llm_flow_max_wait_s: float = 3600.0
+    # How long the reservations of finished model calls and ended waits are kept (the
+    # dedupe_expiry loop deletes older ones: awooop.llm.flow_retention).
+    llm_flow_retention_s: float = 7 * 86400.0
     pointer_check_connections: int = 2
 
     http_host: str = "127.0.0.1"
@@ -149,6 +159,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "channel_event_revalidate_s",
             "llm_timeout_s",
             "llm_flow_max_wait_s",
+            "llm_flow_retention_s",
             "stats_interval_s",
             "redis_socket_timeout_s",
             "http_header_timeout_s",
@@ -175,6 +186,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "llm_max_connections",
             "pointer_check_connections",
             "log_partition_days",
+            "step_result_max_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")

@@ -63,19 +63,32 @@ class StepCompleted(EventBase, frozen=True, kw_only=True, tag=True):
     step: str
     result: JSON = None
     started_at: datetime | None = None
+    # Its tries under its retry policy (awooop.worker.policies): how many, and each failed
+    # try's error (``code: message``, capped); 1 and empty in events stored before.
+    tries: int = 1
+    try_errors: tuple[str, ...] = ()
 
 
 class ToolWaitStarted(EventBase, frozen=True, kw_only=True, tag=True):
+    """A tool call of the attempt started (``run.wait_for_tool``): the run is WAITING_TOOL
+    (written again, with the run already WAITING_TOOL, for each call made beside it)."""
+
     worker_id: str
     attempt: int
     tool: str
 
 
 class ToolResultReceived(EventBase, frozen=True, kw_only=True, tag=True):
+    """A tool call's answer, written when the attempt continues (its run re-admitted under
+    its concurrency key in the same transaction). ``others``: how many of the attempt's tool
+    answers are written after this one in that transaction (parallel calls); the last one
+    (``others`` 0, and every event stored before the field existed) makes the run RUNNING."""
+
     worker_id: str
     attempt: int
     tool: str
     result: JSON = None
+    others: int = 0
 
 
 class ModelCalled(EventBase, frozen=True, kw_only=True, tag=True):
@@ -91,7 +104,8 @@ class ModelCalled(EventBase, frozen=True, kw_only=True, tag=True):
     words. ``prompt`` and ``answer`` are the call's, each capped (:mod:`awooop.llm.calls`:
     a long prompt keeps its head and a marker); ``input_tokens``/``output_tokens`` what the
     model client reported (None: it reported none, or the call failed, and in events stored
-    before these fields existed, which hold no prompt or answer either)."""
+    before these fields existed, which hold no prompt or answer either). ``try_number`` and
+    ``next_try_in_s``: which try of the call this was, and the wait before the next one."""
 
     worker_id: str
     attempt: int
@@ -108,6 +122,10 @@ class ModelCalled(EventBase, frozen=True, kw_only=True, tag=True):
     answer: str = ""
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # The call's try under its retry policy (awooop.worker.policies) and, when it failed and
+    # another try follows, the wait before it in seconds (None: no try follows).
+    try_number: int = 1
+    next_try_in_s: float | None = None
 
 
 class ApprovalRequested(EventBase, frozen=True, kw_only=True, tag=True):
@@ -115,6 +133,13 @@ class ApprovalRequested(EventBase, frozen=True, kw_only=True, tag=True):
     attempt: int
     expires_at: datetime
     reason: str = ""
+    # The draft shown to the reviewer; what a rejection and an expiry do ("fail": the run
+    # fails, "return": it resumes and the handler gets the decision); the request's own expiry
+    # in seconds (None: the worker's AWOOOP_APPROVAL_TTL_S made expires_at).
+    payload: JSON = None
+    on_reject: str = "fail"
+    on_expire: str = "fail"
+    expires_in_s: float | None = None
 
 
 class ApprovalGranted(EventBase, frozen=True, kw_only=True, tag=True):
@@ -123,16 +148,26 @@ class ApprovalGranted(EventBase, frozen=True, kw_only=True, tag=True):
 
     actor: str
     by: str | None = None
+    reason: str = ""  # the reviewer's reason
+    payload: JSON = None  # the payload as the reviewer edited it (None: not edited)
 
 
 class ApprovalRejected(EventBase, frozen=True, kw_only=True, tag=True):
+    """``resumed``: the request said "return": the run resumes and the handler gets the
+    rejection (else the run fails, E-APPROVAL-004)."""
+
     actor: str
     reason: str = ""
     by: str | None = None
+    payload: JSON = None
+    resumed: bool = False
 
 
 class ApprovalExpired(EventBase, frozen=True, kw_only=True, tag=True):
-    pass
+    """``resumed``: the request said "return": the run resumes and the handler gets the
+    expiry (else the run fails, E-APPROVAL-002)."""
+
+    resumed: bool = False
 
 
 class RunCompleted(EventBase, frozen=True, kw_only=True, tag=True):

@@ -30,7 +30,12 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from awooop.core.db import Connection
-from awooop.core.errors import ConfigError, MigrationChecksumError, MigrationPrivilegeError
+from awooop.core.errors import (
+    ConfigError,
+    MigrationChecksumError,
+    MigrationPrivilegeError,
+    MigrationsNotFoundError,
+)
 from awooop.core.logs import get_logger
 from awooop.core.migration_checksums import (
     Recorded,
@@ -50,7 +55,9 @@ from awooop.core.retries import CONNECTION_ERRORS
 
 log = get_logger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# The package's migrations folder: in a checkout a link to the repository's migrations/ (their
+# one source), in an installed wheel package data; resolved, a checkout's is migrations/ itself.
+MIGRATIONS_DIR = (Path(__file__).resolve().parents[1] / "migrations").resolve()
 FILE_PATTERN = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 LOCK_KEY = 0x61776F6F6F70  # "awooop": one key for every migrator of this database
@@ -96,6 +103,11 @@ class Migration:
 
 
 def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    if not directory.is_dir():
+        raise MigrationsNotFoundError(
+            f"the migrations folder {directory} is missing: this installation of awooop is"
+            " incomplete; install it again from its wheel, or run from a complete checkout"
+        )
     files = sorted(p for p in directory.iterdir() if p.suffix == ".sql")
     for path in files:
         if not FILE_PATTERN.match(path.name):

@@ -17,14 +17,19 @@ import socket
 from awooop.core.db import Connection
 from awooop.core.migration_phases import LiveProcess
 
+# A worker's routes as the registry stores them: contracts, projects (None: every one).
+Serves = tuple[list[str] | None, list[str] | None]
 STALE_AFTER_INTERVALS = 3  # written into migration 0121's awooop_live_workers() too
 PRUNE_AFTER_S = 24 * 3600.0
 
+# contracts, projects ($7, $8): what a worker process serves (migration 0137; NULL: every one).
 REGISTER = """
-INSERT INTO awooop_processes AS p (instance, kind, host, pid, release, recheck_s)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO awooop_processes AS p
+    (instance, kind, host, pid, release, recheck_s, contracts, projects)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (instance) DO UPDATE
-SET seen_at = now(), release = EXCLUDED.release, recheck_s = EXCLUDED.recheck_s
+SET seen_at = now(), release = EXCLUDED.release, recheck_s = EXCLUDED.recheck_s,
+    contracts = EXCLUDED.contracts, projects = EXCLUDED.projects
 """
 PRUNE = "DELETE FROM awooop_processes WHERE seen_at < now() - make_interval(secs => $1)"
 DEREGISTER = "DELETE FROM awooop_processes WHERE instance = $1"
@@ -47,12 +52,18 @@ async def live_processes(conn: Connection) -> list[LiveProcess]:
 
 
 async def register(
-    conn: Connection, instance: str, kind: str, release: str, recheck_s: float
+    conn: Connection,
+    instance: str,
+    kind: str,
+    release: str,
+    recheck_s: float,
+    serves: Serves = (None, None),
 ) -> None:
     """Write or refresh this process's row and prune dead ones. The registry exists: a process
-    registers only after the start check found its release's migrations, 0121 among them."""
+    registers only after the start check found its release's migrations (0121 and 0137 among
+    them). ``serves``: the contracts and projects its worker serves (None: every one)."""
     await conn.execute(
-        REGISTER, instance, kind, socket.gethostname(), os.getpid(), release, recheck_s
+        REGISTER, instance, kind, socket.gethostname(), os.getpid(), release, recheck_s, *serves
     )
     await conn.execute(PRUNE, PRUNE_AFTER_S)
 

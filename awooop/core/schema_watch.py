@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from awooop.core.db import Database
 from awooop.core.errors import DatabaseUnavailableError, SchemaMismatchError
 from awooop.core.logs import get_logger
-from awooop.core.processes import deregister, register
+from awooop.core.processes import Serves, deregister, register
 from awooop.core.retries import CONNECTION_ERRORS
 from awooop.core.schema_check import read_schema_state, release_name
 
@@ -50,11 +50,14 @@ class SchemaWatch:
     interval_s: float
     on_unrunnable: Callable[[], None] = stop_this_process
     instance: str = field(default_factory=new_instance)
+    serves: Serves = (None, None)  # a worker's routes (awooop.runs.routing), in its row
     _task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         async with self.db.platform_writes(timeout_s=DB_TIMEOUT_S) as conn:
-            await register(conn, self.instance, self.kind, release_name(), self.interval_s)
+            await register(
+                conn, self.instance, self.kind, release_name(), self.interval_s, self.serves
+            )
         log.info("process_registered", instance=self.instance, release=release_name())
         self._task = asyncio.create_task(self._watch(), name=f"schema-watch-{self.kind}")
 
@@ -73,7 +76,9 @@ class SchemaWatch:
         async with self.db.platform_writes(timeout_s=DB_TIMEOUT_S) as conn:
             state = await read_schema_state(conn)
             if state.runnable:
-                await register(conn, self.instance, self.kind, release_name(), self.interval_s)
+                await register(
+                    conn, self.instance, self.kind, release_name(), self.interval_s, self.serves
+                )
         if not state.runnable:
             log.error(
                 "schema_no_longer_runnable", code=SchemaMismatchError.code, problem=state.problem()

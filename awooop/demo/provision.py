@@ -13,6 +13,7 @@ On a shared Redis the demo never flushes anything: its keys carry a fresh prefix
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import secrets
 import shutil
@@ -53,8 +54,10 @@ def _pg_answers(url: str) -> bool:
 
 
 def _docker_engine() -> bool:
+    """A Docker engine answers, and testcontainers is there to start the containers (a dev
+    dependency: an install from the wheel without it goes on to the embedded servers)."""
     docker = shutil.which("docker")
-    if docker is None:
+    if docker is None or importlib.util.find_spec("testcontainers") is None:
         return False
     result = subprocess.run([docker, "info"], capture_output=True, check=False, timeout=20)  # noqa: S603 - fixed arguments
     return result.returncode == 0
@@ -132,7 +135,7 @@ def provision(stack: ExitStack, project_dir: Path, services: str = "auto") -> Pr
         redis_url = f"redis://{host}:{redis_container.get_exposed_port(6379)}/0"
         return Provisioned(_database_url(server), redis_url, prefix, "docker (testcontainers)")
     if services == "docker":
-        raise RuntimeError("no Docker engine answers")
+        raise RuntimeError("no Docker engine answers, or testcontainers is not installed")
     base = project_dir / ".awooop" / "embedded"
     pg_server = servers.PostgresServer(base / "postgres")
     pg_server.start()

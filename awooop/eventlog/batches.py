@@ -25,17 +25,24 @@ COMPLETE_MANY = queries.load("complete_many")
 
 _json_encoder = msgspec.json.Encoder()
 
+# A worker's routes as the claim statements take them (_run_served.sql): the contracts and the
+# projects it serves, None for every one (awooop.runs.routing.Routes.params).
+Served = tuple[list[str] | None, list[str] | None]
+EVERY: Served = (None, None)
+
 
 class BatchRow(msgspec.Struct, frozen=True):
     """One run of a batch statement's answer: its state (new if ``written``, else as the
     statement's snapshot saw it), ``conflict`` (locked but a newer transaction wrote its
-    stream), the database clock, and ``paused`` (claimable, but a pause held it back)."""
+    stream), the database clock, ``paused`` (claimable, but a pause, its full concurrency key or
+    its place in the fair order held it back) and ``deferred`` (the last)."""
 
     state: RunState
     written: bool
     conflict: bool
     now: datetime
     paused: bool = False
+    deferred: bool = False
 
 
 def _json(value: Any) -> str | None:
@@ -45,7 +52,9 @@ def _json(value: Any) -> str | None:
 
 def _rows(rows: Sequence[Any]) -> list[BatchRow]:
     return [
-        BatchRow(row_to_state(r), r["written"], r["conflict"], r["db_now"], r["paused"])
+        BatchRow(
+            row_to_state(r), r["written"], r["conflict"], r["db_now"], r["paused"], r["deferred"]
+        )
         for r in rows
     ]
 
@@ -56,11 +65,14 @@ async def claim_many(
     metadata: Sequence[dict[str, Any] | None],
     worker_id: str,
     ttl_s: float,
+    fair: bool = True,
+    served: Served = (None, None),
 ) -> list[BatchRow]:
     """RunClaimed for each of ``run_ids`` that can be claimed now (``metadata`` aligned with
-    them); the others as they are."""
+    them; ``fair``: not a run another project's is ahead of in the fair order; ``served``: the
+    worker's routes, contracts and projects, None for every one); the others as they are."""
     rows = await conn.fetch(
-        CLAIM_MANY, list(run_ids), [_json(m) for m in metadata], worker_id, ttl_s
+        CLAIM_MANY, list(run_ids), [_json(m) for m in metadata], worker_id, ttl_s, fair, *served
     )
     return _rows(rows)
 
@@ -88,6 +100,6 @@ async def complete_many(
 
 async def prepare(conn: Connection) -> None:
     """Parse and plan the batch writes on ``conn`` with empty arrays (they write nothing)."""
-    await conn.fetch(CLAIM_MANY, [], [], "", 1.0)
+    await conn.fetch(CLAIM_MANY, [], [], "", 1.0, True, None, None)
     await conn.fetch(COMPLETE_MANY, [], [], [], [], [])
     await conn.fetch(eventlog.APPEND_MANY, [], [], [], [], [], [], [])

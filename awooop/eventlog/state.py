@@ -86,9 +86,11 @@ TRANSITIONS: dict[RunStatus | None, frozenset[str]] = {
             "RunCancelled",
         }
     ),
-    # A model call made while a tool call runs (inside ``wait_for_tool``) is recorded too.
+    # A model call made while a tool call runs (inside ``wait_for_tool``) is recorded too, and
+    # so is a tool call started beside another (parallel calls: one wait of the run).
     RunStatus.WAITING_TOOL: frozenset(
         {
+            "ToolWaitStarted",
             "ToolResultReceived",
             "ModelCalled",
             "RunFailed",
@@ -294,12 +296,16 @@ def _changes(state: RunState, event: Event) -> dict[str, Any]:
             steps[event.step] = {"attempt": event.attempt, "result": event.result}
             return {"saga_steps": steps}
         case ToolWaitStarted():
+            if state.status is RunStatus.WAITING_TOOL:
+                return {}  # a call beside one already waited for: the run's wait goes on
             return {"status": RunStatus.WAITING_TOOL, "waiting_for": event.tool}
         case ModelCalled():
             # A record of the attempt's history, fenced like a step: the row keeps nothing of
             # it but the version (the call is read from the run's stream).
             return {}
         case ToolResultReceived():
+            if event.others > 0:
+                return {}  # answers of parallel calls: the last one makes the run RUNNING
             return {"status": RunStatus.RUNNING, "waiting_for": None}
         case ApprovalRequested():
             return {
@@ -308,7 +314,7 @@ def _changes(state: RunState, event: Event) -> dict[str, Any]:
                 "waiting_for": "approval",
                 "approval_expires_at": event.expires_at,
             }
-        case ApprovalGranted():
+        case ApprovalGranted() | ApprovalRejected(resumed=True) | ApprovalExpired(resumed=True):
             return {"status": RunStatus.RESUMED, "waiting_for": None, "approval_expires_at": None}
         case ApprovalRejected():
             return {

@@ -44,6 +44,7 @@ ROUTE_MODULES = (
     "awooop.http.approvals",
     "awooop.http.pauses",
     "awooop.http.limits",
+    "awooop.http.shares",
     "awooop.http.llm_flow",
     "awooop.http.console",
 )

@@ -4,6 +4,7 @@
                                                           or {"by": "alice"}
     POST /v1/projects/{project_id}/runs/{run_id}/reject   {"token": "...", "reason"?: "..."}
                                                           or {"by": "alice", "reason"?: "..."}
+    (approve and reject both take "reason"?: "..." and "payload"?: <JSON>, the edited draft)
     POST /v1/projects/{project_id}/runs/{run_id}/cancel   {"actor"?: "ops", "reason"?: "..."}
     POST /v1/projects/{project_id}/runs/{run_id}/retry    {"attempts"?: 3, "actor"?: "ops"}
 
@@ -17,14 +18,18 @@ way the run's open request is closed once: a second decision, with or without th
 E-APPROVAL-003. The event records who acted: with the token, ``actor`` in the body (a
 person's name; default the token's identity) goes into the event; without it, the token's
 identity is the event's ``actor`` and the name its ``by``. The authenticated token
-(``<scope>-token:<token_id>``) is in the event's metadata as ``actor``.
+(``<scope>-token:<token_id>``) is in the event's metadata as ``actor``. A decision's
+``reason`` (at most 2,000 characters) and ``payload`` (the handler's draft as the reviewer
+edited it; at most AWOOOP_STEP_RESULT_MAX_BYTES as JSON; null: not edited) go into the event
+and reach the handler (:mod:`awooop.runs.approval_options`).
 
 Every answer is the run's state as JSON (200), or a catalog error: E-AUTH-001 (401, missing or
 unknown bearer token), E-AUTH-002 (403, another project's token), E-AUTH-003 (403, not a
 management token), E-APPROVAL-001 (403, unknown approval token), E-APPROVAL-002 (410,
 expired), E-APPROVAL-003 (409, already used), E-RUN-001 (409, not allowed in the run's state),
-E-RUN-003 (404), E-INPUT-001 (400, malformed body or project id), E-INPUT-003 (413). A refused
-request writes nothing.
+E-RUN-003 (404), E-INPUT-001 (400, malformed body or project id, a reason too long), E-INPUT-003
+(413), E-DATA-001 (422, a payload Postgres cannot store), E-DATA-002 (422, a payload over the
+limit). A refused request writes nothing.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class DecisionBody(msgspec.Struct, forbid_unknown_fields=True):
     actor: str | None = None
     reason: str = ""
     by: str | None = None  # without the token: who decides as the bearer token
+    payload: Any = None  # the draft as the reviewer edited it
 
 
 class CancelBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -104,6 +110,7 @@ Action = Callable[[Connection, uuid.UUID, bytes, Principal], Awaitable[RunState]
 
 def routes(services: Services) -> list[BaseRoute]:
     limit = services.settings.http_max_body_bytes
+    payload_max = services.settings.step_result_max_bytes
 
     def route(action: Action) -> Callable[[Request], Awaitable[Response]]:
         """Authorise, read the body, then act in one tenant transaction of the project."""
@@ -123,8 +130,6 @@ def routes(services: Services) -> list[BaseRoute]:
     def decide(decision: Decision) -> Action:
         async def act(conn: Connection, run_id: uuid.UUID, raw: bytes, who: Principal) -> RunState:
             body: DecisionBody = _decode(raw, DecisionBody)
-            if len(body.reason) > control.MAX_REASON:
-                raise InvalidInputError("reason too long")
             if body.token is None:
                 if body.by is None or body.actor is not None:
                     raise InvalidInputError(
@@ -138,6 +143,8 @@ def routes(services: Services) -> list[BaseRoute]:
                     by=body.by,
                     reason=body.reason,
                     metadata=who.metadata(),
+                    payload=body.payload,
+                    payload_max_bytes=payload_max,
                 )
             if body.by is not None:
                 raise InvalidInputError('"by" is for a decision without the approval token')
@@ -149,6 +156,8 @@ def routes(services: Services) -> list[BaseRoute]:
                 actor=_actor(body.actor, who),
                 reason=body.reason,
                 metadata=who.metadata(),
+                payload=body.payload,
+                payload_max_bytes=payload_max,
             )
 
         return act

@@ -13,6 +13,7 @@
 | ``GET /ui/static/console-live.js`` | the live pages' script (:mod:`awooop.http.console_live`) |
 | ``GET /ui/dead-letters`` | open dead letters (project, channel, code, since), each to redrive |
 | ``GET /ui/pauses``, ``POST /ui/pauses/{action}`` | pauses; pause or resume (console_pauses.py) |
+| ``GET /ui/projects/{project}/flow``, ``POST .../{action}`` | flow control (console_flow.py) |
 
 Who sees what is the management API's rule (:func:`awooop.http.auth.authorize_stored`): a
 ``read`` or ``manage`` token its own project, an ``admin`` token every project; a ``read``
@@ -39,7 +40,8 @@ The console is one class, :class:`Console`, whose handlers are its methods, gath
 module per part: the login (:mod:`awooop.http.console_login`), the run pages
 (:mod:`awooop.http.console_pages`), the run actions (:mod:`awooop.http.console_actions`) and
 the bulk operations (:mod:`awooop.http.console_bulk`) and the lists of dead letters and
-operations (:mod:`awooop.http.console_lists`), over what they share
+operations (:mod:`awooop.http.console_lists`), the pauses (:mod:`awooop.http.console_pauses`)
+and a project's flow control (:mod:`awooop.http.console_flow`), over what they share
 (:mod:`awooop.http.console_access`: the session, where reads run; the HTML in
 :mod:`awooop.http.console_render`, Jinja2 templates escaped by default).
 """
@@ -51,6 +53,7 @@ from starlette.routing import BaseRoute, Route
 from awooop.http import console_live as live
 from awooop.http.console_actions import RunActions
 from awooop.http.console_bulk import BulkOperations
+from awooop.http.console_flow import FlowPages
 from awooop.http.console_lists import ListPages
 from awooop.http.console_login import LoginRoutes
 from awooop.http.console_pages import RunPages
@@ -58,7 +61,7 @@ from awooop.http.console_pauses import PausePages
 from awooop.services import Services
 
 
-class Console(LoginRoutes, RunPages, RunActions, BulkOperations, ListPages, PausePages):
+class Console(LoginRoutes, RunPages, RunActions, BulkOperations, ListPages, PausePages, FlowPages):
     """The console over ``services``: each route a method of one of its parts."""
 
     def routes(self) -> list[BaseRoute]:
@@ -79,6 +82,8 @@ class Console(LoginRoutes, RunPages, RunActions, BulkOperations, ListPages, Paus
             Route(live.SCRIPT_PATH, live.script, methods=["GET"]),
             Route("/ui/pauses", self.pauses_page, methods=["GET"]),
             Route("/ui/pauses/{action}", self.pause_action, methods=["POST"]),
+            Route("/ui/projects/{project}/flow", self.flow_page, methods=["GET"]),
+            Route("/ui/projects/{project}/flow/{action}", self.flow_action, methods=["POST"]),
         ]
 
 

@@ -18,7 +18,7 @@ from awooop.http.auth import authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_render import error_page
 from awooop.http.console_requests import path_run
-from awooop.runs import approvals, control, deadletters
+from awooop.runs import approval_options, approvals, control, deadletters
 
 ACTIONS = ("retry", "cancel", "approve", "reject", "redrive")
 
@@ -109,14 +109,16 @@ class RunActions(ConsoleAccess):
                     if action == "approve"
                     else approvals.Decision.REJECTED
                 )
+                limit = self.services.settings.step_result_max_bytes
+                edited = fields.get("payload", "")
                 return await approvals.decide_as(
                     conn,
                     run_id,
                     decision,
                     actor=actor,
                     by=fields.get("by", ""),
-                    reason=control.check_text(
-                        "reason", fields.get("reason", ""), control.MAX_REASON
-                    ),
+                    reason=fields.get("reason", ""),
                     metadata=metadata,
+                    payload=approval_options.parse_payload("the edited payload", edited, limit),
+                    payload_max_bytes=limit,
                 )

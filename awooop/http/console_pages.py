@@ -27,7 +27,7 @@ from awooop.http.console_render import SECURITY_HEADERS, error_page, filter_view
 from awooop.http.console_requests import path_run, run_filter
 from awooop.http.console_waterfall import duration_text, waterfall
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE
-from awooop.runs import deadletters, listing, run_rows
+from awooop.runs import approval_reviews, deadletters, listing, run_rows
 from awooop.runs.blocked import BlockedOn, Reason
 from projections import failures, model_calls, timeline
 
@@ -198,7 +198,7 @@ class RunPages(ConsoleAccess):
             state=state,
             blocked=(await self.decide(conn, [run_id])).get(run_id),
             history=await model_calls.history_from_log(conn, run_id),
-            approvals=await listing.approvals_of(conn, run_id),
+            approvals=await approval_reviews.reviews_of(conn, run_id),
             dead_letters=await deadletters.entries_of_run(conn, project_id, run_id),
             now=now,
             etag=live.run_etag(

@@ -24,6 +24,7 @@ from awooop.http.console_render import error_page, render
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE, check_project_id
 from awooop.runs import pauses
 from awooop.runs.pause_rules import Scope, describe_scope, scope_of
+from awooop.services import Services
 
 PAUSE_ACTIONS = ("pause", "resume")
 HISTORY = 50  # resumed pauses shown under the active ones
@@ -40,6 +41,34 @@ def form_scope(fields: dict[str, str]) -> tuple[Scope, str]:
     if kind == Scope.CONTRACT.value:
         return scope_of(contract=key)
     raise InvalidInputError(f"unknown scope {kind[:40]!r}")
+
+
+async def change(
+    services: Services,
+    session: sessions.Session,
+    project_id: str,
+    action: str,
+    fields: dict[str, str],
+) -> str:
+    """Pause or resume the scope ``fields`` name, in a tenant transaction of the project, as
+    the session's token (or the person the form names); what the page says after. The pause
+    and flow pages both act through it."""
+    principal = authorize_stored(session.principal, project_id, write=True)
+    scope, key = form_scope(fields)
+    person = fields.get("actor", "").strip() or principal.actor
+    what = f"{describe_scope(scope, key)} of {project_id}"
+    if action == "pause":
+        _, created = await services.db.in_tenant(
+            project_id,
+            lambda c: pauses.pause(
+                c, project_id, scope, key, reason=fields.get("reason", ""), actor=person
+            ),
+        )
+        return f"{what} paused" if created else f"{what} was already paused"
+    await services.db.in_tenant(
+        project_id, lambda c: pauses.resume(c, project_id, scope, key, actor=person)
+    )
+    return f"{what} resumed"
 
 
 class PausePages(ConsoleAccess):
@@ -87,23 +116,7 @@ class PausePages(ConsoleAccess):
             project_id = check_project_id(
                 fields.get("project", "").strip() or session.principal.project_id
             )
-            principal = authorize_stored(session.principal, project_id, write=True)
-            scope, key = form_scope(fields)
-            person = fields.get("actor", "").strip() or principal.actor
-            what = f"{describe_scope(scope, key)} of {project_id}"
-            if action == "pause":
-                _, created = await self.services.db.in_tenant(
-                    project_id,
-                    lambda c: pauses.pause(
-                        c, project_id, scope, key, reason=fields.get("reason", ""), actor=person
-                    ),
-                )
-                done = f"{what} paused" if created else f"{what} was already paused"
-            else:
-                await self.services.db.in_tenant(
-                    project_id, lambda c: pauses.resume(c, project_id, scope, key, actor=person)
-                )
-                done = f"{what} resumed"
+            done = await change(self.services, session, project_id, action, fields)
         except AwoooPError as exc:
             return error_page(exc, session, request)
         response = RedirectResponse(f"/ui/pauses?project={quote(project_id)}", 303)

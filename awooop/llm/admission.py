@@ -3,13 +3,16 @@ settled (the rules: :mod:`awooop.llm.flow_rules`; their rows: migration 0133).
 
 ``run.llm`` numbers its calls within the attempt and hands the gateway :meth:`FlowGate.admit`
 for each; the gateway calls it once the policy has chosen the model, before the model is
-called. ``admit`` reads the budgets and rate limits in force for the project and the model
-(one query; nothing more when there are none) and then:
+called. ``admit`` reads the budgets, rate limits and the model's price in force for the
+project and the model (one query, kept by the process for a second:
+:mod:`awooop.llm.flow_cache`; nothing more when there are none) and then:
 
 1. **Budgets** (project-wide and the model's own), in one transaction in a fixed order: each
    counter of the current period takes the call's reservation with one conditional UPDATE
    (settled + reserved + this call <= budget), and a reservation row keyed by (run, attempt,
-   call sequence, model scope) records it. Refused, the open reservations of attempts that no
+   call sequence, model scope) records it. A budget counts tokens or, in cost, credits: the
+   reserved tokens at the higher of the model's two prices (no price: E-BUDGET-004 before
+   anything is reserved). Refused, the open reservations of attempts that no
    longer hold their run's lease are released first (a crashed worker's call was never
    recorded, so it is not charged) and the UPDATE is tried once more. Still refused: the
    whole reservation rolls back and the call fails with E-BUDGET-001 (``on_exceed`` fail) or
@@ -43,30 +46,32 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-import msgspec
-
 from awooop.core import metrics
 from awooop.core.db import Connection, Database
-from awooop.core.errors import FlowWaitTooLongError, OverBudgetError
+from awooop.core.errors import FlowWaitTooLongError, OverBudgetError, PriceNotFoundError
 from awooop.core.logs import get_logger
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.eventlog import queries
+from awooop.llm import flow_cache
 from awooop.llm.calls import called_event
 from awooop.llm.client import ModelRequest
+from awooop.llm.flow_cache import Rules
 from awooop.llm.flow_rules import (
     Budget,
+    BudgetUnit,
     OnExceed,
+    Ticket,
     WaitReason,
-    charge,
+    charges,
     key_text,
     reservation,
+    reserved_cost,
 )
 from awooop.llm.gateway import ModelCall
 from awooop.runs import leases
 
 log = get_logger(__name__)
 
-RULES = queries.load("llm_rules")
 ENSURE = queries.load("llm_usage_ensure")
 RESERVE = queries.load("llm_reserve")
 RELEASE_STALE = queries.load("llm_release_stale")
@@ -83,11 +88,8 @@ VISIBLE_WAIT_S = 1.0  # a shorter wait is not recorded for blocked_on (nobody wo
 Admit = Callable[[ModelRequest], Awaitable[None]]
 
 
-class Ticket(msgspec.Struct, frozen=True):
-    """The reservations of one call: the tokens reserved, per model scope."""
-
-    seq: int
-    reserved: dict[str, int]
+class _NoToken(Exception):
+    pass
 
 
 class _Refused(Exception):
@@ -137,23 +139,26 @@ class FlowGate:
     async def _tx(self, fn: Callable[[Connection], Awaitable[Any]]) -> Any:
         return await self._db.in_tenant(self.project_id, fn, timeout_s=self._io_timeout_s)
 
-    async def _rules(self, model: str) -> tuple[list[Budget], list[tuple[uuid.UUID, str]]]:
-        rows = await self._tx(lambda conn: conn.fetch(RULES, self.project_id, model))
-        budgets = [_budget(self.project_id, r) for r in rows if r["kind"] == "budget"]
-        return budgets, [(r["id"], r["model"]) for r in rows if r["kind"] == "limit"]
+    async def _rules(self, model: str, *, fresh: bool = False) -> tuple[Rules, bool]:
+        return await flow_cache.read(self._db, self._tx, self.project_id, model, fresh=fresh)
 
     async def admit(self, seq: int, request: ModelRequest) -> None:
-        budgets, limit_ids = await self._rules(request.model)
-        if not budgets and not limit_ids:
+        rules, cached = await self._rules(request.model)
+        if rules.empty:
             return
         deadline = time.monotonic() + self._max_wait_s
         try:
-            if budgets:
-                ticket = await self._reserve(seq, request, budgets, deadline)
+            if rules.budgets:
+                ticket = await self._reserve(seq, request, rules, deadline)
                 if ticket is not None:
                     self._tickets[seq] = ticket
-            if limit_ids:
-                await self._take(limit_ids, deadline)
+            limits = rules.limits
+            while limits:
+                stale = await self._take(limits, deadline, retry=cached)
+                if not stale:
+                    break
+                # A cached limit was replaced or ended meanwhile: ask with the rules now.
+                limits, cached = (await self._rules(request.model, fresh=True))[0].limits, False
         finally:
             if self._waiting:
                 self._waiting = False
@@ -164,32 +169,52 @@ class FlowGate:
 
     # --- budgets ------------------------------------------------------------------------------
 
-    async def _reserve(
-        self, seq: int, request: ModelRequest, budgets: list[Budget], deadline: float
-    ) -> Ticket | None:
-        counted = False
-        while budgets:
-            amounts = {b.model: reservation(request.options, b) for b in budgets}
-            for b in budgets:
-                if amounts[b.model] > b.tokens:  # can never fit, whatever the period
+    def _amounts(
+        self, request: ModelRequest, rules: Rules
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """The tokens a call reserves on each budget, and the amount in the budget's unit."""
+        tokens = {b.model: reservation(request.options, b) for b in rules.budgets}
+        amounts = dict(tokens)
+        for b in rules.budgets:
+            if b.unit is BudgetUnit.COST:
+                if rules.price is None:
                     metrics.LLM_THROTTLED.labels("refused").inc()
-                    raise OverBudgetError(
-                        f"the call reserves {amounts[b.model]} tokens, more than the whole "
-                        f"budget of {key_text(self.project_id, b.model)} ({b.tokens} per "
-                        f"{b.period_s} s)",
+                    raise PriceNotFoundError(
+                        f"model {request.model!r} has no price, and the budget of "
+                        f"{key_text(self.project_id, b.model)} is in cost: set its price "
+                        "(awooop projects price set)",
                         project_id=self.project_id,
                     )
+                amounts[b.model] = reserved_cost(tokens[b.model], *rules.price)
+            if amounts[b.model] > b.amount:  # can never fit, whatever the period
+                metrics.LLM_THROTTLED.labels("refused").inc()
+                raise OverBudgetError(
+                    f"the call reserves {amounts[b.model]} {b.unit_word}, more than the whole "
+                    f"budget of {key_text(self.project_id, b.model)} ({b.amount} per "
+                    f"{b.period_s} s)",
+                    project_id=self.project_id,
+                )
+        return tokens, amounts
+
+    async def _reserve(
+        self, seq: int, request: ModelRequest, rules: Rules, deadline: float
+    ) -> Ticket | None:
+        counted = False
+        while rules.budgets:
+            budgets = rules.budgets
+            tokens, amounts = self._amounts(request, rules)
             self._check()
             try:
                 await self._tx(
                     functools.partial(self._try_reserve, seq=seq, budgets=budgets, amounts=amounts)
                 )
-                return Ticket(seq, dict(amounts))
+                units = {b.model: b.unit for b in budgets}
+                return Ticket(seq, dict(amounts), units, tokens, rules.price)
             except _Refused as refused:
                 b, key = refused.budget, key_text(self.project_id, refused.budget.model)
                 what = (
-                    f"{refused.used} of {b.tokens} tokens used and {refused.reserved} reserved "
-                    f"this period; the call reserves {amounts[b.model]}"
+                    f"{refused.used} of {b.amount} {b.unit_word} used and {refused.reserved} "
+                    f"reserved this period; the call reserves {amounts[b.model]}"
                 )
                 if b.on_exceed is OnExceed.FAIL:
                     metrics.LLM_THROTTLED.labels("refused").inc()
@@ -216,7 +241,7 @@ class FlowGate:
                     refused.end,
                     min(to_end, BUDGET_RETRY_S, left),
                 )
-            budgets = (await self._rules(request.model))[0]
+            rules = (await self._rules(request.model, fresh=True))[0]
         return None
 
     async def _try_reserve(
@@ -224,20 +249,20 @@ class FlowGate:
     ) -> None:
         async with conn.transaction():  # a savepoint: a refusal takes every reservation back
             for b in budgets:
-                amount = amounts[b.model]
-                period = await conn.fetchrow(ENSURE, self.project_id, b.model, b.period_s)
+                amount, unit = amounts[b.model], b.unit.value
+                period = await conn.fetchrow(ENSURE, self.project_id, b.model, b.period_s, unit)
                 assert period is not None
                 counter = (self.project_id, b.model, b.period_s, period["start"])
-                row = await conn.fetchrow(RESERVE, *counter, amount, b.tokens)
+                row = await conn.fetchrow(RESERVE, *counter, amount, b.amount, unit)
                 if row is None:
-                    swept = await conn.fetchrow(RELEASE_STALE, *counter)
+                    swept = await conn.fetchrow(RELEASE_STALE, *counter, unit)
                     if swept is not None and swept["released"]:
                         log.info(
                             "llm_reservations_released",
                             key=key_text(self.project_id, b.model),
                             released=swept["released"],
                         )
-                    row = await conn.fetchrow(RESERVE, *counter, amount, b.tokens)
+                    row = await conn.fetchrow(RESERVE, *counter, amount, b.amount, unit)
                     if row is None:
                         raise _Refused(
                             b,
@@ -247,27 +272,44 @@ class FlowGate:
                             period["now"],
                         )
                 await conn.execute(
-                    ADD, self.run_id, self.attempt, seq, b.model, *counter[:1], *counter[2:], amount
+                    ADD,
+                    self.run_id,
+                    self.attempt,
+                    seq,
+                    b.model,
+                    *counter[:1],
+                    *counter[2:],
+                    amount,
+                    unit,
                 )
 
     # --- rate limits --------------------------------------------------------------------------
 
-    async def _take(self, limits: Sequence[tuple[uuid.UUID, str]], deadline: float) -> None:
+    async def _take(
+        self, limits: Sequence[tuple[uuid.UUID, str]], deadline: float, *, retry: bool
+    ) -> bool:
+        """Take a token of each limit and sleep until the last is due. True (nothing taken):
+        a token was refused and ``retry`` says the limits may be stale (from the cache)."""
         self._check()
         left = max(0.0, deadline - time.monotonic())
 
         async def take(conn: Connection) -> tuple[datetime, datetime, str] | None:
             latest: tuple[datetime, datetime, str] | None = None
-            async with conn.transaction():
-                for limit_id, model in limits:
-                    row = await conn.fetchrow(TAKE, limit_id, left)
-                    if row is None:
-                        return None
-                    if latest is None or row["due"] > latest[0]:
-                        latest = (row["due"], row["now"], model)
+            try:
+                async with conn.transaction():  # a refused token gives the others back
+                    for limit_id, model in limits:
+                        row = await conn.fetchrow(TAKE, limit_id, left)
+                        if row is None:
+                            raise _NoToken
+                        if latest is None or row["due"] > latest[0]:
+                            latest = (row["due"], row["now"], model)
+            except _NoToken:
+                return None
             return latest
 
         got = await self._tx(take)
+        if got is None and retry:
+            return True
         if got is None:
             metrics.LLM_THROTTLED.labels("refused").inc()
             raise FlowWaitTooLongError(
@@ -281,6 +323,7 @@ class FlowGate:
             metrics.LLM_THROTTLED.labels(WaitReason.RATE_LIMITED.value).inc()
             key = key_text(self.project_id, model)
             await self._wait(WaitReason.RATE_LIMITED, key, "", due, wait_s)
+        return False
 
     # --- waiting --------------------------------------------------------------------------------
 
@@ -315,12 +358,8 @@ class FlowGate:
         """Write ``call``'s ModelCalled (fenced: only while the attempt holds its lease) and
         settle its reservations to its reported usage, in one transaction."""
         result = call.result
-        charged = charge(
-            max(ticket.reserved.values(), default=0),
-            result is not None,
-            None if result is None else result.input_tokens,
-            None if result is None else result.output_tokens,
-        )
+        counts = (None, None) if result is None else (result.input_tokens, result.output_tokens)
+        charged = charges(ticket, result is not None, *counts)
         worker_id, attempt = self.worker_id, self.attempt
 
         async def write(conn: Connection) -> None:
@@ -337,23 +376,13 @@ class FlowGate:
         with unavailable_on_connection_errors("the model call record failed"):
             await self._tx(write)
 
-    async def settle(self, conn: Connection, ticket: Ticket, charged: int) -> None:
-        """Settle call ``ticket`` to ``charged`` tokens on ``conn`` (the transaction of its
-        ModelCalled event), in the order reservations were taken (no lock cycles)."""
+    async def settle(self, conn: Connection, ticket: Ticket, charged: dict[str, int]) -> None:
+        """Settle call ``ticket`` to what it ``charged`` each model scope (in its budget's
+        unit) on ``conn`` (the transaction of its ModelCalled event), in the order reservations
+        were taken (no lock cycles)."""
         for model in sorted(ticket.reserved):
-            await conn.fetchrow(SETTLE, self.run_id, self.attempt, ticket.seq, model, charged)
-        metrics.LLM_BUDGET_TOKENS.inc(charged)
-
-
-def _budget(project_id: str, row: Any) -> Budget:
-    return Budget(
-        budget_id=row["id"],
-        project_id=project_id,
-        model=row["model"],
-        tokens=row["tokens"],
-        period_s=int(row["period_s"]),
-        reserve_tokens=row["reserve_tokens"],
-        on_exceed=OnExceed(row["on_exceed"]),
-        set_by="",
-        valid_from=datetime.min,
-    )
+            used = charged[model]
+            await conn.fetchrow(SETTLE, self.run_id, self.attempt, ticket.seq, model, used)
+        tokens = [charged[m] for m, u in ticket.units.items() if u is BudgetUnit.TOKENS]
+        if tokens:
+            metrics.LLM_BUDGET_TOKENS.inc(tokens[0])

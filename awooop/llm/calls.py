@@ -91,4 +91,6 @@ def called_event(call: ModelCall, *, worker_id: str, attempt: int, at: datetime)
         answer="" if call.result is None else kept(call.result.text, TEXT_CHARS),
         input_tokens=None if call.result is None else call.result.input_tokens,
         output_tokens=None if call.result is None else call.result.output_tokens,
+        try_number=call.try_number,
+        next_try_in_s=call.next_try_in_s,
     )

@@ -18,6 +18,8 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     options: dict[str, Any] = msgspec.field(default_factory=dict)
     revision_id: uuid.UUID | None = None  # the policy revision that routed this call
     body_hash: str | None = None
+    # The policy's ``retry`` section (awooop.worker.policies.with_contract); not sent.
+    retry: dict[str, Any] | None = None
 
 
 class ModelResponse(msgspec.Struct, frozen=True, kw_only=True):

@@ -79,6 +79,8 @@ class ModelCall:
     result: LLMResult | None
     error: Exception | None
     prompt: str = ""  # the caller's prompt (the request's, when the call was routed)
+    try_number: int = 1  # of the call's tries under its retry policy (awooop.worker.policies)
+    next_try_in_s: float | None = None  # failed: the wait before the next try (None: none)
 
     def unwrap(self) -> LLMResult:
         """The result, or the call's own error raised again."""
@@ -109,6 +111,7 @@ def build_request(
         options=merged,
         revision_id=policy.revision_id,
         body_hash=policy.body_hash,
+        retry=body.get("retry") if isinstance(body.get("retry"), dict) else None,
     )
 
 

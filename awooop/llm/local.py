@@ -4,6 +4,9 @@ The answer is a pure function of (model, system, prompt, revision): ``local:<mod
 <16 hex digits of SHA-256>``, so a test can tell which policy revision served a call. Its token
 counts are as deterministic (:func:`local_tokens`: whitespace-separated words).
 ``local:?delay_ms=N`` sleeps N ms per call to stand in for model latency.
+``local:?fail_first=N`` fails the first N calls of each prompt (per model and prompt, counted
+by the client instance) as a model server answering ``fail_status`` (default 503: E-LLM-002
+with a transient status, which run.llm retries) would, then answers: for retry tests.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import hashlib
 import uuid
 from urllib.parse import parse_qs, urlsplit
 
-from awooop.core.errors import ConfigError
+from awooop.core.errors import ConfigError, ModelResponseError
 from awooop.llm.client import ModelRequest, ModelResponse
 
 
@@ -32,21 +35,28 @@ def local_tokens(*texts: str | None) -> int:
 
 
 def parse_delay_ms(url: str) -> float:
+    return _number(url, "delay_ms", 0)
+
+
+def _number(url: str, name: str, default: float) -> float:
     query = parse_qs(urlsplit(url).query)
-    values = query.get("delay_ms", ["0"])
+    values = query.get(name, [str(default)])
     try:
-        delay = float(values[-1])
+        value = float(values[-1])
     except ValueError:
-        raise ConfigError(f"local model URL {url!r}: delay_ms must be a number") from None
-    if delay < 0:
-        raise ConfigError(f"local model URL {url!r}: delay_ms must not be negative")
-    return delay
+        raise ConfigError(f"local model URL {url!r}: {name} must be a number") from None
+    if value < 0:
+        raise ConfigError(f"local model URL {url!r}: {name} must not be negative")
+    return value
 
 
 class LocalModel:
     def __init__(self, url: str = "local:") -> None:
         self.url = url
         self.delay_s = parse_delay_ms(url) / 1000.0
+        self.fail_first = int(_number(url, "fail_first", 0))
+        self.fail_status = int(_number(url, "fail_status", 503))
+        self.failed: dict[tuple[str, str], int] = {}  # failures so far, per (model, prompt)
         self.calls = 0
         self.closed = False
 
@@ -54,6 +64,15 @@ class LocalModel:
         if self.delay_s > 0:
             await asyncio.sleep(self.delay_s)
         self.calls += 1
+        key = (request.model, request.prompt)
+        if self.failed.get(key, 0) < self.fail_first:
+            self.failed[key] = self.failed.get(key, 0) + 1
+            raise ModelResponseError(
+                f"model server answered {self.fail_status}: local failure {self.failed[key]}"
+                f" of {self.fail_first} (fail_first)",
+                url=self.url,
+                status=self.fail_status,
+            )
         text = local_completion(request.model, request.system, request.prompt, request.revision_id)
         return ModelResponse(
             text=text,

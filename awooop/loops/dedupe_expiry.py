@@ -8,6 +8,10 @@ as the tables' owner, it detaches (``CONCURRENTLY``: ingest goes on) and drops t
 windows. The cost is a few catalogue reads plus one scan per window that may be dead, however
 many rows the table holds: no row is deleted one by one.
 
+The same loop keeps the model-call flow tables bounded: each iteration then deletes, in
+batches, the reservations of calls finished and the waits ended longer than
+``AWOOOP_LLM_FLOW_RETENTION_S`` ago (:mod:`awooop.llm.flow_retention`).
+
 Correctness never depends on this loop: the ingest statement already treats a row past
 ``expires_at`` as absent. The loop only keeps the table bounded, and ingest needs the windows
 it creates (a row with no window is refused: ``awooop_dedupe_windows_ahead_seconds`` and the
@@ -20,6 +24,7 @@ from awooop.core import metrics
 from awooop.core.logs import get_logger
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.eventlog import dedupe_windows as windows
+from awooop.llm import flow_retention
 from awooop.services import Services
 
 LOOP_NAME = "dedupe_expiry"
@@ -45,6 +50,7 @@ def loops(services: Services) -> list[LoopSpec]:
             dropped = await windows.drop_dead(settings.database_url, now, longest, parts)
             if dropped:
                 metrics.DEDUPE_EXPIRED.inc(dropped)
+        await flow_retention.expire_once(services.db, settings.llm_flow_retention_s)
 
     return [
         LoopSpec(
@@ -52,6 +58,7 @@ def loops(services: Services) -> list[LoopSpec]:
             category=LoopCategory.PLATFORM,
             interval_s=settings.dedupe_expiry_interval_s,
             body=body,
-            description="create the dedupe table's windows ahead; drop expired ones (R-04)",
+            description="create the dedupe table's windows ahead; drop expired ones (R-04); "
+            "delete finished model-call reservations and waits past their retention",
         )
     ]

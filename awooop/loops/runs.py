@@ -7,7 +7,9 @@
   is requeued as a suspect, uncharged, to run alone (:mod:`awooop.runs.leases.suspects`).
   WAITING_APPROVAL is never touched.
 - ``approval-expiry`` (platform, every ``AWOOOP_APPROVAL_RESOLVER_INTERVAL_S``): runs whose
-  approval token expired FAIL with E-APPROVAL-002 and their tokens are marked expired.
+  approval expired (at the request's own ``expires_in``, else the worker's
+  AWOOOP_APPROVAL_TTL_S) FAIL with E-APPROVAL-002, or resume when the request said
+  ``on_expire="return"`` (the handler gets the expiry); their tokens are marked expired.
 
 Both work in batches of ``BATCH`` rows, one transaction each, ``FOR UPDATE SKIP LOCKED``: any
 number of copies may run at once (in ``awooop loops run`` and in ``awooop worker
@@ -22,6 +24,7 @@ from awooop.core.db import Database
 from awooop.core.events import RunRequeued
 from awooop.core.logs import get_logger
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.eventlog.state import RunStatus
 from awooop.runs import approvals, leases
 from awooop.services import Services
 
@@ -63,15 +66,22 @@ async def reap_once(db: Database, batch: int = BATCH) -> tuple[int, int]:
 
 
 async def expire_approvals_once(db: Database, batch: int = BATCH) -> int:
-    """One approval-expiry pass; returns the number of runs failed."""
+    """One approval-expiry pass; returns the number of runs whose approval expired (failed,
+    or resumed when the request said "return")."""
     total = 0
     for _ in range(MAX_BATCHES_PER_ITERATION):
-        failed = await db.in_platform_writes(lambda conn: approvals.expire_due(conn, batch))
-        for state in failed:
-            metrics.RUNS_FINISHED.labels("FAILED").inc()
-            log.info("approval_expired", run_id=str(state.run_id), project_id=state.project_id)
-        total += len(failed)
-        if len(failed) < batch:
+        expired = await db.in_platform_writes(lambda conn: approvals.expire_due(conn, batch))
+        for state in expired:
+            if state.status is RunStatus.FAILED:  # else resumed: the request said "return"
+                metrics.RUNS_FINISHED.labels("FAILED").inc()
+            log.info(
+                "approval_expired",
+                run_id=str(state.run_id),
+                project_id=state.project_id,
+                status=state.status.value,
+            )
+        total += len(expired)
+        if len(expired) < batch:
             break
     return total
 

@@ -68,18 +68,19 @@ PAUSED_SCOPES = """
 SELECT scope, count(*) AS pauses FROM awooop_flow_pauses
 WHERE resumed_at IS NULL GROUP BY scope
 """
-# The project-wide model-call budgets in force and their current period, the most used first
-# (awooop_llm_budgets' active index; one counter row each): awooop_llm_budget_tokens.
+# The project-wide model-call token budgets in force and their current period, the most used
+# first (awooop_llm_budgets' active index; one counter row each): awooop_llm_budget_tokens.
 BUDGET_TOP = 20
 LLM_BUDGETS = """
 SELECT b.project_id, b.tokens AS budget, coalesce(u.used, 0) AS used,
        coalesce(u.reserved, 0) AS reserved
 FROM awooop_llm_budgets b
 LEFT JOIN awooop_llm_budget_usage u
-    ON u.project_id = b.project_id AND u.model = b.model AND u.period_s = b.period_s
+    ON u.project_id = b.project_id AND u.model = b.model AND u.unit = b.unit
+   AND u.period_s = b.period_s
    AND u.period_start = date_bin(make_interval(secs => b.period_s), now(),
                                  timestamptz '2000-01-01 00:00:00+00')
-WHERE b.valid_to IS NULL AND b.model = ''
+WHERE b.valid_to IS NULL AND b.model = '' AND b.unit = 'tokens'
 ORDER BY coalesce(u.used, 0) + coalesce(u.reserved, 0) DESC, b.project_id
 LIMIT $1
 """

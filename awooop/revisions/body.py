@@ -22,6 +22,7 @@ import msgspec
 
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.errors import InvalidContractBodyError, InvalidInputError
+from awooop.core.retry_rules import RETRY_FIELDS, retry_problem
 
 POLICY_FAMILY = "policy_routing"
 CHANNEL_EVENT_FAMILY = "channel_event"
@@ -118,6 +119,48 @@ def _validate_policy(body: dict[str, Any]) -> None:
     routes = body.get("routes", {})
     if not isinstance(routes, dict) or not all(isinstance(m, str) and m for m in routes.values()):
         raise InvalidContractBodyError("policy_routing: routes must map route names to model names")
+    retry = body.get("retry")
+    if retry is not None:
+        _validate_retry(retry)
+
+
+RETRY_WORDS = {
+    "max_attempts": "an integer",
+    "on": "a list of error codes",
+    **{name: "a number" for name in ("initial_s", "multiplier", "max_s", "jitter")},
+}
+
+
+def _validate_retry(retry: Any) -> None:
+    """A policy's ``retry`` section: the fields of a retry policy (docs/workers.md, Retries and
+    timeouts), each optional, for the model calls the policy routes."""
+    if not isinstance(retry, dict):
+        raise InvalidContractBodyError("policy_routing: retry must be an object")
+    unknown = sorted(set(retry) - set(RETRY_FIELDS))
+    if unknown:
+        raise InvalidContractBodyError(f"policy_routing: retry: unknown field {unknown[0]!r}")
+    for name, kind in RETRY_FIELDS.items():
+        if name not in retry:
+            continue
+        value = retry[name]
+        if kind is list:
+            fits = isinstance(value, list) and all(isinstance(c, str) for c in value)
+        else:
+            fits = isinstance(value, int if kind is int else int | float)
+        if not fits or isinstance(value, bool):
+            raise InvalidContractBodyError(
+                f"policy_routing: retry: {name} must be {RETRY_WORDS[name]}"
+            )
+    problem = retry_problem(
+        max_attempts=retry.get("max_attempts", 1),
+        initial_s=retry.get("initial_s", 0.0),
+        multiplier=retry.get("multiplier", 1.0),
+        max_s=retry.get("max_s", 0.0),
+        jitter=retry.get("jitter", 0.0),
+        codes=retry.get("on", []),
+    )
+    if problem is not None:
+        raise InvalidContractBodyError(f"policy_routing: retry: {problem}")
 
 
 def _validate_topology(body: dict[str, Any]) -> None:

@@ -10,13 +10,15 @@ from Redis once per shard) and names a :class:`Reason`:
 |                  | its project, channel or contract is paused     | paused                 |
 |                  | its concurrency key has no free slot           | over_concurrency_limit |
 |                  | no worker alive, none read its shard recently  | pending_no_worker      |
+|                  | live workers, none serves its contract/project | no_worker_for_contract |
 |                  | a suspect: waits to run alone on a worker      | pending_isolation      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
 |                  | otherwise: readers are there, all busy         | pending_workers_busy   |
 | RUNNING          | lease live, a model call waits for a token     | rate_limited           |
 |                  | lease live, a model call waits for a budget    | over_budget            |
 |                  | lease live                                     | running                |
-| WAITING_TOOL     | lease live                                     | waiting_tool           |
+| WAITING_TOOL     | lease live, its tools answered, its key full   | over_concurrency_limit |
+|                  | lease live                                     | waiting_tool           |
 | either           | lease expired (the reaper's turn)              | lease_expired          |
 | WAITING_APPROVAL | approval open / past its expiry                | waiting_approval /     |
 |                  |                                                | approval_expired       |
@@ -30,18 +32,16 @@ in and since when, as its worker reported it with its last lease renewal.
 The rows are checked top down: a PENDING run retried after a crash whose shard nobody reads is
 ``pending_no_worker`` (that is what blocks it); its attempt is in the summary either way.
 
-Why derived at read time and not projected into run state: half of the answer is the clock
-(a lease or an approval past its time changes the reason with no event) and the rest lives
-outside the run's event stream (consumers of a Redis group, the open dead-letter and approval
-rows). A projected field would be stale the moment a lease ran out, would need a write
-per heartbeat, and could not be rebuilt by replay from the log alone. One indexed query per
-page plus one Redis round trip per shard is cheap, and the CLI, the console, ``awooop doctor``
-and the ``awooop_runs_blocked`` gauge all call this one function, so they cannot disagree.
+Derived at read time, not projected into run state: half of the answer is the clock (a lease
+or an approval past its time changes the reason with no event), the rest lives outside the
+run's stream (a Redis group's consumers, dead-letter, approval and wait rows); a projected
+field would be stale, need a write per heartbeat and could not be rebuilt by replay. The CLI,
+the console, ``awooop doctor`` and the ``awooop_runs_blocked`` gauge all call this one
+function, so they cannot disagree.
 """
 
 from __future__ import annotations
 
-import enum
 import uuid
 from datetime import datetime
 from typing import Any
@@ -51,50 +51,12 @@ import msgspec
 from awooop.core.durations import elapsed
 from awooop.core.errors import DeliveryLimitError
 from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunStatus
+from awooop.runs.blocked_reasons import REASON_STATUSES as REASON_STATUSES
+from awooop.runs.blocked_reasons import Reason as Reason
 from awooop.runs.pause_rules import Scope, describe_scope, resume_command
 
 DELIVERY_LIMIT_CODE = DeliveryLimitError.code  # the worker dead-lettered the message
 DEAD_LETTER_CODES = frozenset({MAX_ATTEMPTS_CODE, DELIVERY_LIMIT_CODE})
-
-
-class Reason(enum.StrEnum):
-    PENDING_NO_WORKER = "pending_no_worker"
-    PENDING_WORKERS_BUSY = "pending_workers_busy"
-    PENDING_DEAD_LETTERED = "pending_dead_lettered"
-    PENDING_ISOLATION = "pending_isolation"
-    PAUSED = "paused"
-    OVER_CONCURRENCY_LIMIT = "over_concurrency_limit"
-    RETRY_PENDING = "retry_pending"
-    RUNNING = "running"
-    RATE_LIMITED = "rate_limited"
-    OVER_BUDGET = "over_budget"
-    LEASE_EXPIRED = "lease_expired"
-    WAITING_TOOL = "waiting_tool"
-    WAITING_APPROVAL = "waiting_approval"
-    APPROVAL_EXPIRED = "approval_expired"
-    FAILED = "failed"
-    FAILED_DEAD_LETTERED = "failed_dead_lettered"
-
-
-# The statuses each reason can come from: a console filter on a reason narrows the SQL by these.
-REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
-    Reason.PENDING_NO_WORKER: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.PENDING_WORKERS_BUSY: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.PENDING_ISOLATION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.PAUSED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.OVER_CONCURRENCY_LIMIT: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
-    Reason.RUNNING: frozenset({RunStatus.RUNNING}),
-    Reason.RATE_LIMITED: frozenset({RunStatus.RUNNING}),
-    Reason.OVER_BUDGET: frozenset({RunStatus.RUNNING}),
-    Reason.LEASE_EXPIRED: frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL}),
-    Reason.WAITING_TOOL: frozenset({RunStatus.WAITING_TOOL}),
-    Reason.WAITING_APPROVAL: frozenset({RunStatus.WAITING_APPROVAL}),
-    Reason.APPROVAL_EXPIRED: frozenset({RunStatus.WAITING_APPROVAL}),
-    Reason.FAILED: frozenset({RunStatus.FAILED}),
-    Reason.FAILED_DEAD_LETTERED: frozenset({RunStatus.FAILED}),
-}
 
 
 class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -129,24 +91,30 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     concurrency_key: str | None = None
     concurrency_max: int | None = None
     concurrency_executing: int | None = None
+    # Its limit's global maximum over every key of the scope, and the scope's runs holding slots
+    concurrency_global_max: int | None = None
+    concurrency_scope_executing: int | None = None
     # The step an attempt reported with its last renewal (migration 0127), and which attempt.
     current_step: str | None = None
     current_step_started_at: datetime | None = None
     current_step_attempt: int | None = None
-    # A model call of the running attempt waits (awooop.llm.admission): why, on which key
-    # (awooop_llm:<project>[:<model>]), what the budget says, and until when.
+    # A flow-control wait of the attempt: why, on which key, what, until when: a model call's
+    # (awooop.llm.admission), or a re-admission's after its tools (awooop.worker.tool_waits).
     flow_reason: str | None = None
     flow_key: str = ""
     flow_detail: str = ""
     flow_until: datetime | None = None
+    # Its contract, and whether a live worker serves it (awooop.runs.routing; migration 0137):
+    # None when unknown (no live worker process, or not a PENDING/RESUMED run).
+    contract_id: str | None = None
+    served: bool | None = None
 
 
 class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
-    """Who reads a shard's work stream. ``known`` False: Redis did not answer (then no PENDING
-    run is called unread: that would be a guess). ``workers``: the worker processes alive by
-    their own heartbeats (``awooop_live_workers()``); each reads every shard, and it is the
-    truth where ``XINFO CONSUMERS`` is not (on Redis 7.0 a read that returns nothing does not
-    reset a consumer's idle time, so idle workers on a quiet stream look gone)."""
+    """Who reads a shard's work stream. ``known`` False: Redis did not answer (no PENDING run
+    is then called unread on a guess). ``workers``: worker processes alive by their heartbeats
+    (``awooop_live_workers()``), each reading every shard: the truth where ``XINFO CONSUMERS``
+    is not (on Redis 7.0 empty reads do not reset an idle consumer's idle time)."""
 
     shard: int
     known: bool
@@ -181,23 +149,31 @@ def current_step(f: RunFacts) -> tuple[str, datetime] | None:
     """Pure: the step the run's attempt is in and since when, as its worker last reported it;
     None when it is in none, or when what the row holds is another attempt's (a report is
     only the current attempt's while it holds the run)."""
-    if (
-        f.status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL)
-        and f.current_step is not None
-        and f.current_step_started_at is not None
-        and f.current_step_attempt == f.attempt_count
-    ):
-        return f.current_step, f.current_step_started_at
+    step, started_at = f.current_step, f.current_step_started_at
+    if step is None or started_at is None or f.current_step_attempt != f.attempt_count:
+        return None
+    return (step, started_at) if f.status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL) else None
+
+
+def limit_text(f: RunFacts) -> str | None:
+    """Pure: which limit holds a keyed run back, with its count, or None: every slot of its key
+    held (RUNNING runs with a live lease), or every slot of its scope under the limit's global
+    maximum."""
+    if f.concurrency_key is None:
+        return None
+    if f.concurrency_max is not None and (f.concurrency_executing or 0) >= f.concurrency_max:
+        return (
+            f"concurrency key {f.concurrency_key} is at its limit: "
+            f"{f.concurrency_executing} of {f.concurrency_max} executing"
+        )
+    top = f.concurrency_global_max
+    if top is not None and (f.concurrency_scope_executing or 0) >= top:
+        scope = f.concurrency_key.split("/", 1)[0]
+        return (
+            f"the global maximum of {scope} is reached: {f.concurrency_scope_executing} of "
+            f"{top} executing over all its keys"
+        )
     return None
-
-
-def over_limit(f: RunFacts) -> bool:
-    """Pure: a keyed run whose key's slots are all held (live leases)."""
-    return (
-        f.concurrency_key is not None
-        and f.concurrency_max is not None
-        and (f.concurrency_executing or 0) >= f.concurrency_max
-    )
 
 
 def step_text(f: RunFacts) -> str:
@@ -255,12 +231,12 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     summary=f"{waiting}; {scope} of {f.project_id} paused by {f.paused_by}{why}",
                     next_action=resume_command(f.project_id, f.paused_scope, f.paused_key),
                 )
-            if over_limit(f):
+            held = limit_text(f)
+            if held is not None:
                 return _blocked(
                     f,
                     reason=Reason.OVER_CONCURRENCY_LIMIT,
-                    summary=f"{waiting}; concurrency key {f.concurrency_key} is at its limit: "
-                    f"{f.concurrency_executing} of {f.concurrency_max} executing",
+                    summary=f"{waiting}; {held}",
                     next_action="none: it starts when a run of its key ends; awooop projects "
                     f"limits --project {f.project_id}",
                 )
@@ -270,6 +246,16 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     reason=Reason.PENDING_NO_WORKER,
                     summary=f"{waiting}; no worker has read shard {shard.shard} recently",
                     next_action="start an awooop worker (awooop doctor: consumer groups)",
+                )
+            if f.served is False:
+                contract = f.contract_id or "(none)"
+                return _blocked(
+                    f,
+                    reason=Reason.NO_WORKER_FOR_CONTRACT,
+                    summary=f"{waiting}; no live worker serves contract {contract} of "
+                    f"{f.project_id}",
+                    next_action="start a worker that serves it: awooop worker --handler H "
+                    + (f"--contract {f.contract_id}" if f.contract_id else "(no --contract)"),
                 )
             if f.suspect_worker_id is not None:
                 return _blocked(
@@ -315,6 +301,18 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     worker_id=f.worker_id,
                     **step,
                 )
+            slot_wait = f.flow_reason == Reason.OVER_CONCURRENCY_LIMIT  # tool_waits.py
+            if f.status is RunStatus.WAITING_TOOL and slot_wait:
+                return _blocked(
+                    f,
+                    reason=Reason.OVER_CONCURRENCY_LIMIT,
+                    summary=f"{f.flow_detail}: waits for a slot of concurrency key "
+                    f"{f.concurrency_key} to continue ({f.concurrency_executing} of "
+                    f"{f.concurrency_max} executing); {lease}",
+                    next_action="none: it continues when a run of its key ends; awooop "
+                    f"projects limits --project {f.project_id}",
+                    worker_id=f.worker_id,
+                )
             if f.status is RunStatus.WAITING_TOOL:
                 return _blocked(
                     f,
@@ -325,7 +323,7 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     **step,
                 )
             running = f"running attempt {f.attempt_count} of {f.max_attempts}"
-            if f.status is RunStatus.RUNNING and f.flow_reason is not None:
+            if f.status is RunStatus.RUNNING and f.flow_reason is not None and not slot_wait:
                 detail = f" ({f.flow_detail})" if f.flow_detail else ""
                 return _blocked(
                     f,
@@ -378,7 +376,10 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
             return _blocked(
                 f,
                 reason=reason,
-                summary=f"failed after attempt {f.attempt_count} of {f.max_attempts}: {why}",
+                # FAILED is final: no attempt of the run follows on its own (a handler's
+                # exception fails the run; its max_attempts are for crashes and lost leases).
+                summary=f"failed in attempt {f.attempt_count} of {f.max_attempts}, no attempt "
+                f"follows: {why}",
                 next_action=action,
                 retry_allowed=True,  # RunRetried is legal from every FAILED run (log.state)
             )

@@ -20,13 +20,19 @@
   so ``AWOOOP_LEASE_TTL_S`` is a safe window), and :data:`LIVE_WORKERS` counts the worker
   processes alive by their own heartbeats in ``awooop_processes``. Either says the shard is
   read: on Redis 7.0 an idle worker's reads that return nothing do not reset its idle time.
-- the model-call wait of a RUNNING run's attempt (``awooop_llm_waits``, by its primary key):
-  ``blocked_on`` then says ``rate_limited`` or ``over_budget``, the key and until when.
+- the flow-control wait of a RUNNING or WAITING_TOOL run's attempt (``awooop_llm_waits``, by
+  its primary key): ``blocked_on`` then says ``rate_limited`` or ``over_budget`` (a model
+  call), the key and until when, or ``over_concurrency_limit`` (its tool call answered and it
+  waits for a slot of its key to continue: :mod:`awooop.worker.tool_waits`).
+- a keyed PENDING, RESUMED or WAITING_TOOL run's key, its maximum and how many of the key's
+  runs hold a slot (RUNNING with a live lease; one probe of
+  ``awooop_run_state_concurrency_idx``): ``blocked_on`` then says ``over_concurrency_limit``
+  when the key is full.
 - the widest active pause that holds a PENDING or RESUMED run (``awooop_flow_pauses``, one
   probe of its active index by project): ``blocked_on`` then says ``paused``.
-- a keyed PENDING or RESUMED run's key, its maximum and how many of the key's runs hold a
-  live lease (one probe of ``awooop_run_state_concurrency_idx``): ``blocked_on`` then says
-  ``over_concurrency_limit`` when the key is full.
+- :func:`with_routes` marks whether a live worker serves each PENDING or RESUMED run's
+  contract in its project (``awooop_contract_served``, migration 0137: once per distinct pair):
+  ``blocked_on`` then says ``no_worker_for_contract`` when none does.
 - :func:`with_dead_letters` marks the PENDING and RESUMED runs that have an open dead letter
   (:func:`awooop.eventlog.deadletters.open_of_runs`: one probe of
   ``awooop_dead_letters_open_run_idx`` per such run).
@@ -63,6 +69,12 @@ log = get_logger(__name__)
 LIVE = ("PENDING", "RESUMED", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL")
 # Worker processes alive by their heartbeats (migration 0121): a count, for every role.
 LIVE_WORKERS = "SELECT awooop_live_workers()"
+# Whether a live worker serves each (project, contract) pair (migration 0137), for every role.
+SERVED = """
+SELECT u.project_id, u.contract_id, awooop_contract_served(u.project_id, u.contract_id) AS served
+FROM unnest($1::text[], $2::text[]) AS u(project_id, contract_id)
+"""
+WAITING = (RunStatus.PENDING, RunStatus.RESUMED)
 
 # --- SQL -------------------------------------------------------------------------------------
 # One statement for all the Postgres facts of the runs in $1 (or of every live run).
@@ -70,12 +82,13 @@ _SELECT = f"""
 SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, rs.worker_id,
        rs.lease_until, rs.heartbeat_at, rs.waiting_for, rs.approval_expires_at,
        rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now, rs.suspect_worker_id,
-       rs.current_step, rs.current_step_started_at, rs.current_step_attempt,
+       rs.current_step, rs.current_step_started_at, rs.current_step_attempt, rs.contract_id,
        ap.name AS approval_name, ap.reason AS approval_reason,
        ended.event_type AS last_end_type, ended.data ->> 'reason' AS last_end_reason,
        pz.scope AS paused_scope, pz.scope_key AS paused_key, pz.paused_by,
        pz.reason AS paused_reason,
        rs.concurrency_key, rs.concurrency_max, ck.executing AS concurrency_executing,
+       gm.global_max AS concurrency_global_max, gm.executing AS concurrency_scope_executing,
        fw.reason AS flow_reason, fw.wait_key AS flow_key, fw.detail AS flow_detail,
        fw.until AS flow_until
 FROM awooop_run_state rs
@@ -105,12 +118,25 @@ LEFT JOIN LATERAL (
 ) pz ON true
 LEFT JOIN LATERAL (
     SELECT count(*)::int AS executing FROM awooop_run_state k
-    WHERE rs.status IN ('PENDING', 'RESUMED') AND rs.concurrency_key IS NOT NULL
+    WHERE rs.status IN ('PENDING', 'RESUMED', 'WAITING_TOOL') AND rs.concurrency_key IS NOT NULL
       AND k.project_id = rs.project_id AND k.concurrency_key = rs.concurrency_key
-      AND k.status IN ('RUNNING', 'WAITING_TOOL') AND k.lease_until > now()
+      AND k.status = 'RUNNING' AND k.lease_until > now()
 ) ck ON rs.concurrency_key IS NOT NULL
+LEFT JOIN LATERAL (
+    -- the global maximum of its limit's scope, if any, and the scope's runs holding slots
+    SELECT l.global_max,
+           (SELECT count(*)::int FROM awooop_run_state g
+            WHERE g.project_id = rs.project_id AND g.concurrency_key IS NOT NULL
+              AND g.concurrency_scope = rs.concurrency_scope
+              AND g.status = 'RUNNING' AND g.lease_until > now()) AS executing
+    FROM awooop_concurrency_limits l
+    WHERE rs.status IN ('PENDING', 'RESUMED', 'WAITING_TOOL') AND rs.concurrency_key IS NOT NULL
+      AND l.project_id = rs.project_id AND l.global_max IS NOT NULL
+      AND l.scope || ':' || l.scope_key = rs.concurrency_scope
+) gm ON true
 LEFT JOIN awooop_llm_waits fw
-    ON fw.run_id = rs.run_id AND rs.status = 'RUNNING' AND fw.attempt = rs.attempt_count
+    ON fw.run_id = rs.run_id AND rs.status IN ('RUNNING', 'WAITING_TOOL')
+   AND fw.attempt = rs.attempt_count
    AND fw.ended_at IS NULL
 """  # noqa: S608 - constant identifiers
 FACTS = _SELECT + "WHERE rs.run_id = ANY($1::uuid[])"
@@ -158,6 +184,8 @@ def facts_of(row: Any) -> RunFacts:
         concurrency_key=row["concurrency_key"],
         concurrency_max=row["concurrency_max"],
         concurrency_executing=row["concurrency_executing"],
+        concurrency_global_max=row["concurrency_global_max"],
+        concurrency_scope_executing=row["concurrency_scope_executing"],
         paused_reason=row["paused_reason"] or "",
         current_step=row["current_step"],
         current_step_started_at=row["current_step_started_at"],
@@ -166,6 +194,7 @@ def facts_of(row: Any) -> RunFacts:
         flow_key=row["flow_key"] or "",
         flow_detail=row["flow_detail"] or "",
         flow_until=row["flow_until"],
+        contract_id=row["contract_id"],
     )
 
 
@@ -179,9 +208,30 @@ async def with_dead_letters(conn: Connection, facts: Sequence[RunFacts]) -> list
     ]
 
 
+async def with_routes(conn: Connection, facts: Sequence[RunFacts]) -> list[RunFacts]:
+    """``facts`` with ``served`` set for the PENDING/RESUMED runs: whether a live worker serves
+    the run's contract in its project (one call per distinct pair; None: no worker is live)."""
+    pairs = sorted({(f.project_id, f.contract_id or "") for f in facts if f.status in WAITING})
+    if not pairs:
+        return list(facts)
+    rows = await conn.fetch(SERVED, [p for p, _ in pairs], [c or None for _, c in pairs])
+    served = {(r["project_id"], r["contract_id"] or ""): r["served"] for r in rows}
+    return [
+        msgspec.structs.replace(f, served=served[(f.project_id, f.contract_id or "")])
+        if f.status in WAITING
+        else f
+        for f in facts
+    ]
+
+
+async def gathered(conn: Connection, rows: Sequence[Any]) -> list[RunFacts]:
+    """The facts of ``rows`` (of :data:`FACTS` or :data:`LIVE_FACTS`) with what other tables
+    say: open dead letters and the workers' routes."""
+    return await with_routes(conn, await with_dead_letters(conn, [facts_of(r) for r in rows]))
+
+
 async def run_facts(conn: Connection, run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, RunFacts]:
-    rows = await conn.fetch(FACTS, list(run_ids))
-    facts = await with_dead_letters(conn, [facts_of(row) for row in rows])
+    facts = await gathered(conn, await conn.fetch(FACTS, list(run_ids)))
     return {f.run_id: f for f in facts}
 
 
@@ -237,7 +287,7 @@ async def count_by_reason(
     conn: Connection, redis: Any, keys: Keys, window_s: float
 ) -> dict[tuple[str, str], int]:
     """Runs per (project_id, reason): every live run, and FAILED runs (the gauge's sample)."""
-    live = await with_dead_letters(conn, [facts_of(row) for row in await conn.fetch(LIVE_FACTS)])
+    live = await gathered(conn, await conn.fetch(LIVE_FACTS))
     failed = await conn.fetch(FAILED_COUNTS)
     projects = {f.project_id for f in live} | {row["project_id"] for row in failed}
     shards = await shards_facts(conn, redis, keys, projects, window_s)

@@ -22,6 +22,7 @@ from awooop.core.db import Database
 from awooop.core.loop_heartbeats import DatabaseHeartbeats, project_source
 from awooop.core.loops import LoopSpec, run_loop, run_loops, set_heartbeat_sink
 from awooop.llm.gateway import ModelGateway
+from awooop.runs.routing import ALL, Routes
 from awooop.services import Services
 from awooop.worker.context import LLMClient, Notifier
 from awooop.worker.executor import Handler
@@ -60,12 +61,14 @@ def build_worker(
     worker_id: str | None = None,
     touch: Toucher | None = None,
     loops: Sequence[LoopSpec] = (),
+    routes: Routes = ALL,
 ) -> WorkerParts:
     """One worker. With ``redis`` (and ``keys``) it takes work from the work streams: the
     stream intake and its reclaim loop are built with it. ``streams`` is the worker's mode
     (polling backs off for the intake), by default whether ``redis`` is given; a streams
     worker without ``redis`` is one for :meth:`Worker.run_until_idle`. ``loops``: background
-    loops that this worker also runs, over every project, stopped with its intake."""
+    loops that this worker also runs, over every project, stopped with its intake. ``routes``:
+    the runs it serves (awooop.runs.routing; every run by default)."""
     if redis is not None and keys is None:
         raise ValueError("a stream intake needs the stream keys")
     worker = Worker(
@@ -78,6 +81,7 @@ def build_worker(
         notifier=notifier,
         streams=redis is not None if streams is None else streams,
         touch=touch,
+        routes=routes,
     )
     parts = WorkerParts(worker)
     if redis is not None and worker.streams:

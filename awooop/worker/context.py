@@ -6,8 +6,10 @@ becomes the run's result. ``run`` offers:
 - ``await run.step(name, fn)``: journaled work. If a step of that name completed in an earlier
   attempt, its recorded result is returned and ``fn`` is not called again; otherwise ``fn()``
   runs and ``StepCompleted`` is written fenced (only while this attempt holds the lease). A
-  step name is used once per run. Results are stored as JSON: pass ``type=`` to get the same
-  type back from a recorded result (``msgspec.convert``). A result Postgres cannot store (text
+  step name is used once per run. Results are stored as JSON; the first attempt gets what a
+  replay gets (``type=T``: a ``T``, else JSON builtins); a value JSON cannot hold, or larger
+  than AWOOOP_STEP_RESULT_MAX_BYTES, is refused (:mod:`awooop.worker.step_values`).
+  A result Postgres cannot store (text
   holding ``\\u0000`` or a lone surrogate) raises E-DATA-001 (``UnstorableValueError``,
   naming the step and the value's place) to the handler, and nothing is recorded; left
   uncaught, it fails the run with that reason. Other runs whose steps were written in the same
@@ -25,7 +27,9 @@ becomes the run's result. ``run`` offers:
   notifier). After an approval the run is dispatched again, the handler runs from the top,
   and this call returns the recorded approval.
 - ``await run.wait_for_tool(tool, call)``: WAITING_TOOL while ``call()`` runs (the lease is
-  kept and renewed), the result is journaled like a step (name ``tool:<tool>``).
+  kept and renewed; the run holds no slot of its concurrency key), the result is journaled
+  like a step (name ``tool:<tool>``) once the run is admitted under its key again
+  (:mod:`awooop.worker.tool_waits`; calls made in parallel are one wait of the run).
 - ``run.run_id``, ``run.project_id``, ``run.input`` (the payload), ``run.attempt``,
   ``run.steps`` (results recorded so far), ``run.log``.
 
@@ -38,16 +42,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Protocol, TypeVar, cast
-
-import msgspec
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar, Unpack
 
 from awooop.core.batching import data_error
+from awooop.core.config import STEP_RESULT_MAX_BYTES
 from awooop.core.db import Database
 from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
-from awooop.core.events import Event, StepCompleted, ToolResultReceived, ToolWaitStarted
+from awooop.core.events import Event, StepCompleted
 from awooop.core.logs import get_logger
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import encoded_problem, unstorable
@@ -56,15 +58,17 @@ from awooop.eventlog.state import RunState
 from awooop.llm.admission import Admit, FlowGate
 from awooop.llm.calls import called_event
 from awooop.llm.gateway import LLMResult, ModelCall
-from awooop.runs import approvals, leases
-from awooop.runs.approvals import ApprovalTicket, Decision
+from awooop.runs import approval_options, approvals, leases
+from awooop.runs.approvals import ApprovalTicket
+from awooop.worker import approval_grants, policies
 from awooop.worker.attempts import Attempt, trace_metadata
+from awooop.worker.step_values import journal, recorded
+from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
 
 T = TypeVar("T")
 log = get_logger("awooop.worker")
 
 APPROVAL_STEP_PREFIX = "approval:"
-TOOL_STEP_PREFIX = "tool:"
 
 
 class LLMClient(Protocol):
@@ -90,14 +94,7 @@ class Suspended(BaseException):
     A BaseException so that a handler's ``except Exception`` does not swallow it."""
 
 
-@dataclass(frozen=True)
-class ApprovalGrant:
-    """What ``wait_for_approval`` returns once the approval was granted."""
-
-    name: str
-    actor: str | None
-    decided_at: datetime | None
-    by: str | None = None  # the person, when a management token or console session decided
+ApprovalGrant = approval_grants.ApprovalDecision  # what ``wait_for_approval`` returns
 
 
 class RunContext:
@@ -113,8 +110,11 @@ class RunContext:
         approval_ttl_s: float,
         io_timeout_s: float | None = None,
         flow_max_wait_s: float = 3600.0,
+        slots: SlotBell | None = None,
+        step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
     ) -> None:
         self._attempt = attempt
+        self._result_max_bytes = step_result_max_bytes
         self._io_timeout_s = io_timeout_s
         self._db = db
         self._writer = writer
@@ -145,6 +145,16 @@ class RunContext:
             max_wait_s=flow_max_wait_s,
             io_timeout_s=io_timeout_s,
         )
+        self._tools = ToolWaits(
+            db=db,
+            state=state,
+            worker_id=self.worker_id,
+            attempt=self.attempt,
+            write=self._write,
+            check=self.check,
+            slots=slots,
+            io_timeout_s=io_timeout_s,
+        )
 
     @property
     def steps(self) -> Mapping[str, Any]:
@@ -161,7 +171,12 @@ class RunContext:
             raise LeaseLostError(f"attempt stopped: {reason}", run_id=self.run_id)
 
     async def step(
-        self, name: str, fn: Callable[[], Awaitable[T]], *, type: type[T] | None = None
+        self,
+        name: str,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        type: type[T] | None = None,
+        **how: Unpack[policies.How],
     ) -> T:
         self._use(name)
         with tracer.start_as_current_span(
@@ -178,8 +193,8 @@ class RunContext:
             span.set_attribute("awooop.step.replayed", False)
             self.check()
             with self._in_step(name) as started_at:
-                result = await fn()
-                encoded = msgspec.to_builtins(result)
+                result, tries = await policies.step_tries(fn, how, name, self.check)
+                encoded, result = journal(f"step {name!r}", result, type, self._result_max_bytes)
                 try:
                     await self._write(
                         lambda _s, now: StepCompleted(
@@ -189,6 +204,7 @@ class RunContext:
                             step=name,
                             result=encoded,
                             started_at=started_at,
+                            **tries.fields(),
                         )
                     )
                 except Exception as exc:
@@ -211,8 +227,9 @@ class RunContext:
         if self._llm is None:
             raise RuntimeError("this worker has no model gateway")
         self.check()
+        tries = policies.ModelTries.of(options)  # retry=, timeout= (awooop.worker.policies)
         seq = self._flow.next_call()
-        call = await self._llm.call(
+        call = await tries.client(self._llm).call(
             self.project_id,
             prompt,
             contract=contract,
@@ -236,28 +253,32 @@ class RunContext:
             if call.error is not None and exc.__cause__ is None:
                 raise exc from call.error
             raise
-        return call.unwrap()
+        return await tries.after(call, self.llm, prompt, contract, options)
 
     async def wait_for_approval(
-        self, name: str = "approval", *, reason: str = "", notify: Notifier | None = None
+        self,
+        name: str = "approval",
+        *,
+        reason: str = "",
+        notify: Notifier | None = None,
+        payload: Any = None,
+        expires_in: timedelta | None = None,
+        on_reject: approval_options.Policy = "fail",
+        on_expire: approval_options.Policy = "fail",
     ) -> ApprovalGrant:
         approvals.check_name(name)
+        ask = approval_grants.ask(payload, expires_in, on_reject, on_expire, self._result_max_bytes)
         step_name = APPROVAL_STEP_PREFIX + name
         self._use(step_name)
         if step_name in self._steps:
-            recorded = self._steps[step_name] or {}
-            return ApprovalGrant(
-                name=name, actor=recorded.get("actor"), decided_at=None, by=recorded.get("by")
-            )
+            return approval_grants.replayed(name, self._steps[step_name])
         self.check()
         attempt = self._attempt
 
         async def decide_or_ask(conn: Any) -> ApprovalGrant | ApprovalTicket:
             found = await approvals.find_decision(conn, self.run_id, name)
-            if found is not None and found.decision is Decision.APPROVED:
-                grant = {"actor": found.actor, "decided_at": found.decided_at.isoformat()}
-                if found.by is not None:
-                    grant["by"] = found.by
+            if found is not None and approval_grants.answers(found):
+                grant = approval_grants.recorded(found)
                 await leases.fenced_record(
                     conn,
                     self.run_id,
@@ -272,9 +293,7 @@ class RunContext:
                     ),
                     trace_metadata(),
                 )
-                return ApprovalGrant(
-                    name=name, actor=found.actor, decided_at=found.decided_at, by=found.by
-                )
+                return approval_grants.replayed(name, grant)
             attempt.finishing = True
             return await approvals.request(
                 conn,
@@ -285,6 +304,7 @@ class RunContext:
                 reason=reason,
                 ttl_s=self._approval_ttl_s,
                 metadata=trace_metadata(),
+                **vars(ask),
             )
 
         try:
@@ -296,7 +316,7 @@ class RunContext:
             attempt.finishing = False
             raise
         if isinstance(outcome, ApprovalGrant):
-            self._steps[step_name] = {"actor": outcome.actor}
+            self._steps[step_name] = approval_grants.recorded(outcome)
             return outcome
         self.log.info("approval_requested", name=name, expires_at=outcome.expires_at.isoformat())
         sender = notify or self._notifier
@@ -307,54 +327,38 @@ class RunContext:
                 self.log.exception("approval_notify_failed", name=name)
         raise Suspended(name)
 
-    async def wait_for_tool(self, tool: str, call: Callable[[], Awaitable[T]]) -> T:
+    async def wait_for_tool(
+        self,
+        tool: str,
+        call: Callable[[], Awaitable[T]],
+        *,
+        type: type[T] | None = None,
+        **how: Unpack[policies.How],
+    ) -> T:
         step_name = TOOL_STEP_PREFIX + tool
         self._use(step_name)
         if step_name in self._steps:
-            return cast(T, self._steps[step_name])
+            return self._recorded(step_name, type)
         self.check()
-        await self._write(
-            lambda _s, now: ToolWaitStarted(
-                at=now, worker_id=self.worker_id, attempt=self.attempt, tool=tool
-            )
-        )
-        with (
-            tracer.start_as_current_span(
-                f"tool {tool}",
-                attributes={"awooop.run_id": str(self.run_id), "awooop.tool": tool},
-            ),
-            self._in_step(step_name) as started_at,
-        ):
-            result = await call()
-        encoded = msgspec.to_builtins(result)
-        refused = encoded_problem(encoded, "result")
-        if refused is not None:
-            raise unstorable(f"tool {tool!r} result", UnstorableValueError(refused))
-
-        async def finish(conn: Any) -> None:
-            for make in (
-                lambda _s, now: ToolResultReceived(
-                    at=now,
-                    worker_id=self.worker_id,
-                    attempt=self.attempt,
-                    tool=tool,
-                    result=encoded,
+        await self._tools.start(tool)  # the run is WAITING_TOOL: it holds no slot of its key
+        try:
+            with (
+                tracer.start_as_current_span(
+                    f"tool {tool}",
+                    attributes={"awooop.run_id": str(self.run_id), "awooop.tool": tool},
                 ),
-                lambda _s, now: StepCompleted(
-                    at=now,
-                    worker_id=self.worker_id,
-                    attempt=self.attempt,
-                    step=step_name,
-                    result=encoded,
-                    started_at=started_at,
-                ),
+                self._in_step(step_name) as started_at,
             ):
-                await leases.fenced_record(
-                    conn, self.run_id, self.worker_id, self.attempt, make, trace_metadata()
-                )
-
-        with unavailable_on_connection_errors("the tool result write failed"):
-            await self._db.in_tenant(self.project_id, finish, timeout_s=self._io_timeout_s)
+                result, tries = await policies.tool_tries(call, how, tool, self.check)
+            encoded, result = journal(f"step {step_name!r}", result, type, self._result_max_bytes)
+            refused = encoded_problem(encoded, "result")
+            if refused is not None:
+                raise unstorable(f"tool {tool!r} result", UnstorableValueError(refused))
+        except BaseException:
+            self._tools.gave_up()
+            raise
+        # Written once the run is re-admitted under its concurrency key (tool_waits.py).
+        await self._tools.answered(tool, encoded, started_at, **tries.fields())
         self._steps[step_name] = encoded
         return result
 
@@ -381,10 +385,7 @@ class RunContext:
         self._used.add(name)
 
     def _recorded(self, name: str, type_: type[T] | None) -> T:
-        value = self._steps[name]
-        if type_ is None:
-            return cast(T, value)
-        return msgspec.convert(value, type_)
+        return recorded(f"step {name!r}", self._steps[name], type_)
 
     async def _write(self, make: Callable[[RunState, datetime], Event]) -> RunState:
         self.check()  # a stopped attempt writes nothing more, even where the fence would allow

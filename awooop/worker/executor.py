@@ -38,6 +38,7 @@ from awooop.worker.outcomes import (
     local_deadline_passed,
     own_trace,
 )
+from awooop.worker.tool_waits import SlotBell
 
 log = get_logger("awooop.worker")
 
@@ -66,6 +67,7 @@ class Executor:
         # while): a later attempt of the same run waits for its predecessor here.
         self.handlers: dict[uuid.UUID, asyncio.Task[object]] = {}
         self.drained = asyncio.Event()
+        self.slots = SlotBell()  # a keyed attempt here freed a slot (tool_waits.py)
         self.drained.set()
         self.finished: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
         self.last_writes = LastWrites(db=db, worker_id=worker_id)
@@ -172,6 +174,8 @@ class Executor:
             approval_ttl_s=self.settings.approval_ttl_s,
             io_timeout_s=self.settings.lease_io_timeout_s,
             flow_max_wait_s=self.settings.llm_flow_max_wait_s,
+            slots=self.slots,
+            step_result_max_bytes=self.settings.step_result_max_bytes,
         )
         if not await self._predecessor_ended(attempt):
             if attempt.stop_reason is not None:

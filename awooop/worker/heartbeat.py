@@ -43,6 +43,7 @@ from awooop.eventlog.runs import CurrentStep
 from awooop.runs import leases
 from awooop.runs.control import CANCEL_CHANNEL
 from awooop.runs.pauses import RESUME_CHANNEL
+from awooop.runs.routing import ROUTE_CHANNEL, Routes, notice_served
 from awooop.worker.attempts import Attempt, StopReason, StreamEntry
 from awooop.worker.executor import Executor
 from awooop.worker.outcomes import lease_lost
@@ -157,7 +158,9 @@ class CancelListener:
     most one primary-key read per gap.
 
     The same connection listens for resumed pauses (:data:`awooop.runs.pauses.RESUME_CHANNEL`),
-    another doorbell: ``on_resume`` makes the polling path look at once (resume_bell.py).
+    another doorbell: ``on_resume`` makes the polling path look at once (resume_bell.py); and
+    for routing notices (awooop.runs.routing): ``on_route`` owes the polling path one start for
+    each run of this worker's ``routes`` that another worker's delivery could not take.
 
     Reconnects with a pause when the connection drops; meanwhile the heartbeat still finds
     cancelled runs (their leases are no longer renewed)."""
@@ -168,9 +171,13 @@ class CancelListener:
         database_url: str,
         db: Database,
         on_resume: Callable[[], None] | None = None,
+        routes: Routes | None = None,
+        on_route: Callable[[], None] | None = None,
     ) -> None:
         self.executor = executor
         self.on_resume = on_resume
+        self.routes = routes
+        self.on_route = on_route
         self.database_url = database_url
         self.statements = leases.RunStatements(db)
         self.connected = asyncio.Event()
@@ -193,6 +200,13 @@ class CancelListener:
         """A pause was resumed (awooop.runs.pauses): the polling path looks at once."""
         if self.on_resume is not None:
             self.on_resume()
+
+    def _routed(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        """Another worker acknowledged the message of a run that this one serves (its routes,
+        awooop.runs.routing): the polling path owes it a start, at any age, now."""
+        routes, owe = self.routes, self.on_route
+        if owe is not None and routes is not None and notice_served(routes, str(payload)):
+            owe()
 
     async def check(self) -> None:
         """Read who holds the runs the notices named, and stop the attempts the rows condemn."""
@@ -258,6 +272,8 @@ class CancelListener:
                 await conn.add_listener(CANCEL_CHANNEL, self._notified)
                 if self.on_resume is not None:
                     await conn.add_listener(RESUME_CHANNEL, self._resumed)
+                if self.on_route is not None:
+                    await conn.add_listener(ROUTE_CHANNEL, self._routed)
                 self.connected.set()
                 stopper = asyncio.ensure_future(stop.wait())
                 dropped = asyncio.ensure_future(closed.wait())

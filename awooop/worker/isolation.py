@@ -35,6 +35,7 @@ from awooop.core.db import Database
 from awooop.core.logs import get_logger
 from awooop.eventlog.state import RunState
 from awooop.runs.leases import suspects
+from awooop.runs.routing import ALL, Routes
 from awooop.worker.attempts import trace_metadata
 from awooop.worker.executor import Executor
 
@@ -55,8 +56,10 @@ class Isolation:
         executor: Executor,
         worker_id: str,
         stopping: Callable[[], bool],
+        routes: Routes = ALL,
     ) -> None:
         self.db = db
+        self.routes = routes  # only suspects it serves (awooop.runs.routing)
         self.settings = settings
         self.executor = executor
         self.worker_id = worker_id
@@ -139,7 +142,8 @@ class Isolation:
             self._open.set()
 
     async def _waiting(self) -> bool:
-        return await self.db.in_platform(suspects.suspects_waiting)
+        served = self.routes.params
+        return await self.db.in_platform(lambda conn: suspects.suspects_waiting(conn, served))
 
     async def _drained(self, within_s: float) -> bool:
         deadline = time.monotonic() + within_s
@@ -153,7 +157,9 @@ class Isolation:
         settings = self.settings
         meta = trace_metadata()
         return await self.db.in_platform_writes(
-            lambda conn: suspects.claim_suspect(conn, self.worker_id, settings.lease_ttl_s, meta),
+            lambda conn: suspects.claim_suspect(
+                conn, self.worker_id, settings.lease_ttl_s, meta, self.routes.params
+            ),
             timeout_s=settings.lease_io_timeout_s,
         )
 

@@ -14,6 +14,10 @@ with Postgres, the authority:
 | its lease expired                    | take it (reap decision)   | take it (reap decision)     |
 | dispatchable                         | take the lease, run       | FAIL (E-RUN-005), dead letter |
 
+A run that this worker does not serve (awooop.runs.routing) and that it would take or dead-letter
+is handed to the claim, which refuses it: the entry is acknowledged and the workers that serve
+the run are rung (their polling path takes it, or the reap decision if its lease expired).
+
 "Too many deliveries" fails a run only when nobody is making progress on it: a message for a
 run that a live worker holds is a redundant doorbell (a duplicate publication, or the one the
 holder did not claim through), and failing that run would be wrong. Such a message is left

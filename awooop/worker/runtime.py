@@ -5,23 +5,18 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
 - **the work stream** (R-16): the relay announces every dispatch event; a delivery names the
   run, the worker takes the lease with one conditional statement
   (:func:`awooop.worker.claims.claim_announced`) and runs it. No lease, no execution: the
-  message is acknowledged when the run is finished, cancelled, waiting for approval or paused
-  (a resume rings the polling path: resume_bell.py), and left pending while a live lease
-  elsewhere holds it.
-- **reclaim** (R-16): pending entries idle longer than the lease are claimed from dead
-  consumers and reconciled with Postgres (:mod:`awooop.worker.reclaim`).
-- **polling** (R-11, R-33): every ``poll_interval_s`` the worker claims dispatchable runs that
-  have waited at least that long (no message got them taken: Redis lost it) and takes runs
-  whose lease expired, ``FOR UPDATE SKIP LOCKED``. Without streams (``streams=False``) polling
-  is the only path and runs continuously.
-
-``run(stop)`` serves until ``stop`` is set, then shuts down (docs/workers.md, Shutdown): stop taking
-work, give in-flight runs ``shutdown_grace_s`` to finish, cancel the rest and hand their leases
-back (``LeaseReleased``, a dispatch event: another worker takes them at once). Worker ids are
-unique per process start. ``run_until_idle()`` is the burst mode for tests.
-
-The statements of each claim path are in :mod:`awooop.worker.claims`; putting a worker
-together with its stream intake and loops is :func:`awooop.worker.assembly.build_worker`.
+  message is acknowledged when the run is finished, cancelled, waiting for approval, paused (a
+  resume rings the polling path: resume_bell.py) or deferred by the fair order between
+  projects (the deferral rings it), and left pending while a live lease elsewhere holds it.
+- **reclaim** (R-16): entries idle past the lease, reconciled (:mod:`awooop.worker.reclaim`).
+- **polling** (R-11, R-33): every ``poll_interval_s``, dispatchable runs that waited that long
+  (Redis lost their message) and runs whose lease expired, ``FOR UPDATE SKIP LOCKED``; without
+  streams polling is the only path and runs continuously.
+Every path claims only runs the worker serves (``routes``: awooop.runs.routing).
+``run(stop)`` serves until ``stop`` is set, then shuts down (docs/workers.md, Shutdown): stop
+taking work, give in-flight runs ``shutdown_grace_s`` to finish, cancel the rest and hand their
+leases back (``LeaseReleased``). ``run_until_idle()`` is the burst mode. The claim paths'
+statements: :mod:`awooop.worker.claims`; assembly: :func:`awooop.worker.assembly.build_worker`.
 """
 
 from __future__ import annotations
@@ -47,6 +42,7 @@ from awooop.core.logs import get_logger
 from awooop.core.telemetry import tracer
 from awooop.eventlog.state import RunState
 from awooop.runs.leases import Availability
+from awooop.runs.routing import ALL, Routes
 from awooop.worker import claims
 from awooop.worker.attempts import StopReason, StreamEntry, trace_metadata
 from awooop.worker.claims import Claimed
@@ -57,6 +53,7 @@ from awooop.worker.isolation import Isolation
 from awooop.worker.last_writes import FLUSHES_PER_PROJECT
 from awooop.worker.outcomes import Outcome
 from awooop.worker.resume_bell import ResumeBell
+from awooop.worker.tasks import finish
 
 log = get_logger("awooop.worker")
 
@@ -82,8 +79,10 @@ class Worker:
         notifier: Notifier | None = None,
         streams: bool = False,
         touch: Toucher | None = None,
+        routes: Routes = ALL,
     ) -> None:
         self.db = db
+        self.routes = routes  # the runs it serves (awooop.runs.routing): every claim path
         # Every claim, completion, fenced write and renewal on the run pool ends within this
         # bound (awooop.core.bounded.bounded), shorter than the local lease (settings check).
         db.run_timeout_s = settings.lease_io_timeout_s
@@ -107,12 +106,21 @@ class Worker:
             touch=touch,
         )
         self.resume_bell = ResumeBell()  # a resumed pause: poll at once (resume_bell.py)
+        self.executor.slots.on_ring = self.resume_bell.ring  # so does a key's freed slot
         self.cancel_listener = CancelListener(
-            self.executor, settings.database_url, db, on_resume=self.resume_bell.ring
+            self.executor,
+            settings.database_url,
+            db,
+            on_resume=self.resume_bell.ring,
+            routes=routes,
+            on_route=self.resume_bell.owe,  # a start owed to each run routed here (routing.py)
         )
         self.accepting = True
         self.claims: Batcher[str, tuple[uuid.UUID, dict[str, Any]], Claimed] = Batcher(
-            self._flush_claims, parallel=FLUSHES_PER_PROJECT
+            lambda _project, items: claims.claim_announced(
+                db, settings, self.worker_id, items, routes
+            ),
+            parallel=FLUSHES_PER_PROJECT,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._slot_freed = asyncio.Event()
@@ -123,6 +131,7 @@ class Worker:
             executor=self.executor,
             worker_id=self.worker_id,
             stopping=self.stopping,
+            routes=routes,
         )
         # Deliveries handled so far by the stream intake (set by it): polling backs off while
         # this moves.
@@ -130,11 +139,6 @@ class Worker:
         self._last_activity = 0
 
     # --- taking one announced run (stream delivery, reclaim) -----------------------------------
-
-    async def _flush_claims(
-        self, project_id: str, items: list[tuple[uuid.UUID, dict[str, Any]]]
-    ) -> list[Claimed | BaseException]:
-        return await claims.claim_announced(self.db, self.settings, self.worker_id, items)
 
     def _orphaned_claim(self, got: Claimed | RunState) -> None:
         """A claim whose requester was cancelled (shutdown) before it returned: hand the lease
@@ -185,8 +189,17 @@ class Worker:
                     assert got.seen is not None
                     if got.seen in (Availability.SUSPECT, Availability.EXPIRED):
                         self.isolation.wake()  # a suspect (now, or once reaped) waits
+                    elif got.seen in claims.OWES_A_TURN:
+                        self.resume_bell.owe()  # polling takes the fair order's head now
                     state, settled = await claims.take_if_expired(
-                        self.db, self.settings, self.worker_id, run_id, project_id, got.seen, meta
+                        self.db,
+                        self.settings,
+                        self.worker_id,
+                        run_id,
+                        project_id,
+                        got.seen,
+                        meta,
+                        self.routes,
                     )
                     if state is None:
                         span.set_attribute("awooop.claimed", False)
@@ -219,7 +232,7 @@ class Worker:
             ) as span:
                 meta = trace_metadata()
                 states = await claims.claim_polled(
-                    self.db, self.settings, self.worker_id, free, min_age, meta
+                    self.db, self.settings, self.worker_id, free, min_age, meta, self.routes
                 )
                 span.set_attribute("awooop.claimed", len(states))
             if states:
@@ -240,7 +253,7 @@ class Worker:
     def _freed(self, state: RunState) -> None:
         self._slot_freed.set()  # a keyed run freed its key's slot: poll for the refused ones
         if state.concurrency_key is not None:
-            self.resume_bell.ring()
+            self.executor.slots.ring()  # (resume_bell.ring) and tool waits here try again
 
     def poll_min_age(self) -> float:
         """How long a dispatchable run must have waited before polling takes it.
@@ -274,7 +287,7 @@ class Worker:
                 asyncio.ensure_future(stop.wait()),
                 asyncio.ensure_future(self.resume_bell.rung.wait()),
             ]
-            if claimed or not self.streams:
+            if claimed or not self.streams or self.resume_bell.draining:
                 waiters.append(asyncio.ensure_future(self._slot_freed.wait()))
             try:
                 await asyncio.wait(waiters, timeout=period, return_when=asyncio.FIRST_COMPLETED)
@@ -323,10 +336,10 @@ class Worker:
             # In-flight runs finish or are released first, so that the stream consumer can
             # acknowledge their messages before it stops.
             await self.drain(self.settings.shutdown_grace_s)
-            await _finish(intake, wait_s=10)
+            await finish(intake, wait_s=10)
             await self.drain(0.0)  # claims that completed while the intake stopped: hand back
             life_stop.set()
-            await _finish(life, wait_s=10)
+            await finish(life, wait_s=10)
             log.info(
                 "worker_stopped",
                 worker_id=self.worker_id,
@@ -380,21 +393,8 @@ class Worker:
                 await asyncio.wait(set(self._tasks), timeout=max(0.1, deadline - time.monotonic()))
         finally:
             heart_stop.set()
-            await _finish([heart, listener], wait_s=10)
+            await finish([heart, listener], wait_s=10)
         return total
-
-
-async def _finish(tasks: list[asyncio.Task[Any]], wait_s: float) -> None:
-    if not tasks:
-        return
-    _done, pending = await asyncio.wait(tasks, timeout=wait_s)
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.wait(pending, timeout=5)
-    for task in tasks:
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            log.error("worker_task_failed", exc_info=task.exception())
 
 
 __all__ = ["Outcome", "Worker", "new_worker_id"]

@@ -176,6 +176,10 @@ class StreamIntake:
         )
         seen = leases.availability(state, now, self.worker.worker_id)
         action = reclaim_action(seen, delivery.delivery_count, self.settings.max_deliveries)
+        if action is ReclaimAction.DEAD_LETTER and not self.worker.routes.serves(
+            env.project_id, state.contract_id if state is not None else None
+        ):
+            action = ReclaimAction.TAKE  # not this worker's: the claim rings its workers
         log.info(
             "reclaimed_entry",
             entry_id=delivery.entry_id,

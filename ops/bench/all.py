@@ -28,6 +28,8 @@ BENCHMARKS = (
     "relay",
     "worker",
     "cost",
+    "scheduler",
+    "fairness",
     "revisions",
     "replay",
     "loops",

@@ -43,8 +43,9 @@ under test) and key prefix.
   The pipeline's runs/s cannot exceed this (each run is one of these submits first).
 
 A/B: ``--code DIR`` (repeatable) runs the relay, the worker, the producer and the migrations
-from another checkout, e.g. an older commit's ``git worktree add /tmp/old COMMIT`` with its
-own ``make install``; ``--code . --code /tmp/old --rounds 4`` interleaves them (A B, B A,
+from another checkout, e.g. an older commit's ``git worktree add /tmp/old COMMIT`` (with its
+own ``make install``, or without: then this interpreter with that checkout first on
+``PYTHONPATH``); ``--code . --code /tmp/old --rounds 4`` interleaves them (A B, B A,
 ...) on the same servers, and ``summary`` gives each code's medians over the rounds and
 their ratios to the first code's.
 """
@@ -245,12 +246,15 @@ class Client:
         self.proc = proc
 
     @classmethod
-    async def start(cls, stack: Stack, role: str | None, args: list[str]) -> Client:
-        """``role``: its name in the CPU split (None: not counted, as the observer)."""
+    async def start(
+        cls, stack: Stack, role: str | None, args: list[str], script: Path | None = None
+    ) -> Client:
+        """``role``: its name in the CPU split (None: not counted, as the observer);
+        ``script``: another client than the code under test's ``cost_producer.py``."""
         proc = await asyncio.create_subprocess_exec(
             python_of(stack.code),
             # The code under test's own client: its imports follow that checkout's layout.
-            str(Path(stack.code) / "ops" / "bench" / "cost_producer.py"),
+            str(script or Path(stack.code) / "ops" / "bench" / "cost_producer.py"),
             *args,
             cwd=stack.code,
             env=stack.env,
@@ -269,9 +273,9 @@ class Client:
         if got.decode().strip() != word:
             raise RuntimeError(f"expected {word!r} from a client, got {got!r}")
 
-    def say(self) -> None:
+    def say(self, line: str = "go") -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.write(line.encode() + b"\n")
 
     async def finish(self, within_s: float = 60) -> None:
         if self.proc.returncode is None:
@@ -592,8 +596,6 @@ def main() -> None:
     parser.add_argument("--keep-logs", default=None, help="a folder for the processes' logs")
     args = parser.parse_args()
     codes = [Path(c).resolve() for c in (args.code or [str(ROOT)])]
-    for code in codes:
-        python_of(code)  # fails early when a checkout has no .venv
     logs = Path(args.keep_logs) if args.keep_logs else None
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)

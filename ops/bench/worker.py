@@ -148,14 +148,14 @@ def process_env(
 
 
 def python_of(code: Path) -> str:
-    """The interpreter that runs the checkout ``code``: this one for this checkout, else the
-    other checkout's own ``.venv`` (``make install`` there)."""
+    """The interpreter that runs the checkout ``code``: this one for this checkout, the other
+    checkout's own ``.venv`` where it has one (``make install`` there), else this one too, the
+    checkout first on ``PYTHONPATH`` (:func:`process_env`; ``scheduler.py`` records where
+    each side imported ``awooop`` from)."""
     if code.resolve() == ROOT:
         return sys.executable
     python = code / ".venv" / "bin" / "python"
-    if not python.exists():
-        raise RuntimeError(f"{python} is missing: run `make install` in {code}")
-    return str(python)
+    return str(python) if python.exists() else sys.executable
 
 
 class Processes:

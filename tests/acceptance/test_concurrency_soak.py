@@ -8,8 +8,9 @@ at once, and 2 at some point (the limit is used, not serialised to 1). Checked f
 every 0.1 s: never more than 2 of the key's runs holding a live lease, and a dead attempt's
 slot (its lease) never outlives its kill by more than the lease TTL. At the end every run is
 COMPLETED: no slot leaked and wedged the key. A run waiting for approval holds no slot (its
-attempt ended); a tool wait keeps its attempt's lease and so its slot (it runs inside the
-attempt). About 60 s."""
+attempt ended), nor does a run waiting for its tool (its attempt keeps its lease, but only a
+RUNNING run holds a slot): it goes on only once re-admitted under its key, and a kill while
+it waits for its tool or for a slot leaves nothing held. About 60 s."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from awooop.core.errors import AwoooPError
 from awooop.runs import approvals, concurrency
 from awooop.runs.approvals import Decision
 from awooop.runs.pause_rules import Scope
-from tests.support.handlers import SIDE_EFFECTS_ENV, read_effects
+from tests.support.handlers import SIDE_EFFECTS_ENV, executions, max_overlap, read_effects
 from tests.support.workers import WorkerProcess
 
 P = "proj-keys"
@@ -50,36 +51,6 @@ TRANSIENT = (
 )  # the kill is timed in this process, the lease by Postgres: one machine
 
 pytestmark = pytest.mark.fast("poison")
-
-
-def max_overlap(intervals: list[tuple[float, float]]) -> int:
-    """Pure: the most intervals open at one moment (an end before a begin at the same time)."""
-    points = sorted([(b, 1) for b, _ in intervals] + [(e, -1) for _, e in intervals])
-    most = current = 0
-    for _, step in points:
-        current += step
-        most = max(most, current)
-    return most
-
-
-def executions(
-    effects: list[dict[str, Any]], runs: set[str], killed_at: dict[int, float], end: float
-) -> list[tuple[float, float]]:
-    """Pure: the stretches the key's attempts executed, from their begin/end records; a stretch
-    cut by a SIGKILL ends at the kill."""
-    opened: dict[tuple[str, int, int], float] = {}
-    out: list[tuple[float, float]] = []
-    for e in sorted(effects, key=lambda e: e["t"]):
-        if e["run_id"] not in runs:
-            continue
-        who = (e["run_id"], e["attempt"], e["pid"])
-        if e["what"] == "begin":
-            opened[who] = e["t"]
-        elif e["what"] == "end" and who in opened:
-            out.append((opened.pop(who), e["t"]))
-    for (_, _, pid), began in opened.items():
-        out.append((began, killed_at.get(pid, end)))
-    return out
 
 
 def test_max_overlap() -> None:
@@ -133,6 +104,7 @@ async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
     other_runs: list[uuid.UUID] = []
     samples: list[int] = []  # the key's runs holding a slot (a live lease), every 0.1 s
     approving: list[int] = []  # the key's runs waiting for an approval, at the same moments
+    tooling: list[int] = []  # and for their tools (or for a slot after them)
     dead_slots: list[tuple[str, float, float]] = []  # worker, killed at, lease_until
     done = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
@@ -141,7 +113,7 @@ async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
             start_worker()
         for i in range(36):
             body: dict[str, Any] = {"customer": "cust-a", "sleep": rng.uniform(0.3, 0.7)}
-            body["tool"] = i % 5 == 1
+            body["tool"] = i % 3 == 1
             body["approval"] = i % 4 == 2
             event = producer.ChannelEvent("api", f"a-{i}", body)
             key_runs.append((await producer.submit(db, P, event, settings=fast)).run_id)
@@ -187,9 +159,10 @@ async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
                     )
                 except TRANSIENT:
                     continue  # a sample missed on a busy database
-                holding = [r for r in rows if r["status"] != "WAITING_APPROVAL" and r["live"]]
+                holding = [r for r in rows if r["status"] == "RUNNING" and r["live"]]
                 samples.append(len(holding))
                 approving.append(sum(1 for r in rows if r["status"] == "WAITING_APPROVAL"))
+                tooling.append(sum(1 for r in rows if r["status"] == "WAITING_TOOL"))
                 for r in holding:
                     if r["worker_id"] in killed_ids:
                         dead_slots.append((r["worker_id"], killed_ids[r["worker_id"]], r["until"]))
@@ -202,7 +175,8 @@ async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
                     holders = await db.in_platform(
                         lambda c: c.fetch(
                             "SELECT DISTINCT worker_id FROM awooop_run_state"
-                            " WHERE concurrency_key = $1 AND status = 'RUNNING'"
+                            " WHERE concurrency_key = $1"
+                            " AND status IN ('RUNNING', 'WAITING_TOOL')"
                             " AND lease_until > now()",
                             KEY,
                         )
@@ -263,8 +237,9 @@ async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
     print({"stretches": len(stretches), "cut_by_kills": len(cut)})
     assert max_overlap(stretches) == LIMIT, stretches
     assert max(samples) <= LIMIT and LIMIT in samples
-    # runs waiting for an approval hold no slot: both slots were in use beside them
+    # runs waiting for an approval or a tool hold no slot: both slots were in use beside them
     assert any(n == LIMIT and a > 0 for n, a in zip(samples, approving, strict=True))
+    assert any(n == LIMIT and w > 0 for n, w in zip(samples, tooling, strict=True))
     assert len(killed_at) == KILLS
     assert cut, "no kill caught an attempt of the key mid-run"
     ttl = fast.lease_ttl_s

@@ -29,6 +29,7 @@ from awooop.ingest import credentials
 from awooop.producer import ChannelEvent, submit
 from awooop.runs.control import CANCEL_CHANNEL
 from awooop.runs.pauses import RESUME_CHANNEL
+from awooop.runs.routing import ROUTE_CHANNEL
 from tests.support import failover
 from tests.support.http import wait_ready
 from tests.support.runs import all_histories, check_single_holder, count_events
@@ -303,14 +304,14 @@ async def test_producers_relay_and_workers_ride_through_a_killed_primary(
         retried = sum(1 for n in (await count_events(db, "RunClaimed")).values() if n > 1)
 
         # Each worker's cancel listener LISTENs again, on the new primary (its last statement is
-        # the LISTEN of one of its two channels: cancels, then resumed pauses).
+        # the LISTEN of one of its channels: cancels, resumed pauses, then routed runs).
         async def listening() -> int:
             conn = await asyncpg.connect(url)  # the superuser: every session's query text
             try:
                 return int(
                     await conn.fetchval(
                         "SELECT count(*) FROM pg_stat_activity WHERE query = ANY($1)",
-                        [f'LISTEN "{c}"' for c in (CANCEL_CHANNEL, RESUME_CHANNEL)],
+                        [f'LISTEN "{c}"' for c in (CANCEL_CHANNEL, RESUME_CHANNEL, ROUTE_CHANNEL)],
                     )
                 )
             finally:

@@ -1,7 +1,9 @@
 """Flow control of model calls across worker processes (the real CLI, real Postgres and Redis):
-a rate limit holds across three workers, and a token budget lets exactly the calls that fit
-run under 30 concurrent runs while a worker is killed with SIGKILL in the middle of its calls
-(the 50-run exactness is tests/integration/test_llm_budgets.py, in one process).
+a rate limit holds across three workers, and a token budget and a budget in cost (on the
+same calls, both spent at exactly 20 calls) let exactly the calls that fit run under 30
+concurrent runs while a worker is killed with SIGKILL in the middle of its calls (the 50-run
+exactness is tests/integration/test_llm_budgets.py and test_llm_cost_budgets.py, in one
+process).
 The 60 s figure of the rate limit is ops/bench/llm_rate_limit.py."""
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import signal
 import uuid
 from collections import Counter
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,7 @@ from awooop.core.db import Database
 from awooop.core.events import ModelCalled, run_stream_id
 from awooop.eventlog import eventlog
 from awooop.llm import flow_store
-from awooop.llm.flow_rules import OnExceed
+from awooop.llm.flow_rules import BudgetUnit, OnExceed, cost_of
 from tests.support.connections import fit_workers
 from tests.support.runs import all_finished, create_runs, load
 from tests.support.waiting import eventually
@@ -31,6 +34,7 @@ from tests.support.workers import WorkerProcess, workers
 P = "proj-llm-flow"
 HANDLER = "tests.support.handlers:model_calls"
 PER_CALL = 5  # "a b c": 3 input words, and the local model's answer is 2 words
+PRICE = Decimal(2400)  # credits per 1,000 tokens, in and out: a call reserves and costs 12
 
 pytestmark = pytest.mark.fast("processes")
 
@@ -96,13 +100,25 @@ async def test_a_rate_limit_of_10_per_second_holds_across_three_workers(
 async def test_a_budget_admits_exactly_the_calls_that_fit_through_a_kill_9_mid_call(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:
-    budget = 20 * PER_CALL
+    budget, cost = 20 * PER_CALL, 20 * 12
+    model = fast.llm_default_model
     async with db.tenant(P) as conn:
         await flow_store.set_budget(
             conn,
             P,
             "",
             tokens=budget,
+            period_s=86400,
+            reserve_tokens=50,
+            on_exceed=OnExceed.WAIT,
+            actor="test",
+        )
+        await flow_store.set_price(conn, P, model, input_price=PRICE, output_price=PRICE, actor="t")
+        await flow_store.set_budget(
+            conn,
+            P,
+            model,
+            cost=cost,
             period_s=86400,
             reserve_tokens=50,
             on_exceed=OnExceed.WAIT,
@@ -150,14 +166,21 @@ async def test_a_budget_admits_exactly_the_calls_that_fit_through_a_kill_9_mid_c
     ok = [c for c in calls if c.outcome == "ok"]
     assert len(ok) == 20
     assert sum((c.input_tokens or 0) + (c.output_tokens or 0) for c in ok) == budget
+    assert sum(cost_of(c.input_tokens, c.output_tokens, PRICE, PRICE) for c in ok) == cost
     async with db.tenant(P) as conn:
-        [state] = await flow_store.budgets(conn, P)
-        rows = dict(
-            await conn.fetch("SELECT state, count(*) FROM awooop_llm_reservations GROUP BY 1")
-        )
-    assert (state.used, state.reserved, state.calls) == (budget, 0, 20)
-    # The killed attempts' reservations were released, not charged; every other one settled.
-    assert rows.get("settled") == 20 and rows.get("released", 0) >= 1
-    assert "reserved" not in rows
+        states = {b.unit: b for b in await flow_store.budgets(conn, P)}
+        rows = {
+            (r["unit"], r["state"]): r["n"]
+            for r in await conn.fetch(
+                "SELECT unit, state, count(*) AS n FROM awooop_llm_reservations GROUP BY 1, 2"
+            )
+        }
+    for unit, spent in ((BudgetUnit.TOKENS, budget), (BudgetUnit.COST, cost)):
+        state = states[unit]
+        assert (state.used, state.reserved, state.calls) == (spent, 0, 20), unit
+        # The killed attempts' reservations were released, not charged; every other settled.
+        assert rows.get((unit.value, "settled")) == 20, rows
+        assert rows.get((unit.value, "released"), 0) >= 1, rows
+        assert (unit.value, "reserved") not in rows, rows
     retried = [s for s in results if s.attempt_count > 1]
     assert retried, "no run was retried after the kill"

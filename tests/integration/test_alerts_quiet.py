@@ -1,6 +1,6 @@
 """A healthy scale-out fleet (serve, two workers, two relays, loops, projector) scraped by a real
 Prometheus with the shipped rules: no alert becomes pending or fires while runs flow
-(ops/check_alerts_quiet.py; twenty minutes is its manual run, this one watches for 90 s,
+(ops/check_alerts_quiet.py; twenty minutes is its manual run, this one watches for 60 s,
 which a rule true on a healthy fleet shows as pending at once)."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def run_check(server: str, redis_url: str) -> subprocess.CompletedProcess[str]:
             sys.executable,
             str(ROOT / "ops" / "check_alerts_quiet.py"),
             "--minutes",
-            "1.5",
+            "1",
             "--pg",
             server,
             "--redis",

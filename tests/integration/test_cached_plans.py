@@ -148,6 +148,20 @@ def run_state_indexes(plan: Any) -> set[str]:
     return found
 
 
+def index_rows(plan: Any, index: str) -> int:
+    """The most rows any scan of ``index`` returned in an EXPLAIN (ANALYZE, FORMAT JSON)."""
+    most, nodes = 0, [plan]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, list):
+            nodes.extend(node)
+        elif isinstance(node, dict):
+            if node.get("Index Name") == index:
+                most = max(most, int(node["Actual Rows"]))
+            nodes.extend(node.values())
+    return most
+
+
 async def test_claims_and_completions_find_their_runs_through_the_primary_key_in_a_backlog(
     database_url: str,
 ) -> None:
@@ -161,8 +175,9 @@ async def test_claims_and_completions_find_their_runs_through_the_primary_key_in
             await admin.execute(
                 "INSERT INTO awooop_run_state (run_id, project_id, channel_type,"
                 " provider_event_id, status, version, attempt_count, max_attempts, input,"
-                " created_at, updated_at) SELECT gen_random_uuid(), $1, 'api', 'backlog-' || g,"
-                " 'PENDING', 1, 0, 3, '{}', now(), now() FROM generate_series(1, 3000) AS g",
+                " created_at, updated_at, fair_tag) SELECT gen_random_uuid(), $1, 'api',"
+                " 'backlog-' || g, 'PENDING', 1, 0, 3, '{}', now(), now(), g"
+                " FROM generate_series(1, 3000) AS g",
                 P,
             )
             await admin.execute("ANALYZE awooop_run_state")
@@ -177,7 +192,7 @@ async def test_claims_and_completions_find_their_runs_through_the_primary_key_in
             ids = f"ARRAY['{run_id}']::uuid[]"
             claim = await conn.fetchval(
                 "EXPLAIN (ANALYZE, FORMAT JSON)"
-                f" EXECUTE claim_probe({ids}, ARRAY['{{}}'], 'w1', 30)"
+                f" EXECUTE claim_probe({ids}, ARRAY['{{}}'], 'w1', 30, true, NULL, NULL)"
             )
             complete = await conn.fetchval(
                 "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE complete_probe("
@@ -190,7 +205,15 @@ async def test_claims_and_completions_find_their_runs_through_the_primary_key_in
     finally:
         await db.close()
     assert status == "COMPLETED"  # both statements ran, on the run asked for
-    assert run_state_indexes(claim) == {"awooop_run_state_pkey"}, claim
+    # The fair share's probe of who is ahead (claim_many.sql) reads its index, at most 16 rows
+    # of it whatever the backlog (here 3,000 waiting runs of the same project, all ahead), and
+    # the keyed runs' index for a keyed run ahead (none here).
+    assert run_state_indexes(claim) == {
+        "awooop_run_state_pkey",
+        "awooop_run_state_fair_idx",
+        "awooop_run_state_concurrency_idx",
+    }, claim
+    assert index_rows(claim, "awooop_run_state_fair_idx") <= 16, claim
     assert run_state_indexes(complete) == {"awooop_run_state_pkey"}, complete
 
 

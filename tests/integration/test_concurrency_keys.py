@@ -185,6 +185,12 @@ async def test_a_global_maximum_bounds_every_key_of_the_scope(
     assert sum(len(b.claimed) for b in batches) == 3
     polled = await db.in_platform_writes(lambda c: leases.poll(c, "poller", 30.0, 20, 0.0))
     assert polled == []
+    claimed = {r for b in batches for r in b.claimed}
+    waiting = next(r for r in runs if r not in claimed)
+    facts = await db.in_platform(lambda c: run_facts(c, [waiting]))
+    said = decide(facts[waiting], ShardFacts(shard=0, known=False))
+    assert said is not None and said.reason is Reason.OVER_CONCURRENCY_LIMIT, said
+    assert "the global maximum of channel:api is reached: 3 of 3 executing" in said.summary
 
 
 # The statements of awooop_concurrency_admit (migration 0132), as its body writes them.
@@ -229,15 +235,17 @@ async def test_admission_and_the_depth_cap_read_the_keyed_runs_index_in_a_backlo
             ("admit", ADMIT_KEY_COUNT, "('p', 'k')"),
             ("queued", depth.QUEUED_PER_KEY, "('p', ARRAY['k'])"),
             ("usage", concurrency.USAGE, "('p', 20)"),
+            ("scopes", concurrency.SCOPE_USAGE, "('p')"),
         ):
             await conn.execute(f"PREPARE {name} AS {sql}")
             plan = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE {name}{args}")
             found.append(json.loads(plan) if isinstance(plan, str) else plan)
         return found
 
-    admit, queued, usage = await db.in_platform_writes(plans)
+    admit, queued, usage, scopes = await db.in_platform_writes(plans)
     assert indexes(admit) == {"awooop_run_state_concurrency_idx"}, admit
-    # the depth cap's count and the gauge's sample: through an index of the project's or the
-    # keyed runs (the planner picks by its estimates), never a scan of the table
-    for plan in (queued, usage):
+    # the depth cap's count, the gauge's sample and the flow page's totals per scope: through
+    # an index of the project's or the keyed runs (the planner picks by its estimates), never
+    # a scan of the table
+    for plan in (queued, usage, scopes):
         assert indexes(plan) and not any(i.startswith("seq:") for i in indexes(plan)), plan

@@ -89,3 +89,85 @@ def test_the_cli_sets_lists_and_clears(settings: Settings) -> None:
     assert again.returncode == 1 and "E-BUDGET-003" in again.stderr
     bad = cli(settings, "projects", "budget", "set", P, "--tokens", "5", "--period", "fortnight")
     assert bad.returncode != 0 and "period" in bad.stderr
+
+
+async def test_prices_and_cost_budgets_through_the_routes(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    _, mine = await credentials.create_management_token(db, P, "manage")
+    _, reader = await credentials.create_management_token(db, P, "read")
+    # A budget in cost of a model without a price: 409 E-BUDGET-004, nothing written.
+    unpriced = await client.post(
+        f"/v1/projects/{P}/budget", json={"cost": 500, "model": "m1"}, headers=bearer(mine)
+    )
+    assert (unpriced.status_code, unpriced.json()["code"]) == (409, "E-BUDGET-004")
+    both = await client.post(
+        f"/v1/projects/{P}/budget", json={"cost": 500, "tokens": 5}, headers=bearer(mine)
+    )
+    assert both.status_code == 400
+    bad = await client.post(
+        f"/v1/projects/{P}/price",
+        json={"model": "m1", "input": -1, "output": 2},
+        headers=bearer(mine),
+    )
+    assert bad.status_code == 400
+    made = await client.post(
+        f"/v1/projects/{P}/price",
+        json={"model": "m1", "input": 2.5, "output": "10"},
+        headers=bearer(mine),
+    )
+    assert made.status_code == 200, made.text
+    assert (made.json()["input_price"], made.json()["output_price"]) == (2.5, 10.0)
+    budget = await client.post(
+        f"/v1/projects/{P}/budget", json={"cost": 500, "model": "m1"}, headers=bearer(mine)
+    )
+    assert budget.status_code == 200, budget.text
+    assert (budget.json()["unit"], budget.json()["cost"]) == ("cost", 500)
+    listed = await client.get(f"/v1/projects/{P}/budgets", headers=bearer(reader))
+    assert [(b["unit"], b["cost"]) for b in listed.json()["budgets"]] == [("cost", 500)]
+    await client.post(
+        f"/v1/projects/{P}/price",
+        json={"model": "m1", "input": 3, "output": 10},
+        headers=bearer(mine),
+    )
+    prices = await client.get(f"/v1/projects/{P}/prices?history=1", headers=bearer(reader))
+    assert [(p["input_price"], p["valid_to"] is None) for p in prices.json()["prices"]] == [
+        (3.0, True),
+        (2.5, False),
+    ]
+    ended = await client.delete(f"/v1/projects/{P}/price?model=m1", headers=bearer(mine))
+    assert ended.status_code == 200 and ended.json()["ended_by"] is not None
+    missing = await client.delete(f"/v1/projects/{P}/price?model=m1", headers=bearer(mine))
+    assert (missing.status_code, missing.json()["code"]) == (404, "E-BUDGET-003")
+
+
+def test_the_cli_sets_prices_and_cost_budgets(settings: Settings) -> None:
+    unpriced = cli(settings, "projects", "budget", "set", P, "--cost", "50", "--model", "m1")
+    assert unpriced.returncode == 1 and "E-BUDGET-004" in unpriced.stderr
+    price = cli(
+        settings,
+        "projects",
+        "price",
+        "set",
+        P,
+        "--model",
+        "m1",
+        "--input",
+        "0.15",
+        "--output",
+        "0.6",
+    )
+    assert price.returncode == 0, price.stderr
+    assert "0.15 in, 0.6 out per 1,000 tokens" in price.stdout
+    made = cli(settings, "projects", "budget", "set", P, "--cost", "50", "--model", "m1")
+    assert made.returncode == 0, made.stderr
+    assert "50 credits per 86400 s" in made.stdout
+    tokens = cli(settings, "projects", "budget", "set", P, "--tokens", "500")
+    assert tokens.returncode == 0 and "500 tokens per 86400 s" in tokens.stdout
+    listed = cli(settings, "projects", "budget", "list", "--project", P)
+    assert "50 credits" in listed.stdout and "500 tokens" in listed.stdout
+    prices = cli(settings, "projects", "price", "list", "--project", P, "--json")
+    assert [p["input_price"] for p in msgspec.json.decode(prices.stdout)] == [0.15]
+    neither = cli(settings, "projects", "budget", "set", P)
+    assert neither.returncode != 0 and "--tokens" in neither.stderr
+    assert cli(settings, "projects", "price", "clear", P, "--model", "m1").returncode == 0

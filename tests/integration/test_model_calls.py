@@ -217,14 +217,18 @@ async def test_a_failed_call_is_recorded_with_its_code_and_the_handler_gets_the_
         await services.redis.aclose()
     state = await load(db, P, run_id)
     assert (state.status, state.result) == ("COMPLETED", "E-LLM-001")
-    [call] = await recorded_calls(db, run_id)
-    assert (call.outcome, call.model, call.revision_id, call.body_hash) == (
-        "E-LLM-001",
-        settings.llm_default_model,
-        None,
-        None,
-    )
-    assert call.reason.startswith("ModelUnavailableError: ")
+    # E-LLM-001 is retryable: the default policy tried three times, each try recorded.
+    calls = await recorded_calls(db, run_id)
+    assert [c.try_number for c in calls] == [1, 2, 3]
+    assert [c.next_try_in_s is None for c in calls] == [False, False, True]
+    for call in calls:
+        assert (call.outcome, call.model, call.revision_id, call.body_hash) == (
+            "E-LLM-001",
+            settings.llm_default_model,
+            None,
+            None,
+        )
+        assert call.reason.startswith("ModelUnavailableError: ")
 
 
 class StealsTheLeaseFirst:

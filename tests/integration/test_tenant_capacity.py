@@ -96,7 +96,9 @@ async def console_session(base: str, token: str) -> httpx.Cookies:
 
 
 RUN_READ = "FROM awooop_run_state WHERE run_id = $1"  # store.load: GET run
-FACTS_READ = "FROM awooop_approvals a"  # the blocked-on facts: the console's run list
+# The blocked-on facts (the console's run list), which read awooop_approvals: by their first
+# line, since pg_stat_activity keeps only a statement's first track_activity_query_size bytes.
+FACTS_READ = "SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts"
 
 
 @pytest.mark.parametrize(

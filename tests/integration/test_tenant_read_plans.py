@@ -23,9 +23,20 @@ from awooop.core.db import Connection, Database
 from awooop.core.events import run_stream_id
 from awooop.core.pools import SET_TENANT
 from awooop.eventlog import eventlog, run_reads
+from awooop.http import console_flow
 from awooop.ingest import tenants
+from awooop.llm import flow_store
 from awooop.revisions import reads as revision_reads
-from awooop.runs import approvals, blocked_facts, bulk, deadletter_list, listing, operation_list
+from awooop.runs import (
+    approvals,
+    blocked_facts,
+    bulk,
+    concurrency,
+    deadletter_list,
+    listing,
+    operation_list,
+    pauses,
+)
 from tests.support.scripts import load_script
 
 P, OTHER = "proj-plans-a", "proj-plans-b"
@@ -206,6 +217,15 @@ def management_statements(run_id: uuid.UUID) -> dict[str, tuple[str, list[Any]]]
             [*dead_letter_page_args(), P],
         ),
         "dead letters: every project's page": (deadletter_list.PAGE_ALL, dead_letter_page_args()),
+        # the flow page (console_flow.read_flow), in a tenant transaction of the project
+        "flow: pauses": (pauses.LIST, [P, False, console_flow.ROWS]),
+        "flow: concurrency limits": (concurrency.LIST, [P, console_flow.ROWS]),
+        "flow: concurrency per scope": (concurrency.SCOPE_USAGE, [P]),
+        "flow: busiest keys": (concurrency.USAGE, [P, console_flow.KEYS]),
+        "flow: rate limits": (flow_store.LIMIT_LIST, [P, False, console_flow.ROWS]),
+        "flow: budgets": (flow_store.BUDGET_LIST, [P, False, console_flow.ROWS]),
+        "flow: model-call waits": (flow_store.WAIT_COUNTS, [P]),
+        "flow: the longest waits": (flow_store.WAIT_FIRST, [P, console_flow.FIRST_WAITS]),
     }
 
 

@@ -148,6 +148,8 @@ async def test_a_step_name_used_twice_fails_the_run(db: Database, fast: Settings
     await worker(db, fast).run_until_idle()
     state = await load(db, P, run_id)
     assert (state.status, state.failure_code) == ("FAILED", "E-HANDLER-003")
+    assert state.failure_reason is not None
+    assert "step 'one' was used twice" in state.failure_reason, state.failure_reason
 
 
 async def test_a_lost_lease_cancels_the_handler_and_its_writes_are_fenced(

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.events import RunCompleted, RunRequeued
+from awooop.core.events import RunCompleted, RunCreated, RunRequeued
+from awooop.eventlog.runs import create_run
 from awooop.eventlog.state import RunState
 from awooop.loops.runs import reap_once
 from awooop.runs import leases
@@ -32,6 +34,29 @@ async def claim(
     state = await db.in_tenant(project, lambda c: leases.claim(c, run_id, worker, ttl))
     assert state is not None
     return state
+
+
+async def create_claimed(
+    db: Database, project: str, count: int, worker: str, payload: Any
+) -> list[uuid.UUID]:
+    """``count`` runs created and claimed by ``worker`` in one transaction: no other worker's
+    poll can take one in between (a serving worker polls continuously)."""
+    run_ids = [uuid.uuid4() for _ in range(count)]
+    async with db.tenant(project) as conn:
+        now = await conn.fetchval("SELECT now()")
+        for run_id in run_ids:
+            created = RunCreated(
+                at=now,
+                run_id=run_id,
+                project_id=project,
+                channel_type="api",
+                provider_event_id=str(run_id),
+                input=payload,
+                max_attempts=3,
+            )
+            await create_run(conn, created)
+            assert await leases.claim(conn, run_id, worker, SHORT) is not None
+    return run_ids
 
 
 async def expire(db: Database) -> None:
@@ -188,9 +213,7 @@ async def test_a_serving_worker_drains_then_runs_suspects_alone_then_takes_work_
     try:
         before = await create_runs(db, P, 4, payload={"sleep": 1.0})
         await eventually_status(db, before, {"RUNNING", "COMPLETED"})
-        shared = await create_runs(db, P, 2, payload={"sleep": 0.3})
-        for run_id in shared:
-            await claim(db, P, run_id, "dead-6")
+        shared = await create_claimed(db, P, 2, "dead-6", payload={"sleep": 0.3})
         await expire(db)
         await reap_once(db)  # the worker's polling pass may reap one first: the same decision
         after = await create_runs(db, P, 4, payload={"sleep": 0.3})

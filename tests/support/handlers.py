@@ -20,13 +20,19 @@ seconds, so that the worker holds other runs by then) and sleeps ``sleep`` secon
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from typing import Any
 
 import msgspec
 
-from awooop.core.errors import DatabaseUnavailableError, FlowWaitTooLongError, OverBudgetError
+from awooop.core.errors import (
+    DatabaseUnavailableError,
+    FlowWaitTooLongError,
+    OverBudgetError,
+    PriceNotFoundError,
+)
 from awooop.runs.approvals import ApprovalTicket
 from awooop.worker.context import RunContext
 
@@ -60,6 +66,36 @@ def read_effects(path: str) -> list[dict[str, Any]]:
         return []
     with open(path, "rb") as f:
         return [msgspec.json.decode(line) for line in f if line.strip()]
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """Pure: the most intervals open at one moment (an end before a begin at the same time)."""
+    points = sorted([(b, 1) for b, _ in intervals] + [(e, -1) for _, e in intervals])
+    most = current = 0
+    for _, step in points:
+        current += step
+        most = max(most, current)
+    return most
+
+
+def executions(
+    effects: list[dict[str, Any]], runs: set[str], killed_at: dict[int, float], end: float
+) -> list[tuple[float, float]]:
+    """Pure: the stretches the key's attempts executed, from their begin/end records; a stretch
+    cut by a SIGKILL ends at the kill."""
+    opened: dict[tuple[str, int, int], float] = {}
+    out: list[tuple[float, float]] = []
+    for e in sorted(effects, key=lambda e: e["t"]):
+        if e["run_id"] not in runs:
+            continue
+        who = (e["run_id"], e["attempt"], e["pid"])
+        if e["what"] == "begin":
+            opened[who] = e["t"]
+        elif e["what"] == "end" and who in opened:
+            out.append((opened.pop(who), e["t"]))
+    for (_, _, pid), began in opened.items():
+        out.append((began, killed_at.get(pid, end)))
+    return out
 
 
 async def remember_ticket(ticket: ApprovalTicket) -> None:
@@ -182,24 +218,40 @@ async def exits(run: RunContext) -> None:
     os._exit(1)
 
 
+TOOL_GATES: dict[str, asyncio.Event] = {}  # in-process tests: a tool answers when its gate is set
+
+
 async def keyed(run: RunContext) -> dict[str, Any]:
     """For concurrency keys: records "begin" and "end" around each stretch that holds a slot
     ("end" also when the attempt is cancelled; a SIGKILL leaves a "begin" alone). ``sleep``
-    seconds of work; ``tool``: a tool call of ``sleep`` seconds in the middle (the attempt
-    keeps its lease); ``approval``: waits for approval ``go`` in the middle (the attempt
-    ends, its slot with it; after the approval the handler runs again from the top)."""
+    seconds of work; ``tool``: a tool call of ``sleep`` seconds in the middle, or ``tools``:
+    the names of tool calls made in parallel there (each recorded "answered:<name>"), which
+    answer when the test sets ``TOOL_GATES[gate]`` given ``gate``; a tool wait holds no slot:
+    "end" before it, "begin" once the handler goes on (its run re-admitted under its key);
+    ``approval``: waits for approval ``go`` in the middle (the attempt ends, its slot with it;
+    after the approval the handler runs again from the top)."""
     options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
     sleep = float(options.get("sleep", 0.2))
+    tools = [str(t) for t in options.get("tools") or (["search"] if options.get("tool") else [])]
     effect(run, "begin")
     try:
         await asyncio.sleep(sleep)
-        if options.get("tool"):
+        if tools:
 
-            async def call_tool() -> dict[str, int]:
-                await asyncio.sleep(sleep)
-                return {"hits": 1}
+            async def call_tool(name: str) -> dict[str, str]:
+                gate = options.get("gate")
+                if gate is not None:
+                    await TOOL_GATES.setdefault(str(gate), asyncio.Event()).wait()
+                else:
+                    await asyncio.sleep(sleep)
+                effect(run, f"answered:{name}")
+                return {"tool": name}
 
-            await run.wait_for_tool("search", call_tool)
+            effect(run, "end")
+            await asyncio.gather(
+                *(run.wait_for_tool(n, functools.partial(call_tool, n)) for n in tools)
+            )
+            effect(run, "begin")
         if options.get("approval"):
             effect(run, "end")
             await run.wait_for_approval("go", reason="keyed", notify=remember_ticket)
@@ -230,9 +282,29 @@ async def model_calls(run: RunContext) -> dict[str, Any]:
             answers.append(
                 await run.step(f"ask:{i}", ask) if options.get("journal") else await ask()
             )
-        except (OverBudgetError, FlowWaitTooLongError) as exc:
+        except (OverBudgetError, FlowWaitTooLongError, PriceNotFoundError) as exc:
             effect(run, f"refused:{exc.code}")
             return {"refused": exc.code, "answers": answers}
     if options.get("approval"):
         await run.wait_for_approval("go", reason="flow test", notify=remember_ticket)
     return {"answers": answers}
+
+
+async def _named(run: RunContext, name: str) -> dict[str, Any]:
+    """A handler that records its own name with each execution ("handler:<name>" at the start,
+    "done:<name>" at the end), sleeping ``sleep`` seconds between: which handler ran each run."""
+    options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
+    effect(run, f"handler:{name}")
+    await asyncio.sleep(float(options.get("sleep", 0.0)))
+    effect(run, f"done:{name}")
+    return {"handler": name}
+
+
+async def handler_one(run: RunContext) -> dict[str, Any]:
+    """Routing tests: the handler of contract ``c1`` (``awooop worker --contract c1``)."""
+    return await _named(run, "one")
+
+
+async def handler_two(run: RunContext) -> dict[str, Any]:
+    """Routing tests: the handler of contract ``c2``."""
+    return await _named(run, "two")

@@ -23,6 +23,7 @@ async def create_runs(
     max_attempts: int = 3,
     payload: Any = None,
     per_transaction: int = 200,
+    contract: str | None = None,
 ) -> list[uuid.UUID]:
     run_ids = [uuid.uuid4() for _ in range(count)]
     for start in range(0, count, per_transaction):
@@ -39,6 +40,7 @@ async def create_runs(
                         provider_event_id=str(run_id),
                         input={"text": "hello"} if payload is None else payload,
                         max_attempts=max_attempts,
+                        contract_id=contract,
                     ),
                 )
     return run_ids

@@ -177,8 +177,8 @@ async def _concurrency_limit(conn: Connection, project_id: str) -> None:
 
 
 async def _llm_flow(conn: Connection, project_id: str) -> None:
-    """A rate limit and a budget, a call's reservation on the budget's counter and a wait,
-    through the flow-control write paths (awooop.llm.flow_store, awooop.llm.admission)."""
+    """A rate limit, a price and a budget, a call's reservation on the budget's counter and a
+    wait, through the flow-control write paths (awooop.llm.flow_store, awooop.llm.admission)."""
     from awooop.llm.admission import ADD, ENSURE, RESERVE, WAIT_SET
     from awooop.llm.flow_rules import OnExceed
 
@@ -195,11 +195,14 @@ async def _llm_flow(conn: Connection, project_id: str) -> None:
         on_exceed=OnExceed.WAIT,
         actor="rls-probe",
     )
+    await flow_store.set_price(
+        conn, project_id, "m", input_price="0.5", output_price="1.5", actor="rls-probe"
+    )
     now = await conn.fetchval("SELECT now()")
     run = await create_run(conn, factories.created(project_id=project_id, at=now))
-    period = await conn.fetchrow(ENSURE, project_id, "", 3600)
-    await conn.fetchrow(RESERVE, project_id, "", 3600, period["start"], 5, 100)
-    await conn.execute(ADD, run.run_id, 1, 1, "", project_id, 3600, period["start"], 5)
+    period = await conn.fetchrow(ENSURE, project_id, "", 3600, "tokens")
+    await conn.fetchrow(RESERVE, project_id, "", 3600, period["start"], 5, 100, "tokens")
+    await conn.execute(ADD, run.run_id, 1, 1, "", project_id, 3600, period["start"], 5, "tokens")
     await conn.execute(
         WAIT_SET, run.run_id, project_id, 1, "over_budget", "awooop_llm:p", "", period["period_end"]
     )

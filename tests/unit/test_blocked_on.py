@@ -189,6 +189,9 @@ def test_failed_says_why_and_that_retry_is_allowed(code: str | None, reason: Rea
     )
     assert got is not None and got.reason is reason and got.retry_allowed is True
     assert f"{code or '-'}: boom" in got.summary
+    # A failed run is final: the summary does not suggest that another attempt comes.
+    assert got.summary.startswith("failed in attempt 3 of ")
+    assert "no attempt follows" in got.summary
     assert failed_reason(code) is reason
     assert ("deadletters redrive" in got.next_action) == (reason is Reason.FAILED_DEAD_LETTERED)
 
@@ -227,11 +230,13 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"approval_expires_at": NOW + timedelta(seconds=1)},
         {"failure_code": "E-RUN-005"},
         {"dead_lettered": True},
+        {"served": False, "contract_id": "c2"},
         {"attempt_count": 1, "suspect_worker_id": "host-1-abc"},
         {"paused_scope": Scope.PROJECT},
         {"concurrency_key": "channel:api/k", "concurrency_max": 1, "concurrency_executing": 1},
         {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "rate_limited"},
         {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "over_budget"},
+        {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "over_concurrency_limit"},
     ]
     shards = [READ, UNREAD]
     for status in RunStatus:
@@ -259,6 +264,16 @@ def test_a_run_whose_key_is_full_is_over_its_concurrency_limit() -> None:
     assert said is not None and said.reason is Reason.PAUSED  # a pause is what holds it first
 
 
+def test_a_run_held_by_its_scopes_global_maximum_is_over_its_concurrency_limit() -> None:
+    key = {"concurrency_key": "contract:orders/c-1", "concurrency_max": 2}
+    scope = {"concurrency_global_max": 5, "concurrency_executing": 1}
+    full = decide(facts(RunStatus.PENDING, **key, **scope, concurrency_scope_executing=5), READ)
+    assert full is not None and full.reason is Reason.OVER_CONCURRENCY_LIMIT
+    assert "the global maximum of contract:orders is reached: 5 of 5 executing" in full.summary
+    room = decide(facts(RunStatus.PENDING, **key, **scope, concurrency_scope_executing=4), READ)
+    assert room is not None and room.reason is Reason.PENDING_WORKERS_BUSY
+
+
 @pytest.mark.parametrize(
     ("reason", "key"),
     [(Reason.RATE_LIMITED, "awooop_llm:p:llama3.2"), (Reason.OVER_BUDGET, "awooop_llm:p")],
@@ -284,6 +299,36 @@ def test_a_model_call_waiting_for_flow_control_says_on_which_key_and_until_when(
     )
     assert "awooop projects budget|rate-limit" in got.next_action
     # Past its lease the wait says nothing more: the reaper's turn.
+    expired = msgspec.structs.replace(waiting, lease_until=NOW - timedelta(seconds=1))
+    lapsed = decide(expired, READ)
+    assert lapsed is not None and lapsed.reason is Reason.LEASE_EXPIRED
+
+
+def test_a_tool_wait_whose_tools_answered_waits_for_a_slot_of_its_key() -> None:
+    waiting = facts(
+        RunStatus.WAITING_TOOL,
+        attempt_count=1,
+        worker_id="w1",
+        lease_until=NOW + timedelta(seconds=20),
+        waiting_for="search",
+        concurrency_key="channel:api/c-1",
+        concurrency_max=1,
+        concurrency_executing=1,
+        flow_reason="over_concurrency_limit",
+        flow_key="channel:api/c-1",
+        flow_detail="tool search answered",
+    )
+    got = decide(waiting, READ)
+    assert got is not None and got.reason is Reason.OVER_CONCURRENCY_LIMIT
+    assert got.summary.startswith(
+        "tool search answered: waits for a slot of concurrency key channel:api/c-1 to "
+        "continue (1 of 1 executing); worker w1"
+    )
+    assert "awooop projects limits --project p" in got.next_action
+    # while its tool runs, it waits for the tool (and holds no slot)
+    calling = msgspec.structs.replace(waiting, flow_reason=None)
+    said = decide(calling, READ)
+    assert said is not None and said.reason is Reason.WAITING_TOOL
     expired = msgspec.structs.replace(waiting, lease_until=NOW - timedelta(seconds=1))
     lapsed = decide(expired, READ)
     assert lapsed is not None and lapsed.reason is Reason.LEASE_EXPIRED

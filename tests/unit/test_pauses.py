@@ -141,3 +141,20 @@ def test_doctor_names_the_projects_with_paused_runs() -> None:
     assert found.status == "OK"
     assert found.detail == "3 paused, 3 running; paused: shop (awooop projects pauses)"
     assert "paused" not in blocked_check({("crm", "running"): 2}).detail
+
+
+def test_a_deferred_claim_is_owed_one_start_at_any_age() -> None:
+    bell = ResumeBell()
+    bell.owe()
+    bell.owe()
+    assert bell.rung.is_set() and bell.draining
+    assert bell.min_age(60.0) == 0.0  # runs of every age, fresh ones too
+    bell.polled(0, had_room=False)  # the slots were full: still owed
+    assert bell.owed == 2 and bell.min_age(60.0) == 0.0
+    bell.polled(1, had_room=True)
+    assert bell.owed == 1 and bell.draining
+    bell.polled(3, had_room=True)  # more taken than owed: never below zero
+    assert bell.owed == 0 and not bell.draining and bell.min_age(60.0) == 60.0
+    bell.owe()
+    bell.polled(0, had_room=True)  # room and nothing to take: the debt is void
+    assert bell.owed == 0 and not bell.draining

@@ -108,12 +108,27 @@ def test_good_names_pass() -> None:
         ("policy_routing", "default", {"system": ["x"]}),
         ("policy_routing", "default", {"options": []}),
         ("policy_routing", "default", {"routes": {"fast": 1}}),
+        ("policy_routing", "default", {"retry": 3}),
+        ("policy_routing", "default", {"retry": {"tries": 3}}),
+        ("policy_routing", "default", {"retry": {"max_attempts": 0}}),
+        ("policy_routing", "default", {"retry": {"max_attempts": 2.5}}),
+        ("policy_routing", "default", {"retry": {"max_attempts": None}}),
+        ("policy_routing", "default", {"retry": {"initial_s": "1"}}),
+        ("policy_routing", "default", {"retry": {"jitter": True}}),
+        ("policy_routing", "default", {"retry": {"multiplier": 0.5}}),
+        ("policy_routing", "default", {"retry": {"on": ["ValueError"]}}),
+        ("policy_routing", "default", {"retry": {"on": "E-LLM-002"}}),
         ("channel_event", "telegram", None),
     ],
 )
 def test_bodies_a_family_cannot_use_are_refused(family: str, contract: str, body: Any) -> None:
     with pytest.raises(InvalidContractBodyError):
         validate_body("p", family, contract, body)
+
+
+def test_a_policy_may_carry_a_retry_section() -> None:
+    retry = {"max_attempts": 5, "initial_s": 0.2, "max_s": 4, "on": ["retryable", "E-LLM-002"]}
+    validate_body("p", "policy_routing", "default", {"model": "m", "retry": retry})
 
 
 def test_topology_bodies_are_checked_and_belong_to_the_platform() -> None:

@@ -26,6 +26,7 @@ EXPECTED: dict[tuple[RunStatus | None, str], RunStatus] = {
     (S.RUNNING, "RunRequeued"): S.PENDING,
     (S.RUNNING, "LeaseReleased"): S.PENDING,
     (S.RUNNING, "RunCancelled"): S.CANCELLED,
+    (S.WAITING_TOOL, "ToolWaitStarted"): S.WAITING_TOOL,
     (S.WAITING_TOOL, "ToolResultReceived"): S.RUNNING,
     (S.WAITING_TOOL, "ModelCalled"): S.WAITING_TOOL,
     (S.WAITING_TOOL, "RunFailed"): S.FAILED,

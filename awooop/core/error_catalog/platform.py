@@ -51,6 +51,14 @@ class OnlineMigrationBlockedError(AwoooPError):
     code = "E-MIGRATE-006"
 
 
+class MigrationsNotFoundError(AwoooPError):
+    """The migration files that belong to this installation are missing (a checkout's
+    migrations/ folder, an installed package's awooop/migrations): install the package again
+    from its wheel, or run from a complete checkout."""
+
+    code = "E-MIGRATE-007"
+
+
 class DatabaseUnavailableError(AwoooPError):
     """The database cannot be reached."""
 
@@ -112,6 +120,14 @@ class UnstorableValueError(AwoooPError):
     a value that breaks a constraint). Only the item that carried it fails."""
 
     code = "E-DATA-001"
+    http_status = 422
+
+
+class StepResultTooLargeError(AwoooPError):
+    """A step's result is larger than AWOOOP_STEP_RESULT_MAX_BYTES allows (as JSON); nothing was
+    recorded. Keep large values elsewhere and journal a reference to them."""
+
+    code = "E-DATA-002"
     http_status = 422
 
 

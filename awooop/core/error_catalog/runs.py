@@ -109,10 +109,19 @@ class FlowWaitTooLongError(AwoooPError):
 
 
 class LimitNotFoundError(AwoooPError):
-    """No rate limit or budget of that scope is in force."""
+    """No rate limit, budget or price of that scope is in force."""
 
     code = "E-BUDGET-003"
     http_status = 404
+
+
+class PriceNotFoundError(AwoooPError):
+    """A budget in cost counts calls to a model that has no price (``awooop projects price
+    set``): setting such a budget writes nothing, and such a call is not made (nothing is
+    reserved or charged)."""
+
+    code = "E-BUDGET-004"
+    http_status = 409
 
 
 # --- approvals ------------------------------------------------------------------------------
@@ -180,3 +189,36 @@ class DuplicateStepError(AwoooPError):
     """A step name may be used once per run; this one was used twice."""
 
     code = "E-HANDLER-003"
+
+    def __init__(self, message: str | None = None, **details: object) -> None:
+        step = details.get("step")
+        if message is None and step is not None:
+            message = (
+                f"step {step!r} was used twice in this attempt: a step name may be used once"
+                " per run (give each call of run.step or run.wait_for_* its own name)"
+            )
+        super().__init__(message, **details)
+
+
+class StepResultTypeError(AwoooPError):
+    """A step's result does not fit the type the handler asked for (``type=``): the value the
+    step returned, or the result an earlier attempt recorded. The message names the step and
+    the field; nothing was recorded."""
+
+    code = "E-HANDLER-004"
+
+
+class StepTimeoutError(AwoooPError):
+    """A step did not finish within its timeout (``run.step(..., timeout=...)``)."""
+
+    code = "E-HANDLER-005"
+    http_status = 504
+    retryable = True
+
+
+class ToolTimeoutError(AwoooPError):
+    """A tool call did not answer within its timeout (``run.wait_for_tool(..., timeout=...)``)."""
+
+    code = "E-TOOL-001"
+    http_status = 504
+    retryable = True

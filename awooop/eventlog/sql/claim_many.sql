@@ -7,10 +7,13 @@
 -- ``written`` mirrors state.apply(state, RunClaimed): RUNNING, the next attempt, worker_id,
 -- lease_until = now() + TTL, heartbeat_at = updated_at = now(), version + 1 (WRITERS.md names
 -- the tests that hold the two equal). The runs not claimed come back as the statement's
--- snapshot saw them (no lock), for leases.availability(), with ``paused`` where a pause, or
--- its concurrency key at its limit, held back a run that could otherwise be claimed
--- (``held_back``).
-WITH wanted AS (
+-- snapshot saw them (no lock), for leases.availability(), with ``paused`` where a pause, its
+-- concurrency key at its limit, or its place in the fair order ($5) held back a run that could
+-- otherwise be claimed (``held_back``), and ``deferred`` for the last. $6 and $7: the worker's
+-- routes (_run_served.sql): a run it does not serve is answered as the snapshot saw it.
+WITH served AS (
+    SELECT $6::text[] AS contracts, $7::text[] AS projects  -- the worker's routes
+), wanted AS (
     SELECT * FROM unnest($1::uuid[], $2::text[]) AS w(run_id, metadata)
 ), asked AS (
     -- The rows asked for, locked through the primary key (SKIP LOCKED, run_id order); whether
@@ -21,9 +24,10 @@ WITH wanted AS (
     -- pending runs, against 0.1 ms through the key), so claims slowed as a backlog grew.
     SELECT r.run_id, r.version, r.status, r.lease_until, r.suspect_worker_id,
            r.project_id, r.concurrency_scope, r.concurrency_key, r.concurrency_max,
-           {{run_paused}} AS paused
+           r.fair_tag, {{run_paused}} AS paused
     FROM awooop_run_state AS r
     WHERE r.run_id = ANY($1::uuid[])
+      AND {{run_served}}  -- a run this worker does not serve is neither locked nor claimed
     ORDER BY r.run_id
     FOR UPDATE SKIP LOCKED
 ), ready AS MATERIALIZED (
@@ -31,26 +35,56 @@ WITH wanted AS (
     WHERE status IN ('PENDING', 'RESUMED')
       AND (lease_until IS NULL OR lease_until < now())
       AND suspect_worker_id IS NULL  -- a suspect runs alone: only the isolated claim takes it
+), deferred AS MATERIALIZED (
+    -- Fair share ($5; migrations/0134_fair_share.sql): a run is not taken from its message
+    -- while a run of another project that could start now is more than one step ahead of it
+    -- in the fair order. The probe reads the first 16 waiting runs with a smaller tag (bounded
+    -- whatever the backlog; a probe that finds only paused or full-key runs defers nothing).
+    -- A deferred run stays PENDING and is answered ``deferred`` (its message is done with):
+    -- the worker's polling path takes the waiting runs in fair order at once
+    -- (run_lock_fair.sql).
+    SELECT a.run_id FROM ready AS a
+    WHERE $5 AND NOT a.paused AND a.fair_tag IS NOT NULL
+      AND EXISTS (
+          SELECT 1 FROM (
+              SELECT r.project_id, r.channel_type, r.contract_id, r.lease_until,
+                     r.suspect_worker_id, r.concurrency_key, r.concurrency_max
+              FROM awooop_run_state AS r
+              WHERE r.status IN ('PENDING', 'RESUMED') AND r.fair_tag IS NOT NULL
+                AND r.fair_tag < a.fair_tag - 1
+              ORDER BY r.fair_tag, r.created_at
+              LIMIT 16
+          ) AS r
+          WHERE r.project_id <> a.project_id
+            AND (r.lease_until IS NULL OR r.lease_until < now())
+            AND r.suspect_worker_id IS NULL
+            AND {{run_served}}  -- only runs this worker could take instead
+            AND NOT {{run_paused}}
+            AND NOT {{run_key_full}})
 ), refused AS (
     -- Concurrency keys (_run_admitted.sql says how): here the keyed runs are admitted in
     -- (project, scope, key) order, waiting for each key's lock, so that two batches lock their
-    -- keys in one order and cannot deadlock.
+    -- keys in one order and cannot deadlock. Deferred runs are not admitted (an admission
+    -- counts until the transaction ends).
     SELECT k.run_id FROM (
         SELECT run_id, project_id, concurrency_scope, concurrency_key, concurrency_max
         FROM ready WHERE NOT paused AND concurrency_key IS NOT NULL
+          AND run_id NOT IN (SELECT run_id FROM deferred)
         ORDER BY project_id, concurrency_scope, concurrency_key, run_id
         OFFSET 0
     ) AS k
     WHERE NOT awooop_concurrency_admit(k.project_id, k.concurrency_scope, k.concurrency_key,
                                        k.concurrency_max, true)
 ), held_back AS (
-    -- Claimable but paused (its project, channel or contract) or over its concurrency limit:
-    -- left PENDING, and answered ``paused`` so that the worker acknowledges its message;
-    -- resuming dispatches it again, a freed slot lets the polling path take it.
-    SELECT run_id FROM ready WHERE paused OR run_id IN (SELECT run_id FROM refused)
+    -- Claimable but paused (its project, channel or contract), over its concurrency limit or
+    -- deferred: left PENDING, and answered ``paused`` so that the worker acknowledges its
+    -- message; resuming dispatches it again, a freed slot or the deferral lets the polling
+    -- path take it.
+    SELECT run_id FROM ready
+    WHERE paused OR run_id IN (SELECT run_id FROM refused UNION ALL SELECT run_id FROM deferred)
 ), locked AS (
     SELECT run_id, version FROM ready
-    WHERE NOT paused AND run_id NOT IN (SELECT run_id FROM refused)
+    WHERE run_id NOT IN (SELECT run_id FROM held_back)
 ), moves AS (
     SELECT run_id, {{run_stream_id}} AS stream_id, version AS expected FROM locked
 ), heads AS (

@@ -24,6 +24,8 @@ WITH wanted AS (
     FOR UPDATE
 ), held_back AS (
     SELECT run_id FROM asked WHERE false  -- a completion is never held back by a pause
+), deferred AS (
+    SELECT run_id FROM asked WHERE false  -- nor deferred by the fair order
 ), locked AS (
     SELECT a.run_id, a.version FROM asked AS a JOIN wanted AS w USING (run_id)
     WHERE a.status = 'RUNNING'

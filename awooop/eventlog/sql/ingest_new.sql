@@ -66,17 +66,20 @@ WITH guard AS (
     SELECT provider_event_id, run_id FROM claims WHERE whole
 ), runs AS (
     INSERT INTO awooop_run_state (
-        {{run_columns}}
+        {{run_columns}}, fair_tag
     )
-    SELECT {{run_columns}}
+    SELECT {{run_columns}}, {{fair_tag}}
     FROM (
-        -- the rows as given, with the database clock over created_at and updated_at
-        SELECT stamped.*
-        FROM jsonb_populate_recordset(NULL::awooop_run_state, $10::jsonb) AS given
+        -- the rows as given, with the database clock over created_at and updated_at, and each
+        -- run's place among the new ones in the order given (its project's fair order)
+        SELECT stamped.*, row_number() OVER (ORDER BY given.ord) AS place
+        FROM jsonb_array_elements($10::jsonb) WITH ORDINALITY AS given(doc, ord)
         CROSS JOIN LATERAL jsonb_populate_record(
-            given, jsonb_build_object('created_at', now(), 'updated_at', now())) AS stamped
-        WHERE given.run_id IN (SELECT run_id FROM new)
+            NULL::awooop_run_state,
+            given.doc || jsonb_build_object('created_at', now(), 'updated_at', now())) AS stamped
+        WHERE stamped.run_id IN (SELECT run_id FROM new)
     ) AS r
+    CROSS JOIN awooop_fair_start($1) AS fair
     RETURNING run_id
 ), heads AS (
     INSERT INTO awooop_event_streams (stream_id, project_id, version, last_tx_id)

@@ -6,15 +6,12 @@
 -- once; a statement that waited for the row lock sees the bucket as its holder left it and
 -- credits no time before its refilled_at, so it never grants more than the rate.
 UPDATE awooop_llm_rate_limits l
-SET tokens = least(l.burst, l.tokens + greatest(0, extract(epoch FROM c.t - l.refilled_at))
-                                       * l.limit_count / l.period_s) - 1,
+SET tokens = {{llm_bucket_level}} - 1,
     refilled_at = greatest(l.refilled_at, c.t),
     granted = l.granted + 1
 FROM (SELECT clock_timestamp() AS t) c
 WHERE l.limit_id = $1 AND l.valid_to IS NULL
-  AND least(l.burst, l.tokens + greatest(0, extract(epoch FROM c.t - l.refilled_at))
-                                * l.limit_count / l.period_s) - 1
-      >= -($2 * l.limit_count / l.period_s)
+  AND {{llm_bucket_level}} - 1 >= -($2 * l.limit_count / l.period_s)
 RETURNING c.t + make_interval(secs => greatest(0, -l.tokens) * l.period_s / l.limit_count)
           AS due,
           c.t AS now

@@ -69,6 +69,7 @@ from awooop.runs.leases.rules import (
     reap_event,
 )
 from awooop.runs.leases.single import (
+    FAIR_WINDOW,
     Undelivered,
     claim,
     fail_undeliverable,
@@ -85,6 +86,7 @@ from awooop.runs.leases.single import (
 from awooop.runs.leases.statements import RunStatements
 
 __all__ = (
+    "FAIR_WINDOW",
     "HEAD_CONFLICT_RETRIES",
     "Availability",
     "ClaimBatch",

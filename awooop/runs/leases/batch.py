@@ -36,11 +36,15 @@ async def claim_many(
     worker_id: str,
     ttl_s: float,
     metadata: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+    *,
+    fair: bool = True,
+    served: batches.Served = batches.EVERY,
 ) -> ClaimBatch:
     """``claim`` for many runs in one statement (``awooop/eventlog/sql/claim_many.sql``): outside a
     transaction it is its own; inside one it is part of it. ``metadata`` is one dict, or one
     per run id (aligned with ``run_ids``). A run whose stream head a newer transaction wrote
-    is claimed again (a few times), as the transactional path would retry it."""
+    is claimed again (a few times), as the transactional path would retry it. ``served``: the
+    worker's routes (awooop.runs.routing); a run it does not serve comes back unclaimed."""
     per_run: dict[uuid.UUID, dict[str, Any] | None] = (
         dict(zip(run_ids, metadata, strict=True))
         if isinstance(metadata, list)
@@ -49,11 +53,12 @@ async def claim_many(
     claimed: dict[uuid.UUID, RunState] = {}
     others: dict[uuid.UUID, RunState] = {}
     paused: set[uuid.UUID] = set()
+    deferred: set[uuid.UUID] = set()
     now: datetime | None = None
     wanted = list(run_ids)
     for attempt in range(HEAD_CONFLICT_RETRIES + 1):
         rows = await batches.claim_many(
-            conn, wanted, [per_run[r] for r in wanted], worker_id, ttl_s
+            conn, wanted, [per_run[r] for r in wanted], worker_id, ttl_s, fair, served
         )
         conflicts = []
         for row in rows:
@@ -66,12 +71,14 @@ async def claim_many(
                 others[row.state.run_id] = row.state
                 if row.paused:
                     paused.add(row.state.run_id)
+                if row.deferred:
+                    deferred.add(row.state.run_id)
         if not conflicts:
             break
         wanted = conflicts
     if now is None:
         now = await conn.fetchval("SELECT now()")
-    return ClaimBatch(claimed, others, now, frozenset(paused))
+    return ClaimBatch(claimed, others, now, frozenset(paused), frozenset(deferred))
 
 
 async def complete_many(

@@ -37,9 +37,18 @@ class Availability(enum.StrEnum):
     HELD = "held"  # a live lease of another worker
     HELD_BY_ME = "held_by_me"  # a live lease of this worker
     EXPIRED = "expired"  # RUNNING/WAITING_TOOL with an expired lease: reap, then claim
-    # claimable, but its project, channel or contract is paused (awooop.runs.pauses): the
-    # claim statement said so; resuming dispatches it again, so its message is done with
+    # claimable, but its project, channel or contract is paused (awooop.runs.pauses), or its
+    # concurrency key is full: the claim statement said so; resuming dispatches it again, a
+    # freed slot lets polling take it, so its message is done with
     PAUSED = "paused"
+    # claimable, but another project's run is ahead of it in the fair order: the claim
+    # statement said so; its message is done with and polling takes the waiting runs in that
+    # order (awooop.runs.fairness)
+    DEFERRED = "deferred"
+    # not of a contract (or project) this worker serves (awooop.runs.routing): the claim
+    # statements never lock it here; its message is done with and the workers that serve it
+    # are rung
+    UNSERVED = "unserved"
 
 
 def availability(state: RunState | None, now: datetime, worker_id: str) -> Availability:
@@ -254,9 +263,11 @@ class Taken:
 class ClaimBatch:
     """What ``claim_many`` found: the runs it claimed, the committed state of the others
     (read without a lock, so that the caller can tell finished from held from unknown), the
-    database clock, and the runs a pause held back (claimable otherwise)."""
+    database clock, the runs a pause (or a full key) held back (claimable otherwise), and those
+    of them the fair order deferred."""
 
     claimed: dict[uuid.UUID, RunState]
     others: dict[uuid.UUID, RunState]
     now: datetime
     paused: frozenset[uuid.UUID] = frozenset()
+    deferred: frozenset[uuid.UUID] = frozenset()

@@ -16,6 +16,7 @@ from awooop.core.errors import LeaseLostError
 from awooop.core.events import Event, LeaseReleased, RunFailed, RunRequeued
 from awooop.eventlog import deadletters, run_reads
 from awooop.eventlog import runs as log_runs
+from awooop.eventlog.batches import EVERY, Served
 from awooop.eventlog.state import RunState, RunStatus, row_to_state
 from awooop.runs import run_rows
 from awooop.runs.leases.rules import (
@@ -32,6 +33,10 @@ from awooop.runs.leases.suspects import (
     workers_with_several,
 )
 
+# The polling path's fair pass looks at this many waiting runs from the head of the fair order
+# (run_lock_fair.sql): bounded work per poll, however long the paused or full-key backlogs are.
+FAIR_WINDOW = 64
+
 # --- I/O -----------------------------------------------------------------------------------
 
 
@@ -41,9 +46,11 @@ async def claim(
     worker_id: str,
     ttl_s: float,
     metadata: dict[str, Any] | None = None,
+    served: Served = EVERY,
 ) -> RunState | None:
-    """Take the lease of ``run_id`` if it can be taken now; None if not (nothing written)."""
-    row = await conn.fetchrow(run_reads.LOCK_CLAIMABLE, run_id)
+    """Take the lease of ``run_id`` if it can be taken now (and ``served``: the worker's routes,
+    awooop.runs.routing); None if not (nothing written)."""
+    row = await conn.fetchrow(run_reads.LOCK_CLAIMABLE, run_id, *served)
     if row is None:
         return None
     state = row_to_state(row)
@@ -59,11 +66,23 @@ async def poll(
     limit: int,
     min_age_s: float,
     metadata: dict[str, Any] | None = None,
+    *,
+    fair: bool = True,
+    served: Served = EVERY,
 ) -> list[RunState]:
-    """Claim up to ``limit`` dispatchable runs older than ``min_age_s`` (platform role)."""
+    """Claim up to ``limit`` dispatchable runs older than ``min_age_s`` (platform role) that the
+    worker serves (``served``: its routes): in the fair order between projects first (``fair``;
+    within its bounded window), then oldest first."""
     if limit <= 0:
         return []
-    rows = await conn.fetch(run_reads.LOCK_DISPATCHABLE, min_age_s, limit)
+    rows = []
+    if fair:
+        rows = list(await conn.fetch(run_reads.LOCK_FAIR, min_age_s, limit, FAIR_WINDOW, *served))
+    if len(rows) < limit:
+        taken = [row["run_id"] for row in rows]
+        rows += await conn.fetch(
+            run_reads.LOCK_DISPATCHABLE, min_age_s, limit - len(rows), taken, *served
+        )
     changes = []
     for row in rows:
         state = row_to_state(row)
@@ -77,9 +96,11 @@ async def take_expired(
     worker_id: str,
     ttl_s: float,
     metadata: dict[str, Any] | None = None,
+    served: Served = EVERY,
 ) -> Taken | None:
-    """Reap ``run_id`` if its lease expired and, when it may run again, claim it."""
-    row = await conn.fetchrow(run_reads.LOCK_EXPIRED, run_id)
+    """Reap ``run_id`` if its lease expired and the worker serves it (``served``), and, when it
+    may run again, claim it."""
+    row = await conn.fetchrow(run_reads.LOCK_EXPIRED, run_id, *served)
     if row is None:
         return None
     return await _reap_and_claim(conn, row, worker_id, ttl_s, metadata)
@@ -91,11 +112,13 @@ async def take_expired_batch(
     ttl_s: float,
     limit: int,
     metadata: dict[str, Any] | None = None,
+    served: Served = EVERY,
 ) -> list[Taken]:
-    """The polling path's share of recovery: up to ``limit`` expired runs, reaped and claimed."""
+    """The polling path's share of recovery: up to ``limit`` expired runs that the worker
+    serves (``served``), reaped and claimed."""
     if limit <= 0:
         return []
-    rows = await conn.fetch(run_reads.LOCK_EXPIRED_OLDEST, limit)
+    rows = await conn.fetch(run_reads.LOCK_EXPIRED_OLDEST, limit, *served)
     several = workers_with_several(row_to_state(row) for row in rows)
     return [await _reap_and_claim(conn, row, worker_id, ttl_s, metadata, several) for row in rows]
 
@@ -124,8 +147,9 @@ async def _reap_and_claim(
 async def reap(
     conn: Connection, limit: int, metadata: dict[str, Any] | None = None
 ) -> list[tuple[RunState, RunRequeued | RunFailed]]:
-    """R-13: requeue or fail up to ``limit`` runs whose lease expired (platform role)."""
-    rows = await conn.fetch(run_reads.LOCK_EXPIRED_OLDEST, limit)
+    """R-13: requeue or fail up to ``limit`` runs whose lease expired (platform role), of
+    every contract (a requeue runs nothing: the run's workers take it)."""
+    rows = await conn.fetch(run_reads.LOCK_EXPIRED_OLDEST, limit, *EVERY)
     states = [row_to_state(row) for row in rows]
     several = workers_with_several(states)
     done = []

@@ -16,6 +16,7 @@ from typing import Any
 
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError, UnstorableValueError
+from awooop.eventlog.batches import EVERY, Served
 from awooop.eventlog.runs import CurrentStep
 from awooop.eventlog.state import RunState
 from awooop.runs.leases.batch import (
@@ -28,6 +29,7 @@ from awooop.runs.leases.rules import ClaimBatch, Completion, Fence, FencedWrite
 from awooop.runs.leases.single import fences, heartbeat
 
 Written = list[RunState | LeaseLostError | UnstorableValueError]
+NOTIFY_MANY = "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload"
 
 
 class RunStatements:
@@ -40,9 +42,14 @@ class RunStatements:
         worker_id: str,
         ttl_s: float,
         metadata: list[dict[str, Any] | None] | None = None,
+        *,
+        fair: bool = True,
+        served: Served = EVERY,
     ) -> ClaimBatch:
         return await self.db.in_run_statement(
-            lambda conn: claim_many(conn, run_ids, worker_id, ttl_s, metadata)
+            lambda conn: claim_many(
+                conn, run_ids, worker_id, ttl_s, metadata, fair=fair, served=served
+            )
         )
 
     async def complete_many(self, completions: list[Completion]) -> Written:
@@ -64,6 +71,10 @@ class RunStatements:
 
     async def fenced_record_many(self, writes: list[FencedWrite]) -> Written:
         return await self.db.in_run_transaction(lambda conn: fenced_record_many(conn, writes))
+
+    async def notify(self, channel: str, payloads: list[str]) -> None:
+        """``pg_notify`` each of ``payloads`` on ``channel`` (a doorbell: one statement)."""
+        await self.db.in_run_statement(lambda conn: conn.execute(NOTIFY_MANY, channel, payloads))
 
     async def prepare(self, connections: int) -> None:
         """Parse and plan every statement above on ``connections`` run-pool connections."""

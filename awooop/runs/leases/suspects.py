@@ -23,6 +23,7 @@ from awooop.core.db import Connection
 from awooop.core.events import RunFailed, RunRequeued, run_stream_id
 from awooop.eventlog import run_reads
 from awooop.eventlog import runs as log_runs
+from awooop.eventlog.batches import EVERY, Served
 from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunState, row_to_state
 from awooop.runs.leases.rules import claim_event, died_sharing, reap_event
 
@@ -72,11 +73,16 @@ async def reap_decision(
 
 
 async def claim_suspect(
-    conn: Connection, worker_id: str, ttl_s: float, metadata: dict[str, Any] | None = None
+    conn: Connection,
+    worker_id: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | None = None,
+    served: Served = EVERY,
 ) -> RunState | None:
-    """Claim the oldest dispatchable suspect (platform role); None when there is none free.
-    Only for a worker that holds nothing else and takes nothing else while it runs it."""
-    row = await conn.fetchrow(run_reads.LOCK_SUSPECT)
+    """Claim the oldest dispatchable suspect that the worker serves (``served``: its routes)
+    (platform role); None when there is none free. Only for a worker that holds nothing else
+    and takes nothing else while it runs it."""
+    row = await conn.fetchrow(run_reads.LOCK_SUSPECT, *served)
     if row is None:
         return None
     state = row_to_state(row)
@@ -85,9 +91,10 @@ async def claim_suspect(
     )
 
 
-async def suspects_waiting(conn: Connection) -> bool:
-    """Whether any suspect waits for a worker to run it alone (one indexed probe)."""
-    return bool(await conn.fetchval(run_reads.SUSPECTS_WAITING))
+async def suspects_waiting(conn: Connection, served: Served = EVERY) -> bool:
+    """Whether a suspect that the worker serves (``served``) waits for it to run it alone (one
+    indexed probe)."""
+    return bool(await conn.fetchval(run_reads.SUSPECTS_WAITING, *served))
 
 
 def requeued_for_isolation(reaped: RunRequeued | RunFailed, state: RunState) -> bool:

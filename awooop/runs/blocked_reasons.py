@@ -1,0 +1,50 @@
+"""The reasons of ``blocked_on`` (:mod:`awooop.runs.blocked` decides which one a run has) and
+the statuses each can come from."""
+
+from __future__ import annotations
+
+import enum
+
+from awooop.eventlog.state import DISPATCHABLE, RunStatus
+
+
+class Reason(enum.StrEnum):
+    PENDING_NO_WORKER = "pending_no_worker"
+    NO_WORKER_FOR_CONTRACT = "no_worker_for_contract"
+    PENDING_WORKERS_BUSY = "pending_workers_busy"
+    PENDING_DEAD_LETTERED = "pending_dead_lettered"
+    PENDING_ISOLATION = "pending_isolation"
+    PAUSED = "paused"
+    OVER_CONCURRENCY_LIMIT = "over_concurrency_limit"
+    RETRY_PENDING = "retry_pending"
+    RUNNING = "running"
+    RATE_LIMITED = "rate_limited"
+    OVER_BUDGET = "over_budget"
+    LEASE_EXPIRED = "lease_expired"
+    WAITING_TOOL = "waiting_tool"
+    WAITING_APPROVAL = "waiting_approval"
+    APPROVAL_EXPIRED = "approval_expired"
+    FAILED = "failed"
+    FAILED_DEAD_LETTERED = "failed_dead_lettered"
+
+
+# The statuses each reason can come from: a console filter on a reason narrows the SQL by these.
+REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
+    Reason.PENDING_NO_WORKER: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.NO_WORKER_FOR_CONTRACT: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.PENDING_WORKERS_BUSY: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.PENDING_ISOLATION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.PAUSED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.OVER_CONCURRENCY_LIMIT: frozenset({*DISPATCHABLE, RunStatus.WAITING_TOOL}),
+    Reason.RETRY_PENDING: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.RUNNING: frozenset({RunStatus.RUNNING}),
+    Reason.RATE_LIMITED: frozenset({RunStatus.RUNNING}),
+    Reason.OVER_BUDGET: frozenset({RunStatus.RUNNING}),
+    Reason.LEASE_EXPIRED: frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL}),
+    Reason.WAITING_TOOL: frozenset({RunStatus.WAITING_TOOL}),
+    Reason.WAITING_APPROVAL: frozenset({RunStatus.WAITING_APPROVAL}),
+    Reason.APPROVAL_EXPIRED: frozenset({RunStatus.WAITING_APPROVAL}),
+    Reason.FAILED: frozenset({RunStatus.FAILED}),
+    Reason.FAILED_DEAD_LETTERED: frozenset({RunStatus.FAILED}),
+}

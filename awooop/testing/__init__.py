@@ -1,0 +1,44 @@
+"""Testing handlers without the servers (docs/workers.md, "Testing handlers").
+
+:class:`HandlerKit` runs a handler in-process, through the real
+:class:`~awooop.worker.context.RunContext`: steps are journaled and replayed by its own code,
+model calls recorded as ``ModelCalled``, tool waits held and written as ``ToolResultReceived``
+and ``tool:<name>`` steps, approvals requested and journaled as ``approval:<name>`` steps.
+Only the I/O is replaced: every fenced write goes to an in-memory journal, folded by the real
+state machine (:func:`awooop.eventlog.state.apply`), so an event the runtime would refuse is
+refused here too. The model, the tools and the clock are fakes the test controls:
+
+- :class:`FakeModel`: scripted answers, by call order or by a matcher on the prompt, and the
+  calls it got;
+- :class:`FakeTools`: answers to ``run.wait_for_tool`` (scripted, a function, or given by the
+  test while the run waits), bounded by a timeout;
+- :class:`Approve` / :class:`Reject`: scripted decisions, or :meth:`HandlerKit.approve` /
+  :meth:`~HandlerKit.reject` then :meth:`~HandlerKit.resume`;
+- :class:`Clock`: the time of every event, of approval expiry (:meth:`HandlerKit.advance`);
+- :class:`Journal`: the run's events, with views (steps, model calls, tool calls, approvals)
+  and JSON to keep one; :meth:`HandlerKit.replay` runs a recorded journal against new code.
+
+For a test that wants the real database, :mod:`awooop.testing.pytest_plugin` has the
+``awooop_postgres`` fixture: a handler run by an in-process worker on a fresh migrated
+database, through the worker's polling path (no Redis).
+"""
+
+from awooop.testing.approvals import Approve, Reject
+from awooop.testing.fakes import Clock, FakeModel, FakeTools, ModelCallRecord, ToolCall
+from awooop.testing.journal import Journal
+from awooop.testing.kit import HandlerKit
+from awooop.testing.results import KitResult, ReplayReport
+
+__all__ = [
+    "Approve",
+    "Clock",
+    "FakeModel",
+    "FakeTools",
+    "HandlerKit",
+    "Journal",
+    "KitResult",
+    "ModelCallRecord",
+    "Reject",
+    "ReplayReport",
+    "ToolCall",
+]

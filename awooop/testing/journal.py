@@ -1,0 +1,111 @@
+"""The journal a :class:`~awooop.testing.HandlerKit` run wrote: the run's events, as the real
+runtime writes them on the run's stream, folded by the real state machine
+(:func:`awooop.eventlog.state.apply`), with views to assert on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import msgspec
+
+from awooop.core.events import (
+    ApprovalExpired,
+    ApprovalGranted,
+    ApprovalRejected,
+    ApprovalRequested,
+    Event,
+    ModelCalled,
+    RunEvent,
+    StepCompleted,
+    ToolResultReceived,
+    event_type,
+)
+from awooop.eventlog.state import RunState, fold
+from awooop.worker.context import APPROVAL_STEP_PREFIX
+from awooop.worker.tool_waits import TOOL_STEP_PREFIX
+
+ApprovalEvent = ApprovalRequested | ApprovalGranted | ApprovalRejected | ApprovalExpired
+_list_decoder: msgspec.json.Decoder[list[RunEvent]] = msgspec.json.Decoder(list[RunEvent])
+
+
+class Journal(Sequence[Event]):
+    """The events of one run, oldest first (a sequence of :mod:`awooop.core.events`)."""
+
+    def __init__(self, events: Iterable[Event] = ()) -> None:
+        self._events: list[Event] = list(events)
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._events[index]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._events)
+
+    def __repr__(self) -> str:
+        return f"Journal({self.types})"
+
+    # --- views -------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> RunState:
+        """The run's row as the real runtime folds these events."""
+        state = fold(list(self._events))
+        assert state is not None, "an empty journal has no run"
+        return state
+
+    @property
+    def types(self) -> list[str]:
+        return [event_type(e) for e in self._events]
+
+    @property
+    def step_events(self) -> list[StepCompleted]:
+        """Every journaled step, tools' (``tool:<name>``) and approvals'
+        (``approval:<name>``) included, in the order they were written."""
+        return [e for e in self._events if isinstance(e, StepCompleted)]
+
+    @property
+    def steps(self) -> dict[str, Any]:
+        """The results of the handler's own steps (``run.step``) by name, as journaled."""
+        return {
+            e.step: e.result
+            for e in self.step_events
+            if not e.step.startswith((TOOL_STEP_PREFIX, APPROVAL_STEP_PREFIX))
+        }
+
+    @property
+    def step_names(self) -> list[str]:
+        return [e.step for e in self.step_events]
+
+    @property
+    def model_calls(self) -> list[ModelCalled]:
+        return [e for e in self._events if isinstance(e, ModelCalled)]
+
+    @property
+    def tool_calls(self) -> list[ToolResultReceived]:
+        """The tool answers written (one per answered ``run.wait_for_tool``)."""
+        return [e for e in self._events if isinstance(e, ToolResultReceived)]
+
+    @property
+    def tools(self) -> dict[str, Any]:
+        return {e.tool: e.result for e in self.tool_calls}
+
+    @property
+    def approvals(self) -> list[ApprovalEvent]:
+        return [e for e in self._events if isinstance(e, ApprovalEvent)]
+
+    def of_type(self, type_: type[Any]) -> list[Any]:
+        return [e for e in self._events if isinstance(e, type_)]
+
+    # --- keeping a journal -------------------------------------------------------------------
+
+    def to_json(self) -> bytes:
+        """The events as JSON (each with its ``type`` tag): a recorded journal to keep next
+        to a test and replay against later code (:meth:`from_json`)."""
+        return msgspec.json.encode(self._events)
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Journal:
+        return cls(_list_decoder.decode(data))

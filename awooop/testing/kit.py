@@ -1,0 +1,353 @@
+""":class:`HandlerKit`: a handler run in-process, without Postgres or Redis, through the real
+run context and state machine (see :mod:`awooop.testing`)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+
+from awooop.core.config import STEP_RESULT_MAX_BYTES
+from awooop.core.errors import (
+    InvalidInputError,
+    LeaseLostError,
+    UnstorableValueError,
+)
+from awooop.core.events import (
+    ApprovalRequested,
+    Event,
+    LeaseReleased,
+    ModelCalled,
+    RunClaimed,
+    RunCompleted,
+    RunCreated,
+    RunFailed,
+    RunRequeued,
+    RunRetried,
+)
+from awooop.core.excerpts import failure_traceback
+from awooop.core.storable import encoded_problem, unstorable
+from awooop.eventlog.state import RunState, RunStatus, apply, fold
+from awooop.runs import leases
+from awooop.runs.approvals import ApprovalTicket, DecisionRecord
+from awooop.testing.approvals import Approvals, Approve, Reject
+from awooop.testing.context import KitAttempt, KitContext
+from awooop.testing.fakes import Clock, FakeModel, FakeTools
+from awooop.testing.journal import Journal
+from awooop.testing.results import KitResult, ReplayReport
+from awooop.worker import approval_grants
+from awooop.worker.context import RunContext, Suspended
+from awooop.worker.outcomes import failure_of, infrastructure_failure
+
+Handler = Callable[[RunContext], Awaitable[object]]
+MAX_ATTEMPTS_PER_CALL = 50  # a handler the kit would take again forever stops here
+LEASED = (RunStatus.RUNNING, RunStatus.WAITING_TOOL)
+
+
+@dataclass
+class _Run:
+    events: list[Event] = field(default_factory=list)
+    approvals: Approvals = field(default_factory=Approvals)
+    asked: list[tuple[str, bool]] = field(default_factory=list)
+    error: BaseException | None = None
+
+
+class HandlerKit:
+    """Runs ``handler`` in-process: ``result = await HandlerKit(handle).run({"text": "hi"})``.
+
+    Each attempt gets the real :class:`RunContext` (steps journaled and replayed, model calls
+    recorded, tool waits, approvals) whose writes go to an in-memory journal folded by the real
+    state machine, with the fakes in place of the model (``model``), the tools (``tools``) and
+    the clock. An attempt ends as the worker ends it: a return value completes the run, an
+    exception fails it (code, reason, traceback and failing step as the worker writes them),
+    ``wait_for_approval`` suspends it. ``approvals`` maps an approval's name to a scripted
+    decision (:class:`Approve`, :class:`Reject`), applied when the run waits for it; without
+    one the run stays WAITING_APPROVAL until the test calls :meth:`approve` or :meth:`reject`
+    and :meth:`resume`."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        model: FakeModel | None = None,
+        tools: FakeTools | None = None,
+        approvals: Mapping[str, Approve | Reject] | None = None,
+        clock: Clock | None = None,
+        project_id: str = "test-project",
+        approval_ttl_s: float = 86400.0,
+        lease_ttl_s: float = 30.0,
+        max_attempts: int = 3,
+        step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
+        worker_id: str = "kit-worker",
+    ) -> None:
+        self.handler = handler
+        self.clock = clock or Clock()
+        self.model = model or FakeModel()
+        self.model.clock = self.clock
+        self.tools = tools or FakeTools()
+        self.approvals: dict[str, Approve | Reject] = dict(approvals or {})
+        self.project_id = project_id
+        self.approval_ttl_s = approval_ttl_s
+        self.lease_ttl_s = lease_ttl_s
+        self.max_attempts = max_attempts
+        self.step_result_max_bytes = step_result_max_bytes
+        self.worker_id = worker_id
+        self._run = _Run()
+
+    # --- the test's side ---------------------------------------------------------------------
+
+    @property
+    def journal(self) -> Journal:
+        return Journal(self._run.events)
+
+    @property
+    def state(self) -> RunState:
+        return self.journal.state
+
+    async def run(
+        self, input: Any = None, *, run_id: uuid.UUID | None = None, contract_id: str | None = None
+    ) -> KitResult:
+        """A new run of ``input`` (JSON; None: ``{}``, as a run always has one), driven until
+        it completes, fails or waits for an approval without a scripted decision."""
+        run_id = run_id or uuid.uuid4()
+        self._run = _Run()
+        self._append(
+            RunCreated(
+                at=self.clock.now(),
+                run_id=run_id,
+                project_id=self.project_id,
+                channel_type="api",
+                provider_event_id=str(run_id),
+                input={} if input is None else msgspec.to_builtins(input),
+                max_attempts=self.max_attempts,
+                contract_id=contract_id,
+            )
+        )
+        return await self._drive(self.handler)
+
+    async def resume(self, handler: Handler | None = None) -> KitResult:
+        """Go on after :meth:`approve` (the next attempt runs the handler from the top)."""
+        return await self._drive(handler or self.handler)
+
+    def approve(
+        self,
+        name: str = "approval",
+        *,
+        actor: str = "test",
+        by: str | None = None,
+        reason: str = "",
+        payload: Any = None,
+    ) -> None:
+        """Grant the approval the run waits for, as ``awooop runs approve`` does (``payload``:
+        the draft as the reviewer edited it)."""
+        self._decide(name, Approve(actor=actor, by=by, reason=reason, payload=payload))
+
+    def reject(
+        self,
+        name: str = "approval",
+        *,
+        actor: str = "test",
+        reason: str = "",
+        by: str | None = None,
+        payload: Any = None,
+    ) -> None:
+        """Reject it, as ``awooop runs reject`` does: the run FAILS with E-APPROVAL-004, or
+        resumes when the request said ``on_reject="return"``."""
+        self._decide(name, Reject(actor=actor, reason=reason, by=by, payload=payload))
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock; an approval whose time ran out expires, as the approval-expiry loop
+        does (the run FAILS with E-APPROVAL-002, or resumes with ``on_expire="return"``)."""
+        expiry = self._run.approvals.expired(self.clock.advance(seconds))
+        if expiry is not None:
+            self._append(expiry)
+
+    async def replay(self, journal: Journal, handler: Handler | None = None) -> ReplayReport:
+        """Run ``handler`` (new code) on a recorded journal, as a worker of a new release takes
+        a run in flight: a finished attempt's last event is set aside, the run is requeued (or,
+        when an approval ended it, retried by an operator) and the next attempt runs the new
+        code, replaying what the journal holds."""
+        events = [e for e in journal if not isinstance(e, RunCompleted | RunFailed)]
+        self._run = _Run(events=list(events))
+        recorded = {e.step for e in Journal(events).step_events}
+        state = self.state
+        if state.status is RunStatus.WAITING_APPROVAL:
+            raise InvalidInputError("the journal waits for an approval: replay it once decided")
+        if state.status in LEASED:
+            self._append(
+                RunRequeued(
+                    at=self.clock.now(),
+                    attempt=state.attempt_count,
+                    worker_id=state.worker_id,
+                    reason="replayed against new handler code",
+                )
+            )
+        elif state.status is RunStatus.FAILED:
+            self._append(
+                RunRetried(at=self.clock.now(), actor="kit", max_attempts=state.attempt_count + 1)
+            )
+        before = len(self._run.events)
+        result = await self._drive(handler or self.handler)
+        asked = [name for name, _ in self._run.asked]
+        return ReplayReport(
+            result=result,
+            replayed=[name for name, replayed in self._run.asked if replayed],
+            ran=[name for name, replayed in self._run.asked if not replayed],
+            unused=sorted(recorded - set(asked)),
+            model_calls=[e for e in self._run.events[before:] if isinstance(e, ModelCalled)],
+        )
+
+    # --- the context's side ------------------------------------------------------------------
+
+    async def write(self, write: leases.FencedWrite) -> RunState:
+        """A fenced write: refused as Postgres refuses it (the fence, unstorable text)."""
+        now = self.clock.now()
+        state = self.state
+        if state.status in LEASED and state.attempt_count == write.attempt:
+            state = msgspec.structs.replace(state, lease_until=now + timedelta(seconds=60))
+        problem = leases.fence_problem(state, now, write.worker_id, write.attempt)
+        if problem is not None:
+            raise LeaseLostError(f"write refused: {problem}", run_id=state.run_id)
+        event = write.make_event(state, now)
+        refused = encoded_problem(event, type(event).__name__)
+        if refused is not None:
+            raise UnstorableValueError(refused, run_id=state.run_id)
+        self._append(event)
+        return self.state
+
+    def asked(self, step: str, replayed: bool) -> None:
+        self._run.asked.append((step, replayed))
+
+    def decision(self, name: str) -> DecisionRecord | None:
+        return self._run.approvals.decisions.get(name)
+
+    async def request_approval(
+        self, ctx: KitContext, name: str, reason: str, ask: approval_grants.Ask
+    ) -> ApprovalTicket:
+        """What :func:`awooop.runs.approvals.request` writes, and its ticket."""
+        ttl_s = ask.expires_in_s or self.approval_ttl_s
+        state = await self.write(
+            leases.FencedWrite(
+                ctx.run_id,
+                ctx.worker_id,
+                ctx.attempt,
+                lambda _s, now: ApprovalRequested(
+                    at=now,
+                    worker_id=ctx.worker_id,
+                    attempt=ctx.attempt,
+                    expires_at=now + timedelta(seconds=ttl_s),
+                    reason=reason,
+                    payload=ask.payload,
+                    on_reject=ask.on_reject,
+                    on_expire=ask.on_expire,
+                    expires_in_s=ask.expires_in_s,
+                ),
+            )
+        )
+        return self._run.approvals.opened(
+            state.run_id, state.project_id, name, self._run.events[-1]
+        )
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _append(self, event: Event) -> None:
+        events = self._run.events
+        apply(fold(events), event)  # refused as the real state machine refuses it
+        events.append(event)
+
+    def _decide(self, name: str, decision: Approve | Reject) -> None:
+        run_id = self.state.run_id
+        self._append(self._run.approvals.decide(name, decision, self.clock.now(), run_id))
+
+    async def _drive(self, handler: Handler) -> KitResult:
+        for _ in range(MAX_ATTEMPTS_PER_CALL):
+            status = self.state.status
+            if status in (RunStatus.PENDING, RunStatus.RESUMED):
+                await self._attempt(handler)
+            elif status is RunStatus.WAITING_APPROVAL and self._run.approvals.ticket:
+                name = self._run.approvals.ticket.name
+                decision = self.approvals.get(name)
+                if decision is None:
+                    break
+                self._decide(name, decision)
+            else:
+                break
+        else:
+            raise RuntimeError(f"the run took more than {MAX_ATTEMPTS_PER_CALL} attempts")
+        return KitResult(self.journal, self._run.error, self._run.approvals.ticket)
+
+    async def _attempt(self, handler: Handler) -> None:
+        number = self.state.attempt_count + 1
+        now = self.clock.now()
+        lease_until = now + timedelta(seconds=self.lease_ttl_s)
+        self._append(
+            RunClaimed(at=now, worker_id=self.worker_id, attempt=number, lease_until=lease_until)
+        )
+        state = self.state
+        attempt = KitAttempt(
+            run_id=state.run_id,
+            project_id=state.project_id,
+            worker_id=self.worker_id,
+            number=number,
+            lease_deadline=time.monotonic() + 10.0**9,  # renewed by no heartbeat: never lost
+            now=self.clock.now,
+        )
+        self._run.error = None
+        try:
+            value = await handler(KitContext(self, attempt, state))
+        except Suspended:
+            return
+        except Exception as exc:
+            self._failed(attempt, exc)
+            return
+        attempt.finishing = True
+        try:
+            encoded = msgspec.to_builtins(value)
+        except (TypeError, ValueError) as exc:
+            self._failed(attempt, exc)
+            return
+        refused = encoded_problem(encoded, "result")
+        if refused is not None:
+            self._failed(attempt, unstorable("the return value", UnstorableValueError(refused)))
+            return
+        self._append(
+            RunCompleted(
+                at=self.clock.now(), worker_id=self.worker_id, attempt=number, result=encoded
+            )
+        )
+
+    def _failed(self, attempt: KitAttempt, exc: Exception) -> None:
+        """The last write of an attempt that raised, as the worker writes it."""
+        code, reason = failure_of(exc)
+        at, number = self.clock.now(), attempt.number
+        traceback, step = failure_traceback(exc), attempt.step_of(exc)
+        if infrastructure_failure(exc):  # the runtime's stores were away: handed back
+            self._append(
+                LeaseReleased(
+                    at=at,
+                    worker_id=self.worker_id,
+                    attempt=number,
+                    charged=False,
+                    reason=reason,
+                    traceback=traceback,
+                    step=step,
+                )
+            )
+            return
+        self._run.error = exc
+        self._append(
+            RunFailed(
+                at=at,
+                reason=reason,
+                code=code,
+                worker_id=self.worker_id,
+                attempt=number,
+                traceback=traceback,
+                step=step,
+            )
+        )

@@ -1,0 +1,126 @@
+"""A handler run by a real worker on a real database: :class:`PostgresKit`, what the
+``awooop_postgres`` fixture gives (:mod:`awooop.testing.pytest_plugin`)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from awooop.core.config import Settings
+from awooop.core.db import Connection, Database
+from awooop.core.events import Event, RunCreated, run_stream_id
+from awooop.eventlog import eventlog
+from awooop.eventlog.runs import create_run
+from awooop.eventlog.state import RunState
+from awooop.runs import approvals, run_rows
+from awooop.runs.approvals import ApprovalTicket, Decision
+from awooop.testing.fakes import FakeModel
+from awooop.testing.journal import Journal
+from awooop.testing.kit import Handler
+from awooop.worker.runtime import Worker
+
+
+@dataclass
+class PostgresKit:
+    """A handler run by a real worker on a real database (see the module doc)."""
+
+    db: Database
+    settings: Settings
+    project_id: str = "test-project"
+    model: FakeModel = field(default_factory=FakeModel)
+    tickets: list[ApprovalTicket] = field(default_factory=list)  # the worker's notifier's
+
+    async def _notify(self, ticket: ApprovalTicket) -> None:
+        self.tickets.append(ticket)
+
+    async def create(self, input: Any = None, *, max_attempts: int = 3) -> uuid.UUID:
+        """A new PENDING run of ``input`` in :attr:`project_id`."""
+        run_id = uuid.uuid4()
+
+        async def write(conn: Connection) -> None:
+            now = await conn.fetchval("SELECT now()")
+            await create_run(
+                conn,
+                RunCreated(
+                    at=now,
+                    run_id=run_id,
+                    project_id=self.project_id,
+                    channel_type="api",
+                    provider_event_id=str(run_id),
+                    input={} if input is None else msgspec.to_builtins(input),
+                    max_attempts=max_attempts,
+                ),
+            )
+
+        await self.db.in_tenant(self.project_id, write)
+        return run_id
+
+    async def work(self, handler: Handler, *, max_s: float = 60.0) -> int:
+        """Run everything runnable with one in-process worker (polling, no Redis) until idle;
+        the number of attempts run."""
+        worker = Worker(
+            db=self.db,
+            settings=self.settings,
+            handler=handler,
+            llm=self.model,
+            notifier=self._notify,
+            concurrency=2,
+        )
+        return await worker.run_until_idle(max_s=max_s)
+
+    async def run(self, handler: Handler, input: Any = None) -> RunState:
+        """Create a run of ``input``, work until idle, and return the run's state."""
+        run_id = await self.create(input)
+        await self.work(handler)
+        return await self.state(run_id)
+
+    async def approve(
+        self,
+        run_id: uuid.UUID,
+        *,
+        by: str = "test",
+        actor: str = "kit",
+        reason: str = "",
+        payload: Any = None,
+    ) -> RunState:
+        """Approve the run's open request for the person ``by``, as ``awooop runs approve
+        --by`` does (the decision's ``by``; ``actor`` stands for the management token); then
+        :meth:`work` again."""
+        return await self._decide(run_id, Decision.APPROVED, by, actor, reason, payload)
+
+    async def reject(
+        self,
+        run_id: uuid.UUID,
+        *,
+        by: str = "test",
+        actor: str = "kit",
+        reason: str = "",
+        payload: Any = None,
+    ) -> RunState:
+        return await self._decide(run_id, Decision.REJECTED, by, actor, reason, payload)
+
+    async def _decide(
+        self, run_id: uuid.UUID, verdict: Decision, by: str, actor: str, reason: str, payload: Any
+    ) -> RunState:
+        return await self.db.in_tenant(
+            self.project_id,
+            lambda c: approvals.decide_as(
+                c, run_id, verdict, actor=actor, by=by, reason=reason, payload=payload
+            ),
+        )
+
+    async def state(self, run_id: uuid.UUID) -> RunState:
+        async with self.db.tenant(self.project_id) as conn:
+            found = await run_rows.load(conn, run_id)
+        assert found is not None, f"no run {run_id}"
+        return found
+
+    async def journal(self, run_id: uuid.UUID) -> Journal:
+        """The run's events, as a :class:`~awooop.testing.Journal` (replayable in the kit)."""
+        async with self.db.tenant(self.project_id) as conn:
+            stored = await eventlog.read_stream(conn, run_stream_id(run_id))
+        events: list[Event] = [e.decode() for e in stored]
+        return Journal(events)

@@ -1,0 +1,63 @@
+"""awooop.testing.pytest_plugin: the ``awooop_postgres`` fixture runs a handler with a real
+worker on a real database through the polling path (no Redis), and the in-memory kit writes
+the same events as that worker, so a journal recorded on Postgres replays in the kit."""
+
+from __future__ import annotations
+
+from awooop.eventlog.state import RunStatus
+from awooop.examples import handlers as example
+from awooop.testing import FakeModel, HandlerKit
+from awooop.testing.postgres import PostgresKit
+
+pytest_plugins = ["awooop.testing.pytest_plugin"]  # as a project's root conftest.py loads it
+
+
+async def test_the_demo_handler_on_postgres_writes_what_the_kit_writes(
+    awooop_postgres: PostgresKit,
+) -> None:
+    pg = awooop_postgres
+    pg.model = FakeModel("grow the volume")
+    run_id = await pg.create({"text": "disk full", "approval": True})
+    assert await pg.work(example.handle) == 1
+    assert (await pg.state(run_id)).status == RunStatus.WAITING_APPROVAL
+    await pg.approve(run_id, by="oncall")
+    await pg.work(example.handle)
+    state = await pg.state(run_id)
+    assert state.status == RunStatus.COMPLETED, state.failure_reason
+    assert state.result == {"summary": "grow the volume", "approved_by": "oncall", "acted": True}
+    recorded = await pg.journal(run_id)
+
+    kit = HandlerKit(example.handle, model=FakeModel("grow the volume"))
+    await kit.run({"text": "disk full", "approval": True})
+    kit.approve("act", actor="kit", by="oncall")
+    in_memory = (await kit.resume()).journal
+    assert in_memory.types == recorded.types
+    assert in_memory.step_names == recorded.step_names
+    assert in_memory.steps == recorded.steps
+
+    report = await HandlerKit(example.handle, model=FakeModel(strict=True)).replay(recorded)
+    assert report.ran == [] and report.model_calls == []
+    assert report.replayed == ["parse", "summarise", "approval:act", "act"]
+    assert report.result.value == state.result
+
+
+async def test_a_reviewed_approval_on_postgres_and_in_the_kit(
+    awooop_postgres: PostgresKit,
+) -> None:
+    from tests.unit.test_handler_kit import review
+
+    pg = awooop_postgres
+    run_id = await pg.create()
+    await pg.work(review)
+    await pg.reject(run_id, by="lead", reason="too curt", payload={"body": "Hi"})
+    await pg.work(review)
+    state = await pg.state(run_id)
+    recorded = await pg.journal(run_id)
+
+    kit = HandlerKit(review)
+    await kit.run()
+    kit.reject("send", actor="kit", by="lead", reason="too curt", payload={"body": "Hi"})
+    result = await kit.resume()
+    assert result.journal.types == recorded.types
+    assert result.value == state.result
+    assert state.result["approved"] is False and state.result["payload"] == {"body": "Hi"}
