@@ -23,7 +23,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from tests.support.releases import BORROWED, READY, _borrowed_ok, _locked
+from tests.support.releases import BORROWED, READY, _locked
 from tests.support.scripts import ROOT
 
 CACHE_ENV = "AWOOOP_WHEEL_CACHE"
@@ -63,7 +63,7 @@ def installed_wheel() -> Path:
     venv = cache_root() / f"venv-{deps}-{version}"
     with _locked(venv.with_name(venv.name + ".lock")):
         if not (
-            (venv / READY).exists() and (venv / "bin" / "python").exists() and _borrowed_ok(venv)
+            (venv / READY).exists() and (venv / "bin" / "python").exists() and _borrows_ours(venv)
         ):
             shutil.rmtree(venv, ignore_errors=True)
             base = getattr(sys, "_base_executable", sys.executable)
@@ -81,6 +81,14 @@ def installed_wheel() -> Path:
         _run([*pip, "-q", "--no-deps", "--force-reinstall", str(wheel)])
         (venv / "installed").write_text(sources_hash())
     return venv / "bin"
+
+
+def _borrows_ours(venv: Path) -> bool:
+    """Whether the cached environment borrows this suite's site-packages (one made for another
+    checkout's environment is made again: what its probe takes away must be what it borrows)."""
+    marker = venv / BORROWED
+    ours = sysconfig.get_paths()["purelib"]
+    return marker.exists() and marker.read_text().strip() == ours
 
 
 def _build(into: Path) -> Path:
