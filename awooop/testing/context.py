@@ -25,6 +25,7 @@ from awooop.worker.context import (
     RunContext,
     Suspended,
 )
+from awooop.worker.contract_retry import ContractRetry, Overrides
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, ToolWaits, answer_events
 
 T = TypeVar("T")
@@ -37,6 +38,7 @@ class Driver(Protocol):
     tools: FakeTools
     approval_ttl_s: float
     step_result_max_bytes: int
+    contract_retry: Overrides
 
     async def write(self, write: leases.FencedWrite) -> RunState: ...
     def asked(self, step: str, replayed: bool) -> None: ...
@@ -104,6 +106,7 @@ class KitContext(RunContext):
             notifier=None,
             approval_ttl_s=kit.approval_ttl_s,
             step_result_max_bytes=kit.step_result_max_bytes,
+            overrides=ContractRetry.fixed(kit.contract_retry),
         )
         self._kit = kit
         self._tools = MemoryToolWaits(

@@ -60,7 +60,7 @@ from awooop.llm.calls import called_event
 from awooop.llm.gateway import LLMResult, ModelCall
 from awooop.runs import approval_options, approvals, leases
 from awooop.runs.approvals import ApprovalTicket
-from awooop.worker import approval_grants, policies
+from awooop.worker import approval_grants, contract_retry, policies
 from awooop.worker.attempts import Attempt, trace_metadata
 from awooop.worker.step_values import journal, recorded
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
@@ -112,8 +112,10 @@ class RunContext:
         flow_max_wait_s: float = 3600.0,
         slots: SlotBell | None = None,
         step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
+        overrides: contract_retry.ContractRetry | None = None,  # the run contract's policies
     ) -> None:
         self._attempt = attempt
+        self._overrides = overrides or contract_retry.ContractRetry()
         self._result_max_bytes = step_result_max_bytes
         self._io_timeout_s = io_timeout_s
         self._db = db
@@ -192,6 +194,7 @@ class RunContext:
                 return self._recorded(name, type)
             span.set_attribute("awooop.step.replayed", False)
             self.check()
+            how = await self._overrides.step(name, how)
             with self._in_step(name) as started_at:
                 result, tries = await policies.step_tries(fn, how, name, self.check)
                 encoded, result = journal(f"step {name!r}", result, type, self._result_max_bytes)
@@ -340,6 +343,7 @@ class RunContext:
         if step_name in self._steps:
             return self._recorded(step_name, type)
         self.check()
+        how = await self._overrides.tool(tool, how)
         await self._tools.start(tool)  # the run is WAITING_TOOL: it holds no slot of its key
         try:
             with (
