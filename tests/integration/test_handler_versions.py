@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,6 +34,7 @@ from awooop.worker.runtime import Worker
 from streams.keys import Keys
 from tests.integration.test_worker_streams import announce, pending
 from tests.support import handlers
+from tests.support.console import log_in
 from tests.support.http import app_client
 from tests.support.runs import all_finished, create_runs, events_of, load
 from tests.support.waiting import eventually
@@ -93,6 +95,13 @@ async def test_each_attempt_records_the_version_of_the_handler_that_ran_it(
     ]
     table = cli(fast, "runs", "show", P, str(run_id))
     assert "HANDLER_VERSION" in table.stdout and "v2" in table.stdout
+    _, manage = await credentials.create_management_token(db, P, "manage")
+    async with app_client(fast, db) as http:  # the console's run page: per attempt
+        await log_in(http, manage)
+        page = await http.get(f"/ui/runs/{P}/{run_id}")
+    assert page.status_code == 200
+    shown = re.findall(r'class="mono handler-version">([^<]+)<', page.text)
+    assert shown == ["v1", "v2"]
 
 
 async def test_a_worker_without_a_given_version_records_its_handlers_derived_one(

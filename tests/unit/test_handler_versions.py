@@ -18,6 +18,7 @@ from awooop.commands.doctor_results import FAIL
 from awooop.commands.runs_render import render_attempts
 from awooop.core.config import load_settings
 from awooop.core.errors import HandlerVersionError
+from awooop.core.events import RunClaimed, decode_event
 from awooop.eventlog.state import RunStatus
 from awooop.http.console_timeline import view
 from awooop.runs.blocked import Reason, RunFacts, ShardFacts, decide, describe
@@ -25,7 +26,7 @@ from awooop.runs.routing import ALL, routes_of
 from awooop.runs.versions import VersionWait, accepts, check_version, check_versions
 from awooop.worker import handler_version
 from awooop.worker.handler_version import derived_version, version_of, versioned
-from projections.timeline import TimelineLine, attempts
+from projections.timeline import NEWER_FIELDS, TimelineLine, attempts
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 READ = ShardFacts(shard=1, known=True, readers=2, workers=2)
@@ -206,3 +207,17 @@ def test_each_attempt_shows_the_version_its_claim_recorded() -> None:
     page = view(lines, frozenset({"RunCompleted"}))  # the claims filtered out: still named
     assert [(s.attempt, s.version) for s in page.sections] == [(2, "v2")]
     assert [s.version for s in view(lines).sections] == [None, "v1", "v2", None]
+
+
+def test_a_claim_stored_before_the_field_decodes_without_a_version() -> None:
+    old = decode_event(
+        '{"type":"RunClaimed","at":"2026-01-01T00:00:00Z","worker_id":"w1","attempt":1,'
+        '"lease_until":"2026-01-01T00:00:30Z"}'
+    )
+    new = decode_event(
+        '{"type":"RunClaimed","at":"2026-01-01T00:00:00Z","worker_id":"w1","attempt":2,'
+        '"lease_until":"2026-01-01T00:00:30Z","handler_version":"v2"}'
+    )
+    assert isinstance(old, RunClaimed) and old.handler_version is None
+    assert isinstance(new, RunClaimed) and new.handler_version == "v2"
+    assert NEWER_FIELDS["RunClaimed"] == {"handler_version"}  # kept out of the projector's rows
