@@ -78,6 +78,7 @@ LEFT_OUT = frozenset(
 # run's own stream for the run page and ``awooop runs show`` (:func:`timeline_lines`) has
 # them. A field leaves this table once every release that may run beside knows it.
 NEWER_FIELDS: dict[str, frozenset[str]] = {
+    "RunClaimed": frozenset({"handler_version"}),
     "StepCompleted": frozenset({"started_at", "tries", "try_errors"}),
     "RunFailed": frozenset({"step"}),
     "LeaseReleased": frozenset({"step"}),
@@ -255,6 +256,33 @@ def timeline_lines(recorded: list[eventlog.RecordedEvent]) -> list[TimelineLine]
             )
         )
     return lines
+
+
+class AttemptLine(msgspec.Struct, frozen=True, kw_only=True):
+    """An attempt of a run: when it was claimed, by which worker, running which code version
+    of its handler (``RunClaimed.handler_version``; None: not recorded, as before the field)."""
+
+    attempt: int
+    claimed_at: datetime
+    worker_id: str | None
+    handler_version: str | None
+
+
+def attempts(lines: Sequence[TimelineLine]) -> list[AttemptLine]:
+    """Pure: a run's attempts (one per ``RunClaimed``), oldest first."""
+    found = []
+    for ln in lines:
+        if ln.event_type == "RunClaimed":
+            version = ln.detail.get("handler_version")
+            found.append(
+                AttemptLine(
+                    attempt=ln.attempt,
+                    claimed_at=ln.at,
+                    worker_id=ln.worker_id,
+                    handler_version=version if isinstance(version, str) else None,
+                )
+            )
+    return found
 
 
 def steps_in_run_order(

@@ -7,6 +7,8 @@
     awooop projects budget|rate-limit set|clear|list ...   (awooop.commands.projects_flow)
     awooop projects set|shares ...   (weights of the fair share: awooop.commands.shares)
     awooop projects price set|clear|list ...   (awooop.commands.projects_prices)
+    awooop projects require-version|clear-version|required-versions ...   (handler versions a
+                                               contract accepts: awooop.commands.versions)
 
 ``pause`` stops new attempts of the scope on every worker from the moment it commits: intake
 still accepts and deduplicates submissions, running attempts finish, waiting runs stay PENDING
@@ -21,7 +23,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from awooop.commands import limits, projects_flow, projects_prices, shares
+from awooop.commands import limits, projects_flow, projects_prices, shares, versions
 from awooop.commands.output import add_wide, table, to_json, when
 from awooop.commands.runs_parsing import cli_actor
 from awooop.core.config import Settings
@@ -44,7 +46,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "projects",
         help="pause or resume a project's runs; limit them per concurrency key; its model-call "
-        "budgets, prices and rate limits; its weight in the fair share",
+        "budgets, prices and rate limits; its weight in the fair share; the handler versions "
+        "its contracts accept",
     )
     sub = parser.add_subparsers(dest="projects_command", required=True, metavar="ACTION")
 
@@ -68,6 +71,7 @@ def register(subparsers: Any) -> None:
     projects_flow.register(sub)
     shares.register_actions(sub)
     projects_prices.register(sub)
+    versions.register_actions(sub)
 
 
 def pause_view(p: Pause) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from awooop.testing.results import KitResult, ReplayReport
 from awooop.worker import approval_grants
 from awooop.worker.context import RunContext, Suspended
 from awooop.worker.contract_retry import Overrides
+from awooop.worker.handler_version import version_of
 from awooop.worker.outcomes import failure_of, infrastructure_failure
 
 Handler = Callable[[RunContext], Awaitable[object]]
@@ -292,7 +293,13 @@ class HandlerKit:
         now = self.clock.now()
         lease_until = now + timedelta(seconds=self.lease_ttl_s)
         self._append(
-            RunClaimed(at=now, worker_id=self.worker_id, attempt=number, lease_until=lease_until)
+            RunClaimed(
+                at=now,
+                worker_id=self.worker_id,
+                attempt=number,
+                lease_until=lease_until,
+                handler_version=version_of(handler),  # as a worker of that code records it
+            )
         )
         state = self.state
         attempt = KitAttempt(
