@@ -14,6 +14,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError
 from awooop.ingest.credentials import check_project_id
+from awooop.runs.pause_rules import Scope, scope_of
 from awooop.services import Services
 
 T = TypeVar("T")
@@ -50,6 +51,13 @@ def listing_options(parser: Any, *, ended: str, rows: str) -> None:
     parser.add_argument("--limit", type=int, default=1000, help=f"at most N {rows}")
     parser.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     add_wide(parser)
+
+
+def scope_target(args: argparse.Namespace) -> tuple[str, Scope, str]:
+    """The project, scope and scope key that ``PROJECT [--channel C | --contract K]`` name."""
+    project_id = check_project_id(args.project)
+    scope, key = scope_of(args.channel, args.contract)
+    return project_id, scope, key
 
 
 def project_or_all(text: str | None) -> str | None:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic
 
-from awooop.commands.output import table, to_json
+from awooop.commands.output import answer, table
 from awooop.commands.projects_db import (
     Work,
     in_platform,
@@ -82,8 +82,7 @@ async def set_row(verbs: RowVerbs[Any], settings: Settings, args: argparse.Names
     project_id, model = check_project_id(args.project), check_model(args.model)
     made = await in_project(settings, project_id, verbs.write(args, project_id, model, cli_actor()))
     key = key_text(project_id, model)
-    print(to_json(view(made)) if args.json else f"{verbs.kind.word} of {key}: {verbs.says(made)}")
-    return 0
+    return answer(args, view(made), f"{verbs.kind.word} of {key}: {verbs.says(made)}")
 
 
 async def clear_row(verbs: RowVerbs[Any], settings: Settings, args: argparse.Namespace) -> int:
@@ -93,9 +92,7 @@ async def clear_row(verbs: RowVerbs[Any], settings: Settings, args: argparse.Nam
         project_id,
         lambda conn: flow_store.end(conn, verbs.kind, project_id, model, actor=cli_actor()),
     )
-    key = key_text(project_id, model)
-    print(to_json(view(ended)) if args.json else f"{verbs.kind.word} of {key} ended")
-    return 0
+    return answer(args, view(ended), f"{verbs.kind.word} of {key_text(project_id, model)} ended")
 
 
 async def list_rows(verbs: RowVerbs[Any], settings: Settings, args: argparse.Namespace) -> int:
@@ -103,8 +100,5 @@ async def list_rows(verbs: RowVerbs[Any], settings: Settings, args: argparse.Nam
     found = await in_platform(
         settings, lambda conn: verbs.rows(conn, project_id, history=args.history, limit=args.limit)
     )
-    if args.json:
-        print(to_json([view(r) for r in found]))
-    else:
-        print(table(verbs.header, [verbs.cells(r) for r in found], wide=args.wide))
-    return 0
+    listed = table(verbs.header, [verbs.cells(r) for r in found], wide=args.wide)
+    return answer(args, [view(r) for r in found], listed)
