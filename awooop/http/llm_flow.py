@@ -37,7 +37,7 @@ from starlette.routing import BaseRoute, Route
 from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError
 from awooop.http.auth import require
-from awooop.http.ingest import json_response, read_body
+from awooop.http.ingest import decode_body, json_response, read_body
 from awooop.ingest.credentials import check_project_id
 from awooop.llm import flow_forms, flow_store
 from awooop.llm.flow_rules import OnExceed, check_model, view
@@ -74,13 +74,6 @@ class PriceBody(msgspec.Struct, forbid_unknown_fields=True):
     actor: str | None = None
 
 
-def _decode(raw: bytes, kind: type[Any]) -> Any:
-    try:
-        return msgspec.json.decode(raw or b"{}", type=kind)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"invalid request body: {exc}") from None
-
-
 class Rows(NamedTuple):
     """One kind of row's three routes: POST and DELETE ``/<slug>``, GET ``/<slug>s`` (which
     answers ``{<slug with _>s: [...]}``); ``write`` (:mod:`awooop.llm.flow_forms`) checks a
@@ -106,7 +99,7 @@ def routes(services: Services) -> list[BaseRoute]:
         async def handler(request: Request) -> Response:
             project_id = check_project_id(request.path_params["project_id"])
             who = await require(services, request, project_id)
-            body = _decode(await read_body(request, limit_bytes), rows.body)
+            body = decode_body(await read_body(request, limit_bytes), rows.body)
             # A price's model is checked with its prices (flow_rules.check_price).
             model = body.model if rows.kind.per_model else check_model(body.model)
             write = rows.write(body, project_id, model, body.actor or who.actor)
