@@ -42,6 +42,7 @@ def folder_packages_that_fail(folder: Path) -> None:
         )
 
 
+@pytest.mark.long(40)
 @pytest.mark.timeout(480)  # building the wheel when the sources changed, then the demo
 def test_the_demo_of_an_installed_wheel_on_embedded_servers_ends_with_every_check_ok(
     tmp_path: Path, collector: Any

@@ -235,6 +235,7 @@ async def test_a_resumed_leader_publishes_nothing_once_its_local_deadline_passed
     assert await redis.xlen(keys.events_stream(keys.shard_of("p1"))) == 2
 
 
+@pytest.mark.long
 async def test_a_leader_stuck_in_a_call_gives_its_lease_back_and_a_standby_publishes(
     settings: Settings, db: Database, redis: Any
 ) -> None:

@@ -297,7 +297,10 @@ async def _named(run: RunContext, name: str) -> dict[str, Any]:
     options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
     effect(run, f"handler:{name}")
     await asyncio.sleep(float(options.get("sleep", 0.0)))
-    while options.get("hold") and not os.path.exists(str(options["hold"])):
+    hold = options.get("hold")
+    for _ in range(6000 if hold else 0):  # five minutes at the most
+        if await asyncio.to_thread(os.path.exists, str(hold)):
+            break
         await asyncio.sleep(0.05)
     effect(run, f"done:{name}")
     return {"handler": name}
