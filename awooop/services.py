@@ -15,7 +15,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.logs import get_logger
-from awooop.core.processes import Serves
+from awooop.core.processes import NO_ROUTES, Serves
 from awooop.core.schema_check import require_runnable_schema
 from awooop.core.schema_watch import SchemaWatch
 from streams.keys import Keys
@@ -111,7 +111,7 @@ class Services:
         stop: asyncio.Event | None = None,
         wait_s: float = DATABASE_WAIT_S,
         kind: str | None = None,
-        serves: Serves = (None, None),
+        serves: Serves = NO_ROUTES,
     ) -> Services | None:
         """:meth:`open`, waiting up to ``wait_s`` with backoff while the database is away in any
         form (refused, reset, no answer, no free connection slot, starting up or shutting down:
@@ -122,7 +122,7 @@ class Services:
         awooop/core/schema_check.py): what long-running processes open their services with.
         With ``kind`` (the process's command), the process registers in the fleet and keeps
         checking the schema while it runs (:class:`awooop.core.schema_watch.SchemaWatch`); a
-        worker process records there what it ``serves`` (its routes, awooop.runs.routing)."""
+        worker process records there what it ``serves`` (its routes and handler version)."""
         deadline = time.monotonic() + wait_s
         delay = 0.5
         while True:
@@ -157,7 +157,7 @@ class Services:
             raise
         return services
 
-    async def watch_schema(self, kind: str, serves: Serves = (None, None)) -> None:
+    async def watch_schema(self, kind: str, serves: Serves = NO_ROUTES) -> None:
         watch = SchemaWatch(self.db, kind, self.settings.schema_recheck_s, serves=serves)
         try:
             await watch.start()

@@ -222,9 +222,41 @@ def concat_parts(
 
 
 class PerStreamRows:
-    """The bulk-pass ending of a projection whose every row belongs to one stream (no
-    aggregates over streams): nothing to add after the last stream, and the bulk workers'
-    parts need no merging beyond concatenation."""
+    """A projection of one table (``table``, ``columns``) whose every row belongs to one
+    stream, a row per event (no aggregates over streams): it applies and bulk-folds each
+    stream from its head (what :meth:`heads` reads of the stream's rows) with :meth:`rows`;
+    nothing is added after the last stream, and the bulk workers' parts need no merging
+    beyond concatenation."""
+
+    table: ClassVar[str]
+    columns: ClassVar[tuple[str, ...]]
+
+    async def heads(
+        self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
+    ) -> dict[str, Any]:
+        """What the stored rows of each stream say for the next ones (absent: a new stream)."""
+        raise NotImplementedError
+
+    def rows(self, head: Any, events: Sequence[LogEvent]) -> Sequence[msgspec.Struct]:
+        """The rows of consecutive ``events`` after ``head`` (None: from the stream's start)."""
+        raise NotImplementedError
+
+    async def apply(
+        self, conn: Connection, names: TableNames, events: Mapping[str, Sequence[LogEvent]]
+    ) -> None:
+        if not events:
+            return
+        heads = await self.heads(conn, names, list(events))
+        rows = [
+            msgspec.structs.astuple(r)
+            for stream_id, stream_events in events.items()
+            for r in self.rows(heads.get(stream_id), stream_events)
+        ]
+        await conn.executemany(insert_sql(names[self.table], self.columns), rows)
+
+    def bulk_stream(self, events: Sequence[LogEvent], out: BulkOutput) -> None:
+        for r in self.rows(None, events):
+            out.add(self.table, msgspec.structs.astuple(r))
 
     def bulk_finish(self, out: BulkOutput) -> None:
         return None
@@ -266,4 +298,13 @@ def lagging_sql(view_version: str) -> str:
         f"coalesce(v.version, 0) AS view_version FROM awooop_event_streams s {view_version} "
         "WHERE s.stream_id >= $1 AND s.stream_id < $2 "
         "AND ($3::text IS NULL OR s.project_id = $3) AND s.version > coalesce(v.version, 0)"
+    )
+
+
+def lagging_rows_sql(table: str, match: str) -> str:
+    """:func:`lagging_sql` for a view of a row per event: its version of stream ``s`` is the
+    highest of its rows in ``table`` (alias ``t``) that ``match`` finds."""
+    return lagging_sql(
+        f"LEFT JOIN LATERAL (SELECT max(t.version) AS version FROM {table} t "  # noqa: S608 - constant identifiers
+        f"WHERE {match}) v ON true"
     )

@@ -24,7 +24,7 @@ from awooop.core.events import ModelCalled, run_stream_id
 from awooop.eventlog import eventlog
 from projections.base import trace_id_of
 from projections.failures import FailureLine, failures
-from projections.timeline import TimelineLine, timeline_lines
+from projections.timeline import AttemptLine, TimelineLine, attempts, timeline_lines
 
 EVENT_TYPE = "ModelCalled"
 
@@ -74,6 +74,11 @@ class RunHistory(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def tokens(self) -> TokenTotals:
         return token_totals(self.model_calls)
+
+    @property
+    def attempts(self) -> list[AttemptLine]:
+        """Each attempt with the handler version that ran it."""
+        return attempts(self.timeline)
 
 
 def token_totals(calls: Sequence[ModelCallLine]) -> TokenTotals:

@@ -9,7 +9,7 @@ version is the highest version stored for the stream.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -19,14 +19,12 @@ from awooop.core.db import Connection
 from awooop.core.errors import ProjectionStreamError
 from awooop.core.events import RevisionActivated, RevisionCreated
 from projections.base import (
-    BulkOutput,
     LogEvent,
     PerStreamRows,
     TableNames,
     TableSpec,
     check_consecutive,
-    insert_sql,
-    lagging_sql,
+    lagging_rows_sql,
     trace_id_of,
 )
 
@@ -55,13 +53,6 @@ def _versions(table: str) -> str:
     return (
         f"SELECT stream_id, max(version) AS version FROM {table} "  # noqa: S608 - constant identifiers
         "WHERE stream_id = ANY($1::text[]) GROUP BY stream_id"
-    )
-
-
-def _lagging(table: str) -> str:
-    return lagging_sql(
-        f"LEFT JOIN LATERAL (SELECT max(h.version) AS version FROM {table} h "  # noqa: S608 - constant identifiers
-        "WHERE h.stream_id = s.stream_id) v ON true"
     )
 
 
@@ -144,30 +135,22 @@ class RevisionHistoryProjection(PerStreamRows):
         TableSpec(name=TABLE, key=("stream_id", "version"), columns=COLUMNS, label="stream_id"),
     )
 
+    table = TABLE
+    columns = COLUMNS
+
     async def load_versions(
         self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
     ) -> dict[str, int]:
         rows = await conn.fetch(_versions(names[TABLE]), list(stream_ids))
         return {r["stream_id"]: r["version"] for r in rows}
 
-    async def apply(
-        self, conn: Connection, names: TableNames, events: Mapping[str, Sequence[LogEvent]]
-    ) -> None:
-        if not events:
-            return
-        versions = await self.load_versions(conn, names, list(events))
-        rows: list[tuple[Any, ...]] = []
-        for stream_id, stream_events in events.items():
-            for r in entries(versions.get(stream_id, 0), stream_events):
-                rows.append(msgspec.structs.astuple(r))
-        await conn.executemany(insert_sql(names[TABLE], COLUMNS), rows)
+    heads = load_versions
 
-    def bulk_stream(self, events: Sequence[LogEvent], out: BulkOutput) -> None:
-        for r in entries(0, events):
-            out.add(TABLE, msgspec.structs.astuple(r))
+    def rows(self, head: int | None, events: Sequence[LogEvent]) -> Sequence[msgspec.Struct]:
+        return entries(head or 0, events)
 
     def lagging_sql(self, names: TableNames) -> str:
-        return _lagging(names[TABLE])
+        return lagging_rows_sql(names[TABLE], "t.stream_id = s.stream_id")
 
 
 async def revision_history(

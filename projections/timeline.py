@@ -29,14 +29,12 @@ from awooop.core.db import Connection
 from awooop.core.events import run_stream_id, to_builtins
 from awooop.eventlog import eventlog
 from projections.base import (
-    BulkOutput,
     LogEvent,
     PerStreamRows,
     TableNames,
     TableSpec,
     check_consecutive,
-    insert_sql,
-    lagging_sql,
+    lagging_rows_sql,
     run_of,
     trace_id_of,
 )
@@ -78,6 +76,7 @@ LEFT_OUT = frozenset(
 # run's own stream for the run page and ``awooop runs show`` (:func:`timeline_lines`) has
 # them. A field leaves this table once every release that may run beside knows it.
 NEWER_FIELDS: dict[str, frozenset[str]] = {
+    "RunClaimed": frozenset({"handler_version"}),
     "StepCompleted": frozenset({"started_at", "tries", "try_errors"}),
     "RunFailed": frozenset({"step"}),
     "LeaseReleased": frozenset({"step"}),
@@ -96,13 +95,6 @@ def _heads(table: str) -> str:
     return (
         f"SELECT DISTINCT ON (run_id) run_id, version, attempt FROM {table} "  # noqa: S608 - constant identifiers
         "WHERE run_id = ANY($1::uuid[]) ORDER BY run_id, version DESC"
-    )
-
-
-def _lagging(table: str) -> str:
-    return lagging_sql(
-        f"LEFT JOIN LATERAL (SELECT max(t.version) AS version FROM {table} t "  # noqa: S608 - constant identifiers
-        f"WHERE t.run_id = substr(s.stream_id, {len(PREFIX) + 1})::uuid) v ON true"
     )
 
 
@@ -187,7 +179,10 @@ class TimelineProjection(PerStreamRows):
         TableSpec(name=TABLE, key=("run_id", "version"), columns=COLUMNS, label="run_id"),
     )
 
-    async def _heads(
+    table = TABLE
+    columns = COLUMNS
+
+    async def heads(
         self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
     ) -> dict[str, tuple[int, int]]:
         rows = await conn.fetch(_heads(names[TABLE]), [run_of(s) for s in stream_ids])
@@ -196,27 +191,17 @@ class TimelineProjection(PerStreamRows):
     async def load_versions(
         self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
     ) -> dict[str, int]:
-        return {s: h[0] for s, h in (await self._heads(conn, names, stream_ids)).items()}
+        return {s: h[0] for s, h in (await self.heads(conn, names, stream_ids)).items()}
 
-    async def apply(
-        self, conn: Connection, names: TableNames, events: Mapping[str, Sequence[LogEvent]]
-    ) -> None:
-        if not events:
-            return
-        heads = await self._heads(conn, names, list(events))
-        rows: list[tuple[Any, ...]] = []
-        for stream_id, stream_events in events.items():
-            new_rows, _ = entries(heads.get(stream_id), stream_events)
-            rows.extend(msgspec.structs.astuple(r) for r in new_rows)
-        await conn.executemany(insert_sql(names[TABLE], COLUMNS), rows)
-
-    def bulk_stream(self, events: Sequence[LogEvent], out: BulkOutput) -> None:
-        rows, _ = entries(None, events)
-        for r in rows:
-            out.add(TABLE, msgspec.structs.astuple(r))
+    def rows(
+        self, head: tuple[int, int] | None, events: Sequence[LogEvent]
+    ) -> Sequence[msgspec.Struct]:
+        return entries(head, events)[0]
 
     def lagging_sql(self, names: TableNames) -> str:
-        return _lagging(names[TABLE])
+        return lagging_rows_sql(
+            names[TABLE], f"t.run_id = substr(s.stream_id, {len(PREFIX) + 1})::uuid"
+        )
 
 
 async def timeline(conn: Connection, run_id: uuid.UUID) -> list[TimelineEntry]:
@@ -255,6 +240,33 @@ def timeline_lines(recorded: list[eventlog.RecordedEvent]) -> list[TimelineLine]
             )
         )
     return lines
+
+
+class AttemptLine(msgspec.Struct, frozen=True, kw_only=True):
+    """An attempt of a run: when it was claimed, by which worker, running which code version
+    of its handler (``RunClaimed.handler_version``; None: not recorded, as before the field)."""
+
+    attempt: int
+    claimed_at: datetime
+    worker_id: str | None
+    handler_version: str | None
+
+
+def attempts(lines: Sequence[TimelineLine]) -> list[AttemptLine]:
+    """Pure: a run's attempts (one per ``RunClaimed``), oldest first."""
+    found = []
+    for ln in lines:
+        if ln.event_type == "RunClaimed":
+            version = ln.detail.get("handler_version")
+            found.append(
+                AttemptLine(
+                    attempt=ln.attempt,
+                    claimed_at=ln.at,
+                    worker_id=ln.worker_id,
+                    handler_version=version if isinstance(version, str) else None,
+                )
+            )
+    return found
 
 
 def steps_in_run_order(

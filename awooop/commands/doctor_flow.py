@@ -158,8 +158,8 @@ async def approvals(services: Services) -> list[Check]:
 
 def blocked_check(counts: dict[tuple[str, str], int]) -> Check:
     """Pure: the ``blocked runs`` line from runs per (project, blocked_on reason): FAIL when
-    runs wait on a shard that no worker reads or for a contract that no live worker serves,
-    WARN when a live run's message is
+    runs wait on a shard that no worker reads, for a contract that no live worker serves or for
+    a handler version that none runs, WARN when a live run's message is
     dead-lettered, else OK with the live reasons counted (and the projects with paused runs)."""
     by_reason: dict[str, int] = {}
     projects: dict[str, set[str]] = {}
@@ -192,6 +192,17 @@ def blocked_check(counts: dict[tuple[str, str], int]) -> Check:
             f"{live}",
             "start `awooop worker --contract C` for it; `awooop runs list --project P` shows "
             "each run's contract in its blocked_on (workers: Routing runs to workers)",
+        )
+    stale = by_reason.get(Reason.NO_WORKER_FOR_VERSION, 0)
+    if stale:
+        names = ", ".join(sorted(projects[Reason.NO_WORKER_FOR_VERSION]))
+        return Check(
+            "blocked runs",
+            FAIL,
+            f"{stale} run(s) wait for a handler version no live worker runs (projects {names}); "
+            f"{live}",
+            "start workers of an accepted version (`--handler-version V`) or accept another: "
+            "`awooop projects required-versions` (workers: Changing a handler safely)",
         )
     stranded = by_reason.get(Reason.PENDING_DEAD_LETTERED, 0)
     if stranded:

@@ -18,14 +18,13 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
-from awooop.commands.output import table, to_json, when
+from awooop.commands.output import answer, table, to_json, when
+from awooop.commands.projects_db import in_platform, in_project, project_or_all, scope_target
 from awooop.commands.runs_parsing import cli_actor
 from awooop.core.config import Settings
 from awooop.core.errors import InvalidInputError
-from awooop.ingest.credentials import check_project_id
 from awooop.runs import concurrency
-from awooop.runs.pause_rules import describe_scope, scope_of
-from awooop.services import Services
+from awooop.runs.pause_rules import describe_scope
 
 
 def _scope_options(parser: Any) -> None:
@@ -58,60 +57,42 @@ def register_actions(sub: Any) -> None:
 
 
 async def set_limit(settings: Settings, args: argparse.Namespace) -> int:
-    project_id = check_project_id(args.project)
-    scope, key = scope_of(args.channel, args.contract)
-    services = await Services.open(settings, db_pool_size=1)
-    try:
-        made = await services.db.in_tenant(
+    project_id, scope, key = scope_target(args)
+    made = await in_project(
+        settings,
+        project_id,
+        lambda conn: concurrency.set_limit(
+            conn,
             project_id,
-            lambda conn: concurrency.set_limit(
-                conn,
-                project_id,
-                scope,
-                key,
-                key_expr=args.key,
-                max_expr=args.max,
-                global_max=args.global_max,
-                depth_cap=args.depth_cap,
-                actor=cli_actor(),
-            ),
-        )
-    finally:
-        await services.close()
-    if args.json:
-        print(to_json(asdict(made)))
-    else:
-        print(f"{describe_scope(scope, key)} of {project_id}: {made.max_expr} per {made.key_expr}")
-    return 0
+            scope,
+            key,
+            key_expr=args.key,
+            max_expr=args.max,
+            global_max=args.global_max,
+            depth_cap=args.depth_cap,
+            actor=cli_actor(),
+        ),
+    )
+    what = f"{describe_scope(scope, key)} of {project_id}"
+    return answer(args, asdict(made), f"{what}: {made.max_expr} per {made.key_expr}")
 
 
 async def remove_limit(settings: Settings, args: argparse.Namespace) -> int:
-    project_id = check_project_id(args.project)
-    scope, key = scope_of(args.channel, args.contract)
-    services = await Services.open(settings, db_pool_size=1)
-    try:
-        gone = await services.db.in_tenant(
-            project_id,
-            lambda conn: concurrency.remove_limit(conn, project_id, scope, key, actor=cli_actor()),
-        )
-    finally:
-        await services.close()
-    if args.json:
-        print(to_json(asdict(gone)))
-    else:
-        print(f"{describe_scope(scope, key)} of {project_id}: no concurrency limit")
-    return 0
+    project_id, scope, key = scope_target(args)
+    gone = await in_project(
+        settings,
+        project_id,
+        lambda conn: concurrency.remove_limit(conn, project_id, scope, key, actor=cli_actor()),
+    )
+    what = f"{describe_scope(scope, key)} of {project_id}"
+    return answer(args, asdict(gone), f"{what}: no concurrency limit")
 
 
 async def list_limits(settings: Settings, args: argparse.Namespace) -> int:
     if args.top < 1:
         raise InvalidInputError("--top must be at least 1")
-    project_id = None if args.project is None else check_project_id(args.project)
-    services = await Services.open(settings, db_pool_size=1)
-    try:
-        limits, keys = await services.db.in_platform(lambda conn: _both(conn, project_id, args.top))
-    finally:
-        await services.close()
+    project_id = project_or_all(args.project)
+    limits, keys = await in_platform(settings, lambda conn: _both(conn, project_id, args.top))
     if args.json:
         print(to_json({"limits": [asdict(x) for x in limits], "keys": [asdict(k) for k in keys]}))
         return 0

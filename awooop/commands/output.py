@@ -57,6 +57,12 @@ def to_json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
+def answer(args: Any, value: Any, text: str) -> int:
+    """A command's answer, exit status 0: ``value`` as JSON with ``--json``, else ``text``."""
+    print(to_json(value) if args.json else text)
+    return 0
+
+
 def when(moment: Any) -> str:
     """A timestamp cell: ISO-8601 to the second, '-' for none."""
     return "-" if moment is None else str(moment.isoformat(timespec="seconds"))

@@ -7,6 +7,8 @@
     awooop projects budget|rate-limit set|clear|list ...   (awooop.commands.projects_flow)
     awooop projects set|shares ...   (weights of the fair share: awooop.commands.shares)
     awooop projects price set|clear|list ...   (awooop.commands.projects_prices)
+    awooop projects require-version|clear-version|required-versions ...   (handler versions a
+                                               contract accepts: awooop.commands.versions)
 
 ``pause`` stops new attempts of the scope on every worker from the moment it commits: intake
 still accepts and deduplicates submissions, running attempts finish, waiting runs stay PENDING
@@ -21,15 +23,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from awooop.commands import limits, projects_flow, projects_prices, shares
-from awooop.commands.output import add_wide, table, to_json, when
+from awooop.commands import limits, projects_flow, projects_prices, shares, versions
+from awooop.commands.output import answer, table, when
+from awooop.commands.projects_db import (
+    in_platform,
+    in_project,
+    listing_options,
+    listing_scope,
+    scope_target,
+)
 from awooop.commands.runs_parsing import cli_actor
 from awooop.core.config import Settings
-from awooop.core.errors import InvalidInputError
-from awooop.ingest.credentials import check_project_id
 from awooop.runs import pauses
-from awooop.runs.pause_rules import Pause, describe_scope, scope_of
-from awooop.services import Services
+from awooop.runs.pause_rules import Pause, describe_scope
 
 
 def _scope_options(parser: Any) -> None:
@@ -44,7 +50,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "projects",
         help="pause or resume a project's runs; limit them per concurrency key; its model-call "
-        "budgets, prices and rate limits; its weight in the fair share",
+        "budgets, prices and rate limits; its weight in the fair share; the handler versions "
+        "its contracts accept",
     )
     sub = parser.add_subparsers(dest="projects_command", required=True, metavar="ACTION")
 
@@ -58,16 +65,13 @@ def register(subparsers: Any) -> None:
     go.set_defaults(run=resume_scope)
 
     listing = sub.add_parser("pauses", help="the active pauses (--history: all)")
-    listing.add_argument("--project", default=None, help="only this project's")
-    listing.add_argument("--history", action="store_true", help="resumed pauses too")
-    listing.add_argument("--limit", type=int, default=1000, help="at most N pauses")
-    listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
-    add_wide(listing)
+    listing_options(listing, ended="resumed pauses too", rows="pauses")
     listing.set_defaults(run=list_pauses)
     limits.register_actions(sub)
     projects_flow.register(sub)
     shares.register_actions(sub)
     projects_prices.register(sub)
+    versions.register_actions(sub)
 
 
 def pause_view(p: Pause) -> dict[str, Any]:
@@ -85,58 +89,36 @@ def pause_view(p: Pause) -> dict[str, Any]:
 
 
 async def pause_scope(settings: Settings, args: argparse.Namespace) -> int:
-    project_id = check_project_id(args.project)
-    scope, key = scope_of(args.channel, args.contract)
-    services = await Services.open(settings, db_pool_size=1)
-    try:
-        made, created = await services.db.in_tenant(
-            project_id,
-            lambda conn: pauses.pause(
-                conn, project_id, scope, key, reason=args.reason, actor=cli_actor()
-            ),
-        )
-    finally:
-        await services.close()
-    if args.json:
-        print(to_json({**pause_view(made), "created": created}))
-    else:
-        what = f"{describe_scope(scope, key)} of {project_id}"
-        print(f"{what} paused" if created else f"{what} was already paused by {made.paused_by}")
-    return 0
+    project_id, scope, key = scope_target(args)
+    made, created = await in_project(
+        settings,
+        project_id,
+        lambda conn: pauses.pause(
+            conn, project_id, scope, key, reason=args.reason, actor=cli_actor()
+        ),
+    )
+    what = f"{describe_scope(scope, key)} of {project_id}"
+    said = f"{what} paused" if created else f"{what} was already paused by {made.paused_by}"
+    return answer(args, {**pause_view(made), "created": created}, said)
 
 
 async def resume_scope(settings: Settings, args: argparse.Namespace) -> int:
-    project_id = check_project_id(args.project)
-    scope, key = scope_of(args.channel, args.contract)
-    services = await Services.open(settings, db_pool_size=1)
-    try:
-        ended = await services.db.in_tenant(
-            project_id, lambda conn: pauses.resume(conn, project_id, scope, key, actor=cli_actor())
-        )
-    finally:
-        await services.close()
-    if args.json:
-        print(to_json(pause_view(ended)))
-    else:
-        print(f"{describe_scope(scope, key)} of {project_id} resumed")
-    return 0
+    project_id, scope, key = scope_target(args)
+    ended = await in_project(
+        settings,
+        project_id,
+        lambda conn: pauses.resume(conn, project_id, scope, key, actor=cli_actor()),
+    )
+    return answer(args, pause_view(ended), f"{describe_scope(scope, key)} of {project_id} resumed")
 
 
 async def list_pauses(settings: Settings, args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise InvalidInputError("--limit must be at least 1")
-    project_id = None if args.project is None else check_project_id(args.project)
-    services = await Services.open(settings, db_pool_size=1)
-    try:
-        found = await services.db.in_platform(
-            lambda conn: pauses.listing(conn, project_id, history=args.history, limit=args.limit)
-        )
-    finally:
-        await services.close()
+    project_id = listing_scope(args)
+    found = await in_platform(
+        settings,
+        lambda conn: pauses.listing(conn, project_id, history=args.history, limit=args.limit),
+    )
     views = [pause_view(p) for p in found]
-    if args.json:
-        print(to_json(views))
-        return 0
     rows = [
         [
             v["project_id"],
@@ -150,5 +132,4 @@ async def list_pauses(settings: Settings, args: argparse.Namespace) -> int:
         for v in views
     ]
     header = ["PROJECT", "SCOPE", "KEY", "PAUSED_BY", "PAUSED_AT", "RESUMED_AT", "REASON"]
-    print(table(header, rows, wide=args.wide))
-    return 0
+    return answer(args, views, table(header, rows, wide=args.wide))

@@ -15,14 +15,15 @@
 
 Output is an aligned table (``list``, with each run's ``blocked_on`` reason; ``show`` starts
 with the ``blocked_on`` line, what the run waits for and the next safe action
-(:mod:`awooop.runs.blocked`; a running run's names the step it is in), then adds its failures
+(:mod:`awooop.runs.blocked`; a running run's names the step it is in), then adds its attempts
+(each with its worker and the handler version that ran it), its failures
 (each failed or retried attempt's step and traceback), the run's timeline: every event with
 its attempt, worker, trace id and actor, and its model calls: each ``run.llm`` call with its
 attempt, model, contract, the policy revision and body hash that served it, duration, outcome,
 tokens and trace id, then its prompt and answer, and the run's token totals), or JSON with
 ``--json``: ``list`` one array (each row with its ``blocked_on`` object), ``show`` one object
 ``{"state": ..., "blocked_on": ..., "timeline": [...], "model_calls": [...], "tokens": ...,
-"failures": [...]}``, the
+"failures": [...], "attempts": [...]}``, the
 actions the run's new state. Without PROJECT
 the run's project is looked up. Refusals print ``error E-XXX: message`` and exit 1 (for
 example E-APPROVAL-003 for a token used twice, E-RUN-001 for cancelling a finished run,

@@ -25,6 +25,7 @@ from awooop.commands.runs_parsing import (
 )
 from awooop.commands.runs_render import (
     progress_line,
+    render_attempts,
     render_call_texts,
     render_failures,
     render_model_calls,
@@ -236,12 +237,17 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 "model_calls": history.model_calls,
                 "tokens": history.tokens,
                 "failures": history.failures,
+                "attempts": history.attempts,
             }
             print(to_json(view))
         else:
             print(f"blocked_on: {describe(blocked)}")
             print()
             print(render_state(state))
+            if history.attempts:
+                print()
+                print(f"attempts: {len(history.attempts)}")
+                print(render_attempts(history.attempts, wide=args.wide))
             if history.failures:
                 print()
                 print(f"failures: {len(history.failures)}")

@@ -67,6 +67,15 @@ def render_timeline(lines: list[timeline.TimelineLine], *, wide: bool = False) -
     return table(header, rows, wide=wide)
 
 
+def render_attempts(lines: list[timeline.AttemptLine], *, wide: bool = False) -> str:
+    """Pure: a run's attempts, each with the worker and the handler version that ran it."""
+    rows = [
+        (str(a.attempt), when(a.claimed_at), a.worker_id or "-", a.handler_version or "-")
+        for a in lines
+    ]
+    return table(("ATTEMPT", "CLAIMED", "WORKER", "HANDLER_VERSION"), rows, wide=wide)
+
+
 def hash_cell(body_hash: str | None, *, wide: bool) -> str:
     if body_hash is None:
         return "-"

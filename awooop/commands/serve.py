@@ -17,12 +17,11 @@ import asyncio
 import os
 import signal
 import socket
-import sys
 from typing import Any
 
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
-from awooop.core.process import EVENT_LOOP, settle_heap
+from awooop.core.process import EVENT_LOOP, cli_command, settle_heap
 
 log = get_logger(__name__)
 SERVICE_NAME = "awooop-serve"
@@ -108,7 +107,7 @@ async def serve_one(
 
 
 async def supervise(host: str, port: int, workers: int, access_log: bool) -> int:
-    argv = [sys.executable, "-m", "awooop.cli", "serve", "--host", host, "--port", str(port)]
+    argv = [*cli_command(), "serve", "--host", host, "--port", str(port)]
     if access_log:
         argv.append("--access-log")
     env = {**os.environ, CHILD_ENV: "1"}

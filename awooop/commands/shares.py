@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from awooop.commands.output import table, to_json, when
+from awooop.commands.output import answer, table, when
+from awooop.commands.projects_db import in_platform, platform_writes, project_or_all
 from awooop.commands.runs_parsing import cli_actor
 from awooop.core.config import Settings
 from awooop.ingest.credentials import check_project_id
 from awooop.runs import fairness
 from awooop.runs.fairness import Share
-from awooop.services import Services
 
 
 def register_actions(sub: Any) -> None:
@@ -56,33 +56,17 @@ def share_view(share: Share) -> dict[str, Any]:
 async def set_weight(settings: Settings, args: argparse.Namespace) -> int:
     project_id = check_project_id(args.project)
     weight = fairness.check_weight(args.weight)
-    services = await Services.open(settings, db_pool_size=1)
-    try:
-        share = await services.db.in_platform_writes(
-            lambda conn: fairness.set_share(conn, project_id, weight, actor=cli_actor())
-        )
-    finally:
-        await services.close()
-    if args.json:
-        print(to_json(share_view(share)))
-    else:
-        print(f"{project_id}: weight {share.weight}")
-    return 0
+    share = await platform_writes(
+        settings, lambda conn: fairness.set_share(conn, project_id, weight, actor=cli_actor())
+    )
+    return answer(args, share_view(share), f"{project_id}: weight {share.weight}")
 
 
 async def list_shares(settings: Settings, args: argparse.Namespace) -> int:
-    project_id = None if args.project is None else check_project_id(args.project)
-    services = await Services.open(settings, db_pool_size=1)
-    try:
-        found = await services.db.in_platform(lambda conn: fairness.shares(conn, project_id))
-    finally:
-        await services.close()
+    project_id = project_or_all(args.project)
+    found = await in_platform(settings, lambda conn: fairness.shares(conn, project_id))
     views = [share_view(s) for s in found]
-    if args.json:
-        print(to_json(views))
-        return 0
     rows = [
         [v["project_id"], str(v["weight"]), v["set_by"] or "-", when(v["set_at"])] for v in views
     ]
-    print(table(["PROJECT", "WEIGHT", "SET_BY", "SET_AT"], rows))
-    return 0
+    return answer(args, views, table(["PROJECT", "WEIGHT", "SET_BY", "SET_AT"], rows))

@@ -30,8 +30,10 @@ from awooop.core.loops import run_loops
 from awooop.core.process import EVENT_LOOP
 from awooop.core.telemetry import start_observability
 from awooop.loops.registry import all_loops
+from awooop.runs.routing import ALL
 from awooop.services import Services
 from awooop.worker.assembly import build_worker, worker_process
+from awooop.worker.handler_version import versioned
 
 log = get_logger(__name__)
 DEFAULT_HANDLER = "awooop.examples.handlers:handle"
@@ -61,6 +63,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     from awooop.http.server import server_config
 
     handler = load_callable(args.handler)
+    routes = versioned(ALL, handler, settings)  # every run, at the handler's version
     notifier = approval_notifier(args)
     if args.workers < 0:
         raise ValueError("--workers must be 0 or more")
@@ -69,6 +72,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         settings,
         db_pool_size=max(settings.http_db_pool_size, pool_size(concurrency) * 2),
         kind="up",
+        serves=routes.params,
     )
     observability = start_observability("awooop-up", settings.metrics_port)
     stop = asyncio.Event()
@@ -105,6 +109,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     redis=services.redis,
                     keys=services.keys,
                     notifier=notifier,
+                    routes=routes,
                 )
                 tasks.append(asyncio.create_task(parts.run(stop), name=f"worker-{n}"))
             print(

@@ -2,7 +2,7 @@
 
     awooop worker --handler package.module:function [--concurrency N] [--no-streams]
                   [--with-loops] [--burst] [--approval-notifier package.module:function]
-                  [--contract C ...] [--project P ...]
+                  [--contract C ...] [--project P ...] [--handler-version V]
 
 Runs until SIGTERM or SIGINT, then shuts down gracefully (in-flight runs get
 ``AWOOOP_SHUTDOWN_GRACE_S`` to finish, the rest hand their leases back) and exits 0.
@@ -14,6 +14,10 @@ The handler's module is imported with the current directory first on ``sys.path`
 starts in; elsewhere, the module's folder must be on ``PYTHONPATH``.
 ``--contract`` (repeated) takes only runs of those contracts, ``--project`` (repeated) only runs
 of those projects (awooop.runs.routing); without them the worker serves every run.
+``--handler-version`` (else ``AWOOOP_HANDLER_VERSION``) names the code version of the handler,
+which each claim records and which a contract's required versions must include; without it the
+handler's own ``__awooop_version__`` (on the function or its module), else a digest of its
+module's source (awooop.worker.handler_version).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from awooop.runs import leases
 from awooop.runs.routing import routes_of
 from awooop.services import Services
 from awooop.worker.assembly import build_worker, worker_process
+from awooop.worker.handler_version import version_of
 from awooop.worker.last_writes import FLUSHES_PER_PROJECT
 
 log = get_logger(__name__)
@@ -72,6 +77,12 @@ def register(subparsers: Any) -> None:
         action="append",
         default=None,
         help="serve only runs of this project (repeat for several; default: every project)",
+    )
+    parser.add_argument(
+        "--handler-version",
+        default=None,
+        help="the handler's code version, recorded on each attempt (AWOOOP_HANDLER_VERSION; "
+        "default: its __awooop_version__, else a digest of its module's source)",
     )
     add_approval_notifier(parser)
     parser.set_defaults(run=run, loop_factory=EVENT_LOOP)
@@ -138,7 +149,11 @@ def cannot_import(module_name: str, what: str, exc: ImportError) -> str:
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     handler = load_callable(args.handler)
     notifier = approval_notifier(args)
-    routes = routes_of(args.contract, args.project)
+    given = args.handler_version
+    if given is None:
+        given = settings.handler_version or None  # the setting's "" is "not given"
+    version = version_of(handler, given)
+    routes = routes_of(args.contract, args.project, version)
     if args.concurrency is not None and args.concurrency < 1:
         raise HandlerNotFoundError("--concurrency must be a positive integer")
     concurrency = args.concurrency or settings.worker_concurrency

@@ -52,6 +52,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_deliveries: int = 10
     shutdown_grace_s: float = 20.0
     worker_concurrency: int = 16
+    # The code version of a worker's handler ("": declared by the handler, else derived from its
+    # module's source; awooop.worker.handler_version). `awooop worker --handler-version` wins.
+    handler_version: str = ""
     # Connections per role pool of a worker (three pools); 0: from the concurrency
     # (awooop.commands.worker.pool_size). See worker_connections for the process's total.
     db_pool_size: int = 0

@@ -89,6 +89,7 @@ from awooop.core.error_catalog.runs import (
     FlowWaitTooLongError,
     HandlerError,
     HandlerNotFoundError,
+    HandlerVersionError,
     IllegalTransitionError,
     LeaseLostError,
     LimitNotFoundError,
@@ -105,6 +106,7 @@ from awooop.core.error_catalog.runs import (
     ToolTimeoutError,
     UnknownEventTypeError,
     VersionConflictError,
+    VersionRequirementNotFoundError,
 )
 
 __all__ = [
@@ -132,6 +134,7 @@ __all__ = [
     "ForbiddenError",
     "HandlerError",
     "HandlerNotFoundError",
+    "HandlerVersionError",
     "HeadTooLargeError",
     "IllegalTransitionError",
     "InvalidContractBodyError",
@@ -190,6 +193,7 @@ __all__ = [
     "UnknownProjectionError",
     "UnstorableValueError",
     "VersionConflictError",
+    "VersionRequirementNotFoundError",
     "check_transaction_tenant",
     "http_error_code",
 ]

@@ -50,6 +50,10 @@ class RunClaimed(EventBase, frozen=True, kw_only=True, tag=True):
     worker_id: str
     attempt: int
     lease_until: datetime
+    # The code version of the handler the worker runs (awooop.worker.handler_version): what ran
+    # this attempt. None in events stored before the field existed, and in claims of the
+    # platform's own (the reaper claims nothing).
+    handler_version: str | None = None
 
 
 class StepCompleted(EventBase, frozen=True, kw_only=True, tag=True):

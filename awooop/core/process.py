@@ -8,11 +8,18 @@
   it is kept out of the cyclic collector's scans, and the young generation is collected less
   often (the default threshold of 700 ran a collection every few requests or runs, about 7 %
   of the HTTP server's CPU, and each is a pause on the event loop).
+- :func:`cli_command` starts a child ``awooop`` process (``serve --workers``, the demo's
+  components) on the code this process runs: ``python -m`` puts the working folder first on the
+  import path, so an installed runtime started in a project folder with a ``streams`` or
+  ``projections`` package of its own would import that one; ``-P`` leaves the folder out, unless
+  this process imported awooop from that very folder (a source tree run without an install).
 """
 
 from __future__ import annotations
 
 import gc
+import sys
+from pathlib import Path
 
 import uvloop
 
@@ -24,3 +31,11 @@ def settle_heap() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
+
+
+def cli_command(python: str = sys.executable) -> list[str]:
+    """The command line of a child ``awooop`` process, before its arguments; it runs in this
+    process's working folder."""
+    source = Path(__file__).resolve().parents[2]  # the folder awooop/ is imported from
+    here = source == Path.cwd().resolve()
+    return [python, *([] if here else ["-P"]), "-m", "awooop.cli"]

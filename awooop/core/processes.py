@@ -17,19 +17,23 @@ import socket
 from awooop.core.db import Connection
 from awooop.core.migration_phases import LiveProcess
 
-# A worker's routes as the registry stores them: contracts, projects (None: every one).
-Serves = tuple[list[str] | None, list[str] | None]
+# A worker's routes as the registry stores them: contracts, projects (None: every one), and
+# the version of its handler (None: unknown, or no handler).
+Serves = tuple[list[str] | None, list[str] | None, str | None]
+NO_ROUTES: Serves = (None, None, None)
 STALE_AFTER_INTERVALS = 3  # written into migration 0121's awooop_live_workers() too
 PRUNE_AFTER_S = 24 * 3600.0
 
-# contracts, projects ($7, $8): what a worker process serves (migration 0137; NULL: every one).
+# contracts, projects ($7, $8): what a worker process serves (migration 0137; NULL: every one);
+# handler_version ($9): the version of the handler it runs (migration 0140).
 REGISTER = """
 INSERT INTO awooop_processes AS p
-    (instance, kind, host, pid, release, recheck_s, contracts, projects)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    (instance, kind, host, pid, release, recheck_s, contracts, projects, handler_version)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (instance) DO UPDATE
 SET seen_at = now(), release = EXCLUDED.release, recheck_s = EXCLUDED.recheck_s,
-    contracts = EXCLUDED.contracts, projects = EXCLUDED.projects
+    contracts = EXCLUDED.contracts, projects = EXCLUDED.projects,
+    handler_version = EXCLUDED.handler_version
 """
 PRUNE = "DELETE FROM awooop_processes WHERE seen_at < now() - make_interval(secs => $1)"
 DEREGISTER = "DELETE FROM awooop_processes WHERE instance = $1"
@@ -57,11 +61,12 @@ async def register(
     kind: str,
     release: str,
     recheck_s: float,
-    serves: Serves = (None, None),
+    serves: Serves = NO_ROUTES,
 ) -> None:
     """Write or refresh this process's row and prune dead ones. The registry exists: a process
-    registers only after the start check found its release's migrations (0121 and 0137 among
-    them). ``serves``: the contracts and projects its worker serves (None: every one)."""
+    registers only after the start check found its release's migrations (0121, 0137 and 0140
+    among them). ``serves``: the contracts and projects its worker serves (None: every one) and
+    its handler's version."""
     await conn.execute(
         REGISTER, instance, kind, socket.gethostname(), os.getpid(), release, recheck_s, *serves
     )

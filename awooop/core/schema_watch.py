@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from awooop.core.db import Database
 from awooop.core.errors import DatabaseUnavailableError, SchemaMismatchError
 from awooop.core.logs import get_logger
-from awooop.core.processes import Serves, deregister, register
+from awooop.core.processes import NO_ROUTES, Serves, deregister, register
 from awooop.core.retries import CONNECTION_ERRORS
 from awooop.core.schema_check import read_schema_state, release_name
 
@@ -50,7 +50,7 @@ class SchemaWatch:
     interval_s: float
     on_unrunnable: Callable[[], None] = stop_this_process
     instance: str = field(default_factory=new_instance)
-    serves: Serves = (None, None)  # a worker's routes (awooop.runs.routing), in its row
+    serves: Serves = NO_ROUTES  # a worker's routes and handler version, in its row
     _task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -9,6 +9,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from awooop.core.process import cli_command
+
 
 @dataclass
 class Child:
@@ -20,9 +22,10 @@ class Child:
 
 @dataclass
 class Processes:
-    """Children of one build of the runtime: by default this one (``python -m awooop.cli``
-    with this interpreter); ``python`` and ``cwd`` name another installation's (the upgrade
-    test runs an earlier release's processes from its own tree and virtual environment)."""
+    """Children of one build of the runtime: by default this one (``python -m awooop.cli`` with
+    this interpreter, on the code this process runs: :func:`awooop.core.process.cli_command`);
+    ``python`` and ``cwd`` name another installation's (the upgrade test runs an earlier
+    release's processes from its own tree and virtual environment, importing from that tree)."""
 
     env: dict[str, str]
     log_dir: Path
@@ -35,9 +38,7 @@ class Processes:
         log_path = self.log_dir / f"{name}.log"
         log = log_path.open("ab")
         process = await asyncio.create_subprocess_exec(
-            self.python,
-            "-m",
-            "awooop.cli",
+            *self.command(),
             *args,
             cwd=self.cwd,
             env={**os.environ, **self.env},
@@ -54,9 +55,7 @@ class Processes:
         """Run one ``awooop`` command to completion; (exit code, stdout, stderr). ``env``
         overrides entries of the processes' environment for this command."""
         process = await asyncio.create_subprocess_exec(
-            self.python,
-            "-m",
-            "awooop.cli",
+            *self.command(),
             *args,
             cwd=self.cwd,
             env={**os.environ, **self.env, **(env or {})},
@@ -65,6 +64,12 @@ class Processes:
         )
         out, err = await process.communicate()
         return process.returncode or 0, out.decode(), err.decode()
+
+    def command(self) -> list[str]:
+        """The command line of an ``awooop`` child, before its arguments."""
+        if self.cwd is None:
+            return cli_command(self.python)
+        return [self.python, "-m", "awooop.cli"]
 
     def by_pid(self, pid: int) -> Child | None:
         return next((c for c in self.children.values() if c.process.pid == pid), None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -25,17 +25,28 @@ COMPLETE_MANY = queries.load("complete_many")
 
 _json_encoder = msgspec.json.Encoder()
 
-# A worker's routes as the claim statements take them (_run_served.sql): the contracts and the
-# projects it serves, None for every one (awooop.runs.routing.Routes.params).
-Served = tuple[list[str] | None, list[str] | None]
-EVERY: Served = (None, None)
+
+class Served(NamedTuple):
+    """A worker's routes and handler version as the claim statements take them
+    (``_run_served.sql``; :attr:`awooop.runs.routing.Routes.params`): the contracts and the
+    projects it serves (None: every one), and the version of its handler, which each claim
+    records and which a contract's required versions must include (None: no test, for a
+    statement that claims nothing it runs, as the reaper's)."""
+
+    contracts: list[str] | None = None
+    projects: list[str] | None = None
+    version: str | None = None
+
+
+EVERY = Served()
 
 
 class BatchRow(msgspec.Struct, frozen=True):
     """One run of a batch statement's answer: its state (new if ``written``, else as the
     statement's snapshot saw it), ``conflict`` (locked but a newer transaction wrote its
     stream), the database clock, ``paused`` (claimable, but a pause, its full concurrency key or
-    its place in the fair order held it back) and ``deferred`` (the last)."""
+    its place in the fair order held it back), ``deferred`` (the last) and ``unserved`` (the
+    worker may not take it: its routes or its handler version)."""
 
     state: RunState
     written: bool
@@ -43,6 +54,7 @@ class BatchRow(msgspec.Struct, frozen=True):
     now: datetime
     paused: bool = False
     deferred: bool = False
+    unserved: bool = False
 
 
 def _json(value: Any) -> str | None:
@@ -53,7 +65,13 @@ def _json(value: Any) -> str | None:
 def _rows(rows: Sequence[Any]) -> list[BatchRow]:
     return [
         BatchRow(
-            row_to_state(r), r["written"], r["conflict"], r["db_now"], r["paused"], r["deferred"]
+            row_to_state(r),
+            r["written"],
+            r["conflict"],
+            r["db_now"],
+            r["paused"],
+            r["deferred"],
+            r["unserved"],
         )
         for r in rows
     ]
@@ -66,11 +84,11 @@ async def claim_many(
     worker_id: str,
     ttl_s: float,
     fair: bool = True,
-    served: Served = (None, None),
+    served: Served = EVERY,
 ) -> list[BatchRow]:
     """RunClaimed for each of ``run_ids`` that can be claimed now (``metadata`` aligned with
     them; ``fair``: not a run another project's is ahead of in the fair order; ``served``: the
-    worker's routes, contracts and projects, None for every one); the others as they are."""
+    worker's routes and handler version); the others as they are."""
     rows = await conn.fetch(
         CLAIM_MANY, list(run_ids), [_json(m) for m in metadata], worker_id, ttl_s, fair, *served
     )
@@ -100,6 +118,6 @@ async def complete_many(
 
 async def prepare(conn: Connection) -> None:
     """Parse and plan the batch writes on ``conn`` with empty arrays (they write nothing)."""
-    await conn.fetch(CLAIM_MANY, [], [], "", 1.0, True, None, None)
+    await conn.fetch(CLAIM_MANY, [], [], "", 1.0, True, *EVERY)
     await conn.fetch(COMPLETE_MANY, [], [], [], [], [])
     await conn.fetch(eventlog.APPEND_MANY, [], [], [], [], [], [], [])

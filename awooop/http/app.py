@@ -45,6 +45,7 @@ ROUTE_MODULES = (
     "awooop.http.pauses",
     "awooop.http.limits",
     "awooop.http.shares",
+    "awooop.http.versions",
     "awooop.http.llm_flow",
     "awooop.http.console",
 )

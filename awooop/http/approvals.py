@@ -47,7 +47,7 @@ from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError, RunNotFoundError
 from awooop.eventlog.state import RunState
 from awooop.http.auth import Principal, require
-from awooop.http.ingest import read_body
+from awooop.http.ingest import decode_body, read_body
 from awooop.ingest.credentials import check_project_id
 from awooop.runs import approvals, control
 from awooop.runs.approvals import Decision
@@ -80,13 +80,6 @@ def run_view(state: RunState) -> dict[str, Any]:
     view: dict[str, Any] = msgspec.to_builtins(state)
     view.pop("input", None)
     return view
-
-
-def _decode(raw: bytes, kind: type[Any]) -> Any:
-    try:
-        return msgspec.json.decode(raw or b"{}", type=kind)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"invalid request body: {exc}") from None
 
 
 def _actor(named: str | None, principal: Principal) -> str:
@@ -129,7 +122,7 @@ def routes(services: Services) -> list[BaseRoute]:
 
     def decide(decision: Decision) -> Action:
         async def act(conn: Connection, run_id: uuid.UUID, raw: bytes, who: Principal) -> RunState:
-            body: DecisionBody = _decode(raw, DecisionBody)
+            body: DecisionBody = decode_body(raw, DecisionBody)
             if body.token is None:
                 if body.by is None or body.actor is not None:
                     raise InvalidInputError(
@@ -163,13 +156,13 @@ def routes(services: Services) -> list[BaseRoute]:
         return act
 
     async def cancel(conn: Connection, run_id: uuid.UUID, raw: bytes, who: Principal) -> RunState:
-        body: CancelBody = _decode(raw, CancelBody)
+        body: CancelBody = decode_body(raw, CancelBody)
         return await control.cancel(
             conn, run_id, actor=_actor(body.actor, who), reason=body.reason, metadata=who.metadata()
         )
 
     async def retry(conn: Connection, run_id: uuid.UUID, raw: bytes, who: Principal) -> RunState:
-        body: RetryBody = _decode(raw, RetryBody)
+        body: RetryBody = decode_body(raw, RetryBody)
         return await control.retry(
             conn,
             run_id,

@@ -8,7 +8,7 @@ import uuid
 from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
 from awooop.core.db import Connection
 from awooop.core.errors import AwoooPError, InvalidInputError
@@ -17,7 +17,7 @@ from awooop.http import console_session as sessions
 from awooop.http.auth import authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_render import error_page
-from awooop.http.console_requests import path_run
+from awooop.http.console_requests import path_action, path_run
 from awooop.runs import approval_options, approvals, control, deadletters
 
 ACTIONS = ("retry", "cancel", "approve", "reject", "redrive")
@@ -39,17 +39,12 @@ class RunActions(ConsoleAccess):
         session, fields = posted
         try:
             project_id, run_id = path_run(request)
-            action = request.path_params["action"]
-            if action not in ACTIONS:
-                raise InvalidInputError(f"unknown action {action[:40]!r}")
+            action = path_action(request, ACTIONS)
             principal = authorize_stored(session.principal, project_id, write=True)
             done = await self.perform(principal.actor, project_id, run_id, action, fields)
         except AwoooPError as exc:
             return error_page(exc, session, request)
-        response = RedirectResponse(f"/ui/runs/{project_id}/{run_id}", 303)
-        sessions.set_cookie(
-            response, request, sessions.NOTICE_COOKIE, quote(done[:200]), sessions.NOTICE_S
-        )
+        response = sessions.redirect_noting(request, f"/ui/runs/{project_id}/{run_id}", done)
         if action in ("approve", "reject"):  # the form's name field, filled in next time
             name = quote(fields.get("by", "").strip()[: approvals.MAX_NAME_LENGTH])
             sessions.set_cookie(response, request, sessions.NAME_COOKIE, name, sessions.NAME_S)

@@ -16,10 +16,10 @@ a reason here (the page is the operator's switch, and the reason is what others 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
 from awooop.core.db import Connection
 from awooop.core.errors import AwoooPError, InvalidInputError
@@ -28,6 +28,7 @@ from awooop.http.auth import authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_pauses import PAUSE_ACTIONS, change
 from awooop.http.console_render import error_page, render
+from awooop.http.console_requests import path_action
 from awooop.ingest.credentials import READ_SCOPE, check_project_id
 from awooop.llm import flow_store
 from awooop.llm.flow_rules import Budget, RateLimit, WaitReason, key_text
@@ -101,12 +102,10 @@ class FlowPages(ConsoleAccess):
             waiting_on=lambda reason, row: waiting_on(shown["wait_counts"], reason, row),
             reasons=WaitReason,
             key_text=key_text,
-            done=unquote(request.cookies.get(sessions.NOTICE_COOKIE, ""))[:200],
+            done=sessions.notice(request),
             **shown,
         )
-        if sessions.NOTICE_COOKIE in request.cookies:  # shown once
-            page.delete_cookie(sessions.NOTICE_COOKIE, path=sessions.COOKIE_PATH)
-        return page
+        return sessions.notice_shown(page, request)
 
     async def flow_action(self, request: Request) -> Response:
         posted = await self.posted(request)
@@ -115,17 +114,11 @@ class FlowPages(ConsoleAccess):
         session, fields = posted
         try:
             project_id = check_project_id(request.path_params["project"])
-            action = request.path_params["action"]
-            if action not in PAUSE_ACTIONS:
-                raise InvalidInputError(f"unknown action {action[:40]!r}")
+            action = path_action(request, PAUSE_ACTIONS)
             authorize_stored(session.principal, project_id, write=True)
             if action == "pause" and not fields.get("reason", "").strip():
                 raise InvalidInputError("reason: say why the flow is paused")
             done = await change(self.services, session, project_id, action, fields)
         except AwoooPError as exc:
             return error_page(exc, session, request)
-        response = RedirectResponse(flow_path(project_id), 303)
-        sessions.set_cookie(
-            response, request, sessions.NOTICE_COOKIE, quote(done[:200]), sessions.NOTICE_S
-        )
-        return response
+        return sessions.redirect_noting(request, flow_path(project_id), done)

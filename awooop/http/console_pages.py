@@ -153,7 +153,7 @@ class RunPages(ConsoleAccess):
             tokens=shown.history.tokens,
             can_act=session.principal.scope != READ_SCOPE,
             trace_url=self.settings.console_trace_url,
-            done=unquote(request.cookies.get(sessions.NOTICE_COOKIE, ""))[:200],
+            done=sessions.notice(request),
             view=console_timeline.view(lines, selected),
             waterfall=waterfall(
                 lines, shown.now, finished=final, in_step=running_step(shown.blocked)
@@ -169,9 +169,7 @@ class RunPages(ConsoleAccess):
             by_name=unquote(request.cookies.get(sessions.NAME_COOKIE, ""))[:200],
         )
         page.headers["etag"] = shown.etag
-        if sessions.NOTICE_COOKIE in request.cookies:  # shown once
-            page.delete_cookie(sessions.NOTICE_COOKIE, path=sessions.COOKIE_PATH)
-        return page
+        return sessions.notice_shown(page, request)
 
     async def read_run(
         self,

@@ -11,16 +11,17 @@ the form names, when it names one).
 
 from __future__ import annotations
 
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
 from awooop.core.errors import AwoooPError, InvalidInputError
 from awooop.http import console_session as sessions
 from awooop.http.auth import authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_render import error_page, render
+from awooop.http.console_requests import path_action
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE, check_project_id
 from awooop.runs import pauses
 from awooop.runs.pause_rules import Scope, describe_scope, scope_of
@@ -98,11 +99,9 @@ class PausePages(ConsoleAccess):
             admin=admin,
             project=shown or "",
             can_act=session.principal.scope != READ_SCOPE,
-            done=unquote(request.cookies.get(sessions.NOTICE_COOKIE, ""))[:200],
+            done=sessions.notice(request),
         )
-        if sessions.NOTICE_COOKIE in request.cookies:  # shown once
-            page.delete_cookie(sessions.NOTICE_COOKIE, path=sessions.COOKIE_PATH)
-        return page
+        return sessions.notice_shown(page, request)
 
     async def pause_action(self, request: Request) -> Response:
         posted = await self.posted(request)
@@ -110,17 +109,11 @@ class PausePages(ConsoleAccess):
             return posted
         session, fields = posted
         try:
-            action = request.path_params["action"]
-            if action not in PAUSE_ACTIONS:
-                raise InvalidInputError(f"unknown action {action[:40]!r}")
+            action = path_action(request, PAUSE_ACTIONS)
             project_id = check_project_id(
                 fields.get("project", "").strip() or session.principal.project_id
             )
             done = await change(self.services, session, project_id, action, fields)
         except AwoooPError as exc:
             return error_page(exc, session, request)
-        response = RedirectResponse(f"/ui/pauses?project={quote(project_id)}", 303)
-        sessions.set_cookie(
-            response, request, sessions.NOTICE_COOKIE, quote(done[:200]), sessions.NOTICE_S
-        )
-        return response
+        return sessions.redirect_noting(request, f"/ui/pauses?project={quote(project_id)}", done)

@@ -1,10 +1,10 @@
-"""What a console request carries: its form, the run in its path, the list's filters, and
-where to go after the login."""
+"""What a console request carries: its form, the run or action in its path, the list's
+filters, and where to go after the login."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from urllib.parse import parse_qs, urlsplit
 
@@ -12,7 +12,7 @@ import msgspec
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
-from awooop.core.errors import PayloadTooLargeError, RunNotFoundError
+from awooop.core.errors import InvalidInputError, PayloadTooLargeError, RunNotFoundError
 from awooop.http import console_session as sessions
 from awooop.http.auth import authorize_stored
 from awooop.ingest.credentials import ADMIN_SCOPE, check_project_id
@@ -72,3 +72,11 @@ def path_run(request: Request) -> tuple[str, uuid.UUID]:
         return project_id, uuid.UUID(request.path_params["run_id"])
     except ValueError:
         raise RunNotFoundError(run_id=request.path_params["run_id"][:64]) from None
+
+
+def path_action(request: Request, actions: Collection[str]) -> str:
+    """The action a POST's path names, one of ``actions`` (else 400 E-INPUT-001)."""
+    action: str = request.path_params["action"]
+    if action not in actions:
+        raise InvalidInputError(f"unknown action {action[:40]!r}")
+    return action

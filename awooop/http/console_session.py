@@ -24,10 +24,11 @@ import hashlib
 import hmac
 import secrets
 from datetime import timedelta
+from urllib.parse import quote, unquote
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from awooop.core.db import Connection
 from awooop.core.errors import AuthenticationError, CsrfError
@@ -154,3 +155,22 @@ def set_cookie(response: Response, request: Request, name: str, value: str, max_
         samesite="strict",
         secure=request.url.scheme == "https",
     )
+
+
+def notice(request: Request) -> str:
+    """What the action that redirected here did (the notice cookie; '' for none)."""
+    return unquote(request.cookies.get(NOTICE_COOKIE, ""))[:200]
+
+
+def notice_shown(page: Response, request: Request) -> Response:
+    """``page`` showed the notice: it is shown once (the cookie is deleted)."""
+    if NOTICE_COOKIE in request.cookies:
+        page.delete_cookie(NOTICE_COOKIE, path=COOKIE_PATH)
+    return page
+
+
+def redirect_noting(request: Request, target: str, done: str) -> RedirectResponse:
+    """After an action: to ``target`` (303), which shows ``done`` once (:func:`notice`)."""
+    response = RedirectResponse(target, 303)
+    set_cookie(response, request, NOTICE_COOKIE, quote(done[:200]), NOTICE_S)
+    return response

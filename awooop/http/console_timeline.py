@@ -1,6 +1,7 @@
 """The run page's timeline as sections and groups: pure, over the run's timeline lines.
 
-Each attempt is a section (the events before the first claim are attempt 0); within it,
+Each attempt is a section (the events before the first claim are attempt 0), named with the
+handler version its claim recorded; within it,
 consecutive events of one type form a group, which the page folds (``<details>``) when it
 holds :data:`FOLD_AT` or more. Each row carries the time since the run's previous event
 (whatever the filter hides). The filter keeps the event types named in the URL
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from projections.run_state import RUN_TYPES
-from projections.timeline import TimelineLine
+from projections.timeline import TimelineLine, attempts
 
 FOLD_AT = 3
 MAX_ROWS = 1000
@@ -46,6 +47,7 @@ class Section:
     events: int = 0
     workers: list[str] = field(default_factory=list)
     open: bool = False
+    version: str | None = None  # the handler version its claim recorded (RunClaimed)
 
     @property
     def span_ms(self) -> float:
@@ -101,10 +103,11 @@ def view(
     matching = len(rows)
     drawn = rows[-max_rows:] if max_rows > 0 else []
     sections: list[Section] = []
+    versions = {a.attempt: a.handler_version for a in attempts(lines)}  # whatever the filter
     for row in drawn:
         ln = row.line
         if not sections or sections[-1].attempt != ln.attempt:
-            sections.append(Section(attempt=ln.attempt))
+            sections.append(Section(attempt=ln.attempt, version=versions.get(ln.attempt)))
         section = sections[-1]
         if not section.groups or section.groups[-1].event_type != ln.event_type:
             section.groups.append(Group(ln.event_type))

@@ -23,19 +23,20 @@ names the agent contract (default ``default``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.core.errors import DuplicateEvent, PayloadTooLargeError
+from awooop.core.errors import DuplicateEvent, InvalidInputError, PayloadTooLargeError
 from awooop.core.sessions import TenantSessions
 from awooop.ingest import ingest_write
 from awooop.ingest.service import Ingestor
 from awooop.services import Services
 
+T = TypeVar("T")
 _encode = msgspec.json.Encoder().encode
 DUPLICATE_MESSAGE = (DuplicateEvent.__doc__ or "").strip()
 
@@ -67,6 +68,15 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise PayloadTooLargeError(limit=limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def decode_body(raw: bytes, kind: type[T]) -> T:
+    """A management route's JSON body as ``kind`` (an empty body: ``{}``); anything else is
+    400 E-INPUT-001 saying why."""
+    try:
+        return msgspec.json.decode(raw or b"{}", type=kind)
+    except msgspec.DecodeError as exc:
+        raise InvalidInputError(f"invalid request body: {exc}") from None
 
 
 def answer(outcomes: list[ingest_write.Outcome]) -> Response:

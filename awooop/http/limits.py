@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Route
 
 from awooop.core.errors import InvalidInputError
 from awooop.http.auth import require
-from awooop.http.ingest import json_response, read_body
+from awooop.http.ingest import decode_body, json_response, read_body
 from awooop.ingest.credentials import check_project_id
 from awooop.runs import concurrency
 from awooop.runs.pause_rules import Scope, scope_of
@@ -44,13 +44,6 @@ class LimitBody(msgspec.Struct, forbid_unknown_fields=True):
     actor: str | None = None
 
 
-def _decode(raw: bytes) -> LimitBody:
-    try:
-        return msgspec.json.decode(raw or b"{}", type=LimitBody)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"invalid request body: {exc}") from None
-
-
 def _scope(body: LimitBody) -> tuple[Scope, str]:
     scope, key = scope_of(body.channel, body.contract)
     if scope is Scope.PROJECT:
@@ -68,7 +61,7 @@ def routes(services: Services) -> list[BaseRoute]:
     async def set_limit(request: Request) -> Response:
         project_id = check_project_id(request.path_params["project_id"])
         who = await require(services, request, project_id)
-        body = _decode(await read_body(request, body_limit))
+        body = decode_body(await read_body(request, body_limit), LimitBody)
         scope, key = _scope(body)
         if not body.key:
             raise InvalidInputError("key: the key expression is required")
@@ -92,7 +85,7 @@ def routes(services: Services) -> list[BaseRoute]:
     async def remove(request: Request) -> Response:
         project_id = check_project_id(request.path_params["project_id"])
         who = await require(services, request, project_id)
-        body = _decode(await read_body(request, body_limit))
+        body = decode_body(await read_body(request, body_limit), LimitBody)
         scope, key = _scope(body)
         gone = await services.db.in_tenant(
             project_id,

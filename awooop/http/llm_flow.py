@@ -25,31 +25,28 @@ E-BUDGET-004, nothing written). A price is credits per 1,000 input and output to
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError
 from awooop.http.auth import require
-from awooop.http.ingest import json_response, read_body
+from awooop.http.ingest import decode_body, json_response, read_body
 from awooop.ingest.credentials import check_project_id
-from awooop.llm import flow_store
-from awooop.llm.flow_rules import (
-    Budget,
-    OnExceed,
-    Price,
-    RateLimit,
-    check_model,
-    key_text,
-    parse_period,
-)
+from awooop.llm import flow_forms, flow_store
+from awooop.llm.flow_rules import OnExceed, check_model, view
 from awooop.services import Services
 
 PREFIX = "/v1/projects/{project_id}"
+# What a POST sets, on the connection of its tenant transaction.
+Write = Callable[[Connection], Awaitable[Any]]
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 class BudgetBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -77,127 +74,73 @@ class PriceBody(msgspec.Struct, forbid_unknown_fields=True):
     actor: str | None = None
 
 
-def view(row: Budget | RateLimit | Price) -> dict[str, Any]:
-    body: dict[str, Any] = msgspec.to_builtins(row)
-    body["key"] = key_text(row.project_id, row.model)
-    if isinstance(row, Price):
-        body["input_price"], body["output_price"] = float(row.input_price), float(row.output_price)
-    return body
+class Rows(NamedTuple):
+    """One kind of row's three routes: POST and DELETE ``/<slug>``, GET ``/<slug>s`` (which
+    answers ``{<slug with _>s: [...]}``); ``write`` (:mod:`awooop.llm.flow_forms`) checks a
+    POST's body and says what it sets."""
+
+    kind: flow_store.Kind[Any]
+    body: type[Any]
+    write: Callable[[Any, str, str, str], Write]
+    rows: Callable[..., Awaitable[list[Any]]]
 
 
-def _decode(raw: bytes, kind: type[Any]) -> Any:
-    try:
-        return msgspec.json.decode(raw or b"{}", type=kind)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"invalid request body: {exc}") from None
+TABLE = (
+    Rows(flow_store.BUDGETS, BudgetBody, flow_forms.budget, flow_store.budgets),
+    Rows(flow_store.LIMITS, LimitBody, flow_forms.limit, flow_store.limits),
+    Rows(flow_store.PRICES, PriceBody, flow_forms.price, flow_store.prices),
+)
 
 
 def routes(services: Services) -> list[BaseRoute]:
     limit_bytes = services.settings.http_max_body_bytes
 
-    async def set_budget(request: Request) -> Response:
-        project_id = check_project_id(request.path_params["project_id"])
-        who = await require(services, request, project_id)
-        body: BudgetBody = _decode(await read_body(request, limit_bytes), BudgetBody)
-        model, period_s = check_model(body.model), parse_period(body.period)
-        made = await services.db.in_tenant(
-            project_id,
-            lambda conn: flow_store.set_budget(
-                conn,
+    def put(rows: Rows) -> Endpoint:
+        async def handler(request: Request) -> Response:
+            project_id = check_project_id(request.path_params["project_id"])
+            who = await require(services, request, project_id)
+            body = decode_body(await read_body(request, limit_bytes), rows.body)
+            # A price's model is checked with its prices (flow_rules.check_price).
+            model = body.model if rows.kind.per_model else check_model(body.model)
+            write = rows.write(body, project_id, model, body.actor or who.actor)
+            return json_response(view(await services.db.in_tenant(project_id, write)), 200)
+
+        return handler
+
+    def end(rows: Rows) -> Endpoint:
+        async def handler(request: Request) -> Response:
+            project_id = check_project_id(request.path_params["project_id"])
+            who = await require(services, request, project_id)
+            model = check_model(request.query_params.get("model"))
+            if rows.kind.per_model and not model:
+                raise InvalidInputError(f"a {rows.kind.word} is ended by its model: ?model=M")
+            ended = await services.db.in_tenant(
                 project_id,
-                model,
-                tokens=body.tokens,
-                cost=body.cost,
-                period_s=period_s,
-                reserve_tokens=body.reserve,
-                on_exceed=body.on_exceed,
-                actor=body.actor or who.actor,
-            ),
-        )
-        return json_response(view(made), 200)
-
-    async def set_limit(request: Request) -> Response:
-        project_id = check_project_id(request.path_params["project_id"])
-        who = await require(services, request, project_id)
-        body: LimitBody = _decode(await read_body(request, limit_bytes), LimitBody)
-        model, period_s = check_model(body.model), parse_period(body.period)
-        made = await services.db.in_tenant(
-            project_id,
-            lambda conn: flow_store.set_limit(
-                conn,
-                project_id,
-                model,
-                limit=body.limit,
-                period_s=period_s,
-                burst=body.burst,
-                actor=body.actor or who.actor,
-            ),
-        )
-        return json_response(view(made), 200)
-
-    async def set_price(request: Request) -> Response:
-        project_id = check_project_id(request.path_params["project_id"])
-        who = await require(services, request, project_id)
-        body: PriceBody = _decode(await read_body(request, limit_bytes), PriceBody)
-        made = await services.db.in_tenant(
-            project_id,
-            lambda conn: flow_store.set_price(
-                conn,
-                project_id,
-                body.model,
-                input_price=body.input,
-                output_price=body.output,
-                actor=body.actor or who.actor,
-            ),
-        )
-        return json_response(view(made), 200)
-
-    async def end(request: Request) -> Response:
-        project_id = check_project_id(request.path_params["project_id"])
-        who = await require(services, request, project_id)
-        model = check_model(request.query_params.get("model"))
-        path = request.url.path
-        ender = (
-            flow_store.end_budget
-            if path.endswith("/budget")
-            else flow_store.end_price
-            if path.endswith("/price")
-            else flow_store.end_limit
-        )
-        if path.endswith("/price") and not model:
-            raise InvalidInputError("a price is ended by its model: ?model=M")
-        ended: Budget | RateLimit | Price = await services.db.in_tenant(
-            project_id, lambda conn: ender(conn, project_id, model, actor=who.actor)
-        )
-        return json_response(view(ended), 200)
-
-    async def listing(request: Request) -> Response:
-        project_id = check_project_id(request.path_params["project_id"])
-        await require(services, request, project_id)
-        history = request.query_params.get("history", "") in ("1", "true")
-        if request.url.path.endswith("/budgets"):
-            found: list[Any] = await services.db.in_tenant(
-                project_id, lambda conn: flow_store.budgets(conn, project_id, history=history)
+                lambda conn: flow_store.end(conn, rows.kind, project_id, model, actor=who.actor),
             )
-            return json_response({"budgets": [view(b) for b in found]}, 200)
-        if request.url.path.endswith("/prices"):
+            return json_response(view(ended), 200)
+
+        return handler
+
+    def listing(rows: Rows) -> Endpoint:
+        async def handler(request: Request) -> Response:
+            project_id = check_project_id(request.path_params["project_id"])
+            await require(services, request, project_id)
+            history = request.query_params.get("history", "") in ("1", "true")
             found = await services.db.in_tenant(
-                project_id, lambda conn: flow_store.prices(conn, project_id, history=history)
+                project_id, lambda conn: rows.rows(conn, project_id, history=history)
             )
-            return json_response({"prices": [view(p) for p in found]}, 200)
-        found = await services.db.in_tenant(
-            project_id, lambda conn: flow_store.limits(conn, project_id, history=history)
-        )
-        return json_response({"rate_limits": [view(r) for r in found]}, 200)
+            key = rows.kind.slug.replace("-", "_") + "s"
+            return json_response({key: [view(r) for r in found]}, 200)
+
+        return handler
 
     return [
-        Route(PREFIX + "/budget", set_budget, methods=["POST"]),
-        Route(PREFIX + "/budget", end, methods=["DELETE"]),
-        Route(PREFIX + "/budgets", listing, methods=["GET"]),
-        Route(PREFIX + "/rate-limit", set_limit, methods=["POST"]),
-        Route(PREFIX + "/rate-limit", end, methods=["DELETE"]),
-        Route(PREFIX + "/rate-limits", listing, methods=["GET"]),
-        Route(PREFIX + "/price", set_price, methods=["POST"]),
-        Route(PREFIX + "/price", end, methods=["DELETE"]),
-        Route(PREFIX + "/prices", listing, methods=["GET"]),
+        route
+        for rows in TABLE
+        for route in (
+            Route(f"{PREFIX}/{rows.kind.slug}", put(rows), methods=["POST"]),
+            Route(f"{PREFIX}/{rows.kind.slug}", end(rows), methods=["DELETE"]),
+            Route(f"{PREFIX}/{rows.kind.slug}s", listing(rows), methods=["GET"]),
+        )
     ]

@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute, Route
 
 from awooop.core.errors import InvalidInputError
 from awooop.http.auth import Principal, require
-from awooop.http.ingest import json_response, read_body
+from awooop.http.ingest import decode_body, json_response, read_body
 from awooop.ingest.credentials import check_project_id
 from awooop.runs import pauses
 from awooop.runs.pause_rules import Pause, scope_of
@@ -47,13 +47,6 @@ def pause_body(p: Pause) -> dict[str, Any]:
     return body
 
 
-def _decode(raw: bytes) -> ScopeBody:
-    try:
-        return msgspec.json.decode(raw or b"{}", type=ScopeBody)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"invalid request body: {exc}") from None
-
-
 def _actor(named: str | None, principal: Principal) -> str:
     return principal.actor if named is None else named
 
@@ -64,7 +57,7 @@ def routes(services: Services) -> list[BaseRoute]:
     async def pause(request: Request) -> Response:
         project_id = check_project_id(request.path_params["project_id"])
         who = await require(services, request, project_id)
-        body = _decode(await read_body(request, limit))
+        body = decode_body(await read_body(request, limit), ScopeBody)
         scope, key = scope_of(body.channel, body.contract)
         made, created = await services.db.in_tenant(
             project_id,
@@ -77,7 +70,7 @@ def routes(services: Services) -> list[BaseRoute]:
     async def resume(request: Request) -> Response:
         project_id = check_project_id(request.path_params["project_id"])
         who = await require(services, request, project_id)
-        body = _decode(await read_body(request, limit))
+        body = decode_body(await read_body(request, limit), ScopeBody)
         if body.reason:
             raise InvalidInputError("a resume takes no reason")
         scope, key = scope_of(body.channel, body.contract)

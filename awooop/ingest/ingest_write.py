@@ -73,8 +73,7 @@ from awooop.ingest.common import ChannelOptions, ParsedEvent, StoredCredential
 from awooop.ingest.depth import check_depth
 from awooop.runs.concurrency_rules import Limit, RunKey, run_key
 
-DEFAULT_CONTRACT = "default"
-AGENT_FAMILY = "agent"
+DEFAULT_CONTRACT = "default"  # the agent contract of a run whose delivery names none
 MAX_ROUNDS = 4  # insert / look up / drop expired; more rounds than races can need
 MAX_CONTRACT_ATTEMPTS = 100
 

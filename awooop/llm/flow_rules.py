@@ -195,6 +195,16 @@ def key_text(project_id: str, model: str) -> str:
     return f"{SCOPE}:{project_id}" + (f":{model}" if model else "")
 
 
+def view(row: RateLimit | Budget | Price) -> dict[str, Any]:
+    """Pure: a row as the CLI's ``--json`` and the routes show it: its fields, its ``key``
+    (:func:`key_text`), and a price's two prices as numbers."""
+    body: dict[str, Any] = msgspec.to_builtins(row)
+    body["key"] = key_text(row.project_id, row.model)
+    if isinstance(row, Price):
+        body["input_price"], body["output_price"] = float(row.input_price), float(row.output_price)
+    return body
+
+
 def reservation(options: Mapping[str, Any], budget: Budget) -> int:
     """Pure: the tokens a call reserves on ``budget``: its ``max_tokens`` (or Ollama's
     ``num_predict``) option when it names a positive whole number, else the budget's

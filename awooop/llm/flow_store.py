@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -41,15 +41,8 @@ from awooop.runs.pause_rules import MAX_ACTOR, check_text
 
 log = get_logger(__name__)
 
-LIMIT_SET = queries.load("llm_limit_set")
-LIMIT_END = queries.load("llm_limit_end")
-LIMIT_LIST = queries.load("llm_limit_list")
-BUDGET_SET = queries.load("llm_budget_set")
-BUDGET_END = queries.load("llm_budget_end")
-BUDGET_LIST = queries.load("llm_budget_list")
-PRICE_SET = queries.load("llm_price_set")
-PRICE_END = queries.load("llm_price_end")
-PRICE_LIST = queries.load("llm_price_list")
+R = TypeVar("R", RateLimit, Budget, Price)
+
 WAIT_COUNTS = queries.load("llm_wait_counts")
 WAIT_FIRST = queries.load("llm_wait_first")
 
@@ -74,16 +67,58 @@ class Waiting(msgspec.Struct, frozen=True, kw_only=True):
     until: datetime
 
 
-def _limit(row: Any) -> RateLimit:
-    return msgspec.convert(dict(row), RateLimit)
+class Kind(Generic[R]):
+    """One kind of flow-control row: its name in messages (``word``; ``slug`` in commands and
+    paths), its row type, its statements (``sql/<sql>_set|_end|_list.sql``) and the prefix of
+    its log events (``<event>_set``, ``<event>_ended``)."""
+
+    def __init__(self, word: str, row: type[R], sql: str, event: str, *, per_model: bool) -> None:
+        self.word: str = word
+        self.slug: str = word.replace(" ", "-")
+        self.row: type[R] = row
+        self.event: str = event
+        self.per_model: bool = per_model
+        self.set_sql: str = queries.load(f"{sql}_set")
+        self.end_sql: str = queries.load(f"{sql}_end")
+        self.list_sql: str = queries.load(f"{sql}_list")
+
+    def of(self, row: Any) -> R:
+        made: R = msgspec.convert(dict(row), self.row)
+        return made
 
 
-def _budget(row: Any) -> Budget:
-    return msgspec.convert(dict(row), Budget)
+# A price is always of one model (``per_model``); a limit or budget of model '' holds them all.
+LIMITS = Kind("rate limit", RateLimit, "llm_limit", "llm_rate_limit", per_model=False)
+BUDGETS = Kind("budget", Budget, "llm_budget", "llm_budget", per_model=False)
+PRICES = Kind("price", Price, "llm_price", "llm_price", per_model=True)
 
 
-def _price(row: Any) -> Price:
-    return msgspec.convert(dict(row), Price)
+async def _put(
+    conn: Connection, kind: Kind[R], project_id: str, model: str, *params: Any, **logged: Any
+) -> R:
+    """Replace ``kind``'s row in force of (``project_id``, ``model``): ``params`` are the
+    statement's after those two, ``logged`` what the log event says besides the key."""
+    flow_cache.changed()
+    made = kind.of(await conn.fetchrow(kind.set_sql, project_id, model, *params))
+    log.info(f"{kind.event}_set", key=key_text(project_id, model), **logged)
+    return made
+
+
+async def end(conn: Connection, kind: Kind[R], project_id: str, model: str, *, actor: str) -> R:
+    """End ``kind``'s row in force of (``project_id``, ``model``); none: E-BUDGET-003."""
+    check_text("actor", actor, MAX_ACTOR, empty=False)
+    flow_cache.changed()
+    row = await conn.fetchrow(kind.end_sql, project_id, model, actor)
+    if row is None:
+        raise LimitNotFoundError(
+            f"no {kind.word} of {key_text(project_id, model)} is in force", project_id=project_id
+        )
+    log.info(f"{kind.event}_ended", key=key_text(project_id, model), actor=actor)
+    return kind.of(row)
+
+
+async def _rows(conn: Connection, kind: Kind[R], *params: Any) -> list[R]:
+    return [kind.of(row) for row in await conn.fetch(kind.list_sql, *params)]
 
 
 async def set_limit(
@@ -98,36 +133,26 @@ async def set_limit(
 ) -> RateLimit:
     check_text("actor", actor, MAX_ACTOR, empty=False)
     burst = check_limit(limit, period_s, burst)
-    flow_cache.changed()
-    row = await conn.fetchrow(LIMIT_SET, project_id, model, limit, period_s, burst, actor)
-    made = _limit(row)
-    log.info(
-        "llm_rate_limit_set",
-        key=key_text(project_id, model),
+    return await _put(
+        conn,
+        LIMITS,
+        project_id,
+        model,
+        limit,
+        period_s,
+        burst,
+        actor,
         limit=limit,
         period_s=period_s,
         burst=burst,
         actor=actor,
     )
-    return made
-
-
-async def end_limit(conn: Connection, project_id: str, model: str, *, actor: str) -> RateLimit:
-    check_text("actor", actor, MAX_ACTOR, empty=False)
-    flow_cache.changed()
-    row = await conn.fetchrow(LIMIT_END, project_id, model, actor)
-    if row is None:
-        raise LimitNotFoundError(
-            f"no rate limit of {key_text(project_id, model)} is in force", project_id=project_id
-        )
-    log.info("llm_rate_limit_ended", key=key_text(project_id, model), actor=actor)
-    return _limit(row)
 
 
 async def limits(
     conn: Connection, project_id: str | None, *, history: bool = False, limit: int = 1000
 ) -> list[RateLimit]:
-    return [_limit(row) for row in await conn.fetch(LIMIT_LIST, project_id, history, limit)]
+    return await _rows(conn, LIMITS, project_id, history, limit)
 
 
 async def set_budget(
@@ -153,9 +178,9 @@ async def set_budget(
             "before a budget in cost",
             project_id=project_id,
         )
-    flow_cache.changed()
-    row = await conn.fetchrow(
-        BUDGET_SET,
+    return await _put(
+        conn,
+        BUDGETS,
         project_id,
         model,
         amount if unit is BudgetUnit.TOKENS else 0,
@@ -165,36 +190,19 @@ async def set_budget(
         actor,
         unit.value,
         amount if unit is BudgetUnit.COST else None,
-    )
-    log.info(
-        "llm_budget_set",
-        key=key_text(project_id, model),
         amount=amount,
         unit=unit.value,
         period_s=period_s,
         on_exceed=on_exceed.value,
         actor=actor,
     )
-    return _budget(row)
-
-
-async def end_budget(conn: Connection, project_id: str, model: str, *, actor: str) -> Budget:
-    check_text("actor", actor, MAX_ACTOR, empty=False)
-    flow_cache.changed()
-    row = await conn.fetchrow(BUDGET_END, project_id, model, actor)
-    if row is None:
-        raise LimitNotFoundError(
-            f"no budget of {key_text(project_id, model)} is in force", project_id=project_id
-        )
-    log.info("llm_budget_ended", key=key_text(project_id, model), actor=actor)
-    return _budget(row)
 
 
 async def budgets(
     conn: Connection, project_id: str | None, *, history: bool = False, limit: int = 1000
 ) -> list[Budget]:
     """The budgets (with their current period's usage), newest first."""
-    return [_budget(row) for row in await conn.fetch(BUDGET_LIST, project_id, history, limit)]
+    return await _rows(conn, BUDGETS, project_id, history, limit)
 
 
 async def waits(
@@ -223,28 +231,18 @@ async def set_price(
     """Set the project's price of ``model``: credits per 1,000 input and output tokens."""
     check_text("actor", actor, MAX_ACTOR, empty=False)
     model, pin, pout = check_price(model, input_price, output_price)
-    flow_cache.changed()
-    row = await conn.fetchrow(PRICE_SET, project_id, model, pin, pout, actor)
-    log.info(
-        "llm_price_set",
-        key=key_text(project_id, model),
+    return await _put(
+        conn,
+        PRICES,
+        project_id,
+        model,
+        pin,
+        pout,
+        actor,
         input_price=str(pin),
         output_price=str(pout),
         actor=actor,
     )
-    return _price(row)
-
-
-async def end_price(conn: Connection, project_id: str, model: str, *, actor: str) -> Price:
-    check_text("actor", actor, MAX_ACTOR, empty=False)
-    flow_cache.changed()
-    row = await conn.fetchrow(PRICE_END, project_id, model, actor)
-    if row is None:
-        raise LimitNotFoundError(
-            f"no price of {key_text(project_id, model)} is in force", project_id=project_id
-        )
-    log.info("llm_price_ended", key=key_text(project_id, model), actor=actor)
-    return _price(row)
 
 
 async def prices(
@@ -256,5 +254,4 @@ async def prices(
     limit: int = 1000,
 ) -> list[Price]:
     """The prices (of ``model`` only when given), newest first."""
-    rows = await conn.fetch(PRICE_LIST, project_id, history, limit, model)
-    return [_price(row) for row in rows]
+    return await _rows(conn, PRICES, project_id, history, limit, model)

@@ -22,9 +22,10 @@ import msgspec
 
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.errors import InvalidContractBodyError, InvalidInputError
-from awooop.core.retry_rules import RETRY_FIELDS, retry_problem
+from awooop.revisions.retry_section import check_agent_retry, check_policy_retry
 
 POLICY_FAMILY = "policy_routing"
+AGENT_FAMILY = "agent"  # a run's contract (its contract_id): max_attempts, retry
 CHANNEL_EVENT_FAMILY = "channel_event"
 TOPOLOGY_FAMILY = "platform_resource"
 TOPOLOGY_CONTRACT = "ollama_topology"
@@ -91,12 +92,17 @@ def check_names(project_id: str, family: str, contract_id: str) -> None:
 
 
 def validate_body(project_id: str, family: str, contract_id: str, body: Any) -> None:
-    """Refuse a body its family cannot use (E-REVISION-006), so it can never be activated."""
+    """Refuse a body its family cannot use (E-REVISION-006): when a revision is created, and
+    again when one is activated (a revision stored before a rule existed), so that no such
+    body is ever active."""
     if not isinstance(body, dict):
         raise InvalidContractBodyError("a contract body must be a JSON object")
     canonical_json(body)  # every value must be plain JSON
     if family == POLICY_FAMILY:
         _validate_policy(body)
+    elif family == AGENT_FAMILY:
+        if body.get("retry") is not None:
+            check_agent_retry(AGENT_FAMILY, body["retry"])
     elif (family, contract_id) == (TOPOLOGY_FAMILY, TOPOLOGY_CONTRACT):
         if project_id != PLATFORM_PROJECT:
             raise InvalidContractBodyError(
@@ -119,48 +125,8 @@ def _validate_policy(body: dict[str, Any]) -> None:
     routes = body.get("routes", {})
     if not isinstance(routes, dict) or not all(isinstance(m, str) and m for m in routes.values()):
         raise InvalidContractBodyError("policy_routing: routes must map route names to model names")
-    retry = body.get("retry")
-    if retry is not None:
-        _validate_retry(retry)
-
-
-RETRY_WORDS = {
-    "max_attempts": "an integer",
-    "on": "a list of error codes",
-    **{name: "a number" for name in ("initial_s", "multiplier", "max_s", "jitter")},
-}
-
-
-def _validate_retry(retry: Any) -> None:
-    """A policy's ``retry`` section: the fields of a retry policy (docs/workers.md, Retries and
-    timeouts), each optional, for the model calls the policy routes."""
-    if not isinstance(retry, dict):
-        raise InvalidContractBodyError("policy_routing: retry must be an object")
-    unknown = sorted(set(retry) - set(RETRY_FIELDS))
-    if unknown:
-        raise InvalidContractBodyError(f"policy_routing: retry: unknown field {unknown[0]!r}")
-    for name, kind in RETRY_FIELDS.items():
-        if name not in retry:
-            continue
-        value = retry[name]
-        if kind is list:
-            fits = isinstance(value, list) and all(isinstance(c, str) for c in value)
-        else:
-            fits = isinstance(value, int if kind is int else int | float)
-        if not fits or isinstance(value, bool):
-            raise InvalidContractBodyError(
-                f"policy_routing: retry: {name} must be {RETRY_WORDS[name]}"
-            )
-    problem = retry_problem(
-        max_attempts=retry.get("max_attempts", 1),
-        initial_s=retry.get("initial_s", 0.0),
-        multiplier=retry.get("multiplier", 1.0),
-        max_s=retry.get("max_s", 0.0),
-        jitter=retry.get("jitter", 0.0),
-        codes=retry.get("on", []),
-    )
-    if problem is not None:
-        raise InvalidContractBodyError(f"policy_routing: retry: {problem}")
+    if body.get("retry") is not None:
+        check_policy_retry(POLICY_FAMILY, body["retry"])
 
 
 def _validate_topology(body: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ tenant transaction: row-level security hides other projects' revisions, R-43).""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from awooop.core.db import Connection
 from awooop.core.errors import NoActiveRevisionError, RevisionNotFoundError
@@ -14,6 +15,14 @@ from awooop.revisions.records import ContractSummary, Revision
 SELECT_POINTER = """
 SELECT active_revision_id, updated_at FROM awooop_active_revisions
 WHERE project_id = $1 AND contract_family = $2 AND contract_id = $3
+"""
+
+# One top-level field of a contract's active body ($4), and the revision (no row: none active).
+SELECT_ACTIVE_FIELD = """
+SELECT r.revision_id, r.body -> $4::text AS field
+FROM awooop_active_revisions a
+JOIN awooop_contract_revisions r ON r.revision_id = a.active_revision_id
+WHERE a.project_id = $1 AND a.contract_family = $2 AND a.contract_id = $3
 """
 
 SELECT_REVISION = """
@@ -61,6 +70,14 @@ async def get_active(conn: Connection, project_id: str, family: str, contract_id
     if pointer is None:
         raise NoActiveRevisionError(project_id=project_id, contract=f"{family}/{contract_id}")
     return await get_revision(conn, pointer["active_revision_id"])
+
+
+async def active_field(
+    conn: Connection, project_id: str, family: str, contract_id: str, field: str
+) -> tuple[uuid.UUID | None, Any]:
+    """(the active revision, its body's ``field``); (None, None) when none is active."""
+    row = await conn.fetchrow(SELECT_ACTIVE_FIELD, project_id, family, contract_id, field)
+    return (None, None) if row is None else (row["revision_id"], row["field"])
 
 
 async def list_revisions(

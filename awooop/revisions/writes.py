@@ -6,8 +6,9 @@ projects' revisions, so "another project's revision" is simply not found);
 
 Activation (R-21, R-30), in one transaction:
 1. lock the pointer row (``FOR UPDATE``) and read the current revision;
-2. check the target revision exists in this project (E-REVISION-001) and belongs to this
-   contract (E-REVISION-004);
+2. check the target revision exists in this project (E-REVISION-001), belongs to this
+   contract (E-REVISION-004) and has a body its family can use (E-REVISION-006: checked when
+   it was created, and again here for a revision stored before a rule existed);
 3. optimistic check: when the caller names the revision it expects to be current, a
    different current revision (a concurrent activation won) is E-REVISION-002 (409);
 4. move the pointer, append ``RevisionActivated`` to the revision stream, insert the
@@ -63,7 +64,7 @@ FOR UPDATE
 """
 
 REVISION_META = """
-SELECT revision_id, contract_family, contract_id, body_hash
+SELECT revision_id, contract_family, contract_id, body_hash, body
 FROM awooop_contract_revisions WHERE revision_id = $1
 """
 
@@ -177,6 +178,7 @@ async def activate_revision(
             revision_id=revision_id,
             belongs_to=f"{target['contract_family']}/{target['contract_id']}",
         )
+    validate_body(project_id, family, contract_id, target["body"])
     if expected is not ANY and expected != current:
         raise RevisionConflictError(expected=expected, actual=current)
     if current == revision_id:

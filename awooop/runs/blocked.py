@@ -11,6 +11,7 @@ from Redis once per shard) and names a :class:`Reason`:
 |                  | its concurrency key has no free slot           | over_concurrency_limit |
 |                  | no worker alive, none read its shard recently  | pending_no_worker      |
 |                  | live workers, none serves its contract/project | no_worker_for_contract |
+|                  | its serving workers run no version it accepts  | no_worker_for_version  |
 |                  | a suspect: waits to run alone on a worker      | pending_isolation      |
 |                  | an earlier attempt ended (attempt_count > 0)   | retry_pending          |
 |                  | otherwise: readers are there, all busy         | pending_workers_busy   |
@@ -53,7 +54,9 @@ from awooop.core.errors import DeliveryLimitError
 from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunStatus
 from awooop.runs.blocked_reasons import REASON_STATUSES as REASON_STATUSES
 from awooop.runs.blocked_reasons import Reason as Reason
+from awooop.runs.blocked_reasons import ShardFacts as ShardFacts
 from awooop.runs.pause_rules import Scope, describe_scope, resume_command
+from awooop.runs.versions import VersionWait
 
 DELIVERY_LIMIT_CODE = DeliveryLimitError.code  # the worker dead-lettered the message
 DEAD_LETTER_CODES = frozenset({MAX_ATTEMPTS_CODE, DELIVERY_LIMIT_CODE})
@@ -108,26 +111,8 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     # None when unknown (no live worker process, or not a PENDING/RESUMED run).
     contract_id: str | None = None
     served: bool | None = None
-
-
-class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
-    """Who reads a shard's work stream. ``known`` False: Redis did not answer (no PENDING run
-    is then called unread on a guess). ``workers``: worker processes alive by their heartbeats
-    (``awooop_live_workers()``), each reading every shard: the truth where ``XINFO CONSUMERS``
-    is not (on Redis 7.0 empty reads do not reset an idle consumer's idle time)."""
-
-    shard: int
-    known: bool
-    readers: int = 0  # consumers of the workers group that read within the window
-    workers: int = 0
-
-    @property
-    def unread(self) -> bool:
-        return self.known and self.readers == 0 and self.workers == 0
-
-    @property
-    def reading(self) -> int:
-        return max(self.readers, self.workers)
+    # Its contract's required handler versions, and those the live workers run (migration 0140)
+    versions: VersionWait | None = None
 
 
 class BlockedOn(msgspec.Struct, frozen=True, kw_only=True):
@@ -256,6 +241,13 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                     f"{f.project_id}",
                     next_action="start a worker that serves it: awooop worker --handler H "
                     + (f"--contract {f.contract_id}" if f.contract_id else "(no --contract)"),
+                )
+            if f.versions is not None and f.versions.blocks:
+                return _blocked(
+                    f,
+                    reason=Reason.NO_WORKER_FOR_VERSION,
+                    summary=f"{waiting}; {f.versions.summary}",
+                    next_action=f.versions.next_action,
                 )
             if f.suspect_worker_id is not None:
                 return _blocked(

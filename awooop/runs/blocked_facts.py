@@ -33,6 +33,11 @@
 - :func:`with_routes` marks whether a live worker serves each PENDING or RESUMED run's
   contract in its project (``awooop_contract_served``, migration 0137: once per distinct pair):
   ``blocked_on`` then says ``no_worker_for_contract`` when none does.
+- :func:`with_versions` marks the PENDING and RESUMED runs whose contract requires handler
+  versions (``awooop_handler_versions``, migration 0140; once per distinct pair, as the role
+  sees it) with those versions and the ones the live workers that serve it run
+  (``awooop_worker_versions``): ``blocked_on`` then says ``no_worker_for_version`` when none
+  of those is accepted.
 - :func:`with_dead_letters` marks the PENDING and RESUMED runs that have an open dead letter
   (:func:`awooop.eventlog.deadletters.open_of_runs`: one probe of
   ``awooop_dead_letters_open_run_idx`` per such run).
@@ -60,6 +65,7 @@ from awooop.core.events import run_stream_sql
 from awooop.core.logs import get_logger
 from awooop.eventlog import deadletters
 from awooop.eventlog.state import RunStatus
+from awooop.runs import versions
 from awooop.runs.blocked import BlockedOn, Reason, RunFacts, ShardFacts, decide, failed_reason
 from awooop.runs.pause_rules import Scope
 from streams.keys import WORKER_GROUP, Keys
@@ -224,10 +230,24 @@ async def with_routes(conn: Connection, facts: Sequence[RunFacts]) -> list[RunFa
     ]
 
 
+async def with_versions(conn: Connection, facts: Sequence[RunFacts]) -> list[RunFacts]:
+    """``facts`` with ``versions`` set for the PENDING/RESUMED runs whose contract requires
+    handler versions (:func:`awooop.runs.versions.waits`: once per distinct pair)."""
+    pairs = {(f.project_id, f.contract_id) for f in facts if f.status in WAITING and f.contract_id}
+    found = await versions.waits(conn, ((p, c) for p, c in pairs if c is not None))
+    return [
+        msgspec.structs.replace(f, versions=found[(f.project_id, f.contract_id)])
+        if f.status in WAITING and f.contract_id and (f.project_id, f.contract_id) in found
+        else f
+        for f in facts
+    ]
+
+
 async def gathered(conn: Connection, rows: Sequence[Any]) -> list[RunFacts]:
     """The facts of ``rows`` (of :data:`FACTS` or :data:`LIVE_FACTS`) with what other tables
-    say: open dead letters and the workers' routes."""
-    return await with_routes(conn, await with_dead_letters(conn, [facts_of(r) for r in rows]))
+    say: open dead letters, the workers' routes and the handler versions contracts require."""
+    facts = await with_dead_letters(conn, [facts_of(r) for r in rows])
+    return await with_versions(conn, await with_routes(conn, facts))
 
 
 async def run_facts(conn: Connection, run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, RunFacts]:

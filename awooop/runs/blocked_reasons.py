@@ -1,9 +1,11 @@
-"""The reasons of ``blocked_on`` (:mod:`awooop.runs.blocked` decides which one a run has) and
-the statuses each can come from."""
+"""The reasons of ``blocked_on`` (:mod:`awooop.runs.blocked` decides which one a run has), the
+statuses each can come from, and the facts about who reads a shard's work stream."""
 
 from __future__ import annotations
 
 import enum
+
+import msgspec
 
 from awooop.eventlog.state import DISPATCHABLE, RunStatus
 
@@ -11,6 +13,7 @@ from awooop.eventlog.state import DISPATCHABLE, RunStatus
 class Reason(enum.StrEnum):
     PENDING_NO_WORKER = "pending_no_worker"
     NO_WORKER_FOR_CONTRACT = "no_worker_for_contract"
+    NO_WORKER_FOR_VERSION = "no_worker_for_version"
     PENDING_WORKERS_BUSY = "pending_workers_busy"
     PENDING_DEAD_LETTERED = "pending_dead_lettered"
     PENDING_ISOLATION = "pending_isolation"
@@ -32,6 +35,7 @@ class Reason(enum.StrEnum):
 REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.PENDING_NO_WORKER: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.NO_WORKER_FOR_CONTRACT: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
+    Reason.NO_WORKER_FOR_VERSION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_WORKERS_BUSY: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_DEAD_LETTERED: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
     Reason.PENDING_ISOLATION: frozenset({RunStatus.PENDING, RunStatus.RESUMED}),
@@ -48,3 +52,23 @@ REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.FAILED: frozenset({RunStatus.FAILED}),
     Reason.FAILED_DEAD_LETTERED: frozenset({RunStatus.FAILED}),
 }
+
+
+class ShardFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """Who reads a shard's work stream. ``known`` False: Redis did not answer (no PENDING run
+    is then called unread on a guess). ``workers``: worker processes alive by their heartbeats
+    (``awooop_live_workers()``), each reading every shard: the truth where ``XINFO CONSUMERS``
+    is not (on Redis 7.0 empty reads do not reset an idle consumer's idle time)."""
+
+    shard: int
+    known: bool
+    readers: int = 0  # consumers of the workers group that read within the window
+    workers: int = 0
+
+    @property
+    def unread(self) -> bool:
+        return self.known and self.readers == 0 and self.workers == 0
+
+    @property
+    def reading(self) -> int:
+        return max(self.readers, self.workers)

@@ -8,23 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NoReturn, Protocol, TypeVar
 
-from awooop.core.events import StepCompleted
 from awooop.eventlog.state import RunState
-from awooop.runs import approval_options, approvals, leases
+from awooop.runs import leases
 from awooop.runs.approvals import ApprovalTicket, DecisionRecord
 from awooop.testing.fakes import FakeModel, FakeTools
-from awooop.worker import approval_grants
+from awooop.worker import approval_grants, approval_waits
 from awooop.worker.attempts import Attempt
-from awooop.worker.context import (
-    APPROVAL_STEP_PREFIX,
-    ApprovalGrant,
-    Notifier,
-    RunContext,
-    Suspended,
-)
+from awooop.worker.context import APPROVAL_STEP_PREFIX, ApprovalGrant, RunContext
+from awooop.worker.contract_retry import ContractRetry, Overrides
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, ToolWaits, answer_events
 
 T = TypeVar("T")
@@ -37,6 +31,7 @@ class Driver(Protocol):
     tools: FakeTools
     approval_ttl_s: float
     step_result_max_bytes: int
+    contract_retry: Overrides
 
     async def write(self, write: leases.FencedWrite) -> RunState: ...
     def asked(self, step: str, replayed: bool) -> None: ...
@@ -93,6 +88,8 @@ class MemoryToolWaits(ToolWaits):
 class KitContext(RunContext):
     """:class:`RunContext` driven by a :class:`~awooop.testing.HandlerKit`."""
 
+    _tool_waits = MemoryToolWaits
+
     def __init__(self, kit: Driver, attempt: KitAttempt, state: RunState) -> None:
         db: Any = NoDatabase()
         super().__init__(
@@ -104,18 +101,9 @@ class KitContext(RunContext):
             notifier=None,
             approval_ttl_s=kit.approval_ttl_s,
             step_result_max_bytes=kit.step_result_max_bytes,
+            overrides=ContractRetry.fixed(kit.contract_retry),
         )
         self._kit = kit
-        self._tools = MemoryToolWaits(
-            db=db,
-            state=state,
-            worker_id=self.worker_id,
-            attempt=self.attempt,
-            write=self._write,
-            check=self.check,
-            slots=None,
-            io_timeout_s=None,
-        )
 
     # ``how``: whatever else the runtime's own takes (passed on as it is).
     async def step(
@@ -142,53 +130,19 @@ class KitContext(RunContext):
         wrapped = self._kit.tools.wrap(tool, self.attempt, call)
         return await super().wait_for_tool(tool, wrapped, type=type, **how)
 
-    async def wait_for_approval(
-        self,
-        name: str = "approval",
-        *,
-        reason: str = "",
-        notify: Notifier | None = None,
-        payload: Any = None,
-        expires_in: timedelta | None = None,
-        on_reject: approval_options.Policy = "fail",
-        on_expire: approval_options.Policy = "fail",
-    ) -> ApprovalGrant:
+    async def wait_for_approval(self, name: str = "approval", **how: Any) -> ApprovalGrant:
         step_name = APPROVAL_STEP_PREFIX + name
         self._kit.asked(step_name, step_name in self._steps)
-        if step_name in self._steps:  # the real replay of a journaled decision
-            return await super().wait_for_approval(
-                name,
-                reason=reason,
-                notify=notify,
-                payload=payload,
-                expires_in=expires_in,
-                on_reject=on_reject,
-                on_expire=on_expire,
-            )
-        # What the real one does in its transaction, on the kit's approvals instead.
-        approvals.check_name(name)
-        ask = approval_grants.ask(payload, expires_in, on_reject, on_expire, self._result_max_bytes)
-        self._use(step_name)
-        self.check()
+        return await super().wait_for_approval(name, **how)
+
+    async def _decide_or_ask(
+        self, name: str, reason: str, ask: approval_grants.Ask
+    ) -> ApprovalGrant | ApprovalTicket:
+        """What the runtime's does in its transaction, on the kit's approvals instead."""
         found = self._kit.decision(name)
         if found is not None and approval_grants.answers(found):
             grant = approval_grants.recorded(found)
-            await self._write(
-                lambda _s, now: StepCompleted(
-                    at=now,
-                    worker_id=self.worker_id,
-                    attempt=self.attempt,
-                    step=step_name,
-                    result=grant,
-                )
-            )
-            self._steps[step_name] = grant
+            await self._write(approval_waits.granted(self.worker_id, self.attempt, name, grant))
             return approval_grants.replayed(name, grant)
         self._attempt.finishing = True
-        ticket = await self._kit.request_approval(self, name, reason, ask)
-        if notify is not None:
-            try:
-                await notify(ticket)
-            except Exception:
-                self.log.exception("approval_notify_failed", name=name)
-        raise Suspended(name)
+        return await self._kit.request_approval(self, name, reason, ask)

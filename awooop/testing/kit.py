@@ -42,6 +42,8 @@ from awooop.testing.journal import Journal
 from awooop.testing.results import KitResult, ReplayReport
 from awooop.worker import approval_grants
 from awooop.worker.context import RunContext, Suspended
+from awooop.worker.contract_retry import Overrides
+from awooop.worker.handler_version import version_of
 from awooop.worker.outcomes import failure_of, infrastructure_failure
 
 Handler = Callable[[RunContext], Awaitable[object]]
@@ -68,7 +70,10 @@ class HandlerKit:
     ``wait_for_approval`` suspends it. ``approvals`` maps an approval's name to a scripted
     decision (:class:`Approve`, :class:`Reject`), applied when the run waits for it; without
     one the run stays WAITING_APPROVAL until the test calls :meth:`approve` or :meth:`reject`
-    and :meth:`resume`."""
+    and :meth:`resume`. ``contract_retry``: the ``retry`` section of the run's ``agent``
+    contract, whose entries override the code's step and tool policies as the worker's do
+    (:mod:`awooop.worker.contract_retry`; a malformed one is refused here with
+    E-REVISION-006, as its activation would be)."""
 
     def __init__(
         self,
@@ -84,6 +89,7 @@ class HandlerKit:
         max_attempts: int = 3,
         step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
         worker_id: str = "kit-worker",
+        contract_retry: Mapping[str, Any] | None = None,
     ) -> None:
         self.handler = handler
         self.clock = clock or Clock()
@@ -97,6 +103,7 @@ class HandlerKit:
         self.max_attempts = max_attempts
         self.step_result_max_bytes = step_result_max_bytes
         self.worker_id = worker_id
+        self.contract_retry = Overrides.of(contract_retry)
         self._run = _Run()
 
     # --- the test's side ---------------------------------------------------------------------
@@ -286,7 +293,13 @@ class HandlerKit:
         now = self.clock.now()
         lease_until = now + timedelta(seconds=self.lease_ttl_s)
         self._append(
-            RunClaimed(at=now, worker_id=self.worker_id, attempt=number, lease_until=lease_until)
+            RunClaimed(
+                at=now,
+                worker_id=self.worker_id,
+                attempt=number,
+                lease_until=lease_until,
+                handler_version=version_of(handler),  # as a worker of that code records it
+            )
         )
         state = self.state
         attempt = KitAttempt(

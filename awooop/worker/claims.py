@@ -46,8 +46,9 @@ async def claim_announced(
     routes: Routes,
 ) -> list[Claimed | BaseException]:
     """Claim a batch of one project's announced runs; one answer per item, in order. A run
-    this worker does not serve (``routes``) is answered UNSERVED, and the workers that serve
-    it are rung (:data:`awooop.runs.routing.ROUTE_CHANNEL`) to take it from Postgres."""
+    this worker does not serve (``routes``), or whose contract requires another handler
+    version (:mod:`awooop.runs.versions`), is answered UNSERVED, and the workers that serve it
+    are rung (:data:`awooop.runs.routing.ROUTE_CHANNEL`) to take it from Postgres."""
     run_ids = [run_id for run_id, _meta in items]
     metas: list[dict[str, Any] | None] = [meta for _run_id, meta in items]
     statements = leases.RunStatements(db)
@@ -68,7 +69,7 @@ async def claim_announced(
         other = batch.others.get(run_id)
         if state is not None:
             results.append(Claimed(state, None))
-        elif other is not None and not routes.serves(other.project_id, other.contract_id):
+        elif other is not None and run_id in batch.unserved:
             results.append(Claimed(None, Availability.UNSERVED))
             unserved.add(notice(other.project_id, other.contract_id, run_id))
         elif run_id in batch.deferred:

@@ -51,7 +51,6 @@ from awooop.core.db import Database
 from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
 from awooop.core.events import Event, StepCompleted
 from awooop.core.logs import get_logger
-from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.storable import encoded_problem, unstorable
 from awooop.core.telemetry import tracer
 from awooop.eventlog.state import RunState
@@ -60,15 +59,18 @@ from awooop.llm.calls import called_event
 from awooop.llm.gateway import LLMResult, ModelCall
 from awooop.runs import approval_options, approvals, leases
 from awooop.runs.approvals import ApprovalTicket
-from awooop.worker import approval_grants, policies
+from awooop.worker import approval_grants, approval_waits, contract_retry, policies
+
+# Named here too, where the executor, the runtime and the test kit import them from:
+from awooop.worker.approval_waits import APPROVAL_STEP_PREFIX as APPROVAL_STEP_PREFIX
+from awooop.worker.approval_waits import Notifier as Notifier
+from awooop.worker.approval_waits import Suspended as Suspended
 from awooop.worker.attempts import Attempt, trace_metadata
 from awooop.worker.step_values import journal, recorded
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
 
 T = TypeVar("T")
 log = get_logger("awooop.worker")
-
-APPROVAL_STEP_PREFIX = "approval:"
 
 
 class LLMClient(Protocol):
@@ -85,19 +87,12 @@ class LLMClient(Protocol):
     ) -> ModelCall: ...
 
 
-Notifier = Callable[[ApprovalTicket], Awaitable[None]]
-
-
-class Suspended(BaseException):
-    """The attempt ended by waiting for approval (raised out of ``wait_for_approval``).
-
-    A BaseException so that a handler's ``except Exception`` does not swallow it."""
-
-
 ApprovalGrant = approval_grants.ApprovalDecision  # what ``wait_for_approval`` returns
 
 
 class RunContext:
+    _tool_waits: type[ToolWaits] = ToolWaits  # the test kit's writes answers in memory
+
     def __init__(
         self,
         *,
@@ -112,8 +107,10 @@ class RunContext:
         flow_max_wait_s: float = 3600.0,
         slots: SlotBell | None = None,
         step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
+        overrides: contract_retry.ContractRetry | None = None,  # the run contract's policies
     ) -> None:
         self._attempt = attempt
+        self._overrides = overrides or contract_retry.ContractRetry()
         self._result_max_bytes = step_result_max_bytes
         self._io_timeout_s = io_timeout_s
         self._db = db
@@ -145,7 +142,7 @@ class RunContext:
             max_wait_s=flow_max_wait_s,
             io_timeout_s=io_timeout_s,
         )
-        self._tools = ToolWaits(
+        self._tools = self._tool_waits(
             db=db,
             state=state,
             worker_id=self.worker_id,
@@ -192,6 +189,7 @@ class RunContext:
                 return self._recorded(name, type)
             span.set_attribute("awooop.step.replayed", False)
             self.check()
+            how = await self._overrides.step(name, how)
             with self._in_step(name) as started_at:
                 result, tries = await policies.step_tries(fn, how, name, self.check)
                 encoded, result = journal(f"step {name!r}", result, type, self._result_max_bytes)
@@ -273,59 +271,26 @@ class RunContext:
         if step_name in self._steps:
             return approval_grants.replayed(name, self._steps[step_name])
         self.check()
-        attempt = self._attempt
-
-        async def decide_or_ask(conn: Any) -> ApprovalGrant | ApprovalTicket:
-            found = await approvals.find_decision(conn, self.run_id, name)
-            if found is not None and approval_grants.answers(found):
-                grant = approval_grants.recorded(found)
-                await leases.fenced_record(
-                    conn,
-                    self.run_id,
-                    self.worker_id,
-                    self.attempt,
-                    lambda _s, now: StepCompleted(
-                        at=now,
-                        worker_id=self.worker_id,
-                        attempt=self.attempt,
-                        step=step_name,
-                        result=grant,
-                    ),
-                    trace_metadata(),
-                )
-                return approval_grants.replayed(name, grant)
-            attempt.finishing = True
-            return await approvals.request(
-                conn,
-                self.run_id,
-                self.worker_id,
-                self.attempt,
-                name=name,
-                reason=reason,
-                ttl_s=self._approval_ttl_s,
-                metadata=trace_metadata(),
-                **vars(ask),
-            )
-
-        try:
-            with unavailable_on_connection_errors("the approval request failed"):
-                outcome = await self._db.in_tenant(
-                    self.project_id, decide_or_ask, timeout_s=self._io_timeout_s
-                )
-        except BaseException:
-            attempt.finishing = False
-            raise
+        outcome = await self._decide_or_ask(name, reason, ask)
         if isinstance(outcome, ApprovalGrant):
             self._steps[step_name] = approval_grants.recorded(outcome)
             return outcome
-        self.log.info("approval_requested", name=name, expires_at=outcome.expires_at.isoformat())
-        sender = notify or self._notifier
-        if sender is not None:
-            try:
-                await sender(outcome)
-            except Exception:
-                self.log.exception("approval_notify_failed", name=name)
+        await approval_waits.notify(self.log, name, outcome, notify or self._notifier)
         raise Suspended(name)
+
+    async def _decide_or_ask(
+        self, name: str, reason: str, ask: approval_grants.Ask
+    ) -> ApprovalGrant | ApprovalTicket:
+        return await approval_waits.decide_or_ask(
+            self._db,
+            self._attempt,
+            self.log,
+            name,
+            reason,
+            ask,
+            ttl_s=self._approval_ttl_s,
+            io_timeout_s=self._io_timeout_s,
+        )
 
     async def wait_for_tool(
         self,
@@ -340,6 +305,7 @@ class RunContext:
         if step_name in self._steps:
             return self._recorded(step_name, type)
         self.check()
+        how = await self._overrides.tool(tool, how)
         await self._tools.start(tool)  # the run is WAITING_TOOL: it holds no slot of its key
         try:
             with (

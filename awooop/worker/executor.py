@@ -30,6 +30,7 @@ from awooop.runs import leases
 from awooop.worker import tracelinks
 from awooop.worker.attempts import RUN_SPAN, Attempt, StopReason, StreamEntry
 from awooop.worker.context import LLMClient, Notifier, RunContext, Suspended
+from awooop.worker.contract_retry import ContractRetry
 from awooop.worker.last_writes import LastWrites
 from awooop.worker.outcomes import (
     Outcome,
@@ -176,6 +177,7 @@ class Executor:
             flow_max_wait_s=self.settings.llm_flow_max_wait_s,
             slots=self.slots,
             step_result_max_bytes=self.settings.step_result_max_bytes,
+            overrides=ContractRetry.of_run(self.db, state, self.settings.lease_io_timeout_s),
         )
         if not await self._predecessor_ended(attempt):
             if attempt.stop_reason is not None:

@@ -18,7 +18,9 @@ Defaults (docs/workers.md, Retries and timeouts):
 
 with a backoff of 0.5 s, doubling, at most 30 s, each wait drawn within +-10 % (jitter).
 No timeout unless one is given. A model call's policy contract may carry a ``retry`` section
-(:func:`with_contract`): its fields replace the code's for the calls its revision routes.
+(:func:`with_contract`): its fields replace the code's for the calls its revision routes; the
+run's ``agent`` contract, entries per step and tool name, the same way
+(:mod:`awooop.worker.contract_retry`).
 Every try is journaled: a model call's tries are each a ``ModelCalled`` (``try_number``,
 ``next_try_in_s``); a step's or tool's failed tries are listed on its ``StepCompleted``
 (``tries``, ``try_errors``) once it succeeds, and the last try's error fails the run (a note
@@ -131,8 +133,9 @@ def policy_problem(policy: Retry) -> str | None:
 
 
 def with_contract(policy: Retry, section: dict[str, Any] | None) -> Retry:
-    """``policy`` with the fields a policy contract's ``retry`` section sets (validated when
-    the revision was created: :func:`awooop.revisions.body.validate_body`)."""
+    """``policy`` with the retry fields a contract's section sets (other keys are not its:
+    ``timeout_s``); checked when its revision was created and activated
+    (:mod:`awooop.revisions.retry_section`)."""
     if not section:
         return policy
     fields: dict[str, Any] = {

@@ -12,7 +12,7 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
 - **polling** (R-11, R-33): every ``poll_interval_s``, dispatchable runs that waited that long
   (Redis lost their message) and runs whose lease expired, ``FOR UPDATE SKIP LOCKED``; without
   streams polling is the only path and runs continuously.
-Every path claims only runs the worker serves (``routes``: awooop.runs.routing).
+Every path claims only runs the worker serves (``routes``: awooop.runs.routing, and version).
 ``run(stop)`` serves until ``stop`` is set, then shuts down (docs/workers.md, Shutdown): stop
 taking work, give in-flight runs ``shutdown_grace_s`` to finish, cancel the rest and hand their
 leases back (``LeaseReleased``). ``run_until_idle()`` is the burst mode. The claim paths'
@@ -43,7 +43,7 @@ from awooop.core.telemetry import tracer
 from awooop.eventlog.state import RunState
 from awooop.runs.leases import Availability
 from awooop.runs.routing import ALL, Routes
-from awooop.worker import claims
+from awooop.worker import claims, handler_version
 from awooop.worker.attempts import StopReason, StreamEntry, trace_metadata
 from awooop.worker.claims import Claimed
 from awooop.worker.context import LLMClient, Notifier
@@ -82,7 +82,7 @@ class Worker:
         routes: Routes = ALL,
     ) -> None:
         self.db = db
-        self.routes = routes  # the runs it serves (awooop.runs.routing): every claim path
+        routes = self.routes = handler_version.versioned(routes, handler, settings)  # routing.py
         # Every claim, completion, fenced write and renewal on the run pool ends within this
         # bound (awooop.core.bounded.bounded), shorter than the local lease (settings check).
         db.run_timeout_s = settings.lease_io_timeout_s

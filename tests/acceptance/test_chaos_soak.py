@@ -237,6 +237,7 @@ def check(result: dict[str, Any]) -> None:
     assert result["stats"]["kill"] == 4 and result["stats"]["restart_pg"] == 1, result
 
 
+@pytest.mark.long(25)
 async def test_chaos_soak_short(tmp_path: Path) -> None:
     result = await soak(
         events=int(os.environ.get("AWOOOP_SOAK_EVENTS_SHORT", "120")), tmp_path=tmp_path

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from redis.exceptions import ResponseError
 
 from awooop.commands.doctor_checks import run_checks
@@ -75,6 +76,7 @@ async def count_status(db: Database, run_ids: list[uuid.UUID], statuses: list[st
     return n
 
 
+@pytest.mark.long(25)
 async def test_runs_complete_once_across_three_masters_with_a_master_restart(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:

@@ -59,6 +59,7 @@ def test_max_overlap() -> None:
     assert max_overlap([]) == 0
 
 
+@pytest.mark.long(35)
 async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:

@@ -94,6 +94,7 @@ async def status_of(db: Database, run_id: uuid.UUID) -> str:
     return (await load(db, P, run_id)).status
 
 
+@pytest.mark.long
 async def test_an_operators_day(fast: Settings, db: Database, tmp_path: Path) -> None:
     from playwright.async_api import async_playwright
 

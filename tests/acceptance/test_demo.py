@@ -1,5 +1,9 @@
-"""`make demo`'s embedded default: with neither local services nor Docker, the demo starts
-private Postgres and Redis servers in the project folder and runs the whole scenario.
+"""`make demo`'s embedded default, as an operator runs it from the wheel: this checkout's wheel
+installed in a fresh virtual environment (tests/support/wheels.py), its ``awooop demo`` run in a
+project folder outside the checkout. With neither local services nor Docker, the demo starts
+private Postgres and Redis servers in the project folder and runs the whole scenario. Every
+process of it runs the wheel's code: the folder has ``streams`` and ``projections`` packages of
+its own that fail on import (a service's project may well have such folders).
 
 Its processes export traces (OTLP) to a local receiver with the default settings: loop
 iterations (sampled at ``AWOOOP_LOOP_TRACE_SAMPLE_RATIO``, default 0.01; failed ones always
@@ -7,11 +11,9 @@ kept) are few, and resources carry the service version, instance and host."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from typing import Any
 import pytest
 
 from tests.support.otlp import decode
+from tests.support.scripts import ROOT
+from tests.support.wheels import clean_env, installed_wheel, package_file
 
 ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 SERVICES = re.compile(r"services: embedded \(postgres :(\d+), redis :(\d+)\)")
@@ -30,15 +34,29 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.mark.timeout(400)
-def test_the_demo_on_embedded_servers_ends_with_every_check_ok(
+def folder_packages_that_fail(folder: Path) -> None:
+    for name in ("streams", "projections"):
+        (folder / name).mkdir()
+        (folder / name / "__init__.py").write_text(
+            f"raise ImportError('the project folder\\'s own {name} package was imported')\n"
+        )
+
+
+@pytest.mark.long(40)
+@pytest.mark.timeout(480)  # building the wheel when the sources changed, then the demo
+def test_the_demo_of_an_installed_wheel_on_embedded_servers_ends_with_every_check_ok(
     tmp_path: Path, collector: Any
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWOOOP_", "OTEL_"))}
+    bin_dir = installed_wheel()
+    assert not tmp_path.is_relative_to(ROOT)  # a project folder outside the checkout
+    folder_packages_that_fail(tmp_path)
+    assert package_file(bin_dir, tmp_path).startswith(str(bin_dir.parent))  # not the checkout
+    env = {k: v for k, v in clean_env().items() if not k.startswith("OTEL_")}
     env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = collector.url
     began = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "awooop.cli", "demo", "--services", "embedded", "--dir", tmp_path],
+        [str(bin_dir / "awooop"), "demo", "--services", "embedded", "--dir", str(tmp_path)],
+        cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,

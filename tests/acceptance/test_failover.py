@@ -55,6 +55,7 @@ def formation() -> Iterator[failover.Formation]:
         formation.stop()
 
 
+@pytest.mark.long(40)
 async def test_a_killed_primary_loses_no_acknowledged_submit_and_the_pools_follow(
     formation: failover.Formation,
 ) -> None:
@@ -146,6 +147,7 @@ class Answer(msgspec.Struct, frozen=True):
     run_id: str | None
 
 
+@pytest.mark.long(45)
 @pytest.mark.fast("processes")
 async def test_producers_relay_and_workers_ride_through_a_killed_primary(
     formation: failover.Formation, fast: Settings, redis: Any, tmp_path: Path
@@ -373,6 +375,7 @@ async def completed_at_least(count: Callable[[], Awaitable[int]], n: int) -> boo
 WRITERS = 20
 
 
+@pytest.mark.long(45)
 async def test_no_connection_reads_a_commit_the_failover_loses(
     formation: failover.Formation,
 ) -> None:

@@ -248,6 +248,7 @@ async def replays_clean(build: Processes) -> None:
             raise AssertionError(f"{exc}: {last}") from None
 
 
+@pytest.mark.long(60)
 @pytest.mark.upgrade
 @pytest.mark.timeout(900)
 async def test_fleet_rolls_to_this_release_under_load_and_back(

@@ -1,6 +1,6 @@
 """Flow control of model calls across worker processes (the real CLI, real Postgres and Redis):
 a rate limit holds across three workers, and a token budget and a budget in cost (on the
-same calls, both spent at exactly 20 calls) let exactly the calls that fit run under 30
+same calls, both spent at exactly 8 calls) let exactly the calls that fit run under 12
 concurrent runs while a worker is killed with SIGKILL in the middle of its calls (the 50-run
 exactness is tests/integration/test_llm_budgets.py and test_llm_cost_budgets.py, in one
 process).
@@ -55,6 +55,7 @@ async def crowded(fast: Settings, processes: int, concurrency: int, **changes: A
     return await fit_workers(roomy, processes, concurrency=concurrency, others=1)
 
 
+@pytest.mark.long(20)
 async def test_a_rate_limit_of_10_per_second_holds_across_three_workers(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:
@@ -97,10 +98,12 @@ async def test_a_rate_limit_of_10_per_second_holds_across_three_workers(
         assert (await load(db, P, run_id)).status == "COMPLETED"
 
 
+@pytest.mark.long(40)
 async def test_a_budget_admits_exactly_the_calls_that_fit_through_a_kill_9_mid_call(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:
-    budget, cost = 20 * PER_CALL, 20 * 12
+    fit, runs = 8, 12  # three workers of four runs each: all at once, a third of them refused
+    budget, cost = fit * PER_CALL, fit * 12
     model = fast.llm_default_model
     async with db.tenant(P) as conn:
         await flow_store.set_budget(
@@ -129,18 +132,18 @@ async def test_a_budget_admits_exactly_the_calls_that_fit_through_a_kill_9_mid_c
     # the killed attempts' leases (6 s) to run out and their reservations to be released to
     # the waiting calls. The killed worker's runs come back as suspects, one at a time per
     # worker, each waiting its 15 s once the budget is spent.
-    settings = await crowded(fast, 3, 10, llm_url="local:?delay_ms=1500", llm_flow_max_wait_s=15.0)
+    settings = await crowded(fast, 3, 4, llm_url="local:?delay_ms=1500", llm_flow_max_wait_s=15.0)
     with workers(
         settings,
         tmp_path,
         3,
         handler=HANDLER,
-        args=("--concurrency", "10"),
+        args=("--concurrency", "4"),
         env={"AWOOOP_LOG_LEVEL": "warning"},
     ) as procs:
         ids = {p.worker_id(): p for p in procs}
-        # Each run refused waits its 15 s: 10 of them, not 30, keep the test at about a minute.
-        run_ids = await create_runs(db, P, 30, payload={"max_tokens": PER_CALL})
+        # Each run refused waits its 15 s: four of them keep the test under a minute.
+        run_ids = await create_runs(db, P, runs, payload={"max_tokens": PER_CALL})
 
         async def in_flight() -> tuple[str, int] | None:
             async with db.platform() as conn:
@@ -156,15 +159,15 @@ async def test_a_budget_admits_exactly_the_calls_that_fit_through_a_kill_9_mid_c
         victim: WorkerProcess = ids[victim_id]
         os.kill(victim.pid, signal.SIGKILL)  # in the middle of its calls: nothing recorded
         victim.wait()
-        await eventually(lambda: all_finished(db, run_ids), timeout_s=300, what="30 runs")
+        await eventually(lambda: all_finished(db, run_ids), timeout_s=300, what="the runs")
     results = [(await load(db, P, r)) for r in run_ids]
     assert {s.status for s in results} == {"COMPLETED"}
     answered = [s for s in results if "refused" not in s.result]
     refused = Counter(s.result["refused"] for s in results if "refused" in s.result)
-    assert (len(answered), refused) == (20, Counter({"E-BUDGET-002": 10}))
+    assert (len(answered), refused) == (fit, Counter({"E-BUDGET-002": runs - fit}))
     calls = await model_calls(db, run_ids)
     ok = [c for c in calls if c.outcome == "ok"]
-    assert len(ok) == 20
+    assert len(ok) == fit
     assert sum((c.input_tokens or 0) + (c.output_tokens or 0) for c in ok) == budget
     assert sum(cost_of(c.input_tokens, c.output_tokens, PRICE, PRICE) for c in ok) == cost
     async with db.tenant(P) as conn:
@@ -177,9 +180,9 @@ async def test_a_budget_admits_exactly_the_calls_that_fit_through_a_kill_9_mid_c
         }
     for unit, spent in ((BudgetUnit.TOKENS, budget), (BudgetUnit.COST, cost)):
         state = states[unit]
-        assert (state.used, state.reserved, state.calls) == (spent, 0, 20), unit
+        assert (state.used, state.reserved, state.calls) == (spent, 0, fit), unit
         # The killed attempts' reservations were released, not charged; every other settled.
-        assert rows.get((unit.value, "settled")) == 20, rows
+        assert rows.get((unit.value, "settled")) == fit, rows
         assert rows.get((unit.value, "released"), 0) >= 1, rows
         assert (unit.value, "reserved") not in rows, rows
     retried = [s for s in results if s.attempt_count > 1]

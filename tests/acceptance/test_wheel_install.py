@@ -13,7 +13,7 @@ import asyncpg
 
 from awooop.core.migrate import discover
 from tests.support.databases import drop_database, with_database
-from tests.support.wheels import clean_env, installed_wheel
+from tests.support.wheels import clean_env, installed_wheel, package_file
 
 
 def awooop(bin_dir: Path, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -26,19 +26,6 @@ def awooop(bin_dir: Path, cwd: Path, *args: str, **env: str) -> subprocess.Compl
         timeout=120,
         check=False,
     )
-
-
-def package_file(bin_dir: Path, cwd: Path) -> str:
-    found = subprocess.run(
-        [str(bin_dir / "python"), "-c", "import awooop; print(awooop.__file__)"],
-        cwd=cwd,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return found.stdout.strip()
 
 
 async def test_an_installed_wheel_migrates_a_new_database(

@@ -51,6 +51,7 @@ def effects_file(tmp_path: Path) -> str:
     ("mode", "runs", "processes"),
     [("streams", 1000, 10), ("polling", 300, 4)],
 )
+@pytest.mark.long(14)
 async def test_runs_on_many_worker_processes_each_complete_once(
     db: Database,
     fast: Settings,
@@ -319,6 +320,7 @@ def waiting_for_database(worker: WorkerProcess) -> bool:
     return "waiting_for_database" in worker.logs()
 
 
+@pytest.mark.long(13)
 async def test_a_worker_started_while_postgres_is_down_waits_for_it(
     settings: Settings, tmp_path: Path
 ) -> None:

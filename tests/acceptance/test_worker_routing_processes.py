@@ -80,20 +80,29 @@ async def test_two_contracts_two_handlers_one_killed_and_restarted(
                 contract_of.update((str(r), contract) for r in made)
                 run_ids.extend(made)
 
+        # Eight c1 runs that end only once the worker is killed: it dies with runs in flight
+        # however fast it went through the others.
+        hold = tmp_path / "killed"
+        held = await create_runs(
+            db, P, 8, payload={"sleep": SLEEP_S, "hold": str(hold)}, contract="c1"
+        )
+        contract_of.update((str(r), "c1") for r in held)
+        run_ids += held
         await wave()
         await wave()
 
         async def part_done() -> bool:
-            return sum(1 for e in read_effects(effects_file) if e["what"] == "done:one") >= 60
+            lines = read_effects(effects_file)
+            done = sum(1 for e in lines if e["what"] == "done:one")
+            taken = {e["run_id"] for e in lines if e["what"] == "handler:one"}
+            return done >= 60 and taken >= {str(r) for r in held}
 
         await eventually(part_done, timeout_s=30, what="a part of the c1 runs done")
         os.kill(one.pid, signal.SIGKILL)  # in the middle of its runs
         one.wait()
+        hold.touch()
         await wave()  # while no c1 worker lives: the c2 worker reads their messages too
         await wave()
-        extra = await create_runs(db, P, 8, payload={"sleep": SLEEP_S}, contract="c1")
-        contract_of.update((str(r), "c1") for r in extra)
-        run_ids += extra
         assert len(run_ids) == 1000
         restarted = worker(settings, tmp_path, "c1", "one-again", env).start()
         restarted.worker_id()

@@ -19,6 +19,7 @@ from tests.support.services import private_postgres
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.long(80)
 def test_a_healthy_fleet_pages_nobody(redis_server_url: str) -> None:
     if shutil.which("prometheus") is None:
         message = "prometheus missing: run ops/install-prometheus.sh"

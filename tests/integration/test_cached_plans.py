@@ -192,7 +192,7 @@ async def test_claims_and_completions_find_their_runs_through_the_primary_key_in
             ids = f"ARRAY['{run_id}']::uuid[]"
             claim = await conn.fetchval(
                 "EXPLAIN (ANALYZE, FORMAT JSON)"
-                f" EXECUTE claim_probe({ids}, ARRAY['{{}}'], 'w1', 30, true, NULL, NULL)"
+                f" EXECUTE claim_probe({ids}, ARRAY['{{}}'], 'w1', 30, true, NULL, NULL, 'v1')"
             )
             complete = await conn.fetchval(
                 "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE complete_probe("

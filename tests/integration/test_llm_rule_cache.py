@@ -69,7 +69,7 @@ async def test_rules_are_read_once_per_ttl_and_a_change_elsewhere_counts_within_
     assert time.monotonic() - changed_at <= flow_cache.TTL_S + 2.0
     # A change through flow_store in this process clears the cache at once.
     async with db.tenant(P) as conn:
-        await flow_store.end_limit(conn, P, "", actor="test")
+        await flow_store.end(conn, flow_store.LIMITS, P, "", actor="test")
     assert (await flow_cache.read(db, tx, P, "m"))[0].empty
     # fresh: always a read.
     reads = tx.reads

@@ -107,6 +107,7 @@ def folder_signature(folder: Path) -> tuple[tuple[str, str], ...]:
     return tuple((p.name, p.read_text()) for p in sorted(folder.iterdir()))
 
 
+@pytest.mark.long(35)
 async def test_every_released_schema_upgrades_to_the_current_one(
     scratch_databases: Callable[[], str], tmp_path: Path
 ) -> None:

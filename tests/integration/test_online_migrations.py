@@ -136,6 +136,7 @@ class LogLoad:
             await conn.close()
 
 
+@pytest.mark.long
 async def test_an_online_index_waits_out_a_long_writer_and_never_blocks_the_log(
     db: asyncpg.Connection, database_url: str, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import msgspec
+import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 from redis.exceptions import RedisError
@@ -138,6 +139,7 @@ async def test_flushall_while_producers_relay_and_groups_run_loses_nothing(
     assert sorted(set(resets)) == sorted({keys.shard_of(p) for p in PROJECTS})
 
 
+@pytest.mark.long(15)
 async def test_redis_stopped_ten_seconds_the_relay_catches_up_and_counts_attempts(
     settings: Settings, db: Database
 ) -> None:

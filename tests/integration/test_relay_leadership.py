@@ -235,6 +235,7 @@ async def test_a_resumed_leader_publishes_nothing_once_its_local_deadline_passed
     assert await redis.xlen(keys.events_stream(keys.shard_of("p1"))) == 2
 
 
+@pytest.mark.long
 async def test_a_leader_stuck_in_a_call_gives_its_lease_back_and_a_standby_publishes(
     settings: Settings, db: Database, redis: Any
 ) -> None:
@@ -270,8 +271,10 @@ async def test_a_leader_stuck_in_a_call_gives_its_lease_back_and_a_standby_publi
                     took_over_s = await seconds_to_take_over(stuck, new)
                     assert old.lease.lost_reason is not None
                     assert "no work finished" in old.lease.lost_reason
-                    await create_run(db, "p3")
+                    # Read before the commit: the new leader, in this event loop, may publish
+                    # p3 before create_run returns.
                     published_by_new = new.published
+                    await create_run(db, "p3")
                     await eventually(
                         lambda: new.published > published_by_new,
                         what="the new leader publishes the next run",

@@ -131,6 +131,7 @@ async def _all_published(redis: Any, keys: Keys, logged: set[uuid.UUID]) -> bool
     return logged <= {e.event_id for e in await published_envelopes(redis, keys)}
 
 
+@pytest.mark.long(30)
 async def test_a_relay_crash_while_a_transaction_is_held_open_loses_nothing(
     db: Database, fast: Settings, redis: Any
 ) -> None:

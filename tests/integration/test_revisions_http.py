@@ -117,6 +117,10 @@ async def test_bad_bodies_are_refused(client: httpx.AsyncClient) -> None:
             POLICY + "/revisions", content=raw, headers={"content-type": "application/json"}
         )
         assert (response.status_code, response.json()["code"]) == (status, code), raw[:40]
+    bad_retry = {"retry": {"tools": {"search": {"max_attempts": 0}}}}
+    refused = await client.post(BASE + "/agent/default/revisions", json={"body": bad_retry})
+    assert (refused.status_code, refused.json()["code"]) == (422, "E-REVISION-006")
+    assert refused.json()["details"] == {"path": "retry.tools.search"}
     bad_name = await client.post(BASE + "/Bad Family/x/revisions", json={"body": {}})
     assert (bad_name.status_code, bad_name.json()["code"]) == (400, "E-INPUT-001")
     assert (await client.get(BASE)).json()["contracts"] == []

@@ -318,3 +318,42 @@ async def test_listing_and_showing(db: Database) -> None:
     assert (active.revision_id, active.body) == (r1.revision_id, {"model": "a"})
     with pytest.raises(NoActiveRevisionError):
         await revisions.active(P, "channel_event", "telegram")
+
+
+async def test_a_malformed_retry_section_is_refused_on_create_and_on_activation(
+    db: Database,
+) -> None:
+    """An agent contract's retry section (awooop/revisions/retry_section.py) is checked when
+    the revision is created and again when it is activated (one stored before the rule
+    existed): E-REVISION-006 naming the path, and nothing written either time."""
+    revisions = Revisions(db)
+    bad = {"retry": {"steps": {"fetch": {"max_attempts": 0}}}}
+    with pytest.raises(InvalidContractBodyError) as created:
+        await revisions.create(P, "agent", CONTRACT, bad)
+    assert created.value.code == "E-REVISION-006"
+    assert created.value.details["path"] == "retry.steps.fetch"
+    assert "agent: retry.steps.fetch: max_attempts must be at least 1" in created.value.message
+    assert await revisions.revisions(P) == []
+
+    async with db.tenant(P) as conn:  # stored as an earlier release could store it
+        stored = await conn.fetchval(
+            "INSERT INTO awooop_contract_revisions "
+            "(project_id, contract_family, contract_id, body, body_hash) "
+            "VALUES ($1, 'agent', $2, $3, $4) RETURNING revision_id",
+            P,
+            CONTRACT,
+            {"retry": {"tools": {"search": {"timeout_s": "10"}}}},
+            "sha256:stored-earlier",
+        )
+    outbox_before = await outbox(db)
+    with pytest.raises(InvalidContractBodyError) as activated:
+        await revisions.activate(P, "agent", CONTRACT, stored)
+    assert activated.value.details["path"] == "retry.tools.search.timeout_s"
+    async with db.platform() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM awooop_active_revisions") == 0
+        events = await conn.fetchval(
+            "SELECT count(*) FROM awooop_events WHERE stream_id = $1",
+            revision_stream_id(P, "agent", CONTRACT),
+        )
+    assert events == 0
+    assert await outbox(db) == outbox_before == []

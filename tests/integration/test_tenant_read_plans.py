@@ -222,8 +222,8 @@ def management_statements(run_id: uuid.UUID) -> dict[str, tuple[str, list[Any]]]
         "flow: concurrency limits": (concurrency.LIST, [P, console_flow.ROWS]),
         "flow: concurrency per scope": (concurrency.SCOPE_USAGE, [P]),
         "flow: busiest keys": (concurrency.USAGE, [P, console_flow.KEYS]),
-        "flow: rate limits": (flow_store.LIMIT_LIST, [P, False, console_flow.ROWS]),
-        "flow: budgets": (flow_store.BUDGET_LIST, [P, False, console_flow.ROWS]),
+        "flow: rate limits": (flow_store.LIMITS.list_sql, [P, False, console_flow.ROWS]),
+        "flow: budgets": (flow_store.BUDGETS.list_sql, [P, False, console_flow.ROWS]),
         "flow: model-call waits": (flow_store.WAIT_COUNTS, [P]),
         "flow: the longest waits": (flow_store.WAIT_FIRST, [P, console_flow.FIRST_WAITS]),
     }

@@ -129,6 +129,7 @@ def _finished(run_id: uuid.UUID) -> bool:
     return any(e["run_id"] == str(run_id) and e["what"] == "end" for e in handlers.EFFECTS)
 
 
+@pytest.mark.long(25)
 async def test_a_worker_cut_off_from_postgres_stops_before_another_takes_its_run(
     db: Database, short: Settings
 ) -> None:

@@ -2,7 +2,8 @@
 with a real worker on real Postgres: a model that fails twice then answers completes the run in
 one attempt with three recorded tries; a tool that times out every time is tried per its policy,
 then fails the run naming the tool; a step that raises is tried again only when its policy says
-so, and a step completed after retries is replayed, not run again."""
+so, and a step completed after retries is replayed, not run again; a model call's policy
+contract and a run's agent contract override the code's policies."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from awooop.cli import build_parser
 from awooop.core.config import Settings
 from awooop.core.db import Database
+from awooop.core.errors import ToolTimeoutError
 from awooop.core.events import (
     LeaseReleased,
     ModelCalled,
@@ -305,3 +307,54 @@ async def test_a_policy_contracts_retry_section_overrides_the_codes_policy(
     ]
     assert all(c.revision_id == created.revision_id for c in calls)
     assert all(c.next_try_in_s is not None and c.next_try_in_s <= 0.055 for c in calls[:3])
+
+
+async def test_the_run_contracts_retry_section_overrides_a_steps_and_a_tools_policy(
+    db: Database, fast: Settings
+) -> None:
+    """The code tries step 'slow' once without a timeout and tool 'search' once; the active
+    revision of the run's agent contract gives the step a timeout and a second try, and the
+    tool three tries. A run of another contract (none active) keeps the code's policies."""
+    revisions = Revisions(db)
+    section = {
+        "steps": {"slow": {"max_attempts": 2, "timeout_s": 0.5, **QUICK}},
+        "tools": {"search": {"max_attempts": 3, **QUICK}},
+    }
+    created = await revisions.create(P, "agent", "triage", {"retry": section})
+    await revisions.activate(P, "agent", "triage", created.revision_id)
+    tries = Counter[tuple[str, str]]()
+
+    async def handle(run: RunContext) -> str:
+        async def slow() -> str:
+            tries[str(run.run_id), "slow"] += 1
+            if tries[str(run.run_id), "slow"] == 1 and run.input.get("hang"):
+                await asyncio.sleep(30)  # the first try hangs
+            return "slow"
+
+        async def search() -> str:
+            tries[str(run.run_id), "search"] += 1
+            if tries[str(run.run_id), "search"] == 1:
+                raise ToolTimeoutError("the search backend did not answer")
+            return "found"
+
+        done = await run.step("slow", slow)
+        return done + " " + await run.wait_for_tool("search", search, retry=Retry(max_attempts=1))
+
+    [overridden] = await create_runs(db, P, payload={"hang": True}, contract="triage")
+    [other] = await create_runs(db, P, payload={})  # contract default: nothing active
+    worker = Worker(db=db, settings=fast, handler=handle, concurrency=2)
+    assert await worker.run_until_idle(max_s=60) == 2
+
+    state = await load(db, P, overridden)
+    assert (state.status, state.result, state.attempt_count) == ("COMPLETED", "slow found", 1)
+    steps = {e.step: e for e in await events_of(db, P, overridden) if isinstance(e, StepCompleted)}
+    assert steps["slow"].tries == 2
+    assert steps["slow"].try_errors == (
+        "E-HANDLER-005: step 'slow' did not finish within 0.5 s (try 1 of 2)",
+    )
+    assert steps["tool:search"].tries == 2
+    assert steps["tool:search"].try_errors == ("E-TOOL-001: the search backend did not answer",)
+
+    state = await load(db, P, other)
+    assert (state.status, state.failure_code) == ("FAILED", "E-TOOL-001")
+    assert tries[str(other), "search"] == 1

@@ -189,7 +189,7 @@ async def test_blocked_on_names_a_contract_no_live_worker_serves(services: Servi
     nobody = await reasons()  # no worker process at all: that is what blocks them
     assert set(nobody.values()) == {Reason.PENDING_NO_WORKER}
     async with db.platform_writes() as conn:
-        await register(conn, "w-c1", "worker", "test", 30.0, (["c1"], None))
+        await register(conn, "w-c1", "worker", "test", 30.0, (["c1"], None, None))
     got = await reasons()
     assert got[one] is Reason.PENDING_WORKERS_BUSY
     assert got[two] is Reason.NO_WORKER_FOR_CONTRACT and got[bare] is Reason.NO_WORKER_FOR_CONTRACT
@@ -198,12 +198,12 @@ async def test_blocked_on_names_a_contract_no_live_worker_serves(services: Servi
     )[two]
     assert detail is not None and "no live worker serves contract c2 of proj-s" in detail.summary
     async with db.platform_writes() as conn:  # a worker of every contract, but another project
-        await register(conn, "w-other", "worker", "test", 30.0, (None, ["proj-other"]))
+        await register(conn, "w-other", "worker", "test", 30.0, (None, ["proj-other"], None))
     assert (await reasons())[two] is Reason.NO_WORKER_FOR_CONTRACT
     async with db.platform_writes() as conn:
         await register(conn, "w-all", "up", "test", 30.0)
     assert set((await reasons()).values()) == {Reason.PENDING_WORKERS_BUSY}
     async with db.platform_writes() as conn:  # a stale row is no live worker
         await conn.execute("UPDATE awooop_processes SET seen_at = now() - interval '1 hour'")
-        await register(conn, "w-c1", "worker", "test", 30.0, (["c1"], None))
+        await register(conn, "w-c1", "worker", "test", 30.0, (["c1"], None, None))
     assert (await reasons())[two] is Reason.NO_WORKER_FOR_CONTRACT

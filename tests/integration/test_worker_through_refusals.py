@@ -99,6 +99,7 @@ class Fault:
             await self.owner.execute("GRANT UPDATE ON awooop_run_state TO awooop_platform")
 
 
+@pytest.mark.long(12)
 @pytest.mark.parametrize("round_", range(ROUNDS))
 @pytest.mark.parametrize("kind", ["lock", "read_only", "revoked"])
 async def test_a_database_refusing_writes_under_a_serving_worker_charges_nothing(

@@ -292,10 +292,16 @@ async def model_calls(run: RunContext) -> dict[str, Any]:
 
 async def _named(run: RunContext, name: str) -> dict[str, Any]:
     """A handler that records its own name with each execution ("handler:<name>" at the start,
-    "done:<name>" at the end), sleeping ``sleep`` seconds between: which handler ran each run."""
+    "done:<name>" at the end), sleeping ``sleep`` seconds between: which handler ran each run;
+    given ``hold`` (a path), it also waits until that file exists."""
     options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
     effect(run, f"handler:{name}")
     await asyncio.sleep(float(options.get("sleep", 0.0)))
+    hold = options.get("hold")
+    for _ in range(6000 if hold else 0):  # five minutes at the most
+        if await asyncio.to_thread(os.path.exists, str(hold)):
+            break
+        await asyncio.sleep(0.05)
     effect(run, f"done:{name}")
     return {"handler": name}
 

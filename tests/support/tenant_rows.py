@@ -17,7 +17,7 @@ from awooop.eventlog import deadletters
 from awooop.eventlog.runs import create_run
 from awooop.ingest import auth, credentials
 from awooop.llm import flow_store
-from awooop.runs import approvals, bulk, concurrency, leases, listing, pauses
+from awooop.runs import approvals, bulk, concurrency, leases, listing, pauses, versions
 from awooop.runs.pause_rules import Scope
 from tests.support import factories
 
@@ -176,6 +176,10 @@ async def _concurrency_limit(conn: Connection, project_id: str) -> None:
     )
 
 
+async def _handler_versions(conn: Connection, project_id: str) -> None:
+    await versions.require(conn, project_id, "rls-probe", ["v1", "v2"], actor="rls-probe")
+
+
 async def _llm_flow(conn: Connection, project_id: str) -> None:
     """A rate limit, a price and a budget, a call's reservation on the budget's counter and a
     wait, through the flow-control write paths (awooop.llm.flow_store, awooop.llm.admission)."""
@@ -220,6 +224,7 @@ BUILDERS = (
     _dead_letter,
     _pause,
     _concurrency_limit,
+    _handler_versions,
     _llm_flow,
 )
 

@@ -46,6 +46,20 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def package_file(bin_dir: Path, cwd: Path) -> str:
+    """Where ``import awooop`` finds the package in that environment, run in ``cwd``."""
+    found = subprocess.run(
+        [str(bin_dir / "python"), "-c", "import awooop; print(awooop.__file__)"],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return found.stdout.strip()
+
+
 def sources_hash() -> str:
     """Pure but for reading files: a hash of every file the wheel is built from."""
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
@@ -92,6 +106,10 @@ def _borrows_ours(venv: Path) -> bool:
 
 
 def _build(into: Path) -> Path:
+    # setuptools builds in the tree's build/ and never removes from it: a module deleted from
+    # the sources would still be in the wheel, and the tests would pass on what a clean clone's
+    # wheel no longer carries.
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(into), str(ROOT)])
     [wheel] = into.glob("awooop-*.whl")
     return wheel

@@ -22,6 +22,7 @@ from awooop.runs.blocked import (
     failed_reason,
 )
 from awooop.runs.pause_rules import Scope
+from awooop.runs.versions import VersionWait
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RUN = uuid.UUID("00000000-0000-4000-8000-000000000001")
@@ -231,6 +232,12 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"failure_code": "E-RUN-005"},
         {"dead_lettered": True},
         {"served": False, "contract_id": "c2"},
+        {
+            "contract_id": "c2",
+            "versions": VersionWait(
+                project_id="p", contract_id="c2", accepted=("v2",), running=("v1",)
+            ),
+        },
         {"attempt_count": 1, "suspect_worker_id": "host-1-abc"},
         {"paused_scope": Scope.PROJECT},
         {"concurrency_key": "channel:api/k", "concurrency_max": 1, "concurrency_executing": 1},

@@ -22,13 +22,13 @@ READ = ShardFacts(shard=1, known=True, readers=2, workers=2)
 def test_a_worker_without_routes_serves_every_run_and_passes_nulls() -> None:
     assert ALL.everything and ALL == routes_of(None, None) == routes_of([], [])
     assert ALL.serves("p", "c") and ALL.serves("p", None)
-    assert ALL.params == (None, None)
+    assert ALL.params == (None, None, None)  # no version yet: the worker sets its own
     assert ALL.describe() == "every contract of every project"
 
 
 def test_contracts_and_projects_narrow_what_a_worker_serves() -> None:
     c1 = routes_of(["c1", " c1 ", "c0"], None)
-    assert c1 == Routes(contracts=("c0", "c1")) and c1.params == (["c0", "c1"], None)
+    assert c1 == Routes(contracts=("c0", "c1")) and c1.params == (["c0", "c1"], None, None)
     assert c1.serves("p", "c1") and c1.serves("q", "c0")
     assert not c1.serves("p", "c2")
     assert not c1.serves("p", None)  # a run without a contract: only for workers without one

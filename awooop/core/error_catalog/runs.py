@@ -222,3 +222,18 @@ class ToolTimeoutError(AwoooPError):
     code = "E-TOOL-001"
     http_status = 504
     retryable = True
+
+
+class HandlerVersionError(AwoooPError):
+    """A handler version is 1 to 64 characters: letters, digits and ``. _ - + :``, starting
+    with a letter or a digit (``v2``, ``1.4.0``, ``git:3f2a9c1``); nothing was written."""
+
+    code = "E-VERSION-001"
+    http_status = 400
+
+
+class VersionRequirementNotFoundError(AwoooPError):
+    """That contract of the project requires no handler version."""
+
+    code = "E-VERSION-002"
+    http_status = 404

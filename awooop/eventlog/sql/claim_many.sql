@@ -10,9 +10,11 @@
 -- snapshot saw them (no lock), for leases.availability(), with ``paused`` where a pause, its
 -- concurrency key at its limit, or its place in the fair order ($5) held back a run that could
 -- otherwise be claimed (``held_back``), and ``deferred`` for the last. $6 and $7: the worker's
--- routes (_run_served.sql): a run it does not serve is answered as the snapshot saw it.
+-- routes, $8 its handler version (_run_served.sql): a run it does not serve, or whose
+-- contract requires another version, is answered as the snapshot saw it, ``unserved``; the
+-- RunClaimed of a run it claims records the version.
 WITH served AS (
-    SELECT $6::text[] AS contracts, $7::text[] AS projects  -- the worker's routes
+    SELECT $6::text[] AS contracts, $7::text[] AS projects, $8::text AS version
 ), wanted AS (
     SELECT * FROM unnest($1::uuid[], $2::text[]) AS w(run_id, metadata)
 ), asked AS (
@@ -30,6 +32,12 @@ WITH served AS (
       AND {{run_served}}  -- a run this worker does not serve is neither locked nor claimed
     ORDER BY r.run_id
     FOR UPDATE SKIP LOCKED
+), unserved AS (
+    -- The runs asked for that this worker may not take (_run_served.sql), read without a
+    -- lock through the primary key: their messages are done with here, and the caller rings
+    -- the workers that may take them (awooop.worker.claims).
+    SELECT r.run_id FROM awooop_run_state AS r
+    WHERE r.run_id = ANY($1::uuid[]) AND NOT {{run_served}}
 ), ready AS MATERIALIZED (
     SELECT * FROM asked
     WHERE status IN ('PENDING', 'RESUMED')
@@ -103,7 +111,8 @@ WITH served AS (
     SELECT gen_random_uuid(), c.stream_id, c.version, c.project_id, 'RunClaimed',
            jsonb_build_object('type', 'RunClaimed', 'at', c.updated_at,
                               'worker_id', c.worker_id, 'attempt', c.attempt_count,
-                              'lease_until', c.lease_until),
+                              'lease_until', c.lease_until,
+                              'handler_version', (SELECT version FROM served)),
            coalesce(w.metadata, '{}')::jsonb
     FROM written AS c JOIN wanted AS w USING (run_id)
     ORDER BY c.run_id

@@ -26,6 +26,8 @@ WITH wanted AS (
     SELECT run_id FROM asked WHERE false  -- a completion is never held back by a pause
 ), deferred AS (
     SELECT run_id FROM asked WHERE false  -- nor deferred by the fair order
+), unserved AS (
+    SELECT run_id FROM asked WHERE false  -- nor refused by routes or handler version
 ), locked AS (
     SELECT a.run_id, a.version FROM asked AS a JOIN wanted AS w USING (run_id)
     WHERE a.status = 'RUNNING'

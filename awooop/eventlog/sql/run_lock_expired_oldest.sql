@@ -1,12 +1,14 @@
 -- run_reads.LOCK_EXPIRED_OLDEST (the reaper and the polling path): expired leases, oldest
 -- first, at most $1, through the partial index on leased runs.
-WITH served AS (SELECT $2::text[] AS contracts, $3::text[] AS projects)  -- _run_served.sql
+WITH served AS (  -- _run_served.sql
+    SELECT $2::text[] AS contracts, $3::text[] AS projects, $4::text AS version
+)
 SELECT {{run_columns}}, now() AS db_now, {{run_paused}} AS paused,
        NOT {{run_admitted}} AS over_limit
 FROM awooop_run_state AS r
 WHERE status IN ('RUNNING', 'WAITING_TOOL')
   AND lease_until < now()
-  AND {{run_served}}  -- $2, $3: the worker's routes (the reaper: NULL, every run)
+  AND {{run_served}}  -- $2-$4: the worker's routes and version (the reaper: NULL, every run)
 ORDER BY lease_until
 LIMIT $1
 FOR UPDATE SKIP LOCKED

@@ -5,7 +5,9 @@
 -- takes runs in arrival order past them, and the runs without a tag). Skipped like there:
 -- suspects, paused runs (_run_paused.sql), runs whose concurrency key is full
 -- (_run_admitted.sql; admissions are asked in this order, so only up to the runs taken).
-WITH served AS (SELECT $4::text[] AS contracts, $5::text[] AS projects)  -- _run_served.sql
+WITH served AS (  -- _run_served.sql
+    SELECT $4::text[] AS contracts, $5::text[] AS projects, $6::text AS version
+)
 SELECT {{run_columns}}, now() AS db_now
 FROM awooop_run_state AS r
 WHERE status IN ('PENDING', 'RESUMED')
@@ -19,7 +21,7 @@ WHERE status IN ('PENDING', 'RESUMED')
   AND (lease_until IS NULL OR lease_until < now())
   AND updated_at <= now() - make_interval(secs => $1)
   AND suspect_worker_id IS NULL
-  AND {{run_served}}  -- $4, $5: the worker's routes (the window above is everyone's)
+  AND {{run_served}}  -- $4-$6: the worker's routes and version (the window above is everyone's)
   AND NOT {{run_paused}}
   AND {{run_admitted}}
 ORDER BY fair_tag, created_at

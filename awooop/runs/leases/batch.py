@@ -44,7 +44,8 @@ async def claim_many(
     transaction it is its own; inside one it is part of it. ``metadata`` is one dict, or one
     per run id (aligned with ``run_ids``). A run whose stream head a newer transaction wrote
     is claimed again (a few times), as the transactional path would retry it. ``served``: the
-    worker's routes (awooop.runs.routing); a run it does not serve comes back unclaimed."""
+    worker's routes and handler version (awooop.runs.routing); a run it may not take comes back
+    unclaimed, in ``unserved``."""
     per_run: dict[uuid.UUID, dict[str, Any] | None] = (
         dict(zip(run_ids, metadata, strict=True))
         if isinstance(metadata, list)
@@ -54,6 +55,7 @@ async def claim_many(
     others: dict[uuid.UUID, RunState] = {}
     paused: set[uuid.UUID] = set()
     deferred: set[uuid.UUID] = set()
+    unserved: set[uuid.UUID] = set()
     now: datetime | None = None
     wanted = list(run_ids)
     for attempt in range(HEAD_CONFLICT_RETRIES + 1):
@@ -73,12 +75,16 @@ async def claim_many(
                     paused.add(row.state.run_id)
                 if row.deferred:
                     deferred.add(row.state.run_id)
+                if row.unserved:
+                    unserved.add(row.state.run_id)
         if not conflicts:
             break
         wanted = conflicts
     if now is None:
         now = await conn.fetchval("SELECT now()")
-    return ClaimBatch(claimed, others, now, frozenset(paused), frozenset(deferred))
+    return ClaimBatch(
+        claimed, others, now, frozenset(paused), frozenset(deferred), frozenset(unserved)
+    )
 
 
 async def complete_many(

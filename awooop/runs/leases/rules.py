@@ -45,7 +45,8 @@ class Availability(enum.StrEnum):
     # statement said so; its message is done with and polling takes the waiting runs in that
     # order (awooop.runs.fairness)
     DEFERRED = "deferred"
-    # not of a contract (or project) this worker serves (awooop.runs.routing): the claim
+    # not of a contract (or project) this worker serves (awooop.runs.routing), or its contract
+    # requires handler versions this worker's is not among (awooop.runs.versions): the claim
     # statements never lock it here; its message is done with and the workers that serve it
     # are rung
     UNSERVED = "unserved"
@@ -69,12 +70,16 @@ def availability(state: RunState | None, now: datetime, worker_id: str) -> Avail
     return Availability.HELD_BY_ME if state.worker_id == worker_id else Availability.HELD
 
 
-def claim_event(state: RunState, now: datetime, worker_id: str, ttl_s: float) -> RunClaimed:
+def claim_event(
+    state: RunState, now: datetime, worker_id: str, ttl_s: float, version: str | None = None
+) -> RunClaimed:
+    """The claim of ``state``'s next attempt, recording the worker's handler ``version``."""
     return RunClaimed(
         at=now,
         worker_id=worker_id,
         attempt=state.attempt_count + 1,
         lease_until=now + timedelta(seconds=ttl_s),
+        handler_version=version,
     )
 
 
@@ -263,11 +268,13 @@ class Taken:
 class ClaimBatch:
     """What ``claim_many`` found: the runs it claimed, the committed state of the others
     (read without a lock, so that the caller can tell finished from held from unknown), the
-    database clock, the runs a pause (or a full key) held back (claimable otherwise), and those
-    of them the fair order deferred."""
+    database clock, the runs a pause (or a full key) held back (claimable otherwise), those
+    of them the fair order deferred, and the runs the worker may not take (its routes or its
+    handler version: ``_run_served.sql``)."""
 
     claimed: dict[uuid.UUID, RunState]
     others: dict[uuid.UUID, RunState]
     now: datetime
     paused: frozenset[uuid.UUID] = frozenset()
     deferred: frozenset[uuid.UUID] = frozenset()
+    unserved: frozenset[uuid.UUID] = frozenset()

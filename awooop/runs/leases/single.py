@@ -48,15 +48,14 @@ async def claim(
     metadata: dict[str, Any] | None = None,
     served: Served = EVERY,
 ) -> RunState | None:
-    """Take the lease of ``run_id`` if it can be taken now (and ``served``: the worker's routes,
-    awooop.runs.routing); None if not (nothing written)."""
+    """Take the lease of ``run_id`` if it can be taken now (and ``served``: the worker's routes
+    and handler version, awooop.runs.routing); None if not (nothing written)."""
     row = await conn.fetchrow(run_reads.LOCK_CLAIMABLE, run_id, *served)
     if row is None:
         return None
     state = row_to_state(row)
-    return await log_runs.apply_and_store(
-        conn, state, claim_event(state, row["db_now"], worker_id, ttl_s), metadata
-    )
+    claimed = claim_event(state, row["db_now"], worker_id, ttl_s, served.version)
+    return await log_runs.apply_and_store(conn, state, claimed, metadata)
 
 
 async def poll(
@@ -86,7 +85,7 @@ async def poll(
     changes = []
     for row in rows:
         state = row_to_state(row)
-        changes.append((state, claim_event(state, row["db_now"], worker_id, ttl_s)))
+        changes.append((state, claim_event(state, row["db_now"], worker_id, ttl_s, served.version)))
     return await log_runs.apply_and_store_many(conn, changes, metadata)
 
 
@@ -103,7 +102,7 @@ async def take_expired(
     row = await conn.fetchrow(run_reads.LOCK_EXPIRED, run_id, *served)
     if row is None:
         return None
-    return await _reap_and_claim(conn, row, worker_id, ttl_s, metadata)
+    return await _reap_and_claim(conn, row, worker_id, ttl_s, metadata, served.version)
 
 
 async def take_expired_batch(
@@ -120,7 +119,10 @@ async def take_expired_batch(
         return []
     rows = await conn.fetch(run_reads.LOCK_EXPIRED_OLDEST, limit, *served)
     several = workers_with_several(row_to_state(row) for row in rows)
-    return [await _reap_and_claim(conn, row, worker_id, ttl_s, metadata, several) for row in rows]
+    return [
+        await _reap_and_claim(conn, row, worker_id, ttl_s, metadata, served.version, several)
+        for row in rows
+    ]
 
 
 async def _reap_and_claim(
@@ -129,6 +131,7 @@ async def _reap_and_claim(
     worker_id: str,
     ttl_s: float,
     metadata: dict[str, Any] | None,
+    version: str | None,
     several: frozenset[str] = frozenset(),
 ) -> Taken:
     now: datetime = row["db_now"]
@@ -139,7 +142,7 @@ async def _reap_and_claim(
     if isinstance(reaped, RunFailed) or requeued_for_isolation(reaped, state) or held:
         return Taken(state, reaped, claimed=False)
     state = await log_runs.apply_and_store(
-        conn, state, claim_event(state, now, worker_id, ttl_s), metadata
+        conn, state, claim_event(state, now, worker_id, ttl_s, version), metadata
     )
     return Taken(state, reaped, claimed=True)
 

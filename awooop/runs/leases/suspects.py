@@ -86,9 +86,8 @@ async def claim_suspect(
     if row is None:
         return None
     state = row_to_state(row)
-    return await log_runs.apply_and_store(
-        conn, state, claim_event(state, row["db_now"], worker_id, ttl_s), metadata
-    )
+    claimed = claim_event(state, row["db_now"], worker_id, ttl_s, served.version)
+    return await log_runs.apply_and_store(conn, state, claimed, metadata)
 
 
 async def suspects_waiting(conn: Connection, served: Served = EVERY) -> bool:
