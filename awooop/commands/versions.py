@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from awooop.commands.output import table, to_json, when
+from awooop.commands.output import answer, table, when
+from awooop.commands.projects_db import in_platform, in_project, project_or_all
 from awooop.commands.runs_parsing import cli_actor
 from awooop.core.config import Settings
 from awooop.ingest.credentials import check_project_id
 from awooop.runs import versions
 from awooop.runs.versions import Requirement, versions_text
-from awooop.services import Services
 
 
 def register_actions(sub: Any) -> None:
@@ -64,53 +64,32 @@ def requirement_view(r: Requirement) -> dict[str, Any]:
 async def require_versions(settings: Settings, args: argparse.Namespace) -> int:
     project_id = check_project_id(args.project)
     accepted = versions.check_versions(args.versions)  # before connecting: nothing written
-    services = await Services.open(settings, db_pool_size=1)
-    try:
-        made = await services.db.in_tenant(
-            project_id,
-            lambda conn: versions.require(
-                conn, project_id, args.contract, accepted, actor=cli_actor()
-            ),
-        )
-    finally:
-        await services.close()
-    if args.json:
-        print(to_json(requirement_view(made)))
-    else:
-        print(f"contract {made.contract_id} of {project_id}: {versions_text(made.versions)}")
-    return 0
+    made = await in_project(
+        settings,
+        project_id,
+        lambda conn: versions.require(conn, project_id, args.contract, accepted, actor=cli_actor()),
+    )
+    text = f"contract {made.contract_id} of {project_id}: {versions_text(made.versions)}"
+    return answer(args, requirement_view(made), text)
 
 
 async def clear_versions(settings: Settings, args: argparse.Namespace) -> int:
     project_id = check_project_id(args.project)
-    services = await Services.open(settings, db_pool_size=1)
-    try:
-        gone = await services.db.in_tenant(
-            project_id,
-            lambda conn: versions.clear(conn, project_id, args.contract, actor=cli_actor()),
-        )
-    finally:
-        await services.close()
-    if args.json:
-        print(to_json(requirement_view(gone)))
-    else:
-        print(f"contract {gone.contract_id} of {project_id}: every handler version")
-    return 0
+    gone = await in_project(
+        settings,
+        project_id,
+        lambda conn: versions.clear(conn, project_id, args.contract, actor=cli_actor()),
+    )
+    text = f"contract {gone.contract_id} of {project_id}: every handler version"
+    return answer(args, requirement_view(gone), text)
 
 
 async def list_versions(settings: Settings, args: argparse.Namespace) -> int:
-    project_id = None if args.project is None else check_project_id(args.project)
-    services = await Services.open(settings, db_pool_size=1)
-    try:
-        found = await services.db.in_platform(lambda conn: versions.listing(conn, project_id))
-    finally:
-        await services.close()
-    if args.json:
-        print(to_json([requirement_view(r) for r in found]))
-        return 0
+    project_id = project_or_all(args.project)
+    found = await in_platform(settings, lambda conn: versions.listing(conn, project_id))
     rows = [
         [r.project_id, r.contract_id, versions_text(r.versions), r.set_by, when(r.set_at)]
         for r in found
     ]
-    print(table(["PROJECT", "CONTRACT", "VERSIONS", "SET_BY", "SET_AT"], rows))
-    return 0
+    text = table(["PROJECT", "CONTRACT", "VERSIONS", "SET_BY", "SET_AT"], rows)
+    return answer(args, [requirement_view(r) for r in found], text)
