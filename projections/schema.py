@@ -6,7 +6,8 @@ then recreates every index of the live table under shadow names (primary key and
 constraints included). Owner, grants (table and column), storage options, row-level security
 and its policies are copied at creation, so the shadow never holds every project's rows open
 to the roles it grants to; the replay writes it as ``awooop_platform`` and as the owner, which
-must bypass RLS (a superuser or BYPASSRLS, as for migrations; :mod:`projections.replay` checks).
+must bypass RLS (a superuser or BYPASSRLS, as for migrations; :mod:`awooop.projections.replay`
+checks).
 
 :func:`swap` runs inside the caller's transaction, which holds ACCESS EXCLUSIVE locks on the
 live tables. It renames live -> ``<name>__old`` and shadow -> live (indexes and their

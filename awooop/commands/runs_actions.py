@@ -43,12 +43,12 @@ from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, RunNotFoundError
 from awooop.eventlog.state import RunState, RunStatus
 from awooop.ingest.credentials import check_project_id
+from awooop.projections import model_calls, timeline
 from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads, run_rows, search
 from awooop.runs.blocked import BlockedOn, describe
 from awooop.runs.listing import Decide
 from awooop.services import redis_client
-from projections import model_calls, timeline
-from streams.keys import Keys
+from awooop.streams.keys import Keys
 
 REDIS_TIMEOUT_S = 3.0  # blocked_on asks Redis about readers and dead letters; never hang on it
 

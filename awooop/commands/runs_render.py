@@ -10,9 +10,9 @@ import msgspec
 
 from awooop.commands.output import table, to_json, when
 from awooop.eventlog.state import RunState
+from awooop.projections import failures, model_calls, timeline
 from awooop.runs import bulk, reads
 from awooop.runs.blocked import BlockedOn
-from projections import failures, model_calls, timeline
 
 
 def state_view(state: RunState) -> dict[str, Any]:

@@ -34,7 +34,7 @@ the list and run pages keep themselves up to date (:mod:`awooop.http.console_liv
 
 A run page also lists the run's model calls (each ``run.llm`` call: attempt, model, contract,
 the policy revision and body hash that served it, duration, outcome, trace), folded from the
-same read of the run's stream as its timeline (:mod:`projections.model_calls`).
+same read of the run's stream as its timeline (:mod:`awooop.projections.model_calls`).
 
 The console is one class, :class:`Console`, whose handlers are its methods, gathered from one
 module per part: the login (:mod:`awooop.http.console_login`), the run pages

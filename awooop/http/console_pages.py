@@ -27,9 +27,9 @@ from awooop.http.console_render import SECURITY_HEADERS, error_page, filter_view
 from awooop.http.console_requests import path_run, run_filter
 from awooop.http.console_waterfall import duration_text, waterfall
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE
+from awooop.projections import failures, model_calls, timeline
 from awooop.runs import approval_reviews, deadletters, listing, run_rows
 from awooop.runs.blocked import BlockedOn, Reason
-from projections import failures, model_calls, timeline
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The run page's waterfall: where a run's time went, as bars on one time axis.
 
-Pure: folded from the run's timeline lines (:func:`projections.timeline.timeline_lines`, the
+Pure: folded from the run's timeline lines (:func:`awooop.projections.timeline.timeline_lines`, the
 same read as the page's timeline) and the database clock. One bar per
 
 - **attempt**: its ``RunClaimed`` to the event that ends it (``ApprovalRequested`` gives the
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from projections.timeline import TimelineLine
+from awooop.projections.timeline import TimelineLine
 
 PER_ATTEMPT = 40  # bars of one kind in one attempt before they are grouped
 MAX_BARS = 300

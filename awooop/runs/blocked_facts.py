@@ -68,7 +68,7 @@ from awooop.eventlog.state import RunStatus
 from awooop.runs import versions
 from awooop.runs.blocked import BlockedOn, Reason, RunFacts, ShardFacts, decide, failed_reason
 from awooop.runs.pause_rules import Scope
-from streams.keys import WORKER_GROUP, Keys
+from awooop.streams.keys import WORKER_GROUP, Keys
 
 log = get_logger(__name__)
 

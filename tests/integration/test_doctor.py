@@ -18,7 +18,7 @@ from awooop.core.db import Database
 from awooop.demo.servers import free_port
 from awooop.eventlog.runs import create_run
 from awooop.runs import leases
-from streams.keys import WORKER_GROUP, Keys
+from awooop.streams.keys import WORKER_GROUP, Keys
 from tests.support import factories
 from tests.support.services import private_redis
 

@@ -15,7 +15,7 @@ from awooop.eventlog.state import TERMINAL, RunStatus
 from awooop.loops.stats import LIVE_STATES, StatsLoops, runs_sample
 from awooop.runs import run_rows
 from awooop.services import Services
-from streams.keys import WORKER_GROUP
+from awooop.streams.keys import WORKER_GROUP
 from tests.support import factories
 
 CTX = LoopContext(project_id="__platform__")

@@ -10,9 +10,9 @@ import pytest
 from awooop.core.db import Database
 from awooop.core.errors import ReplayBusyError
 from awooop.core.pools import connect
-from projections.registry import get
-from projections.replay import Replay, replay
-from projections.schema import shadow_name
+from awooop.projections.registry import get
+from awooop.projections.replay import Replay, replay
+from awooop.projections.schema import shadow_name
 from tests.support.projection_workload import Workload
 
 CATALOG = """

@@ -23,10 +23,10 @@ from awooop.http.app import create_app
 from awooop.ingest import credentials
 from awooop.runs import run_rows
 from awooop.services import Services
+from awooop.streams.relay import Relay
 from awooop.worker.context import RunContext
 from awooop.worker.outcomes import own_trace
 from awooop.worker.tracelinks import history_links
-from streams.relay import Relay
 from tests.support.streams import create_run
 from tests.support.waiting import eventually
 from tests.support.workers import streaming_worker

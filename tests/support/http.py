@@ -11,7 +11,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.http.app import create_app
 from awooop.services import Services, redis_client
-from streams.keys import Keys
+from awooop.streams.keys import Keys
 from tests.support.waiting import eventually
 
 

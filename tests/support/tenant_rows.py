@@ -101,8 +101,8 @@ async def _approval(conn: Connection, project_id: str) -> None:
 async def _projections(conn: Connection, project_id: str) -> None:
     """Read-model rows (projections/), written by the projections' own apply."""
     from awooop.core.events import RevisionCreated, revision_stream_id, run_stream_id
-    from projections.base import LIVE, LogEvent
-    from projections.registry import get
+    from awooop.projections.base import LIVE, LogEvent
+    from awooop.projections.registry import get
 
     now = await conn.fetchval("SELECT now()")
     run = factories.created(project_id=project_id, at=now)

@@ -11,7 +11,7 @@ from awooop.http import console_live
 from awooop.http import console_session as sessions
 from awooop.http.console_timeline import event_filter, view, when_ms
 from awooop.http.console_waterfall import Bar, duration_text, grouped, waterfall
-from projections.timeline import TimelineLine
+from awooop.projections.timeline import TimelineLine
 
 T0 = datetime(2026, 12, 5, 12, 0, 0, tzinfo=UTC)
 
