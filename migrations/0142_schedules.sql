@@ -10,7 +10,9 @@
 --   the run, so any number of loop replicas fire each time once.
 -- - due_at: next_fire_at plus the schedule's deterministic jitter for that fire time: the
 --   moment the loop may start it. awooop_schedules_due_idx holds the schedules that are not
---   paused in due order, across projects (the loop's probe).
+--   paused in due order (the loop's first probe: is anything due?), and
+--   awooop_schedules_project_due_idx the same per project (the loop's fair pick across
+--   projects: awooop/eventlog/sql/schedule_due.sql).
 -- - catch_up / catch_up_window_s: what a fire finds when the loops were down (latest, all
 --   within the window, or skip); overlap: what a fire does while the schedule's previous run
 --   (last_run_id) is unfinished (skip, allow, cancel_previous); jitter_s: the bound of the
@@ -46,7 +48,8 @@ CREATE TABLE awooop_schedules (
     created_at         timestamptz NOT NULL DEFAULT now(),
     updated_at         timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX awooop_schedules_due_idx
-    ON awooop_schedules (due_at, schedule_id) WHERE paused_at IS NULL;
+CREATE INDEX awooop_schedules_due_idx ON awooop_schedules (due_at) WHERE paused_at IS NULL;
+CREATE INDEX awooop_schedules_project_due_idx
+    ON awooop_schedules (project_id, due_at, schedule_id) WHERE paused_at IS NULL;
 CREATE INDEX awooop_schedules_project_idx ON awooop_schedules (project_id, created_at);
 SELECT awooop_enforce_tenant_isolation('awooop_schedules');
