@@ -35,6 +35,7 @@ from awooop.http.ingest import json_response
 from awooop.ingest.credentials import check_project_id
 from awooop.runs import blocked_facts, listing, run_rows
 from awooop.runs.blocked import BlockedOn
+from awooop.schedules import rules
 from awooop.services import Services
 from projections import model_calls
 
@@ -42,7 +43,12 @@ MAX_PAGE = 200
 
 
 def run_body(state: RunState) -> dict[str, object]:
+    """The run's state; for a run a schedule started, ``schedule``: its schedule and fire
+    time."""
     body: dict[str, object] = msgspec.to_builtins(state)
+    scheduled = rules.scheduled_by(state.provider_event_id)
+    if scheduled is not None:
+        body["schedule"] = scheduled
     return body
 
 

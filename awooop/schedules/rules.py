@@ -205,6 +205,15 @@ def parse_fire_key(key: str | None) -> tuple[uuid.UUID, datetime] | None:
         return None
 
 
+def scheduled_by(key: str | None) -> dict[str, str] | None:
+    """Pure: what ``runs show`` says of a run a schedule started: its schedule and fire time
+    (None for any other run)."""
+    found = parse_fire_key(key)
+    if found is None:
+        return None
+    return {"schedule_id": str(found[0]), "fire_time": key_time(found[1])}
+
+
 # --- catch-up -----------------------------------------------------------------------------------
 
 
