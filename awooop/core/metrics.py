@@ -223,7 +223,7 @@ LOOP_SECONDS = Histogram(
 SCHEDULE_FIRES = Counter(
     "awooop_schedule_fires_total",
     "Fire times of schedules the schedules loop handled, by outcome (started, duplicate, "
-    "skipped_overlap, refused, missed: passed over by the catch-up policy)",
+    "skipped_overlap, refused, missed: passed over by the catch-up policy, failed)",
     ["outcome"],
 )
 SCHEDULE_LAG = Histogram(
