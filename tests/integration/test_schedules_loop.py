@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
@@ -22,6 +23,7 @@ from awooop.runs import control
 from awooop.schedules import cron, rules, store
 from awooop.services import Services
 from tests.support import schedules as sim
+from tests.support.logcapture import capture_context_logs
 from tests.support.schedules import Clock
 
 P, Q = "proj-sched", "proj-other"
@@ -272,3 +274,39 @@ async def test_three_replicas_fire_many_schedules_each_once(
     for one in made:
         times = await sim.fired_times(db, one.project_id, one.schedule_id)
         assert times == minutes(utc(2025, 6, 1, 12, 1), 4)
+
+
+async def test_each_fire_has_its_project_and_a_trace_its_run_carries(
+    db: Database, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    clock = Clock(utc(2025, 6, 1, 12, 0, 30))
+    mine = await sim.create(db, settings, P, clock.now())
+    theirs = await sim.create(db, settings, Q, clock.now())
+    clock.move(minutes=1)
+    with capture_context_logs() as logs:
+        assert (await schedule_loop.fire_due(db, settings, clock.now)).started == 2
+    fires = {
+        s.attributes["awooop.schedule_id"]: s
+        for s in spans.get_finished_spans()
+        if s.name == "schedule fire" and s.attributes
+    }
+    for made in (mine, theirs):
+        span = fires[str(made.schedule_id)]
+        assert span.parent is None and span.attributes["awooop.project_id"] == made.project_id
+        trace_id = format(span.context.trace_id, "032x")
+        [run] = [r for r in await sim.runs(db, made.project_id)]
+        metadata = await db.in_platform(
+            lambda c, run_id=run["run_id"]: c.fetchval(
+                "SELECT metadata FROM awooop_events WHERE stream_id = $1 AND version = 1",
+                run_stream_id(run_id),
+            )
+        )
+        assert metadata["source"] == "schedule" and trace_id in metadata["traceparent"]
+        assert metadata["schedule_id"] == str(made.schedule_id)
+        assert metadata["fire_time"] == "2025-06-01T12:01:00Z"
+        [line] = [
+            e
+            for e in logs
+            if e["event"] == "schedule_fired" and e.get("project_id") == made.project_id
+        ]
+        assert line["trace_id"] == trace_id
