@@ -225,3 +225,18 @@ def test_a_bad_definition_is_refused_with_its_code(given: dict[str, Any], code: 
 )
 def test_durations(text: object, seconds: int) -> None:
     assert rules.parse_duration(text, "jitter") == seconds
+
+
+def test_runs_show_names_the_schedule_and_fire_time_of_a_scheduled_run() -> None:
+    from msgspec.structs import replace
+
+    from awooop.commands.runs_render import render_state, state_view
+    from awooop.eventlog.state import apply
+    from tests.support import factories
+
+    fire_time = datetime(2025, 3, 30, 1, 0, tzinfo=UTC)
+    event = replace(factories.created(), provider_event_id=rules.fire_key(SID, fire_time))
+    view = state_view(apply(None, event))
+    assert view["schedule"] == {"schedule_id": str(SID), "fire_time": "2025-03-30T01:00:00Z"}
+    assert "2025-03-30T01:00:00Z" in render_state(apply(None, event))
+    assert "schedule" not in state_view(apply(None, factories.created()))
