@@ -13,14 +13,21 @@ from awooop.eventlog.state import RunState
 from awooop.projections import failures, model_calls, timeline
 from awooop.runs import bulk, reads
 from awooop.runs.blocked import BlockedOn
+from awooop.schedules import rules
 
 
 def state_view(state: RunState) -> dict[str, Any]:
-    return {
+    """The run's fields (empty input, steps and result left out), and for a run a schedule
+    started, ``schedule``: its schedule and fire time."""
+    view = {
         k: v
         for k, v in msgspec.to_builtins(state).items()
         if k not in ("input", "saga_steps", "result") or v
     }
+    scheduled = rules.scheduled_by(state.provider_event_id)
+    if scheduled is not None:
+        view["schedule"] = scheduled
+    return view
 
 
 def state_json(state: RunState) -> str:

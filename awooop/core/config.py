@@ -81,6 +81,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     approval_resolver_interval_s: float = 10.0
     # How often the bulk_operations loop looks for operations whose process stopped.
     bulk_operations_interval_s: float = 10.0
+    # Schedules (awooop.schedules): the schedules loop's period, the most schedules a project
+    # may have, the shortest interval between two fires of a cron, the most fire times one
+    # `all` catch-up starts, and how late the loop may see a fire time that is still on time.
+    schedules_interval_s: float = 1.0
+    schedules_per_project: int = 1000
+    schedule_min_interval_s: int = 60
+    schedule_catch_up_max: int = 100
+    schedule_grace_s: float = 15.0
 
     relay_poll_interval_s: float = 1.0
     relay_batch_size: int = 1000
@@ -153,6 +161,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "approval_ttl_s",
             "approval_resolver_interval_s",
             "bulk_operations_interval_s",
+            "schedules_interval_s",
+            "schedule_grace_s",
             "log_partitions_interval_s",
             "relay_poll_interval_s",
             "relay_trim_interval_s",
@@ -190,9 +200,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "pointer_check_connections",
             "log_partition_days",
             "step_result_max_bytes",
+            "schedules_per_project",
+            "schedule_catch_up_max",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")
+        if self.schedule_min_interval_s < 60:
+            raise ConfigError(
+                f"{env_name('schedule_min_interval_s')} must be at least 60 (a cron's minute)"
+            )
         _check_lease_bounds(self)
         problem = check_timings(self.relay_leader_lease_s, self.relay_leader_renew_s)
         if problem is not None:

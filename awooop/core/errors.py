@@ -108,6 +108,13 @@ from awooop.core.error_catalog.runs import (
     VersionConflictError,
     VersionRequirementNotFoundError,
 )
+from awooop.core.error_catalog.schedules import (
+    ScheduleCronError,
+    ScheduleLimitError,
+    ScheduleNotFoundError,
+    SchedulePolicyError,
+    ScheduleTimezoneError,
+)
 
 __all__ = [
     "ApprovalExpiredError",
@@ -171,6 +178,11 @@ __all__ = [
     "RevisionContractMismatchError",
     "RevisionNotFoundError",
     "RunNotFoundError",
+    "ScheduleCronError",
+    "ScheduleLimitError",
+    "ScheduleNotFoundError",
+    "SchedulePolicyError",
+    "ScheduleTimezoneError",
     "SchemaMismatchError",
     "ScopeForbiddenError",
     "StaleDeliveryError",

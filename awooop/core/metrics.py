@@ -219,6 +219,19 @@ LOOP_SECONDS = Histogram(
     ["loop_name"],
 )
 
+# --- schedules ------------------------------------------------------------------------------
+SCHEDULE_FIRES = Counter(
+    "awooop_schedule_fires_total",
+    "Fire times of schedules the schedules loop handled, by outcome (started, duplicate, "
+    "skipped_overlap, refused, missed: passed over by the catch-up policy, failed)",
+    ["outcome"],
+)
+SCHEDULE_LAG = Histogram(
+    "awooop_schedule_fire_lag_seconds",
+    "How long after its due moment (fire time plus jitter) the loop fired a schedule",
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600),
+)
+
 # --- projections ----------------------------------------------------------------------------
 PROJECTOR_EVENTS = Counter(
     "awooop_projector_events_total",

@@ -46,6 +46,7 @@ ROUTE_MODULES = (
     "awooop.http.limits",
     "awooop.http.shares",
     "awooop.http.versions",
+    "awooop.http.schedules",
     "awooop.http.llm_flow",
     "awooop.http.console",
 )

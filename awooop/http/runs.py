@@ -36,13 +36,19 @@ from awooop.ingest.credentials import check_project_id
 from awooop.projections import model_calls
 from awooop.runs import blocked_facts, listing, run_rows
 from awooop.runs.blocked import BlockedOn
+from awooop.schedules import rules
 from awooop.services import Services
 
 MAX_PAGE = 200
 
 
 def run_body(state: RunState) -> dict[str, object]:
+    """The run's state; for a run a schedule started, ``schedule``: its schedule and fire
+    time."""
     body: dict[str, object] = msgspec.to_builtins(state)
+    scheduled = rules.scheduled_by(state.provider_event_id)
+    if scheduled is not None:
+        body["schedule"] = scheduled
     return body
 
 

@@ -19,6 +19,7 @@ LOOP_MODULES: tuple[str, ...] = (
     "awooop.loops.log_partitions",
     "awooop.loops.runs",
     "awooop.loops.bulk_operations",
+    "awooop.loops.schedules",
     "awooop.loops.projector",
 )
 

@@ -293,6 +293,27 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 ],
                 "s",
             ),
+            (
+                "Schedule fire times per minute, by outcome",
+                [
+                    (
+                        "sum by (outcome) (rate(awooop_schedule_fires_total[5m])) * 60",
+                        "{{outcome}}",
+                    )
+                ],
+                "short",
+            ),
+            (
+                "Schedule fire lag p95 (after the fire time plus jitter)",
+                [
+                    (
+                        "histogram_quantile(0.95, sum by (le) "
+                        "(rate(awooop_schedule_fire_lag_seconds_bucket[5m])))",
+                        "p95",
+                    )
+                ],
+                "s",
+            ),
         ],
     ),
     "awooop-revisions": (

@@ -180,6 +180,20 @@ async def _handler_versions(conn: Connection, project_id: str) -> None:
     await versions.require(conn, project_id, "rls-probe", ["v1", "v2"], actor="rls-probe")
 
 
+async def _schedule(conn: Connection, project_id: str) -> None:
+    """A schedule of the project, through its write path (awooop.schedules.store)."""
+    from datetime import UTC, datetime
+
+    from awooop.schedules import rules, store
+
+    definition = rules.define(
+        cron_text="30 2 * * *", timezone="Europe/Madrid", contract_id="rls-probe", input={}
+    )
+    await store.create(
+        conn, project_id, definition, actor="rls-probe", now=datetime.now(UTC), limit=10
+    )
+
+
 async def _llm_flow(conn: Connection, project_id: str) -> None:
     """A rate limit, a price and a budget, a call's reservation on the budget's counter and a
     wait, through the flow-control write paths (awooop.llm.flow_store, awooop.llm.admission)."""
@@ -225,6 +239,7 @@ BUILDERS = (
     _pause,
     _concurrency_limit,
     _handler_versions,
+    _schedule,
     _llm_flow,
 )
 
