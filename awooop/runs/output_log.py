@@ -1,4 +1,4 @@
-"""Streamed run output in Postgres (``awooop_run_output``, migration 0143): the fenced append
+"""Streamed run output in Postgres (the table ``awooop_run_output``): the fenced append
 of one flush, a reader's page, and retention. The rules (coalescing, the limit, resuming,
 following) are pure: :mod:`awooop.runs.output_rules`.
 
