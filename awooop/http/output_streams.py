@@ -50,6 +50,7 @@ log = get_logger(__name__)
 
 KEEPALIVE_S = 15.0  # a comment line after this long without an event
 RETRY_MS = 2000  # the reconnect delay a stream asks of its client
+READ_MARGIN_S = 2.0  # a read's client-side bound: the statement's, and this for the round trip
 
 
 class StreamSlots:
@@ -120,9 +121,19 @@ class OutputReaders:
         except TimeoutError:
             raise DatabaseBusyError("too many output reads at once on this server") from None
         try:
-            return await self.services.db.in_tenant(
-                project_id, lambda conn: output_log.page(conn, run_id, after, limit)
+            # The statement is bounded on the server (the request's bound); this bounds the
+            # whole read on the client too, for a server that never answers.
+            return await asyncio.wait_for(
+                self.services.db.in_tenant(
+                    project_id, lambda conn: output_log.page(conn, run_id, after, limit)
+                ),
+                self.bound_s + READ_MARGIN_S,
             )
+        except TimeoutError:
+            raise DatabaseBusyError(
+                f"an output read did not finish within {self.bound_s:g} s "
+                "(AWOOOP_HTTP_STATEMENT_TIMEOUT_S)"
+            ) from None
         finally:
             self.reads.release()
 
