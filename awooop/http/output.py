@@ -125,7 +125,7 @@ class OutputRoutes:
         after = resume_after(
             request.headers.get("last-event-id"), request.query_params.get("after")
         )
-        if wants_json(request):
+        if request.method == "HEAD" or wants_json(request):  # a HEAD opens no stream
             limit = page_limit(request.query_params.get("limit"))
             found = await self.readers.read(project_id, run_id, after, limit)
             if found is None:

@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
+from awooop.core import metrics
 from awooop.core.errors import (
     AwoooPError,
     DatabaseBusyError,
@@ -62,6 +63,14 @@ class StreamSlots:
         self.open: collections.Counter[str] = collections.Counter()
 
     def take(self, project_id: str) -> None:
+        try:
+            self._take(project_id)
+        except (ServerOutputStreamsExceededError, OutputStreamsExceededError):
+            metrics.OUTPUT_STREAMS_REFUSED.inc()
+            raise
+        metrics.OUTPUT_STREAMS.inc()
+
+    def _take(self, project_id: str) -> None:
         if sum(self.open.values()) >= self.total:
             raise ServerOutputStreamsExceededError(
                 f"this server already serves {self.total} output streams (AWOOOP_OUTPUT_STREAMS)"
@@ -74,6 +83,7 @@ class StreamSlots:
         self.open[project_id] += 1
 
     def give_back(self, project_id: str) -> None:
+        metrics.OUTPUT_STREAMS.dec()
         self.open[project_id] -= 1
         if self.open[project_id] <= 0:
             del self.open[project_id]

@@ -33,6 +33,7 @@ import contextlib
 import time
 from typing import Protocol
 
+from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError, UnstorableValueError
@@ -207,6 +208,7 @@ class OutputBuffer:
         if head:
             await self._append(head, truncated=False)
         await self._append("", truncated=True)
+        metrics.OUTPUT_TRUNCATED.inc()
         log.warning(
             "run_output_truncated", run_id=str(self.attempt.run_id), max_bytes=self.max_bytes
         )
@@ -237,6 +239,7 @@ class OutputBuffer:
             )
         if found.written is not None:
             self.written += 1
+            metrics.OUTPUT_ROWS.inc()
         return found
 
     async def _stop(self) -> None:

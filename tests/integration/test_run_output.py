@@ -181,6 +181,8 @@ async def test_a_fenced_off_attempt_appends_nothing_and_a_retry_marks_it_abandon
         assert [c["seq"] for c in one["chunks"]] == [1] and one["more"] and one["next"] == 1
         two = (await http.get(url, params={"format": "json", "after": one["next"]})).json()
         assert [c["text"] for c in two["chunks"]] == ["forty-two."] and not two["more"]
+        head = await http.head(url)  # opens no stream
+        assert head.status_code == 200 and head.headers["content-type"] == "application/json"
         for bad in ({"after": "-3"}, {"limit": "0"}, {"format": "xml"}):
             refused = await http.get(url, params={"format": "json", **bad})
             assert refused.status_code == 400 and refused.json()["code"] == "E-INPUT-001"

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import msgspec
 import pytest
+from prometheus_client import REGISTRY
 
 from awooop.core.errors import (
     InvalidInputError,
@@ -202,6 +203,11 @@ def test_the_events_each_have_their_id_and_one_line_of_json() -> None:
 
 
 def test_stream_caps_per_project_and_per_server() -> None:
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name) or 0.0
+
+    refused_before = sample("awooop_output_streams_refused_total")
+    open_before = sample("awooop_output_streams")
     slots = StreamSlots(per_project=2, total=3)
     slots.take("a")
     slots.take("a")
@@ -219,6 +225,11 @@ def test_stream_caps_per_project_and_per_server() -> None:
     slots.give_back("a")
     slots.take("c")
     assert dict(slots.open) == {"a": 1, "b": 1, "c": 1}
+    assert sample("awooop_output_streams_refused_total") - refused_before == 2
+    assert sample("awooop_output_streams") - open_before == 3
+    for project in ("a", "b", "c"):
+        slots.give_back(project)
+    assert sample("awooop_output_streams") == open_before and not slots.open
 
 
 def test_the_notify_channel_is_the_one_the_append_statement_rings() -> None:
