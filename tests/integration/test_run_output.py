@@ -20,6 +20,7 @@ from awooop.core.db import Database
 from awooop.ingest import credentials
 from awooop.runs import leases, output_log
 from awooop.worker.assembly import build_worker
+from awooop.worker.context import RunContext
 from awooop.worker.executor import Handler
 from tests.integration.test_tenant_capacity import serving
 from tests.support.console import log_in
@@ -348,3 +349,32 @@ async def test_the_cli_prints_the_output_and_follows_a_run_to_its_end(
     assert lines[-1] == {"event": "end", "status": "COMPLETED", "attempt": 1}
     missing = await asyncio.to_thread(cli, fast, "runs", "output", P, str(uuid.uuid4()))
     assert missing.returncode == 1 and "E-RUN-003" in missing.stderr
+
+
+async def test_emits_are_coalesced_into_bounded_rows_and_a_failed_attempts_output_stays(
+    fast: Settings, db: Database
+) -> None:
+    rows_of_16 = msgspec.structs.replace(fast, output_flush_bytes=16, output_flush_interval_s=0.2)
+    name = f"many-{uuid.uuid4().hex[:8]}"
+    queue = feed(name)
+    small = [f"{i % 10}" for i in range(40)]  # 40 one-byte emits at once
+    for text in [*small, "é" * 20]:  # then one emit of 40 bytes
+        await queue.put(text)
+    await queue.put(None)
+    [run_id] = await create_runs(db, P, payload={"feed": name})
+    async with running_worker(db, rows_of_16, paced):
+        await eventually(lambda: _status(db, run_id), equals="COMPLETED", what="completed")
+    rows = await rows_of(db, P, run_id)
+    assert "".join(r.text for r in rows) == "".join(small) + "é" * 20
+    assert len(rows) <= 8  # not a row per emit: 80 bytes in rows of at most 16
+    assert all(len(r.text.encode()) <= 16 for r in rows)
+    assert [r.offset for r in rows[1:]] == [r.end for r in rows[:-1]]
+
+    async def fails(run: RunContext) -> None:
+        await run.emit_output("what it got to ")
+        raise ValueError("the model answered nonsense")
+
+    [failed] = await create_runs(db, P, payload={})
+    async with running_worker(db, fast, fails):
+        await eventually(lambda: _status(db, failed), equals="FAILED", what="failed")
+    assert [r.text for r in await rows_of(db, P, failed)] == ["what it got to "]
