@@ -55,6 +55,7 @@ from awooop.http.console_requests import path_run
 from awooop.http.ingest import json_response
 from awooop.http.output_streams import OutputReaders
 from awooop.http.sse import EventStream
+from awooop.ingest.credentials import check_project_id
 from awooop.runs import output_log
 from awooop.runs.output_rules import Page, resume_after
 from awooop.services import Services
@@ -109,15 +110,16 @@ class OutputRoutes:
         ]
 
     async def api(self, request: Request) -> Response:
-        project_id = request.path_params["project_id"]
+        project_id = check_project_id(request.path_params["project_id"])
         await require(self.services, request, project_id)
         return await self.answer(request)
 
     async def console(self, request: Request) -> Response:
+        project_id = check_project_id(request.path_params["project_id"])
         session = await sessions.current(self.services, request)
         if session is None:
             raise AuthenticationError("log in first (/ui/login)")
-        authorize_stored(session.principal, request.path_params["project_id"], write=False)
+        authorize_stored(session.principal, project_id, write=False)
         return await self.answer(request)
 
     async def answer(self, request: Request) -> Response:
