@@ -33,6 +33,8 @@ ENV_PREFIX = "AWOOOP_"
 SPECIAL_ENV_NAMES = {"loop_project_id": "LOOP_PROJECT_ID"}
 # The largest step result a handler may journal, as JSON (awooop.worker.step_values).
 STEP_RESULT_MAX_BYTES = 256 * 1024
+# The most streamed output a run keeps (awooop.worker.output; then truncated).
+OUTPUT_MAX_BYTES = 1024 * 1024
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -118,6 +120,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     llm_flow_retention_s: float = 7 * 86400.0
     pointer_check_connections: int = 2
 
+    # Streamed run output (run.emit_output; awooop.worker.output, awooop.runs.output_log): a
+    # run's chunks are flushed at most this often or once this many bytes wait (one row each);
+    # at most output_max_bytes per run (then truncated, with a marker); kept this long.
+    output_flush_interval_s: float = 0.1
+    output_flush_bytes: int = 16 * 1024
+    output_max_bytes: int = OUTPUT_MAX_BYTES
+    output_retention_s: float = 7 * 86400.0
+    # Readers (GET .../runs/{id}/output as server-sent events, the console): streams at once
+    # per project and per server process, the longest one stream lasts, and the longest a
+    # reader waits without a notice before it reads again.
+    output_streams_per_project: int = 8
+    output_streams: int = 256
+    output_stream_max_s: float = 900.0
+    output_poll_s: float = 2.0
+
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     http_max_body_bytes: int = 1024 * 1024
@@ -180,6 +197,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "http_statement_timeout_s",
             "console_session_s",
             "ingest_timeout_s",
+            "output_flush_interval_s",
+            "output_retention_s",
+            "output_stream_max_s",
+            "output_poll_s",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{env_name(name)} must be a positive number of seconds")
@@ -202,6 +223,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "step_result_max_bytes",
             "schedules_per_project",
             "schedule_catch_up_max",
+            "output_flush_bytes",
+            "output_max_bytes",
+            "output_streams_per_project",
+            "output_streams",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")
@@ -236,6 +261,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"{env_name('log_retention_days')} must be a positive number of days")
         if self.ingest_config_cache_s < 0:
             raise ConfigError(f"{env_name('ingest_config_cache_s')} must be 0 (off) or more")
+        if self.output_flush_bytes < 4:  # a row holds at least one UTF-8 character
+            raise ConfigError(f"{env_name('output_flush_bytes')} must be at least 4")
         if self.console_live_s < 0:
             raise ConfigError(f"{env_name('console_live_s')} must be 0 (off) or more")
         for name in ("http_port", "metrics_port"):

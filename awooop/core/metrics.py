@@ -250,6 +250,24 @@ PROJECTOR_FAILURES = Counter(
     ["projection"],
 )
 
+# --- streamed run output ----------------------------------------------------------------------
+OUTPUT_ROWS = Counter(
+    "awooop_output_rows",
+    "Rows of streamed run output (run.emit_output) this worker's attempts wrote, one per flush",
+)
+OUTPUT_TRUNCATED = Counter(
+    "awooop_output_truncated",
+    "Runs whose output this worker cut at AWOOOP_OUTPUT_MAX_BYTES (a truncation marker written)",
+)
+OUTPUT_STREAMS = Gauge(
+    "awooop_output_streams",
+    "Output streams (server-sent events of run output) open in this server process",
+)
+OUTPUT_STREAMS_REFUSED = Counter(
+    "awooop_output_streams_refused",
+    "Output streams refused by the caps (429 E-OUTPUT-001 per project, E-OUTPUT-002 per server)",
+)
+
 # --- series that exist from the start -------------------------------------------------------
 # Every known value of a counter's labels, created at 0 when this module is imported: rate()
 # and increase() over a counter work from the first scrape (a series born at its first

@@ -40,6 +40,7 @@ ROUTE_MODULES = (
     "awooop.http.health",
     "awooop.http.ingest",
     "awooop.http.runs",
+    "awooop.http.output",
     "awooop.http.contracts",
     "awooop.http.approvals",
     "awooop.http.pauses",

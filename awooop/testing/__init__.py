@@ -16,7 +16,9 @@ refused here too. The model, the tools and the clock are fakes the test controls
   :meth:`~HandlerKit.reject` then :meth:`~HandlerKit.resume`;
 - :class:`Clock`: the time of every event, of approval expiry (:meth:`HandlerKit.advance`);
 - :class:`Journal`: the run's events, with views (steps, model calls, tool calls, approvals)
-  and JSON to keep one; :meth:`HandlerKit.replay` runs a recorded journal against new code.
+  and JSON to keep one; :meth:`HandlerKit.replay` runs a recorded journal against new code;
+- :class:`KitOutput`: what the handler emitted with ``run.emit_output``, by attempt
+  (``result.output.text``, ``result.output.of_attempt(2)``, ``result.output.truncated``).
 
 For a test that wants the real database, :mod:`awooop.testing.pytest_plugin` has the
 ``awooop_postgres`` fixture: a handler run by an in-process worker on a fresh migrated
@@ -27,6 +29,7 @@ from awooop.testing.approvals import Approve, Reject
 from awooop.testing.fakes import Clock, FakeModel, FakeTools, ModelCallRecord, ToolCall
 from awooop.testing.journal import Journal
 from awooop.testing.kit import HandlerKit
+from awooop.testing.output import KitOutput
 from awooop.testing.results import KitResult, ReplayReport
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "FakeTools",
     "HandlerKit",
     "Journal",
+    "KitOutput",
     "KitResult",
     "ModelCallRecord",
     "Reject",

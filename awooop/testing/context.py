@@ -15,6 +15,7 @@ from awooop.eventlog.state import RunState
 from awooop.runs import leases
 from awooop.runs.approvals import ApprovalTicket, DecisionRecord
 from awooop.testing.fakes import FakeModel, FakeTools
+from awooop.testing.output import KitOutput
 from awooop.worker import approval_grants, approval_waits
 from awooop.worker.attempts import Attempt
 from awooop.worker.context import APPROVAL_STEP_PREFIX, ApprovalGrant, RunContext
@@ -32,6 +33,9 @@ class Driver(Protocol):
     approval_ttl_s: float
     step_result_max_bytes: int
     contract_retry: Overrides
+
+    @property
+    def output(self) -> KitOutput: ...
 
     async def write(self, write: leases.FencedWrite) -> RunState: ...
     def asked(self, step: str, replayed: bool) -> None: ...
@@ -102,6 +106,7 @@ class KitContext(RunContext):
             approval_ttl_s=kit.approval_ttl_s,
             step_result_max_bytes=kit.step_result_max_bytes,
             overrides=ContractRetry.fixed(kit.contract_retry),
+            output=kit.output.sink(attempt.number),
         )
         self._kit = kit
 

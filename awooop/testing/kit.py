@@ -39,6 +39,7 @@ from awooop.testing.approvals import Approvals, Approve, Reject
 from awooop.testing.context import KitAttempt, KitContext
 from awooop.testing.fakes import Clock, FakeModel, FakeTools
 from awooop.testing.journal import Journal
+from awooop.testing.output import MAX_BYTES, KitOutput
 from awooop.testing.results import KitResult, ReplayReport
 from awooop.worker import approval_grants
 from awooop.worker.context import RunContext, Suspended
@@ -57,6 +58,7 @@ class _Run:
     approvals: Approvals = field(default_factory=Approvals)
     asked: list[tuple[str, bool]] = field(default_factory=list)
     error: BaseException | None = None
+    output: KitOutput = field(default_factory=KitOutput)
 
 
 class HandlerKit:
@@ -90,6 +92,7 @@ class HandlerKit:
         step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
         worker_id: str = "kit-worker",
         contract_retry: Mapping[str, Any] | None = None,
+        output_max_bytes: int = MAX_BYTES,
     ) -> None:
         self.handler = handler
         self.clock = clock or Clock()
@@ -104,7 +107,8 @@ class HandlerKit:
         self.step_result_max_bytes = step_result_max_bytes
         self.worker_id = worker_id
         self.contract_retry = Overrides.of(contract_retry)
-        self._run = _Run()
+        self.output_max_bytes = output_max_bytes
+        self._run = self._new_run()
 
     # --- the test's side ---------------------------------------------------------------------
 
@@ -116,13 +120,18 @@ class HandlerKit:
     def state(self) -> RunState:
         return self.journal.state
 
+    @property
+    def output(self) -> KitOutput:
+        """What the run emitted with ``run.emit_output`` (by attempt)."""
+        return self._run.output
+
     async def run(
         self, input: Any = None, *, run_id: uuid.UUID | None = None, contract_id: str | None = None
     ) -> KitResult:
         """A new run of ``input`` (JSON; None: ``{}``, as a run always has one), driven until
         it completes, fails or waits for an approval without a scripted decision."""
         run_id = run_id or uuid.uuid4()
-        self._run = _Run()
+        self._run = self._new_run()
         self._append(
             RunCreated(
                 at=self.clock.now(),
@@ -180,7 +189,7 @@ class HandlerKit:
         when an approval ended it, retried by an operator) and the next attempt runs the new
         code, replaying what the journal holds."""
         events = [e for e in journal if not isinstance(e, RunCompleted | RunFailed)]
-        self._run = _Run(events=list(events))
+        self._run = self._new_run(list(events))
         recorded = {e.step for e in Journal(events).step_events}
         state = self.state
         if state.status is RunStatus.WAITING_APPROVAL:
@@ -262,6 +271,9 @@ class HandlerKit:
 
     # --- internals ---------------------------------------------------------------------------
 
+    def _new_run(self, events: list[Event] | None = None) -> _Run:
+        return _Run(events=events or [], output=KitOutput(self.output_max_bytes))
+
     def _append(self, event: Event) -> None:
         events = self._run.events
         apply(fold(events), event)  # refused as the real state machine refuses it
@@ -286,7 +298,9 @@ class HandlerKit:
                 break
         else:
             raise RuntimeError(f"the run took more than {MAX_ATTEMPTS_PER_CALL} attempts")
-        return KitResult(self.journal, self._run.error, self._run.approvals.ticket)
+        return KitResult(
+            self.journal, self._run.error, self._run.approvals.ticket, self._run.output
+        )
 
     async def _attempt(self, handler: Handler) -> None:
         number = self.state.attempt_count + 1

@@ -15,11 +15,12 @@ from awooop.core.events import Event, RunCreated, run_stream_id
 from awooop.eventlog import eventlog
 from awooop.eventlog.runs import create_run
 from awooop.eventlog.state import RunState
-from awooop.runs import approvals, run_rows
+from awooop.runs import approvals, output_log, run_rows
 from awooop.runs.approvals import ApprovalTicket, Decision
 from awooop.testing.fakes import FakeModel
 from awooop.testing.journal import Journal
 from awooop.testing.kit import Handler
+from awooop.testing.output import KitOutput
 from awooop.worker.runtime import Worker
 
 
@@ -124,3 +125,21 @@ class PostgresKit:
             stored = await eventlog.read_stream(conn, run_stream_id(run_id))
         events: list[Event] = [e.decode() for e in stored]
         return Journal(events)
+
+    async def output(self, run_id: uuid.UUID) -> KitOutput:
+        """What the run emitted (``run.emit_output``), as the worker wrote it: one chunk per
+        row, with its attempt (``truncated`` when the limit's marker was written)."""
+        found = KitOutput(self.settings.output_max_bytes)
+        after = 0
+        while True:
+            async with self.db.tenant(self.project_id) as conn:
+                page = await output_log.page(conn, run_id, after, output_log.MAX_PAGE_ROWS)
+            assert page is not None, f"no run {run_id}"
+            for row in page.rows:
+                if row.truncated:
+                    found.truncated = True
+                else:
+                    found.chunks.append((row.attempt, row.text))
+                after = row.seq
+            if not page.more:
+                return found

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from awooop.core.events import ModelCalled, RunFailed
 from awooop.eventlog.state import RunState, RunStatus
 from awooop.runs.approvals import ApprovalTicket
 from awooop.testing.journal import Journal
+from awooop.testing.output import KitOutput
 
 
 @dataclass
@@ -20,6 +21,7 @@ class KitResult:
     journal: Journal
     error: BaseException | None = None  # the handler's exception, when it failed the run
     ticket: ApprovalTicket | None = None  # the approval it waits for
+    output: KitOutput = field(default_factory=KitOutput)  # what it emitted (run.emit_output)
 
     @property
     def state(self) -> RunState:

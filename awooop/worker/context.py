@@ -30,6 +30,9 @@ becomes the run's result. ``run`` offers:
   kept and renewed; the run holds no slot of its concurrency key), the result is journaled
   like a step (name ``tool:<tool>``) once the run is admitted under its key again
   (:mod:`awooop.worker.tool_waits`; calls made in parallel are one wait of the run).
+- ``await run.emit_output(text)``: streamed output (say each batch of a model's tokens),
+  buffered and flushed in rows under the lease, read live by clients
+  (:mod:`awooop.worker.output`); not journaled: an attempt that runs again emits again.
 - ``run.run_id``, ``run.project_id``, ``run.input`` (the payload), ``run.attempt``,
   ``run.steps`` (results recorded so far), ``run.log``.
 
@@ -66,6 +69,7 @@ from awooop.worker.approval_waits import APPROVAL_STEP_PREFIX as APPROVAL_STEP_P
 from awooop.worker.approval_waits import Notifier as Notifier
 from awooop.worker.approval_waits import Suspended as Suspended
 from awooop.worker.attempts import Attempt, trace_metadata
+from awooop.worker.output import OutputSink, checked
 from awooop.worker.step_values import journal, recorded
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
 
@@ -108,8 +112,10 @@ class RunContext:
         slots: SlotBell | None = None,
         step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
         overrides: contract_retry.ContractRetry | None = None,  # the run contract's policies
+        output: OutputSink | None = None,  # where emit_output goes (awooop.worker.output)
     ) -> None:
         self._attempt = attempt
+        self._output = output
         self._overrides = overrides or contract_retry.ContractRetry()
         self._result_max_bytes = step_result_max_bytes
         self._io_timeout_s = io_timeout_s
@@ -253,6 +259,13 @@ class RunContext:
             raise
         return await tries.after(call, self.llm, prompt, contract, options)
 
+    async def emit_output(self, text: str) -> None:
+        """Append ``text`` to the run's streamed output (see :mod:`awooop.worker.output`)."""
+        if self._output is None:
+            raise RuntimeError("this worker has no output log")
+        self.check()
+        await self._output.emit(checked(text))
+
     async def wait_for_approval(
         self,
         name: str = "approval",
@@ -271,6 +284,8 @@ class RunContext:
         if step_name in self._steps:
             return approval_grants.replayed(name, self._steps[step_name])
         self.check()
+        if self._output is not None:
+            await self._output.flush()  # the request ends the lease: the output goes first
         outcome = await self._decide_or_ask(name, reason, ask)
         if isinstance(outcome, ApprovalGrant):
             self._steps[step_name] = approval_grants.recorded(outcome)

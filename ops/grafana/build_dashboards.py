@@ -78,6 +78,22 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "ops",
             ),
             (
+                "Streamed output: rows written and runs cut per second",
+                [
+                    ("sum(rate(awooop_output_rows_total[5m]))", "rows"),
+                    ("sum(rate(awooop_output_truncated_total[5m]))", "truncated"),
+                ],
+                "ops",
+            ),
+            (
+                "Output streams open, and refused per second",
+                [
+                    ("sum(awooop_output_streams)", "open"),
+                    ("sum(rate(awooop_output_streams_refused_total[5m]))", "refused"),
+                ],
+                "short",
+            ),
+            (
                 "Event log partitions: time left ahead",
                 [
                     ("min(awooop_log_partition_ahead_seconds)", "until the newest partition ends"),

@@ -8,6 +8,7 @@ from awooop.eventlog.state import RunStatus
 from awooop.examples import handlers as example
 from awooop.testing import FakeModel, HandlerKit
 from awooop.testing.postgres import PostgresKit
+from awooop.worker.context import RunContext
 
 pytest_plugins = ["awooop.testing.pytest_plugin"]  # as a project's root conftest.py loads it
 
@@ -61,3 +62,30 @@ async def test_a_reviewed_approval_on_postgres_and_in_the_kit(
     assert result.journal.types == recorded.types
     assert result.value == state.result
     assert state.result["approved"] is False and state.result["payload"] == {"body": "Hi"}
+
+
+async def streaming_review(run: RunContext) -> str:
+    await run.emit_output(f"draft {run.attempt}: ")
+    await run.emit_output("ünïcode ✓")
+    await run.wait_for_approval("send")  # flushed first: the request ends the lease
+    await run.emit_output(" sent")
+    return "ok"
+
+
+async def test_output_on_postgres_is_what_the_kit_shows(awooop_postgres: PostgresKit) -> None:
+    pg = awooop_postgres
+    run_id = await pg.create()
+    await pg.work(streaming_review)
+    assert (await pg.output(run_id)).text == "draft 1: ünïcode ✓"  # flushed before the wait
+    await pg.approve(run_id, by="lead")
+    await pg.work(streaming_review)
+    stored = await pg.output(run_id)
+
+    kit = HandlerKit(streaming_review)
+    await kit.run()
+    kit.approve("send", actor="kit", by="lead")
+    result = await kit.resume()
+    assert result.output.text == stored.text == "draft 1: ünïcode ✓draft 2: ünïcode ✓ sent"
+    for attempt in (1, 2):
+        assert result.output.of_attempt(attempt) == stored.of_attempt(attempt)
+    assert not stored.truncated

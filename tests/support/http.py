@@ -34,6 +34,8 @@ async def app_client(
         ) as http:
             yield http
     finally:
+        for close in reversed(services.closers):  # what the routes opened (the output bell)
+            await close()
         await services.redis.aclose()
 
 

@@ -226,6 +226,20 @@ async def _llm_flow(conn: Connection, project_id: str) -> None:
     )
 
 
+async def _run_output(conn: Connection, project_id: str) -> None:
+    """A chunk of a run's streamed output, through the worker's fenced append (its claim
+    first; the append statement reads the lease row, which the tenant sees)."""
+    from awooop.runs import output_log
+
+    now = await conn.fetchval("SELECT now()")
+    state = await create_run(conn, factories.created(project_id=project_id, at=now))
+    await leases.claim(conn, state.run_id, "rls-probe", 30)
+    found = await output_log.append(
+        conn, state.run_id, "rls-probe", 1, "probe", 5, truncated=False, max_bytes=100
+    )
+    assert found.written == 1
+
+
 BUILDERS = (
     _run,
     _dedupe,
@@ -241,6 +255,7 @@ BUILDERS = (
     _handler_versions,
     _schedule,
     _llm_flow,
+    _run_output,
 )
 
 

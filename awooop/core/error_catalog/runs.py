@@ -237,3 +237,23 @@ class VersionRequirementNotFoundError(AwoooPError):
 
     code = "E-VERSION-002"
     http_status = 404
+
+
+class OutputStreamsExceededError(AwoooPError):
+    """This project already reads as many streams of run output as it may on this server
+    (AWOOOP_OUTPUT_STREAMS_PER_PROJECT): close one, or read with ?format=json."""
+
+    code = "E-OUTPUT-001"
+    http_status = 429
+    retryable = True
+    retry_after_s = 5
+
+
+class ServerOutputStreamsExceededError(AwoooPError):
+    """This server already serves as many streams of run output as it may
+    (AWOOOP_OUTPUT_STREAMS): try again in a moment, or read with ?format=json."""
+
+    code = "E-OUTPUT-002"
+    http_status = 429
+    retryable = True
+    retry_after_s = 5
