@@ -37,7 +37,8 @@ from the commit until every run is COMPLETED, FAILED or CANCELLED:
 - the step overhead from the journal (``agents_stats.step_overheads``; ``ModelCalled``'s
   ``started_at`` and ``duration_ms``, the worker's clock): from one step's model answer to the
   next step's model call, p50/p99, with its parts outside and inside the gateway; and the
-  time from a run's claim to its first call, and from its last answer to its completion;
+  time from a run's claim to its first call (to the handler's start, which the handler
+  returns as its result, and on), and from its last answer to its completion;
 - Postgres committed transactions per step (``pg_stat_database`` of the benchmark database,
   read ``--settle`` s after the burst; ``net`` less the idle rate measured over the next
   ``--settle`` s);
@@ -354,9 +355,9 @@ async def journal(stack: AgentStack, mark: int, ids: list[str]) -> dict[str, Any
     """The burst's runs as the log tells them: statuses, claims, calls, steps, completions."""
     mine = set(ids)
     rows = [r for r in await stack.fetch(JOURNAL, mark) if r["run"] in mine]
-    statuses = await stack.fetch(
-        "SELECT status, count(*) AS n FROM awooop_run_state WHERE run_id::text = ANY($1) "
-        "GROUP BY 1",
+    runs = await stack.fetch(
+        "SELECT status, (result->>'started')::float8 AS started, run_id::text AS run "
+        "FROM awooop_run_state WHERE run_id::text = ANY($1)",
         ids,
     )
     claims: Counter[str] = Counter()
@@ -380,7 +381,8 @@ async def journal(stack: AgentStack, mark: int, ids: list[str]) -> dict[str, Any
             failed_calls += r["outcome"] != "ok"
             calls.append(stats.Call(run, r["started"], r["duration_s"]))
     return {
-        "statuses": {r["status"]: r["n"] for r in statuses},
+        "statuses": dict(Counter(r["status"] for r in runs)),
+        "started": {r["run"]: r["started"] for r in runs if r["started"] is not None},
         "claims": claims,
         "claimed": claimed,
         "completed": completed,
@@ -462,7 +464,7 @@ def figures(
     claims = sorted(log["claimed"].values())
     wall = (ends[-1] - start) if ends else None
     gaps = stats.step_overheads(log["calls"], shape.call_s)
-    edges = stats.run_edges(log["claimed"], log["calls"], log["completed"])
+    edges = stats.run_edges(log["claimed"], log["started"], log["calls"], log["completed"])
     cpu = stats.per_unit(cpu_s, shape.runs, shape.steps)
     before_m, after_m = window["before"]["machine"], window["after"]["machine"]
     busy_ticks = (after_m[0] - before_m[0]) - (after_m[1] - before_m[1])

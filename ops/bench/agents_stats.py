@@ -138,11 +138,16 @@ def step_overheads(calls: Iterable[Call], call_s: float) -> dict[str, list[float
 
 
 def run_edges(
-    claimed: Mapping[str, float], calls: Iterable[Call], completed: Mapping[str, float]
+    claimed: Mapping[str, float],
+    started: Mapping[str, float],
+    calls: Iterable[Call],
+    completed: Mapping[str, float],
 ) -> dict[str, list[float]]:
     """Per run, in ms: ``to_first_call``, from its claim (the ``RunClaimed`` transaction's
-    start) to its first model call's start, and ``after_last_answer``, from its last answer
-    to its completion (the ``RunCompleted`` transaction's start). Unix seconds; one host."""
+    start) to its first model call's start, in two parts: ``claim_to_handler`` (to the
+    handler's start, ``started``) and ``handler_to_first_call``; and ``after_last_answer``,
+    from its last answer to its completion (the ``RunCompleted`` transaction's start). Unix
+    seconds; one host."""
     first: dict[str, float] = {}
     last: dict[str, float] = {}
     for call in calls:
@@ -150,6 +155,10 @@ def run_edges(
         last[call.run] = max(last.get(call.run, call.answered), call.answered)
     return {
         "to_first_call": [(first[r] - at) * 1000 for r, at in claimed.items() if r in first],
+        "claim_to_handler": [(started[r] - at) * 1000 for r, at in claimed.items() if r in started],
+        "handler_to_first_call": [
+            (first[r] - at) * 1000 for r, at in started.items() if r in first
+        ],
         "after_last_answer": [(at - last[r]) * 1000 for r, at in completed.items() if r in last],
     }
 

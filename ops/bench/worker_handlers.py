@@ -35,13 +35,15 @@ async def model_calls(run: RunContext) -> int:
     return calls
 
 
-async def agent_steps(run: RunContext) -> int:
+async def agent_steps(run: RunContext) -> dict[str, float]:
     """An agent's run: ``steps`` (the input's, default 1) journaled steps, each one model call
-    (the agents benchmark: the worker's ``AWOOOP_LLM_URL`` is ``local:?delay_ms=D``)."""
+    (the agents benchmark: the worker's ``AWOOOP_LLM_URL`` is ``local:?delay_ms=D``). Its
+    result: the steps and the wall-clock time the handler started."""
+    started = time.time()
     steps = int(run.input.get("steps", 1)) if isinstance(run.input, dict) else 1
     for i in range(steps):
         await run.step(f"s{i}", partial(_think, run, i))
-    return steps
+    return {"steps": steps, "started": started}
 
 
 async def _think(run: RunContext, i: int) -> str:

@@ -58,8 +58,10 @@ def test_step_overhead_is_the_time_between_answers_less_the_call(m: ModuleType) 
 
 def test_run_edges_and_repeats(m: ModuleType) -> None:
     calls = [m.Call("r", 10.1, 1.0), m.Call("r", 11.2, 1.0)]
-    edges = m.run_edges({"r": 10.0}, calls, {"r": 12.25})
+    edges = m.run_edges({"r": 10.0}, {"r": 10.04}, calls, {"r": 12.25})
     assert [round(v, 6) for v in edges["to_first_call"]] == [100.0]
+    assert [round(v, 6) for v in edges["claim_to_handler"]] == [40.0]
+    assert [round(v, 6) for v in edges["handler_to_first_call"]] == [60.0]
     assert [round(v, 6) for v in edges["after_last_answer"]] == [50.0]
     twice = m.repeated({"a": 2, "b": 1}, {"b": 4, "c": 3}, {("c", "s0"): 2, ("b", "s0"): 1}, 3)
     assert twice == {
