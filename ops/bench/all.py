@@ -30,6 +30,7 @@ BENCHMARKS = (
     "cost",
     "scheduler",
     "fairness",
+    "agents",
     "revisions",
     "replay",
     "loops",
