@@ -101,6 +101,16 @@ async def init_connection(conn: Connection) -> None:
     await conn.execute(DURABLE, timeout=DURABLE_TIMEOUT_S)
 
 
+async def init_service_connection(conn: Connection) -> None:
+    """A producer service's own connection (``awooop.producer.init_connection``): dead-peer
+    detection and the durability barrier, as on the runtime's connections. Its type codecs
+    are left as asyncpg's, or the service's own: the producer's statements pass their JSON as
+    text and read none, so they need no codec, and the service's JSON keeps its meaning (the
+    runtime's codecs encode a ``str`` as a JSON string, where asyncpg's take it as JSON text)."""
+    detect_dead_peer(conn)
+    await conn.execute(DURABLE, timeout=DURABLE_TIMEOUT_S)
+
+
 async def connect(
     url: str, role: str | None = None, connect_timeout: float = 10.0, *, cached_plans: bool = False
 ) -> Connection:
