@@ -5,6 +5,7 @@ service's own. The producer needs nothing from the connection, and leaves its co
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -161,3 +162,44 @@ async def test_codecs_that_refuse_its_arguments_are_named_and_nothing_is_written
     async with db.tenant(PROJECT) as tenant:
         assert await tenant.fetchval("SELECT count(*) FROM awooop_run_state") == 0
         assert await tenant.fetchval("SELECT count(*) FROM awooop_events") == 0
+
+
+INGEST_PLANS = (
+    "SELECT coalesce(sum(generic_plans), 0) AS generic, coalesce(sum(custom_plans), 0) AS custom "
+    "FROM pg_prepared_statements WHERE statement LIKE '%ingest.insert_new%'"
+)
+
+
+async def test_create_pool_is_the_way_to_produce_through_a_pool(db: Database, login: Login) -> None:
+    inits: list[object] = []
+
+    async def own_init(conn: Any) -> None:  # the service's own init runs after the producer's
+        inits.append(conn.get_settings().application_name)
+
+    pool = await producer.create_pool(login.url, min_size=1, max_size=1, init=own_init)
+    try:
+        for order in (1, 2, 3):
+            async with pool.acquire() as conn:
+                await check(db, conn, order, await produce(conn, order))
+        async with pool.acquire() as conn:
+            # one generic plan of the ingest statement, never planned per execution
+            plans = await conn.fetchrow(INGEST_PLANS)
+            assert (plans["generic"] >= 3, plans["custom"]) == (True, 0)
+            assert await conn.fetchval("SHOW jit") == "off"
+            sock = conn._con._transport.get_extra_info("socket")  # dead-peer detection is on
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            await conn.execute("SET application_name = 'left-behind'")
+        async with pool.acquire() as conn:  # released as it was: no RESET ALL round trip
+            assert await conn.fetchval("SHOW application_name") == "left-behind"
+    finally:
+        await pool.close()
+    assert len(inits) == 1
+
+    resetting = await producer.create_pool(login.url, min_size=1, max_size=1, session_reset=True)
+    try:
+        async with resetting.acquire() as conn:
+            await conn.execute("SET application_name = 'left-behind'")
+        async with resetting.acquire() as conn:
+            assert await conn.fetchval("SHOW application_name") != "left-behind"
+    finally:
+        await resetting.close()

@@ -151,8 +151,7 @@ class ProducerConnectionError(AwoooPError):
     """The connection's own type codecs cannot carry the producer's arguments (text, uuid,
     numbers and text arrays, as asyncpg passes them by default). Nothing was written and the
     transaction can go on. Give the producer a connection without custom codecs for those
-    types: a plain asyncpg.connect(...), or asyncpg.create_pool(...) with
-    init=awooop.producer.init_connection."""
+    types: one of awooop.producer.create_pool(...), or a plain asyncpg.connect(...)."""
 
     code = "E-INGEST-005"
 
