@@ -12,7 +12,7 @@ SOURCES  := awooop streams projections
 # Postgres's 100 connections are in use at once. PYTEST_ARGS='-n 0' runs it in one.
 PYTEST_ARGS ?= -n 4
 
-.PHONY: install bytecode services lint test demo bench clean
+.PHONY: install bytecode test-deps services lint test demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ install: $(STAMP)
 bytecode: install
 	$(PY) -m compileall -q $(SOURCES) tests >/dev/null
 
+# The system packages the tests need (pg_auto_failover, iproute2, Chromium, promtool and
+# prometheus, the PostgreSQL and Redis server binaries), installed when missing: as root with
+# apt, else it stops and names the one command (sudo ops/install-test-deps.sh). .ci/run too.
+test-deps:
+	bash ops/install-test-deps.sh
+
 services: install
 	$(PY) -m tests.support.services
 
@@ -41,7 +47,7 @@ lint: install
 	$(VENV)/bin/mypy --strict $(PACKAGES)
 	$(VENV)/bin/lint-imports
 
-test: services lint bytecode
+test: test-deps services lint bytecode
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 demo: install bytecode

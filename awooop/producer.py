@@ -27,6 +27,17 @@ publishes. They take either
           )
       # result.run_id; result.created is False when the key was seen within the TTL
 
+  The connection needs nothing of the runtime: a plain ``asyncpg.connect(...)`` or a pool
+  without ``init`` works, and its type codecs (asyncpg's, or the service's own JSON codecs) are
+  left alone (the producer's statements pass their JSON as text and read none).
+  :func:`create_pool` is the way to produce through a pool: each new connection set up by
+  :func:`init_connection` (dead-peer detection, the wait for the synchronous standby), one
+  generic plan per statement (half the Postgres CPU of a submit once the tables have
+  statistics) and no reset query on release (:func:`awooop.core.pools.create_service_pool`).
+  A connection whose own codecs cannot carry the producer's plain arguments (text, uuid,
+  numbers) is refused with :class:`~awooop.core.errors.ProducerConnectionError`
+  (E-INGEST-005), nothing written, the transaction usable.
+
   A producer service logs in as its own role, bound to its projects by the operator
   (``awooop tenants grant my_service shop``: membership of ``awooop_producer`` and a row of
   ``awooop_tenant_grants``). Row-level security then limits it to the project set by
@@ -65,13 +76,21 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import asyncpg
 import msgspec
 
 from awooop.core.config import Settings, load_settings
 from awooop.core.db import Connection, Database
-from awooop.core.errors import InvalidInputError, PayloadTooLargeError, ProducerTransactionError
+from awooop.core.errors import (
+    InvalidInputError,
+    PayloadTooLargeError,
+    ProducerConnectionError,
+    ProducerTransactionError,
+)
 from awooop.core.events import DOMAIN_PREFIX, EVENT_TYPES
 from awooop.core.pools import SET_TENANT
+from awooop.core.pools import create_service_pool as create_pool
+from awooop.core.pools import init_service_connection as init_connection
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.telemetry import tracer
 from awooop.eventlog import eventlog
@@ -89,9 +108,11 @@ __all__ = [
     "Emitted",
     "Submitted",
     "check_domain_event",
+    "create_pool",
     "domain_stream_id",
     "emit",
     "emit_many",
+    "init_connection",
     "set_tenant",
     "submit",
     "submit_many",
@@ -325,8 +346,22 @@ async def _in_transaction(
         raise ProducerTransactionError(
             "pass a Database, or a connection inside its open transaction"
         )
-    with unavailable_on_connection_errors("the producer's write"):
-        return await run(target)
+    try:
+        with unavailable_on_connection_errors("the producer's write"):
+            return await run(target)
+    except asyncpg.DataError as exc:
+        # asyncpg's own refusal to encode an argument, raised before anything is sent: the
+        # events were checked before, so the connection's codecs refused a plain argument.
+        if type(exc) is not asyncpg.DataError or not str(exc).startswith(ARGUMENT_REFUSED):
+            raise
+        raise ProducerConnectionError(
+            f"this connection's type codecs refused the producer's argument ({exc}): give the "
+            "producer a connection without custom codecs for text, uuid and numbers "
+            "(awooop.producer.create_pool, or init=awooop.producer.init_connection)"
+        ) from exc
+
+
+ARGUMENT_REFUSED = "invalid input for query argument"
 
 
 def _settings() -> Settings:

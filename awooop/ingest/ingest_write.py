@@ -73,6 +73,7 @@ from awooop.ingest.common import ChannelOptions, ParsedEvent, StoredCredential
 from awooop.ingest.depth import check_depth
 from awooop.runs.concurrency_rules import Limit, RunKey, run_key
 
+_json_decode = msgspec.json.Decoder().decode
 DEFAULT_CONTRACT = "default"  # the agent contract of a run whose delivery names none
 MAX_ROUNDS = 4  # insert / look up / drop expired; more rounds than races can need
 MAX_CONTRACT_ATTEMPTS = 100
@@ -104,7 +105,7 @@ SELECT c.secret,
        (SELECT t.token_hash FROM awooop_api_tokens t
          WHERE t.token_id = $4 AND t.project_id = $1 AND t.channel_type = $2
            AND t.scope = 'ingest' AND t.revoked_at IS NULL) AS token_hash,
-       (SELECT r.body -> 'max_attempts'
+       (SELECT (r.body -> 'max_attempts')::text
           FROM awooop_active_revisions a
           JOIN awooop_contract_revisions r ON r.revision_id = a.active_revision_id
          WHERE a.project_id = $1 AND a.contract_family = 'agent'
@@ -122,7 +123,7 @@ LOAD_PRODUCER_CONFIG = (
     """
 SELECT (SELECT c.dedupe_ttl_s FROM awooop_channels c
          WHERE c.project_id = $1 AND c.channel_type = $2) AS dedupe_ttl_s,
-       (SELECT r.body -> 'max_attempts'
+       (SELECT (r.body -> 'max_attempts')::text
           FROM awooop_active_revisions a
           JOIN awooop_contract_revisions r ON r.revision_id = a.active_revision_id
          WHERE a.project_id = $1 AND a.contract_family = 'agent'
@@ -226,10 +227,13 @@ def channel_options(row: Any) -> ChannelOptions:
     return ChannelOptions(**{k: v for k, v in given.items() if v is not None})
 
 
-def contract_max_attempts(value: Any, default: int) -> int:
-    """The contract's ``max_attempts`` when it is a sane integer, else the setting."""
-    valid = isinstance(value, int) and not isinstance(value, bool)
-    return value if valid and 1 <= value <= MAX_CONTRACT_ATTEMPTS else default
+def contract_max_attempts(text: str | None, default: int) -> int:
+    """The contract's ``max_attempts`` (its JSON text, read as text so that no JSON codec of
+    the connection is needed) when it is a sane integer, else the setting."""
+    value: Any = _json_decode(text) if text is not None else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default
+    return value if 1 <= value <= MAX_CONTRACT_ATTEMPTS else default
 
 
 def trace_metadata(source: str) -> dict[str, Any]:

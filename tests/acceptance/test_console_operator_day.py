@@ -42,7 +42,7 @@ pytestmark = [
     pytest.mark.fast("processes"),
     pytest.mark.skipif(
         not Path(CHROMIUM).exists(),
-        reason=f"no Chromium at {CHROMIUM}: apt-get install -y chromium (.ci/run does)",
+        reason=f"no Chromium at {CHROMIUM}: run ops/install-test-deps.sh (make test does)",
     ),
 ]
 
