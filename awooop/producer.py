@@ -82,6 +82,7 @@ from awooop.ingest.common import check_storable
 from awooop.ingest.credentials import check_contract_id, check_project_id
 from awooop.ingest.service import Ingestor
 from awooop.ingest.submission import ChannelEvent, Submitted
+from awooop.runs import signals
 
 __all__ = [
     "ChannelEvent",
@@ -327,6 +328,52 @@ async def _in_transaction(
         )
     with unavailable_on_connection_errors("the producer's write"):
         return await run(target)
+
+
+async def signal(
+    target: Database | Connection,
+    project_id: str,
+    run_id: uuid.UUID,
+    name: str,
+    payload: Any = None,
+    *,
+    key: str,
+    settings: Settings | None = None,
+) -> signals.Sent:
+    """Send signal ``name`` to a run of ``project_id`` (docs/workers.md, Waiting for an event):
+    on the caller's connection inside its open transaction the row commits with the caller's
+    writes and the ``timers`` loop delivers it; with a Database it is delivered at once when
+    the run waits for it. The same ``key`` again is one signal (``duplicate``)."""
+    check_project_id(project_id)
+    limits = settings or _settings()
+
+    async def run(conn: Connection) -> signals.Sent:
+        how = signals.send_pending if not isinstance(target, Database) else None
+        if how is None:
+            return await signals.send(
+                conn,
+                run_id,
+                name,
+                payload,
+                key=key,
+                sent_by="producer",
+                payload_max_bytes=limits.signal_payload_max_bytes,
+                kept_max=limits.signals_per_run_max,
+            )
+        return await how(
+            conn,
+            project_id,
+            run_id,
+            name,
+            payload,
+            key=key,
+            sent_by="producer",
+            payload_max_bytes=limits.signal_payload_max_bytes,
+            kept_max=limits.signals_per_run_max,
+        )
+
+    with tracer.start_as_current_span("producer signal", attributes={"awooop.signal": name}):
+        return await _in_transaction(target, project_id, run)
 
 
 def _settings() -> Settings:

@@ -79,6 +79,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_archive_dir: str = ""
     log_partitions_interval_s: float = 600.0
     approval_resolver_interval_s: float = 10.0
+    # Durable sleep and signals (docs/workers.md): the timers loop's poll fallback (a new wait
+    # due sooner, or a pending signal, wakes it at once), its batch; a signal's limits.
+    timer_poll_interval_s: float = 10.0
+    timer_batch_size: int = 500
+    signal_payload_max_bytes: int = 64 * 1024
+    signals_per_run_max: int = 100
     # How often the bulk_operations loop looks for operations whose process stopped.
     bulk_operations_interval_s: float = 10.0
 
@@ -152,6 +158,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "dedupe_expiry_interval_s",
             "approval_ttl_s",
             "approval_resolver_interval_s",
+            "timer_poll_interval_s",
             "bulk_operations_interval_s",
             "log_partitions_interval_s",
             "relay_poll_interval_s",
@@ -190,6 +197,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "pointer_check_connections",
             "log_partition_days",
             "step_result_max_bytes",
+            "timer_batch_size",
+            "signal_payload_max_bytes",
+            "signals_per_run_max",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")

@@ -127,6 +127,16 @@ RUNS_BLOCKED = Gauge(
     "sampled by the stats loop",
     ["project_id", "reason"],
 )
+TIMERS_FIRED = Counter(
+    "awooop_timers_fired_total",
+    "Waits the timers loop ended at their due time (sleeps, event waits that timed out)",
+)
+SIGNALS_DELIVERED = Counter(
+    "awooop_signals_delivered_total",
+    "Signals delivered to a run's event wait, by path (send: as sent; wait: kept, taken when "
+    "the wait started; loop: pending, delivered by the timers loop)",
+    ["path"],
+)
 RUNS_FINISHED = Counter(
     "awooop_runs_finished_total", "Runs that reached a terminal state", ["status"]
 )

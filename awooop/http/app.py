@@ -42,6 +42,7 @@ ROUTE_MODULES = (
     "awooop.http.runs",
     "awooop.http.contracts",
     "awooop.http.approvals",
+    "awooop.http.signals",
     "awooop.http.pauses",
     "awooop.http.limits",
     "awooop.http.shares",

@@ -58,6 +58,7 @@ LIVE_STATES: tuple[str, ...] = (
     RunStatus.RUNNING,
     RunStatus.WAITING_TOOL,
     RunStatus.WAITING_APPROVAL,
+    RunStatus.WAITING_EVENT,
 )
 
 TOP_KEYS = 20  # the concurrency key gauge's keys: bounded label cardinality
@@ -84,8 +85,9 @@ WHERE b.valid_to IS NULL AND b.model = '' AND b.unit = 'tokens'
 ORDER BY coalesce(u.used, 0) + coalesce(u.reserved, 0) DESC, b.project_id
 LIMIT $1
 """
-# Three branches, each with exactly the predicate of one partial index of awooop_run_state
-# (migrations/0003), so each is an index scan over live runs only.
+# Four branches: three with exactly the predicate of one partial index of awooop_run_state
+# (migrations/0003), the fourth through the open waits (awooop_run_waits, one row per
+# WAITING_EVENT run), so each walks live runs only.
 SAMPLE_RUNS = """
 SELECT project_id, status, count(*) AS runs,
        extract(epoch FROM now() - min(updated_at))::float8 AS oldest_age_s,
@@ -104,6 +106,12 @@ SELECT project_id, status, count(*),
        count(*) FILTER (WHERE approval_expires_at < now() - make_interval(secs => $2))
 FROM awooop_run_state WHERE status = 'WAITING_APPROVAL'
 GROUP BY project_id, status
+UNION ALL
+SELECT r.project_id, r.status, count(*),
+       extract(epoch FROM now() - min(r.updated_at))::float8, 0::bigint, 0::bigint
+FROM awooop_run_waits w JOIN awooop_run_state r USING (run_id)
+WHERE r.status = 'WAITING_EVENT'
+GROUP BY r.project_id, r.status
 """
 CONTRACT_OUTBOX_LAG = """
 SELECT COALESCE(extract(epoch FROM now() - min(created_at))::float8, 0)
