@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from awooop import producer
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import (
@@ -24,7 +25,10 @@ from awooop.core.errors import (
 )
 from awooop.ingest import credentials
 from awooop.runs import control, leases, signals, timers
+from projections.registry import get
+from projections.replay import replay
 from tests.support.http import app_client
+from tests.support.logins import bound_login
 from tests.support.runs import create_runs, event_types, load
 from tests.support.workers import cli
 
@@ -221,3 +225,56 @@ async def test_the_cli_sends_a_signal(settings: Settings, db: Database, tmp_path
     bad = cli(settings, "runs", "signal", P, str(run_id), "paid", "--payload", "{", "--key", "k2")
     assert bad.returncode == 1 and "E-INPUT-001" in bad.stderr
     assert (await load(db, P, run_id)).saga_steps["event:paid:1"]["result"] == {"a": 2}
+
+
+async def test_the_replay_tool_rebuilds_runs_that_slept_and_waited(
+    db: Database, database_url: str
+) -> None:
+    """Runs in every part of a durable wait (waiting, signalled, timed out, asleep, woken,
+    cancelled while waiting): the run state folded from the log equals the live rows."""
+    signalled, timed_out, waiting, cancelled = [await running(db) for _ in range(4)]
+    for run_id in (signalled, timed_out, cancelled):
+        await wait(db, run_id, time_out=timedelta(seconds=0.1))
+    await wait(db, waiting, match={"a": 1})
+    await send(db, signalled, {"a": 1}, "k1")
+    await send(db, waiting, {"a": 2}, "k1")  # kept: no match
+    await db.in_tenant(P, lambda c: control.cancel(c, cancelled, actor="ops", reason="stop"))
+    await asyncio.sleep(0.15)
+    [(resumed, _)] = await db.in_platform_writes(lambda c: timers.fire_due(c, 10))
+    assert resumed.run_id == timed_out
+    report = await replay(database_url, get("run_state"))
+    assert report.differences == 0, report.lines()
+    assert (await load(db, P, waiting)).status == "WAITING_EVENT"
+
+
+async def test_the_producer_signals_inside_the_callers_transaction(
+    db: Database, database_url: str
+) -> None:
+    """A producer login bound to P: the signal commits or rolls back with the caller's
+    transaction, the timers loop delivers it; another project's run is not seen."""
+    run_id = await running(db)
+    await wait(db, run_id)
+    [foreign] = await create_runs(db, "proj-other")
+    async with bound_login(database_url, [P]) as login:
+        conn = await login.connect()
+        try:
+            async with conn.transaction():
+                await producer.set_tenant(conn, P)
+                with pytest.raises(RunNotFoundError):
+                    await producer.signal(conn, P, foreign, "paid", {}, key="k0")
+                rolled = conn.transaction()
+                await rolled.start()
+                await producer.signal(conn, P, run_id, "paid", {"n": 0}, key="gone")
+                await rolled.rollback()
+                sent = await producer.signal(conn, P, run_id, "paid", {"n": 1}, key="k1")
+                assert not sent.delivered and not sent.duplicate
+            async with conn.transaction():
+                await producer.set_tenant(conn, P)
+                again = await producer.signal(conn, P, run_id, "paid", {"n": 1}, key="k1")
+                assert again.duplicate and again.signal_id == sent.signal_id
+        finally:
+            await conn.close()
+    assert await rows(db, "awooop_signals") == 1
+    assert await db.in_platform_writes(lambda c: signals.deliver_pending(c, 10)) == (1, 1)
+    state = await load(db, P, run_id)
+    assert state.status == "RESUMED" and state.saga_steps["event:paid:1"]["result"] == {"n": 1}
