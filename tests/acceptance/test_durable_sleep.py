@@ -18,10 +18,17 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id
 from tests.support.handlers import read_effects
-from tests.support.runs import all_finished, count_events, create_runs, events_of, statuses
+from tests.support.runs import (
+    all_finished,
+    count_events,
+    create_runs,
+    events_of,
+    load,
+    statuses,
+)
 from tests.support.services import private_redis
 from tests.support.waiting import eventually
-from tests.support.workers import WorkerProcess, relay_process, workers
+from tests.support.workers import WorkerProcess, cli, relay_process, workers
 
 P = "proj-sleep"
 SLEEPER = "tests.support.handlers:sleeper"
@@ -131,3 +138,34 @@ async def test_kill_9_and_flushall_during_the_sleeps_change_nothing(
         assert sorted(found[run_stream_id(r)] for r in run_ids) == [1] * runs, event_type
     steps = Counter((e["run_id"], e["what"]) for e in read_effects(effects))
     assert set(steps.values()) == {1} and len(steps) == 2 * runs  # each step once per run
+
+
+async def test_a_handler_gets_a_signal_or_its_timeout(
+    db: Database, fast: Settings, tmp_path: Path
+) -> None:
+    """Worker processes: one run's wait is answered by `awooop runs signal`, the other's times
+    out (the handler catches E-SIGNAL-001); each step runs once."""
+    effects = str(tmp_path / "effects.jsonl")
+    with workers(
+        fast,
+        tmp_path,
+        1,
+        handler=SLEEPER,
+        args=("--with-loops",),
+        env={"AWOOOP_TEST_SIDE_EFFECTS": effects},
+    ) as procs:
+        procs[0].worker_id()
+        [answered] = await create_runs(db, P, payload={"event": "paid", "timeout_s": 60})
+        [timed_out] = await create_runs(db, P, payload={"event": "paid", "timeout_s": 1})
+        await eventually(lambda: sleeping(db, 2), timeout_s=30, what="both runs wait")
+        done = cli(fast, "runs", "signal", P, str(answered), "paid", "--payload", '{"a": 1}',
+                   "--key", "k1")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        await eventually(
+            lambda: all_finished(db, [answered, timed_out]), timeout_s=30, what="both ended"
+        )
+    assert (await load(db, P, answered)).result == {"before": "before", "after": "after",
+                                                     "got": {"a": 1}}  # fmt: skip
+    assert (await load(db, P, timed_out)).result["got"] == "timeout"
+    steps = Counter((e["run_id"], e["what"]) for e in read_effects(effects))
+    assert set(steps.values()) == {1} and len(steps) == 4
