@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from awooop.core import metrics
 from awooop.core.db import Database
 from awooop.core.errors import EventWaitTimeoutError, InvalidInputError
 from awooop.core.events import WaitStarted
@@ -141,6 +142,7 @@ class DurableWaits:
         )
         if taken:
             attempt.finishing = False  # a kept signal answered: the attempt goes on
+            metrics.SIGNALS_DELIVERED.labels("wait").inc()
             self._entries[step] = {"result": payload}
             return payload
         raise Waiting(step)
