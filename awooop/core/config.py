@@ -33,6 +33,8 @@ ENV_PREFIX = "AWOOOP_"
 SPECIAL_ENV_NAMES = {"loop_project_id": "LOOP_PROJECT_ID"}
 # The largest step result a handler may journal, as JSON (awooop.worker.step_values).
 STEP_RESULT_MAX_BYTES = 256 * 1024
+SIGNAL_PAYLOAD_MAX_BYTES = 64 * 1024
+SIGNALS_PER_RUN_MAX = 100
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,8 +85,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # due sooner, or a pending signal, wakes it at once), its batch; a signal's limits.
     timer_poll_interval_s: float = 10.0
     timer_batch_size: int = 500
-    signal_payload_max_bytes: int = 64 * 1024
-    signals_per_run_max: int = 100
+    signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES
+    signals_per_run_max: int = SIGNALS_PER_RUN_MAX
     # How often the bulk_operations loop looks for operations whose process stopped.
     bulk_operations_interval_s: float = 10.0
 
