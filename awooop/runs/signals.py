@@ -47,6 +47,7 @@ from awooop.eventlog.state import TERMINAL, RunState, RunStatus, row_to_state
 from awooop.eventlog.wait_state import EVENT
 from awooop.runs import run_rows
 from awooop.runs.leases import fenced_record
+from awooop.runs.timers import Traced, untraced
 
 MAX_NAME_LENGTH = 200
 MAX_KEY_LENGTH = 200
@@ -274,15 +275,21 @@ async def deliver_to_wait(
     return event
 
 
-async def deliver_pending(conn: Connection, limit: int) -> tuple[int, int]:
+async def deliver_pending(
+    conn: Connection, limit: int, *, traced: Traced = untraced
+) -> tuple[int, int]:
     """The timers loop: deliver the pending signals (the producer's) of up to ``limit`` signals'
-    runs, each under its run's row lock; platform role. Returns (signals looked at, delivered)."""
+    runs, each under its run's row lock; platform role. Returns (signals looked at, delivered).
+    ``traced``: entered around the deliveries, when there are runs to look at (its metadata
+    is the events')."""
     rows = await conn.fetch(PENDING_RUNS, limit)
     runs = sorted({r["run_id"] for r in rows})
     delivered = 0
-    for row in await conn.fetch(run_reads.LOCK_MANY, runs):
-        if await deliver_to_wait(conn, row_to_state(row), row["db_now"]) is not None:
-            delivered += 1
+    locked = await conn.fetch(run_reads.LOCK_MANY, runs) if runs else []
+    with traced(len(locked)) if locked else untraced(0) as metadata:
+        for row in locked:
+            if await deliver_to_wait(conn, row_to_state(row), row["db_now"], metadata):
+                delivered += 1
     if runs:
         await conn.execute(CLEAR_PENDING, runs)
     return len(rows), delivered

@@ -11,6 +11,8 @@ and a timeout never both end one wait (:mod:`awooop.runs.signals`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -36,10 +38,24 @@ WHERE due_at IS NOT NULL
 # ---------------------------------------------------------------------------------------------
 
 
+# Around the writes that resume runs, given how many: yields the metadata their events carry
+# (the timers loop's span of them: awooop.loops.timers.resume_span).
+Traced = Callable[[int], AbstractContextManager[dict[str, Any]]]
+
+
+def untraced(_runs: int) -> AbstractContextManager[dict[str, Any]]:
+    return nullcontext({})
+
+
 async def fire_due(
-    conn: Connection, limit: int, metadata: dict[str, Any] | None = None
+    conn: Connection,
+    limit: int,
+    metadata: dict[str, Any] | None = None,
+    *,
+    traced: Traced = untraced,
 ) -> list[tuple[RunState, TimerFired]]:
-    """Fire up to ``limit`` due waits (module doc); platform role. Returns the runs resumed."""
+    """Fire up to ``limit`` due waits (module doc); platform role. Returns the runs resumed.
+    ``traced``: entered around the writes, when there are any (its metadata added)."""
     rows = await conn.fetch(run_reads.LOCK_WAIT_DUE, limit)
     if not rows:
         return []
@@ -49,7 +65,10 @@ async def fire_due(
     changes = [
         (states[w["run_id"]], fired(now, w)) for w in sorted(waits, key=lambda w: w["run_id"])
     ]
-    resumed = await apply_and_store_many(conn, changes, metadata)
+    if not changes:
+        return []
+    with traced(len(changes)) as trace_meta:
+        resumed = await apply_and_store_many(conn, changes, {**(metadata or {}), **trace_meta})
     return [(state, event) for state, (_, event) in zip(resumed, changes, strict=True)]
 
 
