@@ -87,6 +87,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     timer_batch_size: int = 500
     signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES
     signals_per_run_max: int = SIGNALS_PER_RUN_MAX
+    # How long undelivered signals of a finished run are kept (the dedupe_expiry loop).
+    signal_retention_s: float = 7 * 86400.0
     # How often the bulk_operations loop looks for operations whose process stopped.
     bulk_operations_interval_s: float = 10.0
 
@@ -172,6 +174,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "llm_timeout_s",
             "llm_flow_max_wait_s",
             "llm_flow_retention_s",
+            "signal_retention_s",
             "stats_interval_s",
             "redis_socket_timeout_s",
             "http_header_timeout_s",

@@ -41,7 +41,7 @@ from awooop.core.errors import (
     check_transaction_tenant,
 )
 from awooop.core.events import SignalDelivered, StepCompleted, WaitStarted
-from awooop.eventlog import run_reads
+from awooop.eventlog import queries, run_reads
 from awooop.eventlog.runs import apply_and_store
 from awooop.eventlog.state import TERMINAL, RunState, RunStatus, row_to_state
 from awooop.eventlog.wait_state import EVENT
@@ -83,6 +83,7 @@ ORDER BY sent_at, signal_id
 LIMIT 1
 FOR UPDATE
 """
+MARK_ENDED = queries.load("signals_mark_ended")
 MARK_DELIVERED = """
 UPDATE awooop_signals SET delivered_at = $2, step = $3, pending = false WHERE signal_id = $1
 """
@@ -292,6 +293,9 @@ async def deliver_pending(
                 delivered += 1
     if runs:
         await conn.execute(CLEAR_PENDING, runs)
+        ended = [r["run_id"] for r in locked if RunStatus(r["status"]) in TERMINAL]
+        if ended:  # sent as its run finished: kept for the retention (migration 0142)
+            await conn.execute(MARK_ENDED, ended)
     return len(rows), delivered
 
 
