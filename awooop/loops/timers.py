@@ -3,9 +3,11 @@ and delivers the signals the producer library left pending (docs/workers.md, Dur
 
 Each iteration fires due waits in batches of ``AWOOOP_TIMER_BATCH_SIZE`` (one transaction each,
 ``FOR UPDATE SKIP LOCKED``: any number of copies fire each wait once; :mod:`awooop.runs.timers`),
-the earliest due first across every project, up to ``MAX_BATCHES`` per iteration (then the next
-iteration starts at once), so one project's thousands of due timers fire in due order with the
-others' and never hold the loop. Then it delivers pending signals the same way
+each batch round-robin across the projects with due waits (every such project's earliest due
+wait before any project's second, then the earliest due of any project to fill it), up to
+``MAX_BATCHES`` per iteration (then the next iteration starts at once), so one project's
+thousands of timers due at one instant hold another project's timer back for at most one
+batch, and never hold the loop. Then it delivers pending signals the same way
 (:func:`awooop.runs.signals.deliver_pending`) and asks the database when the next wait is due.
 
 It wakes (``ctx.wakeup``) at that time, when a notification on ``awooop_timers`` says a new wait

@@ -1,12 +1,13 @@
 """Firing the due waits of sleeping and waiting runs (the ``timers`` loop, docs/workers.md).
 
-:func:`fire_due` locks up to ``limit`` runs whose open wait (``awooop_run_waits``) is due, the
-earliest first across every project, skipping rows another transaction holds (so any number of
-loops fire each wait once), reads their waits again under the lock, and writes ``TimerFired``
-on each (RESUMED: the relay dispatches it). The wait's row is removed in the same transaction
-(:mod:`awooop.eventlog.waits`). A signal delivered meanwhile took the run's lock first and
-ended the wait: the run is no longer locked here as WAITING_EVENT with a due wait, so a signal
-and a timeout never both end one wait (:mod:`awooop.runs.signals`).
+:func:`fire_due` locks up to ``limit`` runs whose open wait (``awooop_run_waits``) is due,
+picked round-robin across the projects with due waits (``run_lock_wait_due.sql``), skipping
+rows another transaction holds (so any number of loops fire each wait once), reads their
+waits again under the lock, and writes ``TimerFired`` on each (RESUMED: the relay dispatches
+it). The wait's row is removed in the same transaction (:mod:`awooop.eventlog.waits`). A
+signal delivered meanwhile took the run's lock first and ended the wait: the run is no longer
+locked here as WAITING_EVENT with a due wait, so a signal and a timeout never both end one
+wait (:mod:`awooop.runs.signals`).
 """
 
 from __future__ import annotations
