@@ -70,7 +70,6 @@ with the same two kinds of ``target``; the relay fans them out to the events str
 
 from __future__ import annotations
 
-import re
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -82,25 +81,28 @@ import msgspec
 from awooop.core.config import Settings, load_settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import (
-    InvalidInputError,
-    PayloadTooLargeError,
     ProducerConnectionError,
     ProducerTransactionError,
 )
-from awooop.core.events import DOMAIN_PREFIX, EVENT_TYPES
 from awooop.core.pools import SET_TENANT
 from awooop.core.pools import create_service_pool as create_pool
 from awooop.core.pools import init_service_connection as init_connection
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.telemetry import tracer
 from awooop.eventlog import eventlog
-from awooop.eventlog.eventlog import RawEvent
 from awooop.ingest import ingest_write, submission
 from awooop.ingest.cache import ConfigCache
-from awooop.ingest.common import check_storable
 from awooop.ingest.credentials import check_contract_id, check_project_id
+from awooop.ingest.domain_events import (
+    DOMAIN_STREAM_PREFIX as DOMAIN_STREAM_PREFIX,
+)
+from awooop.ingest.domain_events import DomainEvent as DomainEvent
+from awooop.ingest.domain_events import Emitted as Emitted
+from awooop.ingest.domain_events import check_domain_event as check_domain_event
+from awooop.ingest.domain_events import domain_stream_id as domain_stream_id
 from awooop.ingest.service import Ingestor
 from awooop.ingest.submission import ChannelEvent, Submitted
+from awooop.runs import signals
 
 __all__ = [
     "ChannelEvent",
@@ -212,63 +214,7 @@ def _ingestor(db: Database, settings: Settings) -> Ingestor:
     return ingestor
 
 
-# --- domain events (R-06) ---------------------------------------------------------------------
-
-DOMAIN_STREAM_PREFIX = DOMAIN_PREFIX
-STREAM_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
-DOMAIN_EVENT_TYPE = re.compile(r"[A-Z][A-Za-z0-9_]{0,99}")
-RUNTIME_EVENT_TYPES = frozenset(t.__name__ for t in EVENT_TYPES)
-
-
-class DomainEvent(msgspec.Struct, frozen=True):
-    """An event of the caller's own domain (an order placed, an invoice paid): appended to
-    the project's stream ``stream`` of the event log, published by the relay to the events
-    streams like every event, and never dispatched to workers."""
-
-    stream: str
-    event_type: str
-    data: dict[str, Any]
-
-
-class Emitted(msgspec.Struct, frozen=True):
-    stream_id: str
-    event_id: uuid.UUID
-    version: int
-    position: int
-
-
-def domain_stream_id(project_id: str, stream: str) -> str:
-    """The event log's stream id of a project's domain stream (``/`` is in neither name)."""
-    return f"{DOMAIN_STREAM_PREFIX}{project_id}/{stream}"
-
-
-def check_domain_event(event: DomainEvent, max_bytes: int) -> RawEvent:
-    """Pure: the event as the log stores it, or InvalidInputError / PayloadTooLargeError."""
-    if not isinstance(event.stream, str) or not STREAM_NAME.fullmatch(event.stream):
-        raise InvalidInputError(
-            "a domain stream name is 1-200 characters of letters, digits and _ . : -"
-        )
-    if not isinstance(event.event_type, str) or not DOMAIN_EVENT_TYPE.fullmatch(event.event_type):
-        raise InvalidInputError(
-            "a domain event type is 1-100 letters, digits and _, starting with a capital letter"
-        )
-    if event.event_type in RUNTIME_EVENT_TYPES:
-        raise InvalidInputError(
-            f"{event.event_type} is one of the runtime's own event types; name it otherwise"
-        )
-    if not isinstance(event.data, dict):
-        raise InvalidInputError("a domain event's data is a JSON object")
-    try:
-        raw = _json_encode(event.data)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidInputError(f"the event data is not JSON-serialisable: {exc}") from None
-    if len(raw) > max_bytes:
-        raise PayloadTooLargeError(
-            f"the event data has {len(raw)} bytes, more than {max_bytes} "
-            "(AWOOOP_HTTP_MAX_BODY_BYTES)"
-        )
-    check_storable(event.data, raw)
-    return RawEvent(event.event_type, raw.decode())
+# --- domain events (R-06): the rules in awooop.ingest.domain_events ----------------------------
 
 
 async def emit(
@@ -362,6 +308,52 @@ async def _in_transaction(
 
 
 ARGUMENT_REFUSED = "invalid input for query argument"
+
+
+async def signal(
+    target: Database | Connection,
+    project_id: str,
+    run_id: uuid.UUID,
+    name: str,
+    payload: Any = None,
+    *,
+    key: str,
+    settings: Settings | None = None,
+) -> signals.Sent:
+    """Send signal ``name`` to a run of ``project_id`` (docs/workers.md, Waiting for an event):
+    on the caller's connection inside its open transaction the row commits with the caller's
+    writes and the ``timers`` loop delivers it; with a Database it is delivered at once when
+    the run waits for it. The same ``key`` again is one signal (``duplicate``)."""
+    check_project_id(project_id)
+    limits = settings or _settings()
+
+    async def run(conn: Connection) -> signals.Sent:
+        how = signals.send_pending if not isinstance(target, Database) else None
+        if how is None:
+            return await signals.send(
+                conn,
+                run_id,
+                name,
+                payload,
+                key=key,
+                sent_by="producer",
+                payload_max_bytes=limits.signal_payload_max_bytes,
+                kept_max=limits.signals_per_run_max,
+            )
+        return await how(
+            conn,
+            project_id,
+            run_id,
+            name,
+            payload,
+            key=key,
+            sent_by="producer",
+            payload_max_bytes=limits.signal_payload_max_bytes,
+            kept_max=limits.signals_per_run_max,
+        )
+
+    with tracer.start_as_current_span("producer signal", attributes={"awooop.signal": name}):
+        return await _in_transaction(target, project_id, run)
 
 
 def _settings() -> Settings:

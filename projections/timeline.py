@@ -86,6 +86,9 @@ NEWER_FIELDS: dict[str, frozenset[str]] = {
     "ApprovalGranted": frozenset({"reason"}),
     "ApprovalRejected": frozenset({"resumed"}),
     "ApprovalExpired": frozenset({"resumed"}),
+    "WaitStarted": frozenset({"step", "kind", "due_at", "name", "match"}),
+    "TimerFired": frozenset({"step", "kind", "due_at"}),
+    "SignalDelivered": frozenset({"step", "name", "signal_id", "key", "payload", "sent_by"}),
 }
 
 # --- SQL ------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from awooop.commands import runs_output
+from awooop.commands import runs_output, runs_signal
 from awooop.commands.output import add_wide
 from awooop.commands.runs_actions import list_runs, run, show_operation
 from awooop.commands.runs_parsing import TOKEN_ENV
@@ -137,6 +137,7 @@ def register(subparsers: Any) -> None:
             help=f"every run matching ({', '.join(FILTER_KEYS)}; repeat: all must match)",
         )
         sub.add_argument("--dry-run", action="store_true", help="only the preview: how many runs")
+    runs_signal.register(actions)
     operation = actions.add_parser("operation", help="a bulk operation's progress; --resume it")
     operation.add_argument("operation_id", help="the operation's id")
     operation.add_argument("--resume", action="store_true", help="run its remaining batches")

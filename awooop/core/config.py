@@ -35,6 +35,8 @@ SPECIAL_ENV_NAMES = {"loop_project_id": "LOOP_PROJECT_ID"}
 STEP_RESULT_MAX_BYTES = 256 * 1024
 # The most streamed output a run keeps (awooop.worker.output; then truncated).
 OUTPUT_MAX_BYTES = 1024 * 1024
+SIGNAL_PAYLOAD_MAX_BYTES = 64 * 1024
+SIGNALS_PER_RUN_MAX = 100
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,6 +83,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_archive_dir: str = ""
     log_partitions_interval_s: float = 600.0
     approval_resolver_interval_s: float = 10.0
+    # Durable sleep and signals (docs/workers.md): the timers loop's poll fallback (a new wait
+    # due sooner, or a pending signal, wakes it at once), its batch; a signal's limits.
+    timer_poll_interval_s: float = 10.0
+    timer_batch_size: int = 500
+    signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES
+    signals_per_run_max: int = SIGNALS_PER_RUN_MAX
+    # How long undelivered signals of a finished run are kept (the dedupe_expiry loop).
+    signal_retention_s: float = 7 * 86400.0
     # How often the bulk_operations loop looks for operations whose process stopped.
     bulk_operations_interval_s: float = 10.0
     # Schedules (awooop.schedules): the schedules loop's period, the most schedules a project
@@ -177,6 +187,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "dedupe_expiry_interval_s",
             "approval_ttl_s",
             "approval_resolver_interval_s",
+            "timer_poll_interval_s",
             "bulk_operations_interval_s",
             "schedules_interval_s",
             "schedule_grace_s",
@@ -190,6 +201,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "llm_timeout_s",
             "llm_flow_max_wait_s",
             "llm_flow_retention_s",
+            "signal_retention_s",
             "stats_interval_s",
             "redis_socket_timeout_s",
             "http_header_timeout_s",
@@ -227,6 +239,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "output_max_bytes",
             "output_streams_per_project",
             "output_streams",
+            "timer_batch_size",
+            "signal_payload_max_bytes",
+            "signals_per_run_max",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")

@@ -20,13 +20,11 @@ from typing import Any
 import msgspec
 
 from awooop.core.errors import UnknownEventTypeError
-
-JSON = Any
-
-
-class EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
-    at: datetime
-
+from awooop.core.event_base import JSON as JSON
+from awooop.core.event_base import EventBase as EventBase
+from awooop.core.wait_events import SignalDelivered as SignalDelivered
+from awooop.core.wait_events import TimerFired as TimerFired
+from awooop.core.wait_events import WaitStarted as WaitStarted
 
 # --- run events (stream "run-<run_id>") ------------------------------------------------------
 
@@ -286,6 +284,9 @@ RunEvent = (
     | ApprovalGranted
     | ApprovalRejected
     | ApprovalExpired
+    | WaitStarted
+    | TimerFired
+    | SignalDelivered
     | RunCompleted
     | RunFailed
     | RunRequeued
@@ -301,6 +302,7 @@ EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__
 # Events that make a run dispatchable: workers are told about these.
 DISPATCH_EVENT_TYPES = frozenset(
     {"RunCreated", "ApprovalGranted", "RunRequeued", "LeaseReleased", "RunRetried"}
+    | {"TimerFired", "SignalDelivered"}
 )
 
 _encoder = msgspec.json.Encoder()

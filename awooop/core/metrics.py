@@ -104,8 +104,15 @@ RUNS_OLDEST_AGE = Gauge(
 RUNS_OVERDUE = Gauge(
     "awooop_runs_overdue",
     "Runs a platform loop should already have handled, by reason (lease_expired: the reaper; "
-    "approval_expired: the approval resolver), sampled by the stats loop",
+    "approval_expired: the approval resolver; timer_due: the timers loop), sampled by the "
+    "stats loop",
     ["project_id", "reason"],
+)
+TIMERS_OVERDUE = Gauge(
+    "awooop_timers_overdue_seconds",
+    "How long past its due time the earliest open wait (a sleep, an event wait's timeout) is, "
+    "0 when none is due: it grows while the timers loop is stopped or behind (stats loop)",
+    registry=None,  # exported by the processes that run the stats loop only: owned()
 )
 PAUSED_SCOPES = Gauge(
     "awooop_paused_scopes",
@@ -126,6 +133,16 @@ RUNS_BLOCKED = Gauge(
     "pending_no_worker, retry_pending, running, waiting_approval, failed_dead_lettered, ...), "
     "sampled by the stats loop",
     ["project_id", "reason"],
+)
+TIMERS_FIRED = Counter(
+    "awooop_timers_fired_total",
+    "Waits the timers loop ended at their due time (sleeps, event waits that timed out)",
+)
+SIGNALS_DELIVERED = Counter(
+    "awooop_signals_delivered_total",
+    "Signals delivered to a run's event wait, by path (send: as sent; wait: kept, taken when "
+    "the wait started; loop: pending, delivered by the timers loop)",
+    ["path"],
 )
 RUNS_FINISHED = Counter(
     "awooop_runs_finished_total", "Runs that reached a terminal state", ["status"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from awooop.core.db import Connection
 from awooop.core.events import Event, RunCreated, run_stream_id
-from awooop.eventlog import deadletters, eventlog, queries
+from awooop.eventlog import deadletters, eventlog, queries, waits
 from awooop.eventlog.state import RunState, apply, state_values
 
 INSERT_RUN = queries.load("insert_run")
@@ -48,6 +48,7 @@ async def apply_and_store(
         conn, run_stream_id(state.run_id), state.project_id, state.version, [event], metadata
     )
     await deadletters.follow(conn, [(state, event)])
+    await waits.follow(conn, [(state, event)])
     return new_state
 
 
@@ -70,6 +71,7 @@ async def apply_and_store_many(
         metadata,
     )
     await deadletters.follow(conn, changes)
+    await waits.follow(conn, changes)
     return new_states
 
 

@@ -42,11 +42,15 @@ from awooop.core.events import (
     RunFailed,
     RunRequeued,
     RunRetried,
+    SignalDelivered,
     StepCompleted,
+    TimerFired,
     ToolResultReceived,
     ToolWaitStarted,
+    WaitStarted,
     event_type,
 )
+from awooop.eventlog.wait_state import journaled, waiting_for
 
 
 class RunStatus(enum.StrEnum):
@@ -54,6 +58,7 @@ class RunStatus(enum.StrEnum):
     RUNNING = "RUNNING"
     WAITING_TOOL = "WAITING_TOOL"
     WAITING_APPROVAL = "WAITING_APPROVAL"
+    WAITING_EVENT = "WAITING_EVENT"  # asleep, or waiting for a signal: no lease, not reaped
     RESUMED = "RESUMED"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
@@ -79,6 +84,7 @@ TRANSITIONS: dict[RunStatus | None, frozenset[str]] = {
             "ModelCalled",
             "ToolWaitStarted",
             "ApprovalRequested",
+            "WaitStarted",
             "RunCompleted",
             "RunFailed",
             "RunRequeued",
@@ -102,6 +108,7 @@ TRANSITIONS: dict[RunStatus | None, frozenset[str]] = {
     RunStatus.WAITING_APPROVAL: frozenset(
         {"ApprovalGranted", "ApprovalRejected", "ApprovalExpired", "RunCancelled"}
     ),
+    RunStatus.WAITING_EVENT: frozenset({"TimerFired", "SignalDelivered", "RunCancelled"}),
     RunStatus.RESUMED: frozenset({"RunClaimed", "RunCancelled", "RunFailed"}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.FAILED: frozenset({"RunRetried"}),
@@ -330,6 +337,13 @@ def _changes(state: RunState, event: Event) -> dict[str, Any]:
                 "failure_reason": "Approval token expired",
                 "failure_code": APPROVAL_EXPIRED_CODE,
             }
+        case WaitStarted():  # durable sleep and signals: awooop.eventlog.wait_state
+            steps = journaled(state.saga_steps, event)
+            status = RunStatus.WAITING_EVENT
+            return {**_RELEASED, "status": status, "waiting_for": waiting_for(event), **steps}
+        case TimerFired() | SignalDelivered():
+            steps = journaled(state.saga_steps, event)
+            return {"status": RunStatus.RESUMED, "waiting_for": None, **steps}
         case RunCompleted():
             return {**_finished(event, RunStatus.COMPLETED), "result": event.result}
         case RunFailed():

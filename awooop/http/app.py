@@ -43,6 +43,7 @@ ROUTE_MODULES = (
     "awooop.http.output",
     "awooop.http.contracts",
     "awooop.http.approvals",
+    "awooop.http.signals",
     "awooop.http.pauses",
     "awooop.http.limits",
     "awooop.http.shares",

@@ -33,6 +33,9 @@ becomes the run's result. ``run`` offers:
 - ``await run.emit_output(text)``: streamed output (say each batch of a model's tokens),
   buffered and flushed in rows under the lease, read live by clients
   (:mod:`awooop.worker.output`); not journaled: an attempt that runs again emits again.
+- ``await run.sleep(timedelta)`` / ``run.sleep_until(datetime)``, ``await
+  run.wait_for_event(name, timeout=..., match=...)``: durable waits that end the attempt and
+  hold no slot or lease (:mod:`awooop.worker.durable_waits`).
 - ``run.run_id``, ``run.project_id``, ``run.input`` (the payload), ``run.attempt``,
   ``run.steps`` (results recorded so far), ``run.log``.
 
@@ -69,6 +72,7 @@ from awooop.worker.approval_waits import APPROVAL_STEP_PREFIX as APPROVAL_STEP_P
 from awooop.worker.approval_waits import Notifier as Notifier
 from awooop.worker.approval_waits import Suspended as Suspended
 from awooop.worker.attempts import Attempt, trace_metadata
+from awooop.worker.durable_waits import DurableWaits
 from awooop.worker.output import OutputSink, checked
 from awooop.worker.step_values import journal, recorded
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
@@ -157,6 +161,9 @@ class RunContext:
             check=self.check,
             slots=slots,
             io_timeout_s=io_timeout_s,
+        )
+        self._waits = DurableWaits(
+            db=db, attempt=attempt, steps=state.saga_steps, use=self._use, io_timeout_s=io_timeout_s
         )
 
     @property
@@ -342,6 +349,22 @@ class RunContext:
         await self._tools.answered(tool, encoded, started_at, **tries.fields())
         self._steps[step_name] = encoded
         return result
+
+    async def sleep(self, delay: timedelta, *, name: str | None = None) -> None:
+        await self._waits.sleep(delay, None, name)
+
+    async def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        await self._waits.sleep(None, when, name)
+
+    async def wait_for_event(
+        self,
+        name: str,
+        *,
+        timeout: timedelta | None = None,  # noqa: ASYNC109 - the durable wait's, journaled
+        match: Any = None,
+        step: str | None = None,
+    ) -> Any:
+        return await self._waits.wait_for_event(name, timeout, match, step)
 
     # --- internals ---------------------------------------------------------------------------
 

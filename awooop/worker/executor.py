@@ -31,6 +31,7 @@ from awooop.worker import tracelinks
 from awooop.worker.attempts import RUN_SPAN, Attempt, StopReason, StreamEntry
 from awooop.worker.context import LLMClient, Notifier, RunContext, Suspended
 from awooop.worker.contract_retry import ContractRetry
+from awooop.worker.durable_waits import Waiting
 from awooop.worker.last_writes import LastWrites
 from awooop.worker.outcomes import (
     Outcome,
@@ -254,7 +255,8 @@ class Executor:
                 outcome = await self.last_writes.give_back(attempt, "its completion failed")
             return self._count(attempt, outcome)
         if isinstance(exc, Suspended):
-            return self._count(attempt, Outcome.WAITING_APPROVAL)
+            waits = Outcome.WAITING_EVENT if isinstance(exc, Waiting) else Outcome.WAITING_APPROVAL
+            return self._count(attempt, waits)
         if attempt.stop_reason is not None:
             return await self._stopped(attempt)
         if isinstance(exc, LeaseLostError):

@@ -36,6 +36,22 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "ops",
             ),
             (
+                "Durable waits ended per second",
+                [
+                    ("sum(rate(awooop_timers_fired_total[5m]))", "timers fired"),
+                    (
+                        "sum by (path) (rate(awooop_signals_delivered_total[5m]))",
+                        "signals {{path}}",
+                    ),
+                ],
+                "ops",
+            ),
+            (
+                "Timers past due (the earliest open wait's lateness)",
+                [("max(awooop_timers_overdue_seconds)", "overdue")],
+                "s",
+            ),
+            (
                 "Channel events per second",
                 [
                     (

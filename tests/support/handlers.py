@@ -23,12 +23,14 @@ import asyncio
 import functools
 import os
 import time
+from datetime import timedelta
 from typing import Any
 
 import msgspec
 
 from awooop.core.errors import (
     DatabaseUnavailableError,
+    EventWaitTimeoutError,
     FlowWaitTooLongError,
     OverBudgetError,
     PriceNotFoundError,
@@ -314,3 +316,30 @@ async def handler_one(run: RunContext) -> dict[str, Any]:
 async def handler_two(run: RunContext) -> dict[str, Any]:
     """Routing tests: the handler of contract ``c2``."""
     return await _named(run, "two")
+
+
+async def sleeper(run: RunContext) -> dict[str, Any]:
+    """A step, a durable sleep of ``input["sleep_s"]`` seconds, a step; with ``event``: then a
+    wait for that event (``timeout_s``), returning its payload or ``"timeout"``."""
+    options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
+    before = await run.step("before", lambda: _effect_async(run, "before"))
+    if options.get("sleep_s"):
+        await run.sleep(timedelta(seconds=float(options["sleep_s"])))
+    got: Any = None
+    if options.get("event"):
+        timeout = options.get("timeout_s")
+        try:
+            got = await run.wait_for_event(
+                str(options["event"]),
+                timeout=None if timeout is None else timedelta(seconds=float(timeout)),
+                match=options.get("match"),
+            )
+        except EventWaitTimeoutError:
+            got = "timeout"
+    after = await run.step("after", lambda: _effect_async(run, "after"))
+    return {"before": before, "after": after, "got": got}
+
+
+async def _effect_async(run: RunContext, what: str) -> str:
+    effect(run, what)
+    return what

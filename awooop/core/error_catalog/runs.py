@@ -257,3 +257,30 @@ class ServerOutputStreamsExceededError(AwoooPError):
     http_status = 429
     retryable = True
     retry_after_s = 5
+
+
+# --- durable waits and signals (docs/workers.md) ---------------------------------------------
+
+
+class EventWaitTimeoutError(AwoooPError):
+    """No signal answered the wait for the event before its timeout
+    (``run.wait_for_event(..., timeout=...)``)."""
+
+    code = "E-SIGNAL-001"
+    http_status = 504
+
+
+class SignalRunFinishedError(AwoooPError):
+    """The run has finished: it takes no more signals. Nothing was written."""
+
+    code = "E-SIGNAL-002"
+    http_status = 409
+
+
+class SignalLimitError(AwoooPError):
+    """The run already keeps as many undelivered signals as a run may
+    (AWOOOP_SIGNALS_PER_RUN_MAX). Nothing was written."""
+
+    code = "E-SIGNAL-003"
+    http_status = 429
+    retry_after_s = 60
