@@ -87,6 +87,13 @@ FROM pg_constraint
 WHERE confrelid = to_regclass($1) AND conrelid <> confrelid AND contype = 'f'
 """
 
+# CREATE TABLE ... LIKE copies a CHECK constraint as validated: one the live table holds NOT
+# VALID (a migration added it so, without a scan) is added to the shadow again as it is.
+UNVALIDATED_CHECKS = """
+SELECT quote_ident(conname) AS name, pg_get_constraintdef(oid) AS def
+FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'c' AND NOT convalidated
+"""
+
 TRIGGERS = """
 SELECT quote_ident(tgname) AS name, pg_get_triggerdef(oid) AS def, tgenabled::text AS tgenabled
 FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal
@@ -179,6 +186,9 @@ async def create_shadow(conn: Connection, live: str) -> str:
         "INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING COMMENTS "
         "INCLUDING STATISTICS)"
     )
+    for check in await conn.fetch(UNVALIDATED_CHECKS, live):  # its def ends in NOT VALID
+        await conn.execute(f"ALTER TABLE {q(shadow)} DROP CONSTRAINT {check['name']}")
+        await conn.execute(f"ALTER TABLE {q(shadow)} ADD CONSTRAINT {check['name']} {check['def']}")
     if info["reloptions"]:
         await conn.execute(f"ALTER TABLE {q(shadow)} SET ({', '.join(info['reloptions'])})")
     if info["comment"] is not None:
