@@ -240,6 +240,25 @@ async def _run_output(conn: Connection, project_id: str) -> None:
     assert found.written == 1
 
 
+async def _waits(conn: Connection, project_id: str) -> None:
+    """A run's open sleep and a signal kept for it (the rows durable waits write)."""
+    now = await conn.fetchval("SELECT now()")
+    state = await create_run(conn, factories.created(project_id=project_id, at=now))
+    await conn.execute(
+        "INSERT INTO awooop_run_waits (run_id, project_id, step, kind, due_at, started_at) "
+        "VALUES ($1, $2, 'sleep:1', 'sleep', now() + interval '1 hour', now())",
+        state.run_id,
+        project_id,
+    )
+    await conn.execute(
+        "INSERT INTO awooop_signals (signal_id, project_id, run_id, name, signal_key, sent_by) "
+        "VALUES ($1, $2, $3, 'probe', 'k1', 'rls-probe')",
+        uuid.uuid4(),
+        project_id,
+        state.run_id,
+    )
+
+
 BUILDERS = (
     _run,
     _dedupe,
@@ -256,6 +275,7 @@ BUILDERS = (
     _schedule,
     _llm_flow,
     _run_output,
+    _waits,
 )
 
 
