@@ -85,6 +85,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     timer_batch_size: int = 500
     signal_payload_max_bytes: int = 64 * 1024
     signals_per_run_max: int = 100
+    # Child runs (docs/workers.md): how many unfinished children one run may have at once.
+    children_pending_max: int = 1000
     # How often the bulk_operations loop looks for operations whose process stopped.
     bulk_operations_interval_s: float = 10.0
 
@@ -200,6 +202,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "timer_batch_size",
             "signal_payload_max_bytes",
             "signals_per_run_max",
+            "children_pending_max",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")

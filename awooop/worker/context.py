@@ -32,7 +32,8 @@ becomes the run's result. ``run`` offers:
   (:mod:`awooop.worker.tool_waits`; calls made in parallel are one wait of the run).
 - ``await run.sleep(timedelta)`` / ``run.sleep_until(datetime)``, ``await
   run.wait_for_event(name, timeout=..., match=...)``: durable waits that end the attempt and
-  hold no slot or lease (:mod:`awooop.worker.durable_waits`).
+  hold no slot or lease (:mod:`awooop.worker.durable_waits`); ``await run.start_child(contract,
+  input, key=...)``, ``await run.wait_for_children(handles)``: child runs (child_runs.py).
 - ``run.run_id``, ``run.project_id``, ``run.input`` (the payload), ``run.attempt``,
   ``run.steps`` (results recorded so far), ``run.log``.
 
@@ -49,7 +50,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, Unpack
 
 from awooop.core.batching import data_error
-from awooop.core.config import STEP_RESULT_MAX_BYTES
+from awooop.core.config import STEP_RESULT_MAX_BYTES, Settings
 from awooop.core.db import Database
 from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
 from awooop.core.events import Event, StepCompleted
@@ -69,6 +70,7 @@ from awooop.worker.approval_waits import APPROVAL_STEP_PREFIX as APPROVAL_STEP_P
 from awooop.worker.approval_waits import Notifier as Notifier
 from awooop.worker.approval_waits import Suspended as Suspended
 from awooop.worker.attempts import Attempt, trace_metadata
+from awooop.worker.child_runs import ChildRuns, ChildRunsMixin
 from awooop.worker.durable_waits import DurableWaits
 from awooop.worker.step_values import journal, recorded
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
@@ -94,7 +96,7 @@ class LLMClient(Protocol):
 ApprovalGrant = approval_grants.ApprovalDecision  # what ``wait_for_approval`` returns
 
 
-class RunContext:
+class RunContext(ChildRunsMixin):
     _tool_waits: type[ToolWaits] = ToolWaits  # the test kit's writes answers in memory
 
     def __init__(
@@ -112,6 +114,7 @@ class RunContext:
         slots: SlotBell | None = None,
         step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
         overrides: contract_retry.ContractRetry | None = None,  # the run contract's policies
+        settings: Settings | None = None,  # child runs' intake and bound (child_runs.py)
     ) -> None:
         self._attempt = attempt
         self._overrides = overrides or contract_retry.ContractRetry()
@@ -159,6 +162,8 @@ class RunContext:
         self._waits = DurableWaits(
             db=db, attempt=attempt, steps=state.saga_steps, use=self._use, io_timeout_s=io_timeout_s
         )
+        self._children = ChildRuns(db=db, attempt=attempt, steps=state.saga_steps, use=self._use,
+                                   io_timeout_s=io_timeout_s, settings=settings)  # fmt: skip
 
     @property
     def steps(self) -> Mapping[str, Any]:

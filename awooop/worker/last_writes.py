@@ -10,6 +10,9 @@ whose own reason cannot be stored is written again with a reason that can. Any o
 a last write (a conflict that outlasted its retries) is ERROR; a refused (fenced) one is LOST
 (:mod:`awooop.worker.outcomes`).
 
+A child run's completion is a fenced write in a transaction (not the one-statement
+completion), so that its parent's wait is decided with it (:mod:`awooop.eventlog.child_waits`).
+
 An attempt that ends with an exception (``RunFailed``, or ``LeaseReleased`` when its stores
 were away) keeps the exception's traceback (:func:`awooop.core.excerpts.failure_traceback`)
 and the step the handler was in when it raised (:meth:`Attempt.step_of
@@ -29,7 +32,7 @@ from awooop.core import metrics
 from awooop.core.batching import Batcher, data_error
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError, UnstorableValueError
-from awooop.core.events import Event, LeaseReleased, RunFailed
+from awooop.core.events import Event, LeaseReleased, RunCompleted, RunFailed
 from awooop.core.excerpts import failure_traceback
 from awooop.core.logs import get_logger
 from awooop.core.retries import unavailable_on_connection_errors
@@ -144,6 +147,14 @@ class LastWrites:
             encoded = msgspec.to_builtins(result)
         except (TypeError, ValueError) as exc:
             return await self.fail(attempt, exc)
+        if attempt.parent_run_id is not None:  # a child: its parent's wait is decided with it
+            return await self._last_write(
+                attempt,
+                Outcome.COMPLETED,
+                lambda _s, now: RunCompleted(
+                    at=now, worker_id=self.worker_id, attempt=attempt.number, result=encoded
+                ),
+            )
         completion = leases.Completion(
             attempt.run_id, self.worker_id, attempt.number, encoded, trace_metadata()
         )
