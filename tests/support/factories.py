@@ -86,7 +86,7 @@ def event_for(type_name: str, state: RunState | None, at: datetime = T0) -> Any:
             step="children:1",
             results=[{"run_id": str(SIGNAL_ID), "key": "a", "status": "COMPLETED", "result": 1}],
             finished=1,
-        ),  # fmt: skip
+        ),
         "RunCompleted": lambda: ev.RunCompleted(**common, **attempt_scoped, result="done"),
         "RunFailed": lambda: ev.RunFailed(**common, reason="boom", code="E-HANDLER-001"),
         "RunRequeued": lambda: ev.RunRequeued(**common, attempt=attempt),
