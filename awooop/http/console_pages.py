@@ -27,7 +27,7 @@ from awooop.http.console_render import SECURITY_HEADERS, error_page, filter_view
 from awooop.http.console_requests import path_run, run_filter
 from awooop.http.console_waterfall import duration_text, waterfall
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE
-from awooop.runs import approval_reviews, deadletters, listing, run_rows
+from awooop.runs import approval_reviews, children, deadletters, listing, run_rows
 from awooop.runs.blocked import BlockedOn, Reason
 from projections import failures, model_calls, timeline
 
@@ -43,6 +43,7 @@ class RunPage:
     dead_letters: list[DeadLetterRow]
     now: datetime  # the database clock
     etag: str
+    family: children.Family | None = None  # its parent and children (child runs)
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ class RunPages(ConsoleAccess):
             steps=timeline.steps_in_run_order(shown.state.saga_steps, lines),
             approvals=shown.approvals,
             dead_letters=shown.dead_letters,
+            family=shown.family,
             in_step=in_step(shown.blocked, datetime.now(UTC)),
             failure=failures.failed_by(shown.state, shown.history.failures),
             failures=shown.history.failures,
@@ -186,6 +188,8 @@ class RunPages(ConsoleAccess):
             raise RunNotFoundError(run_id=run_id)
         version, status, now = found
         final = RunStatus(status) in TERMINAL
+        # A finished parent's page changes while its children finish (their count is in the tag).
+        context = f"{context}|{await children.pending_count(conn, run_id)}"
         etag = live.run_etag(version, status, now, final=final, context=context)
         if live.matches(request, etag):
             return Unchanged(etag)
@@ -198,6 +202,7 @@ class RunPages(ConsoleAccess):
             history=await model_calls.history_from_log(conn, run_id),
             approvals=await approval_reviews.reviews_of(conn, run_id),
             dead_letters=await deadletters.entries_of_run(conn, project_id, run_id),
+            family=await children.family(conn, run_id, state.parent_run_id),
             now=now,
             etag=live.run_etag(
                 state.version,

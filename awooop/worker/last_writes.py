@@ -10,8 +10,9 @@ whose own reason cannot be stored is written again with a reason that can. Any o
 a last write (a conflict that outlasted its retries) is ERROR; a refused (fenced) one is LOST
 (:mod:`awooop.worker.outcomes`).
 
-A child run's completion is a fenced write in a transaction (not the one-statement
-completion), so that its parent's wait is decided with it (:mod:`awooop.eventlog.child_waits`).
+A child run's end (completion or failure) is a fenced write in a transaction of its own (not
+the one-statement completion, not a group commit), so that its parent's wait is decided with it
+(:mod:`awooop.eventlog.child_waits`).
 
 An attempt that ends with an exception (``RunFailed``, or ``LeaseReleased`` when its stores
 were away) keeps the exception's traceback (:func:`awooop.core.excerpts.failure_traceback`)
@@ -190,7 +191,19 @@ class LastWrites:
         fenced = leases.FencedWrite(
             attempt.run_id, self.worker_id, attempt.number, make, trace_metadata()
         )
-        return await self._settle_write(attempt, outcome, self.write(attempt.project_id, fenced))
+        alone = attempt.parent_run_id is not None and outcome is not Outcome.RELEASED
+        written = self._alone(fenced) if alone else self.write(attempt.project_id, fenced)
+        return await self._settle_write(attempt, outcome, written)
+
+    async def _alone(self, write: leases.FencedWrite) -> RunState:
+        """A child run's end, in a transaction of its own (not a group commit): it locks the
+        child's row, then its parent's (awooop.eventlog.child_waits), and a group commit holding
+        other runs' rows, a parent's among them, could wait for another in a cycle."""
+        with unavailable_on_connection_errors("a fenced write failed"):
+            [written] = await self.statements.fenced_record_many([write])
+        if isinstance(written, BaseException):
+            raise written
+        return written
 
     async def _settle_write(
         self,

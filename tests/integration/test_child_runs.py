@@ -6,6 +6,7 @@ parent's blocked_on, and the replay tool."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -20,14 +21,18 @@ from awooop.core.events import RunCreated, run_stream_id
 from awooop.eventlog import child_waits
 from awooop.eventlog.child_state import dedupe_key
 from awooop.eventlog.runs import apply_and_store_many
+from awooop.ingest import credentials
 from awooop.runs import blocked_facts, control, signals, timers
 from awooop.services import Services
 from awooop.worker.assembly import build_worker
 from awooop.worker.runtime import Worker
 from projections.registry import get
 from projections.replay import replay
+from tests.integration.test_console import log_in
 from tests.support import handlers
+from tests.support.http import app_client
 from tests.support.runs import count_events, create_runs, event_types, load
+from tests.support.workers import cli
 
 P = "proj-kids"
 
@@ -276,3 +281,48 @@ async def test_a_child_run_created_event_carries_its_parent(db: Database, fast: 
         )
     created = msgspec.convert(data, RunCreated, strict=False)
     assert created.parent_run_id == parent and created.cancel_with_parent
+
+
+async def test_runs_show_the_console_and_another_projects_token(
+    settings: Settings, db: Database, fast: Settings
+) -> None:
+    """`awooop runs show` and the console's run page name a child's parent and a parent's
+    children with their states; a child is its parent's project's: another project's token
+    neither reads it nor signals it."""
+    parent = await parent_with(db, children=2, per_child={"1": {"wait_event": "go"}})
+    await worker(db, fast, concurrency=2).run_until_idle()
+    [done, waiting] = [k["run_id"] for k in await children_of(db, parent)]
+    shown = cli(settings, "runs", "show", P, str(parent))
+    assert shown.returncode == 0, shown.stderr
+    assert "children: 2 (1 finished)" in shown.stdout
+    assert str(done) in shown.stdout and str(waiting) in shown.stdout
+    assert "waiting_for_children" in shown.stdout and "1 of 2 children finished" in shown.stdout
+    as_json = json.loads(cli(settings, "runs", "show", P, str(waiting), "--json").stdout)
+    assert as_json["family"]["parent_run_id"] == str(parent)
+    assert as_json["state"]["parent_run_id"] == str(parent)
+    _, manage = await credentials.create_management_token(db, P, "manage")
+    _, foreign = await credentials.create_management_token(db, "proj-other", "manage")
+    async with app_client(settings, db) as http:
+        await log_in(http, manage)
+        page = (await http.get(f"/ui/runs/{P}/{parent}")).text
+        assert 'id="children"' in page and "1 of 2 finished" in page
+        assert f'href="/ui/runs/{P}/{done}"' in page and "WAITING_EVENT" in page
+        child_page = (await http.get(f"/ui/runs/{P}/{waiting}")).text
+        assert f'href="/ui/runs/{P}/{parent}"' in child_page and 'id="parent-run"' in child_page
+    async with app_client(settings, db, bearer=foreign) as http:
+        read = await http.get(f"/v1/projects/{P}/runs/{waiting}")
+        assert read.status_code == 403 and read.json()["code"] == "E-AUTH-002"
+        own = await http.get(f"/v1/projects/proj-other/runs/{waiting}")
+        assert own.status_code == 404 and own.json()["code"] == "E-RUN-003"
+        signal = await http.post(
+            f"/v1/projects/{P}/runs/{waiting}/signals/go", json={"payload": {}, "key": "k1"}
+        )
+        assert signal.status_code == 403
+        signal = await http.post(
+            f"/v1/projects/proj-other/runs/{waiting}/signals/go", json={"payload": {}, "key": "k1"}
+        )
+        assert signal.status_code == 404 and signal.json()["code"] == "E-RUN-003"
+    assert (await load(db, P, waiting)).status == "WAITING_EVENT"
+    async with app_client(settings, db, bearer=manage) as http:
+        read = await http.get(f"/v1/projects/{P}/runs/{waiting}")
+        assert read.status_code == 200 and read.json()["project_id"] == P
