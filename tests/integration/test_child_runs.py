@@ -326,3 +326,31 @@ async def test_runs_show_the_console_and_another_projects_token(
     async with app_client(settings, db, bearer=manage) as http:
         read = await http.get(f"/v1/projects/{P}/runs/{waiting}")
         assert read.status_code == 200 and read.json()["project_id"] == P
+
+
+async def test_a_childs_first_attempt_links_to_the_parents_span(
+    db: Database, fast: Settings, spans: Any
+) -> None:
+    """The child's RunCreated carries the trace context of the parent's ``start_child`` span
+    (inside the parent's ``run`` span): the child's first ``run`` span links to it."""
+    parent = await parent_with(db, children=1)
+    await worker(db, fast).run_until_idle()
+    finished = spans.get_finished_spans()
+    [kid] = [k["run_id"] for k in await children_of(db, parent)]
+    [start] = [s for s in finished if s.name == "start_child c0"]
+    parent_runs = [
+        s
+        for s in finished
+        if s.name == "run" and (s.attributes or {}).get("awooop.run_id") == str(parent)
+    ]
+    assert start.context.trace_id in {s.context.trace_id for s in parent_runs}
+    [first] = [
+        s
+        for s in finished
+        if s.name == "run"
+        and (s.attributes or {}).get("awooop.run_id") == str(kid)
+        and (s.attributes or {}).get("awooop.attempt") == 1
+    ]
+    linked = {(link.context.trace_id, link.context.span_id) for link in first.links}
+    in_trace = first.context.trace_id == start.context.trace_id
+    assert in_trace or (start.context.trace_id, start.context.span_id) in linked
