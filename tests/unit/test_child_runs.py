@@ -114,8 +114,15 @@ def test_a_childs_dedupe_key_names_its_parent_and_key() -> None:
 def test_a_children_wait_is_journaled_and_ended_by_its_children_or_its_timeout() -> None:
     running = state_in(RunStatus.RUNNING)
     kids = (uuid.UUID(int=1), uuid.UUID(int=2))
-    started = ev.WaitStarted(at=T0, worker_id=running.worker_id or "", attempt=1,
-                             step="children:1", kind="children", children=kids, needed=2)  # fmt: skip
+    started = ev.WaitStarted(
+        at=T0,
+        worker_id=running.worker_id or "",
+        attempt=1,
+        step="children:1",
+        kind="children",
+        children=kids,
+        needed=2,
+    )
     waiting = apply(running, started)
     assert waiting.status is RunStatus.WAITING_EVENT and waiting.waiting_for == "children"
     assert (
