@@ -103,12 +103,12 @@ class ChildRuns:
     ) -> ChildHandle:
         signals.check_name(key, "child key")
         signals.check_name(contract, "contract")
+        value = check_input(value, self._settings.http_max_body_bytes)
         step = CHILD_STEP_PREFIX + key
         self._use(step)
         entry = self._entries.get(step)
         if entry is not None:
             return handle_of(entry.get("result"))
-        value = check_input(value, self._settings.http_max_body_bytes)
         attempt = self._attempt
         with tracer.start_as_current_span(
             f"start_child {key}",
