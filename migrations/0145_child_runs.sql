@@ -8,10 +8,12 @@
 --   RunCreated so that a replay agrees; cancel_with_parent: whether cancelling the parent
 --   cancels this run while it is unfinished. The same two columns on the projection's table.
 --   Both are catalog changes without a rewrite (a nullable column, a constant default).
--- - awooop_run_state_parent_idx: a run's children by status: the count of a parent's
---   unfinished children (the bound AWOOOP_CHILDREN_PENDING_MAX, checked under the parent's row
---   lock when a child is started), the children a cancelled parent cancels, and `awooop runs
---   show`. Only children have entries. Built CONCURRENTLY.
+-- - awooop_run_state_parent_idx: a run's children in creation order (run ids are time-ordered):
+--   `awooop runs show` and the console's run page list the oldest ones. Only children have
+--   entries. awooop_run_state_children_unfinished_idx: a run's unfinished children: their count
+--   (the bound AWOOOP_CHILDREN_PENDING_MAX, checked under the parent's row lock when a child is
+--   started) and the children a cancelled parent cancels; a child leaves it when it finishes,
+--   so its size is bounded by the live children. Both built CONCURRENTLY.
 -- - awooop_run_waits may now hold a wait of kind 'children' (WaitStarted kind "children"):
 --   `children`, the JSON array of the run ids waited for (in the handler's order), `needed`,
 --   how many of them must be finished (COMPLETED, FAILED or CANCELLED) to end it, and
@@ -37,8 +39,11 @@ ALTER TABLE awooop_run_state_view
     ADD COLUMN cancel_with_parent boolean NOT NULL DEFAULT false;
 
 CREATE INDEX CONCURRENTLY awooop_run_state_parent_idx
-    ON awooop_run_state (parent_run_id, status)
+    ON awooop_run_state (parent_run_id, run_id)
     WHERE parent_run_id IS NOT NULL;
+CREATE INDEX CONCURRENTLY awooop_run_state_children_unfinished_idx
+    ON awooop_run_state (parent_run_id)
+    WHERE parent_run_id IS NOT NULL AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED');
 
 ALTER TABLE awooop_run_waits
     DROP CONSTRAINT awooop_run_waits_kind_check,

@@ -40,6 +40,7 @@ from awooop.eventlog.state import TERMINAL, RunState, RunStatus, row_to_state
 
 WAIT = queries.load("children_wait")
 STATES = queries.load("children_states")
+FINISHED = queries.load("children_finished")
 LOCK_UNFINISHED = queries.load("children_lock_unfinished")
 LEFT = queries.load("children_left")
 KEEP = queries.load("child_cancels_keep")
@@ -99,9 +100,9 @@ async def resume_if_satisfied(
     if wait is None:
         return False  # asleep, or waiting for a signal
     children = [uuid.UUID(str(c)) for c in wait["children"]]
-    found = await outcomes(conn, parent_run_id, children)
-    if not child_state.satisfied([r.status for r in found], wait["needed"]):
+    if await conn.fetchval(FINISHED, children, parent_run_id) < wait["needed"]:
         return False
+    found = await outcomes(conn, parent_run_id, children)
     event = ChildrenFinished(
         at=row["db_now"],
         step=wait["step"],

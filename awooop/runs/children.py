@@ -29,20 +29,28 @@ from awooop.runs import run_rows
 from awooop.runs.leases import fenced_record
 
 # --- SQL -------------------------------------------------------------------------------------
-# A run's unfinished children (awooop_run_state_parent_idx): the bound on starting more.
+# A run's unfinished children (awooop_run_state_children_unfinished_idx, whose predicate this
+# is): the bound on starting more.
 PENDING = """
 SELECT count(*) FROM awooop_run_state
 WHERE parent_run_id = $1 AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
 """
-# A run's children, oldest first, at most $2 (awooop_run_state_parent_idx), and how many.
+# A run's children, oldest first (run ids are time-ordered), at most $2
+# (awooop_run_state_parent_idx).
 FAMILY = """
 SELECT run_id, provider_event_id, parent_run_id, contract_id, status, created_at,
-       finished_at, failure_code, count(*) OVER () AS total
+       finished_at, failure_code
 FROM awooop_run_state
 WHERE parent_run_id = $1
-ORDER BY created_at, run_id
+ORDER BY run_id
 LIMIT $2
 """
+# How many children a run has, counted up to $2 (an index-only probe of at most $2 entries).
+TOTAL = """
+SELECT count(*) FROM (
+    SELECT 1 FROM awooop_run_state WHERE parent_run_id = $1 LIMIT $2) AS kids
+"""
+COUNT_CAP = 100_000  # a family's size is shown as "at least" this beyond it
 PARENT = "SELECT run_id, status, contract_id FROM awooop_run_state WHERE run_id = $1"
 # ---------------------------------------------------------------------------------------------
 
@@ -92,7 +100,7 @@ async def family(
         )
         for r in rows
     ]
-    total = int(rows[0]["total"]) if rows else 0
+    total = len(rows) if len(rows) < limit else int(await conn.fetchval(TOTAL, run_id, COUNT_CAP))
     unfinished = await pending_count(conn, run_id) if total else 0
     return Family(
         parent_run_id=parent_run_id,

@@ -186,6 +186,11 @@ class ChildRuns:
         ids = [h.run_id for h in _handles(handles)]
         if len(set(ids)) != len(ids):
             raise InvalidInputError("wait_for_children: each child once")
+        if len(ids) > self._settings.children_pending_max:
+            raise InvalidInputError(
+                f"wait_for_children: at most {self._settings.children_pending_max} children "
+                "in one wait (AWOOOP_CHILDREN_PENDING_MAX)"
+            )
         try:
             needed = needed_of(count, len(ids))
         except ValueError as exc:

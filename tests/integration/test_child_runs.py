@@ -18,7 +18,7 @@ import pytest
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import RunCreated, run_stream_id
-from awooop.eventlog.child_state import dedupe_key
+from awooop.eventlog.child_state import decoded, dedupe_key
 from awooop.ingest import credentials
 from awooop.loops.timers import cancel_children_once
 from awooop.runs import blocked_facts, control, signals, timers
@@ -100,32 +100,34 @@ async def test_a_worker_of_one_slot_runs_a_parent_and_its_children(
 async def test_children_finished_before_the_wait_are_seen_when_it_starts(
     db: Database, fast: Settings
 ) -> None:
-    """The children finish while the parent still runs (it pauses after each start): the wait
-    finds them all finished and the attempt goes on (no WaitStarted)."""
-    parent = await parent_with(db, children=2, start_pause_s=1.0)
-    w = worker(db, fast, concurrency=4)
-    await w.run_until_idle()
+    """One slot: the parent's first wait must start (its children cannot run before); once it
+    resumed, a second wait for the same children finds them finished and goes on at once
+    (a plain journal entry, no second WaitStarted), with the same outcomes."""
+    parent = await parent_with(db, children=2, wait_again=True)
+    await worker(db, fast).run_until_idle()
     state = await load(db, P, parent)
     assert state.status == "COMPLETED" and len(state.result["results"]) == 2
+    assert state.result["again"] == state.result["results"]
     types = await event_types(db, P, parent)
-    assert "WaitStarted" not in types and "ChildrenFinished" not in types
-    assert state.saga_steps["children:1"]["result"] == state.result["results"]
+    assert types.count("WaitStarted") == 1 and types.count("ChildrenFinished") == 1
+    assert "kind" in state.saga_steps["children:1"]
+    assert "kind" not in state.saga_steps["children:2"]
+    assert state.saga_steps["children:2"]["result"] == state.result["results"]
 
 
 async def test_the_first_n_and_a_timeout(db: Database, fast: Settings) -> None:
     """count=2 of 3, the third child waiting for an event: the parent resumes with two
-    finished and the third as it was; a wait for all three with a timeout raises E-CHILD-001."""
+    finished and the third as it was then; a wait for all three with a timeout raises
+    E-CHILD-001."""
     waiting = {"2": {"wait_event": "go"}}
     first_two = await parent_with(db, children=3, count=2, per_child=waiting)
     all_three = await parent_with(db, children=3, per_child=waiting, timeout_s=0.5)
     await worker(db, fast, concurrency=4).run_until_idle()
     state = await load(db, P, first_two)
     assert state.status == "COMPLETED"
-    assert [r["status"] for r in state.result["results"]] == [
-        "COMPLETED",
-        "COMPLETED",
-        "WAITING_EVENT",
-    ]
+    [first, second, third] = decoded(state.result["results"])
+    assert first.status == second.status == "COMPLETED"
+    assert not third.finished  # as it was when the second finished (PENDING, or waiting)
     assert (await load(db, P, all_three)).status == "WAITING_EVENT"
     await asyncio.sleep(0.6)
     fired = await db.in_platform_writes(lambda c: timers.fire_due(c, 10))

@@ -352,9 +352,9 @@ async def family(run: RunContext) -> dict[str, Any]:
     ``contract`` ("child") with keys ``c0``, ``c1``... and input ``{"i": i}`` merged with
     ``child`` and ``per_child[str(i)]``, pausing ``start_pause_s`` between two starts, then
     waits for them (``count``, ``timeout_s``, ``cancel_with_parent``) and records the step
-    ``after`` (effect ``parent:after``: once per resumed parent); it returns the children's
-    outcomes, ``{"timeout": code}`` after a timeout, or ``{"refused": code}`` when a start is
-    refused. A child (no ``children``) raises with ``fail``, waits for event ``wait_event``,
+    ``after`` (effect ``parent:after``: once per resumed parent), with ``wait_again`` waits for
+    them a second time; it returns the children's outcomes (and ``again``), ``{"timeout":
+    code}`` after a timeout, or ``{"refused": code}`` when a start is refused. A child (no ``children``) raises with ``fail``, waits for event ``wait_event``,
     sleeps ``sleep_s`` (asyncio: holding its slot) and returns ``{"i": i, "twice": 2 * i}``."""
     options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
     if "children" not in options:
@@ -394,4 +394,7 @@ async def family(run: RunContext) -> dict[str, Any]:
     except ChildrenWaitTimeoutError as exc:
         return {"timeout": exc.code}
     await run.step("after", lambda: _effect_async(run, "parent:after"))
-    return {"results": msgspec.to_builtins(results)}
+    done: dict[str, Any] = {"results": msgspec.to_builtins(results)}
+    if options.get("wait_again"):  # the same children, finished by now
+        done["again"] = msgspec.to_builtins(await run.wait_for_children(handles))
+    return done
