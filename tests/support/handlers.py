@@ -354,8 +354,9 @@ async def family(run: RunContext) -> dict[str, Any]:
     waits for them (``count``, ``timeout_s``, ``cancel_with_parent``) and records the step
     ``after`` (effect ``parent:after``: once per resumed parent), with ``wait_again`` waits for
     them a second time; it returns the children's outcomes (and ``again``), ``{"timeout":
-    code}`` after a timeout, or ``{"refused": code}`` when a start is refused. A child (no ``children``) raises with ``fail``, waits for event ``wait_event``,
-    sleeps ``sleep_s`` (asyncio: holding its slot) and returns ``{"i": i, "twice": 2 * i}``."""
+    code}`` after a timeout, or ``{"refused": code}`` when a start is refused. A child (no
+    ``children``) raises with ``fail``, waits for event ``wait_event``, sleeps ``sleep_s``
+    (asyncio: holding its slot) and returns ``{"i": i, "twice": 2 * i}``."""
     options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
     if "children" not in options:
         if options.get("fail"):
