@@ -256,7 +256,9 @@ def test_a_wait_for_child_runs_is_a_bar_to_the_children_finishing() -> None:
         line(5, 5100, "RunClaimed", attempt=2),
         line(6, 5200, "RunCompleted", attempt=2),
     ]
-    [wait] = [b for b in waterfall(lines, at(6000), finished=True) if b.kind == "wait"]
+    shown = waterfall(lines, at(6000), finished=True)
+    assert shown is not None
+    [wait] = [b for b in shown.bars if b.kind == "wait"]
     assert (wait.label, wait.start, wait.end, wait.outcome) == (
         "children:1",
         at(200),
