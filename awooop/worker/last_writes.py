@@ -191,9 +191,15 @@ class LastWrites:
         fenced = leases.FencedWrite(
             attempt.run_id, self.worker_id, attempt.number, make, trace_metadata()
         )
-        alone = attempt.parent_run_id is not None and outcome is not Outcome.RELEASED
-        written = self._alone(fenced) if alone else self.write(attempt.project_id, fenced)
-        return await self._settle_write(attempt, outcome, written)
+        return await self._settle_write(attempt, outcome, self._ending(attempt, outcome, fenced))
+
+    def _ending(
+        self, attempt: Attempt, outcome: Outcome, fenced: leases.FencedWrite
+    ) -> Awaitable[RunState]:
+        """The last write, alone when it ends a child run (:meth:`_alone`), else batched."""
+        if attempt.parent_run_id is not None and outcome is not Outcome.RELEASED:
+            return self._alone(fenced)
+        return self.write(attempt.project_id, fenced)
 
     async def _alone(self, write: leases.FencedWrite) -> RunState:
         """A child run's end, in a transaction of its own (not a group commit): it locks the
@@ -253,5 +259,5 @@ class LastWrites:
             ),
         )
         return await self._settle_write(
-            attempt, Outcome.FAILED, self.write(attempt.project_id, fenced), last_resort=True
+            attempt, Outcome.FAILED, self._ending(attempt, Outcome.FAILED, fenced), last_resort=True
         )
