@@ -21,7 +21,8 @@ from awooop.core.events import RunCreated, run_stream_id
 from awooop.eventlog.child_state import decoded, dedupe_key
 from awooop.ingest import credentials
 from awooop.loops.timers import cancel_children_once
-from awooop.runs import blocked_facts, control, signals, timers
+from awooop.runs import blocked_facts, concurrency, control, signals, timers
+from awooop.runs.pause_rules import Scope
 from awooop.services import Services
 from awooop.worker.assembly import build_worker
 from awooop.worker.runtime import Worker
@@ -352,3 +353,31 @@ async def test_a_childs_first_attempt_links_to_the_parents_span(
     linked = {(link.context.trace_id, link.context.span_id) for link in first.links}
     in_trace = first.context.trace_id == start.context.trace_id
     assert in_trace or (start.context.trace_id, start.context.span_id) in linked
+
+
+async def test_children_get_the_concurrency_key_and_fair_tag_intake_gives(
+    db: Database, fast: Settings
+) -> None:
+    """The child contract's concurrency limit keys each child by its input, as intake keys any
+    run, and each child gets its start tag in the fair order."""
+    await db.in_tenant(
+        P,
+        lambda c: concurrency.set_limit(
+            c, P, Scope.CONTRACT, "child", key_expr="input.i", max_expr="1", global_max=None,
+            depth_cap=None, actor="test",
+        ),
+    )  # fmt: skip
+    parent = await parent_with(db, children=2)
+    await worker(db, fast).run_until_idle()
+    assert (await load(db, P, parent)).status == "COMPLETED"
+    async with db.platform() as conn:
+        rows = await conn.fetch(
+            "SELECT concurrency_key, concurrency_max, fair_tag FROM awooop_run_state "
+            "WHERE parent_run_id = $1 ORDER BY provider_event_id",
+            parent,
+        )
+    assert [(r["concurrency_key"], r["concurrency_max"]) for r in rows] == [
+        ("contract:child/0", 1),
+        ("contract:child/1", 1),
+    ]
+    assert all(r["fair_tag"] is not None for r in rows)
