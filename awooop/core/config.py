@@ -33,6 +33,8 @@ ENV_PREFIX = "AWOOOP_"
 SPECIAL_ENV_NAMES = {"loop_project_id": "LOOP_PROJECT_ID"}
 # The largest step result a handler may journal, as JSON (awooop.worker.step_values).
 STEP_RESULT_MAX_BYTES = 256 * 1024
+SIGNAL_PAYLOAD_MAX_BYTES = 64 * 1024
+SIGNALS_PER_RUN_MAX = 100
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,8 +85,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # due sooner, or a pending signal, wakes it at once), its batch; a signal's limits.
     timer_poll_interval_s: float = 10.0
     timer_batch_size: int = 500
-    signal_payload_max_bytes: int = 64 * 1024
-    signals_per_run_max: int = 100
+    signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES
+    signals_per_run_max: int = SIGNALS_PER_RUN_MAX
+    # How long undelivered signals of a finished run are kept (the dedupe_expiry loop).
+    signal_retention_s: float = 7 * 86400.0
     # Child runs (docs/workers.md): how many unfinished children one run may have at once.
     children_pending_max: int = 1000
     # How often the bulk_operations loop looks for operations whose process stopped.
@@ -172,6 +176,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "llm_timeout_s",
             "llm_flow_max_wait_s",
             "llm_flow_retention_s",
+            "signal_retention_s",
             "stats_interval_s",
             "redis_socket_timeout_s",
             "http_header_timeout_s",

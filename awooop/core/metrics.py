@@ -104,8 +104,15 @@ RUNS_OLDEST_AGE = Gauge(
 RUNS_OVERDUE = Gauge(
     "awooop_runs_overdue",
     "Runs a platform loop should already have handled, by reason (lease_expired: the reaper; "
-    "approval_expired: the approval resolver), sampled by the stats loop",
+    "approval_expired: the approval resolver; timer_due: the timers loop), sampled by the "
+    "stats loop",
     ["project_id", "reason"],
+)
+TIMERS_OVERDUE = Gauge(
+    "awooop_timers_overdue_seconds",
+    "How long past its due time the earliest open wait (a sleep, an event wait's timeout) is, "
+    "0 when none is due: it grows while the timers loop is stopped or behind (stats loop)",
+    registry=None,  # exported by the processes that run the stats loop only: owned()
 )
 PAUSED_SCOPES = Gauge(
     "awooop_paused_scopes",

@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from awooop.core import metrics
 from awooop.core.errors import InvalidInputError
-from awooop.core.telemetry import tracer
+from awooop.core.telemetry import context_metadata, tracer
 from awooop.http.approvals import PREFIX, _ids
 from awooop.http.auth import require
 from awooop.http.ingest import decode_body, read_body
@@ -64,7 +64,7 @@ def routes(services: Services) -> list[BaseRoute]:
                     sent_by=principal.actor,
                     payload_max_bytes=settings.signal_payload_max_bytes,
                     kept_max=settings.signals_per_run_max,
-                    metadata=principal.metadata(),
+                    metadata={**principal.metadata(), **context_metadata()},
                 ),
             )
         if sent.delivered and not sent.duplicate:

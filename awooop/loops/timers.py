@@ -3,9 +3,11 @@ and delivers the signals the producer library left pending (docs/workers.md, Dur
 
 Each iteration fires due waits in batches of ``AWOOOP_TIMER_BATCH_SIZE`` (one transaction each,
 ``FOR UPDATE SKIP LOCKED``: any number of copies fire each wait once; :mod:`awooop.runs.timers`),
-the earliest due first across every project, up to ``MAX_BATCHES`` per iteration (then the next
-iteration starts at once), so one project's thousands of due timers fire in due order with the
-others' and never hold the loop. Then it delivers pending signals the same way
+each batch round-robin across the projects with due waits (every such project's earliest due
+wait before any project's second, then the earliest due of any project to fill it), up to
+``MAX_BATCHES`` per iteration (then the next iteration starts at once), so one project's
+thousands of timers due at one instant hold another project's timer back for at most one
+batch, and never hold the loop. Then it delivers pending signals the same way
 (:func:`awooop.runs.signals.deliver_pending`), cancels the child runs a cancelled parent left
 (:func:`awooop.eventlog.child_waits.cancel_left`) and asks the database when the next wait is
 due.
@@ -16,6 +18,14 @@ seconds it is due), that a signal is pending or that a cancelled parent left chi
 cancel (migration 0145), and otherwise every
 ``AWOOOP_TIMER_POLL_INTERVAL_S`` (the fallback for a lost notification or listener). A
 notification is a doorbell, never an order: a false ring costs one query.
+
+Each batch that resumes runs (``TimerFired``, a pending signal's ``SignalDelivered``) is written
+in a span of its own trace (:func:`resume_span`: ``timers fire``, ``signals deliver``), linked
+to the loop iteration's span; its events carry it (``traceparent``), so the relay publishes
+them in that trace and each resumed attempt's ``run`` span links to it
+(:mod:`awooop.worker.tracelinks`, link ``resumed_by``). Such a span is sampled as the
+configured sampler decides, not at the loop iterations' ratio: like an ingest it starts work
+people follow, and an iteration that resumes nothing opens none.
 """
 
 from __future__ import annotations
@@ -23,13 +33,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
+
+from opentelemetry.context import Context
 
 from awooop.core import metrics
 from awooop.core.db import Connection, Database
 from awooop.core.logs import get_logger
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.core.pools import PLATFORM_ROLE, connect
+from awooop.core.telemetry import context_metadata, inject, span_link, tracer
 from awooop.eventlog import child_waits
 from awooop.eventlog.runs import apply_and_store_many
 from awooop.runs import signals, timers
@@ -44,11 +58,31 @@ MAX_BATCHES = 20
 MIN_DELAY_S = 0.005  # a wake sooner than this runs the next iteration at once
 
 
+@contextlib.contextmanager
+def resume_span(name: str, runs: int) -> Iterator[dict[str, Any]]:
+    """A root span around writes that resume ``runs`` runs, linked to the current span (the
+    loop iteration's, when sampled); yields the metadata naming it (module doc)."""
+    with tracer.start_as_current_span(
+        name, context=Context(), links=span_link(*inject()), attributes={"awooop.runs": runs}
+    ):
+        yield context_metadata()
+
+
+def fire_span(runs: int) -> contextlib.AbstractContextManager[dict[str, Any]]:
+    return resume_span("timers fire", runs)
+
+
+def deliver_span(runs: int) -> contextlib.AbstractContextManager[dict[str, Any]]:
+    return resume_span("signals deliver", runs)
+
+
 async def fire_once(db: Database, batch: int) -> tuple[int, bool]:
     """Fire due waits in batches; returns (fired, more: the bound was reached)."""
     total = 0
     for _ in range(MAX_BATCHES):
-        fired = await db.in_platform_writes(lambda conn: timers.fire_due(conn, batch))
+        fired = await db.in_platform_writes(
+            lambda conn: timers.fire_due(conn, batch, traced=fire_span)
+        )
         for state, event in fired:
             log.info(
                 "timer_fired",
@@ -69,7 +103,7 @@ async def deliver_once(db: Database, batch: int) -> tuple[int, bool]:
     total = 0
     for _ in range(MAX_BATCHES):
         looked, delivered = await db.in_platform_writes(
-            lambda conn: signals.deliver_pending(conn, batch)
+            lambda conn: signals.deliver_pending(conn, batch, traced=deliver_span)
         )
         total += delivered
         if looked < batch:

@@ -41,12 +41,13 @@ from awooop.core.errors import (
     check_transaction_tenant,
 )
 from awooop.core.events import SignalDelivered, StepCompleted, WaitStarted
-from awooop.eventlog import run_reads
+from awooop.eventlog import queries, run_reads
 from awooop.eventlog.runs import apply_and_store
 from awooop.eventlog.state import TERMINAL, RunState, RunStatus, row_to_state
 from awooop.eventlog.wait_state import EVENT
 from awooop.runs import run_rows
 from awooop.runs.leases import fenced_record
+from awooop.runs.timers import Traced, untraced
 
 MAX_NAME_LENGTH = 200
 MAX_KEY_LENGTH = 200
@@ -82,6 +83,7 @@ ORDER BY sent_at, signal_id
 LIMIT 1
 FOR UPDATE
 """
+MARK_ENDED = queries.load("signals_mark_ended")
 MARK_DELIVERED = """
 UPDATE awooop_signals SET delivered_at = $2, step = $3, pending = false WHERE signal_id = $1
 """
@@ -274,17 +276,26 @@ async def deliver_to_wait(
     return event
 
 
-async def deliver_pending(conn: Connection, limit: int) -> tuple[int, int]:
+async def deliver_pending(
+    conn: Connection, limit: int, *, traced: Traced = untraced
+) -> tuple[int, int]:
     """The timers loop: deliver the pending signals (the producer's) of up to ``limit`` signals'
-    runs, each under its run's row lock; platform role. Returns (signals looked at, delivered)."""
+    runs, each under its run's row lock; platform role. Returns (signals looked at, delivered).
+    ``traced``: entered around the deliveries, when there are runs to look at (its metadata
+    is the events')."""
     rows = await conn.fetch(PENDING_RUNS, limit)
     runs = sorted({r["run_id"] for r in rows})
     delivered = 0
-    for row in await conn.fetch(run_reads.LOCK_MANY, runs):
-        if await deliver_to_wait(conn, row_to_state(row), row["db_now"]) is not None:
-            delivered += 1
+    locked = await conn.fetch(run_reads.LOCK_MANY, runs) if runs else []
+    with traced(len(locked)) if locked else untraced(0) as metadata:
+        for row in locked:
+            if await deliver_to_wait(conn, row_to_state(row), row["db_now"], metadata):
+                delivered += 1
     if runs:
         await conn.execute(CLEAR_PENDING, runs)
+        ended = [r["run_id"] for r in locked if RunStatus(r["status"]) in TERMINAL]
+        if ended:  # sent as its run finished: kept for the retention (migration 0142)
+            await conn.execute(MARK_ENDED, ended)
     return len(rows), delivered
 
 

@@ -1,16 +1,19 @@
 """Firing the due waits of sleeping and waiting runs (the ``timers`` loop, docs/workers.md).
 
-:func:`fire_due` locks up to ``limit`` runs whose open wait (``awooop_run_waits``) is due, the
-earliest first across every project, skipping rows another transaction holds (so any number of
-loops fire each wait once), reads their waits again under the lock, and writes ``TimerFired``
-on each (RESUMED: the relay dispatches it). The wait's row is removed in the same transaction
-(:mod:`awooop.eventlog.waits`). A signal delivered meanwhile took the run's lock first and
-ended the wait: the run is no longer locked here as WAITING_EVENT with a due wait, so a signal
-and a timeout never both end one wait (:mod:`awooop.runs.signals`).
+:func:`fire_due` locks up to ``limit`` runs whose open wait (``awooop_run_waits``) is due,
+picked round-robin across the projects with due waits (``run_lock_wait_due.sql``), skipping
+rows another transaction holds (so any number of loops fire each wait once), reads their
+waits again under the lock, and writes ``TimerFired`` on each (RESUMED: the relay dispatches
+it). The wait's row is removed in the same transaction (:mod:`awooop.eventlog.waits`). A
+signal delivered meanwhile took the run's lock first and ended the wait: the run is no longer
+locked here as WAITING_EVENT with a due wait, so a signal and a timeout never both end one
+wait (:mod:`awooop.runs.signals`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -36,10 +39,24 @@ WHERE due_at IS NOT NULL
 # ---------------------------------------------------------------------------------------------
 
 
+# Around the writes that resume runs, given how many: yields the metadata their events carry
+# (the timers loop's span of them: awooop.loops.timers.resume_span).
+Traced = Callable[[int], AbstractContextManager[dict[str, Any]]]
+
+
+def untraced(_runs: int) -> AbstractContextManager[dict[str, Any]]:
+    return nullcontext({})
+
+
 async def fire_due(
-    conn: Connection, limit: int, metadata: dict[str, Any] | None = None
+    conn: Connection,
+    limit: int,
+    metadata: dict[str, Any] | None = None,
+    *,
+    traced: Traced = untraced,
 ) -> list[tuple[RunState, TimerFired]]:
-    """Fire up to ``limit`` due waits (module doc); platform role. Returns the runs resumed."""
+    """Fire up to ``limit`` due waits (module doc); platform role. Returns the runs resumed.
+    ``traced``: entered around the writes, when there are any (its metadata added)."""
     rows = await conn.fetch(run_reads.LOCK_WAIT_DUE, limit)
     if not rows:
         return []
@@ -49,7 +66,10 @@ async def fire_due(
     changes = [
         (states[w["run_id"]], fired(now, w)) for w in sorted(waits, key=lambda w: w["run_id"])
     ]
-    resumed = await apply_and_store_many(conn, changes, metadata)
+    if not changes:
+        return []
+    with traced(len(changes)) as trace_meta:
+        resumed = await apply_and_store_many(conn, changes, {**(metadata or {}), **trace_meta})
     return [(state, event) for state, (_, event) in zip(resumed, changes, strict=True)]
 
 

@@ -14,7 +14,10 @@ refused here too. The model, the tools and the clock are fakes the test controls
   test while the run waits), bounded by a timeout;
 - :class:`Approve` / :class:`Reject`: scripted decisions, or :meth:`HandlerKit.approve` /
   :meth:`~HandlerKit.reject` then :meth:`~HandlerKit.resume`;
-- :class:`Clock`: the time of every event, of approval expiry (:meth:`HandlerKit.advance`);
+- :class:`Clock`: the time of every event, of approval expiry and of durable waits
+  (:meth:`HandlerKit.advance` fires a sleep or an event wait's timeout once it is due);
+- signals: :meth:`HandlerKit.signal` sends one to the run (kept before its wait, delivered
+  during it, once per key: :mod:`awooop.testing.waits`);
 - :class:`Journal`: the run's events, with views (steps, model calls, tool calls, approvals)
   and JSON to keep one; :meth:`HandlerKit.replay` runs a recorded journal against new code.
 

@@ -17,15 +17,20 @@ from awooop.core.events import (
     Event,
     ModelCalled,
     RunEvent,
+    SignalDelivered,
     StepCompleted,
+    TimerFired,
     ToolResultReceived,
+    WaitStarted,
     event_type,
 )
 from awooop.eventlog.state import RunState, fold
 from awooop.worker.context import APPROVAL_STEP_PREFIX
+from awooop.worker.durable_waits import EVENT_STEP_PREFIX
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX
 
 ApprovalEvent = ApprovalRequested | ApprovalGranted | ApprovalRejected | ApprovalExpired
+WaitEvent = WaitStarted | TimerFired | SignalDelivered
 _list_decoder: msgspec.json.Decoder[list[RunEvent]] = msgspec.json.Decoder(list[RunEvent])
 
 
@@ -72,7 +77,7 @@ class Journal(Sequence[Event]):
         return {
             e.step: e.result
             for e in self.step_events
-            if not e.step.startswith((TOOL_STEP_PREFIX, APPROVAL_STEP_PREFIX))
+            if not e.step.startswith((TOOL_STEP_PREFIX, APPROVAL_STEP_PREFIX, EVENT_STEP_PREFIX))
         }
 
     @property
@@ -95,6 +100,13 @@ class Journal(Sequence[Event]):
     @property
     def approvals(self) -> list[ApprovalEvent]:
         return [e for e in self._events if isinstance(e, ApprovalEvent)]
+
+    @property
+    def waits(self) -> list[WaitEvent]:
+        """The durable waits: each ``WaitStarted`` (``run.sleep``, ``run.wait_for_event``)
+        and what ended it (``TimerFired``, ``SignalDelivered``). A wait a kept signal answered
+        at once is a step (``event:<name>:<n>``) in :attr:`step_events`."""
+        return [e for e in self._events if isinstance(e, WaitEvent)]
 
     def of_type(self, type_: type[Any]) -> list[Any]:
         return [e for e in self._events if isinstance(e, type_)]

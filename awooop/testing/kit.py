@@ -12,12 +12,8 @@ from typing import Any
 
 import msgspec
 
-from awooop.core.config import STEP_RESULT_MAX_BYTES
-from awooop.core.errors import (
-    InvalidInputError,
-    LeaseLostError,
-    UnstorableValueError,
-)
+from awooop.core.config import SIGNAL_PAYLOAD_MAX_BYTES, SIGNALS_PER_RUN_MAX, STEP_RESULT_MAX_BYTES
+from awooop.core.errors import InvalidInputError, LeaseLostError, UnstorableValueError
 from awooop.core.events import (
     ApprovalRequested,
     Event,
@@ -29,17 +25,20 @@ from awooop.core.events import (
     RunFailed,
     RunRequeued,
     RunRetried,
+    WaitStarted,
 )
 from awooop.core.excerpts import failure_traceback
 from awooop.core.storable import encoded_problem, unstorable
 from awooop.eventlog.state import RunState, RunStatus, apply, fold
 from awooop.runs import leases
 from awooop.runs.approvals import ApprovalTicket, DecisionRecord
+from awooop.runs.signals import Sent
 from awooop.testing.approvals import Approvals, Approve, Reject
 from awooop.testing.context import KitAttempt, KitContext
 from awooop.testing.fakes import Clock, FakeModel, FakeTools
 from awooop.testing.journal import Journal
 from awooop.testing.results import KitResult, ReplayReport
+from awooop.testing.waits import Signals, open_wait, timer_due
 from awooop.worker import approval_grants
 from awooop.worker.context import RunContext, Suspended
 from awooop.worker.contract_retry import Overrides
@@ -55,6 +54,7 @@ LEASED = (RunStatus.RUNNING, RunStatus.WAITING_TOOL)
 class _Run:
     events: list[Event] = field(default_factory=list)
     approvals: Approvals = field(default_factory=Approvals)
+    signals: Signals = field(default_factory=Signals)
     asked: list[tuple[str, bool]] = field(default_factory=list)
     error: BaseException | None = None
 
@@ -90,6 +90,8 @@ class HandlerKit:
         step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
         worker_id: str = "kit-worker",
         contract_retry: Mapping[str, Any] | None = None,
+        signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES,
+        signals_per_run_max: int = SIGNALS_PER_RUN_MAX,
     ) -> None:
         self.handler = handler
         self.clock = clock or Clock()
@@ -104,6 +106,8 @@ class HandlerKit:
         self.step_result_max_bytes = step_result_max_bytes
         self.worker_id = worker_id
         self.contract_retry = Overrides.of(contract_retry)
+        self.limits = {"payload_max_bytes": signal_payload_max_bytes}  # a signal's
+        self.limits["kept_max"] = signals_per_run_max
         self._run = _Run()
 
     # --- the test's side ---------------------------------------------------------------------
@@ -115,6 +119,10 @@ class HandlerKit:
     @property
     def state(self) -> RunState:
         return self.journal.state
+
+    @property
+    def signals(self) -> Signals:
+        return self._run.signals
 
     async def run(
         self, input: Any = None, *, run_id: uuid.UUID | None = None, contract_id: str | None = None
@@ -167,12 +175,33 @@ class HandlerKit:
         resumes when the request said ``on_reject="return"``."""
         self._decide(name, Reject(actor=actor, reason=reason, by=by, payload=payload))
 
-    def advance(self, seconds: float) -> None:
-        """Move the clock; an approval whose time ran out expires, as the approval-expiry loop
-        does (the run FAILS with E-APPROVAL-002, or resumes with ``on_expire="return"``)."""
-        expiry = self._run.approvals.expired(self.clock.advance(seconds))
-        if expiry is not None:
-            self._append(expiry)
+    def advance(self, by: float | timedelta) -> None:
+        """Move the clock ``by`` seconds (or a timedelta); an approval whose time ran out
+        expires, as the approval-expiry loop does (the run FAILS with E-APPROVAL-002, or
+        resumes with ``on_expire="return"``), and a wait whose due time came ends, as the
+        timers loop ends it (``TimerFired``: RESUMED; then :meth:`resume`)."""
+        seconds = by.total_seconds() if isinstance(by, timedelta) else by
+        now = self.clock.advance(seconds)
+        expiry = self._run.approvals.expired(now)
+        fired = timer_due(open_wait(self.journal), now)
+        for event in (expiry, fired):
+            if event is not None:
+                self._append(event)
+
+    def signal(
+        self, name: str, payload: Any = None, *, key: str | None = None, sent_by: str = "test"
+    ) -> Sent:
+        """Send the run a signal, as ``awooop runs signal`` does (``key``: its idempotency key,
+        a fresh one by default): delivered to a wait for ``name`` whose ``match`` it contains
+        (``SignalDelivered``: RESUMED; then :meth:`resume`), else kept for a later wait."""
+        journal, now = self.journal, self.clock.now()
+        key = uuid.uuid4().hex if key is None else key
+        sent, delivered = self._run.signals.send(
+            journal, name, payload, key, sent_by, now, **self.limits
+        )
+        if delivered is not None:
+            self._append(delivered)
+        return sent
 
     async def replay(self, journal: Journal, handler: Handler | None = None) -> ReplayReport:
         """Run ``handler`` (new code) on a recorded journal, as a worker of a new release takes
@@ -182,9 +211,12 @@ class HandlerKit:
         events = [e for e in journal if not isinstance(e, RunCompleted | RunFailed)]
         self._run = _Run(events=list(events))
         recorded = {e.step for e in Journal(events).step_events}
+        recorded |= {e.step for e in Journal(events).of_type(WaitStarted)}
         state = self.state
         if state.status is RunStatus.WAITING_APPROVAL:
             raise InvalidInputError("the journal waits for an approval: replay it once decided")
+        if state.status is RunStatus.WAITING_EVENT:
+            raise InvalidInputError("the journal waits (a sleep, an event): replay it once woken")
         if state.status in LEASED:
             self._append(
                 RunRequeued(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -15,12 +16,18 @@ from awooop.core.events import Event, RunCreated, run_stream_id
 from awooop.eventlog import eventlog
 from awooop.eventlog.runs import create_run
 from awooop.eventlog.state import RunState
-from awooop.runs import approvals, run_rows
+from awooop.loops import timers
+from awooop.runs import approvals, run_rows, signals
 from awooop.runs.approvals import ApprovalTicket, Decision
 from awooop.testing.fakes import FakeModel
 from awooop.testing.journal import Journal
 from awooop.testing.kit import Handler
 from awooop.worker.runtime import Worker
+
+# --- SQL -------------------------------------------------------------------------------------
+# The test database's open waits, due $1 sooner (PostgresKit.advance).
+MOVE_WAITS = "UPDATE awooop_run_waits SET due_at = due_at - $1::interval WHERE due_at IS NOT NULL"
+# ---------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -111,6 +118,43 @@ class PostgresKit:
                 c, run_id, verdict, actor=actor, by=by, reason=reason, payload=payload
             ),
         )
+
+    async def signal(
+        self, run_id: uuid.UUID, name: str, payload: Any = None, *, key: str, sent_by: str = "test"
+    ) -> signals.Sent:
+        """Send the run a signal, as ``awooop runs signal`` does: delivered at once to a wait
+        for it (RESUMED; then :meth:`work` again), else kept for a later wait."""
+        return await self.db.in_tenant(
+            self.project_id,
+            lambda c: signals.send(
+                c,
+                run_id,
+                name,
+                payload,
+                key=key,
+                sent_by=sent_by,
+                payload_max_bytes=self.settings.signal_payload_max_bytes,
+                kept_max=self.settings.signals_per_run_max,
+            ),
+        )
+
+    async def fire_timers(self) -> int:
+        """One pass of the ``timers`` loop: the waits due now end (``TimerFired``: RESUMED),
+        the producer's pending signals are delivered; then :meth:`work` again. Returns the
+        number of waits ended."""
+        batch = self.settings.timer_batch_size
+        fired, _ = await timers.fire_once(self.db, batch)
+        await timers.deliver_once(self.db, batch)
+        return fired
+
+    async def advance(self, by: timedelta) -> int:
+        """As if ``by`` had passed for the open waits: their due times (a sleep's, an event
+        wait's timeout) move ``by`` earlier in ``awooop_run_waits`` (the database's clock does
+        not move; ``TimerFired.due_at`` shows the moved time, the journal the first one),
+        then :meth:`fire_timers`."""
+        async with self.db.platform_writes() as conn:
+            await conn.execute(MOVE_WAITS, by)
+        return await self.fire_timers()
 
     async def state(self, run_id: uuid.UUID) -> RunState:
         async with self.db.tenant(self.project_id) as conn:

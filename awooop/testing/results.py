@@ -15,7 +15,8 @@ from awooop.testing.journal import Journal
 @dataclass
 class KitResult:
     """Where a run stands after :meth:`HandlerKit.run`, :meth:`~HandlerKit.resume` or
-    :meth:`~HandlerKit.replay`: COMPLETED, FAILED or WAITING_APPROVAL (``ticket``)."""
+    :meth:`~HandlerKit.replay`: COMPLETED, FAILED, WAITING_APPROVAL (``ticket``) or
+    WAITING_EVENT (asleep, or waiting for a signal: ``waiting_for``)."""
 
     journal: Journal
     error: BaseException | None = None  # the handler's exception, when it failed the run
@@ -37,6 +38,11 @@ class KitResult:
         if self.status is not RunStatus.COMPLETED:
             raise AssertionError(f"the run is {self.status}: {self.state.failure_reason or ''}")
         return self.state.result
+
+    @property
+    def waiting_for(self) -> str | None:
+        """While WAITING_EVENT: ``sleep`` or ``event <name>``."""
+        return self.state.waiting_for
 
     @property
     def failure_code(self) -> str | None:

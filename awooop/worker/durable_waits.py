@@ -78,7 +78,7 @@ class DurableWaits:
             str(self._sleeps) if name is None else signals.check_name(name, "sleep name")
         )
         self._use(step)
-        now = datetime.now(UTC)
+        now = self._now()
         entry = self._entries.get(step)
         if entry is not None:
             journaled = due_of(entry)
@@ -99,11 +99,7 @@ class DurableWaits:
                 due_at=sleep_due(at, delay, until),
             )
 
-        await self._finish(
-            lambda conn: leases.fenced_record(
-                conn, attempt.run_id, attempt.worker_id, attempt.number, start, trace_metadata()
-            )
-        )
+        await self._start_sleep(start)
         raise Waiting(step)
 
     async def wait_for_event(
@@ -123,10 +119,42 @@ class DurableWaits:
             if how == SIGNAL:
                 return entry.get("result")
             due_at = due_of(entry)
-            if how == TIMEOUT or (due_at is not None and due_at <= datetime.now(UTC)):
+            if how == TIMEOUT or (due_at is not None and due_at <= self._now()):
                 raise EventWaitTimeoutError(f"no signal {name!r} came before the wait's timeout")
+        taken, payload = await self._take_or_wait(step, name, checked, time_out, due_at)
+        if taken:
+            self._attempt.finishing = False  # a kept signal answered: the attempt goes on
+            metrics.SIGNALS_DELIVERED.labels("wait").inc()
+            self._entries[step] = {"result": payload}
+            return payload
+        raise Waiting(step)
+
+    # --- the I/O, which the test kit (awooop.testing) does in memory -------------------------
+
+    def _now(self) -> datetime:
+        """The clock a journaled due time is compared with."""
+        return datetime.now(UTC)
+
+    async def _start_sleep(self, start: Callable[[Any, datetime], WaitStarted]) -> None:
+        """Write the sleep's ``WaitStarted`` (made by ``start``), fenced."""
         attempt = self._attempt
-        taken, payload = await self._finish(
+        await self._finish(
+            lambda conn: leases.fenced_record(
+                conn, attempt.run_id, attempt.worker_id, attempt.number, start, trace_metadata()
+            )
+        )
+
+    async def _take_or_wait(
+        self,
+        step: str,
+        name: str,
+        match: dict[str, Any] | None,
+        time_out: timedelta | None,
+        due_at: datetime | None,
+    ) -> tuple[bool, Any]:
+        """:func:`awooop.runs.signals.take_or_wait` for this attempt."""
+        attempt = self._attempt
+        taken: tuple[bool, Any] = await self._finish(
             lambda conn: signals.take_or_wait(
                 conn,
                 attempt.run_id,
@@ -134,18 +162,13 @@ class DurableWaits:
                 attempt.number,
                 step=step,
                 name=name,
-                match=checked,
+                match=match,
                 time_out=time_out,
                 due_at=due_at,
                 metadata=trace_metadata(),
             )
         )
-        if taken:
-            attempt.finishing = False  # a kept signal answered: the attempt goes on
-            metrics.SIGNALS_DELIVERED.labels("wait").inc()
-            self._entries[step] = {"result": payload}
-            return payload
-        raise Waiting(step)
+        return taken
 
     async def _finish(self, write: Callable[[Any], Any]) -> Any:
         """Run ``write`` in a tenant transaction of the run's project with the attempt marked

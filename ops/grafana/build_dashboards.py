@@ -47,6 +47,11 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "ops",
             ),
             (
+                "Timers past due (the earliest open wait's lateness)",
+                [("max(awooop_timers_overdue_seconds)", "overdue")],
+                "s",
+            ),
+            (
                 "Channel events per second",
                 [
                     (
