@@ -24,6 +24,8 @@ from awooop.loops.timers import cancel_children_once
 from awooop.runs import blocked_facts, concurrency, control, signals, timers
 from awooop.runs.pause_rules import Scope
 from awooop.services import Services
+from awooop.testing import HandlerKit
+from awooop.testing.postgres import PostgresKit
 from awooop.worker.assembly import build_worker
 from awooop.worker.runtime import Worker
 from projections.registry import get
@@ -33,6 +35,8 @@ from tests.support import handlers
 from tests.support.http import app_client
 from tests.support.runs import count_events, create_runs, event_types, load
 from tests.support.workers import cli
+
+pytest_plugins = ["awooop.testing.pytest_plugin"]
 
 P = "proj-kids"
 
@@ -381,3 +385,20 @@ async def test_children_get_the_concurrency_key_and_fair_tag_intake_gives(
         ("contract:child/1", 1),
     ]
     assert all(r["fair_tag"] is not None for r in rows)
+
+
+async def test_a_family_on_the_awooop_postgres_fixture_and_its_replay_in_the_kit(
+    awooop_postgres: PostgresKit,
+) -> None:
+    """The testing fixture's worker runs a parent and its children; the parent's journal
+    (handles and outcomes) replays in the in-memory kit without a database, running nothing."""
+    pg = awooop_postgres
+    parent = await pg.create({"children": 3, "per_child": {"1": {"fail": True}}})
+    await pg.work(handlers.family)
+    state = await pg.state(parent)
+    assert state.status == "COMPLETED"
+    assert [r["status"] for r in state.result["results"]] == ["COMPLETED", "FAILED", "COMPLETED"]
+    report = await HandlerKit(handlers.family).replay(await pg.journal(parent))
+    assert report.result.error is None and report.result.status == "COMPLETED"
+    assert report.result.state.result == state.result
+    assert report.ran == [] and "children:1" in report.replayed

@@ -15,7 +15,9 @@ from awooop.core import events as ev
 from awooop.eventlog import child_state, wait_state
 from awooop.eventlog.child_state import ChildHandle, ChildResult
 from awooop.eventlog.state import RunStatus, apply
+from awooop.testing import HandlerKit
 from tests.support.factories import T0, state_in
+from tests.support.handlers import family
 
 STATUSES = ["PENDING", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL", "WAITING_EVENT", "RESUMED",
             "COMPLETED", "FAILED", "CANCELLED"]  # fmt: skip
@@ -138,3 +140,9 @@ def test_a_children_wait_is_journaled_and_ended_by_its_children_or_its_timeout()
     assert wait_state.ended(entry) == "children" and entry["result"] == results
     timed_out = apply(waiting, ev.TimerFired(at=T0, step="children:1", kind="children", due_at=T0))
     assert wait_state.ended(timed_out.saga_steps["children:1"]) == "timeout"
+
+
+async def test_the_in_memory_kit_says_a_new_child_needs_the_database() -> None:
+    result = await HandlerKit(family).run({"children": 1})
+    assert isinstance(result.error, RuntimeError)
+    assert "awooop_postgres" in str(result.error)
