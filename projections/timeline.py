@@ -86,9 +86,11 @@ NEWER_FIELDS: dict[str, frozenset[str]] = {
     "ApprovalGranted": frozenset({"reason"}),
     "ApprovalRejected": frozenset({"resumed"}),
     "ApprovalExpired": frozenset({"resumed"}),
-    "WaitStarted": frozenset({"step", "kind", "due_at", "name", "match"}),
+    "RunCreated": frozenset({"parent_run_id", "cancel_with_parent"}),
+    "WaitStarted": frozenset({"step", "kind", "due_at", "name", "match", "children", "needed"}),
     "TimerFired": frozenset({"step", "kind", "due_at"}),
     "SignalDelivered": frozenset({"step", "name", "signal_id", "key", "payload", "sent_by"}),
+    "ChildrenFinished": frozenset({"step", "results", "finished"}),
 }
 
 # --- SQL ------------------------------------------------------------------------------------

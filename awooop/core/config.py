@@ -5,16 +5,12 @@ Every field maps to ``AWOOOP_<FIELD_NAME_UPPER>`` (except ``loop_project_id``, r
 variable and the expected form. docs/reference.md, Settings, lists each variable.
 
 Why the lease defaults are shorter than R-11 to R-13's (5 min lease, 30 s heartbeat, 1 min
-reaper): R-17 asks for recovery within one minute of a crash, which a 5 minute lease cannot
-give. Heartbeats are batched (one statement per worker renews all its leases), so a
-short lease is cheap: lease 30 s, heartbeat 5 s (six renewals per lease: a worker must miss
-six in a row to lose it), reaper and reclaim every 10 s. Worst-case recovery = lease TTL +
-one reclaim interval = 40 s.
-
-The relay's leader lease (8 s, renewed every 2 s) is short because nothing is published while a
-frozen leader still holds it: a standby leads at most lease + relay poll interval = 9 s after
-the leader froze. Renewal is one UPDATE every 2 s per leader; the renewal interval must leave
-room for one failed renewal (see :func:`awooop.core.leadership.check_timings`).
+reaper): R-17 asks for recovery within one minute of a crash. Heartbeats are batched (one
+statement per worker renews all its leases), so a short lease is cheap: lease 30 s, heartbeat
+5 s (a worker must miss six in a row to lose it), reaper and reclaim every 10 s: recovery
+within lease TTL + one reclaim interval = 40 s. The relay's leader lease (8 s, renewed every
+2 s, room for one failed renewal: :func:`awooop.core.leadership.check_timings`) is short
+because nothing is published while a frozen leader holds it.
 """
 
 from __future__ import annotations
@@ -91,6 +87,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     signals_per_run_max: int = SIGNALS_PER_RUN_MAX
     # How long undelivered signals of a finished run are kept (the dedupe_expiry loop).
     signal_retention_s: float = 7 * 86400.0
+    # Child runs (docs/workers.md): how many unfinished children one run may have at once.
+    children_pending_max: int = 1000
     # How often the bulk_operations loop looks for operations whose process stopped.
     bulk_operations_interval_s: float = 10.0
     # Schedules (awooop.schedules): the schedules loop's period, the most schedules a project
@@ -242,6 +240,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "timer_batch_size",
             "signal_payload_max_bytes",
             "signals_per_run_max",
+            "children_pending_max",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")

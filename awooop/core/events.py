@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from awooop.core.child_events import ChildrenFinished as ChildrenFinished
 from awooop.core.errors import UnknownEventTypeError
 from awooop.core.event_base import JSON as JSON
 from awooop.core.event_base import EventBase as EventBase
@@ -42,6 +43,10 @@ class RunCreated(EventBase, frozen=True, kw_only=True, tag=True):
     concurrency_scope: str | None = None
     concurrency_key: str | None = None
     concurrency_max: int | None = None
+    # A child run (docs/workers.md, Child runs): the run that started it, and whether
+    # cancelling that run cancels this one while it is unfinished.
+    parent_run_id: uuid.UUID | None = None
+    cancel_with_parent: bool = False
 
 
 class RunClaimed(EventBase, frozen=True, kw_only=True, tag=True):
@@ -287,6 +292,7 @@ RunEvent = (
     | WaitStarted
     | TimerFired
     | SignalDelivered
+    | ChildrenFinished
     | RunCompleted
     | RunFailed
     | RunRequeued
@@ -302,7 +308,7 @@ EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__
 # Events that make a run dispatchable: workers are told about these.
 DISPATCH_EVENT_TYPES = frozenset(
     {"RunCreated", "ApprovalGranted", "RunRequeued", "LeaseReleased", "RunRetried"}
-    | {"TimerFired", "SignalDelivered"}
+    | {"TimerFired", "SignalDelivered", "ChildrenFinished"}
 )
 
 _encoder = msgspec.json.Encoder()

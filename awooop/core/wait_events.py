@@ -10,9 +10,10 @@ from awooop.core.event_base import JSON, EventBase
 
 
 class WaitStarted(EventBase, frozen=True, kw_only=True, tag=True):
-    """The attempt ended in ``run.sleep`` (kind "sleep") or ``run.wait_for_event`` ("event"):
-    WAITING_EVENT, the lease released; ``due_at`` (the sleep's, the wait's timeout) is
-    journaled under ``step`` (awooop.eventlog.wait_state)."""
+    """The attempt ended in ``run.sleep`` (kind "sleep"), ``run.wait_for_event`` ("event") or
+    ``run.wait_for_children`` ("children": ``children`` the child runs waited for, ``needed``
+    how many of them must finish): WAITING_EVENT, the lease released; ``due_at`` (the sleep's,
+    the wait's timeout) is journaled under ``step`` (awooop.eventlog.wait_state)."""
 
     worker_id: str
     attempt: int
@@ -21,6 +22,8 @@ class WaitStarted(EventBase, frozen=True, kw_only=True, tag=True):
     due_at: datetime | None = None
     name: str | None = None
     match: JSON = None
+    children: tuple[uuid.UUID, ...] = ()
+    needed: int | None = None
 
 
 class TimerFired(EventBase, frozen=True, kw_only=True, tag=True):

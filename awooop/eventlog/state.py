@@ -32,6 +32,7 @@ from awooop.core.events import (
     ApprovalGranted,
     ApprovalRejected,
     ApprovalRequested,
+    ChildrenFinished,
     Event,
     LeaseReleased,
     ModelCalled,
@@ -50,7 +51,7 @@ from awooop.core.events import (
     WaitStarted,
     event_type,
 )
-from awooop.eventlog.wait_state import journaled, waiting_for
+from awooop.eventlog.wait_state import WAIT_ENDINGS, journaled, waiting_for
 
 
 class RunStatus(enum.StrEnum):
@@ -108,7 +109,7 @@ TRANSITIONS: dict[RunStatus | None, frozenset[str]] = {
     RunStatus.WAITING_APPROVAL: frozenset(
         {"ApprovalGranted", "ApprovalRejected", "ApprovalExpired", "RunCancelled"}
     ),
-    RunStatus.WAITING_EVENT: frozenset({"TimerFired", "SignalDelivered", "RunCancelled"}),
+    RunStatus.WAITING_EVENT: WAIT_ENDINGS | {"RunCancelled"},
     RunStatus.RESUMED: frozenset({"RunClaimed", "RunCancelled", "RunFailed"}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.FAILED: frozenset({"RunRetried"}),
@@ -151,6 +152,9 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     concurrency_scope: str | None = None
     concurrency_key: str | None = None
     concurrency_max: int | None = None
+    # A child run: its parent, and whether cancelling the parent cancels it (migration 0145).
+    parent_run_id: uuid.UUID | None = None
+    cancel_with_parent: bool = False
 
 
 COLUMNS: tuple[str, ...] = RunState.__struct_fields__
@@ -237,6 +241,8 @@ def _created(event: RunCreated) -> RunState:
         concurrency_scope=event.concurrency_scope,
         concurrency_key=event.concurrency_key,
         concurrency_max=event.concurrency_max,
+        parent_run_id=event.parent_run_id,
+        cancel_with_parent=event.cancel_with_parent,
     )
 
 
@@ -341,7 +347,7 @@ def _changes(state: RunState, event: Event) -> dict[str, Any]:
             steps = journaled(state.saga_steps, event)
             status = RunStatus.WAITING_EVENT
             return {**_RELEASED, "status": status, "waiting_for": waiting_for(event), **steps}
-        case TimerFired() | SignalDelivered():
+        case TimerFired() | SignalDelivered() | ChildrenFinished():
             steps = journaled(state.saga_steps, event)
             return {"status": RunStatus.RESUMED, "waiting_for": None, **steps}
         case RunCompleted():

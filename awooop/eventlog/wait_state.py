@@ -4,10 +4,12 @@ and the worker (``run.sleep``, ``run.wait_for_event``; docs/workers.md).
 A wait is journaled under its step name (``sleep:<n>``, ``event:<name>:<n>``, or the name the
 handler gave) in ``saga_steps``, as ``{"attempt", "kind", "due_at", "result": None}`` when it
 starts (``WaitStarted``) and with ``"ended"`` when it ends: ``"fired"`` (a sleep's due time came),
-``"timeout"`` (an event wait's timeout came) or ``"signal"`` (``"result"`` is the signal's
-payload). A wait answered at once by a kept signal is an ordinary ``StepCompleted`` (no
-``"kind"``). So a replay finds the due time recorded on first execution (it never sleeps again
-from scratch) and the outcome that ended the wait.
+``"timeout"`` (an event wait's timeout came), ``"signal"`` (``"result"`` is the signal's
+payload) or ``"children"`` (a wait for child runs, ``children:<n>``: ``"result"`` is their
+outcomes, :mod:`awooop.eventlog.child_state`). A wait answered at once by a kept signal (or
+by children finished already) is an ordinary ``StepCompleted`` (no ``"kind"``). So a replay
+finds the due time recorded on first execution (it never sleeps again from scratch) and the
+outcome that ended the wait.
 """
 
 from __future__ import annotations
@@ -16,22 +18,28 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from awooop.core.events import SignalDelivered, TimerFired, WaitStarted
+from awooop.core.events import ChildrenFinished, SignalDelivered, TimerFired, WaitStarted
 
 SLEEP = "sleep"
 EVENT = "event"
+CHILDREN = "children"  # a wait for child runs (kind, and how it ended)
 FIRED = "fired"
 TIMEOUT = "timeout"
 SIGNAL = "signal"
+# The events that end a wait (WAITING_EVENT -> RESUMED); RunCancelled ends the run instead.
+WAIT_ENDINGS = frozenset({"TimerFired", "SignalDelivered", "ChildrenFinished"})
 
 
 def waiting_for(event: WaitStarted) -> str:
-    """Pure: the run's ``waiting_for`` while it waits: ``sleep`` or ``event <name>``."""
+    """Pure: the run's ``waiting_for`` while it waits: ``sleep``, ``event <name>`` or
+    ``children``."""
+    if event.kind == CHILDREN:
+        return CHILDREN
     return SLEEP if event.kind == SLEEP else f"{EVENT} {event.name}"
 
 
 def journaled(
-    steps: Mapping[str, Any], event: WaitStarted | TimerFired | SignalDelivered
+    steps: Mapping[str, Any], event: WaitStarted | TimerFired | SignalDelivered | ChildrenFinished
 ) -> dict[str, Any]:
     """Pure: the ``saga_steps`` change of a wait's event (module doc), as state changes."""
     new = dict(steps)
@@ -50,6 +58,10 @@ def journaled(
         case SignalDelivered():
             entry = dict(new.get(event.step) or {})
             entry.update(ended=SIGNAL, result=event.payload, signal_id=str(event.signal_id))
+            new[event.step] = entry
+        case ChildrenFinished():
+            entry = dict(new.get(event.step) or {})
+            entry.update(ended=CHILDREN, result=event.results)
             new[event.step] = entry
     return {"saga_steps": new}
 

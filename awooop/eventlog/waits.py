@@ -8,7 +8,10 @@ whichever path ends it, and a run holds at most one.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
+
+import msgspec
 
 from awooop.core.db import Connection
 from awooop.core.events import Event, WaitStarted
@@ -36,4 +39,11 @@ async def follow(conn: Connection, changes: Sequence[tuple[RunState, Event]]) ->
             [e.match for _, e in opened],
             [e.due_at for _, e in opened],
             [e.at for _, e in opened],
+            [_ids(e.children) if e.children else None for _, e in opened],
+            [e.needed for _, e in opened],
         )
+
+
+def _ids(children: Sequence[uuid.UUID]) -> str:
+    """A wait's children as the JSON text of an array of run ids."""
+    return msgspec.json.encode([str(c) for c in children]).decode()

@@ -28,7 +28,7 @@ from awooop.http.console_requests import path_run, run_filter
 from awooop.http.console_waterfall import duration_text, waterfall
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE
 from awooop.projections import failures, model_calls, timeline
-from awooop.runs import approval_reviews, deadletters, listing, output_log, run_rows
+from awooop.runs import approval_reviews, children, deadletters, listing, output_log, run_rows
 from awooop.runs.blocked import BlockedOn, Reason
 from awooop.runs.output_rules import Page
 
@@ -45,6 +45,7 @@ class RunPage:
     output: Page | None  # the run's first chunks of streamed output (console_output.py)
     now: datetime  # the database clock
     etag: str
+    family: children.Family | None = None  # its parent and children (child runs)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class RunPages(ConsoleAccess):
             dead_letters=shown.dead_letters,
             output=console_output.output_view(shown.output),
             output_script=console_output.SCRIPT_PATH,
+            family=shown.family,
             in_step=in_step(shown.blocked, datetime.now(UTC)),
             failure=failures.failed_by(shown.state, shown.history.failures),
             failures=shown.history.failures,
@@ -190,6 +192,8 @@ class RunPages(ConsoleAccess):
             raise RunNotFoundError(run_id=run_id)
         version, status, now = found
         final = RunStatus(status) in TERMINAL
+        # A finished parent's page changes while its children finish (their count is in the tag).
+        context = f"{context}|{await children.pending_count(conn, run_id)}"
         etag = live.run_etag(version, status, now, final=final, context=context)
         if live.matches(request, etag):
             return Unchanged(etag)
@@ -203,6 +207,7 @@ class RunPages(ConsoleAccess):
             approvals=await approval_reviews.reviews_of(conn, run_id),
             dead_letters=await deadletters.entries_of_run(conn, project_id, run_id),
             output=await output_log.page(conn, run_id, 0, console_output.PAGE_ROWS),
+            family=await children.family(conn, run_id, state.parent_run_id),
             now=now,
             etag=live.run_etag(
                 state.version,

@@ -11,7 +11,8 @@ same read as the page's timeline) and the database clock. One bar per
 - **model call**: a ``ModelCalled``'s ``started_at`` and ``duration_ms``;
 - **approval wait**: ``ApprovalRequested`` to its decision (granted, rejected, expired) or the
   run's end; a durable **wait** likewise, ``WaitStarted`` to ``TimerFired`` or
-  ``SignalDelivered`` (labelled by its step: ``sleep:1``, ``event:paid:1``);
+  ``SignalDelivered`` or ``ChildrenFinished`` (labelled by its step: ``sleep:1``,
+  ``event:paid:1``, ``children:1``);
 - **tool wait**: ``ToolWaitStarted`` to ``ToolResultReceived`` or the attempt's end.
 
 A bar still open (a running attempt, an open approval) reaches the database clock ("now") and
@@ -52,6 +53,7 @@ DECISIONS = {
     "ApprovalExpired": "expired",
     "TimerFired": "fired",  # a durable wait's ends (a sleep's, an event wait's timeout)
     "SignalDelivered": "signal",
+    "ChildrenFinished": "children",  # a wait for child runs, ended by its children
 }
 RUN_ENDS = frozenset({"RunCompleted", "RunFailed", "RunCancelled"})
 GROUPED = ("step", "model", "tool")

@@ -251,11 +251,14 @@ async def ingest(
     config: ChannelConfig,
     contract_id: str = DEFAULT_CONTRACT,
     metadata: Sequence[dict[str, Any]] | dict[str, Any] | None = None,
+    parent: tuple[uuid.UUID, bool] | None = None,
 ) -> list[Outcome]:
     """Dedupe ``events`` and create a run for each first arrival; one Outcome per event, in
     order (a key repeated within ``events`` is created once and then a duplicate).
     ``metadata`` is the ``RunCreated`` events' metadata: one dict for all, or one per event
-    (the HTTP server writes concurrent deliveries, each with its own trace, in one call)."""
+    (the HTTP server writes concurrent deliveries, each with its own trace, in one call).
+    ``parent``: child runs (awooop.worker.child_runs): the parent's run id and whether
+    cancelling it cancels them."""
     per_event = [metadata or {}] * len(events) if not isinstance(metadata, Sequence) else metadata
     if len(per_event) != len(events):
         raise ValueError("metadata: one dict per event, or one for all")
@@ -289,6 +292,8 @@ async def ingest(
                 concurrency_scope=run_keys[key].scope if key in run_keys else None,
                 concurrency_key=run_keys[key].key if key in run_keys else None,
                 concurrency_max=run_keys[key].max if key in run_keys else None,
+                parent_run_id=None if parent is None else parent[0],
+                cancel_with_parent=parent is not None and parent[1],
             )
             for key in pending
         ]

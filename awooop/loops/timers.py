@@ -8,11 +8,14 @@ wait before any project's second, then the earliest due of any project to fill i
 ``MAX_BATCHES`` per iteration (then the next iteration starts at once), so one project's
 thousands of timers due at one instant hold another project's timer back for at most one
 batch, and never hold the loop. Then it delivers pending signals the same way
-(:func:`awooop.runs.signals.deliver_pending`) and asks the database when the next wait is due.
+(:func:`awooop.runs.signals.deliver_pending`), cancels the child runs a cancelled parent left
+(:func:`awooop.eventlog.child_waits.cancel_left`) and asks the database when the next wait is
+due.
 
 It wakes (``ctx.wakeup``) at that time, when a notification on ``awooop_timers`` says a new wait
 is due sooner than that (the trigger of migration 0141 sends, with each new wait, in how many
-seconds it is due) or that a signal is pending, and otherwise every
+seconds it is due), that a signal is pending or that a cancelled parent left children to
+cancel (migration 0145), and otherwise every
 ``AWOOOP_TIMER_POLL_INTERVAL_S`` (the fallback for a lost notification or listener). A
 notification is a doorbell, never an order: a false ring costs one query.
 
@@ -41,6 +44,8 @@ from awooop.core.logs import get_logger
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.core.telemetry import context_metadata, inject, span_link, tracer
+from awooop.eventlog import child_waits
+from awooop.eventlog.runs import apply_and_store_many
 from awooop.runs import signals, timers
 from awooop.services import Services
 
@@ -48,6 +53,7 @@ log = get_logger(__name__)
 
 CHANNEL = "awooop_timers"
 SIGNAL_PAYLOAD = "signal"
+CHILDREN_PAYLOAD = "children"
 MAX_BATCHES = 20
 MIN_DELAY_S = 0.005  # a wake sooner than this runs the next iteration at once
 
@@ -105,6 +111,19 @@ async def deliver_once(db: Database, batch: int) -> tuple[int, bool]:
     return total, True
 
 
+async def cancel_children_once(db: Database, batch: int) -> tuple[int, bool]:
+    """Cancel the children cancelled parents left, in batches; returns (cancelled, more)."""
+    total = 0
+    for _ in range(MAX_BATCHES):
+        looked, cancelled = await db.in_platform_writes(
+            lambda conn: child_waits.cancel_left(conn, batch, apply_and_store_many)
+        )
+        total += cancelled
+        if looked < batch:
+            return total, False
+    return total, True
+
+
 class TimerWakeup:
     """When the next iteration should start: the next due wait, sooner if told."""
 
@@ -137,7 +156,7 @@ class TimerWakeup:
         self._timer = asyncio.get_running_loop().call_later(delay_s, self._ctx.wakeup.set)
 
     def _notified(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
-        if payload == SIGNAL_PAYLOAD:
+        if payload in (SIGNAL_PAYLOAD, CHILDREN_PAYLOAD):
             self._ctx.wakeup.set()
             return
         try:
@@ -170,11 +189,14 @@ def loops(services: Services) -> list[LoopSpec]:
             await wake.close()
         fired, more_timers = await fire_once(services.db, settings.timer_batch_size)
         delivered, more_signals = await deliver_once(services.db, settings.timer_batch_size)
+        cancelled, more_cancels = await cancel_children_once(services.db, settings.timer_batch_size)
+        if cancelled:
+            log.info("child_runs_cancelled", runs=cancelled)
         if fired:
             metrics.TIMERS_FIRED.inc(fired)
         if delivered:
             metrics.SIGNALS_DELIVERED.labels("loop").inc(delivered)
-        if more_timers or more_signals:
+        if more_timers or more_signals or more_cancels:
             wake.arm(0.0)
             return
         async with services.db.platform() as conn:
@@ -192,7 +214,7 @@ def loops(services: Services) -> list[LoopSpec]:
             interval_s=settings.timer_poll_interval_s,
             body=body,
             description="resume sleeping runs and event waits that timed out; deliver "
-            "pending signals",
+            "pending signals; cancel the children cancelled parents left",
             close=close,
         )
     ]

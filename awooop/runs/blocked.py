@@ -23,8 +23,9 @@ from Redis once per shard) and names a :class:`Reason`:
 | either           | lease expired (the reaper's turn)              | lease_expired          |
 | WAITING_APPROVAL | approval open / past its expiry                | waiting_approval /     |
 |                  |                                                | approval_expired       |
-| WAITING_EVENT    | asleep / waits for a signal (its open wait)    | sleeping /             |
-|                  |                                                | waiting_for_event      |
+| WAITING_EVENT    | asleep / waits for a signal / for child runs   | sleeping /             |
+|                  | (its open wait)                                | waiting_for_event /    |
+|                  |                                                | waiting_for_children   |
 | FAILED           | E-RUN-004 or E-RUN-005 (work dead-lettered)    | failed_dead_lettered   |
 |                  | otherwise                                      | failed                 |
 | COMPLETED, CANCELLED | -                                          | None (nothing blocks)  |

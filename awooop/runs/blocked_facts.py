@@ -98,7 +98,8 @@ SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, r
        gm.global_max AS concurrency_global_max, gm.executing AS concurrency_scope_executing,
        fw.reason AS flow_reason, fw.wait_key AS flow_key, fw.detail AS flow_detail,
        fw.until AS flow_until, wt.kind AS wait_kind, wt.name AS wait_name,
-       wt.due_at AS wait_due_at
+       wt.due_at AS wait_due_at, wt.needed AS wait_needed, wc.total AS wait_children,
+       wc.finished AS wait_finished
 FROM awooop_run_state rs
 CROSS JOIN LATERAL (SELECT {run_stream_sql("rs.run_id")} AS stream_id OFFSET 0) run_stream
 LEFT JOIN LATERAL (
@@ -147,6 +148,15 @@ LEFT JOIN awooop_llm_waits fw
    AND fw.attempt = rs.attempt_count
    AND fw.ended_at IS NULL
 LEFT JOIN awooop_run_waits wt ON wt.run_id = rs.run_id AND rs.status = 'WAITING_EVENT'
+LEFT JOIN LATERAL (
+    -- a wait for child runs (migration 0145): how many it waits for, how many have finished
+    SELECT jsonb_array_length(wt.children) AS total,
+           (SELECT count(*)::int FROM awooop_run_state c
+            WHERE c.run_id IN (SELECT jsonb_array_elements_text(wt.children)::uuid)
+              AND c.parent_run_id = rs.run_id
+              AND c.status IN ('COMPLETED', 'FAILED', 'CANCELLED')) AS finished
+    WHERE wt.kind = 'children'
+) wc ON true
 """  # noqa: S608 - constant identifiers
 FACTS = _SELECT + "WHERE rs.run_id = ANY($1::uuid[])"
 # Four arms, each with the predicate of one partial index of awooop_run_state (0003), the
@@ -207,9 +217,18 @@ def facts_of(row: Any) -> RunFacts:
         flow_detail=row["flow_detail"] or "",
         flow_until=row["flow_until"],
         contract_id=row["contract_id"],
-        wait=None
-        if row["wait_kind"] is None
-        else WaitFacts(kind=row["wait_kind"], name=row["wait_name"], due_at=row["wait_due_at"]),
+        wait=None if row["wait_kind"] is None else wait_facts(row),
+    )
+
+
+def wait_facts(row: Any) -> WaitFacts:
+    return WaitFacts(
+        kind=row["wait_kind"],
+        name=row["wait_name"],
+        due_at=row["wait_due_at"],
+        needed=row["wait_needed"],
+        children=row["wait_children"] or 0,
+        finished=row["wait_finished"] or 0,
     )
 
 

@@ -29,6 +29,7 @@ class Reason(enum.StrEnum):
     APPROVAL_EXPIRED = "approval_expired"
     SLEEPING = "sleeping"
     WAITING_FOR_EVENT = "waiting_for_event"
+    WAITING_FOR_CHILDREN = "waiting_for_children"
     FAILED = "failed"
     FAILED_DEAD_LETTERED = "failed_dead_lettered"
 
@@ -53,6 +54,7 @@ REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.APPROVAL_EXPIRED: frozenset({RunStatus.WAITING_APPROVAL}),
     Reason.SLEEPING: frozenset({RunStatus.WAITING_EVENT}),
     Reason.WAITING_FOR_EVENT: frozenset({RunStatus.WAITING_EVENT}),
+    Reason.WAITING_FOR_CHILDREN: frozenset({RunStatus.WAITING_EVENT}),
     Reason.FAILED: frozenset({RunStatus.FAILED}),
     Reason.FAILED_DEAD_LETTERED: frozenset({RunStatus.FAILED}),
 }

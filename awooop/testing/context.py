@@ -22,6 +22,7 @@ from awooop.testing.output import KitOutput
 from awooop.testing.waits import MemoryDurableWaits, WaitsDriver
 from awooop.worker import approval_grants, approval_waits
 from awooop.worker.attempts import Attempt
+from awooop.worker.child_runs import ChildRuns
 from awooop.worker.context import APPROVAL_STEP_PREFIX, ApprovalGrant, RunContext
 from awooop.worker.contract_retry import ContractRetry, Overrides
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, ToolWaits, answer_events
@@ -121,6 +122,10 @@ class KitContext(RunContext):
             kit.asked(step, isinstance(entry, dict) and ended(entry) is not None)
 
         self._waits = MemoryDurableWaits(kit, attempt, steps, use)
+        # Child runs replay from the journal; a new child needs the database (awooop_postgres).
+        self._children = ChildRuns(
+            db=db, attempt=attempt, steps=steps, use=use, io_timeout_s=None, settings=None
+        )
 
     # ``how``: whatever else the runtime's own takes (passed on as it is).
     async def step(

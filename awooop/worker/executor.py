@@ -95,6 +95,7 @@ class Executor:
             number=state.attempt_count,
             lease_deadline=0.0,
             entry=entry,
+            parent_run_id=state.parent_run_id,
         )
         self.hold(attempt, lease_sent)
         self.attempts[state.run_id] = attempt
@@ -182,6 +183,7 @@ class Executor:
             step_result_max_bytes=self.settings.step_result_max_bytes,
             overrides=ContractRetry.of_run(self.db, state, self.settings.lease_io_timeout_s),
             output=output,
+            settings=self.settings,
         )
         if not await self._predecessor_ended(attempt):
             if attempt.stop_reason is not None:

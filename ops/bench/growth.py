@@ -307,7 +307,7 @@ def fast_run(
         f"{run_id}\t{project}\t{channel}\t{key}\tdefault\tCOMPLETED\t{len(data)}\t1\t3"
         f"\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t{{{','.join(saga)}}}\t{payload}"
         f'\t{{"ok":true}}\t\\N\t\\N\t{at_c}\t{done_c}\t{done_c}\t\\N'
-        "\t\\N\t\\N\t\\N\n"  # no concurrency key
+        "\t\\N\t\\N\t\\N\t\\N\tFalse\n"  # no concurrency key, no parent
     )
     window = dedupe_window_us(at_us)
     dedupe = "".join(

@@ -81,6 +81,12 @@ def event_for(type_name: str, state: RunState | None, at: datetime = T0) -> Any:
         "SignalDelivered": lambda: ev.SignalDelivered(
             **common, step="event:go:1", name="go", signal_id=SIGNAL_ID, key="k1", payload=[2]
         ),
+        "ChildrenFinished": lambda: ev.ChildrenFinished(
+            **common,
+            step="children:1",
+            results=[{"run_id": str(SIGNAL_ID), "key": "a", "status": "COMPLETED", "result": 1}],
+            finished=1,
+        ),
         "RunCompleted": lambda: ev.RunCompleted(**common, **attempt_scoped, result="done"),
         "RunFailed": lambda: ev.RunFailed(**common, reason="boom", code="E-HANDLER-001"),
         "RunRequeued": lambda: ev.RunRequeued(**common, attempt=attempt),

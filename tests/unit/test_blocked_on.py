@@ -245,6 +245,7 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "rate_limited"},
         {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "over_budget"},
         {"wait": WaitFacts(kind="event", name="paid")},
+        {"wait": WaitFacts(kind="children", needed=2, children=3, finished=1)},
         {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "over_concurrency_limit"},
     ]
     shards = [READ, UNREAD]
@@ -360,3 +361,16 @@ def test_a_sleeping_run_says_until_when_and_an_event_wait_its_name_and_timeout()
     assert f"awooop runs signal p {RUN} paid" in event.next_action
     forever = decide(facts(RunStatus.WAITING_EVENT, wait=WaitFacts(kind="event", name="x")), READ)
     assert forever is not None and "(no timeout)" in forever.summary and forever.until is None
+
+
+def test_a_wait_for_children_says_how_many_of_how_many_finished() -> None:
+    due = NOW + timedelta(seconds=30)
+    every = WaitFacts(kind="children", needed=3, children=3, finished=1)
+    got = decide(facts(RunStatus.WAITING_EVENT, wait=every), READ)
+    assert got is not None and got.reason is Reason.WAITING_FOR_CHILDREN and got.until is None
+    assert got.summary == "waits for child runs: 1 of 3 children finished (no timeout)"
+    assert f"awooop runs show p {RUN}" in got.next_action
+    first = WaitFacts(kind="children", needed=2, children=5, finished=0, due_at=due)
+    got = decide(facts(RunStatus.WAITING_EVENT, wait=first), READ)
+    assert got is not None and got.until == due
+    assert "0 of 5 children finished, needs 2 (times out at 2026-12-01 12:00:30Z)" in got.summary

@@ -35,6 +35,9 @@ STORED = {
     "SignalDelivered": '{"type":"SignalDelivered","at":"2026-01-01T00:00:09Z",'
     '"step":"event:paid:1","name":"paid","signal_id":"0b8a2c8e-51a4-4c52-9a63-0d3f0bb1f2aa",'
     '"key":"k1","payload":{"amount":3}}',
+    "ChildrenFinished": '{"type":"ChildrenFinished","at":"2026-01-01T00:00:09Z",'
+    '"step":"children:1","results":[{"run_id":"0b8a2c8e-51a4-4c52-9a63-0d3f0bb1f2aa",'
+    '"key":"a","status":"COMPLETED","result":1}],"finished":1}',
     "RunCompleted": '{"type":"RunCompleted","at":"2026-01-01T00:00:03Z","worker_id":"w1",'
     '"attempt":1}',
     "RunFailed": '{"type":"RunFailed","at":"2026-01-01T00:00:03Z","reason":"boom",'

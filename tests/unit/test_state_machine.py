@@ -44,6 +44,7 @@ EXPECTED: dict[tuple[RunStatus | None, str], RunStatus] = {
     (S.WAITING_APPROVAL, "RunCancelled"): S.CANCELLED,
     (S.WAITING_EVENT, "TimerFired"): S.RESUMED,
     (S.WAITING_EVENT, "SignalDelivered"): S.RESUMED,
+    (S.WAITING_EVENT, "ChildrenFinished"): S.RESUMED,
     (S.WAITING_EVENT, "RunCancelled"): S.CANCELLED,
     (S.RESUMED, "RunClaimed"): S.RUNNING,
     (S.RESUMED, "RunCancelled"): S.CANCELLED,

@@ -284,3 +284,31 @@ class SignalLimitError(AwoooPError):
     code = "E-SIGNAL-003"
     http_status = 429
     retry_after_s = 60
+
+
+# --- child runs (docs/workers.md, Child runs) ------------------------------------------------
+
+
+class ChildrenWaitTimeoutError(AwoooPError):
+    """Not enough of the child runs waited for finished before the wait's timeout
+    (``run.wait_for_children(..., timeout=...)``)."""
+
+    code = "E-CHILD-001"
+    http_status = 504
+
+
+class ChildLimitError(AwoooPError):
+    """The run already has as many unfinished child runs as a run may
+    (AWOOOP_CHILDREN_PENDING_MAX). Nothing was written."""
+
+    code = "E-CHILD-002"
+    http_status = 429
+    retry_after_s = 60
+
+
+class ChildKeyTakenError(AwoooPError):
+    """The child key's run (its dedupe key, derived from this run and the key) is a run that is
+    not a child of this run. Nothing was written."""
+
+    code = "E-CHILD-003"
+    http_status = 409
