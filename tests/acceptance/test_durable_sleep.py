@@ -106,7 +106,9 @@ async def test_kill_9_and_flushall_during_the_sleeps_change_nothing(
     runs = 40
     with private_redis() as rd:
         settings = msgspec.structs.replace(fast, redis_url=rd.url)
-        run_ids = await create_runs(db, P, runs, payload={"sleep_s": 4})
+        # 8 s sleeps: on a loaded machine the last run may begin its sleep seconds after the
+        # first; most still sleep when the worker is killed.
+        run_ids = await create_runs(db, P, runs, payload={"sleep_s": 8})
         relay = relay_process(settings, tmp_path).start()
         env = {"AWOOOP_TEST_SIDE_EFFECTS": effects, "AWOOOP_LOG_LEVEL": "warning"}
         first = WorkerProcess(
@@ -115,9 +117,16 @@ async def test_kill_9_and_flushall_during_the_sleeps_change_nothing(
         second: WorkerProcess | None = None
         try:
             first.worker_id()
-            await eventually(lambda: sleeping(db, runs), timeout_s=30, what="all runs asleep")
+
+            async def all_slept() -> bool:  # each run began its sleep (some may have woken)
+                began = await count_events(db, "WaitStarted")
+                return sum(began[run_stream_id(r)] for r in run_ids) == runs
+
+            await eventually(all_slept, timeout_s=60, what="every run began its sleep")
             os.kill(first.pid, signal.SIGKILL)  # the worker and its timers loop
             first.wait()
+            asleep = (await statuses(db)).get("WAITING_EVENT", 0)
+            assert asleep > 0  # the kill and the wipe came while runs slept
             client = aioredis.Redis.from_url(rd.url)
             try:
                 await client.flushall()
