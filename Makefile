@@ -3,13 +3,16 @@ VENV    ?= .venv
 PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
-PACKAGES := awooop streams projections
+# The one import package; awooop/streams and awooop/projections link to the folders streams/ and
+# projections/, which mypy and lint-imports follow and compileall does not (SOURCES).
+PACKAGES := awooop
+SOURCES  := awooop streams projections
 # Four test processes on two cores: the suite mostly waits (servers, subprocesses, leases
 # running out), and each test has its own database and Redis key prefix; at most about 70 of
 # Postgres's 100 connections are in use at once. PYTEST_ARGS='-n 0' runs it in one.
 PYTEST_ARGS ?= -n 4
 
-.PHONY: install bytecode services lint test demo bench clean
+.PHONY: install bytecode test-deps services lint test demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,12 +27,19 @@ install: $(STAMP)
 # (0.8 of the 2 s an `awooop` command took to start on a slow 2-core machine; the tests start
 # hundreds of processes). compileall writes it once and recompiles only what changed since.
 bytecode: install
-	$(PY) -m compileall -q $(PACKAGES) tests >/dev/null
+	$(PY) -m compileall -q $(SOURCES) tests >/dev/null
+
+# The system packages the tests need (pg_auto_failover, iproute2, Chromium, promtool and
+# prometheus, the PostgreSQL and Redis server binaries), installed when missing: as root with
+# apt, else it stops and names the one command (sudo ops/install-test-deps.sh). .ci/run too.
+test-deps:
+	bash ops/install-test-deps.sh
 
 services: install
 	$(PY) -m tests.support.services
 
-# floors.py: no runtime module over 400 lines, no error code literal outside the catalog.
+# floors.py: no runtime module over 400 lines, no error code literal outside the catalog, no
+# import of streams/projections by their folder's name (awooop.streams, awooop.projections).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -37,7 +47,7 @@ lint: install
 	$(VENV)/bin/mypy --strict $(PACKAGES)
 	$(VENV)/bin/lint-imports
 
-test: services lint bytecode
+test: test-deps services lint bytecode
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 demo: install bytecode

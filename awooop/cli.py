@@ -38,6 +38,7 @@ COMMANDS = (
     "runs",
     "deadletters",
     "projects",
+    "schedules",
     "replay",
     "projector",
     "demo",

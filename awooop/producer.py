@@ -27,6 +27,17 @@ publishes. They take either
           )
       # result.run_id; result.created is False when the key was seen within the TTL
 
+  The connection needs nothing of the runtime: a plain ``asyncpg.connect(...)`` or a pool
+  without ``init`` works, and its type codecs (asyncpg's, or the service's own JSON codecs) are
+  left alone (the producer's statements pass their JSON as text and read none).
+  :func:`create_pool` is the way to produce through a pool: each new connection set up by
+  :func:`init_connection` (dead-peer detection, the wait for the synchronous standby), one
+  generic plan per statement (half the Postgres CPU of a submit once the tables have
+  statistics) and no reset query on release (:func:`awooop.core.pools.create_service_pool`).
+  A connection whose own codecs cannot carry the producer's plain arguments (text, uuid,
+  numbers) is refused with :class:`~awooop.core.errors.ProducerConnectionError`
+  (E-INGEST-005), nothing written, the transaction usable.
+
   A producer service logs in as its own role, bound to its projects by the operator
   (``awooop tenants grant my_service shop``: membership of ``awooop_producer`` and a row of
   ``awooop_tenant_grants``). Row-level security then limits it to the project set by
@@ -59,29 +70,39 @@ with the same two kinds of ``target``; the relay fans them out to the events str
 
 from __future__ import annotations
 
-import re
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import asyncpg
 import msgspec
 
 from awooop.core.config import Settings, load_settings
 from awooop.core.db import Connection, Database
-from awooop.core.errors import InvalidInputError, PayloadTooLargeError, ProducerTransactionError
-from awooop.core.events import DOMAIN_PREFIX, EVENT_TYPES
+from awooop.core.errors import (
+    ProducerConnectionError,
+    ProducerTransactionError,
+)
 from awooop.core.pools import SET_TENANT
+from awooop.core.pools import create_service_pool as create_pool
+from awooop.core.pools import init_service_connection as init_connection
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.telemetry import tracer
 from awooop.eventlog import eventlog
-from awooop.eventlog.eventlog import RawEvent
 from awooop.ingest import ingest_write, submission
 from awooop.ingest.cache import ConfigCache
-from awooop.ingest.common import check_storable
 from awooop.ingest.credentials import check_contract_id, check_project_id
+from awooop.ingest.domain_events import (
+    DOMAIN_STREAM_PREFIX as DOMAIN_STREAM_PREFIX,
+)
+from awooop.ingest.domain_events import DomainEvent as DomainEvent
+from awooop.ingest.domain_events import Emitted as Emitted
+from awooop.ingest.domain_events import check_domain_event as check_domain_event
+from awooop.ingest.domain_events import domain_stream_id as domain_stream_id
 from awooop.ingest.service import Ingestor
 from awooop.ingest.submission import ChannelEvent, Submitted
+from awooop.runs import signals
 
 __all__ = [
     "ChannelEvent",
@@ -89,9 +110,11 @@ __all__ = [
     "Emitted",
     "Submitted",
     "check_domain_event",
+    "create_pool",
     "domain_stream_id",
     "emit",
     "emit_many",
+    "init_connection",
     "set_tenant",
     "submit",
     "submit_many",
@@ -191,63 +214,7 @@ def _ingestor(db: Database, settings: Settings) -> Ingestor:
     return ingestor
 
 
-# --- domain events (R-06) ---------------------------------------------------------------------
-
-DOMAIN_STREAM_PREFIX = DOMAIN_PREFIX
-STREAM_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
-DOMAIN_EVENT_TYPE = re.compile(r"[A-Z][A-Za-z0-9_]{0,99}")
-RUNTIME_EVENT_TYPES = frozenset(t.__name__ for t in EVENT_TYPES)
-
-
-class DomainEvent(msgspec.Struct, frozen=True):
-    """An event of the caller's own domain (an order placed, an invoice paid): appended to
-    the project's stream ``stream`` of the event log, published by the relay to the events
-    streams like every event, and never dispatched to workers."""
-
-    stream: str
-    event_type: str
-    data: dict[str, Any]
-
-
-class Emitted(msgspec.Struct, frozen=True):
-    stream_id: str
-    event_id: uuid.UUID
-    version: int
-    position: int
-
-
-def domain_stream_id(project_id: str, stream: str) -> str:
-    """The event log's stream id of a project's domain stream (``/`` is in neither name)."""
-    return f"{DOMAIN_STREAM_PREFIX}{project_id}/{stream}"
-
-
-def check_domain_event(event: DomainEvent, max_bytes: int) -> RawEvent:
-    """Pure: the event as the log stores it, or InvalidInputError / PayloadTooLargeError."""
-    if not isinstance(event.stream, str) or not STREAM_NAME.fullmatch(event.stream):
-        raise InvalidInputError(
-            "a domain stream name is 1-200 characters of letters, digits and _ . : -"
-        )
-    if not isinstance(event.event_type, str) or not DOMAIN_EVENT_TYPE.fullmatch(event.event_type):
-        raise InvalidInputError(
-            "a domain event type is 1-100 letters, digits and _, starting with a capital letter"
-        )
-    if event.event_type in RUNTIME_EVENT_TYPES:
-        raise InvalidInputError(
-            f"{event.event_type} is one of the runtime's own event types; name it otherwise"
-        )
-    if not isinstance(event.data, dict):
-        raise InvalidInputError("a domain event's data is a JSON object")
-    try:
-        raw = _json_encode(event.data)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidInputError(f"the event data is not JSON-serialisable: {exc}") from None
-    if len(raw) > max_bytes:
-        raise PayloadTooLargeError(
-            f"the event data has {len(raw)} bytes, more than {max_bytes} "
-            "(AWOOOP_HTTP_MAX_BODY_BYTES)"
-        )
-    check_storable(event.data, raw)
-    return RawEvent(event.event_type, raw.decode())
+# --- domain events (R-06): the rules in awooop.ingest.domain_events ----------------------------
 
 
 async def emit(
@@ -325,8 +292,68 @@ async def _in_transaction(
         raise ProducerTransactionError(
             "pass a Database, or a connection inside its open transaction"
         )
-    with unavailable_on_connection_errors("the producer's write"):
-        return await run(target)
+    try:
+        with unavailable_on_connection_errors("the producer's write"):
+            return await run(target)
+    except asyncpg.DataError as exc:
+        # asyncpg's own refusal to encode an argument, raised before anything is sent: the
+        # events were checked before, so the connection's codecs refused a plain argument.
+        if type(exc) is not asyncpg.DataError or not str(exc).startswith(ARGUMENT_REFUSED):
+            raise
+        raise ProducerConnectionError(
+            f"this connection's type codecs refused the producer's argument ({exc}): give the "
+            "producer a connection without custom codecs for text, uuid and numbers "
+            "(awooop.producer.create_pool, or init=awooop.producer.init_connection)"
+        ) from exc
+
+
+ARGUMENT_REFUSED = "invalid input for query argument"
+
+
+async def signal(
+    target: Database | Connection,
+    project_id: str,
+    run_id: uuid.UUID,
+    name: str,
+    payload: Any = None,
+    *,
+    key: str,
+    settings: Settings | None = None,
+) -> signals.Sent:
+    """Send signal ``name`` to a run of ``project_id`` (docs/workers.md, Waiting for an event):
+    on the caller's connection inside its open transaction the row commits with the caller's
+    writes and the ``timers`` loop delivers it; with a Database it is delivered at once when
+    the run waits for it. The same ``key`` again is one signal (``duplicate``)."""
+    check_project_id(project_id)
+    limits = settings or _settings()
+
+    async def run(conn: Connection) -> signals.Sent:
+        how = signals.send_pending if not isinstance(target, Database) else None
+        if how is None:
+            return await signals.send(
+                conn,
+                run_id,
+                name,
+                payload,
+                key=key,
+                sent_by="producer",
+                payload_max_bytes=limits.signal_payload_max_bytes,
+                kept_max=limits.signals_per_run_max,
+            )
+        return await how(
+            conn,
+            project_id,
+            run_id,
+            name,
+            payload,
+            key=key,
+            sent_by="producer",
+            payload_max_bytes=limits.signal_payload_max_bytes,
+            kept_max=limits.signals_per_run_max,
+        )
+
+    with tracer.start_as_current_span("producer signal", attributes={"awooop.signal": name}):
+        return await _in_transaction(target, project_id, run)
 
 
 def _settings() -> Settings:

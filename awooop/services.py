@@ -18,7 +18,7 @@ from awooop.core.logs import get_logger
 from awooop.core.processes import NO_ROUTES, Serves
 from awooop.core.schema_check import require_runnable_schema
 from awooop.core.schema_watch import SchemaWatch
-from streams.keys import Keys
+from awooop.streams.keys import Keys
 
 log = get_logger(__name__)
 # How long a starting process waits for the database before it gives up (E-DB-001, exit 1).

@@ -33,7 +33,7 @@ from awooop.core.events import Event, decode_event, run_id_of_stream
 if TYPE_CHECKING:
     from awooop.core.db import Connection
     from awooop.eventlog.eventlog import RecordedEvent
-    from streams.envelope import Envelope
+    from awooop.streams.envelope import Envelope
 
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 

@@ -28,7 +28,7 @@ from awooop.core.db import Connection
 from awooop.core.errors import ArchivedHeadError, ProjectionStreamError
 from awooop.core.events import decode_event
 from awooop.core.pools import PLATFORM_ROLE, connect
-from projections.base import BulkOutput, LogEvent, Projection, TableNames
+from awooop.projections.base import BulkOutput, LogEvent, Projection, TableNames
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
@@ -316,7 +316,7 @@ def run_worker(task: RangeTask, queue: Any, index: int) -> None:
 
 
 async def _worker(task: RangeTask, queue: Any) -> BulkResult:
-    from projections import registry
+    from awooop.projections import registry
 
     if not SNAPSHOT_ID.match(task.snapshot_id):
         raise ValueError(f"not a snapshot id: {task.snapshot_id!r}")

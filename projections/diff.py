@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from awooop.core.db import Connection
-from projections.base import TableSpec
+from awooop.projections.base import TableSpec
 
 EXAMPLES_PER_KIND = 5
 

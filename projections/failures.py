@@ -5,7 +5,7 @@ An attempt that ends with its handler's exception writes the traceback and the s
 handler was in (:class:`awooop.core.events.RunFailed`), or, when the runtime's own stores were
 away and the run goes to another attempt, the same on :class:`~awooop.core.events.LeaseReleased`.
 Both are folded here from the run's events with a pure function, from the read that
-:func:`projections.model_calls.history_from_log` already makes; a failure of the platform (a
+:func:`awooop.projections.model_calls.history_from_log` already makes; a failure of the platform (a
 dead letter, an expired lease) is listed too, without a traceback.
 """
 

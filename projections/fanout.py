@@ -1,5 +1,5 @@
 """The replay's bulk pass over several processes: the stream range split into parts, each
-folded by a spawned worker (:func:`projections.bulk.run_worker`) in the snapshot the caller
+folded by a spawned worker (:func:`awooop.projections.bulk.run_worker`) in the snapshot the caller
 exported, progress and results coming back over one queue."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from awooop.core import errors
 from awooop.core.db import Connection
-from projections.base import Projection, TableNames
-from projections.bulk import RangeTask, run_worker, split_range
+from awooop.projections.base import Projection, TableNames
+from awooop.projections.bulk import RangeTask, run_worker, split_range
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from awooop.core.db import Connection
-from projections import registry
-from projections.base import TableNames, stream_range
+from awooop.projections import registry
+from awooop.projections.base import TableNames, stream_range
 
 
 async def projector_lag(

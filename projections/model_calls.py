@@ -8,7 +8,7 @@ no projector table is needed and the list is exact even when projectors are behi
 trace id is the one in its event's ``traceparent`` metadata, as in the timeline. A call's
 prompt and answer (capped when recorded) and token counts are listed with it, and
 :func:`token_totals` sums a run's tokens. The same read gives the run's failures
-(:mod:`projections.failures`).
+(:mod:`awooop.projections.failures`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import msgspec
 from awooop.core.db import Connection
 from awooop.core.events import ModelCalled, run_stream_id
 from awooop.eventlog import eventlog
-from projections.base import trace_id_of
-from projections.failures import FailureLine, failures
-from projections.timeline import AttemptLine, TimelineLine, attempts, timeline_lines
+from awooop.projections.base import trace_id_of
+from awooop.projections.failures import FailureLine, failures
+from awooop.projections.timeline import AttemptLine, TimelineLine, attempts, timeline_lines
 
 EVENT_TYPE = "ModelCalled"
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from awooop.core.errors import UnknownProjectionError
-from projections.base import Projection
-from projections.revisions import RevisionHistoryProjection
-from projections.run_state import RunStateProjection, RunStateViewProjection
-from projections.timeline import TimelineProjection
+from awooop.projections.base import Projection
+from awooop.projections.revisions import RevisionHistoryProjection
+from awooop.projections.run_state import RunStateProjection, RunStateViewProjection
+from awooop.projections.timeline import TimelineProjection
 
 
 def all_projections() -> dict[str, Projection]:

@@ -19,24 +19,26 @@ Phases:
    to the shadow, and the shadow is compared with the live table in that same snapshot. The
    write path changes the run row and appends its event in one transaction, so in any snapshot
    the live ``awooop_run_state`` must equal the log folded with ``apply`` (lease clock aside,
-   see :mod:`projections.run_state`); any difference is real. The snapshot's writes are rolled
-   back (they read beyond the commit-safe cursor), so the cursor stays commit-safe.
+   see :mod:`awooop.projections.run_state`); any difference is real. The snapshot's writes are
+   rolled back (they read beyond the commit-safe cursor), so the cursor stays commit-safe.
 5. **Swap.** One short transaction takes ACCESS EXCLUSIVE locks on the live tables (with a
    lock timeout; on timeout it catches up again and retries), applies every event committed
    after the cursor (every writer of the live table has finished: each run event is written in
    the same transaction as its run row), copies the live lease clock of leased runs that are
-   still in the same attempt, and renames (see :mod:`projections.schema`). Readers and writers
-   that queued behind the lock resolve the table name again and continue on the new table.
+   still in the same attempt, and renames (see :mod:`awooop.projections.schema`). Readers and
+   writers that queued behind the lock resolve the table name again and continue on the new
+   table.
    With ``--project`` the live tables are repaired in place instead (only differing rows of that
    project are updated, inserted or deleted, under an EXCLUSIVE lock that lets readers read).
 
 Interrupting leaves the live tables untouched (they change only in the swap transaction); a
 rerun drops leftover shadows. An advisory lock lets one replay of a projection run at a time.
 
-This module runs the phases; the bulk pass over several processes is :mod:`projections.fanout`,
-the tail :mod:`projections.tail`, the locked swap or repair :mod:`projections.replay_swap`, the
-report :mod:`projections.replay_report`, the comparison and the repair :mod:`projections.diff`,
-the shadow tables and the swap :mod:`projections.schema`, the archived events restored
+This module runs the phases; the bulk pass over several processes is
+:mod:`awooop.projections.fanout`, the tail :mod:`awooop.projections.tail`, the locked swap or
+repair :mod:`awooop.projections.replay_swap`, the report :mod:`awooop.projections.replay_report`,
+the comparison and the repair :mod:`awooop.projections.diff`, the shadow tables and the swap
+:mod:`awooop.projections.schema`, the archived events restored
 :mod:`awooop.eventlog.archive_restore`.
 """
 
@@ -55,15 +57,15 @@ from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.eventlog.archive_restore import drop_restored_sql, restore
 from awooop.eventlog.eventlog import Cursor
-from projections import schema
-from projections.base import Projection, TableNames, stream_range
-from projections.bulk import fold_range, raw_jsonb, use_binary_json
-from projections.diff import diff_table
-from projections.fanout import WorkerJob, fold_in_workers
-from projections.progress import Progress
-from projections.replay_report import ReplayReport
-from projections.replay_swap import LiveTableChange
-from projections.tail import Tail
+from awooop.projections import schema
+from awooop.projections.base import Projection, TableNames, stream_range
+from awooop.projections.bulk import fold_range, raw_jsonb, use_binary_json
+from awooop.projections.diff import diff_table
+from awooop.projections.fanout import WorkerJob, fold_in_workers
+from awooop.projections.progress import Progress
+from awooop.projections.replay_report import ReplayReport
+from awooop.projections.replay_swap import LiveTableChange
+from awooop.projections.tail import Tail
 
 log = get_logger(__name__)
 
@@ -92,7 +94,7 @@ SELECT coalesce(sum(version), 0)::bigint FROM awooop_event_streams
 WHERE stream_id >= $1 AND stream_id < $2 AND ($3::text IS NULL OR project_id = $3)
 """
 COUNT_LAGGING = "SELECT count(*) FROM ({lagging}) x"
-# Where to cut the stream range between bulk workers (see projections.bulk.split_range).
+# Where to cut the stream range between bulk workers (see awooop.projections.bulk.split_range).
 STREAM_HISTOGRAM = """
 SELECT histogram_bounds::text::text[] FROM pg_stats
 WHERE schemaname = 'public' AND tablename = 'awooop_event_streams' AND attname = 'stream_id'
@@ -292,7 +294,8 @@ class Replay:
     # --- tail ------------------------------------------------------------------------------------
 
     async def _follow(self, conn: Connection, cursor: Cursor, *, safe: bool) -> tuple[Cursor, int]:
-        """Apply the events after ``cursor`` to the shadows (see :class:`projections.tail.Tail`)."""
+        """Apply the events after ``cursor`` to the shadows (see
+        :class:`awooop.projections.tail.Tail`)."""
         tail = Tail(
             self.projection,
             self.shadows,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from projections.diff import TableDiff
+from awooop.projections.diff import TableDiff
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""The replay's last phase (:mod:`projections.replay`): the rebuilt shadows take the live tables'
-place, or, for one project, repair the live tables' differing rows in place.
+"""The replay's last phase (:mod:`awooop.projections.replay`): the rebuilt shadows take the live
+tables' place, or, for one project, repair the live tables' differing rows in place.
 
 Either runs in one transaction that holds locks on the live tables (ACCESS EXCLUSIVE for a
 swap, EXCLUSIVE for a repair, which lets readers read) and first applies every event committed
@@ -23,10 +23,10 @@ from awooop.core.errors import SwapLockTimeoutError
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE
 from awooop.eventlog.eventlog import Cursor
-from projections import schema
-from projections.base import Projection, TableNames
-from projections.diff import carry_clock_sql, repair_project
-from projections.replay_report import ReplayReport
+from awooop.projections import schema
+from awooop.projections.base import Projection, TableNames
+from awooop.projections.diff import carry_clock_sql, repair_project
+from awooop.projections.replay_report import ReplayReport
 
 log = get_logger(__name__)
 

@@ -18,7 +18,7 @@ import msgspec
 from awooop.core.db import Connection
 from awooop.core.errors import ProjectionStreamError
 from awooop.core.events import RevisionActivated, RevisionCreated
-from projections.base import (
+from awooop.projections.base import (
     LogEvent,
     PerStreamRows,
     TableNames,

@@ -12,7 +12,8 @@ stream, so the write path, the replay tool and the projector cannot drift.
 The lease clock: workers renew ``lease_until``/``heartbeat_at`` with one statement and no
 event (R-12), so while a run is RUNNING or WAITING_TOOL the live table's lease clock is newer
 than the log's. Verification accepts a live value at or after the rebuilt one for those runs
-(never earlier), and a swap carries the live lease clock over (see :mod:`projections.replay`).
+(never earlier), and a swap carries the live lease clock over (see
+:mod:`awooop.projections.replay`).
 The same renewal writes the step a running attempt is in (``current_step*``, migration 0127):
 columns of the live table only, outside RunState, never compared, carried over by a swap.
 """
@@ -35,7 +36,7 @@ from awooop.eventlog.state import (
     row_to_state,
     state_values,
 )
-from projections.base import (
+from awooop.projections.base import (
     BulkOutput,
     LogEvent,
     TableNames,

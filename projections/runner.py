@@ -1,14 +1,14 @@
 """The projector runner: applies stream deliveries to a projection, exactly once per event.
 
 The seam is :meth:`Projector.handle` (``delivery -> bool``, True: acknowledge): the consumer
-toolkit (``streams.consumer.GroupConsumer``) calls it for each message of the shard events
+toolkit (``awooop.streams.consumer.GroupConsumer``) calls it for each message of the shard events
 streams read through the group ``projector:<name>``; tests call it with envelopes built from
 the Postgres log. Concurrent calls are gathered into one transaction (a micro-batch).
 
 Per batch, in ONE transaction (platform role):
 1. take a transaction-scoped advisory lock per stream (sorted: no deadlock between batches of
    two projector processes, or with the reconcile pass);
-2. read each stream's version stored with the view, and :func:`projections.base.plan` it:
+2. read each stream's version stored with the view, and :func:`awooop.projections.base.plan` it:
    duplicates and old events are no-ops, the next versions are applied, a gap is filled from
    the Postgres log (``eventlog.read_stream``), never skipped;
 3. write the view rows and their new versions (the checkpoint) together; commit; then ack.
@@ -41,8 +41,8 @@ from awooop.core.events import decode_event
 from awooop.core.logs import get_logger
 from awooop.core.loop_sampling import LOOP_ATTRIBUTE
 from awooop.core.telemetry import tracer
-from projections.base import LIVE, LogEvent, Projection, TableNames, plan, stream_range
-from streams.envelope import Envelope
+from awooop.projections.base import LIVE, LogEvent, Projection, TableNames, plan, stream_range
+from awooop.streams.envelope import Envelope
 
 log = get_logger(__name__)
 
@@ -66,7 +66,7 @@ ORDER BY stream_id, version
 
 
 class HasEnvelope(Protocol):
-    """What the runner needs of a delivery (``streams.delivery.Delivery`` has it)."""
+    """What the runner needs of a delivery (``awooop.streams.delivery.Delivery`` has it)."""
 
     @property
     def envelope(self) -> Envelope: ...

@@ -6,7 +6,8 @@ then recreates every index of the live table under shadow names (primary key and
 constraints included). Owner, grants (table and column), storage options, row-level security
 and its policies are copied at creation, so the shadow never holds every project's rows open
 to the roles it grants to; the replay writes it as ``awooop_platform`` and as the owner, which
-must bypass RLS (a superuser or BYPASSRLS, as for migrations; :mod:`projections.replay` checks).
+must bypass RLS (a superuser or BYPASSRLS, as for migrations; :mod:`awooop.projections.replay`
+checks).
 
 :func:`swap` runs inside the caller's transaction, which holds ACCESS EXCLUSIVE locks on the
 live tables. It renames live -> ``<name>__old`` and shadow -> live (indexes and their
@@ -84,6 +85,13 @@ SELECT conrelid::regclass::text AS table_name, quote_ident(conname) AS name,
        pg_get_constraintdef(oid) AS def
 FROM pg_constraint
 WHERE confrelid = to_regclass($1) AND conrelid <> confrelid AND contype = 'f'
+"""
+
+# CREATE TABLE ... LIKE copies a CHECK constraint as validated: one the live table holds NOT
+# VALID (a migration added it so, without a scan) is added to the shadow again as it is.
+UNVALIDATED_CHECKS = """
+SELECT quote_ident(conname) AS name, pg_get_constraintdef(oid) AS def
+FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'c' AND NOT convalidated
 """
 
 TRIGGERS = """
@@ -178,6 +186,9 @@ async def create_shadow(conn: Connection, live: str) -> str:
         "INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING COMMENTS "
         "INCLUDING STATISTICS)"
     )
+    for check in await conn.fetch(UNVALIDATED_CHECKS, live):  # its def ends in NOT VALID
+        await conn.execute(f"ALTER TABLE {q(shadow)} DROP CONSTRAINT {check['name']}")
+        await conn.execute(f"ALTER TABLE {q(shadow)} ADD CONSTRAINT {check['name']} {check['def']}")
     if info["reloptions"]:
         await conn.execute(f"ALTER TABLE {q(shadow)} SET ({', '.join(info['reloptions'])})")
     if info["comment"] is not None:

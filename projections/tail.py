@@ -15,8 +15,8 @@ from typing import Any
 
 from awooop.core.db import Connection
 from awooop.eventlog.eventlog import FOLLOWER_HORIZON, Cursor
-from projections.base import LogEvent, Projection, TableNames
-from projections.bulk import to_log_event
+from awooop.projections.base import LogEvent, Projection, TableNames
+from awooop.projections.bulk import to_log_event
 
 TAIL_SAFE = (
     FOLLOWER_HORIZON

@@ -4,11 +4,11 @@ at a cost that depends on N, not on the size of the log.
 In one REPEATABLE READ snapshot: the run streams among the last N positions (the primary key's
 index, per partition), their events and snapshots (the (stream_id, version) index and
 awooop_stream_snapshots' key), folded as the bulk pass folds them
-(:class:`projections.bulk.StreamFolder`), copied into a temporary table, and compared with those
-runs' live rows by the same comparison as a full replay (:func:`projections.diff.diff_table`,
-lease clock rule included). The write path changes a run's row and appends its event in one
-transaction, so in one snapshot any difference is real. Nothing is written but the temporary
-table, which goes with the transaction.
+(:class:`awooop.projections.bulk.StreamFolder`), copied into a temporary table, and compared
+with those runs' live rows by the same comparison as a full replay
+(:func:`awooop.projections.diff.diff_table`, lease clock rule included). The write path changes
+a run's row and appends its event in one transaction, so in one snapshot any difference is real.
+Nothing is written but the temporary table, which goes with the transaction.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import time
 
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.eventlog.state import COLUMNS
-from projections.base import BulkOutput, stream_range
-from projections.bulk import SNAPSHOTS_OF_STREAMS, StreamFolder, raw_jsonb
-from projections.diff import TableDiff, diff_table
-from projections.run_state import PREFIX, RunStateProjection, run_state_spec
+from awooop.projections.base import BulkOutput, stream_range
+from awooop.projections.bulk import SNAPSHOTS_OF_STREAMS, StreamFolder, raw_jsonb
+from awooop.projections.diff import TableDiff, diff_table
+from awooop.projections.run_state import PREFIX, RunStateProjection, run_state_spec
 
 # --- SQL -------------------------------------------------------------------------------------
 # The newest N events by position: a backward walk of each partition's primary key, merged

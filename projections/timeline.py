@@ -28,7 +28,7 @@ import msgspec
 from awooop.core.db import Connection
 from awooop.core.events import run_stream_id, to_builtins
 from awooop.eventlog import eventlog
-from projections.base import (
+from awooop.projections.base import (
     LogEvent,
     PerStreamRows,
     TableNames,
@@ -38,7 +38,7 @@ from projections.base import (
     run_of,
     trace_id_of,
 )
-from projections.run_state import PREFIX, RUN_TYPES
+from awooop.projections.run_state import PREFIX, RUN_TYPES
 
 TABLE = "awooop_run_timeline"
 COLUMNS = (
@@ -54,7 +54,7 @@ COLUMNS = (
     "detail",
 )
 # Bulky fields stay in the log: a failure's traceback and a model call's prompt and answer are
-# shown from their events (projections.model_calls, projections.failures).
+# shown from their events (awooop.projections.model_calls, awooop.projections.failures).
 LEFT_OUT = frozenset(
     {
         "type",
@@ -86,6 +86,11 @@ NEWER_FIELDS: dict[str, frozenset[str]] = {
     "ApprovalGranted": frozenset({"reason"}),
     "ApprovalRejected": frozenset({"resumed"}),
     "ApprovalExpired": frozenset({"resumed"}),
+    "RunCreated": frozenset({"parent_run_id", "cancel_with_parent"}),
+    "WaitStarted": frozenset({"step", "kind", "due_at", "name", "match", "children", "needed"}),
+    "TimerFired": frozenset({"step", "kind", "due_at"}),
+    "SignalDelivered": frozenset({"step", "name", "signal_id", "key", "payload", "sent_by"}),
+    "ChildrenFinished": frozenset({"step", "results", "finished"}),
 }
 
 # --- SQL ------------------------------------------------------------------------------------

@@ -1,0 +1,5 @@
+# This folder's modules are awooop.streams (awooop/streams links to it). Imported by the
+# folder's name as well (possible from the checkout's top), each module would be loaded twice,
+# as two modules with their own state: that name is refused.
+if __name__ != "awooop.streams":
+    raise ImportError(f"import awooop.streams, not {__name__} ({__file__})")

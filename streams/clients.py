@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from streams.keys import Keys
+from awooop.streams.keys import Keys
 
 
 class StreamClients(Protocol):

@@ -8,7 +8,8 @@ that continues the producer's trace; a redelivery starts a new trace linked to i
 handler traces batches of its own: ``span_each=False``).
 
 Losing Redis (R-33): groups recreated on NOGROUP, the shard epochs and what a changed one
-means are in :mod:`streams.consumer_groups`; acknowledgements in :mod:`streams.consumer_acks`.
+means are in :mod:`awooop.streams.consumer_groups`; acknowledgements in
+:mod:`awooop.streams.consumer_acks`.
 
 ``run_until_idle`` is the burst mode for tests and tools: it drains what is there and returns.
 """
@@ -26,16 +27,16 @@ from redis.exceptions import RedisError, ResponseError
 
 from awooop.core.db import Database
 from awooop.core.logs import get_logger
-from streams.backoff import RateLimiter, retry_delay
-from streams.consumer_acks import Acks
-from streams.consumer_groups import GroupEpochs, OnReset, is_nogroup
-from streams.consumer_stats import ConsumerStats
-from streams.consumer_tasks import Slots, finish, sleep_or_stop
-from streams.deadletter import dead_letter_undecodable
-from streams.delivery import Delivery, UndecodableEntry, text, to_delivery
-from streams.keys import Keys, hash_tag
-from streams.reclaim import autoclaim, touch
-from streams.tracing import consume_span
+from awooop.streams.backoff import RateLimiter, retry_delay
+from awooop.streams.consumer_acks import Acks
+from awooop.streams.consumer_groups import GroupEpochs, OnReset, is_nogroup
+from awooop.streams.consumer_stats import ConsumerStats
+from awooop.streams.consumer_tasks import Slots, finish, sleep_or_stop
+from awooop.streams.deadletter import dead_letter_undecodable
+from awooop.streams.delivery import Delivery, UndecodableEntry, text, to_delivery
+from awooop.streams.keys import Keys, hash_tag
+from awooop.streams.reclaim import autoclaim, touch
+from awooop.streams.tracing import consume_span
 
 log = get_logger(__name__)
 
@@ -125,7 +126,7 @@ class GroupConsumer:
     def on_reset(self, hook: OnReset | None) -> None:
         self._groups.on_reset = hook
 
-    # --- groups and epochs (streams.consumer_groups) --------------------------------------
+    # --- groups and epochs (awooop.streams.consumer_groups) --------------------------------------
 
     async def ensure_groups(self) -> None:
         """Create the group on every stream where it is missing."""

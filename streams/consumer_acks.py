@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from streams.consumer_stats import ConsumerStats
-from streams.consumer_tasks import sleep_or_stop
+from awooop.streams.consumer_stats import ConsumerStats
+from awooop.streams.consumer_tasks import sleep_or_stop
 
 ACK_LINGER_S = 0.02  # how long acknowledgements gather before one XACK (see Acks.loop)
 

@@ -22,12 +22,12 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from awooop.core.logs import get_logger
-from streams import scripts
-from streams.backoff import RateLimiter
-from streams.consumer_acks import Acks, LogError
-from streams.consumer_stats import ConsumerStats
-from streams.delivery import Delivery, text
-from streams.keys import Keys
+from awooop.streams import scripts
+from awooop.streams.backoff import RateLimiter
+from awooop.streams.consumer_acks import Acks, LogError
+from awooop.streams.consumer_stats import ConsumerStats
+from awooop.streams.delivery import Delivery, text
+from awooop.streams.keys import Keys
 
 log = get_logger(__name__)
 

@@ -17,7 +17,7 @@ from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.logs import get_logger
 from awooop.eventlog import deadletters
-from streams.keys import Keys
+from awooop.streams.keys import Keys
 
 log = get_logger(__name__)
 

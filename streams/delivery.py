@@ -7,8 +7,8 @@ from typing import Any
 
 import msgspec
 
-from streams.envelope import FIELD, Envelope, decode_envelope
-from streams.keys import WORKER_GROUP
+from awooop.streams.envelope import FIELD, Envelope, decode_envelope
+from awooop.streams.keys import WORKER_GROUP
 
 
 @dataclass(frozen=True)

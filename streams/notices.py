@@ -24,11 +24,11 @@ from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.db import Connection
 from awooop.core.logs import get_logger
-from streams import scripts
-from streams.consumer import REDIS_ERRORS
-from streams.envelope import FIELD, Notice, encode
-from streams.keys import Keys
-from streams.rebuild import new_epoch
+from awooop.streams import scripts
+from awooop.streams.consumer import REDIS_ERRORS
+from awooop.streams.envelope import FIELD, Notice, encode
+from awooop.streams.keys import Keys
+from awooop.streams.rebuild import new_epoch
 
 log = get_logger(__name__)
 

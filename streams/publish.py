@@ -13,9 +13,9 @@ from typing import Any
 
 from awooop.core.events import DISPATCH_EVENT_TYPES
 from awooop.eventlog.eventlog import RecordedEvent
-from streams import scripts
-from streams.envelope import FIELD, Envelope, encode
-from streams.keys import Keys
+from awooop.streams import scripts
+from awooop.streams.envelope import FIELD, Envelope, encode
+from awooop.streams.keys import Keys
 
 EVENTS_ONLY = "e"
 WORK_ONLY = "w"

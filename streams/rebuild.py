@@ -11,7 +11,7 @@ flush, or a restart without persistence) or never had it. The relay then, for th
    had acknowledged everything) up to the relay cursor, to the events stream and dispatch events
    also to the work stream, exactly as the first time: every event some group might not have
    finished is delivered again, in log order; then the events the relay published ahead of its
-   cursor (:mod:`streams.relay_ahead`), as the first time;
+   cursor (:mod:`awooop.streams.relay_ahead`), as the first time;
 3. sends a work message for every run of the shard that Postgres says is PENDING or RESUMED (its
    latest event), so that no dispatchable run depends on Redis having kept anything. Runs whose
    latest event is past the relay cursor (and was not published ahead of it) are left to the
@@ -51,9 +51,9 @@ from awooop.core.logs import get_logger
 from awooop.eventlog import eventlog
 from awooop.eventlog.eventlog import Cursor, RecordedEvent
 from awooop.eventlog.read_ahead import read_positions
-from streams import scripts
-from streams.keys import Keys
-from streams.publish import WORK_ONLY, by_shard, publish_shard
+from awooop.streams import scripts
+from awooop.streams.keys import Keys
+from awooop.streams.publish import WORK_ONLY, by_shard, publish_shard
 
 log = get_logger(__name__)
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from awooop.core.db import Database
 from awooop.core.logs import get_logger
-from streams import scripts
-from streams.deadletter import dead_letter_undecodable
-from streams.delivery import Delivery, UndecodableEntry, text, to_delivery
-from streams.keys import Keys
+from awooop.streams import scripts
+from awooop.streams.deadletter import dead_letter_undecodable
+from awooop.streams.delivery import Delivery, UndecodableEntry, text, to_delivery
+from awooop.streams.keys import Keys
 
 log = get_logger(__name__)
 

@@ -11,31 +11,31 @@ Guarantees and how they are kept:
 - Nothing is skipped: ``read_forward`` only returns rows of transactions older than every
   running one, walking ``(tx_id, position)``; the cursor moves (in memory) after the XADDs
   succeeded, and is saved (fenced) at most every ``CURSOR_SAVE_INTERVAL_S``
-  (:mod:`streams.relay_cursor`): a crash republishes what was published since the last save:
+  (:mod:`awooop.streams.relay_cursor`): a crash republishes what was published since the last save:
   duplicates, never loss (consumers tolerate them: event_id and version identify them).
   Committed rows that an older running transaction holds back are published ahead of the
-  cursor, in per-stream order (:mod:`streams.relay_ahead`); the cursor skips them later.
+  cursor, in per-stream order (:mod:`awooop.streams.relay_ahead`); the cursor skips them later.
 - Per-run order: each shard's part of a batch goes to Redis in ONE script call, in log order
-  (:mod:`streams.relay_shards`).
+  (:mod:`awooop.streams.relay_shards`).
 - One active relay: the process holding the ``relay`` lease (:class:`Lease`, row
   ``awooop_leaders.relay``) publishes; standbys try to acquire it every poll interval. One that
   dies or is frozen stops renewing, and a standby leads within ``AWOOOP_RELAY_LEADER_LEASE_S`` +
   ``AWOOOP_RELAY_POLL_INTERVAL_S`` (9 s by default); a session advisory lock could not do this.
 - Fencing: the cursor save is a compare-and-set fenced by this relay's term
-  (:mod:`streams.relay_cursor`). Before each publish to Redis the leader checks its local lease
-  deadline (:meth:`Lease.check`). A process frozen between that check and its XADD sends that
+  (:mod:`awooop.streams.relay_cursor`). Before each publish to Redis the leader checks its local
+  lease deadline (:meth:`Lease.check`). A process frozen between that check and its XADD sends that
   one batch after resuming: harmless, as its cursor started at or after the saved one the new
   leader started from and each relay publishes every stream's events in order, so every
   event's FIRST copy still arrives in stream order and nothing is skipped; the late batch only
   adds duplicates (at-least-once, R-31). The leader's connection has ``statement_timeout``,
   ``lock_timeout`` and ``idle_in_transaction_session_timeout`` at the lease.
 - Wake-up: NOTIFY from the events' trigger, a linger, re-checks while rows are held back, a poll
-  as the fallback (:mod:`streams.relay_wakeup`). Redis down: the publish raises, the attempt and
-  failure are counted (metric, ``relay_failures`` on the cursor row), the loop backs off.
+  as the fallback (:mod:`awooop.streams.relay_wakeup`). Redis down: the publish raises, the attempt
+  and failure are counted (metric, ``relay_failures`` on the cursor row), the loop backs off.
 
-Trimming and the shards' safe replay points: :mod:`streams.relay_trim`. Losing Redis (R-33):
-:mod:`streams.rebuild`. Trace context: the relay copies the producer's ``traceparent`` and
-``tracestate`` from the event metadata into the envelope (:mod:`streams.tracing`).
+Trimming and the shards' safe replay points: :mod:`awooop.streams.relay_trim`. Losing Redis (R-33):
+:mod:`awooop.streams.rebuild`. Trace context: the relay copies the producer's ``traceparent`` and
+``tracestate`` from the event metadata into the envelope (:mod:`awooop.streams.tracing`).
 """
 
 from __future__ import annotations
@@ -66,17 +66,17 @@ from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.core.retries import CONNECTION_ERRORS
 from awooop.eventlog import eventlog
 from awooop.eventlog.eventlog import Cursor, RecordedEvent
-from streams.backoff import RateLimiter
-from streams.consumer import REDIS_ERRORS
-from streams.keys import Keys
-from streams.notices import deliver_notices
-from streams.publish import by_shard
-from streams.relay_ahead import READ_AHEAD_AFTER_S, ReadAhead
-from streams.relay_cursor import LEADERSHIP, RelayCursor, count_failure
-from streams.relay_shards import ShardPublisher
-from streams.relay_trim import trim
-from streams.relay_wakeup import NOTIFY_CHANNEL, Wakeup
-from streams.tracing import publish_spans
+from awooop.streams.backoff import RateLimiter
+from awooop.streams.consumer import REDIS_ERRORS
+from awooop.streams.keys import Keys
+from awooop.streams.notices import deliver_notices
+from awooop.streams.publish import by_shard
+from awooop.streams.relay_ahead import READ_AHEAD_AFTER_S, ReadAhead
+from awooop.streams.relay_cursor import LEADERSHIP, RelayCursor, count_failure
+from awooop.streams.relay_shards import ShardPublisher
+from awooop.streams.relay_trim import trim
+from awooop.streams.relay_wakeup import NOTIFY_CHANNEL, Wakeup
+from awooop.streams.tracing import publish_spans
 
 log = get_logger(__name__)
 
@@ -239,7 +239,7 @@ class Relay:
                 await asyncio.sleep(0.005)
 
     async def trim(self) -> None:
-        """Trim the streams and store the shards' safe replay points (:mod:`streams.relay_trim`)."""
+        """Trim the streams, store the shards' safe replay points (awooop.streams.relay_trim)."""
         await trim(self.conn, self._shards, self.cursor, self.settings.stream_maxlen)
 
     async def save_cursor(self) -> None:

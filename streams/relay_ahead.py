@@ -18,8 +18,8 @@ publishes the part that fits (a prefix in follower order keeps per-stream order)
 reading ahead until the cursor has passed everything published ahead; the rest waits for the
 horizon, as without the read-ahead (logged as ``relay_read_ahead_full``).
 
-A shard rebuild (:mod:`streams.rebuild`) republishes the log up to the cursor and then what was
-published ahead (:meth:`ReadAhead.positions_after`), so a Redis loss loses none of it.
+A shard rebuild (:mod:`awooop.streams.rebuild`) republishes the log up to the cursor and then
+what was published ahead (:meth:`ReadAhead.positions_after`), so a Redis loss loses none of it.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from awooop.core.db import Connection
 from awooop.core.logs import get_logger
 from awooop.eventlog.eventlog import Cursor, RecordedEvent
 from awooop.eventlog.read_ahead import Snapshot, read_ahead
-from streams.publish import by_shard
-from streams.tracing import publish_spans
+from awooop.streams.publish import by_shard
+from awooop.streams.tracing import publish_spans
 
 if TYPE_CHECKING:
-    from streams.relay_shards import ShardPublisher
+    from awooop.streams.relay_shards import ShardPublisher
 
 log = get_logger(__name__)
 

@@ -4,7 +4,7 @@ Per-run order: each shard's part of a batch goes to Redis in ONE script call (al
 in log order), and a run's events all map to one shard. A failed call is retried whole, so
 the first copy of each event always arrives in version order; duplicates can only repeat an
 already delivered prefix. A shard whose epoch is gone (Redis lost it, R-33) is rebuilt from the
-log first (:mod:`streams.rebuild`). Before each publish the leader checks its local lease
+log first (:mod:`awooop.streams.rebuild`). Before each publish the leader checks its local lease
 deadline (:meth:`Lease.check`), so a process resumed after its lease ran out publishes nothing.
 
 Trace context: each batch has a ``relay publish`` span linked to (up to 32 of) the producer
@@ -23,9 +23,9 @@ from awooop.core.leadership import Lease
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import span_link, tracer
 from awooop.eventlog.eventlog import Cursor, RecordedEvent
-from streams.keys import WORKER_GROUP, Keys
-from streams.publish import publish_shard
-from streams.rebuild import ShardRebuild, new_epoch
+from awooop.streams.keys import WORKER_GROUP, Keys
+from awooop.streams.publish import publish_shard
+from awooop.streams.rebuild import ShardRebuild, new_epoch
 
 log = get_logger(__name__)
 

@@ -1,6 +1,6 @@
 """Trimming the relay's streams, and each shard's safe replay point.
 
-Trimming policy (script ``TRIM`` in :mod:`streams.scripts`), run every
+Trimming policy (script ``TRIM`` in :mod:`awooop.streams.scripts`), run every
 ``AWOOOP_RELAY_TRIM_INTERVAL_S``: a stream with consumer groups is trimmed with ``MINID ~`` below
 the smallest id any group still needs (its oldest pending entry, which may yet be reclaimed, or
 else its last-delivered id). Entries a group has not read or not acknowledged are never
@@ -16,9 +16,9 @@ from __future__ import annotations
 from awooop.core import metrics
 from awooop.core.db import Connection
 from awooop.eventlog.eventlog import Cursor
-from streams import scripts
-from streams.envelope import FIELD, Envelope, decode_envelope
-from streams.relay_shards import ShardPublisher
+from awooop.streams import scripts
+from awooop.streams.envelope import FIELD, Envelope, decode_envelope
+from awooop.streams.relay_shards import ShardPublisher
 
 # --- SQL -----------------------------------------------------------------------------------
 

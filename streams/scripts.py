@@ -2,7 +2,7 @@
 
 A script runs atomically in Redis, and every script here touches keys of ONE hash tag (one
 shard, or the notices), so each is also Redis-Cluster-safe. Keys are always passed in KEYS,
-and every call checks that they share one tag (:func:`streams.keys.one_slot`): a cross-slot
+and every call checks that they share one tag (:func:`awooop.streams.keys.one_slot`): a cross-slot
 key set fails on a single Redis too, before a cluster would answer CROSSSLOT.
 
 The epoch protocol the scripts implement (details in docs/streams.md):
@@ -23,7 +23,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from streams.keys import one_slot
+from awooop.streams.keys import one_slot
 
 
 class LuaScript:

@@ -7,7 +7,7 @@ consumer.
   (:func:`publish_spans`); otherwise the envelope carries the producer's context.
 - A first delivery is a child of the span the envelope names; a redelivery (reclaimed,
   ``delivery_count > 1``) starts a new trace linked to it, so that a retry does not stretch
-  the original trace over minutes. Used by :mod:`streams.consumer` and
+  the original trace over minutes. Used by :mod:`awooop.streams.consumer` and
   :mod:`awooop.worker.streaming`.
 """
 
@@ -24,8 +24,8 @@ from awooop.core.context import bound
 from awooop.core.events import run_id_of_stream
 from awooop.core.telemetry import exporting, extract, inject, span_link, tracer
 from awooop.eventlog.eventlog import RecordedEvent
-from streams.delivery import Delivery
-from streams.keys import Keys
+from awooop.streams.delivery import Delivery
+from awooop.streams.keys import Keys
 
 
 @contextmanager

@@ -20,9 +20,10 @@ Check the deployment the way an operator would at 3 a.m. and print one line per 
 OK, WARN or FAIL, what was found, and (for WARN/FAIL) the fix with the runbook entry to read.
 Checks: Postgres and Redis reachable, migrations applied and unchanged, tenant isolation,
 the login role, consumer groups and their lag, outbox lag, expired leases, approvals near
-expiry, dead letters, and background loops (stopped: no heartbeat; failing: heartbeats with
-errors). A store that does not answer is reported as unreachable and the checks that need it
-as "not checked". Exit status: 0 when nothing FAILs, 1 otherwise."""
+expiry, timers past due (sleeps and event waits the timers loop has not resumed), dead
+letters, and background loops (stopped: no heartbeat; failing: heartbeats with errors).
+A store that does not answer is reported as unreachable and the checks that need it as
+"not checked". Exit status: 0 when nothing FAILs, 1 otherwise."""
 
 
 def register(subparsers: Any) -> None:

@@ -3,7 +3,8 @@
 Every check is one small function that reads (never writes) Postgres or Redis as the platform
 role and returns :class:`~awooop.commands.doctor_results.Check` results: the stores' reachability
 here, the database's set-up in :mod:`awooop.commands.doctor_schema`, what moves (streams,
-outbox, leases, approvals, loops) in :mod:`awooop.commands.doctor_flow`. ``run_checks`` runs
+outbox, leases, approvals, loops) in :mod:`awooop.commands.doctor_flow`, durable waits in
+:mod:`awooop.commands.doctor_timers`. ``run_checks`` runs
 them all; a check that raises reports FAIL with the error instead of stopping the others.
 
 During an outage the output names the cause once and points the right way:
@@ -43,6 +44,7 @@ from awooop.commands.doctor_flow import (
 from awooop.commands.doctor_keys import concurrency_keys
 from awooop.commands.doctor_results import FAIL, OK, WARN, Check, CheckFn, describe
 from awooop.commands.doctor_schema import fleet, login_role, migrations, tenancy
+from awooop.commands.doctor_timers import timers
 from awooop.core.retries import CONNECTION_ERRORS
 from awooop.services import Services
 
@@ -104,6 +106,7 @@ CHECKS: tuple[CheckFn, ...] = (
     leases,
     concurrency_keys,
     approvals,
+    timers,
     blocked,
     dead_letters,
     loops,

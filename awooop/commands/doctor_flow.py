@@ -15,7 +15,7 @@ from awooop.eventlog import dedupe_windows as windows
 from awooop.runs.blocked import Reason
 from awooop.runs.blocked_facts import count_by_reason
 from awooop.services import Services
-from streams.keys import WORKER_GROUP
+from awooop.streams.keys import WORKER_GROUP
 
 OUTBOX_WARN_S, OUTBOX_FAIL_S = 5.0, 60.0
 APPROVAL_SOON_S = 120.0

@@ -22,8 +22,8 @@ from awooop.core.loops import run_loops, set_heartbeat_sink
 from awooop.core.process import EVENT_LOOP
 from awooop.core.telemetry import start_observability
 from awooop.loops import projector as loops
+from awooop.projections import registry
 from awooop.services import Services
-from projections import registry
 
 log = get_logger(__name__)
 

@@ -21,8 +21,8 @@ from awooop.core.process import EVENT_LOOP, settle_heap
 from awooop.core.telemetry import configure_tracing, serve_metrics, shutdown_tracing
 from awooop.loops.relay import relay_spec
 from awooop.services import Services, redis_client
-from streams.keys import Keys
-from streams.relay import Relay
+from awooop.streams.keys import Keys
+from awooop.streams.relay import Relay
 
 log = get_logger(__name__)
 

@@ -1,5 +1,5 @@
 """``awooop replay PROJECTION [--project P] [--verify] [--swap]``: rebuild a projection from the
-Postgres event log (see :mod:`projections.replay`).
+Postgres event log (see :mod:`awooop.projections.replay`).
 
 - ``--verify`` (the default): rebuild into a shadow table and report rows missing, extra and
   different (a few examples each); exit 0 only when there is no difference.
@@ -23,9 +23,9 @@ from typing import Any
 
 from awooop.core.config import Settings
 from awooop.core.errors import InvalidInputError
-from projections import registry
-from projections.replay import default_workers, replay
-from projections.tail_verify import verify_tail
+from awooop.projections import registry
+from awooop.projections.replay import default_workers, replay
+from awooop.projections.tail_verify import verify_tail
 
 
 def register(subparsers: Any) -> None:

@@ -12,6 +12,7 @@
     awooop runs retry   --filter KEY=VALUE ... [--dry-run] [--attempts N] [--actor NAME] [--json]
     awooop runs cancel  --filter KEY=VALUE ... [--dry-run] [--reason TEXT] [--actor NAME] [--json]
     awooop runs operation OPERATION_ID [--resume] [--json]
+    awooop runs output  [PROJECT] RUN_ID [--follow] [--after SEQ] [--json]
 
 Output is an aligned table (``list``, with each run's ``blocked_on`` reason; ``show`` starts
 with the ``blocked_on`` line, what the run waits for and the next safe action
@@ -59,6 +60,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from awooop.commands import runs_output, runs_signal
 from awooop.commands.output import add_wide
 from awooop.commands.runs_actions import list_runs, run, show_operation
 from awooop.commands.runs_parsing import TOKEN_ENV
@@ -67,7 +69,9 @@ from awooop.runs.listing import FILTER_KEYS
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("runs", help="list runs; show, cancel, approve, reject, retry")
+    parser = subparsers.add_parser(
+        "runs", help="list runs; show, cancel, approve, reject, retry; their output"
+    )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     listing = actions.add_parser("list", help="runs, most recently changed first")
@@ -133,8 +137,10 @@ def register(subparsers: Any) -> None:
             help=f"every run matching ({', '.join(FILTER_KEYS)}; repeat: all must match)",
         )
         sub.add_argument("--dry-run", action="store_true", help="only the preview: how many runs")
+    runs_signal.register(actions)
     operation = actions.add_parser("operation", help="a bulk operation's progress; --resume it")
     operation.add_argument("operation_id", help="the operation's id")
     operation.add_argument("--resume", action="store_true", help="run its remaining batches")
     operation.add_argument("--json", action="store_true", help="JSON instead of a table")
     operation.set_defaults(run=show_operation)
+    runs_output.register(actions)  # the run's streamed output (awooop.commands.runs_output)

@@ -28,6 +28,7 @@ from awooop.commands.runs_render import (
     render_attempts,
     render_call_texts,
     render_failures,
+    render_family,
     render_model_calls,
     render_operation,
     render_runs,
@@ -43,12 +44,22 @@ from awooop.core.db import Connection, Database
 from awooop.core.errors import InvalidInputError, RunNotFoundError
 from awooop.eventlog.state import RunState, RunStatus
 from awooop.ingest.credentials import check_project_id
-from awooop.runs import approvals, blocked_facts, bulk, control, listing, reads, run_rows, search
+from awooop.projections import model_calls, timeline
+from awooop.runs import (
+    approvals,
+    blocked_facts,
+    bulk,
+    children,
+    control,
+    listing,
+    reads,
+    run_rows,
+    search,
+)
 from awooop.runs.blocked import BlockedOn, describe
 from awooop.runs.listing import Decide
 from awooop.services import redis_client
-from projections import model_calls, timeline
-from streams.keys import Keys
+from awooop.streams.keys import Keys
 
 REDIS_TIMEOUT_S = 3.0  # blocked_on asks Redis about readers and dead letters; never hang on it
 
@@ -166,15 +177,17 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 raise RunNotFoundError(run_id=run_id)
 
         blocked: BlockedOn | None = None
+        family: children.Family | None = None
 
         async def act(conn: Connection) -> tuple[RunState, model_calls.RunHistory | None]:
-            nonlocal blocked
+            nonlocal blocked, family
             match args.action:
                 case "show":
                     state = await run_rows.load(conn, run_id)
                     if state is None:
                         raise RunNotFoundError(run_id=run_id)
                     blocked = (await blocked_of(settings, conn, [run_id])).get(run_id)
+                    family = await children.family(conn, run_id, state.parent_run_id)
                     return state, await model_calls.history_from_log(conn, run_id)
                 case "cancel":
                     state = await control.cancel(
@@ -233,6 +246,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             view = {
                 "state": state_view(state),
                 "blocked_on": blocked,
+                "family": family,
                 "timeline": history.timeline,
                 "model_calls": history.model_calls,
                 "tokens": history.tokens,
@@ -244,6 +258,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             print(f"blocked_on: {describe(blocked)}")
             print()
             print(render_state(state))
+            if family is not None and (family.parent_run_id or family.children_total):
+                print()
+                print(render_family(family))
             if history.attempts:
                 print()
                 print(f"attempts: {len(history.attempts)}")

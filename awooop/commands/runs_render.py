@@ -10,17 +10,24 @@ import msgspec
 
 from awooop.commands.output import table, to_json, when
 from awooop.eventlog.state import RunState
-from awooop.runs import bulk, reads
+from awooop.projections import failures, model_calls, timeline
+from awooop.runs import bulk, children, reads
 from awooop.runs.blocked import BlockedOn
-from projections import failures, model_calls, timeline
+from awooop.schedules import rules
 
 
 def state_view(state: RunState) -> dict[str, Any]:
-    return {
+    """The run's fields (empty input, steps and result left out), and for a run a schedule
+    started, ``schedule``: its schedule and fire time."""
+    view = {
         k: v
         for k, v in msgspec.to_builtins(state).items()
         if k not in ("input", "saga_steps", "result") or v
     }
+    scheduled = rules.scheduled_by(state.provider_event_id)
+    if scheduled is not None:
+        view["schedule"] = scheduled
+    return view
 
 
 def state_json(state: RunState) -> str:
@@ -36,6 +43,25 @@ def render_state(state: RunState) -> str:
             for k, v in view.items()
         ],
     )
+
+
+def render_family(family: children.Family) -> str:
+    """Pure: a run's parent (if it is a child run) and its children, with their states."""
+    lines = []
+    if family.parent_run_id is not None:
+        lines.append(f"parent: {family.parent_run_id} ({family.parent_status or 'not found'})")
+    if family.children_total:
+        shown = len(family.children)
+        more = f", the oldest {shown} shown" if shown < family.children_total else ""
+        lines.append(
+            f"children: {family.children_total} ({family.children_finished} finished{more})"
+        )
+        rows = [
+            (str(c.run_id), c.key, c.contract_id or "-", c.status, c.failure_code or "-")
+            for c in family.children
+        ]
+        lines.append(table(("RUN_ID", "KEY", "CONTRACT", "STATUS", "CODE"), rows))
+    return "\n".join(lines)
 
 
 def detail_text(detail: dict[str, Any]) -> str:

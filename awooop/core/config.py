@@ -5,16 +5,12 @@ Every field maps to ``AWOOOP_<FIELD_NAME_UPPER>`` (except ``loop_project_id``, r
 variable and the expected form. docs/reference.md, Settings, lists each variable.
 
 Why the lease defaults are shorter than R-11 to R-13's (5 min lease, 30 s heartbeat, 1 min
-reaper): R-17 asks for recovery within one minute of a crash, which a 5 minute lease cannot
-give. Heartbeats are batched (one statement per worker renews all its leases), so a
-short lease is cheap: lease 30 s, heartbeat 5 s (six renewals per lease: a worker must miss
-six in a row to lose it), reaper and reclaim every 10 s. Worst-case recovery = lease TTL +
-one reclaim interval = 40 s.
-
-The relay's leader lease (8 s, renewed every 2 s) is short because nothing is published while a
-frozen leader still holds it: a standby leads at most lease + relay poll interval = 9 s after
-the leader froze. Renewal is one UPDATE every 2 s per leader; the renewal interval must leave
-room for one failed renewal (see :func:`awooop.core.leadership.check_timings`).
+reaper): R-17 asks for recovery within one minute of a crash. Heartbeats are batched (one
+statement per worker renews all its leases), so a short lease is cheap: lease 30 s, heartbeat
+5 s (a worker must miss six in a row to lose it), reaper and reclaim every 10 s: recovery
+within lease TTL + one reclaim interval = 40 s. The relay's leader lease (8 s, renewed every
+2 s, room for one failed renewal: :func:`awooop.core.leadership.check_timings`) is short
+because nothing is published while a frozen leader holds it.
 """
 
 from __future__ import annotations
@@ -33,6 +29,10 @@ ENV_PREFIX = "AWOOOP_"
 SPECIAL_ENV_NAMES = {"loop_project_id": "LOOP_PROJECT_ID"}
 # The largest step result a handler may journal, as JSON (awooop.worker.step_values).
 STEP_RESULT_MAX_BYTES = 256 * 1024
+# The most streamed output a run keeps (awooop.worker.output; then truncated).
+OUTPUT_MAX_BYTES = 1024 * 1024
+SIGNAL_PAYLOAD_MAX_BYTES = 64 * 1024
+SIGNALS_PER_RUN_MAX = 100
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,8 +79,26 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_archive_dir: str = ""
     log_partitions_interval_s: float = 600.0
     approval_resolver_interval_s: float = 10.0
+    # Durable sleep and signals (docs/workers.md): the timers loop's poll fallback (a new wait
+    # due sooner, or a pending signal, wakes it at once), its batch; a signal's limits.
+    timer_poll_interval_s: float = 10.0
+    timer_batch_size: int = 500
+    signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES
+    signals_per_run_max: int = SIGNALS_PER_RUN_MAX
+    # How long undelivered signals of a finished run are kept (the dedupe_expiry loop).
+    signal_retention_s: float = 7 * 86400.0
+    # Child runs (docs/workers.md): how many unfinished children one run may have at once.
+    children_pending_max: int = 1000
     # How often the bulk_operations loop looks for operations whose process stopped.
     bulk_operations_interval_s: float = 10.0
+    # Schedules (awooop.schedules): the schedules loop's period, the most schedules a project
+    # may have, the shortest interval between two fires of a cron, the most fire times one
+    # `all` catch-up starts, and how late the loop may see a fire time that is still on time.
+    schedules_interval_s: float = 1.0
+    schedules_per_project: int = 1000
+    schedule_min_interval_s: int = 60
+    schedule_catch_up_max: int = 100
+    schedule_grace_s: float = 15.0
 
     relay_poll_interval_s: float = 1.0
     relay_batch_size: int = 1000
@@ -109,6 +127,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # dedupe_expiry loop deletes older ones: awooop.llm.flow_retention).
     llm_flow_retention_s: float = 7 * 86400.0
     pointer_check_connections: int = 2
+
+    # Streamed run output (run.emit_output; awooop.worker.output, awooop.runs.output_log): a
+    # run's chunks are flushed at most this often or once this many bytes wait (one row each);
+    # at most output_max_bytes per run (then truncated, with a marker); kept this long.
+    output_flush_interval_s: float = 0.1
+    output_flush_bytes: int = 16 * 1024
+    output_max_bytes: int = OUTPUT_MAX_BYTES
+    output_retention_s: float = 7 * 86400.0
+    # Readers (GET .../runs/{id}/output as server-sent events, the console): streams at once
+    # per project and per server process, the longest one stream lasts, and the longest a
+    # reader waits without a notice before it reads again.
+    output_streams_per_project: int = 8
+    output_streams: int = 256
+    output_stream_max_s: float = 900.0
+    output_poll_s: float = 2.0
 
     http_host: str = "127.0.0.1"
     http_port: int = 8080
@@ -152,7 +185,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "dedupe_expiry_interval_s",
             "approval_ttl_s",
             "approval_resolver_interval_s",
+            "timer_poll_interval_s",
             "bulk_operations_interval_s",
+            "schedules_interval_s",
+            "schedule_grace_s",
             "log_partitions_interval_s",
             "relay_poll_interval_s",
             "relay_trim_interval_s",
@@ -163,6 +199,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "llm_timeout_s",
             "llm_flow_max_wait_s",
             "llm_flow_retention_s",
+            "signal_retention_s",
             "stats_interval_s",
             "redis_socket_timeout_s",
             "http_header_timeout_s",
@@ -170,6 +207,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "http_statement_timeout_s",
             "console_session_s",
             "ingest_timeout_s",
+            "output_flush_interval_s",
+            "output_retention_s",
+            "output_stream_max_s",
+            "output_poll_s",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{env_name(name)} must be a positive number of seconds")
@@ -190,9 +231,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "pointer_check_connections",
             "log_partition_days",
             "step_result_max_bytes",
+            "schedules_per_project",
+            "schedule_catch_up_max",
+            "output_flush_bytes",
+            "output_max_bytes",
+            "output_streams_per_project",
+            "output_streams",
+            "timer_batch_size",
+            "signal_payload_max_bytes",
+            "signals_per_run_max",
+            "children_pending_max",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")
+        if self.schedule_min_interval_s < 60:
+            raise ConfigError(
+                f"{env_name('schedule_min_interval_s')} must be at least 60 (a cron's minute)"
+            )
         _check_lease_bounds(self)
         problem = check_timings(self.relay_leader_lease_s, self.relay_leader_renew_s)
         if problem is not None:
@@ -220,6 +275,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"{env_name('log_retention_days')} must be a positive number of days")
         if self.ingest_config_cache_s < 0:
             raise ConfigError(f"{env_name('ingest_config_cache_s')} must be 0 (off) or more")
+        if self.output_flush_bytes < 4:  # a row holds at least one UTF-8 character
+            raise ConfigError(f"{env_name('output_flush_bytes')} must be at least 4")
         if self.console_live_s < 0:
             raise ConfigError(f"{env_name('console_live_s')} must be 0 (off) or more")
         for name in ("http_port", "metrics_port"):

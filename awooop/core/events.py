@@ -19,14 +19,13 @@ from typing import Any
 
 import msgspec
 
+from awooop.core.child_events import ChildrenFinished as ChildrenFinished
 from awooop.core.errors import UnknownEventTypeError
-
-JSON = Any
-
-
-class EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
-    at: datetime
-
+from awooop.core.event_base import JSON as JSON
+from awooop.core.event_base import EventBase as EventBase
+from awooop.core.wait_events import SignalDelivered as SignalDelivered
+from awooop.core.wait_events import TimerFired as TimerFired
+from awooop.core.wait_events import WaitStarted as WaitStarted
 
 # --- run events (stream "run-<run_id>") ------------------------------------------------------
 
@@ -44,6 +43,10 @@ class RunCreated(EventBase, frozen=True, kw_only=True, tag=True):
     concurrency_scope: str | None = None
     concurrency_key: str | None = None
     concurrency_max: int | None = None
+    # A child run (docs/workers.md, Child runs): the run that started it, and whether
+    # cancelling that run cancels this one while it is unfinished.
+    parent_run_id: uuid.UUID | None = None
+    cancel_with_parent: bool = False
 
 
 class RunClaimed(EventBase, frozen=True, kw_only=True, tag=True):
@@ -286,6 +289,10 @@ RunEvent = (
     | ApprovalGranted
     | ApprovalRejected
     | ApprovalExpired
+    | WaitStarted
+    | TimerFired
+    | SignalDelivered
+    | ChildrenFinished
     | RunCompleted
     | RunFailed
     | RunRequeued
@@ -301,6 +308,7 @@ EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__
 # Events that make a run dispatchable: workers are told about these.
 DISPATCH_EVENT_TYPES = frozenset(
     {"RunCreated", "ApprovalGranted", "RunRequeued", "LeaseReleased", "RunRetried"}
+    | {"TimerFired", "SignalDelivered", "ChildrenFinished"}
 )
 
 _encoder = msgspec.json.Encoder()

@@ -49,7 +49,7 @@ stuck leader gives the lease back at most ``stall_s + renew_s`` after its last f
 What the fence cannot cover: a write to ANOTHER system (an XADD to Redis) made in the instant
 between the holder's last deadline check and the call itself, if the process is frozen right
 there. After resuming it sends that one call late. The relay's argument why that is harmless
-(a duplicate, never a gap and never out of order) is in :mod:`streams.relay`.
+(a duplicate, never a gap and never out of order) is in :mod:`awooop.streams.relay`.
 
 The pure decisions (:func:`local_deadline`, :func:`check_timings`) have unit tests; the lease
 itself is tested against Postgres (tests/integration/test_relay_leadership.py).

@@ -25,7 +25,7 @@ from opentelemetry.util.types import Attributes
 LOOP_RATIO_ENV = "AWOOOP_LOOP_TRACE_SAMPLE_RATIO"
 DEFAULT_LOOP_RATIO = 0.01
 # Set on every loop iteration's root span (awooop.core.loops) and on each projector batch's
-# (projections.runner: a batch is a piece of its loop's work, sampled as one).
+# (awooop.projections.runner: a batch is a piece of its loop's work, sampled as one).
 LOOP_ATTRIBUTE = "awooop.loop"
 
 

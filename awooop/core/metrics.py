@@ -104,8 +104,15 @@ RUNS_OLDEST_AGE = Gauge(
 RUNS_OVERDUE = Gauge(
     "awooop_runs_overdue",
     "Runs a platform loop should already have handled, by reason (lease_expired: the reaper; "
-    "approval_expired: the approval resolver), sampled by the stats loop",
+    "approval_expired: the approval resolver; timer_due: the timers loop), sampled by the "
+    "stats loop",
     ["project_id", "reason"],
+)
+TIMERS_OVERDUE = Gauge(
+    "awooop_timers_overdue_seconds",
+    "How long past its due time the earliest open wait (a sleep, an event wait's timeout) is, "
+    "0 when none is due: it grows while the timers loop is stopped or behind (stats loop)",
+    registry=None,  # exported by the processes that run the stats loop only: owned()
 )
 PAUSED_SCOPES = Gauge(
     "awooop_paused_scopes",
@@ -126,6 +133,16 @@ RUNS_BLOCKED = Gauge(
     "pending_no_worker, retry_pending, running, waiting_approval, failed_dead_lettered, ...), "
     "sampled by the stats loop",
     ["project_id", "reason"],
+)
+TIMERS_FIRED = Counter(
+    "awooop_timers_fired_total",
+    "Waits the timers loop ended at their due time (sleeps, event waits that timed out)",
+)
+SIGNALS_DELIVERED = Counter(
+    "awooop_signals_delivered_total",
+    "Signals delivered to a run's event wait, by path (send: as sent; wait: kept, taken when "
+    "the wait started; loop: pending, delivered by the timers loop)",
+    ["path"],
 )
 RUNS_FINISHED = Counter(
     "awooop_runs_finished_total", "Runs that reached a terminal state", ["status"]
@@ -219,6 +236,19 @@ LOOP_SECONDS = Histogram(
     ["loop_name"],
 )
 
+# --- schedules ------------------------------------------------------------------------------
+SCHEDULE_FIRES = Counter(
+    "awooop_schedule_fires_total",
+    "Fire times of schedules the schedules loop handled, by outcome (started, duplicate, "
+    "skipped_overlap, refused, missed: passed over by the catch-up policy, failed)",
+    ["outcome"],
+)
+SCHEDULE_LAG = Histogram(
+    "awooop_schedule_fire_lag_seconds",
+    "How long after its due moment (fire time plus jitter) the loop fired a schedule",
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600),
+)
+
 # --- projections ----------------------------------------------------------------------------
 PROJECTOR_EVENTS = Counter(
     "awooop_projector_events_total",
@@ -235,6 +265,24 @@ PROJECTOR_FAILURES = Counter(
     "awooop_projector_batch_failures_total",
     "Projector batches that failed and were left pending for redelivery",
     ["projection"],
+)
+
+# --- streamed run output ----------------------------------------------------------------------
+OUTPUT_ROWS = Counter(
+    "awooop_output_rows",
+    "Rows of streamed run output (run.emit_output) this worker's attempts wrote, one per flush",
+)
+OUTPUT_TRUNCATED = Counter(
+    "awooop_output_truncated",
+    "Runs whose output this worker cut at AWOOOP_OUTPUT_MAX_BYTES (a truncation marker written)",
+)
+OUTPUT_STREAMS = Gauge(
+    "awooop_output_streams",
+    "Output streams (server-sent events of run output) open in this server process",
+)
+OUTPUT_STREAMS_REFUSED = Counter(
+    "awooop_output_streams_refused",
+    "Output streams refused by the caps (429 E-OUTPUT-001 per project, E-OUTPUT-002 per server)",
 )
 
 # --- series that exist from the start -------------------------------------------------------

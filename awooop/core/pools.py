@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
@@ -98,6 +98,16 @@ async def init_connection(conn: Connection) -> None:
             decoder=_json_decode,
             format="text",
         )
+    await conn.execute(DURABLE, timeout=DURABLE_TIMEOUT_S)
+
+
+async def init_service_connection(conn: Connection) -> None:
+    """A producer service's own connection (``awooop.producer.init_connection``): dead-peer
+    detection and the durability barrier, as on the runtime's connections. Its type codecs
+    are left as asyncpg's, or the service's own: the producer's statements pass their JSON as
+    text and read none, so they need no codec, and the service's JSON keeps its meaning (the
+    runtime's codecs encode a ``str`` as a JSON string, where asyncpg's take it as JSON text)."""
+    detect_dead_peer(conn)
     await conn.execute(DURABLE, timeout=DURABLE_TIMEOUT_S)
 
 
@@ -228,4 +238,54 @@ async def create_pool(
         )
     except CONNECTION_ERRORS as exc:
         raise DatabaseUnavailableError(f"cannot connect to the database: {exc}") from exc
+    return pool
+
+
+# A producer service's pool (awooop.producer.create_pool): its connections keep one generic
+# plan per prepared statement, and JIT off, as the runtime's ingest sessions do. Why: on a
+# database with statistics (any that has been analyzed with rows in it), Postgres's default
+# plan choice made a custom plan of the ingest statement at every execution, and planning that
+# statement is most of its cost: 2.3 ms of Postgres CPU per submit instead of 1.1 (measured by
+# ops/bench/producer_pool.py, 5,000 runs in the tables; on empty tables it keeps the generic
+# plan, which is why a fresh database hides it). JIT off: a generic plan's estimates grow with
+# the tables, and past jit_above_cost every execution would compile it first.
+SERVICE_PLAN_SETTINGS = {"plan_cache_mode": "force_generic_plan", "jit": "off"}
+
+
+async def _release_as_is(_conn: Any) -> None:
+    """Release without asyncpg's reset query (see :func:`create_service_pool`)."""
+
+
+async def create_service_pool(
+    dsn: str | None = None,
+    *,
+    init: Callable[[Connection], Awaitable[None]] | None = None,
+    session_reset: bool = False,
+    server_settings: dict[str, str] | None = None,
+    **kwargs: Any,
+) -> Pool:
+    """A producer service's pool (``awooop.producer.create_pool``): ``asyncpg.create_pool``
+    with each new connection set up by :func:`init_service_connection` (then ``init``), the
+    server's check for a client gone (:data:`SERVER_CHECKS`) and
+    :data:`SERVICE_PLAN_SETTINGS` (``server_settings`` win over both), and releases without
+    asyncpg's reset query (``SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET
+    ALL``): one round trip per transaction for session state a producing transaction does not
+    leave (the tenant is transaction-local; asyncpg still rolls back an open transaction and
+    drops listeners). ``session_reset=True`` keeps that query, for code that leaves session
+    state on these connections (a SET without LOCAL, LISTEN, a session advisory lock).
+    Other keyword arguments go to ``asyncpg.create_pool``."""
+
+    async def set_up(conn: Connection) -> None:
+        await init_service_connection(conn)
+        if init is not None:
+            await init(conn)
+
+    settings = {**SERVER_CHECKS, **SERVICE_PLAN_SETTINGS, **(server_settings or {})}
+    pool: Pool = await asyncpg.create_pool(
+        dsn,
+        init=set_up,
+        reset=None if session_reset else _release_as_is,
+        server_settings=settings,
+        **kwargs,
+    )
     return pool

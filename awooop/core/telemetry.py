@@ -259,6 +259,14 @@ def inject(context: Context | None = None) -> tuple[str | None, str | None]:
     return carrier.get("traceparent"), carrier.get("tracestate")
 
 
+def context_metadata(context: Context | None = None) -> dict[str, str]:
+    """The event metadata naming the current (or given) span: ``traceparent`` and
+    ``tracestate`` where there are any."""
+    traceparent, tracestate = inject(context)
+    named = (("traceparent", traceparent), ("tracestate", tracestate))
+    return {key: value for key, value in named if value}
+
+
 def extract(traceparent: str | None, tracestate: str | None = None) -> Context:
     carrier = {}
     if traceparent:

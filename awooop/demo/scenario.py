@@ -3,7 +3,9 @@
 Phases: webhooks from all five channels with duplicate deliveries; a worker killed with
 SIGKILL mid-run and the run recovered by another worker without repeating its journaled
 steps; a revision activated while workers call the model; one approval granted and one left
-to expire; then a replay verify of run_state and `awooop doctor`. It prints live progress and
+to expire; beside them, the example triage agent's two tickets (awooop/demo/triage_phase.py:
+an approval, a reply signal and a reply's timeout, child runs, a durable sleep, streamed
+output); then a replay verify of run_state and `awooop doctor`. It prints live progress and
 ends with a summary.
 Short lease and approval figures keep it to a couple of minutes; they are printed.
 """
@@ -20,8 +22,9 @@ import asyncpg
 
 from awooop.core.events import run_stream_id, run_stream_sql
 from awooop.demo import webhooks
-from awooop.demo.stage import COUNT_BY_STATE, PROJECT, Stage, say
+from awooop.demo.stage import COUNT_BY_STATE, PROJECT, say
 from awooop.demo.summary import report
+from awooop.demo.triage_phase import TriagePhase
 
 # --- SQL (observation only; the demo changes nothing behind the runtime's back) -------------
 RUN_ROW = """
@@ -52,7 +55,7 @@ ORDER BY r.channel_type, e.position
 """  # noqa: S608 - constant identifiers
 
 
-class Demo(Stage):
+class Demo(TriagePhase):
     """The phases, in order (see the module docstring)."""
 
     # --- phases ----------------------------------------------------------------------------
@@ -201,13 +204,13 @@ class Demo(Stage):
         )
 
     async def verify_phase(self) -> None:
-        say("phase 5: rebuilding run_state from the event log and comparing (replay --verify)")
+        say("phase 6: rebuilding run_state from the event log and comparing (replay --verify)")
         owner = {"AWOOOP_DATABASE_URL": self.where.database_url}  # replay builds shadow tables
         code, out, _ = await self.procs.run("replay", "run_state", "--verify", env=owner)
         self.summary.verify_exit = code
         for line in out.strip().splitlines()[-3:]:
             say(f"  replay: {line}")
-        say("phase 6: awooop doctor")
+        say("phase 7: awooop doctor")
         code, out, _ = await self.procs.run("doctor")
         self.summary.doctor_exit = code
         lines = out.splitlines()
@@ -231,7 +234,7 @@ class Demo(Stage):
             await self.webhooks_phase()
             await self.crash_phase()
             await self.revision_phase()
-            await self.approval_phase()
+            await asyncio.gather(self.approval_phase(), self.triage_phase())
             await self.wait_for("every run to finish", self.all_terminal, limit_s=60)
             await self.verify_phase()
             await self.collect()

@@ -26,8 +26,11 @@ from awooop.demo.servers import free_port
 from awooop.demo.summary import Summary
 
 PROJECT = "demo"
-HANDLER = "awooop.examples.handlers:handle"
+HANDLER = "awooop.examples.handlers:handle"  # the workers of contract "default"
 WORKERS = 3
+# The triage agent and its lookups: one more worker, routed to those contracts only.
+TRIAGE_HANDLER = "awooop.examples.triage:handle"
+TRIAGE_CONTRACTS = ("triage", "lookup")
 DEMO_ENV = {
     "AWOOOP_LEASE_TTL_S": "6",
     "AWOOOP_HEARTBEAT_INTERVAL_S": "1",
@@ -95,11 +98,16 @@ class Stage:
 
     async def start_worker(self) -> None:
         self.worker_count += 1
-        await self.procs.start(f"worker-{self.worker_count}", "worker", "--handler", HANDLER)
+        await self.procs.start(
+            f"worker-{self.worker_count}", "worker", "--handler", HANDLER, "--contract", "default"
+        )
 
     async def deliver(self, d: webhooks.Delivery) -> list[str]:
         response = await self.http.post(
-            f"/v1/projects/{PROJECT}/channels/{d.channel}", content=d.body, headers=d.headers
+            f"/v1/projects/{PROJECT}/channels/{d.channel}",
+            content=d.body,
+            headers=d.headers,
+            params={"contract_id": d.contract} if d.contract else None,
         )
         body = response.json()
         if response.status_code == 202:
@@ -175,6 +183,8 @@ class Stage:
         await self.procs.start("projector", "projector")
         for _ in range(self.workers):
             await self.start_worker()
+        routes = [arg for contract in TRIAGE_CONTRACTS for arg in ("--contract", contract)]
+        await self.procs.start("worker-triage", "worker", "--handler", TRIAGE_HANDLER, *routes)
 
         async def ready() -> bool:
             with contextlib.suppress(httpx.HTTPError):
@@ -183,9 +193,10 @@ class Stage:
 
         await self.wait_for("the HTTP server", ready, limit_s=60)
         say(
-            f"up: serve :{self.port}, relay, loops, projector, {self.workers} workers "
-            f"(lease {DEMO_ENV['AWOOOP_LEASE_TTL_S']} s, approval TTL "
-            f"{DEMO_ENV['AWOOOP_APPROVAL_TTL_S']} s for the demo)"
+            f"up: serve :{self.port}, relay, loops, projector, {self.workers} workers of contract "
+            f"default and one of {' and '.join(TRIAGE_CONTRACTS)} "
+            f"(lease {DEMO_ENV['AWOOOP_LEASE_TTL_S']} s, "
+            f"approval TTL {DEMO_ENV['AWOOOP_APPROVAL_TTL_S']} s for the demo)"
         )
 
     async def create_policy(self, body: dict[str, Any]) -> str:

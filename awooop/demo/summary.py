@@ -17,6 +17,8 @@ class Summary:
     stale_calls: int | None = None
     approved: str | None = None
     expired: str | None = None
+    triage: dict[str, str] = field(default_factory=dict)  # what each triage run did
+    triage_problems: list[str] | None = None  # None: the phase did not get to its checks
     verify_exit: int | None = None
     doctor_exit: int | None = None
     states: dict[str, int] = field(default_factory=dict)
@@ -34,6 +36,8 @@ def report(s: Summary) -> bool:
         "no model call on the old policy after the switch": s.stale_calls == 0,
         "approved run completed": s.approved == "COMPLETED",
         "unapproved run expired with E-APPROVAL-002": s.expired == "FAILED E-APPROVAL-002",
+        "the triage agent: approval, a signal and a timeout, three child runs, a durable sleep, "
+        "streamed output": s.triage_problems == [],
         "replay verify found no difference": s.verify_exit == 0,
         "awooop doctor found nothing failing": s.doctor_exit == 0,
         "no unexpected HTTP answer": not s.problems,
@@ -54,12 +58,14 @@ def report(s: Summary) -> bool:
         if s.switch_s is not None
         else "revision switch:    -"
     )
+    for name, seen in s.triage.items():
+        print(f"triage ({name:<8}):  {seen}")
     print(f"replay verify:      exit {s.verify_exit}")
     print(f"doctor:             exit {s.doctor_exit}")
     for channel, trace_id in s.traces:
         print(f"trace ({channel:<12}) {trace_id}  (look it up in Tempo)")
     for name, ok in checks.items():
         print(f"  [{'ok' if ok else 'FAIL'}] {name}")
-    for problem in s.problems:
+    for problem in [*s.problems, *(s.triage_problems or [])]:
         print(f"  problem: {problem}")
     return all(checks.values())

@@ -30,6 +30,7 @@ class Delivery:
     body: bytes
     headers: dict[str, str]
     key: str
+    contract: str | None = None  # the agent contract (``?contract_id=``); None: ``default``
 
 
 def _json(payload: dict[str, Any]) -> bytes:
@@ -138,7 +139,9 @@ def line(n: int, events: int = 2) -> Delivery:
     return Delivery("line", body, headers, f"line-{n}")
 
 
-def api(token: str, payload: dict[str, Any], key: str | None = None) -> Delivery:
+def api(
+    token: str, payload: dict[str, Any], key: str | None = None, contract: str | None = None
+) -> Delivery:
     key = key or str(uuid.uuid4())
     headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": key}
-    return Delivery("api", _json(payload), headers, key)
+    return Delivery("api", _json(payload), headers, key, contract)

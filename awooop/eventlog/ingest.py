@@ -46,7 +46,9 @@ def arguments(
         [uuid.uuid4() for _ in runs],
         [encode_event(r).decode() for r in runs],
         [_json_encode(m).decode() for m in metadata],
-        [apply(None, run) for run in runs],  # the jsonb codec encodes them (msgspec)
+        # $10: JSON text, encoded here, not by the connection's codec: a producer's own
+        # connection has asyncpg's (text only) or codecs of its own (awooop.producer).
+        _json_encode([apply(None, run) for run in runs]).decode(),
     ]
 
 

@@ -7,7 +7,9 @@ replay tool folds, and the event is appended at the row's version, so a concurre
 slipped past the row lock would still fail on the stream version. :func:`renew_leases` is the
 one run-row write without an event (the lease clock, R-12). In the same transaction they
 record or resolve the dead letters that the events decide
-(:func:`awooop.eventlog.deadletters.follow`).
+(:func:`awooop.eventlog.deadletters.follow`), open and close waits
+(:func:`awooop.eventlog.waits.follow`), and resume the parents that finished children satisfy
+and cancel a cancelled run's children (:func:`awooop.eventlog.child_waits.follow`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from awooop.core.db import Connection
 from awooop.core.events import Event, RunCreated, run_stream_id
-from awooop.eventlog import deadletters, eventlog, queries
+from awooop.eventlog import child_waits, deadletters, eventlog, queries, waits
 from awooop.eventlog.state import RunState, apply, state_values
 
 INSERT_RUN = queries.load("insert_run")
@@ -48,6 +50,8 @@ async def apply_and_store(
         conn, run_stream_id(state.run_id), state.project_id, state.version, [event], metadata
     )
     await deadletters.follow(conn, [(state, event)])
+    await waits.follow(conn, [(state, event)])
+    await child_waits.follow(conn, [(state, event)], [new_state], apply_and_store_many, metadata)
     return new_state
 
 
@@ -70,6 +74,8 @@ async def apply_and_store_many(
         metadata,
     )
     await deadletters.follow(conn, changes)
+    await waits.follow(conn, changes)
+    await child_waits.follow(conn, changes, new_states, apply_and_store_many, metadata)
     return new_states
 
 

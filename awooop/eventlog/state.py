@@ -32,6 +32,7 @@ from awooop.core.events import (
     ApprovalGranted,
     ApprovalRejected,
     ApprovalRequested,
+    ChildrenFinished,
     Event,
     LeaseReleased,
     ModelCalled,
@@ -42,11 +43,15 @@ from awooop.core.events import (
     RunFailed,
     RunRequeued,
     RunRetried,
+    SignalDelivered,
     StepCompleted,
+    TimerFired,
     ToolResultReceived,
     ToolWaitStarted,
+    WaitStarted,
     event_type,
 )
+from awooop.eventlog.wait_state import WAIT_ENDINGS, journaled, waiting_for
 
 
 class RunStatus(enum.StrEnum):
@@ -54,6 +59,7 @@ class RunStatus(enum.StrEnum):
     RUNNING = "RUNNING"
     WAITING_TOOL = "WAITING_TOOL"
     WAITING_APPROVAL = "WAITING_APPROVAL"
+    WAITING_EVENT = "WAITING_EVENT"  # asleep, or waiting for a signal: no lease, not reaped
     RESUMED = "RESUMED"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
@@ -79,6 +85,7 @@ TRANSITIONS: dict[RunStatus | None, frozenset[str]] = {
             "ModelCalled",
             "ToolWaitStarted",
             "ApprovalRequested",
+            "WaitStarted",
             "RunCompleted",
             "RunFailed",
             "RunRequeued",
@@ -102,6 +109,7 @@ TRANSITIONS: dict[RunStatus | None, frozenset[str]] = {
     RunStatus.WAITING_APPROVAL: frozenset(
         {"ApprovalGranted", "ApprovalRejected", "ApprovalExpired", "RunCancelled"}
     ),
+    RunStatus.WAITING_EVENT: WAIT_ENDINGS | {"RunCancelled"},
     RunStatus.RESUMED: frozenset({"RunClaimed", "RunCancelled", "RunFailed"}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.FAILED: frozenset({"RunRetried"}),
@@ -144,6 +152,9 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     concurrency_scope: str | None = None
     concurrency_key: str | None = None
     concurrency_max: int | None = None
+    # A child run: its parent, and whether cancelling the parent cancels it (migration 0145).
+    parent_run_id: uuid.UUID | None = None
+    cancel_with_parent: bool = False
 
 
 COLUMNS: tuple[str, ...] = RunState.__struct_fields__
@@ -230,6 +241,8 @@ def _created(event: RunCreated) -> RunState:
         concurrency_scope=event.concurrency_scope,
         concurrency_key=event.concurrency_key,
         concurrency_max=event.concurrency_max,
+        parent_run_id=event.parent_run_id,
+        cancel_with_parent=event.cancel_with_parent,
     )
 
 
@@ -330,6 +343,13 @@ def _changes(state: RunState, event: Event) -> dict[str, Any]:
                 "failure_reason": "Approval token expired",
                 "failure_code": APPROVAL_EXPIRED_CODE,
             }
+        case WaitStarted():  # durable sleep and signals: awooop.eventlog.wait_state
+            steps = journaled(state.saga_steps, event)
+            status = RunStatus.WAITING_EVENT
+            return {**_RELEASED, "status": status, "waiting_for": waiting_for(event), **steps}
+        case TimerFired() | SignalDelivered() | ChildrenFinished():
+            steps = journaled(state.saga_steps, event)
+            return {"status": RunStatus.RESUMED, "waiting_for": None, **steps}
         case RunCompleted():
             return {**_finished(event, RunStatus.COMPLETED), "result": event.result}
         case RunFailed():

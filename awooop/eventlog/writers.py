@@ -14,7 +14,7 @@ Two writers are not SQL files of this room, on purpose:
   for many changes (``apply_and_store_many``): one statement, two calls.
 - ``replay_repair`` (``awooop replay run_state --project P --swap``) copies the rows the replay
   folded from the log with the same ``apply`` into the live table. Its statements are the
-  projection tool's generic repair (:func:`projections.diff.repair_sql`), written once for
+  projection tool's generic repair (:func:`awooop.projections.diff.repair_sql`), written once for
   every projection's tables (identifiers from each ``TableSpec``); they write no event. The
   whole-table swap (``replay run_state --swap``) renames a table and writes no row.
 """
@@ -123,7 +123,7 @@ WRITERS: tuple[Writer, ...] = (
     ),
     Writer(
         "replay_repair",
-        "projections.diff.repair_project",
+        "awooop.projections.diff.repair_project",
         (RUNS,),
         "every case: copies rows folded from the log with apply (live lease clock kept)",
         (

@@ -99,6 +99,14 @@ def take_share(request: Request, project: str) -> None:
         held.take(project)
 
 
+def release_share(request: Request) -> None:
+    """Give back the shares ``request`` holds before it ends: a long-lived answer (a stream of
+    run output, :mod:`awooop.http.output_streams`) counts against caps of its own instead."""
+    held = request.scope.get(SHARES)
+    if isinstance(held, Held):
+        held.give_back()
+
+
 def has_body(scope: Scope) -> bool:
     """Whether the request says a body follows (its head is all there is otherwise)."""
     for name, value in scope.get("headers", ()):

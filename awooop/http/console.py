@@ -11,6 +11,8 @@
 | ``GET /ui/operations`` | the bulk operations, newest first, with their progress |
 | ``GET /ui/operations/{id}``, ``POST .../resume`` | a bulk operation's progress; resume it |
 | ``GET /ui/static/console-live.js`` | the live pages' script (:mod:`awooop.http.console_live`) |
+| ``GET /ui/static/console-output.js`` | the run page's output script (console_output.py) |
+| ``GET /ui/runs/{project_id}/{run_id}/output`` | the run's output stream (awooop.http.output) |
 | ``GET /ui/dead-letters`` | open dead letters (project, channel, code, since), each to redrive |
 | ``GET /ui/pauses``, ``POST /ui/pauses/{action}`` | pauses; pause or resume (console_pauses.py) |
 | ``GET /ui/projects/{project}/flow``, ``POST .../{action}`` | flow control (console_flow.py) |
@@ -34,7 +36,7 @@ the list and run pages keep themselves up to date (:mod:`awooop.http.console_liv
 
 A run page also lists the run's model calls (each ``run.llm`` call: attempt, model, contract,
 the policy revision and body hash that served it, duration, outcome, trace), folded from the
-same read of the run's stream as its timeline (:mod:`projections.model_calls`).
+same read of the run's stream as its timeline (:mod:`awooop.projections.model_calls`).
 
 The console is one class, :class:`Console`, whose handlers are its methods, gathered from one
 module per part: the login (:mod:`awooop.http.console_login`), the run pages
@@ -51,6 +53,7 @@ from __future__ import annotations
 from starlette.routing import BaseRoute, Route
 
 from awooop.http import console_live as live
+from awooop.http import console_output
 from awooop.http.console_actions import RunActions
 from awooop.http.console_bulk import BulkOperations
 from awooop.http.console_flow import FlowPages
@@ -80,6 +83,7 @@ class Console(LoginRoutes, RunPages, RunActions, BulkOperations, ListPages, Paus
             Route("/ui/operations/{operation_id}", self.operation_page, methods=["GET"]),
             Route("/ui/operations/{operation_id}/resume", self.operation_resume, methods=["POST"]),
             Route(live.SCRIPT_PATH, live.script, methods=["GET"]),
+            Route(console_output.SCRIPT_PATH, console_output.script, methods=["GET"]),
             Route("/ui/pauses", self.pauses_page, methods=["GET"]),
             Route("/ui/pauses/{action}", self.pause_action, methods=["POST"]),
             Route("/ui/projects/{project}/flow", self.flow_page, methods=["GET"]),

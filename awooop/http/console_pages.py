@@ -1,7 +1,7 @@
 """The console's run pages: ``/ui`` (to the list), ``/ui/runs`` (runs, filters in the URL) and
-``/ui/runs/{project_id}/{run_id}`` (one run: blocked_on, state, the step it is in, its failure
-with the failing step and traceback, timeline, model calls with their tokens, approvals, dead
-letters)."""
+``/ui/runs/{project_id}/{run_id}`` (one run: blocked_on, state, the step it is in, its streamed
+output (live: :mod:`awooop.http.console_output`), its failure with the failing step and
+traceback, timeline, model calls with their tokens, approvals, dead letters)."""
 
 from __future__ import annotations
 
@@ -19,17 +19,18 @@ from awooop.core.errors import AwoooPError, RunNotFoundError
 from awooop.eventlog.deadletters import DeadLetterRow
 from awooop.eventlog.state import TERMINAL, RunState, RunStatus
 from awooop.http import console_live as live
+from awooop.http import console_output, console_timeline
 from awooop.http import console_session as sessions
-from awooop.http import console_timeline
 from awooop.http.auth import authorize_stored
 from awooop.http.console_access import ConsoleAccess
 from awooop.http.console_render import SECURITY_HEADERS, error_page, filter_view, render
 from awooop.http.console_requests import path_run, run_filter
 from awooop.http.console_waterfall import duration_text, waterfall
 from awooop.ingest.credentials import ADMIN_SCOPE, READ_SCOPE
-from awooop.runs import approval_reviews, deadletters, listing, run_rows
+from awooop.projections import failures, model_calls, timeline
+from awooop.runs import approval_reviews, children, deadletters, listing, output_log, run_rows
 from awooop.runs.blocked import BlockedOn, Reason
-from projections import failures, model_calls, timeline
+from awooop.runs.output_rules import Page
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,10 @@ class RunPage:
     history: model_calls.RunHistory
     approvals: list[listing.Approval]
     dead_letters: list[DeadLetterRow]
+    output: Page | None  # the run's first chunks of streamed output (console_output.py)
     now: datetime  # the database clock
     etag: str
+    family: children.Family | None = None  # its parent and children (child runs)
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,9 @@ class RunPages(ConsoleAccess):
             steps=timeline.steps_in_run_order(shown.state.saga_steps, lines),
             approvals=shown.approvals,
             dead_letters=shown.dead_letters,
+            output=console_output.output_view(shown.output),
+            output_script=console_output.SCRIPT_PATH,
+            family=shown.family,
             in_step=in_step(shown.blocked, datetime.now(UTC)),
             failure=failures.failed_by(shown.state, shown.history.failures),
             failures=shown.history.failures,
@@ -186,6 +192,8 @@ class RunPages(ConsoleAccess):
             raise RunNotFoundError(run_id=run_id)
         version, status, now = found
         final = RunStatus(status) in TERMINAL
+        # A finished parent's page changes while its children finish (their count is in the tag).
+        context = f"{context}|{await children.pending_count(conn, run_id)}"
         etag = live.run_etag(version, status, now, final=final, context=context)
         if live.matches(request, etag):
             return Unchanged(etag)
@@ -198,6 +206,8 @@ class RunPages(ConsoleAccess):
             history=await model_calls.history_from_log(conn, run_id),
             approvals=await approval_reviews.reviews_of(conn, run_id),
             dead_letters=await deadletters.entries_of_run(conn, project_id, run_id),
+            output=await output_log.page(conn, run_id, 0, console_output.PAGE_ROWS),
+            family=await children.family(conn, run_id, state.parent_run_id),
             now=now,
             etag=live.run_etag(
                 state.version,

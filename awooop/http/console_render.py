@@ -23,8 +23,8 @@ from awooop.core.errors import AwoooPError
 from awooop.http import console_session as sessions
 from awooop.http.app import retry_after
 from awooop.http.console_requests import came_from
+from awooop.projections import model_calls
 from awooop.runs import listing
-from projections import model_calls
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),

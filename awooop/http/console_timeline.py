@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from projections.run_state import RUN_TYPES
-from projections.timeline import TimelineLine, attempts
+from awooop.projections.run_state import RUN_TYPES
+from awooop.projections.timeline import TimelineLine, attempts
 
 FOLD_AT = 3
 MAX_ROWS = 1000

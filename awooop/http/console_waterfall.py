@@ -1,6 +1,6 @@
 """The run page's waterfall: where a run's time went, as bars on one time axis.
 
-Pure: folded from the run's timeline lines (:func:`projections.timeline.timeline_lines`, the
+Pure: folded from the run's timeline lines (:func:`awooop.projections.timeline.timeline_lines`, the
 same read as the page's timeline) and the database clock. One bar per
 
 - **attempt**: its ``RunClaimed`` to the event that ends it (``ApprovalRequested`` gives the
@@ -10,7 +10,9 @@ same read as the page's timeline) and the database clock. One bar per
   the attempt's previous event (the step ran at most since then);
 - **model call**: a ``ModelCalled``'s ``started_at`` and ``duration_ms``;
 - **approval wait**: ``ApprovalRequested`` to its decision (granted, rejected, expired) or the
-  run's end;
+  run's end; a durable **wait** likewise, ``WaitStarted`` to ``TimerFired`` or
+  ``SignalDelivered`` or ``ChildrenFinished`` (labelled by its step: ``sleep:1``,
+  ``event:paid:1``, ``children:1``);
 - **tool wait**: ``ToolWaitStarted`` to ``ToolResultReceived`` or the attempt's end.
 
 A bar still open (a running attempt, an open approval) reaches the database clock ("now") and
@@ -28,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from projections.timeline import TimelineLine
+from awooop.projections.timeline import TimelineLine
 
 PER_ATTEMPT = 40  # bars of one kind in one attempt before they are grouped
 MAX_BARS = 300
@@ -37,6 +39,7 @@ MIN_WIDTH = 0.3  # percent: an instant still shows as a sliver
 ATTEMPT_ENDS = frozenset(
     {
         "ApprovalRequested",
+        "WaitStarted",
         "RunCompleted",
         "RunFailed",
         "RunRequeued",
@@ -48,6 +51,9 @@ DECISIONS = {
     "ApprovalGranted": "granted",
     "ApprovalRejected": "rejected",
     "ApprovalExpired": "expired",
+    "TimerFired": "fired",  # a durable wait's ends (a sleep's, an event wait's timeout)
+    "SignalDelivered": "signal",
+    "ChildrenFinished": "children",  # a wait for child runs, ended by its children
 }
 RUN_ENDS = frozenset({"RunCompleted", "RunFailed", "RunCancelled"})
 GROUPED = ("step", "model", "tool")
@@ -159,8 +165,10 @@ def bars_of(lines: Sequence[TimelineLine], open_end: datetime, running: bool) ->
             opened = tools.pop(str(ln.detail.get("tool", "tool")), None)
             if opened is not None:
                 bars.append(replace(opened, end=ln.at, outcome="received"))
-        elif kind == "ApprovalRequested":
-            approval = Bar("approval", "approval", ln.attempt, ln.version, ln.at, ln.at)
+        elif kind in ("ApprovalRequested", "WaitStarted"):
+            what = "approval" if kind == "ApprovalRequested" else "wait"
+            label = str(ln.detail.get("step", what))
+            approval = Bar(what, label, ln.attempt, ln.version, ln.at, ln.at)
         elif approval is not None and (kind in DECISIONS or kind in RUN_ENDS):
             bars.append(replace(approval, end=ln.at, outcome=DECISIONS.get(kind, kind)))
             approval = None

@@ -12,7 +12,7 @@ A management route: the caller shows a bearer token with scope ``manage`` of the
 read in a tenant transaction of the project in the path: row-level security hides every other
 project's rows, so another project's run is 404 E-RUN-003 exactly like a run that does not
 exist. ``model_calls`` lists the calls the run made through ``run.llm``, each with the model
-and the policy revision that served it (:mod:`projections.model_calls`, the same read of the
+and the policy revision that served it (:mod:`awooop.projections.model_calls`, the same read of the
 run's stream as the console's run page). The run changing routes (approve, reject, cancel,
 retry) are in :mod:`awooop.http.approvals`.
 """
@@ -33,16 +33,22 @@ from awooop.eventlog.state import RunState
 from awooop.http.auth import require
 from awooop.http.ingest import json_response
 from awooop.ingest.credentials import check_project_id
+from awooop.projections import model_calls
 from awooop.runs import blocked_facts, listing, run_rows
 from awooop.runs.blocked import BlockedOn
+from awooop.schedules import rules
 from awooop.services import Services
-from projections import model_calls
 
 MAX_PAGE = 200
 
 
 def run_body(state: RunState) -> dict[str, object]:
+    """The run's state; for a run a schedule started, ``schedule``: its schedule and fire
+    time."""
     body: dict[str, object] = msgspec.to_builtins(state)
+    scheduled = rules.scheduled_by(state.provider_event_id)
+    if scheduled is not None:
+        body["schedule"] = scheduled
     return body
 
 

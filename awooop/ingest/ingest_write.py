@@ -73,6 +73,7 @@ from awooop.ingest.common import ChannelOptions, ParsedEvent, StoredCredential
 from awooop.ingest.depth import check_depth
 from awooop.runs.concurrency_rules import Limit, RunKey, run_key
 
+_json_decode = msgspec.json.Decoder().decode
 DEFAULT_CONTRACT = "default"  # the agent contract of a run whose delivery names none
 MAX_ROUNDS = 4  # insert / look up / drop expired; more rounds than races can need
 MAX_CONTRACT_ATTEMPTS = 100
@@ -104,7 +105,7 @@ SELECT c.secret,
        (SELECT t.token_hash FROM awooop_api_tokens t
          WHERE t.token_id = $4 AND t.project_id = $1 AND t.channel_type = $2
            AND t.scope = 'ingest' AND t.revoked_at IS NULL) AS token_hash,
-       (SELECT r.body -> 'max_attempts'
+       (SELECT (r.body -> 'max_attempts')::text
           FROM awooop_active_revisions a
           JOIN awooop_contract_revisions r ON r.revision_id = a.active_revision_id
          WHERE a.project_id = $1 AND a.contract_family = 'agent'
@@ -122,7 +123,7 @@ LOAD_PRODUCER_CONFIG = (
     """
 SELECT (SELECT c.dedupe_ttl_s FROM awooop_channels c
          WHERE c.project_id = $1 AND c.channel_type = $2) AS dedupe_ttl_s,
-       (SELECT r.body -> 'max_attempts'
+       (SELECT (r.body -> 'max_attempts')::text
           FROM awooop_active_revisions a
           JOIN awooop_contract_revisions r ON r.revision_id = a.active_revision_id
          WHERE a.project_id = $1 AND a.contract_family = 'agent'
@@ -226,10 +227,13 @@ def channel_options(row: Any) -> ChannelOptions:
     return ChannelOptions(**{k: v for k, v in given.items() if v is not None})
 
 
-def contract_max_attempts(value: Any, default: int) -> int:
-    """The contract's ``max_attempts`` when it is a sane integer, else the setting."""
-    valid = isinstance(value, int) and not isinstance(value, bool)
-    return value if valid and 1 <= value <= MAX_CONTRACT_ATTEMPTS else default
+def contract_max_attempts(text: str | None, default: int) -> int:
+    """The contract's ``max_attempts`` (its JSON text, read as text so that no JSON codec of
+    the connection is needed) when it is a sane integer, else the setting."""
+    value: Any = _json_decode(text) if text is not None else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default
+    return value if 1 <= value <= MAX_CONTRACT_ATTEMPTS else default
 
 
 def trace_metadata(source: str) -> dict[str, Any]:
@@ -247,11 +251,14 @@ async def ingest(
     config: ChannelConfig,
     contract_id: str = DEFAULT_CONTRACT,
     metadata: Sequence[dict[str, Any]] | dict[str, Any] | None = None,
+    parent: tuple[uuid.UUID, bool] | None = None,
 ) -> list[Outcome]:
     """Dedupe ``events`` and create a run for each first arrival; one Outcome per event, in
     order (a key repeated within ``events`` is created once and then a duplicate).
     ``metadata`` is the ``RunCreated`` events' metadata: one dict for all, or one per event
-    (the HTTP server writes concurrent deliveries, each with its own trace, in one call)."""
+    (the HTTP server writes concurrent deliveries, each with its own trace, in one call).
+    ``parent``: child runs (awooop.worker.child_runs): the parent's run id and whether
+    cancelling it cancels them."""
     per_event = [metadata or {}] * len(events) if not isinstance(metadata, Sequence) else metadata
     if len(per_event) != len(events):
         raise ValueError("metadata: one dict per event, or one for all")
@@ -285,6 +292,8 @@ async def ingest(
                 concurrency_scope=run_keys[key].scope if key in run_keys else None,
                 concurrency_key=run_keys[key].key if key in run_keys else None,
                 concurrency_max=run_keys[key].max if key in run_keys else None,
+                parent_run_id=None if parent is None else parent[0],
+                cancel_with_parent=parent is not None and parent[1],
             )
             for key in pending
         ]

@@ -4,7 +4,7 @@
 (:meth:`ModelGateway.call <awooop.llm.gateway.ModelGateway.call>`), writes
 :func:`called_event` of it on the run's stream through the fenced write path of
 ``StepCompleted``, then hands the answer to the handler (or raises the call's error). The
-console's run page and ``awooop runs show`` list the calls (:mod:`projections.model_calls`).
+console's run page and ``awooop runs show`` list the calls (:mod:`awooop.projections.model_calls`).
 
 Why an event on the run's stream and not a side table written by the worker:
 

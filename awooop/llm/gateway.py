@@ -47,8 +47,8 @@ from awooop.revisions.cache import RevisionCache
 from awooop.revisions.effective import EffectivePolicy, PolicyResolver
 from awooop.revisions.notices import NoticeReader
 from awooop.revisions.pointer import PointerChecker
-from streams.clients import StreamClients
-from streams.envelope import Notice
+from awooop.streams.clients import StreamClients
+from awooop.streams.envelope import Notice
 
 log = get_logger(__name__)
 

@@ -10,7 +10,10 @@ many rows the table holds: no row is deleted one by one.
 
 The same loop keeps the model-call flow tables bounded: each iteration then deletes, in
 batches, the reservations of calls finished and the waits ended longer than
-``AWOOOP_LLM_FLOW_RETENTION_S`` ago (:mod:`awooop.llm.flow_retention`).
+``AWOOOP_LLM_FLOW_RETENTION_S`` ago (:mod:`awooop.llm.flow_retention`), the runs' streamed
+output written longer than ``AWOOOP_OUTPUT_RETENTION_S`` ago
+(:func:`awooop.runs.output_log.expire_once`), and the undelivered signals of runs that
+finished longer than ``AWOOOP_SIGNAL_RETENTION_S`` ago (:mod:`awooop.runs.signal_retention`).
 
 Correctness never depends on this loop: the ingest statement already treats a row past
 ``expires_at`` as absent. The loop only keeps the table bounded, and ingest needs the windows
@@ -25,6 +28,7 @@ from awooop.core.logs import get_logger
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.eventlog import dedupe_windows as windows
 from awooop.llm import flow_retention
+from awooop.runs import output_log, signal_retention
 from awooop.services import Services
 
 LOOP_NAME = "dedupe_expiry"
@@ -51,6 +55,8 @@ def loops(services: Services) -> list[LoopSpec]:
             if dropped:
                 metrics.DEDUPE_EXPIRED.inc(dropped)
         await flow_retention.expire_once(services.db, settings.llm_flow_retention_s)
+        await output_log.expire_once(services.db, settings.output_retention_s)
+        await signal_retention.expire_once(services.db, settings.signal_retention_s)
 
     return [
         LoopSpec(
@@ -59,6 +65,7 @@ def loops(services: Services) -> list[LoopSpec]:
             interval_s=settings.dedupe_expiry_interval_s,
             body=body,
             description="create the dedupe table's windows ahead; drop expired ones (R-04); "
-            "delete finished model-call reservations and waits past their retention",
+            "delete finished model-call reservations and waits, run output, and finished "
+            "runs' undelivered signals, past their retention",
         )
     ]

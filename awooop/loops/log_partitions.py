@@ -18,8 +18,8 @@ from awooop.core.logs import get_logger
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.eventlog import partitions
 from awooop.eventlog.archive import archive_due
+from awooop.projections.lag import projector_lag
 from awooop.services import Services
-from projections.lag import projector_lag
 
 LOOP_NAME = "log_partitions"
 

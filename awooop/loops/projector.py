@@ -3,8 +3,8 @@
 Both are platform loops (R-40): a projector works across projects with the platform role.
 
 - ``projector:<name>`` reads every shard's events stream through the consumer group
-  ``projector:<name>`` (``streams.consumer.GroupConsumer``) and hands each message to
-  :meth:`projections.runner.Projector.handle`. One iteration consumes for a window of
+  ``projector:<name>`` (``awooop.streams.consumer.GroupConsumer``) and hands each message to
+  :meth:`awooop.projections.runner.Projector.handle`. One iteration consumes for a window of
   ``WINDOW_S`` seconds and then stops gracefully (in-flight messages finish and are
   acknowledged), so the loop's last-run gauge moves even under constant traffic and a stop
   request waits at most one window. Its first iteration reconciles with Postgres first. Entries
@@ -22,11 +22,11 @@ import os
 import socket
 
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
+from awooop.projections import registry
+from awooop.projections.runner import Projector
 from awooop.services import Services
-from projections import registry
-from projections.runner import Projector
-from streams.consumer import GroupConsumer
-from streams.keys import projector_group
+from awooop.streams.consumer import GroupConsumer
+from awooop.streams.keys import projector_group
 
 WINDOW_S = 5.0
 TOUCH_INTERVAL_MS = 5_000
@@ -47,7 +47,7 @@ def consumer_for(services: Services, projector: Projector, consumer: str) -> Gro
         touch_interval_ms=TOUCH_INTERVAL_MS,
         reclaim_idle_ms=int(settings.projector_reclaim_idle_s * 1000),
         db=services.db,
-        span_each=False,  # the projector spans each batch (projections.runner)
+        span_each=False,  # the projector spans each batch (awooop.projections.runner)
     )
 
 

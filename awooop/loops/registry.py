@@ -18,7 +18,9 @@ LOOP_MODULES: tuple[str, ...] = (
     "awooop.loops.dedupe_expiry",
     "awooop.loops.log_partitions",
     "awooop.loops.runs",
+    "awooop.loops.timers",
     "awooop.loops.bulk_operations",
+    "awooop.loops.schedules",
     "awooop.loops.projector",
 )
 

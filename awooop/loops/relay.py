@@ -7,7 +7,7 @@ from dataclasses import replace
 from awooop.core.config import Settings
 from awooop.core.loops import LoopCategory, LoopSpec
 from awooop.services import Services
-from streams.relay import Relay
+from awooop.streams.relay import Relay
 
 
 def relay_spec(relay: Relay, settings: Settings) -> LoopSpec:

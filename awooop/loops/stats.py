@@ -2,20 +2,23 @@
 
 - ``stats_runs``: live runs by project and state (``awooop_runs``), the age of the oldest live
   run per project and state (``awooop_runs_oldest_age_seconds``), and runs a platform loop
-  should already have handled (``awooop_runs_overdue``: RUNNING/WAITING_TOOL whose lease
-  expired more than two reaper intervals + 30 s ago; WAITING_APPROVAL whose approval expired
-  more than two resolver intervals + 30 s ago). Only live states are sampled: each of the three
-  queries walks one of the partial indexes of ``awooop_run_state``, so the cost follows the
-  number of live runs, not the table's size. Finished runs are counted as they finish by
-  ``awooop_runs_finished_total``. The same loop samples ``awooop_runs_blocked``: live runs
-  and FAILED runs by project and ``blocked_on`` reason, decided by the one function the CLI
-  and the console use (:func:`awooop.runs.blocked_facts.count_by_reason`: live runs through
-  the partial indexes, FAILED runs an index-only count per failure code). It also samples
-  ``awooop_dead_letters_open``: open dead letters per project from ``awooop_dead_letters``
-  (its partial index on open rows; ``__platform__`` always present, 0 when none), and
+  should already have handled (``awooop_runs_overdue``: RUNNING/WAITING_TOOL whose lease expired
+  more than two reaper intervals + 30 s ago; WAITING_APPROVAL whose approval expired more than
+  two resolver intervals + 30 s ago; WAITING_EVENT whose wait was due more than two timers poll
+  intervals + 30 s ago, ``timer_due``), and ``awooop_timers_overdue_seconds``: how long past due
+  the earliest open wait is (one probe of ``awooop_run_waits_due_idx``). Only live states are
+  sampled: each of the three queries walks one of the partial indexes of ``awooop_run_state``,
+  so the cost follows the number of live runs, not the table's size. Finished runs are counted
+  as they finish by ``awooop_runs_finished_total``. The same loop samples
+  ``awooop_runs_blocked``: live runs and FAILED runs by project and ``blocked_on`` reason,
+  decided by the one function the CLI and the console use
+  (:func:`awooop.runs.blocked_facts.count_by_reason`: live runs through the partial indexes,
+  FAILED runs an index-only count per failure code). It also samples
+  ``awooop_dead_letters_open``: open dead letters per project from ``awooop_dead_letters`` (its
+  partial index on open rows; ``__platform__`` always present, 0 when none), and
   ``awooop_paused_scopes``: active pauses per scope (``awooop_flow_pauses``), and
-  ``awooop_concurrency_key_runs``: runs executing and waiting of the ``TOP_KEYS`` keys with
-  the most runs waiting (:func:`awooop.runs.concurrency.usage`, through the keyed runs' index).
+  ``awooop_concurrency_key_runs``: runs executing and waiting of the ``TOP_KEYS`` keys with the
+  most runs waiting (:func:`awooop.runs.concurrency.usage`, through the keyed runs' index).
   ``awooop_llm_budget_tokens``: the current period's tokens used, reserved and allowed by the
   project-wide model-call budgets, for the 20 projects that use the most (bounded labels).
 - ``stats_outbox``: ``awooop_outbox_backlog_seconds`` for both outboxes, read from Postgres
@@ -58,8 +61,10 @@ LIVE_STATES: tuple[str, ...] = (
     RunStatus.RUNNING,
     RunStatus.WAITING_TOOL,
     RunStatus.WAITING_APPROVAL,
+    RunStatus.WAITING_EVENT,
 )
 
+OVERDUE_REASONS = ("lease_expired", "approval_expired", "timer_due")  # SAMPLE_RUNS' columns
 TOP_KEYS = 20  # the concurrency key gauge's keys: bounded label cardinality
 
 # --- SQL ----------------------------------------------------------------------------------------
@@ -84,26 +89,40 @@ WHERE b.valid_to IS NULL AND b.model = '' AND b.unit = 'tokens'
 ORDER BY coalesce(u.used, 0) + coalesce(u.reserved, 0) DESC, b.project_id
 LIMIT $1
 """
-# Three branches, each with exactly the predicate of one partial index of awooop_run_state
-# (migrations/0003), so each is an index scan over live runs only.
+# Four branches: three with exactly the predicate of one partial index of awooop_run_state
+# (migrations/0003), the fourth through the open waits (awooop_run_waits, one row per
+# WAITING_EVENT run), so each walks live runs only.
 SAMPLE_RUNS = """
 SELECT project_id, status, count(*) AS runs,
        extract(epoch FROM now() - min(updated_at))::float8 AS oldest_age_s,
        count(*) FILTER (WHERE lease_until < now() - make_interval(secs => $1)) AS lease_expired,
-       0::bigint AS approval_expired
+       0::bigint AS approval_expired, 0::bigint AS timer_due
 FROM awooop_run_state WHERE status IN ('RUNNING', 'WAITING_TOOL')
 GROUP BY project_id, status
 UNION ALL
 SELECT project_id, status, count(*),
-       extract(epoch FROM now() - min(updated_at))::float8, 0::bigint, 0::bigint
+       extract(epoch FROM now() - min(updated_at))::float8, 0::bigint, 0::bigint, 0::bigint
 FROM awooop_run_state WHERE status IN ('PENDING', 'RESUMED')
 GROUP BY project_id, status
 UNION ALL
 SELECT project_id, status, count(*),
        extract(epoch FROM now() - min(updated_at))::float8, 0::bigint,
-       count(*) FILTER (WHERE approval_expires_at < now() - make_interval(secs => $2))
+       count(*) FILTER (WHERE approval_expires_at < now() - make_interval(secs => $2)),
+       0::bigint
 FROM awooop_run_state WHERE status = 'WAITING_APPROVAL'
 GROUP BY project_id, status
+UNION ALL
+SELECT r.project_id, r.status, count(*),
+       extract(epoch FROM now() - min(r.updated_at))::float8, 0::bigint, 0::bigint,
+       count(*) FILTER (WHERE w.due_at < now() - make_interval(secs => $3))
+FROM awooop_run_waits w JOIN awooop_run_state r USING (run_id)
+WHERE r.status = 'WAITING_EVENT'
+GROUP BY r.project_id, r.status
+"""
+# How long past due the earliest open wait is (0: none is): one probe of awooop_run_waits_due_idx.
+TIMERS_OVERDUE = """
+SELECT greatest(0, coalesce(extract(epoch FROM now() - min(due_at)), 0))::float8
+FROM awooop_run_waits WHERE due_at IS NOT NULL
 """
 CONTRACT_OUTBOX_LAG = """
 SELECT COALESCE(extract(epoch FROM now() - min(created_at))::float8, 0)
@@ -142,20 +161,19 @@ def runs_sample(
     dict[tuple[str, ...], float], dict[tuple[str, ...], float], dict[tuple[str, ...], float]
 ]:
     """Pure: (runs by project/state, oldest age by project/state, overdue by project/reason)
-    from rows (project_id, status, runs, oldest_age_s, lease_expired, approval_expired).
-    Every live state of a project that has any live run is present (0 when it has none)."""
+    from rows (project_id, status, runs, oldest_age_s, lease_expired, approval_expired,
+    timer_due). Every live state of a project that has any live run is present (0 when it has
+    none), and so is every overdue reason."""
     by_state: dict[tuple[str, ...], float] = {}
     oldest: dict[tuple[str, ...], float] = {}
     overdue: dict[tuple[str, ...], float] = {}
-    for project_id, status, runs, oldest_age_s, lease_expired, approval_expired in rows:
+    for project_id, status, runs, oldest_age_s, *late in rows:
         for state in LIVE_STATES:
             by_state.setdefault((project_id, state), 0.0)
-        for reason in ("lease_expired", "approval_expired"):
-            overdue.setdefault((project_id, reason), 0.0)
         by_state[(project_id, status)] = float(runs)
         oldest[(project_id, status)] = max(0.0, float(oldest_age_s))
-        overdue[(project_id, "lease_expired")] += float(lease_expired)
-        overdue[(project_id, "approval_expired")] += float(approval_expired)
+        for reason, n in zip(OVERDUE_REASONS, late, strict=True):
+            overdue[(project_id, reason)] = overdue.get((project_id, reason), 0.0) + float(n)
     return by_state, oldest, overdue
 
 
@@ -187,8 +205,10 @@ class StatsLoops:
         settings = self.services.settings
         lease_grace = 2 * settings.reaper_interval_s + 30
         approval_grace = 2 * settings.approval_resolver_interval_s + 30
+        timer_grace = 2 * settings.timer_poll_interval_s + 30
         async with self.services.db.platform() as conn:
-            rows = await conn.fetch(SAMPLE_RUNS, lease_grace, approval_grace)
+            rows = await conn.fetch(SAMPLE_RUNS, lease_grace, approval_grace, timer_grace)
+            timers_overdue = await conn.fetchval(TIMERS_OVERDUE)
             blocked = await count_by_reason(
                 conn, self.services.redis, self.services.keys, settings.lease_ttl_s
             )
@@ -200,6 +220,7 @@ class StatsLoops:
         self._runs.publish(by_state)
         self._oldest.publish(oldest)
         self._overdue.publish(overdue)
+        metrics.owned(metrics.TIMERS_OVERDUE).set(float(timers_overdue))
         self._blocked.publish({labels: float(n) for labels, n in blocked.items()})
         self._dead.publish(dead_letters_sample(dead))
         self._keys.publish(keys_sample(busiest))

@@ -30,8 +30,8 @@ import msgspec
 from redis.exceptions import ResponseError
 
 from awooop.core.logs import get_logger
-from streams.envelope import FIELD, Notice, decode_notice
-from streams.keys import Keys
+from awooop.streams.envelope import FIELD, Notice, decode_notice
+from awooop.streams.keys import Keys
 
 log = get_logger(__name__)
 

@@ -23,6 +23,9 @@ from Redis once per shard) and names a :class:`Reason`:
 | either           | lease expired (the reaper's turn)              | lease_expired          |
 | WAITING_APPROVAL | approval open / past its expiry                | waiting_approval /     |
 |                  |                                                | approval_expired       |
+| WAITING_EVENT    | asleep / waits for a signal / for child runs   | sleeping /             |
+|                  | (its open wait)                                | waiting_for_event /    |
+|                  |                                                | waiting_for_children   |
 | FAILED           | E-RUN-004 or E-RUN-005 (work dead-lettered)    | failed_dead_lettered   |
 |                  | otherwise                                      | failed                 |
 | COMPLETED, CANCELLED | -                                          | None (nothing blocks)  |
@@ -55,6 +58,7 @@ from awooop.eventlog.state import MAX_ATTEMPTS_CODE, RunStatus
 from awooop.runs.blocked_reasons import REASON_STATUSES as REASON_STATUSES
 from awooop.runs.blocked_reasons import Reason as Reason
 from awooop.runs.blocked_reasons import ShardFacts as ShardFacts
+from awooop.runs.blocked_waits import WaitFacts, describe_wait
 from awooop.runs.pause_rules import Scope, describe_scope, resume_command
 from awooop.runs.versions import VersionWait
 
@@ -113,6 +117,7 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     served: bool | None = None
     # Its contract's required handler versions, and those the live workers run (migration 0140)
     versions: VersionWait | None = None
+    wait: WaitFacts | None = None  # WAITING_EVENT: its open wait (awooop.runs.blocked_waits)
 
 
 class BlockedOn(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,6 +133,7 @@ class BlockedOn(msgspec.Struct, frozen=True, kw_only=True):
     # its worker has not renewed since it entered it).
     step: str | None = None
     step_started_at: datetime | None = None
+    until: datetime | None = None  # WAITING_EVENT: the sleep's due time, the wait's timeout
 
 
 def current_step(f: RunFacts) -> tuple[str, datetime] | None:
@@ -355,6 +361,9 @@ def decide(facts: RunFacts, shard: ShardFacts) -> BlockedOn | None:
                 next_action=f"awooop runs approve|reject {ref} --by NAME (or --token TOKEN), "
                 "or approve it in the console",
             )
+        case RunStatus.WAITING_EVENT:
+            reason, summary, action, until = describe_wait(f.wait, f.now, ref)
+            return _blocked(f, reason=reason, summary=summary, next_action=action, until=until)
         case RunStatus.FAILED:
             reason = failed_reason(f.failure_code)
             why = f"{f.failure_code or '-'}: {f.failure_reason or 'no reason recorded'}"

@@ -67,12 +67,13 @@ from awooop.eventlog import deadletters
 from awooop.eventlog.state import RunStatus
 from awooop.runs import versions
 from awooop.runs.blocked import BlockedOn, Reason, RunFacts, ShardFacts, decide, failed_reason
+from awooop.runs.blocked_waits import WaitFacts
 from awooop.runs.pause_rules import Scope
-from streams.keys import WORKER_GROUP, Keys
+from awooop.streams.keys import WORKER_GROUP, Keys
 
 log = get_logger(__name__)
 
-LIVE = ("PENDING", "RESUMED", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL")
+LIVE = ("PENDING", "RESUMED", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL", "WAITING_EVENT")
 # Worker processes alive by their heartbeats (migration 0121): a count, for every role.
 LIVE_WORKERS = "SELECT awooop_live_workers()"
 # Whether a live worker serves each (project, contract) pair (migration 0137), for every role.
@@ -96,7 +97,9 @@ SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, r
        rs.concurrency_key, rs.concurrency_max, ck.executing AS concurrency_executing,
        gm.global_max AS concurrency_global_max, gm.executing AS concurrency_scope_executing,
        fw.reason AS flow_reason, fw.wait_key AS flow_key, fw.detail AS flow_detail,
-       fw.until AS flow_until
+       fw.until AS flow_until, wt.kind AS wait_kind, wt.name AS wait_name,
+       wt.due_at AS wait_due_at, wt.needed AS wait_needed, wc.total AS wait_children,
+       wc.finished AS wait_finished
 FROM awooop_run_state rs
 CROSS JOIN LATERAL (SELECT {run_stream_sql("rs.run_id")} AS stream_id OFFSET 0) run_stream
 LEFT JOIN LATERAL (
@@ -144,16 +147,29 @@ LEFT JOIN awooop_llm_waits fw
     ON fw.run_id = rs.run_id AND rs.status IN ('RUNNING', 'WAITING_TOOL')
    AND fw.attempt = rs.attempt_count
    AND fw.ended_at IS NULL
+LEFT JOIN awooop_run_waits wt ON wt.run_id = rs.run_id AND rs.status = 'WAITING_EVENT'
+LEFT JOIN LATERAL (
+    -- a wait for child runs (migration 0145): how many it waits for, how many have finished
+    SELECT jsonb_array_length(wt.children) AS total,
+           (SELECT count(*)::int FROM awooop_run_state c
+            WHERE c.run_id IN (SELECT jsonb_array_elements_text(wt.children)::uuid)
+              AND c.parent_run_id = rs.run_id
+              AND c.status IN ('COMPLETED', 'FAILED', 'CANCELLED')) AS finished
+    WHERE wt.kind = 'children'
+) wc ON true
 """  # noqa: S608 - constant identifiers
 FACTS = _SELECT + "WHERE rs.run_id = ANY($1::uuid[])"
-# Three arms, each with the predicate of one partial index of awooop_run_state (0003).
+# Four arms, each with the predicate of one partial index of awooop_run_state (0003), the
+# last through the open waits (one row per WAITING_EVENT run, migration 0141).
 LIVE_FACTS = (
-    _SELECT
+    _SELECT  # noqa: S608 - constant text
     + "WHERE rs.status IN ('PENDING', 'RESUMED') UNION ALL "
     + _SELECT
     + "WHERE rs.status IN ('RUNNING', 'WAITING_TOOL') UNION ALL "
     + _SELECT
-    + "WHERE rs.status = 'WAITING_APPROVAL'"
+    + "WHERE rs.status = 'WAITING_APPROVAL' UNION ALL "
+    + _SELECT
+    + "WHERE rs.run_id IN (SELECT run_id FROM awooop_run_waits) AND rs.status = 'WAITING_EVENT'"
 )
 # awooop_run_state_failed_idx (migration 0110): an index-only count per project and code.
 FAILED_COUNTS = """
@@ -201,6 +217,18 @@ def facts_of(row: Any) -> RunFacts:
         flow_detail=row["flow_detail"] or "",
         flow_until=row["flow_until"],
         contract_id=row["contract_id"],
+        wait=None if row["wait_kind"] is None else wait_facts(row),
+    )
+
+
+def wait_facts(row: Any) -> WaitFacts:
+    return WaitFacts(
+        kind=row["wait_kind"],
+        name=row["wait_name"],
+        due_at=row["wait_due_at"],
+        needed=row["wait_needed"],
+        children=row["wait_children"] or 0,
+        finished=row["wait_finished"] or 0,
     )
 
 

@@ -27,6 +27,9 @@ class Reason(enum.StrEnum):
     WAITING_TOOL = "waiting_tool"
     WAITING_APPROVAL = "waiting_approval"
     APPROVAL_EXPIRED = "approval_expired"
+    SLEEPING = "sleeping"
+    WAITING_FOR_EVENT = "waiting_for_event"
+    WAITING_FOR_CHILDREN = "waiting_for_children"
     FAILED = "failed"
     FAILED_DEAD_LETTERED = "failed_dead_lettered"
 
@@ -49,6 +52,9 @@ REASON_STATUSES: dict[Reason, frozenset[RunStatus]] = {
     Reason.WAITING_TOOL: frozenset({RunStatus.WAITING_TOOL}),
     Reason.WAITING_APPROVAL: frozenset({RunStatus.WAITING_APPROVAL}),
     Reason.APPROVAL_EXPIRED: frozenset({RunStatus.WAITING_APPROVAL}),
+    Reason.SLEEPING: frozenset({RunStatus.WAITING_EVENT}),
+    Reason.WAITING_FOR_EVENT: frozenset({RunStatus.WAITING_EVENT}),
+    Reason.WAITING_FOR_CHILDREN: frozenset({RunStatus.WAITING_EVENT}),
     Reason.FAILED: frozenset({RunStatus.FAILED}),
     Reason.FAILED_DEAD_LETTERED: frozenset({RunStatus.FAILED}),
 }

@@ -4,7 +4,8 @@ Cancel applies ``RunCancelled`` and, in the same transaction, notifies the chann
 ``awooop_run_cancelled`` with the run id: the worker holding the run (if any) cancels its
 handler at once (it would otherwise notice at its next heartbeat, when the lease is no longer
 renewed, or at its next fenced write, which is refused). Postgres NOTIFY is delivered only on
-commit, so a rolled-back cancel notifies nobody.
+commit, so a rolled-back cancel notifies nobody. The run's unfinished child runs are cancelled
+with it, in the same transaction (:mod:`awooop.eventlog.child_waits`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from typing import Any
 from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError
 from awooop.core.events import RunCancelled, RunRetried
+from awooop.eventlog.child_waits import CANCEL_CHANNEL as CANCEL_CHANNEL
 from awooop.eventlog.state import RunState
 from awooop.runs import run_rows
-
-CANCEL_CHANNEL = "awooop_run_cancelled"
 
 NOTIFY_CANCEL = "SELECT pg_notify($1, $2)"
 

@@ -39,8 +39,8 @@ from awooop.eventlog.deadletters import DeadLetterRow
 from awooop.eventlog.eventlog import RecordedEvent
 from awooop.eventlog.state import RunStatus
 from awooop.runs import control, run_rows
-from streams.clients import StreamClients
-from streams.publish import WORK_ONLY, by_shard, publish_shard
+from awooop.streams.clients import StreamClients
+from awooop.streams.publish import WORK_ONLY, by_shard, publish_shard
 
 PAGE = 1000
 

@@ -14,9 +14,14 @@ refused here too. The model, the tools and the clock are fakes the test controls
   test while the run waits), bounded by a timeout;
 - :class:`Approve` / :class:`Reject`: scripted decisions, or :meth:`HandlerKit.approve` /
   :meth:`~HandlerKit.reject` then :meth:`~HandlerKit.resume`;
-- :class:`Clock`: the time of every event, of approval expiry (:meth:`HandlerKit.advance`);
+- :class:`Clock`: the time of every event, of approval expiry and of durable waits
+  (:meth:`HandlerKit.advance` fires a sleep or an event wait's timeout once it is due);
+- signals: :meth:`HandlerKit.signal` sends one to the run (kept before its wait, delivered
+  during it, once per key: :mod:`awooop.testing.waits`);
 - :class:`Journal`: the run's events, with views (steps, model calls, tool calls, approvals)
-  and JSON to keep one; :meth:`HandlerKit.replay` runs a recorded journal against new code.
+  and JSON to keep one; :meth:`HandlerKit.replay` runs a recorded journal against new code;
+- :class:`KitOutput`: what the handler emitted with ``run.emit_output``, by attempt
+  (``result.output.text``, ``result.output.of_attempt(2)``, ``result.output.truncated``).
 
 For a test that wants the real database, :mod:`awooop.testing.pytest_plugin` has the
 ``awooop_postgres`` fixture: a handler run by an in-process worker on a fresh migrated
@@ -27,6 +32,7 @@ from awooop.testing.approvals import Approve, Reject
 from awooop.testing.fakes import Clock, FakeModel, FakeTools, ModelCallRecord, ToolCall
 from awooop.testing.journal import Journal
 from awooop.testing.kit import HandlerKit
+from awooop.testing.output import KitOutput
 from awooop.testing.results import KitResult, ReplayReport
 
 __all__ = [
@@ -36,6 +42,7 @@ __all__ = [
     "FakeTools",
     "HandlerKit",
     "Journal",
+    "KitOutput",
     "KitResult",
     "ModelCallRecord",
     "Reject",

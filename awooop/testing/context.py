@@ -2,7 +2,9 @@
 :class:`~awooop.worker.context.RunContext` (its journaling and replay of steps, its model call
 records, its tool waits), with only its I/O replaced: fenced writes go to the kit's in-memory
 journal, a tool wait's answers are written there instead of being re-admitted under a
-concurrency key in Postgres, and an approval is looked up in and requested from the kit."""
+concurrency key in Postgres, an approval is looked up in and requested from the kit, and a
+durable wait (sleep, event) runs on the kit's clock and signals (:mod:`awooop.testing.waits`).
+"""
 
 from __future__ import annotations
 
@@ -12,11 +14,15 @@ from datetime import datetime
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from awooop.eventlog.state import RunState
+from awooop.eventlog.wait_state import ended
 from awooop.runs import leases
 from awooop.runs.approvals import ApprovalTicket, DecisionRecord
 from awooop.testing.fakes import FakeModel, FakeTools
+from awooop.testing.output import KitOutput
+from awooop.testing.waits import MemoryDurableWaits, WaitsDriver
 from awooop.worker import approval_grants, approval_waits
 from awooop.worker.attempts import Attempt
+from awooop.worker.child_runs import ChildRuns
 from awooop.worker.context import APPROVAL_STEP_PREFIX, ApprovalGrant, RunContext
 from awooop.worker.contract_retry import ContractRetry, Overrides
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, ToolWaits, answer_events
@@ -24,7 +30,7 @@ from awooop.worker.tool_waits import TOOL_STEP_PREFIX, ToolWaits, answer_events
 T = TypeVar("T")
 
 
-class Driver(Protocol):
+class Driver(WaitsDriver, Protocol):
     """What the context needs of its :class:`~awooop.testing.HandlerKit`."""
 
     model: FakeModel
@@ -32,6 +38,9 @@ class Driver(Protocol):
     approval_ttl_s: float
     step_result_max_bytes: int
     contract_retry: Overrides
+
+    @property
+    def output(self) -> KitOutput: ...
 
     async def write(self, write: leases.FencedWrite) -> RunState: ...
     def asked(self, step: str, replayed: bool) -> None: ...
@@ -102,8 +111,21 @@ class KitContext(RunContext):
             approval_ttl_s=kit.approval_ttl_s,
             step_result_max_bytes=kit.step_result_max_bytes,
             overrides=ContractRetry.fixed(kit.contract_retry),
+            output=kit.output.sink(attempt.number),
         )
         self._kit = kit
+        steps = state.saga_steps
+
+        def use(step: str) -> None:  # a wait's step: replayed when the journal ended it
+            self._use(step)
+            entry = steps.get(step)
+            kit.asked(step, isinstance(entry, dict) and ended(entry) is not None)
+
+        self._waits = MemoryDurableWaits(kit, attempt, steps, use)
+        # Child runs replay from the journal; a new child needs the database (awooop_postgres).
+        self._children = ChildRuns(
+            db=db, attempt=attempt, steps=steps, use=use, io_timeout_s=None, settings=None
+        )
 
     # ``how``: whatever else the runtime's own takes (passed on as it is).
     async def step(

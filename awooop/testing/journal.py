@@ -5,10 +5,12 @@ runtime writes them on the run's stream, folded by the real state machine
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 import msgspec
 
+from awooop.core.errors import InvalidInputError
 from awooop.core.events import (
     ApprovalExpired,
     ApprovalGranted,
@@ -17,15 +19,22 @@ from awooop.core.events import (
     Event,
     ModelCalled,
     RunEvent,
+    RunRequeued,
+    RunRetried,
+    SignalDelivered,
     StepCompleted,
+    TimerFired,
     ToolResultReceived,
+    WaitStarted,
     event_type,
 )
-from awooop.eventlog.state import RunState, fold
+from awooop.eventlog.state import RunState, RunStatus, fold
 from awooop.worker.context import APPROVAL_STEP_PREFIX
+from awooop.worker.durable_waits import EVENT_STEP_PREFIX
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX
 
 ApprovalEvent = ApprovalRequested | ApprovalGranted | ApprovalRejected | ApprovalExpired
+WaitEvent = WaitStarted | TimerFired | SignalDelivered
 _list_decoder: msgspec.json.Decoder[list[RunEvent]] = msgspec.json.Decoder(list[RunEvent])
 
 
@@ -72,7 +81,7 @@ class Journal(Sequence[Event]):
         return {
             e.step: e.result
             for e in self.step_events
-            if not e.step.startswith((TOOL_STEP_PREFIX, APPROVAL_STEP_PREFIX))
+            if not e.step.startswith((TOOL_STEP_PREFIX, APPROVAL_STEP_PREFIX, EVENT_STEP_PREFIX))
         }
 
     @property
@@ -96,6 +105,13 @@ class Journal(Sequence[Event]):
     def approvals(self) -> list[ApprovalEvent]:
         return [e for e in self._events if isinstance(e, ApprovalEvent)]
 
+    @property
+    def waits(self) -> list[WaitEvent]:
+        """The durable waits: each ``WaitStarted`` (``run.sleep``, ``run.wait_for_event``)
+        and what ended it (``TimerFired``, ``SignalDelivered``). A wait a kept signal answered
+        at once is a step (``event:<name>:<n>``) in :attr:`step_events`."""
+        return [e for e in self._events if isinstance(e, WaitEvent)]
+
     def of_type(self, type_: type[Any]) -> list[Any]:
         return [e for e in self._events if isinstance(e, type_)]
 
@@ -109,3 +125,24 @@ class Journal(Sequence[Event]):
     @classmethod
     def from_json(cls, data: bytes | str) -> Journal:
         return cls(_list_decoder.decode(data))
+
+
+LEASED = (RunStatus.RUNNING, RunStatus.WAITING_TOOL)
+
+
+def reopening(state: RunState, now: datetime) -> RunEvent | None:
+    """The event that hands a recorded run to the next attempt, as a worker of a new release
+    takes a run in flight: a leased run is requeued, a failed one (an approval ended it)
+    retried by an operator; a run still waiting is refused."""
+    if state.status is RunStatus.WAITING_APPROVAL:
+        raise InvalidInputError("the journal waits for an approval: replay it once decided")
+    if state.status is RunStatus.WAITING_EVENT:
+        raise InvalidInputError("the journal waits (a sleep, an event): replay it once woken")
+    if state.status in LEASED:
+        reason = "replayed against new handler code"
+        return RunRequeued(
+            at=now, attempt=state.attempt_count, worker_id=state.worker_id, reason=reason
+        )
+    if state.status is RunStatus.FAILED:
+        return RunRetried(at=now, actor="kit", max_attempts=state.attempt_count + 1)
+    return None

@@ -12,12 +12,8 @@ from typing import Any
 
 import msgspec
 
-from awooop.core.config import STEP_RESULT_MAX_BYTES
-from awooop.core.errors import (
-    InvalidInputError,
-    LeaseLostError,
-    UnstorableValueError,
-)
+from awooop.core.config import SIGNAL_PAYLOAD_MAX_BYTES, SIGNALS_PER_RUN_MAX, STEP_RESULT_MAX_BYTES
+from awooop.core.errors import LeaseLostError, UnstorableValueError
 from awooop.core.events import (
     ApprovalRequested,
     Event,
@@ -27,19 +23,21 @@ from awooop.core.events import (
     RunCompleted,
     RunCreated,
     RunFailed,
-    RunRequeued,
-    RunRetried,
+    WaitStarted,
 )
 from awooop.core.excerpts import failure_traceback
 from awooop.core.storable import encoded_problem, unstorable
 from awooop.eventlog.state import RunState, RunStatus, apply, fold
 from awooop.runs import leases
 from awooop.runs.approvals import ApprovalTicket, DecisionRecord
+from awooop.runs.signals import Sent
 from awooop.testing.approvals import Approvals, Approve, Reject
 from awooop.testing.context import KitAttempt, KitContext
 from awooop.testing.fakes import Clock, FakeModel, FakeTools
-from awooop.testing.journal import Journal
+from awooop.testing.journal import LEASED, Journal, reopening
+from awooop.testing.output import MAX_BYTES, KitOutput
 from awooop.testing.results import KitResult, ReplayReport
+from awooop.testing.waits import Signals, open_wait, timer_due
 from awooop.worker import approval_grants
 from awooop.worker.context import RunContext, Suspended
 from awooop.worker.contract_retry import Overrides
@@ -48,32 +46,27 @@ from awooop.worker.outcomes import failure_of, infrastructure_failure
 
 Handler = Callable[[RunContext], Awaitable[object]]
 MAX_ATTEMPTS_PER_CALL = 50  # a handler the kit would take again forever stops here
-LEASED = (RunStatus.RUNNING, RunStatus.WAITING_TOOL)
 
 
 @dataclass
 class _Run:
     events: list[Event] = field(default_factory=list)
     approvals: Approvals = field(default_factory=Approvals)
+    signals: Signals = field(default_factory=Signals)
     asked: list[tuple[str, bool]] = field(default_factory=list)
     error: BaseException | None = None
+    output: KitOutput = field(default_factory=KitOutput)
 
 
 class HandlerKit:
     """Runs ``handler`` in-process: ``result = await HandlerKit(handle).run({"text": "hi"})``.
 
-    Each attempt gets the real :class:`RunContext` (steps journaled and replayed, model calls
-    recorded, tool waits, approvals) whose writes go to an in-memory journal folded by the real
-    state machine, with the fakes in place of the model (``model``), the tools (``tools``) and
-    the clock. An attempt ends as the worker ends it: a return value completes the run, an
-    exception fails it (code, reason, traceback and failing step as the worker writes them),
-    ``wait_for_approval`` suspends it. ``approvals`` maps an approval's name to a scripted
-    decision (:class:`Approve`, :class:`Reject`), applied when the run waits for it; without
-    one the run stays WAITING_APPROVAL until the test calls :meth:`approve` or :meth:`reject`
-    and :meth:`resume`. ``contract_retry``: the ``retry`` section of the run's ``agent``
-    contract, whose entries override the code's step and tool policies as the worker's do
-    (:mod:`awooop.worker.contract_retry`; a malformed one is refused here with
-    E-REVISION-006, as its activation would be)."""
+    Each attempt gets the real :class:`RunContext` whose writes go to an in-memory journal
+    folded by the real state machine, with fakes for the model, the tools and the clock; an
+    attempt ends as the worker ends it. ``approvals``: scripted decisions by name (else the run
+    waits for :meth:`approve`/:meth:`reject` and :meth:`resume`); ``contract_retry``: the
+    agent contract's ``retry`` section (refused with E-REVISION-006 if malformed). The
+    handbook: docs/workers.md, Testing handlers."""
 
     def __init__(
         self,
@@ -90,6 +83,9 @@ class HandlerKit:
         step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
         worker_id: str = "kit-worker",
         contract_retry: Mapping[str, Any] | None = None,
+        output_max_bytes: int = MAX_BYTES,
+        signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES,
+        signals_per_run_max: int = SIGNALS_PER_RUN_MAX,
     ) -> None:
         self.handler = handler
         self.clock = clock or Clock()
@@ -104,7 +100,12 @@ class HandlerKit:
         self.step_result_max_bytes = step_result_max_bytes
         self.worker_id = worker_id
         self.contract_retry = Overrides.of(contract_retry)
-        self._run = _Run()
+        self.output_max_bytes = output_max_bytes
+        self.limits = {
+            "payload_max_bytes": signal_payload_max_bytes,
+            "kept_max": signals_per_run_max,
+        }
+        self._run = self._new_run()
 
     # --- the test's side ---------------------------------------------------------------------
 
@@ -116,13 +117,22 @@ class HandlerKit:
     def state(self) -> RunState:
         return self.journal.state
 
+    @property
+    def output(self) -> KitOutput:
+        """What the run emitted with ``run.emit_output`` (by attempt)."""
+        return self._run.output
+
+    @property
+    def signals(self) -> Signals:
+        return self._run.signals
+
     async def run(
         self, input: Any = None, *, run_id: uuid.UUID | None = None, contract_id: str | None = None
     ) -> KitResult:
         """A new run of ``input`` (JSON; None: ``{}``, as a run always has one), driven until
         it completes, fails or waits for an approval without a scripted decision."""
         run_id = run_id or uuid.uuid4()
-        self._run = _Run()
+        self._run = self._new_run()
         self._append(
             RunCreated(
                 at=self.clock.now(),
@@ -167,12 +177,33 @@ class HandlerKit:
         resumes when the request said ``on_reject="return"``."""
         self._decide(name, Reject(actor=actor, reason=reason, by=by, payload=payload))
 
-    def advance(self, seconds: float) -> None:
-        """Move the clock; an approval whose time ran out expires, as the approval-expiry loop
-        does (the run FAILS with E-APPROVAL-002, or resumes with ``on_expire="return"``)."""
-        expiry = self._run.approvals.expired(self.clock.advance(seconds))
-        if expiry is not None:
-            self._append(expiry)
+    def advance(self, by: float | timedelta) -> None:
+        """Move the clock ``by`` seconds (or a timedelta); an approval whose time ran out
+        expires, as the approval-expiry loop does (the run FAILS with E-APPROVAL-002, or
+        resumes with ``on_expire="return"``), and a wait whose due time came ends, as the
+        timers loop ends it (``TimerFired``: RESUMED; then :meth:`resume`)."""
+        seconds = by.total_seconds() if isinstance(by, timedelta) else by
+        now = self.clock.advance(seconds)
+        expiry = self._run.approvals.expired(now)
+        fired = timer_due(open_wait(self.journal), now)
+        for event in (expiry, fired):
+            if event is not None:
+                self._append(event)
+
+    def signal(
+        self, name: str, payload: Any = None, *, key: str | None = None, sent_by: str = "test"
+    ) -> Sent:
+        """Send the run a signal, as ``awooop runs signal`` does (``key``: its idempotency key,
+        a fresh one by default): delivered to a wait for ``name`` whose ``match`` it contains
+        (``SignalDelivered``: RESUMED; then :meth:`resume`), else kept for a later wait."""
+        journal, now = self.journal, self.clock.now()
+        key = uuid.uuid4().hex if key is None else key
+        sent, delivered = self._run.signals.send(
+            journal, name, payload, key, sent_by, now, **self.limits
+        )
+        if delivered is not None:
+            self._append(delivered)
+        return sent
 
     async def replay(self, journal: Journal, handler: Handler | None = None) -> ReplayReport:
         """Run ``handler`` (new code) on a recorded journal, as a worker of a new release takes
@@ -180,24 +211,12 @@ class HandlerKit:
         when an approval ended it, retried by an operator) and the next attempt runs the new
         code, replaying what the journal holds."""
         events = [e for e in journal if not isinstance(e, RunCompleted | RunFailed)]
-        self._run = _Run(events=list(events))
+        self._run = self._new_run(list(events))
         recorded = {e.step for e in Journal(events).step_events}
-        state = self.state
-        if state.status is RunStatus.WAITING_APPROVAL:
-            raise InvalidInputError("the journal waits for an approval: replay it once decided")
-        if state.status in LEASED:
-            self._append(
-                RunRequeued(
-                    at=self.clock.now(),
-                    attempt=state.attempt_count,
-                    worker_id=state.worker_id,
-                    reason="replayed against new handler code",
-                )
-            )
-        elif state.status is RunStatus.FAILED:
-            self._append(
-                RunRetried(at=self.clock.now(), actor="kit", max_attempts=state.attempt_count + 1)
-            )
+        recorded |= {e.step for e in Journal(events).of_type(WaitStarted)}
+        reopened = reopening(self.state, self.clock.now())
+        if reopened is not None:
+            self._append(reopened)
         before = len(self._run.events)
         result = await self._drive(handler or self.handler)
         asked = [name for name, _ in self._run.asked]
@@ -262,6 +281,9 @@ class HandlerKit:
 
     # --- internals ---------------------------------------------------------------------------
 
+    def _new_run(self, events: list[Event] | None = None) -> _Run:
+        return _Run(events=events or [], output=KitOutput(self.output_max_bytes))
+
     def _append(self, event: Event) -> None:
         events = self._run.events
         apply(fold(events), event)  # refused as the real state machine refuses it
@@ -286,7 +308,9 @@ class HandlerKit:
                 break
         else:
             raise RuntimeError(f"the run took more than {MAX_ATTEMPTS_PER_CALL} attempts")
-        return KitResult(self.journal, self._run.error, self._run.approvals.ticket)
+        return KitResult(
+            self.journal, self._run.error, self._run.approvals.ticket, self._run.output
+        )
 
     async def _attempt(self, handler: Handler) -> None:
         number = self.state.attempt_count + 1

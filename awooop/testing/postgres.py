@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -15,12 +16,19 @@ from awooop.core.events import Event, RunCreated, run_stream_id
 from awooop.eventlog import eventlog
 from awooop.eventlog.runs import create_run
 from awooop.eventlog.state import RunState
-from awooop.runs import approvals, run_rows
+from awooop.loops import timers
+from awooop.runs import approvals, output_log, run_rows, signals
 from awooop.runs.approvals import ApprovalTicket, Decision
 from awooop.testing.fakes import FakeModel
 from awooop.testing.journal import Journal
 from awooop.testing.kit import Handler
+from awooop.testing.output import KitOutput
 from awooop.worker.runtime import Worker
+
+# --- SQL -------------------------------------------------------------------------------------
+# The test database's open waits, due $1 sooner (PostgresKit.advance).
+MOVE_WAITS = "UPDATE awooop_run_waits SET due_at = due_at - $1::interval WHERE due_at IS NOT NULL"
+# ---------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -112,6 +120,43 @@ class PostgresKit:
             ),
         )
 
+    async def signal(
+        self, run_id: uuid.UUID, name: str, payload: Any = None, *, key: str, sent_by: str = "test"
+    ) -> signals.Sent:
+        """Send the run a signal, as ``awooop runs signal`` does: delivered at once to a wait
+        for it (RESUMED; then :meth:`work` again), else kept for a later wait."""
+        return await self.db.in_tenant(
+            self.project_id,
+            lambda c: signals.send(
+                c,
+                run_id,
+                name,
+                payload,
+                key=key,
+                sent_by=sent_by,
+                payload_max_bytes=self.settings.signal_payload_max_bytes,
+                kept_max=self.settings.signals_per_run_max,
+            ),
+        )
+
+    async def fire_timers(self) -> int:
+        """One pass of the ``timers`` loop: the waits due now end (``TimerFired``: RESUMED),
+        the producer's pending signals are delivered; then :meth:`work` again. Returns the
+        number of waits ended."""
+        batch = self.settings.timer_batch_size
+        fired, _ = await timers.fire_once(self.db, batch)
+        await timers.deliver_once(self.db, batch)
+        return fired
+
+    async def advance(self, by: timedelta) -> int:
+        """As if ``by`` had passed for the open waits: their due times (a sleep's, an event
+        wait's timeout) move ``by`` earlier in ``awooop_run_waits`` (the database's clock does
+        not move; ``TimerFired.due_at`` shows the moved time, the journal the first one),
+        then :meth:`fire_timers`."""
+        async with self.db.platform_writes() as conn:
+            await conn.execute(MOVE_WAITS, by)
+        return await self.fire_timers()
+
     async def state(self, run_id: uuid.UUID) -> RunState:
         async with self.db.tenant(self.project_id) as conn:
             found = await run_rows.load(conn, run_id)
@@ -124,3 +169,21 @@ class PostgresKit:
             stored = await eventlog.read_stream(conn, run_stream_id(run_id))
         events: list[Event] = [e.decode() for e in stored]
         return Journal(events)
+
+    async def output(self, run_id: uuid.UUID) -> KitOutput:
+        """What the run emitted (``run.emit_output``), as the worker wrote it: one chunk per
+        row, with its attempt (``truncated`` when the limit's marker was written)."""
+        found = KitOutput(self.settings.output_max_bytes)
+        after = 0
+        while True:
+            async with self.db.tenant(self.project_id) as conn:
+                page = await output_log.page(conn, run_id, after, output_log.MAX_PAGE_ROWS)
+            assert page is not None, f"no run {run_id}"
+            for row in page.rows:
+                if row.truncated:
+                    found.truncated = True
+                else:
+                    found.chunks.append((row.attempt, row.text))
+                after = row.seq
+            if not page.more:
+                return found

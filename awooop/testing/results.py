@@ -3,23 +3,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from awooop.core.events import ModelCalled, RunFailed
 from awooop.eventlog.state import RunState, RunStatus
 from awooop.runs.approvals import ApprovalTicket
 from awooop.testing.journal import Journal
+from awooop.testing.output import KitOutput
 
 
 @dataclass
 class KitResult:
     """Where a run stands after :meth:`HandlerKit.run`, :meth:`~HandlerKit.resume` or
-    :meth:`~HandlerKit.replay`: COMPLETED, FAILED or WAITING_APPROVAL (``ticket``)."""
+    :meth:`~HandlerKit.replay`: COMPLETED, FAILED, WAITING_APPROVAL (``ticket``) or
+    WAITING_EVENT (asleep, or waiting for a signal: ``waiting_for``)."""
 
     journal: Journal
     error: BaseException | None = None  # the handler's exception, when it failed the run
     ticket: ApprovalTicket | None = None  # the approval it waits for
+    output: KitOutput = field(default_factory=KitOutput)  # what it emitted (run.emit_output)
 
     @property
     def state(self) -> RunState:
@@ -37,6 +40,11 @@ class KitResult:
         if self.status is not RunStatus.COMPLETED:
             raise AssertionError(f"the run is {self.status}: {self.state.failure_reason or ''}")
         return self.state.result
+
+    @property
+    def waiting_for(self) -> str | None:
+        """While WAITING_EVENT: ``sleep`` or ``event <name>``."""
+        return self.state.waiting_for
 
     @property
     def failure_code(self) -> str | None:

@@ -24,12 +24,12 @@ from awooop.core.loops import LoopSpec, run_loop, run_loops, set_heartbeat_sink
 from awooop.llm.gateway import ModelGateway
 from awooop.runs.routing import ALL, Routes
 from awooop.services import Services
+from awooop.streams.keys import Keys
 from awooop.worker.context import LLMClient, Notifier
 from awooop.worker.executor import Handler
 from awooop.worker.heartbeat import Toucher
 from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
-from streams.keys import Keys
 
 Task = Callable[[asyncio.Event], Awaitable[None]]
 

@@ -57,6 +57,9 @@ class Attempt:
     step_started_at: datetime | None = None
     # The innermost step an exception left, to name the failing step (see step_of).
     raised_in: tuple[BaseException, str] | None = None
+    # A child run's parent: its completion is a transaction that may resume the parent
+    # (awooop.worker.last_writes), not the one-statement completion.
+    parent_run_id: uuid.UUID | None = None
     _deadline_timer: asyncio.TimerHandle | None = None
 
     def enter_step(self, name: str) -> tuple[str | None, datetime | None]:

@@ -8,12 +8,9 @@ becomes the run's result. ``run`` offers:
   runs and ``StepCompleted`` is written fenced (only while this attempt holds the lease). A
   step name is used once per run. Results are stored as JSON; the first attempt gets what a
   replay gets (``type=T``: a ``T``, else JSON builtins); a value JSON cannot hold, or larger
-  than AWOOOP_STEP_RESULT_MAX_BYTES, is refused (:mod:`awooop.worker.step_values`).
-  A result Postgres cannot store (text
-  holding ``\\u0000`` or a lone surrogate) raises E-DATA-001 (``UnstorableValueError``,
-  naming the step and the value's place) to the handler, and nothing is recorded; left
-  uncaught, it fails the run with that reason. Other runs whose steps were written in the same
-  group commit are not affected.
+  than AWOOOP_STEP_RESULT_MAX_BYTES, is refused (:mod:`awooop.worker.step_values`); one
+  Postgres cannot store (``\\u0000``, a lone surrogate) raises E-DATA-001 naming the step and
+  the place, and nothing is recorded (other runs of the same group commit are not affected).
 - ``await run.llm(prompt, contract=..., **options)``: the model gateway (revision pointer check
   before every call). Each call, answered or failed, is recorded as ``ModelCalled`` (fenced,
   before the answer is returned: :mod:`awooop.llm.calls`) with the model and the policy
@@ -30,6 +27,13 @@ becomes the run's result. ``run`` offers:
   kept and renewed; the run holds no slot of its concurrency key), the result is journaled
   like a step (name ``tool:<tool>``) once the run is admitted under its key again
   (:mod:`awooop.worker.tool_waits`; calls made in parallel are one wait of the run).
+- ``await run.emit_output(text)``: streamed output (say each batch of a model's tokens),
+  buffered and flushed in rows under the lease, read live by clients
+  (:mod:`awooop.worker.output`); not journaled: an attempt that runs again emits again.
+- ``await run.sleep(timedelta)`` / ``run.sleep_until(datetime)``, ``await
+  run.wait_for_event(name, timeout=..., match=...)``: durable waits that end the attempt and
+  hold no slot or lease (:mod:`awooop.worker.durable_waits`); ``await run.start_child(contract,
+  input, key=...)``, ``await run.wait_for_children(handles)``: child runs (child_runs.py).
 - ``run.run_id``, ``run.project_id``, ``run.input`` (the payload), ``run.attempt``,
   ``run.steps`` (results recorded so far), ``run.log``.
 
@@ -46,7 +50,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, Unpack
 
 from awooop.core.batching import data_error
-from awooop.core.config import STEP_RESULT_MAX_BYTES
+from awooop.core.config import STEP_RESULT_MAX_BYTES, Settings
 from awooop.core.db import Database
 from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
 from awooop.core.events import Event, StepCompleted
@@ -66,6 +70,9 @@ from awooop.worker.approval_waits import APPROVAL_STEP_PREFIX as APPROVAL_STEP_P
 from awooop.worker.approval_waits import Notifier as Notifier
 from awooop.worker.approval_waits import Suspended as Suspended
 from awooop.worker.attempts import Attempt, trace_metadata
+from awooop.worker.child_runs import ChildRuns, ChildRunsMixin
+from awooop.worker.durable_waits import DurableWaits
+from awooop.worker.output import OutputSink, checked
 from awooop.worker.step_values import journal, recorded
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
 
@@ -90,7 +97,7 @@ class LLMClient(Protocol):
 ApprovalGrant = approval_grants.ApprovalDecision  # what ``wait_for_approval`` returns
 
 
-class RunContext:
+class RunContext(ChildRunsMixin):
     _tool_waits: type[ToolWaits] = ToolWaits  # the test kit's writes answers in memory
 
     def __init__(
@@ -108,8 +115,11 @@ class RunContext:
         slots: SlotBell | None = None,
         step_result_max_bytes: int = STEP_RESULT_MAX_BYTES,
         overrides: contract_retry.ContractRetry | None = None,  # the run contract's policies
+        output: OutputSink | None = None,  # where emit_output goes (awooop.worker.output)
+        settings: Settings | None = None,  # child runs' intake and bound (child_runs.py)
     ) -> None:
         self._attempt = attempt
+        self._output = output
         self._overrides = overrides or contract_retry.ContractRetry()
         self._result_max_bytes = step_result_max_bytes
         self._io_timeout_s = io_timeout_s
@@ -152,6 +162,11 @@ class RunContext:
             slots=slots,
             io_timeout_s=io_timeout_s,
         )
+        self._waits = DurableWaits(
+            db=db, attempt=attempt, steps=state.saga_steps, use=self._use, io_timeout_s=io_timeout_s
+        )
+        self._children = ChildRuns(db=db, attempt=attempt, steps=state.saga_steps, use=self._use,
+                                   io_timeout_s=io_timeout_s, settings=settings)  # fmt: skip
 
     @property
     def steps(self) -> Mapping[str, Any]:
@@ -253,6 +268,13 @@ class RunContext:
             raise
         return await tries.after(call, self.llm, prompt, contract, options)
 
+    async def emit_output(self, text: str) -> None:
+        """Append ``text`` to the run's streamed output (see :mod:`awooop.worker.output`)."""
+        if self._output is None:
+            raise RuntimeError("this worker has no output log")
+        self.check()
+        await self._output.emit(checked(text))
+
     async def wait_for_approval(
         self,
         name: str = "approval",
@@ -271,6 +293,8 @@ class RunContext:
         if step_name in self._steps:
             return approval_grants.replayed(name, self._steps[step_name])
         self.check()
+        if self._output is not None:
+            await self._output.flush()  # the request ends the lease: the output goes first
         outcome = await self._decide_or_ask(name, reason, ask)
         if isinstance(outcome, ApprovalGrant):
             self._steps[step_name] = approval_grants.recorded(outcome)
@@ -327,6 +351,22 @@ class RunContext:
         await self._tools.answered(tool, encoded, started_at, **tries.fields())
         self._steps[step_name] = encoded
         return result
+
+    async def sleep(self, delay: timedelta, *, name: str | None = None) -> None:
+        await self._waits.sleep(delay, None, name)
+
+    async def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        await self._waits.sleep(None, when, name)
+
+    async def wait_for_event(
+        self,
+        name: str,
+        *,
+        timeout: timedelta | None = None,  # noqa: ASYNC109 - the durable wait's, journaled
+        match: Any = None,
+        step: str | None = None,
+    ) -> Any:
+        return await self._waits.wait_for_event(name, timeout, match, step)
 
     # --- internals ---------------------------------------------------------------------------
 

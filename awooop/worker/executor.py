@@ -26,11 +26,12 @@ from awooop.core.errors import LeaseLostError
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import exporting, tracer
 from awooop.eventlog.state import RunState
-from awooop.runs import leases
+from awooop.runs import leases, output_log
 from awooop.worker import tracelinks
 from awooop.worker.attempts import RUN_SPAN, Attempt, StopReason, StreamEntry
 from awooop.worker.context import LLMClient, Notifier, RunContext, Suspended
 from awooop.worker.contract_retry import ContractRetry
+from awooop.worker.durable_waits import Waiting
 from awooop.worker.last_writes import LastWrites
 from awooop.worker.outcomes import (
     Outcome,
@@ -39,6 +40,7 @@ from awooop.worker.outcomes import (
     local_deadline_passed,
     own_trace,
 )
+from awooop.worker.output import OutputBuffer
 from awooop.worker.tool_waits import SlotBell
 
 log = get_logger("awooop.worker")
@@ -93,6 +95,7 @@ class Executor:
             number=state.attempt_count,
             lease_deadline=0.0,
             entry=entry,
+            parent_run_id=state.parent_run_id,
         )
         self.hold(attempt, lease_sent)
         self.attempts[state.run_id] = attempt
@@ -165,6 +168,7 @@ class Executor:
             return []
 
     async def _run(self, attempt: Attempt, state: RunState) -> Outcome:
+        output = OutputBuffer(attempt=attempt, db=self.db, settings=self.settings)
         ctx = RunContext(
             attempt=attempt,
             state=state,
@@ -178,13 +182,15 @@ class Executor:
             slots=self.slots,
             step_result_max_bytes=self.settings.step_result_max_bytes,
             overrides=ContractRetry.of_run(self.db, state, self.settings.lease_io_timeout_s),
+            output=output,
+            settings=self.settings,
         )
         if not await self._predecessor_ended(attempt):
             if attempt.stop_reason is not None:
                 return await self._stopped(attempt)
             return self._count(attempt, await self.last_writes.release(attempt))
         task: asyncio.Task[object] = asyncio.create_task(
-            self._invoke(ctx), name=f"run-{state.run_id}-{attempt.number}"
+            self._invoke(ctx, output), name=f"run-{state.run_id}-{attempt.number}"
         )
         attempt.task = task
         self.handlers[state.run_id] = task
@@ -200,7 +206,9 @@ class Executor:
                 await asyncio.wait({task}, timeout=self.settings.shutdown_grace_s)
             await self._settle(attempt, task)
             raise
-        return await self._settle(attempt, task)
+        outcome = await self._settle(attempt, task)
+        await output.ring_end(self.ring)  # the run's end is written: its readers look now
+        return outcome
 
     async def _predecessor_ended(self, attempt: Attempt) -> bool:
         """Whether no earlier attempt of this run still runs in this process (a process never
@@ -221,8 +229,20 @@ class Executor:
         if self.handlers.get(run_id) is task:
             del self.handlers[run_id]
 
-    async def _invoke(self, ctx: RunContext) -> object:
-        return await self.handler(ctx)
+    async def _invoke(self, ctx: RunContext, output: OutputBuffer) -> object:
+        """The handler, then its output flushed (before the attempt's last write: a flush that
+        fails fails the attempt as the handler raising that error would)."""
+        try:
+            result = await self.handler(ctx)
+        except BaseException:
+            await output.close_quietly()
+            raise
+        await output.close()
+        return result
+
+    async def ring(self, run_ids: list[str]) -> None:
+        """Ring the output readers of ``run_ids`` (:mod:`awooop.runs.output_bell`)."""
+        await self.last_writes.statements.notify(output_log.CHANNEL, run_ids)
 
     async def _settle(self, attempt: Attempt, task: asyncio.Task[object]) -> Outcome:
         if not task.done():
@@ -237,7 +257,8 @@ class Executor:
                 outcome = await self.last_writes.give_back(attempt, "its completion failed")
             return self._count(attempt, outcome)
         if isinstance(exc, Suspended):
-            return self._count(attempt, Outcome.WAITING_APPROVAL)
+            waits = Outcome.WAITING_EVENT if isinstance(exc, Waiting) else Outcome.WAITING_APPROVAL
+            return self._count(attempt, waits)
         if attempt.stop_reason is not None:
             return await self._stopped(attempt)
         if isinstance(exc, LeaseLostError):

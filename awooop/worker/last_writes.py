@@ -10,6 +10,10 @@ whose own reason cannot be stored is written again with a reason that can. Any o
 a last write (a conflict that outlasted its retries) is ERROR; a refused (fenced) one is LOST
 (:mod:`awooop.worker.outcomes`).
 
+A child run's end (completion or failure) is a fenced write in a transaction of its own (not
+the one-statement completion, not a group commit), so that its parent's wait is decided with it
+(:mod:`awooop.eventlog.child_waits`).
+
 An attempt that ends with an exception (``RunFailed``, or ``LeaseReleased`` when its stores
 were away) keeps the exception's traceback (:func:`awooop.core.excerpts.failure_traceback`)
 and the step the handler was in when it raised (:meth:`Attempt.step_of
@@ -29,7 +33,7 @@ from awooop.core import metrics
 from awooop.core.batching import Batcher, data_error
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError, UnstorableValueError
-from awooop.core.events import Event, LeaseReleased, RunFailed
+from awooop.core.events import Event, LeaseReleased, RunCompleted, RunFailed
 from awooop.core.excerpts import failure_traceback
 from awooop.core.logs import get_logger
 from awooop.core.retries import unavailable_on_connection_errors
@@ -144,6 +148,14 @@ class LastWrites:
             encoded = msgspec.to_builtins(result)
         except (TypeError, ValueError) as exc:
             return await self.fail(attempt, exc)
+        if attempt.parent_run_id is not None:  # a child: its parent's wait is decided with it
+            return await self._last_write(
+                attempt,
+                Outcome.COMPLETED,
+                lambda _s, now: RunCompleted(
+                    at=now, worker_id=self.worker_id, attempt=attempt.number, result=encoded
+                ),
+            )
         completion = leases.Completion(
             attempt.run_id, self.worker_id, attempt.number, encoded, trace_metadata()
         )
@@ -179,7 +191,25 @@ class LastWrites:
         fenced = leases.FencedWrite(
             attempt.run_id, self.worker_id, attempt.number, make, trace_metadata()
         )
-        return await self._settle_write(attempt, outcome, self.write(attempt.project_id, fenced))
+        return await self._settle_write(attempt, outcome, self._ending(attempt, outcome, fenced))
+
+    def _ending(
+        self, attempt: Attempt, outcome: Outcome, fenced: leases.FencedWrite
+    ) -> Awaitable[RunState]:
+        """The last write, alone when it ends a child run (:meth:`_alone`), else batched."""
+        if attempt.parent_run_id is not None and outcome is not Outcome.RELEASED:
+            return self._alone(fenced)
+        return self.write(attempt.project_id, fenced)
+
+    async def _alone(self, write: leases.FencedWrite) -> RunState:
+        """A child run's end, in a transaction of its own (not a group commit): it locks the
+        child's row, then its parent's (awooop.eventlog.child_waits), and a group commit holding
+        other runs' rows, a parent's among them, could wait for another in a cycle."""
+        with unavailable_on_connection_errors("a fenced write failed"):
+            [written] = await self.statements.fenced_record_many([write])
+        if isinstance(written, BaseException):
+            raise written
+        return written
 
     async def _settle_write(
         self,
@@ -229,5 +259,5 @@ class LastWrites:
             ),
         )
         return await self._settle_write(
-            attempt, Outcome.FAILED, self.write(attempt.project_id, fenced), last_resort=True
+            attempt, Outcome.FAILED, self._ending(attempt, Outcome.FAILED, fenced), last_resort=True
         )

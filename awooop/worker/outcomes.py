@@ -6,6 +6,7 @@
 | an exception                 | ``RunFailed``      | FAILED           |
 | Postgres/Redis unavailable   | ``LeaseReleased``  | RELEASED (ERROR) |
 | ``wait_for_approval``        | (already written)  | WAITING_APPROVAL |
+| ``sleep``, ``wait_for_event``| (already written)  | WAITING_EVENT    |
 | cancelled: lease lost        | nothing            | LOST             |
 | cancelled: run cancelled     | nothing            | CANCELLED        |
 | cancelled: shutdown          | ``LeaseReleased``  | RELEASED         |
@@ -55,6 +56,7 @@ class Outcome(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     WAITING_APPROVAL = "waiting_approval"
+    WAITING_EVENT = "waiting_event"
     LOST = "lost"
     CANCELLED = "cancelled"
     RELEASED = "released"

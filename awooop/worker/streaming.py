@@ -1,7 +1,7 @@
 """The worker's stream path (R-16): the work streams read by group ``workers``, the touch of
 its own pending entries, and the ``worker-reclaim`` loop.
 
-- Every shard's work stream is read through :class:`streams.consumer.GroupConsumer` with the
+- Every shard's work stream is read through :class:`awooop.streams.consumer.GroupConsumer` with the
   worker id as consumer name. A delivery names a run (the dispatch event's stream); the worker
   takes the lease (:meth:`Worker.take`) and runs it; the entry is acknowledged when the run is
   finished, cancelled, released or waiting for approval, and left pending while a live lease
@@ -31,6 +31,13 @@ from awooop.core.logs import get_logger
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.core.retries import CONNECTION_ERRORS
 from awooop.runs import leases
+from awooop.streams.consumer import GroupConsumer
+from awooop.streams.consumer_groups import is_nogroup
+from awooop.streams.delivery import Delivery
+from awooop.streams.envelope import encode
+from awooop.streams.keys import WORKER_GROUP, Keys
+from awooop.streams.reclaim import autoclaim, set_deliveries, touch
+from awooop.streams.tracing import consume_span
 from awooop.worker.attempts import StreamEntry, trace_metadata
 from awooop.worker.outcomes import infrastructure_failure
 from awooop.worker.reclaim import (
@@ -40,13 +47,6 @@ from awooop.worker.reclaim import (
     reclaim_action,
 )
 from awooop.worker.runtime import Worker
-from streams.consumer import GroupConsumer
-from streams.consumer_groups import is_nogroup
-from streams.delivery import Delivery
-from streams.envelope import encode
-from streams.keys import WORKER_GROUP, Keys
-from streams.reclaim import autoclaim, set_deliveries, touch
-from streams.tracing import consume_span
 
 log = get_logger("awooop.worker")
 

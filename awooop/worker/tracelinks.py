@@ -10,7 +10,10 @@ over minutes and does not hang under the trace of the loop that requeued it (sam
 - the **ingest**: the span named by the ``RunCreated`` event's ``traceparent`` (metadata);
 - the **previous attempt**: that attempt's ``run`` span, named by the ``run_span`` metadata
   of the events it wrote. An attempt stores it only while its ``run`` span is exported
-  (recorded and sampled: :func:`exported_traceparent`).
+  (recorded and sampled: :func:`exported_traceparent`);
+- what **resumed** it from a durable wait: the span named by the ``traceparent`` of the
+  ``TimerFired`` or ``SignalDelivered`` just before this attempt's claim (the ``timers`` loop's
+  ``timers fire`` / ``signals deliver`` span, or the signal route's ``signal`` span).
 
 A link names only a sampled span (:func:`awooop.core.telemetry.span_link`): an attempt whose
 ``run`` span was not exported (not sampled, or in a process that exports nothing), or that
@@ -37,7 +40,12 @@ SELECT
   (SELECT metadata FROM awooop_events WHERE stream_id = $1 AND version = 1) AS created,
   (SELECT metadata->>'run_span' FROM awooop_events
    WHERE stream_id = $1 AND metadata ? 'run_span' AND data->>'attempt' = $2
-   ORDER BY version DESC LIMIT 1) AS previous
+   ORDER BY version DESC LIMIT 1) AS previous,
+  (SELECT r.metadata FROM awooop_events c
+   JOIN awooop_events r ON r.stream_id = c.stream_id AND r.version = c.version - 1
+   WHERE c.stream_id = $1 AND c.event_type = 'RunClaimed' AND c.data->>'attempt' = $3
+     AND r.event_type IN ('TimerFired', 'SignalDelivered')
+   ORDER BY c.version DESC LIMIT 1) AS resumed
 """
 
 
@@ -48,13 +56,16 @@ def exported_traceparent(span: trace.Span) -> str | None:
     return inject(trace.set_span_in_context(span))[0]
 
 
-def links_from(created: Any, previous: Any) -> list[trace.Link]:
-    """Pure: the links named by the ``RunCreated`` event's metadata and by the previous
-    attempt's ``run_span`` (either may be missing, or name a span that was not sampled)."""
+def links_from(created: Any, previous: Any, resumed: Any = None) -> list[trace.Link]:
+    """Pure: the links named by the ``RunCreated`` event's metadata, by the previous
+    attempt's ``run_span`` and by the metadata of the event that resumed the run (any may be
+    missing, or name a span that was not sampled)."""
     meta = created if isinstance(created, dict) else {}
+    woke = resumed if isinstance(resumed, dict) else {}
     named = (
         (meta.get("traceparent"), meta.get("tracestate"), "ingest"),
         (previous, None, "previous_attempt"),
+        (woke.get("traceparent"), woke.get("tracestate"), "resumed_by"),
     )
     links: list[trace.Link] = []
     for traceparent, tracestate, kind in named:
@@ -68,7 +79,7 @@ def links_from(created: Any, previous: Any) -> list[trace.Link]:
 
 async def history_links(conn: Any, run_id: uuid.UUID, attempt: int) -> list[trace.Link]:
     """The links of attempt number ``attempt`` of ``run_id`` (see the module docstring)."""
-    row = await conn.fetchrow(HISTORY, run_stream_id(run_id), str(attempt - 1))
+    row = await conn.fetchrow(HISTORY, run_stream_id(run_id), str(attempt - 1), str(attempt))
     if row is None:
         return []
-    return links_from(row["created"], row["previous"])
+    return links_from(row["created"], row["previous"], row["resumed"])

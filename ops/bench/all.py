@@ -28,8 +28,10 @@ BENCHMARKS = (
     "relay",
     "worker",
     "cost",
+    "producer_pool",
     "scheduler",
     "fairness",
+    "agents",
     "revisions",
     "replay",
     "loops",
@@ -44,6 +46,8 @@ ARGUMENTS: dict[str, list[str]] = {
     "growth": ["--sizes", "0,250k", "--rounds", "4", "--ops", "100", "--out", str(GROWTH_OUT)],
     # Its full run (10M events, the default) takes about half an hour; 250k events, a minute.
     "online_migration": ["--events", "250000", "--baseline-s", "3"],
+    # Three modes, 3 rounds of 1,000 runs: about a minute (its default: 5 rounds of 2,000).
+    "producer_pool": ["--runs", "1000", "--rounds", "3"],
 }
 
 

@@ -41,8 +41,8 @@ from awooop.core.db import Database
 from awooop.core.events import run_id_of_stream
 from awooop.core.pools import init_connection
 from awooop.producer import ChannelEvent, set_tenant, submit
-from streams.envelope import FIELD, decode_envelope
-from streams.keys import Keys
+from awooop.streams.envelope import FIELD, decode_envelope
+from awooop.streams.keys import Keys
 
 PROJECT = "bench"  # as worker.py
 

@@ -11,7 +11,7 @@ setting is ``scheduler.py``'s, whose helpers it uses: the benchmark's own Postgr
 and a fresh key prefix, one ``awooop relay``, one ``awooop worker --concurrency 10`` with a
 no-op handler, and one producer process (``scheduler_producer.py``, the producer library's
 ``submit_many`` in batches of 500). Two projects, A and B, chosen in the same shard stream
-(``streams.keys.shard_of`` with the processes' shard count; in two shards each stream is read
+(``awooop.streams.keys.shard_of`` with the processes' shard count; in two shards each stream is read
 in turn, so arrival order would already interleave them); 50 warm-up runs of A first.
 
 - ``contended``: A submits ``--runs-a`` runs, then (once they are committed) B submits
@@ -69,7 +69,7 @@ from scheduler import (  # noqa: E402
 from scratch import report  # noqa: E402
 
 from awooop.core.config import load_settings  # noqa: E402
-from streams.keys import shard_of  # noqa: E402
+from awooop.streams.keys import shard_of  # noqa: E402
 
 
 async def measure(

@@ -9,7 +9,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from streams.keys import shard_of
+from awooop.streams.keys import shard_of
 
 MEASURES = ("contended", "alone")
 TARGET_B_P99_MS = 2000.0

@@ -307,7 +307,7 @@ def fast_run(
         f"{run_id}\t{project}\t{channel}\t{key}\tdefault\tCOMPLETED\t{len(data)}\t1\t3"
         f"\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t{{{','.join(saga)}}}\t{payload}"
         f'\t{{"ok":true}}\t\\N\t\\N\t{at_c}\t{done_c}\t{done_c}\t\\N'
-        "\t\\N\t\\N\t\\N\n"  # no concurrency key
+        "\t\\N\t\\N\t\\N\t\\N\tFalse\n"  # no concurrency key, no parent
     )
     window = dedupe_window_us(at_us)
     dedupe = "".join(
@@ -645,8 +645,8 @@ async def measure(
 
 
 async def replay_verify(url: str, project: str | None, workers: int) -> dict[str, Any]:
-    from projections.registry import get
-    from projections.replay import Replay
+    from awooop.projections.registry import get
+    from awooop.projections.replay import Replay
 
     started = time.perf_counter()
     report = await Replay(url, get("run_state"), project=project, workers=workers).run(verify=True)
@@ -664,7 +664,7 @@ TAIL_EVENTS = 2_000
 
 async def tail_verify(url: str, events: int) -> dict[str, Any]:
     """``replay run_state --tail N``: the runs the last N events touched, verified."""
-    from projections.tail_verify import verify_tail
+    from awooop.projections.tail_verify import verify_tail
 
     seconds = []
     report = None

@@ -62,8 +62,8 @@ from awooop.core.pools import connect  # noqa: E402
 from awooop.ingest import tenants  # noqa: E402
 from awooop.producer import set_tenant, submit  # noqa: E402
 from awooop.services import redis_client  # noqa: E402
-from streams.envelope import FIELD, decode_envelope  # noqa: E402
-from streams.keys import Keys  # noqa: E402
+from awooop.streams.envelope import FIELD, decode_envelope  # noqa: E402
+from awooop.streams.keys import Keys  # noqa: E402
 
 HOLDER_PROJECT = "alpha"
 PROJECT = "beta"

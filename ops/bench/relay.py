@@ -52,9 +52,9 @@ from awooop.core.logs import configure_logging
 from awooop.core.migrate import migrate
 from awooop.core.pools import connect
 from awooop.eventlog import runs as log_runs
-from streams.envelope import FIELD, decode_envelope
-from streams.keys import Keys
-from streams.relay import Relay
+from awooop.streams.envelope import FIELD, decode_envelope
+from awooop.streams.keys import Keys
+from awooop.streams.relay import Relay
 
 PROJECTS = [f"bench{i}" for i in range(16)]
 TRIGGER = "awooop_events_notify_relay"

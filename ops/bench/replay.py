@@ -39,9 +39,9 @@ from awooop.core import events as ev
 from awooop.core.logs import configure_logging
 from awooop.core.migrate import migrate
 from awooop.core.pools import connect
-from projections.bulk import use_binary_json
-from projections.registry import get
-from projections.replay import Replay
+from awooop.projections.bulk import use_binary_json
+from awooop.projections.registry import get
+from awooop.projections.replay import Replay
 
 SERVER = os.environ.get("AWOOOP_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 EVENT_COLUMNS = ("event_id", "stream_id", "version", "project_id", "event_type", "data", "metadata")

@@ -5,7 +5,7 @@
 Prints one JSON document:
 - ``notice_latency``: from the activation's commit, through the outbox relay, to the moment ALL
   ``--readers`` workers (gateways with their own notice reader and cache) have applied the
-  notice (p50/p99 ms). Target: p99 <= 50 ms. Uses the real relay (``streams.relay``) when it
+  notice (p50/p99 ms). Target: p99 <= 50 ms. Uses the real relay (``awooop.streams.relay``) when it
   is installed; otherwise a stand-in publishes each outbox row right after the commit and the
   XADD -> all readers time is reported too.
 - ``pointer_check``: the pre-call pointer check on a cache hit (p50/p99 ms), a bare
@@ -46,7 +46,7 @@ from awooop.llm.gateway import ModelGateway
 from awooop.llm.local import LocalModel
 from awooop.revisions.service import Revisions
 from awooop.services import Services, redis_client
-from streams.envelope import FIELD, Notice, encode
+from awooop.streams.envelope import FIELD, Notice, encode
 
 P, FAMILY, CONTRACT = "bench", "policy_routing", "default"
 UNDELIVERED = """
@@ -77,13 +77,13 @@ def with_database(url: str, name: str) -> str:
 
 
 def relay_available() -> bool:
-    return importlib.util.find_spec("streams.relay") is not None
+    return importlib.util.find_spec("awooop.streams.relay") is not None
 
 
 async def start_relay(services: Services) -> tuple[Any, asyncio.Event, asyncio.Task[None]]:
     """The real outbox relay as its loop (NOTIFY wake-up at commit), in this process."""
     from awooop.loops.relay import relay_spec
-    from streams.relay import Relay
+    from awooop.streams.relay import Relay
 
     relay = Relay(settings=services.settings, redis=services.redis, keys=services.keys)
     stop = asyncio.Event()
@@ -156,10 +156,10 @@ async def notice_latency(services: Services, readers: int, notices: int) -> dict
             await relay.close()
     result: dict[str, Any] = {
         "readers": readers,
-        "relay": "streams.relay.Relay (real, NOTIFY wake-up)"
+        "relay": "awooop.streams.relay.Relay (real, NOTIFY wake-up)"
         if real_relay
         else "stand-in: the benchmark XADDs each outbox row right after the commit "
-        "(streams.relay not available)",
+        "(awooop.streams.relay not available)",
         "commit_to_all_readers": percentiles(commit_to_all),
         "target_p99_ms": 50,
     }

@@ -74,9 +74,11 @@ CROSS JOIN LATERAL (
 ) c
 WHERE e.event_type = 'RunCreated' AND e.position > $1
 """
+# A baseline older than the streams package's move into awooop imports it as ``streams``.
 WHERE_FROM = (
-    "import json, awooop, streams; "
-    "print(json.dumps({'awooop': awooop.__file__, 'streams': streams.__file__}))"
+    "import importlib.util as u, json, awooop; "
+    "s = u.find_spec('awooop.streams') or u.find_spec('streams'); "
+    "print(json.dumps({'awooop': awooop.__file__, 'streams': s and s.origin}))"
 )
 
 

@@ -65,8 +65,8 @@ from awooop.core.migrate import migrate  # noqa: E402
 from awooop.demo.servers import RedisCluster  # noqa: E402
 from awooop.producer import ChannelEvent, submit, submit_many  # noqa: E402
 from awooop.services import redis_client  # noqa: E402
-from streams.envelope import FIELD, decode_envelope  # noqa: E402
-from streams.keys import Keys  # noqa: E402
+from awooop.streams.envelope import FIELD, decode_envelope  # noqa: E402
+from awooop.streams.keys import Keys  # noqa: E402
 
 PROJECT = "bench"
 HANDLERS = "worker_handlers"

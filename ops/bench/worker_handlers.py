@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 
 from awooop.worker.context import RunContext
 
@@ -32,3 +33,18 @@ async def model_calls(run: RunContext) -> int:
     for _ in range(calls):
         await run.llm("a b c", max_tokens=5)
     return calls
+
+
+async def agent_steps(run: RunContext) -> dict[str, float]:
+    """An agent's run: ``steps`` (the input's, default 1) journaled steps, each one model call
+    (the agents benchmark: the worker's ``AWOOOP_LLM_URL`` is ``local:?delay_ms=D``). Its
+    result: the steps and the wall-clock time the handler started."""
+    started = time.time()
+    steps = int(run.input.get("steps", 1)) if isinstance(run.input, dict) else 1
+    for i in range(steps):
+        await run.step(f"s{i}", partial(_think, run, i))
+    return {"steps": steps, "started": started}
+
+
+async def _think(run: RunContext, i: int) -> str:
+    return (await run.llm(f"step {i}", max_tokens=5)).text

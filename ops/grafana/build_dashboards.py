@@ -36,6 +36,22 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "ops",
             ),
             (
+                "Durable waits ended per second",
+                [
+                    ("sum(rate(awooop_timers_fired_total[5m]))", "timers fired"),
+                    (
+                        "sum by (path) (rate(awooop_signals_delivered_total[5m]))",
+                        "signals {{path}}",
+                    ),
+                ],
+                "ops",
+            ),
+            (
+                "Timers past due (the earliest open wait's lateness)",
+                [("max(awooop_timers_overdue_seconds)", "overdue")],
+                "s",
+            ),
+            (
                 "Channel events per second",
                 [
                     (
@@ -76,6 +92,22 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "Expired dedupe rows deleted per second",
                 [("sum(rate(awooop_dedupe_expired_total[5m]))", "deleted")],
                 "ops",
+            ),
+            (
+                "Streamed output: rows written and runs cut per second",
+                [
+                    ("sum(rate(awooop_output_rows_total[5m]))", "rows"),
+                    ("sum(rate(awooop_output_truncated_total[5m]))", "truncated"),
+                ],
+                "ops",
+            ),
+            (
+                "Output streams open, and refused per second",
+                [
+                    ("sum(awooop_output_streams)", "open"),
+                    ("sum(rate(awooop_output_streams_refused_total[5m]))", "refused"),
+                ],
+                "short",
             ),
             (
                 "Event log partitions: time left ahead",
@@ -289,6 +321,27 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                         "histogram_quantile(0.95, sum by (le, loop_name) "
                         "(rate(awooop_background_loop_iteration_seconds_bucket[5m])))",
                         "{{loop_name}}",
+                    )
+                ],
+                "s",
+            ),
+            (
+                "Schedule fire times per minute, by outcome",
+                [
+                    (
+                        "sum by (outcome) (rate(awooop_schedule_fires_total[5m])) * 60",
+                        "{{outcome}}",
+                    )
+                ],
+                "short",
+            ),
+            (
+                "Schedule fire lag p95 (after the fire time plus jitter)",
+                [
+                    (
+                        "histogram_quantile(0.95, sum by (le) "
+                        "(rate(awooop_schedule_fire_lag_seconds_bucket[5m])))",
+                        "p95",
                     )
                 ],
                 "s",

@@ -29,7 +29,7 @@ from awooop.core.db import Database
 from awooop.core.events import run_stream_id
 from awooop.producer import ChannelEvent, submit_many
 from awooop.services import Services, redis_client
-from streams.keys import WORKER_GROUP, Keys
+from awooop.streams.keys import WORKER_GROUP, Keys
 from tests.support.connections import fit_workers
 from tests.support.handlers import read_effects
 from tests.support.runs import all_histories, check_single_holder, count_events

@@ -1,5 +1,5 @@
 """The run console in a real browser: headless Chromium from Debian's packages
-(``/usr/bin/chromium``; ``.ci/run`` installs it) driven by Playwright for Python, against the
+(``/usr/bin/chromium``; ``make test`` installs it) driven by Playwright for Python, against the
 console served by uvicorn on a free port, with a real worker process and relay.
 
 A manage token logs in, filters the list to FAILED, opens the failed run, sees its timeline and
@@ -46,7 +46,7 @@ pytestmark = [
     pytest.mark.fast("processes"),
     pytest.mark.skipif(
         shutil.which(CHROMIUM) is None,
-        reason=f"no Chromium at {CHROMIUM}: apt-get install -y chromium (.ci/run does)",
+        reason=f"no Chromium at {CHROMIUM}: run ops/install-test-deps.sh (make test does)",
     ),
 ]
 

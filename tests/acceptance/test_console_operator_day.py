@@ -42,7 +42,7 @@ pytestmark = [
     pytest.mark.fast("processes"),
     pytest.mark.skipif(
         not Path(CHROMIUM).exists(),
-        reason=f"no Chromium at {CHROMIUM}: apt-get install -y chromium (.ci/run does)",
+        reason=f"no Chromium at {CHROMIUM}: run ops/install-test-deps.sh (make test does)",
     ),
 ]
 
@@ -112,13 +112,17 @@ async def test_an_operators_day(fast: Settings, db: Database, tmp_path: Path) ->
             waiting = await submit(db, {"order": 4001, "approval": True})
             failing = [broken, *declined, other_channel, old]
 
-            async def settled() -> bool:
-                failed = [await status_of(db, r) for r in failing]
-                return failed == ["FAILED"] * len(failing) and (
-                    await status_of(db, waiting) == "WAITING_APPROVAL"
-                )
+            seen: list[tuple[str, int, str | None]] = []
 
-            await eventually(settled, timeout_s=60, what="failures and the approval settled")
+            async def settled() -> bool:
+                states = [await load(db, P, r) for r in (*failing, waiting)]
+                seen[:] = [(s.status, s.attempt_count, s.failure_code) for s in states]
+                return [s for s, _, _ in seen] == ["FAILED"] * len(failing) + ["WAITING_APPROVAL"]
+
+            try:
+                await eventually(settled, timeout_s=60, what="failures and the approval settled")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; status, attempts, code of each: {seen}") from None
             page = await (
                 await browser.new_context(viewport={"width": 1400, "height": 900})
             ).new_page()

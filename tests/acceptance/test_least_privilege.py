@@ -26,7 +26,6 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import MigrationPrivilegeError
 from awooop.core.migrate import MIGRATIONS_DIR, migrate
-from awooop.core.pools import init_connection
 from awooop.demo.servers import free_port
 from tests.support.handlers import read_effects
 from tests.support.waiting import eventually
@@ -144,7 +143,7 @@ async def test_every_process_works_without_superuser(
             await producer.submit(producer_db, P, event, settings=login)
         # The producer service, on its own login, inside its own transaction.
         service = await asyncpg.connect(as_login(owner_url, service_login, f"pw-{service_login}"))
-        await init_connection(service)  # the JSON codecs, as docs/ingest.md says
+        await producer.init_connection(service)  # as docs/ingest.md says
         try:
             async with service.transaction():
                 await producer.set_tenant(service, P)

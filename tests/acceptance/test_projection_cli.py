@@ -20,9 +20,9 @@ import redis.asyncio as aioredis
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from projections.registry import get
-from projections.replay import replay
-from streams.keys import projector_group
+from awooop.projections.registry import get
+from awooop.projections.replay import replay
+from awooop.streams.keys import projector_group
 from tests.support.projection_workload import Workload
 from tests.support.streams import keys_for
 from tests.support.waiting import eventually

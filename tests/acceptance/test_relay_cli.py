@@ -18,8 +18,8 @@ import httpx
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id
-from streams.envelope import FIELD, decode_envelope
-from streams.relay import Relay
+from awooop.streams.envelope import FIELD, decode_envelope
+from awooop.streams.relay import Relay
 from tests.support.services import free_port
 from tests.support.streams import (
     claim,

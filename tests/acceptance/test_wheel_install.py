@@ -1,6 +1,7 @@
 """A wheel of this checkout installed in a fresh virtual environment (tests/support/wheels.py)
 has everything ``awooop migrate`` needs: it migrates a new database from the migrations it
-carries as package data, and ``awooop --help`` runs."""
+carries as package data, and ``awooop --help`` runs. Its only top-level package is ``awooop``:
+a service with packages of its own named ``streams`` and ``projections`` keeps them."""
 
 from __future__ import annotations
 
@@ -76,3 +77,29 @@ def test_the_demo_of_an_installed_wheel_does_not_need_testcontainers(tmp_path: P
         check=True,
     )  # fmt: skip
     assert probe.stdout.split() == [str(fake / "docker"), "False"]
+
+
+def test_an_installed_wheel_leaves_a_services_streams_and_projections_packages_alone(
+    tmp_path: Path,
+) -> None:
+    """Run from a service's folder, on the service's path: awooop's commands and producer import
+    awooop.streams and awooop.projections, and ``import streams`` is the service's."""
+    bin_dir = installed_wheel()
+    for name in ("streams", "projections"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("WHOSE = 'service'\n")
+    for command in (["--help"], ["replay", "--help"], ["projector", "--help"]):
+        helped = awooop(bin_dir, tmp_path, *command, PYTHONPATH=str(tmp_path))
+        assert helped.returncode == 0 and helped.stdout.startswith("usage: awooop"), helped.stderr
+    probe = subprocess.run(
+        [str(bin_dir / "python"), "-c", "import awooop.producer, awooop.commands.replay, "
+         "streams, projections; print(streams.WHOSE, projections.WHOSE, streams.__file__)"],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split() == ["service", "service", str(tmp_path / "streams/__init__.py")]

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.long(80)
 def test_a_healthy_fleet_pages_nobody(redis_server_url: str) -> None:
     if shutil.which("prometheus") is None:
-        message = "prometheus missing: run ops/install-prometheus.sh"
+        message = "prometheus missing: run ops/install-test-deps.sh (make test does)"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)

@@ -19,11 +19,11 @@ from awooop.core.errors import InvalidInputError, StepResultTooLargeError
 from awooop.core.events import ApprovalGranted, ApprovalRejected, ApprovalRequested
 from awooop.ingest import credentials
 from awooop.loops.runs import expire_approvals_once
+from awooop.projections.registry import get
+from awooop.projections.replay import replay
 from awooop.runs import approvals
 from awooop.runs.approvals import Decision
 from awooop.worker.assembly import build_worker
-from projections.registry import get
-from projections.replay import replay
 from tests.support import reviewed
 from tests.support.http import app_client
 from tests.support.runs import create_runs, events_of, load

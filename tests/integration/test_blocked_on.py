@@ -26,7 +26,7 @@ from awooop.ingest import credentials
 from awooop.loops.stats import StatsLoops
 from awooop.runs import approvals, control, leases
 from awooop.services import Services
-from streams.keys import WORKER_GROUP
+from awooop.streams.keys import WORKER_GROUP
 from tests.integration.test_console import log_in
 from tests.support.http import app_client
 from tests.support.runs import create_runs

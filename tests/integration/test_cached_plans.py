@@ -17,7 +17,7 @@ from awooop.core.events import StepCompleted
 from awooop.eventlog import batches
 from awooop.eventlog import runs as runs_log
 from awooop.runs import leases
-from streams.relay import Relay
+from awooop.streams.relay import Relay
 from tests.support.runs import create_runs
 from tests.support.streams import keys_for
 

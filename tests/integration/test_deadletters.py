@@ -32,10 +32,10 @@ from awooop.runs import blocked_facts, control, deadletters, leases
 from awooop.runs.blocked import Reason
 from awooop.runs.deadletters import Outcome
 from awooop.services import Services
-from streams.deadletter import dead_letter_undecodable
-from streams.envelope import FIELD, decode_envelope
-from streams.keys import WORKER_GROUP
-from streams.relay import Relay
+from awooop.streams.deadletter import dead_letter_undecodable
+from awooop.streams.envelope import FIELD, decode_envelope
+from awooop.streams.keys import WORKER_GROUP
+from awooop.streams.relay import Relay
 from tests.support import databases, factories, handlers
 from tests.support.runs import create_runs, load
 from tests.support.waiting import eventually

@@ -5,6 +5,7 @@ tells a loop that fails inside a running process from one whose process stopped.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -18,7 +19,7 @@ from awooop.core.db import Database
 from awooop.demo.servers import free_port
 from awooop.eventlog.runs import create_run
 from awooop.runs import leases
-from streams.keys import WORKER_GROUP, Keys
+from awooop.streams.keys import WORKER_GROUP, Keys
 from tests.support import factories
 from tests.support.services import private_redis
 
@@ -188,3 +189,38 @@ async def test_a_failing_loop_is_told_from_a_stopped_one(settings: Settings, db:
     assert "start" not in failing["fix"]
     assert stopped["detail"].startswith("stopped: no heartbeat for"), stopped
     assert "start the process" in stopped["fix"] and "BackgroundLoopStale" in stopped["fix"]
+
+
+async def test_timers_past_due_are_named(settings: Settings, db: Database) -> None:
+    """A wait due an hour ago (no timers loop runs): the timers line FAILs with the count and
+    the lateness, and names the loop; with every wait in the future it is OK."""
+    from datetime import timedelta
+
+    from awooop.runs import signals
+
+    await healthy(settings, db)
+    runs = []
+    for _ in range(2):
+        run_id = uuid.uuid4()
+        async with db.tenant("p1") as conn:
+            now = await conn.fetchval("SELECT now()")
+            await create_run(conn, factories.created(run_id=run_id, project_id="p1", at=now))
+            await leases.claim(conn, run_id, "w1", 30)
+            await signals.take_or_wait(
+                conn, run_id, "w1", 1, step="event:go:1", name="go", match=None,
+                time_out=timedelta(hours=2), due_at=None,
+            )  # fmt: skip
+        runs.append(run_id)
+    _, results = doctor(settings)
+    [timers] = [r for r in results if r["name"] == "timers"]
+    assert timers["status"] == OK, timers
+    async with db.platform_writes() as conn:
+        await conn.execute(
+            "UPDATE awooop_run_waits SET due_at = now() - interval '1 hour' WHERE run_id = $1",
+            runs[0],
+        )
+    code, results = doctor(settings)
+    [timers] = [r for r in results if r["name"] == "timers"]
+    assert code == 1 and timers["status"] == FAIL, timers
+    assert re.search(r"^1 wait\(s\) past due, the earliest 36\d\d s ago", timers["detail"]), timers
+    assert "timers loop" in timers["fix"] and "RunsStuck" in timers["fix"]

@@ -15,7 +15,7 @@ from awooop import producer
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id
-from streams.keys import shard_of
+from awooop.streams.keys import shard_of
 from tests.support.runs import all_finished, count_events
 from tests.support.waiting import eventually
 from tests.support.workers import workers

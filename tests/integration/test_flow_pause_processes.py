@@ -17,7 +17,7 @@ from awooop.core.db import Database
 from awooop.core.events import run_stream_id
 from awooop.runs import pauses
 from awooop.runs.pause_rules import Scope
-from streams.keys import WORKER_GROUP, Keys
+from awooop.streams.keys import WORKER_GROUP, Keys
 from tests.support.handlers import read_effects
 from tests.support.runs import all_finished, count_events, create_runs, load
 from tests.support.waiting import eventually

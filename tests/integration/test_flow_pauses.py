@@ -25,9 +25,9 @@ from awooop.runs.blocked import Reason
 from awooop.runs.blocked_facts import blocked_on
 from awooop.runs.leases import suspects
 from awooop.runs.pause_rules import Scope, holds
+from awooop.streams.keys import WORKER_GROUP, Keys
+from awooop.streams.relay import Relay
 from awooop.worker.runtime import Worker
-from streams.keys import WORKER_GROUP, Keys
-from streams.relay import Relay
 from tests.support import handlers
 from tests.support.ingest import Ingest, ingest_app
 from tests.support.runs import count_events, load

@@ -29,9 +29,9 @@ from awooop.runs.blocked import Reason
 from awooop.runs.blocked_facts import blocked_on
 from awooop.runs.routing import ROUTE_CHANNEL, Routes, notice, routes_of
 from awooop.services import Services
+from awooop.streams.keys import Keys
 from awooop.worker.context import RunContext
 from awooop.worker.runtime import Worker
-from streams.keys import Keys
 from tests.integration.test_worker_streams import announce, pending
 from tests.support import handlers
 from tests.support.console import log_in

@@ -19,7 +19,7 @@ from awooop.llm.gateway import READER_LOOP, ModelGateway
 from awooop.llm.local import LocalModel, local_completion
 from awooop.revisions.service import Revisions
 from awooop.services import Services
-from streams.envelope import Notice
+from awooop.streams.envelope import Notice
 from tests.support.revisions import publish_outbox, set_epoch
 from tests.support.tracing import one_trace
 from tests.support.waiting import eventually

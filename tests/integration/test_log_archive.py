@@ -27,10 +27,10 @@ from awooop.eventlog import archive, archive_files, partitions
 from awooop.eventlog.state import TERMINAL, TRANSITIONS
 from awooop.loops import log_partitions
 from awooop.loops.registry import all_loops
+from awooop.projections.lag import projector_lag
 from awooop.runs import run_rows
 from awooop.services import Services
-from projections.lag import projector_lag
-from streams.relay import Relay
+from awooop.streams.relay import Relay
 from tests.acceptance.test_replay_cli import awooop
 from tests.support.factories import event_for
 from tests.support.projection_workload import Workload

@@ -33,9 +33,9 @@ from awooop.eventlog.state import LEASED, RunState, fold
 from awooop.eventlog.writers import BY_NAME, EVENTS, RUNS, STREAMS
 from awooop.ingest import ingest_write as ingest_store
 from awooop.ingest.common import ParsedEvent
+from awooop.projections.registry import get
+from awooop.projections.replay import Replay
 from awooop.runs import leases, run_rows
-from projections.registry import get
-from projections.replay import Replay
 from tests.support.factories import created, event_for
 from tests.support.runs import create_runs
 

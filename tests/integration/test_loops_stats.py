@@ -13,9 +13,9 @@ from awooop.core.loops import LoopContext
 from awooop.eventlog.runs import create_run
 from awooop.eventlog.state import TERMINAL, RunStatus
 from awooop.loops.stats import LIVE_STATES, StatsLoops, runs_sample
-from awooop.runs import run_rows
+from awooop.runs import leases, run_rows, signals
 from awooop.services import Services
-from streams.keys import WORKER_GROUP
+from awooop.streams.keys import WORKER_GROUP
 from tests.support import factories
 
 CTX = LoopContext(project_id="__platform__")
@@ -31,12 +31,24 @@ def test_live_states_are_every_non_terminal_state() -> None:
 
 def test_runs_sample_fills_every_live_state_of_a_seen_project() -> None:
     by_state, oldest, overdue = runs_sample(
-        [("p", "RUNNING", 2, 30.0, 1, 0), ("p", "WAITING_APPROVAL", 1, 5.0, 0, 1)]
+        [
+            ("p", "RUNNING", 2, 30.0, 1, 0, 0),
+            ("p", "WAITING_APPROVAL", 1, 5.0, 0, 1, 0),
+            ("p", "WAITING_EVENT", 4, 9.0, 0, 0, 3),
+        ]
     )
     assert by_state[("p", "RUNNING")] == 2 and by_state[("p", "PENDING")] == 0
     assert len(by_state) == len(LIVE_STATES)
-    assert oldest == {("p", "RUNNING"): 30.0, ("p", "WAITING_APPROVAL"): 5.0}
-    assert overdue == {("p", "lease_expired"): 1.0, ("p", "approval_expired"): 1.0}
+    assert oldest == {
+        ("p", "RUNNING"): 30.0,
+        ("p", "WAITING_APPROVAL"): 5.0,
+        ("p", "WAITING_EVENT"): 9.0,
+    }
+    assert overdue == {
+        ("p", "lease_expired"): 1.0,
+        ("p", "approval_expired"): 1.0,
+        ("p", "timer_due"): 3.0,
+    }
 
 
 async def make_run(services: Services, project: str, *, to: str) -> uuid.UUID:
@@ -94,6 +106,38 @@ async def test_runs_by_state_oldest_and_overdue(services: Services) -> None:
     await stats.sample_runs(CTX)
     assert runs("PENDING") is None
     assert sample(overdue, project_id=project, reason="lease_expired") is None
+
+
+async def test_waits_past_their_due_time_are_overdue_timers(services: Services) -> None:
+    """A wait due an hour ago (no timers loop ran) is overdue (timer_due) and sets
+    awooop_timers_overdue_seconds; one due in a minute, or just now, is not."""
+    project = f"stats-{uuid.uuid4().hex[:6]}"
+    runs = [await make_run(services, project, to="PENDING") for _ in range(3)]
+    for run_id, due in zip(runs, ("-1 hour", "-5 seconds", "1 minute"), strict=True):
+        async with services.db.tenant(project) as conn:
+            await leases.claim(conn, run_id, "w", 30)
+            await signals.take_or_wait(
+                conn, run_id, "w", 1, step="event:go:1", name="go", match=None,
+                time_out=timedelta(hours=1), due_at=None,
+            )  # fmt: skip
+        async with services.db.platform_writes() as conn:
+            await conn.execute(
+                "UPDATE awooop_run_waits SET due_at = now() + $2::text::interval WHERE run_id = $1",
+                run_id,
+                due,
+            )
+    stats = StatsLoops(services)
+    await stats.sample_runs(CTX)
+    overdue = "awooop_runs_overdue"
+    assert sample(overdue, project_id=project, reason="timer_due") == 1
+    assert sample(overdue, project_id=project, reason="lease_expired") == 0
+    assert sample("awooop_runs", project_id=project, state="WAITING_EVENT") == 3
+    late = sample("awooop_timers_overdue_seconds")
+    assert late is not None and 3600 <= late < 3700, late
+    async with services.db.platform_writes() as conn:  # the timers loop caught up
+        await conn.execute("DELETE FROM awooop_run_waits WHERE due_at < now()")
+    await stats.sample_runs(CTX)
+    assert sample("awooop_timers_overdue_seconds") == 0
 
 
 async def test_contract_outbox_lag(services: Services) -> None:

@@ -27,9 +27,9 @@ from awooop.llm.gateway import DEFAULT_CONTRACT, LLMResult, ModelCall, ModelGate
 from awooop.revisions.service import Revisions
 from awooop.runs import leases
 from awooop.services import Services, redis_client
+from awooop.streams.keys import Keys
 from awooop.worker.context import RunContext
 from awooop.worker.runtime import Worker
-from streams.keys import Keys
 from tests.integration.test_console import log_in
 from tests.support.http import app_client
 from tests.support.runs import create_runs, load

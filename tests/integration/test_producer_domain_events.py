@@ -20,11 +20,11 @@ from awooop.core.errors import (
     StreamOrderConflictError,
 )
 from awooop.producer import DomainEvent
-from projections.registry import get, projector_names
-from projections.replay import replay
-from projections.runner import Projector
-from streams.envelope import decode_envelope
-from streams.relay import Relay
+from awooop.projections.registry import get, projector_names
+from awooop.projections.replay import replay
+from awooop.projections.runner import Projector
+from awooop.streams.envelope import decode_envelope
+from awooop.streams.relay import Relay
 from tests.support.runs import create_runs
 from tests.support.streams import keys_for
 

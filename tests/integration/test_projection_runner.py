@@ -11,12 +11,12 @@ from structlog.testing import capture_logs
 
 from awooop.core.db import Database
 from awooop.core.events import run_id_of_stream
-from projections.diff import diff_table
-from projections.registry import get, projector_names
-from projections.replay import replay
-from projections.run_state import run_state_spec
-from projections.runner import Projector
-from streams.envelope import Envelope
+from awooop.projections.diff import diff_table
+from awooop.projections.registry import get, projector_names
+from awooop.projections.replay import replay
+from awooop.projections.run_state import run_state_spec
+from awooop.projections.runner import Projector
+from awooop.streams.envelope import Envelope
 from tests.support.projection_deliveries import LogDelivery, log_envelopes
 from tests.support.projection_workload import Workload
 
@@ -146,7 +146,7 @@ async def test_a_gap_is_filled_from_the_log_never_skipped(db: Database) -> None:
 
 
 async def _as_log_event(envelope: Envelope) -> Any:
-    from projections.base import LogEvent
+    from awooop.projections.base import LogEvent
 
     return LogEvent.from_envelope(envelope)
 
@@ -258,8 +258,8 @@ async def test_a_projector_table_is_verified_and_swapped_like_run_state(
 
 
 async def test_revision_history_follows_the_real_revision_write_path(db: Database) -> None:
+    from awooop.projections.revisions import revision_history
     from awooop.revisions import writes as revisions
-    from projections.revisions import revision_history
 
     ids = []
     for text in ("v1", "v2"):

@@ -12,11 +12,11 @@ from awooop.core.db import Database
 from awooop.core.loop_heartbeats import DatabaseHeartbeats
 from awooop.core.loops import run_loop
 from awooop.loops.projector import consumer_for, consumer_loop
+from awooop.projections.registry import get, projector_names
+from awooop.projections.replay import replay
+from awooop.projections.runner import Projector
 from awooop.services import Services
-from projections.registry import get, projector_names
-from projections.replay import replay
-from projections.runner import Projector
-from streams.relay import Relay
+from awooop.streams.relay import Relay
 from tests.support.projection_workload import Workload
 from tests.support.waiting import eventually
 

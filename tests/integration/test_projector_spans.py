@@ -13,10 +13,10 @@ from awooop.core.db import Database
 from awooop.core.loop_sampling import LOOP_ATTRIBUTE
 from awooop.core.telemetry import inject, set_loop_sample_ratio, tracer
 from awooop.loops.projector import consumer_for
+from awooop.projections.registry import get, projector_names
+from awooop.projections.runner import Projector
 from awooop.services import Services
-from projections.registry import get, projector_names
-from projections.runner import Projector
-from streams.relay import Relay
+from awooop.streams.relay import Relay
 from tests.support.projection_deliveries import LogDelivery, log_envelopes
 from tests.support.streams import create_run
 

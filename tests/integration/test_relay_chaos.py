@@ -17,10 +17,10 @@ from structlog.testing import capture_logs
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from streams.consumer import GroupConsumer
-from streams.envelope import FIELD, decode_notice
-from streams.keys import WORKER_GROUP, Keys, projector_group
-from streams.relay import Relay
+from awooop.streams.consumer import GroupConsumer
+from awooop.streams.envelope import FIELD, decode_notice
+from awooop.streams.keys import WORKER_GROUP, Keys, projector_group
+from awooop.streams.relay import Relay
 from tests.support.services import private_redis
 from tests.support.streams import (
     Collector,

@@ -7,10 +7,10 @@ import msgspec
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.services import redis_client
-from streams.consumer import GroupConsumer
-from streams.keys import WORKER_GROUP, projector_group
-from streams.reclaim import autoclaim
-from streams.relay import Relay
+from awooop.streams.consumer import GroupConsumer
+from awooop.streams.keys import WORKER_GROUP, projector_group
+from awooop.streams.reclaim import autoclaim
+from awooop.streams.relay import Relay
 from tests.support.services import private_redis_cluster
 from tests.support.streams import Collector, committed_event_ids, create_run, keys_for
 

@@ -13,9 +13,9 @@ import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from streams.consumer import GroupConsumer
-from streams.keys import WORKER_GROUP, Keys, projector_group
-from streams.relay import Relay
+from awooop.streams.consumer import GroupConsumer
+from awooop.streams.keys import WORKER_GROUP, Keys, projector_group
+from awooop.streams.relay import Relay
 from tests.support.streams import (
     Collector,
     claim,

@@ -17,10 +17,10 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import LeadershipLostError
 from awooop.core.leadership import Lease
-from streams.consumer import GroupConsumer
-from streams.keys import projector_group
-from streams.relay import Relay
-from streams.relay_cursor import LEADERSHIP
+from awooop.streams.consumer import GroupConsumer
+from awooop.streams.keys import projector_group
+from awooop.streams.relay import Relay
+from awooop.streams.relay_cursor import LEADERSHIP
 from tests.support.streams import (
     Collector,
     check_published_in_order,

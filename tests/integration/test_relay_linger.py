@@ -14,9 +14,9 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import DISPATCH_EVENT_TYPES
 from awooop.core.pools import connect
-from streams.envelope import FIELD, decode_envelope
-from streams.relay import Relay
-from streams.relay_wakeup import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTIFY_CHANNEL
+from awooop.streams.envelope import FIELD, decode_envelope
+from awooop.streams.relay import Relay
+from awooop.streams.relay_wakeup import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTIFY_CHANNEL
 from tests.support.streams import claim, create_run, keys_for, running_relay
 from tests.support.waiting import eventually
 

@@ -15,10 +15,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import decode_event, run_stream_id
-from streams.envelope import FIELD, decode_envelope, decode_notice
-from streams.keys import Keys
-from streams.relay import Relay
-from streams.relay_cursor import CURSOR_SAVE_INTERVAL_S
+from awooop.streams.envelope import FIELD, decode_envelope, decode_notice
+from awooop.streams.keys import Keys
+from awooop.streams.relay import Relay
+from awooop.streams.relay_cursor import CURSOR_SAVE_INTERVAL_S
 from tests.support.streams import claim, create_run, keys_for, running_relay, step
 from tests.support.waiting import eventually
 

@@ -1,6 +1,7 @@
 """A transaction held open by one login does not hold back another project's dispatch: the relay
-publishes what committed above the follower horizon ahead of its cursor (streams.relay_ahead),
-in per-run order, once in the normal path, and loses nothing to a relay crash or a Redis loss.
+publishes what committed above the follower horizon ahead of its cursor
+(awooop.streams.relay_ahead), in per-run order, once in the normal path, and loses nothing to a
+relay crash or a Redis loss.
 
 The workers' polling fallback is kept out (``fast("streams")``: 60 s), so a run that starts was
 dispatched through the streams."""
@@ -22,9 +23,9 @@ from awooop.core.loops import run_loop
 from awooop.core.pools import connect
 from awooop.loops.relay import relay_spec
 from awooop.producer import ChannelEvent, set_tenant, submit
-from streams.envelope import FIELD, Envelope, decode_envelope
-from streams.keys import Keys
-from streams.relay import Relay
+from awooop.streams.envelope import FIELD, Envelope, decode_envelope
+from awooop.streams.keys import Keys
+from awooop.streams.relay import Relay
 from tests.support.runs import create_runs
 from tests.support.streams import (
     check_published_in_order,

@@ -14,9 +14,9 @@ from prometheus_client import REGISTRY
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id
-from streams.consumer import GroupConsumer
-from streams.keys import WORKER_GROUP, Keys, projector_group
-from streams.relay import Relay
+from awooop.streams.consumer import GroupConsumer
+from awooop.streams.keys import WORKER_GROUP, Keys, projector_group
+from awooop.streams.relay import Relay
 from tests.support.streams import Collector, claim, create_run, keys_for
 
 PROJECT = "p1"

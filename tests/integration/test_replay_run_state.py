@@ -11,9 +11,9 @@ import pytest
 
 from awooop.core.db import Database
 from awooop.eventlog.state import COLUMNS
+from awooop.projections.registry import get
+from awooop.projections.replay import Replay, replay
 from awooop.runs import leases, run_rows
-from projections.registry import get
-from projections.replay import Replay, replay
 from tests.support.factories import event_for
 from tests.support.projection_workload import Workload
 

@@ -10,9 +10,9 @@ import pytest
 from awooop.core.db import Database
 from awooop.core.errors import ReplayBusyError
 from awooop.core.pools import connect
-from projections.registry import get
-from projections.replay import Replay, replay
-from projections.schema import shadow_name
+from awooop.projections.registry import get
+from awooop.projections.replay import Replay, replay
+from awooop.projections.schema import shadow_name
 from tests.support.projection_workload import Workload
 
 CATALOG = """
@@ -44,7 +44,10 @@ async def test_swap_keeps_indexes_constraints_policies_grants_and_dependents(
 ) -> None:
     work = Workload(db, seed=3)
     await work.run(walkers=2, runs_each=5, max_steps=5)
-    _, run_id = work.run_ids[0]
+    # Each walker's runs are the seed's, however the two interleave: walker 0's first run is
+    # deleted below, and its project keeps other runs for the row-level security check.
+    project, run_id = work.walks[0][0]
+    assert [p for p, _ in work.walks[0] + work.walks[1]].count(project) > 1
     conn = await connect(database_url)  # the owner, as a migration would
     try:
         await conn.execute(
@@ -78,7 +81,7 @@ async def test_swap_keeps_indexes_constraints_policies_grants_and_dependents(
         await conn.execute("DELETE FROM awooop_run_state WHERE run_id = $1", run_id)
         assert await conn.fetchval("SELECT count(*) FROM run_notes") == 0  # cascaded
         # the trigger fires on the new table
-        other = work.run_ids[1][1]
+        other = work.walks[1][0][1]
         await conn.execute(
             "UPDATE awooop_run_state SET status = 'CANCELLED' WHERE run_id = $1", other
         )
@@ -86,10 +89,9 @@ async def test_swap_keeps_indexes_constraints_policies_grants_and_dependents(
         assert not await conn.fetchval("SELECT to_regclass('awooop_run_state__old') IS NOT NULL")
     finally:
         await conn.close()
-    # row-level security still isolates tenants: each project that still has runs sees its own
-    # (the walkers interleave, so which projects those are depends on timing)
+    # row-level security still isolates tenants: each project sees its own runs only
     kept = sorted({p for p, r in work.run_ids if r != run_id})
-    assert kept
+    assert project in kept and len(kept) > 1
     for tenant in kept:
         async with db.tenant(tenant) as conn:
             projects = await conn.fetch("SELECT DISTINCT project_id FROM awooop_run_state")

@@ -12,8 +12,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from awooop.core.config import Settings
 from awooop.revisions.notices import NoticeReader
 from awooop.services import redis_client
-from streams.envelope import FIELD, Notice
-from streams.keys import Keys
+from awooop.streams.envelope import FIELD, Notice
+from awooop.streams.keys import Keys
 from tests.support.revisions import notice, set_epoch, xadd_notice
 from tests.support.services import private_redis, private_redis_cluster
 

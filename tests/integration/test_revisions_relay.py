@@ -15,8 +15,8 @@ from awooop.llm.gateway import ModelGateway
 from awooop.loops.relay import relay_spec
 from awooop.revisions.service import Revisions
 from awooop.services import Services
-from streams.envelope import Notice
-from streams.relay import Relay
+from awooop.streams.envelope import Notice
+from awooop.streams.relay import Relay
 from tests.integration.test_revisions_split_brain import (
     WORKERS,
     gateway_settings,

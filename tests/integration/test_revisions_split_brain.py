@@ -30,7 +30,7 @@ from awooop.llm.gateway import ModelGateway
 from awooop.loops.relay import relay_spec
 from awooop.revisions.service import Revisions
 from awooop.services import Services
-from streams.relay import Relay
+from awooop.streams.relay import Relay
 from tests.support.revisions import drop_outbox, set_epoch
 from tests.support.services import private_redis
 from tests.support.waiting import eventually

@@ -29,6 +29,7 @@ PRODUCER_WRITES = {
     "awooop_run_state": ("producer_writes",),
     "awooop_events": ("producer_writes",),
     "awooop_event_streams": ("producer_inserts", "producer_updates"),
+    "awooop_signals": ("producer_writes", "producer_writes_live"),
 }
 
 # Partitions of the log are left out: no tenant role has any grant on them (checked below).

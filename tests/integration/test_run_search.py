@@ -25,9 +25,9 @@ from awooop.eventlog.run_reads import LOCK_MANY
 from awooop.eventlog.runs import apply_and_store_many, create_run
 from awooop.eventlog.state import row_to_state
 from awooop.ingest import credentials
+from awooop.projections.registry import get
+from awooop.projections.replay import replay
 from awooop.runs import bulk, listing, search
-from projections.registry import get
-from projections.replay import replay
 from tests.integration.test_console import log_in
 from tests.support.console import csrf_of
 from tests.support.http import app_client

@@ -21,12 +21,16 @@ from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.events import RunClaimed, StepCompleted
 from awooop.http.app import create_app
 from awooop.ingest import credentials
+from awooop.loops import timers as timers_loop
 from awooop.runs import run_rows
 from awooop.services import Services
+from awooop.streams.relay import Relay
 from awooop.worker.context import RunContext
 from awooop.worker.outcomes import own_trace
+from awooop.worker.runtime import Worker
 from awooop.worker.tracelinks import history_links
-from streams.relay import Relay
+from tests.support.http import app_client
+from tests.support.runs import create_runs
 from tests.support.streams import create_run
 from tests.support.waiting import eventually
 from tests.support.workers import streaming_worker
@@ -186,3 +190,82 @@ async def test_the_previous_attempt_link_names_its_run_span_or_nothing(db: Datab
         ("ingest", "00f067aa0ba902b7"),
         ("previous_attempt", "20f067aa0ba902b7"),
     ]
+
+
+async def wait_then_return(run: RunContext) -> Any:
+    """Sleeps 0.2 s (input ``sleep``) or waits for the event ``go``."""
+    if run.input.get("sleep"):
+        await run.sleep(timedelta(seconds=0.2))
+        return "slept"
+    return await run.wait_for_event("go")
+
+
+async def test_an_attempt_resumed_from_a_wait_links_to_the_span_that_resumed_it(
+    settings: Settings, db: Database, spans: Any
+) -> None:
+    """The timers loop fires a sleep and delivers a producer's pending signal, each batch in a
+    span of its own trace whose context its events carry; the signal route's span for a
+    signal sent through the API: each resumed attempt's ``run`` span links to that span."""
+    sleeper, pending, routed = [
+        (await create_runs(db, PROJECT, payload=payload))[0]
+        for payload in ({"sleep": True}, {}, {})
+    ]
+    worker = Worker(db=db, settings=settings, handler=wait_then_return, concurrency=3)
+    assert await worker.run_until_idle(max_s=30) == 3
+    async with db.platform_writes() as conn:  # the producer's signal: the row alone, pending
+        await conn.execute(
+            "INSERT INTO awooop_signals (signal_id, project_id, run_id, name, signal_key, "
+            "payload, sent_by, pending) VALUES ($1, $2, $3, 'go', 'k1', '1', 'p', true)",
+            uuid.uuid4(),
+            PROJECT,
+            pending,
+        )
+    assert await timers_loop.deliver_once(db, 10) == (1, False)
+    _, manage = await credentials.create_management_token(db, PROJECT, "manage")
+    async with app_client(settings, db, bearer=manage) as http:
+        sent = await http.post(
+            f"/v1/projects/{PROJECT}/runs/{routed}/signals/go", json={"payload": 2, "key": "k"}
+        )
+        assert sent.status_code == 201 and sent.json()["delivered"], sent.text
+
+    async def fired() -> int:
+        return (await timers_loop.fire_once(db, 10))[0]
+
+    await eventually(fired, equals=1, timeout_s=30, interval_s=0.05, what="the sleep fired")
+    assert await worker.run_until_idle(max_s=30) == 3
+    async with db.tenant(PROJECT) as conn:
+        results = await conn.fetch(
+            "SELECT run_id, status, result FROM awooop_run_state WHERE run_id = ANY($1)",
+            [sleeper, pending, routed],
+        )
+    assert {r["run_id"]: (r["status"], r["result"]) for r in results} == {
+        sleeper: ("COMPLETED", "slept"),
+        pending: ("COMPLETED", 1),
+        routed: ("COMPLETED", 2),
+    }
+
+    finished = list(spans.get_finished_spans())
+    by_name = {
+        name: [s for s in finished if s.name == name]
+        for name in ("timers fire", "signals deliver", "signal")
+    }
+    for run_id, name in (
+        (sleeper, "timers fire"),
+        (pending, "signals deliver"),
+        (routed, "signal"),
+    ):
+        [resumer] = by_name[name]
+        assert resumer.context is not None
+        if name != "signal":
+            assert resumer.parent is None and resumer.attributes == {"awooop.runs": 1}
+        attempts = run_spans(finished, run_id)
+        assert sorted(attempts) == [1, 2]
+        second, first = attempts[2], attempts[1]
+        assert links_of(second, "resumed_by") == [
+            (resumer.context.trace_id, resumer.context.span_id)
+        ], (name, second.links)
+        assert links_of(first, "resumed_by") == []
+    # An iteration that resumes nothing opens no such span.
+    assert await timers_loop.fire_once(db, 10) == (0, False)
+    assert await timers_loop.deliver_once(db, 10) == (0, False)
+    assert len([s for s in spans.get_finished_spans() if s.name == "timers fire"]) == 1

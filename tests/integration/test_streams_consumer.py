@@ -14,11 +14,11 @@ from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.events import run_stream_id
 from awooop.eventlog import deadletters
-from streams.consumer import GroupConsumer
-from streams.delivery import Delivery
-from streams.envelope import FIELD, Envelope, encode
-from streams.keys import Keys
-from streams.reclaim import autoclaim
+from awooop.streams.consumer import GroupConsumer
+from awooop.streams.delivery import Delivery
+from awooop.streams.envelope import FIELD, Envelope, encode
+from awooop.streams.keys import Keys
+from awooop.streams.reclaim import autoclaim
 from tests.support.logcapture import capture_context_logs
 from tests.support.streams import Collector, running_consumer
 from tests.support.waiting import eventually

@@ -12,9 +12,9 @@ from structlog.testing import capture_logs
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.eventlog import deadletters
-from streams.envelope import FIELD, encode
-from streams.keys import WORKER_GROUP, Keys
-from streams.reclaim import autoclaim, touch
+from awooop.streams.envelope import FIELD, encode
+from awooop.streams.keys import WORKER_GROUP, Keys
+from awooop.streams.reclaim import autoclaim, touch
 from tests.integration.test_streams_consumer import envelope
 
 

@@ -13,11 +13,11 @@ from awooop.core.context import project_id_var, run_id_var, trace_id_var
 from awooop.core.db import Database
 from awooop.core.logs import get_logger
 from awooop.core.telemetry import inject, tracer
-from streams.consumer import GroupConsumer
-from streams.keys import projector_group
-from streams.reclaim import autoclaim
-from streams.relay import Relay
-from streams.tracing import consume_span
+from awooop.streams.consumer import GroupConsumer
+from awooop.streams.keys import projector_group
+from awooop.streams.reclaim import autoclaim
+from awooop.streams.relay import Relay
+from awooop.streams.tracing import consume_span
 from tests.support.logcapture import capture_context_logs
 from tests.support.streams import Collector, create_run, keys_for
 from tests.support.tracing import one_trace

@@ -35,6 +35,7 @@ from awooop.runs import (
     deadletter_list,
     listing,
     operation_list,
+    output_log,
     pauses,
 )
 from tests.support.scripts import load_script
@@ -195,6 +196,7 @@ def management_statements(run_id: uuid.UUID) -> dict[str, tuple[str, list[Any]]]
         "run: lock": (run_reads.LOCK, [run_id]),
         "run: its events": (eventlog.READ_STREAM, [run_stream_id(run_id), 0]),
         "run: approvals": (listing.APPROVALS, [run_id]),
+        "run: its output after a position": (output_log.PAGE, [run_id, 3, output_log.PAGE_ROWS]),
         "approve/reject: the approval by token": (approvals.LOCK_BY_HASH, ["0" * 64]),
         "approve/reject: the latest decision": (approvals.LATEST_DECISION, [run_id, "ship"]),
         "contracts: list": (revision_reads.LIST_CONTRACTS, [P]),

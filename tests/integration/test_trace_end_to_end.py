@@ -17,7 +17,7 @@ from awooop.http.app import create_app
 from awooop.ingest import credentials
 from awooop.llm.gateway import ModelGateway
 from awooop.services import Services
-from streams.relay import Relay
+from awooop.streams.relay import Relay
 from tests.support.tracing import one_trace
 from tests.support.waiting import eventually
 from tests.support.workers import streaming_worker

@@ -20,8 +20,8 @@ from awooop.revisions import writes as revisions
 from awooop.runs import approvals
 from awooop.runs.approvals import ApprovalTicket, Decision
 from awooop.services import Services, redis_client
+from awooop.streams.keys import Keys
 from awooop.worker.runtime import Worker
-from streams.keys import Keys
 from tests.support.runs import create_runs, event_types, load
 
 P = "proj-demo"

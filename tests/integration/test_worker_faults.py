@@ -29,11 +29,11 @@ from awooop.core.events import RunClaimed
 from awooop.core.loops import run_loop
 from awooop.loops.relay import relay_spec
 from awooop.services import redis_client
+from awooop.streams.keys import Keys
+from awooop.streams.relay import Relay
 from awooop.worker.assembly import build_worker
 from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
-from streams.keys import Keys
-from streams.relay import Relay
 from tests.support import handlers
 from tests.support.faultproxy import fault_proxy
 from tests.support.runs import create_runs, event_types, events_of, load

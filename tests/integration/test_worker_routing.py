@@ -22,8 +22,8 @@ from awooop.runs.blocked_facts import blocked_on
 from awooop.runs.leases import suspects
 from awooop.runs.routing import ROUTE_CHANNEL, Routes, notice, routes_of
 from awooop.services import Services
+from awooop.streams.keys import Keys
 from awooop.worker.runtime import Worker
-from streams.keys import Keys
 from tests.integration.test_worker_streams import announce, ghost_reads, pending
 from tests.support import handlers
 from tests.support.runs import all_finished, create_runs, events_of, load

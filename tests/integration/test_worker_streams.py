@@ -22,11 +22,11 @@ from awooop.core.loops import run_loop
 from awooop.eventlog import deadletters, eventlog
 from awooop.loops.relay import relay_spec
 from awooop.runs import leases
+from awooop.streams.envelope import FIELD, decode_envelope, encode
+from awooop.streams.keys import WORKER_GROUP, Keys
+from awooop.streams.publish import envelope_of
+from awooop.streams.relay import Relay
 from awooop.worker.runtime import Worker
-from streams.envelope import FIELD, decode_envelope, encode
-from streams.keys import WORKER_GROUP, Keys
-from streams.publish import envelope_of
-from streams.relay import Relay
 from tests.support import handlers
 from tests.support.runs import all_finished, count_events, create_runs, events_of, load
 from tests.support.waiting import eventually

@@ -14,11 +14,11 @@ from awooop.core.events import RunCompleted, RunCreated, RunRequeued
 from awooop.eventlog.runs import create_run
 from awooop.eventlog.state import RunState
 from awooop.loops.runs import reap_once
+from awooop.projections.registry import get
+from awooop.projections.replay import replay
 from awooop.runs import leases
 from awooop.runs.leases import suspects
 from awooop.worker.runtime import Worker
-from projections.registry import get
-from projections.replay import replay
 from tests.support import handlers
 from tests.support.runs import create_runs, events_of, load
 from tests.support.waiting import eventually

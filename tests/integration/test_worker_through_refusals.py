@@ -30,9 +30,9 @@ import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
+from awooop.projections.registry import get
+from awooop.projections.replay import replay
 from awooop.worker.assembly import build_worker
-from projections.registry import get
-from projections.replay import replay
 from tests.support import handlers
 from tests.support.runs import create_runs
 from tests.support.waiting import eventually

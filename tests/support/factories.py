@@ -33,6 +33,9 @@ def created(
     )
 
 
+SIGNAL_ID = uuid.UUID("0b8a2c8e-51a4-4c52-9a63-0d3f0bb1f2aa")
+
+
 def event_for(type_name: str, state: RunState | None, at: datetime = T0) -> Any:
     """A sample event of ``type_name`` that is well-formed for ``state`` (fence satisfied)."""
     worker = state.worker_id if state and state.worker_id else WORKER
@@ -69,6 +72,21 @@ def event_for(type_name: str, state: RunState | None, at: datetime = T0) -> Any:
         "ApprovalGranted": lambda: ev.ApprovalGranted(**common, actor="alice"),
         "ApprovalRejected": lambda: ev.ApprovalRejected(**common, actor="bob", reason="no"),
         "ApprovalExpired": lambda: ev.ApprovalExpired(**common),
+        "WaitStarted": lambda: ev.WaitStarted(
+            **common, **attempt_scoped, step="sleep:1", kind="sleep", due_at=at + timedelta(1)
+        ),
+        "TimerFired": lambda: ev.TimerFired(
+            **common, step="sleep:1", kind="sleep", due_at=at + timedelta(1)
+        ),
+        "SignalDelivered": lambda: ev.SignalDelivered(
+            **common, step="event:go:1", name="go", signal_id=SIGNAL_ID, key="k1", payload=[2]
+        ),
+        "ChildrenFinished": lambda: ev.ChildrenFinished(
+            **common,
+            step="children:1",
+            results=[{"run_id": str(SIGNAL_ID), "key": "a", "status": "COMPLETED", "result": 1}],
+            finished=1,
+        ),
         "RunCompleted": lambda: ev.RunCompleted(**common, **attempt_scoped, result="done"),
         "RunFailed": lambda: ev.RunFailed(**common, reason="boom", code="E-HANDLER-001"),
         "RunRequeued": lambda: ev.RunRequeued(**common, attempt=attempt),
@@ -85,6 +103,7 @@ PATHS: dict[RunStatus, list[str]] = {
     RunStatus.RUNNING: ["RunCreated", "RunClaimed"],
     RunStatus.WAITING_TOOL: ["RunCreated", "RunClaimed", "ToolWaitStarted"],
     RunStatus.WAITING_APPROVAL: ["RunCreated", "RunClaimed", "ApprovalRequested"],
+    RunStatus.WAITING_EVENT: ["RunCreated", "RunClaimed", "WaitStarted"],
     RunStatus.RESUMED: ["RunCreated", "RunClaimed", "ApprovalRequested", "ApprovalGranted"],
     RunStatus.COMPLETED: ["RunCreated", "RunClaimed", "RunCompleted"],
     RunStatus.FAILED: ["RunCreated", "RunFailed"],

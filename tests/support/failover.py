@@ -1,5 +1,5 @@
 """A Postgres primary with a synchronous standby under pg_auto_failover (Debian packages
-``pg-auto-failover-cli`` and ``postgresql-15-auto-failover``, which ``.ci/run`` installs): a
+``pg-auto-failover-cli`` and ``postgresql-15-auto-failover``, which ``make test`` installs): a
 monitor and two nodes on free loopback ports, each run by ``pg_autoctl`` as the ``postgres``
 user in a temporary folder, reached through one multi-host URL
 (``target_session_attrs=read-write``: whichever node is the primary).
@@ -59,8 +59,8 @@ def missing() -> str | None:
     """Why a formation cannot be started here, or None."""
     if shutil.which("pg_autoctl") is None:
         return (
-            "pg_autoctl is not installed: apt-get install pg-auto-failover-cli "
-            "postgresql-15-auto-failover (.ci/run does)"
+            "pg_autoctl is not installed: run ops/install-test-deps.sh as root "
+            "(make test runs it first)"
         )
     return None
 

@@ -11,7 +11,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.http.app import create_app
 from awooop.services import Services, redis_client
-from streams.keys import Keys
+from awooop.streams.keys import Keys
 from tests.support.waiting import eventually
 
 
@@ -34,6 +34,8 @@ async def app_client(
         ) as http:
             yield http
     finally:
+        for close in reversed(services.closers):  # what the routes opened (the output bell)
+            await close()
         await services.redis.aclose()
 
 

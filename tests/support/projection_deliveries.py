@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from awooop.core.db import Database
 from awooop.eventlog.eventlog import RecordedEvent
-from streams.envelope import Envelope
+from awooop.streams.envelope import Envelope
 
 
 @dataclass(frozen=True)

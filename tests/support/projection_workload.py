@@ -4,6 +4,13 @@ Runs are created, claimed, stepped, completed, failed, sent to approval, approve
 requeued and retried by random legal walks (``awooop.runs.run_rows``), several at once so that
 their events interleave in the log; heartbeats renew the lease clock with the one-statement
 UPDATE the workers use (no event).
+
+What each walker does is decided by a random generator of its own, seeded from ``seed`` and
+the walker's index (walker 0's is ``Random(seed)``): how the walkers interleave (which depends
+on timing) changes the order of their events in the log, never which projects their runs
+belong to, which events each run gets or where each walk ends. ``walks[i]`` lists walker
+``i``'s runs in the order it created them; ``run_ids`` lists every run in creation order
+(which does depend on the interleaving).
 """
 
 from __future__ import annotations
@@ -34,11 +41,13 @@ class Workload:
     projects: tuple[str, ...] = ("alpha", "beta", "gamma")
     seed: int = 7
     run_ids: list[tuple[str, uuid.UUID]] = field(default_factory=list)
+    walks: list[list[tuple[str, uuid.UUID]]] = field(default_factory=list)
     events: int = 0
     heartbeats: int = 0
 
-    def __post_init__(self) -> None:
-        self.random = random.Random(self.seed)
+    def rng(self, walker: int) -> random.Random:
+        """Walker ``walker``'s own generator: the same choices however the walkers interleave."""
+        return random.Random(self.seed if walker == 0 else f"{self.seed}/{walker}")
 
     async def create(self, project: str) -> uuid.UUID:
         run_id = uuid.uuid4()
@@ -54,14 +63,14 @@ class Workload:
         self.events += 1
         return run_id
 
-    async def step(self, project: str, run_id: uuid.UUID) -> bool:
-        """One random legal event for the run; False when it is finished."""
+    async def step(self, project: str, run_id: uuid.UUID, rng: random.Random) -> bool:
+        """One random legal event for the run (chosen with ``rng``); False when it is finished."""
         async with self.db.tenant(project) as conn:
             state, _ = await run_rows.lock(conn, run_id)
             options = sorted(TRANSITIONS[state.status])
         if not options:
             return False
-        name = self.random.choice(options)
+        name = rng.choice(options)
 
         async def tx(conn: Connection) -> None:
             await run_rows.record(
@@ -79,19 +88,27 @@ class Workload:
         status = await self.db.in_platform_writes(lambda conn: conn.execute(HEARTBEAT, "worker-a"))
         self.heartbeats += int(status.split()[-1])
 
-    async def walker(self, runs: int, max_steps: int) -> None:
+    async def walker(self, index: int, runs: int, max_steps: int) -> None:
+        rng = self.rng(index)
+        walk = self.walks[index]
         for _ in range(runs):
-            project = self.random.choice(self.projects)
+            project = rng.choice(self.projects)
             run_id = await self.create(project)
-            for _ in range(self.random.randint(0, max_steps)):
-                if not await self.step(project, run_id):
+            walk.append((project, run_id))
+            for _ in range(rng.randint(0, max_steps)):
+                if not await self.step(project, run_id, rng):
                     break
-                if self.random.random() < 0.3:
+                if rng.random() < 0.3:
                     await self.heartbeat()
                 await asyncio.sleep(0)
 
     async def run(self, walkers: int = 4, runs_each: int = 10, max_steps: int = 10) -> None:
-        await asyncio.gather(*(self.walker(runs_each, max_steps) for _ in range(walkers)))
+        """``walkers`` walkers at once (numbered after those of earlier calls)."""
+        first = len(self.walks)
+        self.walks.extend([] for _ in range(walkers))
+        await asyncio.gather(
+            *(self.walker(first + i, runs_each, max_steps) for i in range(walkers))
+        )
 
     async def revisions(self, project: str, contract: str, count: int) -> str:
         """``count`` revisions of one contract, each created then activated."""

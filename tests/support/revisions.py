@@ -1,7 +1,7 @@
 """Helpers for the revision tests: notices written the way the relay writes them.
 
 The outbox relay (streams area) XADDs each ``awooop_contract_outbox`` row to
-``keys.notices_stream()`` as a msgpack ``streams.envelope.Notice`` under field ``FIELD`` and
+``keys.notices_stream()`` as a msgpack ``awooop.streams.envelope.Notice`` under field ``FIELD`` and
 marks the row delivered. ``xadd_notice`` writes one such entry directly, for tests of the
 reader on its own; ``drop_outbox`` marks rows delivered WITHOUT publishing (a notice lost
 between the relay and Redis).
@@ -14,8 +14,8 @@ import uuid
 from typing import Any
 
 from awooop.core.db import Database
-from streams.envelope import FIELD, Notice, encode
-from streams.keys import Keys
+from awooop.streams.envelope import FIELD, Notice, encode
+from awooop.streams.keys import Keys
 
 UNDELIVERED = """
 SELECT event_id, event_type, project_id, contract_family, contract_id, old_revision_id,

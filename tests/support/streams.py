@@ -18,11 +18,11 @@ from awooop.core.loops import run_loop
 from awooop.eventlog import runs as log_runs
 from awooop.loops.relay import relay_spec
 from awooop.runs import run_rows
-from streams.consumer import GroupConsumer
-from streams.delivery import Delivery
-from streams.envelope import FIELD, Envelope, decode_envelope
-from streams.keys import Keys
-from streams.relay import Relay
+from awooop.streams.consumer import GroupConsumer
+from awooop.streams.delivery import Delivery
+from awooop.streams.envelope import FIELD, Envelope, decode_envelope
+from awooop.streams.keys import Keys
+from awooop.streams.relay import Relay
 from tests.support.factories import created
 
 

@@ -101,8 +101,8 @@ async def _approval(conn: Connection, project_id: str) -> None:
 async def _projections(conn: Connection, project_id: str) -> None:
     """Read-model rows (projections/), written by the projections' own apply."""
     from awooop.core.events import RevisionCreated, revision_stream_id, run_stream_id
-    from projections.base import LIVE, LogEvent
-    from projections.registry import get
+    from awooop.projections.base import LIVE, LogEvent
+    from awooop.projections.registry import get
 
     now = await conn.fetchval("SELECT now()")
     run = factories.created(project_id=project_id, at=now)
@@ -180,6 +180,20 @@ async def _handler_versions(conn: Connection, project_id: str) -> None:
     await versions.require(conn, project_id, "rls-probe", ["v1", "v2"], actor="rls-probe")
 
 
+async def _schedule(conn: Connection, project_id: str) -> None:
+    """A schedule of the project, through its write path (awooop.schedules.store)."""
+    from datetime import UTC, datetime
+
+    from awooop.schedules import rules, store
+
+    definition = rules.define(
+        cron_text="30 2 * * *", timezone="Europe/Madrid", contract_id="rls-probe", input={}
+    )
+    await store.create(
+        conn, project_id, definition, actor="rls-probe", now=datetime.now(UTC), limit=10
+    )
+
+
 async def _llm_flow(conn: Connection, project_id: str) -> None:
     """A rate limit, a price and a budget, a call's reservation on the budget's counter and a
     wait, through the flow-control write paths (awooop.llm.flow_store, awooop.llm.admission)."""
@@ -212,6 +226,39 @@ async def _llm_flow(conn: Connection, project_id: str) -> None:
     )
 
 
+async def _run_output(conn: Connection, project_id: str) -> None:
+    """A chunk of a run's streamed output, through the worker's fenced append (its claim
+    first; the append statement reads the lease row, which the tenant sees)."""
+    from awooop.runs import output_log
+
+    now = await conn.fetchval("SELECT now()")
+    state = await create_run(conn, factories.created(project_id=project_id, at=now))
+    await leases.claim(conn, state.run_id, "rls-probe", 30)
+    found = await output_log.append(
+        conn, state.run_id, "rls-probe", 1, "probe", 5, truncated=False, max_bytes=100
+    )
+    assert found.written == 1
+
+
+async def _waits(conn: Connection, project_id: str) -> None:
+    """A run's open sleep and a signal kept for it (the rows durable waits write)."""
+    now = await conn.fetchval("SELECT now()")
+    state = await create_run(conn, factories.created(project_id=project_id, at=now))
+    await conn.execute(
+        "INSERT INTO awooop_run_waits (run_id, project_id, step, kind, due_at, started_at) "
+        "VALUES ($1, $2, 'sleep:1', 'sleep', now() + interval '1 hour', now())",
+        state.run_id,
+        project_id,
+    )
+    await conn.execute(
+        "INSERT INTO awooop_signals (signal_id, project_id, run_id, name, signal_key, sent_by) "
+        "VALUES ($1, $2, $3, 'probe', 'k1', 'rls-probe')",
+        uuid.uuid4(),
+        project_id,
+        state.run_id,
+    )
+
+
 BUILDERS = (
     _run,
     _dedupe,
@@ -225,7 +272,10 @@ BUILDERS = (
     _pause,
     _concurrency_limit,
     _handler_versions,
+    _schedule,
     _llm_flow,
+    _run_output,
+    _waits,
 )
 
 

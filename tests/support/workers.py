@@ -18,10 +18,10 @@ import msgspec
 
 from awooop.core.config import Settings, env_name
 from awooop.core.db import Database
+from awooop.streams.keys import Keys
 from awooop.worker.assembly import build_worker
 from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
-from streams.keys import Keys
 from tests.support import handlers
 
 ROOT = Path(__file__).resolve().parents[2]

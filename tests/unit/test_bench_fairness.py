@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from streams.keys import shard_of
+from awooop.streams.keys import shard_of
 from tests.support.scripts import load_script
 
 

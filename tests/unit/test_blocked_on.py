@@ -21,6 +21,7 @@ from awooop.runs.blocked import (
     elapsed,
     failed_reason,
 )
+from awooop.runs.blocked_waits import WaitFacts
 from awooop.runs.pause_rules import Scope
 from awooop.runs.versions import VersionWait
 
@@ -243,6 +244,8 @@ def test_every_reason_comes_from_the_statuses_it_is_listed_under() -> None:
         {"concurrency_key": "channel:api/k", "concurrency_max": 1, "concurrency_executing": 1},
         {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "rate_limited"},
         {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "over_budget"},
+        {"wait": WaitFacts(kind="event", name="paid")},
+        {"wait": WaitFacts(kind="children", needed=2, children=3, finished=1)},
         {"lease_until": NOW + timedelta(seconds=1), "flow_reason": "over_concurrency_limit"},
     ]
     shards = [READ, UNREAD]
@@ -339,3 +342,35 @@ def test_a_tool_wait_whose_tools_answered_waits_for_a_slot_of_its_key() -> None:
     expired = msgspec.structs.replace(waiting, lease_until=NOW - timedelta(seconds=1))
     lapsed = decide(expired, READ)
     assert lapsed is not None and lapsed.reason is Reason.LEASE_EXPIRED
+
+
+def test_a_sleeping_run_says_until_when_and_an_event_wait_its_name_and_timeout() -> None:
+    due = NOW + timedelta(seconds=30)
+    asleep = decide(facts(RunStatus.WAITING_EVENT, wait=WaitFacts(kind="sleep", due_at=due)), READ)
+    assert asleep is not None and asleep.reason is Reason.SLEEPING and asleep.until == due
+    assert "sleeps until 2026-12-01 12:00:30Z" in asleep.summary
+    late = decide(facts(RunStatus.WAITING_EVENT, wait=WaitFacts(kind="sleep", due_at=NOW)), READ)
+    assert late is not None and "due: the timers loop resumes it" not in late.summary
+    overdue = WaitFacts(kind="sleep", due_at=NOW - timedelta(seconds=1))
+    late = decide(facts(RunStatus.WAITING_EVENT, wait=overdue), READ)
+    assert late is not None and "due: the timers loop resumes it" in late.summary
+    waits = WaitFacts(kind="event", name="paid", due_at=due)
+    event = decide(facts(RunStatus.WAITING_EVENT, wait=waits), UNREAD)
+    assert event is not None and event.reason is Reason.WAITING_FOR_EVENT and event.until == due
+    assert "waits for event paid (times out at 2026-12-01 12:00:30Z)" in event.summary
+    assert f"awooop runs signal p {RUN} paid" in event.next_action
+    forever = decide(facts(RunStatus.WAITING_EVENT, wait=WaitFacts(kind="event", name="x")), READ)
+    assert forever is not None and "(no timeout)" in forever.summary and forever.until is None
+
+
+def test_a_wait_for_children_says_how_many_of_how_many_finished() -> None:
+    due = NOW + timedelta(seconds=30)
+    every = WaitFacts(kind="children", needed=3, children=3, finished=1)
+    got = decide(facts(RunStatus.WAITING_EVENT, wait=every), READ)
+    assert got is not None and got.reason is Reason.WAITING_FOR_CHILDREN and got.until is None
+    assert got.summary == "waits for child runs: 1 of 3 children finished (no timeout)"
+    assert f"awooop runs show p {RUN}" in got.next_action
+    first = WaitFacts(kind="children", needed=2, children=5, finished=0, due_at=due)
+    got = decide(facts(RunStatus.WAITING_EVENT, wait=first), READ)
+    assert got is not None and got.until == due
+    assert "0 of 5 children finished, needs 2 (times out at 2026-12-01 12:00:30Z)" in got.summary

@@ -20,7 +20,7 @@ from awooop.core.loop_heartbeats import (
     HeartbeatRow,
     stale_after_s,
 )
-from projections.timeline import TimelineLine
+from awooop.projections.timeline import TimelineLine
 
 
 def commands(

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from awooop.http.console_render import attempts, deliveries, when
-from projections.timeline import TimelineLine, steps_in_run_order
+from awooop.projections.timeline import TimelineLine, steps_in_run_order
 
 AT = datetime(2026, 12, 4, 12, 0, 1, tzinfo=UTC)
 

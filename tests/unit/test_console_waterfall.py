@@ -11,7 +11,7 @@ from awooop.http import console_live
 from awooop.http import console_session as sessions
 from awooop.http.console_timeline import event_filter, view, when_ms
 from awooop.http.console_waterfall import Bar, duration_text, grouped, waterfall
-from projections.timeline import TimelineLine
+from awooop.projections.timeline import TimelineLine
 
 T0 = datetime(2026, 12, 5, 12, 0, 0, tzinfo=UTC)
 
@@ -245,3 +245,23 @@ def test_the_step_a_running_attempt_reported_is_a_running_bar_to_now() -> None:
     # A finished run draws no reported step: the attempt that reported it is over.
     done = waterfall(lines, at(60_300), finished=True, in_step=("charge", at(400)))
     assert done is not None and "charge" not in by_label(done.bars)
+
+
+def test_a_wait_for_child_runs_is_a_bar_to_the_children_finishing() -> None:
+    lines = [
+        line(1, 0, "RunCreated", attempt=0),
+        line(2, 100, "RunClaimed"),
+        line(3, 200, "WaitStarted", step="children:1", kind="children"),
+        line(4, 5000, "ChildrenFinished", attempt=0, step="children:1"),
+        line(5, 5100, "RunClaimed", attempt=2),
+        line(6, 5200, "RunCompleted", attempt=2),
+    ]
+    shown = waterfall(lines, at(6000), finished=True)
+    assert shown is not None
+    [wait] = [b for b in shown.bars if b.kind == "wait"]
+    assert (wait.label, wait.start, wait.end, wait.outcome) == (
+        "children:1",
+        at(200),
+        at(5000),
+        "children",
+    )

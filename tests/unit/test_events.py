@@ -28,6 +28,16 @@ STORED = {
     "ApprovalGranted": '{"type":"ApprovalGranted","at":"2026-01-01T00:01:00Z","actor":"alice"}',
     "ApprovalRejected": '{"type":"ApprovalRejected","at":"2026-01-01T00:01:00Z","actor":"bob"}',
     "ApprovalExpired": '{"type":"ApprovalExpired","at":"2026-01-01T00:15:03Z"}',
+    "WaitStarted": '{"type":"WaitStarted","at":"2026-01-01T00:00:02Z","worker_id":"w1",'
+    '"attempt":1,"step":"sleep:1","kind":"sleep","due_at":"2026-01-01T01:00:02Z"}',
+    "TimerFired": '{"type":"TimerFired","at":"2026-01-01T01:00:02Z","step":"sleep:1",'
+    '"kind":"sleep","due_at":"2026-01-01T01:00:02Z"}',
+    "SignalDelivered": '{"type":"SignalDelivered","at":"2026-01-01T00:00:09Z",'
+    '"step":"event:paid:1","name":"paid","signal_id":"0b8a2c8e-51a4-4c52-9a63-0d3f0bb1f2aa",'
+    '"key":"k1","payload":{"amount":3}}',
+    "ChildrenFinished": '{"type":"ChildrenFinished","at":"2026-01-01T00:00:09Z",'
+    '"step":"children:1","results":[{"run_id":"0b8a2c8e-51a4-4c52-9a63-0d3f0bb1f2aa",'
+    '"key":"a","status":"COMPLETED","result":1}],"finished":1}',
     "RunCompleted": '{"type":"RunCompleted","at":"2026-01-01T00:00:03Z","worker_id":"w1",'
     '"attempt":1}',
     "RunFailed": '{"type":"RunFailed","at":"2026-01-01T00:00:03Z","reason":"boom",'

@@ -21,12 +21,12 @@ from awooop.core.errors import HandlerVersionError
 from awooop.core.events import RunClaimed, decode_event
 from awooop.eventlog.state import RunStatus
 from awooop.http.console_timeline import view
+from awooop.projections.timeline import NEWER_FIELDS, TimelineLine, attempts
 from awooop.runs.blocked import Reason, RunFacts, ShardFacts, decide, describe
 from awooop.runs.routing import ALL, routes_of
 from awooop.runs.versions import VersionWait, accepts, check_version, check_versions
 from awooop.worker import handler_version
 from awooop.worker.handler_version import derived_version, version_of, versioned
-from projections.timeline import NEWER_FIELDS, TimelineLine, attempts
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 READ = ShardFacts(shard=1, known=True, readers=2, workers=2)

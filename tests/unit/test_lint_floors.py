@@ -1,5 +1,5 @@
-"""ops/lint/floors.py, the size and code-literal rules of ``make lint``, on trees made in a
-temporary directory (no services needed)."""
+"""ops/lint/floors.py, the size, code-literal and import-name rules of ``make lint``, on trees
+made in a temporary directory (no services needed)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,27 @@ def test_main_exits_1_on_a_violation_and_0_on_a_clean_tree(
     write(tmp_path, "projections/bad.py", 'CODE = "E-REPLAY-001"\n')
     assert floors.main(["floors.py", str(tmp_path)]) == 1
     assert "projections/bad.py:1: 'E-REPLAY-001'" in capsys.readouterr().out
+
+
+def test_an_import_of_a_linked_folder_by_its_own_name_is_named(
+    floors: ModuleType, tmp_path: Path
+) -> None:
+    write(tmp_path, "awooop/ok.py", "from awooop.streams import keys\nimport awooop.projections\n")
+    write(tmp_path, "streams/inner.py", "from . import keys\nfrom .keys import shard_of\n")
+    write(
+        tmp_path, "tests/t.py", "import os, streams.keys as k\n\ndef f():\n    import projections\n"
+    )
+    write(tmp_path, "ops/bench/b.py", "from projections.replay import replay\nimport streamsx\n")
+    write(tmp_path, "docs/a.md", "```python\nfrom streams.consumer import Delivery\n```\n")
+    write(tmp_path, "README.md", "Read `streams.md`; import awooop.streams.\n")
+    violations = floors.check(tmp_path)
+    assert violations[0].startswith("floors: imports of streams/projections by their folder")
+    assert violations[1:] == [
+        "  tests/t.py:1: streams.keys",
+        "  tests/t.py:4: projections",
+        "  ops/bench/b.py:1: projections.replay",
+        "  docs/a.md:2: from streams",
+    ]
 
 
 def test_line_count_is_wc_l(floors: ModuleType) -> None:

@@ -10,7 +10,7 @@ from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec, run_loop
 from awooop.loops.registry import all_loops
 from awooop.services import Services
-from streams.relay import Relay
+from awooop.streams.relay import Relay
 from tests.support.waiting import eventually
 
 

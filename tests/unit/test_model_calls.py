@@ -1,4 +1,4 @@
-"""The record of a model call (awooop.llm.calls) and its display (projections.model_calls):
+"""The record of a model call (awooop.llm.calls) and its display (awooop.projections.model_calls):
 pure functions."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from awooop.llm.calls import TEXT_CHARS, called_event, outcome_of
 from awooop.llm.client import ModelRequest
 from awooop.llm.gateway import LLMResult, ModelCall
 from awooop.llm.local import local_tokens
-from projections.model_calls import ModelCallLine, TokenTotals, short_hash, token_totals
+from awooop.projections.model_calls import ModelCallLine, TokenTotals, short_hash, token_totals
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 REVISION = uuid.UUID("0b8a2c8e-51a4-4c52-9a63-0d3f0bb1f2aa")

@@ -20,11 +20,11 @@ from awooop.core.events import (
 )
 from awooop.core.ids import new_run_id, uuid7
 from awooop.eventlog.state import apply, fold
-from projections import progress, revisions, timeline
-from projections.base import LogEvent, check_consecutive, plan, stream_range, trace_id_of
-from projections.bulk import split_range
-from projections.run_state import count_deltas, fold_run
-from projections.schema import MAX_IDENTIFIER, old_name, shadow_name
+from awooop.projections import progress, revisions, timeline
+from awooop.projections.base import LogEvent, check_consecutive, plan, stream_range, trace_id_of
+from awooop.projections.bulk import split_range
+from awooop.projections.run_state import count_deltas, fold_run
+from awooop.projections.schema import MAX_IDENTIFIER, old_name, shadow_name
 from tests.support.factories import PATHS, T0, created, event_for
 from tests.support.logcapture import capture_context_logs
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from projections import registry
-from projections.runner import Projector
+from awooop.projections import registry
+from awooop.projections.runner import Projector
 
 
 def test_a_projector_creates_its_series_at_start() -> None:

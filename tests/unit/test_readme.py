@@ -107,7 +107,7 @@ def documented_paths() -> set[str]:
 def test_every_http_route_has_a_row(module_name: str) -> None:
     from awooop.core.config import load_settings
     from awooop.services import Services
-    from streams.keys import Keys
+    from awooop.streams.keys import Keys
 
     settings = load_settings(environ={})
     # Route tables are built without touching the clients, so none are opened here.

@@ -1,5 +1,6 @@
-"""The relay's read-ahead bookkeeping (streams.relay_ahead, pure): what the cursor skips, what a
-capped read may publish, when the next read starts from a snapshot, and the snapshot's text."""
+"""The relay's read-ahead bookkeeping (awooop.streams.relay_ahead, pure): what the cursor skips,
+what a capped read may publish, when the next read starts from a snapshot, and the snapshot's
+text."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import pytest
 
 from awooop.eventlog.eventlog import Cursor, RecordedEvent
 from awooop.eventlog.read_ahead import Snapshot, parse_snapshot
-from streams.envelope import Envelope, decode_envelope, encode
-from streams.keys import Keys
-from streams.publish import by_shard
-from streams.relay_ahead import Ahead, ReadAhead, fitting, unpublished
-from streams.relay_trim import cursor_key, safe_point_of
+from awooop.streams.envelope import Envelope, decode_envelope, encode
+from awooop.streams.keys import Keys
+from awooop.streams.publish import by_shard
+from awooop.streams.relay_ahead import Ahead, ReadAhead, fitting, unpublished
+from awooop.streams.relay_trim import cursor_key, safe_point_of
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,11 +1,11 @@
-"""When the relay's loop is woken (streams.relay_wakeup.Wakeup): dispatch notices at once after
-a quiet spell, one read per window while they come faster; others linger."""
+"""When the relay's loop is woken (awooop.streams.relay_wakeup.Wakeup): dispatch notices at once
+after a quiet spell, one read per window while they come faster; others linger."""
 
 from __future__ import annotations
 
 import asyncio
 
-from streams.relay_wakeup import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTICES_TABLE, Wakeup
+from awooop.streams.relay_wakeup import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTICES_TABLE, Wakeup
 from tests.support.waiting import eventually
 
 WINDOW_S = 0.3

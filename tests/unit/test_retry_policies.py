@@ -18,6 +18,8 @@ from awooop.core.errors import (
     ToolTimeoutError,
 )
 from awooop.core.events import StepCompleted
+from awooop.projections.base import LogEvent
+from awooop.projections.timeline import entry
 from awooop.worker.policies import (
     MODEL_DEFAULT,
     RETRYABLE,
@@ -26,8 +28,6 @@ from awooop.worker.policies import (
     Retry,
     Tries,
 )
-from projections.base import LogEvent
-from projections.timeline import entry
 from tests.unit.test_run_facts import recorded
 
 T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """The facts a failed or running attempt leaves for operators (pure parts): which step an
 exception left (awooop.worker.attempts), what a renewal reports (awooop.worker.heartbeat),
-which failure failed a run (projections.failures)."""
+which failure failed a run (awooop.projections.failures)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from awooop.core.events import (
 )
 from awooop.eventlog.eventlog import RecordedEvent
 from awooop.eventlog.state import RunState, RunStatus
+from awooop.projections.base import LogEvent
+from awooop.projections.failures import failed_by, failures
+from awooop.projections.timeline import entries, timeline_lines
 from awooop.worker.attempts import Attempt, causes
 from awooop.worker.heartbeat import STEP_NAME_CHARS, current_steps
-from projections.base import LogEvent
-from projections.failures import failed_by, failures
-from projections.timeline import entries, timeline_lines
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RUN = uuid.UUID("00000000-0000-4000-8000-000000000001")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
+from awooop.core import events as ev
 from awooop.core.errors import IllegalTransitionError, LeaseLostError
 from awooop.core.events import RUN_EVENT_TYPES
+from awooop.eventlog import wait_state
 from awooop.eventlog.state import RunStatus, apply
-from tests.support.factories import created, event_for, replace, state_in
+from tests.support.factories import T0, created, event_for, replace, state_in
 
 S = RunStatus
 # The specification, written out independently of awooop.eventlog.state.TRANSITIONS:
@@ -21,6 +25,7 @@ EXPECTED: dict[tuple[RunStatus | None, str], RunStatus] = {
     (S.RUNNING, "ModelCalled"): S.RUNNING,
     (S.RUNNING, "ToolWaitStarted"): S.WAITING_TOOL,
     (S.RUNNING, "ApprovalRequested"): S.WAITING_APPROVAL,
+    (S.RUNNING, "WaitStarted"): S.WAITING_EVENT,
     (S.RUNNING, "RunCompleted"): S.COMPLETED,
     (S.RUNNING, "RunFailed"): S.FAILED,
     (S.RUNNING, "RunRequeued"): S.PENDING,
@@ -37,6 +42,10 @@ EXPECTED: dict[tuple[RunStatus | None, str], RunStatus] = {
     (S.WAITING_APPROVAL, "ApprovalRejected"): S.FAILED,
     (S.WAITING_APPROVAL, "ApprovalExpired"): S.FAILED,
     (S.WAITING_APPROVAL, "RunCancelled"): S.CANCELLED,
+    (S.WAITING_EVENT, "TimerFired"): S.RESUMED,
+    (S.WAITING_EVENT, "SignalDelivered"): S.RESUMED,
+    (S.WAITING_EVENT, "ChildrenFinished"): S.RESUMED,
+    (S.WAITING_EVENT, "RunCancelled"): S.CANCELLED,
     (S.RESUMED, "RunClaimed"): S.RUNNING,
     (S.RESUMED, "RunCancelled"): S.CANCELLED,
     (S.RESUMED, "RunFailed"): S.FAILED,
@@ -84,6 +93,7 @@ def test_an_attempt_that_lost_its_lease_is_fenced() -> None:
         "ModelCalled",
         "RunCompleted",
         "ApprovalRequested",
+        "WaitStarted",
         "LeaseReleased",
     ):
         with pytest.raises(LeaseLostError):
@@ -132,3 +142,56 @@ def test_retry_keeps_attempts_monotonic_and_raises_the_ceiling() -> None:
     retried = apply(failed, event_for("RunRetried", failed))
     assert retried.attempt_count == 1 and retried.max_attempts == 4
     assert retried.failure_reason is None and retried.finished_at is None
+
+
+def test_a_wait_journals_its_due_time_releases_the_lease_and_ends_once() -> None:
+    running = state_in(S.RUNNING)
+    started = event_for("WaitStarted", running)
+    waiting = apply(running, started)
+    assert (waiting.worker_id, waiting.lease_until, waiting.waiting_for) == (None, None, "sleep")
+    entry = waiting.saga_steps["sleep:1"]
+    assert wait_state.due_of(entry) == started.due_at and wait_state.ended(entry) is None
+    resumed = apply(waiting, event_for("TimerFired", waiting))
+    assert resumed.status == S.RESUMED and resumed.waiting_for is None
+    assert wait_state.ended(resumed.saga_steps["sleep:1"]) == "fired"
+    with pytest.raises(IllegalTransitionError):  # a second end of the same wait
+        apply(resumed, event_for("SignalDelivered", resumed))
+
+
+def test_an_event_wait_records_the_signal_or_the_timeout() -> None:
+    running = state_in(S.RUNNING)
+    started = ev.WaitStarted(
+        at=T0,
+        worker_id=running.worker_id or "",
+        attempt=1,
+        step="event:go:1",
+        kind="event",
+        name="go",
+        match={"a": 1},
+        due_at=T0 + timedelta(seconds=5),
+    )
+    waiting = apply(running, started)
+    assert waiting.waiting_for == "event go"
+    signalled = apply(waiting, event_for("SignalDelivered", waiting))
+    entry = signalled.saga_steps["event:go:1"]
+    assert wait_state.ended(entry) == "signal" and entry["result"] == [2]
+    timed_out = apply(waiting, ev.TimerFired(at=T0, step="event:go:1", kind="event", due_at=T0))
+    assert wait_state.ended(timed_out.saga_steps["event:go:1"]) == "timeout"
+
+
+@pytest.mark.parametrize(
+    ("payload", "match", "contained"),
+    [
+        ({"a": 1, "b": [1, 2]}, {"a": 1}, True),
+        ({"a": 1, "b": [1, 2]}, {"b": [2]}, True),
+        ({"a": 1}, {"a": 2}, False),
+        ({"a": {"x": 1, "y": 2}}, {"a": {"x": 1}}, True),
+        ({"a": 1}, {"a": 1.0}, True),
+        ({"a": True}, {"a": 1}, False),
+        ({"a": "1"}, {"a": 1}, False),
+        ([1, 2], {"a": 1}, False),
+        ({}, {}, True),
+    ],
+)
+def test_match_is_jsonb_containment(payload: object, match: object, contained: bool) -> None:
+    assert wait_state.contains(payload, match) is contained

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.backoff import RateLimiter, retry_delay
+from awooop.streams.backoff import RateLimiter, retry_delay
 
 
 def no_jitter(low: float, high: float) -> float:

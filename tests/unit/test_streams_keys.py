@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from redis.crc import key_slot
 
-from streams.keys import Keys, hash_tag, one_slot, shard_of
+from awooop.streams.keys import Keys, hash_tag, one_slot, shard_of
 
 KEYS = Keys("aw", 4)
 

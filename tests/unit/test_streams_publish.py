@@ -9,9 +9,9 @@ import pytest
 
 from awooop.core.events import DISPATCH_EVENT_TYPES
 from awooop.eventlog.eventlog import RecordedEvent
-from streams.envelope import decode_envelope
-from streams.keys import Keys
-from streams.publish import (
+from awooop.streams.envelope import decode_envelope
+from awooop.streams.keys import Keys
+from awooop.streams.publish import (
     BOTH,
     EVENTS_ONLY,
     WORK_ONLY,
@@ -19,7 +19,7 @@ from streams.publish import (
     envelope_of,
     route_of,
 )
-from streams.tracing import sampled
+from awooop.streams.tracing import sampled
 
 KEYS = Keys("aw", 4)
 AT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """ops/: alert rules pass promtool, dashboards and rules use real metrics, docs list them all.
 
-promtool comes from Debian's prometheus package (ops/install-prometheus.sh; .ci/run installs it):
+promtool comes from Debian's prometheus package (ops/install-prometheus.sh; make test installs it):
 in CI a missing promtool fails the test, elsewhere it is skipped with the command to run.
 ``docker compose config`` runs where a compose client exists (it needs no engine).
 """
@@ -32,7 +32,7 @@ METRIC_NAME = re.compile(r"\bawooop_[a-z0-9_]+\b")
 def promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
-        message = "promtool missing: run ops/install-prometheus.sh"
+        message = "promtool missing: run ops/install-test-deps.sh (make test does)"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)

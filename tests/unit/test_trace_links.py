@@ -65,3 +65,13 @@ def test_only_a_recorded_and_sampled_run_span_is_stored_for_the_next_attempt() -
         trace.SpanContext(int(TRACE, 16), 1, is_remote=False, trace_flags=trace.TraceFlags.SAMPLED)
     )
     assert exported_traceparent(sampled_but_not_recorded) is None
+
+
+def test_the_event_that_resumed_a_run_is_linked_when_sampled() -> None:
+    resumed = {"traceparent": SAMPLED_RUN, "actor": "ops"}
+    assert named(links_from({"traceparent": SAMPLED_INGEST}, None, resumed)) == [
+        ("ingest", "00f067aa0ba902b7"),
+        ("resumed_by", "b7ad6b7169203331"),
+    ]
+    assert links_from(None, None, {"traceparent": UNSAMPLED_RUN}) == []
+    assert links_from(None, None, {"actor": "ops"}) == []  # written without a span

@@ -147,6 +147,15 @@ class TenantNotGrantedError(AwoooPError):
     http_status = 403
 
 
+class ProducerConnectionError(AwoooPError):
+    """The connection's own type codecs cannot carry the producer's arguments (text, uuid,
+    numbers and text arrays, as asyncpg passes them by default). Nothing was written and the
+    transaction can go on. Give the producer a connection without custom codecs for those
+    types: one of awooop.producer.create_pool(...), or a plain asyncpg.connect(...)."""
+
+    code = "E-INGEST-005"
+
+
 def check_transaction_tenant(project_id: str, tenant: str | None, bound: bool) -> None:
     """Pure: refuse a write for ``project_id`` in a transaction whose ``awooop.project_id``
     setting is ``tenant`` (None or empty: not set), by a login the binding allows (``bound``:

@@ -237,3 +237,78 @@ class VersionRequirementNotFoundError(AwoooPError):
 
     code = "E-VERSION-002"
     http_status = 404
+
+
+class OutputStreamsExceededError(AwoooPError):
+    """This project already reads as many streams of run output as it may on this server
+    (AWOOOP_OUTPUT_STREAMS_PER_PROJECT): close one, or read with ?format=json."""
+
+    code = "E-OUTPUT-001"
+    http_status = 429
+    retryable = True
+    retry_after_s = 5
+
+
+class ServerOutputStreamsExceededError(AwoooPError):
+    """This server already serves as many streams of run output as it may
+    (AWOOOP_OUTPUT_STREAMS): try again in a moment, or read with ?format=json."""
+
+    code = "E-OUTPUT-002"
+    http_status = 429
+    retryable = True
+    retry_after_s = 5
+
+
+# --- durable waits and signals (docs/workers.md) ---------------------------------------------
+
+
+class EventWaitTimeoutError(AwoooPError):
+    """No signal answered the wait for the event before its timeout
+    (``run.wait_for_event(..., timeout=...)``)."""
+
+    code = "E-SIGNAL-001"
+    http_status = 504
+
+
+class SignalRunFinishedError(AwoooPError):
+    """The run has finished: it takes no more signals. Nothing was written."""
+
+    code = "E-SIGNAL-002"
+    http_status = 409
+
+
+class SignalLimitError(AwoooPError):
+    """The run already keeps as many undelivered signals as a run may
+    (AWOOOP_SIGNALS_PER_RUN_MAX). Nothing was written."""
+
+    code = "E-SIGNAL-003"
+    http_status = 429
+    retry_after_s = 60
+
+
+# --- child runs (docs/workers.md, Child runs) ------------------------------------------------
+
+
+class ChildrenWaitTimeoutError(AwoooPError):
+    """Not enough of the child runs waited for finished before the wait's timeout
+    (``run.wait_for_children(..., timeout=...)``)."""
+
+    code = "E-CHILD-001"
+    http_status = 504
+
+
+class ChildLimitError(AwoooPError):
+    """The run already has as many unfinished child runs as a run may
+    (AWOOOP_CHILDREN_PENDING_MAX). Nothing was written."""
+
+    code = "E-CHILD-002"
+    http_status = 429
+    retry_after_s = 60
+
+
+class ChildKeyTakenError(AwoooPError):
+    """The child key's run (its dedupe key, derived from this run and the key) is a run that is
+    not a child of this run. Nothing was written."""
+
+    code = "E-CHILD-003"
+    http_status = 409

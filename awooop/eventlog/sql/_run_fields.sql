@@ -5,4 +5,4 @@ project_id, channel_type, provider_event_id, contract_id, status, version,
 attempt_count, max_attempts, worker_id, lease_until, heartbeat_at, reaped_at,
 failure_reason, failure_code, saga_steps, input, result, waiting_for,
 approval_expires_at, created_at, updated_at, finished_at, suspect_worker_id,
-concurrency_scope, concurrency_key, concurrency_max
+concurrency_scope, concurrency_key, concurrency_max, parent_run_id, cancel_with_parent

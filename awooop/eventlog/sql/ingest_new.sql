@@ -1,8 +1,10 @@
 -- ingest.insert_new: claims each key's dedupe rows ON CONFLICT DO NOTHING (keys sorted by the
 -- caller and windows ascending, so concurrent batches lock in one order) and, for exactly the
 -- keys that claimed both their windows, inserts the run rows ($10: the rows apply(None,
--- RunCreated) built, as JSON objects whose field names are the column names), their streams at
--- version 1 and the RunCreated events ($8, built by encode_event). SQL only picks the new keys
+-- RunCreated) built, as one JSON array of objects whose field names are the column names),
+-- their streams at version 1 and the RunCreated events ($8, built by encode_event). Every
+-- JSON parameter is text encoded in Python, so the statement needs no JSON codec of the
+-- connection (a producer's own connection may have none, or its own). SQL only picks the new keys
 -- and stamps the database clock: now() becomes the event's ``at`` and the row's
 -- created_at/updated_at (one value per transaction).
 --
@@ -73,7 +75,7 @@ WITH guard AS (
         -- the rows as given, with the database clock over created_at and updated_at, and each
         -- run's place among the new ones in the order given (its project's fair order)
         SELECT stamped.*, row_number() OVER (ORDER BY given.ord) AS place
-        FROM jsonb_array_elements($10::jsonb) WITH ORDINALITY AS given(doc, ord)
+        FROM jsonb_array_elements($10::text::jsonb) WITH ORDINALITY AS given(doc, ord)
         CROSS JOIN LATERAL jsonb_populate_record(
             NULL::awooop_run_state,
             given.doc || jsonb_build_object('created_at', now(), 'updated_at', now())) AS stamped

@@ -29,7 +29,8 @@ class Availability(enum.StrEnum):
 
     MISSING = "missing"  # no such run (in this project)
     FINISHED = "finished"  # terminal: nothing left to do
-    AWAITING_APPROVAL = "awaiting_approval"  # no lease; ApprovalGranted dispatches it again
+    # no lease; ApprovalGranted (or, WAITING_EVENT, TimerFired or SignalDelivered) dispatches it
+    AWAITING_APPROVAL = "awaiting_approval"
     CLAIMABLE = "claimable"  # PENDING or RESUMED, lease empty or expired
     # PENDING or RESUMED, lease empty or expired, and a suspect: only a worker with nothing
     # else in flight takes it (the isolated claim, awooop.worker.isolation)
@@ -57,8 +58,8 @@ def availability(state: RunState | None, now: datetime, worker_id: str) -> Avail
         return Availability.MISSING
     if state.status in TERMINAL:
         return Availability.FINISHED
-    if state.status is RunStatus.WAITING_APPROVAL:
-        return Availability.AWAITING_APPROVAL
+    if state.status in (RunStatus.WAITING_APPROVAL, RunStatus.WAITING_EVENT):
+        return Availability.AWAITING_APPROVAL  # no lease: the approval, timer or signal resumes it
     live = state.lease_until is not None and state.lease_until > now
     if state.status in DISPATCHABLE:
         if live:

@@ -1,0 +1,345 @@
+"""The pure parts of the agents benchmark (``agents.py``): the shapes and their parameters, the
+ideal wall time, each step's overhead from the journal's model calls, the figures per run and
+per step, the worker's memory per run in flight, the targets, and the worker's CPU by place
+from a py-spy profile. No I/O; unit-tested in tests/unit/test_bench_agents.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One measurement: ``runs`` runs of ``steps`` journaled steps, each one model call of
+    ``call_s`` seconds, ``concurrency`` runs in flight in all (split evenly over ``workers``
+    worker processes: each gets ``--concurrency concurrency / workers``)."""
+
+    runs: int
+    concurrency: int
+    steps: int
+    call_s: float
+    workers: int = 1
+
+    @property
+    def per_worker(self) -> int:
+        return self.concurrency // self.workers
+
+    @property
+    def delay_ms(self) -> int:
+        return round(self.call_s * 1000)
+
+    @property
+    def ideal_s(self) -> float:
+        """Every slot busy with model calls from the first instant to the last."""
+        return self.runs * self.steps * self.call_s / self.concurrency
+
+
+SHAPES = {
+    "a": Shape(runs=2_000, concurrency=1_000, steps=3, call_s=1.0),
+    "b": Shape(runs=10_000, concurrency=5_000, steps=3, call_s=2.0),
+}
+FLAGS = ("runs", "concurrency", "steps", "call_s", "workers")
+
+
+def plan(shape: str | None, overrides: Mapping[str, Any]) -> dict[str, Shape]:
+    """The shapes to measure, by name. ``shape``: ``a``, ``b``, ``all`` or None; ``overrides``:
+    the explicit flags (``FLAGS``; None: not given), applied to every shape measured. With
+    flags and no ``--shape``, one shape named ``custom``: shape a with the flags. ValueError
+    on an unknown shape or a value out of range."""
+    given = {k: v for k, v in overrides.items() if k in FLAGS and v is not None}
+    if shape is None:
+        names = ["custom"] if given else list(SHAPES)
+    elif shape == "all":
+        names = list(SHAPES)
+    elif shape in SHAPES:
+        names = [shape]
+    else:
+        raise ValueError(f"--shape: a, b or all, got {shape!r}")
+    out = {n: replace(SHAPES.get(n, SHAPES["a"]), **given) for n in names}
+    for name, s in out.items():
+        if min(s.runs, s.concurrency, s.steps, s.workers) < 1 or s.call_s < 0:
+            raise ValueError(f"shape {name}: runs, concurrency, steps, workers >= 1, call >= 0")
+        if s.concurrency % s.workers:
+            raise ValueError(
+                f"shape {name}: --concurrency {s.concurrency} must split evenly over "
+                f"{s.workers} worker processes"
+            )
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank percentile of the other benchmarks (cost_measure, scheduler_stats)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def spread(ms: Sequence[float]) -> dict[str, Any]:
+    """Count, p50, p99 and max of durations in ms (None where there are none)."""
+    return {
+        "count": len(ms),
+        "p50_ms": round(percentile(ms, 0.5), 2) if ms else None,
+        "p99_ms": round(percentile(ms, 0.99), 2) if ms else None,
+        "max_ms": round(max(ms), 2) if ms else None,
+    }
+
+
+@dataclass(frozen=True)
+class Call:
+    """One ``ModelCalled`` of the journal: its run, when the call started (unix seconds, the
+    worker's clock) and how long it took through the gateway (pointer check included when it
+    came before the start: ``awooop.llm.gateway``)."""
+
+    run: str
+    started: float
+    duration_s: float
+
+    @property
+    def answered(self) -> float:
+        return self.started + self.duration_s
+
+
+def step_overheads(calls: Iterable[Call], call_s: float) -> dict[str, list[float]]:
+    """Per pair of consecutive model calls of a run, in ms:
+
+    - ``overhead``: from one call's answer to the next call's model call, i.e. the time between
+      the two answers less the model's own time (``call_s``): the record of the call, the
+      step's journal write, the next step's start, the pointer check and the event loop's lag;
+    - ``between_calls``: its part outside the gateway (one answer to the next call's start:
+      the ``ModelCalled`` and ``StepCompleted`` writes, the handler);
+    - ``in_gateway``: its part inside the gateway (the next call's duration less ``call_s``:
+      the pointer check and the lateness of the model's timer, i.e. the loop's lag).
+
+    ``gateway_extra`` has the last of these for every call (also the first of each run)."""
+    by_run: dict[str, list[Call]] = {}
+    for call in calls:
+        by_run.setdefault(call.run, []).append(call)
+    out: dict[str, list[float]] = {
+        "overhead": [],
+        "between_calls": [],
+        "in_gateway": [],
+        "gateway_extra": [],
+    }
+    for mine in by_run.values():
+        mine.sort(key=lambda c: c.started)
+        out["gateway_extra"].extend((c.duration_s - call_s) * 1000 for c in mine)
+        for prev, nxt in itertools.pairwise(mine):
+            out["overhead"].append((nxt.answered - prev.answered - call_s) * 1000)
+            out["between_calls"].append((nxt.started - prev.answered) * 1000)
+            out["in_gateway"].append((nxt.duration_s - call_s) * 1000)
+    return out
+
+
+def run_edges(
+    claimed: Mapping[str, float],
+    started: Mapping[str, float],
+    calls: Iterable[Call],
+    completed: Mapping[str, float],
+) -> dict[str, list[float]]:
+    """Per run, in ms: ``to_first_call``, from its claim (the ``RunClaimed`` transaction's
+    start) to its first model call's start, in two parts: ``claim_to_handler`` (to the
+    handler's start, ``started``) and ``handler_to_first_call``; and ``after_last_answer``,
+    from its last answer to its completion (the ``RunCompleted`` transaction's start). Unix
+    seconds; one host."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for call in calls:
+        first[call.run] = min(first.get(call.run, call.started), call.started)
+        last[call.run] = max(last.get(call.run, call.answered), call.answered)
+    return {
+        "to_first_call": [(first[r] - at) * 1000 for r, at in claimed.items() if r in first],
+        "claim_to_handler": [(started[r] - at) * 1000 for r, at in claimed.items() if r in started],
+        "handler_to_first_call": [
+            (first[r] - at) * 1000 for r, at in started.items() if r in first
+        ],
+        "after_last_answer": [(at - last[r]) * 1000 for r, at in completed.items() if r in last],
+    }
+
+
+def repeated(
+    claims: Mapping[str, int],
+    calls: Mapping[str, int],
+    steps: Mapping[tuple[str, str], int],
+    per_run: int,
+) -> dict[str, int]:
+    """Runs executed more than once, by what shows it: claimed more than once, more model
+    calls than steps, a step journaled twice; ``any``: runs with at least one of these."""
+    twice = {r for r, n in claims.items() if n > 1}
+    more = {r for r, n in calls.items() if n > per_run}
+    again = {r for (r, _step), n in steps.items() if n > 1}
+    return {
+        "claimed_more_than_once": len(twice),
+        "more_model_calls_than_steps": len(more),
+        "step_journaled_twice": len(again),
+        "any": len(twice | more | again),
+    }
+
+
+_CLIENT = re.compile(r"^postgres: \S+ (?P<database>\S+) (\S+\(\d+\)|\[local\])")
+
+
+def postgres_role(title: str, database: str) -> str:
+    """A Postgres process by its title: a client backend of the benchmark's ``database``
+    (``postgres_backends``), of another database (``postgres_backends_other``), or the server's
+    own processes (``postgres_other``: postmaster, checkpointer, WAL writer, autovacuum)."""
+    match = _CLIENT.match(title)
+    if match is None:
+        return "postgres_other"
+    return "postgres_backends" if match["database"] == database else "postgres_backends_other"
+
+
+def per_unit(cpu_s: Mapping[str, float], runs: int, steps: int) -> dict[str, dict[str, float]]:
+    """CPU seconds per role as ms per run and ms per step (``runs`` x ``steps`` steps), with
+    ``runtime``: the worker(s), the relay and the benchmark database's Postgres backends."""
+    runtime = sum(cpu_s.get(r, 0.0) for r in ("worker", "relay", "postgres_backends"))
+    every = {**cpu_s, "runtime": runtime}
+    return {
+        "per_run_ms": {r: round(s * 1000 / runs, 3) for r, s in sorted(every.items())},
+        "per_step_ms": {r: round(s * 1000 / (runs * steps), 4) for r, s in sorted(every.items())},
+    }
+
+
+def rss_per_in_flight_kb(idle_kb: Sequence[int], peak_kb: Sequence[int], in_flight: int) -> float:
+    """The workers' memory per run in flight: the sum over the worker processes of their peak
+    resident set less their idle one, divided by the runs in flight in all."""
+    grown = sum(max(0, peak - idle) for idle, peak in zip(idle_kb, peak_kb, strict=True))
+    return round(grown / in_flight, 2)
+
+
+def xacts_per_step(
+    committed: int, idle_per_s: float, idle_s: float, steps: int
+) -> dict[str, float]:
+    """Committed transactions of the benchmark database per step: ``gross`` (``committed``,
+    the benchmark's own left out) and ``net`` (less the idle rate ``idle_per_s`` over the
+    ``idle_s`` seconds of the count that were not the measurement: heartbeats, polls)."""
+    gross = committed
+    return {
+        "gross": round(gross / steps, 3),
+        "net": round((gross - idle_per_s * idle_s) / steps, 3),
+    }
+
+
+# The aims the benchmark is measured against (docs/benchmarks.md): wall time against the ideal
+# at 5,000 runs in flight, the runtime's CPU per step, the workers' memory per run in flight
+# and the step overhead's p99 at 1,000 in flight.
+TARGETS = {
+    "wall_to_ideal": 1.15,
+    "runtime_cpu_ms_per_step": 0.5,
+    "rss_kb_per_in_flight": 16.0,
+    "step_overhead_p99_ms": 20.0,
+}
+
+
+def targets(summary: Mapping[str, Any], concurrency: int) -> dict[str, Any]:
+    """Each target with this measurement's figure and whether it is met (the wall time's at
+    5,000 in flight and the overhead's at 1,000 in flight: None, not judged, elsewhere)."""
+    out: dict[str, Any] = {}
+    for name, bound in TARGETS.items():
+        value = summary.get(name)
+        judged = not (
+            (name == "wall_to_ideal" and concurrency < 5_000)
+            or (name == "step_overhead_p99_ms" and concurrency < 1_000)
+        )
+        met = None if value is None or not judged else bool(value <= bound)
+        out[name] = {"target": bound, "value": value, "met": met}
+    return out
+
+
+# --- where the worker's CPU goes (py-spy's raw output) ------------------------------------
+
+_FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
+RUNTIME_PACKAGES = ("awooop/", "streams/", "projections/")
+# The process's entry point: every sample of the main thread is below it (the event loop).
+ENTRY = ("awooop/cli.py",)
+
+
+def parse_raw(text: str) -> Counter[tuple[str, ...]]:
+    """py-spy's ``--format raw`` (collapsed stacks: ``frame;frame;... COUNT``, outermost
+    first, a frame ``function (file:line)``) as samples per stack of ``function (file)``
+    frames (line numbers dropped, so one function is one frame)."""
+    stacks: Counter[tuple[str, ...]] = Counter()
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = []
+        for frame in stack.split(";"):
+            match = _FRAME.match(frame)
+            frames.append(f"{match['function']} ({match['file']})" if match else frame)
+        stacks[tuple(frames)] += int(count)
+    return stacks
+
+
+def file_of(frame: str) -> str:
+    match = _FRAME.match(frame)
+    return match["file"] if match else ""
+
+
+def area_of(path: str) -> str:
+    """A file's place: the runtime's module (``awooop/worker/context.py``), else the top
+    package or stdlib module of a library (``asyncpg``, ``asyncio``, ``opentelemetry``)."""
+    for package in RUNTIME_PACKAGES:
+        at = path.find(package)
+        if at == 0 or (at > 0 and path[at - 1] == "/"):
+            return path[at:]
+    name = path.rsplit("site-packages/", 1)[-1]
+    top = name.split("/", 1)[0]
+    return top.removesuffix(".py") or "?"
+
+
+def profile_split(
+    stacks: Mapping[tuple[str, ...], int], cpu_ms_per_step: float, top: int = 15
+) -> dict[str, Any]:
+    """The samples of ``stacks`` as the worker's CPU ms per step (their share of
+    ``cpu_ms_per_step``, the CPU measured from /proc):
+
+    - ``by_runtime_module`` and ``by_runtime_function``: the innermost frame of the runtime's
+      own code (awooop, streams, projections; not the entry point ``awooop/cli.py``) in each
+      sample, with what it called below (``outside the runtime``: the event loop's own work,
+      libraries' callbacks and threads);
+    - ``by_leaf``: the place of the frame that was running (asyncpg, asyncio, a module of the
+      runtime, ...);
+    - ``top_self``: the functions that were running; ``top_inclusive``: the runtime's
+      functions with everything below them."""
+    total = sum(stacks.values())
+    if not total:
+        return {"samples": 0}
+    scale = cpu_ms_per_step / total
+    module: Counter[str] = Counter()
+    function: Counter[str] = Counter()
+    leaf: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    for stack, count in stacks.items():
+        places = [area_of(file_of(f)) for f in stack]
+        mine = [
+            i for i, p in enumerate(places) if p.startswith(RUNTIME_PACKAGES) and p not in ENTRY
+        ]
+        module[places[mine[-1]] if mine else "outside the runtime"] += count
+        function[stack[mine[-1]] if mine else "outside the runtime"] += count
+        leaf[places[-1] if places else "?"] += count
+        own[stack[-1] if stack else "?"] += count
+        for frame in set(stack[i] for i in mine):
+            inclusive[frame] += count
+
+    def table(counter: Counter[str], n: int) -> list[dict[str, Any]]:
+        return [
+            {"where": k, "ms_per_step": round(v * scale, 4), "share": round(v / total, 3)}
+            for k, v in counter.most_common(n)
+        ]
+
+    return {
+        "samples": total,
+        "by_runtime_module": table(module, top),
+        "by_runtime_function": table(function, top),
+        "by_leaf": table(leaf, top),
+        "top_self": table(own, top),
+        "top_inclusive": table(inclusive, top),
+    }

@@ -1,0 +1,345 @@
+"""Benchmark: the cost of producing through a pool, one transaction per run, against one
+connection; an interleaved A/B of the ways to make the pool.
+
+    .venv/bin/python ops/bench/producer_pool.py [--runs 2000] [--rounds 5] [--prefill 5000]
+                                               [--modes pool_docs,pool_producer,connection,...]
+
+ONE client submits one run per transaction, sequentially, as a producer service does:
+``BEGIN``, :func:`awooop.producer.set_tenant`, :func:`awooop.producer.submit`, ``COMMIT``,
+logged in as a producer login of its own bound to the project (``awooop tenants grant``), on
+a scratch database (migrated, dropped at the end) of AWOOOP_BENCH_PG_URL (default: the local
+server). Modes (:data:`MODES`):
+
+- ``pool_docs``: ``asyncpg.create_pool(url, init=awooop.core.pools.init_connection)`` (what
+  the docs said before ``producer.create_pool``), a connection acquired per transaction;
+- ``pool_producer``: ``awooop.producer.create_pool(url)`` (the way the docs give now);
+- ``connection``: one ``asyncpg.connect`` (with ``producer.init_connection``), all runs on it;
+- one change at a time from ``pool_docs``, to tell where the cost goes: ``pool_plain``
+  (``asyncpg.create_pool(url)``: no init, no codecs), ``pool_noreset`` (``init`` =
+  ``producer.init_connection``, no reset query on release), ``pool_generic`` (the same init,
+  ``plan_cache_mode=force_generic_plan``, asyncpg's reset query).
+
+Every measurement starts on the same tables (:func:`fresh_tables`: ``--prefill`` runs, then
+``ANALYZE``), on a new connection or pool; ``ingest_plans_last_connection`` counts the generic
+and custom plans Postgres made of the ingest statement on the last connection used.
+
+Per mode and round: runs/s (wall), CPU per run in ms of the client process
+(``time.process_time``) and of the login's Postgres backends (/proc of their pids: the
+server must be local), their sum (``stack_cpu_ms_per_run``), and the statements the client
+sent per run, by kind (an asyncpg query logger on every connection: ``BEGIN``,
+``set_tenant``, the configuration read, the ingest statement, ``COMMIT``, the pool's reset
+query). Rounds run the modes in turn, the order reversed every other round (A B, B A, ...);
+``summary`` gives each mode's medians over the rounds and their ratio to the first mode's.
+Prints the JSON and writes it to ops/bench/results/producer-pool-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
+
+import asyncpg  # noqa: E402
+from scratch import SERVER, Scratch, report  # noqa: E402
+
+from awooop import producer  # noqa: E402
+from awooop.core import pools  # noqa: E402
+from awooop.core.config import load_settings  # noqa: E402
+from awooop.ingest import tenants  # noqa: E402
+
+PROJECT = "bench"
+TICK = os.sysconf("SC_CLK_TCK")
+KINDS = (
+    ("BEGIN", "begin"),
+    ("COMMIT", "commit"),
+    ("SELECT set_config('awooop.project_id'", "set_tenant"),
+    ("SELECT pg_advisory_unlock_all()", "pool_reset"),
+    ("RESET ALL", "pool_reset"),
+    ("WITH guard AS", "ingest"),
+    ("-- ingest.insert_new", "ingest"),
+)
+
+
+def kind(query: str) -> str:
+    text = query.lstrip()
+    for prefix, name in KINDS:
+        if text.startswith(prefix):
+            return name
+    return "configuration_read" if "AS contract_max_attempts" in text else "other"
+
+
+class Counted:
+    """The statements the client sent, by kind (a query logger on every connection)."""
+
+    def __init__(self) -> None:
+        self.kinds: Counter[str] = Counter()
+
+    def attach(self, conn: Any) -> None:
+        conn.add_query_logger(lambda logged: self.kinds.update([kind(logged.query)]))
+
+
+# --- the modes --------------------------------------------------------------------------------
+
+Acquire = Callable[[], Any]  # an async context manager giving a connection
+
+
+async def make_connection(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
+    conn = await asyncpg.connect(url)
+    await producer.init_connection(conn)
+    counted.attach(conn)
+
+    @asynccontextmanager
+    async def acquire() -> AsyncIterator[Any]:
+        yield conn
+
+    return acquire, conn.close
+
+
+async def make_pool_docs(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
+    async def init(conn: Any) -> None:
+        await pools.init_connection(conn)
+        counted.attach(conn)
+
+    pool = await asyncpg.create_pool(url, init=init)
+    return pool.acquire, pool.close
+
+
+async def make_pool_plain(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
+    pool = await asyncpg.create_pool(url, init=counted_init(counted))
+    return pool.acquire, pool.close
+
+
+async def make_pool_noreset(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
+    async def init(conn: Any) -> None:
+        await producer.init_connection(conn)
+        counted.attach(conn)
+
+    async def keep(conn: Any) -> None:
+        pass
+
+    pool = await asyncpg.create_pool(url, init=init, reset=keep)
+    return pool.acquire, pool.close
+
+
+async def make_pool_generic(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
+    async def init(conn: Any) -> None:
+        await producer.init_connection(conn)
+        counted.attach(conn)
+
+    settings = {"plan_cache_mode": "force_generic_plan"}
+    pool = await asyncpg.create_pool(url, init=init, server_settings=settings)
+    return pool.acquire, pool.close
+
+
+async def make_pool_producer(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
+    pool = await producer.create_pool(url, init=counted_init(counted))
+    return pool.acquire, pool.close
+
+
+def counted_init(counted: Counted) -> Callable[[Any], Awaitable[None]]:
+    async def init(conn: Any) -> None:
+        counted.attach(conn)
+
+    return init
+
+
+MODES: dict[str, Callable[[str, Counted], Awaitable[tuple[Acquire, Callable[[], Any]]]]] = {
+    "connection": make_connection,
+    "pool_docs": make_pool_docs,
+    "pool_plain": make_pool_plain,
+    "pool_noreset": make_pool_noreset,
+    "pool_generic": make_pool_generic,
+    "pool_producer": make_pool_producer,
+}
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+# The plans the last connection's backend made of the ingest statement: custom plans are
+# planned at every execution (the costly part of that statement), a generic plan once.
+PLANS = """
+SELECT sum(generic_plans) AS generic, sum(custom_plans) AS custom
+FROM pg_prepared_statements WHERE statement LIKE '%ingest.insert_new%'
+"""
+TABLES = (
+    "awooop_run_state",
+    "awooop_events",
+    "awooop_event_streams",
+    "awooop_channel_event_dedupe",
+)
+
+
+async def fresh_tables(owner: Any, url: str, prefill: int) -> None:
+    """Every measurement starts on the same tables: ``prefill`` runs (submitted in batches),
+    then fresh statistics, as a service's database has (the runs stay PENDING: no worker
+    takes them, and a statement's cost grows with them). On empty tables Postgres keeps a
+    generic plan of the ingest statement on every connection; with real statistics it may
+    not (``ingest_plans_last_connection``)."""
+    await owner.execute(f"TRUNCATE {', '.join(TABLES)}")
+    conn = await asyncpg.connect(url)
+    try:
+        for start in range(0, prefill, 1000):
+            batch = [
+                producer.ChannelEvent("api", f"prefill-{n}", {"n": n})
+                for n in range(start, min(prefill, start + 1000))
+            ]
+            async with conn.transaction():
+                await producer.set_tenant(conn, PROJECT)
+                await producer.submit_many(conn, PROJECT, batch)
+    finally:
+        await conn.close()
+    await owner.execute(f"ANALYZE {', '.join(TABLES)}")
+
+
+def cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the backend ended
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+async def backends(owner: Any, role: str) -> list[int]:
+    rows = await owner.fetch("SELECT pid FROM pg_stat_activity WHERE usename = $1", role)
+    return [r["pid"] for r in rows]
+
+
+async def measure(
+    mode: str, url: str, owner: Any, role: str, runs: int, warmup: int, prefill: int
+) -> dict[str, Any]:
+    counted = Counted()
+    acquire, close = await MODES[mode](url, counted)
+    settings = load_settings()
+    tag = uuid.uuid4().hex[:8]
+
+    async def series(count: int, start: int) -> None:
+        for n in range(start, start + count):
+            async with acquire() as conn, conn.transaction():
+                await producer.set_tenant(conn, PROJECT)
+                event = producer.ChannelEvent("api", f"{tag}-{n}", {"n": n})
+                await producer.submit(conn, PROJECT, event, settings=settings)
+
+    try:
+        await fresh_tables(owner, url, prefill)
+        await series(warmup, 0)
+        pids = await backends(owner, role)
+        counted.kinds.clear()
+        server_before, client_before = cpu_ticks(pids), time.process_time()
+        started = time.perf_counter()
+        await series(runs, warmup)
+        seconds = time.perf_counter() - started
+        client_s = time.process_time() - client_before
+        server_s = (cpu_ticks(pids) - server_before) / TICK
+        async with acquire() as conn:  # the connection that served last (asyncpg's pool: LIFO)
+            plans = await conn.fetchrow(PLANS)
+    finally:
+        await close()
+    return {
+        "runs_per_s": round(runs / seconds, 1),
+        "client_cpu_ms_per_run": round(client_s * 1000 / runs, 3),
+        "backend_cpu_ms_per_run": round(server_s * 1000 / runs, 3),
+        "stack_cpu_ms_per_run": round((client_s + server_s) * 1000 / runs, 3),
+        "statements_per_run": round(sum(counted.kinds.values()) / runs, 2),
+        "statements_by_kind": {k: round(v / runs, 2) for k, v in sorted(counted.kinds.items())},
+        "backends": len(pids),
+        "ingest_plans_last_connection": {k: int(v or 0) for k, v in plans.items()},
+    }
+
+
+FIGURES = (
+    "runs_per_s",
+    "client_cpu_ms_per_run",
+    "backend_cpu_ms_per_run",
+    "stack_cpu_ms_per_run",
+    "statements_per_run",
+)
+
+
+def summary(rounds: list[dict[str, dict[str, Any]]], modes: list[str]) -> dict[str, Any]:
+    medians = {
+        mode: {f: statistics.median(r[mode][f] for r in rounds) for f in FIGURES} for mode in modes
+    }
+    first = medians[modes[0]]
+    return {
+        "medians": medians,
+        f"ratio_to_{modes[0]}": {
+            mode: {f: round(m[f] / first[f], 3) if first[f] else None for f in FIGURES}
+            for mode, m in medians.items()
+        },
+    }
+
+
+async def main(
+    modes: list[str], runs: int, rounds: int, warmup: int, prefill: int
+) -> dict[str, Any]:
+    role = f"awooop_bench_{uuid.uuid4().hex[:10]}"
+    results: list[dict[str, dict[str, Any]]] = []
+    try:
+        async with Scratch("producer_pool") as scratch:
+            owner = await asyncpg.connect(scratch.url)
+            try:
+                await owner.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw-{role}'")
+                await tenants.grant(owner, role, [PROJECT])
+                host = scratch.url.split("@", 1)[1]
+                url = f"postgresql://{role}:pw-{role}@{host}"
+                for index in range(rounds):
+                    order = modes if index % 2 == 0 else list(reversed(modes))
+                    one: dict[str, dict[str, Any]] = {}
+                    for mode in order:
+                        one[mode] = await measure(mode, url, owner, role, runs, warmup, prefill)
+                        print(f"round {index + 1} {mode}: {one[mode]}", file=sys.stderr)
+                    results.append(one)
+            finally:
+                await owner.close()
+    finally:  # the scratch database is gone: nothing of the role is left
+        server = await asyncpg.connect(SERVER)
+        try:
+            await server.execute(f"DROP ROLE IF EXISTS {role}")
+        finally:
+            await server.close()
+    return {
+        "setup": {
+            "runs": runs,
+            "rounds": rounds,
+            "warmup": warmup,
+            "prefill": prefill,
+            "modes": modes,
+        },
+        "summary": summary(results, modes),
+        "rounds": results,
+    }
+
+
+def run() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", default="pool_docs,pool_producer,connection")
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--prefill", type=int, default=5000)
+    args = parser.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        raise SystemExit(f"unknown modes {sorted(unknown)}: choose from {sorted(MODES)}")
+    result = asyncio.run(main(modes, args.runs, args.rounds, args.warmup, args.prefill))
+    report(result, "producer-pool")
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,139 @@
+"""The pure parts of the agents benchmark (ops/bench/agents_stats.py): the shapes, the ideal
+wall time, the step overhead from the journal's calls, per-step figures, memory per run in
+flight, the targets and the profile's split. The benchmark itself is a manual run."""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+import pytest
+
+from tests.support.scripts import load_script
+
+
+@pytest.fixture(scope="module")
+def m() -> ModuleType:
+    return load_script("ops/bench/agents_stats.py", "agents_stats")
+
+
+def test_default_shapes_and_their_ideal_wall_time(m: ModuleType) -> None:
+    shapes = m.plan(None, {})
+    assert list(shapes) == ["a", "b"]
+    assert shapes["a"].ideal_s == 6.0  # 2,000 x 3 x 1 s / 1,000
+    assert shapes["b"].ideal_s == 12.0  # 10,000 x 3 x 2 s / 5,000
+    assert shapes["b"].delay_ms == 2000
+    assert m.plan("all", {"runs": None}) == shapes
+
+
+def test_flags_change_the_shapes_measured(m: ModuleType) -> None:
+    [custom] = m.plan(None, {"runs": 200, "concurrency": 100, "steps": 1, "call_s": 0.5}).values()
+    assert (custom.runs, custom.concurrency, custom.steps, custom.delay_ms) == (200, 100, 1, 500)
+    b = m.plan("b", {"workers": 4})["b"]
+    assert (b.runs, b.workers, b.per_worker) == (10_000, 4, 1_250)
+
+
+@pytest.mark.parametrize(
+    ("shape", "flags"),
+    [("c", {}), (None, {"runs": 0}), (None, {"call_s": -1.0}), ("a", {"workers": 3})],
+)
+def test_plan_refuses(m: ModuleType, shape: str | None, flags: dict[str, object]) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - each refusal is a ValueError
+        m.plan(shape, flags)
+
+
+def test_step_overhead_is_the_time_between_answers_less_the_call(m: ModuleType) -> None:
+    call = m.Call
+    calls = [  # run r: answers at 1.010 and 2.070 (1 s calls); run q: one call only
+        call("r", 1.040, 1.030),  # the second call, started 30 ms after the first answer
+        call("r", 0.0, 1.010),
+        call("q", 0.0, 1.002),
+    ]
+    gaps = m.step_overheads(calls, 1.0)
+    assert [round(v, 6) for v in gaps["overhead"]] == [60.0]  # (2.070 - 1.010 - 1) s
+    assert [round(v, 6) for v in gaps["between_calls"]] == [30.0]
+    assert [round(v, 6) for v in gaps["in_gateway"]] == [30.0]
+    assert sorted(round(v, 6) for v in gaps["gateway_extra"]) == [2.0, 10.0, 30.0]
+
+
+def test_run_edges_and_repeats(m: ModuleType) -> None:
+    calls = [m.Call("r", 10.1, 1.0), m.Call("r", 11.2, 1.0)]
+    edges = m.run_edges({"r": 10.0}, {"r": 10.04}, calls, {"r": 12.25})
+    assert [round(v, 6) for v in edges["to_first_call"]] == [100.0]
+    assert [round(v, 6) for v in edges["claim_to_handler"]] == [40.0]
+    assert [round(v, 6) for v in edges["handler_to_first_call"]] == [60.0]
+    assert [round(v, 6) for v in edges["after_last_answer"]] == [50.0]
+    twice = m.repeated({"a": 2, "b": 1}, {"b": 4, "c": 3}, {("c", "s0"): 2, ("b", "s0"): 1}, 3)
+    assert twice == {
+        "claimed_more_than_once": 1,
+        "more_model_calls_than_steps": 1,
+        "step_journaled_twice": 1,
+        "any": 3,
+    }
+
+
+def test_per_step_figures(m: ModuleType) -> None:
+    cpu = m.per_unit({"worker": 3.0, "relay": 0.5, "postgres_backends": 1.5, "redis": 9.0}, 1000, 2)
+    assert cpu["per_run_ms"]["runtime"] == 5.0  # redis is not the runtime's
+    assert cpu["per_step_ms"]["worker"] == 1.5
+    assert m.rss_per_in_flight_kb([1000, 2000], [9000, 1500], 100) == 80.0  # a shrink counts 0
+    assert m.xacts_per_step(1300, 10.0, 30.0, 500) == {"gross": 2.6, "net": 2.0}
+
+
+def test_spread_and_percentile(m: ModuleType) -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert m.spread(values) == {"count": 100, "p50_ms": 51.0, "p99_ms": 100.0, "max_ms": 100.0}
+    assert m.spread([])["p99_ms"] is None
+    assert math.isnan(m.percentile([], 0.5))
+
+
+def test_targets_are_judged_at_their_own_scale(m: ModuleType) -> None:
+    summary = {
+        "wall_to_ideal": 1.1,
+        "runtime_cpu_ms_per_step": 0.7,
+        "rss_kb_per_in_flight": 12.0,
+        "step_overhead_p99_ms": 25.0,
+    }
+    at_1000 = m.targets(summary, 1000)
+    assert at_1000["wall_to_ideal"]["met"] is None  # judged at 5,000 in flight
+    assert at_1000["runtime_cpu_ms_per_step"]["met"] is False
+    assert at_1000["rss_kb_per_in_flight"]["met"] is True
+    assert at_1000["step_overhead_p99_ms"]["met"] is False
+    assert m.targets(summary, 5000)["wall_to_ideal"]["met"] is True
+    assert m.targets(summary, 100)["step_overhead_p99_ms"]["met"] is None
+
+
+def test_postgres_roles_keep_the_benchmark_database_apart(m: ModuleType) -> None:
+    assert m.postgres_role("postgres: postgres agents_1 127.0.0.1(5) idle", "agents_1") == (
+        "postgres_backends"
+    )
+    assert m.postgres_role("postgres: postgres other 127.0.0.1(5) idle", "agents_1") == (
+        "postgres_backends_other"
+    )
+    assert m.postgres_role("postgres: autovacuum worker agents_1", "agents_1") == "postgres_other"
+
+
+def test_profile_split_scales_samples_to_the_measured_cpu(m: ModuleType) -> None:
+    loop = "<module> (awooop/cli.py:9);run (asyncio/runners.py:190)"
+    step = f"{loop};RunContext.step (awooop/worker/context.py:170)"
+    raw = "\n".join(
+        [
+            f"{step};Connection.execute (asyncpg/connection.py:318) 6",
+            f"{step};Connection.execute (asyncpg/connection.py:320) 2",
+            f"{loop};EpollSelector.select (selectors.py:464) 2",
+            "not a sample line",
+        ]
+    )
+    stacks = m.parse_raw(raw)
+    assert sum(stacks.values()) == 10
+    split = m.profile_split(stacks, 0.5)
+    assert split["samples"] == 10
+    assert split["by_runtime_module"][0] == {
+        "where": "awooop/worker/context.py",
+        "ms_per_step": 0.4,
+        "share": 0.8,
+    }
+    assert split["by_runtime_module"][1]["where"] == "outside the runtime"  # the loop's own
+    assert split["by_leaf"][0]["where"] == "asyncpg"
+    assert split["top_self"][0]["where"] == "Connection.execute (asyncpg/connection.py)"
+    assert m.profile_split({}, 1.0) == {"samples": 0}
