@@ -57,7 +57,7 @@ from awooop.ingest import ingest_write
 from awooop.ingest.common import ParsedEvent
 from awooop.runs import children, leases, run_rows, signals
 from awooop.worker.attempts import Attempt, trace_metadata
-from awooop.worker.durable_waits import Waiting
+from awooop.worker.durable_waits import AttemptWaits, Waiting
 
 __all__ = ("ChildHandle", "ChildResult", "ChildRuns", "ChildRunsMixin")
 
@@ -77,7 +77,7 @@ def check_input(value: Any, max_bytes: int) -> Any:
     return msgspec.json.decode(encoded)
 
 
-class ChildRuns:
+class ChildRuns(AttemptWaits):
     """The child runs of one attempt (module doc)."""
 
     def __init__(
@@ -90,11 +90,7 @@ class ChildRuns:
         io_timeout_s: float | None,
         settings: Settings | None,
     ) -> None:
-        self._db = db
-        self._attempt = attempt
-        self._entries = {k: v for k, v in steps.items() if isinstance(v, dict)}
-        self._use = use
-        self._io_timeout_s = io_timeout_s
+        super().__init__(db=db, attempt=attempt, steps=steps, use=use, io_timeout_s=io_timeout_s)
         self._settings = settings or Settings()
         self._waits = 0
 

@@ -50,8 +50,9 @@ def sleep_due(now: datetime, delay: timedelta | None, until: datetime | None) ->
     return now + delay
 
 
-class DurableWaits:
-    """The durable waits of one attempt (module doc)."""
+class AttemptWaits:
+    """What the waits of one attempt journal against: the run's recorded steps, the step names
+    used, the database (:class:`DurableWaits`, :class:`awooop.worker.child_runs.ChildRuns`)."""
 
     def __init__(
         self,
@@ -67,15 +68,18 @@ class DurableWaits:
         self._entries = {k: v for k, v in steps.items() if isinstance(v, dict)}
         self._use = use
         self._io_timeout_s = io_timeout_s
-        self._sleeps = 0
-        self._events: Counter[str] = Counter()
+        self._counts: Counter[str] = Counter()  # this attempt's waits so far, by kind and name
+
+
+class DurableWaits(AttemptWaits):
+    """The durable waits of one attempt (module doc)."""
 
     async def sleep(
         self, delay: timedelta | None, until: datetime | None, name: str | None
     ) -> None:
-        self._sleeps += 1
+        self._counts["sleep"] += 1
         step = SLEEP_STEP_PREFIX + (
-            str(self._sleeps) if name is None else signals.check_name(name, "sleep name")
+            str(self._counts["sleep"]) if name is None else signals.check_name(name, "sleep name")
         )
         self._use(step)
         now = self._now()
@@ -109,8 +113,8 @@ class DurableWaits:
         checked = signals.check_match(match)
         if time_out is not None and time_out.total_seconds() <= 0:
             raise InvalidInputError("a wait's timeout is a positive duration (or None)")
-        self._events[name] += 1
-        step = EVENT_STEP_PREFIX + (step_name or f"{name}:{self._events[name]}")
+        self._counts[f"event:{name}"] += 1
+        step = EVENT_STEP_PREFIX + (step_name or f"{name}:{self._counts[f'event:{name}']}")
         self._use(step)
         entry = self._entries.get(step)
         due_at: datetime | None = None
