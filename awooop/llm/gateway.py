@@ -39,7 +39,7 @@ from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec, run_loop
-from awooop.core.telemetry import extract, tracer
+from awooop.core.telemetry import child_span, extract, tracer
 from awooop.llm.client import ModelClient, ModelRequest, ModelResponse
 from awooop.llm.models import build_client
 from awooop.revisions.body import TOPOLOGY_KEY
@@ -225,7 +225,7 @@ class ModelGateway:
         started_at = datetime.now(UTC)
         started = time.perf_counter()
         request: ModelRequest | None = None
-        with tracer.start_as_current_span(
+        with child_span(
             "llm.complete",
             attributes={
                 "awooop.project_id": project_id,
@@ -268,7 +268,7 @@ class ModelGateway:
         slot.in_flight += 1
         started = time.perf_counter()
         try:
-            with tracer.start_as_current_span(
+            with child_span(
                 "llm.call",
                 attributes={"gen_ai.request.model": request.model, "llm.api": request.api},
             ):

@@ -56,7 +56,7 @@ from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableVal
 from awooop.core.events import Event, StepCompleted
 from awooop.core.logs import get_logger
 from awooop.core.storable import encoded_problem, unstorable
-from awooop.core.telemetry import tracer
+from awooop.core.telemetry import child_span
 from awooop.eventlog.state import RunState
 from awooop.llm.admission import Admit, FlowGate
 from awooop.llm.calls import called_event
@@ -191,7 +191,7 @@ class RunContext(ChildRunsMixin):
         **how: Unpack[policies.How],
     ) -> T:
         self._use(name)
-        with tracer.start_as_current_span(
+        with child_span(
             f"step {name}",
             attributes={
                 "awooop.run_id": str(self.run_id),
@@ -333,7 +333,7 @@ class RunContext(ChildRunsMixin):
         await self._tools.start(tool)  # the run is WAITING_TOOL: it holds no slot of its key
         try:
             with (
-                tracer.start_as_current_span(
+                child_span(
                     f"tool {tool}",
                     attributes={"awooop.run_id": str(self.run_id), "awooop.tool": tool},
                 ),
