@@ -12,7 +12,9 @@ the topology's or ``AWOOOP_LLM_DEFAULT_MODEL``'s model).
 
 ``call(...)`` is the same path, answering a :class:`ModelCall` (what routed the call, when it
 started, how long it took, and its result or its error) instead of raising: ``run.llm``
-records every call of a run from it (:mod:`awooop.llm.calls`).
+records every call of a run from it (:mod:`awooop.llm.calls`). Its ``also`` names other
+contracts confirmed in the same query (the run's ``agent`` contract, whose retry section
+:meth:`ModelGateway.contract_body` serves from this cache: :mod:`awooop.worker.contract_retry`).
 
 ``start()`` starts two loops of the loop framework: the notice reader (clears cache entries,
 drops the whole cache on a stream reset, rebuilds the model client on a topology notice) and
@@ -27,7 +29,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -196,6 +198,12 @@ class ModelGateway:
     ) -> EffectivePolicy:
         return await self.resolver.get_effective_policy(project_id, family, contract_id)
 
+    async def contract_body(self, project_id: str, family: str, contract_id: str) -> Any:
+        """The body of a contract's active revision from this gateway's cache, which notices,
+        re-validation and every model call naming the contract in ``also`` keep confirmed;
+        absent, read through the pointer check (one query) and kept."""
+        return (await self.resolver.get_cached_policy(project_id, family, contract_id)).body
+
     async def complete(
         self,
         project_id: str,
@@ -215,12 +223,14 @@ class ModelGateway:
         contract: tuple[str, str] = DEFAULT_CONTRACT,
         options: Mapping[str, Any] | None = None,
         admit: Callable[[ModelRequest], Awaitable[None]] | None = None,
+        also: Sequence[tuple[str, str]] = (),
     ) -> ModelCall:
         """:meth:`complete`, answering what happened instead of raising (an ``Exception`` of
         the pointer check, of ``admit`` or of the model is the call's ``error``; cancellation
         propagates). ``admit`` (flow control: :mod:`awooop.llm.admission`) sees the routed
         request before the model is called and may wait or refuse; the call's start and
-        duration are counted from when it returns."""
+        duration are counted from when it returns. ``also``: other contracts (family, id) of
+        the project whose pointers the same query confirms for this gateway's cache."""
         family, contract_id = contract
         started_at = datetime.now(UTC)
         started = time.perf_counter()
@@ -233,7 +243,9 @@ class ModelGateway:
             },
         ) as span:
             try:
-                policy = await self.resolver.get_effective_policy(project_id, family, contract_id)
+                policy, *_ = await self.resolver.get_effective_policies(
+                    project_id, [(family, contract_id), *also]
+                )
                 slot = self._slot
                 request = build_request(policy, prompt, options or {}, slot.default_model)
                 span.set_attribute("awooop.revision_id", str(policy.revision_id))
