@@ -80,7 +80,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with worker_process(services) as gateway:
+        async with worker_process(services, stop) as gateway:
             server = uvicorn.Server(server_config(create_app(services), settings, access_log=False))
             # uvicorn captures SIGTERM/SIGINT while it serves: it shuts the server down, the
             # "http" task ends, and _until_stopped_or_failed stops everything else.
