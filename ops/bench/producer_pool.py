@@ -18,6 +18,8 @@ server). Modes (:data:`MODES`):
   ingest sessions: one statement per run in its own transaction, no ``BEGIN``/``COMMIT`` of the
   caller's), logged in as the database's owner, as the runtime's processes are; the baseline
   the other modes are compared with (``--modes database,...`` puts it first);
+- ``pool_owner``: ``pool_producer`` logged in as the owner (as ``database``): what the
+  producer login's policies cost, apart from the transaction's statements;
 - one change at a time from ``pool_docs``, to tell where the cost goes: ``pool_plain``
   (``asyncpg.create_pool(url)``: no init, no codecs), ``pool_noreset`` (``init`` =
   ``producer.init_connection``, no reset query on release), ``pool_generic`` (the same init,
@@ -160,8 +162,8 @@ def counted_init(counted: Counted) -> Callable[[Any], Awaitable[None]]:
     return init
 
 
-# The modes whose client is the runtime's Database (the owner's login, not the producer's).
-AS_OWNER = {"database"}
+# The modes logged in as the database's owner (the runtime's login), not the producer's.
+AS_OWNER = {"database", "pool_owner"}
 
 
 async def make_database(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
@@ -182,6 +184,7 @@ async def make_database(url: str, counted: Counted) -> tuple[Acquire, Callable[[
 
 MODES: dict[str, Callable[[str, Counted], Awaitable[tuple[Acquire, Callable[[], Any]]]]] = {
     "database": make_database,
+    "pool_owner": make_pool_producer,
     "connection": make_connection,
     "pool_docs": make_pool_docs,
     "pool_plain": make_pool_plain,
@@ -269,7 +272,7 @@ async def measure(
     async def series(count: int, start: int) -> None:
         for n in range(start, start + count):
             event = producer.ChannelEvent("api", f"{tag}-{n}", {"n": n})
-            if as_owner:
+            if mode == "database":
                 await producer.submit(acquire.db, PROJECT, event, settings=settings)
                 continue
             async with acquire() as conn, conn.transaction():
@@ -278,7 +281,7 @@ async def measure(
 
     try:
         await fresh_tables(owner, url, prefill)
-        if as_owner:  # the sessions' one connection (sequential use), counted from here on
+        if mode == "database":  # the sessions' one connection (sequential use), counted now on
             async with acquire():
                 pass
         await series(warmup, 0)
