@@ -98,6 +98,9 @@ class Services:
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     # The process's row in awooop_processes and its schema re-check (long-running processes).
     watch: SchemaWatch | None = None
+    # Set when the process starts to stop: long-lived responses (output streams) end at once,
+    # so that a graceful shutdown does not wait its whole grace for readers who never leave.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
     async def open(
