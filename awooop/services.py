@@ -7,7 +7,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import redis.asyncio as aioredis
 
@@ -21,6 +21,7 @@ from awooop.core.schema_watch import SchemaWatch
 from awooop.streams.keys import Keys
 
 log = get_logger(__name__)
+T = TypeVar("T")
 # How long a starting process waits for the database before it gives up (E-DB-001, exit 1).
 DATABASE_WAIT_S = 60.0
 
@@ -44,6 +45,48 @@ def redis_client(url: str, socket_timeout_s: float | None = None) -> Any:
     )
 
 
+@overload
+async def when_reachable(
+    step: Callable[[], Awaitable[T]], *, stop: None = ..., wait_s: float = ...
+) -> T: ...
+
+
+@overload
+async def when_reachable(
+    step: Callable[[], Awaitable[T]], *, stop: asyncio.Event, wait_s: float = ...
+) -> T | None: ...
+
+
+async def when_reachable(
+    step: Callable[[], Awaitable[T]],
+    *,
+    stop: asyncio.Event | None = None,
+    wait_s: float = DATABASE_WAIT_S,
+) -> T | None:
+    """``step`` (a starting process's use of the database), tried again with backoff up to
+    ``wait_s`` while the database is away in any form (E-DB-001: refused, reset, no free
+    connection slot, starting or shutting down), then its error. None when ``stop`` is set
+    meanwhile. Every step between a process's start and its first unit of work goes through
+    here: a server that is full for a moment must not end a process that only starts."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.5
+    while True:
+        try:
+            return await step()
+        except DatabaseUnavailableError as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("waiting_for_database", error=str(exc), retry_in_s=delay)
+        if stop is None:
+            await asyncio.sleep(delay)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            if stop.is_set():
+                return None
+        delay = min(delay * 2, 5.0)
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -55,6 +98,9 @@ class Services:
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     # The process's row in awooop_processes and its schema re-check (long-running processes).
     watch: SchemaWatch | None = None
+    # Set when the process starts to stop: long-lived responses (output streams) end at once,
+    # so that a graceful shutdown does not wait its whole grace for readers who never leave.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
     async def open(
@@ -123,26 +169,14 @@ class Services:
         With ``kind`` (the process's command), the process registers in the fleet and keeps
         checking the schema while it runs (:class:`awooop.core.schema_watch.SchemaWatch`); a
         worker process records there what it ``serves`` (its routes and handler version)."""
-        deadline = time.monotonic() + wait_s
-        delay = 0.5
-        while True:
-            try:
-                services = await cls._open_on_runnable_schema(settings, db_pool_size, db_run_min)
-                if kind is not None:
-                    await services.watch_schema(kind, serves)
-                return services
-            except DatabaseUnavailableError as exc:
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning("waiting_for_database", error=str(exc), retry_in_s=delay)
-            if stop is None:
-                await asyncio.sleep(delay)
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
-                if stop.is_set():
-                    return None
-            delay = min(delay * 2, 5.0)
+
+        async def opened() -> Services:
+            services = await cls._open_on_runnable_schema(settings, db_pool_size, db_run_min)
+            if kind is not None:
+                await services.watch_schema(kind, serves)
+            return services
+
+        return await when_reachable(opened, stop=stop, wait_s=wait_s)
 
     @classmethod
     async def _open_on_runnable_schema(

@@ -4,6 +4,9 @@
                             --input JSON [--catch-up latest|all|skip] [--catch-up-window 1h]
                             [--overlap skip|allow|cancel_previous] [--jitter 30s] [--json]
     awooop schedules list [--project P] [--json] [--wide]
+    awooop schedules update PROJECT SCHEDULE_ID [--cron ...] [--timezone ...] [--contract ...]
+                            [--input JSON] [--catch-up ...] [--catch-up-window ...]
+                            [--overlap ...] [--jitter ...] [--json]
     awooop schedules show|pause|resume|delete PROJECT SCHEDULE_ID [--json]
 
 ``create`` checks everything before it writes (a bad cron E-SCHEDULE-001, an unknown time
@@ -13,7 +16,9 @@ next fire time. The ``schedules`` loop (``awooop loops run``, ``awooop up``) sta
 fire time through intake, with the key ``schedule:{id}:{fire time}``. ``show`` prints the
 schedule and its next five fire times in its time zone; ``pause`` stops its fires, ``resume``
 starts them again from the next fire time after now (nothing of the paused time is caught
-up); ``delete`` drops it (its runs stay). Who acted is recorded as ``cli:<OS user>``.
+up); ``update`` changes what it is given and keeps the rest (its id, counters and pause too;
+checked like ``create``; when it fires at other times, from its first fire time after now);
+``delete`` drops it (its runs stay). Who acted is recorded as ``cli:<OS user>``.
 """
 
 from __future__ import annotations
@@ -63,6 +68,23 @@ def register(subparsers: Any) -> None:
     create.add_argument("--jitter", default="0", help="a delay per fire time in [0, J), e.g. 30s")
     create.add_argument("--json", action="store_true", help="the schedule as JSON")
     create.set_defaults(run=create_schedule)
+
+    change = sub.add_parser("update", help="change a schedule in place")
+    change.add_argument("project", metavar="PROJECT", help="the project")
+    change.add_argument("schedule_id", metavar="SCHEDULE_ID", help="the schedule's id")
+    for flag, what in (
+        ("--cron", "five fields"),
+        ("--timezone", "an IANA time zone"),
+        ("--contract", "the runs' agent contract"),
+        ("--input", "the runs' input, as JSON"),
+        ("--catch-up", "latest, all or skip"),
+        ("--catch-up-window", "how far back a catch-up reaches"),
+        ("--overlap", "skip, allow or cancel_previous"),
+        ("--jitter", "a delay per fire time in [0, J)"),
+    ):
+        change.add_argument(flag, default=None, help=what)
+    change.add_argument("--json", action="store_true", help="the schedule as JSON")
+    change.set_defaults(run=update_schedule)
 
     listing = sub.add_parser("list", help="the schedules, by project")
     listing.add_argument("--project", default=None, help="only this project's")
@@ -121,6 +143,30 @@ async def create_schedule(settings: Settings, args: argparse.Namespace) -> int:
         ),
     )
     return answer(args, store.view(made), describe(made))
+
+
+async def update_schedule(settings: Settings, args: argparse.Namespace) -> int:
+    project_id = check_project_id(args.project)
+    schedule_id = store.parse_schedule_id(args.schedule_id)
+    changes: dict[str, object] = {
+        name: getattr(args, name) for name in store.CHANGEABLE if getattr(args, name) is not None
+    }
+    if "input" in changes:
+        changes["input"] = _input(str(changes["input"]))
+    changed = await in_project(
+        settings,
+        project_id,
+        lambda conn: store.update(
+            conn,
+            project_id,
+            schedule_id,
+            changes,
+            actor=cli_actor(),
+            now=datetime.now(UTC),
+            min_interval_s=settings.schedule_min_interval_s,
+        ),
+    )
+    return answer(args, store.view(changed, UPCOMING), describe(changed))
 
 
 async def list_schedules(settings: Settings, args: argparse.Namespace) -> int:

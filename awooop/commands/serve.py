@@ -70,11 +70,9 @@ async def serve_one(
     settings: Settings, host: str, port: int, reuse_port: bool, access_log: bool
 ) -> int:
     # Imported here, not at the top: every `awooop` command imports this module to register.
-    import uvicorn
-
     from awooop.core.telemetry import configure_tracing, shutdown_tracing
     from awooop.http.app import create_app
-    from awooop.http.server import server_config
+    from awooop.http.server import StoppingServer, server_config
     from awooop.services import Services
 
     configure_tracing(SERVICE_NAME)
@@ -89,7 +87,7 @@ async def serve_one(
             access_log=access_log,
             timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
         )
-        server = uvicorn.Server(config)
+        server = StoppingServer(config, services.stopping)
         settle_heap()
         sock = listen_socket(host, port, reuse_port)
         # uvicorn re-raises the signal that stopped it once it has shut down; with these

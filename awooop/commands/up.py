@@ -57,10 +57,8 @@ def register(subparsers: Any) -> None:
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    import uvicorn
-
     from awooop.http.app import create_app
-    from awooop.http.server import server_config
+    from awooop.http.server import StoppingServer, server_config
 
     handler = load_callable(args.handler)
     routes = versioned(ALL, handler, settings)  # every run, at the handler's version
@@ -80,8 +78,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with worker_process(services) as gateway:
-            server = uvicorn.Server(server_config(create_app(services), settings, access_log=False))
+        async with worker_process(services, stop) as gateway:
+            config = server_config(create_app(services), settings, access_log=False)
+            server = StoppingServer(config, services.stopping)
             # uvicorn captures SIGTERM/SIGINT while it serves: it shuts the server down, the
             # "http" task ends, and _until_stopped_or_failed stops everything else.
             port = settings.http_port if args.port is None else args.port

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
 import inspect
 import os
@@ -39,7 +40,7 @@ from awooop.core.telemetry import start_observability
 from awooop.loops.registry import all_loops
 from awooop.runs import leases
 from awooop.runs.routing import routes_of
-from awooop.services import Services
+from awooop.services import Services, when_reachable
 from awooop.worker.assembly import build_worker, worker_process
 from awooop.worker.handler_version import version_of
 from awooop.worker.last_writes import FLUSHES_PER_PROJECT
@@ -179,8 +180,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     observability = start_observability("awooop-worker", settings.metrics_port)
     try:
         # ... and prepare the statements each of them will run (the first second's slow claims).
-        await leases.RunStatements(services.db).prepare(flushes)
-        async with worker_process(services) as gateway:
+        statements = leases.RunStatements(services.db)
+        await when_reachable(functools.partial(statements.prepare, flushes), stop=stop)
+        async with worker_process(services, stop) as gateway:
             parts = build_worker(
                 db=services.db,
                 settings=settings,

@@ -85,7 +85,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     timer_batch_size: int = 500
     signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES
     signals_per_run_max: int = SIGNALS_PER_RUN_MAX
-    # How long undelivered signals of a finished run are kept (the dedupe_expiry loop).
+    # How long the signals of a finished run are kept (the dedupe_expiry loop).
     signal_retention_s: float = 7 * 86400.0
     # Child runs (docs/workers.md): how many unfinished children one run may have at once.
     children_pending_max: int = 1000

@@ -57,7 +57,6 @@ from awooop.core.loop_sampling import KeepFailedLoops, LoopSampler, loop_ratio_f
 tracer = trace.get_tracer("awooop")
 _propagator = TraceContextTextMapPropagator()
 _configured: TracerProvider | None = None
-_exporting = False  # whether the installed provider sends spans anywhere
 
 INSTANCE_ID = str(uuid.uuid4())  # service.instance.id: this process start
 
@@ -69,8 +68,9 @@ class _QuietTracer(trace.Tracer):
     fraction of a recorded span's cost (attributes, limits, processor calls on every span of
     every run)."""
 
-    def __init__(self, recording: trace.Tracer, provider: TracerProvider) -> None:
+    def __init__(self, recording: trace.Tracer, provider: _Provider) -> None:
         self._recording = recording
+        self._provider = provider
         self._sampler = provider.sampler
         self._ids = provider.id_generator
 
@@ -85,7 +85,7 @@ class _QuietTracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace.Span:
-        if _exporting:
+        if self._provider.exports:
             return self._recording.start_span(
                 name,
                 context,
@@ -152,7 +152,14 @@ class _QuietTracer(trace.Tracer):
 
 
 class _Provider(TracerProvider):
-    """The SDK provider whose tracers are quiet while nothing exports (:class:`_QuietTracer`)."""
+    """The SDK provider whose tracers are quiet while nothing exports (:class:`_QuietTracer`):
+    it exports from the first span processor added (an OTLP exporter, a test's in-memory one)."""
+
+    exports = False
+
+    def add_span_processor(self, span_processor: SpanProcessor) -> None:
+        super().add_span_processor(span_processor)
+        self.exports = True
 
     def get_tracer(
         self,
@@ -219,8 +226,7 @@ def configure_tracing(
 ) -> TracerProvider:
     """Install the SDK tracer provider once per process; later calls return the first one
     (adding ``extra_processors`` to it)."""
-    global _configured, _exporting  # one provider per process, as the OTel API demands
-    _exporting = _exporting or bool(extra_processors) or _otlp_configured()
+    global _configured  # one provider per process, as the OTel API demands
     if _configured is not None:
         for processor in extra_processors or []:
             _configured.add_span_processor(KeepFailedLoops(processor))
@@ -234,7 +240,7 @@ def configure_tracing(
 def exporting() -> bool:
     """Whether spans leave this process (an OTLP endpoint or an added processor): spans made
     only for a trace view, many per batch, are skipped when nobody would see them."""
-    return _exporting
+    return isinstance(_configured, _Provider) and _configured.exports
 
 
 _NO_SPAN: AbstractContextManager[trace.Span] = contextlib.nullcontext(trace.INVALID_SPAN)

@@ -21,6 +21,8 @@
 - **Waiting**: between reads a stream waits for the bell
   (:class:`awooop.runs.output_bell.OutputBell`: one ``LISTEN`` connection for the process) or
   at most ``AWOOOP_OUTPUT_POLL_S``.
+- **Shutdown**: when the server starts to stop (``Services.stopping``), every stream ends at
+  its next wait; its client resumes on another server with ``Last-Event-ID``.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ class OutputReaders:
         self.bell = OutputBell(settings.database_url)
         self.reads = asyncio.Semaphore(max(1, settings.http_db_pool_size // 2))
         self.bound_s = settings.http_statement_timeout_s
+        self.stopping = services.stopping
 
     async def read(self, project_id: str, run_id: uuid.UUID, after: int, limit: int) -> Page | None:
         """One page of the run's log after ``after`` (None: no such run of the project)."""
@@ -194,6 +197,18 @@ class Stream:
             self._watch.close()
             self.readers.slots.give_back(self.project_id)
 
+    async def _pause(self, timeout_s: float) -> None:
+        """Until the bell rings for the run, the server starts to stop, or ``timeout_s``."""
+        waits = [
+            asyncio.ensure_future(self.rung.wait()),
+            asyncio.ensure_future(self.readers.stopping.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
     async def events(self) -> AsyncIterator[bytes]:
         settings = self.readers.settings
         deadline = time.monotonic() + settings.output_stream_max_s
@@ -210,8 +225,9 @@ class Stream:
             if left <= 0:
                 return  # the client resumes with Last-Event-ID
             if not page.more:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.rung.wait(), min(settings.output_poll_s, left))
+                await self._pause(min(settings.output_poll_s, left))
+            if self.readers.stopping.is_set():
+                return  # the server stops: the client resumes elsewhere with Last-Event-ID
             if time.monotonic() - quiet_since >= KEEPALIVE_S:
                 yield sse.comment("keep-alive")
                 quiet_since = time.monotonic()

@@ -41,6 +41,7 @@ subclass whose tests (tests/integration/test_http_edge.py) pin the uvicorn inter
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import httptools
@@ -209,6 +210,20 @@ def protocol_class(settings: Settings) -> type[EdgeProtocol]:
             "body_timeout_s": settings.http_body_timeout_s,
         },
     )
+
+
+class StoppingServer(uvicorn.Server):
+    """uvicorn's server that sets ``stopping`` as its shutdown begins (before it waits for
+    open connections): an output stream then ends, and its client resumes on another server
+    with ``Last-Event-ID``, instead of holding the shutdown for its whole grace."""
+
+    def __init__(self, config: uvicorn.Config, stopping: asyncio.Event) -> None:
+        super().__init__(config)
+        self.stopping = stopping
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.stopping.set()
+        await super().shutdown(sockets)
 
 
 def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:

@@ -12,7 +12,7 @@ The same loop keeps the model-call flow tables bounded: each iteration then dele
 batches, the reservations of calls finished and the waits ended longer than
 ``AWOOOP_LLM_FLOW_RETENTION_S`` ago (:mod:`awooop.llm.flow_retention`), the runs' streamed
 output written longer than ``AWOOOP_OUTPUT_RETENTION_S`` ago
-(:func:`awooop.runs.output_log.expire_once`), and the undelivered signals of runs that
+(:func:`awooop.runs.output_log.expire_once`), and the signals of runs that
 finished longer than ``AWOOOP_SIGNAL_RETENTION_S`` ago (:mod:`awooop.runs.signal_retention`).
 
 Correctness never depends on this loop: the ingest statement already treats a row past
@@ -66,6 +66,6 @@ def loops(services: Services) -> list[LoopSpec]:
             body=body,
             description="create the dedupe table's windows ahead; drop expired ones (R-04); "
             "delete finished model-call reservations and waits, run output, and finished "
-            "runs' undelivered signals, past their retention",
+            "runs' signals, past their retention",
         )
     ]

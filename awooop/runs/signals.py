@@ -323,6 +323,12 @@ async def take_or_wait(
         else None
     )
     if signal is not None:
+        # The step's event is the taken signal's record once the retention deletes its row.
+        taken = {
+            "signal_id": str(signal["signal_id"]),
+            "key": signal["signal_key"],
+            "sent_by": signal["sent_by"],
+        }
         await fenced_record(
             conn,
             run_id,
@@ -331,7 +337,7 @@ async def take_or_wait(
             lambda _s, at: StepCompleted(
                 at=at, worker_id=worker_id, attempt=attempt, step=step, result=signal["payload"]
             ),
-            metadata,
+            {**(metadata or {}), "signal": taken},
         )
         await conn.execute(MARK_DELIVERED, signal["signal_id"], now, step)
         return True, signal["payload"]

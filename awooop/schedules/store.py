@@ -1,5 +1,5 @@
 """A project's schedules in Postgres (``awooop_schedules``, migration 0142): create, read,
-list, pause, resume, delete.
+list, update, pause, resume, delete.
 
 Each function runs on the caller's connection: a tenant transaction of the project (row-level
 security: a project sees and changes only its own schedules) or, for listings across
@@ -9,20 +9,23 @@ projects, the platform role. The definition is checked before anything is writte
 advisory lock so that creates at once cannot pass the bound together.
 
 A schedule's first fire time is the first after its creation; a resumed schedule's the first
-after the resume: nothing fires for the time a schedule was paused. The moments come from the
-caller (``now``), so that the loop's clock and a test's simulated one are the same clock.
+after the resume: nothing fires for the time a schedule was paused. An update that changes
+when it fires (cron, time zone, jitter) moves it to the first fire time after the update. The
+moments come from the caller (``now``), so that the loop's clock and a test's simulated one
+are the same clock.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from awooop.core.db import Connection
-from awooop.core.errors import ScheduleLimitError, ScheduleNotFoundError
+from awooop.core.errors import InvalidInputError, ScheduleLimitError, ScheduleNotFoundError
 from awooop.core.logs import get_logger
 from awooop.eventlog import queries
 from awooop.runs.pause_rules import MAX_ACTOR, check_text
@@ -40,6 +43,18 @@ LIST = queries.load("schedule_list")
 PAUSE = queries.load("schedule_pause")
 RESUME = queries.load("schedule_resume")
 DELETE = queries.load("schedule_delete")
+UPDATE = queries.load("schedule_update")
+# What an update may change, by the names the routes and the command line use.
+CHANGEABLE = (
+    "cron",
+    "timezone",
+    "contract",
+    "input",
+    "catch_up",
+    "catch_up_window",
+    "overlap",
+    "jitter",
+)
 
 
 class Schedule(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,6 +107,51 @@ def first_fire(
     jitter)."""
     moment = cron.next_fire(spec, timezone, after)
     return moment, moment + rules.jitter_delay(schedule_id, moment, jitter_s)
+
+
+def amended(current: Schedule, changes: Mapping[str, object], min_interval_s: int) -> Definition:
+    """Pure: ``current``'s definition with ``changes`` (names of :data:`CHANGEABLE`) applied,
+    every part checked again as at creation (E-SCHEDULE-001..003, E-INPUT-001); no change at
+    all is E-INPUT-001."""
+    unknown = sorted(set(changes) - set(CHANGEABLE))
+    if unknown:
+        raise InvalidInputError(
+            f"a schedule has no setting {unknown[0]!r}: {', '.join(CHANGEABLE)}"
+        )
+    if not changes:
+        raise InvalidInputError(f"nothing to change: give at least one of {', '.join(CHANGEABLE)}")
+    given: dict[str, Any] = {
+        "cron": current.cron,
+        "timezone": current.timezone,
+        "contract": current.contract_id,
+        "input": current.input,
+        "catch_up": current.catch_up,
+        "catch_up_window": current.catch_up_window_s,
+        "overlap": current.overlap,
+        "jitter": current.jitter_s,
+        **changes,
+    }
+    return rules.define(
+        cron_text=given["cron"],
+        timezone=given["timezone"],
+        contract_id=given["contract"],
+        input=given["input"],
+        catch_up=given["catch_up"],
+        catch_up_window=given["catch_up_window"],
+        overlap=given["overlap"],
+        jitter=given["jitter"],
+        min_interval_s=min_interval_s,
+    )
+
+
+def moves(current: Schedule, definition: Definition) -> bool:
+    """Pure: whether ``definition`` fires at other times than ``current`` (its next fire time
+    is then computed again)."""
+    return (definition.cron, definition.timezone, definition.jitter_s) != (
+        current.cron,
+        current.timezone,
+        current.jitter_s,
+    )
 
 
 # --- I/O -------------------------------------------------------------------------------------
@@ -202,6 +262,53 @@ async def resume(
         actor=actor,
     )
     return resumed
+
+
+async def update(
+    conn: Connection,
+    project_id: str,
+    schedule_id: uuid.UUID,
+    changes: Mapping[str, object],
+    *,
+    actor: str,
+    now: datetime,
+    min_interval_s: int,
+) -> Schedule:
+    """Change a schedule in place (its id, counters, last run and pause stay). When it fires
+    at other times, its next fire time is the first after ``now``; a paused one stays paused.
+    Bad input raises before anything is written; E-SCHEDULE-004 when there is no such
+    schedule."""
+    check_text("actor", actor, MAX_ACTOR, empty=False)
+    current = await get(conn, project_id, schedule_id)
+    d = amended(current, changes, min_interval_s)
+    moment, due = current.next_fire_at, current.due_at
+    if moves(current, d):
+        moment, due = first_fire(schedule_id, d.cron, d.timezone, d.jitter_s, now)
+    row = await conn.fetchrow(
+        UPDATE,
+        project_id,
+        schedule_id,
+        d.cron,
+        d.timezone,
+        d.contract_id,
+        d.input,
+        d.catch_up.value,
+        d.catch_up_window_s,
+        d.overlap.value,
+        d.jitter_s,
+        moment,
+        due,
+    )
+    updated = _found(row, project_id, schedule_id)
+    log.info(
+        "schedule_updated",
+        project_id=project_id,
+        schedule_id=str(schedule_id),
+        changed=sorted(changes),
+        next_fire_at=moment.isoformat(),
+        actor=actor,
+    )
+    return updated
 
 
 async def delete(

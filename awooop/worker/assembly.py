@@ -23,7 +23,7 @@ from awooop.core.loop_heartbeats import DatabaseHeartbeats, project_source
 from awooop.core.loops import LoopSpec, run_loop, run_loops, set_heartbeat_sink
 from awooop.llm.gateway import ModelGateway
 from awooop.runs.routing import ALL, Routes
-from awooop.services import Services
+from awooop.services import Services, when_reachable
 from awooop.streams.keys import Keys
 from awooop.worker.context import LLMClient, Notifier
 from awooop.worker.executor import Handler
@@ -102,13 +102,16 @@ def build_worker(
 
 
 @asynccontextmanager
-async def worker_process(services: Services) -> AsyncIterator[ModelGateway]:
+async def worker_process(
+    services: Services, stop: asyncio.Event | None = None
+) -> AsyncIterator[ModelGateway]:
     """The process-wide parts of a worker process: loop heartbeats in Postgres and the model
-    gateway, started; both undone on exit (the previous heartbeat sink comes back)."""
+    gateway, started (waiting while the database is away or full, until ``stop``); both undone
+    on exit (the previous heartbeat sink comes back)."""
     previous_sink = set_heartbeat_sink(DatabaseHeartbeats(services.db))
     gateway = ModelGateway(services)
     try:
-        await gateway.start()
+        await when_reachable(gateway.start, stop=stop)
         yield gateway
     finally:
         await gateway.close()

@@ -73,7 +73,9 @@ class Executor:
         self.slots = SlotBell()  # a keyed attempt here freed a slot (tool_waits.py)
         self.drained.set()
         self.finished: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
-        self.last_writes = LastWrites(db=db, worker_id=worker_id)
+        self.last_writes = LastWrites(
+            db=db, worker_id=worker_id, result_max_bytes=settings.step_result_max_bytes
+        )
         # The group commits, read by tests and the runtime's metrics.
         self.writes = self.last_writes.writes
         self.completions = self.last_writes.completions

@@ -27,12 +27,11 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-import msgspec
-
 from awooop.core import metrics
 from awooop.core.batching import Batcher, data_error
+from awooop.core.config import STEP_RESULT_MAX_BYTES
 from awooop.core.db import Database
-from awooop.core.errors import LeaseLostError, UnstorableValueError
+from awooop.core.errors import AwoooPError, LeaseLostError, UnstorableValueError
 from awooop.core.events import Event, LeaseReleased, RunCompleted, RunFailed
 from awooop.core.excerpts import failure_traceback
 from awooop.core.logs import get_logger
@@ -42,6 +41,7 @@ from awooop.eventlog.state import RunState
 from awooop.runs import leases
 from awooop.worker.attempts import Attempt, trace_metadata
 from awooop.worker.outcomes import Outcome, failure_of
+from awooop.worker.step_values import journal
 
 log = get_logger("awooop.worker")
 # Group-commit flushes of one project that may run at once (claims, and fenced writes): one at
@@ -59,9 +59,14 @@ class LastWrites:
     """Fenced writes of this process's attempts, batched per project; each last-write method
     returns the outcome to count."""
 
-    def __init__(self, *, db: Database, worker_id: str) -> None:
+    def __init__(
+        self, *, db: Database, worker_id: str, result_max_bytes: int = STEP_RESULT_MAX_BYTES
+    ) -> None:
         self.statements = leases.RunStatements(db)
         self.worker_id = worker_id
+        # A run's result is bounded as a step's is (AWOOOP_STEP_RESULT_MAX_BYTES): it is one
+        # event, read by every replay and projector and fanned out to the streams.
+        self.result_max_bytes = result_max_bytes
         self.writes: Batcher[str, leases.FencedWrite, RunState] = Batcher(
             self._flush_writes, parallel=FLUSHES_PER_PROJECT
         )
@@ -145,8 +150,8 @@ class LastWrites:
     async def complete(self, attempt: Attempt, result: object) -> Outcome:
         attempt.finishing = True
         try:
-            encoded = msgspec.to_builtins(result)
-        except (TypeError, ValueError) as exc:
+            encoded, _ = journal("the run's result", result, None, self.result_max_bytes)
+        except AwoooPError as exc:  # not storable as JSON, or too large: nothing recorded
             return await self.fail(attempt, exc)
         if attempt.parent_run_id is not None:  # a child: its parent's wait is decided with it
             return await self._last_write(

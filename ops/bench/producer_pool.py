@@ -2,7 +2,7 @@
 connection; an interleaved A/B of the ways to make the pool.
 
     .venv/bin/python ops/bench/producer_pool.py [--runs 2000] [--rounds 5] [--prefill 5000]
-                                               [--modes pool_docs,pool_producer,connection,...]
+                                    [--modes database,pool_producer,connection,pool_docs,...]
 
 ONE client submits one run per transaction, sequentially, as a producer service does:
 ``BEGIN``, :func:`awooop.producer.set_tenant`, :func:`awooop.producer.submit`, ``COMMIT``,
@@ -10,10 +10,16 @@ logged in as a producer login of its own bound to the project (``awooop tenants 
 a scratch database (migrated, dropped at the end) of AWOOOP_BENCH_PG_URL (default: the local
 server). Modes (:data:`MODES`):
 
-- ``pool_docs``: ``asyncpg.create_pool(url, init=awooop.core.pools.init_connection)`` (what
-  the docs said before ``producer.create_pool``), a connection acquired per transaction;
+- ``pool_docs``: ``asyncpg.create_pool(url, init=awooop.core.pools.init_connection)`` (the
+  runtime's own connection setup), a connection acquired per transaction;
 - ``pool_producer``: ``awooop.producer.create_pool(url)`` (the way the docs give now);
 - ``connection``: one ``asyncpg.connect`` (with ``producer.init_connection``), all runs on it;
+- ``database``: ``awooop.producer.submit(db, ...)`` on the runtime's ``Database`` (its
+  ingest sessions: one statement per run in its own transaction, no ``BEGIN``/``COMMIT`` of the
+  caller's), logged in as the database's owner, as the runtime's processes are; the baseline
+  the other modes are compared with (``--modes database,...`` puts it first);
+- ``pool_owner``: ``pool_producer`` logged in as the owner (as ``database``): what the
+  producer login's policies cost, apart from the transaction's statements;
 - one change at a time from ``pool_docs``, to tell where the cost goes: ``pool_plain``
   (``asyncpg.create_pool(url)``: no init, no codecs), ``pool_noreset`` (``init`` =
   ``producer.init_connection``, no reset query on release), ``pool_generic`` (the same init,
@@ -57,6 +63,7 @@ from scratch import SERVER, Scratch, report  # noqa: E402
 from awooop import producer  # noqa: E402
 from awooop.core import pools  # noqa: E402
 from awooop.core.config import load_settings  # noqa: E402
+from awooop.core.db import Database  # noqa: E402
 from awooop.ingest import tenants  # noqa: E402
 
 PROJECT = "bench"
@@ -155,7 +162,29 @@ def counted_init(counted: Counted) -> Callable[[Any], Awaitable[None]]:
     return init
 
 
+# The modes logged in as the database's owner (the runtime's login), not the producer's.
+AS_OWNER = {"database", "pool_owner"}
+
+
+async def make_database(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
+    db = await Database.open(url, max_size=2)
+    seen: set[int] = set()  # the backends whose connection has the logger
+
+    @asynccontextmanager
+    async def acquire() -> AsyncIterator[Any]:
+        async with db.sessions.session(PROJECT) as conn:
+            if conn.get_server_pid() not in seen:
+                seen.add(conn.get_server_pid())
+                counted.attach(conn)
+            yield conn
+
+    acquire.db = db  # type: ignore[attr-defined]
+    return acquire, db.close
+
+
 MODES: dict[str, Callable[[str, Counted], Awaitable[tuple[Acquire, Callable[[], Any]]]]] = {
+    "database": make_database,
+    "pool_owner": make_pool_producer,
     "connection": make_connection,
     "pool_docs": make_pool_docs,
     "pool_plain": make_pool_plain,
@@ -214,30 +243,49 @@ def cpu_ticks(pids: list[int]) -> int:
     return total
 
 
-async def backends(owner: Any, role: str) -> list[int]:
-    rows = await owner.fetch("SELECT pid FROM pg_stat_activity WHERE usename = $1", role)
+async def backends(owner: Any, role: str | None) -> list[int]:
+    """The pids of ``role``'s backends (None: the owner's, but for ``owner`` itself)."""
+    rows = await owner.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE usename = coalesce($1, current_user) "
+        "AND datname = current_database() AND pid <> pg_backend_pid()",
+        role,
+    )
     return [r["pid"] for r in rows]
 
 
 async def measure(
-    mode: str, url: str, owner: Any, role: str, runs: int, warmup: int, prefill: int
+    mode: str,
+    url: str,
+    owner_url: str,
+    owner: Any,
+    role: str,
+    runs: int,
+    warmup: int,
+    prefill: int,
 ) -> dict[str, Any]:
     counted = Counted()
-    acquire, close = await MODES[mode](url, counted)
+    as_owner = mode in AS_OWNER
+    acquire, close = await MODES[mode](owner_url if as_owner else url, counted)
     settings = load_settings()
     tag = uuid.uuid4().hex[:8]
 
     async def series(count: int, start: int) -> None:
         for n in range(start, start + count):
+            event = producer.ChannelEvent("api", f"{tag}-{n}", {"n": n})
+            if mode == "database":
+                await producer.submit(acquire.db, PROJECT, event, settings=settings)
+                continue
             async with acquire() as conn, conn.transaction():
                 await producer.set_tenant(conn, PROJECT)
-                event = producer.ChannelEvent("api", f"{tag}-{n}", {"n": n})
                 await producer.submit(conn, PROJECT, event, settings=settings)
 
     try:
         await fresh_tables(owner, url, prefill)
+        if mode == "database":  # the sessions' one connection (sequential use), counted now on
+            async with acquire():
+                pass
         await series(warmup, 0)
-        pids = await backends(owner, role)
+        pids = await backends(owner, None if as_owner else role)
         counted.kinds.clear()
         server_before, client_before = cpu_ticks(pids), time.process_time()
         started = time.perf_counter()
@@ -301,7 +349,9 @@ async def main(
                     order = modes if index % 2 == 0 else list(reversed(modes))
                     one: dict[str, dict[str, Any]] = {}
                     for mode in order:
-                        one[mode] = await measure(mode, url, owner, role, runs, warmup, prefill)
+                        one[mode] = await measure(
+                            mode, url, scratch.url, owner, role, runs, warmup, prefill
+                        )
                         print(f"round {index + 1} {mode}: {one[mode]}", file=sys.stderr)
                     results.append(one)
             finally:
@@ -327,7 +377,7 @@ async def main(
 
 def run() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="pool_docs,pool_producer,connection")
+    parser.add_argument("--modes", default="database,pool_producer,connection,pool_docs")
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=200)

@@ -1,9 +1,10 @@
-"""Retention of undelivered signals of finished runs (awooop.runs.signal_retention, migration
-0142) on real Postgres: a run's end marks its undelivered signals in the transaction that
-finishes it (the event write path and the one-statement completion), a retry unmarks them, a
-producer's signal committed after the end is marked by the timers loop; the dedupe_expiry loop
-deletes the marked ones past the retention, in batches through their partial index, and keeps
-delivered signals, live runs' signals and recent ends."""
+"""Retention of the signals of finished runs (awooop.runs.signal_retention, migrations 0144
+and 0151) on real Postgres: a run's end marks its signals, delivered or not, in the transaction
+that finishes it (the event write path and the one-statement completion), a retry unmarks
+them, a producer's signal committed after the end is marked by the timers loop; the
+dedupe_expiry loop deletes the marked ones past the retention, in batches through their
+partial index, and keeps live runs' signals and recent ends; a delivered signal's payload
+stays in its run's SignalDelivered event."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import uuid
 from typing import Any
 
 from awooop.core.db import Database
-from awooop.core.events import RunFailed
+from awooop.core.events import RunFailed, run_stream_id
 from awooop.eventlog import batches
 from awooop.runs import control, leases, run_rows, signal_retention, signals
 from awooop.services import Services
@@ -54,8 +55,7 @@ async def test_a_runs_end_marks_its_undelivered_signals_and_a_retry_unmarks_them
     assert not (await send(db, cancelled, {"n": 3}, "kept", name="other")).delivered
     assert await ended_at(db, cancelled) == [None, None]
     await db.in_tenant(P, lambda c: control.cancel(c, cancelled, actor="ops", reason="stop"))
-    marks = await ended_at(db, cancelled)
-    assert marks[0] is None and marks[1] is not None  # the undelivered one only
+    assert None not in await ended_at(db, cancelled)  # delivered or not
 
     def fail(_s: Any, now: Any) -> RunFailed:
         return RunFailed(at=now, reason="boom", code="E-HANDLER-001", worker_id="w1", attempt=1)
@@ -105,7 +105,7 @@ async def test_finished_runs_signals_go_after_the_retention_in_batches_through_t
     old = await running(db)
     for n in range(3):
         await send(db, old, {"n": n}, f"old-{n}")
-    await wait(db, old)  # takes old-0 (delivered: kept with the run)
+    await wait(db, old)  # takes old-0: delivered, its payload in the run's events
     await send(db, old, {"n": 3}, "old-3")
     await db.in_tenant(P, lambda c: control.cancel(c, old, actor="ops", reason="stop"))
     await age(db, 8)
@@ -123,9 +123,9 @@ async def test_finished_runs_signals_go_after_the_retention_in_batches_through_t
         plan = "\n".join(
             r[0] for r in await conn.fetch("EXPLAIN " + signal_retention.EXPIRE, WEEK, 1000)
         )
-    assert "awooop_signals_ended_idx" in plan and "Seq Scan on awooop_signals" not in plan, plan
+    assert "awooop_signals_finished_idx" in plan and "Seq Scan on awooop_signals" not in plan, plan
 
-    assert await signal_retention.expire_once(db, WEEK, batch=2) == 3  # batches of 2: 2 + 1
+    assert await signal_retention.expire_once(db, WEEK, batch=2) == 4  # batches of 2: 2 + 2 + 0
     async with db.platform() as conn:
         left = {
             r["signal_key"]
@@ -134,9 +134,20 @@ async def test_finished_runs_signals_go_after_the_retention_in_batches_through_t
                 [live, old, recent],
             )
         }
-    assert left == {"live-0", "live-1", "live-2", "old-0", "recent"}
+    assert left == {"live-0", "live-1", "live-2", "recent"}
     assert all(not s.delivered for s in live_kept)
     assert await signal_retention.expire_once(db, WEEK) == 0
+    async with db.platform() as conn:  # the record of the signal the wait took at once
+        taken = await conn.fetchrow(
+            "SELECT data, metadata FROM awooop_events "
+            "WHERE stream_id = $1 AND event_type = 'StepCompleted'",
+            run_stream_id(old),
+        )
+    assert taken["data"]["result"] == {"n": 0}
+    assert (taken["metadata"]["signal"]["key"], taken["metadata"]["signal"]["sent_by"]) == (
+        "old-0",
+        "t",
+    )
 
 
 async def test_the_dedupe_expiry_loop_runs_the_retention(services: Services) -> None:

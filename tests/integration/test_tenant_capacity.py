@@ -20,14 +20,13 @@ import asyncpg
 import httpx
 import msgspec
 import pytest
-import uvicorn
 
 from awooop.commands.serve import listen_socket
 from awooop.core.config import Settings
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.http.app import create_app
 from awooop.http.console_session import COOKIE
-from awooop.http.server import server_config
+from awooop.http.server import StoppingServer, server_config
 from awooop.ingest import credentials
 from awooop.services import Services
 from tests.support.console import log_in
@@ -43,7 +42,7 @@ async def serving(settings: Settings, **overrides: Any) -> AsyncIterator[tuple[S
     """The server ``awooop serve`` runs (pool of 10 per role), with settings ``overrides``."""
     changed = msgspec.structs.replace(settings, **overrides)
     services = await Services.open(changed, db_pool_size=10)
-    server = uvicorn.Server(server_config(create_app(services), changed))
+    server = StoppingServer(server_config(create_app(services), changed), services.stopping)
     sock = listen_socket("127.0.0.1", 0, reuse_port=False)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

@@ -31,13 +31,16 @@ from awooop.runs import (
     approvals,
     blocked_facts,
     bulk,
+    children,
     concurrency,
     deadletter_list,
     listing,
     operation_list,
     output_log,
     pauses,
+    signals,
 )
+from awooop.schedules import store as schedule_store
 from tests.support.scripts import load_script
 
 P, OTHER = "proj-plans-a", "proj-plans-b"
@@ -197,6 +200,12 @@ def management_statements(run_id: uuid.UUID) -> dict[str, tuple[str, list[Any]]]
         "run: its events": (eventlog.READ_STREAM, [run_stream_id(run_id), 0]),
         "run: approvals": (listing.APPROVALS, [run_id]),
         "run: its output after a position": (output_log.PAGE, [run_id, 3, output_log.PAGE_ROWS]),
+        "run: its children": (children.FAMILY, [run_id, 50]),
+        "run: how many children": (children.TOTAL, [run_id, children.COUNT_CAP]),
+        "run: its unfinished children": (children.PENDING, [run_id]),
+        "run: its open wait": (signals.WAIT, [run_id]),
+        "schedules: a project's": (schedule_store.LIST, [P, schedule_store.LIST_LIMIT]),
+        "schedules: one": (schedule_store.GET, [P, some]),
         "approve/reject: the approval by token": (approvals.LOCK_BY_HASH, ["0" * 64]),
         "approve/reject: the latest decision": (approvals.LATEST_DECISION, [run_id, "ship"]),
         "contracts: list": (revision_reads.LIST_CONTRACTS, [P]),

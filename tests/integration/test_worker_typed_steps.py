@@ -226,6 +226,43 @@ async def test_a_step_result_over_the_size_limit_is_refused(db: Database, fast: 
     assert set(state.saga_steps) == {"small"}
 
 
+@pytest.mark.parametrize("parent", [False, True], ids=["run", "child-run"])
+async def test_a_runs_result_is_bounded_and_checked_as_a_steps_is(
+    db: Database, fast: Settings, parent: bool
+) -> None:
+    """A run's result is one event that every replay, projector and stream reads: too large
+    (E-DATA-002) or not storable (E-DATA-001), the run fails and no result is recorded, on
+    the batched completion and on a child run's single write alike."""
+    limited = msgspec.structs.replace(fast, step_result_max_bytes=1024)
+
+    async def handler(run: RunContext) -> Any:
+        return {"big": {"page": "x" * 2000}, "nan": {"score": float("nan")}, "ok": {"n": 1}}[
+            run.input["give"]
+        ]
+
+    gives = ("big", "nan", "ok")
+    run_ids = [(await create_runs(db, P, payload={"give": give}))[0] for give in gives]
+    if parent:  # as the children of a run (their completion is written alone)
+        async with db.platform_writes() as conn:
+            await conn.execute(
+                "UPDATE awooop_run_state SET parent_run_id = $1 WHERE run_id = ANY($2)",
+                uuid.uuid4(),
+                run_ids,
+            )
+    w = Worker(db=db, settings=limited, handler=handler, concurrency=3)
+    assert await w.run_until_idle(max_s=60) == 3
+    big, nan, ok = [await load(db, P, r) for r in run_ids]
+    assert (big.status, big.failure_code, big.result) == ("FAILED", "E-DATA-002", None)
+    assert big.failure_reason is not None and "the run's result: the result is 2," in (
+        big.failure_reason
+    )
+    assert (nan.status, nan.failure_code, nan.result) == ("FAILED", "E-DATA-001", None)
+    assert (ok.status, ok.result) == ("COMPLETED", {"n": 1})
+    for run_id in run_ids[:2]:
+        events = await events_of(db, P, run_id)
+        assert not [e for e in events if type(e).__name__ == "RunCompleted"]
+
+
 class DraftV1(msgspec.Struct):
     title: str
 

@@ -23,7 +23,8 @@ def provider(sampler: sampling.Sampler) -> telemetry.TracerProvider:
 def test_a_quiet_span_has_ids_the_sampler_flag_and_records_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(telemetry, "_exporting", False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     quiet = provider(sampling.ALWAYS_ON).get_tracer("t")
     with (
         quiet.start_as_current_span("root", context=Context()) as root,
@@ -47,7 +48,8 @@ def test_a_quiet_span_has_ids_the_sampler_flag_and_records_nothing(
 def test_a_remote_parent_keeps_its_trace_and_the_span_follows_its_flag(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(telemetry, "_exporting", False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     quiet = provider(sampling.ParentBased(sampling.ALWAYS_ON)).get_tracer("t")
     for flag in ("01", "00"):
         parent = telemetry.extract(f"00-{'ab' * 16}-{'cd' * 8}-{flag}")
@@ -57,22 +59,35 @@ def test_a_remote_parent_keeps_its_trace_and_the_span_follows_its_flag(
 
 
 def test_the_same_tracer_records_once_something_exports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     built = provider(sampling.ALWAYS_ON)
+    tracer = built.get_tracer("t")
+    with tracer.start_as_current_span("unseen", context=Context()) as span:
+        assert not span.is_recording()
     exporter = InMemorySpanExporter()
     built.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = built.get_tracer("t")
-    monkeypatch.setattr(telemetry, "_exporting", False)
-    with tracer.start_as_current_span("unseen", context=Context()):
-        pass
-    monkeypatch.setattr(telemetry, "_exporting", True)
     with tracer.start_as_current_span("seen", context=Context()) as span:
         assert span.is_recording()
     assert [s.name for s in exporter.get_finished_spans()] == ["seen"]
 
 
+def test_a_provider_built_with_an_otlp_endpoint_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether spans record is the provider's own fact, not the process's: a provider built
+    with an endpoint records even when another (quiet) one is installed."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:9/v1/traces")
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    built = telemetry.build_tracer_provider("quiet-test")
+    span = built.get_tracer("t").start_span("x", context=Context())
+    assert span.is_recording()
+    built.shutdown()  # the span never ends: nothing is queued for the (absent) endpoint
+
+
 def test_a_disabled_sdk_hands_out_no_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    monkeypatch.setattr(telemetry, "_exporting", False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     span = telemetry.build_tracer_provider("quiet-test").get_tracer("t").start_span("x")
     assert not span.get_span_context().is_valid
 
