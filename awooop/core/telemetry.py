@@ -250,7 +250,7 @@ def child_span(name: str, attributes: Attributes = None) -> AbstractContextManag
     """A child of the current span made for a trace view only (a step, a model call, its
     pointer check): while nothing exports (:func:`exporting`), none is made and the span
     yielded records nothing; the events written inside carry the enclosing span's context."""
-    if not _exporting:
+    if not exporting():
         return _NO_SPAN
     return tracer.start_as_current_span(name, attributes=attributes)
 
