@@ -153,6 +153,8 @@ def main() -> None:
     a_code = Path(args.a_code).resolve()
     a_python = args.a_python or str(a_code / ".venv" / "bin" / "python")
     flags = ["--shape", args.shape, *args.flags]
+    a_commit = commit_of(a_code)  # A's checkout may move during the run: both ends recorded
+    b_commit = commit_of(Path(args.b_code) if args.b_code else ROOT)  # what the snapshot holds
     with tempfile.TemporaryDirectory(prefix="awooop-agents-ab-") as tmp:
         scratch = Path(tmp)
         b_code = Path(args.b_code).resolve() if args.b_code else snapshot(ROOT, scratch / "b")
@@ -173,12 +175,13 @@ def main() -> None:
         "benchmark": "agents-ab",
         "command": " ".join(["ops/bench/agents_ab.py", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "load_avg_after": os.getloadavg()},
-        "a": {"code": str(a_code), "commit": commit_of(a_code), "python": a_python},
-        "b": {
-            "code": str(args.b_code or ROOT),
-            "commit": commit_of(ROOT) if not args.b_code else commit_of(b_code),
-            "api": args.b_api,
+        "a": {
+            "code": str(a_code),
+            "commit": a_commit,
+            "commit_at_end": commit_of(a_code),
+            "python": a_python,
         },
+        "b": {"code": str(args.b_code or ROOT), "commit": b_commit, "api": args.b_api},
         "flags": flags,
         "compare": compare(rounds),
         "rounds": rounds,
