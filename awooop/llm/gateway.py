@@ -14,7 +14,9 @@ the topology's or ``AWOOOP_LLM_DEFAULT_MODEL``'s model).
 started, how long it took, and its result or its error) instead of raising: ``run.llm``
 records every call of a run from it (:mod:`awooop.llm.calls`). Its ``also`` names other
 contracts confirmed in the same query (the run's ``agent`` contract, whose retry section
-:meth:`ModelGateway.contract_body` serves from this cache: :mod:`awooop.worker.contract_retry`).
+:meth:`ModelGateway.contract_body` serves from this cache: :mod:`awooop.worker.contract_retry`)
+unless a call confirmed them within :data:`ALSO_CONFIRMED_S` (many runs of one contract in
+flight: one query a second carries it, the others check their own contract alone).
 
 ``start()`` starts two loops of the loop framework: the notice reader (clears cache entries,
 drops the whole cache on a stream reset, rebuilds the model client on a topology notice) and
@@ -56,6 +58,7 @@ log = get_logger(__name__)
 
 DEFAULT_CONTRACT = ("policy_routing", "default")
 READER_LOOP = "revision-notice-reader"
+ALSO_CONFIRMED_S = 1.0  # an ``also`` contract confirmed this recently is not asked again
 REVALIDATION_LOOP = "revision-revalidation"
 
 
@@ -244,7 +247,7 @@ class ModelGateway:
         ) as span:
             try:
                 policy, *_ = await self.resolver.get_effective_policies(
-                    project_id, [(family, contract_id), *also]
+                    project_id, [(family, contract_id), *self._unconfirmed(project_id, also)]
                 )
                 slot = self._slot
                 request = build_request(policy, prompt, options or {}, slot.default_model)
@@ -273,6 +276,18 @@ class ModelGateway:
         return ModelCall(
             contract, started_at, time.perf_counter() - started, request, result, None, prompt
         )
+
+    def _unconfirmed(
+        self, project_id: str, also: Sequence[tuple[str, str]]
+    ) -> list[tuple[str, str]]:
+        """The ``also`` contracts no call confirmed within :data:`ALSO_CONFIRMED_S`."""
+        now = time.time()
+        return [
+            c
+            for c in also
+            if (entry := self.cache.get((project_id, *c))) is None
+            or now - entry.validated_at >= ALSO_CONFIRMED_S
+        ]
 
     async def _generate(self, slot: _ClientSlot, request: ModelRequest) -> ModelResponse:
         """The model client's answer, counted and timed; a retired client closes after its

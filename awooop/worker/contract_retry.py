@@ -19,15 +19,15 @@ when the revision is created and again when it is activated
 An attempt takes the section once, when it first runs a step or a tool call (a replayed step
 reads nothing); its later steps and calls follow the same revision, so that one attempt never
 mixes two revisions' policies. A worker with a model gateway serves it from the gateway's
-revision cache (:meth:`~awooop.llm.gateway.ModelGateway.contract_body`): every model call of
-the run confirms the agent contract's pointer in the query that confirms its policy's
-(``also``), so an activation applies from the next attempt to start a step after the worker's
-next model call of that contract, its notice or the re-validation (``AWOOOP_POLICY_REVALIDATE_S``),
-whichever comes first. A worker without a gateway reads it in one statement per attempt: an
-activation applies from the next attempt to run a step or tool call after it. A section
-that is no longer valid (stored before its rules existed) is ignored with a warning: the
-code's policies apply. Tries are journaled as the code's are (``StepCompleted.tries``,
-``try_errors``).
+revision cache (:meth:`~awooop.llm.gateway.ModelGateway.contract_body`): the run's model calls
+confirm the agent contract's pointer in the query that confirms their policy's (``also``; at
+most once a second), so an activation applies from the next attempt to start a step after the
+worker's next such confirmation, its notice or the re-validation
+(``AWOOOP_POLICY_REVALIDATE_S``), whichever comes first. A worker without a gateway reads it in
+one statement per attempt: an activation applies from the next attempt to run a step or tool
+call after it. A section that is no longer valid (stored before its rules existed) is ignored
+with a warning: the code's policies apply. Tries are journaled as the code's are
+(``StepCompleted.tries``, ``try_errors``).
 """
 
 from __future__ import annotations
