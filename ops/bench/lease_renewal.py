@@ -6,13 +6,14 @@ interval renews every lease the worker holds (``renew_leases.sql``), so its cost
 
 On a scratch database of the benchmark server (``scratch.Scratch``, dropped at the end) it
 submits the largest count of runs (``submit_many``), claims them all for one worker
-(``claim_many``, a 300 s lease) and, for each count N, sends ``--repeat`` renewals of the
-first N leases, as the heartbeat sends them (half of the attempts in a step). Per N: the
-statement's median and p95 time, the Postgres backend's CPU (from /proc: the server must be
-on this machine) and the WAL written (``pg_current_wal_lsn``) per renewal and per lease, and
-the rows renewed. Prints one JSON document and keeps it in
-``ops/bench/results/lease-renewal-<time>.json``. The per-second load of a worker is the
-per-renewal figure divided by ``AWOOOP_HEARTBEAT_INTERVAL_S`` (5 s by default).
+(``claim_many``, a 300 s lease) and, for each count N, sends ``--repeat`` renewals of the first
+N leases, as the heartbeat sends them (half of the attempts in a step). Per N: the statement's
+median and p95 time, the Postgres backend's CPU (from /proc: the server must be on this
+machine) and the WAL written (``pg_current_wal_lsn``) per renewal and per lease, and the rows
+renewed, and how many of the row updates were HOT (``pg_stat_user_tables``). Prints one JSON
+document and keeps it in ``ops/bench/results/lease-renewal-<time>.json``. The per-second load
+of a worker is the per-renewal figure divided by ``AWOOOP_HEARTBEAT_INTERVAL_S`` (5 s by
+default).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ from awooop.runs import leases  # noqa: E402
 PROJECT = "bench"
 WORKER = "w-renewal"
 TICK = os.sysconf("SC_CLK_TCK")
+UPDATES = """
+SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'awooop_run_state'
+"""
+INDEXES = "SELECT count(*) FROM pg_indexes WHERE tablename = 'awooop_run_state'"
 
 
 def cpu_s(pid: int) -> float:
@@ -87,6 +92,8 @@ async def measure(url: str, runs: list[uuid.UUID], repeat: int) -> dict[str, Any
         await renew_leases(conn, WORKER, held, 300.0, steps)  # plans and caches warm
         times: list[float] = []
         renewed = 0
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        updates0 = await conn.fetchrow(UPDATES)
         lsn0 = await conn.fetchval("SELECT pg_current_wal_lsn()::text")
         cpu0 = cpu_s(pid)
         for _ in range(repeat):
@@ -94,7 +101,10 @@ async def measure(url: str, runs: list[uuid.UUID], repeat: int) -> dict[str, Any
             renewed = len(await renew_leases(conn, WORKER, held, 300.0, steps))
             times.append(time.perf_counter() - started)
         cpu1 = cpu_s(pid)
-        wal = await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)", lsn0)
+        wal = await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)", lsn0)
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        updates1 = await conn.fetchrow(UPDATES)
+        indexes = await conn.fetchval(INDEXES)
     finally:
         await conn.close()
     n = len(runs)
@@ -111,6 +121,11 @@ async def measure(url: str, runs: list[uuid.UUID], repeat: int) -> dict[str, Any
         "backend_cpu_us_per_lease": round(cpu_ms * 1000 / n, 2),
         "wal_bytes": round(wal_bytes),
         "wal_bytes_per_lease": round(wal_bytes / n, 1),
+        # A row update that moves an indexed column is not HOT: it adds an entry to every
+        # index of the table (``indexes``), which vacuum later removes.
+        "row_updates": updates1["n_tup_upd"] - updates0["n_tup_upd"],
+        "hot_updates": updates1["n_tup_hot_upd"] - updates0["n_tup_hot_upd"],
+        "indexes": indexes,
     }
 
 
