@@ -15,7 +15,10 @@ becomes the run's result. ``run`` offers:
   before every call). Each call, answered or failed, is recorded as ``ModelCalled`` (fenced,
   before the answer is returned: :mod:`awooop.llm.calls`) with the model and the policy
   revision that served it, the prompt and the answer (capped) and the token counts, for
-  people to read; the answer is not journaled (a retry calls again): wrap the call in a step.
+  people to read; the answer is not journaled (a retry calls again): use ``llm_step``.
+- ``await run.llm_step(name, prompt, ...)``: a step whose work is one model call; its record
+  and the step are one fenced write, and a later attempt gets the journaled ``LLMResult``
+  without a call (:mod:`awooop.worker.model_steps`).
 - while ``run.step`` (or ``run.wait_for_tool``) runs, the heartbeat reports that step and
   when it started (the run page shows it); an exception that leaves a step and fails the
   run names that step in ``RunFailed`` with its traceback.

@@ -49,6 +49,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 UPDATES = """
 SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'awooop_run_state'
 """
+WAL_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)"
 INDEXES = "SELECT count(*) FROM pg_indexes WHERE tablename = 'awooop_run_state'"
 
 
@@ -101,7 +102,7 @@ async def measure(url: str, runs: list[uuid.UUID], repeat: int) -> dict[str, Any
             renewed = len(await renew_leases(conn, WORKER, held, 300.0, steps))
             times.append(time.perf_counter() - started)
         cpu1 = cpu_s(pid)
-        wal = await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)", lsn0)
+        wal = await conn.fetchval(WAL_SINCE, lsn0)
         await conn.execute("SELECT pg_stat_force_next_flush()")
         updates1 = await conn.fetchrow(UPDATES)
         indexes = await conn.fetchval(INDEXES)
