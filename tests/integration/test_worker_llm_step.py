@@ -18,7 +18,9 @@ from awooop.core.db import Connection, Database
 from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.events import LeaseReleased, ModelCalled, StepCompleted, run_stream_id
 from awooop.eventlog import eventlog
+from awooop.llm import flow_store
 from awooop.llm.admission import Admit
+from awooop.llm.flow_rules import OnExceed
 from awooop.llm.gateway import DEFAULT_CONTRACT, ModelCall, ModelGateway
 from awooop.revisions.service import Revisions
 from awooop.runs import leases
@@ -176,3 +178,37 @@ async def test_the_agent_contracts_entry_reaches_the_step_through_the_gateways_c
         (2, "E-LLM-002"),
         (3, "ok"),
     ]
+
+
+async def test_under_a_budget_the_call_its_step_and_its_settlement_are_one_transaction(
+    db: Database, settings: Settings, gateway: ModelGateway
+) -> None:
+    """With a token budget, the call's record goes through flow control's own write (its
+    reservation settled with it): the step is written in that transaction too."""
+    async with db.tenant(P) as conn:
+        await flow_store.set_budget(
+            conn, P, "", tokens=1000, period_s=86400, reserve_tokens=50,
+            on_exceed=OnExceed.FAIL, actor="test",
+        )  # fmt: skip
+
+    async def handle(run: RunContext) -> list[str]:
+        return [(await run.llm_step(n, "a b c", max_tokens=5)).text for n in ("one", "two")]
+
+    [run_id] = await create_runs(db, P, payload={})
+    worker = Worker(db=db, settings=settings, handler=handle, llm=gateway, concurrency=1)
+    assert await worker.run_until_idle(max_s=120) == 1
+    state = await load(db, P, run_id)
+    assert state.status == "COMPLETED", state.failure_reason
+    events = await stream(db, run_id)
+    kinds = [type(e).__name__ for e in events if isinstance(e, ModelCalled | StepCompleted)]
+    assert kinds == ["ModelCalled", "StepCompleted"] * 2
+    async with db.tenant(P) as conn:
+        [budget] = await flow_store.budgets(conn, P)
+        positions = await conn.fetch(
+            "SELECT event_type, xmin::text AS tx FROM awooop_events WHERE stream_id = $1 "
+            "AND event_type IN ('ModelCalled', 'StepCompleted') ORDER BY position",
+            run_stream_id(run_id),
+        )
+    assert (budget.calls, budget.reserved) == (2, 0) and budget.used > 0
+    txs = [r["tx"] for r in positions]
+    assert txs[0] == txs[1] and txs[2] == txs[3] and txs[0] != txs[2]  # one transaction each
