@@ -23,7 +23,7 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import msgspec
 
@@ -241,6 +241,27 @@ class Projection(Protocol):
         """SQL returning (stream_id, project_id, log_version, view_version) for every stream of
         the log ($1: prefix, $2: optional project) whose view version is behind the log."""
         ...
+
+
+@runtime_checkable
+class AppliesInBulk(Protocol):
+    """A projection whose bulk pass writes through the database (a service's ``apply``)
+    instead of COPYing folded rows: the replay hands it each batch of ``bulk_stream``'s rows
+    on a connection with the runtime's own codecs, and runs it in one process."""
+
+    async def bulk_write(
+        self, conn: Connection, names: TableNames, rows: Sequence[tuple[Any, ...]]
+    ) -> int:
+        """Write a batch into the shadows ``names``; return how many rows it took."""
+        ...
+
+
+@runtime_checkable
+class KeepsCheckpoints(Protocol):
+    """A projection whose checkpoints live beside its view: the swap (or a project's repair)
+    rewrites them in its locked transaction, after every committed event was applied."""
+
+    async def checkpoints_rebuilt(self, conn: Connection, project: str | None) -> None: ...
 
 
 def concat_parts(

@@ -27,7 +27,14 @@ import msgspec
 from awooop.core.db import Connection
 from awooop.core.errors import ArchivedHeadError, ProjectionStreamError
 from awooop.core.pools import PLATFORM_ROLE, connect
-from awooop.projections.base import BulkOutput, LogEvent, Projection, TableNames, decode_payload
+from awooop.projections.base import (
+    AppliesInBulk,
+    BulkOutput,
+    LogEvent,
+    Projection,
+    TableNames,
+    decode_payload,
+)
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
@@ -223,7 +230,12 @@ async def fold_range(
     async def write() -> None:
         while (item := await queue.get()) is not None:
             table, rows = item
-            await writer.copy_records_to_table(shadows[table], records=rows, columns=columns[table])
+            if isinstance(projection, AppliesInBulk):
+                await projection.bulk_write(writer, shadows, rows)
+            else:
+                await writer.copy_records_to_table(
+                    shadows[table], records=rows, columns=columns[table]
+                )
             result.rows[table] = result.rows.get(table, 0) + len(rows)
 
     writer_task = asyncio.create_task(write())

@@ -58,7 +58,7 @@ from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.eventlog.archive_restore import drop_restored_sql, restore
 from awooop.eventlog.eventlog import Cursor
 from awooop.projections import schema
-from awooop.projections.base import Projection, TableNames, stream_range
+from awooop.projections.base import AppliesInBulk, Projection, TableNames, stream_range
 from awooop.projections.bulk import fold_range, raw_jsonb, use_binary_json
 from awooop.projections.diff import diff_table
 from awooop.projections.fanout import WorkerJob, fold_in_workers
@@ -126,7 +126,9 @@ class Replay:
         self.progress_stream = progress_stream
         self.batch_rows = batch_rows
         self.fetch_rows = fetch_rows
-        self.workers = workers
+        # A projection that applies through the database folds in this process.
+        self.in_bulk = isinstance(projection, AppliesInBulk)
+        self.workers = 1 if self.in_bulk else workers
         self.tail_batch = tail_batch
         self.lock_timeout_s = lock_timeout_s
         self.lock_attempts = lock_attempts
@@ -239,7 +241,7 @@ class Replay:
                 if self.on_events is not None:
                     self.on_events(report.bulk_events)
 
-            writer = await self._connect(PLATFORM_ROLE, binary_json=True)
+            writer = await self._connect(PLATFORM_ROLE, binary_json=not self.in_bulk)
             if self.workers <= 1:
                 result = await fold_range(
                     reader,

@@ -25,8 +25,8 @@ from awooop.projections.base import (
     TableSpec,
     check_consecutive,
     lagging_rows_sql,
-    trace_id_of,
     runtime_event,
+    trace_id_of,
 )
 
 PREFIX = "revision-"

@@ -36,8 +36,8 @@ from awooop.projections.base import (
     check_consecutive,
     lagging_rows_sql,
     run_of,
-    trace_id_of,
     runtime_event,
+    trace_id_of,
 )
 from awooop.projections.run_state import PREFIX, RUN_TYPES
 
