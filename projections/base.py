@@ -246,8 +246,13 @@ class Projection(Protocol):
 @runtime_checkable
 class AppliesInBulk(Protocol):
     """A projection whose bulk pass writes through the database (a service's ``apply``)
-    instead of COPYing folded rows: the replay hands it each batch of ``bulk_stream``'s rows
-    on a connection with the runtime's own codecs, and runs it in one process."""
+    instead of COPYing folded rows: the replay checks its tables first (and learns their
+    columns), hands it each batch of ``bulk_stream``'s rows on a connection with the runtime's
+    own codecs, and runs it in one process."""
+
+    async def check_tables(self, conn: Connection) -> None:
+        """Refuse tables the projection cannot run on; learn their columns."""
+        ...
 
     async def bulk_write(
         self, conn: Connection, names: TableNames, rows: Sequence[tuple[Any, ...]]

@@ -10,7 +10,9 @@ Phases:
    older than X had finished at S, so the events S did not see are exactly those with
    tx_id >= X that ``pg_visible_in_snapshot(tx_id, S)`` rejects: the tail starts at the
    cursor (tx_id X-1, position max) and filters on S from then on.
-2. **Indexes** of the live table are built on the shadow (faster after the COPY), then ANALYZE.
+2. **Indexes** of the live table are built on the shadow (faster after the COPY), then ANALYZE
+   (before the bulk pass for a projection that applies through the database, a service's:
+   its ``apply`` upserts on its keys).
 3. **Tail.** The log is followed from that cursor by (tx_id, position), only below the xmin of
    each read's snapshot (so no late commit is ever skipped) and only what S did not see,
    applying events to the shadow with the projection's incremental ``apply`` until a pass
@@ -156,6 +158,8 @@ class Replay:
             if not await control.fetchval(REPLAY_LOCK, self.projection.name):
                 raise ReplayBusyError(f"another replay of {self.projection.name} is running")
             owner = True  # from here on the shadows are ours to drop
+            if isinstance(self.projection, AppliesInBulk):
+                await self.projection.check_tables(control)
             for spec in self.projection.tables:
                 if not await control.fetchval(MAY_REBUILD, spec.name):
                     raise ReplayPrivilegeError(
@@ -166,9 +170,11 @@ class Replay:
                 await schema.create_shadow(control, spec.name)
             if self.archive_dir is not None:
                 report.archived_events = await self._restore(self.archive_dir)
+            if self.in_bulk:  # its apply upserts: the shadow needs its keys from the start
+                await self._build_indexes(control)
             cursor = await self._bulk(report)
-            for spec in self.projection.tables:
-                await schema.build_indexes(control, spec.name)
+            if not self.in_bulk:
+                await self._build_indexes(control)
             cursor = await self._catch_up(cursor, report)
             if verify or swap:
                 await self._verify(control, cursor, report)
@@ -182,6 +188,10 @@ class Replay:
             return report
         finally:
             await self._cleanup(drop_shadows=owner and not (swapped and self.project is None))
+
+    async def _build_indexes(self, control: Connection) -> None:
+        for spec in self.projection.tables:
+            await schema.build_indexes(control, spec.name)
 
     async def _connect(self, role: str | None, *, binary_json: bool = False) -> Connection:
         conn = await connect(self.url, role)

@@ -26,9 +26,7 @@ from typing import Any
 
 from awooop.core.config import Settings
 from awooop.core.errors import InvalidInputError
-from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.projections import registry
-from awooop.projections.registered import Registered
 from awooop.projections.replay import default_workers, replay
 from awooop.projections.sources import parse_sources
 from awooop.projections.tail_verify import verify_tail
@@ -84,8 +82,6 @@ def register(subparsers: Any) -> None:
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     registry.use_sources([*parse_sources(settings.projections), *args.sources])
     projection = registry.get(args.projection)
-    if isinstance(projection, Registered):
-        await check_tables(settings, projection)
     if args.workers is not None and args.workers < 1:
         raise InvalidInputError("--workers must be at least 1")
     verify = args.verify or not args.swap
@@ -118,11 +114,3 @@ async def tail(settings: Settings, args: argparse.Namespace) -> int:
         print(line)
     return 1 if report.diff.total else 0
 
-
-async def check_tables(settings: Settings, projection: Registered) -> None:
-    """A service's projection: its table passes the start checks (E-PROJECTION-003/-004)."""
-    conn = await connect(settings.database_url, PLATFORM_ROLE)
-    try:
-        await projection.check_tables(conn)
-    finally:
-        await conn.close()

@@ -1,0 +1,221 @@
+"""A service's own projection (docs/consumers.md, R-61): registered, run by the built-in
+projectors' runner and consumer groups, rebuilt by the replay tool, healed after Redis lost its
+data, and refused when its table is not isolated per tenant."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from awooop.consumer import Record, consume
+from awooop.core.config import Settings
+from awooop.core.db import Connection, Database
+from awooop.core.errors import ProjectionRegistrationError, ProjectionTenancyError
+from awooop.loops.projector import consumer_for
+from awooop.projections import registry
+from awooop.projections.registered import Registered
+from awooop.projections.replay import replay
+from awooop.projections.runner import Projector
+from awooop.services import Services
+from awooop.streams.consumer import GroupConsumer
+from awooop.streams.relay import Relay
+from tests.support import shop_projection
+from tests.support.shop_projection import Shop, view
+from tests.support.waiting import eventually
+
+SOURCE = "tests.support.shop_projection:OrderTotals"
+
+
+@pytest.fixture
+async def order_totals(database_url: str, db: Database) -> Registered:
+    await shop_projection.create_table(database_url)
+    registry.use_sources([SOURCE])
+    projection = registry.get("order_totals")
+    assert isinstance(projection, Registered)
+    await registry.check_tables(db, [projection])
+    return projection
+
+
+async def pending(services: Services, consumer: GroupConsumer) -> int:
+    total = 0
+    for stream in consumer.streams:
+        if not await services.redis.exists(stream):
+            continue
+        for group in await services.redis.xinfo_groups(stream):
+            if group["name"].decode() == consumer.group:
+                total += group["pending"]
+    return total
+
+
+async def checkpoints(db: Database) -> list[tuple[Any, ...]]:
+    async with db.platform() as conn:
+        rows = await conn.fetch(
+            "SELECT c.stream_id, c.version, s.version FROM awooop_projection_checkpoints c "
+            "JOIN awooop_event_streams s USING (stream_id) WHERE c.projection = 'order_totals' "
+            "ORDER BY 1"
+        )
+    return [tuple(r) for r in rows]
+
+
+async def test_a_service_projection_builds_its_view_and_replay_rebuilds_the_same_rows(
+    services: Services, db: Database, database_url: str, order_totals: Registered
+) -> None:
+    shop = Shop(db, seed=1)
+    relay = Relay(settings=services.settings, redis=services.redis, keys=services.keys)
+    consumer = consumer_for(services, Projector(db, order_totals), "c1")
+    try:
+        await consumer.ensure_groups()
+        await shop.run(60)
+        assert await relay.drain() > 0
+        assert await consumer.run_until_idle() > 0
+        built = await view(db)
+        assert built == shop.expected()
+        assert await pending(services, consumer) == 0
+        # every followed stream's checkpoint stands at its last event, noise included
+        assert all(mine == log for _, mine, log in await checkpoints(db))
+
+        report = await replay(database_url, registry.get("order_totals"), verify=True)
+        assert report.differences == 0, report.lines()
+        assert await view(db) == built
+
+        # Orders published and not consumed yet when the rebuilt table is swapped in: it has
+        # them, and so do the checkpoints the swap rewrote; the projector then takes their
+        # messages for duplicates (no order counted twice) and goes on with new ones.
+        await shop.run(30)
+        await relay.drain()
+        report = await replay(database_url, registry.get("order_totals"), swap=True)
+        assert report.swapped
+        assert report.differences > 0  # the live view was behind
+        assert await view(db) == shop.expected()
+        assert all(mine == log for _, mine, log in await checkpoints(db))
+        await shop.run(30)
+        await relay.drain()
+        assert await consumer.run_until_idle() > 0
+        assert await view(db) == shop.expected()
+        assert await Projector(db, registry.get("order_totals")).reconcile() == 0
+        again = await replay(database_url, registry.get("order_totals"))
+        assert again.differences == 0, again.lines()
+    finally:
+        await relay.close()
+
+
+async def test_a_service_projection_heals_from_postgres_after_redis_lost_its_data(
+    services: Services, db: Database, order_totals: Registered
+) -> None:
+    shop = Shop(db, seed=2)
+    relay = Relay(settings=services.settings, redis=services.redis, keys=services.keys)
+    projector = Projector(db, order_totals)
+    resets: list[int] = []
+    heal = projector.on_reset
+
+    async def counted(shard: int) -> None:
+        resets.append(shard)
+        await heal(shard)
+
+    projector.on_reset = counted  # type: ignore[method-assign]  # observe the hook
+    consumer = consumer_for(services, projector, "c1")
+    try:
+        await consumer.ensure_groups()
+        await shop.run(40)
+        await relay.drain()
+        await consumer.run_until_idle()
+        # events written and published, but not consumed yet, when Redis loses them ...
+        await shop.run(40)
+        await relay.drain()
+        doomed = [k async for k in services.redis.scan_iter(match=f"{services.keys.prefix}:*")]
+        await services.redis.delete(*doomed)
+        # ... while orders go on; the relay rebuilds the shards from Postgres.
+        await shop.run(40)
+        await relay.drain()
+        await consumer.run_until_idle()
+        await consumer.check_epochs()
+        await consumer.run_until_idle()
+    finally:
+        await relay.close()
+    assert resets, "the consumer never saw the rebuilt shard"
+    assert await view(db) == shop.expected()
+    assert all(mine == log for _, mine, log in await checkpoints(db))
+
+
+@pytest.mark.parametrize(
+    ("sql", "error", "says"),
+    [
+        ("", ProjectionRegistrationError, "does not exist"),
+        (
+            "CREATE TABLE shop_order_totals (customer text PRIMARY KEY, orders int, total int)",
+            ProjectionTenancyError,
+            "no project_id column",
+        ),
+        (
+            "CREATE TABLE shop_order_totals (project_id text, customer text, orders int, "
+            "total int, PRIMARY KEY (project_id, customer))",
+            ProjectionTenancyError,
+            "awooop_enforce_tenant_isolation('shop_order_totals')",
+        ),
+        (
+            "CREATE TABLE shop_order_totals (project_id text PRIMARY KEY, orders int); "
+            "SELECT awooop_enforce_tenant_isolation('shop_order_totals')",
+            ProjectionRegistrationError,
+            "has no column customer",
+        ),
+    ],
+)
+async def test_a_table_that_is_missing_or_not_isolated_per_tenant_is_refused(
+    db: Database, database_url: str, sql: str, error: type[Exception], says: str
+) -> None:
+    if sql:
+        await shop_projection.create_table(database_url, sql)
+    registry.use_sources([SOURCE])
+    with pytest.raises(error) as raised:
+        await registry.check_tables(db, [registry.get("order_totals")])
+    assert says in str(raised.value)
+    assert raised.value.code in ("E-PROJECTION-003", "E-PROJECTION-004")  # type: ignore[attr-defined]
+
+
+async def test_consume_hands_each_event_to_the_handler_once_across_restarts(
+    services: Services, settings: Settings, db: Database
+) -> None:
+    shop = Shop(db, seed=3)
+    relay = Relay(settings=services.settings, redis=services.redis, keys=services.keys)
+    seen: list[tuple[str, int]] = []
+
+    async def handler(conn: Connection, records: Sequence[Record]) -> None:
+        assert conn.is_in_transaction()  # the one the checkpoint is written in
+        seen.extend((r.stream_id, r.version) for r in records)
+
+    async def consuming_until(count: int) -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            consume("audit", ["OrderPlaced"], handler, stop, settings=settings)
+        )
+        try:
+            await eventually(lambda: len(seen) >= count, what=f"{count} orders handled")
+        finally:
+            stop.set()
+            await task
+
+    try:
+        await shop.run(20, projects=("shop",))
+        await relay.drain()
+        await consuming_until(await placed_events(db))
+        first = list(seen)
+        await shop.run(20, projects=("shop",))
+        await relay.drain()
+        placed = await placed_events(db)
+        await consuming_until(placed)
+    finally:
+        await relay.close()
+    assert len(seen) == len(set(seen)) == placed, "an event was handed over twice, or missed"
+    assert seen[: len(first)] == first
+    assert all(stream.startswith("domain/shop/orders-") for stream, _ in seen)
+
+
+async def placed_events(db: Database) -> int:
+    async with db.platform() as conn:
+        count: int = await conn.fetchval(
+            "SELECT count(*) FROM awooop_events WHERE event_type = 'OrderPlaced'"
+        )
+    return count
