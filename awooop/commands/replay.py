@@ -113,4 +113,3 @@ async def tail(settings: Settings, args: argparse.Namespace) -> int:
     for line in report.lines():
         print(line)
     return 1 if report.diff.total else 0
-
