@@ -30,9 +30,15 @@ SOURCE = "tests.support.shop_projection:OrderTotals"
 
 
 @pytest.fixture
-async def order_totals(database_url: str, db: Database) -> Registered:
-    await shop_projection.create_table(database_url)
+def registered_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--projection SOURCE`` for this test only (other tests list every projection)."""
+    monkeypatch.setattr(registry, "_sources", [])
     registry.use_sources([SOURCE])
+
+
+@pytest.fixture
+async def order_totals(database_url: str, db: Database, registered_here: None) -> Registered:
+    await shop_projection.create_table(database_url)
     projection = registry.get("order_totals")
     assert isinstance(projection, Registered)
     await registry.check_tables(db, [projection])
@@ -163,12 +169,12 @@ async def test_a_service_projection_heals_from_postgres_after_redis_lost_its_dat
         ),
     ],
 )
+@pytest.mark.usefixtures("registered_here")
 async def test_a_table_that_is_missing_or_not_isolated_per_tenant_is_refused(
     db: Database, database_url: str, sql: str, error: type[Exception], says: str
 ) -> None:
     if sql:
         await shop_projection.create_table(database_url, sql)
-    registry.use_sources([SOURCE])
     with pytest.raises(error) as raised:
         await registry.check_tables(db, [registry.get("order_totals")])
     assert says in str(raised.value)
