@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from awooop.consumer import Record, consume
+from awooop import producer
+from awooop.consumer import Consumer, Record, consume
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import ProjectionRegistrationError, ProjectionTenancyError
+from awooop.examples import read_models
 from awooop.loops.projector import consumer_for
 from awooop.projections import registry
 from awooop.projections.registered import Registered
@@ -225,3 +228,32 @@ async def placed_events(db: Database) -> int:
             "SELECT count(*) FROM awooop_events WHERE event_type = 'OrderPlaced'"
         )
     return count
+
+
+async def test_the_example_read_model_drains_in_a_services_process(
+    services: Services, settings: Settings, db: Database, database_url: str
+) -> None:
+    sql = (Path(read_models.__file__).parent / "read_models.sql").read_text()
+    await shop_projection.create_table(database_url, sql)
+    opened = [("acme", "billing"), ("acme", "billing"), ("acme", "sales"), ("umbrella", "it")]
+    for index, (project, queue) in enumerate(opened):
+        ticket = {"ticket": f"T-{index}", "queue": queue}
+        await producer.emit(db, project, producer.DomainEvent("tickets", "TicketOpened", ticket))
+    await producer.emit(
+        db, "acme", producer.DomainEvent("tickets", "TicketClosed", {"queue": "billing"})
+    )
+    relay = Relay(settings=services.settings, redis=services.redis, keys=services.keys)
+    try:
+        await relay.drain()
+    finally:
+        await relay.close()
+    consumer = Consumer(read_models.OpenTickets(), settings=settings, name="example")
+    assert await consumer.drain() > 0
+    assert await consumer.drain() == 0  # nothing twice: every message was a duplicate or acked
+    async with db.platform() as conn:
+        rows = await conn.fetch("SELECT project_id, queue, open FROM example_open_tickets")
+    assert sorted(tuple(r) for r in rows) == [
+        ("acme", "billing", 1),
+        ("acme", "sales", 1),
+        ("umbrella", "it", 1),
+    ]
