@@ -26,6 +26,7 @@ from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.projections import registry
 from awooop.projections.base import Projection
 from awooop.projections.runner import Projector
+from awooop.projections.sources import parse_sources
 from awooop.services import Services
 from awooop.streams.consumer import GroupConsumer
 from awooop.streams.keys import projector_group
@@ -117,5 +118,7 @@ def projection_loops(
 
 
 def loops(services: Services) -> list[LoopSpec]:
-    """Every projector loop (listed in awooop.loops.registry.LOOP_MODULES)."""
+    """Every projector loop (listed in awooop.loops.registry.LOOP_MODULES): the built-in
+    projections' and the registered ones' (entry points, ``AWOOOP_PROJECTIONS``)."""
+    registry.use_sources(parse_sources(services.settings.projections))
     return projector_loops(services, registry.projector_names())
