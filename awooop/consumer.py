@@ -41,7 +41,6 @@ from awooop.projections import registry
 from awooop.projections.custom import Projection, Record
 from awooop.projections.registered import Registered, registered
 from awooop.projections.runner import Projector
-from awooop.projections.sources import check
 from awooop.services import Services
 
 __all__ = ["Consumer", "Projection", "Record", "consume"]
@@ -65,9 +64,7 @@ class Consumer:
             raise ValueError("a Consumer needs at least one projection")
         self.settings = settings or load_settings()
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.projections: list[Registered] = [
-            registered(check(p, SOURCE), SOURCE) for p in projections
-        ]
+        self.projections: list[Registered] = [registered(p, SOURCE) for p in projections]
         names = [p.name for p in self.projections]
         if len(set(names)) != len(names):
             raise ValueError(f"projection names must differ: {names}")

@@ -16,7 +16,7 @@ async def projector_lag(
     """A stream whose events recorded in [range_from, range_to) projection ``name`` has not
     applied yet (``"stream <id>"``); None when it has applied them all or is no projection
     this build knows."""
-    projection = registry.all_projections().get(name)
+    projection = registry.find(name)
     if projection is None:
         return None
     low, high = stream_range(projection.stream_prefix)

@@ -37,6 +37,7 @@ from awooop.projections.base import (
 from awooop.projections.custom import Projection as ServiceProjection
 from awooop.projections.custom import Record
 from awooop.projections.schema import q
+from awooop.projections.sources import check
 
 # --- SQL ------------------------------------------------------------------------------------
 
@@ -231,7 +232,10 @@ def record(event: LogEvent) -> Record:
 
 
 def registered(service: ServiceProjection, source: str) -> Registered:
-    """The adapter of ``service`` (a class of its own, whose class variables name it)."""
+    """The adapter of ``service`` (a class of its own, whose class variables name it), once
+    its declaration passed the checks (E-PROJECTION-003): its name goes into SQL as a
+    literal, its table as an identifier."""
+    check(service, source)
     kind = type(
         f"Registered_{service.name}",
         (Registered,),

@@ -59,13 +59,21 @@ def all_projections() -> dict[str, Projection]:
     return {**built_in(), **service_projections()}
 
 
+def find(name: str) -> Projection | None:
+    """The projection ``name``: a built-in one without loading the services' registrations
+    (a broken one stops only what asks for it), else a service's; None when unknown."""
+    projection = built_in().get(name)
+    if projection is None:
+        projection = service_projections().get(name)
+    return projection
+
+
 def get(name: str) -> Projection:
-    projections = all_projections()
-    if name not in projections:
-        raise UnknownProjectionError(
-            f"unknown projection {name!r}; known: {', '.join(sorted(projections))}"
-        )
-    return projections[name]
+    projection = find(name)
+    if projection is None:
+        known = ", ".join(sorted(all_projections()))
+        raise UnknownProjectionError(f"unknown projection {name!r}; known: {known}")
+    return projection
 
 
 def projector_names() -> list[str]:

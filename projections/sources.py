@@ -25,7 +25,7 @@ from awooop.projections.custom import Projection
 
 ENTRY_POINT_GROUP = "awooop.projections"
 NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
-TABLE = re.compile(r"[a-z_][a-z0-9_]{0,62}(\.[a-z_][a-z0-9_]{0,62})?")
+TABLE = re.compile(r"[a-z_][a-z0-9_]{0,54}")  # room for the replay's "__shadow" suffix
 COLUMN = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 EVENT_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,99}")
 STREAM_PREFIXES = (DOMAIN_PREFIX, RUN_STREAM_PREFIX, REVISION_PREFIX)
@@ -134,7 +134,7 @@ def check(projection: Projection, source: str) -> Projection:
         raise refuse(f"streams must start with one of {', '.join(STREAM_PREFIXES)}")
     if projection.table is not None:
         if not isinstance(projection.table, str) or not TABLE.fullmatch(projection.table):
-            raise refuse("table must be a lower-case table name (optionally schema.table)")
+            raise refuse("table must be a lower-case table name (up to 55 characters)")
         key = projection.key
         if (
             not isinstance(key, tuple)
