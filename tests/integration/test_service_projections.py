@@ -9,7 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+import redis.asyncio as aioredis
 
 from awooop import producer
 from awooop.consumer import Consumer, Record, consume
@@ -26,7 +28,9 @@ from awooop.services import Services
 from awooop.streams.consumer import GroupConsumer
 from awooop.streams.relay import Relay
 from tests.support import shop_projection
-from tests.support.shop_projection import Shop, view
+from tests.support.services import private_redis
+from tests.support.shop_projection import OrderTotals, Shop, view
+from tests.support.streams import keys_for, running_relay
 from tests.support.waiting import eventually
 
 SOURCE = "tests.support.shop_projection:OrderTotals"
@@ -257,3 +261,44 @@ async def test_the_example_read_model_drains_in_a_services_process(
         ("acme", "sales", 1),
         ("umbrella", "it", 1),
     ]
+
+
+@pytest.mark.long(30)
+async def test_a_consumer_loses_nothing_through_flushall_and_a_redis_restart(
+    settings: Settings, db: Database, order_totals: Registered
+) -> None:
+    """On a PRIVATE Redis: orders keep coming while the service's consumer runs, Redis is
+    flushed, later stopped and started empty; the view ends equal to every order, each once."""
+    shop = Shop(db, seed=4)
+    with private_redis() as server:
+        chaos = msgspec.structs.replace(
+            settings,
+            redis_url=server.url,
+            relay_poll_interval_s=0.1,
+            projector_reconcile_interval_s=3600,  # the streams and the resets must do the work
+            projector_reclaim_idle_s=1,
+        )
+        redis = aioredis.Redis.from_url(server.url, socket_timeout=2, socket_connect_timeout=2)
+        relay = Relay(settings=chaos, redis=redis, keys=keys_for(chaos))
+        stop = asyncio.Event()
+        consuming = asyncio.create_task(Consumer(OrderTotals(), settings=chaos).run(stop))
+        try:
+            async with running_relay(relay, chaos):
+                await shop.run(30)
+                await eventually(lambda: view(db), equals=shop.expected(), what="first orders")
+                await shop.run(10)
+                await redis.flushall()  # messages published and not yet consumed go with it
+                await shop.run(30)
+                await eventually(lambda: view(db), equals=shop.expected(), what="after FLUSHALL")
+                server.stop()
+                await shop.run(20)  # written while Redis is away
+                server.start()
+                await shop.run(10)
+                await eventually(
+                    lambda: view(db), equals=shop.expected(), timeout_s=60, what="after restart"
+                )
+        finally:
+            stop.set()
+            await asyncio.wait_for(consuming, 60)
+            await redis.aclose()
+    assert all(mine == log for _, mine, log in await checkpoints(db))
