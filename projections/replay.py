@@ -54,7 +54,7 @@ from typing import TextIO
 import asyncpg
 
 from awooop.core.db import Connection
-from awooop.core.errors import ReplayBusyError, ReplayPrivilegeError
+from awooop.core.errors import ProjectionRegistrationError, ReplayBusyError, ReplayPrivilegeError
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.eventlog.archive_restore import drop_restored_sql, restore
@@ -150,6 +150,10 @@ class Replay:
     # --- the whole run ---------------------------------------------------------------------
 
     async def run(self, *, verify: bool = True, swap: bool = False) -> ReplayReport:
+        if not self.projection.tables:
+            raise ProjectionRegistrationError(
+                f"projection {self.projection.name} keeps no table: there is nothing to rebuild"
+            )
         report = ReplayReport(self.projection.name, self.project)
         report.label = self.projection.tables[0].label or "key"
         control = await self._connect(None)

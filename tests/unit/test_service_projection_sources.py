@@ -13,7 +13,8 @@ from awooop.consumer import Projection, Record
 from awooop.core.db import Connection
 from awooop.core.errors import ProjectionRegistrationError
 from awooop.projections import registry, sources
-from awooop.projections.registered import Registered
+from awooop.projections.registered import Registered, registered
+from awooop.projections.replay import replay
 from tests.support.shop_projection import OrderTotals
 
 SOURCE = "tests.support.shop_projection:OrderTotals"
@@ -110,3 +111,20 @@ def test_an_installed_services_entry_point_registers_its_projection() -> None:
     assert projection.stream_prefix == "domain/"
     assert "order_totals" in registry.projector_names()
     assert set(registry.BUILT_IN) <= set(registry.all_projections())
+
+
+class Audit(Projection):
+    name = "audit"
+    event_types = frozenset({"OrderPlaced"})
+
+    async def apply(self, conn: Connection, table: str, records: Sequence[Record]) -> None:
+        return None
+
+
+async def test_a_projection_without_a_table_runs_but_cannot_be_replayed() -> None:
+    projection = registered(Audit(), "tests")
+    assert projection.tables == ()
+    with pytest.raises(ProjectionRegistrationError) as raised:
+        await replay("postgresql://nowhere.invalid/none", projection)
+    assert raised.value.code == "E-PROJECTION-003"
+    assert "keeps no table" in str(raised.value)
