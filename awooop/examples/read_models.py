@@ -35,6 +35,8 @@ class OpenTickets(Projection):
     description = "open tickets per queue"
 
     async def apply(self, conn: Connection, table: str, records: Sequence[Record]) -> None:
-        for r in records:
-            change = 1 if r.event_type == "TicketOpened" else -1
-            await conn.execute(COUNT.format(table=table), r.project_id, r.data["queue"], change)
+        changes = [
+            (r.project_id, r.data["queue"], 1 if r.event_type == "TicketOpened" else -1)
+            for r in records
+        ]
+        await conn.executemany(COUNT.format(table=table), changes)  # one round trip
