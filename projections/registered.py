@@ -56,11 +56,13 @@ DELETE FROM awooop_projection_checkpoints
 WHERE projection = $1 AND ($2::text IS NULL OR project_id = $2)
 """
 # What a service's table must be (docs/consumers.md): a table with a project_id column and the
-# tenant isolation of every table that has one (migration 0040).
+# tenant isolation of every table that has one (awooop_enforce_tenant_isolation: row-level
+# security forced, the policy on the tenant setting, 0040, and the restrictive one on the
+# producer login's projects, 0090).
 TABLE_CHECK = """
 SELECT c.relkind::text AS relkind, c.relrowsecurity, c.relforcerowsecurity,
-       EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid
-               AND p.polname = 'tenant_isolation') AS isolated,
+       (SELECT count(*) = 2 FROM pg_policy p WHERE p.polrelid = c.oid
+        AND p.polname IN ('tenant_isolation', 'tenant_binding')) AS isolated,
        ARRAY(SELECT a.attname::text FROM pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
              ORDER BY a.attnum) AS columns

@@ -28,6 +28,7 @@ from awooop.services import Services
 from awooop.streams.consumer import GroupConsumer
 from awooop.streams.relay import Relay
 from tests.support import shop_projection
+from tests.support.logins import bound_login
 from tests.support.services import private_redis
 from tests.support.shop_projection import OrderTotals, Shop, view
 from tests.support.streams import keys_for, running_relay
@@ -169,6 +170,11 @@ async def test_a_service_projection_heals_from_postgres_after_redis_lost_its_dat
             "awooop_enforce_tenant_isolation('shop_order_totals')",
         ),
         (
+            shop_projection.TABLE_SQL + "DROP POLICY tenant_binding ON shop_order_totals",
+            ProjectionTenancyError,
+            "has no tenant isolation",
+        ),
+        (
             "CREATE TABLE shop_order_totals (project_id text PRIMARY KEY, orders int); "
             "SELECT awooop_enforce_tenant_isolation('shop_order_totals')",
             ProjectionRegistrationError,
@@ -302,3 +308,32 @@ async def test_a_consumer_loses_nothing_through_flushall_and_a_redis_restart(
             await asyncio.wait_for(consuming, 60)
             await redis.aclose()
     assert all(mine == log for _, mine, log in await checkpoints(db))
+
+
+async def test_a_service_login_reads_its_bound_projects_rows_only(
+    services: Services, settings: Settings, db: Database, database_url: str
+) -> None:
+    await shop_projection.create_table(
+        database_url,
+        shop_projection.TABLE_SQL + "GRANT SELECT ON shop_order_totals TO awooop_producer",
+    )
+    shop = Shop(db, seed=5)
+    await shop.place("shop", "ann", 10)
+    await shop.place("bakery", "bob", 20)
+    await Consumer(OrderTotals(), settings=settings).drain()
+    assert await view(db) == shop.expected()
+    async with bound_login(database_url, ["shop"]) as login:
+        conn = await login.connect()
+        try:
+            seen = {}
+            for project in ("shop", "bakery", ""):
+                async with conn.transaction():
+                    if project:
+                        await conn.execute(
+                            "SELECT set_config('awooop.project_id', $1, true)", project
+                        )
+                    rows = await conn.fetch("SELECT project_id, customer FROM shop_order_totals")
+                    seen[project] = [tuple(r) for r in rows]
+        finally:
+            await conn.close()
+    assert seen == {"shop": [("shop", "ann")], "bakery": [], "": []}
