@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from awooop.core.errors import ProjectionRegistrationError, ProjectionTenancyErr
 from awooop.examples import read_models
 from awooop.loops.projector import consumer_for
 from awooop.projections import registry
+from awooop.projections.lag import projector_lag
 from awooop.projections.registered import Registered
 from awooop.projections.replay import replay
 from awooop.projections.runner import Projector
@@ -337,3 +339,25 @@ async def test_a_service_login_reads_its_bound_projects_rows_only(
         finally:
             await conn.close()
     assert seen == {"shop": [("shop", "ann")], "bakery": [], "": []}
+
+
+async def test_the_archive_sees_an_unregistered_service_projection_behind_its_checkpoints(
+    settings: Settings, db: Database, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archive's process may not register a service's projection that runs elsewhere:
+    the streams it has checkpoints for still hold a partition back while it is behind."""
+    await shop_projection.create_table(database_url)
+    shop = Shop(db, seed=6)
+    await shop.place("shop", "ann", 10)
+    await Consumer(OrderTotals(), settings=settings).drain()
+    await shop.place("shop", "ann", 5)  # the same stream, not applied yet
+    monkeypatch.setattr(registry, "_sources", [])  # as in a process that does not know it
+    assert registry.find("order_totals") is None
+    now = datetime.now(UTC)
+    window = (now - timedelta(days=1), now + timedelta(days=1))
+    async with db.platform() as conn:
+        behind = await projector_lag(conn, "order_totals", *window)
+    assert behind == "stream domain/shop/orders-ann"
+    await Consumer(OrderTotals(), settings=settings).drain()
+    async with db.platform() as conn:
+        assert await projector_lag(conn, "order_totals", *window) is None
