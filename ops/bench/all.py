@@ -34,6 +34,7 @@ BENCHMARKS = (
     "agents",
     "revisions",
     "replay",
+    "service_projections",
     "loops",
     "console",
     "growth",
