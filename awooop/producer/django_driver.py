@@ -42,4 +42,4 @@ def bind(target: Any) -> Bound:
             "Django's PostgreSQL backend runs on psycopg2 here: the producer needs psycopg 3 "
             "(pip install 'awooop[django]', which installs psycopg; Django uses it when present)"
         )
-    return Bound(Sync(wrapper.cursor), raw, bool(wrapper.in_atomic_block), HINT)
+    return Bound(Sync(wrapper.cursor, raw.adapters), raw, bool(wrapper.in_atomic_block), HINT)

@@ -1,12 +1,14 @@
 """The producer's executors on psycopg 3 connections, async and sync (``awooop[psycopg]``).
 
-Each statement runs on a cursor of its own with dict rows (the connection's row factory is
-left alone), its ``$n`` parameters passed by name (:mod:`awooop.producer.placeholders`); every
-JSON argument is text, so the connection needs no JSON adapter, and its own adapters are left
-alone. A psycopg connection that is not in autocommit begins a transaction at its first
-statement: the producer's statements then belong to the transaction the caller commits (or
-rolls back). In autocommit mode outside ``conn.transaction()`` each statement would commit on
-its own, so the producer refuses it (E-INGEST-001).
+Each statement runs on a cursor of its own with its own row factory (the connection's is left
+alone), its ``$n`` parameters passed by name (:mod:`awooop.producer.placeholders`); every JSON
+argument is text, so the connection needs no JSON adapter; where the connection's adapters for
+the plain types are the service's own, psycopg's are put on the producer's cursors
+(:mod:`awooop.producer.psycopg_adapters`), the connection's left alone. A psycopg connection
+that is not in autocommit begins a transaction at its first statement: the producer's
+statements then belong to the transaction the caller commits (or rolls back). In autocommit
+mode outside ``conn.transaction()`` each statement would commit on its own, so the producer
+refuses it (E-INGEST-001).
 
 :class:`Sync` runs a sync connection's statements from coroutines that never suspend, so the
 one async core drives it (:func:`awooop.producer.sync.drive`).
@@ -19,12 +21,14 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg.adapt import AdaptersMap
 from psycopg.rows import dict_row, tuple_row
 
 from awooop.core.errors import ProducerConnectionError
 from awooop.producer.bound import Bound
 from awooop.producer.driver_errors import unavailable_on_driver_errors
 from awooop.producer.placeholders import statement
+from awooop.producer.psycopg_adapters import differences, install
 
 WHAT = "the producer's write"
 
@@ -49,11 +53,13 @@ class Async:
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
+        self.fixes = differences(conn.adapters)
 
     async def _run(self, query: str, args: Sequence[Any]) -> tuple[list[dict[str, Any]], str]:
         sql, params = statement(query, args)
         with unavailable_on_driver_errors(WHAT):
             async with psycopg.AsyncCursor(self.conn, row_factory=dict_row) as cur:
+                install(cur, self.fixes)
                 await cur.execute(sql, params)
                 rows = await cur.fetchall() if cur.description is not None else []
                 return rows, cur.statusmessage or ""
@@ -77,12 +83,14 @@ class Sync:
     DB-API cursor factory that takes ``%(name)s`` parameters, as Django's connection):
     its coroutines run the statement at once and never suspend."""
 
-    def __init__(self, cursor: Any) -> None:
+    def __init__(self, cursor: Any, adapters: AdaptersMap) -> None:
         self.cursor = cursor  # () -> a context manager of a cursor
+        self.fixes = differences(adapters)  # adapters: the connection's
 
     def _run(self, query: str, args: Sequence[Any]) -> tuple[list[dict[str, Any]], str]:
         sql, params = statement(query, args)
         with unavailable_on_driver_errors(WHAT), self.cursor() as cur:
+            install(cur, self.fixes)
             cur.execute(sql, params)
             if cur.description is None:
                 return [], getattr(cur, "statusmessage", None) or ""
@@ -128,4 +136,4 @@ def bound_sync(conn: object, hint: str = HINT) -> Bound:
         raise ProducerConnectionError(
             f"an async psycopg connection ({type(conn).__name__}): use awooop.producer (async)"
         )
-    return Bound(Sync(sync_cursor(conn)), conn, in_transaction(conn), hint)
+    return Bound(Sync(sync_cursor(conn), conn.adapters), conn, in_transaction(conn), hint)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -222,6 +223,35 @@ async def test_outside_a_transaction_nothing_is_written(
         await refused(tx, ProducerTransactionError, "E-INGEST-001", "emit", PROJECT,
                       DomainEvent("s", "Seen", {}))  # fmt: skip
     assert (await counts(db, database_url))["runs"] == 0
+
+
+async def test_a_psycopg_connection_with_adapters_of_its_own(
+    db: Database, database_url: str, login: Login
+) -> None:
+    """The service's own adapters and row factory (uuids read as text, text dumped as
+    ``text``, dict rows): the producer gets psycopg's on its own cursors, the connection keeps
+    the service's."""
+    import psycopg
+    from psycopg.rows import dict_row
+    from psycopg.types.string import StrDumper, TextLoader
+
+    from awooop import producer
+
+    async with await psycopg.AsyncConnection.connect(login.url, row_factory=dict_row) as conn:
+        conn.adapters.register_loader("uuid", TextLoader)
+        conn.adapters.register_dumper(str, StrDumper)
+        async with conn.transaction():
+            await producer.set_tenant(conn, PROJECT)
+            one = await producer.submit(conn, PROJECT, event("k"))
+            again = await producer.submit(conn, PROJECT, event("k"))
+            sent = await producer.signal(conn, PROJECT, one.run_id, "paid", {"n": 1}, key="s")
+        assert isinstance(one.run_id, uuid.UUID) and isinstance(sent.signal_id, uuid.UUID)
+        assert (one.created, again.created, again.run_id) == (True, False, one.run_id)
+        async with conn.transaction():  # the service's own read, as the service set it up
+            await producer.set_tenant(conn, PROJECT)
+            cursor = await conn.execute("SELECT run_id FROM awooop_run_state")
+            assert await cursor.fetchall() == [{"run_id": str(one.run_id)}]
+    assert (await counts(db, database_url))["runs"] == 1
 
 
 async def test_a_connection_the_producer_does_not_take_is_named() -> None:
