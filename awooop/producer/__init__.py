@@ -75,22 +75,17 @@ same API for sync connections (psycopg, SQLAlchemy, Django).
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
-import asyncpg
 import msgspec
 
 from awooop.core.config import Settings, load_settings
 from awooop.core.db import Connection as Connection
 from awooop.core.db import Database
-from awooop.core.errors import (
-    ProducerConnectionError,
-    ProducerTransactionError,
-)
+from awooop.core.errors import ProducerTransactionError
 from awooop.core.pools import SET_TENANT
 from awooop.core.pools import create_service_pool as create_pool
 from awooop.core.pools import init_service_connection as init_connection
@@ -110,7 +105,7 @@ from awooop.ingest.domain_events import check_domain_event as check_domain_event
 from awooop.ingest.domain_events import domain_stream_id as domain_stream_id
 from awooop.ingest.service import Ingestor
 from awooop.ingest.submission import ChannelEvent, Submitted
-from awooop.producer.bound import Bound
+from awooop.producer.bound import in_transaction, producer_errors
 from awooop.producer.targets import AsyncTarget, bind
 from awooop.runs import signals
 
@@ -132,7 +127,6 @@ __all__ = [
 ]
 
 _json_encode = msgspec.json.Encoder().encode
-T = TypeVar("T")
 _default_settings: Settings | None = None
 
 
@@ -142,7 +136,7 @@ async def set_tenant(conn: AsyncTarget, project_id: str) -> None:
     bound = await bind(conn)
     if not bound.open:
         raise ProducerTransactionError(f"set_tenant needs an open transaction: {bound.hint}")
-    with _driver_errors():
+    with producer_errors():
         await bound.conn.execute(SET_TENANT, project_id)
 
 
@@ -192,7 +186,7 @@ async def _submit(
     where = target if isinstance(target, Database) else await bind(target)
     owner = where if isinstance(where, Database) else where.owner
     cache = _config_cache(owner, settings.ingest_config_cache_s)
-    results = await _in_transaction(
+    results = await in_transaction(
         where, project_id, lambda conn: submission.write(conn, settings, checked, cache)
     )
     submission.count(checked, results)
@@ -290,45 +284,7 @@ async def emit_many(
         return [r for r in results if r is not None]
 
     where = target if isinstance(target, Database) else await bind(target)
-    return await _in_transaction(where, project_id, run)
-
-
-async def _in_transaction(
-    target: Database | Bound, project_id: str, run: Callable[[Querier], Awaitable[T]]
-) -> T:
-    """``run`` in a tenant transaction of the Database (retried on transient conflicts), or
-    on the caller's connection inside its open transaction. The database away, refusing
-    (read-only, a revoked privilege, disk full) or too slow is raised typed: E-DB-001, E-DB-002,
-    E-DB-003 (retryable; the caller's transaction is then aborted and is retried whole)."""
-    if isinstance(target, Database):
-        with unavailable_on_connection_errors("the producer's write"):
-            return await target.in_tenant(project_id, run)
-    if not target.open:
-        raise ProducerTransactionError(f"the producer needs an open transaction: {target.hint}")
-    with _driver_errors():
-        return await run(target.conn)
-
-
-@contextlib.contextmanager
-def _driver_errors() -> Iterator[None]:
-    """The database away, refusing or too slow as catalog errors (the psycopg executors turn
-    their own); asyncpg's refusal of an argument as E-INGEST-005."""
-    try:
-        with unavailable_on_connection_errors("the producer's write"):
-            yield
-    except asyncpg.DataError as exc:
-        # asyncpg's own refusal to encode an argument, raised before anything is sent: the
-        # events were checked before, so the connection's codecs refused a plain argument.
-        if type(exc) is not asyncpg.DataError or not str(exc).startswith(ARGUMENT_REFUSED):
-            raise
-        raise ProducerConnectionError(
-            f"this connection's type codecs refused the producer's argument ({exc}): give the "
-            "producer a connection without custom codecs for text, uuid and numbers "
-            "(awooop.producer.create_pool, or init=awooop.producer.init_connection)"
-        ) from exc
-
-
-ARGUMENT_REFUSED = "invalid input for query argument"
+    return await in_transaction(where, project_id, run)
 
 
 async def signal(
@@ -368,7 +324,7 @@ async def signal(
                         kept_max=kept,
                     ),
                 )
-        return await _in_transaction(
+        return await in_transaction(
             await bind(target),
             project_id,
             lambda c: signals.send_pending(

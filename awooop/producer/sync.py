@@ -6,10 +6,12 @@ arguments and guarantees, on a sync connection inside the caller's open transact
   (``awooop[sqlalchemy]``);
 - Django's ``connection`` inside ``transaction.atomic()`` (``awooop[django]``)::
 
+      from awooop.producer import sync
+
       with transaction.atomic():
-          producer.sync.set_tenant(connection, "shop")
+          sync.set_tenant(connection, "shop")
           Order.objects.create(...)
-          producer.sync.submit(connection, "shop", ChannelEvent("api", f"order-{pk}", {...}))
+          sync.submit(connection, "shop", sync.ChannelEvent("api", f"order-{pk}", {...}))
 
 How: the async API's functions are the one implementation. On a sync connection their
 statements run at once (:class:`awooop.producer.psycopg_driver.Sync`), so their coroutines
