@@ -19,6 +19,7 @@ import pytest
 from awooop.core.db import Database
 from awooop.core.errors import (
     AwoooPError,
+    DatabaseRefusedError,
     InvalidInputError,
     ProducerConnectionError,
     ProducerTransactionError,
@@ -212,6 +213,21 @@ async def test_signals_are_written_pending_with_the_transaction(
     async with db.tenant(PROJECT) as conn:
         rows = await conn.fetch("SELECT signal_key, payload, pending FROM awooop_signals")
     assert [(r["signal_key"], r["payload"], r["pending"]) for r in rows] == [("k1", {"n": 1}, True)]
+
+
+async def test_a_database_that_refuses_the_write_is_a_typed_error(
+    db: Database, database_url: str, login: Login, driver: Any
+) -> None:
+    """A read-only transaction (as during a failover's demotion): E-DB-002, retryable, from
+    every driver's own error; nothing written."""
+    async with driver(login.url) as tx:
+        await tx.execute("SET TRANSACTION READ ONLY")
+        await tx.call("set_tenant", PROJECT)
+        with pytest.raises(DatabaseRefusedError) as caught:
+            await tx.call("submit", PROJECT, event("k"))
+        assert (caught.value.code, caught.value.retryable) == ("E-DB-002", True)
+        raise Rollback
+    assert (await counts(db, database_url))["runs"] == 0
 
 
 async def test_outside_a_transaction_nothing_is_written(

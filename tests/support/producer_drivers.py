@@ -3,9 +3,9 @@ them all alike (tests/integration/test_producer_drivers.py).
 
 A :class:`Tx` is a caller's open transaction on a login's connection: ``call`` runs a producer
 function (``awooop.producer``'s for the async drivers, ``awooop.producer.sync``'s for the sync
-ones) on it, ``own_row`` is the caller's own write (a row of ``orders``), ``savepoint`` and
-``rollback_to`` exercise a refusal inside it. Sync drivers run every call of a transaction on
-one thread of their own (Django's connections belong to a thread), off the event loop.
+ones) on it, ``execute`` runs the caller's own SQL (``own_row``: a row of ``orders``). Sync
+drivers run every call of a transaction on one thread of their own (Django's connections
+belong to a thread), off the event loop.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ class Rollback(Exception):
 
 
 class Tx:
-    def __init__(self, target: Any, own: Callable[[int], Any], run: Callable[..., Any]) -> None:
+    def __init__(self, target: Any, own: Callable[[str], Any], run: Callable[..., Any]) -> None:
         self.target = target
-        self._own = own
+        self._own = own  # runs the caller's own SQL
         self._run = run  # runs a function with its arguments (on the driver's thread)
 
     async def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -36,7 +36,10 @@ class Tx:
         return await self._run(getattr(api, name), self.target, *args, **kwargs)
 
     async def own_row(self, order: int) -> None:
-        await self._run(self._own, order)
+        await self.execute(f"INSERT INTO orders VALUES ({int(order)}, '{{}}')")
+
+    async def execute(self, sql: str) -> None:
+        await self._run(self._own, sql)
 
 
 async def _awaited(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -56,7 +59,7 @@ async def asyncpg_tx(url: str, begin: bool = True) -> AsyncIterator[Tx]:
 
     conn = await asyncpg.connect(url)
     try:
-        own = lambda order: conn.execute("INSERT INTO orders VALUES ($1, '{}')", order)  # noqa: E731
+        own = conn.execute
         if not begin:
             yield Tx(conn, own, _awaited)
             return
@@ -73,7 +76,7 @@ async def psycopg_async_tx(url: str, begin: bool = True) -> AsyncIterator[Tx]:
 
     conn = await psycopg.AsyncConnection.connect(url, autocommit=not begin)
     try:
-        own = lambda order: conn.execute("INSERT INTO orders VALUES (%s, '{}')", (order,))  # noqa: E731
+        own = conn.execute
         if not begin:
             yield Tx(conn, own, _awaited)
             return
@@ -91,17 +94,15 @@ def _sqlalchemy_async(scheme: str) -> Any:
         from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
         engine = create_async_engine(_url(url, scheme))
-        insert = text("INSERT INTO orders VALUES (:id, '{}')")
         try:
             if not begin:  # a Connection that has begun nothing
                 async with engine.connect() as conn:
-                    yield Tx(conn, lambda order: conn.execute(insert, {"id": order}), _awaited)
+                    yield Tx(conn, lambda sql: conn.execute(text(sql)), _awaited)
                 return
             async with AsyncSession(engine) as session:
                 with contextlib.suppress(Rollback):
                     async with session.begin():
-                        own = lambda order: session.execute(insert, {"id": order})  # noqa: E731
-                        yield Tx(session, own, _awaited)
+                        yield Tx(session, lambda sql: session.execute(text(sql)), _awaited)
         finally:
             await engine.dispose()
 
@@ -113,7 +114,7 @@ def _sqlalchemy_async(scheme: str) -> Any:
 
 @contextlib.asynccontextmanager
 async def _on_a_thread(
-    enter: Callable[[], tuple[Any, Callable[[int], Any], Callable[[BaseException | None], Any]]],
+    enter: Callable[[], tuple[Any, Callable[[str], Any], Callable[[BaseException | None], Any]]],
 ) -> AsyncIterator[Tx]:
     """``enter`` (on the thread) opens the transaction and returns the target, the caller's own
     write and the exit (given the exception that ends the block, or None)."""
@@ -153,7 +154,7 @@ async def psycopg_sync_tx(url: str, begin: bool = True) -> AsyncIterator[Tx]:
         import psycopg
 
         conn = psycopg.connect(url, autocommit=not begin)
-        own = lambda order: conn.execute("INSERT INTO orders VALUES (%s, '{}')", (order,))  # noqa: E731
+        own = conn.execute
         block = conn.transaction() if begin else contextlib.nullcontext()
         block.__enter__()
         return conn, own, _leaving(conn, block)
@@ -169,15 +170,14 @@ async def sqlalchemy_psycopg_tx(url: str, begin: bool = True) -> AsyncIterator[T
         from sqlalchemy.orm import Session
 
         engine = create_engine(_url(url, "postgresql+psycopg://"))
-        insert = text("INSERT INTO orders VALUES (:id, '{}')")
         disposing = contextlib.closing(_Disposer(engine))
         if not begin:
             conn = engine.connect()
-            return conn, lambda o: conn.execute(insert, {"id": o}), _leaving(disposing, conn)
+            return conn, lambda sql: conn.execute(text(sql)), _leaving(disposing, conn)
         session = Session(engine)
         block = session.begin()
         block.__enter__()
-        own = lambda order: session.execute(insert, {"id": order})  # noqa: E731
+        own = lambda sql: session.execute(text(sql))  # noqa: E731
         return session, own, _leaving(disposing, session, block)
 
     async with _on_a_thread(enter) as tx:
@@ -203,9 +203,9 @@ async def django_tx(url: str, begin: bool = True) -> AsyncIterator[Tx]:
         connections.settings[alias] = django_database(url)
         conn = connections[alias]
 
-        def own(order: int) -> None:
+        def own(sql: str) -> None:
             with conn.cursor() as cursor:
-                cursor.execute("INSERT INTO orders VALUES (%s, '{}')", [order])
+                cursor.execute(sql)
 
         block = transaction.atomic(using=alias) if begin else contextlib.nullcontext()
         block.__enter__()
