@@ -30,6 +30,7 @@ from awooop.core.events import (
     event_type,
     stream_of_project,
 )
+from awooop.core.querier import Querier
 from awooop.eventlog import queries
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -333,7 +334,7 @@ class Appended(msgspec.Struct, frozen=True):
     position: int
 
 
-async def lock_heads(conn: Connection, stream_ids: Sequence[str]) -> None:
+async def lock_heads(conn: Querier, stream_ids: Sequence[str]) -> None:
     """Queue behind the other transactions appending at the head of ``stream_ids`` (held to
     the end of the caller's transaction, see :data:`LOCK_HEADS`). Taken before the transaction
     writes anything, it means :func:`append_at_head` cannot raise
@@ -343,7 +344,7 @@ async def lock_heads(conn: Connection, stream_ids: Sequence[str]) -> None:
 
 
 async def append_at_head(
-    conn: Connection,
+    conn: Querier,
     stream_id: str,
     project_id: str,
     events: Sequence[RawEvent],
