@@ -18,7 +18,7 @@ sleep already past its due time returns at once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -72,7 +72,23 @@ class AttemptWaits:
 
 
 class DurableWaits(AttemptWaits):
-    """The durable waits of one attempt (module doc)."""
+    """The durable waits of one attempt (module doc). ``writer``: the worker's group commit of
+    fenced writes (:meth:`awooop.worker.executor.Executor.write`), which a sleep's
+    ``WaitStarted`` goes through with the other attempts' writes (one transaction for many
+    runs); without it the sleep is written in a tenant transaction of its own."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        attempt: Attempt,
+        steps: Mapping[str, Any],
+        use: Callable[[str], None],
+        io_timeout_s: float | None,
+        writer: Callable[[leases.FencedWrite], Awaitable[Any]] | None = None,
+    ) -> None:
+        super().__init__(db=db, attempt=attempt, steps=steps, use=use, io_timeout_s=io_timeout_s)
+        self._writer = writer
 
     async def sleep(
         self, delay: timedelta | None, until: datetime | None, name: str | None
@@ -140,8 +156,20 @@ class DurableWaits(AttemptWaits):
         return datetime.now(UTC)
 
     async def _start_sleep(self, start: Callable[[Any, datetime], WaitStarted]) -> None:
-        """Write the sleep's ``WaitStarted`` (made by ``start``), fenced."""
+        """Write the sleep's ``WaitStarted`` (made by ``start``), fenced; its lease is released
+        with it."""
         attempt = self._attempt
+        if self._writer is not None:
+            write = leases.FencedWrite(
+                attempt.run_id, attempt.worker_id, attempt.number, start, trace_metadata()
+            )
+            attempt.finishing = True
+            try:
+                await self._writer(write)
+            except BaseException:
+                attempt.finishing = False
+                raise
+            return
         await self._finish(
             lambda conn: leases.fenced_record(
                 conn, attempt.run_id, attempt.worker_id, attempt.number, start, trace_metadata()
