@@ -223,9 +223,19 @@ def journal_figures(rows: list[asyncpg.Record], ids: set[str], sleeping: bool) -
         ]
         if resumed:
             wake.append((resumed[0]["at"] - fired["at"]) * 1000)
-    completed = [e["at"] for events in by_run.values() for e in events if e["event_type"] == "RunCompleted"]
+    def times(kind: str) -> list[float]:
+        return sorted(e["at"] for events in by_run.values() for e in events if e["event_type"] == kind)
+
+    completed = times("RunCompleted")
     return {
-        "last_completed": max(completed) if completed else None,
+        "last_completed": completed[-1] if completed else None,
+        # unix times of the phases (made relative to the commit by the caller)
+        "phases": {
+            "last_wait_started": max(times("WaitStarted"), default=None),
+            "first_fired": min(times("TimerFired"), default=None),
+            "last_fired": max(times("TimerFired"), default=None),
+            "half_completed": completed[len(completed) // 2] if completed else None,
+        },
         "errors": {
             "claimed_more_than_needed": sum(1 for c in counts.values() if c["RunClaimed"] > claims_each),
             "completed_twice": sum(1 for c in counts.values() if c["RunCompleted"] > 1),
@@ -259,6 +269,7 @@ async def measure_mode(
         log = journal_figures(await stack.fetch(JOURNAL), ids, sleep_s > 0)
         cpu = cpu_ms_per_run(stack, before, after, args.runs)
     last = log.pop("last_completed")
+    log["phases"] = {k: None if v is None else round(v - committed, 3) for k, v in log["phases"].items()}
     return {
         "wall_s": round(last - committed, 3) if last is not None else None,
         "cpu_ms_per_run": cpu,
