@@ -32,6 +32,7 @@ BENCHMARKS = (
     "scheduler",
     "fairness",
     "agents",
+    "sleeps",
     "revisions",
     "replay",
     "loops",

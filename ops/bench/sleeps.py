@@ -23,8 +23,8 @@ ended:
   the round's plain ``wall_s`` and ``ratio`` = the sleep ``wall_s`` / ``bound_s`` (the target:
   at most 1: the slots are free while the runs sleep);
 - CPU (user + system from /proc) in ms per run of each role: ``worker``, ``relay``, ``timers``
-  (the loops process), ``postgres_backends`` (the client backends of the benchmark's database, the benchmark's and
-  the producer's own connections left out) and ``runtime``, their sum;
+  (the loops process), ``postgres_backends`` (the client backends of the benchmark's database,
+  the benchmark's and the producer's own connections left out) and ``runtime``, their sum;
 - Postgres statements per run (``pg_stat_statements`` of the database, reset after the warm-up;
   BEGIN and COMMIT count), and the most called ones;
 - in the ``sleep`` mode, from the journal: ``wake_to_resume`` (``TimerFired`` to the run's next
@@ -121,7 +121,9 @@ class Stack:
         args += ["--with-loops"] if self.with_loops else []
         self.pids[self.procs.start("worker", args, self.env).pid] = "worker"
         if not self.with_loops:
-            self.pids[self.procs.start("timers", ["loops", "run", "timers"], self.env).pid] = "timers"
+            self.pids[self.procs.start("timers", ["loops", "run", "timers"], self.env).pid] = (
+                "timers"
+            )
         await asyncio.to_thread(self.procs.wait_started, "worker")
         await asyncio.sleep(0.5)  # the relay and the consumer group settle (as worker.py)
         return self
@@ -223,8 +225,11 @@ def journal_figures(rows: list[asyncpg.Record], ids: set[str], sleeping: bool) -
         ]
         if resumed:
             wake.append((resumed[0]["at"] - fired["at"]) * 1000)
+
     def times(kind: str) -> list[float]:
-        return sorted(e["at"] for events in by_run.values() for e in events if e["event_type"] == kind)
+        return sorted(
+            e["at"] for events in by_run.values() for e in events if e["event_type"] == kind
+        )
 
     completed = times("RunCompleted")
     return {
@@ -237,7 +242,9 @@ def journal_figures(rows: list[asyncpg.Record], ids: set[str], sleeping: bool) -
             "half_completed": completed[len(completed) // 2] if completed else None,
         },
         "errors": {
-            "claimed_more_than_needed": sum(1 for c in counts.values() if c["RunClaimed"] > claims_each),
+            "claimed_more_than_needed": sum(
+                1 for c in counts.values() if c["RunClaimed"] > claims_each
+            ),
             "completed_twice": sum(1 for c in counts.values() if c["RunCompleted"] > 1),
             "fired_twice": sum(1 for c in counts.values() if c["TimerFired"] > 1),
             "not_fired": sum(1 for c in counts.values() if sleeping and c["TimerFired"] == 0),
@@ -254,22 +261,24 @@ async def measure_mode(
         await stack.submit(args.warmup, 0.3 if sleep_s else 0.0, args.batch)
         await stack.wait_ended(args.warmup, 120)
         await asyncio.sleep(1.0)
-        seen = {r["run"] for r in await stack.fetch("SELECT run_id::text AS run FROM awooop_run_state")}
+        seen = {
+            r["run"] for r in await stack.fetch("SELECT run_id::text AS run FROM awooop_run_state")
+        }
         await stack.fetch("SELECT pg_stat_statements_reset()::text")
         before = measure.snapshot()
         committed = await stack.submit(args.runs, sleep_s, args.batch)
         await stack.wait_ended(args.warmup + args.runs, 600)
         after = measure.snapshot()
         statements = await stack.statements(args.runs)
-        rows = await stack.fetch(
-            "SELECT run_id::text AS run, status FROM awooop_run_state"
-        )
+        rows = await stack.fetch("SELECT run_id::text AS run, status FROM awooop_run_state")
         ids = {r["run"] for r in rows} - seen
         statuses = Counter(r["status"] for r in rows if r["run"] in ids)
         log = journal_figures(await stack.fetch(JOURNAL), ids, sleep_s > 0)
         cpu = cpu_ms_per_run(stack, before, after, args.runs)
     last = log.pop("last_completed")
-    log["phases"] = {k: None if v is None else round(v - committed, 3) for k, v in log["phases"].items()}
+    log["phases"] = {
+        k: None if v is None else round(v - committed, 3) for k, v in log["phases"].items()
+    }
     return {
         "wall_s": round(last - committed, 3) if last is not None else None,
         "cpu_ms_per_run": cpu,
@@ -291,7 +300,10 @@ def summarise(rounds: list[dict[str, Any]], codes: list[str], sleep_s: float) ->
         sleep = [r["sleep"]["wall_s"] for r in mine]
         ratios = [s / (sleep_s + p) for s, p in zip(sleep, plain, strict=True)]
         cpu = {
-            mode: {role: median([r[mode]["cpu_ms_per_run"][role] for r in mine]) for role in (*ROLES, "runtime")}
+            mode: {
+                role: median([r[mode]["cpu_ms_per_run"][role] for r in mine])
+                for role in (*ROLES, "runtime")
+            }
             for mode in ("plain", "sleep")
         }
         out[code] = {
@@ -321,7 +333,7 @@ def summarise(rounds: list[dict[str, Any]], codes: list[str], sleep_s: float) ->
 
 
 async def run_all(args: argparse.Namespace) -> dict[str, Any]:
-    codes = [str(Path(c).resolve()) for c in (args.code or [str(ROOT)])]
+    codes: list[str] = args.code
     result: dict[str, Any] = {
         "benchmark": "sleeps",
         "command": " ".join(["ops/bench/sleeps.py", *sys.argv[1:]]),
@@ -372,6 +384,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.keep_logs:
         Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
+    args.code = [str(Path(c).resolve()) for c in (args.code or [str(ROOT)])]
     result = asyncio.run(run_all(args))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
