@@ -75,7 +75,7 @@ class DurableWaits(AttemptWaits):
     """The durable waits of one attempt (module doc). ``writer``: the worker's group commit of
     fenced writes (:meth:`awooop.worker.executor.Executor.write`), which a sleep's
     ``WaitStarted`` goes through with the other attempts' writes (one transaction for many
-    runs); without it the sleep is written in a tenant transaction of its own."""
+    runs; the test kit's writes go to its journal)."""
 
     def __init__(
         self,
@@ -85,7 +85,7 @@ class DurableWaits(AttemptWaits):
         steps: Mapping[str, Any],
         use: Callable[[str], None],
         io_timeout_s: float | None,
-        writer: Callable[[leases.FencedWrite], Awaitable[Any]] | None = None,
+        writer: Callable[[leases.FencedWrite], Awaitable[Any]],
     ) -> None:
         super().__init__(db=db, attempt=attempt, steps=steps, use=use, io_timeout_s=io_timeout_s)
         self._writer = writer
@@ -159,22 +159,15 @@ class DurableWaits(AttemptWaits):
         """Write the sleep's ``WaitStarted`` (made by ``start``), fenced; its lease is released
         with it."""
         attempt = self._attempt
-        if self._writer is not None:
-            write = leases.FencedWrite(
-                attempt.run_id, attempt.worker_id, attempt.number, start, trace_metadata()
-            )
-            attempt.finishing = True
-            try:
-                await self._writer(write)
-            except BaseException:
-                attempt.finishing = False
-                raise
-            return
-        await self._finish(
-            lambda conn: leases.fenced_record(
-                conn, attempt.run_id, attempt.worker_id, attempt.number, start, trace_metadata()
-            )
+        write = leases.FencedWrite(
+            attempt.run_id, attempt.worker_id, attempt.number, start, trace_metadata()
         )
+        attempt.finishing = True
+        try:
+            await self._writer(write)
+        except BaseException:
+            attempt.finishing = False
+            raise
 
     async def _take_or_wait(
         self,
