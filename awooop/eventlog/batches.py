@@ -1,6 +1,7 @@
-"""The worker's one-statement writes: claim many runs, complete many runs (``claim_many.sql``,
-``complete_many.sql``). Each moves the stream heads, updates the rows as ``apply`` would and
-appends the events in ONE statement, so that a claim or a completion costs one round trip.
+"""The worker's one-statement writes: claim many runs, complete many runs, start many runs'
+sleeps (``claim_many.sql``, ``complete_many.sql``, ``sleep_many.sql``). Each moves the stream
+heads, updates the rows as ``apply`` would and appends the events in ONE statement, so that a
+claim, a completion or a sleep costs one round trip.
 
 The caller (:mod:`awooop.runs.leases.batch`) decides what to do with what comes back: each
 :class:`BatchRow` is a run the statement wrote, or one it left as its snapshot saw it, with
@@ -22,6 +23,7 @@ from awooop.eventlog.state import RunState, row_to_state
 
 CLAIM_MANY = queries.load("claim_many")
 COMPLETE_MANY = queries.load("complete_many")
+SLEEP_MANY = queries.load("sleep_many")
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -116,8 +118,36 @@ async def complete_many(
     return _rows(rows)
 
 
+async def sleep_many(
+    conn: Connection,
+    run_ids: Sequence[uuid.UUID],
+    worker_ids: Sequence[str],
+    attempts: Sequence[int],
+    steps: Sequence[str],
+    delays_us: Sequence[int | None],
+    untils: Sequence[datetime | None],
+    metadata: Sequence[dict[str, Any] | None],
+) -> list[BatchRow]:
+    """A sleep's ``WaitStarted`` for each run whose ``(worker_id, attempt)`` holds a live lease
+    (the fence is the statement's WHERE clause), with the wait's row; the others as they are.
+    Each sleep is due at its ``until``, or ``delays_us`` microseconds after the database
+    clock when that is None."""
+    rows = await conn.fetch(
+        SLEEP_MANY,
+        list(run_ids),
+        list(worker_ids),
+        list(attempts),
+        list(steps),
+        list(delays_us),
+        list(untils),
+        [_json(m) for m in metadata],
+    )
+    return _rows(rows)
+
+
 async def prepare(conn: Connection) -> None:
     """Parse and plan the batch writes on ``conn`` with empty arrays (they write nothing)."""
     await conn.fetch(CLAIM_MANY, [], [], "", 1.0, True, *EVERY)
     await conn.fetch(COMPLETE_MANY, [], [], [], [], [])
+    await conn.fetch(SLEEP_MANY, [], [], [], [], [], [], [])
     await conn.fetch(eventlog.APPEND_MANY, [], [], [], [], [], [], [])

@@ -25,9 +25,8 @@ from typing import Any
 from awooop.core import metrics
 from awooop.core.db import Database
 from awooop.core.errors import EventWaitTimeoutError, InvalidInputError
-from awooop.core.events import WaitStarted
 from awooop.core.retries import unavailable_on_connection_errors
-from awooop.eventlog.wait_state import SIGNAL, SLEEP, TIMEOUT, due_of, ended
+from awooop.eventlog.wait_state import SIGNAL, TIMEOUT, due_of, ended
 from awooop.runs import leases, signals
 from awooop.worker.approval_waits import Suspended
 from awooop.worker.attempts import Attempt, trace_metadata
@@ -72,10 +71,10 @@ class AttemptWaits:
 
 
 class DurableWaits(AttemptWaits):
-    """The durable waits of one attempt (module doc). ``writer``: the worker's group commit of
-    fenced writes (:meth:`awooop.worker.executor.Executor.write`), which a sleep's
-    ``WaitStarted`` goes through with the other attempts' writes (one transaction for many
-    runs; the test kit's writes go to its journal)."""
+    """The durable waits of one attempt (module doc). ``writer``: the worker's fenced writes
+    (:meth:`awooop.worker.executor.Executor.write`), which writes a sleep's ``WaitStarted``
+    (a :class:`awooop.runs.leases.Sleep`) with the other attempts' sleeps in one statement
+    (``sleep_many.sql``); the test kit's writes go to its journal, the event the same."""
 
     def __init__(
         self,
@@ -108,18 +107,16 @@ class DurableWaits(AttemptWaits):
         elif sleep_due(now, delay, until) <= now:
             return  # nothing to wait for
         attempt = self._attempt
-
-        def start(_state: Any, at: datetime) -> WaitStarted:
-            return WaitStarted(
-                at=at,
-                worker_id=attempt.worker_id,
-                attempt=attempt.number,
-                step=step,
-                kind=SLEEP,
-                due_at=sleep_due(at, delay, until),
-            )
-
-        await self._start_sleep(start)
+        write = leases.Sleep(
+            attempt.run_id,
+            attempt.worker_id,
+            attempt.number,
+            trace_metadata(),
+            step=step,
+            delay=delay,
+            until=until,
+        )
+        await self._start_sleep(write)
         raise Waiting(step)
 
     async def wait_for_event(
@@ -155,13 +152,9 @@ class DurableWaits(AttemptWaits):
         """The clock a journaled due time is compared with."""
         return datetime.now(UTC)
 
-    async def _start_sleep(self, start: Callable[[Any, datetime], WaitStarted]) -> None:
-        """Write the sleep's ``WaitStarted`` (made by ``start``), fenced; its lease is released
-        with it."""
+    async def _start_sleep(self, write: leases.Sleep) -> None:
+        """Write the sleep's ``WaitStarted``, fenced; its lease is released with it."""
         attempt = self._attempt
-        write = leases.FencedWrite(
-            attempt.run_id, attempt.worker_id, attempt.number, start, trace_metadata()
-        )
         attempt.finishing = True
         try:
             await self._writer(write)

@@ -71,6 +71,11 @@ class LastWrites:
         self.completions: Batcher[str, leases.Completion, RunState] = Batcher(
             self._flush_completions, parallel=FLUSHES_PER_PROJECT
         )
+        # A sleep's WaitStarted (the attempt's last write too) is one statement each batch
+        # (leases.sleep_many): a burst of sleeps costs what a burst of completions does.
+        self.sleeps: Batcher[str, leases.Sleep, RunState] = Batcher(
+            self._flush_sleeps, parallel=FLUSHES_PER_PROJECT
+        )
 
     # Both flushes answer per write: a lost lease, or a value Postgres would refuse, is that
     # write's error. When the statement itself fails, the batcher flushes each write alone,
@@ -90,10 +95,19 @@ class LastWrites:
         results = await self.statements.complete_many(completions)
         return list(results)
 
+    async def _flush_sleeps(
+        self, _project_id: str, sleeps: list[leases.Sleep]
+    ) -> list[RunState | BaseException]:
+        results = await self.statements.sleep_many(sleeps)
+        return list(results)
+
     async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
         """A fenced write, batched with the other attempts' writes of the project (group
-        commit); raises E-RUN-002 when the attempt no longer holds its lease."""
+        commit; a sleep with the other sleeps, :class:`leases.Sleep`); raises E-RUN-002 when
+        the attempt no longer holds its lease."""
         with unavailable_on_connection_errors("a fenced write failed"):
+            if isinstance(write, leases.Sleep):
+                return await self.sleeps.submit(project_id, write, unique=write.run_id)
             return await self.writes.submit(project_id, write, unique=write.run_id)
 
     async def release(

@@ -16,7 +16,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -151,6 +151,19 @@ async def complete_many(db: Database, url: str, settings: Settings) -> Touched:
     ]
     written = await db.in_run_statement(logged(lambda c: leases.complete_many(c, completions)))
     assert [getattr(w, "status", None) for w in written] == ["COMPLETED"] * 3
+    return Touched(set(runs))
+
+
+@case("claim_many", "sleep_many")
+async def sleep_many(db: Database, url: str, settings: Settings) -> Touched:
+    runs = await create_runs(db, P, 2)
+    await db.in_run_statement(logged(lambda c: leases.claim_many(c, runs, "w1", 30)))
+    sleeps = [
+        leases.Sleep(runs[0], "w1", 1, step="sleep:1", delay=timedelta(seconds=30)),
+        leases.Sleep(runs[1], "w1", 1, step="nap", until=datetime(2031, 1, 2, tzinfo=UTC)),
+    ]
+    written = await db.in_run_statement(logged(lambda c: leases.sleep_many(c, sleeps)))
+    assert [getattr(w, "status", None) for w in written] == ["WAITING_EVENT"] * 2
     return Touched(set(runs))
 
 
