@@ -1,6 +1,10 @@
 """An attempt's fenced last write (``RunCompleted``, ``RunFailed``, ``LeaseReleased``), and the
 group commits every fenced write of this process goes through.
 
+A durable sleep's ``WaitStarted`` (:class:`awooop.runs.leases.Sleep`) is an attempt's last
+write too: :meth:`LastWrites.write` sends it to the group commit of sleeps, one statement a
+batch (``sleep_many.sql``), as completions go.
+
 Last writes go through group commits shared with other runs (:mod:`awooop.core.batching`): an
 error caused by one run's data is that run's alone. A return value that Postgres cannot store
 (text with ``\\u0000``, found before the statement by :mod:`awooop.core.storable`, or refused
