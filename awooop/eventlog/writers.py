@@ -123,6 +123,13 @@ WRITERS: tuple[Writer, ...] = (
         ),
     ),
     Writer(
+        "fire_many",
+        "awooop.eventlog.batches.fire_many",
+        (RUNS, STREAMS, EVENTS),
+        "apply(state, TimerFired) written in SQL, the waits' rows removed (waits.follow)",
+        ("tests/integration/test_sleep_statement.py::test_fire_statement_matches_apply",),
+    ),
+    Writer(
         "ingest_new",
         "awooop.eventlog.ingest.insert_new",
         (DEDUPE, RUNS, STREAMS, EVENTS),

@@ -1,8 +1,10 @@
-"""The one-statement sleep (``sleep_many.sql``, :func:`awooop.runs.leases.sleep_many`) on real
-Postgres: each run's row equals ``apply`` folded over its events, the event equals the one
-:class:`awooop.runs.leases.Sleep` makes (what the generic fenced write would have written),
-the wait's row is the one :func:`awooop.eventlog.waits.follow` writes and the timers loop is
-rung; the fence is checked per run, and a run refused writes nothing."""
+"""The one-statement sleep (``sleep_many.sql``, :func:`awooop.runs.leases.sleep_many`) and the
+timers loop's one-statement fire (``fire_many.sql``, :func:`awooop.runs.timers.fire_due`) on
+real Postgres: each run's row equals ``apply`` folded over its events, the event equals the one
+:class:`awooop.runs.leases.Sleep` (or the loop) makes, what the generic fenced write would have
+written, the wait's row is written and removed as :func:`awooop.eventlog.waits.follow` does and
+the timers loop is rung; the sleep's fence is checked per run, and a run refused writes
+nothing."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from awooop.eventlog import eventlog
 from awooop.eventlog.state import RunState, RunStatus, apply, fold
 from awooop.eventlog.wait_state import due_of
 from awooop.loops.timers import CHANNEL as TIMERS_CHANNEL
-from awooop.runs import leases
+from awooop.runs import leases, timers
 from awooop.worker.context import RunContext
 from awooop.worker.outcomes import Outcome
 from awooop.worker.runtime import Worker
@@ -191,3 +193,55 @@ async def test_a_workers_sleeps_are_written_by_the_one_statement(
         assert (row.status, row.waiting_for) == (RunStatus.WAITING_EVENT, "sleep")
         assert row == await replayed(db, run_id)
         assert set(row.saga_steps) == {"fetch", "sleep:1"}
+
+
+async def test_fire_statement_matches_apply(db: Database) -> None:
+    """FIRE_MANY (the timers loop's write) is apply(state, TimerFired) in SQL: a sleep that is
+    due ends "fired", an event wait's timeout "timeout", a step recorded before stays; each row
+    equals the replay and apply() of the event the loop made, the waits' rows are gone, the
+    events carry the loop's metadata, and a wait not due yet is left alone."""
+    due, later, waiting = await create_runs(db, P, 3)
+    await _claim(db, [due, later, waiting])
+    await db.in_run_statement(
+        lambda c: leases.sleep_many(
+            c,
+            [
+                leases.Sleep(due, "w1", 1, step="sleep:1", delay=timedelta(0)),
+                leases.Sleep(later, "w1", 1, step="sleep:1", delay=timedelta(hours=1)),
+            ],
+        )
+    )
+
+    def event_wait(_s: RunState, now: datetime) -> WaitStarted:
+        return WaitStarted(
+            at=now,
+            worker_id="w1",
+            attempt=1,
+            step="event:paid:1",
+            kind="event",
+            name="paid",
+            match={"order": 1},
+            due_at=now,
+        )
+
+    await db.in_tenant(P, lambda c: leases.fenced_record(c, waiting, "w1", 1, event_wait))
+    before = {r: await load(db, P, r) for r in (due, waiting)}
+    fired = await db.in_platform_writes(lambda c: timers.fire_due(c, 10, {"by": "test"}))
+    assert sorted(s.run_id for s, _ in fired) == sorted([due, waiting])
+    for state, event in fired:
+        row = await load(db, P, state.run_id)
+        assert row == state == await replayed(db, state.run_id)
+        assert row == apply(before[state.run_id], event)
+        [*_, logged] = await events_of(db, P, state.run_id)
+        assert logged == event
+        assert row.status == RunStatus.RESUMED and row.waiting_for is None
+    assert (await load(db, P, due)).saga_steps["sleep:1"]["ended"] == "fired"
+    assert (await load(db, P, waiting)).saga_steps["event:paid:1"]["ended"] == "timeout"
+    assert (await load(db, P, later)).status == RunStatus.WAITING_EVENT
+    async with db.platform() as conn:
+        left = await conn.fetch("SELECT run_id FROM awooop_run_waits WHERE project_id = $1", P)
+        metadata = await conn.fetch(
+            "SELECT metadata FROM awooop_events WHERE event_type = 'TimerFired'"
+        )
+    assert [w["run_id"] for w in left] == [later]
+    assert [m["metadata"] for m in metadata] == [{"by": "test"}] * 2
