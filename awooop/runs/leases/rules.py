@@ -263,7 +263,7 @@ class Sleep(FencedWrite):
     A fenced write whose event is :meth:`event`, which the worker writes as one statement for
     many runs (``batch.sleep_many``, ``sleep_many.sql``: that event applied, in SQL)."""
 
-    make_event: Callable[[RunState, datetime], Event] = field(init=False, repr=False)
+    make_event: Callable[[RunState, datetime], Event] = field(init=False, repr=False, compare=False)
     step: str
     delay: timedelta | None = None
     until: datetime | None = None
