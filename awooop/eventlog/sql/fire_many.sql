@@ -12,7 +12,7 @@ WITH wanted AS (
     SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::timestamptz[])
         AS w(run_id, expected, step, kind, due_at)
 ), moves AS (
-    SELECT w.run_id, 'run-' || w.run_id AS stream_id, w.expected
+    SELECT run_id, {{run_stream_id}} AS stream_id, w.expected
     FROM wanted AS w JOIN awooop_run_state AS r USING (run_id)
     WHERE r.version = w.expected AND r.status = 'WAITING_EVENT'
 ), heads AS (
