@@ -190,12 +190,20 @@ async def append(
     )
     if rows:
         return [r["position"] for r in rows]
+    raise await refusal(conn, stream_id, expected_version)
+
+
+async def refusal(
+    conn: Connection, stream_id: str, expected: int
+) -> StreamOrderConflictError | VersionConflictError:
+    """Why a head refused to move from ``expected``: a newer transaction wrote it (E-EVENT-002)
+    or it is not at ``expected`` (E-EVENT-001)."""
     current = await conn.fetchrow(EXPLAIN_CONFLICT, stream_id)
-    if current is not None and current["version"] == expected_version and current["newer_writer"]:
-        raise StreamOrderConflictError(stream_id=stream_id)
-    raise VersionConflictError(
+    if current is not None and current["version"] == expected and current["newer_writer"]:
+        return StreamOrderConflictError(stream_id=stream_id)
+    return VersionConflictError(
         stream_id=stream_id,
-        expected=expected_version,
+        expected=expected,
         actual=None if current is None else current["version"],
     )
 
@@ -286,16 +294,8 @@ async def append_many(
     if len(positions) == len(appends):
         return positions
     for stream_id, _project, expected, _event in appends:
-        if stream_id in positions:
-            continue
-        current = await conn.fetchrow(EXPLAIN_CONFLICT, stream_id)
-        if current is not None and current["version"] == expected and current["newer_writer"]:
-            raise StreamOrderConflictError(stream_id=stream_id)
-        raise VersionConflictError(
-            stream_id=stream_id,
-            expected=expected,
-            actual=None if current is None else current["version"],
-        )
+        if stream_id not in positions:
+            raise await refusal(conn, stream_id, expected)
     raise AssertionError("unreachable")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from functools import partial
 
 from awooop.worker.context import RunContext
@@ -48,3 +49,11 @@ async def agent_steps(run: RunContext) -> dict[str, float]:
 
 async def _think(run: RunContext, i: int) -> str:
     return (await run.llm(f"step {i}", max_tokens=5)).text
+
+
+async def sleep_once(run: RunContext) -> None:
+    """One durable sleep of the input's ``sleep_s`` seconds (none when 0 or absent): the sleeps
+    benchmark's runs, with and without the sleep."""
+    seconds = float(run.input.get("sleep_s", 0)) if isinstance(run.input, dict) else 0.0
+    if seconds > 0:
+        await run.sleep(timedelta(seconds=seconds))
