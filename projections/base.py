@@ -23,12 +23,12 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import msgspec
 
 from awooop.core.errors import ProjectionStreamError
-from awooop.core.events import Event, decode_event, run_id_of_stream
+from awooop.core.events import DOMAIN_PREFIX, Event, decode_event, run_id_of_stream
 
 if TYPE_CHECKING:
     from awooop.core.db import Connection
@@ -48,6 +48,34 @@ def trace_id_of(traceparent: str | None) -> str | None:
     return match.group(1)
 
 
+class DomainData(msgspec.Struct, frozen=True):
+    """A domain event's data (``awooop.producer.emit``): the caller's JSON object, which has no
+    runtime type to decode into."""
+
+    data: dict[str, Any]
+
+
+_domain_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+def decode_payload(stream_id: str, data: bytes | str) -> Event | DomainData:
+    """An event as stored in the log: a runtime event, or a domain stream's JSON object."""
+    if stream_id.startswith(DOMAIN_PREFIX):
+        return DomainData(_domain_decoder.decode(data))
+    return decode_event(data)
+
+
+def runtime_event(event: LogEvent) -> Event:
+    """The runtime event of a run's or a revision's stream (E-PROJECTION-002 for a domain
+    event, which the built-in projections never follow)."""
+    if isinstance(event.event, DomainData):
+        raise ProjectionStreamError(
+            f"stream {event.stream_id}: {event.event_type} is a domain event",
+            stream_id=event.stream_id,
+        )
+    return event.event
+
+
 class LogEvent(msgspec.Struct, frozen=True, kw_only=True):
     """One event of the log as a projection sees it, from Postgres or from a stream message."""
 
@@ -56,7 +84,7 @@ class LogEvent(msgspec.Struct, frozen=True, kw_only=True):
     project_id: str
     position: int
     event_type: str
-    event: Event
+    event: Event | DomainData
     traceparent: str | None = None
 
     @classmethod
@@ -68,7 +96,7 @@ class LogEvent(msgspec.Struct, frozen=True, kw_only=True):
             project_id=recorded.project_id,
             position=recorded.position,
             event_type=recorded.event_type,
-            event=recorded.decode(),
+            event=decode_payload(recorded.stream_id, recorded.data),
             traceparent=tp if isinstance(tp, str) else None,
         )
 
@@ -80,7 +108,7 @@ class LogEvent(msgspec.Struct, frozen=True, kw_only=True):
             project_id=envelope.project_id,
             position=envelope.position,
             event_type=envelope.event_type,
-            event=decode_event(envelope.payload),
+            event=decode_payload(envelope.stream_id, envelope.payload),
             traceparent=envelope.traceparent,
         )
 
@@ -174,6 +202,10 @@ class Projection(Protocol):
     tables: tuple[TableSpec, ...]
     # Whether the runtime maintains it inline (run_state); inline projections have no projector.
     inline: bool
+    # What an event of an undeclared type in a followed stream means: an error (the built-in
+    # projections, which follow their own streams), or nothing to apply (a service's
+    # projection, which follows streams other services write to as well).
+    skips_undeclared: bool
 
     async def load_versions(
         self, conn: Connection, names: TableNames, stream_ids: Sequence[str]
@@ -209,6 +241,32 @@ class Projection(Protocol):
         """SQL returning (stream_id, project_id, log_version, view_version) for every stream of
         the log ($1: prefix, $2: optional project) whose view version is behind the log."""
         ...
+
+
+@runtime_checkable
+class AppliesInBulk(Protocol):
+    """A projection whose bulk pass writes through the database (a service's ``apply``)
+    instead of COPYing folded rows: the replay checks its tables first (and learns their
+    columns), hands it each batch of ``bulk_stream``'s rows on a connection with the runtime's
+    own codecs, and runs it in one process."""
+
+    async def check_tables(self, conn: Connection) -> None:
+        """Refuse tables the projection cannot run on; learn their columns."""
+        ...
+
+    async def bulk_write(
+        self, conn: Connection, names: TableNames, rows: Sequence[tuple[Any, ...]]
+    ) -> int:
+        """Write a batch into the shadows ``names``; return how many rows it took."""
+        ...
+
+
+@runtime_checkable
+class KeepsCheckpoints(Protocol):
+    """A projection whose checkpoints live beside its view: the swap (or a project's repair)
+    rewrites them in its locked transaction, after every committed event was applied."""
+
+    async def checkpoints_rebuilt(self, conn: Connection, project: str | None) -> None: ...
 
 
 def concat_parts(

@@ -26,9 +26,15 @@ import msgspec
 
 from awooop.core.db import Connection
 from awooop.core.errors import ArchivedHeadError, ProjectionStreamError
-from awooop.core.events import decode_event
 from awooop.core.pools import PLATFORM_ROLE, connect
-from awooop.projections.base import BulkOutput, LogEvent, Projection, TableNames
+from awooop.projections.base import (
+    AppliesInBulk,
+    BulkOutput,
+    LogEvent,
+    Projection,
+    TableNames,
+    decode_payload,
+)
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
@@ -124,7 +130,7 @@ async def raw_jsonb(conn: Connection) -> None:
 
 def to_log_event(r: Any, projection: Projection) -> LogEvent:
     """A row (stream_id, version, project_id, position, event_type, data, traceparent)."""
-    if r[4] not in projection.event_types:
+    if r[4] not in projection.event_types and not projection.skips_undeclared:
         raise ProjectionStreamError(
             f"stream {r[0]} v{r[1]}: event type {r[4]} is not declared by projection "
             f"{projection.name}",
@@ -136,7 +142,7 @@ def to_log_event(r: Any, projection: Projection) -> LogEvent:
         project_id=r[2],
         position=r[3],
         event_type=r[4],
-        event=decode_event(r[5]),
+        event=decode_payload(r[0], r[5]),
         traceparent=r[6],
     )
 
@@ -224,7 +230,12 @@ async def fold_range(
     async def write() -> None:
         while (item := await queue.get()) is not None:
             table, rows = item
-            await writer.copy_records_to_table(shadows[table], records=rows, columns=columns[table])
+            if isinstance(projection, AppliesInBulk):
+                await projection.bulk_write(writer, shadows, rows)
+            else:
+                await writer.copy_records_to_table(
+                    shadows[table], records=rows, columns=columns[table]
+                )
             result.rows[table] = result.rows.get(table, 0) + len(rows)
 
     writer_task = asyncio.create_task(write())

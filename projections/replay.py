@@ -10,7 +10,9 @@ Phases:
    older than X had finished at S, so the events S did not see are exactly those with
    tx_id >= X that ``pg_visible_in_snapshot(tx_id, S)`` rejects: the tail starts at the
    cursor (tx_id X-1, position max) and filters on S from then on.
-2. **Indexes** of the live table are built on the shadow (faster after the COPY), then ANALYZE.
+2. **Indexes** of the live table are built on the shadow (faster after the COPY), then ANALYZE
+   (before the bulk pass for a projection that applies through the database, a service's:
+   its ``apply`` upserts on its keys).
 3. **Tail.** The log is followed from that cursor by (tx_id, position), only below the xmin of
    each read's snapshot (so no late commit is ever skipped) and only what S did not see,
    applying events to the shadow with the projection's incremental ``apply`` until a pass
@@ -52,13 +54,13 @@ from typing import TextIO
 import asyncpg
 
 from awooop.core.db import Connection
-from awooop.core.errors import ReplayBusyError, ReplayPrivilegeError
+from awooop.core.errors import ProjectionRegistrationError, ReplayBusyError, ReplayPrivilegeError
 from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.eventlog.archive_restore import drop_restored_sql, restore
 from awooop.eventlog.eventlog import Cursor
 from awooop.projections import schema
-from awooop.projections.base import Projection, TableNames, stream_range
+from awooop.projections.base import AppliesInBulk, Projection, TableNames, stream_range
 from awooop.projections.bulk import fold_range, raw_jsonb, use_binary_json
 from awooop.projections.diff import diff_table
 from awooop.projections.fanout import WorkerJob, fold_in_workers
@@ -126,7 +128,9 @@ class Replay:
         self.progress_stream = progress_stream
         self.batch_rows = batch_rows
         self.fetch_rows = fetch_rows
-        self.workers = workers
+        # A projection that applies through the database folds in this process.
+        self.in_bulk = isinstance(projection, AppliesInBulk)
+        self.workers = 1 if self.in_bulk else workers
         self.tail_batch = tail_batch
         self.lock_timeout_s = lock_timeout_s
         self.lock_attempts = lock_attempts
@@ -146,6 +150,10 @@ class Replay:
     # --- the whole run ---------------------------------------------------------------------
 
     async def run(self, *, verify: bool = True, swap: bool = False) -> ReplayReport:
+        if not self.projection.tables:
+            raise ProjectionRegistrationError(
+                f"projection {self.projection.name} keeps no table: there is nothing to rebuild"
+            )
         report = ReplayReport(self.projection.name, self.project)
         report.label = self.projection.tables[0].label or "key"
         control = await self._connect(None)
@@ -154,6 +162,8 @@ class Replay:
             if not await control.fetchval(REPLAY_LOCK, self.projection.name):
                 raise ReplayBusyError(f"another replay of {self.projection.name} is running")
             owner = True  # from here on the shadows are ours to drop
+            if isinstance(self.projection, AppliesInBulk):
+                await self.projection.check_tables(control)
             for spec in self.projection.tables:
                 if not await control.fetchval(MAY_REBUILD, spec.name):
                     raise ReplayPrivilegeError(
@@ -164,9 +174,11 @@ class Replay:
                 await schema.create_shadow(control, spec.name)
             if self.archive_dir is not None:
                 report.archived_events = await self._restore(self.archive_dir)
+            if self.in_bulk:  # its apply upserts: the shadow needs its keys from the start
+                await self._build_indexes(control)
             cursor = await self._bulk(report)
-            for spec in self.projection.tables:
-                await schema.build_indexes(control, spec.name)
+            if not self.in_bulk:
+                await self._build_indexes(control)
             cursor = await self._catch_up(cursor, report)
             if verify or swap:
                 await self._verify(control, cursor, report)
@@ -180,6 +192,10 @@ class Replay:
             return report
         finally:
             await self._cleanup(drop_shadows=owner and not (swapped and self.project is None))
+
+    async def _build_indexes(self, control: Connection) -> None:
+        for spec in self.projection.tables:
+            await schema.build_indexes(control, spec.name)
 
     async def _connect(self, role: str | None, *, binary_json: bool = False) -> Connection:
         conn = await connect(self.url, role)
@@ -239,7 +255,7 @@ class Replay:
                 if self.on_events is not None:
                     self.on_events(report.bulk_events)
 
-            writer = await self._connect(PLATFORM_ROLE, binary_json=True)
+            writer = await self._connect(PLATFORM_ROLE, binary_json=not self.in_bulk)
             if self.workers <= 1:
                 result = await fold_range(
                     reader,

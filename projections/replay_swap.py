@@ -24,7 +24,7 @@ from awooop.core.logs import get_logger
 from awooop.core.pools import PLATFORM_ROLE
 from awooop.eventlog.eventlog import Cursor
 from awooop.projections import schema
-from awooop.projections.base import Projection, TableNames
+from awooop.projections.base import KeepsCheckpoints, Projection, TableNames
 from awooop.projections.diff import carry_clock_sql, repair_project
 from awooop.projections.replay_report import ReplayReport
 
@@ -56,6 +56,8 @@ class LiveTableChange:
             plans = [await schema.swap_plan(conn, spec.name) for spec in self.projection.tables]
             for plan in plans:
                 await schema.swap(conn, plan)
+            if isinstance(self.projection, KeepsCheckpoints):
+                await self.projection.checkpoints_rebuilt(conn, None)
             return plans
 
         plans: list[schema.SwapPlan] = await self._locked(
@@ -76,6 +78,8 @@ class LiveTableChange:
                 changed += await repair_project(
                     conn, spec, spec.name, self.shadows[spec.name], project
                 )
+            if isinstance(self.projection, KeepsCheckpoints):
+                await self.projection.checkpoints_rebuilt(conn, project)
             return changed
 
         report.repaired_rows = await self._locked(control, cursor, report, "EXCLUSIVE", body)

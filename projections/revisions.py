@@ -25,6 +25,7 @@ from awooop.projections.base import (
     TableSpec,
     check_consecutive,
     lagging_rows_sql,
+    runtime_event,
     trace_id_of,
 )
 
@@ -83,7 +84,7 @@ class RevisionEntry(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def entry(event: LogEvent) -> RevisionEntry:
-    body = event.event
+    body = runtime_event(event)
     common: dict[str, Any] = {
         "stream_id": event.stream_id,
         "version": event.version,
@@ -129,6 +130,7 @@ class RevisionHistoryProjection(PerStreamRows):
     name: ClassVar[str] = "revision_history"
     description: ClassVar[str] = "awooop_revision_history: revisions created and activated"
     inline = False
+    skips_undeclared = False
     event_types = frozenset({"RevisionCreated", "RevisionActivated"})
     stream_prefix = PREFIX
     tables: tuple[TableSpec, ...] = (

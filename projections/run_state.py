@@ -44,6 +44,7 @@ from awooop.projections.base import (
     check_consecutive,
     lagging_sql,
     run_of,
+    runtime_event,
 )
 
 PREFIX = RUN_STREAM_PREFIX
@@ -116,7 +117,7 @@ def fold_run(state: RunState | None, events: Sequence[LogEvent]) -> RunState:
     """The run's state after ``events`` (consecutive versions after ``state``)."""
     check_consecutive(state.version if state else 0, events)
     for e in events:
-        state = apply(state, e.event)
+        state = apply(state, runtime_event(e))
     assert state is not None
     return state
 
@@ -156,6 +157,7 @@ class RunStateProjection:
     name: ClassVar[str] = "run_state"
     description: ClassVar[str] = "awooop_run_state, maintained inline by the write path"
     inline = True
+    skips_undeclared = False
     event_types = RUN_TYPES
     stream_prefix = PREFIX
 
@@ -250,6 +252,7 @@ class RunStateViewProjection(RunStateProjection):
         "(runs per project and state)"
     )
     inline = False
+    skips_undeclared = False
 
     def __init__(self) -> None:
         super().__init__(table="awooop_run_state_view", counts="awooop_run_counts")

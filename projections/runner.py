@@ -37,11 +37,18 @@ from awooop.core import metrics
 from awooop.core.batching import shared_failure
 from awooop.core.db import Connection, Database
 from awooop.core.errors import ProjectionStreamError
-from awooop.core.events import decode_event
 from awooop.core.logs import get_logger
 from awooop.core.loop_sampling import LOOP_ATTRIBUTE
 from awooop.core.telemetry import tracer
-from awooop.projections.base import LIVE, LogEvent, Projection, TableNames, plan, stream_range
+from awooop.projections.base import (
+    LIVE,
+    LogEvent,
+    Projection,
+    TableNames,
+    decode_payload,
+    plan,
+    stream_range,
+)
 from awooop.streams.envelope import Envelope
 
 log = get_logger(__name__)
@@ -116,9 +123,8 @@ class Projector:
     def follows(self, event: Envelope | LogEvent) -> bool:
         """Whether the event belongs to this projection (other projections share the
         shard streams)."""
-        return (
-            self.low <= event.stream_id < self.high
-            and event.event_type in self.projection.event_types
+        return self.low <= event.stream_id < self.high and (
+            self.projection.skips_undeclared or event.event_type in self.projection.event_types
         )
 
     # --- the seam ----------------------------------------------------------------------------
@@ -257,7 +263,10 @@ class Projector:
         for r in await conn.fetch(READ_STREAMS, list(after)):
             if r["version"] <= after[r["stream_id"]]:
                 continue
-            if r["event_type"] not in self.projection.event_types:
+            if (
+                r["event_type"] not in self.projection.event_types
+                and not self.projection.skips_undeclared
+            ):
                 raise ProjectionStreamError(
                     f"stream {r['stream_id']} v{r['version']}: event type {r['event_type']} "
                     f"is not declared by projection {self.name}",
@@ -318,7 +327,7 @@ def _log_event(r: Any) -> LogEvent:
         project_id=r["project_id"],
         position=r["position"],
         event_type=r["event_type"],
-        event=decode_event(r["data"]),
+        event=decode_payload(r["stream_id"], r["data"]),
         traceparent=r["traceparent"],
     )
 

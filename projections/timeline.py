@@ -36,6 +36,7 @@ from awooop.projections.base import (
     check_consecutive,
     lagging_rows_sql,
     run_of,
+    runtime_event,
     trace_id_of,
 )
 from awooop.projections.run_state import PREFIX, RUN_TYPES
@@ -129,7 +130,7 @@ def entry(previous_attempt: int, event: LogEvent, *, newer: bool = False) -> Tim
     """The timeline row of ``event``; ``previous_attempt`` is the attempt of the run's
     previous event (0 before the first claim). ``newer``: keep the fields of
     :data:`NEWER_FIELDS` in ``detail`` (not for the projector's table)."""
-    body = event.event
+    body = runtime_event(event)
     attempt = getattr(body, "attempt", None)
     worker = getattr(body, "worker_id", None)
     left_out = LEFT_OUT if newer else LEFT_OUT | NEWER_FIELDS.get(event.event_type, frozenset())
@@ -178,6 +179,7 @@ class TimelineProjection(PerStreamRows):
     name: ClassVar[str] = "run_timeline"
     description: ClassVar[str] = "awooop_run_timeline: every event of every run, in order"
     inline = False
+    skips_undeclared = False
     event_types = RUN_TYPES
     stream_prefix = PREFIX
     tables: tuple[TableSpec, ...] = (

@@ -8,6 +8,9 @@ Postgres event log (see :mod:`awooop.projections.replay`).
   done, unless ``--verify`` was given too and there was a difference (then 1, after the repair).
 - ``--tail N`` (run_state only): verify just the runs the last N events touched, in one
   snapshot, at a cost that depends on N and not on the size of the log; exit 1 on a difference.
+- ``--projection MODULE:OBJECT``: register a service's projection (as ``AWOOOP_PROJECTIONS``
+  and the ``awooop.projections`` entry points do) so that PROJECTION may name it; its
+  rebuild applies its events with its own ``apply`` into the shadow, in one process.
 - ``--from-archive DIR``: read the events of archived (dropped) partitions from their files in
   DIR (each checked against its checksum and the catalogue) before the live log, so the
   projection is rebuilt from the beginning. Without it, runs whose first events are archived
@@ -25,6 +28,7 @@ from awooop.core.config import Settings
 from awooop.core.errors import InvalidInputError
 from awooop.projections import registry
 from awooop.projections.replay import default_workers, replay
+from awooop.projections.sources import parse_sources
 from awooop.projections.tail_verify import verify_tail
 
 
@@ -38,7 +42,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "projection",
         metavar="PROJECTION",
-        help="one of: " + ", ".join(sorted(registry.all_projections())),
+        help="one of: " + ", ".join(registry.BUILT_IN) + ", or a service's registered projection",
+    )
+    parser.add_argument(
+        "--projection",
+        dest="sources",
+        action="append",
+        default=[],
+        metavar="MODULE:OBJECT",
+        help="register a service's projection (repeatable; see docs/consumers.md)",
     )
     parser.add_argument("--project", metavar="P", help="only this project's rows")
     parser.add_argument("--verify", action="store_true", help="report differences (default)")
@@ -68,6 +80,7 @@ def register(subparsers: Any) -> None:
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
+    registry.use_sources([*parse_sources(settings.projections), *args.sources])
     projection = registry.get(args.projection)
     if args.workers is not None and args.workers < 1:
         raise InvalidInputError("--workers must be at least 1")

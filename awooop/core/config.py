@@ -113,6 +113,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     projector_reconcile_interval_s: float = 60.0
     projector_max_in_flight: int = 64
     projector_reclaim_idle_s: float = 30.0
+    projections: str = ""  # services' projections: module:object, ... (docs/consumers.md)
 
     policy_revalidate_s: float = 30.0
     channel_event_revalidate_s: float = 300.0

@@ -1,6 +1,8 @@
-"""The worker's one-statement writes: claim many runs, complete many runs (``claim_many.sql``,
-``complete_many.sql``). Each moves the stream heads, updates the rows as ``apply`` would and
-appends the events in ONE statement, so that a claim or a completion costs one round trip.
+"""The one-statement writes of many runs: the worker's claims, completions and sleeps' starts
+(``claim_many.sql``, ``complete_many.sql``, ``sleep_many.sql``) and the timers loop's fired
+waits (``fire_many.sql``). Each moves the stream heads, updates the rows as ``apply`` would and
+appends the events in ONE statement, so that a claim, a completion, a sleep or a batch of
+fired timers costs one round trip.
 
 The caller (:mod:`awooop.runs.leases.batch`) decides what to do with what comes back: each
 :class:`BatchRow` is a run the statement wrote, or one it left as its snapshot saw it, with
@@ -17,11 +19,14 @@ from typing import Any, NamedTuple
 import msgspec
 
 from awooop.core.db import Connection
+from awooop.core.events import TimerFired, run_stream_id
 from awooop.eventlog import eventlog, queries
 from awooop.eventlog.state import RunState, row_to_state
 
 CLAIM_MANY = queries.load("claim_many")
 COMPLETE_MANY = queries.load("complete_many")
+SLEEP_MANY = queries.load("sleep_many")
+FIRE_MANY = queries.load("fire_many")
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -116,8 +121,68 @@ async def complete_many(
     return _rows(rows)
 
 
+async def sleep_many(
+    conn: Connection,
+    run_ids: Sequence[uuid.UUID],
+    worker_ids: Sequence[str],
+    attempts: Sequence[int],
+    steps: Sequence[str],
+    delays_us: Sequence[int | None],
+    untils: Sequence[datetime | None],
+    metadata: Sequence[dict[str, Any] | None],
+) -> list[BatchRow]:
+    """A sleep's ``WaitStarted`` for each run whose ``(worker_id, attempt)`` holds a live lease
+    (the fence is the statement's WHERE clause), with the wait's row; the others as they are.
+    Each sleep is due at its ``until``, or ``delays_us`` microseconds after the database
+    clock when that is None."""
+    rows = await conn.fetch(
+        SLEEP_MANY,
+        list(run_ids),
+        list(worker_ids),
+        list(attempts),
+        list(steps),
+        list(delays_us),
+        list(untils),
+        [_json(m) for m in metadata],
+    )
+    return _rows(rows)
+
+
+async def fire_many(
+    conn: Connection,
+    changes: Sequence[tuple[RunState, TimerFired]],
+    metadata: dict[str, Any] | None = None,
+) -> list[RunState]:
+    """Write each ``TimerFired`` on its run (a state this transaction holds locked WAITING_EVENT,
+    each run at most once, every event at the transaction's clock) in one statement
+    (``fire_many.sql``): the new states, in order. Raises as
+    :func:`awooop.eventlog.eventlog.append_many` does when a stream head refused (the caller's
+    transaction must roll back)."""
+    if not changes:
+        return []
+    at = {e.at for _, e in changes}
+    if len(at) != 1:
+        raise ValueError("fire_many writes every event at one time")
+    rows = await conn.fetch(
+        FIRE_MANY,
+        [s.run_id for s, _ in changes],
+        [s.version for s, _ in changes],
+        [e.step for _, e in changes],
+        [e.kind for _, e in changes],
+        [e.due_at for _, e in changes],
+        at.pop(),
+        _json(metadata or {}),
+    )
+    written = {r["run_id"]: row_to_state(r) for r in rows}
+    for state, _ in changes:
+        if state.run_id not in written:
+            raise await eventlog.refusal(conn, run_stream_id(state.run_id), state.version)
+    return [written[s.run_id] for s, _ in changes]
+
+
 async def prepare(conn: Connection) -> None:
     """Parse and plan the batch writes on ``conn`` with empty arrays (they write nothing)."""
     await conn.fetch(CLAIM_MANY, [], [], "", 1.0, True, *EVERY)
     await conn.fetch(COMPLETE_MANY, [], [], [], [], [])
+    await conn.fetch(SLEEP_MANY, [], [], [], [], [], [], [])
     await conn.fetch(eventlog.APPEND_MANY, [], [], [], [], [], [], [])

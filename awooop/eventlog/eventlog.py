@@ -30,6 +30,7 @@ from awooop.core.events import (
     event_type,
     stream_of_project,
 )
+from awooop.core.querier import Querier
 from awooop.eventlog import queries
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -190,12 +191,20 @@ async def append(
     )
     if rows:
         return [r["position"] for r in rows]
+    raise await refusal(conn, stream_id, expected_version)
+
+
+async def refusal(
+    conn: Connection, stream_id: str, expected: int
+) -> StreamOrderConflictError | VersionConflictError:
+    """Why a head refused to move from ``expected``: a newer transaction wrote it (E-EVENT-002)
+    or it is not at ``expected`` (E-EVENT-001)."""
     current = await conn.fetchrow(EXPLAIN_CONFLICT, stream_id)
-    if current is not None and current["version"] == expected_version and current["newer_writer"]:
-        raise StreamOrderConflictError(stream_id=stream_id)
-    raise VersionConflictError(
+    if current is not None and current["version"] == expected and current["newer_writer"]:
+        return StreamOrderConflictError(stream_id=stream_id)
+    return VersionConflictError(
         stream_id=stream_id,
-        expected=expected_version,
+        expected=expected,
         actual=None if current is None else current["version"],
     )
 
@@ -292,16 +301,8 @@ async def append_many(
     if len(positions) == len(first):
         return positions
     for stream_id, expected in first.items():
-        if stream_id in positions:
-            continue
-        current = await conn.fetchrow(EXPLAIN_CONFLICT, stream_id)
-        if current is not None and current["version"] == expected and current["newer_writer"]:
-            raise StreamOrderConflictError(stream_id=stream_id)
-        raise VersionConflictError(
-            stream_id=stream_id,
-            expected=expected,
-            actual=None if current is None else current["version"],
-        )
+        if stream_id not in positions:
+            raise await refusal(conn, stream_id, expected)
     raise AssertionError("unreachable")
 
 
@@ -340,7 +341,7 @@ class Appended(msgspec.Struct, frozen=True):
     position: int
 
 
-async def lock_heads(conn: Connection, stream_ids: Sequence[str]) -> None:
+async def lock_heads(conn: Querier, stream_ids: Sequence[str]) -> None:
     """Queue behind the other transactions appending at the head of ``stream_ids`` (held to
     the end of the caller's transaction, see :data:`LOCK_HEADS`). Taken before the transaction
     writes anything, it means :func:`append_at_head` cannot raise
@@ -350,7 +351,7 @@ async def lock_heads(conn: Connection, stream_ids: Sequence[str]) -> None:
 
 
 async def append_at_head(
-    conn: Connection,
+    conn: Querier,
     stream_id: str,
     project_id: str,
     events: Sequence[RawEvent],

@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
-from awooop.core.db import Connection
 from awooop.core.events import RunCreated, encode_event, run_stream_id
+from awooop.core.querier import Querier
 from awooop.eventlog import queries
 from awooop.eventlog.state import apply
 
@@ -61,7 +61,7 @@ class Guard(msgspec.Struct, frozen=True):
 
 
 async def insert_new(
-    conn: Connection,
+    conn: Querier,
     project_id: str,
     channel_type: str,
     runs: Sequence[RunCreated],
@@ -83,7 +83,7 @@ async def insert_new(
 
 
 async def look_up(
-    conn: Connection, project_id: str, channel_type: str, keys: list[str], dedupe_ttl_s: float
+    conn: Querier, project_id: str, channel_type: str, keys: list[str], dedupe_ttl_s: float
 ) -> list[Any]:
     """The dedupe row that decides each of ``keys`` now (``dedupe_lookup.sql``), for keys a
     concurrent delivery committed after :func:`insert_new`'s snapshot: ``provider_event_id``,

@@ -124,6 +124,24 @@ WRITERS: tuple[Writer, ...] = (
         ("tests/integration/test_worker_batches.py::test_complete_statement_matches_apply",),
     ),
     Writer(
+        "sleep_many",
+        "awooop.eventlog.batches.sleep_many",
+        (RUNS, STREAMS, EVENTS),
+        "apply(state, WaitStarted) of a sleep written in SQL, with the wait's row (waits.follow)",
+        (
+            "tests/integration/test_sleep_statement.py::test_sleep_statement_matches_apply",
+            "tests/integration/test_sleep_statement.py::"
+            "test_sleep_statement_refuses_what_the_fence_refuses",
+        ),
+    ),
+    Writer(
+        "fire_many",
+        "awooop.eventlog.batches.fire_many",
+        (RUNS, STREAMS, EVENTS),
+        "apply(state, TimerFired) written in SQL, the waits' rows removed (waits.follow)",
+        ("tests/integration/test_sleep_statement.py::test_fire_statement_matches_apply",),
+    ),
+    Writer(
         "ingest_new",
         "awooop.eventlog.ingest.insert_new",
         (DEDUPE, RUNS, STREAMS, EVENTS),

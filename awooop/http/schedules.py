@@ -33,9 +33,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.core.errors import InvalidInputError
 from awooop.http.auth import require
-from awooop.http.ingest import json_response, read_body
+from awooop.http.ingest import decode_body, json_response, read_body
 from awooop.ingest.credentials import check_project_id
 from awooop.schedules import rules, store
 from awooop.services import Services
@@ -90,10 +89,7 @@ def routes(services: Services) -> list[BaseRoute]:
     async def create(request: Request) -> Response:
         project_id = check_project_id(request.path_params["project_id"])
         who = await require(services, request, project_id)
-        try:
-            body = msgspec.json.decode(await read_body(request, limit), type=ScheduleBody)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise InvalidInputError(f"invalid request body: {exc}") from None
+        body = decode_body(await read_body(request, limit), ScheduleBody)
         definition = rules.define(
             cron_text=body.cron,
             timezone=body.timezone,
@@ -132,10 +128,7 @@ def routes(services: Services) -> list[BaseRoute]:
         project_id = check_project_id(request.path_params["project_id"])
         who = await require(services, request, project_id)
         schedule_id = store.parse_schedule_id(request.path_params["schedule_id"])
-        try:
-            body = msgspec.json.decode(await read_body(request, limit), type=ScheduleChanges)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise InvalidInputError(f"invalid request body: {exc}") from None
+        body = decode_body(await read_body(request, limit), ScheduleChanges)
         actor = who.actor if body.actor is None else body.actor
         changed = await services.db.in_tenant(
             project_id,

@@ -17,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.core.errors import InvalidInputError, ScopeForbiddenError
+from awooop.core.errors import ScopeForbiddenError
 from awooop.http.auth import require
-from awooop.http.ingest import json_response, read_body
+from awooop.http.ingest import decode_body, json_response, read_body
 from awooop.ingest.credentials import ADMIN_SCOPE, check_project_id
 from awooop.runs import fairness
 from awooop.services import Services
@@ -46,10 +46,7 @@ def routes(services: Services) -> list[BaseRoute]:
         who = await require(services, request, project_id)
         if who.scope != ADMIN_SCOPE:
             raise ScopeForbiddenError("only an admin token sets a project's weight")
-        try:
-            body = msgspec.json.decode(await read_body(request, limit), type=ShareBody)
-        except msgspec.DecodeError as exc:
-            raise InvalidInputError(f"invalid request body: {exc}") from None
+        body = decode_body(await read_body(request, limit), ShareBody)
         actor = who.actor if body.actor is None else body.actor
         share = await services.db.in_platform_writes(
             lambda conn: fairness.set_share(conn, project_id, body.weight, actor=actor)

@@ -21,9 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.core.errors import InvalidInputError
 from awooop.http.auth import require
-from awooop.http.ingest import json_response, read_body
+from awooop.http.ingest import decode_body, json_response, read_body
 from awooop.ingest.credentials import check_project_id
 from awooop.runs import versions
 from awooop.services import Services
@@ -52,10 +51,7 @@ def routes(services: Services) -> list[BaseRoute]:
         project_id = check_project_id(request.path_params["project_id"])
         who = await require(services, request, project_id)
         contract_id = versions.check_contract(request.path_params["contract_id"])
-        try:
-            body = msgspec.json.decode(await read_body(request, limit), type=VersionsBody)
-        except msgspec.DecodeError as exc:
-            raise InvalidInputError(f"invalid request body: {exc}") from None
+        body = decode_body(await read_body(request, limit), VersionsBody)
         accepted = versions.check_versions(body.versions)
         actor = who.actor if body.actor is None else body.actor
         made = await services.db.in_tenant(

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from awooop.core.db import Connection
 from awooop.core.errors import ConcurrencyDepthError
+from awooop.core.querier import Querier
 from awooop.eventlog import queries
 from awooop.runs.concurrency_rules import Limit, RunKey
 
@@ -24,7 +24,7 @@ def over_cap(cap: int, queued: dict[str, int], adding: Counter[str]) -> list[str
     return sorted(k for k, n in adding.items() if queued.get(k, 0) + n > cap)
 
 
-async def check_depth(conn: Connection, project_id: str, limit: Limit, keys: list[RunKey]) -> None:
+async def check_depth(conn: Querier, project_id: str, limit: Limit, keys: list[RunKey]) -> None:
     """Raise ConcurrencyDepthError (429) if a key of ``keys`` would pass the limit's cap."""
     if limit.depth_cap is None or not keys:
         return

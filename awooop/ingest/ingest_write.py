@@ -66,6 +66,7 @@ from awooop.core.db import Connection
 from awooop.core.errors import DedupeRaceError, check_transaction_tenant
 from awooop.core.events import RunCreated
 from awooop.core.ids import new_run_id
+from awooop.core.querier import Querier
 from awooop.core.telemetry import inject
 from awooop.eventlog import ingest as log_ingest
 from awooop.eventlog.ingest import CLOCK_PLACEHOLDER
@@ -195,7 +196,7 @@ async def load_config(
 
 
 async def load_producer_config(
-    conn: Connection,
+    conn: Querier,
     settings: Settings,
     project_id: str,
     channel_type: str,
@@ -243,7 +244,7 @@ def trace_metadata(source: str) -> dict[str, Any]:
 
 
 async def ingest(
-    conn: Connection,
+    conn: Querier,
     project_id: str,
     channel_type: str,
     events: Sequence[ParsedEvent],

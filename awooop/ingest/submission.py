@@ -19,8 +19,8 @@ import msgspec
 
 from awooop.core import metrics
 from awooop.core.config import Settings
-from awooop.core.db import Connection
 from awooop.core.errors import InvalidInputError
+from awooop.core.querier import Querier
 from awooop.core.telemetry import tracer
 from awooop.ingest import ingest_write
 from awooop.ingest.cache import ConfigCache
@@ -74,7 +74,7 @@ def parsed(event: ChannelEvent) -> ParsedEvent:
 
 
 async def write(
-    conn: Connection,
+    conn: Querier,
     settings: Settings,
     submission: Submission,
     cache: ConfigCache | None = None,

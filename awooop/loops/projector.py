@@ -20,10 +20,13 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from collections.abc import Sequence
 
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
 from awooop.projections import registry
+from awooop.projections.base import Projection
 from awooop.projections.runner import Projector
+from awooop.projections.sources import parse_sources
 from awooop.services import Services
 from awooop.streams.consumer import GroupConsumer
 from awooop.streams.keys import projector_group
@@ -51,10 +54,15 @@ def consumer_for(services: Services, projector: Projector, consumer: str) -> Gro
     )
 
 
-def consumer_loop(services: Services, projector: Projector, window_s: float = WINDOW_S) -> LoopSpec:
-    consumer = consumer_for(
-        services, projector, f"{socket.gethostname()}:{os.getpid()}:{projector.name}"
-    )
+def consumer_loop(
+    services: Services,
+    projector: Projector,
+    window_s: float = WINDOW_S,
+    *,
+    consumer: str | None = None,
+) -> LoopSpec:
+    consumer_name = consumer or f"{socket.gethostname()}:{os.getpid()}:{projector.name}"
+    group_consumer = consumer_for(services, projector, consumer_name)
 
     async def body(ctx: LoopContext) -> None:
         if ctx.iteration == 1:
@@ -62,7 +70,7 @@ def consumer_loop(services: Services, projector: Projector, window_s: float = WI
         window = asyncio.Event()
         timer = asyncio.get_running_loop().call_later(window_s, window.set)
         try:
-            await consumer.run(window)
+            await group_consumer.run(window)
         finally:
             timer.cancel()
 
@@ -90,13 +98,27 @@ def reconcile_loop(services: Services, projector: Projector) -> LoopSpec:
 
 
 def projector_loops(services: Services, names: list[str]) -> list[LoopSpec]:
+    return projection_loops(services, [registry.get(name) for name in names])
+
+
+def projection_loops(
+    services: Services, projections: Sequence[Projection], consumer: str | None = None
+) -> list[LoopSpec]:
+    """The two loops of each projection, built-in or a service's (``awooop.consumer`` runs
+    them in a service's own process); ``consumer``: this process's name in the groups."""
     specs: list[LoopSpec] = []
-    for name in names:
-        projector = Projector(services.db, registry.get(name))
-        specs += [consumer_loop(services, projector), reconcile_loop(services, projector)]
+    for projection in projections:
+        projector = Projector(services.db, projection)
+        name = consumer or f"{socket.gethostname()}:{os.getpid()}"
+        specs += [
+            consumer_loop(services, projector, consumer=f"{name}:{projector.name}"),
+            reconcile_loop(services, projector),
+        ]
     return specs
 
 
 def loops(services: Services) -> list[LoopSpec]:
-    """Every projector loop (listed in awooop.loops.registry.LOOP_MODULES)."""
+    """Every projector loop (listed in awooop.loops.registry.LOOP_MODULES): the built-in
+    projections' and the registered ones' (entry points, ``AWOOOP_PROJECTIONS``)."""
+    registry.use_sources(parse_sources(services.settings.projections))
     return projector_loops(services, registry.projector_names())

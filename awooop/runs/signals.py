@@ -41,6 +41,7 @@ from awooop.core.errors import (
     check_transaction_tenant,
 )
 from awooop.core.events import SignalDelivered, StepCompleted, WaitStarted
+from awooop.core.querier import Querier
 from awooop.eventlog import queries, run_reads
 from awooop.eventlog.runs import apply_and_store
 from awooop.eventlog.state import TERMINAL, RunState, RunStatus, row_to_state
@@ -84,6 +85,7 @@ LIMIT 1
 FOR UPDATE
 """
 MARK_ENDED = queries.load("signals_mark_ended")
+INSERT_PENDING = queries.load("signals_insert_pending")
 MARK_DELIVERED = """
 UPDATE awooop_signals SET delivered_at = $2, step = $3, pending = false WHERE signal_id = $1
 """
@@ -191,7 +193,7 @@ async def send(
 
 
 async def send_pending(
-    conn: Connection,
+    conn: Querier,
     project_id: str,
     run_id: uuid.UUID,
     name: str,
@@ -221,7 +223,14 @@ async def send_pending(
     await _check_kept(conn, run_id, kept_max)
     signal_id = uuid.uuid4()
     written = await conn.fetchval(
-        INSERT, signal_id, project_id, run_id, name, key, payload, sent_by, True
+        INSERT_PENDING,
+        signal_id,
+        project_id,
+        run_id,
+        name,
+        key,
+        msgspec.json.encode(payload).decode(),
+        sent_by,
     )
     if written is None:  # the same key, committed by another sender meanwhile
         repeat = await _repeat(conn, run_id, name, key)
@@ -230,7 +239,7 @@ async def send_pending(
     return Sent(signal_id=signal_id, run_id=run_id, name=name, key=key)
 
 
-async def _repeat(conn: Connection, run_id: uuid.UUID, name: str, key: str) -> Sent | None:
+async def _repeat(conn: Querier, run_id: uuid.UUID, name: str, key: str) -> Sent | None:
     row = await conn.fetchrow(BY_KEY, run_id, key)
     if row is None:
         return None
@@ -244,7 +253,7 @@ async def _repeat(conn: Connection, run_id: uuid.UUID, name: str, key: str) -> S
     )
 
 
-async def _check_kept(conn: Connection, run_id: uuid.UUID, kept_max: int) -> None:
+async def _check_kept(conn: Querier, run_id: uuid.UUID, kept_max: int) -> None:
     if await conn.fetchval(KEPT, run_id) >= kept_max:
         raise SignalLimitError(run_id=run_id, kept=kept_max)
 

@@ -4,7 +4,8 @@
 picked round-robin across the projects with due waits (``run_lock_wait_due.sql``), skipping
 rows another transaction holds (so any number of loops fire each wait once), reads their
 waits again under the lock, and writes ``TimerFired`` on each (RESUMED: the relay dispatches
-it). The wait's row is removed in the same transaction (:mod:`awooop.eventlog.waits`). A
+it), all in one statement (``fire_many.sql``: ``apply`` in SQL), which removes the waits' rows
+too (as :mod:`awooop.eventlog.waits` does on the generic write path). A
 signal delivered meanwhile took the run's lock first and ended the wait: the run is no longer
 locked here as WAITING_EVENT with a due wait, so a signal and a timeout never both end one
 wait (:mod:`awooop.runs.signals`).
@@ -19,8 +20,7 @@ from typing import Any
 
 from awooop.core.db import Connection
 from awooop.core.events import TimerFired
-from awooop.eventlog import run_reads
-from awooop.eventlog.runs import apply_and_store_many
+from awooop.eventlog import batches, run_reads
 from awooop.eventlog.state import RunState, row_to_state
 
 # --- SQL -------------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ async def fire_due(
     if not changes:
         return []
     with traced(len(changes)) as trace_meta:
-        resumed = await apply_and_store_many(conn, changes, {**(metadata or {}), **trace_meta})
+        resumed = await batches.fire_many(conn, changes, {**(metadata or {}), **trace_meta})
     return [(state, event) for state, (_, event) in zip(resumed, changes, strict=True)]
 
 

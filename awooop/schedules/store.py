@@ -100,6 +100,21 @@ def schedule_of(row: Any) -> Schedule:
     return Schedule(**{name: row[name] for name in FIELDS})
 
 
+def columns(d: Definition) -> tuple[object, ...]:
+    """Pure: a definition as the insert and the update write it (their parameters after the
+    ids, in the order of the table's definition columns)."""
+    return (
+        d.cron,
+        d.timezone,
+        d.contract_id,
+        d.input,
+        d.catch_up.value,
+        d.catch_up_window_s,
+        d.overlap.value,
+        d.jitter_s,
+    )
+
+
 def first_fire(
     schedule_id: uuid.UUID, spec: str, timezone: str, jitter_s: int, after: datetime
 ) -> tuple[datetime, datetime]:
@@ -178,14 +193,7 @@ async def create(
         INSERT,
         sid,
         project_id,
-        d.cron,
-        d.timezone,
-        d.contract_id,
-        d.input,
-        d.catch_up.value,
-        d.catch_up_window_s,
-        d.overlap.value,
-        d.jitter_s,
+        *columns(d),
         moment,
         due,
         actor,
@@ -288,14 +296,7 @@ async def update(
         UPDATE,
         project_id,
         schedule_id,
-        d.cron,
-        d.timezone,
-        d.contract_id,
-        d.input,
-        d.catch_up.value,
-        d.catch_up_window_s,
-        d.overlap.value,
-        d.jitter_s,
+        *columns(d),
         moment,
         due,
     )

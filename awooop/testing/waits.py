@@ -165,15 +165,13 @@ class MemoryDurableWaits(DurableWaits):
         use: Callable[[str], None],
     ) -> None:
         db: Any = None  # never used: every write below goes to the kit
-        super().__init__(db=db, attempt=attempt, steps=steps, use=use, io_timeout_s=None)
+        super().__init__(
+            db=db, attempt=attempt, steps=steps, use=use, io_timeout_s=None, writer=kit.write
+        )
         self._kit = kit
 
     def _now(self) -> datetime:
         return self._kit.clock.now()
-
-    async def _start_sleep(self, start: Callable[[Any, datetime], WaitStarted]) -> None:
-        a = self._attempt
-        await self._finishing(leases.FencedWrite(a.run_id, a.worker_id, a.number, start))
 
     async def _take_or_wait(
         self,

@@ -155,9 +155,8 @@ class RunContext(ChildRunsMixin):
             slots=slots,
             io_timeout_s=io_timeout_s,
         )
-        self._waits = DurableWaits(
-            db=db, attempt=attempt, steps=state.saga_steps, use=self._use, io_timeout_s=io_timeout_s
-        )
+        self._waits = DurableWaits(db=db, attempt=attempt, steps=state.saga_steps, use=self._use,
+                                   io_timeout_s=io_timeout_s, writer=writer)  # fmt: skip
         self._children = ChildRuns(db=db, attempt=attempt, steps=state.saga_steps, use=self._use,
                                    io_timeout_s=io_timeout_s, settings=settings)  # fmt: skip
 

@@ -18,16 +18,15 @@ sleep already past its due time returns at once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from awooop.core import metrics
 from awooop.core.db import Database
 from awooop.core.errors import EventWaitTimeoutError, InvalidInputError
-from awooop.core.events import WaitStarted
 from awooop.core.retries import unavailable_on_connection_errors
-from awooop.eventlog.wait_state import SIGNAL, SLEEP, TIMEOUT, due_of, ended
+from awooop.eventlog.wait_state import SIGNAL, TIMEOUT, due_of, ended
 from awooop.runs import leases, signals
 from awooop.worker.approval_waits import Suspended
 from awooop.worker.attempts import Attempt, trace_metadata
@@ -72,7 +71,23 @@ class AttemptWaits:
 
 
 class DurableWaits(AttemptWaits):
-    """The durable waits of one attempt (module doc)."""
+    """The durable waits of one attempt (module doc). ``writer``: the worker's fenced writes
+    (:meth:`awooop.worker.executor.Executor.write`), which writes a sleep's ``WaitStarted``
+    (a :class:`awooop.runs.leases.Sleep`) with the other attempts' sleeps in one statement
+    (``sleep_many.sql``); the test kit's writes go to its journal, the event the same."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        attempt: Attempt,
+        steps: Mapping[str, Any],
+        use: Callable[[str], None],
+        io_timeout_s: float | None,
+        writer: Callable[[leases.FencedWrite], Awaitable[Any]],
+    ) -> None:
+        super().__init__(db=db, attempt=attempt, steps=steps, use=use, io_timeout_s=io_timeout_s)
+        self._writer = writer
 
     async def sleep(
         self, delay: timedelta | None, until: datetime | None, name: str | None
@@ -92,18 +107,16 @@ class DurableWaits(AttemptWaits):
         elif sleep_due(now, delay, until) <= now:
             return  # nothing to wait for
         attempt = self._attempt
-
-        def start(_state: Any, at: datetime) -> WaitStarted:
-            return WaitStarted(
-                at=at,
-                worker_id=attempt.worker_id,
-                attempt=attempt.number,
-                step=step,
-                kind=SLEEP,
-                due_at=sleep_due(at, delay, until),
-            )
-
-        await self._start_sleep(start)
+        write = leases.Sleep(
+            attempt.run_id,
+            attempt.worker_id,
+            attempt.number,
+            trace_metadata(),
+            step=step,
+            delay=delay,
+            until=until,
+        )
+        await self._start_sleep(write)
         raise Waiting(step)
 
     async def wait_for_event(
@@ -139,14 +152,15 @@ class DurableWaits(AttemptWaits):
         """The clock a journaled due time is compared with."""
         return datetime.now(UTC)
 
-    async def _start_sleep(self, start: Callable[[Any, datetime], WaitStarted]) -> None:
-        """Write the sleep's ``WaitStarted`` (made by ``start``), fenced."""
+    async def _start_sleep(self, write: leases.Sleep) -> None:
+        """Write the sleep's ``WaitStarted``, fenced; its lease is released with it."""
         attempt = self._attempt
-        await self._finish(
-            lambda conn: leases.fenced_record(
-                conn, attempt.run_id, attempt.worker_id, attempt.number, start, trace_metadata()
-            )
-        )
+        attempt.finishing = True
+        try:
+            await self._writer(write)
+        except BaseException:
+            attempt.finishing = False
+            raise
 
     async def _take_or_wait(
         self,

@@ -1,6 +1,10 @@
 """An attempt's fenced last write (``RunCompleted``, ``RunFailed``, ``LeaseReleased``), and the
 group commits every fenced write of this process goes through.
 
+A durable sleep's ``WaitStarted`` (:class:`awooop.runs.leases.Sleep`) is an attempt's last
+write too: :meth:`LastWrites.write` sends it to the group commit of sleeps, one statement a
+batch (``sleep_many.sql``), as completions go.
+
 Last writes go through group commits shared with other runs (:mod:`awooop.core.batching`): an
 error caused by one run's data is that run's alone. A return value that Postgres cannot store
 (text with ``\\u0000``, found before the statement by :mod:`awooop.core.storable`, or refused
@@ -76,6 +80,11 @@ class LastWrites:
         self.completions: Batcher[str, leases.Completion, RunState] = Batcher(
             self._flush_completions, parallel=FLUSHES_PER_PROJECT
         )
+        # A sleep's WaitStarted (the attempt's last write too) is one statement each batch
+        # (leases.sleep_many): a burst of sleeps costs what a burst of completions does.
+        self.sleeps: Batcher[str, leases.Sleep, RunState] = Batcher(
+            self._flush_sleeps, parallel=FLUSHES_PER_PROJECT
+        )
 
     # Both flushes answer per write: a lost lease, or a value Postgres would refuse, is that
     # write's error. When the statement itself fails, the batcher flushes each write alone,
@@ -95,10 +104,19 @@ class LastWrites:
         results = await self.statements.complete_many(completions)
         return list(results)
 
+    async def _flush_sleeps(
+        self, _project_id: str, sleeps: list[leases.Sleep]
+    ) -> list[RunState | BaseException]:
+        results = await self.statements.sleep_many(sleeps)
+        return list(results)
+
     async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
         """A fenced write, batched with the other attempts' writes of the project (group
-        commit); raises E-RUN-002 when the attempt no longer holds its lease."""
+        commit; a sleep with the other sleeps, :class:`leases.Sleep`); raises E-RUN-002 when
+        the attempt no longer holds its lease."""
         with unavailable_on_connection_errors("a fenced write failed"):
+            if isinstance(write, leases.Sleep):
+                return await self.sleeps.submit(project_id, write, unique=write.run_id)
             return await self.writes.submit(project_id, write, unique=write.run_id)
 
     async def release(

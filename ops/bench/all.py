@@ -29,11 +29,14 @@ BENCHMARKS = (
     "worker",
     "cost",
     "producer_pool",
+    "producer_drivers",
     "scheduler",
     "fairness",
     "agents",
+    "sleeps",
     "revisions",
     "replay",
+    "service_projections",
     "loops",
     "console",
     "growth",
@@ -46,7 +49,7 @@ ARGUMENTS: dict[str, list[str]] = {
     "growth": ["--sizes", "0,250k", "--rounds", "4", "--ops", "100", "--out", str(GROWTH_OUT)],
     # Its full run (10M events, the default) takes about half an hour; 250k events, a minute.
     "online_migration": ["--events", "250000", "--baseline-s", "3"],
-    # Three modes, 3 rounds of 1,000 runs: about a minute (its default: 5 rounds of 2,000).
+    # Four modes, 3 rounds of 1,000 runs: about a minute (its default: 5 rounds of 2,000).
     "producer_pool": ["--runs", "1000", "--rounds", "3"],
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from functools import partial
 
 from awooop.worker.context import RunContext
@@ -58,3 +59,11 @@ async def agent_llm_steps(run: RunContext) -> dict[str, float]:
     for i in range(steps):
         await run.llm_step(f"s{i}", f"step {i}", max_tokens=5)
     return {"steps": steps, "started": started}
+
+
+async def sleep_once(run: RunContext) -> None:
+    """One durable sleep of the input's ``sleep_s`` seconds (none when 0 or absent): the sleeps
+    benchmark's runs, with and without the sleep."""
+    seconds = float(run.input.get("sleep_s", 0)) if isinstance(run.input, dict) else 0.0
+    if seconds > 0:
+        await run.sleep(timedelta(seconds=seconds))

@@ -16,7 +16,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,7 +35,7 @@ from awooop.ingest import ingest_write as ingest_store
 from awooop.ingest.common import ParsedEvent
 from awooop.projections.registry import get
 from awooop.projections.replay import Replay
-from awooop.runs import leases, run_rows
+from awooop.runs import leases, run_rows, timers
 from tests.support.factories import created, event_for
 from tests.support.runs import create_runs
 
@@ -180,6 +180,30 @@ async def complete_many(db: Database, url: str, settings: Settings) -> Touched:
     ]
     written = await db.in_run_statement(logged(lambda c: leases.complete_many(c, completions)))
     assert [getattr(w, "status", None) for w in written] == ["COMPLETED"] * 3
+    return Touched(set(runs))
+
+
+@case("claim_many", "sleep_many")
+async def sleep_many(db: Database, url: str, settings: Settings) -> Touched:
+    runs = await create_runs(db, P, 2)
+    await db.in_run_statement(logged(lambda c: leases.claim_many(c, runs, "w1", 30)))
+    sleeps = [
+        leases.Sleep(runs[0], "w1", 1, step="sleep:1", delay=timedelta(seconds=30)),
+        leases.Sleep(runs[1], "w1", 1, step="nap", until=datetime(2031, 1, 2, tzinfo=UTC)),
+    ]
+    written = await db.in_run_statement(logged(lambda c: leases.sleep_many(c, sleeps)))
+    assert [getattr(w, "status", None) for w in written] == ["WAITING_EVENT"] * 2
+    return Touched(set(runs))
+
+
+@case("claim_many", "sleep_many", "fire_many")
+async def fire_many(db: Database, url: str, settings: Settings) -> Touched:
+    runs = await create_runs(db, P, 2)
+    await db.in_run_statement(logged(lambda c: leases.claim_many(c, runs, "w1", 30)))
+    sleeps = [leases.Sleep(r, "w1", 1, step="sleep:1", delay=timedelta(0)) for r in runs]
+    await db.in_run_statement(logged(lambda c: leases.sleep_many(c, sleeps)))
+    fired = await db.in_platform_writes(logged(lambda c: timers.fire_due(c, 10)))
+    assert sorted(s.run_id for s, _ in fired) == sorted(runs)
     return Touched(set(runs))
 
 

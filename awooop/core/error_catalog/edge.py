@@ -148,10 +148,13 @@ class TenantNotGrantedError(AwoooPError):
 
 
 class ProducerConnectionError(AwoooPError):
-    """The connection's own type codecs cannot carry the producer's arguments (text, uuid,
-    numbers and text arrays, as asyncpg passes them by default). Nothing was written and the
-    transaction can go on. Give the producer a connection without custom codecs for those
-    types: one of awooop.producer.create_pool(...), or a plain asyncpg.connect(...)."""
+    """The producer cannot use this connection: its own type codecs cannot carry the
+    producer's arguments (text, uuid, numbers and text arrays, as asyncpg passes them by
+    default), or it is not a connection the producer takes (another driver or dialect, a sync
+    connection given to the async API or the other way round). Nothing was written and the
+    transaction can go on. The message names what to use: awooop.producer.create_pool(...) or
+    a plain asyncpg.connect(...), psycopg 3, SQLAlchemy's postgresql+psycopg or
+    postgresql+asyncpg dialects, awooop.producer.sync for sync connections."""
 
     code = "E-INGEST-005"
 

@@ -21,6 +21,21 @@ class ProjectionStreamError(AwoooPError):
     code = "E-PROJECTION-002"
 
 
+class ProjectionRegistrationError(AwoooPError):
+    """A registered projection cannot be loaded or does not declare what a projection must
+    (see docs/consumers.md); nothing was started."""
+
+    code = "E-PROJECTION-003"
+
+
+class ProjectionTenancyError(AwoooPError):
+    """A registered projection's table is not isolated per tenant: it needs a ``project_id``
+    column and row-level security (``SELECT awooop_enforce_tenant_isolation('table')`` in the
+    migration that creates it); nothing was started."""
+
+    code = "E-PROJECTION-004"
+
+
 class ReplayBusyError(AwoooPError):
     """Another replay of this projection is running; try again when it has finished."""
 

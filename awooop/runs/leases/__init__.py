@@ -18,7 +18,8 @@ attempt holds the lease. The rules, in one place:
   one round trip; its row update is ``apply(state, RunClaimed)`` written in SQL, and tests
   hold the two equal (``awooop/eventlog/WRITERS.md``).
   The commonest fenced write, ``RunCompleted``, is one statement too (:func:`complete_many`,
-  ``complete_many.sql``): the fence is its WHERE clause.
+  ``complete_many.sql``): the fence is its WHERE clause. So is a sleep's ``WaitStarted``
+  (:func:`sleep_many`, ``sleep_many.sql``: the run WAITING_EVENT, the wait's row).
 - **fence**: every write on behalf of an attempt (step results, tool waits, approval requests,
   completion, failure, release) locks the row and is refused with E-RUN-002 unless the row
   still names this worker and attempt, is RUNNING or WAITING_TOOL, and its lease has not
@@ -51,6 +52,7 @@ from awooop.runs.leases.batch import (
     complete_many,
     fenced_record_many,
     prepare_run_statements,
+    sleep_many,
 )
 from awooop.runs.leases.rules import (
     Availability,
@@ -58,6 +60,7 @@ from awooop.runs.leases.rules import (
     Completion,
     Fence,
     FencedWrite,
+    Sleep,
     Taken,
     Verdict,
     availability,
@@ -67,6 +70,7 @@ from awooop.runs.leases.rules import (
     lease_expiry,
     notice_verdict,
     reap_event,
+    sleep_problem,
 )
 from awooop.runs.leases.single import (
     FAIR_WINDOW,
@@ -94,6 +98,7 @@ __all__ = (
     "Fence",
     "FencedWrite",
     "RunStatements",
+    "Sleep",
     "Taken",
     "Undelivered",
     "Verdict",
@@ -117,6 +122,8 @@ __all__ = (
     "reap",
     "reap_event",
     "release",
+    "sleep_many",
+    "sleep_problem",
     "take_expired",
     "take_expired_batch",
 )

@@ -1,6 +1,7 @@
-"""Many runs at once (the worker's hot path): claim many, complete many, fenced writes of many.
+"""Many runs at once (the worker's hot path): claim many, complete many, sleep many, fenced
+writes of many.
 
-The claim and the completion are one statement each in the log room
+The claim, the completion and a sleep's start are one statement each in the log room
 (:mod:`awooop.eventlog.batches`); here is what the worker does with the answer: retry a run whose
 stream head a newer transaction wrote (as the transactional path would), and turn a refusal
 into the LeaseLostError the fence would have raised.
@@ -9,8 +10,9 @@ into the LeaseLostError the fence would have raised.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from awooop.core import storable
 from awooop.core.db import Connection
@@ -23,8 +25,10 @@ from awooop.runs.leases.rules import (
     ClaimBatch,
     Completion,
     FencedWrite,
+    Sleep,
     completion_problem,
     fence_problem,
+    sleep_problem,
 )
 
 HEAD_CONFLICT_RETRIES = 3  # a newer writer of the run's stream committed: write again
@@ -95,21 +99,9 @@ async def complete_many(
     state, the LeaseLostError of an attempt that no longer holds a live lease, or the
     UnstorableValueError of a completion whose result Postgres would refuse (not sent, so
     that it cannot fail the statement of the others), in order."""
-    if not completions:
-        return []
-    results: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError] = {}
-    pending = {}
-    for c in completions:
-        refused = completion_problem(c)
-        if refused is None:
-            pending[c.run_id] = c
-        else:
-            results[c.run_id] = refused
-    for attempt in range(HEAD_CONFLICT_RETRIES + 1):
-        if not pending:
-            break
-        batch = list(pending.values())
-        rows = await batches.complete_many(
+
+    async def send(batch: list[Completion]) -> list[batches.BatchRow]:
+        return await batches.complete_many(
             conn,
             [c.run_id for c in batch],
             [c.worker_id for c in batch],
@@ -117,6 +109,67 @@ async def complete_many(
             [c.result for c in batch],
             [c.metadata for c in batch],
         )
+
+    return await _fenced_statement(completions, completion_problem, send)
+
+
+async def sleep_many(
+    conn: Connection, sleeps: list[Sleep]
+) -> list[RunState | LeaseLostError | UnstorableValueError]:
+    """Write each sleep's ``WaitStarted`` (each run at most once) in one statement
+    (``awooop/eventlog/sql/sleep_many.sql``, with the wait's row; outside a transaction it is
+    its own), answered as :func:`complete_many` answers."""
+
+    async def send(batch: list[Sleep]) -> list[batches.BatchRow]:
+        return await batches.sleep_many(
+            conn,
+            [s.run_id for s in batch],
+            [s.worker_id for s in batch],
+            [s.attempt for s in batch],
+            [s.step for s in batch],
+            [s.delay_us for s in batch],
+            [s.until for s in batch],
+            [s.metadata for s in batch],
+        )
+
+    return await _fenced_statement(sleeps, sleep_problem, send)
+
+
+class _Fenced(Protocol):
+    @property
+    def run_id(self) -> uuid.UUID: ...
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+
+
+W = TypeVar("W", bound=_Fenced)
+
+
+async def _fenced_statement(
+    writes: list[W],
+    problem_of: Callable[[W], UnstorableValueError | None],
+    send: Callable[[list[W]], Awaitable[list[batches.BatchRow]]],
+) -> list[RunState | LeaseLostError | UnstorableValueError]:
+    """Send ``writes`` (each run at most once) through a one-statement fenced write (``send``)
+    and answer each in order: its new state, its LeaseLostError when the fence refused it, or
+    the UnstorableValueError ``problem_of`` found (not sent). A run whose stream head a newer
+    transaction wrote is sent again (a few times), as the transactional path would retry."""
+    if not writes:
+        return []
+    results: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError] = {}
+    pending: dict[uuid.UUID, W] = {}
+    for w in writes:
+        refused = problem_of(w)
+        if refused is None:
+            pending[w.run_id] = w
+        else:
+            results[w.run_id] = refused
+    for attempt in range(HEAD_CONFLICT_RETRIES + 1):
+        if not pending:
+            break
+        rows = await send(list(pending.values()))
         seen = set()
         for row in rows:
             state = row.state
@@ -125,26 +178,24 @@ async def complete_many(
                 results[state.run_id] = state
                 del pending[state.run_id]
             elif not (row.conflict and attempt < HEAD_CONFLICT_RETRIES):
-                c = pending.pop(state.run_id)
-                problem = fence_problem(state, row.now, c.worker_id, c.attempt) or (
+                w = pending.pop(state.run_id)
+                problem = fence_problem(state, row.now, w.worker_id, w.attempt) or (
                     f"the run is {state.status}"
                     if state.status is not RunStatus.RUNNING
                     else "a newer transaction wrote the run's stream"
                 )
-                results[c.run_id] = LeaseLostError(
+                results[w.run_id] = LeaseLostError(
                     f"write refused: {problem}",
-                    run_id=c.run_id,
-                    worker_id=c.worker_id,
-                    attempt=c.attempt,
+                    run_id=w.run_id,
+                    worker_id=w.worker_id,
+                    attempt=w.attempt,
                 )
         for run_id in [r for r in pending if r not in seen]:
-            c = pending.pop(run_id)
+            w = pending.pop(run_id)
             results[run_id] = LeaseLostError(
-                "write refused: no such run", run_id=run_id, worker_id=c.worker_id
+                "write refused: no such run", run_id=run_id, worker_id=w.worker_id
             )
-        if not pending:
-            break
-    return [results[c.run_id] for c in completions]
+    return [results[w.run_id] for w in writes]
 
 
 async def prepare_run_statements(conn: Connection) -> None:

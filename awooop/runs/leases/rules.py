@@ -6,13 +6,13 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from awooop.core import storable
 from awooop.core.errors import UnstorableValueError
-from awooop.core.events import Event, RunClaimed, RunFailed, RunRequeued
+from awooop.core.events import Event, RunClaimed, RunFailed, RunRequeued, WaitStarted
 from awooop.eventlog.state import (
     DISPATCHABLE,
     LEASED,
@@ -22,6 +22,7 @@ from awooop.eventlog.state import (
     RunState,
     RunStatus,
 )
+from awooop.eventlog.wait_state import SLEEP
 
 
 class Availability(enum.StrEnum):
@@ -253,6 +254,54 @@ class FencedWrite:
     attempt: int
     make_event: Callable[[RunState, datetime], Event | tuple[Event, ...]]
     metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sleep(FencedWrite):
+    """A sleep's ``WaitStarted`` to write on behalf of ``(worker_id, attempt)``: the wait
+    ``step``, due ``delay`` after the database clock at the write or at ``until`` (which wins;
+    either way the due time is journaled in UTC).
+    A fenced write whose event is :meth:`event`, which the worker writes as one statement for
+    many runs (``batch.sleep_many``, ``sleep_many.sql``: that event applied, in SQL)."""
+
+    make_event: Callable[[RunState, datetime], Event] = field(init=False, repr=False, compare=False)
+    step: str
+    delay: timedelta | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "make_event", self.event)
+
+    def event(self, _state: RunState, at: datetime) -> WaitStarted:
+        if self.until is not None:
+            due = self.until
+        else:
+            assert self.delay is not None
+            due = at + self.delay
+        return WaitStarted(
+            at=at,
+            worker_id=self.worker_id,
+            attempt=self.attempt,
+            step=self.step,
+            kind=SLEEP,
+            due_at=due.astimezone(UTC),  # journaled in UTC, as sleep_many.sql writes it
+        )
+
+    @property
+    def delay_us(self) -> int | None:
+        """The delay in whole microseconds (None when ``until`` gives the due time)."""
+        if self.until is not None or self.delay is None:
+            return None
+        return self.delay // timedelta(microseconds=1)
+
+
+def sleep_problem(sleep: Sleep) -> UnstorableValueError | None:
+    """Pure: the error for a sleep whose step or metadata Postgres would refuse
+    (:mod:`awooop.core.storable`); None when it can be written."""
+    found = storable.encoded_problem(sleep.step, "step") or (
+        storable.encoded_problem(sleep.metadata, "metadata")
+    )
+    return None if found is None else UnstorableValueError(found, run_id=sleep.run_id)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The worker's statements on every run's path, on the run pool: the one door to that pool.
 
 The run pool (:meth:`awooop.core.db.Database.in_run_statement`) keeps cached generic plans
-and, in a worker, a per-statement bound; a claim, a completion or a heartbeat sent there is
-one statement that commits on its own (no BEGIN/COMMIT: one round trip), and the fenced
-writes are one transaction. Which of the two a statement needs is decided here, once, so a
-call site names the statement and cannot pick the mode wrongly.
+and, in a worker, a per-statement bound; a claim, a completion, a sleep's start or a heartbeat
+sent there is one statement that commits on its own (no BEGIN/COMMIT: one round trip), and the
+other fenced writes are one transaction. Which of the two a statement needs is decided here,
+once, so a call site names the statement and cannot pick the mode wrongly.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from awooop.runs.leases.batch import (
     complete_many,
     fenced_record_many,
     prepare_run_statements,
+    sleep_many,
 )
-from awooop.runs.leases.rules import ClaimBatch, Completion, Fence, FencedWrite
+from awooop.runs.leases.rules import ClaimBatch, Completion, Fence, FencedWrite, Sleep
 from awooop.runs.leases.single import fences, heartbeat
 
 Written = list[RunState | LeaseLostError | UnstorableValueError]
@@ -54,6 +55,9 @@ class RunStatements:
 
     async def complete_many(self, completions: list[Completion]) -> Written:
         return await self.db.in_run_statement(lambda conn: complete_many(conn, completions))
+
+    async def sleep_many(self, sleeps: list[Sleep]) -> Written:
+        return await self.db.in_run_statement(lambda conn: sleep_many(conn, sleeps))
 
     async def heartbeat(
         self,

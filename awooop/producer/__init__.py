@@ -66,27 +66,30 @@ when the call returns, before the caller's transaction commits.
 own events, which start no run) at the head of the project's stream ``domain/<project>/<name>``,
 with the same two kinds of ``target``; the relay fans them out to the events streams only
 (docs/ingest.md, Producer library).
+
+Other drivers (docs/ingest.md, Producer library): ``target`` may also be a
+``psycopg.AsyncConnection`` or a SQLAlchemy ``AsyncSession`` / ``AsyncConnection``
+(:mod:`awooop.producer.targets`), with the same guarantees; :mod:`awooop.producer.sync` is the
+same API for sync connections (psycopg, SQLAlchemy, Django).
 """
 
 from __future__ import annotations
 
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
-import asyncpg
 import msgspec
 
 from awooop.core.config import Settings, load_settings
-from awooop.core.db import Connection, Database
-from awooop.core.errors import (
-    ProducerConnectionError,
-    ProducerTransactionError,
-)
+from awooop.core.db import Connection as Connection
+from awooop.core.db import Database
+from awooop.core.errors import ProducerTransactionError
 from awooop.core.pools import SET_TENANT
 from awooop.core.pools import create_service_pool as create_pool
 from awooop.core.pools import init_service_connection as init_connection
+from awooop.core.querier import Querier
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.telemetry import tracer
 from awooop.eventlog import eventlog
@@ -102,6 +105,8 @@ from awooop.ingest.domain_events import check_domain_event as check_domain_event
 from awooop.ingest.domain_events import domain_stream_id as domain_stream_id
 from awooop.ingest.service import Ingestor
 from awooop.ingest.submission import ChannelEvent, Submitted
+from awooop.producer.bound import in_transaction, producer_errors
+from awooop.producer.targets import AsyncTarget, bind
 from awooop.runs import signals
 
 __all__ = [
@@ -116,25 +121,27 @@ __all__ = [
     "emit_many",
     "init_connection",
     "set_tenant",
+    "signal",
     "submit",
     "submit_many",
 ]
 
 _json_encode = msgspec.json.Encoder().encode
-T = TypeVar("T")
 _default_settings: Settings | None = None
 
 
-async def set_tenant(conn: Connection, project_id: str) -> None:
+async def set_tenant(conn: AsyncTarget, project_id: str) -> None:
     """Set ``awooop.project_id`` for the rest of the caller's open transaction."""
     check_project_id(project_id)
-    if not conn.is_in_transaction():
-        raise ProducerTransactionError("set_tenant needs an open transaction (conn.transaction())")
-    await conn.execute(SET_TENANT, project_id)
+    bound = await bind(conn)
+    if not bound.open:
+        raise ProducerTransactionError(f"set_tenant needs an open transaction: {bound.hint}")
+    with producer_errors():
+        await bound.conn.execute(SET_TENANT, project_id)
 
 
 async def submit(
-    target: Database | Connection,
+    target: Database | AsyncTarget,
     project_id: str,
     event: ChannelEvent,
     *,
@@ -149,7 +156,7 @@ async def submit(
 
 
 async def submit_many(
-    target: Database | Connection,
+    target: Database | AsyncTarget,
     project_id: str,
     events: Sequence[ChannelEvent],
     *,
@@ -162,7 +169,7 @@ async def submit_many(
 
 
 async def _submit(
-    target: Database | Connection,
+    target: Database | AsyncTarget,
     project_id: str,
     events: Sequence[ChannelEvent],
     *,
@@ -176,9 +183,11 @@ async def _submit(
     checked = submission.prepare(project_id, contract_id, events)
     if isinstance(target, Database) and on_session:
         return await _ingestor(target, settings).submit(checked, settings)
-    cache = _config_cache(target, settings.ingest_config_cache_s)
-    results = await _in_transaction(
-        target, project_id, lambda conn: submission.write(conn, settings, checked, cache)
+    where = target if isinstance(target, Database) else await bind(target)
+    owner = where if isinstance(where, Database) else where.owner
+    cache = _config_cache(owner, settings.ingest_config_cache_s)
+    results = await in_transaction(
+        where, project_id, lambda conn: submission.write(conn, settings, checked, cache)
     )
     submission.count(checked, results)
     return results
@@ -192,15 +201,14 @@ _ingestors: weakref.WeakKeyDictionary[Database, Ingestor] = weakref.WeakKeyDicti
 
 # The same for submit_many and for a caller's transaction, kept per Database and per driver
 # connection (a configuration is its database's; a pool hands out a new proxy at each acquire,
-# but the same connection behind it): a submit in the caller's transaction then costs one
-# statement instead of two. The ingest statement checks the transaction's tenant and the
+# but the same connection behind it: Bound.owner): a submit in the caller's transaction then
+# costs one statement instead of two. The ingest statement checks the transaction's tenant and the
 # login's binding itself on every call (awooop/eventlog/sql/ingest_new.sql), so a cached
 # configuration skips no check.
 _configs: weakref.WeakKeyDictionary[object, ConfigCache] = weakref.WeakKeyDictionary()
 
 
-def _config_cache(target: Database | Connection, ttl_s: float) -> ConfigCache:
-    owner = target if isinstance(target, Database) else getattr(target, "_con", target)
+def _config_cache(owner: object, ttl_s: float) -> ConfigCache:
     cache = _configs.get(owner)
     if cache is None or cache.ttl_s != ttl_s:
         cache = _configs[owner] = ConfigCache(ttl_s)
@@ -218,7 +226,7 @@ def _ingestor(db: Database, settings: Settings) -> Ingestor:
 
 
 async def emit(
-    target: Database | Connection,
+    target: Database | AsyncTarget,
     project_id: str,
     event: DomainEvent,
     *,
@@ -230,7 +238,7 @@ async def emit(
 
 
 async def emit_many(
-    target: Database | Connection,
+    target: Database | AsyncTarget,
     project_id: str,
     events: Sequence[DomainEvent],
     *,
@@ -258,7 +266,7 @@ async def emit_many(
     for index, event in enumerate(events):
         streams.setdefault(event.stream, []).append(index)
 
-    async def run(conn: Connection) -> list[Emitted]:
+    async def run(conn: Querier) -> list[Emitted]:
         results: list[Emitted | None] = [None] * len(events)
         with tracer.start_as_current_span(
             "emit", attributes={"awooop.project_id": project_id, "awooop.source": "producer"}
@@ -275,43 +283,12 @@ async def emit_many(
                     results[index] = Emitted(stream_id, row.event_id, row.version, row.position)
         return [r for r in results if r is not None]
 
-    return await _in_transaction(target, project_id, run)
-
-
-async def _in_transaction(
-    target: Database | Connection, project_id: str, run: Callable[[Connection], Awaitable[T]]
-) -> T:
-    """``run`` in a tenant transaction of the Database (retried on transient conflicts), or
-    on the caller's connection inside its open transaction. The database away, refusing
-    (read-only, a revoked privilege, disk full) or too slow is raised typed: E-DB-001, E-DB-002,
-    E-DB-003 (retryable; the caller's transaction is then aborted and is retried whole)."""
-    if isinstance(target, Database):
-        with unavailable_on_connection_errors("the producer's write"):
-            return await target.in_tenant(project_id, run)
-    if not target.is_in_transaction():
-        raise ProducerTransactionError(
-            "pass a Database, or a connection inside its open transaction"
-        )
-    try:
-        with unavailable_on_connection_errors("the producer's write"):
-            return await run(target)
-    except asyncpg.DataError as exc:
-        # asyncpg's own refusal to encode an argument, raised before anything is sent: the
-        # events were checked before, so the connection's codecs refused a plain argument.
-        if type(exc) is not asyncpg.DataError or not str(exc).startswith(ARGUMENT_REFUSED):
-            raise
-        raise ProducerConnectionError(
-            f"this connection's type codecs refused the producer's argument ({exc}): give the "
-            "producer a connection without custom codecs for text, uuid and numbers "
-            "(awooop.producer.create_pool, or init=awooop.producer.init_connection)"
-        ) from exc
-
-
-ARGUMENT_REFUSED = "invalid input for query argument"
+    where = target if isinstance(target, Database) else await bind(target)
+    return await in_transaction(where, project_id, run)
 
 
 async def signal(
-    target: Database | Connection,
+    target: Database | AsyncTarget,
     project_id: str,
     run_id: uuid.UUID,
     name: str,
@@ -326,34 +303,42 @@ async def signal(
     the run waits for it. The same ``key`` again is one signal (``duplicate``)."""
     check_project_id(project_id)
     limits = settings or _settings()
-
-    async def run(conn: Connection) -> signals.Sent:
-        how = signals.send_pending if not isinstance(target, Database) else None
-        if how is None:
-            return await signals.send(
-                conn,
+    sent_by, max_bytes, kept = (
+        "producer",
+        limits.signal_payload_max_bytes,
+        limits.signals_per_run_max,
+    )
+    with tracer.start_as_current_span("producer signal", attributes={"awooop.signal": name}):
+        if isinstance(target, Database):
+            with unavailable_on_connection_errors("the producer's write"):
+                return await target.in_tenant(
+                    project_id,
+                    lambda c: signals.send(
+                        c,
+                        run_id,
+                        name,
+                        payload,
+                        key=key,
+                        sent_by=sent_by,
+                        payload_max_bytes=max_bytes,
+                        kept_max=kept,
+                    ),
+                )
+        return await in_transaction(
+            await bind(target),
+            project_id,
+            lambda c: signals.send_pending(
+                c,
+                project_id,
                 run_id,
                 name,
                 payload,
                 key=key,
-                sent_by="producer",
-                payload_max_bytes=limits.signal_payload_max_bytes,
-                kept_max=limits.signals_per_run_max,
-            )
-        return await how(
-            conn,
-            project_id,
-            run_id,
-            name,
-            payload,
-            key=key,
-            sent_by="producer",
-            payload_max_bytes=limits.signal_payload_max_bytes,
-            kept_max=limits.signals_per_run_max,
+                sent_by=sent_by,
+                payload_max_bytes=max_bytes,
+                kept_max=kept,
+            ),
         )
-
-    with tracer.start_as_current_span("producer signal", attributes={"awooop.signal": name}):
-        return await _in_transaction(target, project_id, run)
 
 
 def _settings() -> Settings:
