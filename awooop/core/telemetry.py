@@ -24,12 +24,14 @@ part of the reaper's trace.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import socket
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
@@ -239,6 +241,18 @@ def exporting() -> bool:
     """Whether spans leave this process (an OTLP endpoint or an added processor): spans made
     only for a trace view, many per batch, are skipped when nobody would see them."""
     return isinstance(_configured, _Provider) and _configured.exports
+
+
+_NO_SPAN: AbstractContextManager[trace.Span] = contextlib.nullcontext(trace.INVALID_SPAN)
+
+
+def child_span(name: str, attributes: Attributes = None) -> AbstractContextManager[trace.Span]:
+    """A child of the current span made for a trace view only (a step, a model call, its
+    pointer check): while nothing exports (:func:`exporting`), none is made and the span
+    yielded records nothing; the events written inside carry the enclosing span's context."""
+    if not exporting():
+        return _NO_SPAN
+    return tracer.start_as_current_span(name, attributes=attributes)
 
 
 def _otlp_configured() -> bool:

@@ -38,6 +38,7 @@ from awooop.eventlog import queries
 # The writing statements are in sql/ (loaded by name); the reads stay next to their callers.
 APPEND = queries.load("append")
 APPEND_MANY = queries.load("append_many")
+APPEND_RUNS = queries.load("append_runs")  # several events of one stream among them
 APPEND_AT_HEAD = queries.load("append_at_head")
 
 EXPLAIN_CONFLICT = """
@@ -258,20 +259,26 @@ async def append_many(
     appends: Sequence[tuple[str, str, int, EventBase]],
     metadata: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
 ) -> dict[str, int]:
-    """Append one event to each of many existing streams in one statement.
+    """Append events to many existing streams in one statement.
 
-    ``appends`` holds ``(stream_id, project_id, expected_version, event)``, each stream at most
-    once. The same rules as :func:`append` per stream; if any stream is not at its expected
-    version (E-EVENT-001) or was last written by a newer transaction (E-EVENT-002), this raises
-    and the caller's transaction must roll back (the other events were inserted). Returns the
-    global position of each stream's new event. ``metadata`` is one dict for every event or
-    one per event.
+    ``appends`` holds ``(stream_id, project_id, expected_version, event)``; a stream named
+    more than once takes its events in order, at consecutive expected versions. The same rules
+    as :func:`append` per stream; if any stream is not at its expected version (E-EVENT-001)
+    or was last written by a newer transaction (E-EVENT-002), this raises and the caller's
+    transaction must roll back (the other events were inserted). Returns the global position
+    of each stream's last new event. ``metadata`` is one dict for every event or one per event.
     """
     if not appends:
         return {}
     streams = [a[0] for a in appends]
-    if len(set(streams)) != len(streams):
-        raise ValueError("append_many takes each stream at most once")
+    first: dict[str, int] = {}  # each stream's expected version
+    last: dict[str, int] = {}
+    for stream_id, _project, expected, _event in appends:
+        if stream_id in last and expected != last[stream_id] + 1:
+            raise ValueError("append_many takes a stream's events at consecutive versions")
+        first.setdefault(stream_id, expected)
+        last[stream_id] = expected
+    statement = APPEND_MANY if len(first) == len(appends) else APPEND_RUNS
     for stream_id, project_id, _expected, _event in appends:
         check_stream(stream_id, project_id)
     if metadata is None or isinstance(metadata, dict):
@@ -281,7 +288,7 @@ async def append_many(
             raise ValueError("one metadata per event, or one for all")
         metas = [_metadata_encoder.encode(m or {}).decode() for m in metadata]
     rows = await conn.fetch(
-        APPEND_MANY,
+        statement,
         streams,
         [a[2] for a in appends],
         [a[1] for a in appends],
@@ -290,10 +297,10 @@ async def append_many(
         [encode_event(a[3]).decode() for a in appends],
         metas,
     )
-    positions = {r["stream_id"]: r["position"] for r in rows}
-    if len(positions) == len(appends):
+    positions = {r["stream_id"]: r["position"] for r in rows}  # in order: the last's
+    if len(positions) == len(first):
         return positions
-    for stream_id, _project, expected, _event in appends:
+    for stream_id, expected in first.items():
         if stream_id not in positions:
             raise await refusal(conn, stream_id, expected)
     raise AssertionError("unreachable")

@@ -41,42 +41,75 @@ async def create_run(
 
 
 async def apply_and_store(
-    conn: Connection, state: RunState, event: Event, metadata: dict[str, Any] | None = None
+    conn: Connection,
+    state: RunState,
+    event: Event | tuple[Event, ...],
+    metadata: dict[str, Any] | None = None,
 ) -> RunState:
-    """Apply ``event`` to ``state`` (a row this transaction holds locked) and persist both."""
-    new_state = apply(state, event)
+    """Apply ``event`` (or several, in order) to ``state`` (a row this transaction holds
+    locked) and persist both."""
+    changes, new_states = _chained(state, event)
+    new_state = new_states[-1]
     await conn.execute(UPDATE_RUN, *state_values(new_state))
     await eventlog.append(
-        conn, run_stream_id(state.run_id), state.project_id, state.version, [event], metadata
-    )
-    await deadletters.follow(conn, [(state, event)])
-    await waits.follow(conn, [(state, event)])
-    await child_waits.follow(conn, [(state, event)], [new_state], apply_and_store_many, metadata)
-    return new_state
-
-
-async def apply_and_store_many(
-    conn: Connection,
-    changes: Sequence[tuple[RunState, Event]],
-    metadata: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
-) -> list[RunState]:
-    """:func:`apply_and_store` for many runs (rows this transaction holds locked, each run at
-    most once) in two round trips: the rows in one pipelined ``executemany``, the events in
-    one statement. Raises (and the transaction must roll back) like the single version.
-    ``metadata``: one dict for every event, or one per change."""
-    if not changes:
-        return []
-    new_states = [apply(state, event) for state, event in changes]
-    await conn.executemany(UPDATE_RUN, [state_values(s) for s in new_states])
-    await eventlog.append_many(
         conn,
-        [(run_stream_id(old.run_id), old.project_id, old.version, event) for old, event in changes],
+        run_stream_id(state.run_id),
+        state.project_id,
+        state.version,
+        [e for _, e in changes],
         metadata,
     )
     await deadletters.follow(conn, changes)
     await waits.follow(conn, changes)
     await child_waits.follow(conn, changes, new_states, apply_and_store_many, metadata)
-    return new_states
+    return new_state
+
+
+async def apply_and_store_many(
+    conn: Connection,
+    changes: Sequence[tuple[RunState, Event | tuple[Event, ...]]],
+    metadata: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+) -> list[RunState]:
+    """:func:`apply_and_store` for many runs (rows this transaction holds locked, each run at
+    most once, with one event or several) in two round trips: the rows in one pipelined
+    ``executemany``, the events in one statement. Raises (and the transaction must roll back)
+    like the single version. ``metadata``: one dict for every event, or one per change."""
+    if not changes:
+        return []
+    flat: list[tuple[RunState, Event]] = []
+    states: list[RunState] = []  # after each event of ``flat``
+    metas: list[dict[str, Any] | None] = []
+    finals: list[RunState] = []
+    for i, (state, event) in enumerate(changes):
+        run_changes, run_states = _chained(state, event)
+        flat += run_changes
+        states += run_states
+        finals.append(run_states[-1])
+        if metadata is not None and not isinstance(metadata, dict):
+            metas += [metadata[i]] * len(run_changes)
+    await conn.executemany(UPDATE_RUN, [state_values(s) for s in finals])
+    await eventlog.append_many(
+        conn,
+        [(run_stream_id(old.run_id), old.project_id, old.version, event) for old, event in flat],
+        metas if metadata is not None and not isinstance(metadata, dict) else metadata,
+    )
+    await deadletters.follow(conn, flat)
+    await waits.follow(conn, flat)
+    await child_waits.follow(conn, flat, states, apply_and_store_many, metadata)
+    return finals
+
+
+def _chained(
+    state: RunState, events: Event | tuple[Event, ...]
+) -> tuple[list[tuple[RunState, Event]], list[RunState]]:
+    """Pure: each event with the state before it, and the state after each."""
+    changes: list[tuple[RunState, Event]] = []
+    after: list[RunState] = []
+    for event in events if isinstance(events, tuple) else (events,):
+        changes.append((state, event))
+        state = apply(state, event)
+        after.append(state)
+    return changes, after
 
 
 async def renew_leases(

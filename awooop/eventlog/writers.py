@@ -59,6 +59,18 @@ WRITERS: tuple[Writer, ...] = (
         ("tests/integration/test_worker_batches.py",),
     ),
     Writer(
+        "append_runs",
+        "awooop.eventlog.eventlog.append_many",
+        (STREAMS, EVENTS),
+        "the event half of apply_and_store_many when a run takes several events (a model "
+        "call and its step: run.llm_step), at consecutive versions",
+        (
+            "tests/integration/test_log_writers.py::"
+            "test_the_writer_leaves_every_row_equal_to_the_fold_of_its_events",
+            "tests/integration/test_worker_llm_step.py",
+        ),
+    ),
+    Writer(
         "append_at_head",
         "awooop.eventlog.eventlog.append_at_head",
         (STREAMS, EVENTS),

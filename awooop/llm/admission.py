@@ -49,6 +49,7 @@ from typing import Any
 from awooop.core import metrics
 from awooop.core.db import Connection, Database
 from awooop.core.errors import FlowWaitTooLongError, OverBudgetError, PriceNotFoundError
+from awooop.core.events import Event
 from awooop.core.logs import get_logger
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.eventlog import queries
@@ -353,24 +354,26 @@ class FlowGate:
     # --- settling -------------------------------------------------------------------------------
 
     async def record(
-        self, ticket: Ticket, call: ModelCall, metadata: dict[str, Any] | None
+        self,
+        ticket: Ticket,
+        call: ModelCall,
+        metadata: dict[str, Any] | None,
+        then: Callable[[datetime], Event] | None = None,
     ) -> None:
-        """Write ``call``'s ModelCalled (fenced: only while the attempt holds its lease) and
-        settle its reservations to its reported usage, in one transaction."""
+        """Write ``call``'s ModelCalled (fenced: only while the attempt holds its lease), and
+        ``then(now)``'s event after it when given (the step the call answers, ``run.llm_step``),
+        and settle its reservations to its reported usage, in one transaction."""
         result = call.result
         counts = (None, None) if result is None else (result.input_tokens, result.output_tokens)
         charged = charges(ticket, result is not None, *counts)
         worker_id, attempt = self.worker_id, self.attempt
 
+        def events(_s: object, now: datetime) -> Event | tuple[Event, ...]:
+            called = called_event(call, worker_id=worker_id, attempt=attempt, at=now)
+            return called if then is None else (called, then(now))
+
         async def write(conn: Connection) -> None:
-            await leases.fenced_record(
-                conn,
-                self.run_id,
-                worker_id,
-                attempt,
-                lambda _s, now: called_event(call, worker_id=worker_id, attempt=attempt, at=now),
-                metadata,
-            )
+            await leases.fenced_record(conn, self.run_id, worker_id, attempt, events, metadata)
             await self.settle(conn, ticket, charged)
 
         with unavailable_on_connection_errors("the model call record failed"):

@@ -12,7 +12,11 @@ the topology's or ``AWOOOP_LLM_DEFAULT_MODEL``'s model).
 
 ``call(...)`` is the same path, answering a :class:`ModelCall` (what routed the call, when it
 started, how long it took, and its result or its error) instead of raising: ``run.llm``
-records every call of a run from it (:mod:`awooop.llm.calls`).
+records every call of a run from it (:mod:`awooop.llm.calls`). Its ``also`` names other
+contracts confirmed in the same query (the run's ``agent`` contract, whose retry section
+:meth:`ModelGateway.contract_body` serves from this cache: :mod:`awooop.worker.contract_retry`)
+unless a call confirmed them within :data:`ALSO_CONFIRMED_S` (many runs of one contract in
+flight: one query a second carries it, the others check their own contract alone).
 
 ``start()`` starts two loops of the loop framework: the notice reader (clears cache entries,
 drops the whole cache on a stream reset, rebuilds the model client on a topology notice) and
@@ -27,7 +31,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -39,7 +43,7 @@ from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec, run_loop
-from awooop.core.telemetry import extract, tracer
+from awooop.core.telemetry import child_span, extract, tracer
 from awooop.llm.client import ModelClient, ModelRequest, ModelResponse
 from awooop.llm.models import build_client
 from awooop.revisions.body import TOPOLOGY_KEY
@@ -54,6 +58,7 @@ log = get_logger(__name__)
 
 DEFAULT_CONTRACT = ("policy_routing", "default")
 READER_LOOP = "revision-notice-reader"
+ALSO_CONFIRMED_S = 1.0  # an ``also`` contract confirmed this recently is not asked again
 REVALIDATION_LOOP = "revision-revalidation"
 
 
@@ -196,6 +201,12 @@ class ModelGateway:
     ) -> EffectivePolicy:
         return await self.resolver.get_effective_policy(project_id, family, contract_id)
 
+    async def contract_body(self, project_id: str, family: str, contract_id: str) -> Any:
+        """The body of a contract's active revision from this gateway's cache, which notices,
+        re-validation and every model call naming the contract in ``also`` keep confirmed;
+        absent, read through the pointer check (one query) and kept."""
+        return (await self.resolver.get_cached_policy(project_id, family, contract_id)).body
+
     async def complete(
         self,
         project_id: str,
@@ -215,17 +226,19 @@ class ModelGateway:
         contract: tuple[str, str] = DEFAULT_CONTRACT,
         options: Mapping[str, Any] | None = None,
         admit: Callable[[ModelRequest], Awaitable[None]] | None = None,
+        also: Sequence[tuple[str, str]] = (),
     ) -> ModelCall:
         """:meth:`complete`, answering what happened instead of raising (an ``Exception`` of
         the pointer check, of ``admit`` or of the model is the call's ``error``; cancellation
         propagates). ``admit`` (flow control: :mod:`awooop.llm.admission`) sees the routed
         request before the model is called and may wait or refuse; the call's start and
-        duration are counted from when it returns."""
+        duration are counted from when it returns. ``also``: other contracts (family, id) of
+        the project whose pointers the same query confirms for this gateway's cache."""
         family, contract_id = contract
         started_at = datetime.now(UTC)
         started = time.perf_counter()
         request: ModelRequest | None = None
-        with tracer.start_as_current_span(
+        with child_span(
             "llm.complete",
             attributes={
                 "awooop.project_id": project_id,
@@ -233,7 +246,9 @@ class ModelGateway:
             },
         ) as span:
             try:
-                policy = await self.resolver.get_effective_policy(project_id, family, contract_id)
+                policy, *_ = await self.resolver.get_effective_policies(
+                    project_id, [(family, contract_id), *self._unconfirmed(project_id, also)]
+                )
                 slot = self._slot
                 request = build_request(policy, prompt, options or {}, slot.default_model)
                 span.set_attribute("awooop.revision_id", str(policy.revision_id))
@@ -262,13 +277,25 @@ class ModelGateway:
             contract, started_at, time.perf_counter() - started, request, result, None, prompt
         )
 
+    def _unconfirmed(
+        self, project_id: str, also: Sequence[tuple[str, str]]
+    ) -> list[tuple[str, str]]:
+        """The ``also`` contracts no call confirmed within :data:`ALSO_CONFIRMED_S`."""
+        now = time.time()
+        return [
+            c
+            for c in also
+            if (entry := self.cache.get((project_id, *c))) is None
+            or now - entry.validated_at >= ALSO_CONFIRMED_S
+        ]
+
     async def _generate(self, slot: _ClientSlot, request: ModelRequest) -> ModelResponse:
         """The model client's answer, counted and timed; a retired client closes after its
         last call."""
         slot.in_flight += 1
         started = time.perf_counter()
         try:
-            with tracer.start_as_current_span(
+            with child_span(
                 "llm.call",
                 attributes={"gen_ai.request.model": request.model, "llm.api": request.api},
             ):

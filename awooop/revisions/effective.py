@@ -25,7 +25,7 @@ import msgspec
 
 from awooop.core import metrics
 from awooop.core.errors import AwoooPError
-from awooop.core.telemetry import tracer
+from awooop.core.telemetry import child_span
 from awooop.revisions.cache import (
     CacheEntry,
     Key,
@@ -77,7 +77,7 @@ class PolicyResolver:
         keys: list[Key] = [(project_id, family, contract) for family, contract in contracts]
         stamps = [self.cache.stamp(key) for key in keys]
         entries = [self.cache.get(key) for key in keys]
-        with tracer.start_as_current_span(
+        with child_span(
             "revision.pointer_check",
             attributes={"awooop.project_id": project_id, "awooop.contracts": len(keys)},
         ) as span:

@@ -2,11 +2,13 @@
 
 :class:`HandlerKit` runs a handler in-process, through the real
 :class:`~awooop.worker.context.RunContext`: steps are journaled and replayed by its own code,
-model calls recorded as ``ModelCalled``, tool waits held and written as ``ToolResultReceived``
-and ``tool:<name>`` steps, approvals requested and journaled as ``approval:<name>`` steps.
-Only the I/O is replaced: every fenced write goes to an in-memory journal, folded by the real
-state machine (:func:`awooop.eventlog.state.apply`), so an event the runtime would refuse is
-refused here too. The model, the tools and the clock are fakes the test controls:
+model calls recorded as ``ModelCalled`` (a ``run.llm_step``'s with its step, in one write;
+replayed from the journal without a call), tool waits held and written as
+``ToolResultReceived`` and ``tool:<name>`` steps, approvals requested and journaled as
+``approval:<name>`` steps. Only the I/O is replaced: every fenced write goes to an in-memory
+journal, folded by the real state machine (:func:`awooop.eventlog.state.apply`), so an event
+the runtime would refuse is refused here too. The model, the tools and the clock are fakes the
+test controls:
 
 - :class:`FakeModel`: scripted answers, by call order or by a matcher on the prompt, and the
   calls it got;

@@ -15,6 +15,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 
 from awooop.eventlog.state import RunState
 from awooop.eventlog.wait_state import ended
+from awooop.llm.gateway import DEFAULT_CONTRACT, LLMResult
 from awooop.runs import leases
 from awooop.runs.approvals import ApprovalTicket, DecisionRecord
 from awooop.testing.fakes import FakeModel, FakeTools
@@ -168,3 +169,14 @@ class KitContext(RunContext):
             return approval_grants.replayed(name, grant)
         self._attempt.finishing = True
         return await self._kit.request_approval(self, name, reason, ask)
+
+    async def llm_step(
+        self,
+        name: str,
+        prompt: str,
+        *,
+        contract: tuple[str, str] = DEFAULT_CONTRACT,
+        **options: Any,
+    ) -> LLMResult:
+        self._kit.asked(name, name in self._steps)
+        return await super().llm_step(name, prompt, contract=contract, **options)

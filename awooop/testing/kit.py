@@ -231,7 +231,8 @@ class HandlerKit:
     # --- the context's side ------------------------------------------------------------------
 
     async def write(self, write: leases.FencedWrite) -> RunState:
-        """A fenced write: refused as Postgres refuses it (the fence, unstorable text)."""
+        """A fenced write (one event or several, all or none): refused as Postgres refuses it
+        (the fence, unstorable text)."""
         now = self.clock.now()
         state = self.state
         if state.status in LEASED and state.attempt_count == write.attempt:
@@ -239,11 +240,14 @@ class HandlerKit:
         problem = leases.fence_problem(state, now, write.worker_id, write.attempt)
         if problem is not None:
             raise LeaseLostError(f"write refused: {problem}", run_id=state.run_id)
-        event = write.make_event(state, now)
-        refused = encoded_problem(event, type(event).__name__)
-        if refused is not None:
-            raise UnstorableValueError(refused, run_id=state.run_id)
-        self._append(event)
+        made = write.make_event(state, now)
+        events = made if isinstance(made, tuple) else (made,)
+        for event in events:
+            refused = encoded_problem(event, type(event).__name__)
+            if refused is not None:
+                raise UnstorableValueError(refused, run_id=state.run_id)
+        for event in events:
+            self._append(event)
         return self.state
 
     def asked(self, step: str, replayed: bool) -> None:

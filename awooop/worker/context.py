@@ -15,7 +15,10 @@ becomes the run's result. ``run`` offers:
   before every call). Each call, answered or failed, is recorded as ``ModelCalled`` (fenced,
   before the answer is returned: :mod:`awooop.llm.calls`) with the model and the policy
   revision that served it, the prompt and the answer (capped) and the token counts, for
-  people to read; the answer is not journaled (a retry calls again): wrap the call in a step.
+  people to read; the answer is not journaled (a retry calls again): use ``llm_step``.
+- ``await run.llm_step(name, prompt, ...)``: a step whose work is one model call; its record
+  and the step are one fenced write, and a later attempt gets the journaled ``LLMResult``
+  without a call (:mod:`awooop.worker.model_steps`).
 - while ``run.step`` (or ``run.wait_for_tool``) runs, the heartbeat reports that step and
   when it started (the run page shows it); an exception that leaves a step and fails the
   run names that step in ``RunFailed`` with its traceback.
@@ -47,7 +50,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 from awooop.core.batching import data_error
 from awooop.core.config import STEP_RESULT_MAX_BYTES, Settings
@@ -56,11 +59,10 @@ from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableVal
 from awooop.core.events import Event, StepCompleted
 from awooop.core.logs import get_logger
 from awooop.core.storable import encoded_problem, unstorable
-from awooop.core.telemetry import tracer
+from awooop.core.telemetry import child_span
 from awooop.eventlog.state import RunState
-from awooop.llm.admission import Admit, FlowGate
-from awooop.llm.calls import called_event
-from awooop.llm.gateway import LLMResult, ModelCall
+from awooop.llm.admission import FlowGate
+from awooop.llm.gateway import DEFAULT_CONTRACT, LLMResult
 from awooop.runs import approval_options, approvals, leases
 from awooop.runs.approvals import ApprovalTicket
 from awooop.worker import approval_grants, approval_waits, contract_retry, policies
@@ -72,26 +74,14 @@ from awooop.worker.approval_waits import Suspended as Suspended
 from awooop.worker.attempts import Attempt, trace_metadata
 from awooop.worker.child_runs import ChildRuns, ChildRunsMixin
 from awooop.worker.durable_waits import DurableWaits
+from awooop.worker.model_steps import LLMClient as LLMClient
+from awooop.worker.model_steps import ModelCalls, StepAsked
 from awooop.worker.output import OutputSink, checked
 from awooop.worker.step_values import journal, recorded
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
 
 T = TypeVar("T")
 log = get_logger("awooop.worker")
-
-
-class LLMClient(Protocol):
-    """What ``run.llm`` needs: ``awooop.llm.gateway.ModelGateway`` satisfies it."""
-
-    async def call(
-        self,
-        project_id: str,
-        prompt: str,
-        *,
-        contract: tuple[str, str] = ...,
-        options: Mapping[str, Any] | None = ...,
-        admit: Admit | None = ...,
-    ) -> ModelCall: ...
 
 
 ApprovalGrant = approval_grants.ApprovalDecision  # what ``wait_for_approval`` returns
@@ -142,7 +132,7 @@ class RunContext(ChildRunsMixin):
         self.attempt = attempt.number
         self.worker_id = attempt.worker_id
         self.log = log.bind(run_id=str(self.run_id), attempt=self.attempt)
-        self._flow = FlowGate(
+        flow = FlowGate(
             db,
             project_id=self.project_id,
             run_id=self.run_id,
@@ -152,6 +142,9 @@ class RunContext(ChildRunsMixin):
             max_wait_s=flow_max_wait_s,
             io_timeout_s=io_timeout_s,
         )
+        self._model = ModelCalls(llm=llm, flow=flow, write=self._write, check=self.check,
+                                 project_id=self.project_id, worker_id=self.worker_id,
+                                 attempt=self.attempt, also=self._overrides.also)  # fmt: skip
         self._tools = self._tool_waits(
             db=db,
             state=state,
@@ -190,7 +183,7 @@ class RunContext(ChildRunsMixin):
         **how: Unpack[policies.How],
     ) -> T:
         self._use(name)
-        with tracer.start_as_current_span(
+        with child_span(
             f"step {name}",
             attributes={
                 "awooop.run_id": str(self.run_id),
@@ -227,45 +220,36 @@ class RunContext(ChildRunsMixin):
             return result
 
     async def llm(
-        self,
-        prompt: str,
-        *,
-        contract: tuple[str, str] = ("policy_routing", "default"),
-        **options: Any,
+        self, prompt: str, *, contract: tuple[str, str] = DEFAULT_CONTRACT, **options: Any
     ) -> LLMResult:
         """The model, through the revision pointer check (R-24) and flow control
         (:mod:`awooop.llm.admission`); the call is recorded (its budget reservation settled
         with the record) before its answer is returned or its error raised."""
-        if self._llm is None:
-            raise RuntimeError("this worker has no model gateway")
-        self.check()
-        tries = policies.ModelTries.of(options)  # retry=, timeout= (awooop.worker.policies)
-        seq = self._flow.next_call()
-        call = await tries.client(self._llm).call(
-            self.project_id,
-            prompt,
-            contract=contract,
-            options=options,
-            admit=self._flow.admitter(seq),
-        )
-        ticket = self._flow.ticket(seq)
-        try:
-            if ticket is not None:
-                self.check()
-                await self._flow.record(ticket, call, trace_metadata())
-            else:
-                await self._write(
-                    lambda _s, now: called_event(
-                        call, worker_id=self.worker_id, attempt=self.attempt, at=now
-                    )
-                )
-        except Exception as exc:
-            # Not recorded (the lease is lost, or Postgres is away): the handler gets that
-            # error, never an answer without its record. A model error stays its cause.
-            if call.error is not None and exc.__cause__ is None:
-                raise exc from call.error
-            raise
-        return await tries.after(call, self.llm, prompt, contract, options)
+        return await self._model.call(prompt, contract, options)
+
+    async def llm_step(
+        self,
+        name: str,
+        prompt: str,
+        *,
+        contract: tuple[str, str] = DEFAULT_CONTRACT,
+        **options: Any,
+    ) -> LLMResult:
+        """A journaled step whose work is one model call (its tries): the answer and its
+        record in one fenced write; replayed, the journaled answer (:mod:`.model_steps`)."""
+        self._use(name)
+        with child_span(f"step {name}", {"awooop.run_id": str(self.run_id),
+                                         "awooop.step": name}) as span:  # fmt: skip
+            span.set_attribute("awooop.step.replayed", name in self._steps)
+            if name in self._steps:
+                return self._recorded(name, LLMResult)
+            self.check()
+            options = await self._overrides.model_step(name, options)
+            with self._in_step(name) as started_at:
+                asked = StepAsked(name, started_at, self._result_max_bytes)
+                result = await self._model.call(prompt, contract, options, asked)
+        self._steps[name] = asked.encoded
+        return result
 
     async def emit_output(self, text: str) -> None:
         """Append ``text`` to the run's streamed output (see :mod:`awooop.worker.output`)."""
@@ -332,7 +316,7 @@ class RunContext(ChildRunsMixin):
         await self._tools.start(tool)  # the run is WAITING_TOOL: it holds no slot of its key
         try:
             with (
-                tracer.start_as_current_span(
+                child_span(
                     f"tool {tool}",
                     attributes={"awooop.run_id": str(self.run_id), "awooop.tool": tool},
                 ),
@@ -392,7 +376,9 @@ class RunContext(ChildRunsMixin):
     def _recorded(self, name: str, type_: type[T] | None) -> T:
         return recorded(f"step {name!r}", self._steps[name], type_)
 
-    async def _write(self, make: Callable[[RunState, datetime], Event]) -> RunState:
+    async def _write(
+        self, make: Callable[[RunState, datetime], Event | tuple[Event, ...]]
+    ) -> RunState:
         self.check()  # a stopped attempt writes nothing more, even where the fence would allow
         return await self._writer(
             leases.FencedWrite(self.run_id, self.worker_id, self.attempt, make, trace_metadata())

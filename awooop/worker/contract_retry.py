@@ -16,13 +16,18 @@ policy contract does for its calls (:func:`~awooop.worker.policies.with_contract
 when the revision is created and again when it is activated
 (:mod:`awooop.revisions.retry_section`).
 
-An attempt reads the section once, when it first runs a step or a tool call (a replayed step
-reads nothing), in one statement; its later steps and calls follow the same revision, so that
-one attempt never mixes two revisions' policies. An activation therefore applies from the
-next attempt to run a step or tool call after it, on every worker, without a notice. A section
-that is no longer valid (stored before its rules existed) is ignored with a warning: the
-code's policies apply. Tries are journaled as the code's are (``StepCompleted.tries``,
-``try_errors``).
+An attempt takes the section once, when it first runs a step or a tool call (a replayed step
+reads nothing); its later steps and calls follow the same revision, so that one attempt never
+mixes two revisions' policies. A worker with a model gateway serves it from the gateway's
+revision cache (:meth:`~awooop.llm.gateway.ModelGateway.contract_body`): the run's model calls
+confirm the agent contract's pointer in the query that confirms their policy's (``also``; at
+most once a second), so an activation applies from the next attempt to start a step after the
+worker's next such confirmation, its notice or the re-validation
+(``AWOOOP_POLICY_REVALIDATE_S``), whichever comes first. A worker without a gateway reads it in
+one statement per attempt: an activation applies from the next attempt to run a step or tool
+call after it. A section that is no longer valid (stored before its rules existed) is ignored
+with a warning: the code's policies apply. Tries are journaled as the code's are
+(``StepCompleted.tries``, ``try_errors``).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 from awooop.core.db import Database
 from awooop.core.errors import InvalidContractBodyError
@@ -41,13 +46,28 @@ from awooop.ingest.ingest_write import DEFAULT_CONTRACT  # a run that names none
 from awooop.revisions.body import AGENT_FAMILY
 from awooop.revisions.reads import active_field
 from awooop.revisions.retry_section import check_agent_retry
-from awooop.worker.policies import STEP_DEFAULT, TOOL_DEFAULT, How, Retry, with_contract
+from awooop.worker.policies import (
+    MODEL_DEFAULT,
+    STEP_DEFAULT,
+    TOOL_DEFAULT,
+    How,
+    Retry,
+    with_contract,
+)
 
 log = get_logger("awooop.worker")
 
 SECTION: Final = "retry"
 
 Reader = Callable[[], Awaitable[Any]]  # the raw section of the run's active agent revision
+Contract = tuple[str, str]  # (family, contract id)
+
+
+@runtime_checkable
+class ContractBodies(Protocol):
+    """A revision cache that serves a contract's active body: the model gateway's."""
+
+    async def contract_body(self, project_id: str, family: str, contract_id: str) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -84,8 +104,10 @@ def merged(how: How, entry: Mapping[str, Any] | None, default: Retry) -> How:
 class ContractRetry:
     """The overrides of one attempt: read at its first step or tool call, then kept."""
 
-    def __init__(self, read: Reader | None = None) -> None:
+    def __init__(self, read: Reader | None = None, also: tuple[Contract, ...] = ()) -> None:
         self._read = read
+        # The contracts whose pointers the attempt's model calls confirm (the cache's).
+        self.also = also
         self._overrides: Overrides | None = None if read is not None else NONE
         self._lock = asyncio.Lock()
 
@@ -97,10 +119,26 @@ class ContractRetry:
         return made
 
     @classmethod
-    def of_run(cls, db: Database, state: RunState, timeout_s: float | None) -> ContractRetry:
-        """An attempt's of ``state``'s run: its section read from the database (each try of
-        the read bounded by ``timeout_s``; Postgres away: E-DB-001, which ends the attempt)."""
+    def of_run(
+        cls,
+        db: Database,
+        state: RunState,
+        timeout_s: float | None,
+        bodies: ContractBodies | None = None,
+    ) -> ContractRetry:
+        """An attempt's of ``state``'s run: its section from ``bodies`` (the gateway's cache,
+        confirmed by the run's model calls) or else read from the database (each try of the
+        read bounded by ``timeout_s``); Postgres away: E-DB-001, which ends the attempt."""
         project_id, contract_id = state.project_id, state.contract_id or DEFAULT_CONTRACT
+        if bodies is not None:
+            cache = bodies
+
+            async def cached() -> Any:
+                with unavailable_on_connection_errors("reading the run's contract failed"):
+                    body = await cache.contract_body(project_id, AGENT_FAMILY, contract_id)
+                return body.get(SECTION) if isinstance(body, dict) else None
+
+            return cls(cached, also=((AGENT_FAMILY, contract_id),))
 
         async def read() -> Any:
             with unavailable_on_connection_errors("reading the run's contract failed"):
@@ -115,6 +153,17 @@ class ContractRetry:
 
     async def step(self, name: str, how: How) -> How:
         return merged(how, (await self._get()).steps.get(name), STEP_DEFAULT)
+
+    async def model_step(self, name: str, options: dict[str, Any]) -> dict[str, Any]:
+        """``run.llm_step``'s options with the entry of step ``name``: its retry fields and
+        ``timeout_s`` become the model call's ``retry=`` and ``timeout=``."""
+        entry = (await self._get()).steps.get(name)
+        if not entry:
+            return options
+        how: How = {"retry": options.get("retry") or MODEL_DEFAULT}
+        if options.get("timeout") is not None:
+            how["timeout"] = options["timeout"]
+        return {**options, **merged(how, entry, MODEL_DEFAULT)}
 
     async def tool(self, tool: str, how: How) -> How:
         return merged(how, (await self._get()).tools.get(tool), TOOL_DEFAULT)

@@ -30,7 +30,7 @@ from awooop.runs import leases, output_log
 from awooop.worker import tracelinks
 from awooop.worker.attempts import RUN_SPAN, Attempt, StopReason, StreamEntry
 from awooop.worker.context import LLMClient, Notifier, RunContext, Suspended
-from awooop.worker.contract_retry import ContractRetry
+from awooop.worker.contract_retry import ContractBodies, ContractRetry
 from awooop.worker.durable_waits import Waiting
 from awooop.worker.last_writes import LastWrites
 from awooop.worker.outcomes import (
@@ -183,7 +183,12 @@ class Executor:
             flow_max_wait_s=self.settings.llm_flow_max_wait_s,
             slots=self.slots,
             step_result_max_bytes=self.settings.step_result_max_bytes,
-            overrides=ContractRetry.of_run(self.db, state, self.settings.lease_io_timeout_s),
+            overrides=ContractRetry.of_run(
+                self.db,
+                state,
+                self.settings.lease_io_timeout_s,
+                self.llm if isinstance(self.llm, ContractBodies) else None,
+            ),
             output=output,
             settings=self.settings,
         )

@@ -2,6 +2,7 @@
 
     .venv/bin/python ops/bench/agents.py [--shape a|b|all] [--runs N] [--concurrency N]
                                          [--steps N] [--call-s S] [--workers N]
+                                         [--api llm_step|step]
                                          [--warmup 50] [--settle 10.5] [--batch 500]
                                          [--profile] [--profile-rate 200]
                                          [--out FILE] [--keep-logs DIR]
@@ -9,8 +10,10 @@
 Prints one JSON document and keeps it in ``ops/bench/results/agents-<time>.json``. Every process
 is real, on the benchmark's own PostgreSQL and Redis (``cost.Servers``, fsync on): one ``awooop
 relay`` and ``--workers`` ``awooop worker`` processes, each with ``--concurrency`` divided by
-the workers, the handler ``worker_handlers:agent_steps`` (``--steps`` journaled ``run.step``
-calls, each making one ``run.llm`` call) and the local model ``AWOOOP_LLM_URL=local:?delay_ms=D``
+the workers, the handler ``worker_handlers:agent_llm_steps`` (``--steps`` journaled
+``run.llm_step`` calls: each one model call and its step in one write) or, with ``--api
+step``, ``worker_handlers:agent_steps`` (each step a ``run.step`` making one ``run.llm`` call:
+two writes), and the local model ``AWOOOP_LLM_URL=local:?delay_ms=D``
 (``--call-s``). The shapes (``agents_stats.SHAPES``): ``a``, 2,000 runs, 1,000 in flight, 3
 steps of 1 s calls; ``b``, 10,000 runs, 5,000 in flight, 3 steps of 2 s calls; ``--shape all``
 (the default) measures both. Explicit flags change every shape measured; flags without
@@ -90,6 +93,7 @@ PROJECT = "bench"  # as worker.py
 TICK = os.sysconf("SC_CLK_TCK")
 MARK = "/* agents-bench */"  # the benchmark's own statements
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+API_HANDLERS = {"llm_step": "agent_llm_steps", "step": "agent_steps"}  # --api
 JOURNAL = """/* agents-bench */
 SELECT substr(stream_id, 5) AS run, event_type,
        extract(epoch FROM recorded_at)::float8 AS at,
@@ -128,9 +132,10 @@ class AgentStack:
     """One shape's scratch database and key prefix on the servers, its relay and worker
     processes, and the benchmark's own connection (its transactions counted, to be left out)."""
 
-    def __init__(self, servers: Servers, shape: stats.Shape, logs: Path) -> None:
+    def __init__(self, servers: Servers, shape: stats.Shape, logs: Path, api: str) -> None:
         self.servers = servers
         self.shape = shape
+        self.handler = API_HANDLERS[api]
         self.name = f"agents_{uuid.uuid4().hex[:10]}"
         self.url = servers.url(self.name)
         llm = f"local:?delay_ms={shape.delay_ms}"
@@ -152,7 +157,7 @@ class AgentStack:
         assert self.servers.redis.process is not None
         self.pids[self.servers.redis.process.pid] = "redis"
         self.pids[self.procs.start("relay", ["relay"], self.env).pid] = "relay"
-        args = ["worker", "--handler", f"{HANDLERS}:agent_steps"]
+        args = ["worker", "--handler", f"{HANDLERS}:{self.handler}"]
         args += ["--concurrency", str(self.shape.per_worker)]
         for i in range(self.shape.workers):
             pid = self.procs.start(f"w{i}", args, self.env).pid
@@ -406,7 +411,7 @@ async def measure_shape(
     servers: Servers, shape: stats.Shape, args: argparse.Namespace, logs: Path
 ) -> dict[str, Any]:
     notes: list[str] = []
-    async with AgentStack(servers, shape, logs) as stack:
+    async with AgentStack(servers, shape, logs, args.api) as stack:
         producer = Producer(stack)
         await producer.open()
         try:
@@ -556,7 +561,7 @@ async def run_all(args: argparse.Namespace, shapes: dict[str, stats.Shape]) -> d
         "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
         "config": {
             "shapes": {name: s.__dict__ for name, s in shapes.items()},
-            **{k: getattr(args, k) for k in ("warmup", "settle", "batch", "profile")},
+            **{k: getattr(args, k) for k in ("warmup", "settle", "batch", "profile", "api")},
             "postgres_options": PG_OPTIONS,
         },
         "shapes": {},
@@ -584,6 +589,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="journaled steps per run")
     parser.add_argument("--call-s", type=float, default=None, help="seconds per model call")
     parser.add_argument("--workers", type=int, default=None, help="worker processes")
+    parser.add_argument(
+        "--api", choices=sorted(API_HANDLERS), default="llm_step", help="how a step is written"
+    )
     parser.add_argument("--warmup", type=int, default=50, help="one-step runs first")
     parser.add_argument(
         "--settle", type=float, default=10.5, help="seconds for Postgres's counters (10 s)"

@@ -51,6 +51,16 @@ async def _think(run: RunContext, i: int) -> str:
     return (await run.llm(f"step {i}", max_tokens=5)).text
 
 
+async def agent_llm_steps(run: RunContext) -> dict[str, float]:
+    """:func:`agent_steps` with each step written as ``run.llm_step`` (the call and its step in
+    one write): the agents benchmark's default (``--api llm_step``)."""
+    started = time.time()
+    steps = int(run.input.get("steps", 1)) if isinstance(run.input, dict) else 1
+    for i in range(steps):
+        await run.llm_step(f"s{i}", f"step {i}", max_tokens=5)
+    return {"steps": steps, "started": started}
+
+
 async def sleep_once(run: RunContext) -> None:
     """One durable sleep of the input's ``sleep_s`` seconds (none when 0 or absent): the sleeps
     benchmark's runs, with and without the sleep."""

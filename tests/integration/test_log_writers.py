@@ -25,7 +25,7 @@ import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
-from awooop.core.events import decode_event, run_stream_id
+from awooop.core.events import StepCompleted, decode_event, run_stream_id
 from awooop.eventlog import eventlog, queries
 from awooop.eventlog import runs as log_runs
 from awooop.eventlog.eventlog import RawEvent
@@ -128,6 +128,35 @@ async def apply_and_store_many(db: Database, url: str, settings: Settings) -> To
     runs = await create_runs(db, P, 3)
     claimed = await db.in_platform_writes(logged(lambda c: leases.poll(c, "w1", 30, 10, 0.0)))
     assert {s.run_id for s in claimed} == set(runs)
+    return Touched(set(runs))
+
+
+@case("update_run", "append_runs")
+async def fenced_record_many_of_several_events(
+    db: Database, url: str, settings: Settings
+) -> Touched:
+    """Two runs take two events each in one fenced write (a model call and its step), a third
+    one event, in one group commit."""
+    runs = await create_runs(db, P, 3)
+    claimed = await db.in_platform_writes(lambda c: leases.poll(c, "w1", 30, 10, 0.0))
+    assert {s.run_id for s in claimed} == set(runs)
+
+    def steps(run_id: uuid.UUID, names: tuple[str, ...]) -> leases.FencedWrite:
+        def make(state: RunState, now: datetime) -> Any:
+            made = tuple(
+                StepCompleted(at=now, worker_id="w1", attempt=1, step=n, result=n) for n in names
+            )
+            return made if len(made) > 1 else made[0]
+
+        return leases.FencedWrite(run_id, "w1", 1, make)
+
+    writes = [steps(runs[0], ("a", "b")), steps(runs[1], ("c",)), steps(runs[2], ("d", "e"))]
+    done = await db.in_platform_writes(logged(lambda c: leases.fenced_record_many(c, writes)))
+    assert [sorted(s.saga_steps) for s in done if isinstance(s, RunState)] == [
+        ["a", "b"],
+        ["c"],
+        ["d", "e"],
+    ]
     return Touched(set(runs))
 
 

@@ -237,10 +237,10 @@ async def test_append_many_refuses_a_stale_expected_version(db: Database) -> Non
             )
     async with db.tenant(P) as conn:  # the transaction rolled back: nothing of either
         assert len(await eventlog.read_stream(conn, run_stream_id(a))) == 1
-    with pytest.raises(ValueError, match="at most once"):
+    with pytest.raises(ValueError, match="consecutive versions"):
         async with db.tenant(P) as conn:
             await eventlog.append_many(
-                conn, [(run_stream_id(a), P, 1, grant), (run_stream_id(a), P, 2, grant)]
+                conn, [(run_stream_id(a), P, 1, grant), (run_stream_id(a), P, 3, grant)]
             )
 
 

@@ -90,3 +90,23 @@ def test_a_disabled_sdk_hands_out_no_ids(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     span = telemetry.build_tracer_provider("quiet-test").get_tracer("t").start_span("x")
     assert not span.get_span_context().is_valid
+
+
+def test_a_child_span_is_made_only_while_something_exports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built = provider(sampling.ALWAYS_ON)  # no processor yet: nothing exports
+    monkeypatch.setattr(telemetry, "_configured", built)
+    monkeypatch.setattr(telemetry, "tracer", built.get_tracer("awooop"))
+    root = built.get_tracer("t").start_span("root", context=Context())
+    assert not telemetry.exporting()
+    with trace.use_span(root), telemetry.child_span("step s", {"a": 1}) as child:
+        child.set_attribute("b", 2)
+        assert trace.get_current_span() is root  # nothing new is current
+        assert not child.is_recording() and not child.get_span_context().is_valid
+    exporter = InMemorySpanExporter()
+    built.add_span_processor(SimpleSpanProcessor(exporter))
+    assert telemetry.exporting()
+    with trace.use_span(root), telemetry.child_span("step s", {"a": 1}) as child:
+        assert child.is_recording() and trace.get_current_span() is child
+    assert [s.name for s in exporter.get_finished_spans()] == ["step s"]

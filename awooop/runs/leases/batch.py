@@ -219,7 +219,7 @@ async def fenced_record_many(
     rows = await conn.fetch(run_reads.LOCK_MANY, [w.run_id for w in writes])
     found = {row["run_id"]: row for row in rows}
     results: list[RunState | LeaseLostError | UnstorableValueError] = []
-    changes: list[tuple[RunState, Event]] = []
+    changes: list[tuple[RunState, Event | tuple[Event, ...]]] = []
     metas: list[dict[str, Any] | None] = []
     slots: list[int] = []
     for i, write in enumerate(writes):
@@ -241,7 +241,14 @@ async def fenced_record_many(
             )
             continue
         event = write.make_event(state, now)
-        refused = storable.encoded_problem(event, type(event).__name__)
+        refused = next(
+            (
+                problem
+                for e in (event if isinstance(event, tuple) else (event,))
+                if (problem := storable.encoded_problem(e, type(e).__name__)) is not None
+            ),
+            None,
+        )
         if refused is not None:
             results.append(UnstorableValueError(refused, run_id=write.run_id))
             continue

@@ -246,12 +246,13 @@ def completion_problem(completion: Completion) -> UnstorableValueError | None:
 
 @dataclass(frozen=True)
 class FencedWrite:
-    """One event to write on behalf of ``(worker_id, attempt)`` (see ``fenced_record``)."""
+    """One event (or several, in order: a model call and the step it answers) to write on
+    behalf of ``(worker_id, attempt)``, under one check of the fence (see ``fenced_record``)."""
 
     run_id: uuid.UUID
     worker_id: str
     attempt: int
-    make_event: Callable[[RunState, datetime], Event]
+    make_event: Callable[[RunState, datetime], Event | tuple[Event, ...]]
     metadata: dict[str, Any] | None = None
 
 

@@ -207,7 +207,7 @@ async def fenced_record(
     run_id: uuid.UUID,
     worker_id: str,
     attempt: int,
-    make_event: Callable[[RunState, datetime], Event],
+    make_event: Callable[[RunState, datetime], Event | tuple[Event, ...]],
     metadata: dict[str, Any] | None = None,
 ) -> RunState:
     """Write an event on behalf of ``(worker_id, attempt)``: refused with E-RUN-002 unless the

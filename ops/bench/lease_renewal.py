@@ -1,0 +1,163 @@
+"""What a worker's lease renewal costs as its leases grow: one statement per heartbeat
+interval renews every lease the worker holds (``renew_leases.sql``), so its cost is per lease.
+
+    .venv/bin/python ops/bench/lease_renewal.py [--leases 100,1000,5000,10000] [--repeat 20]
+                                                [--out FILE]
+
+On a scratch database of the benchmark server (``scratch.Scratch``, dropped at the end) it
+submits the largest count of runs (``submit_many``), claims them all for one worker
+(``claim_many``, a 300 s lease) and, for each count N, sends ``--repeat`` renewals of the first
+N leases, as the heartbeat sends them (half of the attempts in a step). Per N: the statement's
+median and p95 time, the Postgres backend's CPU (from /proc: the server must be on this
+machine) and the WAL written (``pg_current_wal_lsn``) per renewal and per lease, and the rows
+renewed, and how many of the row updates were HOT (``pg_stat_user_tables``). Prints one JSON
+document and keeps it in ``ops/bench/results/lease-renewal-<time>.json``. The per-second load
+of a worker is the per-renewal figure divided by ``AWOOOP_HEARTBEAT_INTERVAL_S`` (5 s by
+default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
+
+from scratch import Scratch, report  # noqa: E402
+
+from awooop.core.config import load_settings  # noqa: E402
+from awooop.core.pools import init_connection  # noqa: E402
+from awooop.eventlog.runs import renew_leases  # noqa: E402
+from awooop.producer import ChannelEvent, set_tenant, submit_many  # noqa: E402
+from awooop.runs import leases  # noqa: E402
+
+PROJECT = "bench"
+WORKER = "w-renewal"
+TICK = os.sysconf("SC_CLK_TCK")
+UPDATES = """
+SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'awooop_run_state'
+"""
+WAL_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)"
+INDEXES = "SELECT count(*) FROM pg_indexes WHERE tablename = 'awooop_run_state'"
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+async def make_leases(url: str, count: int) -> list[uuid.UUID]:
+    """``count`` runs, all claimed by :data:`WORKER` (a 300 s lease)."""
+    settings = load_settings(environ={}, database_url=url, redis_url="redis://127.0.0.1:6379/0")
+    conn = await asyncpg.connect(url)
+    await init_connection(conn)
+    try:
+        ids: list[uuid.UUID] = []
+        for start in range(0, count, 1000):
+            events = [
+                ChannelEvent("api", uuid.uuid4().hex, {"n": start + i})
+                for i in range(min(1000, count - start))
+            ]
+            async with conn.transaction():
+                await set_tenant(conn, PROJECT)
+                done = await submit_many(conn, PROJECT, events, settings=settings)
+            batch = [d.run_id for d in done]
+            claimed = await leases.claim_many(conn, batch, WORKER, 300.0, fair=False)
+            ids.extend(r for r in batch if r in claimed.claimed)
+        return ids
+    finally:
+        await conn.close()
+
+
+async def measure(url: str, runs: list[uuid.UUID], repeat: int) -> dict[str, Any]:
+    conn = await asyncpg.connect(url)
+    await init_connection(conn)
+    try:
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+        held = dict.fromkeys(runs, 1)
+        now = datetime.now(UTC)
+        steps = {r: ("s0", now) for r in runs[::2]}
+        await renew_leases(conn, WORKER, held, 300.0, steps)  # plans and caches warm
+        times: list[float] = []
+        renewed = 0
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        updates0 = await conn.fetchrow(UPDATES)
+        lsn0 = await conn.fetchval("SELECT pg_current_wal_lsn()::text")
+        cpu0 = cpu_s(pid)
+        for _ in range(repeat):
+            started = time.perf_counter()
+            renewed = len(await renew_leases(conn, WORKER, held, 300.0, steps))
+            times.append(time.perf_counter() - started)
+        cpu1 = cpu_s(pid)
+        wal = await conn.fetchval(WAL_SINCE, lsn0)
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        updates1 = await conn.fetchrow(UPDATES)
+        indexes = await conn.fetchval(INDEXES)
+    finally:
+        await conn.close()
+    n = len(runs)
+    ms = sorted(t * 1000 for t in times)
+    cpu_ms = (cpu1 - cpu0) * 1000 / repeat
+    wal_bytes = float(wal) / repeat
+    return {
+        "leases": n,
+        "renewed": renewed,
+        "median_ms": round(statistics.median(ms), 3),
+        "p95_ms": round(ms[max(0, round(0.95 * len(ms)) - 1)], 3),
+        "median_us_per_lease": round(statistics.median(ms) * 1000 / n, 2),
+        "backend_cpu_ms": round(cpu_ms, 3),
+        "backend_cpu_us_per_lease": round(cpu_ms * 1000 / n, 2),
+        "wal_bytes": round(wal_bytes),
+        "wal_bytes_per_lease": round(wal_bytes / n, 1),
+        # A row update that moves an indexed column is not HOT: it adds an entry to every
+        # index of the table (``indexes``), which vacuum later removes.
+        "row_updates": updates1["n_tup_upd"] - updates0["n_tup_upd"],
+        "hot_updates": updates1["n_tup_hot_upd"] - updates0["n_tup_hot_upd"],
+        "indexes": indexes,
+    }
+
+
+async def run(counts: list[int], repeat: int) -> dict[str, Any]:
+    async with Scratch("leases") as scratch:
+        runs = await make_leases(scratch.url, max(counts))
+        rows = []
+        for n in counts:
+            rows.append(await measure(scratch.url, runs[:n], repeat))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return {
+        "benchmark": "lease-renewal",
+        "command": " ".join(["ops/bench/lease_renewal.py", *sys.argv[1:]]),
+        "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+        "repeat": repeat,
+        "sizes": rows,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--leases", default="100,1000,5000,10000", help="lease counts")
+    parser.add_argument("--repeat", type=int, default=20, help="renewals per count")
+    parser.add_argument("--out", default=None, help="also write the JSON here")
+    args = parser.parse_args()
+    counts = sorted(int(c) for c in args.leases.split(","))
+    result = asyncio.run(run(counts, args.repeat))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    report(result, "lease-renewal")
+
+
+if __name__ == "__main__":
+    main()
