@@ -138,6 +138,10 @@ TIMERS_FIRED = Counter(
     "awooop_timers_fired_total",
     "Waits the timers loop ended at their due time (sleeps, event waits that timed out)",
 )
+CHILD_RUNS_STARTED = Counter(
+    "awooop_child_runs_started_total",
+    "Child runs this worker's attempts started (run.start_child; a replayed start is not counted)",
+)
 SIGNALS_DELIVERED = Counter(
     "awooop_signals_delivered_total",
     "Signals delivered to a run's event wait, by path (send: as sent; wait: kept, taken when "

@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.errors import (
@@ -121,6 +122,7 @@ class ChildRuns(AttemptWaits):
                     attempt.project_id, write, timeout_s=self._io_timeout_s
                 )
         self._entries[step] = {"result": msgspec.to_builtins(handle)}
+        metrics.CHILD_RUNS_STARTED.inc()
         return handle
 
     async def _create(

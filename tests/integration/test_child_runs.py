@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
@@ -79,6 +80,7 @@ async def test_a_worker_of_one_slot_runs_a_parent_and_its_children(
     counts with its outcome; the parent resumes once, with every outcome in the handles'
     order."""
     parent = await parent_with(db, children=5, per_child={"3": {"fail": True}})
+    started = REGISTRY.get_sample_value("awooop_child_runs_started_total") or 0.0
     w = worker(db, fast)
     await w.run_until_idle()
     state = await load(db, P, parent)
@@ -101,6 +103,8 @@ async def test_a_worker_of_one_slot_runs_a_parent_and_its_children(
     assert Counter(e["what"] for e in handlers.EFFECTS)["parent:after"] == 1
     async with db.platform() as conn:
         assert await conn.fetchval("SELECT count(*) FROM awooop_run_waits") == 0
+    # Five starts, counted once: the resumed attempt found them in the journal.
+    assert REGISTRY.get_sample_value("awooop_child_runs_started_total") == started + 5
 
 
 async def test_children_finished_before_the_wait_are_seen_when_it_starts(
