@@ -48,7 +48,7 @@ FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = 'awooop_events'::regclass
 """
 # The restrictive policy for producer logins, as pg_policies shows it.
-BOUND = "(project_id = ANY (( SELECT awooop_my_projects() AS awooop_my_projects)::text[]))"
+BOUND = "(project_id = ANY (ARRAY( SELECT g.project\n   FROM awooop_my_grants g)))"
 RLS_FLAGS = """
 SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = $1::regclass
 """

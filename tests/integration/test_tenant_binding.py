@@ -129,6 +129,8 @@ async def test_whatever_it_sets_a_producer_sees_only_its_own_projects_rows(
         await conn.execute(SET, SHOP, False)
         assert await conn.fetchval("SELECT count(*) FROM awooop_channels") >= 1
         assert await conn.fetchval("SELECT awooop_my_projects()") == [SHOP]
+        # Its own bindings only, whatever its WHERE clause (the view is a security barrier).
+        assert await conn.fetchval("SELECT array_agg(project) FROM awooop_my_grants") == [SHOP]
         # It cannot become one of the runtime's roles, nor someone else.
         for statement in (
             "SET ROLE awooop_app",

@@ -23,8 +23,10 @@
 --
 -- The guard: the transaction's tenant setting, its isolation and whether the login's binding
 -- allows project $1 (awooop_tenant_bound, migrations/0090). A role outside awooop_producer, as
--- the runtime's own, is not bound and skips the function call (about 0.04 of the 0.55 ms of
--- Postgres CPU of a one-event ingest). Unless the tenant is $1 and the binding allows it,
+-- the runtime's own, is not bound and reads nothing more. A producer login bound to $1 has its
+-- row in awooop_my_grants (migrations/0153: one index probe, no function call); only a login
+-- without it asks awooop_tenant_bound, which also answers for superusers and BYPASSRLS roles
+-- (members of every role), so the result is awooop_tenant_bound's. Unless the tenant is $1 and the binding allows it,
 -- nothing is claimed, so nothing is written and no policy raises (a caller's transaction stays
 -- usable); the guard's own row (provider_event_id NULL) says why, and awooop.ingest.ingest_write
 -- raises the coded error before it reads any other row.
@@ -37,6 +39,7 @@ WITH guard AS (
     SELECT current_setting('awooop.project_id', true) AS tenant,
            current_setting('transaction_isolation') AS isolation,
            NOT pg_has_role(current_user, 'awooop_producer', 'USAGE')
+               OR EXISTS (SELECT FROM awooop_my_grants m WHERE m.project = $1)
                OR awooop_tenant_bound($1) AS bound
 ), fresh AS (
     SELECT k.provider_event_id, k.run_id, k.ord
