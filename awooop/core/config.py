@@ -83,6 +83,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # due sooner, or a pending signal, wakes it at once), its batch; a signal's limits.
     timer_poll_interval_s: float = 10.0
     timer_batch_size: int = 500
+    # While the timers loop keeps firing, the least time from one firing iteration to the next:
+    # the timers due meanwhile fire together, up to that much late (0: each at once).
+    timer_coalesce_s: float = 0.03
     signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES
     signals_per_run_max: int = SIGNALS_PER_RUN_MAX
     # How long the signals of a finished run are kept (the dedupe_expiry loop).
@@ -269,7 +272,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"{env_name('db_pool_size')} must be 0 (from the concurrency) or more"
             )
-        for name in ("relay_linger_s", "relay_dispatch_window_s"):
+        for name in ("relay_linger_s", "relay_dispatch_window_s", "timer_coalesce_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{env_name(name)} must be 0 (off) or more seconds")
         if self.log_retention_days <= 0:

@@ -17,11 +17,14 @@ connection, in any iteration ``AWOOOP_TIMER_POLL_INTERVAL_S`` or more after the 
 made both and in every iteration while the loop cannot listen: an iteration woken by a due
 timer is one transaction.
 
-It wakes (``ctx.wakeup``) at that time, when a notification on ``awooop_timers`` says a new wait
-is due sooner than that (the trigger of migration 0141 sends, with each new wait, in how many
-seconds it is due), that a signal is pending or that a cancelled parent left children to
-cancel (migration 0145), and otherwise every
-``AWOOOP_TIMER_POLL_INTERVAL_S`` (the fallback for a lost notification or listener). A
+It wakes (``ctx.wakeup``) at that time (after an iteration that fired timers, no sooner than
+``AWOOOP_TIMER_COALESCE_S`` after that iteration began: while timers keep coming due, those due
+meanwhile fire together, each at most that much late, in one transaction, one relay read and
+one worker read instead of one each; a timer due after a quiet spell fires at once), when a
+notification on ``awooop_timers`` says a new wait is due sooner than that (the trigger of
+migration 0141 sends, with each new wait, in how many seconds it is due), that a signal is
+pending or that a cancelled parent left children to cancel (migration 0145), and otherwise
+every ``AWOOOP_TIMER_POLL_INTERVAL_S`` (the fallback for a lost notification or listener). A
 notification is a doorbell, never an order: a false ring costs one query.
 
 Each batch that resumes runs (``TimerFired``, a pending signal's ``SignalDelivered``) is written
@@ -261,6 +264,7 @@ def loops(services: Services) -> list[LoopSpec]:
             log.warning("timers_listen_failed", error=repr(exc))
             await wake.close()
         batch = settings.timer_batch_size
+        started = time.monotonic()
         signals_due, children_due = wake.begin()
         try:
             fired, more_timers, due_in = await fire_and_look_ahead(services.db, batch)
@@ -284,7 +288,11 @@ def loops(services: Services) -> list[LoopSpec]:
             metrics.TIMERS_FIRED.inc(fired)
         if delivered:
             metrics.SIGNALS_DELIVERED.labels("loop").inc(delivered)
-        wake.settle(0.0 if more_timers or more_signals or more_cancels else due_in)
+        if more_timers or more_signals or more_cancels:
+            due_in = 0.0
+        elif fired and due_in is not None:  # firing goes on: coalesce (module doc)
+            due_in = max(due_in, settings.timer_coalesce_s - (time.monotonic() - started))
+        wake.settle(due_in)
 
     async def close() -> None:
         for wake in wakeups.values():

@@ -13,11 +13,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import msgspec
+import pytest
 
+from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.loops import LoopContext
 from awooop.loops import timers as timers_loop
 from awooop.loops.timers import CHANNEL, TimerWakeup
+from awooop.services import Services
 from tests.integration.test_fair_timers import sleepers
 
 P = "proj-timer-wakeup"
@@ -107,3 +111,37 @@ async def test_the_fire_transaction_reads_when_the_next_wait_is_due(db: Database
     await sleepers(db, P, 25, now - timedelta(seconds=1))
     fired, more, due_in = await timers_loop.fire_and_look_ahead(db, 1)  # the bound: 20 batches
     assert (fired, more, due_in) == (timers_loop.MAX_BATCHES, True, None)
+
+
+@pytest.mark.long(20)
+async def test_while_timers_keep_firing_the_next_fire_waits_the_coalescing_period(
+    settings: Settings,
+) -> None:
+    coalesce = 10.0  # long enough to tell apart on a loaded machine
+    services = await Services.open(msgspec.structs.replace(settings, timer_coalesce_s=coalesce))
+    [spec] = timers_loop.loops(services)
+    ctx = LoopContext(project_id="__platform__")
+    try:
+        now = datetime.now(UTC)
+        await sleepers(services.db, P, 2, now - timedelta(seconds=1))
+        await sleepers(services.db, P, 2, now + timedelta(seconds=0.5))  # due meanwhile
+        await spec.body(ctx)  # fires the first two
+        async with services.db.platform() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM awooop_run_waits") == 2
+        assert not ctx.wakeup.is_set()
+        await asyncio.sleep(1.0)  # the next two are due now, yet no wake before the period
+        assert not ctx.wakeup.is_set()
+        await until(ctx.wakeup.is_set, timeout_s=60.0)  # then it fires them together
+        ctx.wakeup.clear()
+        await spec.body(ctx)
+        async with services.db.platform() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM awooop_run_waits") == 0
+        # After an iteration that fired nothing, a wait fires at its due time, not held back.
+        await sleepers(services.db, P, 1, datetime.now(UTC) + timedelta(seconds=0.3))
+        ctx.wakeup.clear()
+        await spec.body(ctx)
+        await until(ctx.wakeup.is_set, timeout_s=coalesce * 0.8)
+    finally:
+        if spec.close is not None:
+            await spec.close()
+        await services.close()
