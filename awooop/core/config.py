@@ -64,8 +64,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     fair_share: bool = True
     # The largest result a step (or a tool wait) may journal, as JSON bytes (E-DATA-002 above).
     step_result_max_bytes: int = STEP_RESULT_MAX_BYTES
-    # How often a long-running process refreshes its row in awooop_processes and checks the
-    # schema again (awooop/core/fleet.py).
+    # How often a long-running process refreshes its awooop_processes row, rechecks the schema.
     schema_recheck_s: float = 30.0
 
     dedupe_ttl_s: float = 7 * 24 * 3600.0
@@ -79,12 +78,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_archive_dir: str = ""
     log_partitions_interval_s: float = 600.0
     approval_resolver_interval_s: float = 10.0
-    # Durable sleep and signals (docs/workers.md): the timers loop's poll fallback (a new wait
-    # due sooner, or a pending signal, wakes it at once), its batch; a signal's limits.
+    # Durable sleep and signals (docs/workers.md): the timers loop's poll fallback, its batch,
+    # its least time between two firing iterations (docs/reference.md); a signal's limits.
     timer_poll_interval_s: float = 10.0
     timer_batch_size: int = 500
-    # While the timers loop keeps firing, the least time from one firing iteration to the next:
-    # the timers due meanwhile fire together, up to that much late (0: each at once).
     timer_coalesce_s: float = 0.03
     signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES
     signals_per_run_max: int = SIGNALS_PER_RUN_MAX
