@@ -29,6 +29,9 @@ ended:
   BEGIN and COMMIT count), and the most called ones;
 - in the ``sleep`` mode, from the journal: ``wake_to_resume`` (``TimerFired`` to the run's next
   ``RunClaimed``) and ``timer_late`` (the sleep's due time to its ``TimerFired``), p50/p99/max;
+- ``attempt_ms``: each attempt's ``RunClaimed`` to its last write (``WaitStarted`` or
+  ``RunCompleted``), p50/p99/max, for the first attempts (every attempt in ``plain``) and the
+  resumed ones;
 - errors: runs not COMPLETED, runs claimed more often than their attempts need (1 plain, 2
   sleeping), a ``RunCompleted`` or ``TimerFired`` written more than once.
 
