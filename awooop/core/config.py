@@ -64,8 +64,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     fair_share: bool = True
     # The largest result a step (or a tool wait) may journal, as JSON bytes (E-DATA-002 above).
     step_result_max_bytes: int = STEP_RESULT_MAX_BYTES
-    # How often a long-running process refreshes its row in awooop_processes and checks the
-    # schema again (awooop/core/fleet.py).
+    # How often a long-running process refreshes its awooop_processes row, rechecks the schema.
     schema_recheck_s: float = 30.0
 
     dedupe_ttl_s: float = 7 * 24 * 3600.0
@@ -79,10 +78,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_archive_dir: str = ""
     log_partitions_interval_s: float = 600.0
     approval_resolver_interval_s: float = 10.0
-    # Durable sleep and signals (docs/workers.md): the timers loop's poll fallback (a new wait
-    # due sooner, or a pending signal, wakes it at once), its batch; a signal's limits.
+    # Durable sleep and signals (docs/workers.md): the timers loop's poll fallback, its batch,
+    # its least time between two firing iterations (docs/reference.md); a signal's limits.
     timer_poll_interval_s: float = 10.0
     timer_batch_size: int = 500
+    timer_coalesce_s: float = 0.03
     signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES
     signals_per_run_max: int = SIGNALS_PER_RUN_MAX
     # How long the signals of a finished run are kept (the dedupe_expiry loop).
@@ -269,7 +269,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"{env_name('db_pool_size')} must be 0 (from the concurrency) or more"
             )
-        for name in ("relay_linger_s", "relay_dispatch_window_s"):
+        for name in ("relay_linger_s", "relay_dispatch_window_s", "timer_coalesce_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{env_name(name)} must be 0 (off) or more seconds")
         if self.log_retention_days <= 0:

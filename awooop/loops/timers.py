@@ -7,16 +7,24 @@ each batch round-robin across the projects with due waits (every such project's 
 wait before any project's second, then the earliest due of any project to fill it), up to
 ``MAX_BATCHES`` per iteration (then the next iteration starts at once), so one project's
 thousands of timers due at one instant hold another project's timer back for at most one
-batch, and never hold the loop. Then it delivers pending signals the same way
-(:func:`awooop.runs.signals.deliver_pending`), cancels the child runs a cancelled parent left
-(:func:`awooop.eventlog.child_waits.cancel_left`) and asks the database when the next wait is
-due.
+batch, and never hold the loop. The last batch's transaction also asks the database when the
+next wait is due. Then it delivers pending signals the same way
+(:func:`awooop.runs.signals.deliver_pending`) and cancels the child runs a cancelled parent left
+(:func:`awooop.eventlog.child_waits.cancel_left`), each when its notification (below) rang
+since its last pass or its last pass left work (more than a batch; a parent whose children
+were locked elsewhere), and both in the first iteration after it (re)opened its listening
+connection, in any iteration ``AWOOOP_TIMER_POLL_INTERVAL_S`` or more after the last that
+made both and in every iteration while the loop cannot listen: an iteration woken by a due
+timer is one transaction.
 
-It wakes (``ctx.wakeup``) at that time, when a notification on ``awooop_timers`` says a new wait
-is due sooner than that (the trigger of migration 0141 sends, with each new wait, in how many
-seconds it is due), that a signal is pending or that a cancelled parent left children to
-cancel (migration 0145), and otherwise every
-``AWOOOP_TIMER_POLL_INTERVAL_S`` (the fallback for a lost notification or listener). A
+It wakes (``ctx.wakeup``) at that time (after an iteration that fired timers, no sooner than
+``AWOOOP_TIMER_COALESCE_S`` after that iteration began: while timers keep coming due, those due
+meanwhile fire together, each at most that much late, in one transaction, one relay read and
+one worker read instead of one each; a timer due after a quiet spell fires at once), when a
+notification on ``awooop_timers`` says a new wait is due sooner than that (the trigger of
+migration 0141 sends, with each new wait, in how many seconds it is due), that a signal is
+pending or that a cancelled parent left children to cancel (migration 0145), and otherwise
+every ``AWOOOP_TIMER_POLL_INTERVAL_S`` (the fallback for a lost notification or listener). A
 notification is a doorbell, never an order: a false ring costs one query.
 
 Each batch that resumes runs (``TimerFired``, a pending signal's ``SignalDelivered``) is written
@@ -78,11 +86,22 @@ def deliver_span(runs: int) -> contextlib.AbstractContextManager[dict[str, Any]]
 
 async def fire_once(db: Database, batch: int) -> tuple[int, bool]:
     """Fire due waits in batches; returns (fired, more: the bound was reached)."""
+    total, more, _next = await fire_and_look_ahead(db, batch)
+    return total, more
+
+
+async def fire_and_look_ahead(db: Database, batch: int) -> tuple[int, bool, float | None]:
+    """:func:`fire_once`, and when the batches ended below the bound, the seconds until the next
+    wait is due (:func:`awooop.runs.timers.next_due_in`), read in the last batch's transaction:
+    no transaction of its own. Returns (fired, more, next due in)."""
+
+    async def fire_batch(conn: Connection) -> tuple[list[Any], float | None]:
+        fired = await timers.fire_due(conn, batch, traced=fire_span)
+        return fired, (await timers.next_due_in(conn) if len(fired) < batch else None)
+
     total = 0
     for _ in range(MAX_BATCHES):
-        fired = await db.in_platform_writes(
-            lambda conn: timers.fire_due(conn, batch, traced=fire_span)
-        )
+        fired, next_due = await db.in_platform_writes(fire_batch)
         for state, event in fired:
             log.info(
                 "timer_fired",
@@ -94,8 +113,8 @@ async def fire_once(db: Database, batch: int) -> tuple[int, bool]:
             )
         total += len(fired)
         if len(fired) < batch:
-            return total, False
-    return total, True
+            return total, False, next_due
+    return total, True, None
 
 
 async def deliver_once(db: Database, batch: int) -> tuple[int, bool]:
@@ -113,26 +132,73 @@ async def deliver_once(db: Database, batch: int) -> tuple[int, bool]:
 
 async def cancel_children_once(db: Database, batch: int) -> tuple[int, bool]:
     """Cancel the children cancelled parents left, in batches; returns (cancelled, more)."""
-    total = 0
+    total, more, _looked = await cancel_children_pass(db, batch)
+    return total, more
+
+
+async def cancel_children_pass(db: Database, batch: int) -> tuple[int, bool, bool]:
+    """:func:`cancel_children_once`, and whether it looked at any parent (one whose children
+    were locked elsewhere is kept for the next pass). Returns (cancelled, more, looked)."""
+    total, seen = 0, False
     for _ in range(MAX_BATCHES):
         looked, cancelled = await db.in_platform_writes(
             lambda conn: child_waits.cancel_left(conn, batch, apply_and_store_many)
         )
         total += cancelled
+        seen = seen or looked > 0
         if looked < batch:
-            return total, False
-    return total, True
+            return total, False, seen
+    return total, True, seen
 
 
 class TimerWakeup:
-    """When the next iteration should start: the next due wait, sooner if told."""
+    """When the next iteration should start (the next due wait, sooner if told), and which of
+    the signal and child passes it makes (:meth:`begin`)."""
 
-    def __init__(self, ctx: LoopContext, database_url: str) -> None:
+    def __init__(self, ctx: LoopContext, database_url: str, full_pass_s: float) -> None:
         self._ctx = ctx
         self._url = database_url
         self._conn: Connection | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._wake_at: float | None = None  # time.monotonic() of the armed wake
+        # The soonest new wait notified since the iteration began (time.monotonic()): the
+        # iteration's own look ahead may have read the waits before it was written.
+        self._noted: float | None = None
+        self._full_pass_s = full_pass_s
+        self._last_full: float | None = None  # time.monotonic() of the last full iteration
+        self._signals = self._children = True  # rung: pending signals, children to cancel
+
+    def begin(self) -> tuple[bool, bool]:
+        """An iteration starts: whether it delivers pending signals and cancels children left.
+        Each when rung for it since the last pass; both in the first iteration after the
+        listening connection opened, in one at least ``full_pass_s`` after the last that made
+        both (the fallback for a lost notification) and in every one while nobody listens."""
+        now = time.monotonic()
+        last = self._last_full
+        full = self._conn is None or last is None or now - last >= self._full_pass_s
+        if full:
+            self._last_full = now
+        passes = (self._signals or full, self._children or full)
+        self._signals = self._children = False
+        self._noted = None
+        return passes
+
+    def again(self, signals: bool, children: bool) -> None:
+        """The next iteration makes these passes too (this one failed, or left more)."""
+        self._signals = self._signals or signals
+        self._children = self._children or children
+
+    def armed_in(self) -> float | None:
+        """Seconds until the armed wake (None: none armed)."""
+        return None if self._wake_at is None else self._wake_at - time.monotonic()
+
+    def settle(self, due_in: float | None) -> None:
+        """Arm the wake after an iteration: at ``due_in`` (its look ahead), or sooner when a
+        wait notified during the iteration is due sooner."""
+        if self._noted is not None:
+            noted = max(0.0, self._noted - time.monotonic())
+            due_in = noted if due_in is None else min(due_in, noted)
+        self.arm(due_in)
 
     async def listen(self) -> None:
         """(Re)open the listening connection if it is gone; errors are the caller's."""
@@ -140,6 +206,7 @@ class TimerWakeup:
             return
         self._conn = await connect(self._url, PLATFORM_ROLE)
         await self._conn.add_listener(CHANNEL, self._notified)
+        self._last_full = None  # what was rung before it listened: the next pass is full
 
     def arm(self, delay_s: float | None) -> None:
         """Wake in ``delay_s`` (None: only at the poll fallback or a notification)."""
@@ -157,13 +224,20 @@ class TimerWakeup:
 
     def _notified(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         if payload in (SIGNAL_PAYLOAD, CHILDREN_PAYLOAD):
+            if payload == SIGNAL_PAYLOAD:
+                self._signals = True
+            else:
+                self._children = True
             self._ctx.wakeup.set()
             return
         try:
             due_in = float(str(payload))
         except ValueError:
             return
-        if self._wake_at is None or time.monotonic() + due_in < self._wake_at:
+        due_at = time.monotonic() + due_in
+        if self._noted is None or due_at < self._noted:
+            self._noted = due_at
+        if self._wake_at is None or due_at < self._wake_at:
             self.arm(max(0.0, due_in))
 
     async def close(self) -> None:
@@ -181,15 +255,33 @@ def loops(services: Services) -> list[LoopSpec]:
     async def body(ctx: LoopContext) -> None:
         wake = wakeups.get(id(ctx))
         if wake is None:
-            wake = wakeups[id(ctx)] = TimerWakeup(ctx, settings.database_url)
+            wake = wakeups[id(ctx)] = TimerWakeup(
+                ctx, settings.database_url, settings.timer_poll_interval_s
+            )
         try:
             await wake.listen()  # first: a wait written from now on rings
         except Exception as exc:  # the poll fallback goes on without it
             log.warning("timers_listen_failed", error=repr(exc))
             await wake.close()
-        fired, more_timers = await fire_once(services.db, settings.timer_batch_size)
-        delivered, more_signals = await deliver_once(services.db, settings.timer_batch_size)
-        cancelled, more_cancels = await cancel_children_once(services.db, settings.timer_batch_size)
+        batch = settings.timer_batch_size
+        started = time.monotonic()
+        signals_due, children_due = wake.begin()
+        try:
+            fired, more_timers, due_in = await fire_and_look_ahead(services.db, batch)
+            delivered, more_signals = (
+                await deliver_once(services.db, batch) if signals_due else (0, False)
+            )
+            cancelled, more_cancels, looked = (
+                await cancel_children_pass(services.db, batch)
+                if children_due
+                else (0, False, False)
+            )
+        except BaseException:
+            wake.again(signals_due, children_due)
+            raise
+        # A pass that looked at a parent comes again in the next iteration (as it found
+        # children locked elsewhere, it keeps the parent), until one finds none.
+        wake.again(more_signals, more_cancels or looked)
         if cancelled:
             log.info("child_runs_cancelled", runs=cancelled)
         if fired:
@@ -197,10 +289,10 @@ def loops(services: Services) -> list[LoopSpec]:
         if delivered:
             metrics.SIGNALS_DELIVERED.labels("loop").inc(delivered)
         if more_timers or more_signals or more_cancels:
-            wake.arm(0.0)
-            return
-        async with services.db.platform() as conn:
-            wake.arm(await timers.next_due_in(conn))
+            due_in = 0.0
+        elif fired and due_in is not None:  # firing goes on: coalesce (module doc)
+            due_in = max(due_in, settings.timer_coalesce_s - (time.monotonic() - started))
+        wake.settle(due_in)
 
     async def close() -> None:
         for wake in wakeups.values():

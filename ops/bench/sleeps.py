@@ -29,6 +29,9 @@ ended:
   BEGIN and COMMIT count), and the most called ones;
 - in the ``sleep`` mode, from the journal: ``wake_to_resume`` (``TimerFired`` to the run's next
   ``RunClaimed``) and ``timer_late`` (the sleep's due time to its ``TimerFired``), p50/p99/max;
+- ``attempt_ms``: each attempt's ``RunClaimed`` to its last write (``WaitStarted`` or
+  ``RunCompleted``), p50/p99/max, for the first attempts (every attempt in ``plain``) and the
+  resumed ones;
 - errors: runs not COMPLETED, runs claimed more often than their attempts need (1 plain, 2
   sleeping), a ``RunCompleted`` or ``TimerFired`` written more than once.
 
@@ -232,6 +235,7 @@ def journal_figures(rows: list[asyncpg.Record], ids: set[str], sleeping: bool) -
         )
 
     completed = times("RunCompleted")
+    first, resumed = attempt_ms(by_run)
     return {
         "last_completed": completed[-1] if completed else None,
         # unix times of the phases (made relative to the commit by the caller)
@@ -250,8 +254,27 @@ def journal_figures(rows: list[asyncpg.Record], ids: set[str], sleeping: bool) -
             "not_fired": sum(1 for c in counts.values() if sleeping and c["TimerFired"] == 0),
         },
         "wake_to_resume": stats.spread(wake) if sleeping else None,
+        # an attempt's claim to its last write (WaitStarted, RunCompleted): the first
+        # attempts (all of them in plain mode) and the resumed ones
+        "attempt_ms": {"first": stats.spread(first), "resumed": stats.spread(resumed)},
         "timer_late": stats.spread(late) if sleeping else None,
     }
+
+
+def attempt_ms(by_run: dict[str, list[asyncpg.Record]]) -> tuple[list[float], list[float]]:
+    """Each attempt's claim to its end (ms), the first attempts' and the resumed ones'."""
+    first: list[float] = []
+    resumed: list[float] = []
+    for events in by_run.values():
+        claimed = None
+        for e in events:
+            if e["event_type"] == "RunClaimed":
+                claimed = e
+            elif e["event_type"] in ("WaitStarted", "RunCompleted") and claimed is not None:
+                into = resumed if claimed["version"] > 2 else first  # after a TimerFired
+                into.append((e["at"] - claimed["at"]) * 1000)
+                claimed = None
+    return first, resumed
 
 
 async def measure_mode(
@@ -319,6 +342,11 @@ def summarise(rounds: list[dict[str, Any]], codes: list[str], sleep_s: float) ->
             },
             "wake_to_resume_p50_ms": median([r["sleep"]["wake_to_resume"]["p50_ms"] for r in mine]),
             "wake_to_resume_p99_ms": median([r["sleep"]["wake_to_resume"]["p99_ms"] for r in mine]),
+            "attempt_p50_ms": {
+                "plain": median([r["plain"]["attempt_ms"]["first"]["p50_ms"] for r in mine]),
+                "first": median([r["sleep"]["attempt_ms"]["first"]["p50_ms"] for r in mine]),
+                "resumed": median([r["sleep"]["attempt_ms"]["resumed"]["p50_ms"] for r in mine]),
+            },
             "timer_late_p50_ms": median([r["sleep"]["timer_late"]["p50_ms"] for r in mine]),
             "errors": sum(sum(r[m]["errors"].values()) for r in mine for m in ("plain", "sleep")),
         }
