@@ -101,9 +101,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             await submit(services.db, args.warmup, 0, settings)
             await until(lambda: sum(worker.executor.finished.values()) >= args.warmup, 120)
             await asyncio.sleep(1)
-            tracemalloc.start(args.frames)
+            if args.frames:
+                tracemalloc.start(args.frames)
             before_types, before_rss = types(), rss_kb()
-            first = tracemalloc.take_snapshot()
+            first = tracemalloc.take_snapshot() if args.frames else None
             await submit(services.db, args.runs, 3, settings)
 
             def in_calls() -> bool:
@@ -113,7 +114,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             await until(in_calls, args.delay_ms / 1000 * 0.8)
             await asyncio.sleep(0.5)
             after_types, after_rss = types(), rss_kb()
-            second = tracemalloc.take_snapshot()
+            second = tracemalloc.take_snapshot() if args.frames else None
             held = len(worker.executor.attempts)
             stop.set()
             task.cancel()
@@ -138,25 +139,29 @@ async def drop(name: str) -> None:
 def figures(
     args: argparse.Namespace,
     held: int,
-    first: tracemalloc.Snapshot,
-    second: tracemalloc.Snapshot,
+    first: tracemalloc.Snapshot | None,
+    second: tracemalloc.Snapshot | None,
     before_types: Counter[str],
     after_types: Counter[str],
     rss_delta_kb: int,
 ) -> dict[str, Any]:
-    skip = [tracemalloc.Filter(False, tracemalloc.__file__)]
-    first, second = first.filter_traces(skip), second.filter_traces(skip)
     n = max(1, held)
-    lines = second.compare_to(first, "lineno")
-    files = second.compare_to(first, "filename")
-    total = sum(s.size_diff for s in lines)
     grown = (after_types - before_types).most_common(args.top)
-    return {
+    result: dict[str, Any] = {
         "benchmark": "run_memory",
         "runs_in_flight": held,
         "delay_ms": args.delay_ms,
-        "python_heap_bytes_per_run": round(total / n),
         "rss_kb_per_run": round(rss_delta_kb / n, 2),
+        "objects_per_run": {t: round(c / n, 2) for t, c in grown},
+    }
+    if first is None or second is None:
+        return result
+    skip = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    first, second = first.filter_traces(skip), second.filter_traces(skip)
+    lines = second.compare_to(first, "lineno")
+    files = second.compare_to(first, "filename")
+    return result | {
+        "python_heap_bytes_per_run": round(sum(s.size_diff for s in lines) / n),
         "sites": [
             {
                 "at": f"{s.traceback[0].filename.split('site-packages/')[-1]}:"
@@ -170,7 +175,6 @@ def figures(
             {"file": s.traceback[0].filename, "bytes_per_run": round(s.size_diff / n, 1)}
             for s in files[: args.top]
         ],
-        "objects_per_run": {t: round(c / n, 2) for t, c in grown},
         "stacks": [
             {
                 "bytes_per_run": round(s.size_diff / n, 1),
@@ -189,7 +193,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000, help="runs in flight")
     parser.add_argument("--delay-ms", type=int, default=30000, help="the model call's time")
     parser.add_argument("--warmup", type=int, default=20, help="runs of no step first")
-    parser.add_argument("--frames", type=int, default=1, help="tracemalloc frames kept")
+    parser.add_argument(
+        "--frames", type=int, default=1, help="tracemalloc frames kept (0: RSS and types only)"
+    )
     parser.add_argument("--top", type=int, default=25, help="sites and types listed")
     args = parser.parse_args()
     configure_logging("warning")
