@@ -7,9 +7,7 @@ the caller explicitly, never implicitly from here, so a missing context cannot w
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 # The project of the platform's own work (platform loops, admin tokens, undecodable dead
 # letters): a name no tenant can take (project ids are checked against a pattern without it).
@@ -25,21 +23,27 @@ def new_trace_id() -> str:
     return secrets.token_hex(16)
 
 
-@contextmanager
 def bound(
     *, project_id: str | None = None, run_id: str | None = None, trace_id: str | None = None
-) -> Iterator[None]:
-    """Set the given context values for the duration of the block."""
-    tokens = []
-    for var, value in (
-        (project_id_var, project_id),
-        (run_id_var, run_id),
-        (trace_id_var, trace_id),
-    ):
-        if value is not None:
-            tokens.append((var, var.set(value)))
-    try:
-        yield
-    finally:
-        for var, token in reversed(tokens):
+) -> Bound:
+    """Set the given context values for the duration of the block (``with bound(...):``)."""
+    values = ((project_id_var, project_id), (run_id_var, run_id), (trace_id_var, trace_id))
+    return Bound(tuple((var, value) for var, value in values if value is not None))
+
+
+class Bound:
+    """:func:`bound`'s block: a small object, not a generator (every run in flight is in one
+    while it runs)."""
+
+    __slots__ = ("_tokens", "_values")
+
+    def __init__(self, values: tuple[tuple[ContextVar[str | None], str], ...]) -> None:
+        self._values = values
+        self._tokens: tuple[tuple[ContextVar[str | None], Token[str | None]], ...] = ()
+
+    def __enter__(self) -> None:
+        self._tokens = tuple((var, var.set(value)) for var, value in self._values)
+
+    def __exit__(self, *_exc: object) -> None:
+        for var, token in reversed(self._tokens):
             var.reset(token)

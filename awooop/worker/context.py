@@ -48,6 +48,7 @@ the attempt no longer holds its lease, for handlers that compute without awaitin
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, Unpack
@@ -122,7 +123,7 @@ class RunContext(ChildRunsMixin):
             name: entry.get("result") if isinstance(entry, dict) else entry
             for name, entry in state.saga_steps.items()
         }
-        self._used: set[str] = set()
+        self._used: dict[str, None] = {}  # the step names used (a dict: smaller than a set)
         self.run_id = state.run_id
         self.project_id = state.project_id
         self.channel_type = state.channel_type
@@ -131,7 +132,6 @@ class RunContext(ChildRunsMixin):
         self.input: Any = state.input
         self.attempt = attempt.number
         self.worker_id = attempt.worker_id
-        self.log = log.bind(run_id=str(self.run_id), attempt=self.attempt)
         flow = FlowGate(
             db,
             project_id=self.project_id,
@@ -145,20 +145,27 @@ class RunContext(ChildRunsMixin):
         self._model = ModelCalls(llm=llm, flow=flow, write=self._write, check=self.check,
                                  project_id=self.project_id, worker_id=self.worker_id,
                                  attempt=self.attempt, also=self._overrides.also)  # fmt: skip
-        self._tools = self._tool_waits(
-            db=db,
-            state=state,
-            worker_id=self.worker_id,
-            attempt=self.attempt,
-            write=self._write,
-            check=self.check,
-            slots=slots,
-            io_timeout_s=io_timeout_s,
-        )
-        self._waits = DurableWaits(db=db, attempt=attempt, steps=state.saga_steps, use=self._use,
-                                   io_timeout_s=io_timeout_s, writer=writer)  # fmt: skip
+        self._state, self._slots = state, slots
         self._children = ChildRuns(db=db, attempt=attempt, steps=state.saga_steps, use=self._use,
                                    io_timeout_s=io_timeout_s, settings=settings)  # fmt: skip
+
+    # Made on first use (most attempts wait for no tool or event, and log nothing of
+    # their own): a run in flight holds only what it uses. The test kit sets its own.
+    @functools.cached_property
+    def log(self) -> Any:
+        return log.bind(run_id=str(self.run_id), attempt=self.attempt)
+
+    @functools.cached_property
+    def _tools(self) -> ToolWaits:
+        return self._tool_waits(db=self._db, state=self._state, worker_id=self.worker_id,
+                                attempt=self.attempt, write=self._write, check=self.check,
+                                slots=self._slots, io_timeout_s=self._io_timeout_s)  # fmt: skip
+
+    @functools.cached_property
+    def _waits(self) -> DurableWaits:
+        return DurableWaits(db=self._db, attempt=self._attempt, steps=self._state.saga_steps,
+                            use=self._use, io_timeout_s=self._io_timeout_s,
+                            writer=self._writer)  # fmt: skip
 
     @property
     def steps(self) -> Mapping[str, Any]:
@@ -371,7 +378,7 @@ class RunContext(ChildRunsMixin):
     def _use(self, name: str) -> None:
         if name in self._used:
             raise DuplicateStepError(step=name, run_id=self.run_id)
-        self._used.add(name)
+        self._used[name] = None
 
     def _recorded(self, name: str, type_: type[T] | None) -> T:
         return recorded(f"step {name!r}", self._steps[name], type_)

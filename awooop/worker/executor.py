@@ -41,6 +41,7 @@ from awooop.worker.outcomes import (
     own_trace,
 )
 from awooop.worker.output import OutputBuffer
+from awooop.worker.tasks import ended
 from awooop.worker.tool_waits import SlotBell
 
 log = get_logger("awooop.worker")
@@ -205,7 +206,7 @@ class Executor:
         if attempt.stop_reason is not None:  # stopped between claim and start
             task.cancel()
         try:
-            await asyncio.wait({task})
+            await ended(task)
         except asyncio.CancelledError:
             # Our caller is being cancelled: treat it as a shutdown of this attempt.
             attempt.stop(StopReason.SHUTDOWN)

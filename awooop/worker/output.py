@@ -84,8 +84,10 @@ class OutputBuffer:
         self._closing = False
         self._writing = False  # a row is on its way (taken out of the coalescer)
         self._task: asyncio.Task[None] | None = None
-        self._more = asyncio.Event()  # text came (or a flush is asked for)
-        self._moved = asyncio.Event()  # a flush ended (or failed)
+        # Made with the flusher task (most attempts emit nothing: an attempt in flight holds
+        # no event of its own): text came (or a flush is asked for); a flush ended (or failed).
+        self._more: asyncio.Event
+        self._moved: asyncio.Event
 
     # --- the handler's side ------------------------------------------------------------------
 
@@ -98,6 +100,7 @@ class OutputBuffer:
             return
         self.coalescer.add(text)
         if self._task is None:
+            self._more, self._moved = asyncio.Event(), asyncio.Event()
             self._task = asyncio.ensure_future(self._flushing())
         self._more.set()
         while self.coalescer.pending_bytes >= self.high_water and self._error is None:
@@ -244,8 +247,9 @@ class OutputBuffer:
 
     async def _stop(self) -> None:
         self._closing = True
-        self._more.set()
         task = self._task
+        if task is not None:
+            self._more.set()
         if task is not None and not task.done():
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(asyncio.shield(task), timeout=1.0)

@@ -345,20 +345,28 @@ class _TimedClient:
 async def model_timeout(
     call: Awaitable[ModelCall], limit_s: float | None, contract: tuple[str, str], prompt: str
 ) -> ModelCall:
-    """``call``, or past ``limit_s`` a failed call (E-LLM-001) to record in its place."""
+    """``call``, or past ``limit_s`` a failed call (E-LLM-001) to record in its place. (The
+    error is made when the time runs out: a call waiting on its model holds nothing more.)"""
+    if limit_s is None:
+        return await call
     started = datetime.now(UTC)
-    late = ModelUnavailableError(f"the model did not answer within {limit_s or 0.0:g} s")
+    made: list[ModelUnavailableError] = []
+
+    def late() -> ModelUnavailableError:
+        made.append(ModelUnavailableError(f"the model did not answer within {limit_s:g} s"))
+        return made[0]
+
     try:
-        return await within(call, limit_s, lambda: late)
+        return await within(call, limit_s, late)
     except ModelUnavailableError as exc:
-        if exc is not late:
+        if not made or exc is not made[0]:
             raise
         return ModelCall(
             contract=contract,
             started_at=started,
-            duration_s=limit_s or 0.0,
+            duration_s=limit_s,
             request=None,
             result=None,
-            error=late,
+            error=made[0],
             prompt=prompt,
         )

@@ -164,9 +164,16 @@ class ToolWaits:
         self._lock = asyncio.Lock()  # one change of the run's wait at a time
         self._out = 0  # calls started and not answered
         self._held: list[Answer] = []  # answered, not written yet
-        self._changed = asyncio.Event()  # a call answered or gave up
+        self._changed_event: asyncio.Event | None = None  # made when the run first waits
         self._waiting = False  # a refusal is recorded (awooop_llm_waits)
         self.refusals = 0
+
+    @property
+    def _changed(self) -> asyncio.Event:
+        """A call answered or gave up (made on first use: most attempts call no tool)."""
+        if self._changed_event is None:
+            self._changed_event = asyncio.Event()
+        return self._changed_event
 
     async def start(self, tool: str) -> None:
         async with self._lock:
