@@ -1,9 +1,7 @@
 -- batches.sleep_many: a sleep's fenced WaitStarted as one statement (autocommit: one round
--- trip), for many runs at once, as complete_many.sql writes a completion. The rows asked for
--- are locked in run_id order (``asked``: the order of run_lock_many.sql); the fence is the
--- WHERE clause of ``locked``, checked on each run's own row (RUNNING, this worker and attempt,
--- lease not expired by the database clock; WaitStarted is allowed only from RUNNING), and
--- ``heads`` is the stream-head rule (_stream_heads.sql). A run refused writes nothing.
+-- trip), for many runs at once, as complete_many.sql writes a completion: the lock, the fence
+-- and the stream heads are _fenced_heads.sql's (WaitStarted is allowed only from RUNNING, as
+-- the fence asks). A run refused writes nothing.
 -- ``due``: the sleep's due time, $6 (sleep_until) or the database clock + $5 microseconds,
 -- and its text as Python's datetime.isoformat() writes it in UTC (microseconds left out when
 -- there are none): the event carries that text and the journal keeps it.
@@ -17,31 +15,8 @@ WITH wanted AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::bigint[],
                          $6::timestamptz[], $7::text[])
         AS w(run_id, worker_id, attempt, step, delay_us, until, metadata)
-), asked AS (
-    -- Every row asked for, locked through the primary key (complete_many.sql says why the
-    -- fence is not in this WHERE).
-    SELECT r.run_id, r.version, r.status, r.worker_id, r.attempt_count, r.lease_until
-    FROM awooop_run_state AS r
-    WHERE r.run_id = ANY($1::uuid[])
-    ORDER BY r.run_id
-    FOR UPDATE
-), held_back AS (
-    SELECT run_id FROM asked WHERE false  -- a sleep is never held back by a pause
-), deferred AS (
-    SELECT run_id FROM asked WHERE false  -- nor deferred by the fair order
-), unserved AS (
-    SELECT run_id FROM asked WHERE false  -- nor refused by routes or handler version
-), locked AS (
-    SELECT a.run_id, a.version FROM asked AS a JOIN wanted AS w USING (run_id)
-    WHERE a.status = 'RUNNING'
-      AND a.worker_id = w.worker_id
-      AND a.attempt_count = w.attempt
-      AND a.lease_until > now()
-), moves AS (
-    SELECT run_id, {{run_stream_id}} AS stream_id, version AS expected FROM locked
-), heads AS (
-    {{stream_heads}}
-), due AS (
+),
+{{fenced_heads}}, due AS (
     SELECT h.run_id, h.stream_id, w.worker_id, w.attempt, w.step, w.metadata, d.due_at,
            to_char(d.due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
            || CASE WHEN date_trunc('second', d.due_at) = d.due_at THEN ''
