@@ -36,13 +36,14 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "ops",
             ),
             (
-                "Durable waits ended per second",
+                "Durable waits ended, child runs started, per second",
                 [
                     ("sum(rate(awooop_timers_fired_total[5m]))", "timers fired"),
                     (
                         "sum by (path) (rate(awooop_signals_delivered_total[5m]))",
                         "signals {{path}}",
                     ),
+                    ("sum(rate(awooop_child_runs_started_total[5m]))", "child runs started"),
                 ],
                 "ops",
             ),
