@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import time
 import uuid
@@ -36,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
 import asyncpg  # noqa: E402
+import producer_pool  # noqa: E402
 from scratch import SERVER, Scratch, report  # noqa: E402
 
 from awooop import producer  # noqa: E402
@@ -174,17 +174,7 @@ FIGURES = ("runs_per_s", "client_cpu_ms_per_run")
 
 
 def summary(rounds: list[dict[str, dict[str, Any]]], modes: list[str]) -> dict[str, Any]:
-    medians = {
-        mode: {f: statistics.median(r[mode][f] for r in rounds) for f in FIGURES} for mode in modes
-    }
-    first = medians[modes[0]]
-    return {
-        "medians": medians,
-        f"ratio_to_{modes[0]}": {
-            mode: {f: round(m[f] / first[f], 3) if first[f] else None for f in FIGURES}
-            for mode, m in medians.items()
-        },
-    }
+    return producer_pool.summary(rounds, modes, FIGURES)
 
 
 async def main(modes: list[str], runs: int, rounds: int, warmup: int) -> dict[str, Any]:

@@ -318,15 +318,19 @@ FIGURES = (
 )
 
 
-def summary(rounds: list[dict[str, dict[str, Any]]], modes: list[str]) -> dict[str, Any]:
+def summary(
+    rounds: list[dict[str, dict[str, Any]]], modes: list[str], figures: tuple[str, ...] = FIGURES
+) -> dict[str, Any]:
+    """Each mode's medians of ``figures`` over the rounds, and their ratios to the first mode's
+    (producer_drivers.py reports its own figures through this too)."""
     medians = {
-        mode: {f: statistics.median(r[mode][f] for r in rounds) for f in FIGURES} for mode in modes
+        mode: {f: statistics.median(r[mode][f] for r in rounds) for f in figures} for mode in modes
     }
     first = medians[modes[0]]
     return {
         "medians": medians,
         f"ratio_to_{modes[0]}": {
-            mode: {f: round(m[f] / first[f], 3) if first[f] else None for f in FIGURES}
+            mode: {f: round(m[f] / first[f], 3) if first[f] else None for f in figures}
             for mode, m in medians.items()
         },
     }
