@@ -21,20 +21,34 @@ from pathlib import Path
 import redis
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range: outgoing connections take their local
+    ports from it at any moment, so a listening port chosen there can be gone by the time the
+    server binds it."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A free loopback port below the ephemeral range (see :func:`_ephemeral_low`)."""
+    return _free_port(offsets=(0,))
 
 
 def free_cluster_port() -> int:
-    """A free port whose cluster bus port (port + 10000) is free too; Redis needs <= 55535."""
+    """A free port whose cluster bus port (port + 10000) is free too, both below the ephemeral
+    range."""
+    return _free_port(offsets=(0, 10000))
+
+
+def _free_port(offsets: tuple[int, ...]) -> int:
+    high = min(_ephemeral_low(), 65536) - 1 - max(offsets)
     for _ in range(200):
-        port = random.randint(20000, 45000)
-        if all(_port_free(p) for p in (port, port + 10000)):
+        port = random.randint(10000, max(high, 10001))
+        if all(_port_free(port + offset) for offset in offsets):
             return port
-    raise RuntimeError("no free port pair for a Redis cluster node")
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 def _port_free(port: int) -> bool:
@@ -59,6 +73,7 @@ class RedisServer:
     def __init__(self, directory: Path, port: int | None = None, cluster: bool = False) -> None:
         if shutil.which("redis-server") is None:
             raise RuntimeError("redis-server is not installed (Debian package redis-server)")
+        self.chosen = port is None  # ours to change while the server never started
         self.port = port or (free_cluster_port() if cluster else free_port())
         self.dir = directory
         self.cluster = cluster
@@ -69,6 +84,18 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        """Start the server; while it has never started on a port we chose, another process
+        that took the port in the meantime makes it start again on a fresh one."""
+        for _ in range(5):
+            if self._started():
+                self.chosen = False
+                return
+            if not self.chosen:
+                break
+            self.port = free_cluster_port() if self.cluster else free_port()
+        raise RuntimeError(f"redis-server on port {self.port} did not start")
+
+    def _started(self) -> bool:
         self.dir.mkdir(parents=True, exist_ok=True)
         args = [
             "redis-server",
@@ -93,11 +120,21 @@ class RedisServer:
                 "2000",
             ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not redis_answers(self.url):
+        deadline = time.monotonic() + 30
+        while self._pid_answering() != self.process.pid:
             if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError(f"redis-server on port {self.port} did not start")
+                self.stop()
+                return False
             time.sleep(0.05)
+        return True
+
+    def _pid_answering(self) -> int | None:
+        """The process id of the server answering on our port (another test's server may)."""
+        try:
+            with redis.Redis.from_url(self.url, socket_timeout=3) as client:
+                return int(client.info("server")["process_id"])
+        except (redis.RedisError, OSError):
+            return None
 
     def stop(self) -> None:
         if self.process is not None:
@@ -232,6 +269,7 @@ class PostgresServer:
     ) -> None:
         """``options``: more server options (``-c name=value ...``), after the defaults, so
         that they win (the cost benchmark turns fsync back on and loads pg_stat_statements)."""
+        self.chosen = port is None  # ours to change while the server never started
         self.port = port or free_port()
         self.max_connections = max_connections
         self.options = options
@@ -290,7 +328,28 @@ class PostgresServer:
         self.dir, self.data = target, target / "data"
 
     def start(self) -> None:
+        """Start the server; while it has never started on a port we chose, another process
+        that took the port in the meantime makes it start again on a fresh one."""
         self.init()
+        for _ in range(4):
+            try:
+                self._start()
+            except subprocess.CalledProcessError:
+                if not self.chosen or "could not bind" not in self._log_tail():
+                    raise
+                self.port = free_port()
+            else:
+                self.chosen = False
+                return
+        self._start()
+
+    def _log_tail(self) -> str:
+        try:
+            return (self.dir / "log").read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def _start(self) -> None:
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 "
             f"-c unix_socket_directories={self.dir} -c fsync=off "
