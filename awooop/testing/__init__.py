@@ -22,6 +22,8 @@ test controls:
   during it, once per key: :mod:`awooop.testing.waits`);
 - :class:`Journal`: the run's events, with views (steps, model calls, tool calls, approvals)
   and JSON to keep one; :meth:`HandlerKit.replay` runs a recorded journal against new code;
+- child runs: each a kit run of its own with its contract's handler (``kit.children``:
+  :mod:`awooop.testing.children`);
 - :class:`KitOutput`: what the handler emitted with ``run.emit_output``, by attempt
   (``result.output.text``, ``result.output.of_attempt(2)``, ``result.output.truncated``).
 

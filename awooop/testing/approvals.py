@@ -5,14 +5,16 @@ request, its single-use decision, its expiry), giving the events those write."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from awooop.core.errors import ApprovalExpiredError, ApprovalTokenUsedError, InvalidInputError
 from awooop.core.events import ApprovalExpired, ApprovalGranted, ApprovalRejected, ApprovalRequested
 from awooop.runs import approval_options as options
 from awooop.runs.approvals import ApprovalTicket, Decision, DecisionRecord, new_token
+from awooop.worker.approval_grants import Ask
 
 
 @dataclass(frozen=True)
@@ -122,3 +124,26 @@ class Approvals:
             resumed=resumed,
         )
         self.ticket = self.request = None
+
+
+def requested(
+    worker_id: str, attempt: int, reason: str, ask: Ask, default_ttl_s: float
+) -> Callable[[Any, datetime], ApprovalRequested]:
+    """The ``ApprovalRequested`` :func:`awooop.runs.approvals.request` writes, as a fenced
+    write's maker (its expiry ``ask.expires_in_s`` from now, else ``default_ttl_s``)."""
+    ttl_s = ask.expires_in_s or default_ttl_s
+
+    def make(_state: Any, now: datetime) -> ApprovalRequested:
+        return ApprovalRequested(
+            at=now,
+            worker_id=worker_id,
+            attempt=attempt,
+            expires_at=now + timedelta(seconds=ttl_s),
+            reason=reason,
+            payload=ask.payload,
+            on_reject=ask.on_reject,
+            on_expire=ask.on_expire,
+            expires_in_s=ask.expires_in_s,
+        )
+
+    return make

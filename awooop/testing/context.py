@@ -3,7 +3,8 @@
 records, its tool waits), with only its I/O replaced: fenced writes go to the kit's in-memory
 journal, a tool wait's answers are written there instead of being re-admitted under a
 concurrency key in Postgres, an approval is looked up in and requested from the kit, and a
-durable wait (sleep, event) runs on the kit's clock and signals (:mod:`awooop.testing.waits`).
+durable wait (sleep, event) runs on the kit's clock and signals (:mod:`awooop.testing.waits`),
+and a child run is a kit run of its own (:mod:`awooop.testing.children`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from awooop.eventlog.wait_state import ended
 from awooop.llm.gateway import DEFAULT_CONTRACT, LLMResult
 from awooop.runs import leases
 from awooop.runs.approvals import ApprovalTicket, DecisionRecord
+from awooop.testing.children import ChildrenDriver, MemoryChildRuns
 from awooop.testing.fakes import FakeModel, FakeTools
 from awooop.testing.output import KitOutput
 from awooop.testing.waits import MemoryDurableWaits, WaitsDriver
 from awooop.worker import approval_grants, approval_waits
 from awooop.worker.attempts import Attempt
-from awooop.worker.child_runs import ChildRuns
 from awooop.worker.context import APPROVAL_STEP_PREFIX, ApprovalGrant, RunContext
 from awooop.worker.contract_retry import ContractRetry, Overrides
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, ToolWaits, answer_events
@@ -31,7 +32,7 @@ from awooop.worker.tool_waits import TOOL_STEP_PREFIX, ToolWaits, answer_events
 T = TypeVar("T")
 
 
-class Driver(WaitsDriver, Protocol):
+class Driver(WaitsDriver, ChildrenDriver, Protocol):
     """What the context needs of its :class:`~awooop.testing.HandlerKit`."""
 
     model: FakeModel
@@ -123,10 +124,7 @@ class KitContext(RunContext):
             kit.asked(step, isinstance(entry, dict) and ended(entry) is not None)
 
         self._waits = MemoryDurableWaits(kit, attempt, steps, use)
-        # Child runs replay from the journal; a new child needs the database (awooop_postgres).
-        self._children = ChildRuns(
-            db=db, attempt=attempt, steps=steps, use=use, io_timeout_s=None, settings=None
-        )
+        self._children = MemoryChildRuns(kit, attempt, steps, use)
 
     # ``how``: whatever else the runtime's own takes (passed on as it is).
     async def step(

@@ -7,17 +7,20 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
-from awooop.core.config import SIGNAL_PAYLOAD_MAX_BYTES, SIGNALS_PER_RUN_MAX, STEP_RESULT_MAX_BYTES
+from awooop.core.config import (
+    SIGNAL_PAYLOAD_MAX_BYTES,
+    SIGNALS_PER_RUN_MAX,
+    STEP_RESULT_MAX_BYTES,
+    Settings,
+)
 from awooop.core.errors import LeaseLostError, UnstorableValueError
 from awooop.core.events import (
-    ApprovalRequested,
     Event,
-    LeaseReleased,
     ModelCalled,
     RunClaimed,
     RunCompleted,
@@ -25,13 +28,14 @@ from awooop.core.events import (
     RunFailed,
     WaitStarted,
 )
-from awooop.core.excerpts import failure_traceback
 from awooop.core.storable import encoded_problem, unstorable
 from awooop.eventlog.state import RunState, RunStatus, apply, fold
 from awooop.runs import leases
 from awooop.runs.approvals import ApprovalTicket, DecisionRecord
 from awooop.runs.signals import Sent
-from awooop.testing.approvals import Approvals, Approve, Reject
+from awooop.testing import ending
+from awooop.testing.approvals import Approvals, Approve, Reject, requested
+from awooop.testing.children import KitChildren
 from awooop.testing.context import KitAttempt, KitContext
 from awooop.testing.fakes import Clock, FakeModel, FakeTools
 from awooop.testing.journal import LEASED, Journal, reopening
@@ -42,7 +46,6 @@ from awooop.worker import approval_grants
 from awooop.worker.context import RunContext, Suspended
 from awooop.worker.contract_retry import Overrides
 from awooop.worker.handler_version import version_of
-from awooop.worker.outcomes import failure_of, infrastructure_failure
 
 Handler = Callable[[RunContext], Awaitable[object]]
 MAX_ATTEMPTS_PER_CALL = 50  # a handler the kit would take again forever stops here
@@ -50,6 +53,7 @@ MAX_ATTEMPTS_PER_CALL = 50  # a handler the kit would take again forever stops h
 
 @dataclass
 class _Run:
+    children: KitChildren[HandlerKit]
     events: list[Event] = field(default_factory=list)
     approvals: Approvals = field(default_factory=Approvals)
     signals: Signals = field(default_factory=Signals)
@@ -66,7 +70,8 @@ class HandlerKit:
     attempt ends as the worker ends it. ``approvals``: scripted decisions by name (else the run
     waits for :meth:`approve`/:meth:`reject` and :meth:`resume`); ``contract_retry``: the
     agent contract's ``retry`` section (refused with E-REVISION-006 if malformed). The
-    handbook: docs/workers.md, Testing handlers."""
+    handbook: docs/workers.md, Testing handlers. Child runs: :mod:`awooop.testing.children`
+    (``children``: handlers by contract; ``start_children``: drive each child as it starts)."""
 
     def __init__(
         self,
@@ -86,8 +91,14 @@ class HandlerKit:
         output_max_bytes: int = MAX_BYTES,
         signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES,
         signals_per_run_max: int = SIGNALS_PER_RUN_MAX,
+        children: Mapping[str, Handler] | None = None,
+        start_children: bool = True,
+        children_pending_max: int | None = None,
     ) -> None:
         self.handler = handler
+        self.child_handlers: dict[str, Handler] = dict(children or {})
+        self.start_children = start_children
+        self.children_pending_max = children_pending_max or Settings().children_pending_max
         self.clock = clock or Clock()
         self.model = model or FakeModel()
         self.model.clock = self.clock
@@ -126,14 +137,18 @@ class HandlerKit:
     def signals(self) -> Signals:
         return self._run.signals
 
+    @property
+    def children(self) -> KitChildren[HandlerKit]:
+        """The run's child runs by key, each a kit of its own (:mod:`awooop.testing.children`)."""
+        return self._run.children
+
     async def run(
         self, input: Any = None, *, run_id: uuid.UUID | None = None, contract_id: str | None = None
     ) -> KitResult:
         """A new run of ``input`` (JSON; None: ``{}``, as a run always has one), driven until
         it completes, fails or waits for an approval without a scripted decision."""
         run_id = run_id or uuid.uuid4()
-        self._run = self._new_run()
-        self._append(
+        self.begin(
             RunCreated(
                 at=self.clock.now(),
                 run_id=run_id,
@@ -183,12 +198,7 @@ class HandlerKit:
         resumes with ``on_expire="return"``), and a wait whose due time came ends, as the
         timers loop ends it (``TimerFired``: RESUMED; then :meth:`resume`)."""
         seconds = by.total_seconds() if isinstance(by, timedelta) else by
-        now = self.clock.advance(seconds)
-        expiry = self._run.approvals.expired(now)
-        fired = timer_due(open_wait(self.journal), now)
-        for event in (expiry, fired):
-            if event is not None:
-                self._append(event)
+        self.due(self.clock.advance(seconds))
 
     def signal(
         self, name: str, payload: Any = None, *, key: str | None = None, sent_by: str = "test"
@@ -230,6 +240,23 @@ class HandlerKit:
 
     # --- the context's side ------------------------------------------------------------------
 
+    def begin(self, created: RunCreated) -> None:
+        """A new run of this kit, as ``created`` makes it (PENDING)."""
+        self._run = self._new_run()
+        self._append(created)
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def due(self, now: datetime) -> None:
+        """What the expiry and timers loops end at ``now``, here and in the child runs."""
+        expiry = self._run.approvals.expired(now)
+        fired = timer_due(open_wait(self.journal), now)
+        for event in (expiry, fired):
+            if event is not None:
+                self._append(event)
+        self._run.children.due(now)
+
     async def write(self, write: leases.FencedWrite) -> RunState:
         """A fenced write (one event or several, all or none): refused as Postgres refuses it
         (the fence, unstorable text)."""
@@ -260,25 +287,8 @@ class HandlerKit:
         self, ctx: KitContext, name: str, reason: str, ask: approval_grants.Ask
     ) -> ApprovalTicket:
         """What :func:`awooop.runs.approvals.request` writes, and its ticket."""
-        ttl_s = ask.expires_in_s or self.approval_ttl_s
-        state = await self.write(
-            leases.FencedWrite(
-                ctx.run_id,
-                ctx.worker_id,
-                ctx.attempt,
-                lambda _s, now: ApprovalRequested(
-                    at=now,
-                    worker_id=ctx.worker_id,
-                    attempt=ctx.attempt,
-                    expires_at=now + timedelta(seconds=ttl_s),
-                    reason=reason,
-                    payload=ask.payload,
-                    on_reject=ask.on_reject,
-                    on_expire=ask.on_expire,
-                    expires_in_s=ask.expires_in_s,
-                ),
-            )
-        )
+        made = requested(ctx.worker_id, ctx.attempt, reason, ask, self.approval_ttl_s)
+        state = await self.write(leases.FencedWrite(ctx.run_id, ctx.worker_id, ctx.attempt, made))
         return self._run.approvals.opened(
             state.run_id, state.project_id, name, self._run.events[-1]
         )
@@ -286,7 +296,7 @@ class HandlerKit:
     # --- internals ---------------------------------------------------------------------------
 
     def _new_run(self, events: list[Event] | None = None) -> _Run:
-        return _Run(events=events or [], output=KitOutput(self.output_max_bytes))
+        return _Run(KitChildren(self), events=events or [], output=KitOutput(self.output_max_bytes))
 
     def _append(self, event: Event) -> None:
         events = self._run.events
@@ -302,6 +312,10 @@ class HandlerKit:
             status = self.state.status
             if status in (RunStatus.PENDING, RunStatus.RESUMED):
                 await self._attempt(handler)
+            elif status is RunStatus.WAITING_EVENT and (
+                finished := self._run.children.finished(open_wait(self.journal), self.now())
+            ):
+                self._append(finished)
             elif status is RunStatus.WAITING_APPROVAL and self._run.approvals.ticket:
                 name = self._run.approvals.ticket.name
                 decision = self.approvals.get(name)
@@ -364,31 +378,6 @@ class HandlerKit:
 
     def _failed(self, attempt: KitAttempt, exc: Exception) -> None:
         """The last write of an attempt that raised, as the worker writes it."""
-        code, reason = failure_of(exc)
-        at, number = self.clock.now(), attempt.number
-        traceback, step = failure_traceback(exc), attempt.step_of(exc)
-        if infrastructure_failure(exc):  # the runtime's stores were away: handed back
-            self._append(
-                LeaseReleased(
-                    at=at,
-                    worker_id=self.worker_id,
-                    attempt=number,
-                    charged=False,
-                    reason=reason,
-                    traceback=traceback,
-                    step=step,
-                )
-            )
-            return
-        self._run.error = exc
-        self._append(
-            RunFailed(
-                at=at,
-                reason=reason,
-                code=code,
-                worker_id=self.worker_id,
-                attempt=number,
-                traceback=traceback,
-                step=step,
-            )
-        )
+        event = ending.failed(self.worker_id, attempt, exc, self.clock.now())
+        self._run.error = exc if isinstance(event, RunFailed) else None
+        self._append(event)

@@ -22,8 +22,9 @@ to the handler). It returns one :class:`ChildResult` per handle, in their order,
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -106,6 +107,16 @@ class ChildRuns(AttemptWaits):
         entry = self._entries.get(step)
         if entry is not None:
             return handle_of(entry.get("result"))
+        handle = await self._created(contract, value, key, cancel_with_parent)
+        self._entries[step] = {"result": msgspec.to_builtins(handle)}
+        return handle
+
+    # --- the I/O, which the test kit (awooop.testing) does in memory -------------------------
+
+    async def _created(
+        self, contract: str, value: Any, key: str, cancel_with_parent: bool
+    ) -> ChildHandle:
+        """The child run and the parent's journal entry, in one transaction."""
         attempt = self._attempt
         with tracer.start_as_current_span(
             f"start_child {key}",
@@ -121,7 +132,6 @@ class ChildRuns(AttemptWaits):
                 handle: ChildHandle = await self._db.in_tenant(
                     attempt.project_id, write, timeout_s=self._io_timeout_s
                 )
-        self._entries[step] = {"result": msgspec.to_builtins(handle)}
         metrics.CHILD_RUNS_STARTED.inc()
         return handle
 
@@ -207,30 +217,14 @@ class ChildRuns(AttemptWaits):
             if "kind" not in entry or how == CHILDREN:
                 return decoded(entry.get("result"))
             due_at = due_of(entry)
-            if how == TIMEOUT or (due_at is not None and due_at <= datetime.now(UTC)):
+            if how == TIMEOUT or (due_at is not None and due_at <= self._now()):
                 raise ChildrenWaitTimeoutError(
                     f"fewer than {needed} of {len(ids)} children finished before the timeout"
                 )
         attempt = self._attempt
         attempt.finishing = True  # the wait releases the lease with its write
         try:
-            with unavailable_on_connection_errors("the wait could not be written"):
-                found = await self._db.in_tenant(
-                    attempt.project_id,
-                    lambda conn: children.start_wait(
-                        conn,
-                        attempt.run_id,
-                        attempt.worker_id,
-                        attempt.number,
-                        step=step,
-                        children=ids,
-                        needed=needed,
-                        time_out=time_out,
-                        due_at=due_at,
-                        metadata=trace_metadata(),
-                    ),
-                    timeout_s=self._io_timeout_s,
-                )
+            found = await self._start_wait(step, ids, needed, time_out, due_at)
         except BaseException:
             attempt.finishing = False
             raise
@@ -239,6 +233,36 @@ class ChildRuns(AttemptWaits):
             self._entries[step] = {"result": msgspec.to_builtins(found)}
             return list(found)
         raise Waiting(step)
+
+    async def _start_wait(
+        self,
+        step: str,
+        ids: list[uuid.UUID],
+        needed: int,
+        time_out: timedelta | None,
+        due_at: datetime | None,
+    ) -> list[ChildResult] | None:
+        """:func:`awooop.runs.children.start_wait` in a tenant transaction: the outcomes when
+        enough children have finished (journaled), else None (the run waits)."""
+        attempt = self._attempt
+        with unavailable_on_connection_errors("the wait could not be written"):
+            found: list[ChildResult] | None = await self._db.in_tenant(
+                attempt.project_id,
+                lambda conn: children.start_wait(
+                    conn,
+                    attempt.run_id,
+                    attempt.worker_id,
+                    attempt.number,
+                    step=step,
+                    children=ids,
+                    needed=needed,
+                    time_out=time_out,
+                    due_at=due_at,
+                    metadata=trace_metadata(),
+                ),
+                timeout_s=self._io_timeout_s,
+            )
+        return found
 
 
 def _handles(handles: Sequence[ChildHandle]) -> list[ChildHandle]:

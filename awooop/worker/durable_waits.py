@@ -69,6 +69,10 @@ class AttemptWaits:
         self._io_timeout_s = io_timeout_s
         self._counts: Counter[str] = Counter()  # this attempt's waits so far, by kind and name
 
+    def _now(self) -> datetime:
+        """The clock a journaled due time is compared with (the test kit's is its own)."""
+        return datetime.now(UTC)
+
 
 class DurableWaits(AttemptWaits):
     """The durable waits of one attempt (module doc). ``writer``: the worker's fenced writes
@@ -147,10 +151,6 @@ class DurableWaits(AttemptWaits):
         raise Waiting(step)
 
     # --- the I/O, which the test kit (awooop.testing) does in memory -------------------------
-
-    def _now(self) -> datetime:
-        """The clock a journaled due time is compared with."""
-        return datetime.now(UTC)
 
     async def _start_sleep(self, write: leases.Sleep) -> None:
         """Write the sleep's ``WaitStarted``, fenced; its lease is released with it."""

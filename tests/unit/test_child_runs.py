@@ -142,7 +142,13 @@ def test_a_children_wait_is_journaled_and_ended_by_its_children_or_its_timeout()
     assert wait_state.ended(timed_out.saga_steps["children:1"]) == "timeout"
 
 
-async def test_the_in_memory_kit_says_a_new_child_needs_the_database() -> None:
-    result = await HandlerKit(family).run({"children": 1})
-    assert isinstance(result.error, RuntimeError)
-    assert "awooop_postgres" in str(result.error)
+async def test_the_in_memory_kit_runs_the_integration_tests_family_handler() -> None:
+    """The handler the Postgres tests use, in the kit: three children, one failing; and the
+    bound refusing the third start."""
+    kit = HandlerKit(family)
+    result = await kit.run({"children": 3, "per_child": {"1": {"fail": True}}})
+    outcomes = result.value["results"]
+    assert [o["status"] for o in outcomes] == ["COMPLETED", "FAILED", "COMPLETED"]
+    assert outcomes[2]["result"] == {"i": 2, "twice": 4} and outcomes[1]["failure_code"]
+    bounded = HandlerKit(family, start_children=False, children_pending_max=2)
+    assert (await bounded.run({"children": 3})).value == {"refused": "E-CHILD-002", "started": 2}
