@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -26,6 +26,11 @@ CHILD_CHANNEL = "api"  # the channel of every child run (its dedupe key is in th
 DEDUPE_PREFIX = "child:"
 FINISHED = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 REASON_MAX = 2000  # a failed child's reason, as its outcome keeps it (characters)
+# The children's results one wait's journal entry keeps, in all (bytes of JSON): beyond it the
+# entry keeps the outcomes without them and the wait reads them back from the children's rows
+# (a completed child's result never changes), so that a wait for many children with large
+# results is not one event of children x AWOOOP_STEP_RESULT_MAX_BYTES.
+RESULTS_INLINE_MAX_BYTES = 256 * 1024
 
 
 class ChildHandle(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,9 +117,34 @@ def outcomes(order: Sequence[uuid.UUID], rows: Sequence[Any]) -> list[ChildResul
     return [by_id[run_id] for run_id in order]
 
 
-def encoded(results: Sequence[ChildResult]) -> list[Any]:
-    """Pure: outcomes as the journal keeps them (JSON builtins)."""
-    return [msgspec.to_builtins(r) for r in results]
+def encoded(
+    results: Sequence[ChildResult], inline_max: int = RESULTS_INLINE_MAX_BYTES
+) -> list[Any]:
+    """Pure: outcomes as the journal keeps them (JSON builtins): with their results when these
+    come to at most ``inline_max`` bytes of JSON in all, else every completed child's result
+    left in its row (``"result_in_child": true``, :func:`filled` puts it back)."""
+    journaled = [msgspec.to_builtins(r) for r in results]
+    size = sum(len(msgspec.json.encode(r.result)) for r in results if r.result is not None)
+    if size > inline_max:
+        for entry in journaled:
+            if entry["status"] == "COMPLETED":
+                entry.update(result=None, result_in_child=True)
+    return journaled
+
+
+def left_in_children(journaled: Any) -> list[uuid.UUID]:
+    """Pure: the children whose results a journaled wait left in their rows."""
+    return [uuid.UUID(str(e["run_id"])) for e in journaled or [] if e.get("result_in_child")]
+
+
+def filled(journaled: Any, stored: Mapping[uuid.UUID, Any]) -> list[ChildResult]:
+    """Pure: a journaled wait's outcomes, the results it left in the children's rows taken from
+    ``stored`` (run id -> result); KeyError for one ``stored`` lacks."""
+    whole = [
+        {**e, "result": stored[uuid.UUID(str(e["run_id"]))]} if e.get("result_in_child") else e
+        for e in journaled or []
+    ]
+    return decoded(whole)
 
 
 def decoded(journaled: Any) -> list[ChildResult]:

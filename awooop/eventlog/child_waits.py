@@ -40,6 +40,7 @@ from awooop.eventlog.state import TERMINAL, RunState, RunStatus, row_to_state
 
 WAIT = queries.load("children_wait")
 STATES = queries.load("children_states")
+RESULTS = queries.load("children_results")
 FINISHED = queries.load("children_finished")
 LOCK_UNFINISHED = queries.load("children_lock_unfinished")
 LEFT = queries.load("children_left")
@@ -83,6 +84,14 @@ async def outcomes(
     child raises KeyError (a caller's handles are checked before)."""
     rows = await conn.fetch(STATES, list(children), parent_run_id)
     return child_state.outcomes(children, rows)
+
+
+async def results(
+    conn: Connection, parent_run_id: uuid.UUID, children: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Any]:
+    """The results of the completed ``children`` of ``parent_run_id``, by run id."""
+    rows = await conn.fetch(RESULTS, list(children), parent_run_id)
+    return {r["run_id"]: r["result"] for r in rows}
 
 
 async def resume_if_satisfied(

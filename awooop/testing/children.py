@@ -232,6 +232,17 @@ class MemoryChildRuns(ChildRuns):
             await child.resume()
         return handle
 
+    async def _filled(self, journaled: Any) -> list[ChildResult]:
+        stored = {k.state.run_id: k.state.result for k in self._kit.children.values()}
+        try:
+            return child_state.filled(journaled, stored)
+        except KeyError as missing:
+            raise RuntimeError(
+                f"the journal left child run {missing.args[0]}'s result in its row, and this "
+                "kit did not run that child (the children of a replayed journal are not run "
+                "again): replay it on the awooop_postgres fixture"
+            ) from None
+
     async def _start_wait(
         self,
         step: str,

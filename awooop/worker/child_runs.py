@@ -43,6 +43,7 @@ from awooop.core.errors import (
 from awooop.core.events import StepCompleted
 from awooop.core.retries import unavailable_on_connection_errors
 from awooop.core.telemetry import tracer
+from awooop.eventlog import child_waits
 from awooop.eventlog.child_state import (
     CHILD_CHANNEL,
     CHILD_STEP_PREFIX,
@@ -51,7 +52,9 @@ from awooop.eventlog.child_state import (
     ChildResult,
     decoded,
     dedupe_key,
+    filled,
     handle_of,
+    left_in_children,
     needed_of,
 )
 from awooop.eventlog.wait_state import CHILDREN, TIMEOUT, due_of, ended
@@ -215,7 +218,7 @@ class ChildRuns(AttemptWaits):
         if entry is not None:
             how = None if "kind" not in entry else ended(entry)
             if "kind" not in entry or how == CHILDREN:
-                return decoded(entry.get("result"))
+                return await self._filled(entry.get("result"))
             due_at = due_of(entry)
             if how == TIMEOUT or (due_at is not None and due_at <= self._now()):
                 raise ChildrenWaitTimeoutError(
@@ -233,6 +236,21 @@ class ChildRuns(AttemptWaits):
             self._entries[step] = {"result": msgspec.to_builtins(found)}
             return list(found)
         raise Waiting(step)
+
+    async def _filled(self, journaled: Any) -> list[ChildResult]:
+        """Journaled outcomes, with the results the journal left in the children's rows
+        (:data:`awooop.eventlog.child_state.RESULTS_INLINE_MAX_BYTES`) read back."""
+        ids = left_in_children(journaled)
+        if not ids:
+            return decoded(journaled)
+        attempt = self._attempt
+        with unavailable_on_connection_errors("the children's results could not be read"):
+            stored: dict[uuid.UUID, Any] = await self._db.in_tenant(
+                attempt.project_id,
+                lambda conn: child_waits.results(conn, attempt.run_id, ids),
+                timeout_s=self._io_timeout_s,
+            )
+        return filled_or_gone(journaled, stored)
 
     async def _start_wait(
         self,
@@ -263,6 +281,16 @@ class ChildRuns(AttemptWaits):
                 timeout_s=self._io_timeout_s,
             )
         return found
+
+
+def filled_or_gone(journaled: Any, stored: Mapping[uuid.UUID, Any]) -> list[ChildResult]:
+    """:func:`awooop.eventlog.child_state.filled`, naming a child whose result is not there."""
+    try:
+        return filled(journaled, stored)
+    except KeyError as missing:
+        raise RuntimeError(
+            f"the result of child run {missing.args[0]} is no longer stored"
+        ) from None
 
 
 def _handles(handles: Sequence[ChildHandle]) -> list[ChildHandle]:

@@ -413,3 +413,25 @@ async def test_a_family_on_the_awooop_postgres_fixture_and_its_replay_in_the_kit
     assert report.result.error is None and report.result.status == "COMPLETED"
     assert report.result.state.result == state.result
     assert report.ran == [] and "children:1" in report.replayed
+
+
+async def test_large_results_stay_in_the_children_and_the_resumed_parent_reads_them(
+    db: Database, fast: Settings
+) -> None:
+    """Three children of 100 KB results each: the parent's ChildrenFinished keeps their
+    outcomes without the results (over RESULTS_INLINE_MAX_BYTES in all), and the resumed
+    parent gets each result whole from the children's rows."""
+    parent = await parent_with(db, children=3, child={"pad": 100_000})
+    roomy = msgspec.structs.replace(fast, step_result_max_bytes=1_000_000)  # the parent's own
+    await worker(db, roomy).run_until_idle()
+    state = await load(db, P, parent)
+    assert state.status == "COMPLETED", state
+    assert [r["result"]["pad"] for r in state.result["results"]] == ["x" * 100_000] * 3
+    async with db.platform() as conn:
+        size, data = await conn.fetchrow(
+            "SELECT octet_length(data::text), data FROM awooop_events "
+            "WHERE stream_id = $1 AND event_type = 'ChildrenFinished'",
+            run_stream_id(parent),
+        )
+    assert size < 2_000
+    assert [r["result_in_child"] for r in data["results"]] == [True] * 3

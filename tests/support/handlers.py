@@ -356,7 +356,8 @@ async def family(run: RunContext) -> dict[str, Any]:
     them a second time; it returns the children's outcomes (and ``again``), ``{"timeout":
     code}`` after a timeout, or ``{"refused": code}`` when a start is refused. A child (no
     ``children``) raises with ``fail``, waits for event ``wait_event``, sleeps ``sleep_s``
-    (asyncio: holding its slot) and returns ``{"i": i, "twice": 2 * i}``."""
+    (asyncio: holding its slot) and returns ``{"i": i, "twice": 2 * i}`` (with ``"pad"``, that
+many characters, given ``pad``)."""
     options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
     if "children" not in options:
         if options.get("fail"):
@@ -367,7 +368,8 @@ async def family(run: RunContext) -> dict[str, Any]:
             await asyncio.sleep(float(options["sleep_s"]))
         await run.step("child", lambda: _effect_async(run, "child"))
         i = int(options.get("i", 0))
-        return {"i": i, "twice": 2 * i}
+        pad = {"pad": "x" * int(options["pad"])} if options.get("pad") else {}
+        return {"i": i, "twice": 2 * i, **pad}
     per_child: dict[str, Any] = options.get("per_child") or {}
     handles = []
     for i in range(int(options["children"])):

@@ -152,3 +152,26 @@ async def test_the_in_memory_kit_runs_the_integration_tests_family_handler() -> 
     assert outcomes[2]["result"] == {"i": 2, "twice": 4} and outcomes[1]["failure_code"]
     bounded = HandlerKit(family, start_children=False, children_pending_max=2)
     assert (await bounded.run({"children": 3})).value == {"refused": "E-CHILD-002", "started": 2}
+
+
+def test_a_waits_entry_keeps_the_results_up_to_a_bound_and_leaves_the_rest_in_the_rows() -> None:
+    small = [
+        ChildResult(run_id=uuid.UUID(int=1), key="a", status="COMPLETED", result={"n": 1}),
+        ChildResult(
+            run_id=uuid.UUID(int=2), key="b", status="FAILED", failure_code="E-HANDLER-001"
+        ),
+    ]
+    assert child_state.decoded(child_state.encoded(small)) == small
+    assert child_state.left_in_children(child_state.encoded(small)) == []
+    third = ChildResult(run_id=uuid.UUID(int=3), key="c", status="COMPLETED", result="x" * 50)
+    big = [*small, third]
+    journaled = child_state.encoded(big, inline_max=40)
+    assert [(e["result"], e.get("result_in_child")) for e in journaled] == [
+        (None, True), (None, None), (None, True)
+    ]  # fmt: skip
+    assert child_state.decoded(journaled)[1] == small[1]  # a failed child's outcome is whole
+    assert child_state.left_in_children(journaled) == [uuid.UUID(int=1), uuid.UUID(int=3)]
+    stored = {uuid.UUID(int=1): {"n": 1}, uuid.UUID(int=3): "x" * 50}
+    assert child_state.filled(journaled, stored) == big
+    with pytest.raises(KeyError):
+        child_state.filled(journaled, {uuid.UUID(int=1): {"n": 1}})

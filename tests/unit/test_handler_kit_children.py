@@ -172,3 +172,22 @@ async def test_a_wait_for_a_run_that_is_not_a_child_is_refused() -> None:
     assert result.failure_code == "E-INPUT-001"
     with pytest.raises(Exception, match="not a child of this run"):
         result.value  # noqa: B018 - raises the handler's error
+
+
+async def test_large_results_are_left_in_the_children_and_read_back_by_the_wait() -> None:
+    async def big(run: RunContext) -> str:
+        return "x" * 100_000
+
+    kit = HandlerKit(
+        parent({"a": 1, "b": 2, "c": 3}), children={"double": big}, start_children=False
+    )
+    await kit.run()
+    for key in KEYS:
+        await kit.children[key].resume()
+    result = await kit.resume()
+    assert [r["result"] for r in result.value] == ["x" * 100_000] * 3
+    [finished] = result.journal.of_type(ChildrenFinished)
+    assert all(r["result"] is None and r["result_in_child"] for r in finished.results)
+    # a replay of that journal without its children says what it needs
+    report = await HandlerKit(parent({"a": 1, "b": 2, "c": 3})).replay(result.journal)
+    assert "did not run that child" in str(report.result.error)
