@@ -357,7 +357,7 @@ async def family(run: RunContext) -> dict[str, Any]:
     code}`` after a timeout, or ``{"refused": code}`` when a start is refused. A child (no
     ``children``) raises with ``fail``, waits for event ``wait_event``, sleeps ``sleep_s``
     (asyncio: holding its slot) and returns ``{"i": i, "twice": 2 * i}`` (with ``"pad"``, that
-many characters, given ``pad``)."""
+    many characters, given ``pad``)."""
     options: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
     if "children" not in options:
         if options.get("fail"):
