@@ -176,16 +176,20 @@ class _Provider(TracerProvider):
         return _QuietTracer(recording, self)
 
 
+def package_version() -> str:
+    """The installed awooop's version (``unknown`` for a source tree run without an install)."""
+    try:
+        return importlib.metadata.version("awooop")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def resource(service_name: str) -> Resource:
     """The process's resource: service name/version/instance and host (module docstring)."""
-    try:
-        version = importlib.metadata.version("awooop")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
     return Resource.create(
         {
             SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME", service_name),
-            SERVICE_VERSION: version,
+            SERVICE_VERSION: package_version(),
             SERVICE_INSTANCE_ID: INSTANCE_ID,
             HOST_NAME: socket.gethostname(),
         }

@@ -50,6 +50,7 @@ ROUTE_MODULES = (
     "awooop.http.versions",
     "awooop.http.schedules",
     "awooop.http.llm_flow",
+    "awooop.http.openapi",
     "awooop.http.console",
 )
 

@@ -34,7 +34,7 @@ PREFIX = "/v1/projects/{project_id}/limits"
 MAX_TOP = 1000
 
 
-class LimitBody(msgspec.Struct, forbid_unknown_fields=True):
+class ConcurrencyLimitBody(msgspec.Struct, forbid_unknown_fields=True):
     channel: str | None = None
     contract: str | None = None
     key: str | None = None
@@ -44,7 +44,7 @@ class LimitBody(msgspec.Struct, forbid_unknown_fields=True):
     actor: str | None = None
 
 
-def _scope(body: LimitBody) -> tuple[Scope, str]:
+def _scope(body: ConcurrencyLimitBody) -> tuple[Scope, str]:
     scope, key = scope_of(body.channel, body.contract)
     if scope is Scope.PROJECT:
         raise InvalidInputError("name a channel or a contract")
@@ -61,7 +61,7 @@ def routes(services: Services) -> list[BaseRoute]:
     async def set_limit(request: Request) -> Response:
         project_id = check_project_id(request.path_params["project_id"])
         who = await require(services, request, project_id)
-        body = decode_body(await read_body(request, body_limit), LimitBody)
+        body = decode_body(await read_body(request, body_limit), ConcurrencyLimitBody)
         scope, key = _scope(body)
         if not body.key:
             raise InvalidInputError("key: the key expression is required")
@@ -85,7 +85,7 @@ def routes(services: Services) -> list[BaseRoute]:
     async def remove(request: Request) -> Response:
         project_id = check_project_id(request.path_params["project_id"])
         who = await require(services, request, project_id)
-        body = decode_body(await read_body(request, body_limit), LimitBody)
+        body = decode_body(await read_body(request, body_limit), ConcurrencyLimitBody)
         scope, key = _scope(body)
         gone = await services.db.in_tenant(
             project_id,

@@ -59,7 +59,7 @@ class BudgetBody(msgspec.Struct, forbid_unknown_fields=True):
     actor: str | None = None
 
 
-class LimitBody(msgspec.Struct, forbid_unknown_fields=True):
+class RateLimitBody(msgspec.Struct, forbid_unknown_fields=True):
     limit: int
     period: str = "second"
     burst: int | None = None
@@ -87,7 +87,7 @@ class Rows(NamedTuple):
 
 TABLE = (
     Rows(flow_store.BUDGETS, BudgetBody, flow_forms.budget, flow_store.budgets),
-    Rows(flow_store.LIMITS, LimitBody, flow_forms.limit, flow_store.limits),
+    Rows(flow_store.LIMITS, RateLimitBody, flow_forms.limit, flow_store.limits),
     Rows(flow_store.PRICES, PriceBody, flow_forms.price, flow_store.prices),
 )
 
