@@ -40,9 +40,13 @@ from awooop.eventlog.wait_state import CHILDREN
 from awooop.runs import leases
 from awooop.testing.fakes import Clock
 from awooop.worker.attempts import Attempt
-from awooop.worker.child_runs import ChildRuns
+from awooop.worker.child_runs import ChildRuns, filled_or_gone
 
 Handler = Callable[[Any], Awaitable[object]]
+NOT_RUN_HERE = (
+    "was left in its row by the journal, and this kit did not run that child (the children of "
+    "a replayed journal are not run again): replay it on the awooop_postgres fixture"
+)
 
 
 class Kit(Protocol):
@@ -234,14 +238,7 @@ class MemoryChildRuns(ChildRuns):
 
     async def _filled(self, journaled: Any) -> list[ChildResult]:
         stored = {k.state.run_id: k.state.result for k in self._kit.children.values()}
-        try:
-            return child_state.filled(journaled, stored)
-        except KeyError as missing:
-            raise RuntimeError(
-                f"the journal left child run {missing.args[0]}'s result in its row, and this "
-                "kit did not run that child (the children of a replayed journal are not run "
-                "again): replay it on the awooop_postgres fixture"
-            ) from None
+        return filled_or_gone(journaled, stored, NOT_RUN_HERE)
 
     async def _start_wait(
         self,

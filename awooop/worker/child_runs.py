@@ -283,14 +283,15 @@ class ChildRuns(AttemptWaits):
         return found
 
 
-def filled_or_gone(journaled: Any, stored: Mapping[uuid.UUID, Any]) -> list[ChildResult]:
-    """:func:`awooop.eventlog.child_state.filled`, naming a child whose result is not there."""
+def filled_or_gone(
+    journaled: Any, stored: Mapping[uuid.UUID, Any], gone: str = "is no longer stored"
+) -> list[ChildResult]:
+    """:func:`awooop.eventlog.child_state.filled`; RuntimeError naming a child whose result
+    ``stored`` lacks (``gone``: why)."""
     try:
         return filled(journaled, stored)
     except KeyError as missing:
-        raise RuntimeError(
-            f"the result of child run {missing.args[0]} is no longer stored"
-        ) from None
+        raise RuntimeError(f"the result of child run {missing.args[0]} {gone}") from None
 
 
 def _handles(handles: Sequence[ChildHandle]) -> list[ChildHandle]:

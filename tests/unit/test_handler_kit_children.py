@@ -190,4 +190,4 @@ async def test_large_results_are_left_in_the_children_and_read_back_by_the_wait(
     assert all(r["result"] is None and r["result_in_child"] for r in finished.results)
     # a replay of that journal without its children says what it needs
     report = await HandlerKit(parent({"a": 1, "b": 2, "c": 3})).replay(result.journal)
-    assert "did not run that child" in str(report.result.error)
+    assert "this kit did not run that child" in str(report.result.error)
