@@ -19,6 +19,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,29 +81,36 @@ async def recreate_database(server_url: str) -> None:
 
 
 RUNTIME_ROLE = "awooop_demo_runtime"
-RUNTIME_ROLE_SQL = """
+LOGIN_ROLE_SQL = """
 SELECT format(
     CASE WHEN EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)
          THEN 'ALTER ROLE %I LOGIN PASSWORD %L'
-         ELSE 'CREATE ROLE %I LOGIN PASSWORD %L IN ROLE awooop_app, awooop_platform' END,
+         ELSE 'CREATE ROLE %I LOGIN PASSWORD %L' END,
     $1::text, $2::text)
 """
 
 
-async def runtime_login(owner_url: str) -> str:
-    """A login role that is only a member of awooop_app and awooop_platform (no superuser:
-    docs/operations.md, Tenant isolation), with a fresh password; its database URL. Roles are
-    cluster-wide: a later demo on the same server reuses the role with a new password."""
+async def login(owner_url: str, role: str, member_of: Sequence[str] = ()) -> str:
+    """A login role (no superuser) with a fresh password, a member of ``member_of``; its
+    database URL. Roles are cluster-wide: a later demo on the same server reuses the role with
+    a new password."""
     password = secrets.token_urlsafe(18)
     conn = await asyncpg.connect(owner_url)
     try:
-        await conn.execute(await conn.fetchval(RUNTIME_ROLE_SQL, RUNTIME_ROLE, password))
-        await conn.execute(f"GRANT awooop_app, awooop_platform TO {RUNTIME_ROLE}")
+        await conn.execute(await conn.fetchval(LOGIN_ROLE_SQL, role, password))
+        if member_of:
+            await conn.execute(f"GRANT {', '.join(member_of)} TO {role}")
     finally:
         await conn.close()
     parts = urlsplit(owner_url)
     host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{RUNTIME_ROLE}:{password}@{host}"))
+    return urlunsplit(parts._replace(netloc=f"{role}:{password}@{host}"))
+
+
+async def runtime_login(owner_url: str) -> str:
+    """The runtime's login: a member of awooop_app and awooop_platform only (no superuser:
+    docs/operations.md, Tenant isolation)."""
+    return await login(owner_url, RUNTIME_ROLE, ("awooop_app", "awooop_platform"))
 
 
 SERVICES = ("auto", "local", "docker", "embedded")

@@ -5,8 +5,9 @@ SIGKILL mid-run and the run recovered by another worker without repeating its jo
 steps; a revision activated while workers call the model; one approval granted and one left
 to expire; beside them, the example triage agent's two tickets (awooop/demo/triage_phase.py:
 an approval, a reply signal and a reply's timeout, child runs, a durable sleep, streamed
-output); then a replay verify of run_state and `awooop doctor`. It prints live progress and
-ends with a summary.
+output) and the example orders service (awooop/demo/orders_phase.py: orders placed from
+psycopg in the service's transactions, its projection checked by replay); then a replay
+verify of run_state and `awooop doctor`. It prints live progress and ends with a summary.
 Short lease and approval figures keep it to a couple of minutes; they are printed.
 """
 
@@ -22,6 +23,8 @@ import asyncpg
 
 from awooop.core.events import run_stream_id, run_stream_sql
 from awooop.demo import webhooks
+from awooop.demo.orders_phase import SOURCE as ORDERS_PROJECTION
+from awooop.demo.orders_phase import OrdersPhase
 from awooop.demo.stage import COUNT_BY_STATE, PROJECT, say
 from awooop.demo.summary import report
 from awooop.demo.triage_phase import TriagePhase
@@ -55,7 +58,7 @@ ORDER BY r.channel_type, e.position
 """  # noqa: S608 - constant identifiers
 
 
-class Demo(TriagePhase):
+class Demo(OrdersPhase, TriagePhase):
     """The phases, in order (see the module docstring)."""
 
     # --- phases ----------------------------------------------------------------------------
@@ -204,13 +207,13 @@ class Demo(TriagePhase):
         )
 
     async def verify_phase(self) -> None:
-        say("phase 6: rebuilding run_state from the event log and comparing (replay --verify)")
+        say("phase 7: rebuilding run_state from the event log and comparing (replay --verify)")
         owner = {"AWOOOP_DATABASE_URL": self.where.database_url}  # replay builds shadow tables
         code, out, _ = await self.procs.run("replay", "run_state", "--verify", env=owner)
         self.summary.verify_exit = code
         for line in out.strip().splitlines()[-3:]:
             say(f"  replay: {line}")
-        say("phase 7: awooop doctor")
+        say("phase 8: awooop doctor")
         code, out, _ = await self.procs.run("doctor")
         self.summary.doctor_exit = code
         lines = out.splitlines()
@@ -227,14 +230,16 @@ class Demo(TriagePhase):
 
     async def run(self) -> bool:
         await asyncio.to_thread(self._recreate)
-        await self.setup()
+        await self.prepare()
+        await self.prepare_orders()
+        await self.start_processes(projections=[ORDERS_PROJECTION])
         self.pg = await asyncpg.create_pool(self.where.database_url, min_size=1, max_size=3)
         ticker = asyncio.create_task(self.progress())
         try:
             await self.webhooks_phase()
             await self.crash_phase()
             await self.revision_phase()
-            await asyncio.gather(self.approval_phase(), self.triage_phase())
+            await asyncio.gather(self.approval_phase(), self.triage_phase(), self.orders_phase())
             await self.wait_for("every run to finish", self.all_terminal, limit_s=60)
             await self.verify_phase()
             await self.collect()

@@ -12,6 +12,7 @@ import contextlib
 import json
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +84,8 @@ class Stage:
 
     # --- plumbing --------------------------------------------------------------------------
 
-    async def cli(self, *args: str) -> str:
-        code, out, err = await self.procs.run(*args)
+    async def cli(self, *args: str, env: dict[str, str] | None = None) -> str:
+        code, out, err = await self.procs.run(*args, env=env)
         if code != 0:
             raise RuntimeError(f"awooop {' '.join(args[:3])} failed: {err.strip()[-300:]}")
         return out
@@ -142,7 +143,9 @@ class Stage:
             )
             await asyncio.sleep(2)
 
-    async def setup(self) -> None:
+    async def prepare(self) -> None:
+        """Migrate, and put in place what the processes need: logins, secrets, tokens and the
+        contracts' revisions."""
         say(
             f"services: {self.where.how}; database {self.where.database_url.rsplit('@', 1)[-1]}, "
             f"redis {self.where.redis_url} prefix {self.where.redis_prefix}"
@@ -176,11 +179,16 @@ class Stage:
         )
         self.v1 = await self.create_policy({"model": "local-small", "temperature": 0.1})
         await self.cli("revisions", "activate", PROJECT, "policy_routing", "default", self.v1)
-        say("channel secrets, tokens, agent contract and policy v1 in place; starting processes")
+        say("channel secrets, tokens, agent contract and policy v1 in place")
+
+    async def start_processes(self, projections: Sequence[str] = ()) -> None:
+        """Start every process; the projector runs the services' ``projections`` (sources
+        ``module:object``) beside the built-in ones."""
         await self.procs.start("serve", "serve")
         await self.procs.start("relay", "relay")
         await self.procs.start("loops", "loops", "run")
-        await self.procs.start("projector", "projector")
+        registered = [arg for source in projections for arg in ("--projection", source)]
+        await self.procs.start("projector", "projector", *registered)
         for _ in range(self.workers):
             await self.start_worker()
         routes = [arg for contract in TRIAGE_CONTRACTS for arg in ("--contract", contract)]
@@ -192,9 +200,10 @@ class Stage:
             return False
 
         await self.wait_for("the HTTP server", ready, limit_s=60)
+        also = "".join(f" + {source}" for source in projections)
         say(
-            f"up: serve :{self.port}, relay, loops, projector, {self.workers} workers of contract "
-            f"default and one of {' and '.join(TRIAGE_CONTRACTS)} "
+            f"up: serve :{self.port}, relay, loops, projector{also}, {self.workers} workers of "
+            f"contract default and one of {' and '.join(TRIAGE_CONTRACTS)} "
             f"(lease {DEMO_ENV['AWOOOP_LEASE_TTL_S']} s, "
             f"approval TTL {DEMO_ENV['AWOOOP_APPROVAL_TTL_S']} s for the demo)"
         )

@@ -73,9 +73,10 @@ def test_the_demo_of_an_installed_wheel_on_embedded_servers_ends_with_every_chec
     assert (tmp_path / ".awooop" / "embedded" / "redis").is_dir()
     assert "=== AwoooP demo summary ===" in log
     checks = re.findall(r"^\s+\[(ok|FAIL)\] (.+)$", log, re.MULTILINE)
-    assert len(checks) == 10 and all(status == "ok" for status, _ in checks), checks
+    assert len(checks) == 11 and all(status == "ok" for status, _ in checks), checks
     assert ("ok", "awooop doctor found nothing failing") in checks
     assert any(name.startswith("the triage agent: ") for _, name in checks), checks
+    assert any(name.startswith("orders from a psycopg service: ") for _, name in checks), checks
     # the processes log in without superuser rights (docs/operations.md, Tenant isolation)
     assert "OK login role awooop_demo_runtime: no superuser, no BYPASSRLS" in log
     assert not any(listening(p) for p in ports)  # the private servers stopped with the demo

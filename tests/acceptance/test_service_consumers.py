@@ -20,7 +20,7 @@ from tests.support.shop_projection import Shop, view
 from tests.support.streams import keys_for
 from tests.support.waiting import eventually
 
-SOURCE = "tests.support.shop_projection:OrderTotals"
+SOURCE = "awooop.examples.orders:OrderTotals"
 
 
 async def pending_in_group(redis: Any, settings: Settings, group: str) -> int:

@@ -36,7 +36,7 @@ from tests.support.shop_projection import OrderTotals, Shop, view
 from tests.support.streams import keys_for, running_relay
 from tests.support.waiting import eventually
 
-SOURCE = "tests.support.shop_projection:OrderTotals"
+SOURCE = "awooop.examples.orders:OrderTotals"
 
 
 @pytest.fixture
@@ -161,24 +161,24 @@ async def test_a_service_projection_heals_from_postgres_after_redis_lost_its_dat
     [
         ("", ProjectionRegistrationError, "does not exist"),
         (
-            "CREATE TABLE shop_order_totals (customer text PRIMARY KEY, orders int, total int)",
+            "CREATE TABLE example_order_totals (customer text PRIMARY KEY, orders int, total int)",
             ProjectionTenancyError,
             "no project_id column",
         ),
         (
-            "CREATE TABLE shop_order_totals (project_id text, customer text, orders int, "
+            "CREATE TABLE example_order_totals (project_id text, customer text, orders int, "
             "total int, PRIMARY KEY (project_id, customer))",
             ProjectionTenancyError,
-            "awooop_enforce_tenant_isolation('shop_order_totals')",
+            "awooop_enforce_tenant_isolation('example_order_totals')",
         ),
         (
-            shop_projection.TABLE_SQL + "DROP POLICY tenant_binding ON shop_order_totals",
+            shop_projection.TABLE_SQL + "DROP POLICY tenant_binding ON example_order_totals",
             ProjectionTenancyError,
             "has no tenant isolation",
         ),
         (
-            "CREATE TABLE shop_order_totals (project_id text PRIMARY KEY, orders int); "
-            "SELECT awooop_enforce_tenant_isolation('shop_order_totals')",
+            "CREATE TABLE example_order_totals (project_id text PRIMARY KEY, orders int); "
+            "SELECT awooop_enforce_tenant_isolation('example_order_totals')",
             ProjectionRegistrationError,
             "has no column customer",
         ),
@@ -315,10 +315,7 @@ async def test_a_consumer_loses_nothing_through_flushall_and_a_redis_restart(
 async def test_a_service_login_reads_its_bound_projects_rows_only(
     services: Services, settings: Settings, db: Database, database_url: str
 ) -> None:
-    await shop_projection.create_table(
-        database_url,
-        shop_projection.TABLE_SQL + "GRANT SELECT ON shop_order_totals TO awooop_producer",
-    )
+    await shop_projection.create_table(database_url)  # SELECT granted to awooop_producer
     shop = Shop(db, seed=5)
     await shop.place("shop", "ann", 10)
     await shop.place("bakery", "bob", 20)
@@ -334,7 +331,7 @@ async def test_a_service_login_reads_its_bound_projects_rows_only(
                         await conn.execute(
                             "SELECT set_config('awooop.project_id', $1, true)", project
                         )
-                    rows = await conn.fetch("SELECT project_id, customer FROM shop_order_totals")
+                    rows = await conn.fetch("SELECT project_id, customer FROM example_order_totals")
                     seen[project] = [tuple(r) for r in rows]
         finally:
             await conn.close()

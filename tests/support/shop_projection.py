@@ -1,8 +1,8 @@
-"""A service's projection as a service would write it (docs/consumers.md): order totals per
-customer, built from the domain events ``OrderPlaced`` and ``OrderCancelled`` that a shop
-emits with ``awooop.producer.emit``; its table is the service's own (:data:`TABLE_SQL`, what
-the service's migration would run). Registered in tests as
-``tests.support.shop_projection:OrderTotals``.
+"""The example service's projection (awooop/examples/orders.py: order totals per customer,
+from the domain events ``OrderPlaced`` and ``OrderCancelled``) fed by a shop that emits those
+events with ``awooop.producer.emit`` for many projects and customers, and knows the totals
+they must add up to; its tables are the example's (:data:`TABLE_SQL`, the service's
+migration). Registered in tests as ``awooop.examples.orders:OrderTotals``.
 
 Run as ``python -m tests.support.shop_projection`` it is a service's consumer process
 (``awooop.consumer.Consumer``) that stops inside ``apply`` at the order ``BLOCK_ON_ORDER``
@@ -23,49 +23,13 @@ from typing import Any
 import asyncpg
 
 from awooop import producer
-from awooop.consumer import Consumer, Projection, Record
+from awooop.consumer import Consumer, Record
 from awooop.core.db import Connection, Database
+from awooop.examples import orders
+from awooop.examples.orders import Order, OrderTotals
 
-TABLE = "shop_order_totals"
-TABLE_SQL = f"""
-CREATE TABLE {TABLE} (
-    project_id  text NOT NULL,
-    customer    text NOT NULL,
-    orders      integer NOT NULL,
-    total       bigint NOT NULL,
-    last_order  text,
-    PRIMARY KEY (project_id, customer)
-);
-SELECT awooop_enforce_tenant_isolation('{TABLE}');
-"""
-UPSERT = """
-INSERT INTO {table} AS t (project_id, customer, orders, total, last_order)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (project_id, customer) DO UPDATE
-SET orders = t.orders + EXCLUDED.orders, total = t.total + EXCLUDED.total,
-    last_order = coalesce(EXCLUDED.last_order, t.last_order)
-"""
-
-
-class OrderTotals(Projection):
-    name = "order_totals"
-    event_types = frozenset({"OrderPlaced", "OrderCancelled"})
-    table = TABLE
-    key = ("project_id", "customer")
-    description = "orders and their total per customer"
-
-    async def apply(self, conn: Connection, table: str, records: Sequence[Record]) -> None:
-        for r in records:
-            placed = r.event_type == "OrderPlaced"
-            sign = 1 if placed else -1
-            await conn.execute(
-                UPSERT.format(table=table),
-                r.project_id,
-                r.data["customer"],
-                sign,
-                sign * int(r.data["amount"]),
-                r.data["order"] if placed else None,
-            )
+TABLE = OrderTotals.table
+TABLE_SQL = orders.schema()  # the example service's tables: its orders and OrderTotals' view
 
 
 class BlockingOrderTotals(OrderTotals):
@@ -93,11 +57,7 @@ class Shop:
     async def place(self, project: str, customer: str, amount: int, order: str = "") -> str:
         self.count += 1
         order = order or f"o{self.seed}-{self.count}"
-        event = producer.DomainEvent(
-            f"orders-{customer}",
-            "OrderPlaced",
-            {"order": order, "customer": customer, "amount": amount},
-        )
+        event = orders.event("OrderPlaced", Order(order, customer, amount))
         await producer.emit(self.db, project, event)
         self.orders[project, customer] += 1
         self.totals[project, customer] += amount
@@ -106,11 +66,7 @@ class Shop:
 
     async def cancel_one(self) -> None:
         project, customer, order, amount = self.placed.pop(self.random.randrange(len(self.placed)))
-        event = producer.DomainEvent(
-            f"orders-{customer}",
-            "OrderCancelled",
-            {"order": order, "customer": customer, "amount": amount},
-        )
+        event = orders.event("OrderCancelled", Order(order, customer, amount))
         await producer.emit(self.db, project, event)
         self.orders[project, customer] -= 1
         self.totals[project, customer] -= amount

@@ -12,12 +12,12 @@ import pytest
 from awooop.consumer import Projection, Record
 from awooop.core.db import Connection
 from awooop.core.errors import ProjectionRegistrationError
+from awooop.examples.orders import OrderTotals
 from awooop.projections import registry, sources
 from awooop.projections.registered import Registered, registered
 from awooop.projections.replay import replay
-from tests.support.shop_projection import OrderTotals
 
-SOURCE = "tests.support.shop_projection:OrderTotals"
+SOURCE = "awooop.examples.orders:OrderTotals"
 
 
 class NoApply(Projection):
@@ -61,9 +61,9 @@ TWICE = [OrderTotals, OrderTotals()]
 @pytest.mark.parametrize(
     ("source", "says"),
     [
-        ("tests.support.shop_projection", "expected module:object"),
+        ("awooop.examples.orders", "expected module:object"),
         ("tests.support.no_such_module:OrderTotals", "No module named"),
-        ("tests.support.shop_projection:NoSuchThing", "NoSuchThing"),
+        ("awooop.examples.orders:NoSuchThing", "NoSuchThing"),
         (f"{__name__}:NoApply", "apply() is not defined"),
         (f"{__name__}:BadName", "name must be"),
         (f"{__name__}:NoTypes", "event_types must be"),
