@@ -198,6 +198,11 @@ POINTER_CHECK_SECONDS = Histogram(
     "Latency of the active-revision pointer check before an LLM call",
     buckets=(0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05),
 )
+POINTER_CHECK_STATEMENTS = Counter(
+    "awooop_pointer_check_statements_total",
+    "Pointer check statements sent; calls that wait for a connection share one "
+    "(awooop_pointer_check_seconds_count: the calls)",
+)
 LLM_CALLS = Counter("awooop_llm_calls_total", "Model calls, by result", ["result"])
 LLM_SECONDS = Histogram("awooop_llm_call_seconds", "Model call latency")
 LLM_THROTTLED = Counter(

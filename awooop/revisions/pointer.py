@@ -17,6 +17,13 @@ forgotten setting cannot leak (the same rule as :class:`awooop.core.sessions.Ten
 - Several contracts of one call: :data:`POINTER_CHECK_MANY`, the same per contract over
   ``unnest`` in one query.
 
+Calls that wait for a connection share their statement: a call joins the check of the same
+project, contracts and cached revisions that is still waiting for a connection, and gets its
+answer. That check is sent after every call it answers was made, so each of them still sees
+every activation committed before it was made; a check already sent answers only the calls
+that joined it before. Under load (thousands of runs in flight, each model call checking)
+the statements are then as many as the connections can send, not one per call.
+
 Why not the process's asyncpg pool: its release runs a reset query (one more round trip per
 use) and its acquire path costs about as much as the query itself. Why not 0030's
 ``awooop_pointer_check`` function (it sets the tenant transaction-locally on each call):
@@ -35,6 +42,7 @@ from typing import Any
 import asyncpg
 import msgspec
 
+from awooop.core import metrics
 from awooop.core.errors import DatabaseUnavailableError
 from awooop.core.logs import get_logger
 from awooop.core.pools import APP_ROLE, SET_SESSION_TENANT, connect
@@ -107,6 +115,21 @@ class _Conn:
         self.project: str | None = None  # the session's awooop.project_id
 
 
+Key = tuple[str, tuple[tuple[str, str], ...], tuple[uuid.UUID | None, ...]]
+
+
+class _LeaderGone(Exception):
+    """The call that was to send a shared check was cancelled before it answered."""
+
+
+class _Shared:
+    """A check waiting for a connection, and the calls that joined it."""
+
+    def __init__(self) -> None:
+        self.answer: asyncio.Future[list[Pointer]] = asyncio.get_running_loop().create_future()
+        self.joined = 0
+
+
 class PointerChecker:
     def __init__(self, database_url: str, size: int = 2) -> None:
         self.database_url = database_url
@@ -114,6 +137,8 @@ class PointerChecker:
         self._idle: list[_Conn] = []
         self._slots = asyncio.Semaphore(size)
         self._closed = False
+        self._waiting: dict[Key, _Shared] = {}  # checks not sent yet, by what they ask
+        self.sent = 0  # checks sent (each answers one call or several)
 
     async def _open(self) -> _Conn:
         conn = await connect(self.database_url, role=APP_ROLE)
@@ -147,30 +172,75 @@ class PointerChecker:
 
         A connection found broken (the server restarted it, a network blip) is replaced and
         the read-only statement tried once more on a fresh one; a second failure is
-        E-DB-001."""
+        E-DB-001. A call may share its statement (module doc)."""
         if self._closed:
             raise DatabaseUnavailableError("the pointer checker is closed")
-        async with self._slots:
-            for attempt in (1, 2):
-                try:
-                    slot = await self._take(project_id)
-                except DatabaseUnavailableError:
-                    if attempt == 2:
-                        raise
-                    continue
-                ok = False
-                try:
-                    result = await self._check(slot, project_id, contracts, cached)
-                    ok = True
-                    return result
-                except BROKEN_CONNECTION as exc:
-                    if attempt == 2:
-                        raise DatabaseUnavailableError(f"pointer check failed: {exc}") from exc
-                finally:
-                    if ok and not self._closed:
-                        self._idle.append(slot)
-                    else:
-                        slot.conn.terminate()
+        key: Key = (project_id, tuple(contracts), tuple(cached))
+        while True:
+            shared = self._waiting.get(key)
+            if shared is None:
+                return await self._lead(key, project_id, contracts, cached)
+            shared.joined += 1
+            try:
+                return list(await asyncio.shield(shared.answer))
+            except _LeaderGone:
+                continue  # its caller was cancelled before it was sent: check anew
+
+    async def _lead(
+        self,
+        key: Key,
+        project_id: str,
+        contracts: Sequence[tuple[str, str]],
+        cached: Sequence[uuid.UUID | None],
+    ) -> list[Pointer]:
+        """Send the check ``key`` once a connection is free, for this call and those that
+        joined it meanwhile."""
+        shared = self._waiting[key] = _Shared()
+        try:
+            async with self._slots:
+                del self._waiting[key]  # sent from here on: later calls make their own
+                result = await self._send(project_id, contracts, cached)
+        except BaseException as exc:
+            if self._waiting.get(key) is shared:
+                del self._waiting[key]
+            gone = isinstance(exc, asyncio.CancelledError)
+            if shared.joined:
+                shared.answer.set_exception(_LeaderGone() if gone else exc)
+                shared.answer.exception()  # retrieved here too, whoever reads it
+            raise
+        if shared.joined:
+            shared.answer.set_result(result)
+        return result
+
+    async def _send(
+        self,
+        project_id: str,
+        contracts: Sequence[tuple[str, str]],
+        cached: Sequence[uuid.UUID | None],
+    ) -> list[Pointer]:
+        """The check on a connection of the caller's slot, tried once more on a fresh one."""
+        self.sent += 1
+        metrics.POINTER_CHECK_STATEMENTS.inc()
+        for attempt in (1, 2):
+            try:
+                slot = await self._take(project_id)
+            except DatabaseUnavailableError:
+                if attempt == 2:
+                    raise
+                continue
+            ok = False
+            try:
+                result = await self._check(slot, project_id, contracts, cached)
+                ok = True
+                return result
+            except BROKEN_CONNECTION as exc:
+                if attempt == 2:
+                    raise DatabaseUnavailableError(f"pointer check failed: {exc}") from exc
+            finally:
+                if ok and not self._closed:
+                    self._idle.append(slot)
+                else:
+                    slot.conn.terminate()
         raise AssertionError("unreachable")
 
     @staticmethod

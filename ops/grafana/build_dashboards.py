@@ -399,6 +399,14 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "s",
             ),
             (
+                "Pointer checks per second: calls and statements (shared while waiting)",
+                [
+                    ("sum(rate(awooop_pointer_check_seconds_count[5m]))", "calls"),
+                    ("sum(rate(awooop_pointer_check_statements_total[5m]))", "statements"),
+                ],
+                "ops",
+            ),
+            (
                 "Model calls per second",
                 [("sum by (result) (rate(awooop_llm_calls_total[5m]))", "{{result}}")],
                 "ops",
