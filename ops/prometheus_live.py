@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ from typing import Any
 import httpx
 import redis
 
+from awooop.demo.servers import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "ops" / "prometheus" / "rules"
 CLI = [sys.executable, "-m", "awooop.cli"]
@@ -29,13 +30,6 @@ def report(result: dict[str, Any]) -> int:
     """Print the check's JSON result; its exit code (0 when ``ok``)."""
     print(json.dumps(result, indent=2))
     return 0 if result["ok"] else 1
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float, every_s: float = 0.5) -> Any:

@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from awooop.core.db import Database  # noqa: E402 - after the sys.path line, for a plain script
 from awooop.core.migrate import migrate  # noqa: E402
+from awooop.demo.servers import free_port  # noqa: E402
 from awooop.eventlog import dedupe_windows as windows  # noqa: E402
 from awooop.ingest import credentials  # noqa: E402
 from awooop.producer import ChannelEvent, submit_many  # noqa: E402
@@ -81,13 +82,6 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def process_cpu_s(root: int) -> float:

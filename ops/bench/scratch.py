@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import asyncpg
 import httpx
 
 from awooop.core.migrate import migrate
+from awooop.demo.servers import free_port
 
 SERVER = os.environ.get("AWOOOP_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS = os.environ.get("AWOOOP_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -28,12 +28,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def url_for(name: str) -> str:
     return SERVER.rsplit("/", 1)[0] + "/" + name
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def report(result: dict[str, Any], name: str) -> None:
