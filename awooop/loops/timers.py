@@ -64,6 +64,7 @@ SIGNAL_PAYLOAD = "signal"
 CHILDREN_PAYLOAD = "children"
 MAX_BATCHES = 20
 MIN_DELAY_S = 0.005  # a wake sooner than this runs the next iteration at once
+LISTEN_TIMEOUT_S = 10.0  # to connect, then to LISTEN: a black-holed server fails the round
 
 
 @contextlib.contextmanager
@@ -204,8 +205,8 @@ class TimerWakeup:
         """(Re)open the listening connection if it is gone; errors are the caller's."""
         if self._conn is not None and not self._conn.is_closed():
             return
-        self._conn = await connect(self._url, PLATFORM_ROLE)
-        await self._conn.add_listener(CHANNEL, self._notified)
+        self._conn = await connect(self._url, PLATFORM_ROLE, LISTEN_TIMEOUT_S)
+        await asyncio.wait_for(self._conn.add_listener(CHANNEL, self._notified), LISTEN_TIMEOUT_S)
         self._last_full = None  # what was rung before it listened: the next pass is full
 
     def arm(self, delay_s: float | None) -> None:

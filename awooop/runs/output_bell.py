@@ -23,9 +23,8 @@ import contextvars
 import uuid
 from collections.abc import Iterator
 
-from awooop.core.db import Connection
+from awooop.core.listening import listen
 from awooop.core.logs import get_logger
-from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.runs.control import CANCEL_CHANNEL
 from awooop.runs.output_log import CHANNEL
 
@@ -78,39 +77,17 @@ class OutputBell:
             )
 
     async def _listen(self) -> None:
-        while not self._stop.is_set():
-            conn: Connection | None = None
-            closed = asyncio.Event()
-            try:
-                conn = await connect(self.database_url, PLATFORM_ROLE, CONNECT_TIMEOUT_S)
-                conn.add_termination_listener(lambda _c, closed=closed: closed.set())
-                await asyncio.wait_for(
-                    conn.add_listener(CHANNEL, self._notified), CONNECT_TIMEOUT_S
-                )
-                await asyncio.wait_for(
-                    conn.add_listener(CANCEL_CHANNEL, self._notified), CONNECT_TIMEOUT_S
-                )
-                self.connected.set()
-                self._wake_all()  # notices may have been missed while it was away
-                stopper = asyncio.ensure_future(self._stop.wait())
-                dropped = asyncio.ensure_future(closed.wait())
-                try:
-                    await asyncio.wait({stopper, dropped}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    stopper.cancel()
-                    dropped.cancel()
-            except Exception as exc:
-                log.warning("output_bell_failed", error=repr(exc))
-            finally:
-                self.connected.clear()
-                if conn is not None and not conn.is_closed():
-                    try:
-                        await conn.close(timeout=5)
-                    except Exception:  # a server that no longer answers: just drop it
-                        conn.terminate()
-            if not self._stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), timeout=RECONNECT_PAUSE_S)
+        channels = {CHANNEL: self._notified, CANCEL_CHANNEL: self._notified}
+        await listen(
+            self.database_url,
+            channels,
+            self._stop,
+            self.connected,
+            name="output_bell",
+            timeout_s=CONNECT_TIMEOUT_S,
+            pause_s=RECONNECT_PAUSE_S,
+            on_connected=self._wake_all,  # notices may have been missed while it was away
+        )
 
     def _wake_all(self) -> None:
         for waiting in self.waiters.values():

@@ -35,9 +35,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 
 from awooop.core import metrics
-from awooop.core.db import Connection, Database
+from awooop.core.db import Database
+from awooop.core.listening import Notified, listen
 from awooop.core.logs import get_logger
-from awooop.core.pools import PLATFORM_ROLE, connect
 from awooop.core.storable import sanitized
 from awooop.eventlog.runs import CurrentStep
 from awooop.runs import leases
@@ -263,34 +263,9 @@ class CancelListener:
                 await checking
 
     async def _listen(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            conn: Connection | None = None
-            closed = asyncio.Event()
-            try:
-                conn = await connect(self.database_url, PLATFORM_ROLE)
-                conn.add_termination_listener(lambda _c, closed=closed: closed.set())
-                await conn.add_listener(CANCEL_CHANNEL, self._notified)
-                if self.on_resume is not None:
-                    await conn.add_listener(RESUME_CHANNEL, self._resumed)
-                if self.on_route is not None:
-                    await conn.add_listener(ROUTE_CHANNEL, self._routed)
-                self.connected.set()
-                stopper = asyncio.ensure_future(stop.wait())
-                dropped = asyncio.ensure_future(closed.wait())
-                try:
-                    await asyncio.wait({stopper, dropped}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    stopper.cancel()
-                    dropped.cancel()
-            except Exception as exc:
-                log.warning("cancel_listener_failed", error=repr(exc))
-            finally:
-                self.connected.clear()
-                if conn is not None and not conn.is_closed():
-                    try:
-                        await conn.close(timeout=5)
-                    except Exception:  # a server that no longer answers: just drop it
-                        conn.terminate()
-            if not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+        channels: dict[str, Notified] = {CANCEL_CHANNEL: self._notified}
+        if self.on_resume is not None:
+            channels[RESUME_CHANNEL] = self._resumed
+        if self.on_route is not None:
+            channels[ROUTE_CHANNEL] = self._routed
+        await listen(self.database_url, channels, stop, self.connected, name="cancel_listener")
