@@ -21,7 +21,7 @@ from tests.support.waiting import eventually
 from tests.support.workers import WorkerProcess, relay_process
 
 P = "proj-family"
-FAMILY = "tests.support.handlers:family"
+FAMILY = "tests.support.durable_handlers:family"
 CHILDREN = 100
 
 pytestmark = pytest.mark.fast("processes")

@@ -32,7 +32,7 @@ from tests.support.waiting import eventually
 from tests.support.workers import WorkerProcess, cli, relay_process, workers
 
 P = "proj-sleep"
-SLEEPER = "tests.support.handlers:sleeper"
+SLEEPER = "tests.support.durable_handlers:sleeper"
 
 pytestmark = pytest.mark.fast("processes")
 

@@ -32,7 +32,7 @@ from awooop.testing.postgres import PostgresKit
 from awooop.worker.assembly import build_worker
 from awooop.worker.runtime import Worker
 from tests.integration.test_console import log_in
-from tests.support import handlers
+from tests.support import durable_handlers, handlers
 from tests.support.http import app_client
 from tests.support.runs import count_events, create_runs, event_types, load
 from tests.support.waiting import eventually
@@ -52,7 +52,7 @@ def clean_effects() -> Iterator[None]:
 
 def worker(db: Database, settings: Settings, concurrency: int = 1) -> Worker:
     return build_worker(
-        db=db, settings=settings, handler=handlers.family, concurrency=concurrency
+        db=db, settings=settings, handler=durable_handlers.family, concurrency=concurrency
     ).worker
 
 
@@ -405,33 +405,11 @@ async def test_a_family_on_the_awooop_postgres_fixture_and_its_replay_in_the_kit
     (handles and outcomes) replays in the in-memory kit without a database, running nothing."""
     pg = awooop_postgres
     parent = await pg.create({"children": 3, "per_child": {"1": {"fail": True}}})
-    await pg.work(handlers.family)
+    await pg.work(durable_handlers.family)
     state = await pg.state(parent)
     assert state.status == "COMPLETED"
     assert [r["status"] for r in state.result["results"]] == ["COMPLETED", "FAILED", "COMPLETED"]
-    report = await HandlerKit(handlers.family).replay(await pg.journal(parent))
+    report = await HandlerKit(durable_handlers.family).replay(await pg.journal(parent))
     assert report.result.error is None and report.result.status == "COMPLETED"
     assert report.result.state.result == state.result
     assert report.ran == [] and "children:1" in report.replayed
-
-
-async def test_large_results_stay_in_the_children_and_the_resumed_parent_reads_them(
-    db: Database, fast: Settings
-) -> None:
-    """Three children of 100 KB results each: the parent's ChildrenFinished keeps their
-    outcomes without the results (over RESULTS_INLINE_MAX_BYTES in all), and the resumed
-    parent gets each result whole from the children's rows."""
-    parent = await parent_with(db, children=3, child={"pad": 100_000})
-    roomy = msgspec.structs.replace(fast, step_result_max_bytes=1_000_000)  # the parent's own
-    await worker(db, roomy).run_until_idle()
-    state = await load(db, P, parent)
-    assert state.status == "COMPLETED", state
-    assert [r["result"]["pad"] for r in state.result["results"]] == ["x" * 100_000] * 3
-    async with db.platform() as conn:
-        size, data = await conn.fetchrow(
-            "SELECT octet_length(data::text), data FROM awooop_events "
-            "WHERE stream_id = $1 AND event_type = 'ChildrenFinished'",
-            run_stream_id(parent),
-        )
-    assert size < 2_000
-    assert [r["result_in_child"] for r in data["results"]] == [True] * 3

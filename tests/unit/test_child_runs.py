@@ -17,7 +17,7 @@ from awooop.eventlog.child_state import ChildHandle, ChildResult
 from awooop.eventlog.state import RunStatus, apply
 from awooop.testing import HandlerKit
 from tests.support.factories import T0, state_in
-from tests.support.handlers import family
+from tests.support.durable_handlers import family
 
 STATUSES = ["PENDING", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL", "WAITING_EVENT", "RESUMED",
             "COMPLETED", "FAILED", "CANCELLED"]  # fmt: skip
