@@ -16,8 +16,8 @@ from awooop.eventlog import child_state, wait_state
 from awooop.eventlog.child_state import ChildHandle, ChildResult
 from awooop.eventlog.state import RunStatus, apply
 from awooop.testing import HandlerKit
-from tests.support.factories import T0, state_in
 from tests.support.durable_handlers import family
+from tests.support.factories import T0, state_in
 
 STATUSES = ["PENDING", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL", "WAITING_EVENT", "RESUMED",
             "COMPLETED", "FAILED", "CANCELLED"]  # fmt: skip
