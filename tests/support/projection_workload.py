@@ -29,9 +29,20 @@ from awooop.eventlog.state import TRANSITIONS
 from awooop.runs import run_rows
 from tests.support.factories import created, event_for
 
+# The rows are locked in run_id order, as renew_leases.sql locks them: two renewals that lock
+# in no particular order can deadlock with each other and with a walker's row lock, which the
+# walker's transaction (not retried) then reports.
 HEARTBEAT = """
-UPDATE awooop_run_state SET lease_until = now() + interval '60 seconds', heartbeat_at = now()
-WHERE worker_id = $1 AND status IN ('RUNNING', 'WAITING_TOOL')
+WITH asked AS (
+    SELECT run_id FROM awooop_run_state
+    WHERE worker_id = $1 AND status IN ('RUNNING', 'WAITING_TOOL')
+    ORDER BY run_id
+    FOR NO KEY UPDATE
+)
+UPDATE awooop_run_state AS r
+SET lease_until = now() + interval '60 seconds', heartbeat_at = now()
+FROM asked AS a
+WHERE r.run_id = a.run_id
 """
 
 
@@ -82,9 +93,7 @@ class Workload:
         return True
 
     async def heartbeat(self) -> None:
-        # Every walker renews all of "worker-a"'s leases, in no particular row order: two such
-        # renewals at once may deadlock, which Postgres breaks by aborting one; retried like
-        # every transaction of the runtime (a real worker's renewals never overlap another's).
+        # Every walker renews all of "worker-a"'s leases, in run_id order (HEARTBEAT).
         status = await self.db.in_platform_writes(lambda conn: conn.execute(HEARTBEAT, "worker-a"))
         self.heartbeats += int(status.split()[-1])
 
