@@ -31,7 +31,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from awooop.core.errors import InvalidInputError, PayloadTooLargeError, RevisionNotFoundError
+from awooop.core.errors import RevisionNotFoundError
+from awooop.http import ingest
 from awooop.http.auth import Principal, require
 from awooop.revisions.records import ANY, Activation, Expected
 from awooop.revisions.service import Revisions
@@ -41,7 +42,6 @@ PREFIX = "/v1/projects/{project_id}/contracts"
 CONTRACT = PREFIX + "/{family}/{contract_id}"
 
 T = TypeVar("T")
-_encoder = msgspec.json.Encoder()
 
 
 class CreateRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -59,24 +59,12 @@ class RollbackRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def json_response(content: Any, status_code: int = 200) -> Response:
-    return Response(_encoder.encode(content), status_code, media_type="application/json")
+    return ingest.json_response(content, status_code)
 
 
 async def read_json(request: Request, kind: type[T], limit: int) -> T:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLargeError(limit=limit)
-    raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > limit:
-            raise PayloadTooLargeError(limit=limit)
-    try:
-        return msgspec.json.decode(raw, type=kind)
-    except msgspec.ValidationError as exc:
-        raise InvalidInputError(f"invalid request body: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"request body is not JSON: {exc}") from None
+    """The body as ``kind``: 413 past ``limit``, 400 E-INPUT-001 when it is not one."""
+    return ingest.decode_body(await ingest.read_body(request, limit), kind)
 
 
 def _expected(value: uuid.UUID | msgspec.UnsetType | None) -> Expected:

@@ -176,8 +176,6 @@ def parameters(op: Op) -> list[dict[str, Any]]:
 def body_required(op: Op) -> bool:
     """A Struct's body may be left out when none of its fields is required (the routes read
     no body as ``{}``); any other body is required."""
-    if op.body_required is not None:
-        return op.body_required
     if isinstance(op.body, type) and issubclass(op.body, msgspec.Struct):
         return any(f.required for f in msgspec.structs.fields(op.body))
     return True

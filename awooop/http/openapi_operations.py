@@ -83,7 +83,6 @@ class Op(NamedTuple):
     query: tuple[Param, ...] = ()
     headers: tuple[Param, ...] = ()
     media: tuple[str, ...] = (JSON,)
-    body_required: bool | None = None  # None: when the body's Struct has a required field
     tag: str = ""  # set by the section the row is in
 
 

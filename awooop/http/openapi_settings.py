@@ -299,6 +299,5 @@ CONTRACTS = (
             NoActiveRevisionError,
             NothingToRollBackError,
         ),
-        body_required=True,
     ),
 )
