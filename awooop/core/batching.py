@@ -144,10 +144,13 @@ class Batcher(Generic[K, I, R]):
         batch: list[_Pending[I, R]] = []
         busy = self._in_flight.setdefault(key, set())
         rest: list[_Pending[I, R]] = []
-        for pending in queue:
-            if len(batch) < self._max_batch and (
-                pending.unique is None or pending.unique not in busy
-            ):
+        for index, pending in enumerate(queue):
+            if len(batch) == self._max_batch:
+                # The rest as it stands: thousands of runs writing at once queue thousands of
+                # items, and a take that looked at each of them would cost O(queue) per batch.
+                rest.extend(queue[index:])
+                break
+            if pending.unique is None or pending.unique not in busy:
                 batch.append(pending)
                 if pending.unique is not None:
                     busy.add(pending.unique)
