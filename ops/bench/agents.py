@@ -54,21 +54,24 @@ from the commit until every run is COMPLETED, FAILED or CANCELLED:
   by the runs in flight;
 - the step overhead from the journal (``agents_stats.step_overheads``; ``ModelCalled``'s
   ``started_at`` and ``duration_ms``, the worker's clock): from one step's model answer to the
-  next step's model call, p50/p99, with its parts outside and inside the gateway; and the
+  next step's model call, p50/p99, with its parts outside and inside the gateway (the pair on
+  either side of a wait apart: ``across_wait``); and the
   time from a run's claim to its first call (to the handler's start, which the handler
   returns as its result, and on: for a run that waited, from its last attempt's claim to its
   start and on to that attempt's first call), and from its last answer to its completion;
 - Postgres committed transactions per step (``pg_stat_database`` of the benchmark database,
   read ``--settle`` s after the burst; ``net`` less the idle rate measured over the next
   ``--settle`` s);
-- errors: runs not COMPLETED, runs executed more than once (claimed twice, more model calls
-  than steps, a step journaled twice), model calls that failed; then, with the processes
+- errors: runs not COMPLETED, runs executed more than once (claimed more often than the
+  agent's attempts, one or two with a wait; more model calls than steps; a step journaled
+  twice), model calls that failed; then, with the processes
   stopped, ``awooop replay run_state --verify`` (``replay_clean``);
 - the waits (``sleep``, ``approval``; ``agents_waits.wait_figures``, from the journal): the
   time from a wait's end (``TimerFired``, ``ApprovalGranted``) to the run's next claim
-  (``wake_to_resume``, ``approve_to_resume``), the most runs waiting at once and the slots they
-  could have held (``asleep_max``, ``slots_held_while_asleep``: at the moment the most runs
-  were asleep or in an attempt, the sleepers beyond the slots held none), and runs whose wait
+  (``wake_to_resume``, ``approve_to_resume``), the most runs waiting at once
+  (``asleep_max``, ``awaiting_approval_max``) and the slots they could have held
+  (``slots_held_while_asleep``: the fewest slots the attempts left free, at most the runs
+  waiting then, at any moment runs waited; ``agents_waits.occupancy``), and runs whose wait
   ended or resumed more than once (``fired_twice``, ``approved_twice``, ``resumed_twice``);
   the reviewer's lists, decisions and refusals.
 
