@@ -106,7 +106,9 @@ class Call:
         return self.started + self.duration_s
 
 
-def step_overheads(calls: Iterable[Call], call_s: float) -> dict[str, list[float]]:
+def step_overheads(
+    calls: Iterable[Call], call_s: float, waits: Mapping[str, Sequence[float]] | None = None
+) -> dict[str, list[float]]:
     """Per pair of consecutive model calls of a run, in ms:
 
     - ``overhead``: from one call's answer to the next call's model call, i.e. the time between
@@ -117,7 +119,9 @@ def step_overheads(calls: Iterable[Call], call_s: float) -> dict[str, list[float
     - ``in_gateway``: its part inside the gateway (the next call's duration less ``call_s``:
       the pointer check and the lateness of the model's timer, i.e. the loop's lag).
 
-    ``gateway_extra`` has the last of these for every call (also the first of each run)."""
+    ``gateway_extra`` has the last of these for every call (also the first of each run). A
+    pair with one of the run's ``waits`` (the times its waits began) between the two calls
+    goes to ``across_wait`` instead of the three above (its ``overhead``: the wait included)."""
     by_run: dict[str, list[Call]] = {}
     for call in calls:
         by_run.setdefault(call.run, []).append(call)
@@ -127,11 +131,18 @@ def step_overheads(calls: Iterable[Call], call_s: float) -> dict[str, list[float
         "in_gateway": [],
         "gateway_extra": [],
     }
-    for mine in by_run.values():
+    if waits is not None:
+        out["across_wait"] = []
+    for run, mine in by_run.items():
         mine.sort(key=lambda c: c.started)
+        began = waits.get(run, ()) if waits is not None else ()
         out["gateway_extra"].extend((c.duration_s - call_s) * 1000 for c in mine)
         for prev, nxt in itertools.pairwise(mine):
-            out["overhead"].append((nxt.answered - prev.answered - call_s) * 1000)
+            overhead = (nxt.answered - prev.answered - call_s) * 1000
+            if any(prev.answered <= at <= nxt.started for at in began):
+                out["across_wait"].append(overhead)
+                continue
+            out["overhead"].append(overhead)
             out["between_calls"].append((nxt.started - prev.answered) * 1000)
             out["in_gateway"].append((nxt.duration_s - call_s) * 1000)
     return out
@@ -142,22 +153,32 @@ def run_edges(
     started: Mapping[str, float],
     calls: Iterable[Call],
     completed: Mapping[str, float],
+    last_claimed: Mapping[str, float] | None = None,
 ) -> dict[str, list[float]]:
     """Per run, in ms: ``to_first_call``, from its claim (the ``RunClaimed`` transaction's
     start) to its first model call's start, in two parts: ``claim_to_handler`` (to the
     handler's start, ``started``) and ``handler_to_first_call``; and ``after_last_answer``,
     from its last answer to its completion (the ``RunCompleted`` transaction's start). Unix
-    seconds; one host."""
+    seconds; one host. A run of several attempts (a wait between them) has ``started`` of its
+    last attempt: ``claim_to_handler`` is then from that attempt's claim (``last_claimed``)
+    and ``handler_to_first_call`` to that attempt's first call (its journaled steps replayed
+    before it)."""
+    last_claimed = claimed if last_claimed is None else last_claimed
     first: dict[str, float] = {}
     last: dict[str, float] = {}
+    resumed: dict[str, float] = {}  # each run's first call at or after its handler's start
     for call in calls:
         first[call.run] = min(first.get(call.run, call.started), call.started)
         last[call.run] = max(last.get(call.run, call.answered), call.answered)
+        if call.run in started and call.started >= started[call.run]:
+            resumed[call.run] = min(resumed.get(call.run, call.started), call.started)
     return {
         "to_first_call": [(first[r] - at) * 1000 for r, at in claimed.items() if r in first],
-        "claim_to_handler": [(started[r] - at) * 1000 for r, at in claimed.items() if r in started],
+        "claim_to_handler": [
+            (started[r] - at) * 1000 for r, at in last_claimed.items() if r in started
+        ],
         "handler_to_first_call": [
-            (first[r] - at) * 1000 for r, at in started.items() if r in first
+            (resumed[r] - at) * 1000 for r, at in started.items() if r in resumed
         ],
         "after_last_answer": [(at - last[r]) * 1000 for r, at in completed.items() if r in last],
     }
@@ -168,10 +189,12 @@ def repeated(
     calls: Mapping[str, int],
     steps: Mapping[tuple[str, str], int],
     per_run: int,
+    attempts: int = 1,
 ) -> dict[str, int]:
-    """Runs executed more than once, by what shows it: claimed more than once, more model
-    calls than steps, a step journaled twice; ``any``: runs with at least one of these."""
-    twice = {r for r, n in claims.items() if n > 1}
+    """Runs executed more than once, by what shows it: claimed more than once (more than
+    ``attempts`` times: a run that waits takes two), more model calls than steps, a step
+    journaled twice; ``any``: runs with at least one of these."""
+    twice = {r for r, n in claims.items() if n > attempts}
     more = {r for r, n in calls.items() if n > per_run}
     again = {r for (r, _step), n in steps.items() if n > 1}
     return {
@@ -195,10 +218,16 @@ def postgres_role(title: str, database: str) -> str:
     return "postgres_backends" if match["database"] == database else "postgres_backends_other"
 
 
+# The runtime's processes: the workers, the relay, the timers loop (the sleeping agent's) and
+# the benchmark database's Postgres backends (the benchmark's, the producer's and the
+# reviewer's connections are named apart).
+RUNTIME_ROLES = ("worker", "relay", "timers", "postgres_backends")
+
+
 def per_unit(cpu_s: Mapping[str, float], runs: int, steps: int) -> dict[str, dict[str, float]]:
     """CPU seconds per role as ms per run and ms per step (``runs`` x ``steps`` steps), with
-    ``runtime``: the worker(s), the relay and the benchmark database's Postgres backends."""
-    runtime = sum(cpu_s.get(r, 0.0) for r in ("worker", "relay", "postgres_backends"))
+    ``runtime``: the sum of ``RUNTIME_ROLES``."""
+    runtime = sum(cpu_s.get(r, 0.0) for r in RUNTIME_ROLES)
     every = {**cpu_s, "runtime": runtime}
     return {
         "per_run_ms": {r: round(s * 1000 / runs, 3) for r, s in sorted(every.items())},

@@ -67,3 +67,42 @@ async def sleep_once(run: RunContext) -> None:
     seconds = float(run.input.get("sleep_s", 0)) if isinstance(run.input, dict) else 0.0
     if seconds > 0:
         await run.sleep(timedelta(seconds=seconds))
+
+
+async def agent_sleeps(run: RunContext) -> dict[str, float]:
+    """An agent that sleeps (the agents benchmark's ``--agent sleep``): one step, a durable
+    ``run.sleep`` of the input's ``sleep_s`` seconds (default 2), then the other ``steps``
+    (the input's, default 1). Each step as the input's ``api`` says (:func:`_agent_step`)."""
+    started = time.time()
+    options = run.input if isinstance(run.input, dict) else {}
+    steps = int(options.get("steps", 1))
+    await _agent_step(run, 0, options)
+    await run.sleep(timedelta(seconds=float(options.get("sleep_s", 2.0))))
+    for i in range(1, steps):
+        await _agent_step(run, i, options)
+    return {"steps": steps, "started": started}
+
+
+async def agent_approvals(run: RunContext) -> dict[str, float]:
+    """An agent that asks a person (the agents benchmark's ``--agent approval``, whose reviewer
+    approves): one step, ``run.wait_for_approval``, then the other ``steps`` (the input's,
+    default 1). Each step as the input's ``api`` says (:func:`_agent_step`)."""
+    started = time.time()
+    options = run.input if isinstance(run.input, dict) else {}
+    steps = int(options.get("steps", 1))
+    await _agent_step(run, 0, options)
+    # Approved, else the run fails (a rejection's default) and never gets here.
+    await run.wait_for_approval("go-on", reason="the agent's first answer, to go on")
+    for i in range(1, steps):
+        await _agent_step(run, i, options)
+    return {"steps": steps, "started": started}
+
+
+async def _agent_step(run: RunContext, i: int, options: dict[str, object]) -> None:
+    """Step ``s<i>``: ``run.llm_step`` (``api`` ``llm_step``, the default) or a ``run.step``
+    making one ``run.llm`` call (``api`` ``step``), as :func:`agent_llm_steps` and
+    :func:`agent_steps` write theirs."""
+    if options.get("api") == "step":
+        await run.step(f"s{i}", partial(_think, run, i))
+    else:
+        await run.llm_step(f"s{i}", f"step {i}", max_tokens=5)

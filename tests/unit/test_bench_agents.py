@@ -1,6 +1,7 @@
 """The pure parts of the agents benchmark (ops/bench/agents_stats.py): the shapes, the ideal
-wall time, the step overhead from the journal's calls, per-step figures, memory per run in
-flight, the targets and the profile's split. The benchmark itself is a manual run."""
+wall time, the step overhead from the journal's calls (a wait's pair apart), the edges of a run
+(of its last attempt when it waited), per-step figures, memory per run in flight, the targets
+and the profile's split. The benchmark itself is a manual run."""
 
 from __future__ import annotations
 
@@ -72,9 +73,28 @@ def test_run_edges_and_repeats(m: ModuleType) -> None:
     }
 
 
+def test_a_run_that_waited_has_its_edges_from_its_last_attempt(m: ModuleType) -> None:
+    # Claimed at 10, first call at 10.1, asleep from 11.15; claimed again at 14, its handler
+    # started at 14.03 (the result's), replayed the first step and called again at 14.05.
+    calls = [m.Call("r", 10.1, 1.0), m.Call("r", 14.05, 1.0)]
+    edges = m.run_edges({"r": 10.0}, {"r": 14.03}, calls, {"r": 15.1}, {"r": 14.0})
+    assert [round(v, 6) for v in edges["to_first_call"]] == [100.0]
+    assert [round(v, 6) for v in edges["claim_to_handler"]] == [30.0]
+    assert [round(v, 6) for v in edges["handler_to_first_call"]] == [20.0]
+    gaps = m.step_overheads(calls, 1.0, {"r": [11.15]})
+    assert gaps["overhead"] == gaps["between_calls"] == gaps["in_gateway"] == []
+    assert [round(v, 6) for v in gaps["across_wait"]] == [2950.0]  # the wait included
+    assert "across_wait" not in m.step_overheads(calls, 1.0)
+    # Two claims are a waiting run's due: not executed twice; three are.
+    assert m.repeated({"r": 2}, {"r": 2}, {}, 2, attempts=2)["any"] == 0
+    assert m.repeated({"r": 3}, {"r": 2}, {}, 2, attempts=2)["claimed_more_than_once"] == 1
+
+
 def test_per_step_figures(m: ModuleType) -> None:
     cpu = m.per_unit({"worker": 3.0, "relay": 0.5, "postgres_backends": 1.5, "redis": 9.0}, 1000, 2)
     assert cpu["per_run_ms"]["runtime"] == 5.0  # redis is not the runtime's
+    with_timers = m.per_unit({"worker": 3.0, "timers": 1.0, "reviewer_backends": 4.0}, 1000, 2)
+    assert with_timers["per_run_ms"]["runtime"] == 4.0  # the timers loop is; the reviewer not
     assert cpu["per_step_ms"]["worker"] == 1.5
     assert m.rss_per_in_flight_kb([1000, 2000], [9000, 1500], 100) == 80.0  # a shrink counts 0
     assert m.xacts_per_step(1300, 10.0, 30.0, 500) == {"gross": 2.6, "net": 2.0}
