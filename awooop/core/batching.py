@@ -129,14 +129,15 @@ class Batcher(Generic[K, I, R]):
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            if on_orphan is not None:
-                callback = on_orphan
+            callback = on_orphan
 
-                def orphaned(done: asyncio.Future[R]) -> None:
-                    if not done.cancelled() and done.exception() is None:
-                        callback(done.result())
+            def orphaned(done: asyncio.Future[R]) -> None:
+                # Read here whatever it ends with: nobody else will (asyncio would log an
+                # exception nobody read, once per item: thousands when many runs lose a lease).
+                if not done.cancelled() and done.exception() is None and callback is not None:
+                    callback(done.result())
 
-                future.add_done_callback(orphaned)
+            future.add_done_callback(orphaned)
             raise
 
     def _take(self, key: K) -> list[_Pending[I, R]]:

@@ -5,9 +5,9 @@ Every field maps to ``AWOOOP_<FIELD_NAME_UPPER>`` (except ``loop_project_id``, r
 variable and the expected form. docs/reference.md, Settings, lists each variable.
 
 Why the lease defaults are shorter than R-11 to R-13's (5 min lease, 30 s heartbeat, 1 min
-reaper): R-17 asks for recovery within one minute of a crash. Heartbeats are batched (one
-statement per worker renews all its leases), so a short lease is cheap: lease 30 s, heartbeat
-5 s (a worker must miss six in a row to lose it), reaper and reclaim every 10 s: recovery
+reaper): R-17 asks for recovery within one minute of a crash. Heartbeats are batched (a
+worker renews its leases with one statement per 1,000), so a short lease is cheap: lease 30 s,
+heartbeat 5 s (a worker must miss six in a row to lose it), reaper and reclaim every 10 s: recovery
 within lease TTL + one reclaim interval = 40 s. The relay's leader lease (8 s, renewed every
 2 s, room for one failed renewal: :func:`awooop.core.leadership.check_timings`) is short
 because nothing is published while a frozen leader holds it.

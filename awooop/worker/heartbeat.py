@@ -10,9 +10,10 @@ runs, whatever the network does.** Three parts hold it:
   on the event loop (:meth:`awooop.worker.attempts.Attempt.hold_until`), not the return of any
   I/O call, cancels the handler when the deadline passes; its writes stop with it (each is also
   fenced by the database).
-- Every ``heartbeat_interval_s`` one statement renews every lease this process holds, bounded
-  by ``AWOOOP_DB_STATEMENT_TIMEOUT_S`` (shorter than the local lease): a renewal that hangs
-  on a black-holed connection fails in time and the next round tries again on a fresh one. A
+- Every ``heartbeat_interval_s`` one statement per :data:`RENEWAL_CHUNK` leases renews the
+  leases this process holds, each bounded by ``AWOOOP_DB_STATEMENT_TIMEOUT_S`` (shorter than
+  the local lease): a renewal that hangs on a black-holed connection fails in time and the
+  next round tries again on a fresh one. A
   run missing from the answer lost its lease (reaped, taken, cancelled): its handler is
   cancelled at once. The same statement writes the step each attempt is in and since when
   (:func:`current_steps`), so the run page shows a long step while it runs without a write per
@@ -56,6 +57,9 @@ Toucher = Callable[[list[StreamEntry]], Awaitable[None]]
 # process holds costs at most one read per gap, and a real cancel still stops its handler
 # within a gap and a read.
 CHECK_GAP_S = 0.1
+# Leases renewed by one statement: a round renews more in several, each under the statement
+# timeout on its own (the rows of one are locked for a short while, in run id order).
+RENEWAL_CHUNK = 1000
 # The longest step name a renewal writes (a step name has no bound of its own).
 STEP_NAME_CHARS = 200
 
@@ -90,19 +94,46 @@ class Heartbeat:
         self._touching: asyncio.Task[None] | None = None
 
     async def beat(self) -> set[uuid.UUID]:
-        """One round: renew in the database (bounded), move the local deadlines, touch entries."""
+        """One round: renew in the database (bounded), move the local deadlines, touch entries.
+        The leases go in chunks of :data:`RENEWAL_CHUNK`, in run id order, each its own
+        statement and each confirming its own leases: thousands of leases in one statement
+        outlasted the statement timeout, and then none was renewed. A chunk that fails leaves
+        the others renewed; the first failure is raised once every chunk was tried."""
         attempts = self.executor.attempts
-        held = {rid: a for rid, a in attempts.items() if a.stop_reason is None}
+        held = {rid: a for rid, a in sorted(attempts.items()) if a.stop_reason is None}
         if not held:
             return set()
-        sent = time.monotonic()
-        worker_id = self.executor.worker_id
-        renewed = await self.statements.heartbeat(
-            worker_id, {rid: a.number for rid, a in held.items()}, self.ttl_s, current_steps(held)
-        )
+        renewed: set[uuid.UUID] = set()
+        entries: list[StreamEntry] = []
+        failure: Exception | None = None
+        chunks = list(held.items())
+        for start in range(0, len(chunks), RENEWAL_CHUNK):
+            chunk = dict(chunks[start : start + RENEWAL_CHUNK])
+            try:
+                renewed |= await self._renew(chunk, entries)
+            except Exception as exc:
+                failure = failure or exc
         self.rounds += 1
+        if entries and self.touch is not None:
+            self._touch_in_background(entries)
+        if failure is not None:
+            raise failure
+        return renewed
+
+    async def _renew(
+        self, held: dict[uuid.UUID, Attempt], entries: list[StreamEntry]
+    ) -> set[uuid.UUID]:
+        """One renewal statement for ``held``; its confirmed leases move their deadlines and
+        their stream entries join ``entries`` (to touch)."""
+        attempts = self.executor.attempts
+        sent = time.monotonic()
+        renewed = await self.statements.heartbeat(
+            self.executor.worker_id,
+            {rid: a.number for rid, a in held.items()},
+            self.ttl_s,
+            current_steps(held),
+        )
         metrics.LEASE_RENEWALS.inc(len(renewed))
-        entries = []
         for rid, attempt in held.items():
             if rid in renewed:
                 self.executor.hold(attempt, sent)
@@ -110,8 +141,6 @@ class Heartbeat:
                     entries.append(attempt.entry)
             elif attempts.get(rid) is attempt and not attempt.finishing:
                 lease_lost(attempt, "the heartbeat did not renew it")
-        if entries and self.touch is not None:
-            self._touch_in_background(entries)
         return renewed
 
     def _touch_in_background(self, entries: list[StreamEntry]) -> None:

@@ -5,6 +5,7 @@ flushed alone), a cancelled caller's item is still flushed."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import asyncpg
 import pytest
@@ -121,6 +122,34 @@ async def test_a_cancelled_callers_item_is_flushed_and_handed_to_on_orphan() -> 
         await caller
     await eventually(lambda: orphans, what="the orphaned result handed to on_orphan")
     assert rec.batches == [("p", [7])] and orphans == [70]
+
+
+async def test_a_cancelled_callers_failed_item_leaves_no_exception_unread() -> None:
+    """Nobody waits for the item of a cancelled caller: its error is read by the batcher, so
+    asyncio logs no "exception was never retrieved" (thousands of them when a worker loses the
+    leases of thousands of runs at once)."""
+    loop = asyncio.get_running_loop()
+    unread: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: unread.append(context))
+    flushed = asyncio.Event()
+
+    async def failing(_key: str, items: list[int]) -> list[int | BaseException]:
+        await asyncio.sleep(0.05)
+        flushed.set()
+        return [ValueError("refused") for _ in items]
+
+    batcher: Batcher[str, int, int] = Batcher(failing)
+    caller = asyncio.ensure_future(batcher.submit("p", 7))
+    await asyncio.sleep(0.01)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await asyncio.wait_for(flushed.wait(), 5)
+    await asyncio.sleep(0)  # the future's callbacks run
+    del caller
+    gc.collect()
+    loop.set_exception_handler(None)
+    assert unread == []
 
 
 class Overlap(Recorder):

@@ -26,9 +26,10 @@ attempt holds the lease. The rules, in one place:
   expired by the database clock. An expired lease is lost even before the reaper has seen it:
   a heartbeat does not revive it and a fenced write refuses it, so "who may write" never
   depends on how quickly the reaper runs.
-- **heartbeat**: one statement renews every live lease of a worker and returns the runs it
-  renewed; a run missing from the answer was lost. Heartbeats write no events: ``lease_until``
-  and ``heartbeat_at`` of a leased run are the lease clock, the only columns of the row that
+- **heartbeat**: one statement renews the live leases of a worker it is given (the worker
+  sends them in chunks: awooop.worker.heartbeat) and returns the runs it renewed; a run
+  missing from the answer was lost. Heartbeats write no events: ``lease_until`` and
+  ``heartbeat_at`` of a leased run are the lease clock, the only columns of the row that
   are not ``apply()`` folded over the events (the replay tool compares them only for runs that
   are not leased).
 - **reap**: a RUNNING or WAITING_TOOL run whose lease expired goes back to PENDING
