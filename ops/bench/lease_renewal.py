@@ -2,7 +2,7 @@
 interval renews every lease the worker holds (``renew_leases.sql``), so its cost is per lease.
 
     .venv/bin/python ops/bench/lease_renewal.py [--leases 100,1000,5000,10000] [--repeat 20]
-                                                [--out FILE]
+                                                [--indexes lease_until,worker_id] [--out FILE]
 
 On a scratch database of the benchmark server (``scratch.Scratch``, dropped at the end) it
 submits the largest count of runs (``submit_many``), claims them all for one worker
@@ -14,6 +14,11 @@ renewed, and how many of the row updates were HOT (``pg_stat_user_tables``). Pri
 document and keeps it in ``ops/bench/results/lease-renewal-<time>.json``. The per-second load
 of a worker is the per-renewal figure divided by ``AWOOOP_HEARTBEAT_INTERVAL_S`` (5 s by
 default).
+
+``--indexes``: the leased runs' index under which to measure, in turn: ``lease_until`` (the
+schema's, ``awooop_run_state_leased_idx``) and ``worker_id`` (that index dropped on the scratch
+database and one on ``worker_id`` of the same runs built in its place; a renewal then changes
+no indexed column and can be HOT). Each row names its ``index``.
 """
 
 from __future__ import annotations
@@ -130,13 +135,34 @@ async def measure(url: str, runs: list[uuid.UUID], repeat: int) -> dict[str, Any
     }
 
 
-async def run(counts: list[int], repeat: int) -> dict[str, Any]:
+# The leased runs' index keyed by a column a renewal does not change (--indexes worker_id).
+WORKER_INDEX = """
+DROP INDEX awooop_run_state_leased_idx;
+CREATE INDEX awooop_run_state_leased_worker_idx ON awooop_run_state (worker_id)
+    WHERE status IN ('RUNNING', 'WAITING_TOOL');
+"""
+
+
+async def use_index(url: str, index: str) -> None:
+    if index == "lease_until":
+        return
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(WORKER_INDEX)
+        await conn.execute("VACUUM ANALYZE awooop_run_state")
+    finally:
+        await conn.close()
+
+
+async def run(counts: list[int], repeat: int, indexes: list[str]) -> dict[str, Any]:
     async with Scratch("leases") as scratch:
         runs = await make_leases(scratch.url, max(counts))
         rows = []
-        for n in counts:
-            rows.append(await measure(scratch.url, runs[:n], repeat))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        for index in indexes:
+            await use_index(scratch.url, index)
+            for n in counts:
+                rows.append({"index": index, **await measure(scratch.url, runs[:n], repeat)})
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return {
         "benchmark": "lease-renewal",
         "command": " ".join(["ops/bench/lease_renewal.py", *sys.argv[1:]]),
@@ -150,10 +176,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--leases", default="100,1000,5000,10000", help="lease counts")
     parser.add_argument("--repeat", type=int, default=20, help="renewals per count")
+    parser.add_argument(
+        "--indexes", default="lease_until", help="lease_until and/or worker_id, in this order"
+    )
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args()
     counts = sorted(int(c) for c in args.leases.split(","))
-    result = asyncio.run(run(counts, args.repeat))
+    indexes = args.indexes.split(",")
+    if indexes not in (["lease_until"], ["worker_id"], ["lease_until", "worker_id"]):
+        parser.error("--indexes: lease_until, worker_id, or lease_until,worker_id")
+    result = asyncio.run(run(counts, args.repeat, indexes))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     report(result, "lease-renewal")
