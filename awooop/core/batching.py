@@ -126,16 +126,19 @@ class Batcher(Generic[K, I, R]):
             task = asyncio.ensure_future(self._drain(key))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        if on_orphan is None:
+            # A cancelled caller cancels the future: the item is flushed all the same and its
+            # result dropped (_drain skips a future that is done), with no shield to pay for.
+            return await future
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            callback = on_orphan
 
             def orphaned(done: asyncio.Future[R]) -> None:
                 # Read here whatever it ends with: nobody else will (asyncio would log an
                 # exception nobody read, once per item: thousands when many runs lose a lease).
-                if not done.cancelled() and done.exception() is None and callback is not None:
-                    callback(done.result())
+                if not done.cancelled() and done.exception() is None:
+                    on_orphan(done.result())
 
             future.add_done_callback(orphaned)
             raise
