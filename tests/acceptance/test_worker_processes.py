@@ -70,7 +70,6 @@ async def test_runs_on_many_worker_processes_each_complete_once(
         concurrency=8,
         others=1 if mode == "streams" else 0,  # the relay's connection
     )
-    run_ids = await create_runs(db, P, runs, payload={"sleep": 0.005})
     with workers(
         crowded,
         tmp_path,
@@ -80,7 +79,11 @@ async def test_runs_on_many_worker_processes_each_complete_once(
         args=("--concurrency", "8", *(("--no-streams",) if mode == "polling" else ())),
         env={"AWOOOP_TEST_SIDE_EFFECTS": effects_file, "AWOOOP_LOG_LEVEL": "warning"},
     ) as procs:
+        # Every worker takes work before the first run exists: on a loaded machine a process
+        # takes seconds to start, and the first three up finished all 1,000 runs before the
+        # others printed their start.
         ids = [p.worker_id() for p in procs]
+        run_ids = await create_runs(db, P, runs, payload={"sleep": 0.005})
         await eventually(
             lambda: all_finished(db, run_ids), timeout_s=120, what=f"{runs} runs finished"
         )
