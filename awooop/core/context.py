@@ -42,7 +42,11 @@ class Bound:
         self._tokens: tuple[tuple[ContextVar[str | None], Token[str | None]], ...] = ()
 
     def __enter__(self) -> None:
-        self._tokens = tuple((var, var.set(value)) for var, value in self._values)
+        # A value already in place (a delivery's block around its attempt's) is not set again:
+        # each set is a token and a new context mapping held for as long as the block lasts.
+        self._tokens = tuple(
+            (var, var.set(value)) for var, value in self._values if var.get() != value
+        )
 
     def __exit__(self, *_exc: object) -> None:
         for var, token in reversed(self._tokens):
