@@ -28,7 +28,7 @@ from awooop.core.telemetry import exporting, tracer
 from awooop.eventlog.state import RunState
 from awooop.runs import leases, output_log
 from awooop.worker import tracelinks
-from awooop.worker.attempts import RUN_SPAN, Attempt, StopReason, StreamEntry
+from awooop.worker.attempts import RUN_SPAN, Attempt, Deadlines, StopReason, StreamEntry
 from awooop.worker.context import LLMClient, Notifier, RunContext, Suspended
 from awooop.worker.contract_retry import ContractBodies, ContractRetry
 from awooop.worker.durable_waits import Waiting
@@ -74,6 +74,7 @@ class Executor:
         self.slots = SlotBell()  # a keyed attempt here freed a slot (tool_waits.py)
         self.drained.set()
         self.finished: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
+        self.deadlines = Deadlines(local_deadline_passed)  # the timers of the local deadlines
         self.last_writes = LastWrites(
             db=db, worker_id=worker_id, result_max_bytes=settings.step_result_max_bytes
         )
@@ -109,7 +110,7 @@ class Executor:
         """Postgres confirmed the lease of ``attempt`` by a statement sent at ``confirmed_sent``
         (monotonic): the local deadline moves to that time + TTL - the safety margin."""
         ttl = self.settings.lease_ttl_s - self.settings.lease_safety_margin_s
-        attempt.hold_until(confirmed_sent + ttl, local_deadline_passed)
+        self.deadlines.hold_until(attempt, confirmed_sent + ttl)
 
     async def run(
         self,
@@ -151,7 +152,7 @@ class Executor:
                 span.set_attribute("awooop.outcome", str(outcome))
                 return outcome
         finally:
-            attempt.disarm()
+            self.deadlines.disarm(attempt)
             if self.attempts.get(attempt.run_id) is attempt:
                 del self.attempts[attempt.run_id]
             if not self.attempts:

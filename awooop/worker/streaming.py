@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -53,6 +54,10 @@ log = get_logger("awooop.worker")
 RECLAIM_LOOP = "worker-reclaim"
 
 
+async def nothing_to_take() -> bool:
+    return True  # acknowledged
+
+
 class StreamIntake:
     def __init__(self, worker: Worker, redis: Any, keys: Keys, settings: Settings) -> None:
         self.worker = worker
@@ -75,13 +80,16 @@ class StreamIntake:
 
     # --- first deliveries ---------------------------------------------------------------------
 
-    async def handle(self, delivery: Delivery) -> bool:
+    def handle(self, delivery: Delivery) -> Awaitable[bool]:
+        """The delivery's run taken and run (:meth:`Worker.take`): its coroutine, with no
+        frame of this method's own (and no reference to the delivery) left around it for as
+        long as the run runs."""
         env = delivery.envelope
         run_id = run_id_of_stream(env.stream_id)
         if run_id is None:
-            return True  # not a run's dispatch event: nothing for workers
+            return nothing_to_take()  # not a run's dispatch event: nothing for workers
         entry = StreamEntry(delivery.stream, delivery.entry_id)
-        return await self.worker.take(run_id, env.project_id, path="stream", entry=entry)
+        return self.worker.take(run_id, env.project_id, path="stream", entry=entry)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.consumer.run(stop)
