@@ -302,10 +302,12 @@ class GroupConsumer:
                 await sleep_or_stop(retry_delay(failures), halt)
                 continue
             failures = 0
-            for delivery in batch:
+            spawned = len(batch)
+            batch.reverse()
+            while batch:  # each delivery let go of once spawned (its task holds what it needs)
                 await self._slots.acquire()
-                self._spawn(delivery)
-            if batch:
+                self._spawn(batch.pop())
+            if spawned:
                 # Let the new deliveries send their claims before the next XREADGROUP goes
                 # out: a delivery's task runs to its first wait (the claim batcher schedules
                 # its flush), the flush then sends the claim; the read can wait that long.

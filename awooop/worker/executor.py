@@ -41,7 +41,7 @@ from awooop.worker.outcomes import (
     own_trace,
 )
 from awooop.worker.output import OutputBuffer
-from awooop.worker.tasks import ended
+from awooop.worker.tasks import Ended
 from awooop.worker.tool_waits import SlotBell
 
 log = get_logger("awooop.worker")
@@ -203,11 +203,11 @@ class Executor:
         )
         attempt.task = task
         self.handlers[state.run_id] = task
-        task.add_done_callback(functools.partial(self._handler_ended, state.run_id))
+        end = Ended(task, self.handlers, state.run_id)  # its entry goes when it has ended
         if attempt.stop_reason is not None:  # stopped between claim and start
             task.cancel()
         try:
-            await ended(task)
+            await end.done
         except asyncio.CancelledError:
             # Our caller is being cancelled: treat it as a shutdown of this attempt.
             attempt.stop(StopReason.SHUTDOWN)
@@ -233,10 +233,6 @@ class Executor:
         previous.cancel()
         await asyncio.wait({previous}, timeout=max(0.0, attempt.lease_deadline - time.monotonic()))
         return previous.done() and attempt.stop_reason is None
-
-    def _handler_ended(self, run_id: uuid.UUID, task: asyncio.Task[object]) -> None:
-        if self.handlers.get(run_id) is task:
-            del self.handlers[run_id]
 
     async def _invoke(self, ctx: RunContext, output: OutputBuffer) -> object:
         """The handler, then its output flushed (before the attempt's last write: a flush that

@@ -106,7 +106,7 @@ class ModelCalls:
         tries = policies.ModelTries.of(options)  # retry=, timeout= (awooop.worker.policies)
         seq = self._flow.next_call()
         extra: dict[str, Any] = {"also": self._also} if self._also else {}
-        call = await tries.client(self._llm).call(
+        work = self._llm.call(
             self._project_id,
             prompt,
             contract=contract,
@@ -114,6 +114,7 @@ class ModelCalls:
             admit=self._flow.admitter(seq),
             **extra,
         )
+        call = tries.mark(await tries.timed(work, contract, prompt))
         answered, refused = self._answered(step, call)
         try:
             await self._record(call, seq, answered)

@@ -87,6 +87,6 @@ def test_a_bound_block_sets_only_what_changes_and_restores_it() -> None:
         inner = bound(project_id="p", run_id="other")
         with inner:
             assert (project_id_var.get(), run_id_var.get()) == ("p", "other")
-            assert [var for var, _token in inner._tokens] == [run_id_var]
+            assert inner.set_here() == (run_id_var,)
         assert (project_id_var.get(), run_id_var.get()) == ("p", "r")
     assert (project_id_var.get(), run_id_var.get()) == (None, None)
