@@ -176,6 +176,32 @@ class Deadlines:
             self._on_deadline(attempt)
 
 
+class InStep:
+    """``with InStep(attempt, name) as started_at``: ``attempt``'s handler is in step ``name``
+    for the block (an exception that leaves it is noted as raised in it); one small object, not
+    a generator (a run in flight is inside one while its model call waits)."""
+
+    __slots__ = ("_attempt", "_name", "_outer")
+
+    def __init__(self, attempt: Attempt, name: str) -> None:
+        self._attempt = attempt
+        self._name = name
+        self._outer: tuple[str | None, datetime | None] = (None, None)
+
+    def __enter__(self) -> datetime:
+        self._outer = self._attempt.enter_step(self._name)
+        started_at = self._attempt.step_started_at
+        assert started_at is not None
+        return started_at
+
+    def __exit__(
+        self, _kind: type[BaseException] | None, exc: BaseException | None, _tb: object
+    ) -> None:
+        if exc is not None:
+            self._attempt.step_raised(exc, self._name)
+        self._attempt.leave_step(self._outer)
+
+
 def causes(exc: BaseException) -> list[BaseException]:
     """Pure: ``exc`` and the exceptions it was raised from or while handling, newest first
     (each once: a chain may loop)."""

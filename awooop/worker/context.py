@@ -47,9 +47,8 @@ the attempt no longer holds its lease, for handlers that compute without awaitin
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, Unpack
 
@@ -72,7 +71,7 @@ from awooop.worker import approval_grants, approval_waits, contract_retry, polic
 from awooop.worker.approval_waits import APPROVAL_STEP_PREFIX as APPROVAL_STEP_PREFIX
 from awooop.worker.approval_waits import Notifier as Notifier
 from awooop.worker.approval_waits import Suspended as Suspended
-from awooop.worker.attempts import Attempt, trace_metadata
+from awooop.worker.attempts import Attempt, InStep, trace_metadata
 from awooop.worker.child_runs import ChildRuns, ChildRunsMixin
 from awooop.worker.durable_waits import DurableWaits
 from awooop.worker.model_steps import LLMClient as LLMClient
@@ -145,9 +144,7 @@ class RunContext(ChildRunsMixin):
         self._model = ModelCalls(llm=llm, flow=flow, write=self._write, check=self.check,
                                  project_id=self.project_id, worker_id=self.worker_id,
                                  attempt=self.attempt, also=self._overrides.also)  # fmt: skip
-        self._state, self._slots = state, slots
-        self._children = ChildRuns(db=db, attempt=attempt, steps=state.saga_steps, use=self._use,
-                                   io_timeout_s=io_timeout_s, settings=settings)  # fmt: skip
+        self._state, self._slots, self._settings = state, slots, settings
 
     # Made on first use (most attempts wait for no tool or event, and log nothing of
     # their own): a run in flight holds only what it uses. The test kit sets its own.
@@ -160,6 +157,12 @@ class RunContext(ChildRunsMixin):
         return self._tool_waits(db=self._db, state=self._state, worker_id=self.worker_id,
                                 attempt=self.attempt, write=self._write, check=self.check,
                                 slots=self._slots, io_timeout_s=self._io_timeout_s)  # fmt: skip
+
+    @functools.cached_property
+    def _children(self) -> ChildRuns:  # type: ignore[override] # made on first use
+        return ChildRuns(db=self._db, attempt=self._attempt, steps=self._state.saga_steps,
+                         use=self._use, io_timeout_s=self._io_timeout_s,
+                         settings=self._settings)  # fmt: skip
 
     @functools.cached_property
     def _waits(self) -> DurableWaits:
@@ -360,20 +363,10 @@ class RunContext(ChildRunsMixin):
 
     # --- internals ---------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _in_step(self, name: str) -> Iterator[datetime]:
+    def _in_step(self, name: str) -> InStep:
         """The handler is in step ``name`` (the heartbeat reports it; an exception that leaves
-        it names it as the failing step); yields when the step started."""
-        outer = self._attempt.enter_step(name)
-        started_at = self._attempt.step_started_at
-        assert started_at is not None
-        try:
-            yield started_at
-        except BaseException as exc:
-            self._attempt.step_raised(exc, name)
-            raise
-        finally:
-            self._attempt.leave_step(outer)
+        it names it as the failing step); ``as``: when the step started."""
+        return InStep(self._attempt, name)
 
     def _use(self, name: str) -> None:
         if name in self._used:

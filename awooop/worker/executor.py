@@ -24,6 +24,7 @@ from awooop.core.context import bound
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError
 from awooop.core.logs import get_logger
+from awooop.core.spans import CurrentSpan
 from awooop.core.telemetry import exporting, tracer
 from awooop.eventlog.state import RunState
 from awooop.runs import leases, output_log
@@ -130,25 +131,29 @@ class Executor:
             if exporting() and own_trace(attempt.number, parent):
                 parent = Context()
                 links = [*(links or []), *await self._history_links(state, attempt)]
+            # One frame waits for the handler (a run in flight holds no second one): the
+            # attempt's start and end are helpers that return before it waits.
             with (
                 bound(project_id=state.project_id, run_id=str(state.run_id)),
-                tracer.start_as_current_span(
-                    "run",
-                    context=parent,
-                    links=links,
-                    attributes={
-                        "awooop.run_id": str(state.run_id),
-                        "awooop.project_id": state.project_id,
-                        "awooop.attempt": attempt.number,
-                        "awooop.worker_id": self.worker_id,
-                    },
-                ) as span,
+                self._run_span(attempt, state, parent, links) as span,
             ):
-                stored = RUN_SPAN.set(tracelinks.exported_traceparent(span))
+                traceparent = tracelinks.exported_traceparent(span)
+                stored = RUN_SPAN.set(traceparent) if traceparent != RUN_SPAN.get() else None
                 try:
-                    outcome = await self._run(attempt, state)
+                    if not await self._predecessor_ended(attempt):
+                        outcome = await self._not_started(attempt)
+                    else:
+                        task, end, output = self._start(attempt, state)
+                        try:
+                            await end.done
+                        except asyncio.CancelledError:
+                            await self._caller_cancelled(attempt, task)
+                            raise
+                        outcome = await self._settle(attempt, task)
+                        await output.ring_end(self.ring)  # the run's end is written: look now
                 finally:
-                    RUN_SPAN.reset(stored)
+                    if stored is not None:
+                        RUN_SPAN.reset(stored)
                 span.set_attribute("awooop.outcome", str(outcome))
                 return outcome
         finally:
@@ -157,6 +162,25 @@ class Executor:
                 del self.attempts[attempt.run_id]
             if not self.attempts:
                 self.drained.set()
+
+    def _run_span(
+        self,
+        attempt: Attempt,
+        state: RunState,
+        parent: Context | None,
+        links: list[trace.Link] | None,
+    ) -> CurrentSpan:
+        return tracer.start_as_current_span(
+            "run",
+            context=parent,
+            links=links,
+            attributes={
+                "awooop.run_id": str(state.run_id),
+                "awooop.project_id": state.project_id,
+                "awooop.attempt": attempt.number,
+                "awooop.worker_id": self.worker_id,
+            },
+        )
 
     async def _history_links(self, state: RunState, attempt: Attempt) -> list[trace.Link]:
         """The links of a root ``run`` span; none when the read fails (tracing never fails or
@@ -171,7 +195,10 @@ class Executor:
             log.warning("run_trace_links_failed", run_id=str(state.run_id), error=repr(exc))
             return []
 
-    async def _run(self, attempt: Attempt, state: RunState) -> Outcome:
+    def _start(
+        self, attempt: Attempt, state: RunState
+    ) -> tuple[asyncio.Task[object], Ended, OutputBuffer]:
+        """The handler's task (its end, what the attempt waits on; its output buffer)."""
         output = OutputBuffer(attempt=attempt, db=self.db, settings=self.settings)
         ctx = RunContext(
             attempt=attempt,
@@ -194,10 +221,6 @@ class Executor:
             output=output,
             settings=self.settings,
         )
-        if not await self._predecessor_ended(attempt):
-            if attempt.stop_reason is not None:
-                return await self._stopped(attempt)
-            return self._count(attempt, await self.last_writes.release(attempt))
         task: asyncio.Task[object] = asyncio.create_task(
             self._invoke(ctx, output), name=f"run-{state.run_id}-{attempt.number}"
         )
@@ -206,18 +229,20 @@ class Executor:
         end = Ended(task, self.handlers, state.run_id)  # its entry goes when it has ended
         if attempt.stop_reason is not None:  # stopped between claim and start
             task.cancel()
-        try:
-            await end.done
-        except asyncio.CancelledError:
-            # Our caller is being cancelled: treat it as a shutdown of this attempt.
-            attempt.stop(StopReason.SHUTDOWN)
-            with contextlib.suppress(BaseException):
-                await asyncio.wait({task}, timeout=self.settings.shutdown_grace_s)
-            await self._settle(attempt, task)
-            raise
-        outcome = await self._settle(attempt, task)
-        await output.ring_end(self.ring)  # the run's end is written: its readers look now
-        return outcome
+        return task, end, output
+
+    async def _not_started(self, attempt: Attempt) -> Outcome:
+        """The end of an attempt whose handler did not start (its predecessor still runs)."""
+        if attempt.stop_reason is not None:
+            return await self._stopped(attempt)
+        return self._count(attempt, await self.last_writes.release(attempt))
+
+    async def _caller_cancelled(self, attempt: Attempt, task: asyncio.Task[object]) -> None:
+        """The caller of :meth:`run` is being cancelled: a shutdown of this attempt."""
+        attempt.stop(StopReason.SHUTDOWN)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait({task}, timeout=self.settings.shutdown_grace_s)
+        await self._settle(attempt, task)
 
     async def _predecessor_ended(self, attempt: Attempt) -> bool:
         """Whether no earlier attempt of this run still runs in this process (a process never

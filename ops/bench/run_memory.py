@@ -40,6 +40,7 @@ import tracemalloc
 import uuid
 from collections import Counter
 from pathlib import Path
+from types import MethodType
 from typing import Any
 
 import uvloop
@@ -93,8 +94,12 @@ class PeakSnapshots:
 
 
 def types() -> Counter[str]:
+    """Objects by type; bound methods by their function (``method:Class.name``)."""
     gc.collect()
-    return Counter(type(o).__qualname__ for o in gc.get_objects())
+    return Counter(
+        f"method:{o.__func__.__qualname__}" if isinstance(o, MethodType) else type(o).__qualname__
+        for o in gc.get_objects()
+    )
 
 
 async def submit(url: str, count: int, steps: int) -> None:
