@@ -55,7 +55,7 @@ from typing import Any, TypeVar, Unpack
 from awooop.core.batching import data_error
 from awooop.core.config import STEP_RESULT_MAX_BYTES, Settings
 from awooop.core.db import Database
-from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
+from awooop.core.errors import UnstorableValueError
 from awooop.core.events import Event, StepCompleted
 from awooop.core.logs import get_logger
 from awooop.core.storable import encoded_problem, unstorable
@@ -71,7 +71,8 @@ from awooop.worker import approval_grants, approval_waits, contract_retry, polic
 from awooop.worker.approval_waits import APPROVAL_STEP_PREFIX as APPROVAL_STEP_PREFIX
 from awooop.worker.approval_waits import Notifier as Notifier
 from awooop.worker.approval_waits import Suspended as Suspended
-from awooop.worker.attempts import Attempt, InStep, trace_metadata
+from awooop.worker.attempt_writes import AttemptWrites
+from awooop.worker.attempts import Attempt, InStep
 from awooop.worker.child_runs import ChildRuns, ChildRunsMixin
 from awooop.worker.durable_waits import DurableWaits
 from awooop.worker.model_steps import LLMClient as LLMClient
@@ -122,7 +123,8 @@ class RunContext(ChildRunsMixin):
             name: entry.get("result") if isinstance(entry, dict) else entry
             for name, entry in state.saga_steps.items()
         }
-        self._used: dict[str, None] = {}  # the step names used (a dict: smaller than a set)
+        # What the attempt's parts call back into (not this context: no reference cycle).
+        self._writes = AttemptWrites(attempt, writer)
         self.run_id = state.run_id
         self.project_id = state.project_id
         self.channel_type = state.channel_type
@@ -137,11 +139,12 @@ class RunContext(ChildRunsMixin):
             run_id=self.run_id,
             attempt=self.attempt,
             worker_id=self.worker_id,
-            check=self.check,
+            check=self._writes.check,
             max_wait_s=flow_max_wait_s,
             io_timeout_s=io_timeout_s,
         )
-        self._model = ModelCalls(llm=llm, flow=flow, write=self._write, check=self.check,
+        self._model = ModelCalls(llm=llm, flow=flow, write=self._writes.write,
+                                 check=self._writes.check,
                                  project_id=self.project_id, worker_id=self.worker_id,
                                  attempt=self.attempt, also=self._overrides.also)  # fmt: skip
         self._state, self._slots, self._settings = state, slots, settings
@@ -155,19 +158,20 @@ class RunContext(ChildRunsMixin):
     @functools.cached_property
     def _tools(self) -> ToolWaits:
         return self._tool_waits(db=self._db, state=self._state, worker_id=self.worker_id,
-                                attempt=self.attempt, write=self._write, check=self.check,
+                                attempt=self.attempt, write=self._writes.write,
+                                check=self._writes.check,
                                 slots=self._slots, io_timeout_s=self._io_timeout_s)  # fmt: skip
 
     @functools.cached_property
     def _children(self) -> ChildRuns:  # type: ignore[override] # made on first use
         return ChildRuns(db=self._db, attempt=self._attempt, steps=self._state.saga_steps,
-                         use=self._use, io_timeout_s=self._io_timeout_s,
+                         use=self._writes.use, io_timeout_s=self._io_timeout_s,
                          settings=self._settings)  # fmt: skip
 
     @functools.cached_property
     def _waits(self) -> DurableWaits:
         return DurableWaits(db=self._db, attempt=self._attempt, steps=self._state.saga_steps,
-                            use=self._use, io_timeout_s=self._io_timeout_s,
+                            use=self._writes.use, io_timeout_s=self._io_timeout_s,
                             writer=self._writer)  # fmt: skip
 
     @property
@@ -180,9 +184,7 @@ class RunContext(ChildRunsMixin):
 
     def check(self) -> None:
         """Raise E-RUN-002 if this attempt no longer holds a live lease."""
-        if not self._attempt.live():
-            reason = self._attempt.stop_reason or "the lease ran out before a heartbeat renewed it"
-            raise LeaseLostError(f"attempt stopped: {reason}", run_id=self.run_id)
+        self._writes.check()
 
     async def step(
         self,
@@ -369,9 +371,7 @@ class RunContext(ChildRunsMixin):
         return InStep(self._attempt, name)
 
     def _use(self, name: str) -> None:
-        if name in self._used:
-            raise DuplicateStepError(step=name, run_id=self.run_id)
-        self._used[name] = None
+        self._writes.use(name)
 
     def _recorded(self, name: str, type_: type[T] | None) -> T:
         return recorded(f"step {name!r}", self._steps[name], type_)
@@ -379,7 +379,4 @@ class RunContext(ChildRunsMixin):
     async def _write(
         self, make: Callable[[RunState, datetime], Event | tuple[Event, ...]]
     ) -> RunState:
-        self.check()  # a stopped attempt writes nothing more, even where the fence would allow
-        return await self._writer(
-            leases.FencedWrite(self.run_id, self.worker_id, self.attempt, make, trace_metadata())
-        )
+        return await self._writes.write(make)

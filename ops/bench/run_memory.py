@@ -2,7 +2,7 @@
 
     .venv/bin/python ops/bench/run_memory.py [--runs 1000] [--delay-ms 30000] [--top 25]
                                              [--frames 1] [--streams] [--to-end]
-                                             [--at-peak]
+                                             [--at-peak] [--concurrency N]
 
 One worker in this process, set up as ``awooop worker`` sets up its own (the uvloop event loop,
 tracing configured from ``OTEL_*``, the heap settled after start), the local model with
@@ -12,7 +12,8 @@ worker polls; with it, an ``awooop relay`` process announces the runs and the wo
 them from the work stream (the agents benchmark's path). After a warm-up (runs of one step),
 a snapshot; then ``--runs`` runs are submitted by a child process in one transaction (its
 allocations are not this process's), and when every one of them is in flight and inside its
-model call, a second snapshot. ``--to-end``: then wait until every run has completed (the
+model call (``--concurrency``: that many of them, the worker's concurrency), a second
+snapshot. ``--to-end``: then wait until every run has completed (the
 peak figures then cover the runs' ends too).
 
 Prints one JSON document (kept in ``results/``): the Python heap per run in flight
@@ -162,7 +163,7 @@ async def measure(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
                 db=services.db,
                 settings=settings,
                 handler=agent_llm_steps,
-                concurrency=args.runs,
+                concurrency=args.concurrency or args.runs,
                 llm=gateway,
                 redis=services.redis if args.streams else None,
                 keys=services.keys,
@@ -189,7 +190,8 @@ async def measure(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
 
             def in_calls() -> bool:
                 held = list(worker.executor.attempts.values())
-                return len(held) >= args.runs and all(a.step is not None for a in held)
+                full = args.concurrency or args.runs
+                return len(held) >= full and all(a.step is not None for a in held)
 
             await until(in_calls, args.delay_ms / 1000 * 0.8)
             await asyncio.sleep(0.5)
@@ -202,10 +204,18 @@ async def measure(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
             peak.stop.set()
             if peak.snapshot is not None:  # --at-peak: the sites at the peak, not in the calls
                 second = peak.snapshot
-            peaks = {
+            peaks: dict[str, Any] = {
                 "rss_kb": status_kb("VmHWM") - before_rss,
                 "heap_bytes": tracemalloc.get_traced_memory()[1] - base_heap if args.frames else 0,
             }
+            if args.to_end:  # what the ended runs left behind (a leak grows with the runs)
+                await asyncio.sleep(1)
+                left = types() - before_types
+                peaks["left_objects"] = sum(left.values())
+                peaks["left_heap_bytes"] = (
+                    tracemalloc.get_traced_memory()[0] - base_heap if args.frames else 0
+                )
+                peaks["left_types"] = dict(left.most_common(10))
             stop.set()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -235,7 +245,7 @@ def figures(
     before_types: Counter[str],
     after_types: Counter[str],
     rss_delta_kb: int,
-    peaks: dict[str, int],
+    peaks: dict[str, Any],
 ) -> dict[str, Any]:
     n = max(1, held)
     grown = (after_types - before_types).most_common(args.top)
@@ -248,6 +258,12 @@ def figures(
         "to_end": args.to_end,
         "objects_per_run": {t: round(c / n, 2) for t, c in grown},
     }
+    if args.to_end:
+        result["left_after_end_per_run"] = {
+            "objects": round(peaks["left_objects"] / args.runs, 3),
+            "heap_bytes": round(peaks["left_heap_bytes"] / args.runs, 1),
+            "types": peaks["left_types"],
+        }
     if first is None or second is None:
         return result | {
             "rss_kb_per_run": round(rss_delta_kb / n, 2),
@@ -297,6 +313,9 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25, help="sites and types listed")
     parser.add_argument("--streams", action="store_true", help="the work stream, a relay")
     parser.add_argument("--to-end", action="store_true", help="peaks until the runs complete")
+    parser.add_argument(
+        "--concurrency", type=int, default=0, help="runs in flight at most (default: --runs)"
+    )
     parser.add_argument("--at-peak", action="store_true", help="sites at the heap's peak")
     parser.add_argument("--submit", default=None, help=argparse.SUPPRESS)  # the child's URL
     parser.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
