@@ -78,7 +78,7 @@ from awooop.worker.durable_waits import DurableWaits
 from awooop.worker.model_steps import LLMClient as LLMClient
 from awooop.worker.model_steps import ModelCalls, StepAsked
 from awooop.worker.output import OutputSink, checked
-from awooop.worker.step_values import journal, recorded
+from awooop.worker.step_values import journal, kept, recorded, unkept
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
 
 T = TypeVar("T")
@@ -176,7 +176,7 @@ class RunContext(ChildRunsMixin):
 
     @property
     def steps(self) -> Mapping[str, Any]:
-        return dict(self._steps)
+        return {name: unkept(value) for name, value in self._steps.items()}
 
     @property
     def cancelled(self) -> bool:
@@ -228,7 +228,7 @@ class RunContext(ChildRunsMixin):
                     if data_error(exc):
                         raise unstorable(f"step {name!r} result", exc) from exc
                     raise
-            self._steps[name] = encoded
+            self._steps[name] = kept(encoded)
             return result
 
     async def llm(
@@ -260,7 +260,7 @@ class RunContext(ChildRunsMixin):
             with self._in_step(name) as started_at:
                 asked = StepAsked(name, started_at, self._result_max_bytes)
                 result = await self._model.call(prompt, contract, options, asked)
-        self._steps[name] = asked.encoded
+        self._steps[name] = kept(asked.encoded)
         return result
 
     async def emit_output(self, text: str) -> None:
@@ -286,7 +286,7 @@ class RunContext(ChildRunsMixin):
         step_name = APPROVAL_STEP_PREFIX + name
         self._use(step_name)
         if step_name in self._steps:
-            return approval_grants.replayed(name, self._steps[step_name])
+            return approval_grants.replayed(name, unkept(self._steps[step_name]))
         self.check()
         if self._output is not None:
             await self._output.flush()  # the request ends the lease: the output goes first
@@ -344,7 +344,7 @@ class RunContext(ChildRunsMixin):
             raise
         # Written once the run is re-admitted under its concurrency key (tool_waits.py).
         await self._tools.answered(tool, encoded, started_at, **tries.fields())
-        self._steps[step_name] = encoded
+        self._steps[step_name] = kept(encoded)
         return result
 
     async def sleep(self, delay: timedelta, *, name: str | None = None) -> None:
@@ -374,7 +374,7 @@ class RunContext(ChildRunsMixin):
         self._writes.use(name)
 
     def _recorded(self, name: str, type_: type[T] | None) -> T:
-        return recorded(f"step {name!r}", self._steps[name], type_)
+        return recorded(f"step {name!r}", unkept(self._steps[name]), type_)
 
     async def _write(
         self, make: Callable[[RunState, datetime], Event | tuple[Event, ...]]

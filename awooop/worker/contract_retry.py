@@ -81,7 +81,7 @@ class Overrides:
     def of(cls, section: Any) -> Overrides:
         """The overrides of a section (None: none); raises E-REVISION-006 if it is invalid."""
         if section is None:
-            return cls()
+            return NONE  # one for every attempt whose contract has no section
         check_agent_retry(AGENT_FAMILY, section)
         return cls(steps=section.get("steps", {}), tools=section.get("tools", {}))
 
