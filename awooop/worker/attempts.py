@@ -173,7 +173,12 @@ class Deadlines:
         attempts, slot.attempts = slot.attempts, {}
         for attempt in attempts:
             attempt.deadline_slot = None
-            self._on_deadline(attempt)
+            try:
+                self._on_deadline(attempt)
+            except Exception as exc:  # the others in the slot are stopped all the same
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": "stopping an attempt at its deadline failed", "exception": exc}
+                )
 
 
 class InStep:

@@ -210,7 +210,6 @@ class Worker:
                 self._orphaned_claim(state)
                 return True
             attempt = self.executor.begin(state, sent, entry)
-            del span, meta, got  # the claim's: not held while the run runs
         outcome = await self.executor.run(attempt, state, parent=parent, links=links)
         self._freed(state)
         return outcome.ack

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from typing import Any
 
 from awooop.worker.attempts import SLOT_S, Attempt, Deadlines, StreamEntry
 
@@ -70,3 +71,23 @@ async def test_a_deadline_already_past_stops_the_attempt_at_once() -> None:
     deadlines.hold_until(a, time.monotonic() - 1.0)
     await asyncio.sleep(0.01)
     assert stopped == [a]
+
+
+async def test_one_stop_that_fails_does_not_keep_the_others_of_its_slot_running() -> None:
+    stopped: list[Attempt] = []
+    failures: list[Any] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: failures.append(ctx))
+    first, second = attempt(), attempt()
+
+    def stop(a: Attempt) -> None:
+        if a is first:
+            raise RuntimeError("broken")
+        stopped.append(a)
+
+    deadlines = Deadlines(stop)
+    deadline = time.monotonic() + 0.05
+    deadlines.hold_until(first, deadline)
+    deadlines.hold_until(second, deadline)
+    await asyncio.sleep(0.15)
+    assert stopped == [second]
+    assert [type(f["exception"]) for f in failures] == [RuntimeError]
