@@ -43,7 +43,7 @@ from awooop.core.telemetry import tracer
 from awooop.eventlog.state import RunState
 from awooop.runs.leases import Availability
 from awooop.runs.routing import ALL, Routes
-from awooop.worker import claims, handler_version
+from awooop.worker import burst, claims, handler_version
 from awooop.worker.attempts import StopReason, StreamEntry, trace_metadata
 from awooop.worker.claims import Claimed
 from awooop.worker.context import LLMClient, Notifier
@@ -165,9 +165,11 @@ class Worker:
         entry: StreamEntry | None = None,
         parent: Context | None = None,
         links: list[trace.Link] | None = None,
+        claimed: asyncio.Future[bool] | None = None,
     ) -> bool:
         """Take the lease of an announced run and run it; True when its message is done with
-        (acknowledge), False to leave it pending."""
+        (acknowledge), False to leave it pending. ``claimed`` is set True once the lease is
+        taken (the caller learns it before the attempt ends)."""
         if not self.accepting:
             return False
         async with self.isolation.admitted():  # waits while a suspect runs alone here
@@ -206,6 +208,8 @@ class Worker:
                         return settled
                 span.set_attribute("awooop.claimed", True)
             metrics.LEASE_CLAIMS.labels(path).inc()
+            if claimed is not None and not claimed.done():
+                claimed.set_result(True)
             if self.stopping():  # shut down while the claim was under way: hand it back at once
                 self._orphaned_claim(state)
                 return True
@@ -350,6 +354,16 @@ class Worker:
         return not self.accepting
 
     @property
+    def slot_freed(self) -> asyncio.Event:
+        """Set when an attempt here ends (a slot is free again)."""
+        return self._slot_freed
+
+    @property
+    def tasks(self) -> set[asyncio.Task[Any]]:
+        """The tasks :meth:`spawn` started that have not ended."""
+        return self._tasks
+
+    @property
     def in_flight(self) -> int:
         return len(self.executor.attempts)
 
@@ -370,31 +384,8 @@ class Worker:
 
     async def run_until_idle(self, *, max_s: float = 60.0) -> int:
         """Burst mode: claim and run everything runnable now (polling, any age); return the
-        number of attempts run. For tests and one-shot jobs."""
-        heart_stop = asyncio.Event()
-        heart = asyncio.ensure_future(self.heartbeat.run(heart_stop))
-        listener = asyncio.ensure_future(self.cancel_listener.run(heart_stop))
-        total = 0
-        deadline = time.monotonic() + max_s
-        try:
-            while time.monotonic() < deadline:
-                self._slot_freed.clear()
-                claimed = await self.poll_once(0.0)
-                total += claimed
-                if claimed == 0 and not self.executor.attempts:
-                    alone = await self.isolation.run_suspects(drain_s=0.0)  # nothing in flight
-                    if alone <= 0:
-                        break
-                    total += alone
-                if claimed == 0 or self.free_slots() == 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._slot_freed.wait(), timeout=0.05)
-            if self._tasks:
-                await asyncio.wait(set(self._tasks), timeout=max(0.1, deadline - time.monotonic()))
-        finally:
-            heart_stop.set()
-            await finish([heart, listener], wait_s=10)
-        return total
+        number of attempts run. For tests and one-shot jobs (:mod:`awooop.worker.burst`)."""
+        return await burst.run_until_idle(self, max_s=max_s)
 
 
 __all__ = ["Outcome", "Worker", "new_worker_id"]

@@ -39,6 +39,7 @@ from awooop.streams.keys import WORKER_GROUP, Keys
 from awooop.streams.reclaim import autoclaim, set_deliveries, touch
 from awooop.streams.tracing import consume_span
 from awooop.worker.attempts import StreamEntry, trace_metadata
+from awooop.worker.local_timers import LocalTimers
 from awooop.worker.outcomes import infrastructure_failure
 from awooop.worker.reclaim import (
     ReclaimAction,
@@ -54,8 +55,16 @@ RECLAIM_LOOP = "worker-reclaim"
 
 
 class StreamIntake:
-    def __init__(self, worker: Worker, redis: Any, keys: Keys, settings: Settings) -> None:
+    def __init__(
+        self,
+        worker: Worker,
+        redis: Any,
+        keys: Keys,
+        settings: Settings,
+        timers: LocalTimers | None = None,
+    ) -> None:
         self.worker = worker
+        self.timers = timers  # the sleeps this worker fires itself (local_timers.py)
         self.redis = redis
         self.keys = keys
         self.settings = settings
@@ -80,6 +89,11 @@ class StreamIntake:
         run_id = run_id_of_stream(env.stream_id)
         if run_id is None:
             return True  # not a run's dispatch event: nothing for workers
+        if self.timers is not None and env.event_type == "TimerFired":
+            # a TimerFired this worker wrote: its own claim answers (local_timers.py)
+            claim = self.timers.settled(run_id, env.version)
+            if claim is not None and await claim:
+                return True
         entry = StreamEntry(delivery.stream, delivery.entry_id)
         return await self.worker.take(run_id, env.project_id, path="stream", entry=entry)
 

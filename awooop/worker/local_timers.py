@@ -1,0 +1,197 @@
+"""The sleeps this worker's attempts started, fired here when they are due (docs/workers.md,
+Durable sleep).
+
+An attempt that sleeps writes its ``WaitStarted`` and lets the run go (no slot, no lease:
+:mod:`awooop.worker.durable_waits`). The worker then keeps in memory when the sleep is due, if
+that is within ``AWOOOP_WORKER_TIMER_HORIZON_S`` and it holds fewer than
+``AWOOOP_WORKER_TIMERS_MAX``: the journaled due time less the write's time (both by the
+database clock), counted from when the write returned, so it never fires before the database
+says the sleep is due. When sleeps come due and the worker has free slots, it fires them
+itself, all those due together in one platform transaction (``TimerFired``:
+:func:`awooop.runs.timers.fire_held`, each run only if it still waits at the version this
+worker left it at), and takes their leases through its claim path at once
+(``awooop_lease_claims_total{path="timer"}``), without the relay and the stream in between.
+Due sleeps it has no slot for wait here for one, at most half the loop's grace; then they
+are the loop's.
+
+Nothing depends on it: the ``timers`` loop fires every wait ``AWOOOP_TIMER_GRACE_S`` after
+its due time (the sleeps of a worker that stopped or was killed, the ones it had no slot
+for), and whichever locks the run first fires it; the other finds it no longer waiting at
+that version. The stream still announces each ``TimerFired`` (the event log is the outbox):
+the delivery of one this worker fired waits for this worker's claim of it and is acknowledged
+when that claim took the lease or settled the run (:meth:`LocalTimers.settled`), so a run
+taken here is not claimed again; otherwise the delivery claims as any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from awooop.core import metrics
+from awooop.core.config import Settings
+from awooop.core.logs import get_logger
+from awooop.eventlog.state import RunState
+from awooop.eventlog.wait_state import due_of
+from awooop.loops.timers import fire_span
+from awooop.runs import timers
+
+if TYPE_CHECKING:
+    from awooop.worker.runtime import Worker
+
+log = get_logger("awooop.worker")
+
+NO_ROOM_RECHECK_S = 0.005  # due sleeps without a free slot: look again this soon
+
+
+@dataclass(order=True, frozen=True)
+class Held:
+    """A sleep this worker fires: due at ``due`` (time.monotonic()), the run at ``version``."""
+
+    due: float
+    run_id: uuid.UUID = field(compare=False)
+    project_id: str = field(compare=False)
+    version: int = field(compare=False)
+
+
+def held_of(state: RunState, step: str, returned: float, horizon_s: float) -> Held | None:
+    """Pure: the sleep ``step`` that ``state`` (the run just after its ``WaitStarted``, written
+    by a statement that returned at ``returned``, monotonic) journals, to fire here; None when
+    it is not due within ``horizon_s``."""
+    entry = state.saga_steps.get(step)
+    due = due_of(entry) if isinstance(entry, dict) else None
+    if due is None:
+        return None
+    delay = (due - state.updated_at).total_seconds()
+    if delay > horizon_s:
+        return None
+    return Held(returned + max(0.0, delay), state.run_id, state.project_id, state.version)
+
+
+def take_due(
+    heap: list[Held], now: float, room: int, keep_s: float
+) -> tuple[list[Held], float | None]:
+    """Pure (it pops from ``heap``): the sleeps due at ``now`` to fire, at most ``room``; those
+    without room wait for a slot ``keep_s`` past their due time, then are dropped (the timers
+    loop's). Also how long to wait before looking again (None: nothing held)."""
+    due: list[Held] = []
+    while heap and heap[0].due <= now:
+        if room > len(due):
+            due.append(heapq.heappop(heap))
+        elif now - heap[0].due > keep_s:
+            heapq.heappop(heap)
+        else:
+            return due, NO_ROOM_RECHECK_S
+    return due, (heap[0].due - now if heap else None)
+
+
+class LocalTimers:
+    def __init__(self, worker: Worker, settings: Settings) -> None:
+        self._worker = worker
+        self._horizon_s = settings.worker_timer_horizon_s
+        self._max = settings.worker_timers_max
+        self._keep_s = settings.timer_grace_s / 2  # how long a due sleep waits for a slot
+        self._io_timeout_s = settings.lease_io_timeout_s
+        self._heap: list[Held] = []
+        self._changed = asyncio.Event()
+        self._taking = 0  # claims of fired runs under way: their slots are spoken for
+        # The claims of the runs fired here, by (run, TimerFired's version), until the stream
+        # delivers that event (or, bounded, the oldest are forgotten: Redis lost them).
+        self._claims: dict[tuple[uuid.UUID, int], asyncio.Future[bool]] = {}
+
+    @property
+    def held(self) -> int:
+        return len(self._heap)
+
+    def hold(self, state: RunState, step: str) -> None:
+        """A sleep's ``WaitStarted`` was just written (``state``: the run after it)."""
+        if self._horizon_s <= 0 or len(self._heap) >= self._max:
+            return
+        held = held_of(state, step, time.monotonic(), self._horizon_s)
+        if held is None:
+            return
+        heapq.heappush(self._heap, held)
+        if self._heap[0] is held:
+            self._changed.set()
+
+    def settled(self, run_id: uuid.UUID, version: int) -> asyncio.Future[bool] | None:
+        """The claim this worker made of a run it fired, for the stream's delivery of that
+        ``TimerFired`` (``version``): True once it took the lease or settled the run."""
+        return self._claims.pop((run_id, version), None)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fire the held sleeps as they come due, until ``stop``."""
+        while not stop.is_set():
+            self._changed.clear()
+            due, wait_s = self._take_due(time.monotonic())
+            if due:
+                try:
+                    await self._fire(due)
+                except Exception as exc:  # the timers loop fires them after its grace
+                    log.warning("local_timers_fire_failed", runs=len(due), error=repr(exc))
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=wait_s)
+        self._heap.clear()
+
+    def _take_due(self, now: float) -> tuple[list[Held], float | None]:
+        if self._worker.stopping():
+            self._heap.clear()
+            return [], None
+        room = self._worker.free_slots() - self._taking
+        return take_due(self._heap, now, room, self._keep_s)
+
+    async def _fire(self, due: list[Held]) -> None:
+        worker = self._worker
+        fired = await worker.db.in_platform_writes(
+            lambda conn: timers.fire_held(
+                conn, [(h.run_id, h.version) for h in due], traced=fire_span
+            ),
+            timeout_s=self._io_timeout_s,
+        )
+        if not fired:
+            return
+        metrics.WORKER_TIMERS_FIRED.inc(len(fired))
+        for state, event in fired:
+            log.info(
+                "timer_fired",
+                run_id=str(state.run_id),
+                project_id=state.project_id,
+                step=event.step,
+                kind=event.kind,
+                late_s=round((event.at - event.due_at).total_seconds(), 3),
+                by=worker.worker_id,
+            )
+            claimed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            self._remember((state.run_id, state.version), claimed)
+            self._taking += 1
+            claimed.add_done_callback(self._claim_decided)
+            worker.spawn(self._take(state, claimed))
+
+    async def _take(self, state: RunState, claimed: asyncio.Future[bool]) -> None:
+        """Claim and run a run fired here; ``claimed`` answers the stream's delivery of its
+        ``TimerFired``: True once the lease is taken, else whether the claim settled it."""
+        done = False
+        try:
+            done = await self._worker.take(
+                state.run_id, state.project_id, path="timer", claimed=claimed
+            )
+        except Exception as exc:  # the stream's delivery (or polling) takes it
+            log.warning("local_timer_claim_failed", run_id=str(state.run_id), error=repr(exc))
+        finally:
+            if not claimed.done():
+                claimed.set_result(done)
+
+    def _claim_decided(self, _claimed: asyncio.Future[bool]) -> None:
+        self._taking -= 1
+        self._changed.set()  # a slot spoken for and not taken is free again
+
+    def _remember(self, key: tuple[uuid.UUID, int], claimed: asyncio.Future[bool]) -> None:
+        while len(self._claims) >= self._max:
+            self._claims.pop(next(iter(self._claims)))
+        self._claims[key] = claimed
