@@ -11,7 +11,7 @@ locked here as WAITING_EVENT with a due wait, so a signal and a timeout never bo
 wait (:mod:`awooop.runs.signals`).
 
 The timers loop fires a wait ``grace_s`` after its due time: the worker whose attempt started
-a sleep fires it itself when it is due (:func:`fire_held`, the runs it names at the versions
+a sleep fires it itself when it is due (``fire_held.sql``, the runs it names at the versions
 it left them at: :mod:`awooop.worker.local_timers`), and the loop is the fallback for the
 sleeps no worker fired (it stopped, or had no free slot). Both lock the run's row first, so a
 wait is fired once whoever comes first.
@@ -19,8 +19,7 @@ wait is fired once whoever comes first.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,33 +67,6 @@ async def fire_due(
     Returns the runs resumed. ``traced``: entered around the writes, when there are any (its
     metadata added)."""
     rows = await conn.fetch(run_reads.LOCK_WAIT_DUE, limit, grace_s)
-    return await fire_locked(conn, rows, grace_s, metadata, traced)
-
-
-async def fire_held(
-    conn: Connection,
-    held: Sequence[tuple[uuid.UUID, int]],
-    *,
-    traced: Traced = untraced,
-) -> list[tuple[RunState, TimerFired]]:
-    """Fire the due sleeps of the runs ``held`` names, each only if the run still waits at the
-    version given (a worker's own sleeps, module doc); platform role. Returns the runs
-    resumed: those another transaction holds or changed, or whose wait is not due, are not."""
-    rows = await conn.fetch(
-        run_reads.LOCK_WAIT_HELD, [run_id for run_id, _ in held], [v for _, v in held]
-    )
-    return await fire_locked(conn, rows, 0.0, None, traced)
-
-
-async def fire_locked(
-    conn: Connection,
-    rows: list[Any],
-    grace_s: float,
-    metadata: dict[str, Any] | None,
-    traced: Traced,
-) -> list[tuple[RunState, TimerFired]]:
-    """``TimerFired`` on the runs ``rows`` holds locked (with ``db_now``) whose wait was due
-    ``grace_s`` before that time, in one statement (``fire_many.sql``)."""
     if not rows:
         return []
     now: datetime = rows[0]["db_now"]

@@ -7,10 +7,10 @@ that is within ``AWOOOP_WORKER_TIMER_HORIZON_S`` and it holds fewer than
 ``AWOOOP_WORKER_TIMERS_MAX``: the journaled due time less the write's time (both by the
 database clock), counted from when the write returned, so it never fires before the database
 says the sleep is due. When sleeps come due and the worker has free slots, it fires them
-itself, all those due together in one platform transaction (``TimerFired``:
-:func:`awooop.runs.timers.fire_held`, each run only if it still waits at the version this
-worker left it at), and takes their leases through its claim path at once
-(``awooop_lease_claims_total{path="timer"}``), without the relay and the stream in between.
+itself, all those due together in one statement (``TimerFired``: ``fire_held.sql``, each
+run only if it still waits at the version this worker left it at), and takes their leases
+through its claim path at once (``awooop_lease_claims_total{path="timer"}``), without the
+relay and the stream in between.
 Due sleeps it has no slot for wait here for one, at most half the loop's grace; then they
 are the loop's.
 
@@ -31,15 +31,16 @@ import heapq
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
 from awooop.eventlog.state import RunState
-from awooop.eventlog.wait_state import due_of
+from awooop.eventlog.wait_state import SLEEP, due_of
 from awooop.loops.timers import fire_span
-from awooop.runs import timers
+from awooop.runs import leases
 
 if TYPE_CHECKING:
     from awooop.worker.runtime import Worker
@@ -51,12 +52,15 @@ NO_ROOM_RECHECK_S = 0.005  # due sleeps without a free slot: look again this soo
 
 @dataclass(order=True, frozen=True)
 class Held:
-    """A sleep this worker fires: due at ``due`` (time.monotonic()), the run at ``version``."""
+    """A sleep this worker fires: due at ``due`` (time.monotonic()), the run at ``version``,
+    the sleep ``step`` due at ``due_at`` (the database's clock, for the log)."""
 
     due: float
     run_id: uuid.UUID = field(compare=False)
     project_id: str = field(compare=False)
     version: int = field(compare=False)
+    step: str = field(compare=False)
+    due_at: datetime = field(compare=False)
 
 
 def held_of(state: RunState, step: str, returned: float, horizon_s: float) -> Held | None:
@@ -70,7 +74,9 @@ def held_of(state: RunState, step: str, returned: float, horizon_s: float) -> He
     delay = (due - state.updated_at).total_seconds()
     if delay > horizon_s:
         return None
-    return Held(returned + max(0.0, delay), state.run_id, state.project_id, state.version)
+    return Held(
+        returned + max(0.0, delay), state.run_id, state.project_id, state.version, step, due
+    )
 
 
 def take_due(
@@ -96,7 +102,7 @@ class LocalTimers:
         self._horizon_s = settings.worker_timer_horizon_s
         self._max = settings.worker_timers_max
         self._keep_s = settings.timer_grace_s / 2  # how long a due sleep waits for a slot
-        self._io_timeout_s = settings.lease_io_timeout_s
+        self._statements = leases.RunStatements(worker.db)  # bounded: the worker's run pool
         self._heap: list[Held] = []
         self._changed = asyncio.Event()
         self._taking = 0  # claims of fired runs under way: their slots are spoken for
@@ -148,30 +154,42 @@ class LocalTimers:
 
     async def _fire(self, due: list[Held]) -> None:
         worker = self._worker
-        fired = await worker.db.in_platform_writes(
-            lambda conn: timers.fire_held(
-                conn, [(h.run_id, h.version) for h in due], traced=fire_span
-            ),
-            timeout_s=self._io_timeout_s,
-        )
-        if not fired:
-            return
-        metrics.WORKER_TIMERS_FIRED.inc(len(fired))
-        for state, event in fired:
+        loop = asyncio.get_running_loop()
+        # Each claim is known before the statement is sent: the stream may deliver a fired
+        # run's TimerFired (at the version after the sleep's) before its answer is read here.
+        claims: dict[uuid.UUID, asyncio.Future[bool]] = {}
+        for held in due:
+            claims[held.run_id] = claimed = loop.create_future()
+            self._remember((held.run_id, held.version + 1), claimed)
+            self._taking += 1
+            claimed.add_done_callback(self._claim_decided)
+        fired: list[RunState] = []
+        try:
+            with fire_span(len(due)) as trace_meta:
+                fired = await self._statements.fire_held(
+                    [(h.run_id, h.version) for h in due], trace_meta
+                )
+        finally:
+            taken = {state.run_id for state in fired}
+            for held in due:
+                if held.run_id not in taken:  # not fired here: the delivery claims it
+                    self._claims.pop((held.run_id, held.version + 1), None)
+                    claims[held.run_id].set_result(False)
+        if fired:
+            metrics.WORKER_TIMERS_FIRED.inc(len(fired))
+        sleeps = {h.run_id: h for h in due}
+        for state in fired:
+            held = sleeps[state.run_id]
             log.info(
                 "timer_fired",
                 run_id=str(state.run_id),
                 project_id=state.project_id,
-                step=event.step,
-                kind=event.kind,
-                late_s=round((event.at - event.due_at).total_seconds(), 3),
+                step=held.step,
+                kind=SLEEP,
+                late_s=round((state.updated_at - held.due_at).total_seconds(), 3),
                 by=worker.worker_id,
             )
-            claimed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            self._remember((state.run_id, state.version), claimed)
-            self._taking += 1
-            claimed.add_done_callback(self._claim_decided)
-            worker.spawn(self._take(state, claimed))
+            worker.spawn(self._take(state, claims[state.run_id]))
 
     async def _take(self, state: RunState, claimed: asyncio.Future[bool]) -> None:
         """Claim and run a run fired here; ``claimed`` answers the stream's delivery of its

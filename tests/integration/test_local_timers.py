@@ -1,7 +1,7 @@
 """A worker fires the sleeps its attempts started (awooop.worker.local_timers) and the timers loop
 is the fallback after its grace (docs/workers.md, Durable sleep). Real Postgres and Redis:
 
-- ``fire_held`` fires a run's due sleep only at the version the worker left it at, once, never
+- ``fire_held.sql`` fires a run's due sleep only at the version the worker left it at, once, never
   before it is due, and skips a row another transaction holds without waiting for it; the
   loop's ``fire_due`` leaves a wait alone until its grace has passed;
 - a streams worker with the relay and NO timers loop: every sleep is fired by the worker, each
@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.runs import timers
+from awooop.runs import leases, timers
 from awooop.streams.keys import WORKER_GROUP
 from awooop.streams.relay import Relay
 from awooop.worker.assembly import build_worker
@@ -39,8 +39,8 @@ def sample(name: str, **labels: str) -> float:
 
 
 async def fire_held(db: Database, held: list[tuple[uuid.UUID, int]]) -> list[uuid.UUID]:
-    fired = await db.in_platform_writes(lambda c: timers.fire_held(c, held))
-    return [state.run_id for state, _event in fired]
+    fired = await leases.RunStatements(db).fire_held(held)
+    return [state.run_id for state in fired]
 
 
 async def open_waits(db: Database, run_ids: list[uuid.UUID]) -> int:

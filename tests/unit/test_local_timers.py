@@ -29,8 +29,9 @@ def sleeping(delay_s: float, step: str = "sleep:1", version: int = 3) -> RunStat
 def test_a_sleep_is_due_its_journaled_delay_after_the_write_returned() -> None:
     state = sleeping(2.0, version=7)
     held = held_of(state, "sleep:1", returned=100.0, horizon_s=60.0)
-    assert held == Held(102.0, state.run_id, state.project_id, 7)
+    assert held is not None and held.due == 102.0
     assert (held.run_id, held.project_id, held.version) == (state.run_id, state.project_id, 7)
+    assert (held.step, held.due_at) == ("sleep:1", AT + timedelta(seconds=2))
 
 
 def test_a_sleep_beyond_the_horizon_or_not_journaled_is_the_loops() -> None:
@@ -46,7 +47,7 @@ def test_a_sleep_already_due_is_due_at_once() -> None:
 
 
 def heap_of(*dues: float) -> list[Held]:
-    heap = [Held(d, uuid.uuid4(), "p", 3) for d in dues]
+    heap = [Held(d, uuid.uuid4(), "p", 3, "sleep:1", AT) for d in dues]
     heapq.heapify(heap)
     return heap
 
