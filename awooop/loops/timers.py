@@ -22,10 +22,11 @@ connection, in any iteration ``AWOOOP_TIMER_POLL_INTERVAL_S`` or more after the 
 made both and in every iteration while the loop cannot listen: an iteration woken by a due
 timer is one transaction.
 
-It wakes (``ctx.wakeup``) at that time (after an iteration that fired timers, no sooner than
-``AWOOOP_TIMER_COALESCE_S`` after that iteration began: while timers keep coming due, those due
-meanwhile fire together, each at most that much late, in one transaction, one relay read and
-one worker read instead of one each; a timer due after a quiet spell fires at once), when a
+It wakes (``ctx.wakeup``) at that time (no sooner than ``AWOOOP_TIMER_COALESCE_S`` after the
+last iteration began: while timers keep coming due, those due meanwhile fire together, each at
+most that much late, in one transaction, one relay read and one worker read instead of one
+each, and while their workers fire them the loop looks once per that time, not once per
+wait; a timer due after a quiet spell fires at once), when a
 notification on ``awooop_timers`` says a new wait is due sooner than that (the trigger of
 migration 0141 sends, with each new wait, in how many seconds it is due), that a signal is
 pending or that a cancelled parent left children to cancel (migration 0145), and otherwise
@@ -304,7 +305,7 @@ def loops(services: Services) -> list[LoopSpec]:
             metrics.SIGNALS_DELIVERED.labels("loop").inc(delivered)
         if more_timers or more_signals or more_cancels:
             due_in = 0.0
-        elif fired and due_in is not None:  # firing goes on: coalesce (module doc)
+        elif due_in is not None:  # waits keep coming due: coalesce (module doc)
             due_in = max(due_in, settings.timer_coalesce_s - (time.monotonic() - started))
         wake.settle(due_in)
 
