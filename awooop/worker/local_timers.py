@@ -11,12 +11,12 @@ itself, all those due together in one statement (``TimerFired``: ``fire_held.sql
 run only if it still waits at the version this worker left it at), and takes their leases
 through its claim path at once (``awooop_lease_claims_total{path="timer"}``), without the
 relay and the stream in between.
-Due sleeps it has no slot for wait here for one, at most half the loop's grace; then they
-are the loop's.
+The due sleeps it has no free slot for are fired all the same and left to the stream: any
+worker with a free slot takes them (this one, once a slot frees).
 
 Nothing depends on it: the ``timers`` loop fires every wait ``AWOOOP_TIMER_GRACE_S`` after
-its due time (the sleeps of a worker that stopped or was killed, the ones it had no slot
-for), and whichever locks the run first fires it; the other finds it no longer waiting at
+its due time (the sleeps of a worker that stopped or was killed, or that were not due within
+the horizon), and whichever locks the run first fires it; the other finds it no longer waiting at
 that version. The stream still announces each ``TimerFired`` (the event log is the outbox):
 the delivery of one this worker fired waits for this worker's claim of it and is acknowledged
 when that claim took the lease or settled the run (:meth:`LocalTimers.settled`), so a run
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 log = get_logger("awooop.worker")
 
-NO_ROOM_RECHECK_S = 0.005  # due sleeps without a free slot: look again this soon
+FIRE_BATCH = 500  # the most sleeps one statement fires
 # The least time from one fire to the next: the sleeps that come due meanwhile fire together
 # (a burst of sleeps ending costs one statement per few milliseconds, not one per sleep); a
 # sleep due after a quiet spell fires at once.
@@ -83,21 +83,13 @@ def held_of(state: RunState, step: str, returned: float, horizon_s: float) -> He
     )
 
 
-def take_due(
-    heap: list[Held], now: float, room: int, keep_s: float
-) -> tuple[list[Held], float | None]:
-    """Pure (it pops from ``heap``): the sleeps due at ``now`` to fire, at most ``room``; those
-    without room wait for a slot ``keep_s`` past their due time, then are dropped (the timers
-    loop's). Also how long to wait before looking again (None: nothing held)."""
+def take_due(heap: list[Held], now: float, limit: int) -> tuple[list[Held], float | None]:
+    """Pure (it pops from ``heap``): the sleeps due at ``now``, earliest first, at most
+    ``limit``; and how long to wait before looking again (0: more are due; None: none held)."""
     due: list[Held] = []
-    while heap and heap[0].due <= now:
-        if room > len(due):
-            due.append(heapq.heappop(heap))
-        elif now - heap[0].due > keep_s:
-            heapq.heappop(heap)
-        else:
-            return due, NO_ROOM_RECHECK_S
-    return due, (heap[0].due - now if heap else None)
+    while heap and heap[0].due <= now and len(due) < limit:
+        due.append(heapq.heappop(heap))
+    return due, (max(0.0, heap[0].due - now) if heap else None)
 
 
 class LocalTimers:
@@ -105,7 +97,6 @@ class LocalTimers:
         self._worker = worker
         self._horizon_s = settings.worker_timer_horizon_s
         self._max = settings.worker_timers_max
-        self._keep_s = settings.timer_grace_s / 2  # how long a due sleep waits for a slot
         self._statements = leases.RunStatements(worker.db)  # bounded: the worker's run pool
         self._heap: list[Held] = []
         self._changed = asyncio.Event()
@@ -154,16 +145,18 @@ class LocalTimers:
         if self._worker.stopping():
             self._heap.clear()
             return [], None
-        room = self._worker.free_slots() - self._taking
-        return take_due(self._heap, now, room, self._keep_s)
+        return take_due(self._heap, now, FIRE_BATCH)
 
     async def _fire(self, due: list[Held]) -> None:
         worker = self._worker
         loop = asyncio.get_running_loop()
-        # Each claim is known before the statement is sent: the stream may deliver a fired
-        # run's TimerFired (at the version after the sleep's) before its answer is read here.
+        # As many as it has free slots are claimed here; the others are fired all the same and
+        # left to the stream (any worker's free slot, this one's when one frees). Each claim
+        # is known before the statement is sent: the stream may deliver a fired run's
+        # TimerFired (at the version after the sleep's) before its answer is read here.
+        room = max(0, worker.free_slots() - self._taking)
         claims: dict[uuid.UUID, asyncio.Future[bool]] = {}
-        for held in due:
+        for held in due[:room]:
             claims[held.run_id] = claimed = loop.create_future()
             self._remember((held.run_id, held.version + 1), claimed)
             self._taking += 1
@@ -176,7 +169,7 @@ class LocalTimers:
                 )
         finally:
             taken = {state.run_id for state in fired}
-            for held in due:
+            for held in due[:room]:
                 if held.run_id not in taken:  # not fired here: the delivery claims it
                     self._claims.pop((held.run_id, held.version + 1), None)
                     claims[held.run_id].set_result(False)
@@ -194,7 +187,9 @@ class LocalTimers:
                 late_s=round((state.updated_at - held.due_at).total_seconds(), 3),
                 by=worker.worker_id,
             )
-            worker.spawn(self._take(state, claims[state.run_id]))
+            claim = claims.get(state.run_id)
+            if claim is not None:
+                worker.spawn(self._take(state, claim))
 
     async def _take(self, state: RunState, claimed: asyncio.Future[bool]) -> None:
         """Claim and run a run fired here; ``claimed`` answers the stream's delivery of its

@@ -17,6 +17,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
@@ -85,12 +86,16 @@ async def test_the_loop_leaves_a_due_wait_to_its_worker_for_the_grace(db: Databa
     assert [state.run_id for state, _ in fired] == [run_id]
 
 
+@pytest.mark.parametrize("concurrency", [4, 1])
 async def test_a_streams_worker_fires_its_own_sleeps_without_the_timers_loop(
-    db: Database, fast: Settings, redis: Any
+    db: Database, fast: Settings, redis: Any, concurrency: int
 ) -> None:
+    """Six sleeps: with four slots (and with one, where the sleeps due while its slot is busy
+    are fired all the same and taken from the stream), every sleep is fired by the worker, no
+    run is claimed more than its two attempts need, every entry is acknowledged."""
     keys = keys_for(fast)
     parts = build_worker(
-        db=db, settings=fast, handler=sleeper, redis=redis, keys=keys, concurrency=4
+        db=db, settings=fast, handler=sleeper, redis=redis, keys=keys, concurrency=concurrency
     )
     claims_before = sample("awooop_lease_claims_total", path="timer")
     fired_before = sample("awooop_worker_timers_fired_total")
@@ -108,7 +113,10 @@ async def test_a_streams_worker_fires_its_own_sleeps_without_the_timers_loop(
             stop.set()
             await asyncio.wait_for(task, 30)
     assert sample("awooop_worker_timers_fired_total") - fired_before == 6
-    assert sample("awooop_lease_claims_total", path="timer") - claims_before == 6
+    # Claimed here (path "timer") as free slots allowed when they came due; the rest from the
+    # stream: which way each went depends on timing, that each went one way does not.
+    local = sample("awooop_lease_claims_total", path="timer") - claims_before
+    assert 1 <= local <= 6
     for run_id in run_ids:
         history = await events_of(db, P, run_id)
         types = Counter(type(e).__name__ for e in history)

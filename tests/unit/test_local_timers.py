@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 
 from awooop.eventlog.state import RunState, RunStatus
-from awooop.worker.local_timers import NO_ROOM_RECHECK_S, Held, held_of, take_due
+from awooop.worker.local_timers import Held, held_of, take_due
 from tests.support.factories import state_in
 
 AT = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -52,24 +52,18 @@ def heap_of(*dues: float) -> list[Held]:
     return heap
 
 
-def test_the_due_sleeps_fire_as_many_as_free_slots_in_due_order() -> None:
+def test_the_due_sleeps_fire_in_due_order_up_to_the_limit() -> None:
     heap = heap_of(3.0, 1.0, 2.0, 9.0)
-    due, wait = take_due(heap, now=5.0, room=10, keep_s=0.1)
+    due, wait = take_due(heap, now=5.0, limit=10)
     assert [h.due for h in due] == [1.0, 2.0, 3.0]
     assert wait == 4.0  # until the next one is due
     assert [h.due for h in heap] == [9.0]
+    heap = heap_of(1.0, 2.0, 3.0)
+    due, wait = take_due(heap, now=5.0, limit=2)
+    assert [h.due for h in due] == [1.0, 2.0] and wait == 0.0  # one more is due: at once
 
 
 def test_nothing_due_waits_for_the_earliest_and_nothing_held_waits_for_a_change() -> None:
     heap = heap_of(7.0, 6.0)
-    assert take_due(heap, now=5.0, room=3, keep_s=0.1) == ([], 1.0)
-    assert take_due([], now=5.0, room=3, keep_s=0.1) == ([], None)
-
-
-def test_a_due_sleep_without_a_slot_waits_for_one_then_is_left_to_the_loop() -> None:
-    heap = heap_of(4.95, 4.99)
-    due, wait = take_due(heap, now=5.0, room=1, keep_s=0.1)
-    assert [h.due for h in due] == [4.95]
-    assert wait == NO_ROOM_RECHECK_S and [h.due for h in heap] == [4.99]  # kept for a slot
-    due, wait = take_due(heap, now=5.2, room=0, keep_s=0.1)
-    assert (due, wait, heap) == ([], None, [])  # waited past keep_s: dropped
+    assert take_due(heap, now=5.0, limit=3) == ([], 1.0)
+    assert take_due([], now=5.0, limit=3) == ([], None)
