@@ -8,19 +8,19 @@ that is within ``AWOOOP_WORKER_TIMER_HORIZON_S`` and it holds fewer than
 database clock), counted from when the write returned, so it never fires before the database
 says the sleep is due. When sleeps come due and the worker has free slots, it fires them
 itself, all those due together in one statement (``TimerFired``: ``fire_held.sql``, each
-run only if it still waits at the version this worker left it at), and takes their leases
-through its claim path at once (``awooop_lease_claims_total{path="timer"}``), without the
-relay and the stream in between.
-The due sleeps it has no free slot for are fired all the same and left to the stream: any
+run only if it still waits at the version this worker left it at, at most once per
+:data:`COALESCE_S`), and claims as many of them as it has free slots in one more statement
+(the claim of announced runs, ``awooop_lease_claims_total{path="timer"}``), without the relay
+and the stream in between. The others are fired all the same and left to the stream: any
 worker with a free slot takes them (this one, once a slot frees).
 
 Nothing depends on it: the ``timers`` loop fires every wait ``AWOOOP_TIMER_GRACE_S`` after
 its due time (the sleeps of a worker that stopped or was killed, or that were not due within
-the horizon), and whichever locks the run first fires it; the other finds it no longer waiting at
-that version. The stream still announces each ``TimerFired`` (the event log is the outbox):
-the delivery of one this worker fired waits for this worker's claim of it and is acknowledged
-when that claim took the lease or settled the run (:meth:`LocalTimers.settled`), so a run
-taken here is not claimed again; otherwise the delivery claims as any other.
+the horizon), and whichever locks the run first fires it; the other finds it no longer
+waiting at that version. The stream still announces each ``TimerFired`` (the event log is the
+outbox): the delivery of one this worker claimed waits for that claim's answer
+(:meth:`LocalTimers.settled`) and is acknowledged when the run was taken here, so it is not
+claimed twice; otherwise the delivery claims it as any other.
 """
 
 from __future__ import annotations
@@ -37,10 +37,14 @@ from typing import TYPE_CHECKING
 from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
+from awooop.core.telemetry import tracer
 from awooop.eventlog.state import RunState
 from awooop.eventlog.wait_state import SLEEP, due_of
 from awooop.loops.timers import fire_span
 from awooop.runs import leases
+from awooop.worker import claims as claims_of
+from awooop.worker.attempts import trace_metadata
+from awooop.worker.claims import Claimed
 
 if TYPE_CHECKING:
     from awooop.worker.runtime import Worker
@@ -97,6 +101,7 @@ class LocalTimers:
         self._worker = worker
         self._horizon_s = settings.worker_timer_horizon_s
         self._max = settings.worker_timers_max
+        self._settings = settings
         self._statements = leases.RunStatements(worker.db)  # bounded: the worker's run pool
         self._heap: list[Held] = []
         self._changed = asyncio.Event()
@@ -121,8 +126,8 @@ class LocalTimers:
             self._changed.set()
 
     def settled(self, run_id: uuid.UUID, version: int) -> asyncio.Future[bool] | None:
-        """The claim this worker made of a run it fired, for the stream's delivery of that
-        ``TimerFired`` (``version``): True once it took the lease or settled the run."""
+        """The claim this worker makes of a run it fired, for the stream's delivery of that
+        ``TimerFired`` (``version``): True once it took the lease here."""
         return self._claims.pop((run_id, version), None)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -187,23 +192,48 @@ class LocalTimers:
                 late_s=round((state.updated_at - held.due_at).total_seconds(), 3),
                 by=worker.worker_id,
             )
-            claim = claims.get(state.run_id)
-            if claim is not None:
-                worker.spawn(self._take(state, claim))
+        mine = [state for state in fired if state.run_id in claims]
+        if mine:
+            worker.spawn(self._claim(mine, claims))
 
-    async def _take(self, state: RunState, claimed: asyncio.Future[bool]) -> None:
-        """Claim and run a run fired here; ``claimed`` answers the stream's delivery of its
-        ``TimerFired``: True once the lease is taken, else whether the claim settled it."""
-        done = False
+    async def _claim(
+        self, fired: list[RunState], claims: dict[uuid.UUID, asyncio.Future[bool]]
+    ) -> None:
+        """Claim the runs fired here in one statement (the claim path of announced runs:
+        :func:`awooop.worker.claims.claim_announced`) and run those it took. Each claim's
+        future answers the stream's delivery of that run's ``TimerFired``: True when taken
+        here, else False, and the delivery claims it as any other (which rings what a pause,
+        the fair order or the routes ask for)."""
+        worker = self._worker
         try:
-            done = await self._worker.take(
-                state.run_id, state.project_id, path="timer", claimed=claimed
-            )
-        except Exception as exc:  # the stream's delivery (or polling) takes it
-            log.warning("local_timer_claim_failed", run_id=str(state.run_id), error=repr(exc))
+            async with worker.isolation.admitted():  # waits while a suspect runs alone here
+                if worker.stopping():
+                    return
+                sent = time.monotonic()
+                with tracer.start_as_current_span(
+                    "lease claim", attributes={"awooop.claim_path": "timer"}
+                ) as span:
+                    meta = trace_metadata()
+                    answers = await claims_of.claim_announced(
+                        worker.db,
+                        self._settings,
+                        worker.worker_id,
+                        [(state.run_id, meta) for state in fired],
+                        worker.routes,
+                    )
+                    taken = [
+                        a.state for a in answers if isinstance(a, Claimed) and a.state is not None
+                    ]
+                    span.set_attribute("awooop.claimed", len(taken))
+                if worker.start(taken, sent, "timer"):
+                    for state in taken:
+                        claims[state.run_id].set_result(True)
+        except Exception as exc:  # the stream's deliveries (or polling) take them
+            log.warning("local_timers_claim_failed", runs=len(fired), error=repr(exc))
         finally:
-            if not claimed.done():
-                claimed.set_result(done)
+            for state in fired:
+                if not claims[state.run_id].done():
+                    claims[state.run_id].set_result(False)
 
     def _claim_decided(self, _claimed: asyncio.Future[bool]) -> None:
         self._taking -= 1

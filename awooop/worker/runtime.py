@@ -165,11 +165,9 @@ class Worker:
         entry: StreamEntry | None = None,
         parent: Context | None = None,
         links: list[trace.Link] | None = None,
-        claimed: asyncio.Future[bool] | None = None,
     ) -> bool:
         """Take the lease of an announced run and run it; True when its message is done with
-        (acknowledge), False to leave it pending. ``claimed`` is set True once the lease is
-        taken (the caller learns it before the attempt ends)."""
+        (acknowledge), False to leave it pending."""
         if not self.accepting:
             return False
         async with self.isolation.admitted():  # waits while a suspect runs alone here
@@ -208,8 +206,6 @@ class Worker:
                         return settled
                 span.set_attribute("awooop.claimed", True)
             metrics.LEASE_CLAIMS.labels(path).inc()
-            if claimed is not None and not claimed.done():
-                claimed.set_result(True)
             if self.stopping():  # shut down while the claim was under way: hand it back at once
                 self._orphaned_claim(state)
                 return True
@@ -239,18 +235,23 @@ class Worker:
                     self.db, self.settings, self.worker_id, free, min_age, meta, self.routes
                 )
                 span.set_attribute("awooop.claimed", len(states))
-            if states:
-                metrics.LEASE_CLAIMS.labels("poll").inc(len(states))
-            if self.stopping():  # shut down while the claim was under way: hand them back
-                for state in states:
-                    self._orphaned_claim(state)
-                return 0
+            return self.start(states, sent, "poll")
+
+    def start(self, states: list[RunState], sent: float, path: str) -> int:
+        """Run the attempts of leases just taken by ``path`` with a statement sent at ``sent``
+        (monotonic); when shutdown began meanwhile, hand them back. Returns how many started."""
+        if states:
+            metrics.LEASE_CLAIMS.labels(path).inc(len(states))
+        if self.stopping():  # shut down while the claim was under way: hand them back
             for state in states:
-                attempt = self.executor.begin(state, sent)
-                self.spawn(self._run_polled(attempt, state))
+                self._orphaned_claim(state)
+            return 0
+        for state in states:
+            attempt = self.executor.begin(state, sent)
+            self.spawn(self._run_claimed(attempt, state))
         return len(states)
 
-    async def _run_polled(self, attempt: Any, state: RunState) -> None:
+    async def _run_claimed(self, attempt: Any, state: RunState) -> None:
         await self.executor.run(attempt, state)
         self._freed(state)
 
