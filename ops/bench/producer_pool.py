@@ -12,7 +12,8 @@ server). Modes (:data:`MODES`):
 
 - ``pool_docs``: ``asyncpg.create_pool(url, init=awooop.core.pools.init_connection)`` (the
   runtime's own connection setup), a connection acquired per transaction;
-- ``pool_producer``: ``awooop.producer.create_pool(url)`` (the way the docs give now);
+- ``pool_producer``: ``awooop.producer.create_pool(url)``, ``conn.transaction()`` then
+  ``set_tenant``; ``pool_transaction``: the same pool, ``producer.transaction(conn, project)``;
 - ``connection``: one ``asyncpg.connect`` (with ``producer.init_connection``), all runs on it;
 - ``database``: ``awooop.producer.submit(db, ...)`` on the runtime's ``Database`` (its
   ingest sessions: one statement per run in its own transaction, no ``BEGIN``/``COMMIT`` of the
@@ -26,18 +27,17 @@ server). Modes (:data:`MODES`):
   ``plan_cache_mode=force_generic_plan``, asyncpg's reset query).
 
 Every measurement starts on the same tables (:func:`fresh_tables`: ``--prefill`` runs, then
-``ANALYZE``), on a new connection or pool; ``ingest_plans_last_connection`` counts the generic
-and custom plans Postgres made of the ingest statement on the last connection used.
+``ANALYZE``), on a new connection or pool; ``ingest_plans_last_connection`` counts the plans
+Postgres made of the ingest statement (generic, custom) on the last connection used.
 
 Per mode and round: runs/s (wall), CPU per run in ms of the client process
-(``time.process_time``) and of the login's Postgres backends (/proc of their pids: the
-server must be local), their sum (``stack_cpu_ms_per_run``), and the statements the client
-sent per run, by kind (an asyncpg query logger on every connection: ``BEGIN``,
-``set_tenant``, the configuration read, the ingest statement, ``COMMIT``, the pool's reset
-query). Rounds run the modes in turn, the order reversed every other round (A B, B A, ...);
-``summary`` gives each mode's medians over the rounds and their ratio to the first mode's.
-Prints the JSON and writes it to ops/bench/results/producer-pool-<time>.json.
-"""
+(``time.process_time``) and of the login's Postgres backends (/proc of their pids: the server
+must be local), their sum (``stack_cpu_ms_per_run``), and the statements the client sent per
+run by kind (a query logger on every connection: ``BEGIN``, ``set_tenant``, the two in one
+query (``begin_tenant``), the configuration read, the ingest statement, ``COMMIT``, the pool's
+reset query). Rounds run the modes in turn, the order reversed every other round (A B, B A,
+...); ``summary``: each mode's medians over the rounds, and their ratio to the first's.
+Prints the JSON, written to ops/bench/results/producer-pool-<time>.json."""
 
 from __future__ import annotations
 
@@ -69,6 +69,7 @@ from awooop.ingest import tenants  # noqa: E402
 PROJECT = "bench"
 TICK = os.sysconf("SC_CLK_TCK")
 KINDS = (
+    ("BEGIN; SET LOCAL awooop.project_id", "begin_tenant"),
     ("BEGIN", "begin"),
     ("COMMIT", "commit"),
     ("SELECT set_config('awooop.project_id'", "set_tenant"),
@@ -115,11 +116,7 @@ async def make_connection(url: str, counted: Counted) -> tuple[Acquire, Callable
 
 
 async def make_pool_docs(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
-    async def init(conn: Any) -> None:
-        await pools.init_connection(conn)
-        counted.attach(conn)
-
-    pool = await asyncpg.create_pool(url, init=init)
+    pool = await asyncpg.create_pool(url, init=counted_init(counted, pools.init_connection))
     return pool.acquire, pool.close
 
 
@@ -129,22 +126,14 @@ async def make_pool_plain(url: str, counted: Counted) -> tuple[Acquire, Callable
 
 
 async def make_pool_noreset(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
-    async def init(conn: Any) -> None:
-        await producer.init_connection(conn)
-        counted.attach(conn)
+    init = counted_init(counted, producer.init_connection)
 
-    async def keep(conn: Any) -> None:
-        pass
-
-    pool = await asyncpg.create_pool(url, init=init, reset=keep)
+    pool = await asyncpg.create_pool(url, init=init, reset=keep_session)
     return pool.acquire, pool.close
 
 
 async def make_pool_generic(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
-    async def init(conn: Any) -> None:
-        await producer.init_connection(conn)
-        counted.attach(conn)
-
+    init = counted_init(counted, producer.init_connection)
     settings = {"plan_cache_mode": "force_generic_plan"}
     pool = await asyncpg.create_pool(url, init=init, server_settings=settings)
     return pool.acquire, pool.close
@@ -155,8 +144,18 @@ async def make_pool_producer(url: str, counted: Counted) -> tuple[Acquire, Calla
     return pool.acquire, pool.close
 
 
-def counted_init(counted: Counted) -> Callable[[Any], Awaitable[None]]:
+async def keep_session(_conn: Any) -> None:
+    """A pool's ``reset`` that sends nothing."""
+
+
+def counted_init(
+    counted: Counted, first: Callable[[Any], Awaitable[None]] | None = None
+) -> Callable[[Any], Awaitable[None]]:
+    """A pool's ``init``: ``first`` (a connection setup), then the query logger."""
+
     async def init(conn: Any) -> None:
+        if first is not None:
+            await first(conn)
         counted.attach(conn)
 
     return init
@@ -191,6 +190,7 @@ MODES: dict[str, Callable[[str, Counted], Awaitable[tuple[Acquire, Callable[[], 
     "pool_noreset": make_pool_noreset,
     "pool_generic": make_pool_generic,
     "pool_producer": make_pool_producer,
+    "pool_transaction": make_pool_producer,
 }
 
 # --- measuring ----------------------------------------------------------------------------------
@@ -274,10 +274,13 @@ async def measure(
             event = producer.ChannelEvent("api", f"{tag}-{n}", {"n": n})
             if mode == "database":
                 await producer.submit(acquire.db, PROJECT, event, settings=settings)
-                continue
-            async with acquire() as conn, conn.transaction():
-                await producer.set_tenant(conn, PROJECT)
-                await producer.submit(conn, PROJECT, event, settings=settings)
+            elif mode == "pool_transaction":
+                async with acquire() as conn, producer.transaction(conn, PROJECT):
+                    await producer.submit(conn, PROJECT, event, settings=settings)
+            else:
+                async with acquire() as conn, conn.transaction():
+                    await producer.set_tenant(conn, PROJECT)
+                    await producer.submit(conn, PROJECT, event, settings=settings)
 
     try:
         await fresh_tables(owner, url, prefill)
@@ -367,13 +370,7 @@ async def main(
         finally:
             await server.close()
     return {
-        "setup": {
-            "runs": runs,
-            "rounds": rounds,
-            "warmup": warmup,
-            "prefill": prefill,
-            "modes": modes,
-        },
+        "setup": dict(runs=runs, rounds=rounds, warmup=warmup, prefill=prefill, modes=modes),
         "summary": summary(results, modes),
         "rounds": results,
     }
@@ -381,7 +378,9 @@ async def main(
 
 def run() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="database,pool_producer,connection,pool_docs")
+    parser.add_argument(
+        "--modes", default="database,pool_producer,pool_transaction,connection,pool_docs"
+    )
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=200)
