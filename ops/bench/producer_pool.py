@@ -33,9 +33,10 @@ Postgres made of the ingest statement (generic, custom) on the last connection u
 Per mode and round: runs/s (wall), CPU per run in ms of the client process
 (``time.process_time``) and of the login's Postgres backends (/proc of their pids: the server
 must be local), their sum (``stack_cpu_ms_per_run``), and the statements the client sent per
-run by kind (a query logger on every connection: ``BEGIN``, ``set_tenant``, the two in one
-query (``begin_tenant``), the configuration read, the ingest statement, ``COMMIT``, the pool's
-reset query). Rounds run the modes in turn, the order reversed every other round (A B, B A,
+run by kind (``BEGIN``, ``set_tenant``, the two in one query (``begin_tenant``), the
+configuration read, the ingest statement, ``COMMIT``, the pool's reset query), counted by a query
+logger over ``--warmup`` more runs after the measured ones: no logger runs while CPU is measured
+(statement_kinds.py). Rounds run the modes in turn, the order reversed every other round (A B, B A,
 ...); ``summary``: each mode's medians over the rounds, and their ratio to the first's.
 Prints the JSON, written to ops/bench/results/producer-pool-<time>.json."""
 
@@ -48,7 +49,6 @@ import statistics
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -59,6 +59,7 @@ sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
 import asyncpg  # noqa: E402
 from scratch import SERVER, Scratch, report  # noqa: E402
+from statement_kinds import Counted  # noqa: E402
 
 from awooop import producer  # noqa: E402
 from awooop.core import pools  # noqa: E402
@@ -68,34 +69,6 @@ from awooop.ingest import tenants  # noqa: E402
 
 PROJECT = "bench"
 TICK = os.sysconf("SC_CLK_TCK")
-KINDS = (
-    ("BEGIN; SET LOCAL awooop.project_id", "begin_tenant"),
-    ("BEGIN", "begin"),
-    ("COMMIT", "commit"),
-    ("SELECT set_config('awooop.project_id'", "set_tenant"),
-    ("SELECT pg_advisory_unlock_all()", "pool_reset"),
-    ("RESET ALL", "pool_reset"),
-    ("WITH guard AS", "ingest"),
-    ("-- ingest.insert_new", "ingest"),
-)
-
-
-def kind(query: str) -> str:
-    text = query.lstrip()
-    for prefix, name in KINDS:
-        if text.startswith(prefix):
-            return name
-    return "configuration_read" if "AS contract_max_attempts" in text else "other"
-
-
-class Counted:
-    """The statements the client sent, by kind (a query logger on every connection)."""
-
-    def __init__(self) -> None:
-        self.kinds: Counter[str] = Counter()
-
-    def attach(self, conn: Any) -> None:
-        conn.add_query_logger(lambda logged: self.kinds.update([kind(logged.query)]))
 
 
 # --- the modes --------------------------------------------------------------------------------
@@ -289,13 +262,17 @@ async def measure(
                 pass
         await series(warmup, 0)
         pids = await backends(owner, None if as_owner else role)
-        counted.kinds.clear()
+        counted.pause()  # no query logger while CPU is measured (statement_kinds.py)
         server_before, client_before = cpu_ticks(pids), time.process_time()
         started = time.perf_counter()
         await series(runs, warmup)
         seconds = time.perf_counter() - started
         client_s = time.process_time() - client_before
         server_s = (cpu_ticks(pids) - server_before) / TICK
+        counted.resume()
+        counted.kinds.clear()
+        await series(warmup, warmup + runs)  # the statements, counted over as many more runs
+        counted.pause()
         async with acquire() as conn:  # the connection that served last (asyncpg's pool: LIFO)
             plans = await conn.fetchrow(PLANS)
     finally:
@@ -305,8 +282,8 @@ async def measure(
         "client_cpu_ms_per_run": round(client_s * 1000 / runs, 3),
         "backend_cpu_ms_per_run": round(server_s * 1000 / runs, 3),
         "stack_cpu_ms_per_run": round((client_s + server_s) * 1000 / runs, 3),
-        "statements_per_run": round(sum(counted.kinds.values()) / runs, 2),
-        "statements_by_kind": {k: round(v / runs, 2) for k, v in sorted(counted.kinds.items())},
+        "statements_per_run": round(sum(counted.kinds.values()) / warmup, 2),
+        "statements_by_kind": {k: round(v / warmup, 2) for k, v in sorted(counted.kinds.items())},
         "backends": len(pids),
         "ingest_plans_last_connection": {k: int(v or 0) for k, v in plans.items()},
     }
