@@ -166,6 +166,29 @@ MODES: dict[str, Callable[[str, Counted], Awaitable[tuple[Acquire, Callable[[], 
     "pool_transaction": make_pool_producer,
 }
 
+
+def producer_series(mode: str, acquire: Acquire) -> Callable[[int, int], Awaitable[None]]:
+    """``series(count, start)``: ``count`` runs submitted one per transaction, as ``mode``
+    does (keys ``<tag>-<start>`` on, unique to this series function)."""
+    settings = load_settings()
+    tag = uuid.uuid4().hex[:8]
+
+    async def series(count: int, start: int) -> None:
+        for n in range(start, start + count):
+            event = producer.ChannelEvent("api", f"{tag}-{n}", {"n": n})
+            if mode == "database":
+                await producer.submit(acquire.db, PROJECT, event, settings=settings)
+            elif mode == "pool_transaction":
+                async with acquire() as conn, producer.transaction(conn, PROJECT):
+                    await producer.submit(conn, PROJECT, event, settings=settings)
+            else:
+                async with acquire() as conn, conn.transaction():
+                    await producer.set_tenant(conn, PROJECT)
+                    await producer.submit(conn, PROJECT, event, settings=settings)
+
+    return series
+
+
 # --- measuring ----------------------------------------------------------------------------------
 
 
@@ -239,21 +262,7 @@ async def measure(
     counted = Counted()
     as_owner = mode in AS_OWNER
     acquire, close = await MODES[mode](owner_url if as_owner else url, counted)
-    settings = load_settings()
-    tag = uuid.uuid4().hex[:8]
-
-    async def series(count: int, start: int) -> None:
-        for n in range(start, start + count):
-            event = producer.ChannelEvent("api", f"{tag}-{n}", {"n": n})
-            if mode == "database":
-                await producer.submit(acquire.db, PROJECT, event, settings=settings)
-            elif mode == "pool_transaction":
-                async with acquire() as conn, producer.transaction(conn, PROJECT):
-                    await producer.submit(conn, PROJECT, event, settings=settings)
-            else:
-                async with acquire() as conn, conn.transaction():
-                    await producer.set_tenant(conn, PROJECT)
-                    await producer.submit(conn, PROJECT, event, settings=settings)
+    series = producer_series(mode, acquire)
 
     try:
         await fresh_tables(owner, url, prefill)
