@@ -229,3 +229,17 @@ async def test_a_cancelled_statement_in_the_block_raises_as_it_was_and_writes_no
     async with pool.acquire() as conn, producer.transaction(conn, SHOP):  # the pool serves on
         await producer.submit(conn, SHOP, ChannelEvent("api", "order-2", {}))
     assert await runs_of(db, SHOP) == ["order-2"]
+
+
+async def test_a_plain_connection_without_any_setup(db: Database, login: Login) -> None:
+    conn = await asyncpg.connect(login.url)
+    try:
+        async with producer.transaction(conn, SHOP, isolation="read_committed"):
+            await conn.execute("INSERT INTO orders VALUES (1)")
+            result = await producer.submit(conn, SHOP, ChannelEvent("api", "order-1", {}))
+        async with producer.transaction(conn, SHOP):
+            again = await producer.submit(conn, SHOP, ChannelEvent("api", "order-1", {}))
+    finally:
+        await conn.close()
+    assert result.created and not again.created and again.run_id == result.run_id
+    assert await runs_of(db, SHOP) == ["order-1"]
