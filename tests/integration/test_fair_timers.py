@@ -11,27 +11,15 @@ import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-import asyncpg
-
 from awooop.core.db import Database
 from awooop.eventlog import run_reads
 from awooop.loops import timers as timers_loop
 from awooop.runs import timers
 from tests.support.runs import event_types, load
-from tests.support.sleepers import sleepers
+from tests.support.sleepers import analyze, sleepers
 
 A, B, C = "proj-timers-a", "proj-timers-b", "proj-timers-c"
 BATCH = 500
-
-
-async def analyze(database_url: str) -> None:
-    """As the tables' owner (the roles the runtime uses may not analyze them)."""
-    conn = await asyncpg.connect(database_url)
-    try:
-        await conn.execute("ANALYZE awooop_run_waits")
-        await conn.execute("ANALYZE awooop_run_state")
-    finally:
-        await conn.close()
 
 
 async def test_one_projects_thousands_of_due_timers_hold_another_back_one_batch_at_most(

@@ -12,6 +12,7 @@ is the fallback after its grace (docs/workers.md, Durable sleep). Real Postgres 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -22,13 +23,14 @@ from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
+from awooop.eventlog import batches
 from awooop.runs import leases, timers
 from awooop.streams.keys import WORKER_GROUP
 from awooop.streams.relay import Relay
 from awooop.worker.assembly import build_worker
 from tests.support.durable_handlers import sleeper
 from tests.support.runs import all_finished, create_runs, events_of
-from tests.support.sleepers import sleepers
+from tests.support.sleepers import analyze, sleepers
 from tests.support.streams import keys_for, running_relay
 from tests.support.waiting import eventually
 
@@ -131,3 +133,35 @@ async def test_a_streams_worker_fires_its_own_sleeps_without_the_timers_loop(
 async def pending(redis: Any, stream: str) -> int:
     summary = await redis.xpending(stream, WORKER_GROUP)
     return int(summary["pending"])
+
+
+@pytest.mark.parametrize("analyzed", [True, False])
+async def test_the_fire_reads_the_named_runs_by_their_key_however_many_sleep(
+    db: Database, database_url: str, analyzed: bool
+) -> None:
+    """5,000 runs sleep; a worker fires 10 of them: the generic plan (the run pool keeps one)
+    locks them through the primary key, never walking the sleeping runs."""
+    later = datetime.now(UTC) + timedelta(hours=1)
+    await sleepers(db, P, 5000, later)
+    mine = await sleepers(db, P, 10, datetime.now(UTC) - timedelta(seconds=1))
+    if analyzed:  # the statistics as autovacuum leaves them, and as a burst of sleeps finds them
+        await analyze(database_url)
+    async with db.platform_writes() as conn:
+        await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        plan = "\n".join(
+            r[0]
+            for r in await conn.fetch(
+                "EXPLAIN (ANALYZE, BUFFERS) " + batches.FIRE_HELD, mine, [3] * 10, "{}"
+            )
+        )
+    assert "awooop_run_state_pkey" in plan, plan
+    assert "awooop_run_state_status" not in plan, plan
+    assert "Seq Scan on awooop_run_state" not in plan, plan
+    scanned = [
+        int(m[1]) * int(m[2])
+        for line in plan.splitlines()
+        if "Scan" in line
+        and "on awooop_run_state" in line
+        and (m := re.search(r"actual time=\S+ rows=(\d+) loops=(\d+)", line))
+    ]
+    assert scanned and max(scanned) <= len(mine), plan  # the named runs, not the 5,000

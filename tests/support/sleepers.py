@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
+import asyncpg
+
 from awooop.core.db import Database
 from awooop.core.events import RUN_STREAM_PREFIX
 
@@ -33,3 +35,13 @@ async def sleepers(db: Database, project: str, count: int, due_at: datetime) -> 
     async with db.platform_writes() as conn:
         rows = await conn.fetch(SLEEPERS, project, count, due_at, RUN_STREAM_PREFIX)
     return [r["run_id"] for r in rows]
+
+
+async def analyze(database_url: str) -> None:
+    """As the tables' owner (the roles the runtime uses may not analyze them)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("ANALYZE awooop_run_waits")
+        await conn.execute("ANALYZE awooop_run_state")
+    finally:
+        await conn.close()
