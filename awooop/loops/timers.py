@@ -3,8 +3,8 @@ and delivers the signals the producer library left pending (docs/workers.md, Dur
 
 A wait is the loop's ``AWOOOP_TIMER_GRACE_S`` after its due time: until then the worker whose
 attempt started a sleep fires it itself (:mod:`awooop.worker.local_timers`); the loop fires
-what no worker did (the worker stopped or was killed, a sleep beyond its horizon), and event
-waits' timeouts. Every due time below is counted with that grace.
+what no worker did (the worker stopped, was killed or had no free slot, a sleep beyond its
+horizon), and event waits' timeouts. Every due time below is counted with that grace.
 
 Each iteration fires due waits in batches of ``AWOOOP_TIMER_BATCH_SIZE`` (one transaction each,
 ``FOR UPDATE SKIP LOCKED``: any number of copies fire each wait once; :mod:`awooop.runs.timers`),

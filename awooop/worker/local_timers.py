@@ -6,27 +6,25 @@ An attempt that sleeps writes its ``WaitStarted`` and lets the run go (no slot, 
 that is within ``AWOOOP_WORKER_TIMER_HORIZON_S`` and it holds fewer than
 ``AWOOOP_WORKER_TIMERS_MAX``: the journaled due time less the write's time (both by the
 database clock), counted from when the write returned, so it never fires before the database
-says the sleep is due. When sleeps come due and the worker has free slots, it fires them
-itself, all those due together in one statement (``TimerFired``: ``fire_held.sql``, each
-run only if it still waits at the version this worker left it at, at most once per
-:data:`COALESCE_S`), and claims as many of them as it has free slots in one more statement
-(the claim of announced runs, ``awooop_lease_claims_total{path="timer"}``), without the relay
-and the stream in between. The others are fired all the same and left to the stream: any
-worker with a free slot takes them (this one, once a slot frees).
+says the sleep is due. When sleeps come due it fires as many as it has free slots, all those
+due together in one statement (``TimerFired``: ``fire_held.sql``, each run only if it still
+waits at the version this worker left it at; at most once per :data:`COALESCE_S`), and claims
+them in one more statement (the claim of announced runs,
+``awooop_lease_claims_total{path="timer"}``), without the relay and the stream in between.
+Sleeps due while every slot is busy wait here for one, earliest first.
 
 Nothing depends on it: the ``timers`` loop fires every wait ``AWOOOP_TIMER_GRACE_S`` after
-its due time (the sleeps of a worker that stopped or was killed, or that were not due within
-the horizon), and whichever locks the run first fires it; the other finds it no longer
-waiting at that version. The stream still announces each ``TimerFired`` (the event log is the
-outbox): the delivery of one this worker claimed waits for that claim's answer
-(:meth:`LocalTimers.settled`) and is acknowledged when the run was taken here, so it is not
-claimed twice; otherwise the delivery claims it as any other.
+its due time (the sleeps of a worker that stopped, was killed or had no free slot that long,
+or that were not due within the horizon), and whichever locks the run first fires it; the
+other finds it no longer waiting at that version. The stream still announces each
+``TimerFired`` (the event log is the outbox): the delivery of one this worker fired waits for
+this worker's claim of it (:meth:`LocalTimers.settled`) and is acknowledged when the run was
+taken here, so it is not claimed twice; otherwise the delivery claims it as any other.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import time
 import uuid
@@ -52,6 +50,7 @@ if TYPE_CHECKING:
 log = get_logger("awooop.worker")
 
 FIRE_BATCH = 500  # the most sleeps one statement fires
+NO_ROOM_RECHECK_S = 0.005  # more sleeps due than free slots: look again this soon at most
 # The least time from one fire to the next: the sleeps that come due meanwhile fire together
 # (a burst of sleeps ending costs one statement per few milliseconds, not one per sleep); a
 # sleep due after a quiet spell fires at once.
@@ -89,11 +88,24 @@ def held_of(state: RunState, step: str, returned: float, horizon_s: float) -> He
 
 def take_due(heap: list[Held], now: float, limit: int) -> tuple[list[Held], float | None]:
     """Pure (it pops from ``heap``): the sleeps due at ``now``, earliest first, at most
-    ``limit``; and how long to wait before looking again (0: more are due; None: none held)."""
+    ``limit`` (the free slots); and how long to wait before looking again: a moment when more
+    are due than that (a slot may free meanwhile), else until the next is due (None: none)."""
     due: list[Held] = []
     while heap and heap[0].due <= now and len(due) < limit:
         due.append(heapq.heappop(heap))
-    return due, (max(0.0, heap[0].due - now) if heap else None)
+    if heap and heap[0].due <= now:
+        return due, NO_ROOM_RECHECK_S
+    return due, (heap[0].due - now if heap else None)
+
+
+async def first_of(*events: asyncio.Event, timeout_s: float | None) -> None:
+    """Return when any of ``events`` is set, or after ``timeout_s`` (None: no limit)."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 class LocalTimers:
@@ -142,26 +154,23 @@ class LocalTimers:
                     log.warning("local_timers_fire_failed", runs=len(due), error=repr(exc))
                 await asyncio.sleep(COALESCE_S)
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=wait_s)
+            await first_of(self._changed, self._worker.slot_freed, timeout_s=wait_s)
         self._heap.clear()
 
     def _take_due(self, now: float) -> tuple[list[Held], float | None]:
         if self._worker.stopping():
             self._heap.clear()
             return [], None
-        return take_due(self._heap, now, FIRE_BATCH)
+        room = self._worker.free_slots() - self._taking
+        return take_due(self._heap, now, min(room, FIRE_BATCH))
 
     async def _fire(self, due: list[Held]) -> None:
         worker = self._worker
         loop = asyncio.get_running_loop()
-        # As many as it has free slots are claimed here; the others are fired all the same and
-        # left to the stream (any worker's free slot, this one's when one frees). Each claim
-        # is known before the statement is sent: the stream may deliver a fired run's
-        # TimerFired (at the version after the sleep's) before its answer is read here.
-        room = max(0, worker.free_slots() - self._taking)
+        # Each claim is known before the statement is sent: the stream may deliver a fired
+        # run's TimerFired (at the version after the sleep's) before its answer is read here.
         claims: dict[uuid.UUID, asyncio.Future[bool]] = {}
-        for held in due[:room]:
+        for held in due:
             claims[held.run_id] = claimed = loop.create_future()
             self._remember((held.run_id, held.version + 1), claimed)
             self._taking += 1
@@ -174,7 +183,7 @@ class LocalTimers:
                 )
         finally:
             taken = {state.run_id for state in fired}
-            for held in due[:room]:
+            for held in due:
                 if held.run_id not in taken:  # not fired here: the delivery claims it
                     self._claims.pop((held.run_id, held.version + 1), None)
                     claims[held.run_id].set_result(False)
@@ -192,9 +201,8 @@ class LocalTimers:
                 late_s=round((state.updated_at - held.due_at).total_seconds(), 3),
                 by=worker.worker_id,
             )
-        mine = [state for state in fired if state.run_id in claims]
-        if mine:
-            worker.spawn(self._claim(mine, claims))
+        if fired:
+            worker.spawn(self._claim(fired, claims))
 
     async def _claim(
         self, fired: list[RunState], claims: dict[uuid.UUID, asyncio.Future[bool]]

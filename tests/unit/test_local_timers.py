@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 
 from awooop.eventlog.state import RunState, RunStatus
-from awooop.worker.local_timers import Held, held_of, take_due
+from awooop.worker.local_timers import NO_ROOM_RECHECK_S, Held, held_of, take_due
 from tests.support.factories import state_in
 
 AT = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -52,15 +52,22 @@ def heap_of(*dues: float) -> list[Held]:
     return heap
 
 
-def test_the_due_sleeps_fire_in_due_order_up_to_the_limit() -> None:
+def test_the_due_sleeps_fire_in_due_order_as_many_as_free_slots() -> None:
     heap = heap_of(3.0, 1.0, 2.0, 9.0)
     due, wait = take_due(heap, now=5.0, limit=10)
     assert [h.due for h in due] == [1.0, 2.0, 3.0]
     assert wait == 4.0  # until the next one is due
     assert [h.due for h in heap] == [9.0]
+
+
+def test_sleeps_due_beyond_the_free_slots_wait_for_one() -> None:
     heap = heap_of(1.0, 2.0, 3.0)
     due, wait = take_due(heap, now=5.0, limit=2)
-    assert [h.due for h in due] == [1.0, 2.0] and wait == 0.0  # one more is due: at once
+    assert [h.due for h in due] == [1.0, 2.0]
+    assert wait == NO_ROOM_RECHECK_S and [h.due for h in heap] == [3.0]  # kept, not dropped
+    assert take_due(heap, now=5.0, limit=0) == ([], NO_ROOM_RECHECK_S)
+    due, _ = take_due(heap, now=6.0, limit=1)
+    assert [h.due for h in due] == [3.0] and heap == []
 
 
 def test_nothing_due_waits_for_the_earliest_and_nothing_held_waits_for_a_change() -> None:
