@@ -6,12 +6,13 @@ An attempt that sleeps writes its ``WaitStarted`` and lets the run go (no slot, 
 that is within ``AWOOOP_WORKER_TIMER_HORIZON_S`` and it holds fewer than
 ``AWOOOP_WORKER_TIMERS_MAX``: the journaled due time less the write's time (both by the
 database clock), counted from when the write returned, so it never fires before the database
-says the sleep is due. When sleeps come due it fires as many as it has free slots, all those
-due together in one statement (``TimerFired``: ``fire_held.sql``, each run only if it still
-waits at the version this worker left it at; at most once per :data:`COALESCE_S`), and claims
-them in one more statement (the claim of announced runs,
-``awooop_lease_claims_total{path="timer"}``), without the relay and the stream in between.
-Sleeps due while every slot is busy wait here for one, earliest first.
+says the sleep is due. When sleeps come due it fires them, all those due together in one
+statement (``TimerFired``: ``fire_held.sql``, each run only if it still waits at the version
+this worker left it at; at most once per :data:`COALESCE_S`), and claims them as its slots
+free, in one statement per batch (the claim of announced runs,
+``awooop_lease_claims_total{path="timer"}``), without the relay and the stream in between. It
+fires at most one concurrency's worth ahead of its claims: sleeps due beyond that wait here,
+earliest first.
 
 Nothing depends on it: the ``timers`` loop fires every wait ``AWOOOP_TIMER_GRACE_S`` after
 its due time (the sleeps of a worker that stopped, was killed or had no free slot that long,
@@ -25,9 +26,11 @@ taken here, so it is not claimed twice; otherwise the delivery claims it as any 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -116,8 +119,12 @@ class LocalTimers:
         self._settings = settings
         self._statements = leases.RunStatements(worker.db)  # bounded: the worker's run pool
         self._heap: list[Held] = []
-        self._changed = asyncio.Event()
-        self._taking = 0  # claims of fired runs under way: their slots are spoken for
+        self._changed = asyncio.Event()  # a sleep held sooner, or room to fire ahead again
+        # Fired here, to be claimed here as slots free (at most one concurrency ahead), with
+        # the future that answers each one's stream delivery; and the claims under way.
+        self._ready: deque[tuple[RunState, asyncio.Future[bool]]] = deque()
+        self._ready_changed = asyncio.Event()
+        self._claiming = 0
         # The claims of the runs fired here, by (run, TimerFired's version), until the stream
         # delivers that event (or, bounded, the oldest are forgotten: Redis lost them).
         self._claims: dict[tuple[uuid.UUID, int], asyncio.Future[bool]] = {}
@@ -143,26 +150,37 @@ class LocalTimers:
         return self._claims.pop((run_id, version), None)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Fire the held sleeps as they come due, until ``stop``."""
-        while not stop.is_set():
-            self._changed.clear()
-            due, wait_s = self._take_due(time.monotonic())
-            if due:
-                try:
-                    await self._fire(due)
-                except Exception as exc:  # the timers loop fires them after its grace
-                    log.warning("local_timers_fire_failed", runs=len(due), error=repr(exc))
-                await asyncio.sleep(COALESCE_S)
-                continue
-            await first_of(self._changed, self._worker.slot_freed, timeout_s=wait_s)
-        self._heap.clear()
+        """Fire the held sleeps as they come due and claim them as slots free, until
+        ``stop``."""
+        pump = asyncio.ensure_future(self._pump_loop(stop))
+        try:
+            while not stop.is_set():
+                self._changed.clear()
+                due, wait_s = self._take_due(time.monotonic())
+                if due:
+                    try:
+                        await self._fire(due)
+                    except Exception as exc:  # the timers loop fires them after its grace
+                        log.warning("local_timers_fire_failed", runs=len(due), error=repr(exc))
+                    await asyncio.sleep(COALESCE_S)
+                    continue
+                await first_of(self._changed, stop, timeout_s=wait_s)
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+            self._heap.clear()
+            while self._ready:  # their deliveries claim them, or another worker does
+                _state, claimed = self._ready.popleft()
+                if not claimed.done():
+                    claimed.set_result(False)
 
     def _take_due(self, now: float) -> tuple[list[Held], float | None]:
         if self._worker.stopping():
             self._heap.clear()
             return [], None
-        room = self._worker.free_slots() - self._taking
-        return take_due(self._heap, now, min(room, FIRE_BATCH))
+        ahead = self._worker.concurrency - len(self._ready) - self._claiming
+        return take_due(self._heap, now, min(ahead, FIRE_BATCH))
 
     async def _fire(self, due: list[Held]) -> None:
         worker = self._worker
@@ -173,8 +191,6 @@ class LocalTimers:
         for held in due:
             claims[held.run_id] = claimed = loop.create_future()
             self._remember((held.run_id, held.version + 1), claimed)
-            self._taking += 1
-            claimed.add_done_callback(self._claim_decided)
         fired: list[RunState] = []
         try:
             with fire_span(len(due)) as trace_meta:
@@ -201,13 +217,24 @@ class LocalTimers:
                 late_s=round((state.updated_at - held.due_at).total_seconds(), 3),
                 by=worker.worker_id,
             )
-        if fired:
-            worker.spawn(self._claim(fired, claims))
+            self._ready.append((state, claims[state.run_id]))
+        self._ready_changed.set()
 
-    async def _claim(
-        self, fired: list[RunState], claims: dict[uuid.UUID, asyncio.Future[bool]]
-    ) -> None:
-        """Claim the runs fired here in one statement (the claim path of announced runs:
+    async def _pump_loop(self, stop: asyncio.Event) -> None:
+        """Claim the runs fired here as slots free: when one is fired, when a slot frees (and
+        within :data:`NO_ROOM_RECHECK_S` while some wait)."""
+        while not stop.is_set():
+            self._ready_changed.clear()
+            room = self._worker.free_slots() - self._claiming
+            if room > 0 and self._ready and not self._worker.stopping():
+                batch = [self._ready.popleft() for _ in range(min(room, len(self._ready)))]
+                self._claiming += len(batch)
+                self._worker.spawn(self._claim(batch))
+            wait_s = NO_ROOM_RECHECK_S if self._ready else None
+            await first_of(self._ready_changed, self._worker.slot_freed, timeout_s=wait_s)
+
+    async def _claim(self, batch: list[tuple[RunState, asyncio.Future[bool]]]) -> None:
+        """Claim runs fired here in one statement (the claim path of announced runs:
         :func:`awooop.worker.claims.claim_announced`) and run those it took. Each claim's
         future answers the stream's delivery of that run's ``TimerFired``: True when taken
         here, else False, and the delivery claims it as any other (which rings what a pause,
@@ -226,7 +253,7 @@ class LocalTimers:
                         worker.db,
                         self._settings,
                         worker.worker_id,
-                        [(state.run_id, meta) for state in fired],
+                        [(state.run_id, meta) for state, _claimed in batch],
                         worker.routes,
                     )
                     taken = [
@@ -234,18 +261,19 @@ class LocalTimers:
                     ]
                     span.set_attribute("awooop.claimed", len(taken))
                 if worker.start(taken, sent, "timer"):
-                    for state in taken:
-                        claims[state.run_id].set_result(True)
+                    mine = {state.run_id for state in taken}
+                    for state, claimed in batch:
+                        if state.run_id in mine:
+                            claimed.set_result(True)
         except Exception as exc:  # the stream's deliveries (or polling) take them
-            log.warning("local_timers_claim_failed", runs=len(fired), error=repr(exc))
+            log.warning("local_timers_claim_failed", runs=len(batch), error=repr(exc))
         finally:
-            for state in fired:
-                if not claims[state.run_id].done():
-                    claims[state.run_id].set_result(False)
-
-    def _claim_decided(self, _claimed: asyncio.Future[bool]) -> None:
-        self._taking -= 1
-        self._changed.set()  # a slot spoken for and not taken is free again
+            for _state, claimed in batch:
+                if not claimed.done():
+                    claimed.set_result(False)
+            self._claiming -= len(batch)
+            self._changed.set()  # room to fire ahead again
+            self._ready_changed.set()
 
     def _remember(self, key: tuple[uuid.UUID, int], claimed: asyncio.Future[bool]) -> None:
         while len(self._claims) >= self._max:
