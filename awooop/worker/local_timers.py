@@ -125,6 +125,7 @@ class LocalTimers:
         self._ready: deque[tuple[RunState, asyncio.Future[bool]]] = deque()
         self._ready_changed = asyncio.Event()
         self._claiming = 0
+        worker.on_freed.append(self._slot_freed)
         # The claims of the runs fired here, by (run, TimerFired's version), until the stream
         # delivers that event (or, bounded, the oldest are forgotten: Redis lost them).
         self._claims: dict[tuple[uuid.UUID, int], asyncio.Future[bool]] = {}
@@ -221,8 +222,8 @@ class LocalTimers:
         self._ready_changed.set()
 
     async def _pump_loop(self, stop: asyncio.Event) -> None:
-        """Claim the runs fired here as slots free: when one is fired, when a slot frees (and
-        within :data:`NO_ROOM_RECHECK_S` while some wait)."""
+        """Claim the runs fired here as slots free: when one is fired, when a claim ends, when
+        an attempt here ends."""
         while not stop.is_set():
             self._ready_changed.clear()
             room = self._worker.free_slots() - self._claiming
@@ -230,8 +231,11 @@ class LocalTimers:
                 batch = [self._ready.popleft() for _ in range(min(room, len(self._ready)))]
                 self._claiming += len(batch)
                 self._worker.spawn(self._claim(batch))
-            wait_s = NO_ROOM_RECHECK_S if self._ready else None
-            await first_of(self._ready_changed, self._worker.slot_freed, timeout_s=wait_s)
+            await self._ready_changed.wait()  # stopped by run(): cancelled
+
+    def _slot_freed(self) -> None:
+        if self._ready:  # fired runs wait for a slot: claim them now
+            self._ready_changed.set()
 
     async def _claim(self, batch: list[tuple[RunState, asyncio.Future[bool]]]) -> None:
         """Claim runs fired here in one statement (the claim path of announced runs:

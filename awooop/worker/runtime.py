@@ -124,6 +124,7 @@ class Worker:
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._slot_freed = asyncio.Event()
+        self.on_freed: list[Callable[[], None]] = []  # told when an attempt here ends
         # Suspects run alone: the gate of the other claim paths, and the loop that runs them.
         self.isolation = Isolation(
             db=db,
@@ -257,6 +258,8 @@ class Worker:
 
     def _freed(self, state: RunState) -> None:
         self._slot_freed.set()  # a keyed run freed its key's slot: poll for the refused ones
+        for hook in self.on_freed:
+            hook()
         if state.concurrency_key is not None:
             self.executor.slots.ring()  # (resume_bell.ring) and tool waits here try again
 
