@@ -22,11 +22,11 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from awooop.core.config_names import check_url as _check_url
+from awooop.core.config_names import env_name as env_name
 from awooop.core.errors import ConfigError
 from awooop.core.leadership import check_timings
 
-ENV_PREFIX = "AWOOOP_"
-SPECIAL_ENV_NAMES = {"loop_project_id": "LOOP_PROJECT_ID"}
 # The largest step result a handler may journal, as JSON (awooop.worker.step_values).
 STEP_RESULT_MAX_BYTES = 256 * 1024
 # The most streamed output a run keeps (awooop.worker.output; then truncated).
@@ -83,6 +83,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     timer_poll_interval_s: float = 10.0
     timer_batch_size: int = 500
     timer_coalesce_s: float = 0.03
+    # How long past its due time the timers loop leaves a wait to the worker that holds it; the
+    # sleeps a worker holds and fires itself: due within the horizon, at most so many.
+    timer_grace_s: float = 0.2
+    worker_timer_horizon_s: float = 60.0
+    worker_timers_max: int = 10_000
     signal_payload_max_bytes: int = SIGNAL_PAYLOAD_MAX_BYTES
     signals_per_run_max: int = SIGNALS_PER_RUN_MAX
     # How long the signals of a finished run are kept (the dedupe_expiry loop).
@@ -242,6 +247,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "signal_payload_max_bytes",
             "signals_per_run_max",
             "children_pending_max",
+            "worker_timers_max",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{env_name(name)} must be a positive integer")
@@ -269,7 +275,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"{env_name('db_pool_size')} must be 0 (from the concurrency) or more"
             )
-        for name in ("relay_linger_s", "relay_dispatch_window_s", "timer_coalesce_s"):
+        for name in (
+            "relay_linger_s",
+            "relay_dispatch_window_s",
+            "timer_coalesce_s",
+            "timer_grace_s",
+            "worker_timer_horizon_s",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{env_name(name)} must be 0 (off) or more seconds")
         if self.log_retention_days <= 0:
@@ -347,30 +359,6 @@ def _check_lease_bounds(settings: Settings) -> None:
             f"{env_name('redis_socket_timeout_s')} must be longer than the "
             f"{LONGEST_REDIS_BLOCK_S:g} s that blocking stream reads wait"
         )
-
-
-def env_name(field: str) -> str:
-    return SPECIAL_ENV_NAMES.get(field, ENV_PREFIX + field.upper())
-
-
-def _check_url(field: str, value: str, schemes: tuple[str, ...]) -> None:
-    """A URL of one of ``schemes`` with a host; a Postgres URL may name several hosts
-    (``postgresql://h1:p1,h2:p2/db?target_session_attrs=read-write``: connect to whichever is
-    the primary, as libpq and asyncpg do), each checked on its own."""
-    parts = urlsplit(value)
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    several = "postgresql" in schemes and "," in hosts
-    for host in hosts.split(",") if several else [hosts]:
-        netloc = f"{userinfo}@{host}" if userinfo else host
-        one = parts._replace(netloc=netloc)
-        if parts.scheme not in schemes or not one.hostname:
-            raise ConfigError(
-                f"{env_name(field)} must be a URL like {schemes[0]}://host:port/..., got {value!r}"
-            )
-        try:
-            _ = one.port
-        except ValueError as exc:
-            raise ConfigError(f"{env_name(field)} has an invalid port: {value!r}") from exc
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -138,6 +138,11 @@ TIMERS_FIRED = Counter(
     "awooop_timers_fired_total",
     "Waits the timers loop ended at their due time (sleeps, event waits that timed out)",
 )
+WORKER_TIMERS_FIRED = Counter(
+    "awooop_worker_timers_fired_total",
+    "Sleeps a worker fired itself when they came due (its own attempts' sleeps, due within "
+    "AWOOOP_WORKER_TIMER_HORIZON_S); the rest are the timers loop's (awooop_timers_fired_total)",
+)
 CHILD_RUNS_STARTED = Counter(
     "awooop_child_runs_started_total",
     "Child runs this worker's attempts started (run.start_child; a replayed start is not counted)",
@@ -301,7 +306,7 @@ OUTPUT_STREAMS_REFUSED = Counter(
 # tests/unit/test_metrics_labels.py checks that every literal label value used in the code is
 # listed here.
 KNOWN_LABELS: dict[Counter, tuple[tuple[str, ...], ...]] = {
-    LEASE_CLAIMS: (("stream",), ("reclaim",), ("poll",), ("isolated",)),
+    LEASE_CLAIMS: (("stream",), ("reclaim",), ("poll",), ("isolated",), ("timer",)),
     RECLAIMS: (("acked",), ("left",), ("dead_lettered",), ("taken",), ("error",)),
     REAPED: (("requeued",), ("suspected",), ("failed",)),
     RUNS_FINISHED: (("COMPLETED",), ("FAILED",), ("CANCELLED",)),

@@ -27,6 +27,7 @@ CLAIM_MANY = queries.load("claim_many")
 COMPLETE_MANY = queries.load("complete_many")
 SLEEP_MANY = queries.load("sleep_many")
 FIRE_MANY = queries.load("fire_many")
+FIRE_HELD = queries.load("fire_held")
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -180,9 +181,25 @@ async def fire_many(
     return [written[s.run_id] for s, _ in changes]
 
 
+async def fire_held(
+    conn: Connection, held: Sequence[tuple[uuid.UUID, int]], metadata: dict[str, Any] | None = None
+) -> list[RunState]:
+    """``TimerFired`` on those of the runs ``held`` names (each at the version given) that still
+    wait there with a due wait, in one statement of its own (``fire_held.sql``): the new states.
+    A run locked elsewhere, changed since, not due, or whose stream head refused is left out
+    (the timers loop fires it later)."""
+    if not held:
+        return []
+    rows = await conn.fetch(
+        FIRE_HELD, [run_id for run_id, _ in held], [v for _, v in held], _json(metadata or {})
+    )
+    return [row_to_state(r) for r in rows]
+
+
 async def prepare(conn: Connection) -> None:
     """Parse and plan the batch writes on ``conn`` with empty arrays (they write nothing)."""
     await conn.fetch(CLAIM_MANY, [], [], "", 1.0, True, *EVERY)
     await conn.fetch(COMPLETE_MANY, [], [], [], [], [])
     await conn.fetch(SLEEP_MANY, [], [], [], [], [], [], [])
+    await conn.fetch(FIRE_HELD, [], [], "{}")
     await conn.fetch(eventlog.APPEND_MANY, [], [], [], [], [], [], [])

@@ -142,6 +142,14 @@ WRITERS: tuple[Writer, ...] = (
         ("tests/integration/test_sleep_statement.py::test_fire_statement_matches_apply",),
     ),
     Writer(
+        "fire_held",
+        "awooop.eventlog.batches.fire_held",
+        (RUNS, STREAMS, EVENTS),
+        "apply(state, TimerFired) written in SQL (fire_many's, _fire_written.sql) on the runs a "
+        "worker left sleeping at the versions it names, the waits' rows removed (waits.follow)",
+        ("tests/integration/test_sleep_statement.py::test_fire_held_statement_matches_apply",),
+    ),
+    Writer(
         "ingest_new",
         "awooop.eventlog.ingest.insert_new",
         (DEDUPE, RUNS, STREAMS, EVENTS),

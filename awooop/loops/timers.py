@@ -1,6 +1,11 @@
 """The ``timers`` loop (platform): ends the waits of sleeping and waiting runs when they are due,
 and delivers the signals the producer library left pending (docs/workers.md, Durable sleep).
 
+A wait is the loop's ``AWOOOP_TIMER_GRACE_S`` after its due time: until then the worker whose
+attempt started a sleep fires it itself (:mod:`awooop.worker.local_timers`); the loop fires
+what no worker did (the worker stopped, was killed or had no free slot, a sleep beyond its
+horizon), and event waits' timeouts. Every due time below is counted with that grace.
+
 Each iteration fires due waits in batches of ``AWOOOP_TIMER_BATCH_SIZE`` (one transaction each,
 ``FOR UPDATE SKIP LOCKED``: any number of copies fire each wait once; :mod:`awooop.runs.timers`),
 each batch round-robin across the projects with due waits (every such project's earliest due
@@ -17,10 +22,11 @@ connection, in any iteration ``AWOOOP_TIMER_POLL_INTERVAL_S`` or more after the 
 made both and in every iteration while the loop cannot listen: an iteration woken by a due
 timer is one transaction.
 
-It wakes (``ctx.wakeup``) at that time (after an iteration that fired timers, no sooner than
-``AWOOOP_TIMER_COALESCE_S`` after that iteration began: while timers keep coming due, those due
-meanwhile fire together, each at most that much late, in one transaction, one relay read and
-one worker read instead of one each; a timer due after a quiet spell fires at once), when a
+It wakes (``ctx.wakeup``) at that time (no sooner than ``AWOOOP_TIMER_COALESCE_S`` after the
+last iteration began: while timers keep coming due, those due meanwhile fire together, each at
+most that much late, in one transaction, one relay read and one worker read instead of one
+each, and while their workers fire them the loop looks once per that time, not once per
+wait; a timer due after a quiet spell fires at once), when a
 notification on ``awooop_timers`` says a new wait is due sooner than that (the trigger of
 migration 0141 sends, with each new wait, in how many seconds it is due), that a signal is
 pending or that a cancelled parent left children to cancel (migration 0145), and otherwise
@@ -85,20 +91,23 @@ def deliver_span(runs: int) -> contextlib.AbstractContextManager[dict[str, Any]]
     return resume_span("signals deliver", runs)
 
 
-async def fire_once(db: Database, batch: int) -> tuple[int, bool]:
-    """Fire due waits in batches; returns (fired, more: the bound was reached)."""
-    total, more, _next = await fire_and_look_ahead(db, batch)
+async def fire_once(db: Database, batch: int, grace_s: float = 0.0) -> tuple[int, bool]:
+    """Fire the waits due ``grace_s`` ago in batches; returns (fired, more: the bound was
+    reached)."""
+    total, more, _next = await fire_and_look_ahead(db, batch, grace_s)
     return total, more
 
 
-async def fire_and_look_ahead(db: Database, batch: int) -> tuple[int, bool, float | None]:
+async def fire_and_look_ahead(
+    db: Database, batch: int, grace_s: float = 0.0
+) -> tuple[int, bool, float | None]:
     """:func:`fire_once`, and when the batches ended below the bound, the seconds until the next
     wait is due (:func:`awooop.runs.timers.next_due_in`), read in the last batch's transaction:
     no transaction of its own. Returns (fired, more, next due in)."""
 
     async def fire_batch(conn: Connection) -> tuple[list[Any], float | None]:
-        fired = await timers.fire_due(conn, batch, traced=fire_span)
-        return fired, (await timers.next_due_in(conn) if len(fired) < batch else None)
+        fired = await timers.fire_due(conn, batch, grace_s=grace_s, traced=fire_span)
+        return fired, (await timers.next_due_in(conn, grace_s) if len(fired) < batch else None)
 
     total = 0
     for _ in range(MAX_BATCHES):
@@ -156,8 +165,11 @@ class TimerWakeup:
     """When the next iteration should start (the next due wait, sooner if told), and which of
     the signal and child passes it makes (:meth:`begin`)."""
 
-    def __init__(self, ctx: LoopContext, database_url: str, full_pass_s: float) -> None:
+    def __init__(
+        self, ctx: LoopContext, database_url: str, full_pass_s: float, grace_s: float = 0.0
+    ) -> None:
         self._ctx = ctx
+        self._grace_s = grace_s  # a wait is the loop's this long after its due time
         self._url = database_url
         self._conn: Connection | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -232,7 +244,7 @@ class TimerWakeup:
             self._ctx.wakeup.set()
             return
         try:
-            due_in = float(str(payload))
+            due_in = float(str(payload)) + self._grace_s
         except ValueError:
             return
         due_at = time.monotonic() + due_in
@@ -257,7 +269,7 @@ def loops(services: Services) -> list[LoopSpec]:
         wake = wakeups.get(id(ctx))
         if wake is None:
             wake = wakeups[id(ctx)] = TimerWakeup(
-                ctx, settings.database_url, settings.timer_poll_interval_s
+                ctx, settings.database_url, settings.timer_poll_interval_s, settings.timer_grace_s
             )
         try:
             await wake.listen()  # first: a wait written from now on rings
@@ -268,7 +280,9 @@ def loops(services: Services) -> list[LoopSpec]:
         started = time.monotonic()
         signals_due, children_due = wake.begin()
         try:
-            fired, more_timers, due_in = await fire_and_look_ahead(services.db, batch)
+            fired, more_timers, due_in = await fire_and_look_ahead(
+                services.db, batch, settings.timer_grace_s
+            )
             delivered, more_signals = (
                 await deliver_once(services.db, batch) if signals_due else (0, False)
             )
@@ -291,7 +305,7 @@ def loops(services: Services) -> list[LoopSpec]:
             metrics.SIGNALS_DELIVERED.labels("loop").inc(delivered)
         if more_timers or more_signals or more_cancels:
             due_in = 0.0
-        elif fired and due_in is not None:  # firing goes on: coalesce (module doc)
+        elif due_in is not None:  # waits keep coming due: coalesce (module doc)
             due_in = max(due_in, settings.timer_coalesce_s - (time.monotonic() - started))
         wake.settle(due_in)
 

@@ -27,6 +27,14 @@ publishes. They take either
           )
       # result.run_id; result.created is False when the key was seen within the TTL
 
+  :func:`transaction` opens that transaction with the tenant set in one round trip instead
+  of two (``BEGIN`` and ``set_config`` as one simple query; asyncpg connections;
+  :mod:`awooop.producer.tenant_transaction`)::
+
+      async with pool.acquire() as conn, producer.transaction(conn, "shop"):
+          await conn.execute("INSERT INTO orders ...")
+          result = await producer.submit(conn, "shop", event)
+
   The connection needs nothing of the runtime: a plain ``asyncpg.connect(...)`` or a pool
   without ``init`` works, and its type codecs (asyncpg's, or the service's own JSON codecs) are
   left alone (the producer's statements pass their JSON as text and read none).
@@ -107,6 +115,7 @@ from awooop.ingest.service import Ingestor
 from awooop.ingest.submission import ChannelEvent, Submitted
 from awooop.producer.bound import in_transaction, producer_errors
 from awooop.producer.targets import AsyncTarget, bind
+from awooop.producer.tenant_transaction import transaction as transaction
 from awooop.runs import signals
 
 __all__ = [
@@ -124,6 +133,7 @@ __all__ = [
     "signal",
     "submit",
     "submit_many",
+    "transaction",
 ]
 
 _json_encode = msgspec.json.Encoder().encode

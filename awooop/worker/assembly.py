@@ -28,6 +28,7 @@ from awooop.streams.keys import Keys
 from awooop.worker.context import LLMClient, Notifier
 from awooop.worker.executor import Handler
 from awooop.worker.heartbeat import Toucher
+from awooop.worker.local_timers import LocalTimers
 from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
 
@@ -41,6 +42,7 @@ class WorkerParts:
 
     worker: Worker
     intake: StreamIntake | None = None
+    timers: LocalTimers | None = None  # the sleeps it fires itself
     extra: list[Task] = field(default_factory=list)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -83,10 +85,12 @@ def build_worker(
         touch=touch,
         routes=routes,
     )
-    parts = WorkerParts(worker)
+    timers = LocalTimers(worker, settings)
+    worker.executor.sleeping = timers.hold
+    parts = WorkerParts(worker, timers=timers, extra=[timers.run])
     if redis is not None and worker.streams:
         assert keys is not None
-        intake = StreamIntake(worker, redis, keys, settings)
+        intake = StreamIntake(worker, redis, keys, settings, timers)
         parts.intake = intake
         parts.extra += [intake.run, functools.partial(run_loop, intake.reclaim_spec())]
     if loops:

@@ -82,11 +82,17 @@ class Executor:
         # The group commits, read by tests and the runtime's metrics.
         self.writes = self.last_writes.writes
         self.completions = self.last_writes.completions
+        # Told of each sleep written (the state after it, the sleep's step): the worker's own
+        # timers (awooop.worker.local_timers) fire it when it is due.
+        self.sleeping: Callable[[RunState, str], None] | None = None
 
     async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
         """A fenced write, batched with the other attempts' writes of the project (group
         commit); raises E-RUN-002 when the attempt no longer holds its lease."""
-        return await self.last_writes.write(project_id, write)
+        state = await self.last_writes.write(project_id, write)
+        if isinstance(write, leases.Sleep) and self.sleeping is not None:
+            self.sleeping(state, write.step)
+        return state
 
     def begin(
         self, state: RunState, lease_sent: float, entry: StreamEntry | None = None

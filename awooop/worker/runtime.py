@@ -43,7 +43,7 @@ from awooop.core.telemetry import tracer
 from awooop.eventlog.state import RunState
 from awooop.runs.leases import Availability
 from awooop.runs.routing import ALL, Routes
-from awooop.worker import claims, handler_version
+from awooop.worker import burst, claims, handler_version
 from awooop.worker.attempts import StopReason, StreamEntry, trace_metadata
 from awooop.worker.claims import Claimed
 from awooop.worker.context import LLMClient, Notifier
@@ -124,6 +124,7 @@ class Worker:
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._slot_freed = asyncio.Event()
+        self.on_freed: list[Callable[[], None]] = []  # told when an attempt here ends
         # Suspects run alone: the gate of the other claim paths, and the loop that runs them.
         self.isolation = Isolation(
             db=db,
@@ -235,23 +236,30 @@ class Worker:
                     self.db, self.settings, self.worker_id, free, min_age, meta, self.routes
                 )
                 span.set_attribute("awooop.claimed", len(states))
-            if states:
-                metrics.LEASE_CLAIMS.labels("poll").inc(len(states))
-            if self.stopping():  # shut down while the claim was under way: hand them back
-                for state in states:
-                    self._orphaned_claim(state)
-                return 0
+            return self.start(states, sent, "poll")
+
+    def start(self, states: list[RunState], sent: float, path: str) -> int:
+        """Run the attempts of leases just taken by ``path`` with a statement sent at ``sent``
+        (monotonic); when shutdown began meanwhile, hand them back. Returns how many started."""
+        if states:
+            metrics.LEASE_CLAIMS.labels(path).inc(len(states))
+        if self.stopping():  # shut down while the claim was under way: hand them back
             for state in states:
-                attempt = self.executor.begin(state, sent)
-                self.spawn(self._run_polled(attempt, state))
+                self._orphaned_claim(state)
+            return 0
+        for state in states:
+            attempt = self.executor.begin(state, sent)
+            self.spawn(self._run_claimed(attempt, state))
         return len(states)
 
-    async def _run_polled(self, attempt: Any, state: RunState) -> None:
+    async def _run_claimed(self, attempt: Any, state: RunState) -> None:
         await self.executor.run(attempt, state)
         self._freed(state)
 
     def _freed(self, state: RunState) -> None:
         self._slot_freed.set()  # a keyed run freed its key's slot: poll for the refused ones
+        for hook in self.on_freed:
+            hook()
         if state.concurrency_key is not None:
             self.executor.slots.ring()  # (resume_bell.ring) and tool waits here try again
 
@@ -350,6 +358,16 @@ class Worker:
         return not self.accepting
 
     @property
+    def slot_freed(self) -> asyncio.Event:
+        """Set when an attempt here ends (a slot is free again)."""
+        return self._slot_freed
+
+    @property
+    def tasks(self) -> set[asyncio.Task[Any]]:
+        """The tasks :meth:`spawn` started that have not ended."""
+        return self._tasks
+
+    @property
     def in_flight(self) -> int:
         return len(self.executor.attempts)
 
@@ -370,31 +388,8 @@ class Worker:
 
     async def run_until_idle(self, *, max_s: float = 60.0) -> int:
         """Burst mode: claim and run everything runnable now (polling, any age); return the
-        number of attempts run. For tests and one-shot jobs."""
-        heart_stop = asyncio.Event()
-        heart = asyncio.ensure_future(self.heartbeat.run(heart_stop))
-        listener = asyncio.ensure_future(self.cancel_listener.run(heart_stop))
-        total = 0
-        deadline = time.monotonic() + max_s
-        try:
-            while time.monotonic() < deadline:
-                self._slot_freed.clear()
-                claimed = await self.poll_once(0.0)
-                total += claimed
-                if claimed == 0 and not self.executor.attempts:
-                    alone = await self.isolation.run_suspects(drain_s=0.0)  # nothing in flight
-                    if alone <= 0:
-                        break
-                    total += alone
-                if claimed == 0 or self.free_slots() == 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._slot_freed.wait(), timeout=0.05)
-            if self._tasks:
-                await asyncio.wait(set(self._tasks), timeout=max(0.1, deadline - time.monotonic()))
-        finally:
-            heart_stop.set()
-            await finish([heart, listener], wait_s=10)
-        return total
+        number of attempts run. For tests and one-shot jobs (:mod:`awooop.worker.burst`)."""
+        return await burst.run_until_idle(self, max_s=max_s)
 
 
 __all__ = ["Outcome", "Worker", "new_worker_id"]

@@ -40,6 +40,7 @@ from awooop.streams.keys import WORKER_GROUP, Keys
 from awooop.streams.reclaim import autoclaim, set_deliveries, touch
 from awooop.streams.tracing import consume_span
 from awooop.worker.attempts import StreamEntry, trace_metadata
+from awooop.worker.local_timers import LocalTimers
 from awooop.worker.outcomes import infrastructure_failure
 from awooop.worker.reclaim import (
     ReclaimAction,
@@ -59,8 +60,16 @@ async def nothing_to_take() -> bool:
 
 
 class StreamIntake:
-    def __init__(self, worker: Worker, redis: Any, keys: Keys, settings: Settings) -> None:
+    def __init__(
+        self,
+        worker: Worker,
+        redis: Any,
+        keys: Keys,
+        settings: Settings,
+        timers: LocalTimers | None = None,
+    ) -> None:
         self.worker = worker
+        self.timers = timers  # the sleeps this worker fires itself (local_timers.py)
         self.redis = redis
         self.keys = keys
         self.settings = settings
@@ -89,7 +98,21 @@ class StreamIntake:
         if run_id is None:
             return nothing_to_take()  # not a run's dispatch event: nothing for workers
         entry = StreamEntry(delivery.stream, delivery.entry_id)
+        if self.timers is not None and env.event_type == "TimerFired":
+            # a TimerFired this worker wrote: its own claim answers (local_timers.py)
+            claim = self.timers.settled(run_id, env.version)
+            if claim is not None:
+                return self._settled_or_take(claim, run_id, env.project_id, entry)
         return self.worker.take(run_id, env.project_id, path="stream", entry=entry)
+
+    async def _settled_or_take(
+        self, claim: Awaitable[bool], run_id: uuid.UUID, project_id: str, entry: StreamEntry
+    ) -> bool:
+        """True when this worker's own claim of the run it fired took the lease; else the
+        delivery's run taken as any other's."""
+        if await claim:
+            return True
+        return await self.worker.take(run_id, project_id, path="stream", entry=entry)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.consumer.run(stop)

@@ -12,7 +12,8 @@ server). Modes (:data:`MODES`):
 
 - ``pool_docs``: ``asyncpg.create_pool(url, init=awooop.core.pools.init_connection)`` (the
   runtime's own connection setup), a connection acquired per transaction;
-- ``pool_producer``: ``awooop.producer.create_pool(url)`` (the way the docs give now);
+- ``pool_producer``: ``awooop.producer.create_pool(url)``, ``conn.transaction()`` then
+  ``set_tenant``; ``pool_transaction``: the same pool, ``producer.transaction(conn, project)``;
 - ``connection``: one ``asyncpg.connect`` (with ``producer.init_connection``), all runs on it;
 - ``database``: ``awooop.producer.submit(db, ...)`` on the runtime's ``Database`` (its
   ingest sessions: one statement per run in its own transaction, no ``BEGIN``/``COMMIT`` of the
@@ -26,18 +27,18 @@ server). Modes (:data:`MODES`):
   ``plan_cache_mode=force_generic_plan``, asyncpg's reset query).
 
 Every measurement starts on the same tables (:func:`fresh_tables`: ``--prefill`` runs, then
-``ANALYZE``), on a new connection or pool; ``ingest_plans_last_connection`` counts the generic
-and custom plans Postgres made of the ingest statement on the last connection used.
+``ANALYZE``), on a new connection or pool; ``ingest_plans_last_connection`` counts the plans
+Postgres made of the ingest statement (generic, custom) on the last connection used.
 
 Per mode and round: runs/s (wall), CPU per run in ms of the client process
-(``time.process_time``) and of the login's Postgres backends (/proc of their pids: the
-server must be local), their sum (``stack_cpu_ms_per_run``), and the statements the client
-sent per run, by kind (an asyncpg query logger on every connection: ``BEGIN``,
-``set_tenant``, the configuration read, the ingest statement, ``COMMIT``, the pool's reset
-query). Rounds run the modes in turn, the order reversed every other round (A B, B A, ...);
-``summary`` gives each mode's medians over the rounds and their ratio to the first mode's.
-Prints the JSON and writes it to ops/bench/results/producer-pool-<time>.json.
-"""
+(``time.process_time``) and of the login's Postgres backends (/proc of their pids: the server
+must be local), their sum (``stack_cpu_ms_per_run``), and the statements the client sent per
+run by kind (``BEGIN``, ``set_tenant``, the two in one query (``begin_tenant``), the
+configuration read, the ingest statement, ``COMMIT``, the pool's reset query), counted by a query
+logger over ``--warmup`` more runs after the measured ones: no logger runs while CPU is measured
+(statement_kinds.py). Rounds run the modes in turn, the order reversed every other round (A B, B A,
+...); ``summary``: each mode's medians over the rounds, and their ratio to the first's.
+Prints the JSON, written to ops/bench/results/producer-pool-<time>.json."""
 
 from __future__ import annotations
 
@@ -48,7 +49,6 @@ import statistics
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -59,6 +59,7 @@ sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
 import asyncpg  # noqa: E402
 from scratch import SERVER, Scratch, report  # noqa: E402
+from statement_kinds import Counted  # noqa: E402
 
 from awooop import producer  # noqa: E402
 from awooop.core import pools  # noqa: E402
@@ -68,33 +69,6 @@ from awooop.ingest import tenants  # noqa: E402
 
 PROJECT = "bench"
 TICK = os.sysconf("SC_CLK_TCK")
-KINDS = (
-    ("BEGIN", "begin"),
-    ("COMMIT", "commit"),
-    ("SELECT set_config('awooop.project_id'", "set_tenant"),
-    ("SELECT pg_advisory_unlock_all()", "pool_reset"),
-    ("RESET ALL", "pool_reset"),
-    ("WITH guard AS", "ingest"),
-    ("-- ingest.insert_new", "ingest"),
-)
-
-
-def kind(query: str) -> str:
-    text = query.lstrip()
-    for prefix, name in KINDS:
-        if text.startswith(prefix):
-            return name
-    return "configuration_read" if "AS contract_max_attempts" in text else "other"
-
-
-class Counted:
-    """The statements the client sent, by kind (a query logger on every connection)."""
-
-    def __init__(self) -> None:
-        self.kinds: Counter[str] = Counter()
-
-    def attach(self, conn: Any) -> None:
-        conn.add_query_logger(lambda logged: self.kinds.update([kind(logged.query)]))
 
 
 # --- the modes --------------------------------------------------------------------------------
@@ -115,11 +89,7 @@ async def make_connection(url: str, counted: Counted) -> tuple[Acquire, Callable
 
 
 async def make_pool_docs(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
-    async def init(conn: Any) -> None:
-        await pools.init_connection(conn)
-        counted.attach(conn)
-
-    pool = await asyncpg.create_pool(url, init=init)
+    pool = await asyncpg.create_pool(url, init=counted_init(counted, pools.init_connection))
     return pool.acquire, pool.close
 
 
@@ -129,22 +99,14 @@ async def make_pool_plain(url: str, counted: Counted) -> tuple[Acquire, Callable
 
 
 async def make_pool_noreset(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
-    async def init(conn: Any) -> None:
-        await producer.init_connection(conn)
-        counted.attach(conn)
+    init = counted_init(counted, producer.init_connection)
 
-    async def keep(conn: Any) -> None:
-        pass
-
-    pool = await asyncpg.create_pool(url, init=init, reset=keep)
+    pool = await asyncpg.create_pool(url, init=init, reset=keep_session)
     return pool.acquire, pool.close
 
 
 async def make_pool_generic(url: str, counted: Counted) -> tuple[Acquire, Callable[[], Any]]:
-    async def init(conn: Any) -> None:
-        await producer.init_connection(conn)
-        counted.attach(conn)
-
+    init = counted_init(counted, producer.init_connection)
     settings = {"plan_cache_mode": "force_generic_plan"}
     pool = await asyncpg.create_pool(url, init=init, server_settings=settings)
     return pool.acquire, pool.close
@@ -155,8 +117,18 @@ async def make_pool_producer(url: str, counted: Counted) -> tuple[Acquire, Calla
     return pool.acquire, pool.close
 
 
-def counted_init(counted: Counted) -> Callable[[Any], Awaitable[None]]:
+async def keep_session(_conn: Any) -> None:
+    """A pool's ``reset`` that sends nothing."""
+
+
+def counted_init(
+    counted: Counted, first: Callable[[Any], Awaitable[None]] | None = None
+) -> Callable[[Any], Awaitable[None]]:
+    """A pool's ``init``: ``first`` (a connection setup), then the query logger."""
+
     async def init(conn: Any) -> None:
+        if first is not None:
+            await first(conn)
         counted.attach(conn)
 
     return init
@@ -191,7 +163,31 @@ MODES: dict[str, Callable[[str, Counted], Awaitable[tuple[Acquire, Callable[[], 
     "pool_noreset": make_pool_noreset,
     "pool_generic": make_pool_generic,
     "pool_producer": make_pool_producer,
+    "pool_transaction": make_pool_producer,
 }
+
+
+def producer_series(mode: str, acquire: Acquire) -> Callable[[int, int], Awaitable[None]]:
+    """``series(count, start)``: ``count`` runs submitted one per transaction, as ``mode``
+    does (keys ``<tag>-<start>`` on, unique to this series function)."""
+    settings = load_settings()
+    tag = uuid.uuid4().hex[:8]
+
+    async def series(count: int, start: int) -> None:
+        for n in range(start, start + count):
+            event = producer.ChannelEvent("api", f"{tag}-{n}", {"n": n})
+            if mode == "database":
+                await producer.submit(acquire.db, PROJECT, event, settings=settings)
+            elif mode == "pool_transaction":
+                async with acquire() as conn, producer.transaction(conn, PROJECT):
+                    await producer.submit(conn, PROJECT, event, settings=settings)
+            else:
+                async with acquire() as conn, conn.transaction():
+                    await producer.set_tenant(conn, PROJECT)
+                    await producer.submit(conn, PROJECT, event, settings=settings)
+
+    return series
+
 
 # --- measuring ----------------------------------------------------------------------------------
 
@@ -266,18 +262,7 @@ async def measure(
     counted = Counted()
     as_owner = mode in AS_OWNER
     acquire, close = await MODES[mode](owner_url if as_owner else url, counted)
-    settings = load_settings()
-    tag = uuid.uuid4().hex[:8]
-
-    async def series(count: int, start: int) -> None:
-        for n in range(start, start + count):
-            event = producer.ChannelEvent("api", f"{tag}-{n}", {"n": n})
-            if mode == "database":
-                await producer.submit(acquire.db, PROJECT, event, settings=settings)
-                continue
-            async with acquire() as conn, conn.transaction():
-                await producer.set_tenant(conn, PROJECT)
-                await producer.submit(conn, PROJECT, event, settings=settings)
+    series = producer_series(mode, acquire)
 
     try:
         await fresh_tables(owner, url, prefill)
@@ -286,13 +271,17 @@ async def measure(
                 pass
         await series(warmup, 0)
         pids = await backends(owner, None if as_owner else role)
-        counted.kinds.clear()
+        counted.pause()  # no query logger while CPU is measured (statement_kinds.py)
         server_before, client_before = cpu_ticks(pids), time.process_time()
         started = time.perf_counter()
         await series(runs, warmup)
         seconds = time.perf_counter() - started
         client_s = time.process_time() - client_before
         server_s = (cpu_ticks(pids) - server_before) / TICK
+        counted.resume()
+        counted.kinds.clear()
+        await series(warmup, warmup + runs)  # the statements, counted over as many more runs
+        counted.pause()
         async with acquire() as conn:  # the connection that served last (asyncpg's pool: LIFO)
             plans = await conn.fetchrow(PLANS)
     finally:
@@ -302,8 +291,8 @@ async def measure(
         "client_cpu_ms_per_run": round(client_s * 1000 / runs, 3),
         "backend_cpu_ms_per_run": round(server_s * 1000 / runs, 3),
         "stack_cpu_ms_per_run": round((client_s + server_s) * 1000 / runs, 3),
-        "statements_per_run": round(sum(counted.kinds.values()) / runs, 2),
-        "statements_by_kind": {k: round(v / runs, 2) for k, v in sorted(counted.kinds.items())},
+        "statements_per_run": round(sum(counted.kinds.values()) / warmup, 2),
+        "statements_by_kind": {k: round(v / warmup, 2) for k, v in sorted(counted.kinds.items())},
         "backends": len(pids),
         "ingest_plans_last_connection": {k: int(v or 0) for k, v in plans.items()},
     }
@@ -367,13 +356,7 @@ async def main(
         finally:
             await server.close()
     return {
-        "setup": {
-            "runs": runs,
-            "rounds": rounds,
-            "warmup": warmup,
-            "prefill": prefill,
-            "modes": modes,
-        },
+        "setup": dict(runs=runs, rounds=rounds, warmup=warmup, prefill=prefill, modes=modes),
         "summary": summary(results, modes),
         "rounds": results,
     }
@@ -381,7 +364,9 @@ async def main(
 
 def run() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="database,pool_producer,connection,pool_docs")
+    parser.add_argument(
+        "--modes", default="database,pool_producer,pool_transaction,connection,pool_docs"
+    )
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=200)

@@ -39,6 +39,7 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 "Durable waits ended, child runs started, per second",
                 [
                     ("sum(rate(awooop_timers_fired_total[5m]))", "timers fired"),
+                    ("sum(rate(awooop_worker_timers_fired_total[5m]))", "fired by workers"),
                     (
                         "sum by (path) (rate(awooop_signals_delivered_total[5m]))",
                         "signals {{path}}",

@@ -8,56 +8,18 @@ the write path leaves them (the run row, its stream's head, its open wait)."""
 from __future__ import annotations
 
 import re
-import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-import asyncpg
-
 from awooop.core.db import Database
-from awooop.core.events import RUN_STREAM_PREFIX
 from awooop.eventlog import run_reads
 from awooop.loops import timers as timers_loop
 from awooop.runs import timers
 from tests.support.runs import event_types, load
+from tests.support.sleepers import analyze, sleepers
 
 A, B, C = "proj-timers-a", "proj-timers-b", "proj-timers-c"
 BATCH = 500
-
-# Sleeping runs as the write path leaves them after WaitStarted (version 3: RunCreated,
-# RunClaimed, WaitStarted): WAITING_EVENT, no lease, the stream's head at 3, the open wait.
-SLEEPERS = """
-WITH runs AS (
-    INSERT INTO awooop_run_state (run_id, project_id, channel_type, provider_event_id, status,
-                                  version, attempt_count, max_attempts, input, waiting_for,
-                                  created_at, updated_at)
-    SELECT id, $1, 'api', id::text, 'WAITING_EVENT', 3, 1, 3, '{}', 'sleep', now(), now()
-    FROM (SELECT gen_random_uuid() AS id FROM generate_series(1, $2)) ids
-    RETURNING run_id
-), heads AS (
-    INSERT INTO awooop_event_streams (stream_id, project_id, version, last_tx_id)
-    SELECT $4 || run_id::text, $1, 3, pg_current_xact_id() FROM runs
-)
-INSERT INTO awooop_run_waits (run_id, project_id, step, kind, due_at, started_at)
-SELECT run_id, $1, 'sleep:1', 'sleep', $3, now() FROM runs
-RETURNING run_id
-"""
-
-
-async def sleepers(db: Database, project: str, count: int, due_at: datetime) -> list[uuid.UUID]:
-    async with db.platform_writes() as conn:
-        rows = await conn.fetch(SLEEPERS, project, count, due_at, RUN_STREAM_PREFIX)
-    return [r["run_id"] for r in rows]
-
-
-async def analyze(database_url: str) -> None:
-    """As the tables' owner (the roles the runtime uses may not analyze them)."""
-    conn = await asyncpg.connect(database_url)
-    try:
-        await conn.execute("ANALYZE awooop_run_waits")
-        await conn.execute("ANALYZE awooop_run_state")
-    finally:
-        await conn.close()
 
 
 async def test_one_projects_thousands_of_due_timers_hold_another_back_one_batch_at_most(
@@ -113,7 +75,7 @@ async def test_the_fair_pick_reads_the_waits_through_their_project_index(
         plan = "\n".join(
             r[0]
             for r in await conn.fetch(
-                "EXPLAIN (ANALYZE, BUFFERS) " + run_reads.LOCK_WAIT_DUE, BATCH
+                "EXPLAIN (ANALYZE, BUFFERS) " + run_reads.LOCK_WAIT_DUE, BATCH, 0.2
             )
         )
     assert "awooop_run_waits_project_due_idx" in plan, plan

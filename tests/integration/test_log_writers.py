@@ -26,7 +26,7 @@ import pytest
 from awooop.core.config import Settings
 from awooop.core.db import Connection, Database
 from awooop.core.events import StepCompleted, decode_event, run_stream_id
-from awooop.eventlog import eventlog, queries
+from awooop.eventlog import batches, eventlog, queries
 from awooop.eventlog import runs as log_runs
 from awooop.eventlog.eventlog import RawEvent
 from awooop.eventlog.state import LEASED, RunState, fold
@@ -204,6 +204,18 @@ async def fire_many(db: Database, url: str, settings: Settings) -> Touched:
     await db.in_run_statement(logged(lambda c: leases.sleep_many(c, sleeps)))
     fired = await db.in_platform_writes(logged(lambda c: timers.fire_due(c, 10)))
     assert sorted(s.run_id for s, _ in fired) == sorted(runs)
+    return Touched(set(runs))
+
+
+@case("claim_many", "sleep_many", "fire_held")
+async def fire_held(db: Database, url: str, settings: Settings) -> Touched:
+    runs = await create_runs(db, P, 2)
+    await db.in_run_statement(logged(lambda c: leases.claim_many(c, runs, "w1", 30)))
+    sleeps = [leases.Sleep(r, "w1", 1, step="sleep:1", delay=timedelta(0)) for r in runs]
+    slept = await db.in_run_statement(logged(lambda c: leases.sleep_many(c, sleeps)))
+    held = [(s.run_id, s.version) for s in slept if isinstance(s, RunState)]
+    fired = await db.in_run_statement(logged(lambda c: batches.fire_held(c, held)))
+    assert sorted(s.run_id for s in fired) == sorted(runs)
     return Touched(set(runs))
 
 

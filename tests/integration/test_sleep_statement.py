@@ -245,3 +245,45 @@ async def test_fire_statement_matches_apply(db: Database) -> None:
         )
     assert [w["run_id"] for w in left] == [later]
     assert [m["metadata"] for m in metadata] == [{"by": "test"}] * 2
+
+
+async def test_fire_held_statement_matches_apply(db: Database) -> None:
+    """FIRE_HELD (a worker's fire of its own sleeps) is apply(state, TimerFired) in SQL too: a
+    due sleep at the version named ends "fired", the row equals the replay and apply() of the
+    logged event, the event carries the metadata and the wait's row is gone; a run named at
+    another version, or whose sleep is not due, is left alone."""
+    due, later, moved = await create_runs(db, P, 3)
+    await _claim(db, [due, later, moved])
+    await db.in_run_statement(
+        lambda c: leases.sleep_many(
+            c,
+            [
+                leases.Sleep(r, "w1", 1, step="sleep:1", delay=delay)
+                for r, delay in ((due, timedelta(0)), (later, timedelta(hours=1)))
+            ]
+            + [leases.Sleep(moved, "w1", 1, step="sleep:1", delay=timedelta(0))],
+        )
+    )
+    before = {r: await load(db, P, r) for r in (due, later, moved)}
+    held = [(due, before[due].version), (later, before[later].version)]
+    held.append((moved, before[moved].version - 1))  # not the version it sleeps at
+    fired = await leases.RunStatements(db).fire_held(held, {"by": "test"})
+    assert [s.run_id for s in fired] == [due]
+    [state] = fired
+    row = await load(db, P, due)
+    assert row == state == await replayed(db, due)
+    [*_, logged] = await events_of(db, P, due)
+    assert row == apply(before[due], logged)
+    assert row.status == RunStatus.RESUMED and row.saga_steps["sleep:1"]["ended"] == "fired"
+    async with db.platform() as conn:
+        meta = await conn.fetchval(
+            "SELECT metadata->>'by' FROM awooop_events WHERE stream_id = $1 "
+            "AND event_type = 'TimerFired'",
+            run_stream_id(due),
+        )
+        left = await conn.fetchval(
+            "SELECT count(*) FROM awooop_run_waits WHERE run_id = ANY($1::uuid[])",
+            [due, later, moved],
+        )
+    assert meta == "test" and left == 2
+    assert await load(db, P, later) == before[later] and await load(db, P, moved) == before[moved]

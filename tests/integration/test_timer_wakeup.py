@@ -136,11 +136,40 @@ async def test_while_timers_keep_firing_the_next_fire_waits_the_coalescing_perio
         await spec.body(ctx)
         async with services.db.platform() as conn:
             assert await conn.fetchval("SELECT count(*) FROM awooop_run_waits") == 0
-        # After an iteration that fired nothing, a wait fires at its due time, not held back.
+    finally:
+        if spec.close is not None:
+            await spec.close()
+        await services.close()
+
+
+async def test_an_iteration_that_fired_nothing_holds_the_next_wake_to_the_period_only(
+    settings: Settings,
+) -> None:
+    """While workers fire their own sleeps the loop finds nothing due, and it looks again no
+    sooner than the period after the last look (not once per wait); a wait due after the
+    period wakes it at its due time, not later."""
+    coalesce = 2.0
+    services = await Services.open(msgspec.structs.replace(settings, timer_coalesce_s=coalesce))
+    [spec] = timers_loop.loops(services)
+    ctx = LoopContext(project_id="__platform__")
+    try:
         await sleepers(services.db, P, 1, datetime.now(UTC) + timedelta(seconds=0.3))
+        started = time.monotonic()
+        await spec.body(ctx)  # nothing due yet
+        await asyncio.sleep(1.0)  # the wait is due (and past its grace), within the period
+        assert not ctx.wakeup.is_set()
+        await until(ctx.wakeup.is_set, timeout_s=30.0)
+        assert time.monotonic() - started >= coalesce * 0.9
         ctx.wakeup.clear()
-        await spec.body(ctx)
-        await until(ctx.wakeup.is_set, timeout_s=coalesce * 0.8)
+        await spec.body(ctx)  # fires it
+        due_in = coalesce * 2
+        await sleepers(services.db, P, 1, datetime.now(UTC) + timedelta(seconds=due_in))
+        started = time.monotonic()
+        ctx.wakeup.clear()
+        await spec.body(ctx)  # nothing due: the next look is at the wait's due time + grace
+        await until(ctx.wakeup.is_set, timeout_s=30.0)
+        woke = time.monotonic() - started
+        assert due_in - 0.1 <= woke <= due_in + settings.timer_grace_s + 1.0, woke
     finally:
         if spec.close is not None:
             await spec.close()

@@ -125,7 +125,8 @@ class TenantShareExceededError(AwoooPError):
 
 class ProducerTransactionError(AwoooPError):
     """The producer needs the caller's connection inside an open transaction whose
-    awooop.project_id is the event's project (see awooop.producer.set_tenant)."""
+    awooop.project_id is the event's project (see awooop.producer.transaction and
+    awooop.producer.set_tenant)."""
 
     code = "E-INGEST-001"
 
@@ -166,7 +167,8 @@ def check_transaction_tenant(project_id: str, tenant: str | None, bound: bool) -
     if tenant != project_id:
         raise ProducerTransactionError(
             f"the transaction's awooop.project_id is {tenant or None!r}, not {project_id!r}: "
-            "call set_tenant(conn, project_id) first"
+            "open it with producer.transaction(conn, project_id), or call "
+            "set_tenant(conn, project_id) in it first"
         )
     if not bound:
         raise TenantNotGrantedError(

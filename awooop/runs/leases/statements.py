@@ -16,7 +16,7 @@ from typing import Any
 
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError, UnstorableValueError
-from awooop.eventlog.batches import EVERY, Served
+from awooop.eventlog.batches import EVERY, Served, fire_held
 from awooop.eventlog.runs import CurrentStep
 from awooop.eventlog.state import RunState
 from awooop.runs.leases.batch import (
@@ -69,6 +69,12 @@ class RunStatements:
         return await self.db.in_run_statement(
             lambda conn: heartbeat(conn, worker_id, held, ttl_s, steps)
         )
+
+    async def fire_held(
+        self, held: list[tuple[uuid.UUID, int]], metadata: dict[str, Any] | None = None
+    ) -> list[RunState]:
+        """A worker's own due sleeps fired (:func:`awooop.eventlog.batches.fire_held`)."""
+        return await self.db.in_run_statement(lambda conn: fire_held(conn, held, metadata))
 
     async def fences(self, run_ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, Fence], datetime]:
         return await self.db.in_run_statement(lambda conn: fences(conn, run_ids))

@@ -1,0 +1,285 @@
+"""The sleeps this worker's attempts started, fired here when they are due (docs/workers.md,
+Durable sleep).
+
+An attempt that sleeps writes its ``WaitStarted`` and lets the run go (no slot, no lease:
+:mod:`awooop.worker.durable_waits`). The worker then keeps in memory when the sleep is due, if
+that is within ``AWOOOP_WORKER_TIMER_HORIZON_S`` and it holds fewer than
+``AWOOOP_WORKER_TIMERS_MAX``: the journaled due time less the write's time (both by the
+database clock), counted from when the write returned, so it never fires before the database
+says the sleep is due. When sleeps come due it fires them, all those due together in one
+statement (``TimerFired``: ``fire_held.sql``, each run only if it still waits at the version
+this worker left it at; at most once per :data:`COALESCE_S`), and claims them as its slots
+free, in one statement per batch (the claim of announced runs,
+``awooop_lease_claims_total{path="timer"}``), without the relay and the stream in between. It
+fires at most one concurrency's worth ahead of its claims: sleeps due beyond that wait here,
+earliest first.
+
+Nothing depends on it: the ``timers`` loop fires every wait ``AWOOOP_TIMER_GRACE_S`` after
+its due time (the sleeps of a worker that stopped, was killed or had no free slot that long,
+or that were not due within the horizon), and whichever locks the run first fires it; the
+other finds it no longer waiting at that version. The stream still announces each
+``TimerFired`` (the event log is the outbox): the delivery of one this worker fired waits for
+this worker's claim of it (:meth:`LocalTimers.settled`) and is acknowledged when the run was
+taken here, so it is not claimed twice; otherwise the delivery claims it as any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from awooop.core import metrics
+from awooop.core.config import Settings
+from awooop.core.logs import get_logger
+from awooop.core.telemetry import tracer
+from awooop.eventlog.state import RunState
+from awooop.eventlog.wait_state import SLEEP, due_of
+from awooop.loops.timers import fire_span
+from awooop.runs import leases
+from awooop.worker import claims as claims_of
+from awooop.worker.attempts import trace_metadata
+from awooop.worker.claims import Claimed
+
+if TYPE_CHECKING:
+    from awooop.worker.runtime import Worker
+
+log = get_logger("awooop.worker")
+
+FIRE_BATCH = 500  # the most sleeps one statement fires
+NO_ROOM_RECHECK_S = 0.005  # more sleeps due than free slots: look again this soon at most
+# The least time from one fire to the next: the sleeps that come due meanwhile fire together
+# (a burst of sleeps ending costs one statement per few milliseconds, not one per sleep); a
+# sleep due after a quiet spell fires at once.
+COALESCE_S = 0.005
+
+
+@dataclass(order=True, frozen=True)
+class Held:
+    """A sleep this worker fires: due at ``due`` (time.monotonic()), the run at ``version``,
+    the sleep ``step`` due at ``due_at`` (the database's clock, for the log)."""
+
+    due: float
+    run_id: uuid.UUID = field(compare=False)
+    project_id: str = field(compare=False)
+    version: int = field(compare=False)
+    step: str = field(compare=False)
+    due_at: datetime = field(compare=False)
+
+
+def held_of(state: RunState, step: str, returned: float, horizon_s: float) -> Held | None:
+    """Pure: the sleep ``step`` that ``state`` (the run just after its ``WaitStarted``, written
+    by a statement that returned at ``returned``, monotonic) journals, to fire here; None when
+    it is not due within ``horizon_s``."""
+    entry = state.saga_steps.get(step)
+    due = due_of(entry) if isinstance(entry, dict) else None
+    if due is None:
+        return None
+    delay = (due - state.updated_at).total_seconds()
+    if delay > horizon_s:
+        return None
+    return Held(
+        returned + max(0.0, delay), state.run_id, state.project_id, state.version, step, due
+    )
+
+
+def take_due(heap: list[Held], now: float, limit: int) -> tuple[list[Held], float | None]:
+    """Pure (it pops from ``heap``): the sleeps due at ``now``, earliest first, at most
+    ``limit`` (the free slots); and how long to wait before looking again: a moment when more
+    are due than that (a slot may free meanwhile), else until the next is due (None: none)."""
+    due: list[Held] = []
+    while heap and heap[0].due <= now and len(due) < limit:
+        due.append(heapq.heappop(heap))
+    if heap and heap[0].due <= now:
+        return due, NO_ROOM_RECHECK_S
+    return due, (heap[0].due - now if heap else None)
+
+
+async def first_of(*events: asyncio.Event, timeout_s: float | None) -> None:
+    """Return when any of ``events`` is set, or after ``timeout_s`` (None: no limit)."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+class LocalTimers:
+    def __init__(self, worker: Worker, settings: Settings) -> None:
+        self._worker = worker
+        self._horizon_s = settings.worker_timer_horizon_s
+        self._max = settings.worker_timers_max
+        self._settings = settings
+        self._statements = leases.RunStatements(worker.db)  # bounded: the worker's run pool
+        self._heap: list[Held] = []
+        self._changed = asyncio.Event()  # a sleep held sooner, or room to fire ahead again
+        # Fired here, to be claimed here as slots free (at most one concurrency ahead), with
+        # the future that answers each one's stream delivery; and the claims under way.
+        self._ready: deque[tuple[RunState, asyncio.Future[bool]]] = deque()
+        self._ready_changed = asyncio.Event()
+        self._claiming = 0
+        worker.on_freed.append(self._slot_freed)
+        # The claims of the runs fired here, by (run, TimerFired's version), until the stream
+        # delivers that event (or, bounded, the oldest are forgotten: Redis lost them).
+        self._claims: dict[tuple[uuid.UUID, int], asyncio.Future[bool]] = {}
+
+    @property
+    def held(self) -> int:
+        return len(self._heap)
+
+    def hold(self, state: RunState, step: str) -> None:
+        """A sleep's ``WaitStarted`` was just written (``state``: the run after it)."""
+        if self._horizon_s <= 0 or len(self._heap) >= self._max:
+            return
+        held = held_of(state, step, time.monotonic(), self._horizon_s)
+        if held is None:
+            return
+        heapq.heappush(self._heap, held)
+        if self._heap[0] is held:
+            self._changed.set()
+
+    def settled(self, run_id: uuid.UUID, version: int) -> asyncio.Future[bool] | None:
+        """The claim this worker makes of a run it fired, for the stream's delivery of that
+        ``TimerFired`` (``version``): True once it took the lease here."""
+        return self._claims.pop((run_id, version), None)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fire the held sleeps as they come due and claim them as slots free, until
+        ``stop``."""
+        pump = asyncio.ensure_future(self._pump_loop(stop))
+        try:
+            while not stop.is_set():
+                self._changed.clear()
+                due, wait_s = self._take_due(time.monotonic())
+                if due:
+                    try:
+                        await self._fire(due)
+                    except Exception as exc:  # the timers loop fires them after its grace
+                        log.warning("local_timers_fire_failed", runs=len(due), error=repr(exc))
+                    await asyncio.sleep(COALESCE_S)
+                    continue
+                await first_of(self._changed, stop, timeout_s=wait_s)
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+            self._heap.clear()
+            while self._ready:  # their deliveries claim them, or another worker does
+                _state, claimed = self._ready.popleft()
+                if not claimed.done():
+                    claimed.set_result(False)
+
+    def _take_due(self, now: float) -> tuple[list[Held], float | None]:
+        if self._worker.stopping():
+            self._heap.clear()
+            return [], None
+        ahead = self._worker.concurrency - len(self._ready) - self._claiming
+        return take_due(self._heap, now, min(ahead, FIRE_BATCH))
+
+    async def _fire(self, due: list[Held]) -> None:
+        worker = self._worker
+        loop = asyncio.get_running_loop()
+        # Each claim is known before the statement is sent: the stream may deliver a fired
+        # run's TimerFired (at the version after the sleep's) before its answer is read here.
+        claims: dict[uuid.UUID, asyncio.Future[bool]] = {}
+        for held in due:
+            claims[held.run_id] = claimed = loop.create_future()
+            self._remember((held.run_id, held.version + 1), claimed)
+        fired: list[RunState] = []
+        try:
+            with fire_span(len(due)) as trace_meta:
+                fired = await self._statements.fire_held(
+                    [(h.run_id, h.version) for h in due], trace_meta
+                )
+        finally:
+            taken = {state.run_id for state in fired}
+            for held in due:
+                if held.run_id not in taken:  # not fired here: the delivery claims it
+                    self._claims.pop((held.run_id, held.version + 1), None)
+                    claims[held.run_id].set_result(False)
+        if fired:
+            metrics.WORKER_TIMERS_FIRED.inc(len(fired))
+        sleeps = {h.run_id: h for h in due}
+        for state in fired:
+            held = sleeps[state.run_id]
+            log.info(
+                "timer_fired",
+                run_id=str(state.run_id),
+                project_id=state.project_id,
+                step=held.step,
+                kind=SLEEP,
+                late_s=round((state.updated_at - held.due_at).total_seconds(), 3),
+                by=worker.worker_id,
+            )
+            self._ready.append((state, claims[state.run_id]))
+        self._ready_changed.set()
+
+    async def _pump_loop(self, stop: asyncio.Event) -> None:
+        """Claim the runs fired here as slots free: when one is fired, when a claim ends, when
+        an attempt here ends."""
+        while not stop.is_set():
+            self._ready_changed.clear()
+            room = self._worker.free_slots() - self._claiming
+            if room > 0 and self._ready and not self._worker.stopping():
+                batch = [self._ready.popleft() for _ in range(min(room, len(self._ready)))]
+                self._claiming += len(batch)
+                self._worker.spawn(self._claim(batch))
+            await self._ready_changed.wait()  # stopped by run(): cancelled
+
+    def _slot_freed(self) -> None:
+        if self._ready:  # fired runs wait for a slot: claim them now
+            self._ready_changed.set()
+
+    async def _claim(self, batch: list[tuple[RunState, asyncio.Future[bool]]]) -> None:
+        """Claim runs fired here in one statement (the claim path of announced runs:
+        :func:`awooop.worker.claims.claim_announced`) and run those it took. Each claim's
+        future answers the stream's delivery of that run's ``TimerFired``: True when taken
+        here, else False, and the delivery claims it as any other (which rings what a pause,
+        the fair order or the routes ask for)."""
+        worker = self._worker
+        try:
+            async with worker.isolation.admitted():  # waits while a suspect runs alone here
+                if worker.stopping():
+                    return
+                sent = time.monotonic()
+                with tracer.start_as_current_span(
+                    "lease claim", attributes={"awooop.claim_path": "timer"}
+                ) as span:
+                    meta = trace_metadata()
+                    answers = await claims_of.claim_announced(
+                        worker.db,
+                        self._settings,
+                        worker.worker_id,
+                        [(state.run_id, meta) for state, _claimed in batch],
+                        worker.routes,
+                    )
+                    taken = [
+                        a.state for a in answers if isinstance(a, Claimed) and a.state is not None
+                    ]
+                    span.set_attribute("awooop.claimed", len(taken))
+                if worker.start(taken, sent, "timer"):
+                    mine = {state.run_id for state in taken}
+                    for state, claimed in batch:
+                        if state.run_id in mine:
+                            claimed.set_result(True)
+        except Exception as exc:  # the stream's deliveries (or polling) take them
+            log.warning("local_timers_claim_failed", runs=len(batch), error=repr(exc))
+        finally:
+            for _state, claimed in batch:
+                if not claimed.done():
+                    claimed.set_result(False)
+            self._claiming -= len(batch)
+            self._changed.set()  # room to fire ahead again
+            self._ready_changed.set()
+
+    def _remember(self, key: tuple[uuid.UUID, int], claimed: asyncio.Future[bool]) -> None:
+        while len(self._claims) >= self._max:
+            self._claims.pop(next(iter(self._claims)))
+        self._claims[key] = claimed

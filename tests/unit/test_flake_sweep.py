@@ -1,0 +1,55 @@
+"""ops/flake_sweep.py: which tests a run's output names as failed, which files a sweep runs,
+and a failing file run for real (a throwaway test that fails every other run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.support.scripts import ROOT, load_script
+
+
+@pytest.fixture(scope="module")
+def sweep() -> ModuleType:
+    return load_script("ops/flake_sweep.py", "flake_sweep")
+
+
+def test_the_failed_tests_are_read_from_the_short_summary(sweep: ModuleType) -> None:
+    output = (
+        "..F.E\n"
+        "=========================== short test summary info ============================\n"
+        "FAILED tests/unit/test_a.py::test_one - AssertionError: assert 1 == 2\n"
+        "ERROR tests/unit/test_b.py::test_two - RuntimeError\n"
+        "FAILED tests/unit/test_a.py::test_one - AssertionError: again\n"
+        "1 failed, 1 error, 3 passed in 0.12s\n"
+    )
+    assert sweep.failed_tests(output) == [
+        "tests/unit/test_a.py::test_one",
+        "tests/unit/test_b.py::test_two",
+    ]
+    assert sweep.failed_tests("3 passed in 0.1s\n") == []
+
+
+def test_the_files_of_a_folder_and_a_file_given_alone(sweep: ModuleType) -> None:
+    files = sweep.test_files(["tests/unit", "tests/integration/test_local_timers.py"])
+    assert "tests/unit/test_flake_sweep.py" in files
+    assert "tests/integration/test_local_timers.py" in files
+    assert not any(f.startswith("tests/acceptance/") for f in files)
+    assert files == sorted(files) and len(files) == len(set(files))
+
+
+def test_a_run_of_a_failing_file_records_the_failed_test(sweep: ModuleType, tmp_path: Path) -> None:
+    flaky = ROOT / "tests" / "unit" / f"test_zz_sweep_{tmp_path.name}.py"
+    flaky.write_text(
+        "def test_fails() -> None:\n    assert 1 == 2\n\n\ndef test_ok() -> None:\n    pass\n"
+    )
+    try:
+        result = sweep.run_once(str(flaky.relative_to(ROOT)), [])
+    finally:
+        flaky.unlink()
+    assert result["rc"] == 1
+    assert result["failed"] == [f"{flaky.relative_to(ROOT)}::test_fails"]
+    assert any("1 failed, 1 passed" in line for line in result["tail"])
+    assert sweep.summary([result, {**result, "rc": 0}])["failed"] == 1
