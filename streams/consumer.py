@@ -89,7 +89,7 @@ class GroupConsumer:
         self.span_each = span_each
         self.stats = ConsumerStats()
         self._read_sets = self._plan_reads(redis, self.streams)
-        self._in_flight: dict[asyncio.Task[None], Delivery] = {}
+        self._in_flight: dict[asyncio.Task[None], tuple[str, str]] = {}  # (stream, entry id)
         self._slots = Slots(max_in_flight)
         self._limiter = RateLimiter(LOG_INTERVAL_S)
         self._acks = Acks(redis, group, self.stats, self._log_error)
@@ -168,11 +168,19 @@ class GroupConsumer:
         ):
             self.stats.dead_lettered += 1
 
-    async def _process(self, delivery: Delivery) -> bool:
+    async def _run_one(self, delivery: Delivery) -> None:
+        """The handler for one entry, inside its span; acknowledged when it returns True and
+        its stream was not rebuilt meanwhile."""
+        stream, entry_id = delivery.stream, delivery.entry_id
+        generation = self._groups.generation[stream]
         spanned = consume_span(delivery) if self.span_each else nullcontext(trace.INVALID_SPAN)
         with spanned as span:
             try:
-                ok = bool(await self.handler(delivery))
+                work = self.handler(delivery)
+                # Not kept while the handler runs: one that runs long (a worker's run) holds
+                # only what it took from the delivery, not its envelope.
+                del delivery
+                ok = bool(await work)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -183,23 +191,19 @@ class GroupConsumer:
                 if suppressed is not None:
                     log.exception(
                         "stream_handler_failed",
-                        stream=delivery.stream,
-                        entry_id=delivery.entry_id,
+                        stream=stream,
+                        entry_id=entry_id,
                         group=self.group,
                         suppressed=suppressed,
                     )
                 ok = False
         self.stats.handled += 1
-        return ok
-
-    async def _run_one(self, delivery: Delivery) -> None:
-        generation = self._groups.generation[delivery.stream]
-        if await self._process(delivery) and generation == self._groups.generation[delivery.stream]:
-            self._acks.add(delivery.stream, delivery.entry_id)
+        if ok and generation == self._groups.generation[stream]:
+            self._acks.add(stream, entry_id)
 
     def _spawn(self, delivery: Delivery) -> None:
         task = asyncio.create_task(self._run_one(delivery))
-        self._in_flight[task] = delivery
+        self._in_flight[task] = (delivery.stream, delivery.entry_id)
         task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
@@ -298,10 +302,12 @@ class GroupConsumer:
                 await sleep_or_stop(retry_delay(failures), halt)
                 continue
             failures = 0
-            for delivery in batch:
+            spawned = len(batch)
+            batch.reverse()
+            while batch:  # each delivery let go of once spawned (its task holds what it needs)
                 await self._slots.acquire()
-                self._spawn(delivery)
-            if batch:
+                self._spawn(batch.pop())
+            if spawned:
                 # Let the new deliveries send their claims before the next XREADGROUP goes
                 # out: a delivery's task runs to its first wait (the claim batcher schedules
                 # its flush), the flush then sends the claim; the read can wait that long.
@@ -320,8 +326,8 @@ class GroupConsumer:
 
     async def _touch_all(self) -> None:
         by_stream: dict[str, list[str]] = {}
-        for delivery in list(self._in_flight.values()):
-            by_stream.setdefault(delivery.stream, []).append(delivery.entry_id)
+        for stream, entry_id in list(self._in_flight.values()):
+            by_stream.setdefault(stream, []).append(entry_id)
         for stream, ids in by_stream.items():
             await touch(self.redis, stream, self.group, self.consumer, ids)
 

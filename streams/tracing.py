@@ -14,23 +14,22 @@ consumer.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from awooop.core.context import bound
+from awooop.core.context import Bound, bound
 from awooop.core.events import run_id_of_stream
+from awooop.core.spans import CurrentSpan
 from awooop.core.telemetry import exporting, extract, inject, span_link, tracer
 from awooop.eventlog.eventlog import RecordedEvent
 from awooop.streams.delivery import Delivery
 from awooop.streams.keys import Keys
 
 
-@contextmanager
-def consume_span(delivery: Delivery) -> Iterator[trace.Span]:
-    """The span of one delivery, with project/run/trace in the log context.
+def consume_span(delivery: Delivery) -> ConsumeSpan:
+    """The span of one delivery, with project/run/trace in the log context (``with``).
 
     First delivery: a child of the producer span named by the envelope's traceparent.
     Redelivery (delivery_count > 1): a new trace, linked to the producer span.
@@ -53,20 +52,47 @@ def consume_span(delivery: Delivery) -> Iterator[trace.Span]:
     else:
         parent, links = Context(), span_link(env.traceparent, env.tracestate)
     run_id = run_id_of_stream(env.stream_id)
-    with tracer.start_as_current_span(
+    current = tracer.start_as_current_span(
         f"consume {env.event_type}",
         context=parent,
         kind=trace.SpanKind.CONSUMER,
         links=links,
         attributes=attributes,
-    ) as span:
-        trace_id = format(span.get_span_context().trace_id, "032x")
-        with bound(
-            project_id=env.project_id,
-            run_id=str(run_id) if run_id else None,
-            trace_id=trace_id,
-        ):
-            yield span
+    )
+    logged = bound(
+        project_id=env.project_id,
+        run_id=str(run_id) if run_id else None,
+        trace_id=format(current.span.get_span_context().trace_id, "032x"),
+    )
+    return ConsumeSpan(current, logged)
+
+
+class ConsumeSpan:
+    """:func:`consume_span`'s block: its span current, then the log context bound; one small
+    object (a delivery's handler may run as long as its run does)."""
+
+    __slots__ = ("_current", "_logged")
+
+    def __init__(self, current: CurrentSpan, logged: Bound) -> None:
+        self._current = current
+        self._logged = logged
+
+    def __enter__(self) -> trace.Span:
+        span = self._current.__enter__()
+        try:
+            self._logged.__enter__()
+        except BaseException as exc:
+            self._current.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return span
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        try:
+            self._logged.__exit__(kind, exc, tb)
+        finally:
+            self._current.__exit__(kind, exc, tb)
 
 
 class PublishSpans:

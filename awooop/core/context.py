@@ -27,23 +27,43 @@ def bound(
     *, project_id: str | None = None, run_id: str | None = None, trace_id: str | None = None
 ) -> Bound:
     """Set the given context values for the duration of the block (``with bound(...):``)."""
-    values = ((project_id_var, project_id), (run_id_var, run_id), (trace_id_var, trace_id))
-    return Bound(tuple((var, value) for var, value in values if value is not None))
+    return Bound(project_id, run_id, trace_id)
+
+
+_VARS = (project_id_var, run_id_var, trace_id_var)
 
 
 class Bound:
     """:func:`bound`'s block: a small object, not a generator (every run in flight is in one
-    while it runs)."""
+    while it runs). A value that is None, or already in place (a delivery's block around its
+    attempt's), is not set: each set is a token and a new context mapping, held for as long as
+    the block lasts."""
 
-    __slots__ = ("_tokens", "_values")
+    __slots__ = ("_project", "_project_token", "_run", "_run_token", "_trace", "_trace_token")
 
-    def __init__(self, values: tuple[tuple[ContextVar[str | None], str], ...]) -> None:
-        self._values = values
-        self._tokens: tuple[tuple[ContextVar[str | None], Token[str | None]], ...] = ()
+    def __init__(self, project_id: str | None, run_id: str | None, trace_id: str | None) -> None:
+        self._project, self._run, self._trace = project_id, run_id, trace_id
+        self._project_token: Token[str | None] | None = None
+        self._run_token: Token[str | None] | None = None
+        self._trace_token: Token[str | None] | None = None
 
     def __enter__(self) -> None:
-        self._tokens = tuple((var, var.set(value)) for var, value in self._values)
+        self._project_token = _set(project_id_var, self._project)
+        self._run_token = _set(run_id_var, self._run)
+        self._trace_token = _set(trace_id_var, self._trace)
 
     def __exit__(self, *_exc: object) -> None:
-        for var, token in reversed(self._tokens):
-            var.reset(token)
+        tokens = (self._project_token, self._run_token, self._trace_token)
+        for var, token in reversed(tuple(zip(_VARS, tokens, strict=True))):
+            if token is not None:
+                var.reset(token)
+        self._project_token = self._run_token = self._trace_token = None
+
+    def set_here(self) -> tuple[ContextVar[str | None], ...]:
+        """The variables this block set when it was entered (none before)."""
+        tokens = (self._project_token, self._run_token, self._trace_token)
+        return tuple(var for var, token in zip(_VARS, tokens, strict=True) if token is not None)
+
+
+def _set(var: ContextVar[str | None], value: str | None) -> Token[str | None] | None:
+    return None if value is None or var.get() == value else var.set(value)

@@ -30,7 +30,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
@@ -48,13 +48,12 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from opentelemetry.util._decorator import _agnosticcontextmanager
 from opentelemetry.util.types import Attributes
 from prometheus_client import start_http_server
 
 from awooop.core.loop_sampling import KeepFailedLoops, LoopSampler, loop_ratio_from_env
+from awooop.core.spans import CurrentSpan, Tracer
 
-tracer = trace.get_tracer("awooop")
 _propagator = TraceContextTextMapPropagator()
 _configured: TracerProvider | None = None
 
@@ -119,8 +118,7 @@ class _QuietTracer(trace.Tracer):
             )
         )
 
-    @_agnosticcontextmanager
-    def start_as_current_span(
+    def start_as_current_span(  # type: ignore[override] # a CurrentSpan, not the API's generator
         self,
         name: str,
         context: Context | None = None,
@@ -131,7 +129,7 @@ class _QuietTracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
         end_on_exit: bool = True,
-    ) -> Iterator[trace.Span]:
+    ) -> CurrentSpan:
         span = self.start_span(
             name,
             context,
@@ -142,13 +140,10 @@ class _QuietTracer(trace.Tracer):
             record_exception,
             set_status_on_exception,
         )
-        with trace.use_span(
-            span,
-            end_on_exit=end_on_exit,
-            record_exception=record_exception,
-            set_status_on_exception=set_status_on_exception,
-        ) as current:
-            yield current
+        return CurrentSpan(span, end_on_exit, record_exception, set_status_on_exception)
+
+
+tracer = Tracer("awooop")
 
 
 class _Provider(TracerProvider):

@@ -1,5 +1,6 @@
 """The attempts this process holds, as the worker's parts share them: :class:`Attempt` (one
-attempt of one run under its lease: the local lease deadline and its timer, the handler task),
+attempt of one run under its lease: the local lease deadline, the handler task), the timers
+that stop attempts whose local deadlines passed (:class:`Deadlines`),
 why an attempt stops (:class:`StopReason`), the stream entry that delivered it, and the trace
 context every write of an attempt carries (:func:`trace_metadata`). What a handler sees of its
 attempt is :class:`awooop.worker.context.RunContext`.
@@ -9,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import math
 import time
 import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from awooop.core.telemetry import inject
 
@@ -31,13 +33,13 @@ class StopReason(enum.StrEnum):
     SHUTDOWN = "shutdown"  # the worker is stopping; the lease is handed back
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StreamEntry:
     stream: str
     entry_id: str
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # one per run in flight: no instance dict
 class Attempt:
     """A lease this process holds: one attempt of one run."""
 
@@ -60,7 +62,8 @@ class Attempt:
     # A child run's parent: its completion is a transaction that may resume the parent
     # (awooop.worker.last_writes), not the one-statement completion.
     parent_run_id: uuid.UUID | None = None
-    _deadline_timer: asyncio.TimerHandle | None = None
+    # The slot of Deadlines whose timer stops it when its local deadline passes (None: none).
+    deadline_slot: DeadlineSlot | None = None
 
     def enter_step(self, name: str) -> tuple[str | None, datetime | None]:
         """The handler starts step ``name`` now; returns the step it was in (a step may run
@@ -89,23 +92,6 @@ class Attempt:
     def live(self) -> bool:
         return self.stop_reason is None and time.monotonic() < self.lease_deadline
 
-    def hold_until(self, deadline: float, on_deadline: Callable[[Attempt], None]) -> None:
-        """Move the local lease deadline (monotonic clock) to ``deadline`` if later, and arm a
-        timer on the event loop that calls ``on_deadline`` when it passes. The timer, not any
-        I/O call returning, is what stops an attempt that can no longer renew."""
-        if self._deadline_timer is not None and deadline <= self.lease_deadline:
-            return
-        self.lease_deadline = max(self.lease_deadline, deadline)
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-        delay = max(0.0, self.lease_deadline - time.monotonic())
-        self._deadline_timer = asyncio.get_running_loop().call_later(delay, on_deadline, self)
-
-    def disarm(self) -> None:
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-            self._deadline_timer = None
-
     def stop(self, reason: StopReason) -> bool:
         """Cancel the handler for ``reason``; False if it was already stopping or finishing."""
         if self.stop_reason is not None or self.finishing:
@@ -114,6 +100,111 @@ class Attempt:
         if self.task is not None and not self.task.done():
             self.task.cancel(f"attempt stopped: {reason}")
         return True
+
+
+# --- local lease deadlines -------------------------------------------------------------------
+# An attempt's local deadline (awooop.worker.heartbeat: the confirmed send + TTL - the safety
+# margin, monotonic clock) only moves later. When it passes, a timer on the event loop, not the
+# return of any I/O call, stops the attempt. The timers are shared: deadlines fall into slots
+# of SLOT_S seconds, each slot one timer that fires at the slot's start, so at most SLOT_S
+# before a deadline in it and never after. A heartbeat round confirms its leases in a few
+# statements, each giving its leases one deadline: thousands of attempts in flight need a
+# handful of timers, not one each (a timer handle, its libuv timer, its context and arguments
+# weigh about half a kilobyte).
+
+SLOT_S: Final = 0.05
+
+
+class DeadlineSlot:
+    """The attempts whose deadlines fall in one slot, and the timer that stops them."""
+
+    __slots__ = ("attempts", "key", "timer")
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+        self.attempts: dict[Attempt, None] = {}  # insertion order: stopped in that order
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class Deadlines:
+    """The local lease deadlines of the attempts a process holds, one timer per slot."""
+
+    def __init__(self, on_deadline: Callable[[Attempt], None]) -> None:
+        self._on_deadline = on_deadline
+        self._slots: dict[int, DeadlineSlot] = {}
+
+    def __len__(self) -> int:
+        """The timers armed now (one per slot that holds an attempt)."""
+        return len(self._slots)
+
+    def hold_until(self, attempt: Attempt, deadline: float) -> None:
+        """Move ``attempt``'s local deadline (monotonic clock) to ``deadline`` if later, and
+        arm the timer that stops it when the deadline passes."""
+        if attempt.deadline_slot is not None and deadline <= attempt.lease_deadline:
+            return
+        attempt.lease_deadline = max(attempt.lease_deadline, deadline)
+        key = math.floor(attempt.lease_deadline / SLOT_S)
+        if attempt.deadline_slot is not None and attempt.deadline_slot.key == key:
+            return
+        self.disarm(attempt)
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = DeadlineSlot(key)
+            delay = max(0.0, key * SLOT_S - time.monotonic())
+            slot.timer = asyncio.get_running_loop().call_later(delay, self._fire, slot)
+        slot.attempts[attempt] = None
+        attempt.deadline_slot = slot
+
+    def disarm(self, attempt: Attempt) -> None:
+        """``attempt`` has ended: no timer stops it any more."""
+        slot = attempt.deadline_slot
+        if slot is None:
+            return
+        attempt.deadline_slot = None
+        slot.attempts.pop(attempt, None)
+        if not slot.attempts and self._slots.get(slot.key) is slot:
+            del self._slots[slot.key]
+            if slot.timer is not None:
+                slot.timer.cancel()
+
+    def _fire(self, slot: DeadlineSlot) -> None:
+        if self._slots.get(slot.key) is slot:
+            del self._slots[slot.key]
+        attempts, slot.attempts = slot.attempts, {}
+        for attempt in attempts:
+            attempt.deadline_slot = None
+            try:
+                self._on_deadline(attempt)
+            except Exception as exc:  # the others in the slot are stopped all the same
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": "stopping an attempt at its deadline failed", "exception": exc}
+                )
+
+
+class InStep:
+    """``with InStep(attempt, name) as started_at``: ``attempt``'s handler is in step ``name``
+    for the block (an exception that leaves it is noted as raised in it); one small object, not
+    a generator (a run in flight is inside one while its model call waits)."""
+
+    __slots__ = ("_attempt", "_name", "_outer")
+
+    def __init__(self, attempt: Attempt, name: str) -> None:
+        self._attempt = attempt
+        self._name = name
+        self._outer: tuple[str | None, datetime | None] = (None, None)
+
+    def __enter__(self) -> datetime:
+        self._outer = self._attempt.enter_step(self._name)
+        started_at = self._attempt.step_started_at
+        assert started_at is not None
+        return started_at
+
+    def __exit__(
+        self, _kind: type[BaseException] | None, exc: BaseException | None, _tb: object
+    ) -> None:
+        if exc is not None:
+            self._attempt.step_raised(exc, self._name)
+        self._attempt.leave_step(self._outer)
 
 
 def causes(exc: BaseException) -> list[BaseException]:

@@ -47,16 +47,15 @@ the attempt no longer holds its lease, for handlers that compute without awaitin
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, Unpack
 
 from awooop.core.batching import data_error
 from awooop.core.config import STEP_RESULT_MAX_BYTES, Settings
 from awooop.core.db import Database
-from awooop.core.errors import DuplicateStepError, LeaseLostError, UnstorableValueError
+from awooop.core.errors import UnstorableValueError
 from awooop.core.events import Event, StepCompleted
 from awooop.core.logs import get_logger
 from awooop.core.storable import encoded_problem, unstorable
@@ -72,13 +71,14 @@ from awooop.worker import approval_grants, approval_waits, contract_retry, polic
 from awooop.worker.approval_waits import APPROVAL_STEP_PREFIX as APPROVAL_STEP_PREFIX
 from awooop.worker.approval_waits import Notifier as Notifier
 from awooop.worker.approval_waits import Suspended as Suspended
-from awooop.worker.attempts import Attempt, trace_metadata
+from awooop.worker.attempt_writes import AttemptWrites
+from awooop.worker.attempts import Attempt, InStep
 from awooop.worker.child_runs import ChildRuns, ChildRunsMixin
 from awooop.worker.durable_waits import DurableWaits
 from awooop.worker.model_steps import LLMClient as LLMClient
 from awooop.worker.model_steps import ModelCalls, StepAsked
 from awooop.worker.output import OutputSink, checked
-from awooop.worker.step_values import journal, recorded
+from awooop.worker.step_values import journal, kept, recorded, unkept
 from awooop.worker.tool_waits import TOOL_STEP_PREFIX, SlotBell, ToolWaits
 
 T = TypeVar("T")
@@ -123,7 +123,8 @@ class RunContext(ChildRunsMixin):
             name: entry.get("result") if isinstance(entry, dict) else entry
             for name, entry in state.saga_steps.items()
         }
-        self._used: dict[str, None] = {}  # the step names used (a dict: smaller than a set)
+        # What the attempt's parts call back into (not this context: no reference cycle).
+        self._writes = AttemptWrites(attempt, writer)
         self.run_id = state.run_id
         self.project_id = state.project_id
         self.channel_type = state.channel_type
@@ -138,16 +139,15 @@ class RunContext(ChildRunsMixin):
             run_id=self.run_id,
             attempt=self.attempt,
             worker_id=self.worker_id,
-            check=self.check,
+            check=self._writes.check,
             max_wait_s=flow_max_wait_s,
             io_timeout_s=io_timeout_s,
         )
-        self._model = ModelCalls(llm=llm, flow=flow, write=self._write, check=self.check,
+        self._model = ModelCalls(llm=llm, flow=flow, write=self._writes.write,
+                                 check=self._writes.check,
                                  project_id=self.project_id, worker_id=self.worker_id,
                                  attempt=self.attempt, also=self._overrides.also)  # fmt: skip
-        self._state, self._slots = state, slots
-        self._children = ChildRuns(db=db, attempt=attempt, steps=state.saga_steps, use=self._use,
-                                   io_timeout_s=io_timeout_s, settings=settings)  # fmt: skip
+        self._state, self._slots, self._settings = state, slots, settings
 
     # Made on first use (most attempts wait for no tool or event, and log nothing of
     # their own): a run in flight holds only what it uses. The test kit sets its own.
@@ -158,18 +158,25 @@ class RunContext(ChildRunsMixin):
     @functools.cached_property
     def _tools(self) -> ToolWaits:
         return self._tool_waits(db=self._db, state=self._state, worker_id=self.worker_id,
-                                attempt=self.attempt, write=self._write, check=self.check,
+                                attempt=self.attempt, write=self._writes.write,
+                                check=self._writes.check,
                                 slots=self._slots, io_timeout_s=self._io_timeout_s)  # fmt: skip
+
+    @functools.cached_property
+    def _children(self) -> ChildRuns:  # type: ignore[override] # made on first use
+        return ChildRuns(db=self._db, attempt=self._attempt, steps=self._state.saga_steps,
+                         use=self._writes.use, io_timeout_s=self._io_timeout_s,
+                         settings=self._settings)  # fmt: skip
 
     @functools.cached_property
     def _waits(self) -> DurableWaits:
         return DurableWaits(db=self._db, attempt=self._attempt, steps=self._state.saga_steps,
-                            use=self._use, io_timeout_s=self._io_timeout_s,
+                            use=self._writes.use, io_timeout_s=self._io_timeout_s,
                             writer=self._writer)  # fmt: skip
 
     @property
     def steps(self) -> Mapping[str, Any]:
-        return dict(self._steps)
+        return {name: unkept(value) for name, value in self._steps.items()}
 
     @property
     def cancelled(self) -> bool:
@@ -177,9 +184,7 @@ class RunContext(ChildRunsMixin):
 
     def check(self) -> None:
         """Raise E-RUN-002 if this attempt no longer holds a live lease."""
-        if not self._attempt.live():
-            reason = self._attempt.stop_reason or "the lease ran out before a heartbeat renewed it"
-            raise LeaseLostError(f"attempt stopped: {reason}", run_id=self.run_id)
+        self._writes.check()
 
     async def step(
         self,
@@ -223,7 +228,7 @@ class RunContext(ChildRunsMixin):
                     if data_error(exc):
                         raise unstorable(f"step {name!r} result", exc) from exc
                     raise
-            self._steps[name] = encoded
+            self._steps[name] = kept(encoded)
             return result
 
     async def llm(
@@ -255,7 +260,7 @@ class RunContext(ChildRunsMixin):
             with self._in_step(name) as started_at:
                 asked = StepAsked(name, started_at, self._result_max_bytes)
                 result = await self._model.call(prompt, contract, options, asked)
-        self._steps[name] = asked.encoded
+        self._steps[name] = kept(asked.encoded)
         return result
 
     async def emit_output(self, text: str) -> None:
@@ -281,7 +286,7 @@ class RunContext(ChildRunsMixin):
         step_name = APPROVAL_STEP_PREFIX + name
         self._use(step_name)
         if step_name in self._steps:
-            return approval_grants.replayed(name, self._steps[step_name])
+            return approval_grants.replayed(name, unkept(self._steps[step_name]))
         self.check()
         if self._output is not None:
             await self._output.flush()  # the request ends the lease: the output goes first
@@ -339,7 +344,7 @@ class RunContext(ChildRunsMixin):
             raise
         # Written once the run is re-admitted under its concurrency key (tool_waits.py).
         await self._tools.answered(tool, encoded, started_at, **tries.fields())
-        self._steps[step_name] = encoded
+        self._steps[step_name] = kept(encoded)
         return result
 
     async def sleep(self, delay: timedelta, *, name: str | None = None) -> None:
@@ -360,33 +365,18 @@ class RunContext(ChildRunsMixin):
 
     # --- internals ---------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _in_step(self, name: str) -> Iterator[datetime]:
+    def _in_step(self, name: str) -> InStep:
         """The handler is in step ``name`` (the heartbeat reports it; an exception that leaves
-        it names it as the failing step); yields when the step started."""
-        outer = self._attempt.enter_step(name)
-        started_at = self._attempt.step_started_at
-        assert started_at is not None
-        try:
-            yield started_at
-        except BaseException as exc:
-            self._attempt.step_raised(exc, name)
-            raise
-        finally:
-            self._attempt.leave_step(outer)
+        it names it as the failing step); ``as``: when the step started."""
+        return InStep(self._attempt, name)
 
     def _use(self, name: str) -> None:
-        if name in self._used:
-            raise DuplicateStepError(step=name, run_id=self.run_id)
-        self._used[name] = None
+        self._writes.use(name)
 
     def _recorded(self, name: str, type_: type[T] | None) -> T:
-        return recorded(f"step {name!r}", self._steps[name], type_)
+        return recorded(f"step {name!r}", unkept(self._steps[name]), type_)
 
     async def _write(
         self, make: Callable[[RunState, datetime], Event | tuple[Event, ...]]
     ) -> RunState:
-        self.check()  # a stopped attempt writes nothing more, even where the fence would allow
-        return await self._writer(
-            leases.FencedWrite(self.run_id, self.worker_id, self.attempt, make, trace_metadata())
-        )
+        return await self._writes.write(make)

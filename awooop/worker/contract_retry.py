@@ -81,7 +81,7 @@ class Overrides:
     def of(cls, section: Any) -> Overrides:
         """The overrides of a section (None: none); raises E-REVISION-006 if it is invalid."""
         if section is None:
-            return cls()
+            return NONE  # one for every attempt whose contract has no section
         check_agent_retry(AGENT_FAMILY, section)
         return cls(steps=section.get("steps", {}), tools=section.get("tools", {}))
 
@@ -109,7 +109,7 @@ class ContractRetry:
         # The contracts whose pointers the attempt's model calls confirm (the cache's).
         self.also = also
         self._overrides: Overrides | None = None if read is not None else NONE
-        self._lock = asyncio.Lock()
+        self._lock: asyncio.Lock | None = None  # while parallel tool calls read (once)
 
     @classmethod
     def fixed(cls, overrides: Overrides) -> ContractRetry:
@@ -171,6 +171,8 @@ class ContractRetry:
     async def _get(self) -> Overrides:
         if self._overrides is not None:
             return self._overrides
+        if self._lock is None:
+            self._lock = asyncio.Lock()
         async with self._lock:  # parallel tool calls read once
             if self._overrides is None:
                 assert self._read is not None
@@ -180,4 +182,7 @@ class ContractRetry:
                 except InvalidContractBodyError as exc:
                     log.warning("contract_retry_ignored", reason=exc.message)
                     self._overrides = NONE
+                # Read: the reader (its closure) and the lock are not kept for the attempt's
+                # life (a waiter that took the lock already holds it).
+                self._read = self._lock = None
         return self._overrides

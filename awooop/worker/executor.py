@@ -24,11 +24,12 @@ from awooop.core.context import bound
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError
 from awooop.core.logs import get_logger
+from awooop.core.spans import CurrentSpan
 from awooop.core.telemetry import exporting, tracer
 from awooop.eventlog.state import RunState
 from awooop.runs import leases, output_log
 from awooop.worker import tracelinks
-from awooop.worker.attempts import RUN_SPAN, Attempt, StopReason, StreamEntry
+from awooop.worker.attempts import RUN_SPAN, Attempt, Deadlines, StopReason, StreamEntry
 from awooop.worker.context import LLMClient, Notifier, RunContext, Suspended
 from awooop.worker.contract_retry import ContractBodies, ContractRetry
 from awooop.worker.durable_waits import Waiting
@@ -41,7 +42,7 @@ from awooop.worker.outcomes import (
     own_trace,
 )
 from awooop.worker.output import OutputBuffer
-from awooop.worker.tasks import ended
+from awooop.worker.tasks import Ended
 from awooop.worker.tool_waits import SlotBell
 
 log = get_logger("awooop.worker")
@@ -74,6 +75,7 @@ class Executor:
         self.slots = SlotBell()  # a keyed attempt here freed a slot (tool_waits.py)
         self.drained.set()
         self.finished: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
+        self.deadlines = Deadlines(local_deadline_passed)  # the timers of the local deadlines
         self.last_writes = LastWrites(
             db=db, worker_id=worker_id, result_max_bytes=settings.step_result_max_bytes
         )
@@ -115,7 +117,7 @@ class Executor:
         """Postgres confirmed the lease of ``attempt`` by a statement sent at ``confirmed_sent``
         (monotonic): the local deadline moves to that time + TTL - the safety margin."""
         ttl = self.settings.lease_ttl_s - self.settings.lease_safety_margin_s
-        attempt.hold_until(confirmed_sent + ttl, local_deadline_passed)
+        self.deadlines.hold_until(attempt, confirmed_sent + ttl)
 
     async def run(
         self,
@@ -135,33 +137,56 @@ class Executor:
             if exporting() and own_trace(attempt.number, parent):
                 parent = Context()
                 links = [*(links or []), *await self._history_links(state, attempt)]
+            # One frame waits for the handler (a run in flight holds no second one): the
+            # attempt's start and end are helpers that return before it waits.
             with (
                 bound(project_id=state.project_id, run_id=str(state.run_id)),
-                tracer.start_as_current_span(
-                    "run",
-                    context=parent,
-                    links=links,
-                    attributes={
-                        "awooop.run_id": str(state.run_id),
-                        "awooop.project_id": state.project_id,
-                        "awooop.attempt": attempt.number,
-                        "awooop.worker_id": self.worker_id,
-                    },
-                ) as span,
+                self._run_span(attempt, state, parent, links) as span,
             ):
-                stored = RUN_SPAN.set(tracelinks.exported_traceparent(span))
+                traceparent = tracelinks.exported_traceparent(span)
+                stored = RUN_SPAN.set(traceparent) if traceparent != RUN_SPAN.get() else None
                 try:
-                    outcome = await self._run(attempt, state)
+                    if not await self._predecessor_ended(attempt):
+                        outcome = await self._not_started(attempt)
+                    else:
+                        task, end, output = self._start(attempt, state)
+                        try:
+                            await end.done
+                        except asyncio.CancelledError:
+                            await self._caller_cancelled(attempt, task)
+                            raise
+                        outcome = await self._settle(attempt, task)
+                        await output.ring_end(self.ring)  # the run's end is written: look now
                 finally:
-                    RUN_SPAN.reset(stored)
+                    if stored is not None:
+                        RUN_SPAN.reset(stored)
                 span.set_attribute("awooop.outcome", str(outcome))
                 return outcome
         finally:
-            attempt.disarm()
+            self.deadlines.disarm(attempt)
             if self.attempts.get(attempt.run_id) is attempt:
                 del self.attempts[attempt.run_id]
             if not self.attempts:
                 self.drained.set()
+
+    def _run_span(
+        self,
+        attempt: Attempt,
+        state: RunState,
+        parent: Context | None,
+        links: list[trace.Link] | None,
+    ) -> CurrentSpan:
+        return tracer.start_as_current_span(
+            "run",
+            context=parent,
+            links=links,
+            attributes={
+                "awooop.run_id": str(state.run_id),
+                "awooop.project_id": state.project_id,
+                "awooop.attempt": attempt.number,
+                "awooop.worker_id": self.worker_id,
+            },
+        )
 
     async def _history_links(self, state: RunState, attempt: Attempt) -> list[trace.Link]:
         """The links of a root ``run`` span; none when the read fails (tracing never fails or
@@ -176,7 +201,10 @@ class Executor:
             log.warning("run_trace_links_failed", run_id=str(state.run_id), error=repr(exc))
             return []
 
-    async def _run(self, attempt: Attempt, state: RunState) -> Outcome:
+    def _start(
+        self, attempt: Attempt, state: RunState
+    ) -> tuple[asyncio.Task[object], Ended, OutputBuffer]:
+        """The handler's task (its end, what the attempt waits on; its output buffer)."""
         output = OutputBuffer(attempt=attempt, db=self.db, settings=self.settings)
         ctx = RunContext(
             attempt=attempt,
@@ -199,30 +227,28 @@ class Executor:
             output=output,
             settings=self.settings,
         )
-        if not await self._predecessor_ended(attempt):
-            if attempt.stop_reason is not None:
-                return await self._stopped(attempt)
-            return self._count(attempt, await self.last_writes.release(attempt))
         task: asyncio.Task[object] = asyncio.create_task(
             self._invoke(ctx, output), name=f"run-{state.run_id}-{attempt.number}"
         )
         attempt.task = task
         self.handlers[state.run_id] = task
-        task.add_done_callback(functools.partial(self._handler_ended, state.run_id))
+        end = Ended(task, self.handlers, state.run_id)  # its entry goes when it has ended
         if attempt.stop_reason is not None:  # stopped between claim and start
             task.cancel()
-        try:
-            await ended(task)
-        except asyncio.CancelledError:
-            # Our caller is being cancelled: treat it as a shutdown of this attempt.
-            attempt.stop(StopReason.SHUTDOWN)
-            with contextlib.suppress(BaseException):
-                await asyncio.wait({task}, timeout=self.settings.shutdown_grace_s)
-            await self._settle(attempt, task)
-            raise
-        outcome = await self._settle(attempt, task)
-        await output.ring_end(self.ring)  # the run's end is written: its readers look now
-        return outcome
+        return task, end, output
+
+    async def _not_started(self, attempt: Attempt) -> Outcome:
+        """The end of an attempt whose handler did not start (its predecessor still runs)."""
+        if attempt.stop_reason is not None:
+            return await self._stopped(attempt)
+        return self._count(attempt, await self.last_writes.release(attempt))
+
+    async def _caller_cancelled(self, attempt: Attempt, task: asyncio.Task[object]) -> None:
+        """The caller of :meth:`run` is being cancelled: a shutdown of this attempt."""
+        attempt.stop(StopReason.SHUTDOWN)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait({task}, timeout=self.settings.shutdown_grace_s)
+        await self._settle(attempt, task)
 
     async def _predecessor_ended(self, attempt: Attempt) -> bool:
         """Whether no earlier attempt of this run still runs in this process (a process never
@@ -238,10 +264,6 @@ class Executor:
         previous.cancel()
         await asyncio.wait({previous}, timeout=max(0.0, attempt.lease_deadline - time.monotonic()))
         return previous.done() and attempt.stop_reason is None
-
-    def _handler_ended(self, run_id: uuid.UUID, task: asyncio.Task[object]) -> None:
-        if self.handlers.get(run_id) is task:
-            del self.handlers[run_id]
 
     async def _invoke(self, ctx: RunContext, output: OutputBuffer) -> object:
         """The handler, then its output flushed (before the attempt's last write: a flush that

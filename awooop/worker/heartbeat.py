@@ -7,7 +7,7 @@ runs, whatever the network does.** Three parts hold it:
   renewal that Postgres confirmed was *sent* (or the claim, for the first) + the lease TTL - a
   safety margin (``AWOOOP_LEASE_SAFETY_FRACTION`` of the TTL). Postgres computed its own
   ``lease_until`` from its clock *after* that send, so the local deadline comes first. A timer
-  on the event loop (:meth:`awooop.worker.attempts.Attempt.hold_until`), not the return of any
+  on the event loop (:class:`awooop.worker.attempts.Deadlines`), not the return of any
   I/O call, cancels the handler when the deadline passes; its writes stop with it (each is also
   fenced by the database).
 - Every ``heartbeat_interval_s`` one statement per :data:`RENEWAL_CHUNK` leases renews the

@@ -105,15 +105,15 @@ class ModelCalls:
         self._check()
         tries = policies.ModelTries.of(options)  # retry=, timeout= (awooop.worker.policies)
         seq = self._flow.next_call()
-        extra: dict[str, Any] = {"also": self._also} if self._also else {}
-        call = await tries.client(self._llm).call(
+        work = self._llm.call(
             self._project_id,
             prompt,
             contract=contract,
             options=options,
             admit=self._flow.admitter(seq),
-            **extra,
+            **({"also": self._also} if self._also else {}),  # not a local: held by no frame
         )
+        call = tries.mark(await tries.timed(work, contract, prompt))
         answered, refused = self._answered(step, call)
         try:
             await self._record(call, seq, answered)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from typing import Protocol
 
@@ -72,9 +73,8 @@ class OutputBuffer:
         self.attempt = attempt
         self.db = db
         self.max_bytes = settings.output_max_bytes
-        self.coalescer = Coalescer(
-            interval_s=settings.output_flush_interval_s, flush_bytes=settings.output_flush_bytes
-        )
+        self._interval_s = settings.output_flush_interval_s
+        self._flush_bytes = settings.output_flush_bytes
         self.high_water = HIGH_WATER_ROWS * settings.output_flush_bytes
         self.written = 0  # rows this attempt wrote
         self.full = False  # the run's output reached its limit: later text is dropped
@@ -88,6 +88,11 @@ class OutputBuffer:
         # no event of its own): text came (or a flush is asked for); a flush ended (or failed).
         self._more: asyncio.Event
         self._moved: asyncio.Event
+
+    @functools.cached_property
+    def coalescer(self) -> Coalescer:
+        """Made at the first emit (most attempts emit nothing: one in flight holds none)."""
+        return Coalescer(interval_s=self._interval_s, flush_bytes=self._flush_bytes)
 
     # --- the handler's side ------------------------------------------------------------------
 

@@ -284,8 +284,8 @@ async def within(work: Awaitable[T], limit_s: float | None, late: Callable[[], E
 
 class ModelTries:
     """The tries of one ``run.llm`` call: ``run.llm`` takes ``retry=`` and ``timeout=`` among
-    its options (:meth:`of`), makes each try through :meth:`client` (which marks its record
-    with the try) and, once the try is recorded, :meth:`after` answers, raises, or waits and
+    its options (:meth:`of`), makes each try under :meth:`timed` and marks its record with the
+    try (:meth:`mark`); and, once the try is recorded, :meth:`after` answers, raises, or waits and
     calls ``run.llm`` again with these tries."""
 
     def __init__(self, policy: Retry, timeout: float | None) -> None:
@@ -306,8 +306,19 @@ class ModelTries:
         tries.tries.count += 1
         return tries
 
-    def client(self, llm: Any) -> _TimedClient:
-        return _TimedClient(llm, self)
+    def timed(
+        self, work: Awaitable[ModelCall], contract: tuple[str, str], prompt: str
+    ) -> Awaitable[ModelCall]:
+        """The model call ``work`` under this call's timeout (past it, a failed call, E-LLM-001,
+        to record in its place); without a timeout ``work`` itself: no frame of its own around
+        a call that may wait for minutes."""
+        if self.timeout is None:
+            return work
+        return model_timeout(work, self.timeout, contract, prompt)
+
+    def mark(self, call: ModelCall) -> ModelCall:
+        """The call of this try, marked with it (:meth:`Tries.mark`)."""
+        return self.tries.mark(call)
 
     async def after(
         self,
@@ -325,21 +336,6 @@ class ModelTries:
             return call.unwrap()
         await asyncio.sleep(delay)
         return await again(prompt, contract=contract, retry=self, **options)
-
-
-class _TimedClient:
-    def __init__(self, llm: Any, tries: ModelTries) -> None:
-        self._llm = llm
-        self._tries = tries
-
-    async def call(
-        self, project_id: str, prompt: str, *, contract: tuple[str, str], **kw: Any
-    ) -> ModelCall:
-        """The model call (past the timeout, a failed call, E-LLM-001, recorded in its place),
-        marked with its try."""
-        work = self._llm.call(project_id, prompt, contract=contract, **kw)
-        call = await model_timeout(work, self._tries.timeout, contract, prompt)
-        return self._tries.tries.mark(call)
 
 
 async def model_timeout(

@@ -111,6 +111,18 @@ def journal(
     return stored, _decoded(what, data, type_, "the result")
 
 
+def kept(stored: Any) -> bytes:
+    """A journaled result (JSON builtins) as an attempt keeps it while it runs: its JSON, one
+    bytes object instead of a tree of dicts and strings (an agent's steps accumulate)."""
+    return _encode(stored)
+
+
+def unkept(value: Any) -> Any:
+    """A result as :func:`kept` keeps it (or JSON builtins, as a replay reads them) as JSON
+    builtins again. JSON builtins are never bytes."""
+    return _decode_builtins(value) if isinstance(value, bytes) else value
+
+
 def recorded(what: str, stored: Any, type_: type[T] | None) -> T:
     """A result an earlier attempt journaled (JSON builtins), as the handler gets it."""
     if type_ is None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -54,6 +55,10 @@ log = get_logger("awooop.worker")
 RECLAIM_LOOP = "worker-reclaim"
 
 
+async def nothing_to_take() -> bool:
+    return True  # acknowledged
+
+
 class StreamIntake:
     def __init__(
         self,
@@ -84,18 +89,30 @@ class StreamIntake:
 
     # --- first deliveries ---------------------------------------------------------------------
 
-    async def handle(self, delivery: Delivery) -> bool:
+    def handle(self, delivery: Delivery) -> Awaitable[bool]:
+        """The delivery's run taken and run (:meth:`Worker.take`): its coroutine, with no
+        frame of this method's own (and no reference to the delivery) left around it for as
+        long as the run runs."""
         env = delivery.envelope
         run_id = run_id_of_stream(env.stream_id)
         if run_id is None:
-            return True  # not a run's dispatch event: nothing for workers
+            return nothing_to_take()  # not a run's dispatch event: nothing for workers
+        entry = StreamEntry(delivery.stream, delivery.entry_id)
         if self.timers is not None and env.event_type == "TimerFired":
             # a TimerFired this worker wrote: its own claim answers (local_timers.py)
             claim = self.timers.settled(run_id, env.version)
-            if claim is not None and await claim:
-                return True
-        entry = StreamEntry(delivery.stream, delivery.entry_id)
-        return await self.worker.take(run_id, env.project_id, path="stream", entry=entry)
+            if claim is not None:
+                return self._settled_or_take(claim, run_id, env.project_id, entry)
+        return self.worker.take(run_id, env.project_id, path="stream", entry=entry)
+
+    async def _settled_or_take(
+        self, claim: Awaitable[bool], run_id: uuid.UUID, project_id: str, entry: StreamEntry
+    ) -> bool:
+        """True when this worker's own claim of the run it fired took the lease; else the
+        delivery's run taken as any other's."""
+        if await claim:
+            return True
+        return await self.worker.take(run_id, project_id, path="stream", entry=entry)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.consumer.run(stop)

@@ -1,5 +1,5 @@
 """Ending a worker's own tasks: wait a while, then cancel what is left and log a task that
-failed; waiting for a task to end without cancelling it (:func:`ended`)."""
+failed; waiting for a task to end without cancelling it (:class:`Ended`)."""
 
 from __future__ import annotations
 
@@ -24,15 +24,28 @@ async def finish(tasks: list[asyncio.Task[Any]], wait_s: float) -> None:
             log.error("worker_task_failed", exc_info=task.exception())
 
 
-def ended(task: asyncio.Future[Any]) -> asyncio.Future[None]:
-    """A future done when ``task`` is; cancelling it (its waiter cancelled) leaves ``task``
-    running. What ``await asyncio.wait({task})`` does, at a fraction of its memory: every run
+class Ended:
+    """A task's end, as one small done callback: ``done`` is a future done when the task is
+    (cancelling it, its waiter cancelled, leaves the task running), and the task's entry in
+    ``registry`` (under ``key``) is removed then, if it is still this task's. What ``await
+    asyncio.wait({task})`` and a second callback do, at a fraction of their memory: every run
     in flight waits on its handler task this way."""
-    done: asyncio.Future[None] = task.get_loop().create_future()
 
-    def mark(_task: asyncio.Future[Any]) -> None:
-        if not done.done():
-            done.set_result(None)
+    __slots__ = ("_key", "_registry", "done")
 
-    task.add_done_callback(mark)
-    return done
+    def __init__(
+        self,
+        task: asyncio.Future[Any],
+        registry: dict[Any, asyncio.Task[Any]] | None = None,
+        key: Any = None,
+    ) -> None:
+        self.done: asyncio.Future[None] = task.get_loop().create_future()
+        self._registry = registry
+        self._key = key
+        task.add_done_callback(self)
+
+    def __call__(self, task: asyncio.Future[Any]) -> None:
+        if self._registry is not None and self._registry.get(self._key) is task:
+            del self._registry[self._key]
+        if not self.done.done():
+            self.done.set_result(None)

@@ -331,3 +331,20 @@ async def test_a_request_that_returns_gets_its_rejection_and_its_expiry() -> Non
     assert result.value["expired"] is True and result.value["actor"] is None
     with pytest.raises(ApprovalExpiredError):
         kit.approve("send")
+
+
+async def test_run_steps_reads_the_results_of_this_attempts_steps_as_journaled() -> None:
+    seen: dict[str, Any] = {}
+
+    async def handler(run: RunContext) -> None:
+        await run.step("a", lambda: _value({"x": [1, "two"]}))
+        await run.llm_step("b", "a b c")
+        seen.update(run.steps)
+
+    result = await HandlerKit(handler, model=FakeModel("answer")).run({})
+    assert seen["a"] == {"x": [1, "two"]} == result.journal.steps["a"]
+    assert seen["b"]["text"] == "answer" and seen["b"] == result.journal.steps["b"]
+
+
+async def _value(value: Any) -> Any:
+    return value

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from awooop.core.errors import StepResultTooLargeError, StepResultTypeError, UnstorableValueError
-from awooop.worker.step_values import journal, recorded
+from awooop.worker.step_values import journal, kept, recorded, unkept
 
 
 class Opaque:
@@ -108,3 +108,12 @@ def test_a_pydantic_model_round_trips_and_names_the_field_that_does_not_fit() ->
     assert replay.value.message.endswith(
         ": Input should be a valid string - at `result[...][0].name`"
     )
+
+
+def test_a_result_kept_while_its_attempt_runs_is_its_json_and_reads_back_the_same() -> None:
+    stored, _ = journal("step 'x'", {"text": "hi", "n": 1, "items": [1.5, None, "é"]}, None)
+    held = kept(stored)
+    assert isinstance(held, bytes)
+    assert unkept(held) == stored
+    assert unkept(stored) is stored  # a replayed result, as the journal gave it
+    assert recorded("step 'x'", unkept(held), None) == stored
