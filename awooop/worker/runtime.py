@@ -125,6 +125,7 @@ class Worker:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._slot_freed = asyncio.Event()
         self.on_freed: list[Callable[[], None]] = []  # told when an attempt here ends
+        self.claiming = 0  # claims under way in take(): their slots are spoken for (free_slots)
         # Suspects run alone: the gate of the other claim paths, and the loop that runs them.
         self.isolation = Isolation(
             db=db,
@@ -182,9 +183,13 @@ class Worker:
                 attributes={"awooop.run_id": str(run_id), "awooop.claim_path": path},
             ) as span:
                 meta = trace_metadata()
-                got = await self.claims.submit(
-                    project_id, (run_id, meta), unique=run_id, on_orphan=self._orphaned_claim
-                )
+                self.claiming += 1
+                try:
+                    got = await self.claims.submit(
+                        project_id, (run_id, meta), unique=run_id, on_orphan=self._orphaned_claim
+                    )
+                finally:
+                    self.claiming -= 1
                 state = got.state
                 if state is None:
                     assert got.seen is not None
@@ -218,7 +223,7 @@ class Worker:
     # --- the polling path -------------------------------------------------------------------
 
     def free_slots(self) -> int:
-        return max(0, self.concurrency - len(self.executor.attempts))
+        return max(0, self.concurrency - len(self.executor.attempts) - self.claiming)
 
     async def poll_once(self, min_age_s: float | None = None) -> int:
         """Claim what the polling path may take now and start running it; return how many."""
