@@ -38,6 +38,7 @@ from awooop.runs.leases import suspects
 from awooop.runs.routing import ALL, Routes
 from awooop.worker.attempts import trace_metadata
 from awooop.worker.executor import Executor
+from awooop.worker.tasks import first_of
 
 log = get_logger("awooop.worker.isolation")
 
@@ -95,7 +96,7 @@ class Isolation:
     async def run(self, stop: asyncio.Event) -> None:
         period = min(self.settings.poll_interval_s, self.settings.lease_ttl_s)
         while not stop.is_set():
-            await _first(stop, self._wake, timeout_s=period)
+            await first_of(stop, self._wake, timeout_s=period)
             self._wake.clear()
             if stop.is_set() or self.stopping():
                 return
@@ -104,7 +105,7 @@ class Isolation:
                     continue
                 ttl = self.settings.lease_ttl_s
                 if await self.run_suspects(drain_s=ttl, for_s=ttl) < 0:
-                    await _first(stop, timeout_s=period * BACKOFF_POLLS)
+                    await first_of(stop, timeout_s=period * BACKOFF_POLLS)
             except Exception as exc:
                 log.warning("isolation_failed", error=repr(exc))
 
@@ -162,16 +163,6 @@ class Isolation:
             ),
             timeout_s=settings.lease_io_timeout_s,
         )
-
-
-async def _first(*events: asyncio.Event, timeout_s: float) -> None:
-    """Wait until one of ``events`` is set, or ``timeout_s``."""
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
 
 
 __all__ = ["BACKOFF_POLLS", "Isolation"]

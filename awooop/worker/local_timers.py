@@ -46,6 +46,7 @@ from awooop.runs import leases
 from awooop.worker import claims as claims_of
 from awooop.worker.attempts import trace_metadata
 from awooop.worker.claims import Claimed
+from awooop.worker.tasks import first_of
 
 if TYPE_CHECKING:
     from awooop.worker.runtime import Worker
@@ -99,16 +100,6 @@ def take_due(heap: list[Held], now: float, limit: int) -> tuple[list[Held], floa
     if heap and heap[0].due <= now:
         return due, NO_ROOM_RECHECK_S
     return due, (heap[0].due - now if heap else None)
-
-
-async def first_of(*events: asyncio.Event, timeout_s: float | None) -> None:
-    """Return when any of ``events`` is set, or after ``timeout_s`` (None: no limit)."""
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
 
 
 class LocalTimers:

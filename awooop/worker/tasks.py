@@ -1,5 +1,6 @@
 """Ending a worker's own tasks: wait a while, then cancel what is left and log a task that
-failed; waiting for a task to end without cancelling it (:class:`Ended`)."""
+failed; waiting for a task to end without cancelling it (:class:`Ended`); waiting for the
+first of several events (:func:`first_of`)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ async def finish(tasks: list[asyncio.Task[Any]], wait_s: float) -> None:
     for task in tasks:
         if task.done() and not task.cancelled() and task.exception() is not None:
             log.error("worker_task_failed", exc_info=task.exception())
+
+
+async def first_of(*events: asyncio.Event, timeout_s: float | None) -> None:
+    """Return when any of ``events`` is set, or after ``timeout_s`` (None: no limit)."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 class Ended:

@@ -46,6 +46,7 @@ from awooop.core.retries import retry_transaction, unavailable_on_connection_err
 from awooop.eventlog.state import RunState
 from awooop.runs import concurrency, leases
 from awooop.worker.attempts import trace_metadata
+from awooop.worker.tasks import first_of
 
 TOOL_STEP_PREFIX = "tool:"
 RETRY_FIRST_S = 0.05  # the first retry of a refused re-admission
@@ -128,12 +129,7 @@ class SlotBell:
 
     async def wait(self, timeout_s: float, also: asyncio.Event) -> None:
         """Until the next ring, ``also`` is set, or ``timeout_s``, whichever first."""
-        waiters = [asyncio.ensure_future(self._rung.wait()), asyncio.ensure_future(also.wait())]
-        try:
-            await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        await first_of(self._rung, also, timeout_s=timeout_s)
 
 
 class ToolWaits:
