@@ -58,7 +58,37 @@ class CurrentSpan:
                 self.span.end()
 
 
-class Tracer(trace.Tracer):
+class SpanStarter(trace.Tracer):
+    """A tracer whose ``start_as_current_span`` makes the span current with one
+    :class:`CurrentSpan` (the API's is three nested generator context managers); subclasses
+    say how a span starts (``start_span``)."""
+
+    def start_as_current_span(  # type: ignore[override] # a CurrentSpan, not the API's generator
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Sequence[trace.Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> CurrentSpan:
+        span = self.start_span(
+            name,
+            context,
+            kind,
+            attributes,
+            links,
+            start_time,
+            record_exception,
+            set_status_on_exception,
+        )
+        return CurrentSpan(span, end_on_exit, record_exception, set_status_on_exception)
+
+
+class Tracer(SpanStarter):
     """The runtime's tracer (``awooop.core.telemetry.tracer``): spans of the installed
     provider (the API's proxy tracer finds it, whenever it is installed), made current by
     :class:`CurrentSpan`."""
@@ -87,27 +117,3 @@ class Tracer(trace.Tracer):
             record_exception,
             set_status_on_exception,
         )
-
-    def start_as_current_span(  # type: ignore[override] # a CurrentSpan, not the API's generator
-        self,
-        name: str,
-        context: Context | None = None,
-        kind: SpanKind = SpanKind.INTERNAL,
-        attributes: Attributes = None,
-        links: Sequence[trace.Link] | None = None,
-        start_time: int | None = None,
-        record_exception: bool = True,
-        set_status_on_exception: bool = True,
-        end_on_exit: bool = True,
-    ) -> CurrentSpan:
-        span = self.start_span(
-            name,
-            context,
-            kind,
-            attributes,
-            links,
-            start_time,
-            record_exception,
-            set_status_on_exception,
-        )
-        return CurrentSpan(span, end_on_exit, record_exception, set_status_on_exception)

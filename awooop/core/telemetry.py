@@ -52,7 +52,7 @@ from opentelemetry.util.types import Attributes
 from prometheus_client import start_http_server
 
 from awooop.core.loop_sampling import KeepFailedLoops, LoopSampler, loop_ratio_from_env
-from awooop.core.spans import CurrentSpan, Tracer
+from awooop.core.spans import SpanStarter, Tracer
 
 _propagator = TraceContextTextMapPropagator()
 _configured: TracerProvider | None = None
@@ -60,7 +60,7 @@ _configured: TracerProvider | None = None
 INSTANCE_ID = str(uuid.uuid4())  # service.instance.id: this process start
 
 
-class _QuietTracer(trace.Tracer):
+class _QuietTracer(SpanStarter):
     """The SDK tracer while something exports; otherwise spans that carry ids and the sampling
     flag the configured sampler gives, without recording anything: trace ids still reach the
     logs and travel in envelopes (a downstream process that exports keeps the trace), at a
@@ -117,30 +117,6 @@ class _QuietTracer(trace.Tracer):
                 trace_state=result.trace_state,
             )
         )
-
-    def start_as_current_span(  # type: ignore[override] # a CurrentSpan, not the API's generator
-        self,
-        name: str,
-        context: Context | None = None,
-        kind: SpanKind = SpanKind.INTERNAL,
-        attributes: Attributes = None,
-        links: Sequence[trace.Link] | None = None,
-        start_time: int | None = None,
-        record_exception: bool = True,
-        set_status_on_exception: bool = True,
-        end_on_exit: bool = True,
-    ) -> CurrentSpan:
-        span = self.start_span(
-            name,
-            context,
-            kind,
-            attributes,
-            links,
-            start_time,
-            record_exception,
-            set_status_on_exception,
-        )
-        return CurrentSpan(span, end_on_exit, record_exception, set_status_on_exception)
 
 
 tracer = Tracer("awooop")
