@@ -1,8 +1,8 @@
 """The one-statement writes of many runs: the worker's claims, completions and sleeps' starts
-(``claim_many.sql``, ``complete_many.sql``, ``sleep_many.sql``) and the timers loop's fired
-waits (``fire_many.sql``). Each moves the stream heads, updates the rows as ``apply`` would and
-appends the events in ONE statement, so that a claim, a completion, a sleep or a batch of
-fired timers costs one round trip.
+(``claim_many.sql``, ``complete_many.sql``, ``sleep_many.sql``), the timers loop's fired
+waits (``fire_many.sql``) and a worker's own, fired and claimed (``fire_claim.sql``). Each moves
+the stream heads, updates the rows as ``apply`` would and appends the events in ONE statement,
+so that a claim, a completion, a sleep or a batch of fired timers costs one round trip.
 
 The caller (:mod:`awooop.runs.leases.batch`) decides what to do with what comes back: each
 :class:`BatchRow` is a run the statement wrote, or one it left as its snapshot saw it, with
@@ -27,7 +27,7 @@ CLAIM_MANY = queries.load("claim_many")
 COMPLETE_MANY = queries.load("complete_many")
 SLEEP_MANY = queries.load("sleep_many")
 FIRE_MANY = queries.load("fire_many")
-FIRE_HELD = queries.load("fire_held")
+FIRE_CLAIM = queries.load("fire_claim")
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -181,19 +181,34 @@ async def fire_many(
     return [written[s.run_id] for s, _ in changes]
 
 
-async def fire_held(
-    conn: Connection, held: Sequence[tuple[uuid.UUID, int]], metadata: dict[str, Any] | None = None
-) -> list[RunState]:
+async def fire_claim(
+    conn: Connection,
+    held: Sequence[tuple[uuid.UUID, int]],
+    worker_id: str,
+    ttl_s: float,
+    metadata: dict[str, Any] | None = None,
+    fair: bool = True,
+    served: Served = EVERY,
+) -> list[tuple[RunState, bool]]:
     """``TimerFired`` on those of the runs ``held`` names (each at the version given) that still
-    wait there with a due wait, in one statement of its own (``fire_held.sql``): the new states.
-    A run locked elsewhere, changed since, not due, or whose stream head refused is left out
-    (the timers loop fires it later)."""
+    wait there with a due wait, and ``RunClaimed`` by ``worker_id`` on top where a claim may
+    take the run now (``fair``, ``served``: as :func:`claim_many`), in one statement of its own
+    (``fire_claim.sql``): each new state with whether it was claimed. A run locked elsewhere,
+    changed since, not due, or whose stream head refused is left out (the timers loop fires it
+    later)."""
     if not held:
         return []
     rows = await conn.fetch(
-        FIRE_HELD, [run_id for run_id, _ in held], [v for _, v in held], _json(metadata or {})
+        FIRE_CLAIM,
+        [run_id for run_id, _ in held],
+        [v for _, v in held],
+        worker_id,
+        ttl_s,
+        fair,
+        *served,
+        _json(metadata or {}),
     )
-    return [row_to_state(r) for r in rows]
+    return [(row_to_state(r), r["claimed"]) for r in rows]
 
 
 async def prepare(conn: Connection) -> None:
@@ -201,5 +216,5 @@ async def prepare(conn: Connection) -> None:
     await conn.fetch(CLAIM_MANY, [], [], "", 1.0, True, *EVERY)
     await conn.fetch(COMPLETE_MANY, [], [], [], [], [])
     await conn.fetch(SLEEP_MANY, [], [], [], [], [], [], [])
-    await conn.fetch(FIRE_HELD, [], [], "{}")
+    await conn.fetch(FIRE_CLAIM, [], [], "", 1.0, True, *EVERY, "{}")
     await conn.fetch(eventlog.APPEND_MANY, [], [], [], [], [], [], [])

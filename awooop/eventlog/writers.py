@@ -142,12 +142,17 @@ WRITERS: tuple[Writer, ...] = (
         ("tests/integration/test_sleep_statement.py::test_fire_statement_matches_apply",),
     ),
     Writer(
-        "fire_held",
-        "awooop.eventlog.batches.fire_held",
+        "fire_claim",
+        "awooop.eventlog.batches.fire_claim",
         (RUNS, STREAMS, EVENTS),
-        "apply(state, TimerFired) written in SQL (fire_many's, _fire_written.sql) on the runs a "
-        "worker left sleeping at the versions it names, the waits' rows removed (waits.follow)",
-        ("tests/integration/test_sleep_statement.py::test_fire_held_statement_matches_apply",),
+        "apply(state, TimerFired) written in SQL on the runs a worker left sleeping at the "
+        "versions it names, the waits' rows removed (waits.follow), then apply(state, "
+        "RunClaimed) by that worker on those a claim may take now",
+        (
+            "tests/integration/test_sleep_statement.py::test_fire_claim_statement_matches_apply",
+            "tests/integration/test_sleep_statement.py::"
+            "test_fire_claim_leaves_a_run_a_claim_may_not_take_fired",
+        ),
     ),
     Writer(
         "ingest_new",

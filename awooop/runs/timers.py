@@ -11,8 +11,8 @@ locked here as WAITING_EVENT with a due wait, so a signal and a timeout never bo
 wait (:mod:`awooop.runs.signals`).
 
 The timers loop fires a wait ``grace_s`` after its due time: the worker whose attempt started
-a sleep fires it itself when it is due (``fire_held.sql``, the runs it names at the versions
-it left them at: :mod:`awooop.worker.local_timers`), and the loop is the fallback for the
+a sleep fires and claims it itself when it is due (``fire_claim.sql``, the runs it names at the
+versions it left them at: :mod:`awooop.worker.local_timers`), and the loop is the fallback for the
 sleeps no worker fired (it stopped, was killed or had no free slot). Both lock the run's row
 first, so a wait is fired once whoever comes first.
 """

@@ -1,18 +1,17 @@
-"""The sleeps this worker's attempts started, fired here when they are due (docs/workers.md,
-Durable sleep).
+"""The sleeps this worker's attempts started, fired and claimed here when they are due
+(docs/workers.md, Durable sleep).
 
 An attempt that sleeps writes its ``WaitStarted`` and lets the run go (no slot, no lease:
 :mod:`awooop.worker.durable_waits`). The worker then keeps in memory when the sleep is due, if
 that is within ``AWOOOP_WORKER_TIMER_HORIZON_S`` and it holds fewer than
 ``AWOOOP_WORKER_TIMERS_MAX``: the journaled due time less the write's time (both by the
 database clock), counted from when the write returned, so it never fires before the database
-says the sleep is due. When sleeps come due it fires them, all those due together in one
-statement (``TimerFired``: ``fire_held.sql``, each run only if it still waits at the version
-this worker left it at; at most once per :data:`COALESCE_S`), and claims them as its slots
-free, in one statement per batch (the claim of announced runs,
-``awooop_lease_claims_total{path="timer"}``), without the relay and the stream in between. It
-fires at most one concurrency's worth ahead of its claims: sleeps due beyond that wait here,
-earliest first.
+says the sleep is due. When sleeps are due and it has free slots, it fires as many as it has
+slots for, all together in ONE statement that also claims them (``fire_claim.sql``:
+``TimerFired`` on each run only if it still waits at the version this worker left it at, then
+``RunClaimed`` where a claim may take it now; at most once per :data:`COALESCE_S`;
+``awooop_lease_claims_total{path="timer"}``), without the relay and the stream in between.
+Sleeps due beyond its free slots wait here, earliest first.
 
 Nothing depends on it: the ``timers`` loop fires every wait ``AWOOOP_TIMER_GRACE_S`` after
 its due time (the sleeps of a worker that stopped, was killed or had no free slot that long,
@@ -20,17 +19,16 @@ or that were not due within the horizon), and whichever locks the run first fire
 other finds it no longer waiting at that version. The stream still announces each
 ``TimerFired`` (the event log is the outbox): the delivery of one this worker fired waits for
 this worker's claim of it (:meth:`LocalTimers.settled`) and is acknowledged when the run was
-taken here, so it is not claimed twice; otherwise the delivery claims it as any other.
+taken here, so it is not claimed twice; otherwise (a pause, a full concurrency key, the fair
+order or the routes held the run back) the delivery claims it as any other.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import time
 import uuid
-from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -38,14 +36,10 @@ from typing import TYPE_CHECKING
 from awooop.core import metrics
 from awooop.core.config import Settings
 from awooop.core.logs import get_logger
-from awooop.core.telemetry import tracer
 from awooop.eventlog.state import RunState
 from awooop.eventlog.wait_state import SLEEP, due_of
 from awooop.loops.timers import fire_span
 from awooop.runs import leases
-from awooop.worker import claims as claims_of
-from awooop.worker.attempts import trace_metadata
-from awooop.worker.claims import Claimed
 from awooop.worker.tasks import first_of
 
 if TYPE_CHECKING:
@@ -110,13 +104,8 @@ class LocalTimers:
         self._settings = settings
         self._statements = leases.RunStatements(worker.db)  # bounded: the worker's run pool
         self._heap: list[Held] = []
-        self._changed = asyncio.Event()  # a sleep held sooner, or room to fire ahead again
-        # Fired here, to be claimed here as slots free (at most one concurrency ahead), with
-        # the future that answers each one's stream delivery; and the claims under way.
-        self._ready: deque[tuple[RunState, asyncio.Future[bool]]] = deque()
-        self._ready_changed = asyncio.Event()
-        self._claiming = 0
-        worker.on_freed.append(self._slot_freed)
+        self._changed = asyncio.Event()  # a sleep held sooner, a slot freed, a fire ended
+        worker.on_freed.append(self._changed.set)
         # The claims of the runs fired here, by (run, TimerFired's version), until the stream
         # delivers that event (or, bounded, the oldest are forgotten: Redis lost them).
         self._claims: dict[tuple[uuid.UUID, int], asyncio.Future[bool]] = {}
@@ -142,39 +131,32 @@ class LocalTimers:
         return self._claims.pop((run_id, version), None)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Fire the held sleeps as they come due and claim them as slots free, until
-        ``stop``."""
-        pump = asyncio.ensure_future(self._pump_loop(stop))
+        """Fire and claim the held sleeps as they come due and slots free, until ``stop``."""
         try:
             while not stop.is_set():
                 self._changed.clear()
                 due, wait_s = self._take_due(time.monotonic())
                 if due:
-                    try:
-                        await self._fire(due)
-                    except Exception as exc:  # the timers loop fires them after its grace
-                        log.warning("local_timers_fire_failed", runs=len(due), error=repr(exc))
+                    self._worker.spawn(self._fire_claim(due))
                     await asyncio.sleep(COALESCE_S)
                     continue
                 await first_of(self._changed, stop, timeout_s=wait_s)
         finally:
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
             self._heap.clear()
-            while self._ready:  # their deliveries claim them, or another worker does
-                _state, claimed = self._ready.popleft()
-                if not claimed.done():
-                    claimed.set_result(False)
 
     def _take_due(self, now: float) -> tuple[list[Held], float | None]:
         if self._worker.stopping():
             self._heap.clear()
             return [], None
-        ahead = self._worker.concurrency - len(self._ready) - self._claiming
-        return take_due(self._heap, now, min(ahead, FIRE_BATCH))
+        return take_due(self._heap, now, min(self._worker.free_slots(), FIRE_BATCH))
 
-    async def _fire(self, due: list[Held]) -> None:
+    async def _fire_claim(self, due: list[Held]) -> None:
+        """Fire ``due`` and claim those a claim may take now, in one statement
+        (:meth:`awooop.runs.leases.RunStatements.fire_claim`), and run the runs claimed. Each
+        claim's future answers the stream's delivery of that run's ``TimerFired``: True when
+        the run was taken here, else False, and the delivery claims it as any other (which
+        rings what a pause, the fair order or the routes ask for). Until the statement ends
+        their slots are spoken for (:attr:`Worker.claiming`)."""
         worker = self._worker
         loop = asyncio.get_running_loop()
         # Each claim is known before the statement is sent: the stream may deliver a fired
@@ -183,18 +165,41 @@ class LocalTimers:
         for held in due:
             claims[held.run_id] = claimed = loop.create_future()
             self._remember((held.run_id, held.version + 1), claimed)
-        fired: list[RunState] = []
+        worker.claiming += len(due)
+        fired: set[uuid.UUID] = set()
+        taken: set[uuid.UUID] = set()
         try:
-            with fire_span(len(due)) as trace_meta:
-                fired = await self._statements.fire_held(
-                    [(h.run_id, h.version) for h in due], trace_meta
-                )
+            async with worker.isolation.admitted():  # waits while a suspect runs alone here
+                if worker.stopping():
+                    return
+                sent = time.monotonic()
+                with fire_span(len(due)) as trace_meta:
+                    written = await self._statements.fire_claim(
+                        [(h.run_id, h.version) for h in due],
+                        worker.worker_id,
+                        self._settings.lease_ttl_s,
+                        trace_meta,
+                        fair=self._settings.fair_share,
+                        served=worker.routes.params,
+                    )
+                fired = {state.run_id for state, _claimed in written}
+                self._log_fired(due, [state for state, _claimed in written])
+                mine = [state for state, claimed in written if claimed]
+                if worker.start(mine, sent, "timer"):
+                    taken = {state.run_id for state in mine}
+        except Exception as exc:  # the timers loop fires them after its grace
+            log.warning("local_timers_fire_failed", runs=len(due), error=repr(exc))
         finally:
-            taken = {state.run_id for state in fired}
+            worker.claiming -= len(due)
             for held in due:
-                if held.run_id not in taken:  # not fired here: the delivery claims it
+                if held.run_id not in fired:  # no TimerFired of this worker to wait for
                     self._claims.pop((held.run_id, held.version + 1), None)
-                    claims[held.run_id].set_result(False)
+                claimed = claims[held.run_id]
+                if not claimed.done():
+                    claimed.set_result(held.run_id in taken)
+            self._changed.set()  # slots spoken for are free again
+
+    def _log_fired(self, due: list[Held], fired: list[RunState]) -> None:
         if fired:
             metrics.WORKER_TIMERS_FIRED.inc(len(fired))
         sleeps = {h.run_id: h for h in due}
@@ -207,68 +212,8 @@ class LocalTimers:
                 step=held.step,
                 kind=SLEEP,
                 late_s=round((state.updated_at - held.due_at).total_seconds(), 3),
-                by=worker.worker_id,
+                by=self._worker.worker_id,
             )
-            self._ready.append((state, claims[state.run_id]))
-        self._ready_changed.set()
-
-    async def _pump_loop(self, stop: asyncio.Event) -> None:
-        """Claim the runs fired here as slots free: when one is fired, when a claim ends, when
-        an attempt here ends."""
-        while not stop.is_set():
-            self._ready_changed.clear()
-            room = self._worker.free_slots() - self._claiming
-            if room > 0 and self._ready and not self._worker.stopping():
-                batch = [self._ready.popleft() for _ in range(min(room, len(self._ready)))]
-                self._claiming += len(batch)
-                self._worker.spawn(self._claim(batch))
-            await self._ready_changed.wait()  # stopped by run(): cancelled
-
-    def _slot_freed(self) -> None:
-        if self._ready:  # fired runs wait for a slot: claim them now
-            self._ready_changed.set()
-
-    async def _claim(self, batch: list[tuple[RunState, asyncio.Future[bool]]]) -> None:
-        """Claim runs fired here in one statement (the claim path of announced runs:
-        :func:`awooop.worker.claims.claim_announced`) and run those it took. Each claim's
-        future answers the stream's delivery of that run's ``TimerFired``: True when taken
-        here, else False, and the delivery claims it as any other (which rings what a pause,
-        the fair order or the routes ask for)."""
-        worker = self._worker
-        try:
-            async with worker.isolation.admitted():  # waits while a suspect runs alone here
-                if worker.stopping():
-                    return
-                sent = time.monotonic()
-                with tracer.start_as_current_span(
-                    "lease claim", attributes={"awooop.claim_path": "timer"}
-                ) as span:
-                    meta = trace_metadata()
-                    answers = await claims_of.claim_announced(
-                        worker.db,
-                        self._settings,
-                        worker.worker_id,
-                        [(state.run_id, meta) for state, _claimed in batch],
-                        worker.routes,
-                    )
-                    taken = [
-                        a.state for a in answers if isinstance(a, Claimed) and a.state is not None
-                    ]
-                    span.set_attribute("awooop.claimed", len(taken))
-                if worker.start(taken, sent, "timer"):
-                    mine = {state.run_id for state in taken}
-                    for state, claimed in batch:
-                        if state.run_id in mine:
-                            claimed.set_result(True)
-        except Exception as exc:  # the stream's deliveries (or polling) take them
-            log.warning("local_timers_claim_failed", runs=len(batch), error=repr(exc))
-        finally:
-            for _state, claimed in batch:
-                if not claimed.done():
-                    claimed.set_result(False)
-            self._claiming -= len(batch)
-            self._changed.set()  # room to fire ahead again
-            self._ready_changed.set()
 
     def _remember(self, key: tuple[uuid.UUID, int], claimed: asyncio.Future[bool]) -> None:
         while len(self._claims) >= self._max:

@@ -125,7 +125,7 @@ class Worker:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._slot_freed = asyncio.Event()
         self.on_freed: list[Callable[[], None]] = []  # told when an attempt here ends
-        self.claiming = 0  # claims under way in take(): their slots are spoken for (free_slots)
+        self.claiming = 0  # claims under way (take(), local timers): slots spoken for (free_slots)
         # Suspects run alone: the gate of the other claim paths, and the loop that runs them.
         self.isolation = Isolation(
             db=db,

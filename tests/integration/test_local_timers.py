@@ -1,9 +1,9 @@
 """A worker fires the sleeps its attempts started (awooop.worker.local_timers) and the timers loop
 is the fallback after its grace (docs/workers.md, Durable sleep). Real Postgres and Redis:
 
-- ``fire_held.sql`` fires a run's due sleep only at the version the worker left it at, once, never
-  before it is due, and skips a row another transaction holds without waiting for it; the
-  loop's ``fire_due`` leaves a wait alone until its grace has passed;
+- ``fire_claim.sql`` fires (and claims) a run's due sleep only at the version the worker left it
+  at, once, never before it is due, and skips a row another transaction holds without waiting
+  for it; the loop's ``fire_due`` leaves a wait alone until its grace has passed;
 - a streams worker with the relay and NO timers loop: every sleep is fired by the worker, each
   run is claimed twice (its two attempts) and never from the stream's ``TimerFired`` too, and
   every stream entry is acknowledged.
@@ -41,9 +41,10 @@ def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-async def fire_held(db: Database, held: list[tuple[uuid.UUID, int]]) -> list[uuid.UUID]:
-    fired = await leases.RunStatements(db).fire_held(held)
-    return [state.run_id for state in fired]
+async def fire_claim(db: Database, held: list[tuple[uuid.UUID, int]]) -> list[uuid.UUID]:
+    written = await leases.RunStatements(db).fire_claim(held, "w1", 30)
+    assert all(claimed for _state, claimed in written)
+    return [state.run_id for state, _claimed in written]
 
 
 async def open_waits(db: Database, run_ids: list[uuid.UUID]) -> int:
@@ -58,12 +59,12 @@ async def test_a_held_sleep_fires_once_at_its_version_and_only_when_due(db: Data
     now = datetime.now(UTC)
     [due] = await sleepers(db, P, 1, now - timedelta(seconds=1))
     [later] = await sleepers(db, P, 1, now + timedelta(minutes=5))
-    assert await fire_held(db, [(due, 2)]) == []  # not the version it was left at
-    assert await fire_held(db, [(later, 3)]) == []  # not due yet
-    assert await fire_held(db, [(due, 3), (later, 3)]) == [due]
-    assert await fire_held(db, [(due, 3)]) == []  # fired: the run moved on
+    assert await fire_claim(db, [(due, 2)]) == []  # not the version it was left at
+    assert await fire_claim(db, [(later, 3)]) == []  # not due yet
+    assert await fire_claim(db, [(due, 3), (later, 3)]) == [due]
+    assert await fire_claim(db, [(due, 3)]) == []  # fired: the run moved on
     types = [type(e).__name__ for e in await events_of(db, P, due)]
-    assert types == ["TimerFired"]  # the rows were written straight: only the fire is an event
+    assert types == ["TimerFired", "RunClaimed"]  # the rows were written straight before
     assert await open_waits(db, [due, later]) == 1  # the later one still waits
 
 
@@ -73,9 +74,9 @@ async def test_a_held_sleep_another_transaction_holds_is_skipped_not_waited_for(
     [run_id] = await sleepers(db, P, 1, datetime.now(UTC) - timedelta(seconds=1))
     async with db.platform_writes() as conn, conn.transaction():
         await conn.execute("SELECT 1 FROM awooop_run_state WHERE run_id = $1 FOR UPDATE", run_id)
-        fired = await asyncio.wait_for(fire_held(db, [(run_id, 3)]), 5)
+        fired = await asyncio.wait_for(fire_claim(db, [(run_id, 3)]), 5)
     assert fired == []
-    assert await fire_held(db, [(run_id, 3)]) == [run_id]  # free again: fired once
+    assert await fire_claim(db, [(run_id, 3)]) == [run_id]  # free again: fired once
 
 
 async def test_the_loop_leaves_a_due_wait_to_its_worker_for_the_grace(db: Database) -> None:
@@ -148,7 +149,14 @@ async def test_the_fire_reads_the_named_runs_by_their_key_however_many_sleep(
         plan = "\n".join(
             r[0]
             for r in await conn.fetch(
-                "EXPLAIN (ANALYZE, BUFFERS) " + batches.FIRE_HELD, mine, [3] * 10, "{}"
+                "EXPLAIN (ANALYZE, BUFFERS) " + batches.FIRE_CLAIM,
+                mine,
+                [3] * 10,
+                "w1",
+                30.0,
+                True,
+                *batches.EVERY,
+                "{}",
             )
         )
     assert "awooop_run_state_pkey" in plan, plan

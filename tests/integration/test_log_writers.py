@@ -207,15 +207,15 @@ async def fire_many(db: Database, url: str, settings: Settings) -> Touched:
     return Touched(set(runs))
 
 
-@case("claim_many", "sleep_many", "fire_held")
-async def fire_held(db: Database, url: str, settings: Settings) -> Touched:
+@case("claim_many", "sleep_many", "fire_claim")
+async def fire_claim(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 2)
     await db.in_run_statement(logged(lambda c: leases.claim_many(c, runs, "w1", 30)))
     sleeps = [leases.Sleep(r, "w1", 1, step="sleep:1", delay=timedelta(0)) for r in runs]
     slept = await db.in_run_statement(logged(lambda c: leases.sleep_many(c, sleeps)))
     held = [(s.run_id, s.version) for s in slept if isinstance(s, RunState)]
-    fired = await db.in_run_statement(logged(lambda c: batches.fire_held(c, held)))
-    assert sorted(s.run_id for s in fired) == sorted(runs)
+    fired = await db.in_run_statement(logged(lambda c: batches.fire_claim(c, held, "w2", 30)))
+    assert sorted((s.run_id, claimed) for s, claimed in fired) == sorted((r, True) for r in runs)
     return Touched(set(runs))
 
 

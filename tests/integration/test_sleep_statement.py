@@ -20,10 +20,12 @@ from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError
 from awooop.core.events import StepCompleted, WaitStarted, decode_event, run_stream_id
 from awooop.eventlog import eventlog
+from awooop.eventlog.batches import Served
 from awooop.eventlog.state import RunState, RunStatus, apply, fold
 from awooop.eventlog.wait_state import due_of
 from awooop.loops.timers import CHANNEL as TIMERS_CHANNEL
-from awooop.runs import leases, timers
+from awooop.runs import leases, pauses, timers
+from awooop.runs.pauses import Scope
 from awooop.worker.context import RunContext
 from awooop.worker.outcomes import Outcome
 from awooop.worker.runtime import Worker
@@ -247,43 +249,89 @@ async def test_fire_statement_matches_apply(db: Database) -> None:
     assert [m["metadata"] for m in metadata] == [{"by": "test"}] * 2
 
 
-async def test_fire_held_statement_matches_apply(db: Database) -> None:
-    """FIRE_HELD (a worker's fire of its own sleeps) is apply(state, TimerFired) in SQL too: a
-    due sleep at the version named ends "fired", the row equals the replay and apply() of the
-    logged event, the event carries the metadata and the wait's row is gone; a run named at
-    another version, or whose sleep is not due, is left alone."""
-    due, later, moved = await create_runs(db, P, 3)
-    await _claim(db, [due, later, moved])
-    await db.in_run_statement(
-        lambda c: leases.sleep_many(
-            c,
-            [
-                leases.Sleep(r, "w1", 1, step="sleep:1", delay=delay)
-                for r, delay in ((due, timedelta(0)), (later, timedelta(hours=1)))
-            ]
-            + [leases.Sleep(moved, "w1", 1, step="sleep:1", delay=timedelta(0))],
+async def _left_sleeping(db: Database, runs: list[uuid.UUID], delays: list[timedelta]) -> None:
+    await _claim(db, runs)
+    sleeps = [
+        leases.Sleep(r, "w1", 1, step="sleep:1", delay=d) for r, d in zip(runs, delays, strict=True)
+    ]
+    await db.in_run_statement(lambda c: leases.sleep_many(c, sleeps))
+
+
+async def _meta_after(db: Database, state: RunState) -> list[tuple[str, str]]:
+    """The events written after ``state``, with their metadata's ``by``."""
+    async with db.platform() as conn:
+        rows = await conn.fetch(
+            "SELECT event_type, metadata->>'by' AS by FROM awooop_events WHERE stream_id = $1 "
+            "AND version > $2 ORDER BY version",
+            run_stream_id(state.run_id),
+            state.version,
         )
-    )
+    return [(r["event_type"], r["by"]) for r in rows]
+
+
+async def test_fire_claim_statement_matches_apply(db: Database) -> None:
+    """FIRE_CLAIM (a worker's fire of its own sleeps) is apply(state, TimerFired) and then
+    apply(state, RunClaimed) in SQL: a due sleep at the version named ends "fired" and the run
+    is RUNNING under the worker's lease at the next attempt, the row equals the replay and apply()
+    of the two logged events, both carry the metadata, the stream head is at the last and the
+    wait's row is gone; a run named at another version, or whose sleep is not due, is left
+    alone."""
+    due, later, moved = await create_runs(db, P, 3)
+    await _left_sleeping(db, [due, later, moved], [timedelta(0), timedelta(hours=1), timedelta(0)])
     before = {r: await load(db, P, r) for r in (due, later, moved)}
     held = [(due, before[due].version), (later, before[later].version)]
     held.append((moved, before[moved].version - 1))  # not the version it sleeps at
-    fired = await leases.RunStatements(db).fire_held(held, {"by": "test"})
-    assert [s.run_id for s in fired] == [due]
-    [state] = fired
+    written = await leases.RunStatements(db).fire_claim(held, "w2", 30, {"by": "test"})
+    assert [(s.run_id, claimed) for s, claimed in written] == [(due, True)]
+    [(state, _)] = written
     row = await load(db, P, due)
     assert row == state == await replayed(db, due)
-    [*_, logged] = await events_of(db, P, due)
-    assert row == apply(before[due], logged)
-    assert row.status == RunStatus.RESUMED and row.saga_steps["sleep:1"]["ended"] == "fired"
+    *_, fired, claimed = await events_of(db, P, due)
+    assert row == apply(apply(before[due], fired), claimed)
+    assert row.status == RunStatus.RUNNING and row.worker_id == "w2"
+    assert row.attempt_count == 2 and row.version == before[due].version + 2
+    assert row.saga_steps["sleep:1"]["ended"] == "fired"
+    assert await _meta_after(db, before[due]) == [("TimerFired", "test"), ("RunClaimed", "test")]
     async with db.platform() as conn:
-        meta = await conn.fetchval(
-            "SELECT metadata->>'by' FROM awooop_events WHERE stream_id = $1 "
-            "AND event_type = 'TimerFired'",
-            run_stream_id(due),
+        head = await conn.fetchval(
+            "SELECT version FROM awooop_event_streams WHERE stream_id = $1", run_stream_id(due)
         )
         left = await conn.fetchval(
             "SELECT count(*) FROM awooop_run_waits WHERE run_id = ANY($1::uuid[])",
             [due, later, moved],
         )
-    assert meta == "test" and left == 2
+    assert head == row.version and left == 2
     assert await load(db, P, later) == before[later] and await load(db, P, moved) == before[moved]
+
+
+async def test_fire_claim_leaves_a_run_a_claim_may_not_take_fired(db: Database) -> None:
+    """A due sleep whose run a claim may not take now (its project paused, or a worker that
+    does not serve its project) is fired and left RESUMED for the stream's delivery to claim,
+    as the timers loop leaves it: one TimerFired, no RunClaimed, the row equal to apply()."""
+    paused, other = "proj-sleeps-paused", P
+    [held_back] = await create_runs(db, paused, 1)
+    [unserved] = await create_runs(db, other, 1)
+    await db.in_run_statement(lambda c: leases.claim_many(c, [held_back, unserved], "w1", 30))
+    sleeps = [
+        leases.Sleep(r, "w1", 1, step="sleep:1", delay=timedelta(0)) for r in (held_back, unserved)
+    ]
+    await db.in_run_statement(lambda c: leases.sleep_many(c, sleeps))
+    await db.in_tenant(
+        paused,
+        lambda c: pauses.pause(c, paused, Scope.PROJECT, "", reason="test", actor="test"),
+    )
+    before = {r: await load(db, p, r) for r, p in ((held_back, paused), (unserved, other))}
+    statements = leases.RunStatements(db)
+    served = Served(projects=[paused])  # serves the paused project only
+    written = await statements.fire_claim(
+        [(r, s.version) for r, s in before.items()], "w2", 30, {"by": "test"}, served=served
+    )
+    assert sorted((s.run_id, claimed) for s, claimed in written) == sorted(
+        [(held_back, False), (unserved, False)]
+    )
+    for run_id, project in ((held_back, paused), (unserved, other)):
+        row = await load(db, project, run_id)
+        *_, fired = await events_of(db, project, run_id)
+        assert row == apply(before[run_id], fired) and row.status == RunStatus.RESUMED
+        assert row.version == before[run_id].version + 1 and row.worker_id != "w2"
+        assert await _meta_after(db, before[run_id]) == [("TimerFired", "test")]

@@ -28,7 +28,7 @@ asked AS (
       AND a.attempt_count = w.attempt
       AND a.lease_until > now()
 ), moves AS (
-    SELECT run_id, {{run_stream_id}} AS stream_id, version AS expected FROM locked
+    SELECT run_id, {{run_stream_id}} AS stream_id, version AS expected, 1 AS events FROM locked
 ), heads AS (
     {{stream_heads}}
 )

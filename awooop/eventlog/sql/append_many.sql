@@ -7,7 +7,7 @@ WITH wanted AS (
         WITH ORDINALITY AS w(stream_id, expected, project_id, event_id, event_type, data,
                              metadata, ord)
 ), moves AS (
-    SELECT stream_id, expected FROM wanted
+    SELECT stream_id, expected, 1 AS events FROM wanted
 ), heads AS (
     {{stream_heads}}
 )

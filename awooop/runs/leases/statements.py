@@ -16,7 +16,7 @@ from typing import Any
 
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError, UnstorableValueError
-from awooop.eventlog.batches import EVERY, Served, fire_held
+from awooop.eventlog.batches import EVERY, Served, fire_claim
 from awooop.eventlog.runs import CurrentStep
 from awooop.eventlog.state import RunState
 from awooop.runs.leases.batch import (
@@ -70,11 +70,21 @@ class RunStatements:
             lambda conn: heartbeat(conn, worker_id, held, ttl_s, steps)
         )
 
-    async def fire_held(
-        self, held: list[tuple[uuid.UUID, int]], metadata: dict[str, Any] | None = None
-    ) -> list[RunState]:
-        """A worker's own due sleeps fired (:func:`awooop.eventlog.batches.fire_held`)."""
-        return await self.db.in_run_statement(lambda conn: fire_held(conn, held, metadata))
+    async def fire_claim(
+        self,
+        held: list[tuple[uuid.UUID, int]],
+        worker_id: str,
+        ttl_s: float,
+        metadata: dict[str, Any] | None = None,
+        *,
+        fair: bool = True,
+        served: Served = EVERY,
+    ) -> list[tuple[RunState, bool]]:
+        """A worker's own due sleeps fired, and claimed by it where they may be
+        (:func:`awooop.eventlog.batches.fire_claim`)."""
+        return await self.db.in_run_statement(
+            lambda conn: fire_claim(conn, held, worker_id, ttl_s, metadata, fair, served)
+        )
 
     async def fences(self, run_ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, Fence], datetime]:
         return await self.db.in_run_statement(lambda conn: fences(conn, run_ids))
