@@ -9,9 +9,10 @@ database clock), counted from when the write returned, so it never fires before 
 says the sleep is due. When sleeps are due and it has free slots, it fires as many as it has
 slots for, all together in ONE statement that also claims them (``fire_claim.sql``:
 ``TimerFired`` on each run only if it still waits at the version this worker left it at, then
-``RunClaimed`` where a claim may take it now; at most once per :data:`COALESCE_S`;
-``awooop_lease_claims_total{path="timer"}``), without the relay and the stream in between.
-Sleeps due beyond its free slots wait here, earliest first.
+``RunClaimed`` where a claim may take it now; ``awooop_lease_claims_total{path="timer"}``),
+without the relay and the stream in between. It has one such statement at a time, so the sleeps
+that come due while one runs fire together in the next. Sleeps due beyond its free slots wait
+here, earliest first.
 
 Nothing depends on it: the ``timers`` loop fires every wait ``AWOOOP_TIMER_GRACE_S`` after
 its due time (the sleeps of a worker that stopped, was killed or had no free slot that long,
@@ -49,10 +50,6 @@ log = get_logger("awooop.worker")
 
 FIRE_BATCH = 500  # the most sleeps one statement fires
 NO_ROOM_RECHECK_S = 0.005  # more sleeps due than free slots: look again this soon at most
-# The least time from one fire to the next: the sleeps that come due meanwhile fire together
-# (a burst of sleeps ending costs one statement per few milliseconds, not one per sleep); a
-# sleep due after a quiet spell fires at once.
-COALESCE_S = 0.005
 
 
 @dataclass(order=True, frozen=True)
@@ -137,8 +134,9 @@ class LocalTimers:
                 self._changed.clear()
                 due, wait_s = self._take_due(time.monotonic())
                 if due:
-                    self._worker.spawn(self._fire_claim(due))
-                    await asyncio.sleep(COALESCE_S)
+                    # One statement at a time: the sleeps that come due while it runs, and the
+                    # slots that free, go into the next.
+                    await self._fire_claim(due)
                     continue
                 await first_of(self._changed, stop, timeout_s=wait_s)
         finally:
