@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 import pytest
 
 from awooop.core.config import Settings
@@ -96,9 +97,18 @@ async def test_runs_of_another_project_complete_while_a_transaction_is_held_open
     db: Database, fast: Settings, redis: Any
 ) -> None:
     keys = keys_for(fast)
-    worker, intake = streaming_worker(db, fast, redis, concurrency=8)
+    # The worker as a worker process runs it (its reclaim loop too), with a lease a loaded
+    # machine does not trip: the streams timings' 1 s lease bounds each statement at 0.33 s, and
+    # with polling kept out a claim or a renewal that ran past that would leave its run to the
+    # 60 s poll. This test is about the relay's read-ahead, not about that recovery.
+    steady = msgspec.structs.replace(fast, lease_ttl_s=6.0, heartbeat_interval_s=0.5)
+    worker, intake = streaming_worker(db, steady, redis, concurrency=8)
     relay = Relay(settings=fast, redis=redis, keys=keys)
-    async with running_relay(relay, fast), serving_worker(worker, intake), held_open(fast) as held:
+    async with (
+        running_relay(relay, fast),
+        serving_worker(worker, intake, reclaim=True),
+        held_open(fast) as held,
+    ):
         run_ids = await create_runs(db, P, 10, payload={}, per_transaction=1)
         await eventually(
             lambda: completed(db, run_ids),

@@ -4,6 +4,7 @@ in-process workers assembled as the CLI assembles them (:func:`streaming_worker`
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import msgspec
 
 from awooop.core.config import Settings, env_name
 from awooop.core.db import Database
+from awooop.core.loops import run_loop
 from awooop.streams.keys import Keys
 from awooop.worker.assembly import build_worker
 from awooop.worker.runtime import Worker
@@ -167,10 +169,17 @@ def streaming_worker(
 
 
 @asynccontextmanager
-async def serving_worker(worker: Worker, intake: StreamIntake) -> AsyncIterator[None]:
-    """The worker serving with its stream intake until the block ends; then a clean stop."""
+async def serving_worker(
+    worker: Worker, intake: StreamIntake, *, reclaim: bool = False
+) -> AsyncIterator[None]:
+    """The worker serving with its stream intake until the block ends; then a clean stop.
+    ``reclaim``: with the intake's reclaim loop too, as a worker process runs it (an entry a
+    failed claim left pending is delivered again after a lease)."""
     stop = asyncio.Event()
-    task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
+    extra: list[Any] = [intake.run]
+    if reclaim:
+        extra.append(functools.partial(run_loop, intake.reclaim_spec()))
+    task = asyncio.create_task(worker.run(stop, extra=extra))
     try:
         yield
     finally:
