@@ -17,11 +17,12 @@ here, earliest first.
 Nothing depends on it: the ``timers`` loop fires every wait ``AWOOOP_TIMER_GRACE_S`` after
 its due time (the sleeps of a worker that stopped, was killed or had no free slot that long,
 or that were not due within the horizon), and whichever locks the run first fires it; the
-other finds it no longer waiting at that version. The stream still announces each
-``TimerFired`` (the event log is the outbox): the delivery of one this worker fired waits for
-this worker's claim of it (:meth:`LocalTimers.settled`) and is acknowledged when the run was
-taken here, so it is not claimed twice; otherwise (a pause, a full concurrency key, the fair
-order or the routes held the run back) the delivery claims it as any other.
+other finds it no longer waiting at that version. The events stream carries both events (the
+event log is the outbox); the work stream carries the ``TimerFired`` of a run this worker fired
+but did not claim (a pause, a full concurrency key, the fair order or the routes held it back),
+and its delivery claims it as any other. A delivery that reaches this worker while its
+statement is under way waits for its answer (:meth:`LocalTimers.settled`) and is acknowledged
+when the run was taken here, so a run is not claimed twice.
 """
 
 from __future__ import annotations
@@ -190,7 +191,10 @@ class LocalTimers:
         finally:
             worker.claiming -= len(due)
             for held in due:
-                if held.run_id not in fired:  # no TimerFired of this worker to wait for
+                # Kept only for a run fired here and left to its delivery: a run not fired has
+                # no TimerFired of this worker, and one claimed here most often no delivery
+                # (the relay tells no worker of it: awooop.streams.publish.routes_of).
+                if held.run_id not in fired or held.run_id in taken:
                     self._claims.pop((held.run_id, held.version + 1), None)
                 claimed = claims[held.run_id]
                 if not claimed.done():

@@ -25,6 +25,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.eventlog import batches
 from awooop.runs import leases, timers
+from awooop.streams.envelope import FIELD, decode_envelope
 from awooop.streams.keys import WORKER_GROUP
 from awooop.streams.relay import Relay
 from awooop.worker.assembly import build_worker
@@ -95,7 +96,8 @@ async def test_a_streams_worker_fires_its_own_sleeps_without_the_timers_loop(
 ) -> None:
     """Six sleeps: with four slots (and with one, where the sleeps due while its slot is busy
     wait for it), every sleep is fired and claimed by the worker, no run is claimed more than
-    its two attempts need, every entry is acknowledged."""
+    its two attempts need, every entry is acknowledged, and the work stream carries no
+    TimerFired (each run was claimed in the transaction that fired it)."""
     keys = keys_for(fast)
     parts = build_worker(
         db=db, settings=fast, handler=sleeper, redis=redis, keys=keys, concurrency=concurrency
@@ -112,6 +114,9 @@ async def test_a_streams_worker_fires_its_own_sleeps_without_the_timers_loop(
             await eventually(
                 lambda: pending(redis, stream), equals=0, what="every entry acknowledged"
             )
+            # Fired and claimed in one transaction: the relay told no worker of those runs.
+            work = [decode_envelope(f[FIELD]).event_type for _, f in await redis.xrange(stream)]
+            assert "TimerFired" not in work and work.count("RunCreated") == 6, work
         finally:
             stop.set()
             await asyncio.wait_for(task, 30)

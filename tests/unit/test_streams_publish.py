@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
 from awooop.core.events import DISPATCH_EVENT_TYPES
@@ -18,6 +19,7 @@ from awooop.streams.publish import (
     by_shard,
     envelope_of,
     route_of,
+    routes_of,
 )
 from awooop.streams.tracing import sampled
 
@@ -47,6 +49,31 @@ def test_dispatch_events_go_to_both_streams_the_rest_to_events_only() -> None:
         assert route_of(event_type) == EVENTS_ONLY
     # A failure marked dead_letter too: its dead letter is a Postgres row, not a stream entry.
     assert route_of("RunFailed") == EVENTS_ONLY
+
+
+def at(event: RecordedEvent, **fields: object) -> RecordedEvent:
+    return msgspec.structs.replace(event, **fields)
+
+
+def test_a_dispatch_event_its_own_transaction_claimed_at_once_tells_no_worker() -> None:
+    """A worker's own fired sleep (fire_claim.sql): TimerFired then RunClaimed at the next
+    version of the same stream in the same transaction. Anything less is dispatched as before:
+    a claim in another transaction, of another stream, at another version, or not in the
+    batch."""
+    fired = at(row(1, "p1", "TimerFired"), version=4, tx_id=77)
+    claimed = at(row(2, "p1", "RunClaimed"), version=5, tx_id=77)
+    assert routes_of([fired, claimed]) == [EVENTS_ONLY, EVENTS_ONLY]
+    assert routes_of([fired]) == [BOTH]  # the batch ended between them
+    assert routes_of([fired, at(claimed, tx_id=78)]) == [BOTH, EVENTS_ONLY]
+    assert routes_of([fired, at(claimed, stream_id="run-p2")]) == [BOTH, EVENTS_ONLY]
+    assert routes_of([fired, at(claimed, version=6)]) == [BOTH, EVENTS_ONLY]
+    created = at(row(3, "p1", "RunCreated"), stream_id="run-x", version=1, tx_id=90)
+    assert routes_of([created, fired, claimed]) == [BOTH, EVENTS_ONLY, EVENTS_ONLY]
+    entries = by_shard([fired, claimed, created], KEYS)
+    assert [r for shard in entries.values() for r, _ in shard] == [EVENTS_ONLY] * 2 + [BOTH]
+    assert {
+        r for r, _ in by_shard([fired, claimed], KEYS, route=WORK_ONLY)[KEYS.shard_of("p1")]
+    } == {WORK_ONLY}
 
 
 def test_the_envelope_carries_the_row_and_its_trace_context() -> None:
