@@ -102,8 +102,8 @@ class LocalTimers:
         self._settings = settings
         self._statements = leases.RunStatements(worker.db)  # bounded: the worker's run pool
         self._heap: list[Held] = []
-        self._changed = asyncio.Event()  # a sleep held sooner, a slot freed, a fire ended
-        worker.on_freed.append(self._changed.set)
+        self._changed = asyncio.Event()  # a sleep held sooner, a slot freed for a due one
+        worker.on_freed.append(self._slot_freed)
         # The claims of the runs fired here, by (run, TimerFired's version), until the stream
         # delivers that event (or, bounded, the oldest are forgotten: Redis lost them).
         self._claims: dict[tuple[uuid.UUID, int], asyncio.Future[bool]] = {}
@@ -142,6 +142,12 @@ class LocalTimers:
                 await first_of(self._changed, stop, timeout_s=wait_s)
         finally:
             self._heap.clear()
+
+    def _slot_freed(self) -> None:
+        # Only when a due sleep waits for a slot: every attempt that ends calls this, and a
+        # wake-up that finds nothing due costs the loop a turn for nothing.
+        if self._heap and self._heap[0].due <= time.monotonic():
+            self._changed.set()
 
     def _take_due(self, now: float) -> tuple[list[Held], float | None]:
         if self._worker.stopping():
@@ -199,7 +205,6 @@ class LocalTimers:
                 claimed = claims[held.run_id]
                 if not claimed.done():
                     claimed.set_result(held.run_id in taken)
-            self._changed.set()  # slots spoken for are free again
 
     def _log_fired(self, due: list[Held], fired: list[RunState]) -> None:
         if fired:
