@@ -2,7 +2,12 @@
 
 Routes: dispatch events go to the events and the work stream; every other event to the events
 stream. (A ``RunFailed`` marked ``dead_letter`` is an ordinary event here: its dead letter was
-recorded in Postgres with it, :mod:`awooop.eventlog.deadletters`.)
+recorded in Postgres with it, :mod:`awooop.eventlog.deadletters`.) A dispatch event whose run
+the same transaction claimed at once (a ``RunClaimed`` at the next version of its stream, of
+the same transaction: a worker's own fired sleep, ``fire_claim.sql``) goes to the events stream
+only when both are in one batch (:func:`routes_of`): the run is taken, so no worker needs telling,
+and a claimer that dies leaves it as any claimed run, to the lease's expiry. Split across two
+batches, it goes to both, and its delivery finds the run already claimed.
 """
 
 from __future__ import annotations
@@ -60,6 +65,20 @@ def route_of(event_type: str) -> str:
     return BOTH if event_type in DISPATCH_EVENT_TYPES else EVENTS_ONLY
 
 
+def routes_of(events: Sequence[RecordedEvent]) -> list[str]:
+    """Pure: the route of each of ``events`` (a batch in log order; module docstring)."""
+    claimed = {
+        (e.stream_id, e.version - 1, e.tx_id) for e in events if e.event_type == "RunClaimed"
+    }
+    routes = []
+    for event in events:
+        route = route_of(event.event_type)
+        if route == BOTH and (event.stream_id, event.version, event.tx_id) in claimed:
+            route = EVENTS_ONLY
+        routes.append(route)
+    return routes
+
+
 def by_shard(
     events: Sequence[RecordedEvent],
     keys: Keys,
@@ -73,15 +92,13 @@ def by_shard(
     ``ahead_of``: see :func:`envelope_of`."""
     grouped: dict[int, list[tuple[str, bytes]]] = {}
     shards: dict[str, int] = {}  # a batch has few projects: hash each once
-    for event in events:
+    routes = [route] * len(events) if route is not None else routes_of(events)
+    for event, event_route in zip(events, routes, strict=True):
         shard = shards.get(event.project_id)
         if shard is None:
             shard = shards[event.project_id] = keys.shard_of(event.project_id)
         context = contexts.get(event.event_id) if contexts else None
-        item = (
-            route or route_of(event.event_type),
-            encode(envelope_of(event, attempt, context, ahead_of)),
-        )
+        item = (event_route, encode(envelope_of(event, attempt, context, ahead_of)))
         grouped.setdefault(shard, []).append(item)
     return grouped
 
