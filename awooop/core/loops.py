@@ -226,12 +226,14 @@ async def run_loop(
         project_id=ctx.project_id,
         interval_s=spec.interval_s,
     )
-    # ``stop`` also sets the wake-up: a sleeping loop then waits on ONE event. A loop woken by
-    # NOTIFY iterates hundreds of times a second, and two waiter tasks per sleep (cancelled
-    # after it) cost extra turns of the event loop each time.
+    # ``stop`` also sets the wake-up: a sleeping loop waits on ONE event (a loop woken by NOTIFY
+    # iterates hundreds of times a second; two waiter tasks per sleep cost turns each time).
     waker = asyncio.ensure_future(_wake_on_stop(stop, ctx.wakeup))
+    this = asyncio.current_task()
     try:
         while not stop.is_set():
+            if this is not None and this.cancelling():  # a cancel an await swallowed (3.11's
+                raise asyncio.CancelledError  # wait_for can, gh-86296): the loop ends anyway
             ctx.iteration += 1
             ctx.wakeup.clear()
             ok = await run_iteration(spec, ctx)

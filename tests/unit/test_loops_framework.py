@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import uuid
 from typing import Any
@@ -397,3 +398,33 @@ async def test_one_trace_helper_finds_a_chain_and_refuses_a_broken_one(spans: An
         one_trace(spans, "ingest", "llm call")
     with pytest.raises(AssertionError, match="no span named"):
         one_trace(spans, "consume")
+
+
+async def test_a_cancel_an_iteration_swallowed_still_ends_the_loop() -> None:
+    """Python 3.11's asyncio.wait_for can swallow a cancellation that arrives as its inner
+    await completes (gh-86296): the first iteration here swallows it outright. The loop task
+    was cancelled, so it ends before another iteration instead of running on (a relay "crashed"
+    by a test kept publishing, and the await of its task never returned)."""
+    name = unique("swallower")
+    iterations = 0
+    inside = asyncio.Event()
+
+    async def body(_ctx: LoopContext) -> None:
+        nonlocal iterations
+        iterations += 1
+        if iterations == 1:
+            inside.set()
+            with contextlib.suppress(asyncio.CancelledError):  # what the swallowing await does
+                await asyncio.sleep(60)
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_loop(LoopSpec(name, LoopCategory.PLATFORM, 0.01, body), stop))
+    try:
+        await inside.wait()
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=3)
+        assert task in done, f"the loop ran on after its cancel: {iterations} iterations"
+        assert task.cancelled() and iterations == 1
+    finally:
+        stop.set()  # without the check, the loop runs on until this
+        await asyncio.wait({task}, timeout=3)
