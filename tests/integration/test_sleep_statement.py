@@ -311,11 +311,7 @@ async def test_fire_claim_leaves_a_run_a_claim_may_not_take_fired(db: Database) 
     paused, other = "proj-sleeps-paused", P
     [held_back] = await create_runs(db, paused, 1)
     [unserved] = await create_runs(db, other, 1)
-    await db.in_run_statement(lambda c: leases.claim_many(c, [held_back, unserved], "w1", 30))
-    sleeps = [
-        leases.Sleep(r, "w1", 1, step="sleep:1", delay=timedelta(0)) for r in (held_back, unserved)
-    ]
-    await db.in_run_statement(lambda c: leases.sleep_many(c, sleeps))
+    await _left_sleeping(db, [held_back, unserved], [timedelta(0), timedelta(0)])
     await db.in_tenant(
         paused,
         lambda c: pauses.pause(c, paused, Scope.PROJECT, "", reason="test", actor="test"),
