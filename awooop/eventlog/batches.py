@@ -1,8 +1,9 @@
-"""The one-statement writes of many runs: the worker's claims, completions and sleeps' starts
-(``claim_many.sql``, ``complete_many.sql``, ``sleep_many.sql``), the timers loop's fired
-waits (``fire_many.sql``) and a worker's own, fired and claimed (``fire_claim.sql``). Each moves
-the stream heads, updates the rows as ``apply`` would and appends the events in ONE statement,
-so that a claim, a completion, a sleep or a batch of fired timers costs one round trip.
+"""The one-statement writes of many runs: the worker's claims, completions, sleeps' starts and
+journal events (``claim_many.sql``, ``complete_many.sql``, ``sleep_many.sql``,
+``journal_many.sql``), the timers loop's fired waits (``fire_many.sql``) and a worker's own,
+fired and claimed (``fire_claim.sql``). Each moves the stream heads, updates the rows as
+``apply`` would and appends the events in ONE statement, so that a claim, a completion, a
+sleep, a journaled step or a batch of fired timers costs one round trip.
 
 The caller (:mod:`awooop.runs.leases.batch`) decides what to do with what comes back: each
 :class:`BatchRow` is a run the statement wrote, or one it left as its snapshot saw it, with
@@ -26,6 +27,7 @@ from awooop.eventlog.state import RunState, row_to_state
 CLAIM_MANY = queries.load("claim_many")
 COMPLETE_MANY = queries.load("complete_many")
 SLEEP_MANY = queries.load("sleep_many")
+JOURNAL_MANY = queries.load("journal_many")
 FIRE_MANY = queries.load("fire_many")
 FIRE_CLAIM = queries.load("fire_claim")
 
@@ -149,6 +151,29 @@ async def sleep_many(
     return _rows(rows)
 
 
+async def journal_many(
+    conn: Connection,
+    run_ids: Sequence[uuid.UUID],
+    worker_ids: Sequence[str],
+    attempts: Sequence[int],
+    journals: Sequence[str],
+    metadata: Sequence[dict[str, Any] | None],
+) -> list[BatchRow]:
+    """Each write's journal events (``journals``: a JSON array of encoded ``ModelCalled`` and
+    ``StepCompleted`` events, their ``at`` left to the database clock) for each run whose
+    ``(worker_id, attempt)`` holds a live lease on a RUNNING run (the fence is the statement's
+    WHERE clause); the others as they are."""
+    rows = await conn.fetch(
+        JOURNAL_MANY,
+        list(run_ids),
+        list(worker_ids),
+        list(attempts),
+        list(journals),
+        [_json(m) for m in metadata],
+    )
+    return _rows(rows)
+
+
 async def fire_many(
     conn: Connection,
     changes: Sequence[tuple[RunState, TimerFired]],
@@ -216,5 +241,6 @@ async def prepare(conn: Connection) -> None:
     await conn.fetch(CLAIM_MANY, [], [], "", 1.0, True, *EVERY)
     await conn.fetch(COMPLETE_MANY, [], [], [], [], [])
     await conn.fetch(SLEEP_MANY, [], [], [], [], [], [], [])
+    await conn.fetch(JOURNAL_MANY, [], [], [], [], [])
     await conn.fetch(FIRE_CLAIM, [], [], "", 1.0, True, *EVERY, "{}")
     await conn.fetch(eventlog.APPEND_MANY, [], [], [], [], [], [], [])

@@ -135,6 +135,17 @@ WRITERS: tuple[Writer, ...] = (
         ),
     ),
     Writer(
+        "journal_many",
+        "awooop.eventlog.batches.journal_many",
+        (RUNS, STREAMS, EVENTS),
+        "apply(state, e) of journal events (ModelCalled, StepCompleted) written in SQL",
+        (
+            "tests/integration/test_journal_statement.py::test_journal_statement_matches_apply",
+            "tests/integration/test_journal_statement.py::"
+            "test_journal_statement_refuses_what_the_fence_refuses",
+        ),
+    ),
+    Writer(
         "fire_many",
         "awooop.eventlog.batches.fire_many",
         (RUNS, STREAMS, EVENTS),

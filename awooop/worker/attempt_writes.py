@@ -22,6 +22,8 @@ from awooop.runs import leases
 from awooop.worker.attempts import Attempt, trace_metadata
 
 Make = Callable[[RunState, datetime], Event | tuple[Event, ...]]
+# Journal events made at the write's clock (leases.Journal): a model call, a step's result.
+MakeJournal = Callable[[datetime], Event | tuple[Event, ...]]
 
 
 class AttemptWrites:
@@ -55,5 +57,21 @@ class AttemptWrites:
         return await self._writer(
             leases.FencedWrite(
                 attempt.run_id, attempt.worker_id, attempt.number, make, trace_metadata()
+            )
+        )
+
+    async def journal(self, events: MakeJournal) -> RunState:
+        """Journal events (a model call, a step's result: :class:`leases.Journal`), written
+        fenced as :meth:`write` writes, in one statement with other runs' while the run is
+        RUNNING."""
+        self.check()
+        attempt = self._attempt
+        return await self._writer(
+            leases.Journal(
+                attempt.run_id,
+                attempt.worker_id,
+                attempt.number,
+                metadata=trace_metadata(),
+                events=events,
             )
         )

@@ -143,7 +143,7 @@ class RunContext(ChildRunsMixin):
             max_wait_s=flow_max_wait_s,
             io_timeout_s=io_timeout_s,
         )
-        self._model = ModelCalls(llm=llm, flow=flow, write=self._writes.write,
+        self._model = ModelCalls(llm=llm, flow=flow, write=self._writes.journal,
                                  check=self._writes.check,
                                  project_id=self.project_id, worker_id=self.worker_id,
                                  attempt=self.attempt, also=self._overrides.also)  # fmt: skip
@@ -213,8 +213,8 @@ class RunContext(ChildRunsMixin):
                 result, tries = await policies.step_tries(fn, how, name, self.check)
                 encoded, result = journal(f"step {name!r}", result, type, self._result_max_bytes)
                 try:
-                    await self._write(
-                        lambda _s, now: StepCompleted(
+                    await self._writes.journal(
+                        lambda now: StepCompleted(
                             at=now,
                             worker_id=self.worker_id,
                             attempt=self.attempt,

@@ -38,7 +38,8 @@ from awooop.worker import policies
 from awooop.worker.attempts import trace_metadata
 from awooop.worker.step_values import journal
 
-Write = Callable[[Callable[[RunState, datetime], Event | tuple[Event, ...]]], Awaitable[RunState]]
+# AttemptWrites.journal: the events made at the write's clock, written fenced.
+Write = Callable[[Callable[[datetime], Event | tuple[Event, ...]]], Awaitable[RunState]]
 
 
 class LLMClient(Protocol):
@@ -174,7 +175,7 @@ class ModelCalls:
             return
         worker_id, attempt = self._worker_id, self._attempt
 
-        def events(_s: RunState, now: datetime) -> ModelCalled | tuple[Event, ...]:
+        def events(now: datetime) -> ModelCalled | tuple[Event, ...]:
             called = called_event(call, worker_id=worker_id, attempt=attempt, at=now)
             return called if answered is None else (called, answered(now))
 

@@ -196,6 +196,26 @@ async def sleep_many(db: Database, url: str, settings: Settings) -> Touched:
     return Touched(set(runs))
 
 
+@case("claim_many", "journal_many")
+async def journal_many(db: Database, url: str, settings: Settings) -> Touched:
+    runs = await create_runs(db, P, 2)
+    await db.in_run_statement(logged(lambda c: leases.claim_many(c, runs, "w1", 30)))
+    journals = [
+        leases.Journal(
+            r,
+            "w1",
+            1,
+            events=lambda at, n=n: StepCompleted(
+                at=at, worker_id="w1", attempt=1, step=f"s{n}", result=n
+            ),
+        )
+        for n, r in enumerate(runs)
+    ]
+    written = await db.in_run_statement(logged(lambda c: leases.journal_many(c, journals)))
+    assert [getattr(w, "status", None) for w in written] == ["RUNNING"] * 2
+    return Touched(set(runs))
+
+
 @case("claim_many", "sleep_many", "fire_many")
 async def fire_many(db: Database, url: str, settings: Settings) -> Touched:
     runs = await create_runs(db, P, 2)

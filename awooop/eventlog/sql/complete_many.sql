@@ -6,7 +6,8 @@
 -- cleared, finished_at = updated_at = now(), version + 1 (WRITERS.md names the tests that hold
 -- the two equal). Refused runs come back as the snapshot saw them, to say why.
 WITH wanted AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[])
+    SELECT w.*, 1 AS events
+    FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[])
         AS w(run_id, worker_id, attempt, result, metadata)
 ),
 {{fenced_heads}}, written AS (

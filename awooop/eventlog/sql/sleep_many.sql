@@ -12,8 +12,9 @@
 -- .follow, waits_open.sql); its insert trigger (migration 0141) rings the timers loop with
 -- the earliest due time. Refused runs come back as the snapshot saw them, to say why.
 WITH wanted AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::bigint[],
-                         $6::timestamptz[], $7::text[])
+    SELECT w.*, 1 AS events
+    FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::bigint[],
+                $6::timestamptz[], $7::text[])
         AS w(run_id, worker_id, attempt, step, delay_us, until, metadata)
 ),
 {{fenced_heads}}, due AS (

@@ -19,7 +19,9 @@ attempt holds the lease. The rules, in one place:
   hold the two equal (``awooop/eventlog/WRITERS.md``).
   The commonest fenced write, ``RunCompleted``, is one statement too (:func:`complete_many`,
   ``complete_many.sql``): the fence is its WHERE clause. So is a sleep's ``WaitStarted``
-  (:func:`sleep_many`, ``sleep_many.sql``: the run WAITING_EVENT, the wait's row).
+  (:func:`sleep_many`, ``sleep_many.sql``: the run WAITING_EVENT, the wait's row), and so are
+  an attempt's journal events, a model call and a step's result (:class:`Journal`,
+  :func:`journal_many`, ``journal_many.sql``), while the run is RUNNING.
 - **fence**: every write on behalf of an attempt (step results, tool waits, approval requests,
   completion, failure, release) locks the row and is refused with E-RUN-002 unless the row
   still names this worker and attempt, is RUNNING or WAITING_TOOL, and its lease has not
@@ -52,6 +54,7 @@ from awooop.runs.leases.batch import (
     claim_many,
     complete_many,
     fenced_record_many,
+    journal_many,
     prepare_run_statements,
     sleep_many,
 )
@@ -61,6 +64,7 @@ from awooop.runs.leases.rules import (
     Completion,
     Fence,
     FencedWrite,
+    Journal,
     Sleep,
     Taken,
     Verdict,
@@ -98,6 +102,7 @@ __all__ = (
     "Completion",
     "Fence",
     "FencedWrite",
+    "Journal",
     "RunStatements",
     "Sleep",
     "Taken",
@@ -115,6 +120,7 @@ __all__ = (
     "fenced_record_many",
     "fences",
     "heartbeat",
+    "journal_many",
     "lease_expiry",
     "notice_verdict",
     "peek",

@@ -1,7 +1,8 @@
-"""Many runs at once (the worker's hot path): claim many, complete many, sleep many, fenced
-writes of many.
+"""Many runs at once (the worker's hot path): claim many, complete many, sleep many, journal
+many, fenced writes of many.
 
-The claim, the completion and a sleep's start are one statement each in the log room
+The claim, the completion, a sleep's start and journal events are one statement each in the log
+room
 (:mod:`awooop.eventlog.batches`); here is what the worker does with the answer: retry a run whose
 stream head a newer transaction wrote (as the transactional path would), and turn a refusal
 into the LeaseLostError the fence would have raised.
@@ -25,9 +26,11 @@ from awooop.runs.leases.rules import (
     ClaimBatch,
     Completion,
     FencedWrite,
+    Journal,
     Sleep,
     completion_problem,
     fence_problem,
+    journal_text,
     sleep_problem,
 )
 
@@ -135,6 +138,46 @@ async def sleep_many(
     return await _fenced_statement(sleeps, sleep_problem, send)
 
 
+async def journal_many(
+    conn: Connection, writes: list[Journal]
+) -> list[RunState | LeaseLostError | UnstorableValueError | None]:
+    """Write each journal's events (each run at most once) in one statement
+    (``awooop/eventlog/sql/journal_many.sql``; outside a transaction it is its own), answered
+    as :func:`complete_many` answers, and None for a write to send the transactional way
+    (:func:`fenced_record_many`): its run holds the lease in another state than RUNNING (a tool
+    wait), or an event it makes is not a journal event."""
+    texts: dict[uuid.UUID, str] = {}
+    answers: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError | None] = {}
+    for w in writes:
+        text = journal_text(w)
+        if isinstance(text, str):
+            texts[w.run_id] = text
+        else:
+            answers[w.run_id] = text
+
+    async def send(batch: list[Journal]) -> list[batches.BatchRow]:
+        return await batches.journal_many(
+            conn,
+            [w.run_id for w in batch],
+            [w.worker_id for w in batch],
+            [w.attempt for w in batch],
+            [texts[w.run_id] for w in batch],
+            [w.metadata for w in batch],
+        )
+
+    sent = [w for w in writes if w.run_id in texts]
+    elsewhere: set[uuid.UUID] = set()
+    for w, answer in zip(
+        sent, await _fenced_statement(sent, _sendable, send, elsewhere), strict=True
+    ):
+        answers[w.run_id] = None if w.run_id in elsewhere else answer
+    return [answers[w.run_id] for w in writes]
+
+
+def _sendable(_write: object) -> None:
+    """No problem found here (the caller looked before)."""
+
+
 class _Fenced(Protocol):
     @property
     def run_id(self) -> uuid.UUID: ...
@@ -151,11 +194,15 @@ async def _fenced_statement(
     writes: list[W],
     problem_of: Callable[[W], UnstorableValueError | None],
     send: Callable[[list[W]], Awaitable[list[batches.BatchRow]]],
+    elsewhere: set[uuid.UUID] | None = None,
 ) -> list[RunState | LeaseLostError | UnstorableValueError]:
     """Send ``writes`` (each run at most once) through a one-statement fenced write (``send``)
     and answer each in order: its new state, its LeaseLostError when the fence refused it, or
     the UnstorableValueError ``problem_of`` found (not sent). A run whose stream head a newer
-    transaction wrote is sent again (a few times), as the transactional path would retry."""
+    transaction wrote is sent again (a few times), as the transactional path would retry.
+    ``elsewhere``: where to add the runs refused only for a leased state other than RUNNING,
+    which the fence of a write the statement does not make allows (their answer is left as the
+    refusal)."""
     if not writes:
         return []
     results: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError] = {}
@@ -179,7 +226,11 @@ async def _fenced_statement(
                 del pending[state.run_id]
             elif not (row.conflict and attempt < HEAD_CONFLICT_RETRIES):
                 w = pending.pop(state.run_id)
-                problem = fence_problem(state, row.now, w.worker_id, w.attempt) or (
+                fenced = fence_problem(state, row.now, w.worker_id, w.attempt)
+                leased = fenced is None and state.status is not RunStatus.RUNNING
+                if leased and elsewhere is not None:
+                    elsewhere.add(w.run_id)
+                problem = fenced or (
                     f"the run is {state.status}"
                     if state.status is not RunStatus.RUNNING
                     else "a newer transaction wrote the run's stream"

@@ -4,6 +4,7 @@ reap a run, and the fence (see :mod:`awooop.runs.leases` for the rules in words)
 from __future__ import annotations
 
 import enum
+import functools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,7 +13,16 @@ from typing import Any, Protocol
 
 from awooop.core import storable
 from awooop.core.errors import UnstorableValueError
-from awooop.core.events import Event, RunClaimed, RunFailed, RunRequeued, WaitStarted
+from awooop.core.events import (
+    Event,
+    ModelCalled,
+    RunClaimed,
+    RunFailed,
+    RunRequeued,
+    StepCompleted,
+    WaitStarted,
+    encode_event,
+)
 from awooop.eventlog.state import (
     DISPATCHABLE,
     LEASED,
@@ -293,6 +303,60 @@ class Sleep(FencedWrite):
         if self.until is not None or self.delay is None:
             return None
         return self.delay // timedelta(microseconds=1)
+
+
+# The events a Journal may hold: apply() changes nothing of a run for them but its version, its
+# clock and (StepCompleted) the step's entry, which journal_many.sql writes in SQL.
+JOURNAL_EVENTS = (ModelCalled, StepCompleted)
+# The clock a Journal's events are made at to be sent: the statement puts the database's in.
+JOURNAL_CLOCK = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _journal_at(
+    events: Callable[[datetime], Event | tuple[Event, ...]], _state: RunState, at: datetime
+) -> Event | tuple[Event, ...]:
+    return events(at)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Journal(FencedWrite):
+    """Journal events of ``(worker_id, attempt)`` (:data:`JOURNAL_EVENTS`: a model call and
+    the step it answers, a step's result): what ``events`` makes at the write's clock, whatever
+    the run's state. A fenced write that the worker writes as one statement for many runs
+    (``batch.journal_many``, ``journal_many.sql``: those events applied, in SQL) while the run
+    is RUNNING, and as any other fenced write when it is not (a tool wait)."""
+
+    make_event: Callable[[RunState, datetime], Event | tuple[Event, ...]] = field(
+        init=False, repr=False, compare=False
+    )
+    events: Callable[[datetime], Event | tuple[Event, ...]]
+
+    def __post_init__(self) -> None:
+        # A partial of the maker, not a bound method of the write: no reference cycle.
+        object.__setattr__(self, "make_event", functools.partial(_journal_at, self.events))
+
+
+def journal_text(write: Journal) -> str | UnstorableValueError | None:
+    """Pure: ``write``'s events as ``journal_many.sql`` takes them (a JSON array of the events
+    made at :data:`JOURNAL_CLOCK`), the error for one that Postgres would refuse
+    (:mod:`awooop.core.storable`), or None when one is not a journal event (the write goes the
+    transactional way)."""
+    made = write.events(JOURNAL_CLOCK)
+    events = made if isinstance(made, tuple) else (made,)
+    if not all(isinstance(e, JOURNAL_EVENTS) for e in events):
+        return None
+    encoded: list[bytes] = []
+    for e in events:
+        try:
+            data = encode_event(e)
+        except UnicodeEncodeError:
+            data = b"\\u0000"  # not encodable as it is: storable says where and why
+        if b"\\u0000" in data:
+            problem = storable.encoded_problem(e, type(e).__name__)
+            if problem is not None:
+                return UnstorableValueError(problem, run_id=write.run_id)
+        encoded.append(data)
+    return "[" + ",".join(d.decode() for d in encoded) + "]"
 
 
 def sleep_problem(sleep: Sleep) -> UnstorableValueError | None:

@@ -1,10 +1,11 @@
 """The worker's statements on every run's path, on the run pool: the one door to that pool.
 
 The run pool (:meth:`awooop.core.db.Database.in_run_statement`) keeps cached generic plans
-and, in a worker, a per-statement bound; a claim, a completion, a sleep's start or a heartbeat
-sent there is one statement that commits on its own (no BEGIN/COMMIT: one round trip), and the
-other fenced writes are one transaction. Which of the two a statement needs is decided here,
-once, so a call site names the statement and cannot pick the mode wrongly.
+and, in a worker, a per-statement bound; a claim, a completion, a sleep's start, journal events
+(a model call, a step's result) or a heartbeat sent there is one statement that commits on its
+own (no BEGIN/COMMIT: one round trip), and the other fenced writes are one transaction. Which
+of the two a statement needs is decided here, once, so a call site names the statement and
+cannot pick the mode wrongly.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from awooop.runs.leases.batch import (
     claim_many,
     complete_many,
     fenced_record_many,
+    journal_many,
     prepare_run_statements,
     sleep_many,
 )
-from awooop.runs.leases.rules import ClaimBatch, Completion, Fence, FencedWrite, Sleep
+from awooop.runs.leases.rules import ClaimBatch, Completion, Fence, FencedWrite, Journal, Sleep
 from awooop.runs.leases.single import fences, heartbeat
 
 Written = list[RunState | LeaseLostError | UnstorableValueError]
@@ -90,7 +92,20 @@ class RunStatements:
         return await self.db.in_run_statement(lambda conn: fences(conn, run_ids))
 
     async def fenced_record_many(self, writes: list[FencedWrite]) -> Written:
-        return await self.db.in_run_transaction(lambda conn: fenced_record_many(conn, writes))
+        """The journals (:class:`Journal`) of RUNNING runs in one statement, the other writes
+        (and the journals of runs in a tool wait) in one transaction; answers in order."""
+        journals = [w for w in writes if isinstance(w, Journal)]
+        answers: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError] = {}
+        if journals:
+            journaled = await self.db.in_run_statement(lambda conn: journal_many(conn, journals))
+            for w, answer in zip(journals, journaled, strict=True):
+                if answer is not None:
+                    answers[w.run_id] = answer
+        rest = [w for w in writes if w.run_id not in answers]
+        if rest:
+            recorded = await self.db.in_run_transaction(lambda conn: fenced_record_many(conn, rest))
+            answers.update(zip((w.run_id for w in rest), recorded, strict=True))
+        return [answers[w.run_id] for w in writes]
 
     async def notify(self, channel: str, payloads: list[str]) -> None:
         """``pg_notify`` each of ``payloads`` on ``channel`` (a doorbell: one statement)."""
