@@ -16,33 +16,32 @@ WITH wanted AS (
     FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[])
         AS w(run_id, worker_id, attempt, journal, metadata)
 ),
-{{fenced_heads}}, entries AS (
-    SELECT w.run_id, e.data, e.n
-    FROM heads AS h JOIN wanted AS w USING (run_id)
-    CROSS JOIN LATERAL jsonb_array_elements(w.journal) WITH ORDINALITY AS e(data, n)
-), steps AS (
-    SELECT run_id,
-           jsonb_object_agg(data->>'step', jsonb_build_object('attempt', data->'attempt',
-                                                             'result', data->'result')
-                            ORDER BY n) AS journaled
-    FROM entries
-    WHERE data->>'type' = 'StepCompleted'
-    GROUP BY run_id
-), written AS (
+{{fenced_heads}}, written AS (
+    -- The steps journaled from each run's own events (a lateral of its row, not a join with
+    -- an aggregate of every run's: the planner, which expects one head, ran that once a row).
     UPDATE awooop_run_state AS r
     SET saga_steps = CASE WHEN s.journaled IS NULL THEN r.saga_steps
                           ELSE coalesce(r.saga_steps, '{}'::jsonb) || s.journaled END,
         version = r.version + w.events, updated_at = now()
-    FROM heads AS h JOIN wanted AS w USING (run_id) LEFT JOIN steps AS s USING (run_id)
+    FROM heads AS h JOIN wanted AS w USING (run_id)
+    CROSS JOIN LATERAL (
+        SELECT jsonb_object_agg(e.data->>'step',
+                                jsonb_build_object('attempt', e.data->'attempt',
+                                                   'result', e.data->'result')
+                                ORDER BY e.n) AS journaled
+        FROM jsonb_array_elements(w.journal) WITH ORDINALITY AS e(data, n)
+        WHERE e.data->>'type' = 'StepCompleted'
+    ) AS s
     WHERE r.run_id = h.run_id
-    RETURNING r.*, h.stream_id, w.events
+    RETURNING r.*, h.stream_id, w.events, w.journal, w.metadata AS event_metadata
 ), appended AS (
     INSERT INTO awooop_events
         (event_id, stream_id, version, project_id, event_type, data, metadata)
     SELECT gen_random_uuid(), x.stream_id, x.version - x.events + e.n, x.project_id,
            e.data->>'type', e.data || jsonb_build_object('at', x.updated_at),
-           coalesce(w.metadata, '{}')::jsonb
-    FROM written AS x JOIN wanted AS w USING (run_id) JOIN entries AS e USING (run_id)
+           coalesce(x.event_metadata, '{}')::jsonb
+    FROM written AS x
+    CROSS JOIN LATERAL jsonb_array_elements(x.journal) WITH ORDINALITY AS e(data, n)
     ORDER BY x.run_id, e.n
 )
 {{batch_answer}}
