@@ -61,17 +61,18 @@ class AttemptWrites:
         )
 
     async def journal(self, events: MakeJournal) -> RunState:
-        """Journal events (a model call, a step's result: :class:`leases.Journal`), written
-        fenced as :meth:`write` writes, in one statement with other runs' while the run is
-        RUNNING."""
+        """Journal events (a model call, a step's result: :class:`leases.Journal`), made by
+        ``events`` at :data:`leases.JOURNAL_CLOCK` and written with the write's clock, fenced
+        as :meth:`write` writes, in one statement with other runs' while the run is RUNNING."""
         self.check()
         attempt = self._attempt
+        made = events(leases.JOURNAL_CLOCK)
         return await self._writer(
             leases.Journal(
                 attempt.run_id,
                 attempt.worker_id,
                 attempt.number,
                 metadata=trace_metadata(),
-                events=events,
+                events=made if isinstance(made, tuple) else (made,),
             )
         )

@@ -28,6 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
@@ -35,8 +37,9 @@ from producer_pool_blocks import on_cpu_ns  # noqa: E402
 from scratch import Scratch, report  # noqa: E402
 
 from awooop.core.db import Database  # noqa: E402
-from awooop.core.events import Event, ModelCalled, StepCompleted  # noqa: E402
+from awooop.core.events import Event, StepCompleted  # noqa: E402
 from awooop.runs import leases  # noqa: E402
+from tests.support.factories import event_for  # noqa: E402
 from tests.support.runs import create_runs  # noqa: E402
 
 PROJECT = "bench"
@@ -46,39 +49,25 @@ MODES = ("transaction", "statement")
 
 def events_of(step: str, answer: str) -> Any:
     def events(at: datetime) -> tuple[Event, ...]:
-        return (
-            ModelCalled(
-                at=at,
-                worker_id=WORKER,
-                attempt=1,
-                contract_family="default",
-                contract_id="default",
-                model="local",
-                revision_id=None,
-                body_hash=None,
-                started_at=at,
-                duration_ms=1000.0,
-                outcome="ok",
-                prompt="a prompt of a step " * 4,
-                answer=answer,
-                input_tokens=40,
-                output_tokens=90,
-            ),
-            StepCompleted(
-                at=at,
-                worker_id=WORKER,
-                attempt=1,
-                step=step,
-                result={"text": answer, "model": "local", "tokens": 90},
-                started_at=at,
-            ),
+        called = msgspec.structs.replace(
+            event_for("ModelCalled", None, at),
+            worker_id=WORKER,
+            attempt=1,
+            prompt="a prompt of a step " * 4,
+            answer=answer,
+            input_tokens=40,
+            output_tokens=90,
         )
+        result = {"text": answer, "model": "local", "tokens": 90}
+        done = StepCompleted(at=at, worker_id=WORKER, attempt=1, step=step, result=result)
+        return (called, done)
 
     return events
 
 
 def write_of(mode: str, run_id: uuid.UUID, step: str, answer: str) -> leases.FencedWrite:
-    journal = leases.Journal(run_id, WORKER, 1, events=events_of(step, answer))
+    events = events_of(step, answer)(leases.JOURNAL_CLOCK)
+    journal = leases.Journal(run_id, WORKER, 1, events=events)
     if mode == "statement":
         return journal
     return leases.FencedWrite(run_id, WORKER, 1, journal.make_event)  # the same events
@@ -98,7 +87,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             answer = "x" * args.answer_bytes
             rounds = []
             for round_no in range(args.rounds):
-                figures = {m: {"client_s": 0.0, "backend_ns": 0, "walls": []} for m in MODES}
+                figures: dict[str, dict[str, Any]] = {
+                    m: {"client_s": 0.0, "backend_ns": 0, "walls": []} for m in MODES
+                }
                 for step_no in range(args.steps):
                     step = f"r{round_no}s{step_no}"
                     batches = {

@@ -6,10 +6,11 @@ go the transactional way (:meth:`awooop.runs.leases.RunStatements.fenced_record_
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+
+import msgspec
 
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError, UnstorableValueError
@@ -24,7 +25,8 @@ from awooop.core.events import (
 from awooop.eventlog import eventlog
 from awooop.eventlog.state import RunState, RunStatus, fold
 from awooop.runs import leases
-from tests.support.runs import count_events, create_runs, events_of, load
+from tests.support.factories import event_for
+from tests.support.runs import count_events, create_runs, events_of, fence_cases, load
 
 P = "proj-journal"
 STARTED = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
@@ -37,22 +39,9 @@ async def replayed(db: Database, run_id: uuid.UUID) -> RunState | None:
 
 
 def called(at: datetime, answer: str = "ok") -> ModelCalled:
-    return ModelCalled(
-        at=at,
-        worker_id="w1",
-        attempt=1,
-        contract_family="default",
-        contract_id="default",
-        model="local",
-        revision_id=None,
-        body_hash=None,
-        started_at=STARTED,
-        duration_ms=12.5,
-        outcome="ok",
-        prompt="say ünïcode",
-        answer=answer,
-        input_tokens=3,
-        output_tokens=None,
+    sample = event_for("ModelCalled", None, at)
+    return msgspec.structs.replace(
+        sample, worker_id="w1", attempt=1, prompt="say ünïcode", answer=answer, input_tokens=3
     )
 
 
@@ -67,7 +56,22 @@ def journal(
     events: Callable[[datetime], Event | tuple[Event, ...]],
     metadata: dict[str, object] | None = None,
 ) -> leases.Journal:
-    return leases.Journal(run_id, "w1", 1, metadata=metadata, events=events)
+    """The write of ``events`` as the worker makes it (AttemptWrites.journal)."""
+    made = events(leases.JOURNAL_CLOCK)
+    return leases.Journal(
+        run_id,
+        "w1",
+        1,
+        metadata=metadata,
+        events=made if isinstance(made, tuple) else (made,),
+    )
+
+
+def made_at(write: leases.Journal, at: datetime) -> tuple[Event, ...]:
+    """The events the write stands for, at the clock ``at``: the transactional way's."""
+    made = write.make_event(None, at)  # type: ignore[arg-type] # a journal reads no state
+    assert isinstance(made, tuple)
+    return made
 
 
 async def test_journal_statement_matches_apply(db: Database) -> None:
@@ -99,8 +103,7 @@ async def test_journal_statement_matches_apply(db: Database) -> None:
         assert isinstance(state, RunState)
         row = await load(db, P, write.run_id)
         assert row == state == await replayed(db, write.run_id)
-        made = write.events(row.updated_at)
-        made = made if isinstance(made, tuple) else (made,)
+        made = made_at(write, row.updated_at)
         stored = (await events_of(db, P, write.run_id))[-len(made) :]
         assert tuple(stored) == made
         assert row == fold(list(made), before[write.run_id])
@@ -126,11 +129,9 @@ async def test_journal_statement_refuses_what_the_fence_refuses(db: Database) ->
     LeaseLostError of their own; a result Postgres cannot store gets its UnstorableValueError;
     a run in a tool wait (its lease held) and a write of events that are not journal events
     are left to the transactional way (None). Nothing of any of those is written."""
-    mine, stolen, expired, cancelled, bad, waiting, other = await create_runs(db, P, 7)
-    await db.in_run_statement(
-        lambda c: leases.claim_many(c, [mine, stolen, cancelled, bad, waiting, other], "w1", 30)
-    )
-    await db.in_run_statement(lambda c: leases.claim_many(c, [expired], "w1", 0.001))
+    mine, stolen, expired, cancelled = await fence_cases(db, P)
+    bad, waiting, other = await create_runs(db, P, 3)
+    await db.in_run_statement(lambda c: leases.claim_many(c, [bad, waiting, other], "w1", 30))
     await db.in_tenant(
         P,
         lambda c: leases.fenced_record(
@@ -141,15 +142,6 @@ async def test_journal_statement_refuses_what_the_fence_refuses(db: Database) ->
             lambda _s, now: ToolWaitStarted(at=now, worker_id="w1", attempt=1, tool="t"),
         ),
     )
-    async with db.platform_writes() as conn:  # another worker took "stolen"; one was cancelled
-        await conn.execute(
-            "UPDATE awooop_run_state SET worker_id = 'w2', attempt_count = 2 WHERE run_id = $1",
-            stolen,
-        )
-        await conn.execute(
-            "UPDATE awooop_run_state SET status = 'CANCELLED' WHERE run_id = $1", cancelled
-        )
-    await asyncio.sleep(0.01)  # the 1 ms lease of "expired" runs out
     unknown = uuid.uuid4()
     before = {r: await load(db, P, r) for r in (stolen, expired, cancelled, bad, waiting, other)}
     writes = [

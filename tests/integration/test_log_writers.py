@@ -205,8 +205,10 @@ async def journal_many(db: Database, url: str, settings: Settings) -> Touched:
             r,
             "w1",
             1,
-            events=lambda at, n=n: StepCompleted(
-                at=at, worker_id="w1", attempt=1, step=f"s{n}", result=n
+            events=(
+                StepCompleted(
+                    at=leases.JOURNAL_CLOCK, worker_id="w1", attempt=1, step=f"s{n}", result=n
+                ),
             ),
         )
         for n, r in enumerate(runs)

@@ -29,7 +29,7 @@ from awooop.runs.pauses import Scope
 from awooop.worker.context import RunContext
 from awooop.worker.outcomes import Outcome
 from awooop.worker.runtime import Worker
-from tests.support.runs import count_events, create_runs, events_of, load
+from tests.support.runs import count_events, create_runs, events_of, fence_cases, load
 
 P = "proj-sleeps"
 EAST = timezone(timedelta(hours=2))
@@ -132,18 +132,7 @@ async def test_sleep_statement_refuses_what_the_fence_refuses(db: Database) -> N
     """Each run's fence on its own row: the holder sleeps; a run another attempt holds, one
     whose lease expired, a cancelled one and an unknown one each get a LeaseLostError of
     their own, and nothing of them is written (no event, no wait, the row as it was)."""
-    mine, stolen, expired, cancelled = await create_runs(db, P, 4)
-    await _claim(db, [mine, stolen, cancelled])
-    await _claim(db, [expired], ttl_s=0.001)
-    async with db.platform_writes() as conn:  # another worker took "stolen"; one was cancelled
-        await conn.execute(
-            "UPDATE awooop_run_state SET worker_id = 'w2', attempt_count = 2 WHERE run_id = $1",
-            stolen,
-        )
-        await conn.execute(
-            "UPDATE awooop_run_state SET status = 'CANCELLED' WHERE run_id = $1", cancelled
-        )
-    await asyncio.sleep(0.01)  # the 1 ms lease of "expired" runs out
+    mine, stolen, expired, cancelled = await fence_cases(db, P)
     unknown = uuid.uuid4()
     refused = (stolen, expired, cancelled, unknown)
     before = {r: await load(db, P, r) for r in refused if r != unknown}

@@ -23,7 +23,7 @@ from awooop.eventlog.runs import apply_and_store_many
 from awooop.eventlog.state import RunState, fold
 from awooop.runs import leases, run_rows
 from awooop.runs.leases import Availability
-from tests.support.runs import count_events, create_runs, load
+from tests.support.runs import count_events, create_runs, fence_cases, load
 
 P = "proj-b"
 
@@ -140,21 +140,7 @@ async def test_complete_statement_matches_apply(db: Database) -> None:
 
 
 async def test_complete_statement_refuses_what_the_fence_refuses(db: Database) -> None:
-    mine, stolen, expired, cancelled = await create_runs(db, P, 4)
-    await db.in_run_statement(lambda c: leases.claim_many(c, [mine, stolen], "w1", 30))
-    await db.in_run_statement(lambda c: leases.claim_many(c, [expired], "w1", 0.001))
-    await db.in_run_statement(lambda c: leases.claim_many(c, [cancelled], "w1", 30))
-    async with (
-        db.platform_writes() as conn
-    ):  # another worker took "stolen"; an operator cancelled one
-        await conn.execute(
-            "UPDATE awooop_run_state SET worker_id = 'w2', attempt_count = 2 WHERE run_id = $1",
-            stolen,
-        )
-        await conn.execute(
-            "UPDATE awooop_run_state SET status = 'CANCELLED' WHERE run_id = $1", cancelled
-        )
-    await asyncio.sleep(0.01)  # the 1 ms lease of "expired" runs out
+    mine, stolen, expired, cancelled = await fence_cases(db, P)
     unknown = uuid.uuid4()
     got = await db.in_run_statement(
         lambda c: leases.complete_many(

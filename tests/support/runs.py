@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter, defaultdict
 from typing import Any
@@ -12,7 +13,7 @@ from awooop.eventlog import eventlog
 from awooop.eventlog.run_reads import LOCK_MANY
 from awooop.eventlog.runs import apply_and_store_many, create_run
 from awooop.eventlog.state import RunState, row_to_state
-from awooop.runs import run_rows
+from awooop.runs import leases, run_rows
 
 
 async def create_runs(
@@ -44,6 +45,27 @@ async def create_runs(
                     ),
                 )
     return run_ids
+
+
+async def fence_cases(
+    db: Database, project: str
+) -> tuple[uuid.UUID, uuid.UUID, uuid.UUID, uuid.UUID]:
+    """Four runs claimed by worker "w1" (attempt 1), for a fenced statement's refusals: one it
+    still holds, one another worker took since ("w2", attempt 2), one whose lease expired and
+    one an operator cancelled."""
+    mine, stolen, expired, cancelled = await create_runs(db, project, 4)
+    await db.in_run_statement(lambda c: leases.claim_many(c, [mine, stolen, cancelled], "w1", 30))
+    await db.in_run_statement(lambda c: leases.claim_many(c, [expired], "w1", 0.001))
+    async with db.platform_writes() as conn:
+        await conn.execute(
+            "UPDATE awooop_run_state SET worker_id = 'w2', attempt_count = 2 WHERE run_id = $1",
+            stolen,
+        )
+        await conn.execute(
+            "UPDATE awooop_run_state SET status = 'CANCELLED' WHERE run_id = $1", cancelled
+        )
+    await asyncio.sleep(0.01)  # the 1 ms lease of "expired" runs out
+    return mine, stolen, expired, cancelled
 
 
 async def create_failed_runs(

@@ -59,6 +59,7 @@ from awooop.runs.leases.batch import (
     sleep_many,
 )
 from awooop.runs.leases.rules import (
+    JOURNAL_CLOCK,
     Availability,
     ClaimBatch,
     Completion,
@@ -97,6 +98,7 @@ from awooop.runs.leases.statements import RunStatements
 __all__ = (
     "FAIR_WINDOW",
     "HEAD_CONFLICT_RETRIES",
+    "JOURNAL_CLOCK",
     "Availability",
     "ClaimBatch",
     "Completion",

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+import msgspec
+
 from awooop.core import storable
 from awooop.core.errors import UnstorableValueError
 from awooop.core.events import (
@@ -308,45 +310,43 @@ class Sleep(FencedWrite):
 # The events a Journal may hold: apply() changes nothing of a run for them but its version, its
 # clock and (StepCompleted) the step's entry, which journal_many.sql writes in SQL.
 JOURNAL_EVENTS = (ModelCalled, StepCompleted)
-# The clock a Journal's events are made at to be sent: the statement puts the database's in.
+# The clock a Journal's events are made at: each is written with the write's clock as its
+# ``at`` (the database's), whichever way it is written.
 JOURNAL_CLOCK = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _journal_at(
-    events: Callable[[datetime], Event | tuple[Event, ...]], _state: RunState, at: datetime
-) -> Event | tuple[Event, ...]:
-    return events(at)
+def _journal_at(events: tuple[Event, ...], _state: RunState, at: datetime) -> tuple[Event, ...]:
+    return tuple(msgspec.structs.replace(e, at=at) for e in events)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Journal(FencedWrite):
     """Journal events of ``(worker_id, attempt)`` (:data:`JOURNAL_EVENTS`: a model call and
-    the step it answers, a step's result): what ``events`` makes at the write's clock, whatever
-    the run's state. A fenced write that the worker writes as one statement for many runs
-    (``batch.journal_many``, ``journal_many.sql``: those events applied, in SQL) while the run
-    is RUNNING, and as any other fenced write when it is not (a tool wait)."""
+    the step it answers, a step's result), made at :data:`JOURNAL_CLOCK` and written with the
+    write's clock as their ``at``, whatever the run's state. A fenced write that the worker
+    writes as one statement for many runs (``batch.journal_many``, ``journal_many.sql``: those
+    events applied, in SQL) while the run is RUNNING, and as any other fenced write when it is
+    not (a tool wait): the same events either way, since only ``at`` takes the clock."""
 
     make_event: Callable[[RunState, datetime], Event | tuple[Event, ...]] = field(
         init=False, repr=False, compare=False
     )
-    events: Callable[[datetime], Event | tuple[Event, ...]]
+    events: tuple[Event, ...]
 
     def __post_init__(self) -> None:
-        # A partial of the maker, not a bound method of the write: no reference cycle.
+        # A partial of the events, not a bound method of the write: no reference cycle.
         object.__setattr__(self, "make_event", functools.partial(_journal_at, self.events))
 
 
 def journal_text(write: Journal) -> str | UnstorableValueError | None:
-    """Pure: ``write``'s events as ``journal_many.sql`` takes them (a JSON array of the events
-    made at :data:`JOURNAL_CLOCK`), the error for one that Postgres would refuse
+    """Pure: ``write``'s events as ``journal_many.sql`` takes them (a JSON array; the statement
+    puts each one's ``at`` in), the error for one that Postgres would refuse
     (:mod:`awooop.core.storable`), or None when one is not a journal event (the write goes the
     transactional way)."""
-    made = write.events(JOURNAL_CLOCK)
-    events = made if isinstance(made, tuple) else (made,)
-    if not all(isinstance(e, JOURNAL_EVENTS) for e in events):
+    if not all(isinstance(e, JOURNAL_EVENTS) for e in write.events):
         return None
     encoded: list[bytes] = []
-    for e in events:
+    for e in write.events:
         try:
             data = encode_event(e)
         except UnicodeEncodeError:
