@@ -13,7 +13,8 @@ own interpreter with the checkout as the working directory and first on the path
 is a snapshot of this one's committed ``HEAD`` (``git archive``), so that editing the work tree
 during the run changes nothing measured; ``--b-code DIR`` measures a folder as it is instead.
 B's handler writes its steps with ``--b-api`` (``llm_step``, the default: the model call and
-its step in one write; ``step``: ``run.step`` with ``run.llm`` inside, as A's handler does).
+its step in one write; ``step``: ``run.step`` with ``run.llm`` inside); A's writes them as
+its own ``agents.py`` does by default (``--b-api step -- --api step``: both ``step``).
 Neither side writes into its checkout: each side's result goes to a scratch file (its
 ``report`` is replaced) and bytecode is not written (``PYTHONDONTWRITEBYTECODE``).
 
