@@ -1,11 +1,13 @@
-"""The events' NOTIFY names statements that wrote a dispatch event (migration 0071), and the
-relay publishes those at once while other events wait up to AWOOOP_RELAY_LINGER_S."""
+"""The events' NOTIFY names statements that wrote a dispatch event (migration 0071; one the
+same statement claimed is none: 0154), and the relay publishes those at once while other
+events wait up to AWOOOP_RELAY_LINGER_S."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import time
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -14,9 +16,12 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import DISPATCH_EVENT_TYPES
 from awooop.core.pools import connect
+from awooop.runs import leases, pauses
+from awooop.runs.pauses import Scope
 from awooop.streams.envelope import FIELD, decode_envelope
 from awooop.streams.relay import Relay
 from awooop.streams.relay_wakeup import DISPATCH_PAYLOAD, EVENTS_PAYLOAD, NOTIFY_CHANNEL
+from tests.support.runs import create_runs, load
 from tests.support.streams import claim, create_run, keys_for, running_relay
 from tests.support.waiting import eventually
 
@@ -44,6 +49,42 @@ async def test_a_dispatch_statement_and_an_other_one_notify_differently(
         assert await asyncio.wait_for(heard.get(), 5) == DISPATCH_PAYLOAD
         await claim(db, P, run_id)
         assert await asyncio.wait_for(heard.get(), 5) == EVENTS_PAYLOAD
+        assert heard.empty()
+    finally:
+        await listener.close()
+
+
+async def test_a_timer_fired_and_claimed_in_one_statement_is_no_dispatch(
+    db: Database, database_url: str
+) -> None:
+    """A worker's fire of its own sleeps (fire_claim.sql) that claims the run in the same
+    statement rings the relay as other events do (no worker waits for that TimerFired); one
+    that leaves a run fired (its project paused) rings it for dispatch."""
+    paused = "proj-linger-paused"
+    [taken] = await create_runs(db, P, 1)
+    [left] = await create_runs(db, paused, 1)
+    statements = leases.RunStatements(db)
+    for run_id in (taken, left):
+        await statements.claim_many([run_id], "w1", 30)
+        await statements.sleep_many(
+            [leases.Sleep(run_id, "w1", 1, step="sleep:1", delay=timedelta(0))]
+        )
+    await db.in_tenant(
+        paused,
+        lambda c: pauses.pause(c, paused, Scope.PROJECT, "", reason="test", actor="test"),
+    )
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    listener = await connect(database_url)
+    await listener.add_listener(NOTIFY_CHANNEL, lambda *args: heard.put_nowait(args[3]))
+    try:
+        for run_id, project, payload, claimed in (
+            (taken, P, EVENTS_PAYLOAD, True),
+            (left, paused, DISPATCH_PAYLOAD, False),
+        ):
+            state = await load(db, project, run_id)
+            written = await statements.fire_claim([(run_id, state.version)], "w2", 30, None)
+            assert [(s.run_id, c) for s, c in written] == [(run_id, claimed)]
+            assert await asyncio.wait_for(heard.get(), 5) == payload
         assert heard.empty()
     finally:
         await listener.close()
