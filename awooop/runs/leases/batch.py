@@ -1,11 +1,10 @@
 """Many runs at once (the worker's hot path): claim many, complete many, sleep many, journal
 many, fenced writes of many.
 
-The claim, the completion, a sleep's start and journal events are one statement each in the log
-room
-(:mod:`awooop.eventlog.batches`); here is what the worker does with the answer: retry a run whose
-stream head a newer transaction wrote (as the transactional path would), and turn a refusal
-into the LeaseLostError the fence would have raised.
+The claim, the completion, a sleep's start and journal events are one statement each in the
+log room (:mod:`awooop.eventlog.batches`); here is what the worker does with the answer: retry
+a run whose stream head a newer transaction wrote (as the transactional path would), and turn a
+refusal into the LeaseLostError the fence would have raised.
 """
 
 from __future__ import annotations
@@ -200,9 +199,9 @@ async def _fenced_statement(
     and answer each in order: its new state, its LeaseLostError when the fence refused it, or
     the UnstorableValueError ``problem_of`` found (not sent). A run whose stream head a newer
     transaction wrote is sent again (a few times), as the transactional path would retry.
-    ``elsewhere``: where to add the runs refused only for a leased state other than RUNNING,
-    which the fence of a write the statement does not make allows (their answer is left as the
-    refusal)."""
+    ``elsewhere`` gets the runs refused only because they hold their lease in another state
+    than RUNNING (a tool wait), which the transactional write allows; their answer stays the
+    refusal."""
     if not writes:
         return []
     results: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError] = {}
