@@ -3,6 +3,7 @@ and a failing file run for real (a throwaway test that fails every other run).""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import ModuleType
 
@@ -41,15 +42,16 @@ def test_the_files_of_a_folder_and_a_file_given_alone(sweep: ModuleType) -> None
 
 
 def test_a_run_of_a_failing_file_records_the_failed_test(sweep: ModuleType, tmp_path: Path) -> None:
-    flaky = ROOT / "tests" / "unit" / f"test_zz_sweep_{tmp_path.name}.py"
+    # The throwaway file lives in tmp_path, its own rootdir: a file written into tests/ would
+    # be seen, half there, by the tests that walk the source tree in other xdist workers
+    # (test_lint_floors read one that was already gone, on a loaded machine).
+    flaky = tmp_path / "test_zz_sweep.py"
     flaky.write_text(
         "def test_fails() -> None:\n    assert 1 == 2\n\n\ndef test_ok() -> None:\n    pass\n"
     )
-    try:
-        result = sweep.run_once(str(flaky.relative_to(ROOT)), [])
-    finally:
-        flaky.unlink()
+    result = sweep.run_once(str(flaky), ["--rootdir", str(tmp_path)])
     assert result["rc"] == 1
-    assert result["failed"] == [f"{flaky.relative_to(ROOT)}::test_fails"]
+    # The summary names it from where the sweep runs pytest (the checkout).
+    assert result["failed"] == [f"{os.path.relpath(flaky, ROOT)}::test_fails"]
     assert any("1 failed, 1 passed" in line for line in result["tail"])
     assert sweep.summary([result, {**result, "rc": 0}])["failed"] == 1
