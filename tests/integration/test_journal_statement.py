@@ -74,6 +74,20 @@ def made_at(write: leases.Journal, at: datetime) -> tuple[Event, ...]:
     return made
 
 
+async def _wait_for_tool(db: Database, run_id: uuid.UUID) -> None:
+    """``run_id``, claimed by w1, starts a tool wait: WAITING_TOOL, its lease still held."""
+    await db.in_tenant(
+        P,
+        lambda c: leases.fenced_record(
+            c,
+            run_id,
+            "w1",
+            1,
+            lambda _s, now: ToolWaitStarted(at=now, worker_id="w1", attempt=1, tool="t"),
+        ),
+    )
+
+
 async def test_journal_statement_matches_apply(db: Database) -> None:
     """A model call with the step it answers, a step after a recorded one (the journal keeps
     both), a model call alone, a step journaled twice in one write (the later wins, as apply
@@ -132,16 +146,7 @@ async def test_journal_statement_refuses_what_the_fence_refuses(db: Database) ->
     mine, stolen, expired, cancelled = await fence_cases(db, P)
     bad, waiting, other = await create_runs(db, P, 3)
     await db.in_run_statement(lambda c: leases.claim_many(c, [bad, waiting, other], "w1", 30))
-    await db.in_tenant(
-        P,
-        lambda c: leases.fenced_record(
-            c,
-            waiting,
-            "w1",
-            1,
-            lambda _s, now: ToolWaitStarted(at=now, worker_id="w1", attempt=1, tool="t"),
-        ),
-    )
+    await _wait_for_tool(db, waiting)
     unknown = uuid.uuid4()
     before = {r: await load(db, P, r) for r in (stolen, expired, cancelled, bad, waiting, other)}
     writes = [
@@ -176,16 +181,7 @@ async def test_run_statements_write_journals_in_one_statement_and_the_rest_in_a_
     written once and answered in order, and each row equals its replay."""
     running, waiting, other = await create_runs(db, P, 3)
     await db.in_run_statement(lambda c: leases.claim_many(c, [running, waiting, other], "w1", 30))
-    await db.in_tenant(
-        P,
-        lambda c: leases.fenced_record(
-            c,
-            waiting,
-            "w1",
-            1,
-            lambda _s, now: ToolWaitStarted(at=now, worker_id="w1", attempt=1, tool="t"),
-        ),
-    )
+    await _wait_for_tool(db, waiting)
     writes: list[leases.FencedWrite] = [
         journal(running, lambda at: (called(at), step(at, "a", 1))),
         leases.FencedWrite(
