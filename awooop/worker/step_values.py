@@ -76,6 +76,21 @@ def _dec_hook(type_: type[Any], value: Any) -> Any:
 
 _encode = msgspec.json.Encoder(enc_hook=_enc_hook).encode
 _decode_builtins = msgspec.json.Decoder().decode
+_pack = msgspec.msgpack.Encoder(enc_hook=_enc_hook).encode
+# A float NaN or infinity as msgpack writes every float: 0xcb, then IEEE 754 big-endian with
+# every exponent bit set. Other bytes may match too (inside an integer, or a float's payload):
+# a match only sends the value to the walk, which decides.
+_NONFINITE = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
+
+
+def _may_hold_nonfinite(value: Any) -> bool:
+    """Pure: False when ``value`` holds no float NaN or infinity, found at C speed (msgpack
+    keeps floats as they are, where JSON writes them as null); True when it may (or when
+    msgpack cannot encode it): then :func:`_leaves` looks."""
+    try:
+        return _NONFINITE.search(_pack(value)) is not None
+    except (TypeError, ValueError, OverflowError):
+        return True
 
 
 def journal(
@@ -101,7 +116,9 @@ def journal(
             f"{max_bytes:,} (AWOOOP_STEP_RESULT_MAX_BYTES): store a large value elsewhere "
             "and journal a reference to it"
         )
-    if b"null" in data:  # JSON has no NaN or infinity: msgspec writes them as null
+    # JSON has no NaN or infinity: msgspec writes them as null. Most results hold a None, and
+    # walking a value in Python costs 20-80 times encoding it: msgpack says first.
+    if b"null" in data and _may_hold_nonfinite(value):
         for place, leaf in _leaves(value):
             if isinstance(leaf, float) and not math.isfinite(leaf):
                 raise UnstorableValueError(f"{what}: {place}: float {leaf} is not storable as JSON")

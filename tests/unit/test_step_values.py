@@ -52,6 +52,40 @@ def test_none_is_stored_and_only_a_non_finite_float_is_refused() -> None:
     assert journal("step 'x'", {"a": None, "b": 1.5}, None) == ({"a": None, "b": 1.5},) * 2
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": None, "floats": [1.5, -0.0, 1e308, -1e308, 5e-324, float("-1e-300")]},
+        Order([Item(None), Item(2.5)]),
+        # bytes that look like a non-finite float to the msgpack filter, and an integer
+        # msgpack cannot hold (the walk decides both)
+        {"raw": b"\xcb\x7f\xf0", "big": 2**70, "n": None},
+    ],
+)
+def test_a_finite_value_holding_none_is_stored_as_json_has_it(value: Any) -> None:
+    as_json = msgspec.json.decode(msgspec.json.encode(value))
+    assert journal("step 'x'", value, None) == (as_json, as_json)
+
+
+@pytest.mark.parametrize(
+    ("value", "place"),
+    [
+        ({"n": None, "f": -float("nan")}, "result.f: float nan"),
+        ({"n": None, "big": 2**70, "f": float("inf")}, "result.f: float inf"),
+        (
+            {"n": None, "deep": [[{"x": [None, float("-inf")]}]]},
+            "result.deep[0][0].x[1]: float -inf",
+        ),
+    ],
+)
+def test_a_non_finite_float_beside_a_none_is_refused_naming_its_place(
+    value: Any, place: str
+) -> None:
+    with pytest.raises(UnstorableValueError) as refused:
+        journal("step 'x'", value, None)
+    assert refused.value.message == f"step 'x': {place} is not storable as JSON"
+
+
 def test_the_size_limit_counts_json_bytes() -> None:
     assert journal("step 'x'", "x" * 8, None, max_bytes=10)[0] == "x" * 8  # 10 bytes as JSON
     with pytest.raises(StepResultTooLargeError) as refused:
