@@ -7,7 +7,9 @@ sleep, a journaled step or a batch of fired timers costs one round trip.
 
 The caller (:mod:`awooop.runs.leases.batch`) decides what to do with what comes back: each
 :class:`BatchRow` is a run the statement wrote, or one it left as its snapshot saw it, with
-whether a newer transaction's stream head was the reason (try again).
+whether a newer transaction's stream head was the reason (try again). A completion and
+journal events read no row back (:class:`WriteAnswer`: only that the run was written): their
+callers have no use for it.
 """
 
 from __future__ import annotations
@@ -64,10 +66,61 @@ class BatchRow(msgspec.Struct, frozen=True):
     deferred: bool = False
     unserved: bool = False
 
+    @property
+    def run_id(self) -> uuid.UUID:
+        return self.state.run_id
+
+    @property
+    def answer(self) -> RunState:
+        """What a written run answers: its new state."""
+        return self.state
+
+    @property
+    def seen(self) -> RunState:
+        """The run as the statement saw it (new if written)."""
+        return self.state
+
+
+class WriteAnswer(msgspec.Struct, frozen=True):
+    """One run of the answer of a fenced write that reads no row back
+    (``_written_answer.sql``): ``written``, or refused with its state as the statement's
+    snapshot saw it and ``conflict`` (locked, but a newer transaction wrote its stream)."""
+
+    run_id: uuid.UUID
+    written: bool
+    conflict: bool
+    now: datetime
+    state: RunState | None  # None when written
+
+    @property
+    def answer(self) -> None:
+        """What a written run answers: nothing (its row is not read back)."""
+        return None
+
+    @property
+    def seen(self) -> RunState:
+        """The run as the statement saw it (a refused run: a written one has none)."""
+        if self.state is None:
+            raise ValueError(f"run {self.run_id} was written: no row was read back")
+        return self.state
+
 
 def _json(value: Any) -> str | None:
     """None stays SQL NULL (as the generic write stores it); JSON otherwise."""
     return None if value is None else _json_encoder.encode(value).decode()
+
+
+def _answers(rows: Sequence[Any]) -> list[WriteAnswer]:
+    return [
+        WriteAnswer(
+            r["answered"],
+            r["written"],
+            r["conflict"],
+            r["db_now"],
+            None if r["written"] else row_to_state(r),
+        )
+        for r in rows
+    ]
 
 
 def _rows(rows: Sequence[Any]) -> list[BatchRow]:
@@ -110,7 +163,7 @@ async def complete_many(
     attempts: Sequence[int],
     results: Sequence[Any],
     metadata: Sequence[dict[str, Any] | None],
-) -> list[BatchRow]:
+) -> list[WriteAnswer]:
     """RunCompleted for each run whose ``(worker_id, attempt)`` holds a live lease (the fence is
     the statement's WHERE clause); the others as they are. ``results`` are JSON builtins."""
     rows = await conn.fetch(
@@ -121,7 +174,7 @@ async def complete_many(
         [_json(r) for r in results],
         [_json(m) for m in metadata],
     )
-    return _rows(rows)
+    return _answers(rows)
 
 
 async def sleep_many(
@@ -158,7 +211,7 @@ async def journal_many(
     attempts: Sequence[int],
     journals: Sequence[str],
     metadata: Sequence[dict[str, Any] | None],
-) -> list[BatchRow]:
+) -> list[WriteAnswer]:
     """Each write's journal events (``journals``: a JSON array of encoded ``ModelCalled`` and
     ``StepCompleted`` events, their ``at`` left to the database clock) for each run whose
     ``(worker_id, attempt)`` holds a live lease on a RUNNING run (the fence is the statement's
@@ -171,7 +224,7 @@ async def journal_many(
         list(journals),
         [_json(m) for m in metadata],
     )
-    return _rows(rows)
+    return _answers(rows)
 
 
 async def fire_many(

@@ -30,7 +30,9 @@ class AttemptWrites:
     __slots__ = ("_attempt", "_used", "_writer")
 
     def __init__(
-        self, attempt: Attempt, writer: Callable[[leases.FencedWrite], Awaitable[RunState]]
+        self,
+        attempt: Attempt,
+        writer: Callable[[leases.FencedWrite], Awaitable[RunState | None]],
     ) -> None:
         self._attempt = attempt
         self._writer = writer
@@ -49,9 +51,9 @@ class AttemptWrites:
             raise DuplicateStepError(step=name, run_id=self._attempt.run_id)
         self._used[name] = None
 
-    async def write(self, make: Make) -> RunState:
+    async def write(self, make: Make) -> RunState | None:
         """The events ``make`` makes, written fenced (checked first: a stopped attempt writes
-        nothing more, even where the fence would allow)."""
+        nothing more, even where the fence would allow): the run's new state."""
         self.check()
         attempt = self._attempt
         return await self._writer(
@@ -60,14 +62,15 @@ class AttemptWrites:
             )
         )
 
-    async def journal(self, events: MakeJournal) -> RunState:
+    async def journal(self, events: MakeJournal) -> None:
         """Journal events (a model call, a step's result: :class:`leases.Journal`), made by
         ``events`` at :data:`leases.JOURNAL_CLOCK` and written with the write's clock, fenced
-        as :meth:`write` writes, in one statement with other runs' while the run is RUNNING."""
+        as :meth:`write` writes, in one statement with other runs' while the run is RUNNING
+        (which reads no row back)."""
         self.check()
         attempt = self._attempt
         made = events(leases.JOURNAL_CLOCK)
-        return await self._writer(
+        await self._writer(
             leases.Journal(
                 attempt.run_id,
                 attempt.worker_id,

@@ -97,7 +97,7 @@ class RunContext(ChildRunsMixin):
         attempt: Attempt,
         state: RunState,
         db: Database,
-        writer: Callable[[leases.FencedWrite], Awaitable[RunState]],
+        writer: Callable[[leases.FencedWrite], Awaitable[RunState | None]],
         llm: LLMClient | None,
         notifier: Notifier | None,
         approval_ttl_s: float,
@@ -378,5 +378,5 @@ class RunContext(ChildRunsMixin):
 
     async def _write(
         self, make: Callable[[RunState, datetime], Event | tuple[Event, ...]]
-    ) -> RunState:
+    ) -> RunState | None:
         return await self._writes.write(make)

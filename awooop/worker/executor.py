@@ -86,11 +86,14 @@ class Executor:
         # timers (awooop.worker.local_timers) fire it when it is due.
         self.sleeping: Callable[[RunState, str], None] | None = None
 
-    async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
+    async def write(self, project_id: str, write: leases.FencedWrite) -> RunState | None:
         """A fenced write, batched with the other attempts' writes of the project (group
-        commit); raises E-RUN-002 when the attempt no longer holds its lease."""
-        state = await self.last_writes.write(project_id, write)
-        if isinstance(write, leases.Sleep) and self.sleeping is not None:
+        commit): the run's new state (None: journal events, whose row is not read back);
+        raises E-RUN-002 when the attempt no longer holds its lease."""
+        if not isinstance(write, leases.Sleep):
+            return await self.last_writes.write(project_id, write)
+        state = await self.last_writes.sleep(project_id, write)
+        if self.sleeping is not None:
             self.sleeping(state, write.step)
         return state
 

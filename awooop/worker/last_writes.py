@@ -77,13 +77,15 @@ class LastWrites:
         # A run's result is bounded as a step's is (AWOOOP_STEP_RESULT_MAX_BYTES): it is one
         # event, read by every replay and projector and fanned out to the streams.
         self.result_max_bytes = result_max_bytes
-        self.writes: Batcher[str, leases.FencedWrite, RunState] = Batcher(
+        # A write's answer: the run's new state, or None for journal events written by the
+        # one-statement journal (their row is not read back: leases.journal_many).
+        self.writes: Batcher[str, leases.FencedWrite, RunState | None] = Batcher(
             self._flush_writes, parallel=FLUSHES_PER_PROJECT, max_batch=WRITE_BATCH
         )
         # Completions, the commonest last write, go as one statement each batch
         # (leases.complete_many). An attempt's completion comes after all its other writes
         # returned, so the two batchers never hold writes of one run at once.
-        self.completions: Batcher[str, leases.Completion, RunState] = Batcher(
+        self.completions: Batcher[str, leases.Completion, None] = Batcher(
             self._flush_completions, parallel=FLUSHES_PER_PROJECT, max_batch=WRITE_BATCH
         )
         # A sleep's WaitStarted (the attempt's last write too) is one statement each batch
@@ -97,7 +99,7 @@ class LastWrites:
     # so an error only Postgres detects is still that write's own (awooop.core.batching).
     async def _flush_writes(
         self, project_id: str, writes: list[leases.FencedWrite]
-    ) -> list[RunState | BaseException]:
+    ) -> list[RunState | BaseException | None]:
         # On the run pool (platform role), as the claims: the fence (run id, worker, attempt,
         # live lease) already names the one row each write may touch, and no tenant to set saves
         # a round trip per batch. Batches stay per project.
@@ -106,7 +108,7 @@ class LastWrites:
 
     async def _flush_completions(
         self, _project_id: str, completions: list[leases.Completion]
-    ) -> list[RunState | BaseException]:
+    ) -> list[BaseException | None]:
         results = await self.statements.complete_many(completions)
         return list(results)
 
@@ -116,14 +118,18 @@ class LastWrites:
         results = await self.statements.sleep_many(sleeps)
         return list(results)
 
-    async def write(self, project_id: str, write: leases.FencedWrite) -> RunState:
+    async def write(self, project_id: str, write: leases.FencedWrite) -> RunState | None:
         """A fenced write, batched with the other attempts' writes of the project (group
-        commit; a sleep with the other sleeps, :class:`leases.Sleep`); raises E-RUN-002 when
-        the attempt no longer holds its lease."""
+        commit): the run's new state, or None for journal events the one-statement journal
+        wrote; raises E-RUN-002 when the attempt no longer holds its lease."""
         with unavailable_on_connection_errors("a fenced write failed"):
-            if isinstance(write, leases.Sleep):
-                return await self.sleeps.submit(project_id, write, unique=write.run_id)
             return await self.writes.submit(project_id, write, unique=write.run_id)
+
+    async def sleep(self, project_id: str, sleep: leases.Sleep) -> RunState:
+        """A sleep's ``WaitStarted``, batched with the other attempts' sleeps of the project:
+        the run's new state; raises E-RUN-002 when the attempt no longer holds its lease."""
+        with unavailable_on_connection_errors("a fenced write failed"):
+            return await self.sleeps.submit(project_id, sleep, unique=sleep.run_id)
 
     async def release(
         self,
@@ -224,13 +230,13 @@ class LastWrites:
 
     def _ending(
         self, attempt: Attempt, outcome: Outcome, fenced: leases.FencedWrite
-    ) -> Awaitable[RunState]:
+    ) -> Awaitable[RunState | None]:
         """The last write, alone when it ends a child run (:meth:`_alone`), else batched."""
         if attempt.parent_run_id is not None and outcome is not Outcome.RELEASED:
             return self._alone(fenced)
         return self.write(attempt.project_id, fenced)
 
-    async def _alone(self, write: leases.FencedWrite) -> RunState:
+    async def _alone(self, write: leases.FencedWrite) -> RunState | None:
         """A child run's end, in a transaction of its own (not a group commit): it locks the
         child's row, then its parent's (awooop.eventlog.child_waits), and a group commit holding
         other runs' rows, a parent's among them, could wait for another in a cycle."""
@@ -244,7 +250,7 @@ class LastWrites:
         self,
         attempt: Attempt,
         outcome: Outcome,
-        written: Awaitable[RunState],
+        written: Awaitable[object],
         *,
         last_resort: bool = False,
     ) -> Outcome:

@@ -30,7 +30,6 @@ from typing import Any, Protocol
 from awooop.core.errors import AwoooPError, UnstorableValueError
 from awooop.core.events import Event, ModelCalled, StepCompleted
 from awooop.core.storable import encoded_problem, unstorable
-from awooop.eventlog.state import RunState
 from awooop.llm.admission import Admit, FlowGate
 from awooop.llm.calls import called_event
 from awooop.llm.gateway import LLMResult, ModelCall
@@ -39,7 +38,7 @@ from awooop.worker.attempts import trace_metadata
 from awooop.worker.step_values import journal
 
 # AttemptWrites.journal: the events made at the write's clock, written fenced.
-Write = Callable[[Callable[[datetime], Event | tuple[Event, ...]]], Awaitable[RunState]]
+Write = Callable[[Callable[[datetime], Event | tuple[Event, ...]]], Awaitable[None]]
 
 
 class LLMClient(Protocol):

@@ -179,7 +179,7 @@ async def complete_many(db: Database, url: str, settings: Settings) -> Touched:
         leases.Completion(r, "w1", 1, result) for r, result in zip(runs, results, strict=True)
     ]
     written = await db.in_run_statement(logged(lambda c: leases.complete_many(c, completions)))
-    assert [getattr(w, "status", None) for w in written] == ["COMPLETED"] * 3
+    assert written == [None] * 3  # written (the fold of the events is checked by the caller)
     return Touched(set(runs))
 
 
@@ -214,7 +214,7 @@ async def journal_many(db: Database, url: str, settings: Settings) -> Touched:
         for n, r in enumerate(runs)
     ]
     written = await db.in_run_statement(logged(lambda c: leases.journal_many(c, journals)))
-    assert [getattr(w, "status", None) for w in written] == ["RUNNING"] * 2
+    assert written == dict.fromkeys(runs)  # written (the fold is checked by the caller)
     return Touched(set(runs))
 
 

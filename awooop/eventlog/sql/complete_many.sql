@@ -4,7 +4,8 @@
 -- allowed only from RUNNING, as the fence asks).
 -- ``written`` mirrors state.apply(state, RunCompleted): COMPLETED, the result, lease and waits
 -- cleared, finished_at = updated_at = now(), version + 1 (WRITERS.md names the tests that hold
--- the two equal). Refused runs come back as the snapshot saw them, to say why.
+-- the two equal). A written run comes back by its id alone, a refused one as the snapshot
+-- saw it, to say why (_written_answer.sql).
 WITH wanted AS (
     SELECT w.*, 1 AS events
     FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[])
@@ -29,4 +30,4 @@ WITH wanted AS (
     FROM written AS x JOIN wanted AS w USING (run_id)
     ORDER BY x.run_id
 )
-{{batch_answer}}
+{{written_answer}}

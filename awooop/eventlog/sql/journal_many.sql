@@ -8,8 +8,8 @@
 -- ``written`` mirrors apply(state, e) folded over the events: version + their number,
 -- updated_at = now(), and each StepCompleted's step journaled as {attempt, result} (a later
 -- event of the same step wins, as a later apply does); a ModelCalled changes nothing else
--- (WRITERS.md names the tests that hold the two equal). Refused runs come back as the snapshot
--- saw them, to say why.
+-- (WRITERS.md names the tests that hold the two equal). A written run comes back by its id
+-- alone, a refused one as the snapshot saw it, to say why (_written_answer.sql).
 WITH wanted AS (
     SELECT w.run_id, w.worker_id, w.attempt, w.journal::jsonb AS journal, w.metadata,
            jsonb_array_length(w.journal::jsonb) AS events
@@ -44,4 +44,4 @@ WITH wanted AS (
     CROSS JOIN LATERAL jsonb_array_elements(x.journal) WITH ORDINALITY AS e(data, n)
     ORDER BY x.run_id, e.n
 )
-{{batch_answer}}
+{{written_answer}}

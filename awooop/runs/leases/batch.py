@@ -10,7 +10,7 @@ refusal into the LeaseLostError the fence would have raised.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -95,14 +95,14 @@ async def claim_many(
 
 async def complete_many(
     conn: Connection, completions: list[Completion]
-) -> list[RunState | LeaseLostError | UnstorableValueError]:
+) -> list[LeaseLostError | UnstorableValueError | None]:
     """Write ``RunCompleted`` for each completion (each run at most once) in one statement
-    (``awooop/eventlog/sql/complete_many.sql``; outside a transaction it is its own): the new
-    state, the LeaseLostError of an attempt that no longer holds a live lease, or the
-    UnstorableValueError of a completion whose result Postgres would refuse (not sent, so
-    that it cannot fail the statement of the others), in order."""
+    (``awooop/eventlog/sql/complete_many.sql``; outside a transaction it is its own): None
+    when written (the row is not read back), the LeaseLostError of an attempt that no longer
+    holds a live lease, or the UnstorableValueError of a completion whose result Postgres
+    would refuse (not sent, so that it cannot fail the statement of the others), in order."""
 
-    async def send(batch: list[Completion]) -> list[batches.BatchRow]:
+    async def send(batch: list[Completion]) -> list[batches.WriteAnswer]:
         return await batches.complete_many(
             conn,
             [c.run_id for c in batch],
@@ -120,7 +120,8 @@ async def sleep_many(
 ) -> list[RunState | LeaseLostError | UnstorableValueError]:
     """Write each sleep's ``WaitStarted`` (each run at most once) in one statement
     (``awooop/eventlog/sql/sleep_many.sql``, with the wait's row; outside a transaction it is
-    its own), answered as :func:`complete_many` answers."""
+    its own), answered as :func:`complete_many` answers, the new state of each run written
+    (the worker's own timers read its due time from it)."""
 
     async def send(batch: list[Sleep]) -> list[batches.BatchRow]:
         return await batches.sleep_many(
@@ -139,22 +140,22 @@ async def sleep_many(
 
 async def journal_many(
     conn: Connection, writes: list[Journal]
-) -> list[RunState | LeaseLostError | UnstorableValueError | None]:
+) -> dict[uuid.UUID, LeaseLostError | UnstorableValueError | None]:
     """Write each journal's events (each run at most once) in one statement
     (``awooop/eventlog/sql/journal_many.sql``; outside a transaction it is its own), answered
-    as :func:`complete_many` answers, and None for a write to send the transactional way
-    (:func:`fenced_record_many`): its run holds the lease in another state than RUNNING (a tool
-    wait), or an event it makes is not a journal event."""
+    by run as :func:`complete_many` answers (None: written). A write it leaves out of the
+    answer goes the transactional way (:func:`fenced_record_many`): its run holds the lease in
+    another state than RUNNING (a tool wait), or an event it makes is not a journal event."""
     texts: dict[uuid.UUID, str] = {}
-    answers: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError | None] = {}
+    answers: dict[uuid.UUID, LeaseLostError | UnstorableValueError | None] = {}
     for w in writes:
         text = journal_text(w)
         if isinstance(text, str):
             texts[w.run_id] = text
-        else:
+        elif text is not None:
             answers[w.run_id] = text
 
-    async def send(batch: list[Journal]) -> list[batches.BatchRow]:
+    async def send(batch: list[Journal]) -> list[batches.WriteAnswer]:
         return await batches.journal_many(
             conn,
             [w.run_id for w in batch],
@@ -169,8 +170,9 @@ async def journal_many(
     for w, answer in zip(
         sent, await _fenced_statement(sent, _sendable, send, elsewhere), strict=True
     ):
-        answers[w.run_id] = None if w.run_id in elsewhere else answer
-    return [answers[w.run_id] for w in writes]
+        if w.run_id not in elsewhere:
+            answers[w.run_id] = answer
+    return answers
 
 
 def _sendable(_write: object) -> None:
@@ -187,24 +189,45 @@ class _Fenced(Protocol):
 
 
 W = TypeVar("W", bound=_Fenced)
+A_co = TypeVar("A_co", covariant=True)
+A = TypeVar("A")
+
+
+class _Row(Protocol[A_co]):
+    """One run of a one-statement fenced write's answer (:class:`batches.BatchRow`, or
+    :class:`batches.WriteAnswer` of a statement that reads no row back)."""
+
+    @property
+    def run_id(self) -> uuid.UUID: ...
+    @property
+    def written(self) -> bool: ...
+    @property
+    def conflict(self) -> bool: ...
+    @property
+    def now(self) -> datetime: ...
+    @property
+    def answer(self) -> A_co: ...
+    @property
+    def seen(self) -> RunState: ...
 
 
 async def _fenced_statement(
     writes: list[W],
     problem_of: Callable[[W], UnstorableValueError | None],
-    send: Callable[[list[W]], Awaitable[list[batches.BatchRow]]],
+    send: Callable[[list[W]], Awaitable[Sequence[_Row[A]]]],
     elsewhere: set[uuid.UUID] | None = None,
-) -> list[RunState | LeaseLostError | UnstorableValueError]:
+) -> list[A | LeaseLostError | UnstorableValueError]:
     """Send ``writes`` (each run at most once) through a one-statement fenced write (``send``)
-    and answer each in order: its new state, its LeaseLostError when the fence refused it, or
-    the UnstorableValueError ``problem_of`` found (not sent). A run whose stream head a newer
+    and answer each in order: what its row answers when written (its new state, or None from a
+    statement that reads no row back), its LeaseLostError when the fence refused it, or the
+    UnstorableValueError ``problem_of`` found (not sent). A run whose stream head a newer
     transaction wrote is sent again (a few times), as the transactional path would retry.
     ``elsewhere`` gets the runs refused only because they hold their lease in another state
     than RUNNING (a tool wait), which the transactional write allows; their answer stays the
     refusal."""
     if not writes:
         return []
-    results: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError] = {}
+    results: dict[uuid.UUID, A | LeaseLostError | UnstorableValueError] = {}
     pending: dict[uuid.UUID, W] = {}
     for w in writes:
         refused = problem_of(w)
@@ -218,13 +241,13 @@ async def _fenced_statement(
         rows = await send(list(pending.values()))
         seen = set()
         for row in rows:
-            state = row.state
-            seen.add(state.run_id)
+            seen.add(row.run_id)
             if row.written:
-                results[state.run_id] = state
-                del pending[state.run_id]
+                results[row.run_id] = row.answer
+                del pending[row.run_id]
             elif not (row.conflict and attempt < HEAD_CONFLICT_RETRIES):
-                w = pending.pop(state.run_id)
+                w = pending.pop(row.run_id)
+                state = row.seen
                 fenced = fence_problem(state, row.now, w.worker_id, w.attempt)
                 leased = fenced is None and state.status is not RunStatus.RUNNING
                 if leased and elsewhere is not None:

@@ -32,6 +32,10 @@ from awooop.runs.leases.rules import ClaimBatch, Completion, Fence, FencedWrite,
 from awooop.runs.leases.single import fences, heartbeat
 
 Written = list[RunState | LeaseLostError | UnstorableValueError]
+# A completion's and journal events' answers: None when written (their rows are not read back:
+# the worker has no use for them).
+Made = list[LeaseLostError | UnstorableValueError | None]
+Recorded = list[RunState | LeaseLostError | UnstorableValueError | None]
 NOTIFY_MANY = "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload"
 
 
@@ -55,7 +59,7 @@ class RunStatements:
             )
         )
 
-    async def complete_many(self, completions: list[Completion]) -> Written:
+    async def complete_many(self, completions: list[Completion]) -> Made:
         return await self.db.in_run_statement(lambda conn: complete_many(conn, completions))
 
     async def sleep_many(self, sleeps: list[Sleep]) -> Written:
@@ -91,16 +95,16 @@ class RunStatements:
     async def fences(self, run_ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, Fence], datetime]:
         return await self.db.in_run_statement(lambda conn: fences(conn, run_ids))
 
-    async def fenced_record_many(self, writes: list[FencedWrite]) -> Written:
-        """The journals (:class:`Journal`) of RUNNING runs in one statement, the other writes
-        (and the journals of runs in a tool wait) in one transaction; answers in order."""
+    async def fenced_record_many(self, writes: list[FencedWrite]) -> Recorded:
+        """The journals (:class:`Journal`) of RUNNING runs in one statement (None answers one
+        written there), the other writes (and the journals of runs in a tool wait) in one
+        transaction (their new states); answers in order."""
         journals = [w for w in writes if isinstance(w, Journal)]
-        answers: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError] = {}
+        answers: dict[uuid.UUID, RunState | LeaseLostError | UnstorableValueError | None] = {}
         if journals:
-            journaled = await self.db.in_run_statement(lambda conn: journal_many(conn, journals))
-            for w, answer in zip(journals, journaled, strict=True):
-                if answer is not None:
-                    answers[w.run_id] = answer
+            answers.update(
+                await self.db.in_run_statement(lambda conn: journal_many(conn, journals))
+            )
         rest = [w for w in writes if w.run_id not in answers]
         if rest:
             recorded = await self.db.in_run_transaction(lambda conn: fenced_record_many(conn, rest))
