@@ -21,7 +21,11 @@ ended:
 
 - ``wall_s``: the commit to the last ``RunCompleted``; per round, ``bound_s`` = ``--sleep-s`` +
   the round's plain ``wall_s`` and ``ratio`` = the sleep ``wall_s`` / ``bound_s`` (the target:
-  at most 1: the slots are free while the runs sleep);
+  at most 1: the slots are free while the runs sleep); ``excess_s`` in the summary splits the
+  sleep ``wall_s`` over ``bound_s`` into three parts that add up to it (medians): the last
+  ``WaitStarted`` after the plain burst's end (``first_half_s``), the last ``TimerFired`` after
+  the last sleep's due time (``fired_s``), and the last ``RunCompleted`` after it
+  (``resumed_s``);
 - CPU (user + system from /proc) in ms per run of each role: ``worker``, ``relay``, ``timers``
   (the loops process), ``postgres_backends`` (the client backends of the benchmark's database,
   the benchmark's and the producer's own connections left out) and ``runtime``, their sum;
@@ -311,6 +315,21 @@ async def measure_mode(
     }
 
 
+def excess(plain_wall_s: float, sleep: dict[str, Any], sleep_s: float) -> dict[str, float]:
+    """Pure: where a round's sleep ``wall_s`` went over its bound (``sleep_s`` + the plain
+    ``wall_s``), in three parts that add up to it: ``first_half_s``, the last ``WaitStarted``
+    against the plain burst's end (the first halves of the runs against whole plain runs);
+    ``fired_s``, the last ``TimerFired`` against the last sleep's due time (the timer's lag);
+    ``resumed_s``, the last ``RunCompleted`` after it (the last resumed attempt)."""
+    phases = sleep["phases"]
+    last_due = phases["last_wait_started"] + sleep_s
+    return {
+        "first_half_s": round(phases["last_wait_started"] - plain_wall_s, 3),
+        "fired_s": round(phases["last_fired"] - last_due, 3),
+        "resumed_s": round(sleep["wall_s"] - phases["last_fired"], 3),
+    }
+
+
 def median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
@@ -322,6 +341,7 @@ def summarise(rounds: list[dict[str, Any]], codes: list[str], sleep_s: float) ->
         plain = [r["plain"]["wall_s"] for r in mine]
         sleep = [r["sleep"]["wall_s"] for r in mine]
         ratios = [s / (sleep_s + p) for s, p in zip(sleep, plain, strict=True)]
+        excesses = [excess(r["plain"]["wall_s"], r["sleep"], sleep_s) for r in mine]
         cpu = {
             mode: {
                 role: median([r[mode]["cpu_ms_per_run"][role] for r in mine])
@@ -335,6 +355,10 @@ def summarise(rounds: list[dict[str, Any]], codes: list[str], sleep_s: float) ->
             "bound_s": median([sleep_s + p for p in plain]),
             "ratio": median(ratios),
             "ratios": [round(x, 3) for x in ratios],
+            "excess_s": {
+                part: median([parts[part] for parts in excesses])
+                for part in ("first_half_s", "fired_s", "resumed_s")
+            },
             "cpu_ms_per_run": cpu,
             "statements_per_run": {
                 mode: median([r[mode]["statements"]["per_run"] for r in mine])
