@@ -8,8 +8,8 @@ STAMP   := $(VENV)/.installed
 PACKAGES := awooop
 SOURCES  := awooop streams projections
 # Four test processes on two cores: the suite mostly waits (servers, subprocesses, leases
-# running out), and each test has its own database and Redis key prefix; at most about 70 of
-# Postgres's 100 connections are in use at once. PYTEST_ARGS='-n 0' runs it in one.
+# running out), and each test has its own database and Redis key prefix; the four share a budget
+# of the server's free connections (tests/support/budget.py). PYTEST_ARGS='-n 0' runs it in one.
 PYTEST_ARGS ?= -n 4
 
 .PHONY: install bytecode test-deps services lint test demo bench clean

@@ -16,7 +16,7 @@ from awooop.core.config import Settings, load_settings
 from awooop.core.db import Database
 from awooop.core.logs import configure_logging
 from awooop.services import Services
-from tests.support import databases, properties, timings
+from tests.support import budget, databases, properties, timings
 from tests.support import services as servers
 
 configure_logging("warning")
@@ -53,7 +53,20 @@ def template_name(pg_server_url: str) -> str:
 
 
 @pytest.fixture
-async def database_url(pg_server_url: str, template_name: str) -> AsyncIterator[str]:
+async def pg_connections(pg_server_url: str, request: pytest.FixtureRequest) -> AsyncIterator[int]:
+    """The test server's connections this test may open at once, reserved from the suite's
+    budget (tests/support/budget.py) before its database is made: ``pytest.mark.connections``
+    says how many it wants, ``budget.DEFAULT`` without one; fewer when the budget is smaller."""
+    marker = request.node.get_closest_marker("connections")
+    share = budget.Budget(pg_server_url)
+    yield await share.reserve(int(marker.args[0]) if marker else budget.DEFAULT)
+    share.cancel()
+
+
+@pytest.fixture
+async def database_url(
+    pg_server_url: str, template_name: str, pg_connections: int
+) -> AsyncIterator[str]:
     name = await databases.create_test_database(pg_server_url, template_name)
     yield databases.with_database(pg_server_url, name)
     await databases.drop_database(pg_server_url, name)
@@ -94,6 +107,11 @@ def settings(database_url: str, redis_server_url: str, redis_prefix: str) -> Set
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "fast(variant): the timings of the `fast` fixture (tests/support/timings.py)"
+    )
+    config.addinivalue_line(
+        "markers",
+        "connections(n): the most test-server connections the test opens at once, its own and"
+        " its processes' (tests/support/budget.py)",
     )
 
 

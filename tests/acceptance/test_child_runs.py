@@ -40,6 +40,7 @@ async def children(db: Database, parent: object, status: str | None = None) -> i
 
 
 @pytest.mark.long(25)
+@pytest.mark.connections(18)
 async def test_a_hundred_children_survive_a_kill_9_during_creation_and_during_completion(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:

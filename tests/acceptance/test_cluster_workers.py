@@ -77,8 +77,9 @@ async def count_status(db: Database, run_ids: list[uuid.UUID], statuses: list[st
 
 
 @pytest.mark.long(25)
+@pytest.mark.connections(32)
 async def test_runs_complete_once_across_three_masters_with_a_master_restart(
-    db: Database, settings: Settings, tmp_path: Path
+    db: Database, settings: Settings, tmp_path: Path, pg_connections: int
 ) -> None:
     effects_file = str(tmp_path / "effects.jsonl")
     with private_redis_cluster() as cluster:
@@ -97,7 +98,7 @@ async def test_runs_complete_once_across_three_masters_with_a_master_restart(
             log_level="info",
         )
         # and a relay (1 connection) and, while they run, the doctor's pools (3 of 2)
-        clustered = await fit_workers(clustered, 2, concurrency=8, others=1 + 6)
+        clustered = fit_workers(clustered, 2, concurrency=8, granted=pg_connections, others=1 + 6)
         keys = Keys(clustered.redis_key_prefix, clustered.shard_count)
 
         # Each shard's keys hash to one slot (the server says so), and the shards spread over

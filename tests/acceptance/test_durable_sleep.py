@@ -46,6 +46,7 @@ async def sleeping(db: Database, count: int) -> bool:
     return (await statuses(db)).get("WAITING_EVENT", 0) == count
 
 
+@pytest.mark.connections(25)
 async def test_a_two_second_sleep_is_woken_by_its_timer_not_the_poll(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:
@@ -89,6 +90,7 @@ def most_at_once(spans: list[tuple[datetime, datetime]]) -> int:
 
 
 @pytest.mark.long(15)
+@pytest.mark.connections(25)
 async def test_sleeping_runs_hold_no_slot(db: Database, fast: Settings, tmp_path: Path) -> None:
     """200 runs each sleeping 3 s on one worker of concurrency 10: the event log shows more of
     them asleep at once than the worker has slots, which only runs that hold no slot while they
@@ -115,6 +117,7 @@ async def test_sleeping_runs_hold_no_slot(db: Database, fast: Settings, tmp_path
 
 
 @pytest.mark.long(20)
+@pytest.mark.connections(27)
 async def test_kill_9_and_flushall_during_the_sleeps_change_nothing(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:
@@ -165,6 +168,7 @@ async def test_kill_9_and_flushall_during_the_sleeps_change_nothing(
     assert set(steps.values()) == {1} and len(steps) == 2 * runs  # each step once per run
 
 
+@pytest.mark.connections(26)
 async def test_a_handler_gets_a_signal_or_its_timeout(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:

@@ -48,21 +48,24 @@ async def model_calls(db: Database, run_ids: list[uuid.UUID]) -> list[ModelCalle
     return found
 
 
-async def crowded(fast: Settings, processes: int, concurrency: int, **changes: Any) -> Settings:
+def crowded(
+    fast: Settings, granted: int, processes: int, concurrency: int, **changes: Any
+) -> Settings:
     # Processes share two cores with other tests: a longer lease, so a starved event loop does
     # not lose it.
     roomy = msgspec.structs.replace(fast, lease_ttl_s=6.0, heartbeat_interval_s=1.0, **changes)
-    return await fit_workers(roomy, processes, concurrency=concurrency, others=1)
+    return fit_workers(roomy, processes, concurrency=concurrency, granted=granted, others=1)
 
 
 @pytest.mark.long(20)
+@pytest.mark.connections(40)
 async def test_a_rate_limit_of_10_per_second_holds_across_three_workers(
-    db: Database, fast: Settings, tmp_path: Path
+    db: Database, fast: Settings, tmp_path: Path, pg_connections: int
 ) -> None:
     rate, window_s = 10, 10.0
     async with db.tenant(P) as conn:
         await flow_store.set_limit(conn, P, "", limit=rate, period_s=1.0, burst=1, actor="test")
-    settings = await crowded(fast, 3, 10)
+    settings = crowded(fast, pg_connections, 3, 10)
     with workers(
         settings,
         tmp_path,
@@ -99,8 +102,9 @@ async def test_a_rate_limit_of_10_per_second_holds_across_three_workers(
 
 
 @pytest.mark.long(40)
+@pytest.mark.connections(30)
 async def test_a_budget_admits_exactly_the_calls_that_fit_through_a_kill_9_mid_call(
-    db: Database, fast: Settings, tmp_path: Path
+    db: Database, fast: Settings, tmp_path: Path, pg_connections: int
 ) -> None:
     fit, runs = 8, 12  # three workers of four runs each: all at once, a third of them refused
     budget, cost = fit * PER_CALL, fit * 12
@@ -132,7 +136,9 @@ async def test_a_budget_admits_exactly_the_calls_that_fit_through_a_kill_9_mid_c
     # the killed attempts' leases (6 s) to run out and their reservations to be released to
     # the waiting calls. The killed worker's runs come back as suspects, one at a time per
     # worker, each waiting its 15 s once the budget is spent.
-    settings = await crowded(fast, 3, 4, llm_url="local:?delay_ms=1500", llm_flow_max_wait_s=15.0)
+    settings = crowded(
+        fast, pg_connections, 3, 4, llm_url="local:?delay_ms=1500", llm_flow_max_wait_s=15.0
+    )
     with workers(
         settings,
         tmp_path,

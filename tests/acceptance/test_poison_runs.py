@@ -69,6 +69,7 @@ async def status_is(db: Database, run_id: uuid.UUID, status: str) -> bool:
 
 
 @pytest.mark.long
+@pytest.mark.connections(23)
 async def test_a_handler_that_kills_its_worker_every_time_is_failed_dead_lettered_and_redriven(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ import signal
 import sys
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 
 from awooop.core.config import Settings
@@ -74,6 +75,7 @@ async def view_rows(db: Database) -> int:
     return count
 
 
+@pytest.mark.connections(17)
 async def test_a_projector_killed_mid_batch_and_restarted_applies_every_event_once(
     settings: Settings, db: Database
 ) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
@@ -103,6 +104,7 @@ async def test_relay_command_publishes_serves_metrics_and_stops_on_sigterm(
         await successor.close()
 
 
+@pytest.mark.connections(18)
 async def test_kill_9_mid_stream_then_restart_delivers_every_event(
     settings: Settings, db: Database, redis: Any
 ) -> None:
@@ -159,6 +161,7 @@ async def leader_pid(db: Database) -> int | None:
     return None if holder is None else int(holder.split(":")[1])
 
 
+@pytest.mark.connections(15)
 async def test_kill_stop_of_the_leader_a_standby_publishes_within_the_lease_and_the_old_steps_down(
     settings: Settings, db: Database, redis: Any, tmp_path: Path
 ) -> None:

@@ -58,6 +58,7 @@ async def run_cli(settings: Settings, *args: str, **env: str) -> tuple[int, str]
 
 
 @pytest.mark.long(30)
+@pytest.mark.connections(18)
 async def test_awooop_projector_and_replay_run_a_registered_projection(
     settings: Settings, db: Database
 ) -> None:

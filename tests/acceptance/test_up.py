@@ -11,10 +11,12 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.services import free_port
 
 
+@pytest.mark.connections(25)
 def test_up_runs_an_event_to_completion_and_stops_cleanly(
     database_url: str, redis_server_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:

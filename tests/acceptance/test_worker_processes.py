@@ -49,7 +49,11 @@ def effects_file(tmp_path: Path) -> str:
 
 @pytest.mark.parametrize(
     ("mode", "runs", "processes"),
-    [("streams", 1000, 10), ("polling", 300, 4)],
+    [
+        # pools of one connection a role for the ten (5 each) and a relay
+        pytest.param("streams", 1000, 10, marks=pytest.mark.connections(56)),
+        pytest.param("polling", 300, 4, marks=pytest.mark.connections(36)),
+    ],
 )
 @pytest.mark.long(14)
 async def test_runs_on_many_worker_processes_each_complete_once(
@@ -60,14 +64,16 @@ async def test_runs_on_many_worker_processes_each_complete_once(
     mode: str,
     runs: int,
     processes: int,
+    pg_connections: int,
 ) -> None:
     """1,000 runs on 10 worker processes (stream path with a relay); and the polling path alone
     (no relay, as when Redis lost the messages). Eleven processes share two cores here, so the
     lease is longer than in the other tests (a starved event loop must not lose leases)."""
-    crowded = await fit_workers(
+    crowded = fit_workers(
         msgspec.structs.replace(fast, lease_ttl_s=8.0, heartbeat_interval_s=1.0),
         processes,
         concurrency=8,
+        granted=pg_connections,
         others=1 if mode == "streams" else 0,  # the relay's connection
     )
     with workers(
@@ -110,6 +116,7 @@ async def test_runs_on_many_worker_processes_each_complete_once(
         check_single_holder(history)
 
 
+@pytest.mark.connections(25)
 async def test_kill_9_mid_run_recovers_without_repeating_journaled_steps(
     db: Database, fast: Settings, tmp_path: Path, effects_file: str
 ) -> None:
@@ -149,6 +156,7 @@ async def test_kill_9_mid_run_recovers_without_repeating_journaled_steps(
     check_single_holder(await events_of(db, P, run_id))
 
 
+@pytest.mark.connections(31)
 async def test_a_stalled_worker_is_fenced_off_from_completing(
     db: Database, fast: Settings, tmp_path: Path, effects_file: str
 ) -> None:
@@ -206,6 +214,7 @@ async def _logged(proc: WorkerProcess, event: str) -> bool:
     return any(e.get("event") == event for e in proc.log_events())
 
 
+@pytest.mark.connections(17)
 async def test_sigterm_with_runs_in_flight_loses_none_and_completes_none_twice(
     db: Database, fast: Settings, tmp_path: Path, effects_file: str
 ) -> None:
@@ -246,6 +255,7 @@ async def test_sigterm_with_runs_in_flight_loses_none_and_completes_none_twice(
     assert set(ones.values()) == {1}  # step one of the released runs was not repeated
 
 
+@pytest.mark.connections(30)
 async def test_approvals_through_the_cli(
     db: Database, fast: Settings, tmp_path: Path, effects_file: str
 ) -> None:
@@ -443,6 +453,7 @@ def projected(page: str) -> list[float]:
     ]
 
 
+@pytest.mark.connections(23)
 async def test_worker_and_projector_processes_serve_their_metrics(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:

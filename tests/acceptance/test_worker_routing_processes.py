@@ -44,15 +44,17 @@ def worker(settings: Settings, directory: Path, contract: str, name: str, env: d
     return WorkerProcess(settings, directory, name, handler=handler, args=args, env=env)
 
 
+@pytest.mark.connections(30)
 async def test_two_contracts_two_handlers_one_killed_and_restarted(
-    db: Database, fast: Settings, tmp_path: Path
+    db: Database, fast: Settings, tmp_path: Path, pg_connections: int
 ) -> None:
     effects_file = str(tmp_path / "effects.jsonl")
     env = {"AWOOOP_TEST_SIDE_EFFECTS": effects_file, "AWOOOP_LOG_LEVEL": "warning"}
-    settings = await fit_workers(
+    settings = fit_workers(
         msgspec.structs.replace(fast, lease_ttl_s=3.0, heartbeat_interval_s=0.5),
         3,  # the two workers and the restarted one, for a moment together
         concurrency=16,
+        granted=pg_connections,
         others=1,
     )
     contract_of: dict[str, str] = {}

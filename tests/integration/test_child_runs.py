@@ -269,6 +269,7 @@ async def test_blocked_on_says_how_many_children_finished(
     await eventually(parent_completed, timeout_s=60, what="the parent completed")
 
 
+@pytest.mark.connections(14)
 async def test_the_replay_tool_rebuilds_parents_and_children(
     db: Database, fast: Settings, database_url: str
 ) -> None:

@@ -37,6 +37,7 @@ async def submit(db: Database, settings: Settings, project: str, count: int) -> 
     return run_ids
 
 
+@pytest.mark.connections(20)
 async def test_a_small_batch_is_not_served_after_a_large_backlog(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:

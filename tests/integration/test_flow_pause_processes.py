@@ -41,6 +41,7 @@ async def settled(redis: Any, keys: Keys) -> bool:
     return True
 
 
+@pytest.mark.connections(27)
 async def test_a_pause_holds_on_every_worker_process_and_a_resume_wakes_them_all(
     db: Database, fast: Settings, tmp_path: Path, redis: Any
 ) -> None:

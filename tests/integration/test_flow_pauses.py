@@ -113,6 +113,7 @@ async def wait_for_listener(worker: Worker) -> None:
     await asyncio.wait_for(worker.cancel_listener.connected.wait(), 30)
 
 
+@pytest.mark.connections(14)
 async def test_a_pause_holds_new_attempts_lets_running_ones_finish_and_resume_starts_them_in_order(
     db: Database, fast: Settings, redis: Any, api: Ingest
 ) -> None:

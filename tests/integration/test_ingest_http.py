@@ -242,6 +242,7 @@ async def test_a_key_repeated_inside_one_line_request_is_one_run(ingest: Ingest)
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
+@pytest.mark.connections(15)
 async def test_100_concurrent_identical_deliveries_make_one_run(
     ingest: Ingest, channel: str
 ) -> None:
@@ -467,6 +468,7 @@ async def test_secrets_and_tokens_never_reach_the_logs(ingest: Ingest) -> None:
         assert value not in text
 
 
+@pytest.mark.connections(15)
 async def test_concurrent_deliveries_share_statements_and_keep_their_own_answers_and_traces(
     ingest: Ingest,
 ) -> None:

@@ -84,6 +84,7 @@ async def test_submit_many_dedupes_within_the_batch_and_against_the_table(db: Da
     assert {t: after[t] - before[t] for t in after} == dict.fromkeys(after, 300)
 
 
+@pytest.mark.connections(17)
 async def test_100_concurrent_submits_of_one_key_make_one_run(settings: Settings) -> None:
     db = await Database.open(settings.database_url, max_size=12)
     try:

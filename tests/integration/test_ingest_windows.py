@@ -8,6 +8,7 @@ import asyncio
 import uuid
 
 import asyncpg
+import pytest
 
 from awooop import producer
 from awooop.core.db import Database
@@ -111,6 +112,7 @@ async def test_an_expired_key_in_the_current_window_is_new_again(
     assert await rows_of(database_url, "k6") == [(0, result.run_id), (1, result.run_id)]
 
 
+@pytest.mark.connections(16)
 async def test_concurrent_first_deliveries_make_one_run_and_two_rows(
     db: Database, database_url: str
 ) -> None:

@@ -74,6 +74,7 @@ async def model_calls(db: Database, run_ids: list[Any]) -> list[ModelCalled]:
     return found
 
 
+@pytest.mark.connections(26)
 async def test_exactly_the_calls_that_fit_run_under_50_concurrent_runs(
     db: Database, settings: Settings, gateway: ModelGateway
 ) -> None:

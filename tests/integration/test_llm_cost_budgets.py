@@ -79,6 +79,7 @@ def worker(db: Database, settings: Settings, gateway: ModelGateway, n: int, **kw
     )
 
 
+@pytest.mark.connections(23)
 async def test_exactly_the_calls_that_fit_a_cost_budget_run_under_50_concurrent_runs(
     db: Database, settings: Settings, gateway: ModelGateway
 ) -> None:

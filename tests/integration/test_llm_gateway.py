@@ -114,6 +114,7 @@ async def test_a_notice_clears_the_entry_and_its_latency_is_measured(
     assert max(latencies) < 5.0  # functional bound only; the benchmark measures it properly
 
 
+@pytest.mark.connections(15)
 async def test_a_topology_notice_rebuilds_every_workers_client(
     services: Services, gateways: StartGateways
 ) -> None:

@@ -91,6 +91,7 @@ async def test_the_loop_leaves_a_due_wait_to_its_worker_for_the_grace(db: Databa
 
 
 @pytest.mark.parametrize("concurrency", [4, 1])
+@pytest.mark.connections(17)
 async def test_a_streams_worker_fires_its_own_sleeps_without_the_timers_loop(
     db: Database, fast: Settings, redis: Any, concurrency: int
 ) -> None:

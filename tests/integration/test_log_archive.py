@@ -84,6 +84,7 @@ async def archive_all_due(settings: Settings, directory: Path) -> list[archive.A
     return results
 
 
+@pytest.mark.connections(14)
 async def test_a_partition_archived_and_dropped_under_traffic_rebuilds_from_snapshots_and_files(
     settings: Settings, db: Database, redis: Any, tmp_path: Path
 ) -> None:

@@ -116,6 +116,7 @@ async def test_bad_events_are_refused_with_a_code_and_write_nothing(
     assert await stream_rows(db) == []
 
 
+@pytest.mark.connections(14)
 async def test_concurrent_emitters_to_one_stream_get_every_version_once(db: Database) -> None:
     results = await asyncio.gather(
         *(producer.emit(db, PROJECT, placed(i, "busy")) for i in range(30))
@@ -125,6 +126,7 @@ async def test_concurrent_emitters_to_one_stream_get_every_version_once(db: Data
     assert sorted(r["data"]["order"] for r in rows) == list(range(30))
 
 
+@pytest.mark.connections(14)
 async def test_emitters_whose_transactions_wrote_nothing_before_are_never_refused(
     db: Database,
 ) -> None:

@@ -33,6 +33,7 @@ async def assert_views_equal_the_log(database_url: str) -> None:
         assert report.differences == 0, report.lines()
 
 
+@pytest.mark.connections(14)
 async def test_projectors_fed_by_the_relay_build_views_equal_to_the_log(
     services: Services, db: Database, database_url: str
 ) -> None:
@@ -58,6 +59,7 @@ async def test_projectors_fed_by_the_relay_build_views_equal_to_the_log(
                     assert group["pending"] == 0
 
 
+@pytest.mark.connections(15)
 async def test_after_redis_loses_its_data_projectors_heal_from_postgres(
     services: Services, db: Database, database_url: str
 ) -> None:

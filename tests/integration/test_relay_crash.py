@@ -82,6 +82,7 @@ async def test_a_crash_between_xadd_and_the_cursor_update_gives_duplicates_never
     assert set(counts.values()) == {2}  # each event at most twice, never zero times
 
 
+@pytest.mark.connections(15)
 async def test_eight_producers_fifty_runs_two_relays_every_group_sees_every_event_in_order(
     settings: Settings, db: Database, redis: Any
 ) -> None:

@@ -63,6 +63,7 @@ async def start(services: Services, n: int) -> list[ModelGateway]:
     return workers
 
 
+@pytest.mark.connections(17)
 async def test_an_activation_clears_every_workers_entry_through_the_relay(
     services: Services, relay: Relay
 ) -> None:
@@ -105,6 +106,7 @@ async def test_an_activation_clears_every_workers_entry_through_the_relay(
             await worker.close()
 
 
+@pytest.mark.connections(17)
 async def test_a_topology_activation_rebuilds_every_workers_client_through_the_relay(
     services: Services, relay: Relay
 ) -> None:

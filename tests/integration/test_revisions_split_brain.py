@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import msgspec
+import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
@@ -156,6 +157,7 @@ def gateway_settings(settings: Settings, redis_url: str | None = None) -> Settin
     )
 
 
+@pytest.mark.connections(20)
 async def test_split_brain_with_notices(settings: Settings) -> None:
     """Notices delivered by the real outbox relay (running as its loop, woken at commit)."""
     services = await Services.open(gateway_settings(settings), db_pool_size=2)
@@ -188,6 +190,7 @@ async def test_split_brain_with_notices(settings: Settings) -> None:
     assert outcome.notices_seen >= WORKERS * ACTIVATIONS, outcome.notices_seen
 
 
+@pytest.mark.connections(20)
 async def test_split_brain_with_redis_stopped(settings: Settings, db: Database) -> None:
     ids = await prepare(db)
     with private_redis() as server:
@@ -203,6 +206,7 @@ async def test_split_brain_with_redis_stopped(settings: Settings, db: Database) 
     assert outcome.notices_seen == 0
 
 
+@pytest.mark.connections(20)
 async def test_split_brain_with_notices_dropped(settings: Settings, db: Database) -> None:
     ids = await prepare(db)
     services = await Services.open(gateway_settings(settings), db_pool_size=2)

@@ -26,6 +26,7 @@ P = "proj-out-kill"
 TOKENS = [f"t{i} " for i in range(8)]
 
 
+@pytest.mark.connections(17)
 async def test_a_killed_workers_flushed_output_stays_and_the_retry_is_marked(
     fast: Settings, db: Database, tmp_path: Path
 ) -> None:

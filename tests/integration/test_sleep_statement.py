@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import asyncpg
 import msgspec
+import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
@@ -161,6 +162,7 @@ async def test_sleep_statement_refuses_what_the_fence_refuses(db: Database) -> N
         assert await load(db, P, run_id) == state
 
 
+@pytest.mark.connections(16)
 async def test_a_workers_sleeps_are_written_by_the_one_statement(
     db: Database, settings: Settings
 ) -> None:

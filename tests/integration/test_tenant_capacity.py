@@ -174,6 +174,7 @@ async def test_a_statement_over_the_timeout_is_503_with_a_code_and_leaves_nothin
     assert int(answer.headers["retry-after"]) >= 1
 
 
+@pytest.mark.connections(20)
 async def test_a_tenants_slow_requests_leave_another_tenants_management_api_answering(
     settings: Settings,
 ) -> None:

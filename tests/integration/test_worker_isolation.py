@@ -78,6 +78,7 @@ def worker(db: Database, settings: Settings, handler: Any) -> Worker:
     return Worker(db=db, settings=settings, handler=handler, concurrency=RUNS)
 
 
+@pytest.mark.connections(17)
 async def test_a_step_result_postgres_cannot_store_fails_only_its_run(
     db: Database, quick: Settings, precheck: bool
 ) -> None:
@@ -130,6 +131,7 @@ async def test_a_step_result_postgres_cannot_store_fails_only_its_run(
     assert w.executor.finished[Outcome.ERROR] == 0
 
 
+@pytest.mark.connections(20)
 async def test_a_return_value_postgres_cannot_store_fails_only_its_run(
     db: Database, quick: Settings, precheck: bool
 ) -> None:

@@ -36,6 +36,7 @@ async def complete(db: Database, run_id: uuid.UUID, worker: str, attempt: int) -
     )
 
 
+@pytest.mark.connections(14)
 async def test_ten_concurrent_claimers_one_lease(db: Database) -> None:
     for _ in range(5):
         [run_id] = await create_runs(db, P)
@@ -218,6 +219,7 @@ async def test_polling_skips_young_and_locked_runs(db: Database) -> None:
     assert [s.run_id for s in again] == [run_ids[0]]
 
 
+@pytest.mark.connections(14)
 async def test_concurrent_pollers_never_share_a_run(db: Database) -> None:
     run_ids = await create_runs(db, P, 200)
 

@@ -56,6 +56,7 @@ def cyclic_garbage() -> Iterator[Counter[str]]:
         gc.enable()
 
 
+@pytest.mark.connections(15)
 async def test_runs_that_ended_leave_no_cycle_behind(
     db: Database, fast: Settings, redis: Any
 ) -> None:

@@ -59,6 +59,7 @@ def metric(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
+@pytest.mark.connections(21)
 async def test_burst_mode_runs_every_run_once(db: Database, fast: Settings) -> None:
     run_ids = await create_runs(db, P, 40, payload={})
     w = worker(db, fast)
@@ -299,6 +300,7 @@ async def test_cancel_works_from_every_non_terminal_state(db: Database) -> None:
         await db.in_tenant(P, lambda c: control.cancel(c, pending, actor="ops"))
 
 
+@pytest.mark.connections(17)
 async def test_shutdown_releases_unfinished_runs_for_another_worker(
     db: Database, fast: Settings
 ) -> None:

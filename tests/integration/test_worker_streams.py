@@ -95,6 +95,7 @@ async def ghost_reads(redis: Any, stream: str, times: int = 1) -> None:
         await redis.xclaim(stream, WORKER_GROUP, "ghost", 0, [e["message_id"] for e in entries])
 
 
+@pytest.mark.connections(23)
 async def test_runs_are_taken_from_the_work_stream_and_acknowledged(
     db: Database, fast: Settings, redis: Any
 ) -> None:

@@ -8,6 +8,8 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
+
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import RunCompleted, RunCreated, RunRequeued
@@ -200,6 +202,7 @@ async def test_a_worker_runs_a_suspect_with_nothing_else_in_flight(
     )
 
 
+@pytest.mark.connections(14)
 async def test_a_serving_worker_drains_then_runs_suspects_alone_then_takes_work_again(
     db: Database, fast: Settings
 ) -> None:

@@ -1,0 +1,175 @@
+"""The suite's share of the test server's Postgres connections, split between its test
+processes, so that tests running side by side never open more than the server has free.
+
+The first test process to ask measures what the server has free (other users' connections
+already counted out), keeps some slack for clients that connect later, and writes that budget
+to a file that every process of the run shares (``PYTEST_XDIST_TESTRUNUID`` names it). Before a
+test takes its database it reserves the most connections it opens at once (its
+``pytest.mark.connections(n)``, else ``DEFAULT``) and waits, first come first served, until the
+budget has room; a test asking more than the whole budget gets the whole budget, and fits its
+worker pools into it (tests/support/connections.py). A process that dies leaves its reservation
+behind; the next process to look drops it.
+
+The bookkeeping is a pure function of the shared state (``admit``), the file and its lock are
+the edge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import asyncpg
+import msgspec
+
+# What most tests open at once: their own pools, the fixture's tenant and platform pools and a
+# short admin connection to create or drop their database (peaks of 2 to 7 measured, 10 for a
+# few in-process worker tests).
+DEFAULT = 10
+
+FREE_CONNECTIONS = """
+SELECT current_setting('max_connections')::int
+     - current_setting('superuser_reserved_connections')::int
+     - count(*) FILTER (WHERE backend_type = 'client backend' AND pid <> pg_backend_pid())::int
+FROM pg_stat_activity
+"""
+
+
+class Shared(msgspec.Struct):
+    """The run's budget, who holds how much of it, and who waits, in the order they asked."""
+
+    budget: int
+    held: dict[int, int] = msgspec.field(default_factory=dict)
+    waiting: list[int] = msgspec.field(default_factory=list)
+
+
+def slack(free: int) -> int:
+    """Connections left out of the budget for clients that connect after it was measured."""
+    return max(5, free // 10)
+
+
+def admit(state: Shared, pid: int, wanted: int, alive: Callable[[int], bool]) -> int:
+    """Admit ``pid``'s reservation of ``wanted`` connections (capped at the budget) when it is
+    the first in line and fits; returns the connections granted, 0 when it must wait (it is
+    then in line). Reservations and places of dead processes are dropped first."""
+    for holder in [p for p in state.held if not alive(p)]:
+        del state.held[holder]
+    state.waiting = [p for p in state.waiting if alive(p) or p == pid]
+    if pid in state.held:
+        raise RuntimeError(f"process {pid} already holds {state.held[pid]} connections")
+    if pid not in state.waiting:
+        state.waiting.append(pid)
+    granted = max(1, min(wanted, state.budget))
+    if state.waiting[0] != pid or sum(state.held.values()) + granted > state.budget:
+        return 0
+    state.waiting.pop(0)
+    state.held[pid] = granted
+    return granted
+
+
+def release(state: Shared, pid: int) -> None:
+    state.held.pop(pid, None)
+    if pid in state.waiting:
+        state.waiting.remove(pid)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def shared_path() -> Path:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    return Path(tempfile.gettempdir()) / f"awooop-pg-budget-{run}.json"
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[Shared | None]:
+    """The shared state under an exclusive lock of the run's processes (None before the budget
+    was measured); the caller writes back what it changes."""
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield msgspec.json.decode(path.read_bytes(), type=Shared) if path.exists() else None
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def write(path: Path, state: Shared) -> None:
+    scratch = path.with_suffix(f".{os.getpid()}")
+    scratch.write_bytes(msgspec.json.encode(state))
+    scratch.replace(path)
+
+
+def forget_old_runs(path: Path, older_than_s: float = 86400.0) -> None:
+    """Remove the files earlier runs left beside ``path`` (nothing removes them at the end of
+    a run: no process knows it is the last)."""
+    cutoff = time.time() - older_than_s
+    for old in path.parent.glob("awooop-pg-budget-*"):
+        with contextlib.suppress(FileNotFoundError):
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
+
+
+async def measure(server_url: str) -> int:
+    conn = await asyncpg.connect(server_url)
+    try:
+        free: int = await conn.fetchval(FREE_CONNECTIONS)
+    finally:
+        await conn.close()
+    return free - slack(free)
+
+
+class Budget:
+    """This process's reservations from the run's shared budget on one server."""
+
+    def __init__(self, server_url: str, path: Path | None = None) -> None:
+        self.server_url = server_url
+        self.path = path or shared_path()
+
+    async def total(self) -> int:
+        with locked(self.path) as state:
+            if state is not None:
+                return state.budget
+            budget = await measure(self.server_url)
+            write(self.path, Shared(budget=budget))
+        forget_old_runs(self.path)
+        return budget
+
+    async def reserve(self, wanted: int, within_s: float = 900.0) -> int:
+        """Wait for ``wanted`` connections (the whole budget if it is smaller); the number
+        granted. Fails the test after ``within_s`` saying who holds the budget."""
+        await self.total()
+        pid, deadline = os.getpid(), time.monotonic() + within_s
+        while True:
+            with locked(self.path) as state:
+                assert state is not None
+                granted = admit(state, pid, wanted, process_alive)
+                write(self.path, state)
+            if granted:
+                return granted
+            if time.monotonic() > deadline:
+                self.cancel()
+                raise TimeoutError(
+                    f"waited {within_s:.0f} s for {wanted} of the suite's {state.budget} "
+                    f"Postgres connections; held: {state.held}, in line: {state.waiting}"
+                )
+            await asyncio.sleep(0.1)
+
+    def cancel(self) -> None:
+        with locked(self.path) as state:
+            if state is not None:
+                release(state, os.getpid())
+                write(self.path, state)
