@@ -169,21 +169,34 @@ async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
                     if r["worker_id"] in killed_ids:
                         dead_slots.append((r["worker_id"], killed_ids[r["worker_id"]], r["until"]))
 
-        async def killer() -> None:
-            for _ in range(KILLS):
-                await asyncio.sleep(rng.uniform(2.0, 4.0))
-                holders: list[Any] = []
-                with contextlib.suppress(*TRANSIENT):  # then a worker at random
-                    holders = await db.in_platform(
-                        lambda c: c.fetch(
-                            "SELECT DISTINCT worker_id FROM awooop_run_state"
-                            " WHERE concurrency_key = $1"
-                            " AND status IN ('RUNNING', 'WAITING_TOOL')"
-                            " AND lease_until > now()",
-                            KEY,
-                        )
+        async def holders(statuses: list[str]) -> list[str]:
+            rows: list[Any] = []
+            with contextlib.suppress(*TRANSIENT):
+                rows = await db.in_platform(
+                    lambda c: c.fetch(
+                        "SELECT DISTINCT worker_id FROM awooop_run_state"
+                        " WHERE concurrency_key = $1 AND status = ANY($2::text[])"
+                        " AND lease_until > now()",
+                        KEY,
+                        statuses,
                     )
-                ids = [r["worker_id"] for r in holders if r["worker_id"] in procs]
+                )
+            return [r["worker_id"] for r in rows if r["worker_id"] in procs]
+
+        async def killer() -> None:
+            for kill in range(KILLS):
+                await asyncio.sleep(rng.uniform(2.0, 4.0))
+                # Every other kill waits (a while) for a worker executing an attempt of the
+                # key, so that kills do cut attempts mid-run however the machine's load moves
+                # the runs; the others hit its holders as they are, tool waits included, then
+                # a worker at random.
+                ids = await holders(["RUNNING", "WAITING_TOOL"])
+                aim_by = time.monotonic() + (5.0 if kill % 2 == 0 else 0.0)
+                while kill % 2 == 0 and time.monotonic() < aim_by:
+                    if running := await holders(["RUNNING"]):
+                        ids = running
+                        break
+                    await asyncio.sleep(0.05)
                 victim_id = rng.choice(ids) if ids else rng.choice(sorted(procs))
                 victim = procs.pop(victim_id)
                 victim.signal(signal.SIGKILL)

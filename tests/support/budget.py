@@ -5,9 +5,12 @@ The first test process to ask measures what the server has free (other users' co
 already counted out), keeps some slack for clients that connect later, and writes that budget
 to a file that every process of the run shares (``PYTEST_XDIST_TESTRUNUID`` names it). Before a
 test takes its database it reserves the most connections it opens at once (its
-``pytest.mark.connections(n)``, else ``DEFAULT``) and waits, first come first served, until the
-budget has room; a test asking more than the whole budget gets the whole budget, and fits its
-worker pools into it (tests/support/connections.py). A process that dies leaves its reservation
+``pytest.mark.connections(n)``, else ``DEFAULT``) and waits in line until the budget has
+room; a test asking more than the whole budget gets the whole budget, and fits its
+worker pools into it (tests/support/connections.py). Smaller reservations that fit may pass one
+that waits, until it has waited ``PATIENCE_S``: then nobody passes it, and the tests running
+drain until it fits (so a wide test neither starves nor leaves the other processes idle while
+it waits its turn). A process that dies leaves its reservation
 behind; the next process to look drops it.
 
 The bookkeeping is a pure function of the shared state (``admit``), the file and its lock are
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import itertools
 import os
 import tempfile
 import time
@@ -34,6 +38,8 @@ import msgspec
 # few in-process worker tests).
 DEFAULT = 10
 
+PATIENCE_S = 10.0
+
 FREE_CONNECTIONS = """
 SELECT current_setting('max_connections')::int
      - current_setting('superuser_reserved_connections')::int
@@ -43,11 +49,12 @@ FROM pg_stat_activity
 
 
 class Shared(msgspec.Struct):
-    """The run's budget, who holds how much of it, and who waits, in the order they asked."""
+    """The run's budget, who holds how much of it, and who waits since when (process id and
+    time.time()), in the order they asked."""
 
     budget: int
     held: dict[int, int] = msgspec.field(default_factory=dict)
-    waiting: list[int] = msgspec.field(default_factory=list)
+    waiting: list[tuple[int, float]] = msgspec.field(default_factory=list)
 
 
 def slack(free: int) -> int:
@@ -55,29 +62,32 @@ def slack(free: int) -> int:
     return max(5, free // 10)
 
 
-def admit(state: Shared, pid: int, wanted: int, alive: Callable[[int], bool]) -> int:
-    """Admit ``pid``'s reservation of ``wanted`` connections (capped at the budget) when it is
-    the first in line and fits; returns the connections granted, 0 when it must wait (it is
-    then in line). Reservations and places of dead processes are dropped first."""
+def admit(state: Shared, pid: int, wanted: int, alive: Callable[[int], bool], now: float) -> int:
+    """Admit ``pid``'s reservation of ``wanted`` connections (capped at the budget) when it
+    fits and nobody ahead of it in line has waited ``PATIENCE_S``; returns the connections
+    granted, 0 when it must wait (it is then in line). Reservations and places of dead
+    processes are dropped first."""
     for holder in [p for p in state.held if not alive(p)]:
         del state.held[holder]
-    state.waiting = [p for p in state.waiting if alive(p) or p == pid]
+    state.waiting = [(p, since) for p, since in state.waiting if alive(p) or p == pid]
     if pid in state.held:
         raise RuntimeError(f"process {pid} already holds {state.held[pid]} connections")
-    if pid not in state.waiting:
-        state.waiting.append(pid)
+    if all(p != pid for p, _ in state.waiting):
+        state.waiting.append((pid, now))
+    ahead = [since for p, since in itertools.takewhile(lambda w: w[0] != pid, state.waiting)]
     granted = max(1, min(wanted, state.budget))
-    if state.waiting[0] != pid or sum(state.held.values()) + granted > state.budget:
+    if any(now - since >= PATIENCE_S for since in ahead):
         return 0
-    state.waiting.pop(0)
+    if sum(state.held.values()) + granted > state.budget:
+        return 0
+    release(state, pid)
     state.held[pid] = granted
     return granted
 
 
 def release(state: Shared, pid: int) -> None:
     state.held.pop(pid, None)
-    if pid in state.waiting:
-        state.waiting.remove(pid)
+    state.waiting = [(p, since) for p, since in state.waiting if p != pid]
 
 
 def process_alive(pid: int) -> bool:
@@ -156,7 +166,7 @@ class Budget:
         while True:
             with locked(self.path) as state:
                 assert state is not None
-                granted = admit(state, pid, wanted, process_alive)
+                granted = admit(state, pid, wanted, process_alive, time.time())
                 write(self.path, state)
             if granted:
                 return granted

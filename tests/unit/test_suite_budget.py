@@ -1,5 +1,6 @@
-"""The suite's connection budget: first come first served, capped at the budget, and a dead
-process's reservation or place in line never blocks the others."""
+"""The suite's connection budget: reservations capped at the budget, small ones passing a wide
+one only until it has waited its patience, and a dead process's reservation or place in line
+never blocking the others."""
 
 from __future__ import annotations
 
@@ -9,59 +10,65 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests.support.budget import Budget, Shared, admit, release, slack, write
+from tests.support.budget import PATIENCE_S, Budget, Shared, admit, release, slack, write
 
 
 def everyone_alive(pid: int) -> bool:
     return True
 
 
+def ask(state: Shared, pid: int, wanted: int, at: float = 0.0) -> int:
+    return admit(state, pid, wanted, everyone_alive, at)
+
+
 def test_reservations_are_granted_while_they_fit_and_the_rest_wait() -> None:
     state = Shared(budget=30)
-    assert admit(state, 1, 10, everyone_alive) == 10
-    assert admit(state, 2, 15, everyone_alive) == 15
-    assert admit(state, 3, 10, everyone_alive) == 0
-    assert (state.held, state.waiting) == ({1: 10, 2: 15}, [3])
+    assert ask(state, 1, 10) == 10
+    assert ask(state, 2, 15) == 15
+    assert ask(state, 3, 10) == 0
+    assert (state.held, state.waiting) == ({1: 10, 2: 15}, [(3, 0.0)])
     release(state, 1)
-    assert admit(state, 3, 10, everyone_alive) == 10
+    assert ask(state, 3, 10, at=1.0) == 10
     assert (state.held, state.waiting) == ({2: 15, 3: 10}, [])
 
 
-def test_a_large_reservation_first_in_line_is_not_overtaken_by_small_ones() -> None:
+def test_small_reservations_pass_a_wide_one_until_it_has_waited_its_patience() -> None:
     state = Shared(budget=30)
-    assert admit(state, 1, 10, everyone_alive) == 10
-    assert admit(state, 2, 25, everyone_alive) == 0
-    assert admit(state, 3, 5, everyone_alive) == 0  # would fit, but 2 asked first
+    assert ask(state, 1, 10) == 10
+    assert ask(state, 2, 25, at=0.0) == 0
+    assert ask(state, 3, 5, at=PATIENCE_S - 1) == 5  # fits, and 2 has not waited long
+    release(state, 3)
+    assert ask(state, 3, 5, at=PATIENCE_S) == 0  # now nobody passes 2
     release(state, 1)
-    assert admit(state, 3, 5, everyone_alive) == 0
-    assert admit(state, 2, 25, everyone_alive) == 25
-    assert admit(state, 3, 5, everyone_alive) == 5
-    assert sum(state.held.values()) == 30
+    assert ask(state, 3, 5, at=PATIENCE_S + 1) == 0
+    assert ask(state, 2, 25, at=PATIENCE_S + 1) == 25
+    assert ask(state, 3, 5, at=PATIENCE_S + 2) == 5
+    assert (sum(state.held.values()), state.waiting) == (30, [])
 
 
 def test_a_reservation_larger_than_the_budget_gets_the_whole_budget_when_it_is_free() -> None:
     state = Shared(budget=20)
-    assert admit(state, 1, 5, everyone_alive) == 5
-    assert admit(state, 2, 56, everyone_alive) == 0
+    assert ask(state, 1, 5) == 5
+    assert ask(state, 2, 56) == 0
     release(state, 1)
-    assert admit(state, 2, 56, everyone_alive) == 20
+    assert ask(state, 2, 56) == 20
 
 
 def test_the_dead_lose_their_reservations_and_their_places() -> None:
     state = Shared(budget=20)
-    assert admit(state, 1, 20, everyone_alive) == 20
-    assert admit(state, 2, 10, everyone_alive) == 0
-    assert admit(state, 3, 10, everyone_alive) == 0
+    assert ask(state, 1, 20) == 20
+    assert ask(state, 2, 10) == 0
+    assert ask(state, 3, 10, at=PATIENCE_S) == 0
     dead = {1, 2}
-    assert admit(state, 3, 10, lambda pid: pid not in dead) == 10
+    assert admit(state, 3, 10, lambda pid: pid not in dead, PATIENCE_S) == 10
     assert (state.held, state.waiting) == ({3: 10}, [])
 
 
 def test_one_process_holds_one_reservation_at_a_time() -> None:
     state = Shared(budget=20)
-    admit(state, 1, 5, everyone_alive)
+    ask(state, 1, 5)
     with pytest.raises(RuntimeError, match="already holds 5"):
-        admit(state, 1, 5, everyone_alive)
+        ask(state, 1, 5)
 
 
 def test_the_slack_is_a_tenth_of_what_is_free_and_at_least_five() -> None:
