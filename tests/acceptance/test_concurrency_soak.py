@@ -60,7 +60,7 @@ def test_max_overlap() -> None:
 
 
 @pytest.mark.long(35)
-@pytest.mark.connections(37)
+@pytest.mark.connections(38)
 async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:

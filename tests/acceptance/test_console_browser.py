@@ -88,6 +88,7 @@ async def failed_run(db: Database, project: str) -> uuid.UUID:
     return run_id
 
 
+@pytest.mark.connections(26)
 async def test_log_in_filter_open_retry_and_see_it_complete(
     fast: Settings, db: Database, tmp_path: Path
 ) -> None:

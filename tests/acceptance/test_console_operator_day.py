@@ -95,6 +95,7 @@ async def status_of(db: Database, run_id: uuid.UUID) -> str:
 
 
 @pytest.mark.long
+@pytest.mark.connections(27)
 async def test_an_operators_day(fast: Settings, db: Database, tmp_path: Path) -> None:
     from playwright.async_api import async_playwright
 

@@ -168,7 +168,7 @@ async def test_kill_9_and_flushall_during_the_sleeps_change_nothing(
     assert set(steps.values()) == {1} and len(steps) == 2 * runs  # each step once per run
 
 
-@pytest.mark.connections(26)
+@pytest.mark.connections(28)
 async def test_a_handler_gets_a_signal_or_its_timeout(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:

@@ -108,7 +108,7 @@ async def service_login(settings: Settings) -> AsyncIterator[str]:
         await conn.close()
 
 
-@pytest.mark.connections(38)
+@pytest.mark.connections(40)
 async def test_every_process_works_without_superuser(
     login: Settings, settings: Settings, db: Database, tmp_path: Path, service_login: str
 ) -> None:

@@ -16,6 +16,8 @@ import time
 import urllib.request
 from typing import Any
 
+import pytest
+
 from awooop.core.config import Settings
 from awooop.demo.servers import free_port
 
@@ -77,6 +79,7 @@ def wait_scrape(port: int, want: int, deadline: float) -> dict[tuple[str, str], 
         time.sleep(0.1)
 
 
+@pytest.mark.connections(11)
 def test_run_serves_metrics_list_reads_heartbeats_sigterm_stops(
     settings: Settings, collector: Any
 ) -> None:

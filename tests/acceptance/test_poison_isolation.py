@@ -47,7 +47,7 @@ async def statuses_of(db: Database, run_ids: list[uuid.UUID]) -> dict[uuid.UUID,
 
 
 @pytest.mark.long(30)
-@pytest.mark.connections(21)
+@pytest.mark.connections(22)
 async def test_a_poison_run_is_isolated_and_failed_while_the_runs_it_shared_a_worker_with_complete(
     db: Database, fast: Settings, tmp_path: Path
 ) -> None:

@@ -75,7 +75,7 @@ async def view_rows(db: Database) -> int:
     return count
 
 
-@pytest.mark.connections(17)
+@pytest.mark.connections(21)
 async def test_a_projector_killed_mid_batch_and_restarted_applies_every_event_once(
     settings: Settings, db: Database
 ) -> None:

@@ -6,6 +6,8 @@ import asyncio
 import os
 import sys
 
+import pytest
+
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from tests.support.projection_workload import Workload
@@ -36,6 +38,7 @@ async def awooop(settings: Settings, *args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
+@pytest.mark.connections(10)
 async def test_verify_names_a_corrupted_run_and_swap_repairs_it(
     settings: Settings, db: Database
 ) -> None:
@@ -65,6 +68,7 @@ async def test_verify_names_a_corrupted_run_and_swap_repairs_it(
     assert code == 0 and "verify: no difference" in out
 
 
+@pytest.mark.connections(10)
 async def test_a_project_is_repaired_in_place_and_others_are_left_alone(
     settings: Settings, db: Database
 ) -> None:

@@ -90,6 +90,7 @@ async def test_awooop_projector_and_replay_run_a_registered_projection(
 
 
 @pytest.mark.long(40)
+@pytest.mark.connections(11)
 async def test_a_killed_consumer_process_leaves_its_messages_to_another(
     settings: Settings, db: Database
 ) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from tests.support.runs import create_runs, load
@@ -35,6 +37,7 @@ def worker(settings: Settings, cwd: Path, spec: str) -> subprocess.CompletedProc
     )
 
 
+@pytest.mark.connections(13)
 async def test_a_handler_module_in_the_current_directory_is_found(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:

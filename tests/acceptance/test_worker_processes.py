@@ -56,6 +56,7 @@ def effects_file(tmp_path: Path) -> str:
     ],
 )
 @pytest.mark.long(14)
+@pytest.mark.connections(70)
 async def test_runs_on_many_worker_processes_each_complete_once(
     db: Database,
     fast: Settings,
@@ -156,7 +157,7 @@ async def test_kill_9_mid_run_recovers_without_repeating_journaled_steps(
     check_single_holder(await events_of(db, P, run_id))
 
 
-@pytest.mark.connections(31)
+@pytest.mark.connections(32)
 async def test_a_stalled_worker_is_fenced_off_from_completing(
     db: Database, fast: Settings, tmp_path: Path, effects_file: str
 ) -> None:

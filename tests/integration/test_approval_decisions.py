@@ -150,6 +150,7 @@ async def test_a_requests_own_expiry_expires_it_and_the_handler_sees_it(
     assert decision["decided_at"] == (await row_of(db, run_id))["used_at"]
 
 
+@pytest.mark.connections(9)
 async def test_the_decision_replayed_after_a_crash_is_the_same(
     db: Database, fast: Settings, database_url: str
 ) -> None:

@@ -12,6 +12,7 @@ import uuid
 from collections import Counter
 
 import asyncpg
+import pytest
 
 from awooop.core.config import Settings
 from awooop.core.context import PLATFORM_PROJECT
@@ -109,6 +110,7 @@ async def test_the_loop_finishes_an_operation_whose_process_died(
     assert (await get(db, op.operation_id)).batches == 3
 
 
+@pytest.mark.connections(10)
 async def test_two_loops_on_one_stalled_operation_change_each_run_once(
     services: Services, db: Database, database_url: str
 ) -> None:

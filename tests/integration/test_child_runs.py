@@ -125,6 +125,7 @@ async def test_children_finished_before_the_wait_are_seen_when_it_starts(
     assert state.saga_steps["children:2"]["result"] == state.result["results"]
 
 
+@pytest.mark.connections(12)
 async def test_the_first_n_and_a_timeout(db: Database, fast: Settings) -> None:
     """count=2 of 3, the third child waiting for an event: the parent resumes with two
     finished and the third as it was then; a wait for all three with a timeout raises
@@ -161,6 +162,7 @@ async def test_a_cancelled_child_counts_with_its_outcome(db: Database, fast: Set
     assert cancelled["failure_reason"] == "no"
 
 
+@pytest.mark.connections(9)
 async def test_cancelling_the_parent_cancels_its_unfinished_children(
     db: Database, fast: Settings
 ) -> None:
@@ -240,6 +242,7 @@ async def test_a_key_taken_by_a_run_that_is_no_child_is_refused(
     assert await children_of(db, parent) == []
 
 
+@pytest.mark.connections(12)
 async def test_blocked_on_says_how_many_children_finished(
     db: Database, fast: Settings, services: Services
 ) -> None:

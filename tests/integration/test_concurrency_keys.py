@@ -125,6 +125,7 @@ async def test_a_full_key_is_refused_at_intake_and_nothing_is_written(
     assert third.headers["Retry-After"] == "5"
 
 
+@pytest.mark.connections(11)
 async def test_racing_claims_never_admit_more_than_the_key_allows(
     db: Database, settings: Settings
 ) -> None:
@@ -175,6 +176,7 @@ async def test_racing_claims_never_admit_more_than_the_key_allows(
     assert [s.run_id for s in none if s.run_id in keyed] == []
 
 
+@pytest.mark.connections(9)
 async def test_a_global_maximum_bounds_every_key_of_the_scope(
     db: Database, settings: Settings
 ) -> None:

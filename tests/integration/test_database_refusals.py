@@ -142,6 +142,7 @@ async def test_an_ingest_behind_a_lock_answers_503_in_time_and_leaves_nothing_ru
         assert (await ingest.post(fresh("api"))).status_code == 202
 
 
+@pytest.mark.connections(13)
 async def test_a_worker_rides_out_a_read_only_window_without_a_restart(
     settings: Settings, database_url: str, owner: asyncpg.Connection
 ) -> None:

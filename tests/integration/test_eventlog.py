@@ -58,6 +58,7 @@ async def test_a_new_stream_cannot_be_created_twice(db: Database) -> None:
             await eventlog.append(conn, stream("s-2"), PROJECT, 0, [payload("a")])
 
 
+@pytest.mark.connections(12)
 async def test_concurrent_writers_and_a_follower_see_every_event_once_in_order(
     db: Database,
 ) -> None:

@@ -171,6 +171,7 @@ async def test_a_bad_order_is_refused_with_its_code_and_writes_nothing(
     assert [r[1] for r in await read(db, ROWS)] == ["o-2"]
 
 
+@pytest.mark.connections(11)
 async def test_the_projection_equals_the_fold_of_the_orders_and_replay_verifies_it(
     services: Services,
     settings: Settings,

@@ -148,6 +148,7 @@ async def test_a_pause_holds_new_attempts_lets_running_ones_finish_and_resume_st
     assert started_order(waiting) == waiting  # one slot: oldest first
 
 
+@pytest.mark.connections(9)
 async def test_a_run_announced_before_the_pause_is_not_claimed_after_it(
     db: Database, fast: Settings, redis: Any
 ) -> None:
@@ -194,6 +195,7 @@ async def create_runs_of(
 
 
 @pytest.mark.fast("worker")
+@pytest.mark.connections(10)
 async def test_a_channel_or_contract_pause_holds_only_its_runs_on_the_polling_path(
     db: Database, fast: Settings
 ) -> None:

@@ -49,7 +49,7 @@ async def status_of(services: Services, project: str, run_id: uuid.UUID) -> str:
     return await services.db.in_tenant(project, read)
 
 
-@pytest.mark.connections(31)
+@pytest.mark.connections(32)
 async def test_doctor_names_the_frozen_relay_and_not_the_running_workers(
     quiet: Services, tmp_path: Path
 ) -> None:

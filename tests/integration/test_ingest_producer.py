@@ -228,6 +228,7 @@ async def test_a_bad_event_refuses_the_whole_batch(
     assert await counts(db) == before
 
 
+@pytest.mark.connections(9)
 async def test_submit_keeps_the_channel_configuration_for_the_cache_age(
     db: Database, settings: Settings
 ) -> None:

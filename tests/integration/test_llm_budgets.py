@@ -99,6 +99,7 @@ async def test_exactly_the_calls_that_fit_run_under_50_concurrent_runs(
     assert await usage(db) == {"used": budget, "reserved": 0, "calls": 20, "rows": {"settled": 20}}
 
 
+@pytest.mark.connections(11)
 async def test_a_call_replayed_from_the_journal_is_not_charged_again(
     db: Database, settings: Settings, gateway: ModelGateway
 ) -> None:
@@ -135,6 +136,7 @@ async def test_a_call_replayed_from_the_journal_is_not_charged_again(
     assert await usage(db) == {"used": 10, "reserved": 0, "calls": 2, "rows": {"settled": 2}}
 
 
+@pytest.mark.connections(11)
 async def test_over_budget_waits_visibly_and_goes_when_the_budget_is_raised(
     db: Database, settings: Settings, gateway: ModelGateway, services: Services
 ) -> None:

@@ -79,7 +79,7 @@ def worker(db: Database, settings: Settings, gateway: ModelGateway, n: int, **kw
     )
 
 
-@pytest.mark.connections(23)
+@pytest.mark.connections(26)
 async def test_exactly_the_calls_that_fit_a_cost_budget_run_under_50_concurrent_runs(
     db: Database, settings: Settings, gateway: ModelGateway
 ) -> None:
@@ -213,6 +213,7 @@ async def test_a_model_without_a_price_under_a_cost_budget_is_refused_and_nothin
     assert await usage(db) == {"used": 5, "reserved": 0, "calls": 1, "rows": {"settled": 1}}
 
 
+@pytest.mark.connections(10)
 async def test_a_token_budget_and_a_cost_budget_count_the_same_call_in_their_units(
     db: Database, settings: Settings, gateway: ModelGateway
 ) -> None:

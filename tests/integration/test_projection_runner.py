@@ -78,6 +78,7 @@ def projectors(db: Database) -> list[Projector]:
     return [Projector(db, get(name)) for name in projector_names()]
 
 
+@pytest.mark.connections(11)
 async def test_in_order_delivery_builds_views_equal_to_the_log_and_the_inline_table(
     db: Database, database_url: str
 ) -> None:
@@ -230,6 +231,7 @@ async def test_reconcile_heals_what_the_streams_lost(db: Database) -> None:
     assert sum([await p.reconcile() for p in projectors(db)]) == 0
 
 
+@pytest.mark.connections(11)
 async def test_a_projector_table_is_verified_and_swapped_like_run_state(
     db: Database, database_url: str
 ) -> None:

@@ -107,6 +107,7 @@ async def test_a_lease_is_taken_only_when_it_ran_out_and_each_acquisition_is_a_n
         await b.close()
 
 
+@pytest.mark.connections(10)
 async def test_a_frozen_leader_is_replaced_and_its_writes_are_refused_after_it_resumes(
     settings: Settings, db: Database, redis: Any
 ) -> None:

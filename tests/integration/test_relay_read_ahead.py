@@ -93,7 +93,7 @@ async def work_entries(redis: Any, keys: Keys, project: str) -> list[Envelope]:
     return [decode_envelope(fields[FIELD]) for _, fields in await redis.xrange(stream)]
 
 
-@pytest.mark.connections(21)
+@pytest.mark.connections(23)
 async def test_runs_of_another_project_complete_while_a_transaction_is_held_open(
     db: Database, fast: Settings, redis: Any
 ) -> None:

@@ -25,6 +25,7 @@ async def live_rows(db: Database) -> list[dict[str, Any]]:
         return [dict(r.items()) for r in await conn.fetch(SNAPSHOT)]
 
 
+@pytest.mark.connections(13)
 async def test_after_a_random_workload_verify_finds_no_difference(
     db: Database, database_url: str
 ) -> None:
@@ -39,6 +40,7 @@ async def test_after_a_random_workload_verify_finds_no_difference(
     assert len(await live_rows(db)) == len(work.run_ids)
 
 
+@pytest.mark.connections(11)
 async def test_swap_while_writers_keep_running_changes_nothing_observable(
     db: Database, database_url: str
 ) -> None:
@@ -64,6 +66,7 @@ async def test_swap_while_writers_keep_running_changes_nothing_observable(
     assert await live_rows(db) == quiet_before  # lease clocks included
 
 
+@pytest.mark.connections(9)
 async def test_a_corrupted_row_is_reported_and_repaired_by_swap(
     db: Database, database_url: str
 ) -> None:
@@ -171,6 +174,7 @@ async def test_the_reported_step_is_not_compared_and_a_swap_keeps_it(
 
 
 @pytest.mark.parametrize("name", ["run_state", "run_state_view"])
+@pytest.mark.connections(12)
 async def test_bulk_workers_fold_the_log_as_one_process_does(
     db: Database, database_url: str, name: str
 ) -> None:

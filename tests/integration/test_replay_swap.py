@@ -39,6 +39,7 @@ async def catalog(db: Database) -> dict[str, Any]:
     return dict(row.items())
 
 
+@pytest.mark.connections(9)
 async def test_swap_keeps_indexes_constraints_policies_grants_and_dependents(
     db: Database, database_url: str
 ) -> None:
@@ -98,6 +99,7 @@ async def test_swap_keeps_indexes_constraints_policies_grants_and_dependents(
         assert [r["project_id"] for r in projects] == [tenant]
 
 
+@pytest.mark.connections(10)
 async def test_interrupting_leaves_the_live_table_untouched_and_a_rerun_starts_clean(
     db: Database, database_url: str
 ) -> None:
@@ -153,6 +155,7 @@ async def test_one_replay_of_a_projection_at_a_time(db: Database, database_url: 
     assert (await task).differences == 0
 
 
+@pytest.mark.connections(9)
 async def test_a_verify_leaves_no_shadow_behind(db: Database, database_url: str) -> None:
     # The replay's terminated sessions release its advisory lock only as their backends exit,
     # a moment after terminate(): the cleanup must wait for the lock, not try it once (that
@@ -186,6 +189,7 @@ async def test_a_verify_leaves_no_shadow_behind(db: Database, database_url: str)
     assert shadow is None
 
 
+@pytest.mark.connections(9)
 async def test_the_shadow_has_the_live_tables_row_level_security_while_it_is_built(
     db: Database, database_url: str
 ) -> None:

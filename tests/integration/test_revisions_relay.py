@@ -126,6 +126,7 @@ async def test_a_topology_activation_rebuilds_every_workers_client_through_the_r
             await worker.close()
 
 
+@pytest.mark.connections(9)
 async def test_after_redis_loses_the_stream_workers_drop_their_caches_and_notices_resume(
     settings: Settings,
 ) -> None:

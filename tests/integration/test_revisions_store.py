@@ -231,6 +231,7 @@ async def test_a_stale_expected_revision_is_409_and_the_pointer_stays(db: Databa
     assert len(await outbox(db)) == 2
 
 
+@pytest.mark.connections(11)
 async def test_concurrent_activations_from_the_same_expected_revision_one_wins(
     db: Database,
 ) -> None:
@@ -253,6 +254,7 @@ async def test_concurrent_activations_from_the_same_expected_revision_one_wins(
     assert len(await outbox(db)) == 2
 
 
+@pytest.mark.connections(9)
 async def test_concurrent_first_activations_without_expectation_all_apply_in_order(
     db: Database,
 ) -> None:

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 import msgspec
+import pytest
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
@@ -60,6 +61,7 @@ def texts(seen: list[Event]) -> str:
     return "".join(e.data["text"] for e in seen if e.name == "output")
 
 
+@pytest.mark.connections(11)
 async def test_a_streamed_answer_is_read_live_and_resumed_every_chunk_once_in_order(
     fast: Settings, db: Database
 ) -> None:

@@ -49,6 +49,7 @@ def started(reports: list[schedule_loop.Report]) -> int:
         ("skip", []),
     ],
 )
+@pytest.mark.connections(10)
 async def test_every_minute_across_dst_and_an_outage_of_every_loop(
     db: Database, settings: Settings, policy: str, caught_up: list[str]
 ) -> None:
@@ -103,6 +104,7 @@ async def test_every_minute_across_dst_and_an_outage_of_every_loop(
         ),
     ],
 )
+@pytest.mark.connections(10)
 async def test_a_daily_wall_clock_time_fires_once_on_a_transition_day(
     db: Database,
     settings: Settings,
@@ -122,6 +124,7 @@ async def test_a_daily_wall_clock_time_fires_once_on_a_transition_day(
     assert [cron.local_text(t, zone) for t in moments] == expected
 
 
+@pytest.mark.connections(10)
 async def test_overlap_skip_starts_nothing_while_the_previous_run_is_unfinished(
     db: Database, settings: Settings
 ) -> None:
@@ -142,6 +145,7 @@ async def test_overlap_skip_starts_nothing_while_the_previous_run_is_unfinished(
     ]
 
 
+@pytest.mark.connections(10)
 async def test_overlap_cancel_previous_cancels_it_through_the_cancel_path(
     db: Database, settings: Settings
 ) -> None:
@@ -165,6 +169,7 @@ async def test_overlap_cancel_previous_cancels_it_through_the_cancel_path(
     assert "overlap cancel_previous" in event["data"]["reason"]
 
 
+@pytest.mark.connections(10)
 async def test_overlap_allow_starts_every_fire_time(db: Database, settings: Settings) -> None:
     clock = Clock(utc(2025, 6, 1, 12, 0, 30))
     made = await sim.create(db, settings, P, clock.now(), overlap="allow")
@@ -176,6 +181,7 @@ async def test_overlap_allow_starts_every_fire_time(db: Database, settings: Sett
     assert await sim.fired_times(db, P, made.schedule_id) == minutes(utc(2025, 6, 1, 12, 1), 3)
 
 
+@pytest.mark.connections(10)
 async def test_a_paused_schedule_fires_nothing_and_resumes_at_its_next_time(
     db: Database, settings: Settings
 ) -> None:
@@ -194,6 +200,7 @@ async def test_a_paused_schedule_fires_nothing_and_resumes_at_its_next_time(
     assert await sim.fired_times(db, P, made.schedule_id) == ["2025-06-01T12:06:00Z"]
 
 
+@pytest.mark.connections(10)
 async def test_all_is_capped_and_a_deleted_schedule_fires_nothing(
     db: Database, settings: Settings
 ) -> None:
@@ -223,6 +230,7 @@ async def test_one_projects_many_due_schedules_do_not_hold_back_anothers(
     assert len(await sim.runs(db, P)) == len(many)
 
 
+@pytest.mark.connections(10)
 async def test_jitter_delays_each_fire_the_same_on_every_replica(
     db: Database, settings: Settings
 ) -> None:
@@ -257,6 +265,7 @@ async def test_the_loop_is_registered_and_reports_liveness(
     assert seen is not None and seen > 0
 
 
+@pytest.mark.connections(10)
 async def test_three_replicas_fire_many_schedules_each_once(
     db: Database, settings: Settings
 ) -> None:

@@ -76,6 +76,7 @@ async def checkpoints(db: Database) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in rows]
 
 
+@pytest.mark.connections(12)
 async def test_a_service_projection_builds_its_view_and_replay_rebuilds_the_same_rows(
     services: Services, db: Database, database_url: str, order_totals: Registered
 ) -> None:
@@ -196,6 +197,7 @@ async def test_a_table_that_is_missing_or_not_isolated_per_tenant_is_refused(
     assert raised.value.code in ("E-PROJECTION-003", "E-PROJECTION-004")  # type: ignore[attr-defined]
 
 
+@pytest.mark.connections(11)
 async def test_consume_hands_each_event_to_the_handler_once_across_restarts(
     services: Services, settings: Settings, db: Database
 ) -> None:
@@ -272,6 +274,7 @@ async def test_the_example_read_model_drains_in_a_services_process(
 
 
 @pytest.mark.long(30)
+@pytest.mark.connections(9)
 async def test_a_consumer_loses_nothing_through_flushall_and_a_redis_restart(
     settings: Settings, db: Database, order_totals: Registered
 ) -> None:

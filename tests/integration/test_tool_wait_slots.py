@@ -82,6 +82,7 @@ def effects_of(run_id: uuid.UUID, what: str) -> list[float]:
     return [e["t"] for e in handlers.EFFECTS if e["run_id"] == str(run_id) and e["what"] == what]
 
 
+@pytest.mark.connections(9)
 async def test_a_tool_wait_frees_its_slot_and_waits_for_one_to_continue(
     db: Database, fast: Settings
 ) -> None:
@@ -173,6 +174,7 @@ async def readmit(db: Database, run_id: uuid.UUID, worker: str) -> bool:
     return admitted
 
 
+@pytest.mark.connections(9)
 async def test_readmission_never_over_admits_and_a_cut_transaction_holds_nothing(
     db: Database, fast: Settings
 ) -> None:

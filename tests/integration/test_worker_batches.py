@@ -163,6 +163,7 @@ async def test_complete_statement_refuses_what_the_fence_refuses(db: Database) -
         assert (await load(db, P, run_id)).status == "RUNNING"
 
 
+@pytest.mark.connections(9)
 async def test_concurrent_claim_batches_never_share_a_run(db: Database) -> None:
     run_ids = await create_runs(db, P, 50)
     results = await asyncio.gather(

@@ -130,6 +130,7 @@ def _finished(run_id: uuid.UUID) -> bool:
 
 
 @pytest.mark.long(25)
+@pytest.mark.connections(11)
 async def test_a_worker_cut_off_from_postgres_stops_before_another_takes_its_run(
     db: Database, short: Settings
 ) -> None:
@@ -153,6 +154,7 @@ def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
+@pytest.mark.connections(10)
 async def test_redis_black_holed_costs_no_lease(db: Database, short: Settings) -> None:
     keys = Keys(short.redis_key_prefix, short.shard_count)
     redis = redis_client(short.redis_url)

@@ -56,7 +56,7 @@ def cyclic_garbage() -> Iterator[Counter[str]]:
         gc.enable()
 
 
-@pytest.mark.connections(15)
+@pytest.mark.connections(16)
 async def test_runs_that_ended_leave_no_cycle_behind(
     db: Database, fast: Settings, redis: Any
 ) -> None:

@@ -61,6 +61,7 @@ async def runs_show(settings: Settings, capsys: pytest.CaptureFixture[str], run:
     return msgspec.json.decode(capsys.readouterr().out)
 
 
+@pytest.mark.connections(9)
 async def test_a_model_failing_twice_then_answering_completes_in_one_attempt(
     db: Database,
     fast: Settings,

@@ -61,6 +61,7 @@ async def claimers(db: Database, run_id: uuid.UUID) -> list[str]:
     return [e.worker_id for e in await events_of(db, P, run_id) if isinstance(e, RunClaimed)]
 
 
+@pytest.mark.connections(10)
 async def test_a_delivery_of_another_contracts_run_is_acknowledged_and_rings_its_worker(
     db: Database, fast: Settings, redis: Any
 ) -> None:
@@ -106,6 +107,7 @@ async def _no_pending(redis: Any, keys: Keys) -> bool:
     return not await pending(redis, keys)
 
 
+@pytest.mark.connections(11)
 async def test_polling_takes_only_the_runs_a_worker_serves(db: Database, fast: Settings) -> None:
     """Both polling passes (the fair order, then arrival order), and --project."""
     ones = await create_runs(db, P, 3, payload={}, contract="c1")

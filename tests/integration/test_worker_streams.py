@@ -124,6 +124,7 @@ async def _no_pending(redis: Any, keys: Keys) -> bool:
     return not await pending(redis, keys)
 
 
+@pytest.mark.connections(9)
 async def test_a_live_worker_keeps_its_entries_from_looking_idle(
     db: Database, fast: Settings, redis: Any
 ) -> None:

@@ -163,6 +163,7 @@ async def test_only_the_isolated_claim_takes_a_suspect(db: Database) -> None:
     assert got.suspect_worker_id == "dead-3"  # still a suspect while it runs
 
 
+@pytest.mark.connections(9)
 async def test_a_worker_runs_a_suspect_with_nothing_else_in_flight(
     db: Database, fast: Settings
 ) -> None:

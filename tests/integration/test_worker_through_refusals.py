@@ -102,6 +102,7 @@ class Fault:
 @pytest.mark.long(12)
 @pytest.mark.parametrize("round_", range(ROUNDS))
 @pytest.mark.parametrize("kind", ["lock", "read_only", "revoked"])
+@pytest.mark.connections(12)
 async def test_a_database_refusing_writes_under_a_serving_worker_charges_nothing(
     fast: Settings, database_url: str, kind: str, round_: int
 ) -> None:

@@ -227,6 +227,7 @@ async def test_a_step_result_over_the_size_limit_is_refused(db: Database, fast: 
 
 
 @pytest.mark.parametrize("parent", [False, True], ids=["run", "child-run"])
+@pytest.mark.connections(10)
 async def test_a_runs_result_is_bounded_and_checked_as_a_steps_is(
     db: Database, fast: Settings, parent: bool
 ) -> None:
