@@ -41,7 +41,7 @@ import tracemalloc
 import uuid
 from collections import Counter
 from pathlib import Path
-from types import MethodType
+from types import CoroutineType, MethodType
 from typing import Any
 
 import uvloop
@@ -94,13 +94,22 @@ class PeakSnapshots:
                 self.snapshot, self.best = tracemalloc.take_snapshot(), now
 
 
+def kind(o: object) -> str:
+    """An object's type; a bound method by its function (``method:Class.name``), a coroutine
+    by its own (``coroutine:name``), a task by its coroutine's (``Task:name``)."""
+    if isinstance(o, MethodType):
+        return f"method:{o.__func__.__qualname__}"
+    if isinstance(o, CoroutineType):
+        return f"coroutine:{o.__qualname__}"
+    if isinstance(o, asyncio.Task):
+        return f"Task:{getattr(o.get_coro(), '__qualname__', '?')}"
+    return type(o).__qualname__
+
+
 def types() -> Counter[str]:
-    """Objects by type; bound methods by their function (``method:Class.name``)."""
+    """Objects by :func:`kind`."""
     gc.collect()
-    return Counter(
-        f"method:{o.__func__.__qualname__}" if isinstance(o, MethodType) else type(o).__qualname__
-        for o in gc.get_objects()
-    )
+    return Counter(kind(o) for o in gc.get_objects())
 
 
 async def submit(url: str, count: int, steps: int) -> None:
