@@ -3,7 +3,9 @@
 The answer is a pure function of (model, system, prompt, revision): ``local:<model>@<revision>
 <16 hex digits of SHA-256>``, so a test can tell which policy revision served a call. Its token
 counts are as deterministic (:func:`local_tokens`: whitespace-separated words).
-``local:?delay_ms=N`` sleeps N ms per call to stand in for model latency.
+``local:?delay_ms=N`` sleeps N ms per call to stand in for model latency; ``&jitter_ms=J`` adds
+a part of J ms in [0, J) set by the prompt (:func:`jitter_share`), so that calls made together
+come back spread out, as a real model's do, and a benchmark can tell each call's own time.
 ``local:?fail_first=N`` fails the first N calls of each prompt (per model and prompt, counted
 by the client instance) as a model server answering ``fail_status`` (default 503: E-LLM-002
 with a transient status, which run.llm retries) would, then answers: for retry tests.
@@ -38,6 +40,12 @@ def parse_delay_ms(url: str) -> float:
     return _number(url, "delay_ms", 0)
 
 
+def jitter_share(prompt: str) -> float:
+    """Pure: the share in [0, 1) of ``jitter_ms`` a call of ``prompt`` waits (from a hash of the
+    prompt: the same prompt always waits the same)."""
+    return int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:8], "big") / 2**64
+
+
 def _number(url: str, name: str, default: float) -> float:
     query = parse_qs(urlsplit(url).query)
     values = query.get(name, [str(default)])
@@ -54,6 +62,7 @@ class LocalModel:
     def __init__(self, url: str = "local:") -> None:
         self.url = url
         self.delay_s = parse_delay_ms(url) / 1000.0
+        self.jitter_s = _number(url, "jitter_ms", 0) / 1000.0
         self.fail_first = int(_number(url, "fail_first", 0))
         self.fail_status = int(_number(url, "fail_status", 503))
         self.failed: dict[tuple[str, str], int] = {}  # failures so far, per (model, prompt)
@@ -61,8 +70,11 @@ class LocalModel:
         self.closed = False
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        if self.delay_s > 0:
-            await asyncio.sleep(self.delay_s)
+        delay = self.delay_s
+        if self.jitter_s > 0:
+            delay += self.jitter_s * jitter_share(request.prompt)
+        if delay > 0:
+            await asyncio.sleep(delay)
         self.calls += 1
         key = (request.model, request.prompt)
         if self.failed.get(key, 0) < self.fail_first:

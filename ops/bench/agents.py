@@ -144,6 +144,12 @@ def main() -> None:
     parser.add_argument("--call-s", type=float, default=None, help="seconds per model call")
     parser.add_argument("--workers", type=int, default=None, help="worker processes")
     parser.add_argument(
+        "--jitter-s",
+        type=float,
+        default=None,
+        help="each model call also waits up to this long, set by its prompt (default 0)",
+    )
+    parser.add_argument(
         "--api",
         choices=sorted(waits.API_HANDLERS),
         default="llm_step",

@@ -52,7 +52,7 @@ async def burst(
     expected = sum((await stack.statuses()).values()) + shape.runs
     before: dict[str, Any] = {}
     ideal = waits.ideal_s(
-        shape.runs, shape.concurrency, shape.steps, shape.call_s, stack.agent.wait_s
+        shape.runs, shape.concurrency, shape.steps, shape.mean_call_s, stack.agent.wait_s
     )
 
     def at_commit() -> None:
@@ -259,8 +259,12 @@ def figures(
     ends = sorted(log["completed"].values())
     claims = sorted(log["claimed"].values())
     wall = (ends[-1] - start) if ends else None
-    ideal = waits.ideal_s(shape.runs, shape.concurrency, shape.steps, shape.call_s, agent.wait_s)
-    gaps = stats.step_overheads(log["calls"], shape.call_s, waits.began(agent.name, log["waits"]))
+    ideal = waits.ideal_s(
+        shape.runs, shape.concurrency, shape.steps, shape.mean_call_s, agent.wait_s
+    )
+    gaps = stats.step_overheads(
+        log["calls"], shape.call_s, waits.began(agent.name, log["waits"]), shape.jitter_s
+    )
     edges = stats.run_edges(
         log["claimed"], log["started"], log["calls"], log["completed"], log["last_claimed"]
     )

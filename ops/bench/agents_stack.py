@@ -67,7 +67,7 @@ class AgentStack:
         self.agent = agent
         self.name = f"agents_{uuid.uuid4().hex[:10]}"
         self.url = servers.url(self.name)
-        llm = f"local:?delay_ms={shape.delay_ms}"
+        llm = f"local:?delay_ms={shape.delay_ms}&jitter_ms={shape.jitter_ms}"
         self.env = process_env(
             self.url, servers.redis.url, f"agents{uuid.uuid4().hex[:8]}", ROOT, llm_url=llm
         )

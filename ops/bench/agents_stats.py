@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from awooop.llm.local import jitter_share
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -25,6 +27,7 @@ class Shape:
     steps: int
     call_s: float
     workers: int = 1
+    jitter_s: float = 0.0  # each call also waits its prompt's share of this (local.jitter_share)
 
     @property
     def per_worker(self) -> int:
@@ -35,16 +38,32 @@ class Shape:
         return round(self.call_s * 1000)
 
     @property
+    def jitter_ms(self) -> int:
+        return round(self.jitter_s * 1000)
+
+    @property
+    def mean_call_s(self) -> float:
+        """A model call's mean time: the delay and half the jitter (its shares are uniform)."""
+        return self.call_s + self.jitter_s / 2
+
+    @property
     def ideal_s(self) -> float:
         """Every slot busy with model calls from the first instant to the last."""
-        return self.runs * self.steps * self.call_s / self.concurrency
+        return self.runs * self.steps * self.mean_call_s / self.concurrency
+
+
+def step_prompt(run: object, i: int) -> str:
+    """Step ``i``'s prompt in the benchmark's handlers: the run's own, so that the local model's
+    jitter (a hash of the prompt) spreads the runs' answers, and :func:`step_overheads` knows
+    each call's model time."""
+    return f"step {i} of {run}"
 
 
 SHAPES = {
     "a": Shape(runs=2_000, concurrency=1_000, steps=3, call_s=1.0),
     "b": Shape(runs=10_000, concurrency=5_000, steps=3, call_s=2.0),
 }
-FLAGS = ("runs", "concurrency", "steps", "call_s", "workers")
+FLAGS = ("runs", "concurrency", "steps", "call_s", "workers", "jitter_s")
 
 
 def plan(shape: str | None, overrides: Mapping[str, Any]) -> dict[str, Shape]:
@@ -63,8 +82,10 @@ def plan(shape: str | None, overrides: Mapping[str, Any]) -> dict[str, Shape]:
         raise ValueError(f"--shape: a, b or all, got {shape!r}")
     out = {n: replace(SHAPES.get(n, SHAPES["a"]), **given) for n in names}
     for name, s in out.items():
-        if min(s.runs, s.concurrency, s.steps, s.workers) < 1 or s.call_s < 0:
-            raise ValueError(f"shape {name}: runs, concurrency, steps, workers >= 1, call >= 0")
+        if min(s.runs, s.concurrency, s.steps, s.workers) < 1 or min(s.call_s, s.jitter_s) < 0:
+            raise ValueError(
+                f"shape {name}: runs, concurrency, steps, workers >= 1, call and jitter >= 0"
+            )
         if s.concurrency % s.workers:
             raise ValueError(
                 f"shape {name}: --concurrency {s.concurrency} must split evenly over "
@@ -107,17 +128,22 @@ class Call:
 
 
 def step_overheads(
-    calls: Iterable[Call], call_s: float, waits: Mapping[str, Sequence[float]] | None = None
+    calls: Iterable[Call],
+    call_s: float,
+    waits: Mapping[str, Sequence[float]] | None = None,
+    jitter_s: float = 0.0,
 ) -> dict[str, list[float]]:
     """Per pair of consecutive model calls of a run, in ms:
 
     - ``overhead``: from one call's answer to the next call's model call, i.e. the time between
-      the two answers less the model's own time (``call_s``): the record of the call, the
-      step's journal write, the next step's start, the pointer check and the event loop's lag;
+      the two answers less the model's own time (``call_s``, and with ``jitter_s`` the call's
+      share of it: the run's i-th call is :func:`step_prompt` of step i): the record of the
+      call, the step's journal write, the next step's start, the pointer check and the event
+      loop's lag;
     - ``between_calls``: its part outside the gateway (one answer to the next call's start:
       the ``ModelCalled`` and ``StepCompleted`` writes, the handler);
-    - ``in_gateway``: its part inside the gateway (the next call's duration less ``call_s``:
-      the pointer check and the lateness of the model's timer, i.e. the loop's lag).
+    - ``in_gateway``: its part inside the gateway (the next call's duration less its model
+      time: the pointer check and the lateness of the model's timer, i.e. the loop's lag).
 
     ``gateway_extra`` has the last of these for every call (also the first of each run). A
     pair with one of the run's ``waits`` (the times its waits began) between the two calls
@@ -136,15 +162,17 @@ def step_overheads(
     for run, mine in by_run.items():
         mine.sort(key=lambda c: c.started)
         began = waits.get(run, ()) if waits is not None else ()
-        out["gateway_extra"].extend((c.duration_s - call_s) * 1000 for c in mine)
-        for prev, nxt in itertools.pairwise(mine):
-            overhead = (nxt.answered - prev.answered - call_s) * 1000
+        model = [call_s + jitter_s * jitter_share(step_prompt(run, i)) for i in range(len(mine))]
+        extra = ((c.duration_s - m) * 1000 for c, m in zip(mine, model, strict=True))
+        out["gateway_extra"].extend(extra)
+        for i, (prev, nxt) in enumerate(itertools.pairwise(mine), start=1):
+            overhead = (nxt.answered - prev.answered - model[i]) * 1000
             if any(prev.answered <= at <= nxt.started for at in began):
                 out["across_wait"].append(overhead)
                 continue
             out["overhead"].append(overhead)
             out["between_calls"].append((nxt.started - prev.answered) * 1000)
-            out["in_gateway"].append((nxt.duration_s - call_s) * 1000)
+            out["in_gateway"].append((nxt.duration_s - model[i]) * 1000)
     return out
 
 

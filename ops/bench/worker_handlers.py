@@ -8,6 +8,8 @@ import time
 from datetime import timedelta
 from functools import partial
 
+from agents_stats import step_prompt
+
 from awooop.worker.context import RunContext
 
 
@@ -48,7 +50,7 @@ async def agent_steps(run: RunContext) -> dict[str, float]:
 
 
 async def _think(run: RunContext, i: int) -> str:
-    return (await run.llm(f"step {i}", max_tokens=5)).text
+    return (await run.llm(step_prompt(run.run_id, i), max_tokens=5)).text
 
 
 async def agent_llm_steps(run: RunContext) -> dict[str, float]:
@@ -57,7 +59,7 @@ async def agent_llm_steps(run: RunContext) -> dict[str, float]:
     started = time.time()
     steps = int(run.input.get("steps", 1)) if isinstance(run.input, dict) else 1
     for i in range(steps):
-        await run.llm_step(f"s{i}", f"step {i}", max_tokens=5)
+        await run.llm_step(f"s{i}", step_prompt(run.run_id, i), max_tokens=5)
     return {"steps": steps, "started": started}
 
 
@@ -105,4 +107,4 @@ async def _agent_step(run: RunContext, i: int, options: dict[str, object]) -> No
     if options.get("api") == "step":
         await run.step(f"s{i}", partial(_think, run, i))
     else:
-        await run.llm_step(f"s{i}", f"step {i}", max_tokens=5)
+        await run.llm_step(f"s{i}", step_prompt(run.run_id, i), max_tokens=5)

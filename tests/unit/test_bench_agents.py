@@ -57,6 +57,24 @@ def test_step_overhead_is_the_time_between_answers_less_the_call(m: ModuleType) 
     assert sorted(round(v, 6) for v in gaps["gateway_extra"]) == [2.0, 10.0, 30.0]
 
 
+def test_with_jitter_each_call_has_its_prompts_model_time(m: ModuleType) -> None:
+    from awooop.llm.local import jitter_share
+
+    model = [1.0 + 0.5 * jitter_share(m.step_prompt("r", i)) for i in range(2)]
+    first = m.Call("r", 0.0, model[0] + 0.004)  # answered 4 ms after its model
+    second = m.Call("r", first.answered + 0.030, model[1] + 0.002)  # called 30 ms later
+    gaps = m.step_overheads([second, first], 1.0, None, 0.5)
+    assert [round(v, 6) for v in gaps["overhead"]] == [32.0]
+    assert [round(v, 6) for v in gaps["between_calls"]] == [30.0]
+    assert [round(v, 6) for v in gaps["in_gateway"]] == [2.0]
+    assert sorted(round(v, 6) for v in gaps["gateway_extra"]) == [2.0, 4.0]
+    shape = m.plan(None, {"jitter_s": 0.5, "runs": 100, "concurrency": 10, "steps": 2})["custom"]
+    assert (shape.jitter_ms, shape.mean_call_s) == (500, 1.25)
+    assert shape.ideal_s == 100 * 2 * 1.25 / 10
+    with pytest.raises(ValueError):  # noqa: PT011
+        m.plan(None, {"jitter_s": -1.0})
+
+
 def test_run_edges_and_repeats(m: ModuleType) -> None:
     calls = [m.Call("r", 10.1, 1.0), m.Call("r", 11.2, 1.0)]
     edges = m.run_edges({"r": 10.0}, {"r": 10.04}, calls, {"r": 12.25})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -9,7 +10,7 @@ import pytest
 
 from awooop.core.errors import ConfigError
 from awooop.llm.gateway import build_request
-from awooop.llm.local import LocalModel, local_completion, parse_delay_ms
+from awooop.llm.local import LocalModel, jitter_share, local_completion, parse_delay_ms
 from awooop.llm.models import build_client
 from awooop.llm.ollama import OllamaClient, chat_payload, generate_payload
 from awooop.revisions.effective import EffectivePolicy
@@ -73,6 +74,28 @@ def test_local_urls() -> None:
         parse_delay_ms("local:?delay_ms=soon")
     with pytest.raises(ConfigError):
         parse_delay_ms("local:?delay_ms=-1")
+
+
+def test_a_prompt_sets_its_share_of_the_jitter() -> None:
+    shares = [jitter_share(f"step 0 of run {n}") for n in range(2000)]
+    assert shares[0] == jitter_share("step 0 of run 0")  # the same prompt, the same wait
+    assert all(0 <= s < 1 for s in shares)
+    assert len(set(shares)) == len(shares)
+    assert [sum(1 for s in shares if k / 4 <= s < (k + 1) / 4) for k in range(4)] == [
+        pytest.approx(500, abs=100)
+    ] * 4  # spread evenly
+
+
+async def test_the_local_model_waits_its_delay_and_the_prompts_share_of_the_jitter() -> None:
+    model = LocalModel("local:?delay_ms=10&jitter_ms=40")
+    assert (model.delay_s, model.jitter_s) == (0.01, 0.04)
+    prompt = min((f"p{n}" for n in range(50)), key=lambda p: abs(jitter_share(p) - 0.9))
+    request = build_request(policy({"model": "m"}), prompt, {}, "f")
+    started = time.monotonic()
+    await model.generate(request)
+    assert time.monotonic() - started >= 0.01 + 0.04 * jitter_share(prompt) > 0.04
+    with pytest.raises(ConfigError):
+        LocalModel("local:?jitter_ms=-5")
 
 
 async def test_the_factory_picks_the_client_by_url() -> None:
