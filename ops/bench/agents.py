@@ -77,7 +77,7 @@ from the commit until every run is COMPLETED, FAILED or CANCELLED:
 
 ``--profile`` attaches ``py-spy record --nonblocking`` (if installed: ``pip install py-spy``)
 to each worker for the burst and splits the worker's CPU per step by where it went
-(``agents_stats.profile_split``). The runtime has no profiling hook of its own (no cProfile
+(``agents_profile.profile_split``). The runtime has no profiling hook of its own (no cProfile
 switch in its environment), so without py-spy the profile is skipped with a note. The other
 figures of a profiled run carry py-spy's sampling cost.
 """

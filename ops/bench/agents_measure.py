@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import agents_profile
 import agents_stats as stats
 import agents_waits as waits
 import cost_measure as measure
@@ -357,5 +358,5 @@ def finish(result: dict[str, Any], shape: stats.Shape) -> dict[str, Any]:
     raw = result.pop("profile_raw")
     if raw:
         worker_ms = summary["worker_cpu_ms_per_step"] or 0.0
-        result["profile"] = stats.profile_split(stats.parse_raw(raw), worker_ms)
+        result["profile"] = agents_profile.profile_split(agents_profile.parse_raw(raw), worker_ms)
     return result

@@ -1,7 +1,7 @@
 """The pure parts of the agents benchmark (ops/bench/agents_stats.py): the shapes, the ideal
 wall time, the step overhead from the journal's calls (a wait's pair apart), the edges of a run
 (of its last attempt when it waited), per-step figures, memory per run in flight, the targets
-and the profile's split. The benchmark itself is a manual run."""
+and the profile's split (ops/bench/agents_profile.py). The benchmark itself is a manual run."""
 
 from __future__ import annotations
 
@@ -151,7 +151,12 @@ def test_postgres_roles_keep_the_benchmark_database_apart(m: ModuleType) -> None
     assert m.postgres_role("postgres: autovacuum worker agents_1", "agents_1") == "postgres_other"
 
 
-def test_profile_split_scales_samples_to_the_measured_cpu(m: ModuleType) -> None:
+@pytest.fixture(scope="module")
+def profile() -> ModuleType:
+    return load_script("ops/bench/agents_profile.py", "agents_profile")
+
+
+def test_profile_split_scales_samples_to_the_measured_cpu(profile: ModuleType) -> None:
     loop = "<module> (awooop/cli.py:9);run (asyncio/runners.py:190)"
     step = f"{loop};RunContext.step (awooop/worker/context.py:170)"
     raw = "\n".join(
@@ -162,9 +167,9 @@ def test_profile_split_scales_samples_to_the_measured_cpu(m: ModuleType) -> None
             "not a sample line",
         ]
     )
-    stacks = m.parse_raw(raw)
+    stacks = profile.parse_raw(raw)
     assert sum(stacks.values()) == 10
-    split = m.profile_split(stacks, 0.5)
+    split = profile.profile_split(stacks, 0.5)
     assert split["samples"] == 10
     assert split["by_runtime_module"][0] == {
         "where": "awooop/worker/context.py",
@@ -174,4 +179,4 @@ def test_profile_split_scales_samples_to_the_measured_cpu(m: ModuleType) -> None
     assert split["by_runtime_module"][1]["where"] == "outside the runtime"  # the loop's own
     assert split["by_leaf"][0]["where"] == "asyncpg"
     assert split["top_self"][0]["where"] == "Connection.execute (asyncpg/connection.py)"
-    assert m.profile_split({}, 1.0) == {"samples": 0}
+    assert profile.profile_split({}, 1.0) == {"samples": 0}
