@@ -201,6 +201,7 @@ async def measure_shape(
         reviewer = Reviewer(stack.url) if agent.reviewer else None
         try:
             await warm_up(stack, producer, args, reviewer)
+            await stack.value("SELECT pg_stat_statements_reset()::text")
             xact0, at0 = await stack.xacts()
             idle_rss = [proc_status(p, "VmRSS") or 0 for p in stack.workers]
             if not all(reset_peak(p) for p in stack.workers):
@@ -229,6 +230,7 @@ async def measure_shape(
         xact1, at1 = await stack.xacts()
         await asyncio.sleep(args.settle)
         xact2, at2 = await stack.xacts()
+        statements = await stack.statements(shape.runs * shape.steps)
         log = await journal(stack, mark, window["ids"])
         await asyncio.to_thread(stack.procs.stop_all)
         replay = await asyncio.to_thread(verify, stack)
@@ -243,6 +245,7 @@ async def measure_shape(
             "sampled_max_kb": window["rss_sampled_max"],
         },
         "xact": {"xact0": xact0, "xact1": xact1, "xact2": xact2, "at": [at0, at1, at2]},
+        "statements": statements,
     }
 
 
@@ -334,7 +337,7 @@ def figures(
 def finish(result: dict[str, Any], shape: stats.Shape) -> dict[str, Any]:
     """The figures that need the whole measurement: RSS per run in flight, transactions per
     step, the targets and the profile's split."""
-    rss, xact = result.pop("rss"), result.pop("xact")
+    rss, xact, statements = result.pop("rss"), result.pop("xact"), result.pop("statements")
     summary = result["summary"]
     summary["rss_kb_per_in_flight"] = stats.rss_per_in_flight_kb(
         rss["idle_kb"], rss["peak_kb"], shape.concurrency
@@ -352,6 +355,7 @@ def finish(result: dict[str, Any], shape: stats.Shape) -> dict[str, Any]:
     result["postgres"] = {
         "xact_commit_per_step": per_step,
         "idle_xact_commit_per_s": round(idle_per_s, 2),
+        "statements": statements,
     }
     result["rss"] = rss
     result["targets"] = stats.targets(summary, shape.concurrency)

@@ -82,6 +82,7 @@ class AgentStack:
         if done.returncode != 0:
             raise RuntimeError(f"migrate failed: {done.stderr[-2000:]}")
         self.conn = await asyncpg.connect(self.url)
+        await self.value("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")  # Servers loads it
         self.pids[await self.conn.fetchval("SELECT pg_backend_pid()")] = "bench"
         assert self.servers.redis.process is not None
         self.pids[self.servers.redis.process.pid] = "redis"
@@ -137,6 +138,45 @@ class AgentStack:
             ended = sum(statuses.get(s, 0) for s in TERMINAL)
         if ended < count:
             raise RuntimeError(f"{ended} of {count} runs ended in {within_s} s")
+
+    async def statements(self, steps: int) -> dict[str, Any]:
+        """Statements per step of the runtime (``pg_stat_statements`` of the database, the
+        benchmark's own left out) and the most called ones: which statements a step costs."""
+        rows = await self.fetch(
+            "SELECT query, calls, total_exec_time, total_plan_time, plans "
+            "FROM pg_stat_statements s "
+            "JOIN pg_database d ON d.oid = s.dbid "
+            "WHERE d.datname = current_database() AND s.query NOT LIKE $1 AND s.calls > 0 "
+            "ORDER BY calls DESC",
+            f"%{MARK}%",
+        )
+        updates = await self.fetch(
+            "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE relname IN ('awooop_run_state', 'awooop_event_streams') ORDER BY relname"
+        )
+        return {
+            "per_step": round(sum(r["calls"] for r in rows) / steps, 3),
+            # Row updates per step and the share of them that were HOT (no index entries):
+            # counted since the database was made, the warm-up included.
+            "row_updates": {
+                r["relname"]: {
+                    "per_step": round(r["n_tup_upd"] / steps, 3),
+                    "hot_share": round(r["n_tup_hot_upd"] / max(1, r["n_tup_upd"]), 3),
+                }
+                for r in updates
+            },
+            "exec_ms_per_step": round(sum(r["total_exec_time"] for r in rows) / steps, 4),
+            "most_called": [
+                {
+                    "calls_per_step": round(r["calls"] / steps, 3),
+                    "mean_exec_ms": round(r["total_exec_time"] / r["calls"], 3),
+                    "plans_per_call": round(r["plans"] / r["calls"], 3),
+                    "mean_plan_ms": round(r["total_plan_time"] / max(1, r["plans"]), 3),
+                    "query": " ".join(r["query"].split())[:100],
+                }
+                for r in rows[:8]
+            ],
+        }
 
     async def xacts(self) -> tuple[int, float]:
         """(committed transactions of the benchmark database less the benchmark's own, when
