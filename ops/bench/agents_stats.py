@@ -12,8 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from awooop.llm.local import jitter_share
-
 
 @dataclass(frozen=True)
 class Shape:
@@ -49,6 +47,14 @@ class Shape:
     def ideal_s(self) -> float:
         """Every slot busy with model calls from the first instant to the last."""
         return self.runs * self.steps * self.mean_call_s / self.concurrency
+
+
+def _share(run: str, i: int) -> float:
+    # Imported here: the handlers import this module in every checkout a benchmark runs,
+    # older ones too, whose local model may have no jitter.
+    from awooop.llm.local import jitter_share
+
+    return jitter_share(step_prompt(run, i))
 
 
 def step_prompt(run: object, i: int) -> str:
@@ -161,7 +167,7 @@ def step_overheads(
     for run, mine in by_run.items():
         mine.sort(key=lambda c: c.started)
         began = waits.get(run, ()) if waits is not None else ()
-        model = [call_s + jitter_s * jitter_share(step_prompt(run, i)) for i in range(len(mine))]
+        model = [call_s + jitter_s * _share(run, i) for i in range(len(mine))]
         extra = ((c.duration_s - m) * 1000 for c, m in zip(mine, model, strict=True))
         out["gateway_extra"].extend(extra)
         for i, (prev, nxt) in enumerate(itertools.pairwise(mine), start=1):
