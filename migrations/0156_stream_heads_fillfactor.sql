@@ -1,0 +1,18 @@
+-- awooop: online
+-- phase: expand
+--
+-- Room on each page of awooop_event_streams for the versions of the heads inserted there.
+--
+-- A run's stream head is inserted once (ingest) and moved by every write of the run (claim,
+-- each step's journal, the completion: about five times a run). Only stream_id is indexed, so
+-- each move can be a HOT update (no new index entry, the new version on the same page), but
+-- only when the page has room: packed full (fillfactor 100), half of the moves were not HOT
+-- (ops/bench/agents.py, row_updates.awooop_event_streams.hot_share 0.48 at 1,000 runs in
+-- flight), each one a new entry in the primary key for vacuum to remove and a version on a
+-- page the free space map offers (migration 0113 says what that costs in a grown table). With
+-- 30 % of each page left to moves, as awooop_run_state has, 84 % of them are HOT (80 %
+-- fill: 73 %); the table takes that much more room.
+--
+-- A catalogue change (SHARE UPDATE EXCLUSIVE: writes go on); applies to pages filled from now
+-- on, the heads already there stay where they are.
+ALTER TABLE awooop_event_streams SET (fillfactor = 70);
