@@ -228,6 +228,11 @@ async def test_the_database_holds_every_name_to_the_rule_python_checks(db: Datab
                 "SELECT awooop_stream_of_project($1, $2)", stream_id, project_id
             )
             assert answer is allowed, (stream_id, project_id)
+        # Stored parsed (migration 0157): the CHECKs inline it without parsing it again.
+        parsed = await conn.fetchval(
+            "SELECT prosqlbody IS NOT NULL FROM pg_proc WHERE proname = 'awooop_stream_of_project'"
+        )
+        assert parsed is True
 
 
 @pytest.mark.parametrize("role", ["app", "platform"])
