@@ -7,10 +7,11 @@ STAMP   := $(VENV)/.installed
 # projections/, which mypy and lint-imports follow and compileall does not (SOURCES).
 PACKAGES := awooop
 SOURCES  := awooop streams projections
-# Four test processes on two cores: the suite mostly waits (servers, subprocesses, leases
-# running out), and each test has its own database and Redis key prefix; the four share a budget
-# of the server's free connections (tests/support/budget.py). PYTEST_ARGS='-n 0' runs it in one.
-PYTEST_ARGS ?= -n 4
+# Six test processes on two cores: the suite mostly waits (servers, subprocesses, leases
+# running out; four processes kept the cores 44 % busy), and each test has its own database and
+# Redis key prefix; the six share a budget of the server's free connections
+# (tests/support/budget.py). PYTEST_ARGS='-n 0' runs it in one.
+PYTEST_ARGS ?= -n 6
 
 .PHONY: install bytecode test-deps services lint test demo bench clean
 
