@@ -205,7 +205,10 @@ async def test_a_redis_loss_while_a_transaction_is_held_open_redispatches_what_w
             timeout_s=60,
             what="the PENDING runs published ahead sent again by the shard's rebuild",
         )
-        assert await redis.get(keys.epoch(shard)) is not None
+        # The rebuild writes the new epoch last, once its entries are sent: wait for it.
+        await eventually(
+            lambda: redis.get(keys.epoch(shard)), timeout_s=60, what="the rebuild's new epoch"
+        )
         assert held.conn.is_in_transaction()
         await held.commit()
 
