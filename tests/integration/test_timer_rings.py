@@ -17,8 +17,8 @@ from awooop.core.loops import LoopContext
 from awooop.loops import timers as timers_loop
 from awooop.loops.timers import CHANNEL
 from awooop.services import Services
-from tests.integration.test_timer_wakeup import until
 from tests.support.sleepers import sleepers
+from tests.support.waiting import eventually
 
 P = "proj-timer-rings"
 Q = "proj-timer-rings-other"
@@ -78,7 +78,7 @@ async def test_the_loop_fires_a_wait_that_did_not_ring_at_its_due_time(
         deadline = time.monotonic() + 60.0  # a tenth of the poll interval
         while await open_waits(services.db):
             assert time.monotonic() < deadline, "the loop waited for its poll"
-            await until(ctx.wakeup.is_set, timeout_s=60.0)
+            await eventually(ctx.wakeup.is_set, what="the loop's wake", timeout_s=60.0)
             ctx.wakeup.clear()
             await spec.body(ctx)
         assert len(heard) == 1, heard  # the second wait rang nothing
