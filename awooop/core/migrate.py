@@ -4,8 +4,10 @@
 - a session advisory lock makes concurrent migrators take turns: the second one finds
   everything applied and does nothing;
 - each file runs in its own transaction together with its record in
-  ``awooop_schema_migrations`` (name, raw and normalised checksums, applied_at), but an
-  online migration (marked ``-- awooop: online`` at its top) runs as short steps and is then
+  ``awooop_schema_migrations`` (name, raw and normalised checksums, applied_at), waiting at
+  most a fraction of a second for each lock and tried again whole when it times out or meets
+  a deadlock (so the migrator, not a running process, gives way in a lock cycle); an online
+  migration (marked ``-- awooop: online`` at its top) runs as short steps and is then
   recorded (awooop/core/online_plan.py);
 - an applied file whose recorded checksum is not that of a released version of it
   (awooop/core/migration_checksums.py) stops everything with E-MIGRATE-001;
@@ -47,7 +49,7 @@ from awooop.core.migration_checksums import (
     unreleased_message,
 )
 from awooop.core.migration_phases import Plan, Step, plan, step_of
-from awooop.core.online_migrations import apply_online, forget_steps
+from awooop.core.online_migrations import apply_online, apply_whole, forget_steps
 from awooop.core.online_plan import is_online
 from awooop.core.pools import connect
 from awooop.core.processes import live_processes
@@ -258,15 +260,14 @@ async def _apply(conn: Connection, pending: list[Migration]) -> list[str]:
     for m in pending:
         if not done and not await conn.fetchval(NORMALISED_EXISTS):
             await conn.execute(ADD_NORMALISED)
-        online = is_online(m.sql)
-        if online:  # short steps of their own, before the record (online_migrations.py)
+        record = (INSERT_APPLIED, m.name, raw_checksum(m.sql), m.checksum)
+        if is_online(m.sql):  # short steps of their own, before the record
             await apply_online(conn, m.name, m.sql)
-        async with conn.transaction():
-            if online:
+            async with conn.transaction():
                 await forget_steps(conn, m.name)
-            else:
-                await conn.execute(m.sql)
-            await conn.execute(INSERT_APPLIED, m.name, raw_checksum(m.sql), m.checksum)
+                await conn.execute(*record)
+        else:
+            await apply_whole(conn, m.name, m.sql, record)
         log.info("migration_applied", migration=m.name)
         done.append(m.name)
     return done

@@ -29,6 +29,7 @@ from awooop.core.errors import ConfigError, OnlineMigrationBlockedError
 from awooop.core.logs import get_logger
 from awooop.core.migration_checksums import normalised_checksum
 from awooop.core.online_plan import (
+    WHOLE_FILE_LOCK_TIMEOUT_S,
     Kind,
     Policy,
     Progress,
@@ -91,6 +92,18 @@ async def apply_online(
     file (and calls :func:`forget_steps` in the same transaction)."""
     runner = _Runner(conn, name, policy or Policy())
     await runner.run(plan(name, sql))
+    return runner.report
+
+
+async def apply_whole(
+    conn: Connection, name: str, sql: str, record: tuple[Any, ...], policy: Policy | None = None
+) -> OnlineReport:
+    """A file that is not online: all of it and ``record`` (a statement and its arguments) in
+    one transaction under a short lock_timeout (WHOLE_FILE_LOCK_TIMEOUT_S), tried again whole
+    after a lock timeout or a deadlock, so that a lock cycle with a runtime transaction ends
+    with the migrator giving way, never with the runtime's statement failing."""
+    runner = _Runner(conn, name, policy or Policy(lock_timeout_s=WHOLE_FILE_LOCK_TIMEOUT_S))
+    await runner._in_transaction(sql, "the whole file", statement_timeout_s=0.0, also=record)
     return runner.report
 
 
@@ -320,18 +333,19 @@ class _Runner:
                     await on_failure()
                 delay = retry_delay(attempt, self.policy, random.random())
                 step = self.step.number if self.step else 0
+                part = f"online migration {self.name}, step {step}" if step else self.name
                 if delay is None:
                     raise OnlineMigrationBlockedError(
-                        f"online migration {self.name}, step {step} ({what}): not done after "
-                        f"{attempt} attempts, the last failing with {exc.__class__.__name__}: "
-                        f"{exc}. A transaction holds what it needs (see pg_locks and "
-                        "pg_stat_activity). Nothing of this step was kept; the steps before it "
-                        "stay done, and `awooop migrate` run again continues from this one"
+                        f"{part} ({what}): not done after {attempt} attempts, the last failing "
+                        f"with {exc.__class__.__name__}: {exc}. A transaction holds what it "
+                        "needs (see pg_locks and pg_stat_activity). Nothing of it was kept; "
+                        "what came before stays done, and `awooop migrate` run again "
+                        "continues from here"
                     ) from exc
                 self.report.retries += 1
                 self.report.retry_errors.append(exc.__class__.__name__)
                 log.warning(
-                    "online_migration_retry",
+                    "online_migration_retry" if step else "migration_retry",
                     migration=self.name,
                     step=step,
                     what=what,

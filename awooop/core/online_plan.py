@@ -190,6 +190,13 @@ def partition_index_name(index: str, parent: str, partition: str) -> str:
 # --- how hard to push ------------------------------------------------------------------------
 
 
+# A file that is not online runs whole in one transaction (awooop.core.migrate), holding each
+# lock it took until it commits. Waiting at most this long for the next one, well below the
+# server's deadlock_timeout (1 s by default), makes the migrator the side that gives way in a
+# lock cycle with a runtime transaction: the other side's deadlock check never fires.
+WHOLE_FILE_LOCK_TIMEOUT_S = 0.2
+
+
 @dataclass(frozen=True)
 class Policy:
     lock_timeout_s: float = 1.0  # the longest a step waits for a lock (and so blocks others)

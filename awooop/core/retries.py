@@ -24,9 +24,13 @@ from awooop.core.errors import (
 
 T = TypeVar("T")
 
-RETRYABLE_PG_ERRORS: tuple[type[BaseException], ...] = (
+# Postgres ending a transaction that met another: a serialisation failure or a lock cycle.
+CONFLICT_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.SerializationError,
     asyncpg.DeadlockDetectedError,
+)
+RETRYABLE_PG_ERRORS: tuple[type[BaseException], ...] = (
+    *CONFLICT_ERRORS,
     StreamOrderConflictError,
 )
 # Postgres being away or full, in every form it takes: refused or reset (OSError), no answer
@@ -110,6 +114,21 @@ def unavailable_on_connection_errors(what: str) -> Iterator[None]:
         if refused_by_policy(exc):
             raise
         raise unavailable(exc, what) from exc
+
+
+@contextlib.contextmanager
+def unavailable_on_store_errors(what: str) -> Iterator[None]:
+    """:func:`unavailable_on_connection_errors`, and a conflict that outlasted its retries
+    (:data:`CONFLICT_ERRORS`) as DatabaseBusyError (E-DB-003): for the runtime's own calls a
+    handler makes (a journal write, a model-call record, a wait), whose transaction can meet
+    a migrator's or a reaper's in a lock cycle. That is the store being busy, not the run
+    failing: the worker gives the attempt back (awooop.worker.outcomes). A producer's caller,
+    who owns the transaction, gets Postgres' own error instead (documented there)."""
+    try:
+        with unavailable_on_connection_errors(what):
+            yield
+    except CONFLICT_ERRORS as exc:
+        raise DatabaseBusyError(f"{what}: {exc!r}") from exc
 
 
 async def retry_transaction(

@@ -51,7 +51,7 @@ from awooop.core.db import Connection, Database
 from awooop.core.errors import FlowWaitTooLongError, OverBudgetError, PriceNotFoundError
 from awooop.core.events import Event
 from awooop.core.logs import get_logger
-from awooop.core.retries import unavailable_on_connection_errors
+from awooop.core.retries import unavailable_on_store_errors
 from awooop.eventlog import queries
 from awooop.llm import flow_cache
 from awooop.llm.calls import called_event
@@ -376,7 +376,7 @@ class FlowGate:
             await leases.fenced_record(conn, self.run_id, worker_id, attempt, events, metadata)
             await self.settle(conn, ticket, charged)
 
-        with unavailable_on_connection_errors("the model call record failed"):
+        with unavailable_on_store_errors("the model call record failed"):
             await self._tx(write)
 
     async def settle(self, conn: Connection, ticket: Ticket, charged: dict[str, int]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from awooop.core.db import Database
 from awooop.core.events import Event, StepCompleted
-from awooop.core.retries import unavailable_on_connection_errors
+from awooop.core.retries import unavailable_on_store_errors
 from awooop.eventlog.state import RunState
 from awooop.runs import approvals, leases
 from awooop.runs.approvals import ApprovalTicket
@@ -90,7 +90,7 @@ async def decide_or_ask(
         )
 
     try:
-        with unavailable_on_connection_errors("the approval request failed"):
+        with unavailable_on_store_errors("the approval request failed"):
             outcome = await db.in_tenant(attempt.project_id, in_transaction, timeout_s=io_timeout_s)
     except BaseException:
         attempt.finishing = False

@@ -41,7 +41,7 @@ from awooop.core.errors import (
     PayloadTooLargeError,
 )
 from awooop.core.events import StepCompleted
-from awooop.core.retries import unavailable_on_connection_errors
+from awooop.core.retries import unavailable_on_store_errors
 from awooop.core.telemetry import tracer
 from awooop.eventlog import child_waits
 from awooop.eventlog.child_state import (
@@ -131,7 +131,7 @@ class ChildRuns(AttemptWaits):
             async def write(conn: Connection) -> ChildHandle:
                 return await self._create(conn, contract, value, key, cancel_with_parent, meta)
 
-            with unavailable_on_connection_errors("the child run could not be written"):
+            with unavailable_on_store_errors("the child run could not be written"):
                 handle: ChildHandle = await self._db.in_tenant(
                     attempt.project_id, write, timeout_s=self._io_timeout_s
                 )
@@ -244,7 +244,7 @@ class ChildRuns(AttemptWaits):
         if not ids:
             return decoded(journaled)
         attempt = self._attempt
-        with unavailable_on_connection_errors("the children's results could not be read"):
+        with unavailable_on_store_errors("the children's results could not be read"):
             stored: dict[uuid.UUID, Any] = await self._db.in_tenant(
                 attempt.project_id,
                 lambda conn: child_waits.results(conn, attempt.run_id, ids),
@@ -263,7 +263,7 @@ class ChildRuns(AttemptWaits):
         """:func:`awooop.runs.children.start_wait` in a tenant transaction: the outcomes when
         enough children have finished (journaled), else None (the run waits)."""
         attempt = self._attempt
-        with unavailable_on_connection_errors("the wait could not be written"):
+        with unavailable_on_store_errors("the wait could not be written"):
             found: list[ChildResult] | None = await self._db.in_tenant(
                 attempt.project_id,
                 lambda conn: children.start_wait(

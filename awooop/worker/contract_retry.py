@@ -40,7 +40,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 from awooop.core.db import Database
 from awooop.core.errors import InvalidContractBodyError
 from awooop.core.logs import get_logger
-from awooop.core.retries import unavailable_on_connection_errors
+from awooop.core.retries import unavailable_on_store_errors
 from awooop.eventlog.state import RunState
 from awooop.ingest.ingest_write import DEFAULT_CONTRACT  # a run that names none: as ingest reads
 from awooop.revisions.body import AGENT_FAMILY
@@ -134,14 +134,14 @@ class ContractRetry:
             cache = bodies
 
             async def cached() -> Any:
-                with unavailable_on_connection_errors("reading the run's contract failed"):
+                with unavailable_on_store_errors("reading the run's contract failed"):
                     body = await cache.contract_body(project_id, AGENT_FAMILY, contract_id)
                 return body.get(SECTION) if isinstance(body, dict) else None
 
             return cls(cached, also=((AGENT_FAMILY, contract_id),))
 
         async def read() -> Any:
-            with unavailable_on_connection_errors("reading the run's contract failed"):
+            with unavailable_on_store_errors("reading the run's contract failed"):
                 _, section = await db.in_tenant(
                     project_id,
                     lambda conn: active_field(conn, project_id, AGENT_FAMILY, contract_id, SECTION),

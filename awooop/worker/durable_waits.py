@@ -25,7 +25,7 @@ from typing import Any
 from awooop.core import metrics
 from awooop.core.db import Database
 from awooop.core.errors import EventWaitTimeoutError, InvalidInputError
-from awooop.core.retries import unavailable_on_connection_errors
+from awooop.core.retries import unavailable_on_store_errors
 from awooop.eventlog.wait_state import SIGNAL, TIMEOUT, due_of, ended
 from awooop.runs import leases, signals
 from awooop.worker.approval_waits import Suspended
@@ -193,7 +193,7 @@ class DurableWaits(AttemptWaits):
         finishing (its lease is released with the write)."""
         self._attempt.finishing = True
         try:
-            with unavailable_on_connection_errors("the wait could not be written"):
+            with unavailable_on_store_errors("the wait could not be written"):
                 return await self._db.in_tenant(
                     self._attempt.project_id, write, timeout_s=self._io_timeout_s
                 )

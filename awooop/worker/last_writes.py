@@ -39,7 +39,7 @@ from awooop.core.errors import AwoooPError, LeaseLostError, UnstorableValueError
 from awooop.core.events import Event, LeaseReleased, RunCompleted, RunFailed
 from awooop.core.excerpts import failure_traceback
 from awooop.core.logs import get_logger
-from awooop.core.retries import unavailable_on_connection_errors
+from awooop.core.retries import unavailable_on_store_errors
 from awooop.core.storable import unstorable
 from awooop.eventlog.state import RunState
 from awooop.runs import leases
@@ -122,13 +122,13 @@ class LastWrites:
         """A fenced write, batched with the other attempts' writes of the project (group
         commit): the run's new state, or None for journal events the one-statement journal
         wrote; raises E-RUN-002 when the attempt no longer holds its lease."""
-        with unavailable_on_connection_errors("a fenced write failed"):
+        with unavailable_on_store_errors("a fenced write failed"):
             return await self.writes.submit(project_id, write, unique=write.run_id)
 
     async def sleep(self, project_id: str, sleep: leases.Sleep) -> RunState:
         """A sleep's ``WaitStarted``, batched with the other attempts' sleeps of the project:
         the run's new state; raises E-RUN-002 when the attempt no longer holds its lease."""
-        with unavailable_on_connection_errors("a fenced write failed"):
+        with unavailable_on_store_errors("a fenced write failed"):
             return await self.sleeps.submit(project_id, sleep, unique=sleep.run_id)
 
     async def release(
@@ -240,7 +240,7 @@ class LastWrites:
         """A child run's end, in a transaction of its own (not a group commit): it locks the
         child's row, then its parent's (awooop.eventlog.child_waits), and a group commit holding
         other runs' rows, a parent's among them, could wait for another in a cycle."""
-        with unavailable_on_connection_errors("a fenced write failed"):
+        with unavailable_on_store_errors("a fenced write failed"):
             [written] = await self.statements.fenced_record_many([write])
         if isinstance(written, BaseException):
             raise written

@@ -39,7 +39,7 @@ from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError, UnstorableValueError
 from awooop.core.logs import get_logger
-from awooop.core.retries import unavailable_on_connection_errors
+from awooop.core.retries import unavailable_on_store_errors
 from awooop.core.storable import problem
 from awooop.runs import output_log
 from awooop.runs.output_rules import Coalescer, fit, utf8_len
@@ -228,7 +228,7 @@ class OutputBuffer:
 
     async def _append(self, text: str, *, truncated: bool) -> output_log.Appended:
         a = self.attempt
-        with unavailable_on_connection_errors("an output flush failed"):
+        with unavailable_on_store_errors("an output flush failed"):
             found = await self.db.in_run_statement(
                 lambda conn: output_log.append(
                     conn,

@@ -42,7 +42,7 @@ from typing import Any
 
 from awooop.core.db import Connection, Database
 from awooop.core.events import Event, StepCompleted, ToolResultReceived, ToolWaitStarted
-from awooop.core.retries import retry_transaction, unavailable_on_connection_errors
+from awooop.core.retries import retry_transaction, unavailable_on_store_errors
 from awooop.eventlog.state import RunState
 from awooop.runs import concurrency, leases
 from awooop.worker.attempts import trace_metadata
@@ -254,7 +254,7 @@ class ToolWaits:
             return True
 
         try:
-            with unavailable_on_connection_errors("the tool result write failed"):
+            with unavailable_on_store_errors("the tool result write failed"):
                 # A deadlock (a reaper's claim holding the key's lock while it waits for this
                 # row, in the instant the lease runs out) rolls back and is tried again.
                 admitted = await retry_transaction(

@@ -11,7 +11,9 @@ from awooop.core.retries import (
     refused_by_policy,
     unavailable,
     unavailable_on_connection_errors,
+    unavailable_on_store_errors,
 )
+from awooop.worker.outcomes import infrastructure_failure
 
 RLS = 'new row violates row-level security policy for table "awooop_events"'
 
@@ -45,3 +47,21 @@ def test_a_row_level_security_refusal_is_not_an_outage() -> None:
         raise policy
     with pytest.raises(DatabaseRefusedError), unavailable_on_connection_errors("w"):
         raise asyncpg.InsufficientPrivilegeError("permission denied for table awooop_events")
+
+
+@pytest.mark.parametrize(
+    "conflict",
+    [asyncpg.DeadlockDetectedError("deadlock detected"), asyncpg.SerializationError("could not")],
+)
+def test_a_conflict_past_its_retries_is_the_store_busy_for_a_runtime_call_only(
+    conflict: BaseException,
+) -> None:
+    """A handler's runtime call gives the attempt back (E-DB-003); a producer's caller, who
+    owns the transaction and retries it, gets Postgres' own error."""
+    with pytest.raises(DatabaseBusyError) as busy, unavailable_on_store_errors("a journal write"):
+        raise conflict
+    assert busy.value.__cause__ is conflict and infrastructure_failure(busy.value)
+    with pytest.raises(type(conflict)), unavailable_on_connection_errors("the producer's write"):
+        raise conflict
+    with pytest.raises(DatabaseUnavailableError), unavailable_on_store_errors("a journal write"):
+        raise ConnectionResetError()

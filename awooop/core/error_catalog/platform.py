@@ -44,9 +44,9 @@ class MigrationPhaseError(AwoooPError):
 
 
 class OnlineMigrationBlockedError(AwoooPError):
-    """A step of an online migration could not take its locks within lock_timeout, however
-    often it was retried: a long transaction holds them. What completed stays done; running
-    `awooop migrate` again continues from the step that failed."""
+    """A migration file (or a step of an online one) could not take its locks within
+    lock_timeout, however often it was retried: a long transaction holds them. What completed
+    stays done; running `awooop migrate` again continues from the file or step that failed."""
 
     code = "E-MIGRATE-006"
 
