@@ -95,11 +95,12 @@ def refused_by_policy(exc: BaseException) -> bool:
 
 
 def unavailable(exc: BaseException, what: str) -> DatabaseUnavailableError:
-    """The catalog error for ``exc`` of :data:`CONNECTION_ERRORS`: refused (E-DB-002), no answer
-    in time (E-DB-003), or away (E-DB-001)."""
+    """The catalog error for ``exc`` of :data:`CONNECTION_ERRORS` or :data:`CONFLICT_ERRORS`:
+    refused (E-DB-002), no answer in time or in another transaction's way past every retry
+    (E-DB-003), or away (E-DB-001)."""
     if isinstance(exc, REFUSAL_ERRORS) and not isinstance(exc, asyncpg.TooManyConnectionsError):
         return DatabaseRefusedError(f"{what}: {exc!r}")
-    if isinstance(exc, SLOW_ERRORS):
+    if isinstance(exc, SLOW_ERRORS + CONFLICT_ERRORS):
         return DatabaseBusyError(f"{what}: {exc!r}")
     return DatabaseUnavailableError(f"{what}: {exc!r}")
 
@@ -128,7 +129,7 @@ def unavailable_on_store_errors(what: str) -> Iterator[None]:
         with unavailable_on_connection_errors(what):
             yield
     except CONFLICT_ERRORS as exc:
-        raise DatabaseBusyError(f"{what}: {exc!r}") from exc
+        raise unavailable(exc, what) from exc
 
 
 async def retry_transaction(

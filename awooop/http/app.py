@@ -29,7 +29,12 @@ from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
 from awooop.core.errors import AwoooPError, http_error_code
 from awooop.core.logs import get_logger
-from awooop.core.retries import CONNECTION_ERRORS, refused_by_policy, unavailable
+from awooop.core.retries import (
+    CONFLICT_ERRORS,
+    CONNECTION_ERRORS,
+    refused_by_policy,
+    unavailable,
+)
 from awooop.http.capacity import RequestBounds
 from awooop.http.server import READ_TIMEOUT_MARK
 from awooop.services import Services
@@ -78,7 +83,8 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> Response:
-    """The database away, refusing or too slow, wherever a route met it: a typed 503 with
+    """The database away, refusing or too slow (a deadlock or a serialisation failure that
+    outlasted the route's retries included), wherever a route met it: a typed 503 with
     Retry-After and one log line. Registered per class (not under ``Exception``, whose handler
     Starlette's error middleware follows with a re-raise and a traceback in the server log).
     A row-level security refusal is no outage but a bug: 500, logged with its traceback."""
@@ -132,7 +138,7 @@ def create_app(services: Services, **starlette_options: Any) -> Starlette:
             HTTPException: _http_error,
             # Returns no response: Starlette then sends nothing (typed as a Response handler).
             ClientDisconnect: cast(ExceptionHandler, _client_gone),
-            **dict.fromkeys(CONNECTION_ERRORS, _database_unavailable),
+            **dict.fromkeys(CONNECTION_ERRORS + CONFLICT_ERRORS, _database_unavailable),
             Exception: _unexpected,
         },
         middleware=[

@@ -27,9 +27,11 @@ from awooop.core.migrate import MIGRATIONS_DIR, migrate
 from awooop.core.online_plan import WHOLE_FILE_LOCK_TIMEOUT_S
 from awooop.worker.assembly import build_worker
 from tests.support import handlers
+from tests.support.ingest import COUNTED, ingest_app
 from tests.support.logcapture import capture_context_logs
 from tests.support.runs import create_runs, load
 from tests.support.waiting import eventually
+from tests.support.webhooks import fresh
 
 P = "proj-lock-cycles"
 FILE = "9101_lock_cycle.sql"
@@ -56,24 +58,32 @@ COLUMNS = """
 SELECT count(*) FROM information_schema.columns
 WHERE table_name IN ('cycle_a', 'cycle_b') AND column_name = 'note'
 """
-# Step two's journal write (its saga step added to the run's row) ends in a lock cycle for as
-# long as the flag table has a row, and so does every retry of it.
+# A lock cycle on demand, for as long as the flag table has a row: every statement that
+# fires the trigger, and so every retry of it, ends with Postgres' deadlock error (40P01).
 INJECTED_CYCLE = """
 CREATE TABLE cycle_flag (on_ boolean);
 INSERT INTO cycle_flag VALUES (true);
 GRANT SELECT ON cycle_flag TO PUBLIC;
-CREATE FUNCTION cycle_on_step_two() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION cycle_when_flagged() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.saga_steps ? 'two' AND NOT coalesce(OLD.saga_steps ? 'two', false)
-       AND EXISTS (SELECT 1 FROM cycle_flag) THEN
+    IF EXISTS (SELECT 1 FROM cycle_flag) THEN
         RAISE EXCEPTION 'deadlock detected (injected by the test)'
             USING ERRCODE = 'deadlock_detected';
     END IF;
     RETURN NEW;
 END
 $$;
-CREATE TRIGGER cycle_on_step_two BEFORE UPDATE ON awooop_run_state
-    FOR EACH ROW EXECUTE FUNCTION cycle_on_step_two();
+"""
+# Step two's journal write: the update that adds its saga step to the run's row.
+ON_STEP_TWO = """
+CREATE TRIGGER cycle_on_step_two BEFORE UPDATE ON awooop_run_state FOR EACH ROW
+    WHEN (NEW.saga_steps ? 'two' AND NOT coalesce(OLD.saga_steps ? 'two', false))
+    EXECUTE FUNCTION cycle_when_flagged();
+"""
+# A delivery's run row.
+ON_NEW_RUN = """
+CREATE TRIGGER cycle_on_new_run BEFORE INSERT ON awooop_run_state FOR EACH ROW
+    EXECUTE FUNCTION cycle_when_flagged();
 """
 
 
@@ -143,7 +153,7 @@ async def test_a_lock_cycle_past_every_retry_hands_the_attempt_back_uncharged(
     """Step two's journal write ends in a deadlock every time it is tried while the flag is
     set: the attempt is abandoned (E-DB-003), not failed, and once the cycle is gone the next
     attempt completes without repeating step one, with the run's budget whole."""
-    await owner.execute(INJECTED_CYCLE)
+    await owner.execute(INJECTED_CYCLE + ON_STEP_TWO)
     quick = msgspec.structs.replace(fast, lease_ttl_s=20.0, heartbeat_interval_s=0.5)
     db = await Database.open(quick.database_url, max_size=4, run_timeout_s=quick.lease_io_timeout_s)
     [run_id] = await create_runs(db, P, payload={})
@@ -181,3 +191,22 @@ async def test_a_lock_cycle_past_every_retry_hands_the_attempt_back_uncharged(
 
 def effects(run_id: object, what: str) -> list[dict[str, object]]:
     return [e for e in handlers.EFFECTS if e["run_id"] == str(run_id) and e["what"] == what]
+
+
+async def test_an_ingest_in_a_lock_cycle_past_its_retries_answers_503_and_writes_nothing(
+    settings: Settings, owner: asyncpg.Connection
+) -> None:
+    """A delivery whose run insert meets a deadlock every time it is tried: 503 E-DB-003 with
+    Retry-After (retry later), not 500, and nothing written; once the cycle is gone the same
+    app takes the delivery."""
+    await owner.execute(INJECTED_CYCLE + ON_NEW_RUN)
+    async with ingest_app(settings) as ingest:
+        before = {t: await owner.fetchval(q) for t, q in COUNTED.items()}
+        delivery = fresh("api")
+        response = await ingest.post(delivery)
+        assert response.status_code == 503, response.text
+        assert response.json()["code"] == "E-DB-003"
+        assert int(response.headers["Retry-After"]) > 0
+        assert {t: await owner.fetchval(q) for t, q in COUNTED.items()} == before
+        await owner.execute("DELETE FROM cycle_flag")
+        assert (await ingest.post(delivery)).status_code == 202
