@@ -191,7 +191,7 @@ class Replay:
                 swapped = True
             return report
         finally:
-            await self._cleanup(drop_shadows=owner and not (swapped and self.project is None))
+            await self._cleanup(owner, drop_shadows=not (swapped and self.project is None))
 
     async def _build_indexes(self, control: Connection) -> None:
         for spec in self.projection.tables:
@@ -204,34 +204,33 @@ class Replay:
             await use_binary_json(conn)
         return conn
 
-    async def _cleanup(self, *, drop_shadows: bool) -> None:
-        # Close everything first (an interrupted COPY or transaction rolls back, and the
-        # advisory lock goes with the control session), then drop the shadows from a fresh
-        # connection, under the lock again so a replay that started meanwhile keeps its own.
+    async def _cleanup(self, owner: bool, *, drop_shadows: bool) -> None:
+        # Close everything first (an interrupted COPY or transaction rolls back), then take the
+        # lock again on a fresh connection to drop the shadows and release it before returning:
+        # the terminated control session's backend releases it only as it exits, a moment
+        # later (a replay started right after a swap was refused as busy), and a replay that
+        # started meanwhile keeps its own.
         for conn in self._connections:
             conn.terminate()
         self._connections.clear()
-        if not drop_shadows:
+        if not owner:
             return
-        # The terminated sessions' backends release the lock only as they exit, a moment after
-        # terminate() returns: wait for it (a try-lock here lost that race and left the shadows
-        # behind), but not for a replay that really started meanwhile.
         try:
             conn = await connect(self.url)
             try:
                 await conn.execute(CLEANUP_LOCK_TIMEOUT)
                 await conn.fetchval(REPLAY_LOCK_WAIT, self.projection.name)
-                for spec in self.projection.tables:
-                    await schema.drop_shadow(conn, spec.name)
-                if self.archive_table is not None:
-                    await conn.execute(drop_restored_sql(self.archive_table))
+                if drop_shadows:
+                    for spec in self.projection.tables:
+                        await schema.drop_shadow(conn, spec.name)
+                    if self.archive_table is not None:
+                        await conn.execute(drop_restored_sql(self.archive_table))
                 await conn.fetchval(REPLAY_UNLOCK, self.projection.name)
             finally:
                 await conn.close()
         except asyncpg.LockNotAvailableError:
-            log.warning(
-                "replay_shadows_kept", projection=self.projection.name, reason="another replay runs"
-            )
+            if drop_shadows:
+                log.warning("replay_shadows_kept", projection=self.projection.name)
         except Exception:  # the report stands; a later replay drops leftover shadows
             log.exception("replay_shadow_cleanup_failed", projection=self.projection.name)
 

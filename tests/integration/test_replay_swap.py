@@ -155,23 +155,18 @@ async def test_one_replay_of_a_projection_at_a_time(db: Database, database_url: 
     assert (await task).differences == 0
 
 
-@pytest.mark.connections(9)
-async def test_a_verify_leaves_no_shadow_behind(db: Database, database_url: str) -> None:
-    # The replay's terminated sessions release its advisory lock only as their backends exit,
-    # a moment after terminate(): the cleanup must wait for the lock, not try it once (that
-    # lost the race in CI, kept the shadow, and `awooop doctor` then failed on a tenant table
-    # without forced RLS). Here another session holds the lock for 0.3 s as the cleanup starts.
-    await Workload(db, seed=9).run(walkers=1, runs_each=3, max_steps=3)
-    replaying = Replay(database_url, get("run_state"))
+def exit_slowly(replaying: Replay, holder: Any) -> list[asyncio.Task[None]]:
+    """Make the replay's terminated sessions seem to exit 0.3 s late: as its cleanup starts
+    (after it terminated them, as it does first), ``holder`` takes the replay's advisory lock
+    and keeps it 0.3 s, as a backend still exiting would. The tasks that release it."""
     cleanup = replaying._cleanup
-    holder = await connect(database_url)
     releases: list[asyncio.Task[None]] = []
 
     async def release_later() -> None:
         await asyncio.sleep(0.3)
         await holder.close()
 
-    async def late_release(*, drop_shadows: bool) -> None:
+    async def late_release(*args: Any, **kwargs: Any) -> None:
         for conn in replaying._connections:  # what the cleanup does first
             conn.terminate()
         replaying._connections.clear()
@@ -179,14 +174,40 @@ async def test_a_verify_leaves_no_shadow_behind(db: Database, database_url: str)
             "SELECT pg_advisory_lock(hashtextextended('awooop-replay:' || $1, 0))", "run_state"
         )
         releases.append(asyncio.create_task(release_later()))
-        await cleanup(drop_shadows=drop_shadows)
+        await cleanup(*args, **kwargs)
 
     replaying._cleanup = late_release  # type: ignore[method-assign]  # the slow backend exit
+    return releases
+
+
+@pytest.mark.connections(9)
+async def test_a_verify_leaves_no_shadow_behind(db: Database, database_url: str) -> None:
+    # The replay's terminated sessions release its advisory lock only as their backends exit,
+    # a moment after terminate(): the cleanup must wait for the lock, not try it once (that
+    # lost the race in CI, kept the shadow, and `awooop doctor` then failed on a tenant table
+    # without forced RLS).
+    await Workload(db, seed=9).run(walkers=1, runs_each=3, max_steps=3)
+    replaying = Replay(database_url, get("run_state"))
+    releases = exit_slowly(replaying, await connect(database_url))
     assert (await replaying.run()).differences == 0
     await asyncio.gather(*releases)
     async with db.platform() as conn:
         shadow = await conn.fetchval("SELECT to_regclass($1)", shadow_name("awooop_run_state"))
     assert shadow is None
+
+
+@pytest.mark.connections(9)
+async def test_a_replay_started_as_a_swap_returns_is_not_refused_as_busy(
+    db: Database, database_url: str
+) -> None:
+    """A swap returns only once its lock is free: the next replay, started at once, runs (it
+    was refused with ReplayBusyError while the swap's control backend was still exiting)."""
+    await Workload(db, seed=11).run(walkers=1, runs_each=3, max_steps=3)
+    swapping = Replay(database_url, get("run_state"))
+    releases = exit_slowly(swapping, await connect(database_url))
+    assert (await swapping.run(swap=True)).swapped
+    assert (await replay(database_url, get("run_state"))).differences == 0
+    await asyncio.gather(*releases)
 
 
 @pytest.mark.connections(9)
