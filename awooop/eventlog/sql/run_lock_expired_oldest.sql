@@ -1,5 +1,6 @@
 -- run_reads.LOCK_EXPIRED_OLDEST (the reaper and the polling path): expired leases, oldest
--- first, at most $1, through the partial index on leased runs.
+-- first, at most $1: the leased runs read through an index (by worker: migration 0158 says why
+-- not by lease_until), each lease_until compared row by row.
 WITH served AS (  -- _run_served.sql
     SELECT $2::text[] AS contracts, $3::text[] AS projects, $4::text AS version
 )
