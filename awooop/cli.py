@@ -1,7 +1,8 @@
 """The ``awooop`` command line: one subcommand module per concern under awooop/commands/.
 
 Errors from the catalog print one line (``error E-XXX-NNN: message``) and exit 1, never a
-traceback; interrupting with Ctrl-C exits 130. Output into a pipe closed early
+traceback, and so does the database away, refusing, too slow or still in a lock cycle after
+a command's own retries (E-DB-001 to E-DB-003); interrupting with Ctrl-C exits 130. Output into a pipe closed early
 (``awooop runs show ... | head -1``) stops the command quietly with exit status 141 (128 +
 SIGPIPE), the status a shell reports for ``git log | head -1`` or ``ls | head -1``, whose
 processes SIGPIPE ends.
@@ -21,6 +22,12 @@ from collections.abc import Sequence
 from awooop.core.config import Settings, load_settings
 from awooop.core.errors import AwoooPError
 from awooop.core.logs import configure_logging
+from awooop.core.retries import (
+    CONFLICT_ERRORS,
+    CONNECTION_ERRORS,
+    refused_by_policy,
+    unavailable,
+)
 
 # Each command NAME is the module awooop.commands.NAME: it defines register(subparsers), which
 # adds the command NAME and sets args.run = async fn(settings, args) -> int.
@@ -122,6 +129,14 @@ def command(arguments: list[str]) -> int:
             code: int = runner.run(args.run(settings, args))
     except AwoooPError as exc:
         print(f"error {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    except CONNECTION_ERRORS + CONFLICT_ERRORS as exc:
+        # The database away, refusing, too slow or in another transaction's way past the
+        # command's own retries: the catalog's code and what to do, not a traceback.
+        if refused_by_policy(exc):
+            raise
+        typed = unavailable(exc, "the database")
+        print(f"error {typed.code}: {typed.message} (try again later)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

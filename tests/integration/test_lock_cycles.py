@@ -32,6 +32,7 @@ from tests.support.logcapture import capture_context_logs
 from tests.support.runs import create_runs, load
 from tests.support.waiting import eventually
 from tests.support.webhooks import fresh
+from tests.support.workers import cli
 
 P = "proj-lock-cycles"
 FILE = "9101_lock_cycle.sql"
@@ -78,6 +79,11 @@ $$;
 ON_STEP_TWO = """
 CREATE TRIGGER cycle_on_step_two BEFORE UPDATE ON awooop_run_state FOR EACH ROW
     WHEN (NEW.saga_steps ? 'two' AND NOT coalesce(OLD.saga_steps ? 'two', false))
+    EXECUTE FUNCTION cycle_when_flagged();
+"""
+# Any change of a run's row.
+ON_RUN_CHANGE = """
+CREATE TRIGGER cycle_on_run_change BEFORE UPDATE ON awooop_run_state FOR EACH ROW
     EXECUTE FUNCTION cycle_when_flagged();
 """
 # A delivery's run row.
@@ -210,3 +216,21 @@ async def test_an_ingest_in_a_lock_cycle_past_its_retries_answers_503_and_writes
         assert {t: await owner.fetchval(q) for t, q in COUNTED.items()} == before
         await owner.execute("DELETE FROM cycle_flag")
         assert (await ingest.post(delivery)).status_code == 202
+
+
+async def test_a_command_in_a_lock_cycle_past_its_retries_says_so_in_one_line(
+    settings: Settings, db: Database, owner: asyncpg.Connection
+) -> None:
+    """``awooop runs cancel`` whose write meets a deadlock every time: ``error E-DB-003``
+    and exit status 1, no traceback, the run as it was; once the cycle is gone it cancels."""
+    [run_id] = await create_runs(db, P)
+    await owner.execute(INJECTED_CYCLE + ON_RUN_CHANGE)
+    done = await asyncio.to_thread(cli, settings, "runs", "cancel", P, str(run_id))
+    assert done.returncode == 1, done
+    assert done.stderr.startswith("error E-DB-003: "), done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    assert (await load(db, P, run_id)).status == "PENDING"
+    await owner.execute("DELETE FROM cycle_flag")
+    done = await asyncio.to_thread(cli, settings, "runs", "cancel", P, str(run_id))
+    assert done.returncode == 0, done
+    assert (await load(db, P, run_id)).status == "CANCELLED"
