@@ -2,10 +2,10 @@
 
 Errors from the catalog print one line (``error E-XXX-NNN: message``) and exit 1, never a
 traceback, and so does the database away, refusing, too slow or still in a lock cycle after
-a command's own retries (E-DB-001 to E-DB-003); interrupting with Ctrl-C exits 130. Output into a pipe closed early
-(``awooop runs show ... | head -1``) stops the command quietly with exit status 141 (128 +
-SIGPIPE), the status a shell reports for ``git log | head -1`` or ``ls | head -1``, whose
-processes SIGPIPE ends.
+a command's own retries (E-DB-001 to E-DB-003); interrupting with Ctrl-C exits 130. Output
+into a pipe closed early (``awooop runs show ... | head -1``) stops the command quietly with
+exit status 141 (128 + SIGPIPE), the status a shell reports for ``git log | head -1`` or
+``ls | head -1``, whose processes SIGPIPE ends.
 """
 
 from __future__ import annotations
