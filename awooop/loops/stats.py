@@ -90,8 +90,8 @@ ORDER BY coalesce(u.used, 0) + coalesce(u.reserved, 0) DESC, b.project_id
 LIMIT $1
 """
 # Four branches: three with exactly the predicate of one partial index of awooop_run_state
-# (migrations/0003), the fourth through the open waits (awooop_run_waits, one row per
-# WAITING_EVENT run), so each walks live runs only.
+# (migrations/0003; the leased runs' is 0158's), the fourth through the open waits
+# (awooop_run_waits, one row per WAITING_EVENT run), so each walks live runs only.
 SAMPLE_RUNS = """
 SELECT project_id, status, count(*) AS runs,
        extract(epoch FROM now() - min(updated_at))::float8 AS oldest_age_s,
