@@ -130,10 +130,15 @@ def command(arguments: list[str]) -> int:
     except AwoooPError as exc:
         print(f"error {exc.code}: {exc.message}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # standard output's reader left: main() stops quietly
     except CONNECTION_ERRORS + CONFLICT_ERRORS as exc:
         # The database away, refusing, too slow or in another transaction's way past the
-        # command's own retries: the catalog's code and what to do, not a traceback.
-        if refused_by_policy(exc):
+        # command's own retries: the catalog's code and what to do, not a traceback. An OSError
+        # that is no connection's (a file a command reads) is not the database's, and a
+        # row-level security refusal is a bug, not an outage.
+        local = isinstance(exc, OSError) and not isinstance(exc, ConnectionError | TimeoutError)
+        if local or refused_by_policy(exc):
             raise
         typed = unavailable(exc, "the database")
         print(f"error {typed.code}: {typed.message} (try again later)", file=sys.stderr)

@@ -23,6 +23,7 @@ from awooop.core.errors import DatabaseRefusedError
 from awooop.core.events import run_stream_id
 from awooop.worker.assembly import build_worker
 from tests.support import handlers
+from tests.support.handlers import effects_of
 from tests.support.ingest import COUNTED, Ingest, ingest_app
 from tests.support.runs import create_runs, load
 from tests.support.waiting import eventually
@@ -226,7 +227,7 @@ async def test_an_attempt_cut_off_by_a_refusing_database_is_handed_back_uncharge
         try:
             # Step two runs (its side effect comes before its journal write), then its write
             # is refused and the give-back's tries are refused too, for a while.
-            await eventually(lambda: effects(run_id, "two"), what="step two ran")
+            await eventually(lambda: effects_of(run_id, "two"), what="step two ran")
             await asyncio.sleep(1.0)
         finally:
             await owner.execute("GRANT UPDATE ON awooop_run_state TO awooop_platform")
@@ -249,9 +250,5 @@ async def test_an_attempt_cut_off_by_a_refusing_database_is_handed_back_uncharge
     )
     names = [r["event_type"] for r in rows]
     assert "RunRequeued" not in names and names.count("LeaseReleased") == 1
-    assert len(effects(run_id, "one")) == 1  # journaled, not repeated
-    assert len(effects(run_id, "two")) == 2  # its journal write was refused: run again
-
-
-def effects(run_id: object, what: str) -> list[dict[str, object]]:
-    return [e for e in handlers.EFFECTS if e["run_id"] == str(run_id) and e["what"] == what]
+    assert len(effects_of(run_id, "one")) == 1  # journaled, not repeated
+    assert len(effects_of(run_id, "two")) == 2  # its journal write was refused: run again

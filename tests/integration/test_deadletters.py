@@ -37,11 +37,13 @@ from awooop.streams.envelope import FIELD, decode_envelope
 from awooop.streams.keys import WORKER_GROUP
 from awooop.streams.relay import Relay
 from tests.support import databases, factories, handlers
+from tests.support.logcapture import capture_context_logs
 from tests.support.runs import create_runs, load
 from tests.support.waiting import eventually
 from tests.support.workers import streaming_worker
 
 P = "proj-dead"
+DEAD_LETTERS_TABLE = "SELECT to_regclass('awooop_dead_letters')"
 OTHER = "proj-other"
 
 
@@ -473,17 +475,32 @@ async def test_the_migration_records_the_dead_letters_of_existing_failed_runs(
                         run_id,
                         code,
                     )
-            # A transaction that holds the run table makes the migration fail after its 5 s
-            # lock timeout rather than queue every run write behind it; later it applies.
+            # A transaction that holds the run table makes the migration give up after its 5 s
+            # lock timeout rather than queue every run write behind it, and try again (nothing
+            # of it kept); once the holder is gone it applies.
             holder = await asyncpg.connect(url)
-            try:
-                async with holder.transaction():
-                    await holder.execute("SELECT 1 FROM awooop_run_state LIMIT 1")
-                    with pytest.raises(asyncpg.LockNotAvailableError):
-                        await migrate(url)
-            finally:
-                await holder.close()
-            assert "0119_dead_letters.sql" in await migrate(url)
+            with capture_context_logs() as logs:
+                try:
+                    async with holder.transaction():
+                        await holder.execute("SELECT 1 FROM awooop_run_state LIMIT 1")
+                        migrating = asyncio.create_task(migrate(url))
+                        await eventually(
+                            lambda: any(
+                                e["event"] == "migration_retry"
+                                and e["migration"] == "0119_dead_letters.sql"
+                                for e in logs
+                            ),
+                            what="0119 given up after its lock timeout, to be tried again",
+                            timeout_s=60,
+                        )
+                        assert not migrating.done()
+                        async with db.platform() as conn:
+                            assert await conn.fetchval(DEAD_LETTERS_TABLE) is None
+                finally:
+                    await holder.close()
+                assert "0119_dead_letters.sql" in await asyncio.wait_for(migrating, 120)
+            [retry, *_] = [e for e in logs if e["event"] == "migration_retry"]
+            assert retry["error"] == "LockNotAvailableError"
             [row] = await open_rows(db)
             assert (row.run_id, row.run_version, row.code, row.reason) == (
                 lettered,

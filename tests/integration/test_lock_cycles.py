@@ -27,6 +27,7 @@ from awooop.core.migrate import MIGRATIONS_DIR, migrate
 from awooop.core.online_plan import WHOLE_FILE_LOCK_TIMEOUT_S
 from awooop.worker.assembly import build_worker
 from tests.support import handlers
+from tests.support.handlers import effects_of
 from tests.support.ingest import COUNTED, ingest_app
 from tests.support.logcapture import capture_context_logs
 from tests.support.runs import create_runs, load
@@ -191,12 +192,8 @@ async def test_a_lock_cycle_past_every_retry_hands_the_attempt_back_uncharged(
     assert state["attempt_count"] >= 2 and state["failure_code"] is None
     # Every abandoned attempt was given back uncharged: the budget grew with each.
     assert state["max_attempts"] == quick.max_attempts + state["attempt_count"] - 1
-    assert len(effects(run_id, "one")) == 1  # journaled, not repeated
-    assert len(effects(run_id, "two")) == state["attempt_count"]
-
-
-def effects(run_id: object, what: str) -> list[dict[str, object]]:
-    return [e for e in handlers.EFFECTS if e["run_id"] == str(run_id) and e["what"] == what]
+    assert len(effects_of(run_id, "one")) == 1  # journaled, not repeated
+    assert len(effects_of(run_id, "two")) == state["attempt_count"]
 
 
 async def test_an_ingest_in_a_lock_cycle_past_its_retries_answers_503_and_writes_nothing(

@@ -23,6 +23,7 @@ from awooop.worker.executor import Handler
 from awooop.worker.outcomes import Outcome
 from awooop.worker.runtime import Worker
 from tests.support import handlers
+from tests.support.handlers import effects_of
 from tests.support.logins import bound_login
 from tests.support.runs import count_events, create_runs, event_types, events_of, load
 from tests.support.waiting import eventually
@@ -45,14 +46,6 @@ def worker(
     return build_worker(
         db=db, settings=settings, handler=handler, concurrency=kw.pop("concurrency", 8), **kw
     ).worker
-
-
-def effects(run_id: uuid.UUID, what: str | None = None) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in handlers.EFFECTS
-        if e["run_id"] == str(run_id) and (what is None or e["what"] == what)
-    ]
 
 
 def metric(name: str, **labels: str) -> float:
@@ -95,8 +88,8 @@ async def test_a_retried_attempt_replays_journaled_steps(db: Database, fast: Set
     state = await load(db, P, run_id)
     assert state.status == "COMPLETED" and state.attempt_count == 2
     assert state.result == {"one": 41, "two": 42}
-    assert effects(run_id, "one") == []  # the side effect of step one did not run again
-    assert len(effects(run_id, "two")) == 1
+    assert effects_of(run_id, "one") == []  # the side effect of step one did not run again
+    assert len(effects_of(run_id, "two")) == 1
     assert state.saga_steps["one"]["attempt"] == 1 and state.saga_steps["two"]["attempt"] == 2
 
 
@@ -139,8 +132,8 @@ async def test_postgres_unavailable_under_a_handler_abandons_the_attempt_not_the
     [released] = [e for e in await events_of(db, P, run_id) if isinstance(e, LeaseReleased)]
     assert not released.charged and "connection lost" in released.reason
     assert "RunFailed" not in await event_types(db, P, run_id)
-    assert len(effects(run_id, "unavailable")) == 1
-    assert len(effects(run_id, "one")) == 1  # journaled in attempt 1, not run again
+    assert len(effects_of(run_id, "unavailable")) == 1
+    assert len(effects_of(run_id, "one")) == 1  # journaled in attempt 1, not run again
     assert w.executor.finished[Outcome.RELEASED] == 1
 
 
@@ -192,7 +185,7 @@ async def test_a_lost_lease_cancels_the_handler_and_its_writes_are_fenced(
     assert w.executor.finished[Outcome.LOST] == 1
     types = await event_types(db, P, run_id)
     assert types.count("RunCompleted") == 1 and "RunRequeued" in types
-    assert len(effects(run_id, "one")) == 1  # attempt 2 replayed step one
+    assert len(effects_of(run_id, "one")) == 1  # attempt 2 replayed step one
 
 
 async def test_a_local_lease_deadline_stops_the_handler_without_the_database(
@@ -208,7 +201,7 @@ async def test_a_local_lease_deadline_stops_the_handler_without_the_database(
         lambda: _has_effect(run_id, "cancelled"),
         what="the handler cancelled by its local lease deadline",
     )
-    cancelled_at = next(e["t"] for e in effects(run_id, "cancelled"))
+    cancelled_at = next(e["t"] for e in effects_of(run_id, "cancelled"))
     lease_until = (await load(db, P, run_id)).lease_until
     assert lease_until is not None and cancelled_at < lease_until.timestamp()
     await w.drain(1.0)
@@ -265,12 +258,12 @@ async def test_a_cancel_notice_is_a_doorbell_not_an_order(
     await eventually(
         lambda: (
             metric("awooop_cancel_notices_total", verdict="ignore") > ignored
-            or bool(effects(run_id, "cancelled"))
+            or bool(effects_of(run_id, "cancelled"))
         ),
         what="the worker checked the notice against Postgres (or obeyed it)",
     )
     await asyncio.sleep(2 * slow.heartbeat_interval_s)  # two renewals: still the same attempt
-    assert effects(run_id, "cancelled") == []
+    assert effects_of(run_id, "cancelled") == []
     state = await load(db, P, run_id)
     assert (state.status, state.attempt_count, state.worker_id) == ("RUNNING", 1, w.worker_id)
     state = await db.in_tenant(P, lambda c: control.cancel(c, run_id, actor="ops", reason="stop"))
@@ -318,7 +311,7 @@ async def test_shutdown_releases_unfinished_runs_for_another_worker(
         state = await load(db, P, run_id)
         assert state.status == "PENDING" and state.worker_id is None
         assert (await event_types(db, P, run_id))[-1] == "LeaseReleased"
-        assert len(effects(run_id, "cancelled")) == 1
+        assert len(effects_of(run_id, "cancelled")) == 1
     # Another worker takes them at once (attempt 2, step one replayed).
     w2 = worker(db, msgspec.structs.replace(fast, shutdown_grace_s=5), concurrency=8)
     for run_id in slow:
@@ -329,7 +322,7 @@ async def test_shutdown_releases_unfinished_runs_for_another_worker(
     assert await w2.run_until_idle() == 3
     completed = await count_events(db, "RunCompleted")
     assert [completed[run_stream_id(r)] for r in [*quick, *slow]] == [1] * 6
-    assert all(len(effects(r, "one")) == 1 for r in slow)
+    assert all(len(effects_of(r, "one")) == 1 for r in slow)
 
 
 async def test_approval_suspends_resumes_and_completes(db: Database, fast: Settings) -> None:
@@ -350,7 +343,7 @@ async def test_approval_suspends_resumes_and_completes(db: Database, fast: Setti
     done = await load(db, P, run_id)
     assert done.status == "COMPLETED" and done.result == {"one": 41, "two": 42}
     assert done.saga_steps["approval:go"]["result"]["actor"] == "alice"
-    assert len(effects(run_id, "one")) == 1
+    assert len(effects_of(run_id, "one")) == 1
     assert await event_types(db, P, run_id) == [
         "RunCreated",
         "RunClaimed",
@@ -400,7 +393,7 @@ async def test_take_reconciles_a_message_with_the_database(db: Database, fast: S
 
 
 async def _has_effect(run_id: uuid.UUID, what: str) -> bool:
-    return bool(effects(run_id, what))
+    return bool(effects_of(run_id, what))
 
 
 async def _status_is(db: Database, run_id: uuid.UUID, status: str) -> bool:

@@ -61,6 +61,13 @@ def effect(run: RunContext, what: str) -> dict[str, Any]:
     return line
 
 
+def effects_of(run_id: object, what: str | None = None) -> list[dict[str, Any]]:
+    """The side effects this process's handlers recorded for ``run_id`` (of kind ``what``)."""
+    return [
+        e for e in EFFECTS if e["run_id"] == str(run_id) and (what is None or e["what"] == what)
+    ]
+
+
 def read_effects(path: str) -> list[dict[str, Any]]:
     if not os.path.exists(path):
         return []
