@@ -25,7 +25,7 @@ from awooop.worker.assembly import build_worker
 from tests.support import handlers
 from tests.support.handlers import effects_of
 from tests.support.ingest import COUNTED, Ingest, ingest_app
-from tests.support.runs import create_runs, load
+from tests.support.runs import create_runs, has_status, load
 from tests.support.waiting import eventually
 from tests.support.webhooks import fresh
 
@@ -232,10 +232,10 @@ async def test_an_attempt_cut_off_by_a_refusing_database_is_handed_back_uncharge
         finally:
             await owner.execute("GRANT UPDATE ON awooop_run_state TO awooop_platform")
 
-        async def completed() -> bool:
-            return (await load(db, P, run_id)).status == "COMPLETED"
-
-        await eventually(completed, what="the run completed in its next attempt")
+        await eventually(
+            lambda: has_status(db, P, run_id, "COMPLETED"),
+            what="the run completed in its next attempt",
+        )
     finally:
         stop.set()
         await serving

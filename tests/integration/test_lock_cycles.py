@@ -30,7 +30,7 @@ from tests.support import handlers
 from tests.support.handlers import effects_of
 from tests.support.ingest import COUNTED, ingest_app
 from tests.support.logcapture import capture_context_logs
-from tests.support.runs import create_runs, load
+from tests.support.runs import create_runs, has_status, load
 from tests.support.waiting import eventually
 from tests.support.webhooks import fresh
 from tests.support.workers import cli
@@ -175,10 +175,10 @@ async def test_a_lock_cycle_past_every_retry_hands_the_attempt_back_uncharged(
             )
             await owner.execute("DELETE FROM cycle_flag")
 
-            async def completed() -> bool:
-                return (await load(db, P, run_id)).status == "COMPLETED"
-
-            await eventually(completed, what="the run completed in its next attempt")
+            await eventually(
+                lambda: has_status(db, P, run_id, "COMPLETED"),
+                what="the run completed in its next attempt",
+            )
         finally:
             stop.set()
             await serving

@@ -101,6 +101,11 @@ async def all_finished(db: Database, run_ids: list[uuid.UUID]) -> bool:
     return bool(n == len(run_ids))
 
 
+async def has_status(db: Database, project: str, run_id: uuid.UUID, status: str) -> bool:
+    """Whether run ``run_id`` of ``project`` is in ``status`` now (for ``eventually``)."""
+    return (await load(db, project, run_id)).status == status
+
+
 async def load(db: Database, project: str, run_id: uuid.UUID) -> RunState:
     async with db.tenant(project) as conn:
         state = await run_rows.load(conn, run_id)
