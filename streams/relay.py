@@ -9,10 +9,9 @@ notices stream and are marked ``delivered_at``.
 
 Guarantees and how they are kept:
 - Nothing is skipped: ``read_forward`` only returns rows of transactions older than every
-  running one, walking ``(tx_id, position)``; the cursor moves (in memory) after the XADDs
-  succeeded, and is saved (fenced) at most every ``CURSOR_SAVE_INTERVAL_S``
-  (:mod:`awooop.streams.relay_cursor`): a crash republishes what was published since the last save:
-  duplicates, never loss (consumers tolerate them: event_id and version identify them).
+  running one, walking ``(tx_id, position)``; the cursor moves after the XADDs succeeded, and
+  is saved (fenced) now and then (:mod:`awooop.streams.relay_cursor`): a crash republishes what
+  was published since the last save: duplicates, never loss (event_id and version name them).
   Committed rows that an older running transaction holds back are published ahead of the
   cursor, in per-stream order (:mod:`awooop.streams.relay_ahead`); the cursor skips them later.
 - Per-run order: each shard's part of a batch goes to Redis in ONE script call, in log order
@@ -113,6 +112,7 @@ class Relay:
         keys: Keys,
         relay_id: str | None = None,
         fault_hook: FaultHook | None = None,
+        clock: Callable[[], float] = time.monotonic,  # when the cursor's save comes due
     ) -> None:
         self.settings = settings
         self.redis = redis
@@ -122,7 +122,7 @@ class Relay:
         self.is_leader = False
         self.caught_up = False  # the last read found nothing committed left to publish
         self.published = 0  # events published by this process
-        self._cursor = RelayCursor(self.relay_id)
+        self._cursor = RelayCursor(self.relay_id, clock)
         self._conn: Connection | None = None
         self._epochs_due = 0.0
         self._notices_due = 0.0

@@ -15,7 +15,7 @@ gets :class:`LeadershipLostError` and steps down.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from awooop.core.db import Connection
 from awooop.core.errors import LeadershipLostError
@@ -54,8 +54,9 @@ WHERE name = $1
 class RelayCursor:
     """Published up to ``position``; ``awooop_relay_cursor`` holds ``saved``."""
 
-    def __init__(self, holder: str) -> None:
+    def __init__(self, holder: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.holder = holder  # the relay id, written as the row's leader
+        self.clock = clock  # when a save is due: a test sets its own, not the machine's pace
         self.position = Cursor()
         self.saved = Cursor()
         self._unsaved_events = 0
@@ -77,7 +78,7 @@ class RelayCursor:
         self._unsaved_batches += 1
 
     async def save_if_due(self, conn: Connection, term: int | None) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if self._unsaved_batches and now >= self._save_due:
             self._save_due = now + CURSOR_SAVE_INTERVAL_S
             await self.save(conn, term)

@@ -88,6 +88,29 @@ async def claimed_at(db: Database, run_id: uuid.UUID, attempt: int) -> datetime:
     raise AssertionError(f"no RunClaimed for attempt {attempt}")
 
 
+async def claims_of(db: Database, run_id: uuid.UUID) -> list[tuple[int, str, float]]:
+    """Each claim of the run: (attempt, worker, time), for a failure's message."""
+    return [
+        (e.attempt, e.worker_id, round(e.at.timestamp(), 3))
+        for e in await events_of(db, P, run_id)
+        if isinstance(e, RunClaimed)
+    ]
+
+
+def story(run_id: uuid.UUID) -> list[tuple[str, int, str, float]]:
+    """What the handlers did for the run, ticks left out but each attempt's first and last
+    (worker, attempt, what, time), for a failure's message."""
+    seen: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for e in handlers.effects_of(run_id):
+        seen.setdefault((e["worker_id"], e["attempt"]), []).append(e)
+    lines = []
+    for (worker, attempt), effects in seen.items():
+        ticked = [e for e in effects if e["what"] == "tick"]
+        shown = [e for e in effects if e["what"] != "tick"] + ticked[:1] + ticked[-1:]
+        lines += [(worker, attempt, e["what"], round(e["t"], 3)) for e in shown]
+    return sorted(lines, key=lambda line: line[3])
+
+
 async def one_black_hole_round(db: Database, short: Settings) -> None:
     handlers.EFFECTS.clear()
     [run_id] = await create_runs(db, P, payload={"tick_s": 6.0})
@@ -111,7 +134,9 @@ async def one_black_hole_round(db: Database, short: Settings) -> None:
                     taken_at = (await claimed_at(db, run_id, 2)).timestamp()
                     last_w1 = max(ticks(run_id, "w1"))
                     assert last_w1 < taken_at, (
-                        f"W1 ticked {last_w1 - taken_at:.3f} s after W2's claim"
+                        f"W1 ticked {last_w1 - taken_at:.3f} s after W2's claim;"
+                        f" claims {await claims_of(db, run_id)};"
+                        f" effects {story(run_id)}"
                     )
                     proxy.heal()
                     await eventually(
