@@ -233,11 +233,17 @@ async def test_a_new_epoch_calls_on_reset_and_restarts_at_0(redis: Any, keys: Ke
     )
     async with running_consumer(group):
         await eventually(lambda: len(collector.deliveries) == 2, what="the first 2 deliveries")
-        # What a relay rebuild leaves: new stream, group created at 0, new epoch.
-        await redis.delete(stream)
-        await redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
-        await add(redis, stream, 3)
-        await redis.set(keys.epoch(2), "e2")
+        # What a relay rebuild leaves: new stream, group created at 0, new epoch. In one
+        # MULTI: a read of the consumer's between the DEL and the XGROUP CREATE would find
+        # NOGROUP and create the group itself (then this CREATE fails with BUSYGROUP).
+        sid = run_stream_id(uuid.uuid4())
+        async with redis.pipeline(transaction=True) as rebuild:
+            rebuild.delete(stream)
+            rebuild.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            for version in (1, 2, 3):
+                rebuild.xadd(stream, {FIELD: encode(envelope(version, sid))})
+            rebuild.set(keys.epoch(2), "e2")
+            await rebuild.execute()
         await eventually(
             lambda: len(collector.deliveries) == 5 and resets == [2],
             what="the 3 entries of the new epoch and one reset of shard 2",
