@@ -14,11 +14,12 @@ from awooop.core.migrate import migrate, schema_fingerprint
 TEMPLATE_LOCK = 0x74706C  # serialises template builds of concurrent test sessions
 # Every database made from the template records its objects' owners in pg_shdepend, a catalog
 # shared by the whole server, and dropping it leaves those rows dead: about 180 a database, a
-# thousand databases a suite. Where autovacuum is off (CI machines may have it so) nothing
-# reclaims them, and CREATE DATABASE slowed with the bloat: 20 copies of the template took
-# 2.07 s with 1.15 million dead rows in pg_shdepend, 0.68 s after a VACUUM of it. So each test
+# thousand databases a suite. Where autovacuum is off (this machine's Postgres has it so)
+# nothing reclaims them: a day of suite runs left 1.15 million dead rows (104 MB). So each test
 # process vacuums the shared catalogs that test databases and logins churn when it starts and
 # after every VACUUM_EVERY databases it made (SKIP_LOCKED: one process at a time is enough).
+# (At the 60,000-70,000 dead rows one suite leaves, CREATE DATABASE was no faster vacuumed:
+# its time varies with the server's checkpoints far more.)
 SHARED_CATALOGS = ("pg_shdepend", "pg_database", "pg_authid", "pg_auth_members")
 VACUUM_EVERY = 100
 _made = 0
