@@ -49,9 +49,14 @@ async def add(redis: Any, stream: str, count: int, stream_id: str | None = None)
     sid = stream_id or run_stream_id(uuid.uuid4())
     ids = []
     for version in range(1, count + 1):
-        entry = await redis.xadd(stream, {FIELD: encode(envelope(version, sid))})
+        entry = await redis.xadd(stream, fields(version, sid))
         ids.append(entry.decode())
     return ids
+
+
+def fields(version: int, stream_id: str) -> dict[str, bytes]:
+    """A stream entry's fields: the envelope of event ``version`` of ``stream_id``."""
+    return {FIELD: encode(envelope(version, stream_id))}
 
 
 def consumer(
@@ -241,7 +246,7 @@ async def test_a_new_epoch_calls_on_reset_and_restarts_at_0(redis: Any, keys: Ke
             rebuild.delete(stream)
             rebuild.xgroup_create(stream, GROUP, id="0", mkstream=True)
             for version in (1, 2, 3):
-                rebuild.xadd(stream, {FIELD: encode(envelope(version, sid))})
+                rebuild.xadd(stream, fields(version, sid))
             rebuild.set(keys.epoch(2), "e2")
             await rebuild.execute()
         await eventually(

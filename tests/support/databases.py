@@ -16,13 +16,10 @@ TEMPLATE_LOCK = 0x74706C  # serialises template builds of concurrent test sessio
 # shared by the whole server, and dropping it leaves those rows dead: about 180 a database, a
 # thousand databases a suite. Where autovacuum is off (this machine's Postgres has it so)
 # nothing reclaims them: a day of suite runs left 1.15 million dead rows (104 MB). So each test
-# process vacuums the shared catalogs that test databases and logins churn when it starts and
-# after every VACUUM_EVERY databases it made (SKIP_LOCKED: one process at a time is enough).
-# (At the 60,000-70,000 dead rows one suite leaves, CREATE DATABASE was no faster vacuumed:
-# its time varies with the server's checkpoints far more.)
+# process vacuums the shared catalogs that test databases and logins churn when it starts
+# (SKIP_LOCKED: one process at a time is enough): what a suite leaves, the next one reclaims.
+# (At the 60,000-70,000 dead rows one suite leaves, CREATE DATABASE was no faster vacuumed.)
 SHARED_CATALOGS = ("pg_shdepend", "pg_database", "pg_authid", "pg_auth_members")
-VACUUM_EVERY = 100
-_made = 0
 EXTEND_PARTITIONS = (
     "SELECT awooop_ensure_log_partitions(now() - interval '1 day', now() + interval '14 days', 7)",
     "SELECT awooop_ensure_dedupe_partitions(now(), now() + interval '14 days')",
@@ -75,13 +72,9 @@ async def vacuum_shared_catalogs(admin: asyncpg.Connection) -> None:
 
 
 async def create_test_database(server_url: str, template: str) -> str:
-    global _made
     name = f"awooop_test_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(with_database(server_url, "postgres"))
     try:
-        _made += 1
-        if _made % VACUUM_EVERY == 0:
-            await vacuum_shared_catalogs(admin)
         for attempt in range(20):
             try:
                 await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
