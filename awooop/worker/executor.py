@@ -66,6 +66,9 @@ class Executor:
         self.handler = handler
         self.worker_id = worker_id
         self.llm = llm
+        # Asked once: an isinstance of a runtime-checkable Protocol walks the class's members
+        # on every call (about 10 us on Python 3.11), and every attempt's start needs it.
+        self.contract_bodies = llm if isinstance(llm, ContractBodies) else None
         self.notifier = notifier
         self.attempts: dict[uuid.UUID, Attempt] = {}
         # Handler tasks by run, until they have really ended (a cancelled handler may take a
@@ -225,7 +228,7 @@ class Executor:
                 self.db,
                 state,
                 self.settings.lease_io_timeout_s,
-                self.llm if isinstance(self.llm, ContractBodies) else None,
+                self.contract_bodies,
             ),
             output=output,
             settings=self.settings,
