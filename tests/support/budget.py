@@ -11,7 +11,10 @@ worker pools into it (tests/support/connections.py). Smaller reservations that f
 that waits, until it has waited ``PATIENCE_S``: then nobody passes it, and the tests running
 drain until it fits (so a wide test neither starves nor leaves the other processes idle while
 it waits its turn). A process that dies leaves its reservation
-behind; the next process to look drops it.
+behind; the next process to look drops it. A holder is a process's incarnation, its id and
+its start time (:func:`incarnation`), not its id alone: process ids are reused (this machine
+wraps at 32,768), and a new process that got a dead one's id found that reservation under
+its own id and failed every test it ran.
 
 The bookkeeping is a pure function of the shared state (``admit``), the file and its lock are
 the edge.
@@ -49,12 +52,12 @@ FROM pg_stat_activity
 
 
 class Shared(msgspec.Struct):
-    """The run's budget, who holds how much of it, and who waits since when (process id and
-    time.time()), in the order they asked."""
+    """The run's budget, who holds how much of it, and who waits since when (the process's
+    :func:`incarnation` and time.time()), in the order they asked."""
 
     budget: int
-    held: dict[int, int] = msgspec.field(default_factory=dict)
-    waiting: list[tuple[int, float]] = msgspec.field(default_factory=list)
+    held: dict[str, int] = msgspec.field(default_factory=dict)
+    waiting: list[tuple[str, float]] = msgspec.field(default_factory=list)
 
 
 def slack(free: int) -> int:
@@ -62,46 +65,59 @@ def slack(free: int) -> int:
     return max(5, free // 10)
 
 
-def admit(state: Shared, pid: int, wanted: int, alive: Callable[[int], bool], now: float) -> int:
-    """Admit ``pid``'s reservation of ``wanted`` connections (capped at the budget) when it
+def admit(state: Shared, holder: str, wanted: int, alive: Callable[[str], bool], now: float) -> int:
+    """Admit ``holder``'s reservation of ``wanted`` connections (capped at the budget) when it
     fits and nobody ahead of it in line has waited ``PATIENCE_S``; returns the connections
     granted, 0 when it must wait (it is then in line). Reservations and places of dead
     processes are dropped first."""
-    for holder in [p for p in state.held if not alive(p)]:
-        del state.held[holder]
-    state.waiting = [(p, since) for p, since in state.waiting if alive(p) or p == pid]
-    if pid in state.held:
-        raise RuntimeError(f"process {pid} already holds {state.held[pid]} connections")
-    if all(p != pid for p, _ in state.waiting):
-        state.waiting.append((pid, now))
-    ahead = [since for p, since in itertools.takewhile(lambda w: w[0] != pid, state.waiting)]
+    for dead in [p for p in state.held if not alive(p)]:
+        del state.held[dead]
+    state.waiting = [(p, since) for p, since in state.waiting if alive(p) or p == holder]
+    if holder in state.held:
+        raise RuntimeError(f"process {holder} already holds {state.held[holder]} connections")
+    if all(p != holder for p, _ in state.waiting):
+        state.waiting.append((holder, now))
+    ahead = [since for p, since in itertools.takewhile(lambda w: w[0] != holder, state.waiting)]
     granted = max(1, min(wanted, state.budget))
     if any(now - since >= PATIENCE_S for since in ahead):
         return 0
     if sum(state.held.values()) + granted > state.budget:
         return 0
-    release(state, pid)
-    state.held[pid] = granted
+    release(state, holder)
+    state.held[holder] = granted
     return granted
 
 
-def release(state: Shared, pid: int) -> None:
-    state.held.pop(pid, None)
-    state.waiting = [(p, since) for p, since in state.waiting if p != pid]
+def release(state: Shared, holder: str) -> None:
+    state.held.pop(holder, None)
+    state.waiting = [(p, since) for p, since in state.waiting if p != holder]
 
 
-def process_alive(pid: int) -> bool:
+def incarnation(pid: int) -> str | None:
+    """``"<pid>:<start time>"`` of the running process ``pid`` (its start in clock ticks
+    after boot, from /proc), which no later process with the same id shares; None when no
+    process has the id."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    # The command name (in parentheses) may hold spaces; the start time is the 22nd field.
+    return f"{pid}:{stat.rsplit(')', 1)[1].split()[19]}"
+
+
+def process_alive(holder: str) -> bool:
+    """Whether the process incarnation ``holder`` still runs."""
+    return incarnation(int(holder.split(":", 1)[0])) == holder
+
+
+def me() -> str:
+    own = incarnation(os.getpid())
+    assert own is not None  # this process runs
+    return own
 
 
 def shared_path() -> Path:
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{me().replace(':', '-')}"
     return Path(tempfile.gettempdir()) / f"awooop-pg-budget-{run}.json"
 
 
@@ -162,11 +178,11 @@ class Budget:
         """Wait for ``wanted`` connections (the whole budget if it is smaller); the number
         granted. Fails the test after ``within_s`` saying who holds the budget."""
         await self.total()
-        pid, deadline = os.getpid(), time.monotonic() + within_s
+        holder, deadline = me(), time.monotonic() + within_s
         while True:
             with locked(self.path) as state:
                 assert state is not None
-                granted = admit(state, pid, wanted, process_alive, time.time())
+                granted = admit(state, holder, wanted, process_alive, time.time())
                 write(self.path, state)
             if granted:
                 return granted
@@ -181,5 +197,5 @@ class Budget:
     def cancel(self) -> None:
         with locked(self.path) as state:
             if state is not None:
-                release(state, os.getpid())
+                release(state, me())
                 write(self.path, state)
