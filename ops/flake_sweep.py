@@ -12,7 +12,8 @@ before the next file. ``--busy`` keeps one CPU burner per core running during th
 passed and failed, their median seconds, and for each failed run the failing test ids and the
 last lines of its output. ``--resume FILE`` continues a sweep that stopped: the files of FILE
 that already have ``--times`` runs are skipped, and the others continue from where they were
-(the same options must be given). Exit status 1 when any run failed.
+(the same options must be given); the entries of FILE's other files are kept as they are.
+Exit status 1 when any run of the files asked for failed.
 
 Reading the result: a file with any failed run is a flaky test (or a broken one, when every
 run failed) until its cause is found; the failed runs' output is where to start.
@@ -85,6 +86,17 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def resumed(
+    old: dict[str, Any], files: list[str]
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """Pure: from an earlier sweep's JSON, the runs already made of each of ``files`` (the
+    sweep continues them) and the entries of every other file it holds, carried over as they
+    are: resuming with some files never drops what the sweep found for the others."""
+    previous = {f: e["all_runs"] for f, e in old["files"].items() if f in files}
+    carried = {f: e for f, e in old["files"].items() if f not in files}
+    return previous, carried
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="*", default=["tests"])
@@ -98,9 +110,9 @@ def main() -> int:
     out = Path(args.out or ROOT / "ops/bench/results" / f"flakes-{stamp}.json")
     files = test_files(args.paths)
     previous: dict[str, list[dict[str, Any]]] = {}
+    carried: dict[str, Any] = {}
     if args.resume:
-        old = json.loads(Path(args.resume).read_text())
-        previous = {f: entry["all_runs"] for f, entry in old["files"].items()}
+        previous, carried = resumed(json.loads(Path(args.resume).read_text()), files)
     burners = []
     if args.busy:
         burners = [
@@ -112,7 +124,7 @@ def main() -> int:
         "sweep": "flakes",
         "command": " ".join(sys.argv),
         "config": {"times": args.times, "busy": args.busy, "cpus": os.cpu_count()},
-        "files": {},
+        "files": dict(carried),
     }
     try:
         for path in files:
@@ -127,7 +139,7 @@ def main() -> int:
     finally:
         for burner in burners:
             burner.kill()
-    flaky = {f: e["failed"] for f, e in result["files"].items() if e["failed"]}
+    flaky = {f: result["files"][f]["failed"] for f in files if result["files"][f]["failed"]}
     result["flaky"] = flaky
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({"out": str(out), "files": len(files), "flaky": flaky}))

@@ -55,3 +55,17 @@ def test_a_run_of_a_failing_file_records_the_failed_test(sweep: ModuleType, tmp_
     assert result["failed"] == [f"{os.path.relpath(flaky, ROOT)}::test_fails"]
     assert any("1 failed, 1 passed" in line for line in result["tail"])
     assert sweep.summary([result, {**result, "rc": 0}])["failed"] == 1
+
+
+def test_a_resumed_sweep_continues_its_files_and_keeps_the_others(sweep: ModuleType) -> None:
+    run = {"rc": 0, "seconds": 1.0, "failed": [], "tail": []}
+    old = {
+        "files": {
+            "tests/a.py": {"runs": 20, "failed": 0, "all_runs": [run] * 20},
+            "tests/b.py": {"runs": 3, "failed": 0, "all_runs": [run] * 3},
+            "tests/c.py (before abc1234)": {"runs": 20, "failed": 1, "all_runs": [run] * 20},
+        }
+    }
+    previous, carried = sweep.resumed(old, ["tests/b.py", "tests/d.py"])
+    assert previous == {"tests/b.py": [run] * 3}  # d.py starts from nothing
+    assert carried == {k: old["files"][k] for k in ("tests/a.py", "tests/c.py (before abc1234)")}
