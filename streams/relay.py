@@ -87,6 +87,8 @@ PG_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
 )
 CLOSE_ERRORS: tuple[type[BaseException], ...] = (*PG_CONNECTION_ERRORS, asyncpg.PostgresError)
+# What ends an iteration's lead: the lease lost, or the database's statement failing.
+LEAD_ERRORS: tuple[type[BaseException], ...] = (LeadershipLostError, *PG_CONNECTION_ERRORS)
 
 # The leader's working connection: no statement, lock wait or open transaction outlives the
 # lease; a cursor update lost in a Postgres crash only republishes (duplicates), so no need to
@@ -167,20 +169,18 @@ class Relay:
             if not await self._lead():
                 return
             more = await self.run_once()
-        except LeadershipLostError as exc:
-            log.warning(
-                "relay_leadership_lost",
-                relay_id=self.relay_id,
-                term=self.lease.term,
-                reason=exc.message,
-            )
-            await self.close()
-            return
         except REDIS_ERRORS as exc:
             raise RedisUnavailableError(f"Redis refused the relay: {exc}") from exc
-        except PG_CONNECTION_ERRORS as exc:
+        except LEAD_ERRORS as exc:
+            # A statement the server's bound cancelled after the lease ran out (the process stood
+            # still: stopped, starved) is the leadership lost too, not the database.
+            lost = exc.message if isinstance(exc, LeadershipLostError) else self.lease.lost_reason
+            term = self.lease.term
             await self.close()
-            raise DatabaseUnavailableError(f"relay lost its database connection: {exc}") from exc
+            if lost is None:
+                raise DatabaseUnavailableError(f"relay lost its database: {exc}") from exc
+            log.warning("relay_leadership_lost", relay_id=self.relay_id, term=term, reason=lost)
+            return
         if more:
             ctx.wakeup.set()
 
