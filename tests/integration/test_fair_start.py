@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -20,34 +21,18 @@ from tests.support.properties import ON_DATABASE
 PROJECTS = ("pa", "pb", "pc")
 ASKED = (*PROJECTS, "pd")  # pd: a project with no runs and no row of its own
 
-# 0134's definition as one statement: the larger of the virtual time (the smallest tag among
-# the first 64 waiting runs of projects not paused, or the largest of them when all are
-# paused) and the project's last waiting tag + its step (1 / its weight).
-DEFINITION_0134 = """
-WITH weight AS (
-    SELECT (1.0 / coalesce(
-        (SELECT share_weight FROM awooop_projects WHERE project_id = $1), 1))::float8 AS step
-), head AS (
-    SELECT coalesce(min(w.fair_tag) FILTER (WHERE NOT w.paused), max(w.fair_tag)) AS tag
-    FROM (
-        SELECT r.fair_tag,
-               EXISTS (SELECT 1 FROM awooop_flow_pauses AS p
-                       WHERE p.project_id = r.project_id AND p.scope = 'project'
-                         AND p.resumed_at IS NULL) AS paused
-        FROM awooop_run_state AS r
-        WHERE r.status IN ('PENDING', 'RESUMED') AND r.fair_tag IS NOT NULL
-        ORDER BY r.fair_tag, r.created_at
-        LIMIT 64
-    ) AS w
-), last AS (
-    SELECT max(r.fair_tag) AS tag FROM awooop_run_state AS r
-    WHERE r.status IN ('PENDING', 'RESUMED') AND r.fair_tag IS NOT NULL
-      AND r.project_id = $1
-)
-SELECT greatest(coalesce(head.tag, 0), coalesce(last.tag + weight.step, 0)) AS start,
-       weight.step
-FROM weight, head, last
-"""
+# 0134's definition, read from its migration and created under another name in this
+# session's temporary schema: the reference the new definition must agree with.
+MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+FIRST = "CREATE FUNCTION awooop_fair_start("
+
+
+def first_definition() -> str:
+    text = (MIGRATIONS / "0134_fair_share.sql").read_text()
+    start = text.index(FIRST)
+    body = text[start : text.index("$$;", start) + 3]
+    return body.replace(FIRST, "CREATE FUNCTION pg_temp.fair_start_0134(", 1)
+
 
 INSERT_RUNS = """
 INSERT INTO awooop_run_state (run_id, project_id, channel_type, provider_event_id, status,
@@ -130,10 +115,11 @@ async def test_fair_start_answers_what_its_first_definition_answers(
     tx = owner.transaction()
     await tx.start()
     try:
+        await owner.execute(first_definition())
         await write_state(owner, runs, order, paused, weights)
         for project in ASKED:
             answer = await owner.fetchrow("SELECT * FROM awooop_fair_start($1)", project)
-            expected = await owner.fetchrow(DEFINITION_0134, project)
+            expected = await owner.fetchrow("SELECT * FROM pg_temp.fair_start_0134($1)", project)
             assert (answer["start"], answer["step"]) == (expected["start"], expected["step"]), (
                 project,
                 paused,
