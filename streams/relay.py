@@ -174,7 +174,7 @@ class Relay:
         except LEAD_ERRORS as exc:
             # A statement the server's bound cancelled after the lease ran out (the process stood
             # still: stopped, starved) is the leadership lost too, not the database.
-            lost = exc.message if isinstance(exc, LeadershipLostError) else self.lease.lost_reason
+            lost = exc.message if isinstance(exc, LeadershipLostError) else self.lease.lost()
             term = self.lease.term
             await self.close()
             if lost is None:

@@ -197,12 +197,20 @@ class Lease:
         """Raise unless this holder may still act as leader (held, local deadline ahead)."""
         if self.term is None:
             raise LeadershipLostError("not the leader", name=self.name)
-        if self.lost_reason is None and time.monotonic() >= self.deadline:
-            self._lose("the lease ran out on this process's clock before a renewal confirmed it")
-        if self.lost_reason is not None:
+        reason = self.lost()
+        if reason is not None:
             raise LeadershipLostError(
-                f"{self.name} leadership lost: {self.lost_reason}", name=self.name, term=self.term
+                f"{self.name} leadership lost: {reason}", name=self.name, term=self.term
             )
+
+    def lost(self) -> str | None:
+        """Why the term held may no longer be acted on, by the renewer's word or by this
+        process's own clock (None: it still may, or no term is held). The clock counts too: a
+        process that stood still (stopped, starved) past its deadline wakes before its renewer
+        has had a turn to say so."""
+        if self.term is not None and self.lost_reason is None and time.monotonic() >= self.deadline:
+            self._lose("the lease ran out on this process's clock before a renewal confirmed it")
+        return self.lost_reason
 
     async def acquire(self) -> bool:
         """Take the lease if it is free or ran out; True: this holder leads with a new term."""

@@ -9,14 +9,17 @@ import contextlib
 import time
 from typing import Any
 
+import asyncpg
 import msgspec
 import pytest
 from structlog.testing import capture_logs
 
 from awooop.core.config import Settings
+from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.db import Database
 from awooop.core.errors import LeadershipLostError
 from awooop.core.leadership import Lease
+from awooop.core.loops import LoopContext
 from awooop.streams.consumer import GroupConsumer
 from awooop.streams.keys import projector_group
 from awooop.streams.relay import Relay
@@ -298,3 +301,59 @@ async def test_a_leader_stuck_in_a_call_gives_its_lease_back_and_a_standby_publi
     lost = [e for e in logs if e["event"] == "relay_leadership_lost"]
     assert [e["relay_id"] for e in lost] == ["old"], lost
     check_published_in_order(await published_envelopes(redis, keys), await committed_event_ids(db))
+
+
+@pytest.mark.parametrize("renewer", ["waits_on_the_lock", "gets_no_turn"])
+async def test_a_statement_cancelled_after_the_lease_ran_out_ends_the_lead_not_the_loop(
+    settings: Settings, db: Database, redis: Any, renewer: str
+) -> None:
+    """The leader's read waits on a lock while its lease cannot be renewed (the renewal waits
+    on another lock, or the renewer gets no turn at all, as in a starved or stopped process):
+    the lease runs out on the leader's clock, then the server's bound (no statement outlives the
+    lease) cancels the read. That is the leadership lost (relay_leadership_lost, the iteration
+    ends normally, the lease given up), not the database gone (no DatabaseUnavailableError, no
+    failed iteration), whether or not the renewer has said so yet. A successor then publishes
+    the run committed before the locks: nothing lost."""
+    fast = fast_settings(settings)
+    keys = keys_for(fast)
+    released = asyncio.Event()
+
+    async def starve(point: str) -> None:
+        if renewer == "gets_no_turn" and locked and point == "renew":
+            await released.wait()
+
+    locked = False
+    relay = Relay(settings=fast, redis=redis, keys=keys, relay_id="locked-out", fault_hook=starve)
+    ctx = LoopContext(project_id=PLATFORM_PROJECT)
+    await relay.step(ctx)
+    assert relay.is_leader
+    await create_run(db, "p1")
+    blocker = await asyncpg.connect(fast.database_url)
+    try:
+        async with blocker.transaction():
+            await blocker.execute(
+                "SELECT 1 FROM awooop_leaders WHERE name = $1 FOR UPDATE", LEADERSHIP
+            )
+            await blocker.execute("LOCK TABLE awooop_events IN ACCESS EXCLUSIVE MODE")
+            locked = True
+            with capture_logs() as logs:
+                started = time.monotonic()
+                await asyncio.wait_for(relay.step(ctx), 30)  # returns: no exception
+                waited_s = time.monotonic() - started
+    finally:
+        released.set()
+        await blocker.close()
+        await relay.close()
+    assert waited_s >= fast.relay_leader_lease_s * 0.5, waited_s  # it did wait on the lock
+    events = [e["event"] for e in logs]
+    lost = [e for e in logs if e["event"] == "relay_leadership_lost"]
+    assert [e["relay_id"] for e in lost] == ["locked-out"], events
+    assert "ran out" in lost[0]["reason"], lost
+    assert relay.lease.term is None and not relay.is_leader
+    assert relay.published == 0
+    successor = Relay(settings=fast, redis=redis, keys=keys)
+    try:
+        assert await successor.drain() == 1
+    finally:
+        await successor.close()
+    assert await redis.xlen(keys.events_stream(keys.shard_of("p1"))) == 1
