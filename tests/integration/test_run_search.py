@@ -117,6 +117,47 @@ async def test_prefixes_and_text_in_input_result_and_error_with_filters(
     assert await found_ids(db, B, {"search": "tg-update-77"}) == {ids["other"]}
 
 
+STATUSES = (
+    "PENDING", "RUNNING", "WAITING_TOOL", "WAITING_APPROVAL", "WAITING_EVENT", "RESUMED",
+    "COMPLETED", "FAILED", "CANCELLED",
+)  # fmt: skip
+
+
+async def test_text_is_found_in_every_status_the_leased_ones_read_from_their_rows(
+    database_url: str, db: Database
+) -> None:
+    """The trigram index leaves out the leased runs (RUNNING, WAITING_TOOL: migration 0160),
+    whose text the function reads from the rows: a run is found by its text whatever its
+    status, as its status changes, within its tenant only, and the status filter still counts."""
+    rows = [
+        {"status": s, "input": {"text": f"walrus {s.lower()}"}, "reason": "walrus down"}
+        for s in STATUSES
+    ]
+    rows.append({"status": "RUNNING", "input": {"text": "walrus elsewhere"}, "project": B})
+    for row in rows:
+        row["run_id"] = uuid.uuid4()
+    await seed(database_url, rows + [{} for _ in range(30)])
+    mine = {r["run_id"]: r["status"] for r in rows if r.get("project", A) == A}
+    assert await found_ids(db, A, {"search": "walrus"}) == set(mine)
+    assert await found_ids(db, B, {"search": "walrus"}) == {rows[-1]["run_id"]}
+    assert await found_ids(db, None, {"search": "walrus"}) == {r["run_id"] for r in rows}
+    for status in STATUSES:
+        found = await found_ids(db, A, {"search": f"walrus {status.lower()}"})
+        assert found == {i for i, s in mine.items() if s == status}, status
+        assert await found_ids(db, A, {"search": "walrus", "status": status}) == found, status
+    # a run claimed, released and finished is found at every step
+    [pending] = [i for i, s in mine.items() if s == "PENDING"]
+    owner = await asyncpg.connect(database_url)
+    try:
+        for status in ("RUNNING", "WAITING_TOOL", "RUNNING", "COMPLETED"):
+            await owner.execute(
+                "UPDATE awooop_run_state SET status = $2 WHERE run_id = $1", pending, status
+            )
+            assert pending in await found_ids(db, A, {"search": "walrus pending"}), status
+    finally:
+        await owner.close()
+
+
 async def test_pages_of_a_search_go_newest_first_without_repeats(
     database_url: str, db: Database
 ) -> None:
@@ -346,35 +387,40 @@ async def test_search_works_the_same_after_a_replay_swaps_the_run_table(
     finally:
         await owner.close()
     names = {r["indexname"] for r in indexes}
-    assert {"awooop_run_state_search_idx", "awooop_run_state_key_pattern_idx"} <= names
+    assert {"awooop_run_state_search_settled_idx", "awooop_run_state_key_pattern_idx"} <= names
     assert await found_ids(db, A, term) == {run_id}
     assert await found_ids(db, None, term) == {run_id, elsewhere}
     assert await found_ids(db, A, {"search": str(run_id)[:8]}) == {run_id}
 
 
-async def test_0128_builds_online_on_a_table_with_runs_and_can_run_again(
+async def test_0128_and_0160_build_online_on_a_table_with_runs_and_can_run_again(
     database_url: str, db: Database
 ) -> None:
-    """Undo 0128 on a database with runs, then `awooop migrate`: the online runner builds the
-    indexes CONCURRENTLY and creates the function; the search works as before."""
-    name = "0128_run_search.sql"
+    """Undo 0128 and 0160 on a database with runs, then `awooop migrate`: the online runner
+    builds 0128's indexes CONCURRENTLY and creates the function, then 0160 builds the index of
+    the runs not leased, replaces the function and drops 0128's trigram index; the search works
+    as before."""
+    names = ["0128_run_search.sql", "0160_search_index_skips_leased_runs.sql"]
     await seed(database_url, [{"input": {"text": f"otter {i}"}} for i in range(200)])
     owner = await asyncpg.connect(database_url)
     try:
         await owner.execute(
             "DROP FUNCTION awooop_search_runs(text, text[], text, integer);"
-            "DROP INDEX awooop_run_state_search_idx; DROP INDEX awooop_run_state_key_pattern_idx;"
+            "DROP INDEX awooop_run_state_search_settled_idx;"
+            "DROP INDEX awooop_run_state_key_pattern_idx;"
         )
-        await owner.execute("DELETE FROM awooop_schema_migrations WHERE name = $1", name)
-        assert await migrate(database_url) == [name]
+        await owner.execute(
+            "DELETE FROM awooop_schema_migrations WHERE name = ANY($1::text[])", names
+        )
+        assert await migrate(database_url) == names
         valid = await owner.fetch(
             "SELECT c.relname, x.indisvalid FROM pg_index x JOIN pg_class c "
-            "ON c.oid = x.indexrelid WHERE c.relname = ANY($1::text[])",
-            ["awooop_run_state_search_idx", "awooop_run_state_key_pattern_idx"],
+            "ON c.oid = x.indexrelid WHERE c.relname LIKE 'awooop_run_state_%' "
+            "AND (c.relname LIKE '%search%' OR c.relname LIKE '%key_pattern%')"
         )
         assert sorted(tuple(r) for r in valid) == [
             ("awooop_run_state_key_pattern_idx", True),
-            ("awooop_run_state_search_idx", True),
+            ("awooop_run_state_search_settled_idx", True),
         ]
         assert await migrate(database_url) == []
     finally:
