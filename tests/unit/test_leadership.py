@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from awooop.core.config import load_settings
-from awooop.core.errors import ConfigError
+from awooop.core.errors import ConfigError, LeadershipLostError
 from awooop.core.leadership import (
     MARGIN_FRACTION,
+    Lease,
     check_timings,
     local_deadline,
     stalled,
@@ -74,3 +77,27 @@ def test_a_stall_bound_a_slow_but_working_step_could_reach_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"AWOOOP_RELAY_STALL_S must be at least .* \(18 s\)"):
         load_settings(environ={"AWOOOP_RELAY_STALL_S": "17"})
     assert load_settings(environ={"AWOOOP_RELAY_STALL_S": "18"}).relay_stall_s == 18.0
+
+
+def test_a_term_past_its_local_deadline_is_lost_by_the_clock_before_the_renewer_says_so() -> None:
+    called: list[int] = []
+    lease = Lease(
+        database_url="postgresql://unused",
+        name="relay",
+        holder="h",
+        lease_s=10.0,
+        renew_s=2.0,
+        on_lost=lambda: called.append(1),
+    )
+    lease.deadline = time.monotonic() - 1.0
+    assert lease.lost() is None  # no term held: nothing to lose
+    lease.term = 3
+    lease.deadline = time.monotonic() + 60.0
+    assert lease.lost() is None and lease.held
+    lease.deadline = time.monotonic() - 0.001  # stood still past it; the renewer had no turn
+    reason = lease.lost()
+    assert reason is not None and "ran out" in reason, reason
+    assert not lease.held and called == [1]
+    assert lease.lost() == reason and called == [1]  # said once
+    with pytest.raises(LeadershipLostError, match="ran out"):
+        lease.check()
