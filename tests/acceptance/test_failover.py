@@ -249,9 +249,12 @@ async def test_producers_relay_and_workers_ride_through_a_killed_primary(
                 lambda: completed_at_least(completed, 50), timeout_s=60, what="runs flowing"
             )
             first = await asyncio.to_thread(formation.primary)
+            # Taken as the kill starts: it runs in a thread while this loop goes on answering,
+            # so a request it fails can be answered before the thread returns (seen 5 ms before,
+            # with a CPU burner on a core).
+            killed_at, killed_wall = time.monotonic(), time.time()
             killed = await asyncio.to_thread(formation.kill_primary)
             assert killed == first
-            killed_at, killed_wall = time.monotonic(), time.time()
             # Writable from wait_primary on: promoted, its standby not back yet.
             await asyncio.to_thread(
                 formation.wait_for,
