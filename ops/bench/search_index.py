@@ -40,6 +40,7 @@ import asyncpg
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
+from producer_pool_blocks import on_cpu_ns  # noqa: E402
 from scratch import Scratch, report  # noqa: E402
 
 from awooop.core.config import load_settings  # noqa: E402
@@ -51,26 +52,28 @@ PROJECT = "bench"
 WORKER = "w-search-index"
 INDEXES = ("settled", "all")
 TABLES = "awooop_run_state, awooop_events, awooop_event_streams, awooop_channel_event_dedupe"
-# The index of releases before 0160, in place of the schema's (--indexes all).
-ALL_VERSIONS = """
-DROP INDEX IF EXISTS awooop_run_state_search_settled_idx;
-CREATE INDEX IF NOT EXISTS awooop_run_state_search_idx ON awooop_run_state USING gin (
-    (input::text || ' ' || coalesce(result::text, '') || ' ' || coalesce(failure_reason, ''))
-    gin_trgm_ops
+# The trigram index's expression (0128, 0160); the schema's index (settled) leaves out the leased
+# runs, the index of releases before 0160 (all) takes every row version.
+EXPRESSION = (
+    "(input::text || ' ' || coalesce(result::text, '') || ' ' || coalesce(failure_reason, ''))"
 )
-"""
-SETTLED = """
-DROP INDEX IF EXISTS awooop_run_state_search_idx;
-CREATE INDEX IF NOT EXISTS awooop_run_state_search_settled_idx ON awooop_run_state USING gin (
-    (input::text || ' ' || coalesce(result::text, '') || ' ' || coalesce(failure_reason, ''))
-    gin_trgm_ops
-) WHERE status NOT IN ('RUNNING', 'WAITING_TOOL')
-"""
+PLACED = {
+    "settled": ("awooop_run_state_search_settled_idx", "awooop_run_state_search_idx",
+                " WHERE status NOT IN ('RUNNING', 'WAITING_TOOL')"),
+    "all": ("awooop_run_state_search_idx", "awooop_run_state_search_settled_idx", ""),
+}  # fmt: skip
+
+
+def place(index: str) -> str:
+    """The statements that leave ``index`` the table's only trigram index."""
+    name, other, where = PLACED[index]
+    return (
+        f"DROP INDEX IF EXISTS {other}; CREATE INDEX IF NOT EXISTS {name} ON awooop_run_state"
+        f" USING gin ({EXPRESSION} gin_trgm_ops){where}"
+    )
+
+
 WAL_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)"
-
-
-def on_cpu_ns(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
 
 
 def text_of(size: int, rng: random.Random, vocabulary: list[str]) -> str:
@@ -91,11 +94,11 @@ async def measure(url: str, index: str, size: int, runs: int, batch: int) -> dic
     await init_connection(conn)
     try:
         await conn.execute(f"TRUNCATE {TABLES}")
-        await conn.execute(SETTLED if index == "settled" else ALL_VERSIONS)
+        await conn.execute(place(index))
         pid = await conn.fetchval("SELECT pg_backend_pid()")
         await conn.execute("CHECKPOINT")  # each phase starts one: full-page images alike
         lsn = await conn.fetchval("SELECT pg_current_wal_lsn()::text")
-        cpu = on_cpu_ns(pid)
+        cpu = on_cpu_ns([pid])
         ids: list[uuid.UUID] = []
         for start in range(0, runs, 500):
             events = [
@@ -106,16 +109,16 @@ async def measure(url: str, index: str, size: int, runs: int, batch: int) -> dic
                 await set_tenant(conn, PROJECT)
                 done = await submit_many(conn, PROJECT, events, settings=settings)
             ids.extend(d.run_id for d in done)
-        submit_cpu, submit_wal = on_cpu_ns(pid) - cpu, float(await conn.fetchval(WAL_SINCE, lsn))
+        submit_cpu, submit_wal = on_cpu_ns([pid]) - cpu, float(await conn.fetchval(WAL_SINCE, lsn))
         await conn.execute("VACUUM ANALYZE awooop_run_state")
         await conn.execute("CHECKPOINT")
         lsn = await conn.fetchval("SELECT pg_current_wal_lsn()::text")
-        cpu = on_cpu_ns(pid)
+        cpu = on_cpu_ns([pid])
         claimed = 0
         for start in range(0, len(ids), batch):
             some = ids[start : start + batch]
             claimed += len((await leases.claim_many(conn, some, WORKER, 300.0, fair=False)).claimed)
-        claim_cpu, claim_wal = on_cpu_ns(pid) - cpu, float(await conn.fetchval(WAL_SINCE, lsn))
+        claim_cpu, claim_wal = on_cpu_ns([pid]) - cpu, float(await conn.fetchval(WAL_SINCE, lsn))
     finally:
         await conn.close()
     if claimed != runs:
