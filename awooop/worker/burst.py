@@ -46,7 +46,11 @@ async def run_until_idle(worker: Burstable, *, max_s: float = 60.0) -> int:
             worker.slot_freed.clear()
             claimed = await worker.poll_once(0.0)
             total += claimed
-            if claimed == 0 and not worker.executor.attempts:
+            # An attempt that ended during the poll may have made a run runnable (a child's end
+            # resumes its parent) after the claim's transaction began: its ``now()`` is older
+            # than that run's ``updated_at``, so the claim skipped it. Poll again before idling.
+            ended_meanwhile = worker.slot_freed.is_set()
+            if claimed == 0 and not worker.executor.attempts and not ended_meanwhile:
                 alone = await worker.isolation.run_suspects(drain_s=0.0)  # nothing in flight
                 if alone <= 0:
                     break
