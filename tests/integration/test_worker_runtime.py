@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 from awooop.core.config import Settings
 from awooop.core.db import Database
-from awooop.core.events import LeaseReleased, RunRequeued, StepCompleted, run_stream_id
+from awooop.core.events import LeaseReleased, RunRequeued, run_stream_id
 from awooop.loops.runs import reap_once
 from awooop.runs import approvals, control, leases
 from awooop.runs.approvals import Decision
@@ -25,7 +25,14 @@ from awooop.worker.runtime import Worker
 from tests.support import handlers
 from tests.support.handlers import effects_of
 from tests.support.logins import bound_login
-from tests.support.runs import count_events, create_runs, event_types, events_of, load
+from tests.support.runs import (
+    count_events,
+    create_runs,
+    event_types,
+    events_of,
+    journaled_by_a_dead_worker,
+    load,
+)
 from tests.support.waiting import eventually
 
 P = "proj-w"
@@ -67,23 +74,7 @@ async def test_burst_mode_runs_every_run_once(db: Database, fast: Settings) -> N
 
 
 async def test_a_retried_attempt_replays_journaled_steps(db: Database, fast: Settings) -> None:
-    [run_id] = await create_runs(db, P, payload={})
-    # Attempt 1 belongs to a worker that journaled step "one" and then died.
-    dead = await db.in_tenant(P, lambda c: leases.claim(c, run_id, "dead", 0.05))
-    assert dead is not None
-    await db.in_tenant(
-        P,
-        lambda c: leases.fenced_record(
-            c,
-            run_id,
-            "dead",
-            1,
-            lambda _s, now: StepCompleted(
-                at=now, worker_id="dead", attempt=1, step="one", result=41
-            ),
-        ),
-    )
-    await asyncio.sleep(0.1)  # the dead worker's 0.05 s lease runs out
+    run_id = await journaled_by_a_dead_worker(db, P, "one", 41)
     assert await worker(db, fast).run_until_idle() == 1
     state = await load(db, P, run_id)
     assert state.status == "COMPLETED" and state.attempt_count == 2

@@ -20,11 +20,10 @@ import pytest
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.events import RunFailed, StepCompleted
-from awooop.runs import control, leases
+from awooop.runs import control
 from awooop.worker.context import RunContext
 from awooop.worker.runtime import Worker
-from tests.support.runs import create_runs, events_of, load
-from tests.support.waiting import eventually
+from tests.support.runs import create_runs, events_of, journaled_by_a_dead_worker, load
 
 P = "proj-typed"
 
@@ -274,31 +273,11 @@ class DraftV2(msgspec.Struct):  # DraftV1 with a field added, with a default
     due: datetime | None = None
 
 
-async def journaled_by_a_dead_worker(db: Database, result: Any) -> uuid.UUID:
-    """A run whose attempt 1 journaled step ``draft`` with ``result`` and died."""
-    [run_id] = await create_runs(db, P, payload={})
-    dead = await db.in_tenant(P, lambda c: leases.claim(c, run_id, "dead", 0.05))
-    assert dead is not None
-    await db.in_tenant(
-        P,
-        lambda c: leases.fenced_record(
-            c,
-            run_id,
-            "dead",
-            1,
-            lambda _s, now: StepCompleted(
-                at=now, worker_id="dead", attempt=1, step="draft", result=result
-            ),
-        ),
-    )
-    return run_id
-
-
 async def test_an_old_result_decodes_into_a_type_with_a_new_defaulted_field(
     db: Database, fast: Settings
 ) -> None:
-    old = await journaled_by_a_dead_worker(db, msgspec.to_builtins(DraftV1("before")))
-    broken = await journaled_by_a_dead_worker(db, {"title": 42})
+    old = await journaled_by_a_dead_worker(db, P, "draft", msgspec.to_builtins(DraftV1("before")))
+    broken = await journaled_by_a_dead_worker(db, P, "draft", {"title": 42})
     seen: dict[uuid.UUID, Any] = {}
     calls: Counter[uuid.UUID] = Counter()
 
@@ -311,7 +290,6 @@ async def test_an_old_result_decodes_into_a_type_with_a_new_defaulted_field(
         return "done"
 
     w = Worker(db=db, settings=fast, handler=handler, concurrency=2)
-    await _until_lease_expired(db, [old, broken])
     assert await w.run_until_idle(max_s=60) == 2
     assert seen[old] == DraftV2("before", [], None)
     assert (await load(db, P, old)).status == "COMPLETED"
@@ -322,17 +300,3 @@ async def test_an_old_result_decodes_into_a_type_with_a_new_defaulted_field(
         "Expected `str`, got `int` - at `result.title`"
     )
     assert broken not in seen and calls == {}  # neither step ran again
-
-
-async def _until_lease_expired(db: Database, run_ids: list[uuid.UUID]) -> None:
-    """Until the dead worker's 0.05 s leases ran out by the database's clock (bounded)."""
-
-    async def expired(conn: Any) -> bool:
-        return bool(
-            await conn.fetchval(
-                "SELECT bool_and(lease_until < now()) FROM awooop_run_state WHERE run_id = ANY($1)",
-                run_ids,
-            )
-        )
-
-    await eventually(lambda: db.in_tenant(P, expired), what="the dead worker's leases expire")

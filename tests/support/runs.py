@@ -8,7 +8,13 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from awooop.core.db import Database
-from awooop.core.events import RunCreated, RunFailed, decode_event, run_stream_id
+from awooop.core.events import (
+    RunCreated,
+    RunFailed,
+    StepCompleted,
+    decode_event,
+    run_stream_id,
+)
 from awooop.eventlog import eventlog
 from awooop.eventlog.run_reads import LOCK_MANY
 from awooop.eventlog.runs import apply_and_store_many, create_run
@@ -66,6 +72,35 @@ async def fence_cases(
         )
     await asyncio.sleep(0.01)  # the 1 ms lease of "expired" runs out
     return mine, stolen, expired, cancelled
+
+
+async def journaled_by_a_dead_worker(
+    db: Database, project: str, step: str, result: Any, payload: dict[str, Any] | None = None
+) -> uuid.UUID:
+    """A run whose attempt 1 (worker "dead") journaled ``step`` with ``result`` and died: its
+    lease is made to have run out by the database's clock once the step is written, so a
+    slow machine cannot let it run out before the write (which it would refuse)."""
+    [run_id] = await create_runs(db, project, payload=payload or {})
+    assert await db.in_tenant(project, lambda c: leases.claim(c, run_id, "dead", 30)) is not None
+    await db.in_tenant(
+        project,
+        lambda c: leases.fenced_record(
+            c,
+            run_id,
+            "dead",
+            1,
+            lambda _s, now: StepCompleted(
+                at=now, worker_id="dead", attempt=1, step=step, result=result
+            ),
+        ),
+    )
+    async with db.platform_writes() as conn:
+        await conn.execute(
+            "UPDATE awooop_run_state SET lease_until = now() - interval '1 second' "
+            "WHERE run_id = $1",
+            run_id,
+        )
+    return run_id
 
 
 async def create_failed_runs(
