@@ -61,9 +61,11 @@ async def test_autoclaim_drops_entries_deleted_while_pending(redis: Any, stream:
 
 async def test_touch_keeps_own_entries_fresh_and_never_steals(redis: Any, stream: str) -> None:
     ids = list(await owners(redis, stream))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)
     await touch(redis, stream, WORKER_GROUP, "a", ids[:2])
-    claimed = await autoclaim(redis, stream, WORKER_GROUP, "b", min_idle_ms=150)
+    # The untouched entries idle over 1 s; the touched ones look idle only if this process
+    # stalls 800 ms between the two calls.
+    claimed = await autoclaim(redis, stream, WORKER_GROUP, "b", min_idle_ms=800)
     assert [d.entry_id for d in claimed] == ids[2:]  # the touched two did not look idle
     # "a" touching the entry "b" now owns must not take it back.
     await touch(redis, stream, WORKER_GROUP, "a", ids)
