@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -29,8 +28,6 @@ from awooop.worker.runtime import Worker
 # --- SQL -------------------------------------------------------------------------------------
 # The test database's open waits, due $1 sooner (PostgresKit.advance).
 MOVE_WAITS = "UPDATE awooop_run_waits SET due_at = due_at - $1::interval WHERE due_at IS NOT NULL"
-# A run of the kit's project a worker could take now (its tenant transaction sees only those).
-RUNNABLE = "SELECT EXISTS (SELECT FROM awooop_run_state WHERE status IN ('PENDING', 'RESUMED'))"
 # ---------------------------------------------------------------------------------------------
 
 
@@ -70,10 +67,9 @@ class PostgresKit:
         return run_id
 
     async def work(self, handler: Handler, *, max_s: float = 60.0) -> int:
-        """Run everything runnable with one in-process worker (polling, no Redis) until idle;
-        the number of attempts run. An attempt's last write can make another run runnable as
-        the worker finds itself idle (a child's completion resumes its parent): while a pass
-        ran something and a run of the project is still PENDING or RESUMED, it works again."""
+        """Run everything runnable with one in-process worker (polling, no Redis) until idle,
+        runs made runnable by others' ends included (a child's completion resumes its
+        parent): the number of attempts run (:mod:`awooop.worker.burst`)."""
         worker = Worker(
             db=self.db,
             settings=self.settings,
@@ -82,16 +78,7 @@ class PostgresKit:
             notifier=self._notify,
             concurrency=2,
         )
-        deadline = time.monotonic() + max_s
-        total = 0
-        while True:
-            ran = await worker.run_until_idle(max_s=max(0.1, deadline - time.monotonic()))
-            total += ran
-            if ran == 0 or time.monotonic() >= deadline or not await self._runnable():
-                return total
-
-    async def _runnable(self) -> bool:
-        return bool(await self.db.in_tenant(self.project_id, lambda conn: conn.fetchval(RUNNABLE)))
+        return await worker.run_until_idle(max_s=max_s)
 
     async def run(self, handler: Handler, input: Any = None) -> RunState:
         """Create a run of ``input``, work until idle, and return the run's state."""
