@@ -75,12 +75,12 @@ async def fence_cases(
 
 
 async def journaled_by_a_dead_worker(
-    db: Database, project: str, step: str, result: Any, payload: dict[str, Any] | None = None
+    db: Database, project: str, step: str, result: Any
 ) -> uuid.UUID:
     """A run whose attempt 1 (worker "dead") journaled ``step`` with ``result`` and died: its
     lease is made to have run out by the database's clock once the step is written, so a
     slow machine cannot let it run out before the write (which it would refuse)."""
-    [run_id] = await create_runs(db, project, payload=payload or {})
+    [run_id] = await create_runs(db, project, payload={})
     assert await db.in_tenant(project, lambda c: leases.claim(c, run_id, "dead", 30)) is not None
     await db.in_tenant(
         project,
