@@ -24,25 +24,16 @@ from typing import Any
 from awooop.core.db import Connection, Database
 from awooop.core.events import RevisionActivated, RevisionCreated, revision_stream_id
 from awooop.eventlog import eventlog
-from awooop.eventlog.runs import create_run
+from awooop.eventlog.runs import create_run, renew_leases
 from awooop.eventlog.state import TRANSITIONS
 from awooop.runs import run_rows
-from tests.support.factories import created, event_for
+from tests.support.factories import WORKER, created, event_for
 
-# The rows are locked in run_id order, as renew_leases.sql locks them: two renewals that lock
-# in no particular order can deadlock with each other and with a walker's row lock, which the
-# walker's transaction (not retried) then reports.
-HEARTBEAT = """
-WITH asked AS (
-    SELECT run_id FROM awooop_run_state
-    WHERE worker_id = $1 AND status IN ('RUNNING', 'WAITING_TOOL')
-    ORDER BY run_id
-    FOR NO KEY UPDATE
-)
-UPDATE awooop_run_state AS r
-SET lease_until = now() + interval '60 seconds', heartbeat_at = now()
-FROM asked AS a
-WHERE r.run_id = a.run_id
+# The leases of "worker-a" (factories.WORKER, the claims' worker) and the attempt each is for;
+# the workload renews them with the workers' own statement (renew_leases).
+LEASED = """
+SELECT run_id, attempt_count FROM awooop_run_state
+WHERE worker_id = $1 AND status IN ('RUNNING', 'WAITING_TOOL')
 """
 
 
@@ -93,9 +84,15 @@ class Workload:
         return True
 
     async def heartbeat(self) -> None:
-        # Every walker renews all of "worker-a"'s leases, in run_id order (HEARTBEAT).
-        status = await self.db.in_platform_writes(lambda conn: conn.execute(HEARTBEAT, "worker-a"))
-        self.heartbeats += int(status.split()[-1])
+        # Every walker renews all of the worker's leases as the worker would. A claim can
+        # commit between the read and the renewal; the renewal's fence (worker, attempt, a live
+        # lease) and its never-backwards clock are what a replay must agree with, so a
+        # hand-written UPDATE here would test nothing the workers do.
+        async def tx(conn: Connection) -> int:
+            held = {r["run_id"]: r["attempt_count"] for r in await conn.fetch(LEASED, WORKER)}
+            return len(await renew_leases(conn, WORKER, held, 60.0))
+
+        self.heartbeats += await self.db.in_platform_writes(tx)
 
     async def walker(self, index: int, runs: int, max_steps: int) -> None:
         rng = self.rng(index)
