@@ -107,7 +107,7 @@ async def test_runs_of_another_project_complete_while_a_transaction_is_held_open
     relay = Relay(settings=fast, redis=redis, keys=keys)
     async with (
         running_relay(relay, fast),
-        serving_worker(worker, intake, reclaim=True),
+        serving_worker(worker, intake),
         held_open(fast) as held,
     ):
         run_ids = await create_runs(db, P, 10, payload={}, per_transaction=1)

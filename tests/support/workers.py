@@ -170,11 +170,13 @@ def streaming_worker(
 
 @asynccontextmanager
 async def serving_worker(
-    worker: Worker, intake: StreamIntake, *, reclaim: bool = False
+    worker: Worker, intake: StreamIntake, *, reclaim: bool = True
 ) -> AsyncIterator[None]:
     """The worker serving with its stream intake until the block ends; then a clean stop.
-    ``reclaim``: with the intake's reclaim loop too, as a worker process runs it (an entry a
-    failed claim left pending is delivered again after a lease)."""
+    ``reclaim``: with the intake's reclaim loop, as a worker process runs it: an entry whose
+    claim failed (a statement or a connection that did not come in time, as a loaded machine
+    sometimes has it) stays pending until the reclaim delivers it again after a lease. A test
+    that waits for entries to be acknowledged needs it, or one slow connection fails it."""
     stop = asyncio.Event()
     extra: list[Any] = [intake.run]
     if reclaim:
