@@ -40,7 +40,7 @@ from tests.support import databases, factories, handlers
 from tests.support.logcapture import capture_context_logs
 from tests.support.runs import create_runs, load
 from tests.support.waiting import eventually
-from tests.support.workers import streaming_worker
+from tests.support.workers import serving_worker, streaming_worker
 
 P = "proj-dead"
 DEAD_LETTERS_TABLE = "SELECT to_regclass('awooop_dead_letters')"
@@ -405,17 +405,12 @@ async def test_a_redis_wipe_loses_no_dead_letter(
     finally:
         await relay.close()
     worker, intake = streaming_worker(services.db, settings, services.redis, concurrency=2)
-    stop = asyncio.Event()
-    task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
-    try:
+    async with serving_worker(worker, intake):
 
         async def completed() -> bool:
             return (await load(services.db, P, run_id)).status == "COMPLETED"
 
         await eventually(completed, timeout_s=60, what="the re-driven run COMPLETED")
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
     assert [e for e in handlers.EFFECTS if e["run_id"] == str(run_id)]
     assert await open_rows(services.db) == []
 

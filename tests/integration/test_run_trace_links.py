@@ -6,7 +6,6 @@ in-memory span exporter."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -33,7 +32,7 @@ from tests.support.http import app_client
 from tests.support.runs import create_runs
 from tests.support.streams import create_run
 from tests.support.waiting import eventually
-from tests.support.workers import streaming_worker
+from tests.support.workers import serving_worker, streaming_worker
 
 PROJECT = "p-links"
 
@@ -101,9 +100,7 @@ async def test_each_attempt_of_a_retried_run_links_to_the_ingest_and_the_previou
         worker, intake = streaming_worker(
             services.db, fast, services.redis, handler=flaky, concurrency=2
         )
-        stop = asyncio.Event()
-        task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
-        try:
+        async with serving_worker(worker, intake):
 
             async def status() -> Any:
                 async with services.db.tenant(PROJECT) as conn:
@@ -114,9 +111,6 @@ async def test_each_attempt_of_a_retried_run_links_to_the_ingest_and_the_previou
             await eventually(
                 status, equals="COMPLETED", timeout_s=60, interval_s=0.1, what="the run's status"
             )
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 30)
     finally:
         await services.close()
 

@@ -4,7 +4,6 @@ an in-memory span exporter. The relay publishes in batches: its span links to ea
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -20,7 +19,7 @@ from awooop.services import Services
 from awooop.streams.relay import Relay
 from tests.support.tracing import one_trace
 from tests.support.waiting import eventually
-from tests.support.workers import streaming_worker
+from tests.support.workers import serving_worker, streaming_worker
 
 PROJECT = "p-trace"
 
@@ -49,10 +48,8 @@ async def test_one_webhook_is_one_trace_from_ingest_to_the_llm_call(
         worker, intake = streaming_worker(
             services.db, settings, services.redis, handler=handle, concurrency=2, llm=gateway
         )
-        stop = asyncio.Event()
-        task = asyncio.create_task(worker.run(stop, extra=[intake.run]))
         run_id = uuid.UUID(str(answer.json()["run_ids"][0]))
-        try:
+        async with serving_worker(worker, intake):
 
             async def status() -> Any:
                 async with services.db.tenant(PROJECT) as conn:
@@ -61,9 +58,6 @@ async def test_one_webhook_is_one_trace_from_ingest_to_the_llm_call(
                     )
 
             await eventually(status, equals="COMPLETED", interval_s=0.1, what="the run's status")
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 30)
     finally:
         await gateway.close()
         await services.close()
