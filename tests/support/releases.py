@@ -2,9 +2,9 @@
 release's commit (``git archive``) in a virtual environment of its own.
 
 The releases are the ``[[release]]`` tables of ``migrations/released.toml`` (main's releases,
-newest first). A built release is cached by commit and interpreter under
-``~/.cache/awooop-releases`` (``AWOOOP_RELEASE_CACHE`` moves it), so only the first run on a
-machine pays for the install. The tree is used in place, as ``make install`` installs a
+newest first). A built release is cached by commit, interpreter and the environment it
+borrows (:func:`environment_key`) under ``~/.cache/awooop-releases`` (``AWOOOP_RELEASE_CACHE``
+moves it), so only the first run of a checkout pays for the install. The tree is used in place, as ``make install`` installs a
 checkout: ``awooop migrate`` reads the ``migrations/`` folder beside its package.
 
 The release's environment first borrows this suite's installed dependencies: a venv without
@@ -18,6 +18,7 @@ gets a full install of its own.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import io
 import os
 import shutil
@@ -88,7 +89,10 @@ def require_commit(commit: str) -> None:
 
 def build(commit: str, newest_migration: str) -> Release:
     """The release at ``commit`` in its own virtual environment, built once per machine."""
-    folder = cache_root() / f"{commit}-py{sys.version_info.major}{sys.version_info.minor}"
+    folder = (
+        cache_root()
+        / f"{commit}-py{sys.version_info.major}{sys.version_info.minor}-{environment_key()}"
+    )
     release = Release(commit, newest_migration, folder / "src", folder / "venv" / "bin" / "python")
     with _locked(folder.with_name(folder.name + ".lock")):
         # A build is kept while its interpreter is there (a venv links to the base one) and
@@ -125,6 +129,17 @@ def _extract(commit: str, into: Path) -> None:
 
 
 BORROWED = "borrowed"  # the site-packages folder a borrowing build reads its dependencies from
+
+
+def environment_key() -> str:
+    """A short hash of this environment's site-packages folder, in the name of every cached
+    build that borrows from it. Each checkout's environment gets builds of its own: two
+    checkouts testing at once never rebuild one build under the other's running processes (a
+    build made for another environment, or borrowing one since removed, is made again)."""
+    ours = sysconfig.get_paths()["purelib"]
+    return hashlib.sha256(ours.encode()).hexdigest()[:8]
+
+
 IMPORTS = "import asyncpg, redis, msgspec, structlog, starlette, uvicorn, opentelemetry, awooop"
 
 

@@ -8,7 +8,8 @@ this checkout's editable install is not seen); the wheel goes in with ``--no-dep
 wheel must carry itself (its packages, its SQL, its migrations) is tested, not pip's
 resolution of public packages, which would cost a minute of pip on each fresh machine.
 
-Cached under ``~/.cache/awooop-wheels`` (``AWOOOP_WHEEL_CACHE`` moves it): the wheel is built
+Cached under ``~/.cache/awooop-wheels`` (``AWOOOP_WHEEL_CACHE`` moves it), one environment per
+checkout's environment (:func:`tests.support.releases.environment_key`): the wheel is built
 and put in again only when a packaged file changed (a hash of the packages' files, the
 migrations and ``pyproject.toml``), in about 10 s.
 """
@@ -23,7 +24,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from tests.support.releases import BORROWED, READY, _locked
+from tests.support.releases import BORROWED, READY, _locked, environment_key
 from tests.support.scripts import ROOT
 
 CACHE_ENV = "AWOOOP_WHEEL_CACHE"
@@ -74,7 +75,7 @@ def installed_wheel() -> Path:
     """The ``bin`` folder of a virtual environment holding this checkout's wheel."""
     version = f"py{sys.version_info.major}{sys.version_info.minor}"
     deps = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
-    venv = cache_root() / f"venv-{deps}-{version}"
+    venv = cache_root() / f"venv-{deps}-{version}-{environment_key()}"
     with _locked(venv.with_name(venv.name + ".lock")):
         if not (
             (venv / READY).exists() and (venv / "bin" / "python").exists() and _borrows_ours(venv)
