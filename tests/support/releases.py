@@ -4,8 +4,9 @@ release's commit (``git archive``) in a virtual environment of its own.
 The releases are the ``[[release]]`` tables of ``migrations/released.toml`` (main's releases,
 newest first). A built release is cached by commit, interpreter and the environment it
 borrows (:func:`environment_key`) under ``~/.cache/awooop-releases`` (``AWOOOP_RELEASE_CACHE``
-moves it), so only the first run of a checkout pays for the install. The tree is used in place, as ``make install`` installs a
-checkout: ``awooop migrate`` reads the ``migrations/`` folder beside its package.
+moves it), so only the first run of a checkout pays for the install. The tree is used in
+place, as ``make install`` installs a checkout: ``awooop migrate`` reads the ``migrations/``
+folder beside its package.
 
 The release's environment first borrows this suite's installed dependencies: a venv without
 pip whose path file puts the release's tree first, then this environment's site-packages as a
@@ -88,11 +89,10 @@ def require_commit(commit: str) -> None:
 
 
 def build(commit: str, newest_migration: str) -> Release:
-    """The release at ``commit`` in its own virtual environment, built once per machine."""
-    folder = (
-        cache_root()
-        / f"{commit}-py{sys.version_info.major}{sys.version_info.minor}-{environment_key()}"
-    )
+    """The release at ``commit`` in its own virtual environment, built once per checkout's
+    environment."""
+    python = f"py{sys.version_info.major}{sys.version_info.minor}"
+    folder = cache_root() / f"{commit}-{python}-{environment_key()}"
     release = Release(commit, newest_migration, folder / "src", folder / "venv" / "bin" / "python")
     with _locked(folder.with_name(folder.name + ".lock")):
         # A build is kept while its interpreter is there (a venv links to the base one) and
