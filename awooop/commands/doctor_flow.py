@@ -10,7 +10,7 @@ from redis.exceptions import ResponseError
 
 from awooop.commands.doctor_results import FAIL, OK, WARN, Check, one, text
 from awooop.core.loop_heartbeats import LOOP_STALE_INTERVALS, MIN_WRITE_INTERVAL_S, stale_after_s
-from awooop.eventlog import deadletters, partitions
+from awooop.eventlog import deadletters, partitions, queries
 from awooop.eventlog import dedupe_windows as windows
 from awooop.runs.blocked import Reason
 from awooop.runs.blocked_facts import count_by_reason
@@ -34,11 +34,14 @@ CONTRACT_LAG = """
 SELECT extract(epoch FROM now() - min(created_at)) AS age, count(*) AS n
 FROM awooop_contract_outbox WHERE delivered_at IS NULL
 """
-EXPIRED_LEASES = """
-SELECT count(*) AS n, extract(epoch FROM now() - min(lease_until)) AS overdue
-FROM awooop_run_state
-WHERE status IN ('RUNNING', 'WAITING_TOOL') AND lease_until < now()
-"""
+# A lease runs out with the run's own lease_until or with its worker's session (migration
+# 0161), whichever comes first: the rule's own text.
+LEASE = queries.fragment("run_lease_until")
+EXPIRED_LEASES = f"""
+SELECT count(*) AS n, extract(epoch FROM now() - min({LEASE})) AS overdue
+FROM awooop_run_state AS r
+WHERE r.status IN ('RUNNING', 'WAITING_TOOL') AND {LEASE} < now()
+"""  # noqa: S608 - constant text: the lease rule is written once
 APPROVALS = """
 SELECT count(*) FILTER (WHERE approval_expires_at < now()) AS expired,
        count(*) FILTER (WHERE approval_expires_at >= now()

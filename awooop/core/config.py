@@ -6,7 +6,7 @@ variable and the expected form. docs/reference.md, Settings, lists each variable
 
 Why the lease defaults are shorter than R-11 to R-13's (5 min lease, 30 s heartbeat, 1 min
 reaper): R-17 asks for recovery within one minute of a crash. Heartbeats are batched (a
-worker renews its leases with one statement per 1,000), so a short lease is cheap: lease 30 s,
+worker renews one session row for all its leases), so a short lease is cheap: lease 30 s,
 heartbeat 5 s (a worker must miss six in a row to lose it), reaper and reclaim every 10 s: recovery
 within lease TTL + one reclaim interval = 40 s. The relay's leader lease (8 s, renewed every
 2 s, room for one failed renewal: :func:`awooop.core.leadership.check_timings`) is short
@@ -26,6 +26,7 @@ from awooop.core.config_names import check_url as _check_url
 from awooop.core.config_names import env_name as env_name
 from awooop.core.errors import ConfigError
 from awooop.core.leadership import check_timings
+from awooop.core.lease_bounds import check_lease_bounds
 
 # The largest step result a handler may journal, as JSON (awooop.worker.step_values).
 STEP_RESULT_MAX_BYTES = 256 * 1024
@@ -44,6 +45,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     lease_ttl_s: float = 30.0
     heartbeat_interval_s: float = 5.0
     lease_safety_fraction: float = 0.1
+    # A worker holds its leases through its session (migration 0161): its heartbeat renews one
+    # row; each run's own lease (run_lease_s) is renewed only when half of it is gone or when
+    # the attempt's step changes. False: every lease renewed on its own every interval.
+    session_leases: bool = True
+    run_lease_ttl_s: float = 0.0  # 0: ten times lease_ttl_s (see run_lease_s)
     db_statement_timeout_s: float = 0.0  # 0: a third of the local lease (see lease_io_timeout_s)
     redis_socket_timeout_s: float = 10.0
     reaper_interval_s: float = 10.0
@@ -255,7 +261,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"{env_name('schedule_min_interval_s')} must be at least 60 (a cron's minute)"
             )
-        _check_lease_bounds(self)
+        check_lease_bounds(self)
         problem = check_timings(self.relay_leader_lease_s, self.relay_leader_renew_s)
         if problem is not None:
             raise ConfigError(
@@ -318,6 +324,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.lease_ttl_s - self.lease_safety_margin_s
 
     @property
+    def run_lease_s(self) -> float:
+        """A run's own lease under a worker session: how long a run a live worker forgot
+        stays held (awooop.worker.heartbeat)."""
+        return self.run_lease_ttl_s or 10 * self.lease_ttl_s
+
+    @property
+    def claim_ttl_s(self) -> float:
+        """The lease a claim gives a run: its own (longer) lease under a worker session, else
+        the lease TTL."""
+        return self.run_lease_s if self.session_leases else self.lease_ttl_s
+
+    @property
     def lease_io_timeout_s(self) -> float:
         """The bound on every Postgres wait a lease depends on: ``db_statement_timeout_s``, or
         when that is 0 a third of the local lease (9 s with the defaults), so that a hung
@@ -327,38 +345,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def database_name(self) -> str:
         return urlsplit(self.database_url).path.lstrip("/") or "postgres"
-
-
-# Blocking stream reads (worker intake, projectors, revision notices) wait up to 1 s in Redis;
-# the socket timeout must leave them room to answer.
-LONGEST_REDIS_BLOCK_S = 1.0
-
-
-def _check_lease_bounds(settings: Settings) -> None:
-    """The time bounds a lease depends on (docs/workers.md, "Time bounds"): a worker that cannot
-    renew must stop its handlers before the database lets anyone else take the runs."""
-    if not 0 <= settings.lease_safety_fraction < 1:
-        raise ConfigError(f"{env_name('lease_safety_fraction')} must be at least 0 and below 1")
-    local_lease = settings.local_lease_s
-    if settings.heartbeat_interval_s >= local_lease:
-        raise ConfigError(
-            f"{env_name('heartbeat_interval_s')} must be shorter than {env_name('lease_ttl_s')} "
-            f"minus the safety margin ({local_lease:g} s): a lease must be renewed before the "
-            "worker's own deadline"
-        )
-    if settings.lease_io_timeout_s < 0:
-        raise ConfigError(f"{env_name('db_statement_timeout_s')} must be 0 (automatic) or more")
-    if settings.lease_io_timeout_s >= local_lease:
-        raise ConfigError(
-            f"{env_name('db_statement_timeout_s')} must be shorter than "
-            f"{env_name('lease_ttl_s')} minus the safety margin ({local_lease:g} s): a "
-            "renewal that hangs must fail while the lease still holds"
-        )
-    if settings.redis_socket_timeout_s <= LONGEST_REDIS_BLOCK_S:
-        raise ConfigError(
-            f"{env_name('redis_socket_timeout_s')} must be longer than the "
-            f"{LONGEST_REDIS_BLOCK_S:g} s that blocking stream reads wait"
-        )
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

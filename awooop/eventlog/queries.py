@@ -54,14 +54,19 @@ def compose(
     return PLACEHOLDER.sub(include, text)
 
 
-def read_all(files: Mapping[str, str]) -> dict[str, str]:
-    """Pure: the statements of ``files`` (file stem -> text), fragments composed in; the
-    fragment files themselves are not statements."""
-    fragments = {
+def fragments_of(files: Mapping[str, str]) -> dict[str, str]:
+    """Pure: the fragments of ``files`` (file stem -> text), by name, as written."""
+    return {
         stem.removeprefix(FRAGMENT_PREFIX): fragment_text(text)
         for stem, text in files.items()
         if stem.startswith(FRAGMENT_PREFIX)
     }
+
+
+def read_all(files: Mapping[str, str]) -> dict[str, str]:
+    """Pure: the statements of ``files`` (file stem -> text), fragments composed in; the
+    fragment files themselves are not statements."""
+    fragments = fragments_of(files)
     return {
         stem: compose(text, fragments, f"sql/{stem}.sql")
         for stem, text in files.items()
@@ -69,13 +74,13 @@ def read_all(files: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-QUERIES: dict[str, str] = read_all(
-    {
-        entry.name.removesuffix(".sql"): entry.read_text(encoding="utf-8")
-        for entry in _SQL.iterdir()
-        if entry.name.endswith(".sql")
-    }
-)
+_FILES = {
+    entry.name.removesuffix(".sql"): entry.read_text(encoding="utf-8")
+    for entry in _SQL.iterdir()
+    if entry.name.endswith(".sql")
+}
+QUERIES: dict[str, str] = read_all(_FILES)
+FRAGMENTS: dict[str, str] = fragments_of(_FILES)
 
 
 def load(name: str) -> str:
@@ -84,3 +89,11 @@ def load(name: str) -> str:
         return QUERIES[name]
     except KeyError:
         raise AwoooPError(f"no SQL statement named {name!r} (sql/{name}.sql)", query=name) from None
+
+
+def fragment(name: str) -> str:
+    """The rule of ``sql/_<name>.sql`` (its fragments composed in), for a statement written
+    elsewhere that must apply the same rule (an operator's query, a test's check)."""
+    if name not in FRAGMENTS:
+        raise AwoooPError(f"no SQL fragment named {name!r} (sql/_{name}.sql)", fragment=name)
+    return compose(FRAGMENTS[name], FRAGMENTS, f"sql/_{name}.sql")

@@ -47,7 +47,7 @@ from redis.exceptions import ResponseError
 from awooop.core import metrics
 from awooop.core.context import PLATFORM_PROJECT
 from awooop.core.loops import LoopCategory, LoopContext, LoopSpec
-from awooop.eventlog import deadletters
+from awooop.eventlog import deadletters, queries
 from awooop.eventlog.state import RunStatus
 from awooop.runs import concurrency
 from awooop.runs.blocked_facts import count_by_reason
@@ -89,15 +89,17 @@ WHERE b.valid_to IS NULL AND b.model = '' AND b.unit = 'tokens'
 ORDER BY coalesce(u.used, 0) + coalesce(u.reserved, 0) DESC, b.project_id
 LIMIT $1
 """
+# A lease runs out with its own lease_until or its worker's session (migration 0161).
+LEASE = queries.fragment("run_lease_until")
 # Four branches: three with exactly the predicate of one partial index of awooop_run_state
 # (migrations/0003; the leased runs' is 0158's), the fourth through the open waits
 # (awooop_run_waits, one row per WAITING_EVENT run), so each walks live runs only.
-SAMPLE_RUNS = """
+SAMPLE_RUNS = f"""
 SELECT project_id, status, count(*) AS runs,
        extract(epoch FROM now() - min(updated_at))::float8 AS oldest_age_s,
-       count(*) FILTER (WHERE lease_until < now() - make_interval(secs => $1)) AS lease_expired,
+       count(*) FILTER (WHERE {LEASE} < now() - make_interval(secs => $1)) AS lease_expired,
        0::bigint AS approval_expired, 0::bigint AS timer_due
-FROM awooop_run_state WHERE status IN ('RUNNING', 'WAITING_TOOL')
+FROM awooop_run_state AS r WHERE status IN ('RUNNING', 'WAITING_TOOL')
 GROUP BY project_id, status
 UNION ALL
 SELECT project_id, status, count(*),
@@ -118,7 +120,7 @@ SELECT r.project_id, r.status, count(*),
 FROM awooop_run_waits w JOIN awooop_run_state r USING (run_id)
 WHERE r.status = 'WAITING_EVENT'
 GROUP BY r.project_id, r.status
-"""
+"""  # noqa: S608 - constant text: the lease rule is written once
 # How long past due the earliest open wait is (0: none is): one probe of awooop_run_waits_due_idx.
 TIMERS_OVERDUE = """
 SELECT greatest(0, coalesce(extract(epoch FROM now() - min(due_at)), 0))::float8

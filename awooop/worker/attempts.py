@@ -64,6 +64,10 @@ class Attempt:
     parent_run_id: uuid.UUID | None = None
     # The slot of Deadlines whose timer stops it when its local deadline passes (None: none).
     deadline_slot: DeadlineSlot | None = None
+    # Under a worker session: when the run's own lease was last confirmed (monotonic: the
+    # claim's or renewal's send), and the step the last renewal wrote (awooop.worker.heartbeat).
+    run_confirmed: float = 0.0
+    step_written: tuple[str, datetime] | None = None
 
     def enter_step(self, name: str) -> tuple[str | None, datetime | None]:
         """The handler starts step ``name`` now; returns the step it was in (a step may run

@@ -9,8 +9,9 @@ import contextlib
 import time
 from typing import Any, Protocol
 
+from awooop.worker.cancels import CancelListener
 from awooop.worker.executor import Executor
-from awooop.worker.heartbeat import CancelListener, Heartbeat
+from awooop.worker.heartbeat import Heartbeat
 from awooop.worker.isolation import Isolation
 from awooop.worker.tasks import finish
 
@@ -37,6 +38,7 @@ class Burstable(Protocol):
 async def run_until_idle(worker: Burstable, *, max_s: float = 60.0) -> int:
     """Run what is runnable until nothing is (or ``max_s``); return the attempts run."""
     heart_stop = asyncio.Event()
+    await worker.heartbeat.open(heart_stop)  # the worker's session, before its first claim
     heart = asyncio.ensure_future(worker.heartbeat.run(heart_stop))
     listener = asyncio.ensure_future(worker.cancel_listener.run(heart_stop))
     total = 0

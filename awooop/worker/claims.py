@@ -57,7 +57,7 @@ async def claim_announced(
     batch = await statements.claim_many(
         run_ids,
         worker_id,
-        settings.lease_ttl_s,
+        settings.claim_ttl_s,
         metas,
         fair=settings.fair_share,
         served=routes.params,
@@ -104,7 +104,7 @@ async def take_if_expired(
         # (the reap decision) is a question across projects.
         taken = await db.in_platform_writes(
             lambda conn: leases.take_expired(
-                conn, run_id, worker_id, settings.lease_ttl_s, meta, routes.params
+                conn, run_id, worker_id, settings.claim_ttl_s, meta, routes.params
             ),
             timeout_s=settings.lease_io_timeout_s,
         )
@@ -135,7 +135,7 @@ async def claim_polled(
 ) -> list[RunState]:
     """Up to ``free`` runs for the polling path, of those the worker serves (``routes``):
     expired leases first, then dispatchable runs that waited at least ``min_age_s``."""
-    ttl = settings.lease_ttl_s
+    ttl = settings.claim_ttl_s
     served = routes.params
 
     async def claim_batch(conn: Any) -> tuple[list[leases.Taken], list[RunState]]:

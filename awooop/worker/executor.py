@@ -79,6 +79,9 @@ class Executor:
         self.drained.set()
         self.finished: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
         self.deadlines = Deadlines(local_deadline_passed)  # the timers of the local deadlines
+        # The send time (monotonic) of the last renewal of the worker's session that Postgres
+        # confirmed; None: no session yet, or it was lost (awooop.worker.heartbeat).
+        self.session_confirmed: float | None = None
         self.last_writes = LastWrites(
             db=db, worker_id=worker_id, result_max_bytes=settings.step_result_max_bytes
         )
@@ -120,10 +123,28 @@ class Executor:
         return attempt
 
     def hold(self, attempt: Attempt, confirmed_sent: float) -> None:
-        """Postgres confirmed the lease of ``attempt`` by a statement sent at ``confirmed_sent``
-        (monotonic): the local deadline moves to that time + TTL - the safety margin."""
-        ttl = self.settings.lease_ttl_s - self.settings.lease_safety_margin_s
-        self.deadlines.hold_until(attempt, confirmed_sent + ttl)
+        """Postgres confirmed the run's own lease of ``attempt`` (its claim or a renewal) by a
+        statement sent at ``confirmed_sent`` (monotonic): the local deadline moves to that time
+        + the lease, less the safety margin. Under a worker session the run's own lease is
+        longer and the session's bounds it too (:meth:`hold_session`)."""
+        attempt.run_confirmed = confirmed_sent
+        self.deadlines.hold_until(attempt, self._deadline(attempt))
+
+    def hold_session(self, confirmed_sent: float | None) -> None:
+        """Postgres confirmed (or, None, lost) the worker's session by a statement sent at
+        ``confirmed_sent``: every attempt's local deadline moves with it."""
+        self.session_confirmed = confirmed_sent
+        if confirmed_sent is not None:
+            for attempt in self.attempts.values():
+                self.deadlines.hold_until(attempt, self._deadline(attempt))
+
+    def _deadline(self, attempt: Attempt) -> float:
+        s = self.settings
+        if not s.session_leases or self.session_confirmed is None:
+            # no session (yet): its runs' leases are at least their own claim's TTL
+            return attempt.run_confirmed + s.local_lease_s
+        own = attempt.run_confirmed + s.run_lease_s
+        return min(own, self.session_confirmed + s.lease_ttl_s) - s.lease_safety_margin_s
 
     async def run(
         self,

@@ -1,4 +1,4 @@
-"""The worker's heartbeat (R-12) and its cancel listener.
+"""The worker's heartbeat (R-12): the leases this process holds, kept alive.
 
 The rule: **a worker that cannot renew stops its handlers before anyone else may take the
 runs, whatever the network does.** Three parts hold it:
@@ -10,14 +10,20 @@ runs, whatever the network does.** Three parts hold it:
   on the event loop (:class:`awooop.worker.attempts.Deadlines`), not the return of any
   I/O call, cancels the handler when the deadline passes; its writes stop with it (each is also
   fenced by the database).
-- Every ``heartbeat_interval_s`` one statement per :data:`RENEWAL_CHUNK` leases renews the
-  leases this process holds, each bounded by ``AWOOOP_DB_STATEMENT_TIMEOUT_S`` (shorter than
-  the local lease): a renewal that hangs on a black-holed connection fails in time and the
-  next round tries again on a fresh one. A
-  run missing from the answer lost its lease (reaped, taken, cancelled): its handler is
-  cancelled at once. The same statement writes the step each attempt is in and since when
-  (:func:`current_steps`), so the run page shows a long step while it runs without a write per
-  step; it is at most one interval old.
+- Under a worker session (``AWOOOP_SESSION_LEASES``, the default; migration 0161) every
+  ``heartbeat_interval_s`` one statement renews the session's row, and with it every lease of
+  the process, however many. A run's own lease (``AWOOOP_RUN_LEASE_TTL_S``, longer) is renewed
+  only when half of it is gone (:func:`renewal_due`), or to show a step that has run for an
+  interval (:func:`shown_step`): a run a live worker forgot runs out with it. A local deadline
+  is the earlier of the session's and the run's own. A session that ran out is lost with every
+  lease it held; the worker begins a new one, which first gives up the runs the old one held.
+- The runs' own renewals (every lease, every interval, with sessions off) go in statements of
+  :data:`RENEWAL_CHUNK` leases, each bounded by ``AWOOOP_DB_STATEMENT_TIMEOUT_S`` (shorter than
+  the local lease): a renewal that hangs on a black-holed connection fails in time and the next
+  round tries again on a fresh one. A run missing from the answer lost its lease (reaped,
+  taken, cancelled): its handler is cancelled at once. The same statement writes the step each
+  attempt is in and since when, so the run page shows a long step while it runs without a
+  write per step.
 - Redis is never on the renewal's path. After a renewal the worker touches its own pending
   stream entries (``XCLAIM ... JUSTID`` to itself, R-16) so that reclaimers leave live work
   alone; that touch runs in its own task, bounded by the heartbeat interval, and a hung or
@@ -34,18 +40,16 @@ import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
 
 from awooop.core import metrics
 from awooop.core.db import Database
-from awooop.core.listening import Notified, listen
 from awooop.core.logs import get_logger
 from awooop.core.storable import sanitized
 from awooop.eventlog.runs import CurrentStep
 from awooop.runs import leases
-from awooop.runs.control import CANCEL_CHANNEL
-from awooop.runs.pauses import RESUME_CHANNEL
-from awooop.runs.routing import ROUTE_CHANNEL, Routes, notice_served
-from awooop.worker.attempts import Attempt, StopReason, StreamEntry
+from awooop.runs.leases.sessions import Session
+from awooop.worker.attempts import Attempt, StreamEntry
 from awooop.worker.executor import Executor
 from awooop.worker.outcomes import lease_lost
 
@@ -53,15 +57,31 @@ log = get_logger("awooop.worker")
 
 Toucher = Callable[[list[StreamEntry]], Awaitable[None]]
 
-# The least time between two checks of cancel notices: a flood of notices naming runs this
-# process holds costs at most one read per gap, and a real cancel still stops its handler
-# within a gap and a read.
-CHECK_GAP_S = 0.1
 # Leases renewed by one statement: a round renews more in several, each under the statement
 # timeout on its own (the rows of one are locked for a short while, in run id order).
 RENEWAL_CHUNK = 1000
 # The longest step name a renewal writes (a step name has no bound of its own).
 STEP_NAME_CHARS = 200
+
+
+def shown_step(attempt: Attempt, now: datetime, interval_s: float) -> CurrentStep | None:
+    """Pure: the step a renewal under a worker session writes for ``attempt``: its step once
+    that has run for one heartbeat interval (a shorter one is never shown), storable."""
+    step, started = attempt.step, attempt.step_started_at
+    if step is None or started is None or now - started < timedelta(seconds=interval_s):
+        return None
+    return sanitized(step)[:STEP_NAME_CHARS], started
+
+
+def renewal_due(
+    attempt: Attempt, sent: float, now: datetime, run_lease_s: float, interval_s: float
+) -> bool:
+    """Pure: whether a round under a worker session renews the run's own lease of ``attempt``
+    (``sent``: this round's monotonic time): half of that lease is gone, or the step it shows
+    changed (:func:`shown_step`). Otherwise the session's renewal is the attempt's."""
+    if sent - attempt.run_confirmed >= run_lease_s / 2:
+        return True
+    return shown_step(attempt, now, interval_s) != attempt.step_written
 
 
 def current_steps(held: Mapping[uuid.UUID, Attempt]) -> dict[uuid.UUID, CurrentStep]:
@@ -92,19 +112,74 @@ class Heartbeat:
         self.touch = touch
         self.rounds = 0
         self._touching: asyncio.Task[None] | None = None
+        # Leases held through a worker session (migration 0161): run_lease_s is each run's own.
+        self.sessions = executor.settings.session_leases
+        self.run_lease_s = executor.settings.run_lease_s if self.sessions else ttl_s
+        self.session: Session | None = None
+        self.previous: Session | None = None  # the last one, lost: a new one takes over from it
+
+    async def open(self, stop: asyncio.Event) -> None:
+        """Begin the worker's session before its first claim (nothing under sessions off);
+        tried again every interval until it begins or ``stop`` is set."""
+        while self.sessions and self.session is None and not stop.is_set():
+            try:
+                await self._start()
+            except Exception as exc:
+                log.warning("session_start_failed", error=repr(exc))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
+
+    async def _start(self) -> None:
+        sent = time.monotonic()
+        worker_id = self.executor.worker_id
+        self.session, given_up = await self.statements.start_session(
+            worker_id, self.ttl_s, self.previous
+        )
+        self.executor.hold_session(sent)
+        log.info("worker_session_started", worker_id=worker_id, given_up=given_up)
+
+    async def _renew_session(self, held: dict[uuid.UUID, Attempt]) -> bool:
+        """One statement renews every lease of the session; False when the session was lost:
+        every attempt it held is stopped, and a new session begins."""
+        if self.session is None:
+            await self._start()
+            metrics.LEASE_RENEWALS.inc(len(held))
+            return True
+        sent = time.monotonic()
+        if await self.statements.renew_session(self.session, self.ttl_s) is not None:
+            self.executor.hold_session(sent)
+            metrics.LEASE_RENEWALS.inc(len(held))
+            return True
+        log.warning("worker_session_lost", worker_id=self.executor.worker_id, held=len(held))
+        self.previous, self.session = self.session, None
+        self.executor.hold_session(None)
+        for attempt in held.values():
+            if not attempt.finishing:
+                lease_lost(attempt, "the worker's session ran out before it was renewed")
+        await self._start()
+        return False
 
     async def beat(self) -> set[uuid.UUID]:
-        """One round: renew in the database (bounded), move the local deadlines, touch entries.
-        The leases go in chunks of :data:`RENEWAL_CHUNK`, in run id order, each its own
+        """One round: renew in the database (bounded), move the local deadlines, touch entries;
+        answers the runs whose leases it renewed. Under a session its one statement renews
+        them all, and the runs whose own lease is due (:func:`renewal_due`) are renewed too.
+        Those leases go in chunks of :data:`RENEWAL_CHUNK`, in run id order, each its own
         statement and each confirming its own leases: thousands of leases in one statement
         outlasted the statement timeout, and then none was renewed. A chunk that fails leaves
         the others renewed; the first failure is raised once every chunk was tried."""
         attempts = self.executor.attempts
         held = {rid: a for rid, a in sorted(attempts.items()) if a.stop_reason is None}
-        if not held:
-            return set()
-        renewed: set[uuid.UUID] = set()
-        entries: list[StreamEntry] = []
+        covered: dict[uuid.UUID, Attempt] = {}  # renewed by the session's statement alone
+        if self.sessions:
+            if not await self._renew_session(held):
+                return set()
+            sent, now = time.monotonic(), datetime.now(UTC)
+            for rid, a in held.items():
+                if not renewal_due(a, sent, now, self.run_lease_s, self.interval_s):
+                    covered[rid] = a
+            held = {rid: a for rid, a in held.items() if rid not in covered}
+        renewed = set(covered)
+        entries = [a.entry for a in covered.values() if a.entry is not None]
         failure: Exception | None = None
         chunks = list(held.items())
         for start in range(0, len(chunks), RENEWAL_CHUNK):
@@ -127,15 +202,24 @@ class Heartbeat:
         their stream entries join ``entries`` (to touch)."""
         attempts = self.executor.attempts
         sent = time.monotonic()
+        if self.sessions:
+            now = datetime.now(UTC)
+            shown = {rid: shown_step(a, now, self.interval_s) for rid, a in held.items()}
+            steps = {rid: step for rid, step in shown.items() if step is not None}
+        else:
+            steps = current_steps(held)
         renewed = await self.statements.heartbeat(
             self.executor.worker_id,
             {rid: a.number for rid, a in held.items()},
-            self.ttl_s,
-            current_steps(held),
+            self.run_lease_s,
+            steps,
         )
-        metrics.LEASE_RENEWALS.inc(len(renewed))
+        if not self.sessions:
+            metrics.LEASE_RENEWALS.inc(len(renewed))
         for rid, attempt in held.items():
             if rid in renewed:
+                if self.sessions:
+                    attempt.step_written = shown[rid]
                 self.executor.hold(attempt, sent)
                 if attempt.entry is not None:
                     entries.append(attempt.entry)
@@ -158,6 +242,7 @@ class Heartbeat:
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
+            await self.open(stop)
             while not stop.is_set():
                 started = time.monotonic()
                 try:
@@ -172,129 +257,15 @@ class Heartbeat:
                 self._touching.cancel()
                 with contextlib.suppress(BaseException):
                     await self._touching
+            await self._end()
 
-
-class CancelListener:
-    """LISTEN on the cancel channel: a cancelled run's handler is cancelled at once.
-
-    A notice is a doorbell, never an order: any database login can ``pg_notify`` any channel
-    (Postgres has no privilege for it), so a notice only makes the worker read, from Postgres,
-    who holds the runs it names. An attempt stops only when its row says the run was cancelled
-    (``StopReason.CANCELLED``) or that the attempt no longer holds it (lease lost); otherwise the
-    notice is ignored and counted (``awooop_cancel_notices_total{verdict}``). Notices for runs
-    this process does not hold cost nothing; notices that arrive while a check runs join the
-    next one, and checks are at least :data:`CHECK_GAP_S` apart, so a flood of notices costs at
-    most one primary-key read per gap.
-
-    The same connection listens for resumed pauses (:data:`awooop.runs.pauses.RESUME_CHANNEL`),
-    another doorbell: ``on_resume`` makes the polling path look at once (resume_bell.py); and
-    for routing notices (awooop.runs.routing): ``on_route`` owes the polling path one start for
-    each run of this worker's ``routes`` that another worker's delivery could not take.
-
-    Reconnects with a pause when the connection drops; meanwhile the heartbeat still finds
-    cancelled runs (their leases are no longer renewed)."""
-
-    def __init__(
-        self,
-        executor: Executor,
-        database_url: str,
-        db: Database,
-        on_resume: Callable[[], None] | None = None,
-        routes: Routes | None = None,
-        on_route: Callable[[], None] | None = None,
-    ) -> None:
-        self.executor = executor
-        self.on_resume = on_resume
-        self.routes = routes
-        self.on_route = on_route
-        self.database_url = database_url
-        self.statements = leases.RunStatements(db)
-        self.connected = asyncio.Event()
-        self._asked: set[uuid.UUID] = set()
-        self._ring = asyncio.Event()
-
-    def _notified(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        try:
-            run_id = uuid.UUID(str(payload))
-        except ValueError:
-            metrics.CANCEL_NOTICES.labels(verdict="malformed").inc()
+    async def _end(self) -> None:
+        """A stopping worker ends its session: a run it did not give back runs out now."""
+        session, self.session = self.session, None
+        if session is None:
             return
-        attempt = self.executor.attempts.get(run_id)
-        if attempt is None or attempt.stop_reason is not None or attempt.finishing:
-            return  # not ours (or already stopping): nothing to check
-        self._asked.add(run_id)
-        self._ring.set()
-
-    def _resumed(self, _conn: object, _pid: int, _channel: str, _payload: object) -> None:
-        """A pause was resumed (awooop.runs.pauses): the polling path looks at once."""
-        if self.on_resume is not None:
-            self.on_resume()
-
-    def _routed(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        """Another worker acknowledged the message of a run that this one serves (its routes,
-        awooop.runs.routing): the polling path owes it a start, at any age, now."""
-        routes, owe = self.routes, self.on_route
-        if owe is not None and routes is not None and notice_served(routes, str(payload)):
-            owe()
-
-    async def check(self) -> None:
-        """Read who holds the runs the notices named, and stop the attempts the rows condemn."""
-        asked, self._asked = self._asked, set()
-        attempts = {
-            rid: a
-            for rid in asked
-            if (a := self.executor.attempts.get(rid)) is not None
-            and a.stop_reason is None
-            and not a.finishing
-        }
-        if not attempts:
-            return
-        found, now = await self.statements.fences(list(attempts))
-        for rid, attempt in attempts.items():
-            verdict, why = leases.notice_verdict(
-                found.get(rid), now, attempt.worker_id, attempt.number
-            )
-            metrics.CANCEL_NOTICES.labels(verdict=verdict.value).inc()
-            if verdict is leases.Verdict.CANCELLED:
-                if attempt.stop(StopReason.CANCELLED):
-                    log.info("run_cancelled_by_operator", run_id=str(rid))
-            elif verdict is leases.Verdict.LOST:
-                lease_lost(attempt, why)
-            else:
-                log.info("cancel_notice_ignored", run_id=str(rid), why=why)
-
-    async def _checking(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            ring = asyncio.ensure_future(self._ring.wait())
-            stopper = asyncio.ensure_future(stop.wait())
-            try:
-                await asyncio.wait({ring, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                ring.cancel()
-                stopper.cancel()
-            if stop.is_set():
-                return
-            self._ring.clear()
-            try:
-                await self.check()
-            except Exception as exc:  # the heartbeat finds a cancelled run at its next round
-                log.warning("cancel_check_failed", error=repr(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=CHECK_GAP_S)
-
-    async def run(self, stop: asyncio.Event) -> None:
-        checking = asyncio.ensure_future(self._checking(stop))
         try:
-            await self._listen(stop)
-        finally:
-            checking.cancel()
-            with contextlib.suppress(BaseException):
-                await checking
-
-    async def _listen(self, stop: asyncio.Event) -> None:
-        channels: dict[str, Notified] = {CANCEL_CHANNEL: self._notified}
-        if self.on_resume is not None:
-            channels[RESUME_CHANNEL] = self._resumed
-        if self.on_route is not None:
-            channels[ROUTE_CHANNEL] = self._routed
-        await listen(self.database_url, channels, stop, self.connected, name="cancel_listener")
+            async with asyncio.timeout(self.interval_s):
+                await self.statements.end_session(session)
+        except Exception as exc:  # its runs run out with their own leases instead
+            log.warning("session_end_failed", error=repr(exc))

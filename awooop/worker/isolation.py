@@ -159,7 +159,7 @@ class Isolation:
         meta = trace_metadata()
         return await self.db.in_platform_writes(
             lambda conn: suspects.claim_suspect(
-                conn, self.worker_id, settings.lease_ttl_s, meta, self.routes.params
+                conn, self.worker_id, settings.claim_ttl_s, meta, self.routes.params
             ),
             timeout_s=settings.lease_io_timeout_s,
         )

@@ -182,7 +182,7 @@ class LocalTimers:
                     written = await self._statements.fire_claim(
                         [(h.run_id, h.version) for h in due],
                         worker.worker_id,
-                        self._settings.lease_ttl_s,
+                        self._settings.claim_ttl_s,
                         trace_meta,
                         fair=self._settings.fair_share,
                         served=worker.routes.params,

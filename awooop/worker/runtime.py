@@ -10,13 +10,11 @@ Ways a run reaches this worker (the lease is the authority in every one of them)
   projects (the deferral rings it), and left pending while a live lease elsewhere holds it.
 - **reclaim** (R-16): entries idle past the lease, reconciled (:mod:`awooop.worker.reclaim`).
 - **polling** (R-11, R-33): every ``poll_interval_s``, dispatchable runs that waited that long
-  (Redis lost their message) and runs whose lease expired, ``FOR UPDATE SKIP LOCKED``; without
-  streams polling is the only path and runs continuously.
-Every path claims only runs the worker serves (``routes``: awooop.runs.routing, and version).
-``run(stop)`` serves until ``stop`` is set, then shuts down (docs/workers.md, Shutdown): stop
-taking work, give in-flight runs ``shutdown_grace_s`` to finish, cancel the rest and hand their
-leases back (``LeaseReleased``). ``run_until_idle()`` is the burst mode. The claim paths'
-statements: :mod:`awooop.worker.claims`; assembly: :func:`awooop.worker.assembly.build_worker`.
+  and runs whose lease expired, ``FOR UPDATE SKIP LOCKED`` (the only path without streams).
+Every path claims only runs the worker serves (``routes``: awooop.runs.routing, and version),
+under the worker's session (awooop.worker.heartbeat). ``run(stop)`` serves until ``stop``,
+then stops taking work, gives in-flight runs ``shutdown_grace_s``, cancels the rest and hands
+their leases back (docs/workers.md, Shutdown). ``run_until_idle()``: the burst mode.
 """
 
 from __future__ import annotations
@@ -45,10 +43,11 @@ from awooop.runs.leases import Availability
 from awooop.runs.routing import ALL, Routes
 from awooop.worker import burst, claims, handler_version
 from awooop.worker.attempts import StopReason, StreamEntry, trace_metadata
+from awooop.worker.cancels import CancelListener
 from awooop.worker.claims import Claimed
 from awooop.worker.context import LLMClient, Notifier
 from awooop.worker.executor import Executor, Handler
-from awooop.worker.heartbeat import CancelListener, Heartbeat, Toucher
+from awooop.worker.heartbeat import Heartbeat, Toucher
 from awooop.worker.isolation import Isolation
 from awooop.worker.last_writes import FLUSHES_PER_PROJECT
 from awooop.worker.outcomes import Outcome
@@ -331,6 +330,7 @@ class Worker:
         )
         intake_stop = asyncio.Event()
         life_stop = asyncio.Event()
+        await self.heartbeat.open(stop)  # the worker's session, before its first claim
         intake = [
             asyncio.ensure_future(self._poll_loop(intake_stop)),
             asyncio.ensure_future(self.isolation.run(intake_stop)),

@@ -1,8 +1,14 @@
-"""What a worker's lease renewal costs as its leases grow: one statement per heartbeat
-interval renews every lease the worker holds (``renew_leases.sql``), so its cost is per lease.
+"""What a worker's heartbeat costs as its leases grow, under a worker session and without.
 
     .venv/bin/python ops/bench/lease_renewal.py [--leases 100,1000,5000,10000] [--repeat 20]
+                                                [--modes session,runs]
                                                 [--indexes lease_until,worker_id] [--out FILE]
+
+``--modes``: ``session`` (the default worker: one statement renews the session's row,
+``session_renew.sql``, and through it every lease) and ``runs`` (``AWOOOP_SESSION_LEASES=false``:
+one statement renews every lease the worker holds, ``renew_leases.sql``, with the step of
+each attempt). Per count the modes take turns, their order alternating from one count to the
+next (an interleaved A/B on one server).
 
 On a scratch database of the benchmark server (``scratch.Scratch``, dropped at the end) it
 submits the largest count of runs (``submit_many``), claims them all for one worker
@@ -32,6 +38,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,6 +55,7 @@ from awooop.core.pools import init_connection  # noqa: E402
 from awooop.eventlog.runs import renew_leases  # noqa: E402
 from awooop.producer import ChannelEvent, set_tenant, submit_many  # noqa: E402
 from awooop.runs import leases  # noqa: E402
+from awooop.runs.leases import sessions  # noqa: E402
 
 PROJECT = "bench"
 WORKER = "w-renewal"
@@ -56,6 +64,8 @@ UPDATES = """
 SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'awooop_run_state'
 """
 WAL_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)"
+SESSION = "SELECT started_at FROM awooop_worker_sessions WHERE worker_id = $1"
+Renewal = Callable[[], Awaitable[int]]
 INDEXES = "SELECT count(*) FROM pg_indexes WHERE tablename = 'awooop_run_state'"
 
 
@@ -71,6 +81,7 @@ async def make_leases(url: str, count: int) -> list[uuid.UUID]:
     conn = await asyncpg.connect(url)
     await init_connection(conn)
     try:
+        await sessions.start(conn, WORKER, 3600.0)  # the session mode's row (an hour: no lapse)
         ids: list[uuid.UUID] = []
         for start in range(0, count, 1000):
             events = [
@@ -88,15 +99,33 @@ async def make_leases(url: str, count: int) -> list[uuid.UUID]:
         await conn.close()
 
 
-async def measure(url: str, runs: list[uuid.UUID], repeat: int) -> dict[str, Any]:
+async def renewal(conn: asyncpg.Connection, mode: str, runs: list[uuid.UUID]) -> Renewal:
+    """One heartbeat round of ``mode`` for the leases ``runs``: answers how many it renewed."""
+    if mode == "session":
+        row = await conn.fetchrow(SESSION, WORKER)
+        session = sessions.Session(WORKER, row["started_at"])
+
+        async def renew_session() -> int:
+            return len(runs) if await sessions.renew(conn, session, 30.0) is not None else 0
+
+        return renew_session
+    held = dict.fromkeys(runs, 1)
+    now = datetime.now(UTC)
+    steps = {r: ("s0", now) for r in runs[::2]}
+
+    async def renew_runs() -> int:
+        return len(await renew_leases(conn, WORKER, held, 300.0, steps))
+
+    return renew_runs
+
+
+async def measure(url: str, runs: list[uuid.UUID], repeat: int, mode: str) -> dict[str, Any]:
     conn = await asyncpg.connect(url)
     await init_connection(conn)
     try:
         pid = await conn.fetchval("SELECT pg_backend_pid()")
-        held = dict.fromkeys(runs, 1)
-        now = datetime.now(UTC)
-        steps = {r: ("s0", now) for r in runs[::2]}
-        await renew_leases(conn, WORKER, held, 300.0, steps)  # plans and caches warm
+        renew = await renewal(conn, mode, runs)
+        await renew()  # plans and caches warm
         times: list[float] = []
         renewed = 0
         await conn.execute("SELECT pg_stat_force_next_flush()")
@@ -105,7 +134,7 @@ async def measure(url: str, runs: list[uuid.UUID], repeat: int) -> dict[str, Any
         cpu0 = cpu_s(pid)
         for _ in range(repeat):
             started = time.perf_counter()
-            renewed = len(await renew_leases(conn, WORKER, held, 300.0, steps))
+            renewed = await renew()
             times.append(time.perf_counter() - started)
         cpu1 = cpu_s(pid)
         wal = await conn.fetchval(WAL_SINCE, lsn0)
@@ -119,6 +148,7 @@ async def measure(url: str, runs: list[uuid.UUID], repeat: int) -> dict[str, Any
     cpu_ms = (cpu1 - cpu0) * 1000 / repeat
     wal_bytes = float(wal) / repeat
     return {
+        "mode": mode,
         "leases": n,
         "renewed": renewed,
         "median_ms": round(statistics.median(ms), 3),
@@ -157,15 +187,19 @@ async def use_index(url: str, index: str) -> None:
         await conn.close()
 
 
-async def run(counts: list[int], repeat: int, indexes: list[str]) -> dict[str, Any]:
+async def run(
+    counts: list[int], repeat: int, indexes: list[str], modes: list[str]
+) -> dict[str, Any]:
     async with Scratch("leases") as scratch:
         runs = await make_leases(scratch.url, max(counts))
         rows = []
         for index in indexes:
             await use_index(scratch.url, index)
-            for n in counts:
-                rows.append({"index": index, **await measure(scratch.url, runs[:n], repeat)})
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            for turn, n in enumerate(counts):
+                for mode in modes if turn % 2 == 0 else modes[::-1]:
+                    measured = await measure(scratch.url, runs[:n], repeat, mode)
+                    rows.append({"index": index, **measured})
+                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return {
         "benchmark": "lease-renewal",
         "command": " ".join(["ops/bench/lease_renewal.py", *sys.argv[1:]]),
@@ -182,13 +216,17 @@ def main() -> None:
     parser.add_argument(
         "--indexes", default="worker_id", help="worker_id and/or lease_until, in this order"
     )
+    parser.add_argument("--modes", default="session,runs", help="session and/or runs")
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args()
     counts = sorted(int(c) for c in args.leases.split(","))
     indexes = args.indexes.split(",")
     if indexes not in (["worker_id"], ["lease_until"], ["worker_id", "lease_until"]):
         parser.error("--indexes: worker_id, lease_until, or worker_id,lease_until")
-    result = asyncio.run(run(counts, args.repeat, indexes))
+    modes = args.modes.split(",")
+    if not modes or not set(modes) <= {"session", "runs"}:
+        parser.error("--modes: session, runs, or both")
+    result = asyncio.run(run(counts, args.repeat, indexes, modes))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     report(result, "lease-renewal")

@@ -31,6 +31,7 @@ from awooop import producer
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import AwoooPError
+from awooop.eventlog import queries
 from awooop.runs import approvals, concurrency
 from awooop.runs.approvals import Decision
 from awooop.runs.pause_rules import Scope
@@ -51,6 +52,8 @@ TRANSIENT = (
 )  # the kill is timed in this process, the lease by Postgres: one machine
 
 pytestmark = pytest.mark.fast("poison")
+# A run's lease as the rule sees it: its own, or its worker's session's if that ends first.
+LEASE = queries.fragment("run_lease_until")
 
 
 def test_max_overlap() -> None:
@@ -152,8 +155,8 @@ async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
                 try:
                     rows = await db.in_platform(
                         lambda c: c.fetch(
-                            "SELECT worker_id, status, extract(epoch FROM lease_until) AS until,"
-                            " lease_until > now() AS live FROM awooop_run_state"
+                            f"SELECT worker_id, status, extract(epoch FROM {LEASE}) AS until,"
+                            f" {LEASE} > now() AS live FROM awooop_run_state AS r"
                             " WHERE concurrency_key = $1"
                             " AND status IN ('RUNNING', 'WAITING_TOOL', 'WAITING_APPROVAL')",
                             KEY,
@@ -174,9 +177,9 @@ async def test_a_key_limited_to_2_never_runs_3_while_workers_are_killed(
             with contextlib.suppress(*TRANSIENT):
                 rows = await db.in_platform(
                     lambda c: c.fetch(
-                        "SELECT DISTINCT worker_id FROM awooop_run_state"
+                        "SELECT DISTINCT worker_id FROM awooop_run_state AS r"
                         " WHERE concurrency_key = $1 AND status = ANY($2::text[])"
-                        " AND lease_until > now()",
+                        f" AND {LEASE} > now()",
                         KEY,
                         statuses,
                     )

@@ -1,7 +1,9 @@
 """The heartbeat renews a worker's leases in statements of RENEWAL_CHUNK leases, in run id
 order, each confirming its own (awooop/worker/heartbeat.py): thousands of leases in one
 statement outlasted the statement timeout and then none was renewed. A chunk that fails
-leaves the others renewed, and the round still reports the failure."""
+leaves the others renewed, and the round still reports the failure. These are the runs' own
+renewals: every lease every interval with worker sessions off (the settings here), and the runs
+whose own lease is due under a session."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import time
 import uuid
 from typing import Any
 
+import msgspec
 import pytest
 
 from awooop.core.config import Settings
@@ -25,7 +28,9 @@ P = "proj-beat"
 
 
 async def holding(db: Database, settings: Settings, runs: int) -> tuple[Worker, list[uuid.UUID]]:
-    """A worker whose executor holds ``runs`` claimed runs (no handler runs), in run id order."""
+    """A worker whose executor holds ``runs`` claimed runs (no handler runs), in run id order,
+    renewing each lease on its own (sessions off)."""
+    settings = msgspec.structs.replace(settings, session_leases=False)
     w = build_worker(db=db, settings=settings, handler=handlers.journaled, concurrency=runs).worker
     run_ids = sorted(await create_runs(db, P, runs))
     for run_id in run_ids:

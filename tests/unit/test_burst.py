@@ -27,6 +27,9 @@ class Scripted:
     async def run(self, stop: asyncio.Event) -> None:
         await stop.wait()
 
+    async def open(self, stop: asyncio.Event) -> None:
+        """The heartbeat's session: none here."""
+
     async def run_suspects(self, drain_s: float) -> int:
         self.suspect_runs += 1
         return 0

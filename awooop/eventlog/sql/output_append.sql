@@ -1,8 +1,9 @@
 -- output_log.append: one flush of a run's streamed output, one row, under the attempt's lease
 -- fence, as one statement (autocommit on the worker's run pool). ``fence`` is the rule of every
--- fenced write (RUNNING or WAITING_TOOL, this worker and attempt, the lease not expired by the
--- database clock), taken FOR SHARE: a claim, cancel or reap of the run waits for this statement
--- and this statement for them, then sees their row (a fenced-off attempt appends nothing).
+-- fenced write (RUNNING or WAITING_TOOL, this worker and attempt, the lease live by the
+-- database clock: _lease_live.sql), taken FOR SHARE: a claim, cancel or reap of the run waits
+-- for this statement and this statement for them, then sees their row (a fenced-off attempt
+-- appends nothing).
 -- ``head`` is the run's last row (seq, end offset, truncated): the row is appended after it
 -- while it fits in $7 bytes (AWOOOP_OUTPUT_MAX_BYTES) and no truncation marker was written;
 -- else nothing is written and the answer says where the log stands. A written row rings
@@ -14,7 +15,7 @@ WITH fence AS (
     SELECT r.run_id, r.project_id
     FROM awooop_run_state AS r
     WHERE r.run_id = $1 AND r.worker_id = $2 AND r.attempt_count = $3
-      AND r.status IN ('RUNNING', 'WAITING_TOOL') AND r.lease_until > now()
+      AND r.status IN ('RUNNING', 'WAITING_TOOL') AND {{lease_live}}
     FOR SHARE
 ), last AS (
     SELECT o.seq, o.end_offset, o.truncated

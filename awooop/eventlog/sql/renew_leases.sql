@@ -32,6 +32,9 @@ WITH asked AS (
       AND a.attempt_count = w.attempt
       AND a.status IN ('RUNNING', 'WAITING_TOOL')
       AND a.lease_until > clock_timestamp()
+      -- nor one whose worker session (migration 0161) ran out: that worker starts a new one
+      AND NOT EXISTS (SELECT 1 FROM awooop_worker_sessions AS s
+                      WHERE s.worker_id = $1 AND s.lease_until <= clock_timestamp())
 )
 UPDATE awooop_run_state AS r
 -- Never backwards: a renewal that arrives late (it waited behind a lock) keeps a later lease.

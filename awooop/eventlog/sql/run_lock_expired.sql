@@ -8,6 +8,6 @@ SELECT {{run_columns}}, now() AS db_now, {{run_paused}} AS paused,
 FROM awooop_run_state AS r
 WHERE run_id = $1
   AND status IN ('RUNNING', 'WAITING_TOOL')
-  AND lease_until < now()
+  AND {{lease_expired}}
   AND {{run_served}}  -- $2, $3, $4: the worker's routes and version
 FOR UPDATE SKIP LOCKED

@@ -8,7 +8,7 @@ SELECT {{run_columns}}, now() AS db_now, {{run_paused}} AS paused,
        NOT {{run_admitted}} AS over_limit
 FROM awooop_run_state AS r
 WHERE status IN ('RUNNING', 'WAITING_TOOL')
-  AND lease_until < now()
+  AND {{lease_expired}}
   AND {{run_served}}  -- $2-$4: the worker's routes and version (the reaper: NULL, every run)
 ORDER BY lease_until
 LIMIT $1

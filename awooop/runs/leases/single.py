@@ -153,6 +153,14 @@ async def reap(
     """R-13: requeue or fail up to ``limit`` runs whose lease expired (platform role), of
     every contract (a requeue runs nothing: the run's workers take it)."""
     rows = await conn.fetch(run_reads.LOCK_EXPIRED_OLDEST, limit, *EVERY)
+    return await reap_rows(conn, rows, metadata)
+
+
+async def reap_rows(
+    conn: Connection, rows: list[Any], metadata: dict[str, Any] | None = None
+) -> list[tuple[RunState, RunRequeued | RunFailed]]:
+    """Requeue or fail the leased runs of ``rows`` (locked by the caller, with ``db_now``),
+    whose attempts are over: their leases ran out, or their worker's session ended."""
     states = [row_to_state(row) for row in rows]
     several = workers_with_several(states)
     done = []
@@ -194,12 +202,13 @@ async def fences(
 
 
 async def peek(conn: Connection, run_id: uuid.UUID) -> tuple[RunState | None, datetime]:
-    """The run's committed state (no lock) and the database clock."""
+    """The run's committed state (no lock), its lease as the rule sees it (its worker's
+    session too: a state to judge, never to write back), and the database clock."""
     row = await conn.fetchrow(run_reads.PEEK, run_id)
     if row is None:
         now: datetime = await conn.fetchval("SELECT now()")
         return None, now
-    return row_to_state(row), row["db_now"]
+    return msgspec.structs.replace(row_to_state(row), lease_until=row["lease_seen"]), row["db_now"]
 
 
 async def fenced_record(

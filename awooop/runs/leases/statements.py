@@ -20,6 +20,7 @@ from awooop.core.errors import LeaseLostError, UnstorableValueError
 from awooop.eventlog.batches import EVERY, Served, fire_claim
 from awooop.eventlog.runs import CurrentStep
 from awooop.eventlog.state import RunState
+from awooop.runs.leases import sessions
 from awooop.runs.leases.batch import (
     claim_many,
     complete_many,
@@ -91,6 +92,37 @@ class RunStatements:
         return await self.db.in_run_statement(
             lambda conn: fire_claim(conn, held, worker_id, ttl_s, metadata, fair, served)
         )
+
+    async def start_session(
+        self, worker_id: str, ttl_s: float, after: sessions.Session | None = None
+    ) -> tuple[sessions.Session, int]:
+        """Begin the worker's session (one statement; ``after``: its last one), then give up
+        the runs an earlier session of its id still holds, each batch a transaction of its
+        own; answers the session and how many runs were given up. Raises E-RUN-002 when a
+        later process holds the worker id (:func:`sessions.start`)."""
+        started = await self.db.in_run_statement(
+            lambda conn: sessions.start(conn, worker_id, ttl_s, after)
+        )
+        if started is None:
+            raise LeaseLostError(
+                f"worker id {worker_id!r} is held by a live session of another process: "
+                "give each worker process an id of its own"
+            )
+        session, again = started
+        given_up = 0
+        while again:
+            done = await self.db.in_platform_writes(
+                lambda conn: sessions.give_up_earlier(conn, session)
+            )
+            given_up += done
+            again = done == sessions.GIVE_UP_BATCH
+        return session, given_up
+
+    async def renew_session(self, session: sessions.Session, ttl_s: float) -> datetime | None:
+        return await self.db.in_run_statement(lambda conn: sessions.renew(conn, session, ttl_s))
+
+    async def end_session(self, session: sessions.Session) -> None:
+        await self.db.in_run_statement(lambda conn: sessions.end(conn, session))
 
     async def fences(self, run_ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, Fence], datetime]:
         return await self.db.in_run_statement(lambda conn: fences(conn, run_ids))

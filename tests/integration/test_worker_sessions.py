@@ -1,0 +1,248 @@
+"""Worker sessions (migration 0161, awooop/worker/heartbeat.py): a worker holds its leases
+through one row. Its heartbeat writes that row and no run's; a run is leased while both its own
+lease and the session are live, so a dead session frees every run it held for the reaper and
+refuses their writes, and a run a live worker forgot runs out with its own lease. A worker id
+used again gives up what its earlier session held; a stopping worker ends its session; tenants
+see no session."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from awooop.core.config import Settings
+from awooop.core.db import Database
+from awooop.core.errors import LeaseLostError
+from awooop.eventlog.state import RunStatus
+from awooop.runs import leases
+from awooop.worker.assembly import build_worker
+from awooop.worker.attempts import StopReason
+from awooop.worker.runtime import Worker
+from tests.support import handlers
+from tests.support.runs import create_runs, load
+
+P = "proj-sessions"
+SESSION = "SELECT lease_until, started_at FROM awooop_worker_sessions WHERE worker_id = $1"
+CLOCK = "SELECT run_id, lease_until, heartbeat_at, current_step FROM awooop_run_state"
+
+
+async def holding(
+    db: Database, settings: Settings, runs: int, worker_id: str | None = None
+) -> tuple[Worker, list[uuid.UUID]]:
+    """A worker with an open session whose executor holds ``runs`` claimed runs (no handler
+    runs), in run id order."""
+    w = build_worker(
+        db=db, settings=settings, handler=handlers.journaled, concurrency=runs, worker_id=worker_id
+    ).worker
+    await w.heartbeat.open(asyncio.Event())
+    run_ids = sorted(await create_runs(db, P, runs))
+    for run_id in run_ids:
+        sent = time.monotonic()
+        state = await db.in_tenant(
+            P, lambda c, r=run_id: leases.claim(c, r, w.worker_id, settings.claim_ttl_s)
+        )
+        assert state is not None
+        w.executor.begin(state, sent)
+    return w, run_ids
+
+
+async def clocks(db: Database, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[Any, ...]]:
+    async with db.platform() as conn:
+        rows = await conn.fetch(CLOCK + " WHERE run_id = ANY($1::uuid[])", run_ids)
+    return {r["run_id"]: (r["lease_until"], r["heartbeat_at"], r["current_step"]) for r in rows}
+
+
+async def session_row(db: Database, worker_id: str) -> Any:
+    async with db.platform() as conn:
+        return await conn.fetchrow(SESSION, worker_id)
+
+
+async def end_session_now(db: Database, worker_id: str) -> None:
+    """As if the worker died a while ago: its session ran out."""
+    async with db.platform_writes() as conn:
+        await conn.execute(
+            "UPDATE awooop_worker_sessions SET lease_until = now() - interval '1 second' "
+            "WHERE worker_id = $1",
+            worker_id,
+        )
+
+
+async def reap(db: Database) -> list[uuid.UUID]:
+    done = await db.in_platform_writes(lambda c: leases.reap(c, 100))
+    return sorted(state.run_id for state, _event in done)
+
+
+async def test_a_heartbeat_writes_the_session_row_and_no_run(db: Database, fast: Settings) -> None:
+    w, run_ids = await holding(db, fast, 20)
+    before_runs = await clocks(db, run_ids)
+    before = await session_row(db, w.worker_id)
+    await asyncio.sleep(0.05)
+    assert await w.heartbeat.beat() == set(run_ids)
+    assert await clocks(db, run_ids) == before_runs  # no run row was written
+    after = await session_row(db, w.worker_id)
+    assert after["lease_until"] > before["lease_until"]
+    assert after["started_at"] == before["started_at"]
+    # each run's own lease is the long one; the session's is the lease TTL
+    for lease_until, _beat, _step in before_runs.values():
+        assert lease_until - before["lease_until"] > timedelta(seconds=fast.run_lease_s / 2)
+    # every local deadline moved with the session
+    assert all(a.stop_reason is None for a in w.executor.attempts.values())
+
+
+async def test_a_dead_session_frees_its_runs_for_the_reaper_and_refuses_their_writes(
+    db: Database, fast: Settings
+) -> None:
+    w, run_ids = await holding(db, fast, 3)
+    assert await reap(db) == []  # live: nothing to reap
+    await end_session_now(db, w.worker_id)
+    write = [leases.Completion(run_ids[0], w.worker_id, 1, {"late": True})]
+    [answer] = await w.heartbeat.statements.complete_many(write)
+    assert isinstance(answer, LeaseLostError)
+    assert await reap(db) == run_ids  # their own leases have minutes left
+    for run_id in run_ids:
+        state = await load(db, P, run_id)
+        assert state.status is RunStatus.PENDING
+        assert state.worker_id is None
+
+
+async def test_a_run_the_live_worker_forgot_runs_out_with_its_own_lease(
+    db: Database, fast: Settings
+) -> None:
+    w, run_ids = await holding(db, fast, 2)
+    forgotten = run_ids[0]
+    async with db.platform_writes() as conn:  # as if its own lease was last renewed long ago
+        await conn.execute(
+            "UPDATE awooop_run_state SET lease_until = now() - interval '1 second' "
+            "WHERE run_id = $1",
+            forgotten,
+        )
+    await w.heartbeat.beat()  # the session is renewed: the forgotten run's lease stays out
+    assert await reap(db) == [forgotten]
+    assert (await load(db, P, run_ids[1])).status is RunStatus.RUNNING
+
+
+async def test_a_worker_id_used_again_gives_up_what_its_earlier_session_held(
+    db: Database, fast: Settings
+) -> None:
+    earlier, run_ids = await holding(db, fast, 3, worker_id="worker-again")
+    first = await session_row(db, "worker-again")
+    later = build_worker(
+        db=db, settings=fast, handler=handlers.journaled, worker_id="worker-again"
+    ).worker
+    await later.heartbeat.open(asyncio.Event())
+    assert (await session_row(db, "worker-again"))["started_at"] > first["started_at"]
+    for run_id in run_ids:  # requeued at once, not kept alive by the new session
+        state = await load(db, P, run_id)
+        assert state.status is RunStatus.PENDING
+        assert state.attempt_count == 1
+    # the earlier process's renewal is refused: the session is no longer its own, and it does
+    # not take the id back from the live session of the later one
+    taken = await session_row(db, "worker-again")
+    with pytest.raises(LeaseLostError, match="held by a live session of another process"):
+        await earlier.heartbeat.beat()
+    assert all(a.stop_reason is StopReason.LOST for a in earlier.executor.attempts.values())
+    assert await session_row(db, "worker-again") == taken
+
+
+async def test_a_session_that_ran_out_loses_its_attempts_and_a_new_one_begins(
+    db: Database, fast: Settings
+) -> None:
+    w, run_ids = await holding(db, fast, 2)
+    first = await session_row(db, w.worker_id)
+    await end_session_now(db, w.worker_id)
+    assert await w.heartbeat.beat() == set()
+    assert all(a.stop_reason is StopReason.LOST for a in w.executor.attempts.values())
+    again = await session_row(db, w.worker_id)
+    assert again["started_at"] > first["started_at"]
+    assert again["lease_until"] > datetime.now(UTC)
+    for run_id in run_ids:  # the new session does not revive them: given up
+        assert (await load(db, P, run_id)).status is RunStatus.PENDING
+
+
+async def test_a_step_is_written_once_it_has_run_for_an_interval_and_not_again(
+    db: Database, fast: Settings
+) -> None:
+    w, [run_id] = await holding(db, fast, 1)
+    attempt = w.executor.attempts[run_id]
+    attempt.enter_step("think")
+    await w.heartbeat.beat()
+    assert (await clocks(db, [run_id]))[run_id][2] is None  # younger than an interval
+    assert attempt.step_started_at is not None
+    attempt.step_started_at -= timedelta(seconds=fast.heartbeat_interval_s)
+    await w.heartbeat.beat()
+    written = (await clocks(db, [run_id]))[run_id]
+    assert written[2] == "think"
+    await w.heartbeat.beat()
+    assert (await clocks(db, [run_id]))[run_id] == written  # unchanged: no write
+    attempt.leave_step((None, None))
+    await w.heartbeat.beat()
+    assert (await clocks(db, [run_id]))[run_id][2] is None  # the step ended: written once
+
+
+async def test_a_runs_own_lease_is_renewed_when_half_of_it_is_gone(
+    db: Database, fast: Settings
+) -> None:
+    w, [run_id] = await holding(db, fast, 1)
+    before = (await clocks(db, [run_id]))[run_id][0]
+    await w.heartbeat.beat()
+    assert (await clocks(db, [run_id]))[run_id][0] == before
+    w.executor.attempts[run_id].run_confirmed -= fast.run_lease_s / 2
+    await w.heartbeat.beat()
+    assert (await clocks(db, [run_id]))[run_id][0] > before
+
+
+async def test_a_stopping_worker_ends_its_session(db: Database, fast: Settings) -> None:
+    w = build_worker(db=db, settings=fast, handler=handlers.journaled).worker
+    stop = asyncio.Event()
+    await w.heartbeat.open(stop)
+    assert (await session_row(db, w.worker_id))["lease_until"] > datetime.now(UTC)
+    running = asyncio.ensure_future(w.heartbeat.run(stop))
+    stop.set()
+    await running
+    row = await session_row(db, w.worker_id)
+    assert row["lease_until"] <= datetime.now(UTC)
+
+
+async def test_a_tenant_sees_only_the_sessions_holding_its_runs_and_writes_none(
+    db: Database, fast: Settings
+) -> None:
+    w, _run_ids = await holding(db, fast, 1)
+    other = build_worker(db=db, settings=fast, handler=handlers.journaled).worker
+    await other.heartbeat.open(asyncio.Event())
+    [elsewhere] = await create_runs(db, "proj-sessions-other", 1)
+    state = await db.in_tenant(
+        "proj-sessions-other",
+        lambda c: leases.claim(c, elsewhere, other.worker_id, fast.claim_ttl_s),
+    )
+    assert state is not None
+    async with db.tenant(P) as conn:
+        seen = await conn.fetch("SELECT worker_id FROM awooop_worker_sessions")
+        assert [r["worker_id"] for r in seen] == [w.worker_id]
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            async with conn.transaction():
+                await conn.execute(
+                    "UPDATE awooop_worker_sessions SET lease_until = now() WHERE worker_id = $1",
+                    w.worker_id,
+                )
+
+
+async def test_a_peek_and_a_fence_check_see_the_lease_end_with_the_session(
+    db: Database, fast: Settings
+) -> None:
+    """A tenant's read of a run (the stream path's reconcile) and a cancel notice's check judge
+    the lease by the session too: a dead worker's run is seen expired, not held for minutes."""
+    w, [run_id] = await holding(db, fast, 1)
+    state, now = await db.in_tenant(P, lambda c: leases.peek(c, run_id))
+    assert leases.availability(state, now, "someone-else") is leases.Availability.HELD
+    await end_session_now(db, w.worker_id)
+    state, now = await db.in_tenant(P, lambda c: leases.peek(c, run_id))
+    assert leases.availability(state, now, "someone-else") is leases.Availability.EXPIRED
+    found, now = await w.heartbeat.statements.fences([run_id])
+    assert found[run_id].lease_until is not None and found[run_id].lease_until < now
+    assert (await load(db, P, run_id)).lease_until > now  # the row keeps its own lease
