@@ -61,11 +61,16 @@ PROJECT = "bench"
 WORKER = "w-renewal"
 TICK = os.sysconf("SC_CLK_TCK")
 UPDATES = """
-SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'awooop_run_state'
+SELECT sum(n_tup_upd) FILTER (WHERE relname = 'awooop_run_state')::bigint AS n_tup_upd,
+       sum(n_tup_hot_upd) FILTER (WHERE relname = 'awooop_run_state')::bigint AS n_tup_hot_upd,
+       sum(n_tup_upd) FILTER (WHERE relname = 'awooop_worker_sessions')::bigint AS session_upd
+FROM pg_stat_user_tables WHERE relname IN ('awooop_run_state', 'awooop_worker_sessions')
 """
 WAL_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)"
 SESSION = "SELECT started_at FROM awooop_worker_sessions WHERE worker_id = $1"
 Renewal = Callable[[], Awaitable[int]]
+# The session mode's renewals per --repeat: /proc counts CPU in clock ticks (10 ms here).
+SESSION_REPEAT = 50
 INDEXES = "SELECT count(*) FROM pg_indexes WHERE tablename = 'awooop_run_state'"
 
 
@@ -150,6 +155,7 @@ async def measure(url: str, runs: list[uuid.UUID], repeat: int, mode: str) -> di
     return {
         "mode": mode,
         "leases": n,
+        "renewals": repeat,
         "renewed": renewed,
         "median_ms": round(statistics.median(ms), 3),
         "p95_ms": round(ms[max(0, round(0.95 * len(ms)) - 1)], 3),
@@ -162,6 +168,7 @@ async def measure(url: str, runs: list[uuid.UUID], repeat: int, mode: str) -> di
         # index of the table (``indexes``), which vacuum later removes.
         "row_updates": updates1["n_tup_upd"] - updates0["n_tup_upd"],
         "hot_updates": updates1["n_tup_hot_upd"] - updates0["n_tup_hot_upd"],
+        "session_row_updates": updates1["session_upd"] - updates0["session_upd"],
         "indexes": indexes,
     }
 
@@ -197,7 +204,9 @@ async def run(
             await use_index(scratch.url, index)
             for turn, n in enumerate(counts):
                 for mode in modes if turn % 2 == 0 else modes[::-1]:
-                    measured = await measure(scratch.url, runs[:n], repeat, mode)
+                    # a session renewal takes well under a CPU clock tick: many more of them
+                    times = repeat * SESSION_REPEAT if mode == "session" else repeat
+                    measured = await measure(scratch.url, runs[:n], times, mode)
                     rows.append({"index": index, **measured})
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return {
