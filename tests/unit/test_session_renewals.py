@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from awooop.core.config import load_settings
 from awooop.worker.attempts import Attempt
+from awooop.worker.executor import Executor
 from awooop.worker.heartbeat import STEP_NAME_CHARS, renewal_due, shown_step
 
 INTERVAL = 5.0
@@ -63,3 +66,37 @@ def test_a_run_is_renewed_when_the_step_it_shows_changes_and_only_then() -> None
     assert renewal_due(a, 1001.0, NOW, RUN_LEASE, INTERVAL)  # it ended: cleared once
     a.step_written = None
     assert not renewal_due(a, 1001.0, NOW, RUN_LEASE, INTERVAL)
+
+
+def executor(**settings: Any) -> Executor:
+    return Executor(
+        db=None,  # type: ignore[arg-type]  # deadlines only: no statement is sent
+        settings=load_settings(environ={}, **settings),
+        handler=None,  # type: ignore[arg-type]
+        worker_id="w",
+    )
+
+
+async def test_a_local_deadline_is_the_earlier_of_the_session_and_the_runs_own_lease() -> None:
+    """The database's lease is the earlier of the run's own and the session's, each computed
+    after its statement was sent: the local deadline takes the same two from the sends, less
+    the margin, so it always comes first."""
+    ex = executor()  # lease 30 s, margin 3 s, a run's own lease 300 s
+    ex.hold_session(1000.0)
+    a = attempt()
+    ex.attempts[a.run_id] = a
+    ex.hold(a, 1010.0)  # claimed after the session's last renewal
+    assert a.lease_deadline == 1000.0 + 30.0 - 3.0  # the session's bound
+    ex.hold_session(1400.0)  # the session renewed long after the run's own lease was
+    assert a.lease_deadline == 1010.0 + 300.0 - 3.0  # the run's own lease bounds it now
+    ex.deadlines.disarm(a)
+
+
+async def test_without_sessions_a_local_deadline_is_the_last_confirmed_renewal_plus_the_lease() -> (
+    None
+):
+    ex = executor(session_leases=False)
+    a = attempt()
+    ex.hold(a, 1000.0)
+    assert a.lease_deadline == 1000.0 + 30.0 - 3.0
+    ex.deadlines.disarm(a)
