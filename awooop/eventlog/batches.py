@@ -123,10 +123,19 @@ def _answers(rows: Sequence[Any]) -> list[WriteAnswer]:
     ]
 
 
+def _seen(row: Any) -> RunState:
+    """A batch answer's run; an unwritten one with its lease as the rule sees it (its worker's
+    session too, ``lease_seen``): a state to judge, never to write back."""
+    state = row_to_state(row)
+    if row["written"]:
+        return state
+    return msgspec.structs.replace(state, lease_until=row["lease_seen"])
+
+
 def _rows(rows: Sequence[Any]) -> list[BatchRow]:
     return [
         BatchRow(
-            row_to_state(r),
+            _seen(r),
             r["written"],
             r["conflict"],
             r["db_now"],

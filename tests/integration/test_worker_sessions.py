@@ -246,3 +246,21 @@ async def test_a_peek_and_a_fence_check_see_the_lease_end_with_the_session(
     found, now = await w.heartbeat.statements.fences([run_id])
     assert found[run_id].lease_until is not None and found[run_id].lease_until < now
     assert (await load(db, P, run_id)).lease_until > now  # the row keeps its own lease
+
+
+async def test_a_claims_answer_sees_the_lease_end_with_the_session(
+    db: Database, fast: Settings
+) -> None:
+    """A message that names a run held by a dead worker (a redelivery): the claim's answer
+    judges its lease by the session too, so the claimer takes it at once (EXPIRED)."""
+    w, [run_id] = await holding(db, fast, 1)
+    statements = w.heartbeat.statements
+    batch = await statements.claim_many([run_id], "worker-other", fast.claim_ttl_s)
+    assert leases.availability(batch.others[run_id], batch.now, "worker-other") is (
+        leases.Availability.HELD
+    )
+    await end_session_now(db, w.worker_id)
+    batch = await statements.claim_many([run_id], "worker-other", fast.claim_ttl_s)
+    assert leases.availability(batch.others[run_id], batch.now, "worker-other") is (
+        leases.Availability.EXPIRED
+    )
