@@ -63,7 +63,7 @@ from redis.exceptions import ResponseError
 from awooop.core.db import Connection
 from awooop.core.events import run_stream_sql
 from awooop.core.logs import get_logger
-from awooop.eventlog import deadletters
+from awooop.eventlog import deadletters, queries
 from awooop.eventlog.state import RunStatus
 from awooop.runs import versions
 from awooop.runs.blocked import BlockedOn, Reason, RunFacts, ShardFacts, decide, failed_reason
@@ -84,10 +84,16 @@ FROM unnest($1::text[], $2::text[]) AS u(project_id, contract_id)
 WAITING = (RunStatus.PENDING, RunStatus.RESUMED)
 
 # --- SQL -------------------------------------------------------------------------------------
+# The rules of a run's lease and of a concurrency slot (its worker's session too: migration 0161),
+# as the claims apply them.
+LEASE_UNTIL = queries.fragment("run_lease_until")
+HEARTBEAT_AT = queries.fragment("run_heartbeat_at")
+HOLDS_SLOT = queries.fragment("holds_slot")
 # One statement for all the Postgres facts of the runs in $1 (or of every live run).
 _SELECT = f"""
 SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, rs.worker_id,
-       rs.lease_until, rs.heartbeat_at, rs.waiting_for, rs.approval_expires_at,
+       lease.until AS lease_until, lease.beat AS heartbeat_at, rs.waiting_for,
+       rs.approval_expires_at,
        rs.failure_reason, rs.failure_code, rs.updated_at, now() AS now, rs.suspect_worker_id,
        rs.current_step, rs.current_step_started_at, rs.current_step_attempt, rs.contract_id,
        ap.name AS approval_name, ap.reason AS approval_reason,
@@ -102,6 +108,10 @@ SELECT rs.run_id, rs.project_id, rs.status, rs.attempt_count, rs.max_attempts, r
        wc.finished AS wait_finished
 FROM awooop_run_state rs
 CROSS JOIN LATERAL (SELECT {run_stream_sql("rs.run_id")} AS stream_id OFFSET 0) run_stream
+CROSS JOIN LATERAL (  -- the lease and heartbeat as the rule sees them: the run's or its session's
+    SELECT {LEASE_UNTIL} AS until, {HEARTBEAT_AT} AS beat
+    FROM (SELECT rs.lease_until, rs.heartbeat_at, rs.worker_id) AS r
+) lease
 LEFT JOIN LATERAL (
     SELECT a.name, a.reason FROM awooop_approvals a
     WHERE a.run_id = rs.run_id AND a.used_at IS NULL
@@ -126,18 +136,18 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) pz ON true
 LEFT JOIN LATERAL (
-    SELECT count(*)::int AS executing FROM awooop_run_state k
+    SELECT count(*)::int AS executing FROM awooop_run_state
     WHERE rs.status IN ('PENDING', 'RESUMED', 'WAITING_TOOL') AND rs.concurrency_key IS NOT NULL
-      AND k.project_id = rs.project_id AND k.concurrency_key = rs.concurrency_key
-      AND k.status = 'RUNNING' AND k.lease_until > now()
+      AND project_id = rs.project_id AND concurrency_key = rs.concurrency_key
+      AND {HOLDS_SLOT}
 ) ck ON rs.concurrency_key IS NOT NULL
 LEFT JOIN LATERAL (
     -- the global maximum of its limit's scope, if any, and the scope's runs holding slots
     SELECT l.global_max,
-           (SELECT count(*)::int FROM awooop_run_state g
-            WHERE g.project_id = rs.project_id AND g.concurrency_key IS NOT NULL
-              AND g.concurrency_scope = rs.concurrency_scope
-              AND g.status = 'RUNNING' AND g.lease_until > now()) AS executing
+           (SELECT count(*)::int FROM awooop_run_state
+            WHERE project_id = rs.project_id AND concurrency_key IS NOT NULL
+              AND concurrency_scope = rs.concurrency_scope
+              AND {HOLDS_SLOT}) AS executing
     FROM awooop_concurrency_limits l
     WHERE rs.status IN ('PENDING', 'RESUMED', 'WAITING_TOOL') AND rs.concurrency_key IS NOT NULL
       AND l.project_id = rs.project_id AND l.global_max IS NOT NULL

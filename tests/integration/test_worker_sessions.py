@@ -19,8 +19,9 @@ import pytest
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError
+from awooop.core.events import RunRequeued
 from awooop.eventlog.state import RunStatus
-from awooop.runs import leases
+from awooop.runs import blocked_facts, leases
 from awooop.worker.assembly import build_worker
 from awooop.worker.attempts import StopReason
 from awooop.worker.runtime import Worker
@@ -264,3 +265,27 @@ async def test_a_claims_answer_sees_the_lease_end_with_the_session(
     assert leases.availability(batch.others[run_id], batch.now, "worker-other") is (
         leases.Availability.EXPIRED
     )
+
+
+async def test_blocked_on_and_the_reap_report_the_sessions_renewal_as_the_heartbeat(
+    db: Database, fast: Settings
+) -> None:
+    """The run's row keeps its claim's heartbeat; an operator's blocked_on and the reap event
+    report the worker's last renewal, the session's."""
+    w, [run_id] = await holding(db, fast, 1)
+    await asyncio.sleep(0.05)
+    await w.heartbeat.beat()
+    async with db.platform() as conn:
+        session = await conn.fetchrow(
+            "SELECT lease_until, renewed_at FROM awooop_worker_sessions WHERE worker_id = $1",
+            w.worker_id,
+        )
+    assert (await load(db, P, run_id)).heartbeat_at < session["renewed_at"]
+    async with db.tenant(P) as conn:
+        facts = (await blocked_facts.run_facts(conn, [run_id]))[run_id]
+    assert facts.heartbeat_at == session["renewed_at"]
+    assert facts.lease_until == session["lease_until"]
+    await end_session_now(db, w.worker_id)
+    [(_state, event)] = await db.in_platform_writes(lambda c: leases.reap(c, 10))
+    assert isinstance(event, RunRequeued)
+    assert event.last_renewal_at == session["renewed_at"]

@@ -3,7 +3,8 @@
 WITH served AS (  -- _run_served.sql
     SELECT $2::text[] AS contracts, $3::text[] AS projects, $4::text AS version
 )
-SELECT {{run_columns}}, now() AS db_now, {{run_paused}} AS paused,
+SELECT {{run_columns}}, now() AS db_now, {{run_heartbeat_at}} AS heartbeat_seen,
+       {{run_paused}} AS paused,
        NOT {{run_admitted}} AS over_limit
 FROM awooop_run_state AS r
 WHERE run_id = $1

@@ -135,7 +135,7 @@ async def _reap_and_claim(
     several: frozenset[str] = frozenset(),
 ) -> Taken:
     now: datetime = row["db_now"]
-    state = row_to_state(row)
+    state = reaped_state(row)
     reaped = await reap_decision(conn, state, now, shared=state.worker_id in several)
     state = await log_runs.apply_and_store(conn, state, reaped, metadata)
     held = row["paused"] or row["over_limit"]  # left PENDING: a resume, a freed slot
@@ -145,6 +145,13 @@ async def _reap_and_claim(
         conn, state, claim_event(state, now, worker_id, ttl_s, version), metadata
     )
     return Taken(state, reaped, claimed=True)
+
+
+def reaped_state(row: Any) -> RunState:
+    """A locked expired run, its heartbeat the worker's last renewal as the rule reports it
+    (``heartbeat_seen``: its own, or its session's): the reap event says when that was, and the
+    reap releases the row's heartbeat, so nothing of it is written back."""
+    return msgspec.structs.replace(row_to_state(row), heartbeat_at=row["heartbeat_seen"])
 
 
 async def reap(
@@ -161,7 +168,7 @@ async def reap_rows(
 ) -> list[tuple[RunState, RunRequeued | RunFailed]]:
     """Requeue or fail the leased runs of ``rows`` (locked by the caller, with ``db_now``),
     whose attempts are over: their leases ran out, or their worker's session ended."""
-    states = [row_to_state(row) for row in rows]
+    states = [reaped_state(row) for row in rows]
     several = workers_with_several(states)
     done = []
     for row, state in zip(rows, states, strict=True):
