@@ -154,4 +154,21 @@ class CancelListener:
             channels[RESUME_CHANNEL] = self._resumed
         if self.on_route is not None:
             channels[ROUTE_CHANNEL] = self._routed
-        await listen(self.database_url, channels, stop, self.connected, name="cancel_listener")
+        await listen(
+            self.database_url,
+            channels,
+            stop,
+            self.connected,
+            name="cancel_listener",
+            on_connected=self.reconnected,
+        )
+
+    def reconnected(self) -> None:
+        """Notices sent while the listener was away are lost: check every attempt held here
+        (one read of their rows). Under a worker session the heartbeat reads no run's row, so
+        nothing else would find a cancel made meanwhile before the run's own renewal."""
+        for rid, attempt in self.executor.attempts.items():
+            if attempt.stop_reason is None and not attempt.finishing:
+                self._asked.add(rid)
+        if self._asked:
+            self._ring.set()

@@ -21,7 +21,7 @@ from awooop.core.db import Database
 from awooop.core.errors import LeaseLostError
 from awooop.core.events import RunRequeued
 from awooop.eventlog.state import RunStatus
-from awooop.runs import blocked_facts, leases
+from awooop.runs import blocked_facts, control, leases
 from awooop.worker.assembly import build_worker
 from awooop.worker.attempts import StopReason
 from awooop.worker.runtime import Worker
@@ -289,3 +289,19 @@ async def test_blocked_on_and_the_reap_report_the_sessions_renewal_as_the_heartb
     [(_state, event)] = await db.in_platform_writes(lambda c: leases.reap(c, 10))
     assert isinstance(event, RunRequeued)
     assert event.last_renewal_at == session["renewed_at"]
+
+
+async def test_a_cancel_missed_while_the_listener_was_away_is_found_when_it_reconnects(
+    db: Database, fast: Settings
+) -> None:
+    """Under a session the heartbeat reads no run's row, so a cancel whose notice was lost (no
+    listener connected) would wait for the run's own renewal: the listener's reconnection
+    checks every attempt held here."""
+    w, [run_id] = await holding(db, fast, 1)
+    await db.in_tenant(P, lambda c: control.cancel(c, run_id, actor="ops"))  # nobody listens
+    await w.heartbeat.beat()
+    attempt = w.executor.attempts[run_id]
+    assert attempt.stop_reason is None  # the session's renewal did not see it
+    w.cancel_listener.reconnected()
+    await w.cancel_listener.check()
+    assert attempt.stop_reason is StopReason.CANCELLED
