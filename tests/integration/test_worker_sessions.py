@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+import msgspec
 import pytest
 
 from awooop.core.config import Settings
@@ -29,6 +30,15 @@ from tests.support import handlers
 from tests.support.runs import create_runs, load
 
 P = "proj-sessions"
+
+
+@pytest.fixture
+def steady(fast: Settings) -> Settings:
+    """A lease long enough that no session runs out while a test sets up on a loaded machine
+    (the tests end a session themselves where they mean to)."""
+    return msgspec.structs.replace(fast, lease_ttl_s=30.0, heartbeat_interval_s=5.0)
+
+
 SESSION = "SELECT lease_until, started_at FROM awooop_worker_sessions WHERE worker_id = $1"
 CLOCK = "SELECT run_id, lease_until, heartbeat_at, current_step FROM awooop_run_state"
 
@@ -79,8 +89,10 @@ async def reap(db: Database) -> list[uuid.UUID]:
     return sorted(state.run_id for state, _event in done)
 
 
-async def test_a_heartbeat_writes_the_session_row_and_no_run(db: Database, fast: Settings) -> None:
-    w, run_ids = await holding(db, fast, 20)
+async def test_a_heartbeat_writes_the_session_row_and_no_run(
+    db: Database, steady: Settings
+) -> None:
+    w, run_ids = await holding(db, steady, 20)
     before_runs = await clocks(db, run_ids)
     before = await session_row(db, w.worker_id)
     await asyncio.sleep(0.05)
@@ -91,15 +103,15 @@ async def test_a_heartbeat_writes_the_session_row_and_no_run(db: Database, fast:
     assert after["started_at"] == before["started_at"]
     # each run's own lease is the long one; the session's is the lease TTL
     for lease_until, _beat, _step in before_runs.values():
-        assert lease_until - before["lease_until"] > timedelta(seconds=fast.run_lease_s / 2)
+        assert lease_until - before["lease_until"] > timedelta(seconds=steady.run_lease_s / 2)
     # every local deadline moved with the session
     assert all(a.stop_reason is None for a in w.executor.attempts.values())
 
 
 async def test_a_dead_session_frees_its_runs_for_the_reaper_and_refuses_their_writes(
-    db: Database, fast: Settings
+    db: Database, steady: Settings
 ) -> None:
-    w, run_ids = await holding(db, fast, 3)
+    w, run_ids = await holding(db, steady, 3)
     assert await reap(db) == []  # live: nothing to reap
     await end_session_now(db, w.worker_id)
     write = [leases.Completion(run_ids[0], w.worker_id, 1, {"late": True})]
@@ -113,9 +125,9 @@ async def test_a_dead_session_frees_its_runs_for_the_reaper_and_refuses_their_wr
 
 
 async def test_a_run_the_live_worker_forgot_runs_out_with_its_own_lease(
-    db: Database, fast: Settings
+    db: Database, steady: Settings
 ) -> None:
-    w, run_ids = await holding(db, fast, 2)
+    w, run_ids = await holding(db, steady, 2)
     forgotten = run_ids[0]
     async with db.platform_writes() as conn:  # as if its own lease was last renewed long ago
         await conn.execute(
@@ -129,12 +141,12 @@ async def test_a_run_the_live_worker_forgot_runs_out_with_its_own_lease(
 
 
 async def test_a_worker_id_used_again_gives_up_what_its_earlier_session_held(
-    db: Database, fast: Settings
+    db: Database, steady: Settings
 ) -> None:
-    earlier, run_ids = await holding(db, fast, 3, worker_id="worker-again")
+    earlier, run_ids = await holding(db, steady, 3, worker_id="worker-again")
     first = await session_row(db, "worker-again")
     later = build_worker(
-        db=db, settings=fast, handler=handlers.journaled, worker_id="worker-again"
+        db=db, settings=steady, handler=handlers.journaled, worker_id="worker-again"
     ).worker
     await later.heartbeat.open(asyncio.Event())
     assert (await session_row(db, "worker-again"))["started_at"] > first["started_at"]
@@ -152,9 +164,9 @@ async def test_a_worker_id_used_again_gives_up_what_its_earlier_session_held(
 
 
 async def test_a_session_that_ran_out_loses_its_attempts_and_a_new_one_begins(
-    db: Database, fast: Settings
+    db: Database, steady: Settings
 ) -> None:
-    w, run_ids = await holding(db, fast, 2)
+    w, run_ids = await holding(db, steady, 2)
     first = await session_row(db, w.worker_id)
     await end_session_now(db, w.worker_id)
     assert await w.heartbeat.beat() == set()
@@ -167,15 +179,15 @@ async def test_a_session_that_ran_out_loses_its_attempts_and_a_new_one_begins(
 
 
 async def test_a_step_is_written_once_it_has_run_for_an_interval_and_not_again(
-    db: Database, fast: Settings
+    db: Database, steady: Settings
 ) -> None:
-    w, [run_id] = await holding(db, fast, 1)
+    w, [run_id] = await holding(db, steady, 1)
     attempt = w.executor.attempts[run_id]
     attempt.enter_step("think")
     await w.heartbeat.beat()
     assert (await clocks(db, [run_id]))[run_id][2] is None  # younger than an interval
     assert attempt.step_started_at is not None
-    attempt.step_started_at -= timedelta(seconds=fast.heartbeat_interval_s)
+    attempt.step_started_at -= timedelta(seconds=steady.heartbeat_interval_s)
     await w.heartbeat.beat()
     written = (await clocks(db, [run_id]))[run_id]
     assert written[2] == "think"
@@ -187,19 +199,19 @@ async def test_a_step_is_written_once_it_has_run_for_an_interval_and_not_again(
 
 
 async def test_a_runs_own_lease_is_renewed_when_half_of_it_is_gone(
-    db: Database, fast: Settings
+    db: Database, steady: Settings
 ) -> None:
-    w, [run_id] = await holding(db, fast, 1)
+    w, [run_id] = await holding(db, steady, 1)
     before = (await clocks(db, [run_id]))[run_id][0]
     await w.heartbeat.beat()
     assert (await clocks(db, [run_id]))[run_id][0] == before
-    w.executor.attempts[run_id].run_confirmed -= fast.run_lease_s / 2
+    w.executor.attempts[run_id].run_confirmed -= steady.run_lease_s / 2
     await w.heartbeat.beat()
     assert (await clocks(db, [run_id]))[run_id][0] > before
 
 
-async def test_a_stopping_worker_ends_its_session(db: Database, fast: Settings) -> None:
-    w = build_worker(db=db, settings=fast, handler=handlers.journaled).worker
+async def test_a_stopping_worker_ends_its_session(db: Database, steady: Settings) -> None:
+    w = build_worker(db=db, settings=steady, handler=handlers.journaled).worker
     stop = asyncio.Event()
     await w.heartbeat.open(stop)
     assert (await session_row(db, w.worker_id))["lease_until"] > datetime.now(UTC)
@@ -211,15 +223,15 @@ async def test_a_stopping_worker_ends_its_session(db: Database, fast: Settings) 
 
 
 async def test_a_tenant_sees_only_the_sessions_holding_its_runs_and_writes_none(
-    db: Database, fast: Settings
+    db: Database, steady: Settings
 ) -> None:
-    w, _run_ids = await holding(db, fast, 1)
-    other = build_worker(db=db, settings=fast, handler=handlers.journaled).worker
+    w, _run_ids = await holding(db, steady, 1)
+    other = build_worker(db=db, settings=steady, handler=handlers.journaled).worker
     await other.heartbeat.open(asyncio.Event())
     [elsewhere] = await create_runs(db, "proj-sessions-other", 1)
     state = await db.in_tenant(
         "proj-sessions-other",
-        lambda c: leases.claim(c, elsewhere, other.worker_id, fast.claim_ttl_s),
+        lambda c: leases.claim(c, elsewhere, other.worker_id, steady.claim_ttl_s),
     )
     assert state is not None
     async with db.tenant(P) as conn:
@@ -234,11 +246,11 @@ async def test_a_tenant_sees_only_the_sessions_holding_its_runs_and_writes_none(
 
 
 async def test_a_peek_and_a_fence_check_see_the_lease_end_with_the_session(
-    db: Database, fast: Settings
+    db: Database, steady: Settings
 ) -> None:
     """A tenant's read of a run (the stream path's reconcile) and a cancel notice's check judge
     the lease by the session too: a dead worker's run is seen expired, not held for minutes."""
-    w, [run_id] = await holding(db, fast, 1)
+    w, [run_id] = await holding(db, steady, 1)
     state, now = await db.in_tenant(P, lambda c: leases.peek(c, run_id))
     assert leases.availability(state, now, "someone-else") is leases.Availability.HELD
     await end_session_now(db, w.worker_id)
@@ -250,29 +262,29 @@ async def test_a_peek_and_a_fence_check_see_the_lease_end_with_the_session(
 
 
 async def test_a_claims_answer_sees_the_lease_end_with_the_session(
-    db: Database, fast: Settings
+    db: Database, steady: Settings
 ) -> None:
     """A message that names a run held by a dead worker (a redelivery): the claim's answer
     judges its lease by the session too, so the claimer takes it at once (EXPIRED)."""
-    w, [run_id] = await holding(db, fast, 1)
+    w, [run_id] = await holding(db, steady, 1)
     statements = w.heartbeat.statements
-    batch = await statements.claim_many([run_id], "worker-other", fast.claim_ttl_s)
+    batch = await statements.claim_many([run_id], "worker-other", steady.claim_ttl_s)
     assert leases.availability(batch.others[run_id], batch.now, "worker-other") is (
         leases.Availability.HELD
     )
     await end_session_now(db, w.worker_id)
-    batch = await statements.claim_many([run_id], "worker-other", fast.claim_ttl_s)
+    batch = await statements.claim_many([run_id], "worker-other", steady.claim_ttl_s)
     assert leases.availability(batch.others[run_id], batch.now, "worker-other") is (
         leases.Availability.EXPIRED
     )
 
 
 async def test_blocked_on_and_the_reap_report_the_sessions_renewal_as_the_heartbeat(
-    db: Database, fast: Settings
+    db: Database, steady: Settings
 ) -> None:
     """The run's row keeps its claim's heartbeat; an operator's blocked_on and the reap event
     report the worker's last renewal, the session's."""
-    w, [run_id] = await holding(db, fast, 1)
+    w, [run_id] = await holding(db, steady, 1)
     await asyncio.sleep(0.05)
     await w.heartbeat.beat()
     async with db.platform() as conn:
@@ -292,12 +304,12 @@ async def test_blocked_on_and_the_reap_report_the_sessions_renewal_as_the_heartb
 
 
 async def test_a_cancel_missed_while_the_listener_was_away_is_found_when_it_reconnects(
-    db: Database, fast: Settings
+    db: Database, steady: Settings
 ) -> None:
     """Under a session the heartbeat reads no run's row, so a cancel whose notice was lost (no
     listener connected) would wait for the run's own renewal: the listener's reconnection
     checks every attempt held here."""
-    w, [run_id] = await holding(db, fast, 1)
+    w, [run_id] = await holding(db, steady, 1)
     await db.in_tenant(P, lambda c: control.cancel(c, run_id, actor="ops"))  # nobody listens
     await w.heartbeat.beat()
     attempt = w.executor.attempts[run_id]
