@@ -65,10 +65,14 @@ STEP_NAME_CHARS = 200
 
 
 def shown_step(attempt: Attempt, now: datetime, interval_s: float) -> CurrentStep | None:
-    """Pure: the step a renewal under a worker session writes for ``attempt``: its step once
-    that has run for one heartbeat interval (a shorter one is never shown), storable."""
+    """Pure: the step a renewal writes for ``attempt`` (``current_step``, migration 0127), once
+    it has run for ``interval_s`` (under a worker session one heartbeat interval: a shorter
+    step is never shown; 0 with sessions off): storable (NUL and lone surrogates escaped: one
+    bad name must not fail the renewal of every lease) and cut to :data:`STEP_NAME_CHARS`."""
     step, started = attempt.step, attempt.step_started_at
-    if step is None or started is None or now - started < timedelta(seconds=interval_s):
+    if step is None or started is None:
+        return None
+    if interval_s and now - started < timedelta(seconds=interval_s):
         return None
     return sanitized(step)[:STEP_NAME_CHARS], started
 
@@ -85,14 +89,9 @@ def renewal_due(
 
 
 def current_steps(held: Mapping[uuid.UUID, Attempt]) -> dict[uuid.UUID, CurrentStep]:
-    """Pure: the step each attempt is in now, as the renewal writes it (``current_step``,
-    migration 0127): storable (NUL and lone surrogates escaped: one bad name must not fail the
-    renewal of every lease) and cut to :data:`STEP_NAME_CHARS`."""
-    return {
-        rid: (sanitized(a.step)[:STEP_NAME_CHARS], a.step_started_at)
-        for rid, a in held.items()
-        if a.step is not None and a.step_started_at is not None
-    }
+    """Pure: the step each attempt is in now, as a renewal with sessions off writes it."""
+    now = datetime.now(UTC)
+    return {rid: step for rid, a in held.items() if (step := shown_step(a, now, 0.0)) is not None}
 
 
 class Heartbeat:
@@ -143,13 +142,16 @@ class Heartbeat:
         every attempt it held is stopped, and a new session begins."""
         if self.session is None:
             await self._start()
-            metrics.LEASE_RENEWALS.inc(len(held))
-            return True
-        sent = time.monotonic()
-        if await self.statements.renew_session(self.session, self.ttl_s) is not None:
+        else:
+            sent = time.monotonic()
+            if await self.statements.renew_session(self.session, self.ttl_s) is None:
+                await self._lost(held)
+                return False
             self.executor.hold_session(sent)
-            metrics.LEASE_RENEWALS.inc(len(held))
-            return True
+        metrics.LEASE_RENEWALS.inc(len(held))
+        return True
+
+    async def _lost(self, held: dict[uuid.UUID, Attempt]) -> None:
         log.warning("worker_session_lost", worker_id=self.executor.worker_id, held=len(held))
         self.previous, self.session = self.session, None
         self.executor.hold_session(None)
@@ -157,7 +159,6 @@ class Heartbeat:
             if not attempt.finishing:
                 lease_lost(attempt, "the worker's session ran out before it was renewed")
         await self._start()
-        return False
 
     async def beat(self) -> set[uuid.UUID]:
         """One round: renew in the database (bounded), move the local deadlines, touch entries;
@@ -201,13 +202,10 @@ class Heartbeat:
         """One renewal statement for ``held``; its confirmed leases move their deadlines and
         their stream entries join ``entries`` (to touch)."""
         attempts = self.executor.attempts
-        sent = time.monotonic()
-        if self.sessions:
-            now = datetime.now(UTC)
-            shown = {rid: shown_step(a, now, self.interval_s) for rid, a in held.items()}
-            steps = {rid: step for rid, step in shown.items() if step is not None}
-        else:
-            steps = current_steps(held)
+        sent, now = time.monotonic(), datetime.now(UTC)
+        shown_after = self.interval_s if self.sessions else 0.0
+        shown = {rid: shown_step(a, now, shown_after) for rid, a in held.items()}
+        steps = {rid: step for rid, step in shown.items() if step is not None}
         renewed = await self.statements.heartbeat(
             self.executor.worker_id,
             {rid: a.number for rid, a in held.items()},
@@ -218,8 +216,7 @@ class Heartbeat:
             metrics.LEASE_RENEWALS.inc(len(renewed))
         for rid, attempt in held.items():
             if rid in renewed:
-                if self.sessions:
-                    attempt.step_written = shown[rid]
+                attempt.step_written = shown[rid]
                 self.executor.hold(attempt, sent)
                 if attempt.entry is not None:
                     entries.append(attempt.entry)

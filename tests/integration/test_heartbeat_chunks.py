@@ -7,7 +7,6 @@ whose own lease is due under a session."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -17,30 +16,19 @@ import pytest
 from awooop.core.config import Settings
 from awooop.core.db import Database
 from awooop.core.errors import DatabaseUnavailableError
-from awooop.runs import leases
 from awooop.worker import heartbeat
-from awooop.worker.assembly import build_worker
 from awooop.worker.runtime import Worker
-from tests.support import handlers
-from tests.support.runs import create_runs, load
+from tests.support.runs import load
+from tests.support.workers import holding_worker
 
 P = "proj-beat"
 
 
 async def holding(db: Database, settings: Settings, runs: int) -> tuple[Worker, list[uuid.UUID]]:
-    """A worker whose executor holds ``runs`` claimed runs (no handler runs), in run id order,
-    renewing each lease on its own (sessions off)."""
+    """A worker whose executor holds ``runs`` claimed runs, renewing each lease on its own
+    (sessions off)."""
     settings = msgspec.structs.replace(settings, session_leases=False)
-    w = build_worker(db=db, settings=settings, handler=handlers.journaled, concurrency=runs).worker
-    run_ids = sorted(await create_runs(db, P, runs))
-    for run_id in run_ids:
-        sent = time.monotonic()
-        state = await db.in_tenant(
-            P, lambda c, r=run_id: leases.claim(c, r, w.worker_id, settings.lease_ttl_s)
-        )
-        assert state is not None
-        w.executor.begin(state, sent)
-    return w, run_ids
+    return await holding_worker(db, settings, P, runs)
 
 
 async def lease_ends(db: Database, run_ids: list[uuid.UUID]) -> list[Any]:

@@ -8,7 +8,6 @@ see no session."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,6 +27,7 @@ from awooop.worker.attempts import StopReason
 from awooop.worker.runtime import Worker
 from tests.support import handlers
 from tests.support.runs import create_runs, load
+from tests.support.workers import holding_worker
 
 P = "proj-sessions"
 
@@ -46,21 +46,7 @@ CLOCK = "SELECT run_id, lease_until, heartbeat_at, current_step FROM awooop_run_
 async def holding(
     db: Database, settings: Settings, runs: int, worker_id: str | None = None
 ) -> tuple[Worker, list[uuid.UUID]]:
-    """A worker with an open session whose executor holds ``runs`` claimed runs (no handler
-    runs), in run id order."""
-    w = build_worker(
-        db=db, settings=settings, handler=handlers.journaled, concurrency=runs, worker_id=worker_id
-    ).worker
-    await w.heartbeat.open(asyncio.Event())
-    run_ids = sorted(await create_runs(db, P, runs))
-    for run_id in run_ids:
-        sent = time.monotonic()
-        state = await db.in_tenant(
-            P, lambda c, r=run_id: leases.claim(c, r, w.worker_id, settings.claim_ttl_s)
-        )
-        assert state is not None
-        w.executor.begin(state, sent)
-    return w, run_ids
+    return await holding_worker(db, settings, P, runs, worker_id)
 
 
 async def clocks(db: Database, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[Any, ...]]:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -20,11 +21,13 @@ import msgspec
 from awooop.core.config import Settings, env_name
 from awooop.core.db import Database
 from awooop.core.loops import run_loop
+from awooop.runs import leases
 from awooop.streams.keys import Keys
 from awooop.worker.assembly import build_worker
 from awooop.worker.runtime import Worker
 from awooop.worker.streaming import StreamIntake
 from tests.support import handlers
+from tests.support.runs import create_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -187,3 +190,23 @@ async def serving_worker(
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)
+
+
+async def holding_worker(
+    db: Database, settings: Settings, project: str, runs: int, worker_id: str | None = None
+) -> tuple[Worker, list[uuid.UUID]]:
+    """A worker (its session begun, if it keeps one) whose executor holds ``runs`` new runs of
+    ``project``, claimed one by one (no handler runs), in run id order: a heartbeat's view."""
+    w = build_worker(
+        db=db, settings=settings, handler=handlers.journaled, concurrency=runs, worker_id=worker_id
+    ).worker
+    await w.heartbeat.open(asyncio.Event())
+    run_ids = sorted(await create_runs(db, project, runs))
+    for run_id in run_ids:
+        sent = time.monotonic()
+        state = await db.in_tenant(
+            project, lambda c, r=run_id: leases.claim(c, r, w.worker_id, settings.claim_ttl_s)
+        )
+        assert state is not None
+        w.executor.begin(state, sent)
+    return w, run_ids
