@@ -8,7 +8,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from awooop.core.config import load_settings
+from awooop.core.errors import ConfigError
 from awooop.worker.attempts import Attempt
 from awooop.worker.executor import Executor
 from awooop.worker.heartbeat import STEP_NAME_CHARS, renewal_due, shown_step
@@ -100,3 +103,10 @@ async def test_without_sessions_a_local_deadline_is_the_last_confirmed_renewal_p
     ex.hold(a, 1000.0)
     assert a.lease_deadline == 1000.0 + 30.0 - 3.0
     ex.deadlines.disarm(a)
+
+
+def test_a_runs_own_lease_shorter_than_twice_the_lease_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="AWOOOP_RUN_LEASE_TTL_S"):
+        load_settings(environ={"AWOOOP_RUN_LEASE_TTL_S": "50"})  # the lease is 30 s
+    assert load_settings(environ={"AWOOOP_RUN_LEASE_TTL_S": "60"}).run_lease_s == 60.0
+    assert load_settings(environ={}).run_lease_s == 300.0  # 0: ten times the lease
